@@ -1,0 +1,138 @@
+/**
+ * One registry of permanent error codes for every Capstan program.
+ *
+ * Tests and API clients match on `code`, never on message text. `statusCode` is the HTTP status an
+ * API answers with when the error reaches it; `transient` decides a spooled file's fate (leave and
+ * retry vs move to failed/), as RUDDER relayd does in processing.rs.
+ */
+export interface CapstanErrorOptions {
+  statusCode?: number;
+  transient?: boolean;
+  cause?: unknown;
+  details?: Record<string, unknown>;
+}
+
+export class CapstanError extends Error {
+  readonly code: string;
+  readonly statusCode: number;
+  readonly transient: boolean;
+  readonly details?: Record<string, unknown>;
+
+  constructor(code: string, message: string, opts: CapstanErrorOptions = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'CapstanError';
+    this.code = code;
+    this.statusCode = opts.statusCode ?? 500;
+    this.transient = opts.transient ?? false;
+    if (opts.details) this.details = opts.details;
+  }
+}
+
+interface CodeSpec {
+  status: number;
+  transient?: boolean;
+}
+
+/** Every code Capstan raises, with its HTTP status and whether a retry may succeed. */
+export const ERROR_CODES = {
+  // configuration and start-up
+  ERR_CONFIG: { status: 500 },
+  ERR_CONFIG_SYNTAX: { status: 500 },
+  ERR_STARTUP: { status: 500 },
+  // input names and bodies
+  ERR_RUNINFO_NAME: { status: 400 },
+  ERR_INVENTORY_NAME: { status: 400 },
+  ERR_BAD_PATH: { status: 400 },
+  ERR_BAD_REQUEST: { status: 400 },
+  ERR_LENGTH_REQUIRED: { status: 411 },
+  ERR_BODY_TOO_LARGE: { status: 413 },
+  ERR_UNSUPPORTED_MEDIA: { status: 415 },
+  ERR_NOT_FOUND: { status: 404 },
+  ERR_METHOD_NOT_ALLOWED: { status: 405 },
+  ERR_UNAUTHORIZED: { status: 401 },
+  ERR_FORBIDDEN: { status: 403 },
+  ERR_CONFLICT: { status: 409 },
+  // compression envelopes
+  ERR_DECOMPRESS: { status: 400 },
+  ERR_DECOMPRESSED_TOO_LARGE: { status: 413 },
+  // run logs
+  ERR_RUNLOG_EMPTY: { status: 400 },
+  ERR_RUNLOG_INCONSISTENT: { status: 400 },
+  ERR_RUNLOG_TOO_LARGE: { status: 413 },
+  ERR_RUNLOG_LINE_TOO_LONG: { status: 400 },
+  ERR_RUNLOG_TOO_MANY_REPORTS: { status: 413 },
+  // S/MIME and certificates
+  ERR_SMIME_FORMAT: { status: 400 },
+  ERR_SMIME_DIGEST: { status: 400 },
+  ERR_SMIME_SIGNATURE: { status: 400 },
+  ERR_SMIME_SIGNER_NOT_FOUND: { status: 400 },
+  ERR_SMIME_UNSUPPORTED: { status: 400 },
+  ERR_CERTIFICATE: { status: 400 },
+  ERR_KEY: { status: 400 },
+  // inventories
+  ERR_INVENTORY_INVALID: { status: 400 },
+  // registry
+  ERR_NODE_UNKNOWN: { status: 404 },
+  ERR_NODE_PENDING: { status: 403 },
+  ERR_NODE_REFUSED: { status: 403 },
+  ERR_NODE_MISMATCH: { status: 400 },
+  ERR_NODE_EXISTS: { status: 409 },
+  ERR_DUPLICATE_RUN: { status: 409 },
+  // storage and network: worth a retry
+  ERR_STORE: { status: 503, transient: true },
+  ERR_SPOOL_FULL: { status: 507, transient: true },
+  ERR_IO: { status: 500, transient: true },
+  ERR_UPSTREAM: { status: 502, transient: true },
+  ERR_UPSTREAM_REJECTED: { status: 502 },
+  ERR_TIMEOUT: { status: 504, transient: true },
+  ERR_INTERNAL: { status: 500 },
+} as const satisfies Record<string, CodeSpec>;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** Build an error from the registry: the status and transience come from the code. */
+export function capstanError(
+  code: ErrorCode,
+  message: string,
+  opts: Omit<CapstanErrorOptions, 'statusCode' | 'transient'> & { statusCode?: number; transient?: boolean } = {},
+): CapstanError {
+  const spec: CodeSpec = ERROR_CODES[code];
+  return new CapstanError(code, message, {
+    ...opts,
+    statusCode: opts.statusCode ?? spec.status,
+    transient: opts.transient ?? spec.transient ?? false,
+  });
+}
+
+export function isCapstanError(err: unknown): err is CapstanError {
+  return err instanceof CapstanError;
+}
+
+/** Node's system error codes that mean "try again later", not "this input is bad". */
+const TRANSIENT_SYSCALL = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN',
+  'ENOSPC', 'EMFILE', 'ENFILE', 'EBUSY', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_SOCKET',
+  'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CLOSED', 'SQLITE_BUSY', 'SQLITE_LOCKED',
+]);
+
+/**
+ * Decide a spooled file's fate: transient → keep and retry with backoff; permanent → failed/.
+ * Unknown errors count as transient so that a bug never destroys input: a file stays put and the
+ * log says why, which an admin can act on, where a wrongly failed file is easy to miss.
+ */
+export function isTransient(err: unknown): boolean {
+  if (err instanceof CapstanError) return err.transient;
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code === 'string') {
+    if (TRANSIENT_SYSCALL.has(code)) return true;
+    // PostgreSQL class 08 (connection), 53 (resources), 57P (operator intervention), 40 (rollback)
+    if (/^(08|53|57P|40)/.test(code)) return true;
+  }
+  return true;
+}
+
+/** The JSON body every API answers an error with (admin API). Never carries secrets or stacks. */
+export function errorBody(err: unknown): { error: { code: string; message: string } } {
+  if (err instanceof CapstanError) return { error: { code: err.code, message: err.message } };
+  return { error: { code: 'ERR_INTERNAL', message: 'internal error' } };
+}
