@@ -1,1 +1,4 @@
-export {};
+// Compression envelopes: decompression with a size limit, and compression for senders.
+export { compress, compressSync, decompress } from './codec.js';
+export type { EnvelopeCompression } from './codec.js';
+export type { DecompressLimits } from './limits.js';

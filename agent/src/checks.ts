@@ -1,0 +1,34 @@
+/**
+ * The agent's own health checks, reported on every run under the system rule `capstan-agent`:
+ * they are real enforce-mode checks (the node key's mode is repaired when it drifts), so even a
+ * node with no policy yet sends results the server can count.
+ */
+import { chmod, stat } from 'node:fs/promises';
+import type { RunLogWriter } from './runlog/write.js';
+
+const RULE = 'capstan-agent';
+const DIRECTIVE = 'agent-self-check';
+const POLICY = 'Common';
+
+export async function selfChecks(w: RunLogWriter, p: { stateDir: string; keyPath: string }): Promise<void> {
+  const dir = await stat(p.stateDir).catch(() => null);
+  if (dir?.isDirectory() && (dir.mode & 0o002) === 0) {
+    w.add({ policy: POLICY, event_type: 'result_success', rule_id: RULE, directive_id: DIRECTIVE, component: 'State directory', key_value: p.stateDir, msg: 'State directory exists and is not world-writable' });
+  } else {
+    w.add({ policy: POLICY, event_type: 'result_error', rule_id: RULE, directive_id: DIRECTIVE, component: 'State directory', key_value: p.stateDir, msg: dir ? 'State directory is world-writable' : 'State directory is missing' });
+  }
+
+  const key = await stat(p.keyPath).catch(() => null);
+  if (!key) {
+    w.add({ policy: POLICY, event_type: 'result_error', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: 'Node key is missing' });
+  } else if ((key.mode & 0o077) === 0) {
+    w.add({ policy: POLICY, event_type: 'result_success', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: 'Node key is readable by its owner only' });
+  } else {
+    try {
+      await chmod(p.keyPath, 0o600);
+      w.add({ policy: POLICY, event_type: 'result_repaired', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: `Node key mode was ${(key.mode & 0o777).toString(8)}, set to 600` });
+    } catch (err) {
+      w.add({ policy: POLICY, event_type: 'result_error', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: `Cannot restrict the node key: ${(err as Error).message}` });
+    }
+  }
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env node
+/**
+ * capstan-agent: `run` (what the systemd timer starts), `inventory` (print it), `info` (identity),
+ * `queue list|flush`. Only this module reads argv and decides exit codes: 0 ok, 1 crash,
+ * 2 configuration error, 3 other start-up error, 4 the run reported errors.
+ */
+import { join } from 'node:path';
+import { Command } from 'commander';
+import { pino } from 'pino';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, isCapstanError, type Logger } from '@capstan/shared';
+import { loadAgentConfig, type AgentConfig } from './config.js';
+import { ensureIdentity } from './identity/state.js';
+import { collectInventory } from './inventory/collect.js';
+import { Outbox } from './queue/outbox.js';
+import { RelayClient } from './queue/upload.js';
+import { runAgent } from './run.js';
+
+interface Flags {
+  config?: string;
+  relay?: string;
+  stateDir?: string;
+  logLevel?: string;
+}
+
+function setup(flags: Flags): { config: AgentConfig; log: Logger } {
+  let config: AgentConfig;
+  try {
+    config = loadAgentConfig({
+      path: flags.config,
+      overrides: { 'agent.relay': flags.relay, 'agent.state_dir': flags.stateDir, 'log.level': flags.logLevel },
+    });
+  } catch (err) {
+    process.stderr.write(`capstan-agent: ${isCapstanError(err) ? err.message : String(err)}\n`);
+    process.exit(EXIT_CONFIG);
+  }
+  // Synchronous logging to stderr: a one-shot run that is killed must not lose its last lines.
+  const log = pino({ level: config.log.level, base: { program: 'capstan-agent' } }, pino.destination({ dest: 2, sync: true }));
+  return { config, log };
+}
+
+const common = (c: Command) =>
+  c
+    .option('-c, --config <file>', 'TOML configuration file')
+    .option('--relay <url>', 'relay (or server) URL')
+    .option('--state-dir <dir>', 'state directory (identity, outbox)')
+    .option('--log-level <level>', 'trace, debug, info, warn, error');
+
+const program = new Command('capstan-agent')
+  .description('Capstan agent: inventory, checks and signed run logs sent to a relay')
+  .version(CAPSTAN_VERSION, '-V, --version');
+
+common(program.command('run').description('run once: inventory when due, checks, run log, upload'))
+  .option('--force-inventory', 'send the inventory even if unchanged')
+  .action(async (flags: Flags & { forceInventory?: boolean }) => {
+    const { config, log } = setup(flags);
+    const r = await runAgent(config, log, { forceInventory: flags.forceInventory });
+    const c = r.counts;
+    const results = (c.result_success ?? 0) + (c.result_repaired ?? 0) + (c.result_error ?? 0);
+    const pct = results === 0 ? 100 : Math.round((((c.result_success ?? 0) + (c.result_repaired ?? 0)) / results) * 1000) / 10;
+    process.stdout.write(
+      `node ${r.nodeId}: ${c.result_repaired ?? 0} repaired, ${c.result_error ?? 0} errors, compliance ${pct}%; ` +
+        `sent ${r.flush.sent}, queued ${r.flush.remaining}${r.inventorySent ? ', inventory sent' : ''}\n`,
+    );
+    if ((c.result_error ?? 0) > 0) process.exitCode = 4;
+  });
+
+common(program.command('inventory').description('print the inventory this node would send')).action(async (flags: Flags) => {
+  const { config } = setup(flags);
+  const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
+  process.stdout.write(`${JSON.stringify(inv, null, 2)}\n`);
+});
+
+common(program.command('info').description("print this node's id and certificate")).action(async (flags: Flags) => {
+  const { config } = setup(flags);
+  const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  process.stdout.write(`${JSON.stringify({ node_id: id.nodeId, relay: config.agent.relay, certificate: id.certPem }, null, 2)}\n`);
+});
+
+const queue = program.command('queue').description('files waiting to be sent');
+common(queue.command('list').description('list the outbox')).action(async (flags: Flags) => {
+  const { config, log } = setup(flags);
+  const outbox = new Outbox(join(config.agent.state_dir, 'outbox'), log);
+  await outbox.init();
+  for (const e of await outbox.list()) process.stdout.write(`${e.kind}\t${e.name}\t${new Date(e.mtimeMs).toISOString()}\n`);
+});
+common(queue.command('flush').description('send the outbox now')).action(async (flags: Flags) => {
+  const { config, log } = setup(flags);
+  const outbox = new Outbox(join(config.agent.state_dir, 'outbox'), log);
+  await outbox.init();
+  const r = await outbox.flush(new RelayClient(config.agent.relay, config.agent.timeout));
+  process.stdout.write(`sent ${r.sent}, rejected ${r.rejected}, remaining ${r.remaining}\n`);
+  if (r.error) process.exitCode = 3;
+});
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  process.stderr.write(`capstan-agent: ${isCapstanError(err) ? `${err.code}: ${err.message}` : String(err)}\n`);
+  process.exit(EXIT_CRASH);
+});

@@ -1,0 +1,34 @@
+/** capstan-agent's configuration schema (see packaging/etc/capstan/agent.toml). */
+import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+
+export const AGENT_SCHEMA = {
+  agent: {
+    /** Node id, key, certificate, cached policy and the outbox live here (kept 0700). */
+    state_dir: { type: 'string', default: '/var/lib/capstan/agent' },
+    /** The relay (or server) this node talks to. */
+    relay: { type: 'url', default: 'http://127.0.0.1:3030' },
+    /** RSA key size for the node key made on first run. */
+    key_bits: { type: 'integer', default: 2048, min: 2048, max: 8192 },
+    /** HTTP timeout for each request to the relay. */
+    timeout: { type: 'duration', default: '30s', min: 1 },
+  },
+  inventory: {
+    /** An unchanged inventory is re-sent this often; a changed one on the next run. */
+    interval: { type: 'duration', default: '1d', min: 1000 },
+  },
+  queue: {
+    /** Files kept for back-fill when the relay is unreachable; the oldest are dropped beyond. */
+    max_files: { type: 'integer', default: 2000, min: 1 },
+    /** Files older than this are dropped from the outbox with a warning. */
+    max_age: { type: 'duration', default: '7d', min: 1000 },
+  },
+  log: {
+    level: { type: 'level', default: 'info' },
+  },
+} as const;
+
+export type AgentConfig = ConfigOf<typeof AGENT_SCHEMA>;
+
+export function loadAgentConfig(opts: LoadConfigOptions): AgentConfig {
+  return loadConfig(AGENT_SCHEMA, opts);
+}

@@ -1,0 +1,143 @@
+/**
+ * Inventory collection: facts read from the host itself. Each collector is independent; one that
+ * fails records its error under `errors` and the rest of the inventory is still sent.
+ */
+import { execFile } from 'node:child_process';
+import { readFile, statfs } from 'node:fs/promises';
+import os from 'node:os';
+import { CAPSTAN_VERSION } from '@capstan/shared';
+
+export interface InventoryContext {
+  nodeId: string;
+  certPem: string;
+  policyServer: string;
+}
+
+function run(cmd: string, args: string[], timeoutMs = 10_000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 64 * 1024 * 1024, env: { ...process.env, LC_ALL: 'C' } }, (err, stdout) =>
+      err ? reject(err) : resolve(stdout),
+    );
+  });
+}
+
+/** os-release(5): KEY=value lines, values optionally quoted. */
+export function parseOsRelease(text: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const line of text.split('\n')) {
+    const m = /^([A-Z0-9_]+)=(.*)$/.exec(line.trim());
+    if (!m) continue;
+    let v = m[2]!;
+    if (/^(["']).*\1$/.test(v)) v = v.slice(1, -1).replace(/\\(["\\$`])/g, '$1');
+    out[m[1]!] = v;
+  }
+  return out;
+}
+
+async function osInfo() {
+  const text = await readFile('/etc/os-release', 'utf8').catch(() => readFile('/usr/lib/os-release', 'utf8'));
+  const rel = parseOsRelease(text);
+  return {
+    name: rel.ID ?? os.type().toLowerCase(),
+    version: rel.VERSION_ID ?? '',
+    pretty_name: rel.PRETTY_NAME ?? '',
+    kernel: os.release(),
+    arch: os.machine(),
+  };
+}
+
+async function fqdn(): Promise<string> {
+  const out = (await run('hostname', ['-f'], 3000)).trim();
+  return out || os.hostname();
+}
+
+async function memory() {
+  const info = await readFile('/proc/meminfo', 'utf8');
+  const kb = (k: string) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, 'm').exec(info)?.[1] ?? 0) * 1024;
+  return { total: kb('MemTotal'), available: kb('MemAvailable'), swap_total: kb('SwapTotal'), swap_free: kb('SwapFree') };
+}
+
+const PSEUDO_FS = new Set(['proc', 'sysfs', 'devpts', 'cgroup', 'cgroup2', 'securityfs', 'debugfs', 'tracefs', 'pstore',
+  'bpf', 'mqueue', 'hugetlbfs', 'configfs', 'fusectl', 'autofs', 'binfmt_misc', 'nsfs', 'rpc_pipefs', 'devtmpfs']);
+
+async function disks() {
+  const mounts = await readFile('/proc/mounts', 'utf8');
+  const out: Array<{ device: string; mount: string; fstype: string; size: number; free: number }> = [];
+  for (const line of mounts.split('\n')) {
+    const [device, mount, fstype] = line.split(' ');
+    if (!device || !mount || !fstype || PSEUDO_FS.has(fstype)) continue;
+    const m = mount.replace(/\\040/g, ' ');
+    const s = await statfs(m).catch(() => null);
+    if (!s || s.blocks === 0) continue;
+    out.push({ device, mount: m, fstype, size: s.blocks * s.bsize, free: s.bavail * s.bsize });
+  }
+  return out;
+}
+
+function interfaces() {
+  return Object.entries(os.networkInterfaces()).map(([name, addrs]) => ({
+    name,
+    mac: addrs?.[0]?.mac ?? null,
+    addresses: (addrs ?? []).map((a) => ({ family: a.family, address: a.address, cidr: a.cidr })),
+  }));
+}
+
+/** Installed packages from whichever package manager the host has. */
+async function packages(): Promise<Array<{ name: string; version: string }>> {
+  const tries: Array<[string, string[], (line: string) => { name: string; version: string } | null]> = [
+    ['dpkg-query', ['-W', '-f', '${Package}\t${Version}\t${db:Status-Status}\n'], (l) => {
+      const [name, version, status] = l.split('\t');
+      return name && version && status === 'installed' ? { name, version } : null;
+    }],
+    ['rpm', ['-qa', '--qf', '%{NAME}\t%{VERSION}-%{RELEASE}\n'], (l) => {
+      const [name, version] = l.split('\t');
+      return name && version ? { name, version } : null;
+    }],
+    ['apk', ['info', '-v'], (l) => {
+      const m = /^(.+)-([^-]+-r\d+)$/.exec(l);
+      return m ? { name: m[1]!, version: m[2]! } : null;
+    }],
+  ];
+  let lastErr: unknown = null;
+  for (const [cmd, args, parse] of tries) {
+    try {
+      const out = await run(cmd, args, 30_000);
+      return out.split('\n').map(parse).filter((p): p is { name: string; version: string } => p !== null);
+    } catch (err) {
+      lastErr = err;
+    }
+  }
+  throw lastErr ?? new Error('no package manager found');
+}
+
+export async function collectInventory(ctx: InventoryContext): Promise<Record<string, unknown>> {
+  const errors: Record<string, string> = {};
+  const attempt = async <T>(name: string, fn: () => Promise<T>, fallback: T): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      errors[name] = (err as Error).message.split('\n')[0] ?? 'failed';
+      return fallback;
+    }
+  };
+  const cpus = os.cpus();
+  const inv: Record<string, unknown> = {
+    node_id: ctx.nodeId,
+    hostname: os.hostname(),
+    certificate: ctx.certPem,
+    agent_version: CAPSTAN_VERSION,
+    policy_server: ctx.policyServer,
+    os: await attempt('os', osInfo, { name: os.type().toLowerCase(), version: '', pretty_name: '', kernel: os.release(), arch: os.machine() }),
+    fqdn: await attempt('fqdn', fqdn, os.hostname()),
+    machine_id: await attempt('machine_id', async () => (await readFile('/etc/machine-id', 'utf8')).trim(), null),
+    cpus: { count: cpus.length, model: cpus[0]?.model ?? null },
+    memory: await attempt('memory', memory, null),
+    disks: await attempt('disks', disks, []),
+    interfaces: await attempt('interfaces', async () => interfaces(), []),
+    packages: await attempt('packages', packages, []),
+    uptime: Math.round(os.uptime()),
+    facts: {},
+  };
+  if (Object.keys(errors).length > 0) inv.errors = errors;
+  return inv;
+}

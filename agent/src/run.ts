@@ -1,0 +1,76 @@
+/**
+ * One agent run: identity → inventory (when due) → checks → run log → sign → compress → outbox →
+ * flush to the relay. Everything it produces goes through the outbox, so a relay outage delays
+ * delivery and never loses a run.
+ */
+import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { compressSync, inventoryFileName, runLogFileName, signSmime, type Logger } from '@capstan/shared';
+import type { AgentConfig } from './config.js';
+import { selfChecks } from './checks.js';
+import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
+import { collectInventory } from './inventory/collect.js';
+import { Outbox, type FlushResult } from './queue/outbox.js';
+import { RelayClient } from './queue/upload.js';
+import { RunLogWriter } from './runlog/write.js';
+
+export interface RunResult {
+  nodeId: string;
+  inventorySent: boolean;
+  runLog: string;
+  counts: Readonly<Record<string, number>>;
+  flush: FlushResult;
+}
+
+interface InventoryStamp {
+  sent_at: number;
+  hash: string;
+}
+
+/** Fields that change on every collection and must not make an inventory count as "changed". */
+function stableHash(inv: Record<string, unknown>): string {
+  const { uptime: _u, memory, disks, ...rest } = inv as { uptime?: unknown; memory?: { total?: number }; disks?: Array<{ mount: string; size: number }> };
+  const stable = { ...rest, memory: memory?.total, disks: (disks ?? []).map((d) => [d.mount, d.size]) };
+  return createHash('sha256').update(JSON.stringify(stable)).digest('hex');
+}
+
+export async function sendInventoryIfDue(
+  config: AgentConfig, id: AgentIdentity, outbox: Outbox, opts: { force?: boolean; now: Date },
+): Promise<boolean> {
+  const stampPath = join(config.agent.state_dir, 'inventory.stamp');
+  const stamp = await readFile(stampPath, 'utf8').then((t) => JSON.parse(t) as InventoryStamp).catch(() => null);
+  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
+  const hash = stableHash(inv);
+  const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval;
+  if (!due) return false;
+  const signed = signSmime(Buffer.from(JSON.stringify(inv)), id);
+  await outbox.add('inventories', inventoryFileName(id.nodeId, opts.now, 'zstd'), compressSync(signed, 'zstd'));
+  await writeAtomic(stampPath, JSON.stringify({ sent_at: opts.now.getTime(), hash } satisfies InventoryStamp), 0o600);
+  return true;
+}
+
+export async function runAgent(config: AgentConfig, log: Logger, opts: { clock?: () => Date; forceInventory?: boolean } = {}): Promise<RunResult> {
+  const clock = opts.clock ?? (() => new Date());
+  const startedAt = clock();
+  const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  const outbox = new Outbox(join(config.agent.state_dir, 'outbox'), log);
+  await outbox.init();
+
+  const inventorySent = await sendInventoryIfDue(config, id, outbox, { force: opts.forceInventory, now: startedAt });
+
+  // Until policies exist (a later issue) the run carries the system checks under config id "none".
+  const w = new RunLogWriter({ nodeId: id.nodeId, configId: 'none', startedAt, clock });
+  w.start();
+  await selfChecks(w, { stateDir: config.agent.state_dir, keyPath: id.keyPath });
+  w.end();
+
+  const signed = signSmime(Buffer.from(w.text()), id);
+  const runLog = runLogFileName(id.nodeId, startedAt, 'zstd');
+  await outbox.add('reports', runLog, compressSync(signed, 'zstd'));
+
+  await outbox.enforceCaps(config.queue.max_files, config.queue.max_age, clock().getTime());
+  const flush = await outbox.flush(new RelayClient(config.agent.relay, config.agent.timeout));
+  if (flush.error) log.warn({ err: flush.error, queued: flush.remaining }, 'relay unreachable, files kept for the next run');
+  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, flush };
+}

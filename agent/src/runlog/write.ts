@@ -1,0 +1,56 @@
+/**
+ * Builds a run log in RUDDER's report format: control start, one report per check, control end,
+ * every line stamped. The start report's key is the policy's config id, which the server uses to
+ * match expected against received reports.
+ */
+import { formatReport, type Report } from '@capstan/shared';
+
+export interface RunContext {
+  nodeId: string;
+  configId: string;
+  /** The run's start, shared by every report (RUDDER's ExecutionTimeStamp). */
+  startedAt: Date;
+  clock: () => Date;
+}
+
+export type ReportInput = Pick<Report, 'policy' | 'event_type' | 'rule_id' | 'directive_id' | 'component' | 'key_value' | 'msg'>;
+
+/** RFC 3339 in UTC with an explicit "+00:00" offset, second precision, as RUDDER's timestamper writes. */
+export function rfc3339(d: Date): string {
+  return `${d.toISOString().slice(0, 19)}+00:00`;
+}
+
+export class RunLogWriter {
+  private readonly lines: string[] = [];
+  private readonly counts: Record<string, number> = {};
+
+  constructor(private readonly ctx: RunContext) {}
+
+  add(r: ReportInput): void {
+    const report: Report = {
+      ...r,
+      node_id: this.ctx.nodeId,
+      report_id: '0',
+      start_datetime: rfc3339(this.ctx.startedAt),
+      execution_datetime: rfc3339(this.ctx.clock()),
+    };
+    this.counts[r.event_type] = (this.counts[r.event_type] ?? 0) + 1;
+    this.lines.push(formatReport(report));
+  }
+
+  start(): void {
+    this.add({ policy: 'Common', event_type: 'control', rule_id: 'rudder', directive_id: 'run', component: 'start', key_value: this.ctx.configId, msg: 'Start execution' });
+  }
+
+  end(): void {
+    this.add({ policy: 'Common', event_type: 'control', rule_id: 'rudder', directive_id: 'run', component: 'end', key_value: this.ctx.configId, msg: 'End execution' });
+  }
+
+  get reportCounts(): Readonly<Record<string, number>> {
+    return this.counts;
+  }
+
+  text(): string {
+    return `${this.lines.join('\n')}\n`;
+  }
+}

@@ -1,0 +1,3 @@
+export * from './server.js';
+export * from './config.js';
+export { buildApp } from './api/app.js';

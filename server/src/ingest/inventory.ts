@@ -1,0 +1,87 @@
+/**
+ * Inventory ingest. An inventory carries the node's certificate; its S/MIME signature proves the
+ * sender holds that key. For an unknown node that is enough to register it as pending; for a known,
+ * accepted node the signature must verify against the certificate pinned at acceptance, so another
+ * key can never take over a node id.
+ */
+import { readFile } from 'node:fs/promises';
+import {
+  capstanError, certificateFingerprint, certificateNodeId, decompress, parseInventoryName, readSignedContentUnverified,
+  verifySmime,
+} from '@capstan/shared';
+import type { NodeRecord } from '../store/store.js';
+import type { IngestDeps } from './runlog.js';
+
+export interface InventoryDoc {
+  node_id: string;
+  hostname: string;
+  certificate: string;
+  agent_version: string;
+  policy_server: string;
+  os: { name: string; version: string; kernel: string; arch: string };
+  [k: string]: unknown;
+}
+
+function invalid(msg: string): never {
+  throw capstanError('ERR_INVENTORY_INVALID', msg);
+}
+
+/** Check the required fields of DESIGN.md's inventory contract; unknown fields are kept. */
+export function validateInventory(doc: unknown): InventoryDoc {
+  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) invalid('inventory must be a JSON object');
+  const d = doc as Record<string, unknown>;
+  for (const f of ['node_id', 'hostname', 'certificate', 'agent_version', 'policy_server'] as const) {
+    if (typeof d[f] !== 'string' || (d[f] as string).length === 0) invalid(`inventory.${f} must be a non-empty string`);
+  }
+  const os = d.os as Record<string, unknown> | undefined;
+  if (!os || typeof os !== 'object') invalid('inventory.os must be an object');
+  for (const f of ['name', 'version', 'kernel', 'arch']) {
+    if (typeof os[f] !== 'string') invalid(`inventory.os.${f} must be a string`);
+  }
+  return d as InventoryDoc;
+}
+
+function parseJson(content: Buffer): unknown {
+  try {
+    return JSON.parse(content.toString('utf8'));
+  } catch {
+    return invalid('inventory is not valid JSON');
+  }
+}
+
+export async function ingestInventory(deps: IngestDeps, path: string, name: string): Promise<NodeRecord> {
+  const info = parseInventoryName(name);
+  const raw = await readFile(path);
+  const signed = await decompress(raw, info.compression, { maxBytes: deps.limits.maxDecompressedBytes });
+  const known = await deps.store.getNode(info.nodeId);
+  if (known?.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${info.nodeId} was refused`);
+
+  // Which certificate must have signed it: the pinned one, or for a newcomer the one it carries.
+  let signer: string;
+  if (known?.accepted === 'accepted' && known.certificate) {
+    signer = known.certificate;
+  } else {
+    const claimed = validateInventory(parseJson(readSignedContentUnverified(signed)));
+    signer = claimed.certificate;
+  }
+  const verified = verifySmime(signed, [signer], { maxBytes: deps.limits.maxDecompressedBytes });
+  const doc = validateInventory(parseJson(verified.content));
+  if (doc.node_id !== info.nodeId) {
+    throw capstanError('ERR_NODE_MISMATCH', `inventory names node ${doc.node_id} but was sent as ${info.nodeId}`);
+  }
+  if (certificateNodeId(doc.certificate) !== info.nodeId) {
+    throw capstanError('ERR_NODE_MISMATCH', 'certificate subject UID does not match the node id');
+  }
+  return deps.store.upsertFromInventory({
+    id: info.nodeId,
+    hostname: doc.hostname,
+    certificate: doc.certificate,
+    certificate_fingerprint: certificateFingerprint(doc.certificate),
+    os_name: doc.os.name,
+    os_version: doc.os.version,
+    agent_version: doc.agent_version,
+    policy_server: doc.policy_server,
+    inventory: doc,
+    received_at: (deps.now?.() ?? new Date()).toISOString(),
+  });
+}

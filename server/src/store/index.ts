@@ -1,0 +1,51 @@
+/**
+ * Opening the registry: PostgreSQL when a database URL is configured (several server processes
+ * on one database), otherwise the embedded SQLite file. The schema is migrated before the store
+ * is handed out, so a database too new for this code stops the start-up (ERR_STARTUP) instead
+ * of failing later, request by request.
+ */
+import { capstanError } from '@capstan/shared';
+import { PostgresStore } from './postgres/index.js';
+import { SqliteStore } from './sqlite/index.js';
+import type { Store } from './store.js';
+
+export type * from './store.js';
+export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
+export { PostgresStore, SqliteStore };
+
+export interface OpenStoreOptions {
+  sqlitePath?: string;
+  databaseUrl?: string;
+  poolSize?: number;
+  /** Postgres only: keep the registry in this schema (tests use one per run). */
+  schema?: string;
+  /** Clock for times the store stamps itself (manual node creation); tests pass a fixed one. */
+  now?: () => Date;
+  /** Postgres only: told when an idle pooled connection fails. */
+  onIdleError?: (err: Error) => void;
+}
+
+export async function openStore(opts: OpenStoreOptions): Promise<Store> {
+  let store: Store;
+  if (opts.databaseUrl) {
+    store = new PostgresStore({
+      url: opts.databaseUrl,
+      ...(opts.poolSize !== undefined && { poolSize: opts.poolSize }),
+      ...(opts.schema !== undefined && { schema: opts.schema }),
+      ...(opts.now && { now: opts.now }),
+      ...(opts.onIdleError && { onIdleError: opts.onIdleError }),
+    });
+  } else if (opts.sqlitePath) {
+    store = new SqliteStore({ path: opts.sqlitePath, ...(opts.now && { now: opts.now }) });
+  } else {
+    throw capstanError('ERR_CONFIG', 'store needs a sqlite path or a database url');
+  }
+  try {
+    await store.migrate();
+  } catch (err) {
+    // Do not leak an open file or a pool when start-up stops here.
+    await store.close().catch(() => undefined);
+    throw err;
+  }
+  return store;
+}

@@ -1,0 +1,24 @@
+/**
+ * Forward-only schema migrations, one file per version, each written once per dialect. A
+ * database remembers what it has applied in `schema_version`; a version is never edited after
+ * release (add the next one instead), so an old database and a new one converge on the same
+ * schema. The runners live with each backend (`sqlite/migrate.ts`, `postgres/migrate.ts`).
+ */
+import { initial } from './0001_initial.js';
+
+export interface Migration {
+  version: number;
+  name: string;
+  sqlite: string;
+  postgres: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [initial];
+
+/** The newest schema this code understands; a database above it is refused at start-up. */
+export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/** Versions must be 1, 2, 3…: a gap or a repeat is a packaging bug, caught on first use. */
+MIGRATIONS.forEach((m, i) => {
+  if (m.version !== i + 1) throw new Error(`migration ${m.name} has version ${m.version}, expected ${i + 1}`);
+});

@@ -1,0 +1,40 @@
+/**
+ * Postgres rows to records. node-pg hands timestamptz back as Date and bigint as string; records
+ * carry ISO 8601 UTC strings and numbers, the same as the SQLite backend returns.
+ */
+import type { NodeRecord, RunRecord } from '../store.js';
+import { NODE_COLUMNS } from '../query.js';
+
+const TIME_COLUMNS = new Set(['created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at']);
+
+export function iso(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return value instanceof Date ? value.toISOString() : new Date(String(value)).toISOString();
+}
+
+export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
+  const node = {} as Record<string, unknown>;
+  for (const c of NODE_COLUMNS) node[c] = TIME_COLUMNS.has(c) ? iso(row[c]) : (row[c] ?? null);
+  return node as unknown as NodeRecord;
+}
+
+export function runFromRow(row: Record<string, unknown>): RunRecord {
+  return {
+    id: Number(row.id),
+    node_id: row.node_id as string,
+    started_at: row.started_at as string,
+    config_id: (row.config_id as string | null) ?? null,
+    complete: row.complete === true,
+    report_count: Number(row.report_count),
+    counts: row.counts as RunRecord['counts'],
+    outcomes: row.outcomes as RunRecord['outcomes'],
+    file_name: row.file_name as string,
+    sha256: row.sha256 as string,
+    received_at: iso(row.received_at)!,
+  };
+}
+
+/** Positional values for writing a whole node row, in NODE_COLUMNS order. */
+export function nodeValues(n: NodeRecord): unknown[] {
+  return NODE_COLUMNS.map((c) => n[c]);
+}

@@ -1,0 +1,32 @@
+/** SQLite rows to records. SQLite keeps times as ISO text already; JSON and booleans need decoding. */
+import type { NodeRecord, RunRecord } from '../store.js';
+import { NODE_COLUMNS } from '../query.js';
+
+export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
+  const node = {} as Record<string, unknown>;
+  for (const c of NODE_COLUMNS) node[c] = row[c] ?? null;
+  return node as unknown as NodeRecord;
+}
+
+export function runFromRow(row: Record<string, unknown>): RunRecord {
+  return {
+    id: row.id as number,
+    node_id: row.node_id as string,
+    started_at: row.started_at as string,
+    config_id: (row.config_id as string | null) ?? null,
+    complete: row.complete === 1,
+    report_count: row.report_count as number,
+    counts: JSON.parse(row.counts as string) as RunRecord['counts'],
+    outcomes: JSON.parse(row.outcomes as string) as RunRecord['outcomes'],
+    file_name: row.file_name as string,
+    sha256: row.sha256 as string,
+    received_at: row.received_at as string,
+  };
+}
+
+/** Named parameters for writing a whole node row (better-sqlite3 binds `@name` from an object). */
+export function nodeParams(n: NodeRecord): Record<string, unknown> {
+  const p: Record<string, unknown> = {};
+  for (const c of NODE_COLUMNS) p[c] = n[c];
+  return p;
+}

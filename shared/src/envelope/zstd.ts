@@ -1,0 +1,92 @@
+/**
+ * zstd (Capstan agents' `.zst`) through zstd-napi's low-level streaming API.
+ *
+ * The library's DecompressStream pushes everything one input chunk yields before anyone can stop
+ * it, so a small bomb would expand fully in memory. Driving ZSTD_decompressStream ourselves lets
+ * the output grow into one buffer capped at maxBytes + 1 and stop the moment it overflows.
+ */
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import zstd from 'zstd-napi/binding.js';
+import { Compressor } from 'zstd-napi';
+import { corrupt, tooLarge } from './limits.js';
+
+const OUT_CHUNK = zstd.dStreamOutSize(); // 128 KiB, the size zstd recommends
+// Give the event loop a turn this often: a 64 MiB log takes tens of milliseconds to expand.
+const YIELD_BYTES = 8 * 1024 * 1024;
+const YIELD_CALLS = 4096;
+const INITIAL_MAX = 16 * 1024 * 1024;
+
+/**
+ * The window a frame may ask for: enough for any frame a normal compressor makes of data this size
+ * (2^23 is zstd's window up to level 19), never more than 2^27, so a hostile header cannot make
+ * the decoder allocate far beyond the limit.
+ */
+function windowLogMax(maxBytes: number): number {
+  const need = Math.ceil(Math.log2(Math.max(maxBytes, 1)));
+  return Math.min(27, Math.max(23, need));
+}
+
+export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Buffer> {
+  if (data.length === 0) throw corrupt('empty zstd stream');
+  const declared = safe(() => zstd.getFrameContentSize(data));
+  if (declared !== null && declared !== undefined && declared > maxBytes) throw tooLarge(maxBytes);
+
+  const dctx = new zstd.DCtx();
+  dctx.setParameter(zstd.DParameter.windowLogMax, windowLogMax(maxBytes));
+  const hardCap = maxBytes + 1; // one byte of room past the limit tells "exactly at" from "over"
+  // Start from the declared size (capped: headers can lie) and grow by doubling.
+  let out = Buffer.allocUnsafe(Math.min(hardCap, Math.max(OUT_CHUNK, Math.min(declared ?? data.length * 4, INITIAL_MAX))));
+  let total = 0;
+  let src = data;
+  let ret = 0;
+  let sinceYield = 0;
+  for (let calls = 1; ; calls++) {
+    if (out.length - total < OUT_CHUNK && out.length < hardCap) {
+      const grown = Buffer.allocUnsafe(Math.min(hardCap, Math.max(out.length * 2, total + OUT_CHUNK)));
+      out.copy(grown, 0, 0, total);
+      out = grown;
+    }
+    const room = Math.min(out.length - total, OUT_CHUNK * 64);
+    let produced: number;
+    let consumed: number;
+    try {
+      [ret, produced, consumed] = dctx.decompressStream(out.subarray(total, total + room), src);
+    } catch (err) {
+      throw corrupt('corrupt zstd stream', err);
+    }
+    total += produced;
+    if (total > maxBytes) throw tooLarge(maxBytes);
+    src = src.subarray(consumed);
+    // All input consumed and the output not filled: the decoder has flushed everything it can.
+    if (src.length === 0 && produced < room) break;
+    if (produced === 0 && consumed === 0) throw corrupt('zstd decoder made no progress');
+    sinceYield += produced;
+    if (sinceYield >= YIELD_BYTES || calls % YIELD_CALLS === 0) {
+      sinceYield = 0;
+      await yieldToLoop();
+    }
+  }
+  if (ret !== 0) throw corrupt('truncated zstd stream');
+  // Do not hand back a buffer up to twice the size of its content.
+  return out.length - total > 64 * 1024 ? Buffer.from(out.subarray(0, total)) : out.subarray(0, total);
+}
+
+function safe<T>(f: () => T): T | undefined {
+  try {
+    return f();
+  } catch {
+    return undefined; // not a frame header; the decoder will say why
+  }
+}
+
+let compressor: Compressor | undefined;
+
+/** One frame with the content size and a checksum (so corruption is detected on the way back). */
+export function zstdCompress(data: Buffer, level = 3): Buffer {
+  if (!Number.isInteger(level) || level < zstd.minCLevel() || level > zstd.maxCLevel()) {
+    throw new RangeError(`zstd level must be an integer in ${zstd.minCLevel()}..${zstd.maxCLevel()}`);
+  }
+  compressor ??= new Compressor();
+  compressor.setParameters({ compressionLevel: level, checksumFlag: true });
+  return compressor.compress(data);
+}

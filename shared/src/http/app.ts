@@ -1,0 +1,82 @@
+/**
+ * Pieces of HTTP plumbing both relayd and server build their fastify apps from: the coded error
+ * answer, raw (unparsed) request bodies for uploads, and the agent-facing upload routes.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { CapstanError, capstanError, errorBody, isCapstanError } from '../errors.js';
+import type { Logger } from '../log.js';
+import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
+import type { Accepted, Spool } from '../spool/spool.js';
+import { receiveUpload } from '../spool/upload.js';
+
+/**
+ * Every error leaves as `{"error":{"code","message"}}` with the code's status. Fastify's own
+ * errors (bad JSON, unsupported media type) keep their 4xx status under ERR_BAD_REQUEST; anything
+ * unexpected is a 500 whose details stay in the log, never in the body.
+ */
+export function installErrorHandler(app: FastifyInstance, log: Logger): void {
+  app.setErrorHandler((err: unknown, req: FastifyRequest, reply: FastifyReply) => {
+    if (isCapstanError(err)) {
+      if (err.statusCode >= 500) log.error({ err, url: req.url }, 'request failed');
+      return reply.code(err.statusCode).send(errorBody(err));
+    }
+    const status = (err as { statusCode?: number }).statusCode;
+    if (typeof status === 'number' && status >= 400 && status < 500) {
+      const code = status === 413 ? 'ERR_BODY_TOO_LARGE' : status === 415 ? 'ERR_UNSUPPORTED_MEDIA' : 'ERR_BAD_REQUEST';
+      return reply.code(status).send(errorBody(new CapstanError(code, (err as Error).message, { statusCode: status })));
+    }
+    log.error({ err, url: req.url }, 'unexpected error');
+    return reply.code(500).send(errorBody(err));
+  });
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).send(errorBody(capstanError('ERR_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`)));
+  });
+}
+
+/**
+ * Leave request bodies unread so upload routes can stream them to disk; JSON bodies are parsed
+ * by routes that ask for them with `readJson`. Registered for every content type, including none.
+ */
+export function installRawBodies(app: FastifyInstance): void {
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
+}
+
+/** Read and parse a JSON request body with a size limit (used where installRawBodies is active). */
+export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req.raw as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `JSON body exceeds ${maxBytes} bytes`);
+    chunks.push(chunk);
+  }
+  if (size === 0) return undefined;
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    throw capstanError('ERR_BAD_REQUEST', 'body is not valid JSON');
+  }
+}
+
+export interface UploadRouteOptions {
+  spool: Spool;
+  maxBytes: number;
+  /** Called once the file is durably spooled, before the 2xx (for metrics and logs). */
+  onAccepted?: (kind: SpoolKind, name: string, accepted: Accepted & { nodeId: string }) => void;
+  /** Per-upload check (e.g. the node is known), run before the body is read. */
+  authorize?: (kind: SpoolKind, name: string, req: FastifyRequest) => Promise<void>;
+}
+
+/** `PUT /reports/<file>` and `PUT /inventories/<file>`: 2xx means the bytes are on disk. */
+export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptions): void {
+  for (const kind of SPOOL_KINDS) {
+    app.put<{ Params: { file: string } }>(`/${kind}/:file`, async (req, reply) => {
+      const name = req.params.file;
+      if (opts.authorize) await opts.authorize(kind, name, req);
+      const accepted = await receiveUpload(opts.spool, kind, name, req.raw, opts.maxBytes);
+      opts.onAccepted?.(kind, name, accepted);
+      return reply.code(201).send({ data: { file: name, bytes: accepted.bytes, sha256: accepted.sha256 } });
+    });
+  }
+}

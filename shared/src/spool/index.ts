@@ -1,0 +1,3 @@
+export * from './spool.js';
+export * from './processor.js';
+export * from './upload.js';

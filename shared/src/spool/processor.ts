@@ -1,0 +1,182 @@
+/**
+ * Drains one spool directory: chokidar (inotify) tells us about new files at once, a periodic
+ * catch-up listing finds anything the watcher missed and re-offers files whose retry is due, and a
+ * start-up pass takes what was spooled before a restart. RUDDER ships its catch-up disabled, which
+ * silently loses retries; here it is always on.
+ *
+ * Fate of a file (RUDDER processing.rs): handler resolves → deleted; permanent error → failed/
+ * with the reason; transient error → left in place and retried with exponential backoff and jitter,
+ * per file, so one stuck file never blocks the others.
+ */
+import { EventEmitter } from 'node:events';
+import { join } from 'node:path';
+import chokidar, { type FSWatcher } from 'chokidar';
+import { isCapstanError, isTransient } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { SpoolKind } from '../protocol.js';
+import type { Spool } from './spool.js';
+
+export type Outcome = 'done' | 'failed' | 'retry';
+
+export interface ProcessedEvent {
+  kind: SpoolKind;
+  name: string;
+  outcome: Outcome;
+  error?: unknown;
+  ms: number;
+}
+
+export interface ProcessorOptions {
+  kind: SpoolKind;
+  spool: Spool;
+  /** Resolve when the file is fully handled (forwarded, ingested); throw to fail or retry it. */
+  handle: (path: string, name: string) => Promise<void>;
+  log: Logger;
+  concurrency?: number;
+  catchupIntervalMs?: number;
+  retryMinMs?: number;
+  retryMaxMs?: number;
+  /** chokidar polling, for file systems without inotify. */
+  usePolling?: boolean;
+}
+
+interface RetryState {
+  attempts: number;
+  dueAt: number;
+}
+
+export class SpoolProcessor extends EventEmitter {
+  private readonly o: Required<Omit<ProcessorOptions, 'usePolling'>> & { usePolling: boolean };
+  private readonly dir: string;
+  private watcher: FSWatcher | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private readonly queue: string[] = [];
+  private readonly queued = new Set<string>();
+  private readonly inFlight = new Set<string>();
+  private readonly retries = new Map<string, RetryState>();
+  private active = 0;
+  private stopped = false;
+
+  constructor(opts: ProcessorOptions) {
+    super();
+    this.o = {
+      concurrency: 4,
+      catchupIntervalMs: 10_000,
+      retryMinMs: 1_000,
+      retryMaxMs: 300_000,
+      usePolling: false,
+      ...opts,
+    };
+    this.dir = opts.spool.incomingDir(opts.kind);
+  }
+
+  async start(): Promise<void> {
+    this.watcher = chokidar.watch(this.dir, {
+      depth: 0,
+      ignoreInitial: true,
+      usePolling: this.o.usePolling,
+      ignored: (p: string) => p !== this.dir && /(^|[/\\])\./.test(p),
+    });
+    this.watcher.on('add', (p: string) => this.offer(p.slice(this.dir.length + 1)));
+    this.watcher.on('error', (err: unknown) => this.o.log.warn({ err }, 'spool watcher error'));
+    await new Promise<void>((resolve) => this.watcher!.once('ready', () => resolve()));
+    await this.catchUp();
+    this.timer = setInterval(() => void this.catchUp(), this.o.catchupIntervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.watcher?.close();
+    // Let handlers in flight finish so a file is never half-processed at shutdown.
+    while (this.active > 0) await new Promise((r) => setTimeout(r, 10));
+  }
+
+  /** Files known to this processor and not yet done (waiting, in flight or backing off). */
+  get pending(): number {
+    return this.queued.size + this.inFlight.size + this.retries.size;
+  }
+
+  /** List the directory and offer every file that is not waiting on a retry timer. */
+  async catchUp(): Promise<void> {
+    if (this.stopped) return;
+    let names: string[];
+    try {
+      names = await this.o.spool.list(this.o.kind);
+    } catch (err) {
+      this.o.log.warn({ err }, 'spool listing failed');
+      return;
+    }
+    const now = Date.now();
+    const present = new Set(names);
+    for (const [name] of this.retries) if (!present.has(name) && !this.inFlight.has(name)) this.retries.delete(name);
+    for (const name of names) {
+      const r = this.retries.get(name);
+      if (r && r.dueAt > now) continue;
+      this.offer(name);
+    }
+  }
+
+  private offer(name: string): void {
+    if (this.stopped || name.length === 0 || name.includes('/') || name.startsWith('.')) return;
+    if (this.queued.has(name) || this.inFlight.has(name)) return;
+    const r = this.retries.get(name);
+    if (r && r.dueAt > Date.now()) return;
+    this.queued.add(name);
+    this.queue.push(name);
+    this.pump();
+  }
+
+  private pump(): void {
+    while (!this.stopped && this.active < this.o.concurrency && this.queue.length > 0) {
+      const name = this.queue.shift()!;
+      this.queued.delete(name);
+      this.inFlight.add(name);
+      this.active++;
+      void this.run(name).finally(() => {
+        this.inFlight.delete(name);
+        this.active--;
+        this.pump();
+      });
+    }
+  }
+
+  private async run(name: string): Promise<void> {
+    const started = Date.now();
+    const path = join(this.dir, name);
+    const log = this.o.log.child({ file: name, kind: this.o.kind });
+    try {
+      await this.o.handle(path, name);
+      await this.o.spool.remove(this.o.kind, name);
+      this.retries.delete(name);
+      this.emit('processed', { kind: this.o.kind, name, outcome: 'done', ms: Date.now() - started } satisfies ProcessedEvent);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT' && !isCapstanError(err)) {
+        // Gone meanwhile (processed by another path or removed by an admin): nothing to do.
+        this.retries.delete(name);
+        return;
+      }
+      if (isTransient(err)) {
+        const prev = this.retries.get(name)?.attempts ?? 0;
+        const base = Math.min(this.o.retryMaxMs, this.o.retryMinMs * 2 ** Math.min(prev, 30));
+        const delay = Math.round(base / 2 + Math.random() * (base / 2));
+        this.retries.set(name, { attempts: prev + 1, dueAt: Date.now() + delay });
+        setTimeout(() => this.offer(name), delay).unref();
+        log.warn({ err, attempts: prev + 1, retryInMs: delay }, 'processing failed, will retry');
+        this.emit('processed', { kind: this.o.kind, name, outcome: 'retry', error: err, ms: Date.now() - started } satisfies ProcessedEvent);
+        return;
+      }
+      const code = isCapstanError(err) ? err.code : 'ERR_INTERNAL';
+      const message = err instanceof Error ? err.message : String(err);
+      try {
+        await this.o.spool.fail(this.o.kind, name, `${code}: ${message}`);
+      } catch (moveErr) {
+        log.error({ err: moveErr }, 'cannot move file to failed/');
+      }
+      this.retries.delete(name);
+      log.warn({ code, reason: message }, 'file refused, moved to failed/');
+      this.emit('processed', { kind: this.o.kind, name, outcome: 'failed', error: err, ms: Date.now() - started } satisfies ProcessedEvent);
+    }
+  }
+}

@@ -1,0 +1,109 @@
+/**
+ * Start the real programs (built under <pkg>/dist) as child processes on port 0 and talk to them
+ * over HTTP, as a user would. Each waits for the program's `{"ready":true,"url":…}` line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+
+export const ROOT = resolve(import.meta.dirname, '../..');
+export const BIN = {
+  agent: resolve(ROOT, 'agent/dist/cli.js'),
+  relayd: resolve(ROOT, 'relayd/dist/cli.js'),
+  server: resolve(ROOT, 'server/dist/cli.js'),
+};
+/** Where RUDDER's fixtures live when the shared folder is present (absent on a fresh clone elsewhere). */
+export const CONFORMANCE = resolve(ROOT, '../shared/conformance/rudder');
+
+export interface Running {
+  url: string;
+  proc: ChildProcess;
+  output: string[];
+  stop(): Promise<number | null>;
+}
+
+export async function startProgram(bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {
+  const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const output: string[] = [];
+  const stderr: string[] = [];
+  proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  const url = await new Promise<string>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`${bin} not ready in ${timeoutMs} ms: ${stderr.join('')}`)), timeoutMs);
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      rej(new Error(`${bin} exited with ${code}: ${stderr.join('')}`));
+    });
+    createInterface({ input: proc.stdout! }).on('line', (line) => {
+      output.push(line);
+      if (line.startsWith('{"ready":true')) {
+        clearTimeout(timer);
+        res((JSON.parse(line) as { url: string }).url);
+      }
+    });
+  });
+  return {
+    url,
+    proc,
+    output,
+    stop: () =>
+      new Promise((res) => {
+        if (proc.exitCode !== null) return res(proc.exitCode);
+        proc.once('exit', (code) => res(code));
+        proc.kill('SIGTERM');
+      }),
+  };
+}
+
+export interface Ran {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run a one-shot command (the agent, admin verbs) to completion. */
+export function runProgram(bin: string, args: string[], timeoutMs = 60_000): Promise<Ran> {
+  return new Promise((res, rej) => {
+    const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      rej(new Error(`${bin} ${args.join(' ')} timed out: ${stderr}`));
+    }, timeoutMs);
+    proc.once('exit', (code) => {
+      clearTimeout(timer);
+      res({ code, stdout, stderr });
+    });
+  });
+}
+
+/** Poll until `fn` returns a value other than undefined, or fail after `timeoutMs`. */
+export async function waitFor<T>(fn: () => Promise<T | undefined>, what: string, timeoutMs = 20_000): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  let last: unknown;
+  while (Date.now() < until) {
+    try {
+      const v = await fn();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+}
+
+/** A tiny JSON client with the admin token. */
+export function adminClient(base: string, token: string) {
+  return async (method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> => {
+    const res = await fetch(`${base}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    return { status: res.status, json: text ? JSON.parse(text) : null };
+  };
+}

@@ -1,0 +1,45 @@
+// The registry suite on the embedded backend: one SQLite file per test in t.testdir().
+import { join } from 'node:path';
+import t from 'tap';
+import Database from 'better-sqlite3';
+import { openStore, type Store } from '@capstan/server/store/index';
+import { storeSuite } from './store-suite.js';
+
+storeSuite(t, {
+  async fresh(t) {
+    const path = join(t.testdir(), 'capstan.db');
+    const stores: Store[] = [];
+    t.teardown(async () => {
+      for (const s of stores) await s.close();
+    });
+    return {
+      async open(opts = {}) {
+        const s = await openStore({ sqlitePath: path, ...opts });
+        stores.push(s);
+        return s;
+      },
+      async exec(sql) {
+        const db = new Database(path);
+        try {
+          db.exec(sql);
+        } finally {
+          db.close();
+        }
+      },
+    };
+  },
+});
+
+t.test('the file is in WAL mode with full fsync on commit', async (t) => {
+  const path = join(t.testdir(), 'capstan.db');
+  const store = await openStore({ sqlitePath: path });
+  t.teardown(() => store.close());
+  const db = new Database(path, { readonly: true });
+  t.teardown(() => db.close());
+  t.equal(db.pragma('journal_mode', { simple: true }), 'wal');
+});
+
+t.test('a path that cannot be opened is a start-up error', async (t) => {
+  await t.rejects(openStore({ sqlitePath: join(t.testdir(), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
+  await t.rejects(openStore({}), { code: 'ERR_CONFIG' });
+});

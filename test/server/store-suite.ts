@@ -1,0 +1,324 @@
+/**
+ * One behaviour suite for every registry backend. store-sqlite.test.ts and
+ * store-postgres.test.ts call `storeSuite` with a way to make a fresh, empty database per test;
+ * the cases are written once, so the backends cannot drift apart. (Not named `.test.ts`: tap
+ * would run it on its own.)
+ */
+import { randomBytes } from 'node:crypto';
+import type { Test } from 'tap';
+import { LATEST_SCHEMA_VERSION } from '@capstan/server/store/index';
+import type { NodeUpsertFromInventory, RunInsert, Store } from '@capstan/server/store/index';
+
+export interface Db {
+  /** Another store on this test's database; like the server's start-up, it runs migrate(). */
+  open(opts?: { now?: () => Date }): Promise<Store>;
+  /** Raw SQL on this test's database, for what the interface cannot do (forge a newer schema). */
+  exec(sql: string): Promise<void>;
+}
+
+export interface Backend {
+  /** A fresh, empty database for one test; it and every store opened on it go in t's teardown. */
+  fresh(t: Test): Promise<Db>;
+}
+
+const PEM = (tag: string) => `-----BEGIN CERTIFICATE-----\n${tag}\n-----END CERTIFICATE-----\n`;
+const FP = (c: string) => c.repeat(64);
+const CLOCK = () => new Date('2024-05-01T08:00:00Z');
+
+function inventory(id: string, over: Partial<NodeUpsertFromInventory> = {}): NodeUpsertFromInventory {
+  const hostname = over.hostname ?? `${id}.example.com`;
+  return {
+    id, hostname, certificate: PEM('A'), certificate_fingerprint: FP('a'),
+    os_name: 'debian', os_version: '12', agent_version: '0.1.0', policy_server: 'relay-1',
+    inventory: { node_id: id, hostname, os: { name: 'debian' }, vendor_field: { kept: [1, 'two'] } },
+    received_at: '2024-05-01T10:00:00Z',
+    ...over,
+  };
+}
+
+function run(nodeId: string, startedAt: string, over: Partial<RunInsert> = {}): RunInsert {
+  return {
+    node_id: nodeId, started_at: startedAt, config_id: 'cfg-1', complete: true, report_count: 3,
+    counts: { result_success: 2, result_repaired: 1 },
+    outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_repaired', count: 3 }],
+    file_name: `${startedAt}@${nodeId}.log.zst`, sha256: FP('f'),
+    log_compressed: Buffer.from(`log of ${nodeId} at ${startedAt}`), received_at: '2024-05-01T10:05:00Z',
+    ...over,
+  };
+}
+
+async function setup(t: Test, backend: Backend): Promise<{ db: Db; store: Store }> {
+  const db = await backend.fresh(t);
+  return { db, store: await db.open({ now: CLOCK }) };
+}
+
+export function storeSuite(t: Test, backend: Backend): void {
+  t.test('first inventory registers a pending, reachable node with its certificate', async (t) => {
+    const { store } = await setup(t, backend);
+    const doc = { node_id: 'n1', facts: { nul: 'a\u0000b', emoji: '🙂', deep: { list: [null, true, 1.5] } } };
+    const node = await store.upsertFromInventory(inventory('n1', { inventory: doc, received_at: '2024-05-01T12:00:00+02:00' }));
+    t.match(node, {
+      id: 'n1', hostname: 'n1.example.com', accepted: 'pending', status: 'reachable', state: 'running',
+      certificate: PEM('A'), certificate_fingerprint: FP('a'), os_name: 'debian', os_version: '12',
+      agent_version: '0.1.0', policy_server: 'relay-1', accepted_at: null, last_run_at: null, last_config_id: null,
+      created_at: '2024-05-01T10:00:00.000Z', last_inventory_at: '2024-05-01T10:00:00.000Z',
+    });
+    t.same(await store.getNode('n1'), node, 'what it returns is what it stored');
+    // The document comes back as sent: unknown fields, NUL escapes and all.
+    t.same(await store.getInventory('n1'), { received_at: '2024-05-01T10:00:00.000Z', inventory: doc });
+    t.equal(await store.getNode('nope'), null);
+    t.equal(await store.getInventory('nope'), null);
+  });
+
+  t.test('a pending node shows the newest certificate; accepting pins it for good', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1'));
+    const renewed = await store.upsertFromInventory(inventory('n1', { certificate: PEM('B'), certificate_fingerprint: FP('b'), received_at: '2024-05-01T11:00:00Z' }));
+    t.equal(renewed.certificate, PEM('B'), 'an unaccepted node is not pinned yet');
+    const accepted = await store.setAcceptance('n1', 'accepted', '2024-05-01T11:30:00+00:00');
+    t.match(accepted, { accepted: 'accepted', accepted_at: '2024-05-01T11:30:00.000Z', certificate: PEM('B') });
+    const later = await store.upsertFromInventory(inventory('n1', {
+      hostname: 'renamed', certificate: PEM('EVIL'), certificate_fingerprint: FP('e'), received_at: '2024-05-01T12:00:00Z',
+    }));
+    t.match(later, { accepted: 'accepted', certificate: PEM('B'), certificate_fingerprint: FP('b'), hostname: 'renamed' });
+    t.same(await store.getNode('n1'), later);
+    // Accepting again keeps the original acceptance time.
+    t.equal((await store.setAcceptance('n1', 'accepted', '2024-06-01T00:00:00Z'))!.accepted_at, '2024-05-01T11:30:00.000Z');
+  });
+
+  t.test('refusing, then accepting a refused node; unknown ids answer null', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1'));
+    t.match(await store.setAcceptance('n1', 'refused', '2024-05-01T11:00:00Z'), { accepted: 'refused', accepted_at: null });
+    t.match(await store.getNode('n1'), { accepted: 'refused' });
+    t.match(await store.setAcceptance('n1', 'accepted', '2024-05-01T12:00:00Z'), { accepted: 'accepted', accepted_at: '2024-05-01T12:00:00.000Z' });
+    t.equal(await store.setAcceptance('ghost', 'accepted', '2024-05-01T12:00:00Z'), null);
+    t.equal(await store.setState('ghost', 'stopped', '2024-05-01T12:00:00Z'), null);
+  });
+
+  t.test('an older inventory arriving late proves contact but rolls nothing back', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1', { hostname: 'new', received_at: '2024-05-02T00:00:00Z' }));
+    const late = await store.upsertFromInventory(inventory('n1', { hostname: 'old', certificate: PEM('OLD'), received_at: '2024-05-01T00:00:00Z' }));
+    t.match(late, { hostname: 'new', certificate: PEM('A'), last_inventory_at: '2024-05-02T00:00:00.000Z' });
+    t.match(await store.getInventory('n1'), { received_at: '2024-05-02T00:00:00.000Z', inventory: { hostname: 'new' } });
+  });
+
+  t.test('manual creation is accepted and uncontacted; an existing id is ERR_NODE_EXISTS', async (t) => {
+    const { store } = await setup(t, backend);
+    const node = await store.createNode({ id: 'm1', hostname: 'manual.example.com' });
+    t.match(node, { id: 'm1', accepted: 'accepted', status: 'unknown', state: 'running', certificate: null,
+      created_at: '2024-05-01T08:00:00.000Z', accepted_at: '2024-05-01T08:00:00.000Z' });
+    t.same(await store.getNode('m1'), node);
+    await t.rejects(store.createNode({ id: 'm1', hostname: 'again' }), { code: 'ERR_NODE_EXISTS' });
+    await store.upsertFromInventory(inventory('n1'));
+    await t.rejects(store.createNode({ id: 'n1', hostname: 'x' }), { code: 'ERR_NODE_EXISTS' });
+    t.match(await store.getNode('n1'), { hostname: 'n1.example.com', accepted: 'pending' }, 'the existing node is untouched');
+    t.match(await store.createNode({ id: 'm2', hostname: 'h', certificate: PEM('M'), certificate_fingerprint: FP('m'), state: 'stopped' }),
+      { certificate: PEM('M'), state: 'stopped' });
+  });
+
+  t.test('listNodes filters, orders by (hostname, id), pages and counts; % and _ are literal', async (t) => {
+    const { store } = await setup(t, backend);
+    for (const [id, host] of [['p1', 'web-1'], ['p2', 'web-2'], ['p3', 'web_3']]) {
+      await store.upsertFromInventory(inventory(id!, { hostname: host! }));
+    }
+    for (const [id, host] of [['m4', 'web%4'], ['m5', 'webx5'], ['z6', 'db-1'], ['a7', 'db-1']]) {
+      await store.createNode({ id: id!, hostname: host! });
+    }
+    const ids = async (q: Partial<Parameters<Store['listNodes']>[0]>) => {
+      const res = await store.listNodes({ page: 1, per_page: 100, ...q });
+      return { ids: res.data.map((n) => n.id), total: res.total };
+    };
+    // Byte order: '%' < '-' < '_' < 'x'; equal hostnames fall back to the id.
+    t.same(await ids({}), { ids: ['a7', 'z6', 'm4', 'p1', 'p2', 'p3', 'm5'], total: 7 });
+    t.same(await ids({ per_page: 3, page: 2 }), { ids: ['p1', 'p2', 'p3'], total: 7 });
+    t.same(await ids({ per_page: 3, page: 3 }), { ids: ['m5'], total: 7 });
+    t.same(await ids({ per_page: 3, page: 9 }), { ids: [], total: 7 }, 'past the end: no rows, same total');
+    t.same(await ids({ hostname: 'web_' }), { ids: ['p3'], total: 1 }, '_ is not a wildcard');
+    t.same(await ids({ hostname: 'web%' }), { ids: ['m4'], total: 1 }, '% is not a wildcard');
+    t.same(await ids({ hostname: 'web%*' }), { ids: ['m4'], total: 1 }, 'a trailing * means prefix');
+    t.same(await ids({ hostname: 'WEB-' }), { ids: ['p1', 'p2'], total: 2 }, 'hostnames match case-insensitively');
+    t.same(await ids({ hostname: 'web', per_page: 2 }), { ids: ['m4', 'p1'], total: 5 });
+    t.same(await ids({ accepted: 'pending' }), { ids: ['p1', 'p2', 'p3'], total: 3 });
+    t.same(await ids({ accepted: 'accepted', hostname: 'web' }), { ids: ['m4', 'm5'], total: 2 });
+    t.same(await ids({ status: 'unknown', per_page: 1, page: 2 }), { ids: ['z6'], total: 4 });
+    t.same(await ids({ status: 'unreachable' }), { ids: [], total: 0 });
+    await t.rejects(store.listNodes({ page: 0, per_page: 10 }), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.listNodes({ page: 1, per_page: 0 }), { code: 'ERR_BAD_REQUEST' });
+  });
+
+  t.test('insertRun stores the run and updates last run, config and status together', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    const res = await store.insertRun(run('n1', '2024-05-01T12:00:00+02:00'));
+    t.equal(res.inserted, true);
+    t.match(await store.getNode('n1'), { status: 'reachable', last_run_at: '2024-05-01T10:00:00.000Z', last_config_id: 'cfg-1' });
+    const runs = await store.listRuns('n1', 1, 10);
+    t.same(runs, { total: 1, data: [{
+      id: res.id, node_id: 'n1', started_at: '2024-05-01T12:00:00+02:00', config_id: 'cfg-1', complete: true,
+      report_count: 3, counts: { result_success: 2, result_repaired: 1 },
+      outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_repaired', count: 3 }],
+      file_name: '2024-05-01T12:00:00+02:00@n1.log.zst', sha256: FP('f'), received_at: '2024-05-01T10:05:00.000Z',
+    }] }, 'started_at comes back as given; other times as UTC');
+    // A back-filled older run is stored but moves neither last_run_at nor the config back.
+    t.equal((await store.insertRun(run('n1', '2024-05-01T09:00:00Z', { config_id: 'cfg-0', complete: false }))).inserted, true);
+    t.match(await store.getNode('n1'), { last_run_at: '2024-05-01T10:00:00.000Z', last_config_id: 'cfg-1' });
+    await store.insertRun(run('n1', '2024-05-01T10:05:00Z', { config_id: null }));
+    t.match(await store.getNode('n1'), { last_run_at: '2024-05-01T10:05:00.000Z', last_config_id: null });
+  });
+
+  t.test('insertRun refuses unknown nodes and bad times, writing nothing', async (t) => {
+    const { store } = await setup(t, backend);
+    await t.rejects(store.insertRun(run('ghost', '2024-05-01T10:00:00Z')), { code: 'ERR_NODE_UNKNOWN' });
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    await t.rejects(store.insertRun(run('n1', 'yesterday')), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.insertRun(run('n1', '2024-02-30T10:00:00Z')), { code: 'ERR_BAD_REQUEST' });
+    t.same(await store.listRuns('n1', 1, 10), { data: [], total: 0 });
+    t.match(await store.getNode('n1'), { status: 'unknown', last_run_at: null });
+  });
+
+  t.test('a run with the same node and start instant is a duplicate and writes nothing', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    const first = await store.insertRun(run('n1', '2024-05-01T10:00:00Z'));
+    const again = await store.insertRun(run('n1', '2024-05-01T10:00:00Z', { config_id: 'other', log_compressed: Buffer.from('other') }));
+    t.same(again, { inserted: false, reason: 'duplicate', id: first.id });
+    // The same instant spelled with an offset is the same run.
+    t.same(await store.insertRun(run('n1', '2024-05-01T12:00:00.000+02:00')), { inserted: false, reason: 'duplicate', id: first.id });
+    t.equal((await store.listRuns('n1', 1, 10)).total, 1);
+    t.equal((await store.getNode('n1'))!.last_config_id, 'cfg-1');
+    t.same(await store.getRunLog(first.id), Buffer.from('log of n1 at 2024-05-01T10:00:00Z'));
+    // Another node may start at the same instant.
+    await store.createNode({ id: 'n2', hostname: 'h' });
+    t.equal((await store.insertRun(run('n2', '2024-05-01T10:00:00Z'))).inserted, true);
+  });
+
+  t.test('listRuns answers newest start first, paged, with the total', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    await store.createNode({ id: 'n2', hostname: 'h' });
+    // Inserted out of order, with offsets that reorder them once normalised.
+    const starts = ['2024-05-01T10:10:00Z', '2024-05-01T12:00:00+02:00', '2024-05-01T10:30:00+01:00', '2024-05-01T10:20:00Z', '2024-05-01T06:15:00-04:00'];
+    for (const s of starts) await store.insertRun(run('n1', s));
+    await store.insertRun(run('n2', '2030-01-01T00:00:00Z'));
+    const page = async (p: number) => (await store.listRuns('n1', p, 2));
+    const p1 = await page(1);
+    t.same(p1.data.map((r) => r.started_at), ['2024-05-01T10:20:00Z', '2024-05-01T06:15:00-04:00']);
+    t.equal(p1.total, 5);
+    t.same((await page(2)).data.map((r) => r.started_at), ['2024-05-01T10:10:00Z', '2024-05-01T12:00:00+02:00']);
+    t.same((await page(3)).data.map((r) => r.started_at), ['2024-05-01T10:30:00+01:00']);
+    t.same(await page(4), { data: [], total: 5 });
+    t.same(await store.listRuns('ghost', 1, 10), { data: [], total: 0 });
+    await t.rejects(store.listRuns('n1', -1, 10), { code: 'ERR_BAD_REQUEST' });
+  });
+
+  t.test('getRunLog returns the stored bytes exactly', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    const blob = Buffer.concat([randomBytes(5000), Buffer.from([0, 0, 255])]);
+    const { id } = await store.insertRun(run('n1', '2024-05-01T10:00:00Z', { log_compressed: blob }));
+    t.ok(blob.equals((await store.getRunLog(id))!));
+    t.equal(await store.getRunLog(id + 1000), null);
+    t.equal(await store.getRunLog(1.5), null);
+  });
+
+  t.test('deleteNode removes the node with its runs and inventory, and nothing else', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1'));
+    await store.upsertFromInventory(inventory('n2'));
+    const { id } = await store.insertRun(run('n1', '2024-05-01T10:00:00Z'));
+    const other = await store.insertRun(run('n2', '2024-05-01T10:00:00Z'));
+    t.equal(await store.deleteNode('n1'), true);
+    t.equal(await store.getNode('n1'), null);
+    t.equal(await store.getInventory('n1'), null);
+    t.equal(await store.getRunLog(id), null);
+    t.same(await store.listRuns('n1', 1, 10), { data: [], total: 0 });
+    t.equal(await store.deleteNode('n1'), false);
+    t.ok(await store.getInventory('n2'));
+    t.ok(await store.getRunLog(other.id));
+    // Registering the id again starts from scratch: pending, no runs.
+    t.match(await store.upsertFromInventory(inventory('n1')), { accepted: 'pending', last_run_at: null });
+    t.equal((await store.insertRun(run('n1', '2024-05-01T10:00:00Z'))).inserted, true, 'no ghost duplicate left behind');
+  });
+
+  t.test('state drives reachability: contact cannot revive a stopped node', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'm1', hostname: 'h' });
+    t.match(await store.setState('m1', 'stopped', '2024-05-01T09:00:00Z'), { state: 'stopped', status: 'unreachable' });
+    t.match(await store.setState('m1', 'running', '2024-05-01T09:01:00Z'), { status: 'unknown' }, 'never contacted: back to unknown');
+    await store.upsertFromInventory(inventory('n1'));
+    await store.setAcceptance('n1', 'accepted', '2024-05-01T10:00:00Z');
+    await store.setState('n1', 'terminated', '2024-05-01T10:01:00Z');
+    await store.insertRun(run('n1', '2024-05-01T10:02:00Z'));
+    t.match(await store.getNode('n1'), { status: 'unreachable', last_run_at: '2024-05-01T10:02:00.000Z' });
+    t.match(await store.setState('n1', 'running', '2024-05-01T10:03:00Z'), { status: 'unreachable' }, 'waits for the next contact');
+    await store.insertRun(run('n1', '2024-05-01T10:04:00Z'));
+    t.match(await store.getNode('n1'), { status: 'reachable' });
+  });
+
+  t.test('migrate is idempotent, also when several stores open one database at once', async (t) => {
+    const { db, store } = await setup(t, backend);
+    await store.createNode({ id: 'm1', hostname: 'h' });
+    await store.migrate();
+    await store.migrate();
+    const others = await Promise.all([db.open(), db.open(), db.open()]);
+    for (const s of others) t.ok(await s.getNode('m1'));
+    const fresh = await backend.fresh(t);
+    const racing = await Promise.all([fresh.open(), fresh.open(), fresh.open()]);
+    t.same(await racing[0]!.listNodes({ page: 1, per_page: 10 }), { data: [], total: 0 }, 'concurrent first migrations');
+  });
+
+  t.test('a database from a newer schema version is refused with ERR_STARTUP', async (t) => {
+    const { db, store } = await setup(t, backend);
+    await db.exec(`INSERT INTO schema_version (version, applied_at) VALUES (${LATEST_SCHEMA_VERSION + 1}, '2030-01-01T00:00:00Z')`);
+    await t.rejects(db.open(), { code: 'ERR_STARTUP' });
+    await t.rejects(store.migrate(), { code: 'ERR_STARTUP' });
+  });
+
+  t.test('concurrent inserts of one run from two stores keep exactly one row', async (t) => {
+    const { db, store: a } = await setup(t, backend);
+    const b = await db.open();
+    // The first inventory of a new node racing on both stores registers it once, without error.
+    await Promise.all([a.upsertFromInventory(inventory('n1')), b.upsertFromInventory(inventory('n1'))]);
+    const rounds = 20;
+    for (let i = 0; i < rounds; i++) {
+      const r = run('n1', new Date(Date.UTC(2024, 4, 1, 10, i)).toISOString());
+      const results = await Promise.all([a.insertRun(r), b.insertRun(r), a.insertRun(r), b.insertRun(r)]);
+      t.equal(results.filter((x) => x.inserted).length, 1, `round ${i}: one insert wins`);
+      t.equal(new Set(results.map((x) => x.id)).size, 1, `round ${i}: all name the same run`);
+    }
+    t.equal((await a.listRuns('n1', 1, 1)).total, rounds);
+    t.match(await b.getNode('n1'), { last_run_at: new Date(Date.UTC(2024, 4, 1, 10, rounds - 1)).toISOString() });
+  });
+
+  benchmark(t, backend);
+}
+
+/**
+ * Ingest throughput of insertRun, one run per call as the ingest uses it, with a ~5 KB log.
+ * Off by default (it measures the machine, not correctness): CAPSTAN_STORE_BENCH=1 turns it on.
+ */
+function benchmark(t: Test, backend: Backend): void {
+  const enabled = process.env.CAPSTAN_STORE_BENCH === '1';
+  t.test('insertRun throughput', { skip: enabled ? false : 'set CAPSTAN_STORE_BENCH=1 to measure' }, async (t) => {
+    const { store } = await setup(t, backend);
+    const nodes = 20;
+    const total = 2000;
+    for (let n = 0; n < nodes; n++) await store.createNode({ id: `b${n}`, hostname: `bench-${n}` });
+    const blob = randomBytes(5 * 1024);
+    const make = (i: number) => run(`b${i % nodes}`, new Date(Date.UTC(2024, 0, 1) + i * 1000).toISOString(), { log_compressed: blob });
+    let t0 = process.hrtime.bigint();
+    for (let i = 0; i < total; i++) await store.insertRun(make(i));
+    const serial = total / (Number(process.hrtime.bigint() - t0) / 1e9);
+    // Sixteen ingest workers at once, as a server draining a full spool would run.
+    t0 = process.hrtime.bigint();
+    let next = total;
+    await Promise.all(Array.from({ length: 16 }, async () => {
+      while (next < 2 * total) await store.insertRun(make(next++));
+    }));
+    const parallel = total / (Number(process.hrtime.bigint() - t0) / 1e9);
+    t.comment(`insertRun: ${serial.toFixed(0)} runs/s one at a time, ${parallel.toFixed(0)} runs/s with 16 in flight`);
+    t.equal((await store.listRuns('b0', 1, 1)).total, (2 * total) / nodes);
+  });
+}
