@@ -51,15 +51,15 @@ export function parseDuration(v: unknown): number | null {
   if (/^\d+$/.test(text)) return parseDuration(Number(text));
   const re = /(\d+)\s*([a-z]+)\s*/gy;
   let total = 0;
-  let seen = false;
+  let consumed = 0;
   let m: RegExpExecArray | null;
   while ((m = re.exec(text)) !== null) {
     const unit = DURATION_UNITS[m[2]!];
     if (unit === undefined) return null;
     total += Number(m[1]) * unit;
-    seen = true;
+    consumed = re.lastIndex; // a failed exec resets lastIndex, so remember how far we got
   }
-  if (!seen || re.lastIndex !== text.length || !Number.isSafeInteger(total)) return null;
+  if (consumed === 0 || consumed !== text.length || !Number.isSafeInteger(total)) return null;
   return total;
 }
 

@@ -30,7 +30,7 @@ storeSuite(t, {
   },
 });
 
-t.test('the file is in WAL mode with full fsync on commit', async (t) => {
+t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(t.testdir(), 'capstan.db');
   const store = await openStore({ sqlitePath: path });
   t.teardown(() => store.close());

@@ -178,6 +178,31 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.match(await store.getNode('n1'), { status: 'unknown', last_run_at: null });
   });
 
+  t.test('NUL characters and unserialisable values are refused alike by every backend', async (t) => {
+    const { store } = await setup(t, backend);
+    // Postgres text cannot hold U+0000 and SQLite can: without a check in front, one backend
+    // would store what the other refuses (and a refused value must not look transient).
+    const bad = { code: 'ERR_BAD_REQUEST', transient: false };
+    await t.rejects(store.upsertFromInventory(inventory('n1', { hostname: 'a\u0000b' })), bad);
+    await t.rejects(store.upsertFromInventory(inventory('n1', { inventory: { big: 1n } })), bad);
+    await t.rejects(store.createNode({ id: 'm\u0000', hostname: 'h' }), bad);
+    await store.createNode({ id: 'm1', hostname: 'h' });
+    await t.rejects(store.setState('m1', 'x\u0000', '2024-05-01T10:00:00Z'), bad);
+    await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { file_name: 'a\u0000' })), bad);
+    await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { counts: { 'result\u0000': 1 } })), bad);
+    await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { report_count: -1 })), bad);
+    await t.rejects(store.listNodes({ hostname: 'h\u0000', page: 1, per_page: 10 }), bad);
+    // A literal backslash-u sequence is just text.
+    t.equal((await store.insertRun(run('m1', '2024-05-01T10:00:00Z', { counts: { 'a\\u0000': 1 } }))).inserted, true);
+    t.same((await store.listRuns('m1', 1, 1)).data[0]!.counts, { 'a\\u0000': 1 });
+    t.equal(await store.getNode('m\u0000'), null);
+    t.equal(await store.getInventory('m\u0000'), null);
+    t.equal(await store.deleteNode('m\u0000'), false);
+    t.equal(await store.setAcceptance('m\u0000', 'accepted', '2024-05-01T10:00:00Z'), null);
+    t.same(await store.listRuns('m\u0000', 1, 10), { data: [], total: 0 });
+    t.same((await store.listNodes({ page: 1, per_page: 10 })).total, 1, 'nothing else was written');
+  });
+
   t.test('a run with the same node and start instant is a duplicate and writes nothing', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'n1', hostname: 'h' });

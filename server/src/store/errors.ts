@@ -18,14 +18,3 @@ export function storeError(what: string, err: unknown): Error {
   }
   return capstanError('ERR_STORE', `${what} failed${typeof code === 'string' ? ` (${code})` : ''}`, { cause: err });
 }
-
-/** Serialise a document for a JSON column; a value JSON cannot carry is bad input, not a store failure. */
-export function toJson(value: unknown, field: string): string {
-  let text: string | undefined;
-  try {
-    text = JSON.stringify(value ?? null);
-  } catch (err) {
-    throw capstanError('ERR_BAD_REQUEST', `${field} is not serialisable as JSON`, { cause: err });
-  }
-  return text ?? 'null';
-}

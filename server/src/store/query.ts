@@ -52,6 +52,7 @@ export function nodeFilter(
   if (q.accepted !== undefined) where.push(`accepted = ${param(q.accepted)}`);
   if (q.status !== undefined) where.push(`status = ${param(q.status)}`);
   if (q.hostname !== undefined && q.hostname !== '' && q.hostname !== '*') {
+    if (q.hostname.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', 'hostname contains a NUL character');
     where.push(`hostname ${like} ${param(hostnamePrefixPattern(q.hostname))} ESCAPE '${LIKE_ESCAPE}'`);
   }
   return where.length ? `WHERE ${where.join(' AND ')}` : '';

@@ -2,8 +2,8 @@
  * zstd (Capstan agents' `.zst`) through zstd-napi's low-level streaming API.
  *
  * The library's DecompressStream pushes everything one input chunk yields before anyone can stop
- * it, so a small bomb would expand fully in memory. Driving ZSTD_decompressStream ourselves lets
- * the output grow into one buffer capped at maxBytes + 1 and stop the moment it overflows.
+ * it, so a small bomb would expand fully in memory. Driving ZSTD_decompressStream ourselves caps
+ * the output at maxBytes + 1 and stops the moment it overflows.
  */
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import zstd from 'zstd-napi/binding.js';
@@ -15,6 +15,7 @@ const OUT_CHUNK = zstd.dStreamOutSize(); // 128 KiB, the size zstd recommends
 const YIELD_BYTES = 8 * 1024 * 1024;
 const YIELD_CALLS = 4096;
 const INITIAL_MAX = 16 * 1024 * 1024;
+const MAX_CALL_OUTPUT = 8 * 1024 * 1024;
 
 /**
  * The window a frame may ask for: enough for any frame a normal compressor makes of data this size
@@ -34,31 +35,40 @@ export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Bu
   const dctx = new zstd.DCtx();
   dctx.setParameter(zstd.DParameter.windowLogMax, windowLogMax(maxBytes));
   const hardCap = maxBytes + 1; // one byte of room past the limit tells "exactly at" from "over"
-  // Start from the declared size (capped: headers can lie) and grow by doubling.
-  let out = Buffer.allocUnsafe(Math.min(hardCap, Math.max(OUT_CHUNK, Math.min(declared ?? data.length * 4, INITIAL_MAX))));
+  // Output goes into chunks of growing size (no copying while growing, so a bomb costs at most
+  // maxBytes + 1 before it is refused); the first is sized from the declared content size, capped
+  // because headers can lie.
+  const chunks: Buffer[] = [];
+  let chunk = Buffer.allocUnsafe(Math.min(hardCap, Math.max(OUT_CHUNK, Math.min(declared ?? data.length * 4, INITIAL_MAX))));
+  let used = 0;
   let total = 0;
   let src = data;
   let ret = 0;
   let sinceYield = 0;
   for (let calls = 1; ; calls++) {
-    if (out.length - total < OUT_CHUNK && out.length < hardCap) {
-      const grown = Buffer.allocUnsafe(Math.min(hardCap, Math.max(out.length * 2, total + OUT_CHUNK)));
-      out.copy(grown, 0, 0, total);
-      out = grown;
+    if (used === chunk.length) {
+      chunks.push(chunk);
+      chunk = Buffer.allocUnsafe(Math.min(hardCap - total, Math.max(OUT_CHUNK, total)));
+      used = 0;
     }
-    const room = Math.min(out.length - total, OUT_CHUNK * 64);
+    const room = Math.min(chunk.length - used, MAX_CALL_OUTPUT);
+    let hint: number;
     let produced: number;
     let consumed: number;
     try {
-      [ret, produced, consumed] = dctx.decompressStream(out.subarray(total, total + room), src);
+      [hint, produced, consumed] = dctx.decompressStream(chunk.subarray(used, used + room), src);
     } catch (err) {
       throw corrupt('corrupt zstd stream', err);
     }
+    // 0 means a frame just ended. A call that does nothing after that answers with the header size
+    // of a next frame, which must not read as "truncated".
+    if (produced > 0 || consumed > 0) ret = hint;
+    used += produced;
     total += produced;
     if (total > maxBytes) throw tooLarge(maxBytes);
     src = src.subarray(consumed);
     // All input consumed and the output not filled: the decoder has flushed everything it can.
-    if (src.length === 0 && produced < room) break;
+    if (src.length === 0 && (produced < room || ret === 0)) break;
     if (produced === 0 && consumed === 0) throw corrupt('zstd decoder made no progress');
     sinceYield += produced;
     if (sinceYield >= YIELD_BYTES || calls % YIELD_CALLS === 0) {
@@ -67,8 +77,9 @@ export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Bu
     }
   }
   if (ret !== 0) throw corrupt('truncated zstd stream');
-  // Do not hand back a buffer up to twice the size of its content.
-  return out.length - total > 64 * 1024 ? Buffer.from(out.subarray(0, total)) : out.subarray(0, total);
+  if (chunks.length === 0 && chunk.length - used <= 64 * 1024) return chunk.subarray(0, used);
+  chunks.push(chunk.subarray(0, used));
+  return Buffer.concat(chunks, total);
 }
 
 function safe<T>(f: () => T): T | undefined {

@@ -3,5 +3,5 @@ export { createNodeIdentity, certificateNodeId, certificateFingerprint, parseCer
 export type { NodeIdentity, NodeIdentityOptions } from './identity.js';
 export { signSmime } from './sign.js';
 export type { SignOptions } from './sign.js';
-export { verifySmime, DEFAULT_SMIME_MAX_BYTES } from './verify.js';
+export { verifySmime, readSignedContentUnverified, DEFAULT_SMIME_MAX_BYTES } from './verify.js';
 export type { VerifiedContent, VerifyOptions } from './verify.js';

@@ -35,18 +35,36 @@ function trimCr(buf: Buffer, start: number, end: number): number {
 }
 
 /**
- * Canonical text as `openssl smime -sign -text` signs it: every line ends with CRLF (bare LF and
- * stray trailing CRs normalised), a last line without LF stays without one.
+ * Canonical text as OpenSSL signs and reads it (SMIME_crlf_copy, multi_split): each line of
+ * [start, end) that ends with LF ends with CRLF instead, trailing CRs of every line are dropped, and
+ * the last line keeps no line end. Already-canonical text comes back as a view, without copying.
  */
-export function canonicalText(content: Buffer): Buffer {
-  const parts: Buffer[] = [];
-  for (let pos = 0; pos < content.length; ) {
-    const l = lineAt(content, pos);
-    parts.push(content.subarray(l.start, trimCr(content, l.start, l.end)));
-    if (l.eol) parts.push(CRLF);
-    pos = l.next;
+export function canonicalise(buf: Buffer, start = 0, end = buf.length): Buffer {
+  let outLen = 0;
+  let canonical = true;
+  for (let pos = start; ; ) {
+    const nl = buf.indexOf(LF, pos);
+    const eol = nl !== -1 && nl < end;
+    const lineEnd = eol ? nl : end;
+    const kept = trimCr(buf, pos, lineEnd);
+    outLen += kept - pos + (eol ? 2 : 0);
+    if (kept !== (eol ? lineEnd - 1 : lineEnd)) canonical = false;
+    if (!eol) break;
+    pos = nl + 1;
   }
-  return Buffer.concat(parts);
+  if (canonical) return buf.subarray(start, end);
+  const out = Buffer.allocUnsafe(outLen);
+  let o = 0;
+  for (let pos = start; ; ) {
+    const nl = buf.indexOf(LF, pos);
+    const eol = nl !== -1 && nl < end;
+    const lineEnd = eol ? nl : end;
+    o += buf.copy(out, o, pos, trimCr(buf, pos, lineEnd));
+    if (!eol) break;
+    o += CRLF.copy(out, o);
+    pos = nl + 1;
+  }
+  return out;
 }
 
 export interface Headers {
@@ -61,10 +79,11 @@ const MAX_HEADER_LINES = 200;
 /** Parse a header block starting at `pos` up to and including its empty line (CRLF or LF). */
 export function parseHeaders(buf: Buffer, pos = 0, end = buf.length): Headers {
   const fields = new Map<string, string>();
-  let current: { name: string; value: string } | null = null;
+  let name = '';
+  let value = '';
   const flush = (): void => {
-    if (current && !fields.has(current.name)) fields.set(current.name, current.value.trim());
-    current = null;
+    if (name && !fields.has(name)) fields.set(name, value.trim());
+    name = '';
   };
   for (let n = 0; pos < end; n++) {
     if (n > MAX_HEADER_LINES) throw new MimeError('too many header lines');
@@ -76,14 +95,15 @@ export function parseHeaders(buf: Buffer, pos = 0, end = buf.length): Headers {
       flush();
       return { fields, bodyStart: pos };
     }
-    if ((text[0] === ' ' || text[0] === '\t') && current) {
-      (current as { value: string }).value += ' ' + text.trim();
+    if ((text[0] === ' ' || text[0] === '\t') && name) {
+      value += ' ' + text.trim(); // folded continuation line
       continue;
     }
     const colon = text.indexOf(':');
     if (colon <= 0) throw new MimeError('malformed header line');
     flush();
-    current = { name: text.slice(0, colon).trim().toLowerCase(), value: text.slice(colon + 1) };
+    name = text.slice(0, colon).trim().toLowerCase();
+    value = text.slice(colon + 1);
   }
   throw new MimeError('header block does not end with an empty line');
 }
@@ -112,7 +132,7 @@ export function parseContentType(value: string): ContentType {
 export interface MultipartSigned {
   /** The signed part, canonicalised to CRLF lines the way OpenSSL reads it back (multi_split). */
   signedPart: Buffer;
-  /** The signature part, headers included, as transmitted. */
+  /** The signature part, headers included, as transmitted (minus the line break before the delimiter). */
   signaturePart: Buffer;
 }
 
@@ -133,32 +153,26 @@ function boundaryKind(buf: Buffer, l: Line, delim: Buffer): 0 | 1 | 2 {
 }
 
 /**
- * Split a multipart body into its parts. Each part is rebuilt from its lines joined with CRLF; the
- * line break before a delimiter belongs to the delimiter (RFC 2046). Preamble and epilogue are
- * ignored. Exactly `expected` parts and a closing delimiter are required.
+ * Split a multipart body into its parts, each as a byte range: the line break before a delimiter
+ * belongs to the delimiter (RFC 2046), so a part ends just before that LF. Preamble and epilogue
+ * are ignored; exactly `expected` parts and a closing delimiter are required.
  */
-export function splitMultipart(buf: Buffer, bodyStart: number, boundary: string, expected: number): Buffer[][] {
+export function splitMultipart(buf: Buffer, bodyStart: number, boundary: string, expected: number): Array<[number, number]> {
   const delim = Buffer.from('--' + boundary, 'latin1');
-  const parts: Buffer[][] = [];
-  let current: Buffer[] | null = null;
+  const parts: Array<[number, number]> = [];
+  let partStart = -1;
   for (let pos = bodyStart; pos < buf.length; ) {
     const l = lineAt(buf, pos);
     pos = l.next;
     const kind = boundaryKind(buf, l, delim);
-    if (kind !== 0) {
-      if (current) parts.push(current);
-      if (kind === 2) {
-        if (parts.length !== expected) throw new MimeError(`expected ${expected} MIME parts, found ${parts.length}`);
-        return parts;
-      }
-      if (parts.length >= expected) throw new MimeError(`more than ${expected} MIME parts`);
-      current = [];
-      continue;
+    if (kind === 0) continue;
+    if (partStart >= 0) parts.push([partStart, Math.max(partStart, l.start - 1)]);
+    if (kind === 2) {
+      if (parts.length !== expected) throw new MimeError(`expected ${expected} MIME parts, found ${parts.length}`);
+      return parts;
     }
-    if (current) {
-      if (current.length > 0) current.push(CRLF);
-      current.push(buf.subarray(l.start, trimCr(buf, l.start, l.end)));
-    }
+    if (parts.length >= expected) throw new MimeError(`more than ${expected} MIME parts`);
+    partStart = l.next;
   }
   throw new MimeError('no closing MIME boundary');
 }
@@ -168,7 +182,7 @@ export function splitSigned(buf: Buffer, headers: Headers, ct: ContentType): Mul
   const boundary = ct.params.get('boundary');
   if (!boundary || boundary.length > 200) throw new MimeError('multipart/signed without a usable boundary');
   const [signed, signature] = splitMultipart(buf, headers.bodyStart, boundary, 2);
-  return { signedPart: Buffer.concat(signed!), signaturePart: Buffer.concat(signature!) };
+  return { signedPart: canonicalise(buf, ...signed!), signaturePart: buf.subarray(...signature!) };
 }
 
 /** Decode a base64 body strictly: only base64 characters and whitespace, correct padding. */

@@ -11,7 +11,7 @@ import { capstanError } from '../errors.js';
 import { OID } from './algorithms.js';
 import { parseCertificate } from './certificate.js';
 import { derHeader } from './der.js';
-import { canonicalText } from './mime.js';
+import { canonicalise } from './mime.js';
 
 export interface SignOptions {
   /** signingTime attribute; defaults to now. */
@@ -30,7 +30,7 @@ export function signSmime(content: Buffer, id: { keyPem: string; certPem: string
   const keyType = key.asymmetricKeyType;
   if (keyType !== 'rsa' && keyType !== 'ec') throw capstanError('ERR_KEY', `cannot sign S/MIME with a ${keyType ?? 'unknown'} key`);
 
-  const signedPart = Buffer.concat([TEXT_HEADER, canonicalText(content)]);
+  const signedPart = Buffer.concat([TEXT_HEADER, canonicalise(content)]);
   const digest = createHash('sha256').update(signedPart).digest();
   const attrs = [
     attribute(OID.contentType, oidNode(OID.data)),

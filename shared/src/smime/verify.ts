@@ -40,8 +40,26 @@ const OPAQUE_TYPES = new Set(['application/pkcs7-mime', 'application/x-pkcs7-mim
  * ERR_SMIME_SIGNATURE, or ERR_CERTIFICATE for an unreadable certificate in `certsPem`.
  */
 export function verifySmime(signed: Buffer, certsPem: string[], opts: VerifyOptions = {}): VerifiedContent {
+  return coded(() => verifyMessage(signed, certsPem, opts.maxBytes ?? DEFAULT_SMIME_MAX_BYTES));
+}
+
+/**
+ * The signed text of an S/MIME message WITHOUT checking any signature, for reading what a message
+ * claims before it can be verified (the certificate a node's first inventory carries, which the
+ * message must then verify against). Never trust the result otherwise. Errors as verifySmime's.
+ */
+export function readSignedContentUnverified(signed: Buffer, opts: VerifyOptions = {}): Buffer {
+  return coded(() => {
+    const { content, der } = unwrapMime(checkSize(signed, opts.maxBytes ?? DEFAULT_SMIME_MAX_BYTES));
+    const eContent = content ? undefined : parseSignedData(der).eContent;
+    if (!content && !eContent) throw format('opaque signed message without content');
+    return stripTextHeader((content ?? eContent)!);
+  });
+}
+
+function coded<T>(f: () => T): T {
   try {
-    return verifyMessage(signed, certsPem, opts.maxBytes ?? DEFAULT_SMIME_MAX_BYTES);
+    return f();
   } catch (err) {
     if (isCapstanError(err)) throw err;
     if (err instanceof DerError || err instanceof MimeError) throw format(err.message, err);
@@ -50,15 +68,20 @@ export function verifySmime(signed: Buffer, certsPem: string[], opts: VerifyOpti
   }
 }
 
+function checkSize(input: Buffer, maxBytes: number): Buffer {
+  if (!Buffer.isBuffer(input)) throw format('signed message must be a Buffer');
+  if (input.length > maxBytes) {
+    throw capstanError('ERR_SMIME_FORMAT', `signed message exceeds ${maxBytes} bytes`, { details: { size: input.length, maxBytes } });
+  }
+  return input;
+}
+
 function format(message: string, cause?: unknown): CapstanError {
   return capstanError('ERR_SMIME_FORMAT', message, { cause });
 }
 
 function verifyMessage(input: Buffer, certsPem: string[], maxBytes: number): VerifiedContent {
-  if (!Buffer.isBuffer(input)) throw format('signed message must be a Buffer');
-  if (input.length > maxBytes) {
-    throw capstanError('ERR_SMIME_FORMAT', `signed message exceeds ${maxBytes} bytes`, { details: { size: input.length, maxBytes } });
-  }
+  checkSize(input, maxBytes);
   const certs = certsPem.flatMap((p) => {
     const split = parseCertificates(p);
     return (split.length > 0 ? split : [p]).map(parseCertificate);

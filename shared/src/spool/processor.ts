@@ -9,7 +9,7 @@
  * per file, so one stuck file never blocks the others.
  */
 import { EventEmitter } from 'node:events';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import chokidar, { type FSWatcher } from 'chokidar';
 import { isCapstanError, isTransient } from '../errors.js';
 import type { Logger } from '../log.js';
@@ -75,7 +75,9 @@ export class SpoolProcessor extends EventEmitter {
       depth: 0,
       ignoreInitial: true,
       usePolling: this.o.usePolling,
-      ignored: (p: string) => p !== this.dir && /(^|[/\\])\./.test(p),
+      // Judge only the name inside the spool directory: the directory's own path may contain
+      // dot components (a regression: `.tap/fixtures/…` made every file look hidden).
+      ignored: (p: string) => p !== this.dir && basename(p).startsWith('.'),
     });
     this.watcher.on('add', (p: string) => this.offer(p.slice(this.dir.length + 1)));
     this.watcher.on('error', (err: unknown) => this.o.log.warn({ err }, 'spool watcher error'));
@@ -162,7 +164,13 @@ export class SpoolProcessor extends EventEmitter {
         const base = Math.min(this.o.retryMaxMs, this.o.retryMinMs * 2 ** Math.min(prev, 30));
         const delay = Math.round(base / 2 + Math.random() * (base / 2));
         this.retries.set(name, { attempts: prev + 1, dueAt: Date.now() + delay });
-        setTimeout(() => this.offer(name), delay).unref();
+        // Timers may fire a millisecond before Date.now() reaches dueAt: mark the retry due
+        // explicitly, or offer() would skip it until the next catch-up listing.
+        setTimeout(() => {
+          const state = this.retries.get(name);
+          if (state) state.dueAt = 0;
+          this.offer(name);
+        }, delay).unref();
         log.warn({ err, attempts: prev + 1, retryInMs: delay }, 'processing failed, will retry');
         this.emit('processed', { kind: this.o.kind, name, outcome: 'retry', error: err, ms: Date.now() - started } satisfies ProcessedEvent);
         return;

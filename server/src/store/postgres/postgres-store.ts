@@ -15,10 +15,10 @@ import type {
   Acceptance, InsertRunResult, NodeListQuery, NodeRecord, NodeUpsertFromInventory, Page, RunInsert,
   RunRecord, Store,
 } from '../store.js';
-import { storeError, toJson } from '../errors.js';
+import { storeError } from '../errors.js';
+import { checkInventory, checkRun, refuseNul } from '../input.js';
 import { checkPaging, NODE_COLUMNS, nodeFilter, RUN_COLUMNS } from '../query.js';
 import { LIVE_STATES, manualNode, mergeInventory, nodeFromInventory, withAcceptance, withState } from '../rules.js';
-import { toUtcIso } from '../time.js';
 import { migratePostgres } from './migrate.js';
 import { nodeFromRow, nodeValues, runFromRow } from './rows.js';
 
@@ -38,6 +38,8 @@ const SELECT_NODE = `SELECT ${NODE_COLUMNS.join(', ')} FROM nodes`;
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const LIVE = LIVE_STATES.map((s) => `'${s}'`).join(', ');
+/** Postgres text cannot hold U+0000, so no stored id has one: answer "absent" without asking. */
+const impossibleId = (id: string) => id.includes('\u0000');
 // A plain identifier: it goes into the connection's search_path and into CREATE SCHEMA.
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -57,6 +59,7 @@ export class PostgresStore implements Store {
       connectionString: opts.url,
       max: opts.poolSize ?? 10,
       // Set per connection, so every statement (and every prepared plan) resolves tables here.
+      // node-pg lets an `options` parameter in the URL win over this one: do not put one there.
       ...(opts.schema !== undefined ? { options: `-c search_path=${opts.schema}` } : {}),
     });
     // Without a listener, an idle connection dropped by the server would crash the process.
@@ -107,6 +110,7 @@ export class PostgresStore implements Store {
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {
+    if (impossibleId(id)) return null;
     const { rows } = await this.query('getNode', this.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE id = $1`, values: [id] });
     return rows[0] ? nodeFromRow(rows[0]) : null;
   }
@@ -135,8 +139,7 @@ export class PostgresStore implements Store {
   }
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
-    const document = toJson(inv.inventory, 'inventory');
-    const receivedAt = toUtcIso(inv.received_at, 'received_at');
+    const { receivedAt, document } = checkInventory(inv);
     return this.tx('upsertFromInventory', async (c) => {
       // Two first inventories of one node may race: the loser of the insert merges instead.
       const fresh = nodeFromInventory(inv);
@@ -164,6 +167,7 @@ export class PostgresStore implements Store {
   }
 
   async createNode(n: Parameters<Store['createNode']>[0]): Promise<NodeRecord> {
+    refuseNul(n);
     const node = manualNode(n, this.now().toISOString());
     const ins = await this.query('createNode', this.pool, {
       name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node),
@@ -177,11 +181,13 @@ export class PostgresStore implements Store {
   }
 
   async setState(id: string, state: string, at: string): Promise<NodeRecord | null> {
+    refuseNul({ state });
     return this.update('setState', id, (node) => withState(node, state, at));
   }
 
   /** Lock, change with a rule from rules.ts, write back if anything changed. */
   private async update(what: string, id: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
+    if (impossibleId(id)) return null;
     return this.tx(what, async (c) => {
       const node = await this.lockNode(what, c, id);
       if (!node) return null;
@@ -192,12 +198,14 @@ export class PostgresStore implements Store {
   }
 
   async deleteNode(id: string): Promise<boolean> {
+    if (impossibleId(id)) return false;
     // Runs and the inventory go with it through ON DELETE CASCADE.
     const res = await this.query('deleteNode', this.pool, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
     return (res.rowCount ?? 0) > 0;
   }
 
   async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
+    if (impossibleId(nodeId)) return null;
     const { rows } = await this.query('getInventory', this.pool, {
       name: 'inventory_get', text: 'SELECT received_at, document FROM inventories WHERE node_id = $1', values: [nodeId],
     });
@@ -205,10 +213,7 @@ export class PostgresStore implements Store {
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
-    const startedUtc = toUtcIso(run.started_at, 'started_at');
-    const receivedAt = toUtcIso(run.received_at, 'received_at');
-    const counts = toJson(run.counts, 'counts');
-    const outcomes = toJson(run.outcomes, 'outcomes');
+    const { startedUtc, receivedAt, counts, outcomes } = checkRun(run);
     return this.tx('insertRun', async (c): Promise<InsertRunResult> => {
       const lock = await this.query('insertRun', c, {
         name: 'run_lock_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE', values: [run.node_id],
@@ -247,6 +252,7 @@ export class PostgresStore implements Store {
 
   async listRuns(nodeId: string, page: number, perPage: number): Promise<Page<RunRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
+    if (impossibleId(nodeId)) return { data: [], total: 0 };
     const { rows } = await this.query('listRuns', this.pool, {
       name: 'runs_list',
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.

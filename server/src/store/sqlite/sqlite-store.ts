@@ -16,10 +16,10 @@ import type {
   Acceptance, InsertRunResult, NodeListQuery, NodeRecord, NodeUpsertFromInventory, Page, RunInsert,
   RunRecord, Store,
 } from '../store.js';
-import { storeError, toJson } from '../errors.js';
+import { storeError } from '../errors.js';
+import { checkInventory, checkRun, refuseNul } from '../input.js';
 import { checkPaging, NODE_COLUMNS, nodeFilter, RUN_COLUMNS } from '../query.js';
 import { LIVE_STATES, manualNode, mergeInventory, nodeFromInventory, withAcceptance, withState } from '../rules.js';
-import { toUtcIso } from '../time.js';
 import { migrateSqlite } from './migrate.js';
 import { nodeFromRow, nodeParams, runFromRow } from './rows.js';
 
@@ -116,8 +116,7 @@ export class SqliteStore implements Store {
   }
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
-    const document = toJson(inv.inventory, 'inventory');
-    const receivedAt = toUtcIso(inv.received_at, 'received_at');
+    const { receivedAt, document } = checkInventory(inv);
     return this.write('upsertFromInventory', () => {
       const known = this.node(inv.id);
       const next = known ? mergeInventory(known, inv) : nodeFromInventory(inv);
@@ -131,6 +130,7 @@ export class SqliteStore implements Store {
   }
 
   async createNode(n: Parameters<Store['createNode']>[0]): Promise<NodeRecord> {
+    refuseNul(n);
     const node = manualNode(n, this.now().toISOString());
     return this.write('createNode', () => {
       const { changes } = this.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
@@ -144,6 +144,7 @@ export class SqliteStore implements Store {
   }
 
   async setState(id: string, state: string, at: string): Promise<NodeRecord | null> {
+    refuseNul({ state });
     return this.update('setState', id, (node) => withState(node, state, at));
   }
 
@@ -171,10 +172,7 @@ export class SqliteStore implements Store {
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
-    const startedUtc = toUtcIso(run.started_at, 'started_at');
-    const receivedAt = toUtcIso(run.received_at, 'received_at');
-    const counts = toJson(run.counts, 'counts');
-    const outcomes = toJson(run.outcomes, 'outcomes');
+    const { startedUtc, receivedAt, counts, outcomes } = checkRun(run);
     return this.write('insertRun', (): InsertRunResult => {
       if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(run.node_id)) {
         throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);

@@ -1,0 +1,84 @@
+#!/usr/bin/env node
+// `npm start`: a server, a relay and one agent on loopback with the embedded database. Enrolls and
+// accepts the agent, runs it, prints the curl commands that show the result, and keeps the server
+// and relay running until Ctrl-C. State lives in ./.quickstart (delete it to start over).
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+
+const root = resolve(import.meta.dirname, '..');
+const dir = resolve(root, '.quickstart');
+mkdirSync(dir, { recursive: true });
+const bin = (p) => resolve(root, p, 'dist/cli.js');
+const children = [];
+
+function start(name, args) {
+  return new Promise((res, rej) => {
+    const proc = spawn(process.execPath, [bin(name), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    children.push(proc);
+    proc.once('exit', (code) => rej(new Error(`${name} exited with ${code}`)));
+    createInterface({ input: proc.stdout }).on('line', (line) => {
+      if (line.startsWith('{"ready":true')) res(JSON.parse(line).url);
+    });
+  });
+}
+
+function agent(args) {
+  const r = spawnSync(process.execPath, [bin('agent'), ...args], { encoding: 'utf8' });
+  process.stdout.write(r.stdout);
+  if (r.status !== 0) process.stderr.write(r.stderr);
+  return r;
+}
+
+async function api(base, token, method, path) {
+  const res = await fetch(`${base}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+  return res.json();
+}
+
+const stopAll = () => {
+  for (const c of children) c.kill('SIGTERM');
+};
+process.on('SIGINT', () => {
+  stopAll();
+  process.exit(0);
+});
+
+try {
+  const serverUrl = await start('server', ['serve', '--listen', '127.0.0.1:3031', '--data-dir', resolve(dir, 'server'), '--log-level', 'warn']);
+  const relayUrl = await start('relayd', ['--listen', '127.0.0.1:3030', '--spool-dir', resolve(dir, 'relay'), '--upstream', serverUrl, '--log-level', 'warn']);
+  const token = readFileSync(resolve(dir, 'server/admin.token'), 'utf8').trim();
+  const agentArgs = ['run', '--relay', relayUrl, '--state-dir', resolve(dir, 'agent'), '--log-level', 'warn'];
+
+  console.log(`server ${serverUrl}, relay ${relayUrl}, data in ${dir}`);
+  agent(agentArgs);
+  const nodeId = readFileSync(resolve(dir, 'agent/node-id'), 'utf8').trim();
+  for (let i = 0; i < 100; i++) {
+    const node = await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}`);
+    if (node.data) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const accepted = await api(serverUrl, token, 'POST', `/api/1/nodes/${nodeId}/accept`);
+  console.log(`node ${nodeId} is ${accepted.data?.accepted ?? JSON.stringify(accepted)}`);
+  agent(agentArgs);
+  for (let i = 0; i < 100; i++) {
+    const runs = await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}/runs`);
+    if (runs.total > 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  console.log(`
+Look at the result:
+  TOKEN=$(cat ${resolve(dir, 'server/admin.token')})
+  curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes
+  curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}
+  curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/nodes/${nodeId}/runs?reports=true"
+  curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}/compliance
+  curl -s ${relayUrl}/rudder/relay-api/1/system/status
+Run the agent again:
+  node agent/dist/cli.js ${agentArgs.join(' ')}
+Server and relay keep running; Ctrl-C stops them.`);
+} catch (err) {
+  console.error(`quick start failed: ${err.message}`);
+  stopAll();
+  process.exit(1);
+}
