@@ -11,6 +11,7 @@ import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';
+import { acquireRunLock, nextRunStart } from './identity/lock.js';
 import { Outbox, type FlushResult } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
 import { RunLogWriter } from './runlog/write.js';
@@ -52,12 +53,21 @@ export async function sendInventoryIfDue(
 
 export async function runAgent(config: AgentConfig, log: Logger, opts: { clock?: () => Date; forceInventory?: boolean } = {}): Promise<RunResult> {
   const clock = opts.clock ?? (() => new Date());
-  const startedAt = clock();
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  const release = await acquireRunLock(config.agent.state_dir);
+  try {
+    return await runLocked(config, log, id, clock, opts.forceInventory ?? false);
+  } finally {
+    await release();
+  }
+}
+
+async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, clock: () => Date, forceInventory: boolean): Promise<RunResult> {
+  const startedAt = await nextRunStart(config.agent.state_dir, clock);
   const outbox = new Outbox(join(config.agent.state_dir, 'outbox'), log);
   await outbox.init();
 
-  const inventorySent = await sendInventoryIfDue(config, id, outbox, { force: opts.forceInventory, now: startedAt });
+  const inventorySent = await sendInventoryIfDue(config, id, outbox, { force: forceInventory, now: startedAt });
 
   // Until policies exist (a later issue) the run carries the system checks under config id "none".
   const w = new RunLogWriter({ nodeId: id.nodeId, configId: 'none', startedAt, clock });

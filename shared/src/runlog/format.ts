@@ -19,10 +19,10 @@ function unwritable(why: string): Error {
 }
 
 /**
- * The report as run-log text ending with "\n", so that lines concatenate into a run log. An empty
- * key reads back as "None" and an empty report id as "0", as relayd defines; "\r\n" and "\r" in
- * multi-line fields read back as "\n". Throws ERR_INTERNAL when the text would not read back as
- * this report.
+ * The report as run-log text without a final line break: a run log is these joined with "\n"
+ * and ended with one (relayd ignores a last line without it). An empty key reads back as "None"
+ * and an empty report id as "0", as relayd defines; "\r\n" and "\r" in multi-line fields read
+ * back as "\n". Throws ERR_INTERNAL when the text would not read back as this report.
  */
 export function formatReport(r: Omit<Report, 'execution_datetime'> & { execution_datetime: string }): string {
   const exec = parseRfc3339(r.execution_datetime);
@@ -32,7 +32,7 @@ export function formatReport(r: Omit<Report, 'execution_datetime'> & { execution
   const restamp = `\n${exec} `;
   const multi = (text: string) => text.replace(BREAK, restamp);
   const text = `${exec} R: @@${r.policy}@@${r.event_type}@@${r.rule_id}@@${r.directive_id}@@${r.report_id}`
-    + `@@${multi(r.component)}@@${multi(r.key_value)}@@${start}##${r.node_id}@#${multi(r.msg)}\n`;
+    + `@@${multi(r.component)}@@${multi(r.key_value)}@@${start}##${r.node_id}@#${multi(r.msg)}`;
 
   const expected: Report = {
     ...r,
@@ -43,7 +43,7 @@ export function formatReport(r: Omit<Report, 'execution_datetime'> & { execution
     execution_datetime: exec,
     report_id: r.report_id === '' ? '0' : r.report_id,
   };
-  const lines = new Lines(text, Number.POSITIVE_INFINITY);
+  const lines = new Lines(`${text}\n`, Number.POSITIVE_INFINITY);
   const reader = new ReportReader(lines);
   const back = reader.read(0);
   if (back === null) throw unwritable('a field holds a separator or a line the parser stops at');

@@ -4,9 +4,10 @@
  *
  * As in relayd, the component and key may continue on following lines (the agent re-stamps each
  * line, RUDDER #21736/#26290) and the message takes every following plain line. Unlike relayd,
- * the other fields must end on the report's own line: relayd's `take_until` would look for their
- * separator in the next lines too, which on a truncated line swallows the next report anyway
- * (the 2018 fixture's `R: @@Common@@` line) and costs a scan of the rest of the input.
+ * the other fields must end on the report's own line. relayd's `take_until` looks for their
+ * separators in the following lines too; on a truncated line such as the 2018 fixture's
+ * `R: @@Common@@` that only fails later, at the start time, with the same outcome, but it scans
+ * the rest of the input each time, and it would accept a policy or rule id holding a line break.
  */
 import { Finder, type Lines } from './grammar.js';
 import { normalizeRfc3339, parseStartTime } from './time.js';
