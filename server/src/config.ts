@@ -16,9 +16,9 @@ export const SERVER_SCHEMA = {
   },
   limits: {
     /** Largest upload accepted (compressed, as sent). */
-    max_body_size: { type: 'size', default: '64MiB', min: 1 },
+    max_body_size: { type: 'size', default: '32MiB', min: 1 },
     /** Largest run log or inventory after decompression. */
-    max_decompressed_size: { type: 'size', default: '256MiB', min: 1 },
+    max_decompressed_size: { type: 'size', default: '64MiB', min: 1 },
     max_reports: { type: 'integer', default: 200000, min: 1 },
     max_line_length: { type: 'size', default: '1MiB', min: 1 },
   },

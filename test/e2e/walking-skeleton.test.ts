@@ -102,8 +102,8 @@ t.test('a run log travels agent → relay → server → registry', async (t) =>
 });
 
 t.test('bad uploads get coded errors and leave the spool clean', async (t) => {
-  const dir = t.testdir();
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
+  const dir = t.testdir({ 'relayd.toml': '[spool]\nmax_file_size = "1KiB"\n' });
+  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
   t.teardown(() => relay.stop());
   const bad = await fetch(`${relay.url}/reports/bob.log`, { method: 'PUT', body: 'x' });
   t.equal(bad.status, 400);
@@ -120,8 +120,31 @@ t.test('bad uploads get coded errors and leave the spool clean', async (t) => {
   t.equal(chunked.status, 411);
   t.equal(((await chunked.json()) as { error: { code: string } }).error.code, 'ERR_LENGTH_REQUIRED');
 
+  const tooBig = await fetch(`${relay.url}/reports/${encodeURIComponent('2018-08-24T15:55:01+00:00@root.log')}`, { method: 'PUT', body: Buffer.alloc(1025) });
+  t.equal(tooBig.status, 413);
+  t.equal(((await tooBig.json()) as { error: { code: string } }).error.code, 'ERR_BODY_TOO_LARGE');
+  const empty = await fetch(`${relay.url}/reports/${encodeURIComponent('2018-08-24T15:55:01+00:00@root.log')}`, { method: 'PUT', body: '' });
+  t.equal(empty.status, 400);
+
   const incoming = await readdir(join(dir, 'relay', 'incoming', 'reports'));
   const tmp = await readdir(join(dir, 'relay', 'tmp'));
   t.same(incoming, [], 'nothing half-written reached incoming/');
   t.same(tmp, [], 'no partial file left behind');
+});
+
+t.test('configuration errors exit 2 and --test checks a file', async (t) => {
+  const dir = t.testdir({ 'bad.toml': '[upstream]\ntimeout = "soon"\n', 'good.toml': '[upstream]\nurl = "http://127.0.0.1:3031"\n' });
+  const bad = await runProgram(BIN.relayd, ['--config', join(dir, 'bad.toml'), '--test']);
+  t.equal(bad.code, 2);
+  t.match(bad.stderr, /upstream.timeout must be a duration/);
+  const good = await runProgram(BIN.relayd, ['--config', join(dir, 'good.toml'), '--test']);
+  t.equal(good.code, 0);
+  const server = await runProgram(BIN.server, ['serve', '--listen', 'nowhere', '--data-dir', dir]);
+  t.equal(server.code, 2);
+  const agent = await runProgram(BIN.agent, ['run', '--relay', 'ftp://x', '--state-dir', join(dir, 'agent')]);
+  t.equal(agent.code, 2);
+  for (const bin of [BIN.relayd, BIN.server, BIN.agent]) {
+    const v = await runProgram(bin, ['--version']);
+    t.match(v.stdout, /^\d+\.\d+\.\d+/, `${bin} --version`);
+  }
 });
