@@ -25,7 +25,7 @@ function envelope(action: string, data: unknown) {
 }
 
 export function buildApp(deps: RelayAppDeps): FastifyInstance {
-  const app = Fastify({ logger: false, ignoreDuplicateSlashes: true, bodyLimit: deps.config.spool.max_file_size });
+  const app = Fastify({ logger: false, routerOptions: { ignoreDuplicateSlashes: true }, bodyLimit: deps.config.spool.max_file_size });
   installErrorHandler(app, deps.log);
   installRawBodies(app);
   installUploadRoutes(app, {

@@ -21,7 +21,7 @@ export interface ServerAppDeps {
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
-  const app = Fastify({ logger: false, ignoreDuplicateSlashes: true, bodyLimit: deps.config.limits.max_body_size });
+  const app = Fastify({ logger: false, routerOptions: { ignoreDuplicateSlashes: true }, bodyLimit: deps.config.limits.max_body_size });
   installErrorHandler(app, deps.log);
   installRawBodies(app);
   installUploadRoutes(app, {
