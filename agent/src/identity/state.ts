@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, certificateNodeId, createNodeIdentity } from '@capstan/shared';
+import { capstanError, certificateNodeId, createNodeIdentity, isValidNodeId } from '@capstan/shared';
 
 export interface AgentIdentity {
   nodeId: string;
@@ -14,8 +14,6 @@ export interface AgentIdentity {
   keyPath: string;
   certPath: string;
 }
-
-const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9-]{0,127}$/;
 
 /** Write a file so that a crash leaves either the old content or the new, never half. */
 export async function writeAtomic(path: string, data: string | Buffer, mode = 0o600): Promise<void> {
@@ -39,7 +37,7 @@ export async function ensureIdentity(stateDir: string, keyBits: number): Promise
   const keyPath = join(stateDir, 'agent.key');
   const certPath = join(stateDir, 'agent.cert');
   let nodeId = (await readOptional(idPath))?.trim() ?? null;
-  if (nodeId !== null && !NODE_ID.test(nodeId)) throw capstanError('ERR_CONFIG', `${idPath} does not hold a valid node id`);
+  if (nodeId !== null && !isValidNodeId(nodeId)) throw capstanError('ERR_CONFIG', `${idPath} does not hold a valid node id`);
   if (nodeId === null) {
     nodeId = randomUUID();
     await writeAtomic(idPath, `${nodeId}\n`, 0o644);
