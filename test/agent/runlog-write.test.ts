@@ -1,0 +1,42 @@
+import { chmod, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { parseRunLog } from '@capstan/shared';
+import { RunLogWriter } from '@capstan/agent/runlog/write';
+import { selfChecks } from '@capstan/agent/checks';
+
+const NODE = '11111111-2222-4333-8444-555555555555';
+
+t.test('the run log the agent writes parses back as RUDDER reads it', async (t) => {
+  let tick = Date.UTC(2026, 10, 22, 10, 0, 0);
+  const w = new RunLogWriter({ nodeId: NODE, configId: 'cfg-7', startedAt: new Date(tick), clock: () => new Date((tick += 1000)) });
+  w.start();
+  w.add({ policy: 'Common', event_type: 'result_repaired', rule_id: 'r', directive_id: 'd', component: 'File', key_value: '/etc/motd', msg: 'line one\nline two' });
+  w.end();
+  const log = parseRunLog(w.text(), { node_id: NODE, timestamp: '2026-11-22T10:00:00+00:00' });
+  t.equal(log.config_id, 'cfg-7');
+  t.same(log.reports.map((r) => r.event_type), ['control', 'result_repaired', 'control']);
+  t.equal(log.reports[1]!.msg, 'line one\nline two', 'multi-line messages survive');
+  t.equal(log.reports[0]!.start_datetime, '2026-11-22T10:00:00+00:00');
+  t.equal(log.reports[2]!.execution_datetime, '2026-11-22T10:00:03+00:00');
+  t.same(w.reportCounts, { control: 2, result_repaired: 1 });
+});
+
+t.test('self-checks repair a node key readable by others, then report success', async (t) => {
+  const dir = t.testdir({ 'agent.key': 'secret' });
+  const keyPath = join(dir, 'agent.key');
+  await chmod(keyPath, 0o644);
+  const run = async () => {
+    const w = new RunLogWriter({ nodeId: NODE, configId: 'none', startedAt: new Date(), clock: () => new Date() });
+    await selfChecks(w, { stateDir: dir, keyPath });
+    return w.reportCounts;
+  };
+  t.same(await run(), { result_success: 1, result_repaired: 1 });
+  t.equal((await stat(keyPath)).mode & 0o777, 0o600);
+  t.same(await run(), { result_success: 2 }, 'idempotent: nothing to repair the second time');
+  t.same(await (async () => {
+    const w = new RunLogWriter({ nodeId: NODE, configId: 'none', startedAt: new Date(), clock: () => new Date() });
+    await selfChecks(w, { stateDir: join(dir, 'missing'), keyPath: join(dir, 'missing', 'k') });
+    return w.reportCounts;
+  })(), { result_error: 2 });
+});
