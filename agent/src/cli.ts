@@ -51,17 +51,26 @@ const program = new Command('capstan-agent')
 
 common(program.command('run').description('run once: inventory when due, checks, run log, upload'))
   .option('--force-inventory', 'send the inventory even if unchanged')
-  .action(async (flags: Flags & { forceInventory?: boolean }) => {
+  .option('--audit', 'audit every directive, whatever its mode: change nothing')
+  .option('--dry-run', 'print what the run would do; change, sign and send nothing')
+  .action(async (flags: Flags & { forceInventory?: boolean; audit?: boolean; dryRun?: boolean }) => {
     const { config, log } = setup(flags);
-    const r = await runAgent(config, log, { forceInventory: flags.forceInventory });
+    const r = await runAgent(config, log, {
+      forceInventory: flags.forceInventory,
+      audit: flags.audit,
+      dryRun: flags.dryRun,
+      onOutcome: flags.dryRun ? (line) => process.stdout.write(`${line}\n`) : undefined,
+    });
     const c = r.counts;
     const results = (c.result_success ?? 0) + (c.result_repaired ?? 0) + (c.result_error ?? 0);
     const pct = results === 0 ? 100 : Math.round((((c.result_success ?? 0) + (c.result_repaired ?? 0)) / results) * 1000) / 10;
+    const audited = (c.audit_compliant ?? 0) + (c.audit_noncompliant ?? 0) + (c.audit_error ?? 0);
+    const auditPart = audited > 0 ? `, ${c.audit_noncompliant ?? 0} non-compliant of ${audited} audited` : '';
     process.stdout.write(
-      `node ${r.nodeId}: ${c.result_repaired ?? 0} repaired, ${c.result_error ?? 0} errors, compliance ${pct}%; ` +
+      `node ${r.nodeId} config ${r.configId}: ${c.result_repaired ?? 0} repaired, ${c.result_error ?? 0} errors${auditPart}, compliance ${pct}%; ` +
         `sent ${r.flush.sent}, queued ${r.flush.remaining}${r.inventorySent ? ', inventory sent' : ''}\n`,
     );
-    if ((c.result_error ?? 0) > 0) process.exitCode = 4;
+    if ((c.result_error ?? 0) + (c.audit_error ?? 0) > 0) process.exitCode = 4;
   });
 
 common(program.command('inventory').description('print the inventory this node would send')).action(async (flags: Flags) => {

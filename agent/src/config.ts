@@ -12,6 +12,16 @@ export const AGENT_SCHEMA = {
     /** HTTP timeout for each request to the relay. */
     timeout: { type: 'duration', default: '30s', min: 1 },
   },
+  policy: {
+    /** PEM file of the server's ed25519 policy public key; empty → pinned from the first policy received. */
+    public_key: { type: 'string', default: '', optional: true },
+  },
+  methods: {
+    /** Longest a package, service or command step may take. */
+    command_timeout: { type: 'duration', default: '5m', min: 1000 },
+    /** Where sysctl values are read and written (a container or test may point elsewhere). */
+    sysctl_root: { type: 'string', default: '/proc/sys' },
+  },
   inventory: {
     /** An unchanged inventory is re-sent this often; a changed one on the next run. */
     interval: { type: 'duration', default: '1d', min: 1000 },

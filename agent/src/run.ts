@@ -15,6 +15,9 @@ import { acquireRunLock, nextRunStart } from './identity/lock.js';
 import { Outbox, type FlushResult } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
 import { RunLogWriter } from './runlog/write.js';
+import { applyDirectives, defaultIdentities, nodeConditionEnv } from './policy/apply.js';
+import { fetchPolicy } from './policy/fetch.js';
+import { fetchShared } from './policy/shared-folder.js';
 
 export interface RunResult {
   nodeId: string;
@@ -22,6 +25,7 @@ export interface RunResult {
   runLog: string;
   counts: Readonly<Record<string, number>>;
   flush: FlushResult;
+  configId: string;
 }
 
 interface InventoryStamp {
@@ -37,11 +41,10 @@ function stableHash(inv: Record<string, unknown>): string {
 }
 
 export async function sendInventoryIfDue(
-  config: AgentConfig, id: AgentIdentity, outbox: Outbox, opts: { force?: boolean; now: Date },
+  config: AgentConfig, id: AgentIdentity, outbox: Outbox, inv: Record<string, unknown>, opts: { force?: boolean; now: Date },
 ): Promise<boolean> {
   const stampPath = join(config.agent.state_dir, 'inventory.stamp');
   const stamp = await readFile(stampPath, 'utf8').then((t) => JSON.parse(t) as InventoryStamp).catch(() => null);
-  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
   const hash = stableHash(inv);
   const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval;
   if (!due) return false;
@@ -51,29 +54,68 @@ export async function sendInventoryIfDue(
   return true;
 }
 
-export async function runAgent(config: AgentConfig, log: Logger, opts: { clock?: () => Date; forceInventory?: boolean } = {}): Promise<RunResult> {
+export interface RunOptions {
+  clock?: () => Date;
+  forceInventory?: boolean;
+  /** Audit every directive, whatever its mode. */
+  audit?: boolean;
+  /** Look only: print what enforce would do; nothing is changed, signed or sent. */
+  dryRun?: boolean;
+  /** Each directive outcome as it happens. */
+  onOutcome?: (line: string) => void;
+  /** Environment for the commands methods run (tests put fake tools on PATH). */
+  env?: NodeJS.ProcessEnv;
+}
+
+export async function runAgent(config: AgentConfig, log: Logger, opts: RunOptions = {}): Promise<RunResult> {
   const clock = opts.clock ?? (() => new Date());
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
   const release = await acquireRunLock(config.agent.state_dir);
   try {
-    return await runLocked(config, log, id, clock, opts.forceInventory ?? false);
+    return await runLocked(config, log, id, clock, opts);
   } finally {
     await release();
   }
 }
 
-async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, clock: () => Date, forceInventory: boolean): Promise<RunResult> {
-  const startedAt = await nextRunStart(config.agent.state_dir, clock);
+async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, clock: () => Date, opts: RunOptions): Promise<RunResult> {
+  const startedAt = opts.dryRun ? clock() : await nextRunStart(config.agent.state_dir, clock);
   const outbox = new Outbox(join(config.agent.state_dir, 'outbox'), log);
   await outbox.init();
+  const env = opts.env ?? process.env;
 
-  const inventorySent = await sendInventoryIfDue(config, id, outbox, { force: forceInventory, now: startedAt });
+  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
+  const inventorySent = opts.dryRun ? false : await sendInventoryIfDue(config, id, outbox, inv, { force: opts.forceInventory, now: startedAt });
 
-  // Until policies exist (a later issue) the run carries the system checks under config id "none".
-  const w = new RunLogWriter({ nodeId: id.nodeId, configId: 'none', startedAt, clock });
+  const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
+  const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey });
+  if (policy.problem) log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
+
+  const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
   w.start();
   await selfChecks(w, { stateDir: config.agent.state_dir, keyPath: id.keyPath });
+  if (policy.problem?.refused) {
+    // A bundle that does not verify is refused and said so; the last good policy still runs.
+    w.add({ policy: 'Common', event_type: 'result_error', rule_id: 'capstan-agent', directive_id: 'policy', component: 'Policy', key_value: policy.bundle?.config_id ?? 'none', msg: `policy refused (${policy.problem.code}): ${policy.problem.message}` });
+  }
+  if (policy.bundle) {
+    await applyDirectives(policy.bundle.directives, {
+      writer: w,
+      forceAudit: opts.audit ?? false,
+      conditionEnv: nodeConditionEnv(defaultIdentities(id.nodeId, inv.fqdn as string | undefined), inv, env),
+      ctx: {
+        dryRun: opts.dryRun ?? false,
+        log,
+        env,
+        commandTimeoutMs: config.methods.command_timeout,
+        sysctlRoot: config.methods.sysctl_root,
+        fetchShared: (path) => fetchShared(config.agent.relay, path, config.agent.timeout),
+      },
+      onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`) : undefined,
+    });
+  }
   w.end();
+  if (opts.dryRun) return { nodeId: id.nodeId, inventorySent, runLog: '', counts: w.reportCounts, flush: { sent: 0, rejected: 0, remaining: 0 }, configId: w.configId };
 
   const signed = signSmime(Buffer.from(w.text()), id);
   const runLog = runLogFileName(id.nodeId, startedAt, 'zstd');
@@ -82,5 +124,5 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   await outbox.enforceCaps(config.queue.max_files, config.queue.max_age, clock().getTime());
   const flush = await outbox.flush(new RelayClient(config.agent.relay, config.agent.timeout));
   if (flush.error) log.warn({ err: flush.error, queued: flush.remaining }, 'relay unreachable, files kept for the next run');
-  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, flush };
+  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, flush, configId: w.configId };
 }

@@ -71,6 +71,13 @@ export const ERROR_CODES = {
   ERR_KEY: { status: 400 },
   // inventories
   ERR_INVENTORY_INVALID: { status: 400 },
+  // policies (downward trust)
+  ERR_POLICY_INVALID: { status: 400 },
+  ERR_POLICY_SIGNATURE: { status: 400 },
+  ERR_POLICY_NODE_MISMATCH: { status: 400 },
+  ERR_CONDITION_SYNTAX: { status: 400 },
+  ERR_METHOD_PARAMS: { status: 400 },
+  ERR_ARTIFACT_HASH: { status: 400 },
   // registry
   ERR_NODE_UNKNOWN: { status: 404 },
   ERR_NODE_PENDING: { status: 403 },

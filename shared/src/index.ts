@@ -8,3 +8,4 @@ export * from './smime/index.js';
 export * from './envelope/index.js';
 export * from './spool/index.js';
 export * from './http/index.js';
+export * from './policy/index.js';

@@ -46,6 +46,10 @@ export class RunLogWriter {
     this.add({ policy: 'Common', event_type: 'control', rule_id: 'rudder', directive_id: 'run', component: 'end', key_value: this.ctx.configId, msg: 'End execution' });
   }
 
+  get configId(): string {
+    return this.ctx.configId;
+  }
+
   get reportCounts(): Readonly<Record<string, number>> {
     return this.counts;
   }

@@ -1,0 +1,114 @@
+/**
+ * Generic methods: one idempotent check-and-repair each. A method looks, and in enforce mode
+ * repairs and looks again; in audit mode (or a dry run) it only looks. Outcomes are mapped to
+ * RUDDER's report types by the policy engine.
+ */
+import { execFile } from 'node:child_process';
+import { capstanError, type Logger } from '@capstan/shared';
+
+export type Status = 'success' | 'repaired' | 'error' | 'compliant' | 'noncompliant' | 'na';
+
+export interface Outcome {
+  component: string;
+  key: string;
+  status: Status;
+  message: string;
+}
+
+export interface MethodContext {
+  mode: 'enforce' | 'audit';
+  /** Look only, like audit, but report what enforce would have done. */
+  dryRun: boolean;
+  log: Logger;
+  /** PATH and other environment for commands (tests put fake tools first on PATH). */
+  env: NodeJS.ProcessEnv;
+  commandTimeoutMs: number;
+  /** Base directory of sysctl values (/proc/sys; a temporary tree in tests). */
+  sysctlRoot: string;
+  /** Fetch a shared-folder file from the relay; resolves to its bytes. */
+  fetchShared: (path: string) => Promise<Buffer>;
+}
+
+export interface Method<P> {
+  name: string;
+  /** Components this method reports, for expected-vs-received compliance. */
+  components: (params: P) => Array<{ component: string; key: string }>;
+  /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field. */
+  validate: (params: Record<string, unknown>) => P;
+  apply: (params: P, ctx: MethodContext) => Promise<Outcome[]>;
+  /** Methods that never change anything report audit types even in enforce mode. */
+  auditOnly?: boolean;
+}
+
+export function paramError(method: string, field: string, what: string): never {
+  throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`);
+}
+
+export function str(method: string, p: Record<string, unknown>, field: string, opts: { optional?: boolean; absolute?: boolean } = {}): string {
+  const v = p[field];
+  if (v === undefined && opts.optional) return undefined as unknown as string;
+  if (typeof v !== 'string' || v.length === 0) paramError(method, field, 'must be a non-empty string');
+  if (v.includes('\0')) paramError(method, field, 'must not contain NUL');
+  if (opts.absolute && !v.startsWith('/')) paramError(method, field, 'must be an absolute path');
+  return v;
+}
+
+export function modeParam(method: string, p: Record<string, unknown>, field = 'mode'): number | undefined {
+  const v = p[field];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || !/^0?[0-7]{3,4}$/.test(v)) paramError(method, field, 'must be an octal mode such as "0644"');
+  return parseInt(v, 8);
+}
+
+export function strList(method: string, p: Record<string, unknown>, field: string): string[] {
+  const v = p[field];
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) paramError(method, field, 'must be a list of strings');
+  return v as string[];
+}
+
+export interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Run a command without a shell, bounded in time and output; never throws for a non-zero exit. */
+export function run(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' | 'commandTimeoutMs'>): Promise<RunResult> {
+  return new Promise((resolve) => {
+    execFile(cmd, args, { env: ctx.env, timeout: ctx.commandTimeoutMs, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
+      if (err && typeof (err as { code?: unknown }).code !== 'number') {
+        const e = err as NodeJS.ErrnoException & { killed?: boolean };
+        resolve({ code: 127, stdout: String(stdout ?? ''), stderr: e.killed ? `timed out after ${ctx.commandTimeoutMs} ms` : e.message });
+        return;
+      }
+      resolve({ code: err ? Number((err as { code: number }).code) : 0, stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
+
+/**
+ * The shape every method shares: look; if wrong and allowed, repair and look again.
+ * `check` resolves to null when compliant, or to a description of the drift.
+ */
+export async function converge(
+  ctx: MethodContext,
+  component: string,
+  key: string,
+  check: () => Promise<string | null>,
+  repair: () => Promise<void>,
+  words: { ok: string; repaired: string },
+): Promise<Outcome> {
+  try {
+    const drift = await check();
+    if (drift === null) return { component, key, status: ctx.mode === 'audit' ? 'compliant' : 'success', message: words.ok };
+    if (ctx.mode === 'audit') return { component, key, status: 'noncompliant', message: drift };
+    if (ctx.dryRun) return { component, key, status: 'noncompliant', message: `would repair: ${drift}` };
+    await repair();
+    const after = await check();
+    if (after !== null) return { component, key, status: 'error', message: `repair did not converge: ${after}` };
+    return { component, key, status: 'repaired', message: `${words.repaired} (${drift})` };
+  } catch (err) {
+    return { component, key, status: 'error', message: (err as Error).message };
+  }
+}

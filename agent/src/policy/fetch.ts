@@ -1,0 +1,104 @@
+/**
+ * Fetch this node's policy from its relay: conditional GET with the last ETag, verification
+ * against the pinned policy key, and the last good policy kept on disk. The agent always has
+ * something to run: the fresh bundle, or the cached one when the relay is unreachable or sends
+ * something that does not verify (that refusal is reported in the run log).
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { request } from 'undici';
+import {
+  capstanError, HEADER_PROTOCOL, policyKeyId, PROTOCOL_VERSION, userAgent, verifyBundle, type PolicyBundle,
+} from '@capstan/shared';
+import { writeAtomic } from '../identity/state.js';
+
+export interface PinnedKey {
+  keyId: string;
+  publicKeyPem: string;
+}
+
+export interface PolicyState {
+  /** The bundle to run with, or null when the node has never had one. */
+  bundle: PolicyBundle | null;
+  source: 'fresh' | 'not-modified' | 'cache' | 'none';
+  /** Why a fresh bundle was not used (unreachable relay, refused signature…). */
+  problem?: { code: string; message: string; refused: boolean };
+}
+
+interface CacheFiles {
+  bundle: string;
+  etag: string;
+  key: string;
+}
+
+function files(stateDir: string): CacheFiles {
+  return { bundle: join(stateDir, 'policy.json'), etag: join(stateDir, 'policy.etag'), key: join(stateDir, 'policy-key.pem') };
+}
+
+const readText = (p: string) => readFile(p, 'utf8').catch(() => null);
+
+/** The pinned policy key: from the agent's config, else the one pinned on first contact. */
+export async function loadPinnedKey(stateDir: string, configured: string | null): Promise<PinnedKey | null> {
+  const pem = configured ?? (await readText(files(stateDir).key));
+  return pem ? { keyId: policyKeyId(pem), publicKeyPem: pem } : null;
+}
+
+export async function fetchPolicy(opts: {
+  relay: string;
+  nodeId: string;
+  stateDir: string;
+  timeoutMs: number;
+  configuredKeyPem: string | null;
+}): Promise<PolicyState> {
+  const f = files(opts.stateDir);
+  let pinned = await loadPinnedKey(opts.stateDir, opts.configuredKeyPem);
+  const cachedText = await readText(f.bundle);
+  const cached = cachedText ? (JSON.parse(cachedText) as PolicyBundle) : null;
+  const fallback = (problem: PolicyState['problem']): PolicyState => ({ bundle: cached, source: cached ? 'cache' : 'none', problem });
+
+  let res;
+  try {
+    const etag = cached ? await readText(f.etag) : null;
+    res = await request(`${opts.relay}/policies/${encodeURIComponent(opts.nodeId)}/rules`, {
+      method: 'GET',
+      headers: {
+        'user-agent': userAgent('capstan-agent'),
+        [HEADER_PROTOCOL]: PROTOCOL_VERSION,
+        ...(etag ? { 'if-none-match': etag.trim() } : {}),
+      },
+      headersTimeout: opts.timeoutMs,
+      bodyTimeout: opts.timeoutMs,
+    });
+  } catch (err) {
+    return fallback({ code: 'ERR_UPSTREAM', message: `relay unreachable: ${(err as Error).message}`, refused: false });
+  }
+  const body = await res.body.text().catch(() => '');
+  if (res.statusCode === 304 && cached) return { bundle: cached, source: 'not-modified' };
+  if (res.statusCode === 404) return fallback({ code: 'ERR_NOT_FOUND', message: 'no policy for this node yet', refused: false });
+  if (res.statusCode !== 200) return fallback({ code: 'ERR_UPSTREAM', message: `relay answered ${res.statusCode}`, refused: false });
+
+  try {
+    let signed: Record<string, unknown>;
+    try {
+      signed = JSON.parse(body) as Record<string, unknown>;
+    } catch {
+      throw capstanError('ERR_POLICY_INVALID', 'policy response is not JSON');
+    }
+    // Trust on first use only when no key is configured or pinned yet (DESIGN.md: pinned at enrollment).
+    let firstPin: string | null = null;
+    if (!pinned) {
+      if (typeof signed.public_key !== 'string') throw capstanError('ERR_POLICY_SIGNATURE', 'no pinned policy key and none offered');
+      pinned = { keyId: policyKeyId(signed.public_key), publicKeyPem: signed.public_key };
+      firstPin = signed.public_key;
+    }
+    const bundle = verifyBundle(signed, pinned, opts.nodeId);
+    if (firstPin) await writeAtomic(f.key, firstPin, 0o644);
+    await writeAtomic(f.bundle, JSON.stringify(bundle), 0o600);
+    const etag = res.headers.etag;
+    if (typeof etag === 'string') await writeAtomic(f.etag, etag, 0o600);
+    return { bundle, source: 'fresh' };
+  } catch (err) {
+    const e = err as { code?: string; message: string };
+    return fallback({ code: e.code ?? 'ERR_POLICY_INVALID', message: e.message, refused: true });
+  }
+}
