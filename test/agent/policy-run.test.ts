@@ -1,0 +1,171 @@
+/**
+ * A whole agent run against a small stand-in relay (node:http on loopback) that serves signed
+ * policy bundles and takes uploads: enforce repairs, a second run repairs nothing, audit changes
+ * nothing, a tampered or foreign bundle is refused and reported while the last good policy runs.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { computeConfigId, decompress, parseRunLog, signBundle, silentLogger, verifySmime, type BundleDirective } from '@capstan/shared';
+import { loadAgentConfig } from '@capstan/agent/config';
+import { runAgent } from '@capstan/agent/run';
+
+interface FakeRelay {
+  url: string;
+  uploads: Array<{ kind: string; name: string; body: Buffer }>;
+  serve: (body: string | null, etag?: string) => void;
+  close: () => Promise<void>;
+}
+
+async function fakeRelay(): Promise<FakeRelay> {
+  let policy: string | null = null;
+  let etag = '"0"';
+  const uploads: FakeRelay['uploads'] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const [, kind, name] = (req.url ?? '').split('/');
+      if (req.method === 'PUT') {
+        uploads.push({ kind: kind!, name: decodeURIComponent(name!), body: Buffer.concat(chunks) });
+        res.writeHead(201).end('{}');
+      } else if (req.method === 'GET' && kind === 'policies') {
+        if (policy === null) return res.writeHead(404).end('{}');
+        if (req.headers['if-none-match'] === etag) return res.writeHead(304).end();
+        res.writeHead(200, { etag, 'content-type': 'application/json' }).end(policy);
+      } else res.writeHead(404).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    uploads,
+    serve: (body, tag) => {
+      policy = body;
+      etag = tag ?? `"${Math.random()}"`;
+    },
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+const { privateKey } = generateKeyPairSync('ed25519');
+const serverKey = privateKey.export({ type: 'pkcs8', format: 'pem' }).toString();
+const { privateKey: otherKey } = generateKeyPairSync('ed25519');
+
+function bundleFor(nodeId: string, directives: BundleDirective[], key = serverKey) {
+  return JSON.stringify(signBundle({ node_id: nodeId, config_id: computeConfigId(directives), generated_at: new Date().toISOString(), directives }, key, { includePublicKey: true }));
+}
+
+/** Types reported for the directive under test, read back from the run log the agent sent. */
+async function lastRun(relay: FakeRelay, nodeId: string, certPem: string) {
+  const up = relay.uploads.filter((u) => u.kind === 'reports').at(-1)!;
+  const text = verifySmime(await decompress(up.body, 'zstd', { maxBytes: 1 << 20 }), [certPem]).content;
+  return parseRunLog(text, { node_id: nodeId, timestamp: '2026-01-01T00:00:00+00:00' });
+}
+
+t.test('enforce, idempotence, audit and refusal across real agent runs', async (t) => {
+  const dir = t.testdir({ 'motd': 'old\n' });
+  const relay = await fakeRelay();
+  t.teardown(relay.close);
+  const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
+  const first = await runAgent(config, silentLogger); // identity + inventory, no policy yet (404)
+  t.equal(first.configId, 'none');
+  const nodeId = first.nodeId;
+  const certPem = await readFile(join(dir, 'state', 'agent.cert'), 'utf8');
+  const motd = join(dir, 'motd');
+  const directives: BundleDirective[] = [
+    { id: 'motd', name: 'Message of the day', method: 'file_content', params: { path: motd, content: 'managed\n' }, mode: 'enforce', rule_id: 'base' },
+    { id: 'never', name: 'Not here', method: 'file_absent', params: { path: join(dir, 'x') }, mode: 'enforce', rule_id: 'base', condition: "identity('^nomatch$')" },
+    { id: 'broken', name: 'Bad condition', method: 'file_absent', params: { path: join(dir, 'y') }, mode: 'enforce', rule_id: 'base', condition: "has_file('" },
+  ];
+  relay.serve(bundleFor(nodeId, directives));
+
+  const r1 = await runAgent(config, silentLogger);
+  t.equal(r1.configId, computeConfigId(directives));
+  t.equal(await readFile(motd, 'utf8'), 'managed\n');
+  let log = await lastRun(relay, nodeId, certPem);
+  const byDirective = (id: string) => log.reports.filter((r) => r.directive_id === id).map((r) => r.event_type);
+  t.same(byDirective('motd'), ['result_repaired']);
+  t.same(byDirective('never'), ['result_na'], 'condition false → not applicable');
+  t.same(byDirective('broken'), ['result_error'], 'condition parse error → result_error, not a crash');
+  t.equal(log.config_id, r1.configId, 'control reports carry the policy config id');
+  t.equal(log.reports.find((r) => r.directive_id === 'motd')!.rule_id, 'base');
+
+  await runAgent(config, silentLogger);
+  log = await lastRun(relay, nodeId, certPem);
+  t.same(byDirective('motd'), ['result_success'], 'a second run on an unchanged host repairs nothing');
+
+  await writeFile(motd, 'changed by hand\n');
+  await runAgent(config, silentLogger, { audit: true });
+  log = await lastRun(relay, nodeId, certPem);
+  t.same(byDirective('motd'), ['audit_noncompliant']);
+  t.equal(await readFile(motd, 'utf8'), 'changed by hand\n', 'audit leaves the file as it was');
+
+  // A relay that alters one byte of the bundle: refused, reported, last good policy still applied.
+  const good = JSON.parse(bundleFor(nodeId, [{ ...directives[0]!, params: { path: motd, content: 'evil\n' } }])) as { policy: string };
+  const altered = JSON.parse(bundleFor(nodeId, directives)) as { policy: string };
+  altered.policy = good.policy; // content of another bundle under this one's signature
+  relay.serve(JSON.stringify(altered));
+  await runAgent(config, silentLogger);
+  log = await lastRun(relay, nodeId, certPem);
+  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_SIGNATURE/ });
+  t.same(byDirective('motd'), ['result_repaired'], 'the cached policy ran');
+  t.equal(await readFile(motd, 'utf8'), 'managed\n');
+
+  // Signed by a key other than the one pinned on first contact.
+  relay.serve(bundleFor(nodeId, directives, otherKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
+  await runAgent(config, silentLogger);
+  log = await lastRun(relay, nodeId, certPem);
+  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_SIGNATURE/ });
+
+  // Another node's bundle.
+  relay.serve(bundleFor('someone-else', directives));
+  await runAgent(config, silentLogger);
+  log = await lastRun(relay, nodeId, certPem);
+  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_NODE_MISMATCH/ });
+});
+
+t.test('relay down: the run uses the cached policy and queues its run log; back-fill in order', async (t) => {
+  const dir = t.testdir({ 'f': '' });
+  const relay = await fakeRelay();
+  const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
+  const first = await runAgent(config, silentLogger);
+  const directives: BundleDirective[] = [{ id: 'f', name: 'f', method: 'file_content', params: { path: join(dir, 'f'), content: 'v1' }, mode: 'enforce', rule_id: 'r' }];
+  relay.serve(bundleFor(first.nodeId, directives));
+  await runAgent(config, silentLogger);
+  await relay.close();
+
+  await writeFile(join(dir, 'f'), 'drift');
+  const offline = await runAgent(config, silentLogger);
+  t.equal(offline.configId, computeConfigId(directives), 'cached policy used');
+  t.equal(await readFile(join(dir, 'f'), 'utf8'), 'v1', 'and applied');
+  t.equal(offline.flush.remaining, 1, 'run log queued');
+
+  const back = await fakeRelay();
+  t.teardown(back.close);
+  back.serve(bundleFor(first.nodeId, directives));
+  const cfg2 = loadAgentConfig({ overrides: { 'agent.relay': back.url, 'agent.state_dir': join(dir, 'state') } });
+  const again = await runAgent(cfg2, silentLogger);
+  t.equal(again.flush.sent, 2, 'the queued run log and the new one');
+  const names = back.uploads.filter((u) => u.kind === 'reports').map((u) => u.name);
+  t.equal(names.length, 2);
+  t.ok(names[0]! < names[1]!, 'oldest first');
+});
+
+t.test('dry run prints what it would do and changes, signs and sends nothing', async (t) => {
+  const dir = t.testdir({ 'f': 'x' });
+  const relay = await fakeRelay();
+  t.teardown(relay.close);
+  const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
+  const first = await runAgent(config, silentLogger);
+  relay.serve(bundleFor(first.nodeId, [{ id: 'f', name: 'f', method: 'file_content', params: { path: join(dir, 'f'), content: 'y' }, mode: 'enforce', rule_id: 'r' }]));
+  const before = relay.uploads.length;
+  const lines: string[] = [];
+  await runAgent(config, silentLogger, { dryRun: true, onOutcome: (l) => lines.push(l) });
+  t.equal(await readFile(join(dir, 'f'), 'utf8'), 'x');
+  t.equal(relay.uploads.length, before);
+  t.match(lines.join('\n'), /would repair/);
+});

@@ -1,0 +1,45 @@
+import { generateKeyPairSync } from 'node:crypto';
+import t from 'tap';
+import { computeConfigId, policyKeyId, signBundle, verifyBundle, type BundleDirective, type PolicyBundle } from '@capstan/shared';
+
+const keys = () => {
+  const { privateKey, publicKey } = generateKeyPairSync('ed25519');
+  return { priv: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(), pub: publicKey.export({ type: 'spki', format: 'pem' }).toString() };
+};
+const server = keys();
+const other = keys();
+const directives: BundleDirective[] = [
+  { id: 'd1', name: 'motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi' }, mode: 'enforce', rule_id: 'r1' },
+];
+const bundle: PolicyBundle = { node_id: 'n1', config_id: computeConfigId(directives), generated_at: '2026-11-22T00:00:00Z', directives };
+const pinned = { keyId: policyKeyId(server.pub), publicKeyPem: server.pub };
+
+t.test('a bundle signed by the pinned key verifies and round-trips', async (t) => {
+  const signed = signBundle(bundle, server.priv, { includePublicKey: true });
+  t.match(signed.signature, /^[0-9a-f]{128}$/);
+  t.equal(signed.key_id, pinned.keyId);
+  t.same(verifyBundle(signed, pinned, 'n1'), bundle);
+});
+
+t.test('anything else is refused with its code', async (t) => {
+  const signed = signBundle(bundle, server.priv);
+  const flipped = Buffer.from(signed.policy, 'base64');
+  flipped[flipped.length - 3] ^= 1;
+  t.throws(() => verifyBundle({ ...signed, policy: flipped.toString('base64') }, pinned, 'n1'), { code: 'ERR_POLICY_SIGNATURE' }, 'one byte altered');
+  t.throws(() => verifyBundle(signBundle(bundle, other.priv), pinned, 'n1'), { code: 'ERR_POLICY_SIGNATURE' }, 'another key');
+  const forged = signBundle(bundle, other.priv);
+  t.throws(() => verifyBundle({ ...forged, key_id: pinned.keyId }, pinned, 'n1'), { code: 'ERR_POLICY_SIGNATURE' }, 'another key claiming the pinned id');
+  t.throws(() => verifyBundle(signed, pinned, 'n2'), { code: 'ERR_POLICY_NODE_MISMATCH' }, "another node's bundle");
+  t.throws(() => verifyBundle({ policy: 'x' }, pinned, 'n1'), { code: 'ERR_POLICY_INVALID' });
+  t.throws(() => verifyBundle(null, pinned, 'n1'), { code: 'ERR_POLICY_INVALID' });
+  const badShape = signBundle({ ...bundle, directives: [{ ...directives[0]!, mode: 'sometimes' as 'audit' }] }, server.priv);
+  t.throws(() => verifyBundle(badShape, pinned, 'n1'), { code: 'ERR_POLICY_INVALID' });
+});
+
+t.test('config id changes when and only when the content changes', async (t) => {
+  const same = computeConfigId([{ ...directives[0]!, params: { content: 'hi', path: '/etc/motd' } }]);
+  t.equal(same, bundle.config_id, 'key order does not matter');
+  t.not(computeConfigId([{ ...directives[0]!, params: { path: '/etc/motd', content: 'ho' } }]), bundle.config_id);
+  t.not(computeConfigId([{ ...directives[0]!, mode: 'audit' }]), bundle.config_id);
+  t.not(computeConfigId([{ ...directives[0]!, rule_id: 'r2' }]), bundle.config_id);
+});
