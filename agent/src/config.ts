@@ -25,6 +25,8 @@ export const AGENT_SCHEMA = {
   inventory: {
     /** An unchanged inventory is re-sent this often; a changed one on the next run. */
     interval: { type: 'duration', default: '1d', min: 1000 },
+    /** Each node waits a fixed share of this beyond the interval, so a fleet does not send at once. */
+    splay: { type: 'duration', default: '1h' },
   },
   queue: {
     /** Files kept for back-fill when the relay is unreachable; the oldest are dropped beyond. */

@@ -46,7 +46,10 @@ export async function sendInventoryIfDue(
   const stampPath = join(config.agent.state_dir, 'inventory.stamp');
   const stamp = await readFile(stampPath, 'utf8').then((t) => JSON.parse(t) as InventoryStamp).catch(() => null);
   const hash = stableHash(inv);
-  const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval;
+  // A fixed offset per node within the splay (like systemd's FixedRandomDelay): stable for one node,
+  // spread across the fleet.
+  const offset = config.inventory.splay > 0 ? createHash('sha256').update(id.nodeId).digest().readUInt32BE(0) % config.inventory.splay : 0;
+  const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval + offset;
   if (!due) return false;
   const signed = signSmime(Buffer.from(JSON.stringify(inv)), id);
   await outbox.add('inventories', inventoryFileName(id.nodeId, opts.now, 'zstd'), compressSync(signed, 'zstd'));
@@ -92,6 +95,10 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   if (policy.problem) log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
 
   const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
+  if (policy.problem && !policy.problem.refused) {
+    // An agent log line, as RUDDER captures them: the server attaches it to the next report.
+    w.log('warning', `policy not refreshed (${policy.problem.code}): ${policy.problem.message}; running ${policy.source === 'none' ? 'no policy' : 'the cached policy'}`);
+  }
   w.start();
   await selfChecks(w, { stateDir: config.agent.state_dir, keyPath: id.keyPath });
   if (policy.problem?.refused) {

@@ -2,12 +2,18 @@
 import { execFileSync } from 'node:child_process';
 import os from 'node:os';
 import t from 'tap';
-import { collectInventory, parseOsRelease } from '@capstan/agent/inventory/collect';
+import { collectInventory, parseDefaultRoute, parseOsRelease } from '@capstan/agent/inventory/collect';
 
 t.test('os-release lines are read with their quoting', async (t) => {
   t.same(parseOsRelease('ID=debian\nVERSION_ID="12"\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n# comment\nBAD LINE\n'), {
     ID: 'debian', VERSION_ID: '12', PRETTY_NAME: 'Debian GNU/Linux 12 (bookworm)',
   });
+});
+
+t.test('the default route is read from /proc/net/route', async (t) => {
+  const text = 'Iface\tDestination\tGateway\tFlags\nlo\t0000007F\t00000000\t0001\neth0\t00000000\t0101A8C0\t0003\n';
+  t.same(parseDefaultRoute(text), { interface: 'eth0', gateway: '192.168.1.1' });
+  t.equal(parseDefaultRoute('Iface\tDestination\n'), null);
 });
 
 t.test('inventory facts match the host', async (t) => {

@@ -153,6 +153,12 @@ t.test('relay down: the run uses the cached policy and queues its run log; back-
   const names = back.uploads.filter((u) => u.kind === 'reports').map((u) => u.name);
   t.equal(names.length, 2);
   t.ok(names[0]! < names[1]!, 'oldest first');
+  const queued = back.uploads.filter((u) => u.kind === 'reports')[0]!;
+  const certPem = await readFile(join(dir, 'state', 'agent.cert'), 'utf8');
+  const text = verifySmime(await decompress(queued.body, 'zstd', { maxBytes: 1 << 20 }), [certPem]).content;
+  const offlineLog = parseRunLog(text, { node_id: first.nodeId, timestamp: '2026-01-01T00:00:00+00:00' });
+  t.match(offlineLog.reports[0], { event_type: 'log_warn', component: 'start', msg: /policy not refreshed \(ERR_UPSTREAM\)/ },
+    'the agent log line is attached to the next report, as RUDDER does');
 });
 
 t.test('dry run prints what it would do and changes, signs and sends nothing', async (t) => {

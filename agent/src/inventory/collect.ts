@@ -82,6 +82,18 @@ function interfaces() {
   }));
 }
 
+/** The default IPv4 route from /proc/net/route (gateway in little-endian hex). */
+export function parseDefaultRoute(text: string): { interface: string; gateway: string } | null {
+  for (const line of text.split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 3 || f[1] !== '00000000') continue;
+    const g = Number.parseInt(f[2]!, 16);
+    const gateway = [g & 255, (g >>> 8) & 255, (g >>> 16) & 255, (g >>> 24) & 255].join('.');
+    return { interface: f[0]!, gateway };
+  }
+  return null;
+}
+
 /** Installed packages from whichever package manager the host has. */
 async function packages(): Promise<Array<{ name: string; version: string }>> {
   const tries: Array<[string, string[], (line: string) => { name: string; version: string } | null]> = [
@@ -134,6 +146,7 @@ export async function collectInventory(ctx: InventoryContext): Promise<Record<st
     memory: await attempt('memory', memory, null),
     disks: await attempt('disks', disks, []),
     interfaces: await attempt('interfaces', async () => interfaces(), []),
+    default_route: await attempt('default_route', async () => parseDefaultRoute(await readFile('/proc/net/route', 'utf8')), null),
     packages: await attempt('packages', packages, []),
     uptime: Math.round(os.uptime()),
     facts: {},

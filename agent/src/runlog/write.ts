@@ -38,6 +38,16 @@ export class RunLogWriter {
     this.lines.push(formatReport(report));
   }
 
+  /**
+   * An agent log line (CFEngine's level tags, as RUDDER agents write them). It becomes a log_warn /
+   * log_info report attached to the next report, so it must be followed by one.
+   */
+  log(level: 'info' | 'warning' | 'error', msg: string): void {
+    const tag = level === 'info' ? '    info' : level === 'warning' ? ' warning' : '   error';
+    const oneLine = msg.replace(/[\r\n]+/g, ' ');
+    this.lines.push(`${rfc3339(this.ctx.clock())} ${tag}: ${oneLine}`);
+  }
+
   start(): void {
     this.add({ policy: 'Common', event_type: 'control', rule_id: 'rudder', directive_id: 'run', component: 'start', key_value: this.ctx.configId, msg: 'Start execution' });
   }
