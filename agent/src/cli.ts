@@ -7,7 +7,7 @@
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, isCapstanError, type Logger } from '@capstan/shared';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, isCapstanError, type Logger } from '@capstan/shared/agent';
 import { loadAgentConfig, type AgentConfig } from './config.js';
 import { ensureIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';

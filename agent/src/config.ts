@@ -1,5 +1,5 @@
 /** capstan-agent's configuration schema (see packaging/etc/capstan/agent.toml). */
-import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/agent';
 
 export const AGENT_SCHEMA = {
   agent: {

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { compressSync, inventoryFileName, runLogFileName, signSmime, type Logger } from '@capstan/shared';
+import { compressSync, inventoryFileName, runLogFileName, signSmime, type Logger } from '@capstan/shared/agent';
 import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
@@ -92,10 +92,11 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
 
   const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
   const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey });
-  if (policy.problem) log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
+  if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
 
   const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
-  if (policy.problem && !policy.problem.refused) {
+  // No policy yet (404) is the normal state of a new node, not worth a warning in every run.
+  if (policy.problem && !policy.problem.refused && policy.problem.code !== 'ERR_NOT_FOUND') {
     // An agent log line, as RUDDER captures them: the server attaches it to the next report.
     w.log('warning', `policy not refreshed (${policy.problem.code}): ${policy.problem.message}; running ${policy.source === 'none' ? 'no policy' : 'the cached policy'}`);
   }

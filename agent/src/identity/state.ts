@@ -5,7 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, certificateNodeId, createNodeIdentity, isValidNodeId } from '@capstan/shared';
+import { capstanError, certificateNodeId, createNodeIdentity, isValidNodeId } from '@capstan/shared/agent';
 
 export interface AgentIdentity {
   nodeId: string;

@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/agent';
 import { converge, modeParam, paramError, str, type Method } from './types.js';
 
 async function readOrNull(path: string): Promise<Buffer | null> {

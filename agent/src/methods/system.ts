@@ -5,7 +5,7 @@
 import { access, readFile, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/agent';
 import { converge, paramError, run, str, strList, type Method, type MethodContext } from './types.js';
 
 const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;

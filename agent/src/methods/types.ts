@@ -4,7 +4,7 @@
  * RUDDER's report types by the policy engine.
  */
 import { execFile } from 'node:child_process';
-import { capstanError, type Logger } from '@capstan/shared';
+import { capstanError, type Logger } from '@capstan/shared/agent';
 
 export type Status = 'success' | 'repaired' | 'error' | 'compliant' | 'noncompliant' | 'na';
 

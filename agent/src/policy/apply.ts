@@ -7,7 +7,7 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import os from 'node:os';
-import { evaluateCondition, parseCondition, type BundleDirective, type ConditionEnv } from '@capstan/shared';
+import { evaluateCondition, parseCondition, type BundleDirective, type ConditionEnv } from '@capstan/shared/agent';
 import { METHODS, type MethodContext, type Outcome, type Status } from '../methods/index.js';
 import type { RunLogWriter } from '../runlog/write.js';
 

@@ -6,11 +6,14 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { request } from 'undici';
+import { httpRequest } from '../queue/http.js';
 import {
   capstanError, HEADER_PROTOCOL, policyKeyId, PROTOCOL_VERSION, userAgent, verifyBundle, type PolicyBundle,
-} from '@capstan/shared';
+} from '@capstan/shared/agent';
 import { writeAtomic } from '../identity/state.js';
+
+/** Largest policy response the agent reads. */
+export const MAX_BUNDLE_BYTES = 32 * 1024 * 1024;
 
 export interface PinnedKey {
   keyId: string;
@@ -59,23 +62,24 @@ export async function fetchPolicy(opts: {
   let res;
   try {
     const etag = cached ? await readText(f.etag) : null;
-    res = await request(`${opts.relay}/policies/${encodeURIComponent(opts.nodeId)}/rules`, {
+    res = await httpRequest({
       method: 'GET',
+      url: `${opts.relay}/policies/${encodeURIComponent(opts.nodeId)}/rules`,
       headers: {
         'user-agent': userAgent('capstan-agent'),
         [HEADER_PROTOCOL]: PROTOCOL_VERSION,
         ...(etag ? { 'if-none-match': etag.trim() } : {}),
       },
-      headersTimeout: opts.timeoutMs,
-      bodyTimeout: opts.timeoutMs,
+      timeoutMs: opts.timeoutMs,
+      maxResponseBytes: MAX_BUNDLE_BYTES,
     });
   } catch (err) {
     return fallback({ code: 'ERR_UPSTREAM', message: `relay unreachable: ${(err as Error).message}`, refused: false });
   }
-  const body = await res.body.text().catch(() => '');
-  if (res.statusCode === 304 && cached) return { bundle: cached, source: 'not-modified' };
-  if (res.statusCode === 404) return fallback({ code: 'ERR_NOT_FOUND', message: 'no policy for this node yet', refused: false });
-  if (res.statusCode !== 200) return fallback({ code: 'ERR_UPSTREAM', message: `relay answered ${res.statusCode}`, refused: false });
+  const body = res.body.toString('utf8');
+  if (res.status === 304 && cached) return { bundle: cached, source: 'not-modified' };
+  if (res.status === 404) return fallback({ code: 'ERR_NOT_FOUND', message: 'no policy for this node yet', refused: false });
+  if (res.status !== 200) return fallback({ code: 'ERR_UPSTREAM', message: `relay answered ${res.status}`, refused: false });
 
   try {
     let signed: Record<string, unknown>;

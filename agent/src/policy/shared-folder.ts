@@ -1,6 +1,6 @@
 /** Download a file of the server's shared folder through the relay (RUDDER's relay API path). */
-import { request } from 'undici';
-import { capstanError, userAgent } from '@capstan/shared';
+import { httpRequest } from '../queue/http.js';
+import { capstanError, userAgent } from '@capstan/shared/agent';
 
 /** Largest shared-folder file the agent downloads into memory before checking its hash. */
 export const MAX_SHARED_FILE = 512 * 1024 * 1024;
@@ -9,23 +9,15 @@ export async function fetchShared(relay: string, path: string, timeoutMs: number
   const url = `${relay}/rudder/relay-api/1/shared-folder/${path.split('/').map(encodeURIComponent).join('/')}`;
   let res;
   try {
-    res = await request(url, { method: 'GET', headers: { 'user-agent': userAgent('capstan-agent') }, headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+    res = await httpRequest({ method: 'GET', url, headers: { 'user-agent': userAgent('capstan-agent') }, timeoutMs, maxResponseBytes: MAX_SHARED_FILE });
   } catch (err) {
-    throw capstanError('ERR_UPSTREAM', `relay unreachable: ${(err as Error).message}`, { cause: err });
-  }
-  if (res.statusCode !== 200) {
-    await res.body.dump();
-    throw capstanError(res.statusCode === 404 ? 'ERR_NOT_FOUND' : 'ERR_UPSTREAM', `shared-folder ${path}: relay answered ${res.statusCode}`);
-  }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of res.body) {
-    size += (c as Buffer).length;
-    if (size > MAX_SHARED_FILE) {
-      res.body.destroy();
+    if ((err as { code?: string }).code === 'ERR_BODY_TOO_LARGE') {
       throw capstanError('ERR_BODY_TOO_LARGE', `shared-folder ${path} is larger than ${MAX_SHARED_FILE} bytes`);
     }
-    chunks.push(c as Buffer);
+    throw capstanError('ERR_UPSTREAM', `relay unreachable: ${(err as Error).message}`, { cause: err });
   }
-  return Buffer.concat(chunks);
+  if (res.status !== 200) {
+    throw capstanError(res.status === 404 ? 'ERR_NOT_FOUND' : 'ERR_UPSTREAM', `shared-folder ${path}: relay answered ${res.status}`);
+  }
+  return res.body;
 }

@@ -5,7 +5,7 @@
  */
 import { mkdir, readdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isTransient, type Logger, type SpoolKind } from '@capstan/shared';
+import { isTransient, type Logger, type SpoolKind } from '@capstan/shared/agent';
 import { writeAtomic } from '../identity/state.js';
 import type { RelayClient } from './upload.js';
 

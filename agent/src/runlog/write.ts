@@ -3,7 +3,7 @@
  * every line stamped. The start report's key is the policy's config id, which the server uses to
  * match expected against received reports.
  */
-import { formatReport, type Report } from '@capstan/shared';
+import { formatReport, type Report } from '@capstan/shared/agent';
 
 export interface RunContext {
   nodeId: string;
