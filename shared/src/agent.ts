@@ -4,6 +4,7 @@ export * from './errors.js';
 export * from './log.js';
 export * from './config.js';
 export * from './protocol.js';
+export * from './version.js';
 export * from './runlog/index.js';
 export * from './smime/index.js';
 export * from './envelope/index.js';

@@ -52,6 +52,8 @@ export const ERROR_CODES = {
   ERR_UNAUTHORIZED: { status: 401 },
   ERR_FORBIDDEN: { status: 403 },
   ERR_CONFLICT: { status: 409 },
+  ERR_PEER_TOO_OLD: { status: 426 },
+  ERR_PEER_TOO_NEW: { status: 400 },
   // compression envelopes
   ERR_DECOMPRESS: { status: 400 },
   ERR_DECOMPRESSED_TOO_LARGE: { status: 413 },
