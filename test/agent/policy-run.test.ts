@@ -17,14 +17,21 @@ interface FakeRelay {
   url: string;
   uploads: Array<{ kind: string; name: string; body: Buffer }>;
   serve: (body: string | null, etag?: string) => void;
+  /** Drop every connection, as an unreachable relay would (keeps the port, so no one else takes it). */
+  setDown: (down: boolean) => void;
   close: () => Promise<void>;
 }
 
 async function fakeRelay(): Promise<FakeRelay> {
   let policy: string | null = null;
   let etag = '"0"';
+  let down = false;
   const uploads: FakeRelay['uploads'] = [];
   const server: Server = createServer((req, res) => {
+    if (down) {
+      req.socket.destroy();
+      return;
+    }
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
@@ -46,6 +53,9 @@ async function fakeRelay(): Promise<FakeRelay> {
     serve: (body, tag) => {
       policy = body;
       etag = tag ?? `"${Math.random()}"`;
+    },
+    setDown: (d) => {
+      down = d;
     },
     close: () => new Promise((r) => server.close(() => r())),
   };
@@ -136,7 +146,8 @@ t.test('relay down: the run uses the cached policy and queues its run log; back-
   const directives: BundleDirective[] = [{ id: 'f', name: 'f', method: 'file_content', params: { path: join(dir, 'f'), content: 'v1' }, mode: 'enforce', rule_id: 'r' }];
   relay.serve(bundleFor(first.nodeId, directives));
   await runAgent(config, silentLogger);
-  await relay.close();
+  relay.setDown(true);
+  t.teardown(relay.close);
 
   await writeFile(join(dir, 'f'), 'drift');
   const offline = await runAgent(config, silentLogger);
@@ -144,11 +155,10 @@ t.test('relay down: the run uses the cached policy and queues its run log; back-
   t.equal(await readFile(join(dir, 'f'), 'utf8'), 'v1', 'and applied');
   t.equal(offline.flush.remaining, 1, 'run log queued');
 
-  const back = await fakeRelay();
-  t.teardown(back.close);
-  back.serve(bundleFor(first.nodeId, directives));
-  const cfg2 = loadAgentConfig({ overrides: { 'agent.relay': back.url, 'agent.state_dir': join(dir, 'state') } });
-  const again = await runAgent(cfg2, silentLogger);
+  const back = relay;
+  back.setDown(false);
+  back.uploads.length = 0;
+  const again = await runAgent(config, silentLogger);
   t.equal(again.flush.sent, 2, 'the queued run log and the new one');
   const names = back.uploads.filter((u) => u.kind === 'reports').map((u) => u.name);
   t.equal(names.length, 2);

@@ -43,3 +43,15 @@ t.test('config id changes when and only when the content changes', async (t) => 
   t.not(computeConfigId([{ ...directives[0]!, mode: 'audit' }]), bundle.config_id);
   t.not(computeConfigId([{ ...directives[0]!, rule_id: 'r2' }]), bundle.config_id);
 });
+
+t.test('method parameters are validated on the server with the agent’s own rules', async (t) => {
+  const { validateMethodParams, expectedComponents } = await import('@capstan/shared');
+  t.same(validateMethodParams('file_content', { path: '/etc/motd', content: 'x' }), { path: '/etc/motd', content: 'x' });
+  t.throws(() => validateMethodParams('file_content', { path: 'etc/motd', content: 'x' }), { code: 'ERR_METHOD_PARAMS', message: /path/ });
+  t.throws(() => validateMethodParams('no_such_method', {}), { code: 'ERR_METHOD_PARAMS', message: /unknown method/ });
+  t.throws(() => validateMethodParams('command_run', { command: 'rm' }), { code: 'ERR_METHOD_PARAMS', message: /creates/ });
+  t.throws(() => validateMethodParams('sysctl_value', []), { code: 'ERR_METHOD_PARAMS' });
+  t.same(expectedComponents('file_line_present', { path: '/etc/hosts', line: '1.2.3.4 a' }), [{ component: 'File line', key: '/etc/hosts: 1.2.3.4 a' }]);
+  t.same(expectedComponents('command_check', { command: 'test', args: ['-f', '/x'] }), [{ component: 'Command check', key: 'test -f /x' }]);
+  t.same(expectedComponents('file_content', { path: 1 }), [{ component: 'file_content', key: 'invalid parameters' }]);
+});

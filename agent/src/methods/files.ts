@@ -2,8 +2,11 @@
 import { createHash } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import { capstanError } from '@capstan/shared/agent';
-import { converge, modeParam, paramError, str, type Method } from './types.js';
+import {
+  capstanError, directoryPresentSpec, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec,
+  filePermissionsSpec,
+} from '@capstan/shared/agent';
+import { converge, type Method, type ParamsOf } from './types.js';
 
 async function readOrNull(path: string): Promise<Buffer | null> {
   try {
@@ -26,14 +29,8 @@ export async function installFile(path: string, data: Buffer | string, mode?: nu
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
-export const fileContent: Method<{ path: string; content: string; mode?: number }> = {
-  name: 'file_content',
-  components: (p) => [{ component: 'File content', key: p.path }],
-  validate: (p) => {
-    const content = p.content;
-    if (typeof content !== 'string') paramError('file_content', 'content', 'must be a string');
-    return { path: str('file_content', p, 'path', { absolute: true }), content, mode: modeParam('file_content', p) };
-  },
+export const fileContent: Method<ParamsOf<typeof fileContentSpec>> = {
+  ...fileContentSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'File content', p.path,
@@ -53,14 +50,8 @@ export const fileContent: Method<{ path: string; content: string; mode?: number 
   ],
 };
 
-export const fileLinePresent: Method<{ path: string; line: string }> = {
-  name: 'file_line_present',
-  components: (p) => [{ component: 'File line', key: `${p.path}: ${p.line}` }],
-  validate: (p) => {
-    const line = str('file_line_present', p, 'line');
-    if (/[\r\n]/.test(line)) paramError('file_line_present', 'line', 'must be a single line');
-    return { path: str('file_line_present', p, 'path', { absolute: true }), line };
-  },
+export const fileLinePresent: Method<ParamsOf<typeof fileLinePresentSpec>> = {
+  ...fileLinePresentSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'File line', `${p.path}: ${p.line}`,
@@ -80,10 +71,8 @@ export const fileLinePresent: Method<{ path: string; line: string }> = {
   ],
 };
 
-export const fileAbsent: Method<{ path: string }> = {
-  name: 'file_absent',
-  components: (p) => [{ component: 'File absent', key: p.path }],
-  validate: (p) => ({ path: str('file_absent', p, 'path', { absolute: true }) }),
+export const fileAbsent: Method<ParamsOf<typeof fileAbsentSpec>> = {
+  ...fileAbsentSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'File absent', p.path,
@@ -99,28 +88,9 @@ export const fileAbsent: Method<{ path: string }> = {
   ],
 };
 
-interface Perms {
-  path: string;
-  mode?: number;
-  owner?: number;
-  group?: number;
-}
 
-function idParam(p: Record<string, unknown>, field: string): number | undefined {
-  const v = p[field];
-  if (v === undefined) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) paramError('file_permissions', field, 'must be a numeric id');
-  return v;
-}
-
-export const filePermissions: Method<Perms> = {
-  name: 'file_permissions',
-  components: (p) => [{ component: 'File permissions', key: p.path }],
-  validate: (p) => {
-    const out = { path: str('file_permissions', p, 'path', { absolute: true }), mode: modeParam('file_permissions', p), owner: idParam(p, 'owner'), group: idParam(p, 'group') };
-    if (out.mode === undefined && out.owner === undefined && out.group === undefined) paramError('file_permissions', 'mode', 'or owner or group is required');
-    return out;
-  },
+export const filePermissions: Method<ParamsOf<typeof filePermissionsSpec>> = {
+  ...filePermissionsSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'File permissions', p.path,
@@ -145,10 +115,8 @@ export const filePermissions: Method<Perms> = {
   ],
 };
 
-export const directoryPresent: Method<{ path: string; mode?: number }> = {
-  name: 'directory_present',
-  components: (p) => [{ component: 'Directory', key: p.path }],
-  validate: (p) => ({ path: str('directory_present', p, 'path', { absolute: true }), mode: modeParam('directory_present', p) }),
+export const directoryPresent: Method<ParamsOf<typeof directoryPresentSpec>> = {
+  ...directoryPresentSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'Directory', p.path,
@@ -168,18 +136,8 @@ export const directoryPresent: Method<{ path: string; mode?: number }> = {
   ],
 };
 
-export const fileFromSharedFolder: Method<{ source: string; path: string; sha256: string; mode?: number }> = {
-  name: 'file_from_shared_folder',
-  components: (p) => [{ component: 'File from shared folder', key: p.path }],
-  validate: (p) => {
-    const source = str('file_from_shared_folder', p, 'source');
-    if (source.split('/').some((s) => s === '..' || s === '.') || source.startsWith('/') || source.includes('\\')) {
-      paramError('file_from_shared_folder', 'source', 'must be a relative path inside the shared folder');
-    }
-    const hash = str('file_from_shared_folder', p, 'sha256');
-    if (!/^[0-9a-f]{64}$/.test(hash)) paramError('file_from_shared_folder', 'sha256', 'must be 64 lowercase hex digits');
-    return { source, path: str('file_from_shared_folder', p, 'path', { absolute: true }), sha256: hash, mode: modeParam('file_from_shared_folder', p) };
-  },
+export const fileFromSharedFolder: Method<ParamsOf<typeof fileFromSharedFolderSpec>> = {
+  ...fileFromSharedFolderSpec,
   apply: async (p, ctx) => [
     await converge(
       ctx, 'File from shared folder', p.path,

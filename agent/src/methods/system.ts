@@ -5,10 +5,11 @@
 import { access, readFile, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import { capstanError } from '@capstan/shared/agent';
-import { converge, paramError, run, str, strList, type Method, type MethodContext } from './types.js';
-
-const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
+import {
+  capstanError, commandCheckSpec, commandKey, commandRunSpec, packageAbsentSpec, packagePresentSpec, serviceEnabledSpec,
+  serviceRunningSpec, sysctlValueSpec,
+} from '@capstan/shared/agent';
+import { converge, run, type Method, type MethodContext, type ParamsOf } from './types.js';
 
 async function onPath(cmd: string, env: NodeJS.ProcessEnv): Promise<boolean> {
   for (const dir of (env.PATH ?? '').split(delimiter)) {
@@ -61,16 +62,8 @@ async function pkgTool(family: Family, action: 'install' | 'remove', name: strin
   if (r.code !== 0) throw capstanError('ERR_INTERNAL', `${action} ${name} failed (${r.code}): ${r.stderr.trim().split('\n').pop() ?? ''}`);
 }
 
-export const packagePresent: Method<{ name: string; version?: string }> = {
-  name: 'package_present',
-  components: (p) => [{ component: 'Package present', key: p.name }],
-  validate: (p) => {
-    const name = str('package_present', p, 'name');
-    if (!PKG_NAME.test(name)) paramError('package_present', 'name', 'is not a package name');
-    const version = str('package_present', p, 'version', { optional: true });
-    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version');
-    return { name, version };
-  },
+export const packagePresent: Method<ParamsOf<typeof packagePresentSpec>> = {
+  ...packagePresentSpec,
   apply: async (p, ctx) => {
     let family: Family;
     return [
@@ -90,14 +83,8 @@ export const packagePresent: Method<{ name: string; version?: string }> = {
   },
 };
 
-export const packageAbsent: Method<{ name: string }> = {
-  name: 'package_absent',
-  components: (p) => [{ component: 'Package absent', key: p.name }],
-  validate: (p) => {
-    const name = str('package_absent', p, 'name');
-    if (!PKG_NAME.test(name)) paramError('package_absent', 'name', 'is not a package name');
-    return { name };
-  },
+export const packageAbsent: Method<ParamsOf<typeof packageAbsentSpec>> = {
+  ...packageAbsentSpec,
   apply: async (p, ctx) => {
     let family: Family;
     return [
@@ -114,19 +101,12 @@ export const packageAbsent: Method<{ name: string }> = {
   },
 };
 
-const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
 
 function serviceMethod(name: 'service_running' | 'service_enabled'): Method<{ name: string }> {
   const running = name === 'service_running';
   const component = running ? 'Service running' : 'Service enabled';
   return {
-    name,
-    components: (p) => [{ component, key: p.name }],
-    validate: (p) => {
-      const unit = str(name, p, 'name');
-      if (!UNIT.test(unit)) paramError(name, 'name', 'is not a unit name');
-      return { name: unit };
-    },
+    ...(running ? serviceRunningSpec : serviceEnabledSpec),
     apply: async (p, ctx) => [
       await converge(
         ctx, component, p.name,
@@ -147,27 +127,11 @@ function serviceMethod(name: 'service_running' | 'service_enabled'): Method<{ na
 export const serviceRunning = serviceMethod('service_running');
 export const serviceEnabled = serviceMethod('service_enabled');
 
-interface Cmd {
-  command: string;
-  args: string[];
-}
 
-function cmdParams(method: string, p: Record<string, unknown>): Cmd {
-  return { command: str(method, p, 'command'), args: strList(method, p, 'args') };
-}
-
-export const commandCheck: Method<Cmd & { expect_exit: number }> = {
-  name: 'command_check',
-  auditOnly: true,
-  components: (p) => [{ component: 'Command check', key: [p.command, ...p.args].join(' ') }],
-  validate: (p) => {
-    const e = p.expect_exit ?? 0;
-    if (typeof e !== 'number' || !Number.isInteger(e) || e < 0 || e > 255) paramError('command_check', 'expect_exit', 'must be an exit code 0-255');
-    return { ...cmdParams('command_check', p), expect_exit: e };
-  },
-  // Audit only: whatever the directive's mode, it looks and never changes anything.
+export const commandCheck: Method<ParamsOf<typeof commandCheckSpec>> = {
+  ...commandCheckSpec,
   apply: async (p, ctx) => {
-    const key = [p.command, ...p.args].join(' ');
+    const key = commandKey(p);
     const r = await run(p.command, p.args, ctx);
     if (r.code === 127 && r.stdout === '') return [{ component: 'Command check', key, status: 'error', message: r.stderr }];
     return [
@@ -183,22 +147,10 @@ export const commandCheck: Method<Cmd & { expect_exit: number }> = {
  * path the command makes; `unless`: a check command that exits 0 when all is well), so that a
  * second run on an unchanged host repairs nothing.
  */
-export const commandRun: Method<Cmd & { creates?: string; unless?: Cmd }> = {
-  name: 'command_run',
-  components: (p) => [{ component: 'Command run', key: [p.command, ...p.args].join(' ') }],
-  validate: (p) => {
-    const base = cmdParams('command_run', p);
-    const creates = str('command_run', p, 'creates', { optional: true, absolute: true });
-    let unless: Cmd | undefined;
-    if (p.unless !== undefined) {
-      if (!p.unless || typeof p.unless !== 'object') paramError('command_run', 'unless', 'must be {command, args}');
-      unless = cmdParams('command_run.unless', p.unless as Record<string, unknown>);
-    }
-    if (!creates && !unless) paramError('command_run', 'creates', 'or unless is required, so that the command runs only when needed');
-    return { ...base, creates, unless };
-  },
+export const commandRun: Method<ParamsOf<typeof commandRunSpec>> = {
+  ...commandRunSpec,
   apply: async (p, ctx) => {
-    const key = [p.command, ...p.args].join(' ');
+    const key = commandKey(p);
     return [
       await converge(
         ctx, 'Command run', key,
@@ -220,16 +172,8 @@ export const commandRun: Method<Cmd & { creates?: string; unless?: Cmd }> = {
   },
 };
 
-export const sysctlValue: Method<{ key: string; value: string }> = {
-  name: 'sysctl_value',
-  components: (p) => [{ component: 'Sysctl value', key: p.key }],
-  validate: (p) => {
-    const key = str('sysctl_value', p, 'key');
-    if (!/^[a-z0-9_]+(\.[a-z0-9_*-]+)+$/i.test(key)) paramError('sysctl_value', 'key', 'is not a sysctl key such as net.ipv4.ip_forward');
-    const v = p.value;
-    if (typeof v !== 'string' && typeof v !== 'number') paramError('sysctl_value', 'value', 'must be a string or number');
-    return { key, value: String(v) };
-  },
+export const sysctlValue: Method<ParamsOf<typeof sysctlValueSpec>> = {
+  ...sysctlValueSpec,
   apply: async (p, ctx) => {
     const path = join(ctx.sysctlRoot, ...p.key.split('.'));
     const norm = (s: string) => s.trim().split(/\s+/).join(' ');

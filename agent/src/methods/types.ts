@@ -4,7 +4,7 @@
  * RUDDER's report types by the policy engine.
  */
 import { execFile } from 'node:child_process';
-import { capstanError, type Logger } from '@capstan/shared/agent';
+import type { Logger, MethodSpec } from '@capstan/shared/agent';
 
 export type Status = 'success' | 'repaired' | 'error' | 'compliant' | 'noncompliant' | 'na';
 
@@ -29,43 +29,16 @@ export interface MethodContext {
   fetchShared: (path: string) => Promise<Buffer>;
 }
 
-export interface Method<P> {
-  name: string;
-  /** Components this method reports, for expected-vs-received compliance. */
-  components: (params: P) => Array<{ component: string; key: string }>;
-  /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field. */
-  validate: (params: Record<string, unknown>) => P;
+/** A method: the shared parameter spec (validate, components, auditOnly) plus how to apply it. */
+export interface Method<P> extends MethodSpec<P> {
   apply: (params: P, ctx: MethodContext) => Promise<Outcome[]>;
-  /** Methods that never change anything report audit types even in enforce mode. */
-  auditOnly?: boolean;
 }
 
-export function paramError(method: string, field: string, what: string): never {
-  throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`);
-}
+export type ParamsOf<S> = S extends MethodSpec<infer P> ? P : never;
 
-export function str(method: string, p: Record<string, unknown>, field: string, opts: { optional?: boolean; absolute?: boolean } = {}): string {
-  const v = p[field];
-  if (v === undefined && opts.optional) return undefined as unknown as string;
-  if (typeof v !== 'string' || v.length === 0) paramError(method, field, 'must be a non-empty string');
-  if (v.includes('\0')) paramError(method, field, 'must not contain NUL');
-  if (opts.absolute && !v.startsWith('/')) paramError(method, field, 'must be an absolute path');
-  return v;
-}
 
-export function modeParam(method: string, p: Record<string, unknown>, field = 'mode'): number | undefined {
-  const v = p[field];
-  if (v === undefined) return undefined;
-  if (typeof v !== 'string' || !/^0?[0-7]{3,4}$/.test(v)) paramError(method, field, 'must be an octal mode such as "0644"');
-  return parseInt(v, 8);
-}
 
-export function strList(method: string, p: Record<string, unknown>, field: string): string[] {
-  const v = p[field];
-  if (v === undefined) return [];
-  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) paramError(method, field, 'must be a list of strings');
-  return v as string[];
-}
+
 
 export interface RunResult {
   code: number;

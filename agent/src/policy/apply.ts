@@ -68,15 +68,16 @@ export async function applyDirectives(directives: BundleDirective[], o: ApplyOpt
       o.writer.add({ policy: d.method, event_type: type, rule_id: d.rule_id, directive_id: d.id, component: out.component, key_value: out.key, msg: out.message });
       o.onOutcome?.(d, out, type);
     };
+    // Same component and key as shared expectedComponents() gives the server for these cases.
     if (!method) {
-      emit({ component: d.method, key: d.id, status: 'error', message: `unknown method ${d.method}` });
+      emit({ component: d.method, key: 'unknown method', status: 'error', message: `unknown method ${d.method}` });
       continue;
     }
     let params;
     try {
       params = method.validate(d.params);
     } catch (err) {
-      emit({ component: d.method, key: d.id, status: 'error', message: (err as Error).message });
+      emit({ component: d.method, key: 'invalid parameters', status: 'error', message: (err as Error).message });
       continue;
     }
     if (d.condition !== undefined && d.condition.trim() !== '') {

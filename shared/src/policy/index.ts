@@ -1,2 +1,3 @@
 export * from './bundle.js';
 export * from './condition.js';
+export * from './methods.js';

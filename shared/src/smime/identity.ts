@@ -3,7 +3,7 @@
  * RUDDER agents make theirs (`openssl req -x509 -sha256 -subj "/UID=<uuid>"`). The root pins this
  * certificate when the node is accepted and verifies every run log and inventory against it.
  */
-import { createHash, generateKeyPairSync, randomBytes, sign as cryptoSign } from 'node:crypto';
+import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes, sign as cryptoSign, type KeyObject } from 'node:crypto';
 import forge from 'node-forge';
 import { capstanError } from '../errors.js';
 import { OID } from './algorithms.js';
@@ -25,6 +25,12 @@ export interface NodeIdentityOptions {
   /** Validity in days from `now`; 3650 by default, like RUDDER's agent certificates. */
   days?: number;
   now?: Date;
+  /**
+   * Certify this existing private key (PEM) instead of generating one; `bits` is then ignored.
+   * Key generation costs ~100 ms, so simulators and benchmarks that need thousands of node ids
+   * certify a few keys many times; a real agent always makes its own key.
+   */
+  keyPem?: string;
 }
 
 const DAY_MS = 86_400_000;
@@ -37,7 +43,7 @@ export function createNodeIdentity(nodeId: string, opts: NodeIdentityOptions = {
   if (!Number.isInteger(bits) || bits < 1024 || bits > 16384) throw new RangeError('bits must be an integer in 1024..16384');
   if (!(days > 0)) throw new RangeError('days must be positive');
 
-  const { privateKey, publicKey } = generateKeyPairSync('rsa', { modulusLength: bits, publicExponent: 0x10001 });
+  const { privateKey, publicKey } = opts.keyPem ? existingKey(opts.keyPem) : generateKeyPairSync('rsa', { modulusLength: bits, publicExponent: 0x10001 });
   const cert = forge.pki.createCertificate();
   cert.publicKey = forge.pki.publicKeyFromPem(publicKey.export({ type: 'spki', format: 'pem' }).toString());
   cert.serialNumber = randomSerial();
@@ -64,6 +70,17 @@ export function createNodeIdentity(nodeId: string, opts: NodeIdentityOptions = {
     keyPem: privateKey.export({ type: 'pkcs8', format: 'pem' }).toString(),
     certPem: forge.pki.certificateToPem(cert).replace(/\r\n/g, '\n'),
   };
+}
+
+function existingKey(pem: string): { privateKey: KeyObject; publicKey: KeyObject } {
+  let privateKey: KeyObject;
+  try {
+    privateKey = createPrivateKey(pem);
+  } catch (err) {
+    throw capstanError('ERR_KEY', 'not a readable unencrypted private key', { cause: err });
+  }
+  if (privateKey.asymmetricKeyType !== 'rsa') throw capstanError('ERR_KEY', 'node keys are RSA keys');
+  return { privateKey, publicKey: createPublicKey(privateKey) };
 }
 
 /** 128 random bits, made a positive DER INTEGER with no leading zero byte. */

@@ -29,8 +29,11 @@ export interface ProcessedEvent {
 export interface ProcessorOptions {
   kind: SpoolKind;
   spool: Spool;
-  /** Resolve when the file is fully handled (forwarded, ingested); throw to fail or retry it. */
-  handle: (path: string, name: string) => Promise<void>;
+  /**
+   * Resolve when the file is fully handled (forwarded, ingested); throw to fail or retry it.
+   * `signal` aborts when stop() gives up waiting: the file then stays in incoming/ for next time.
+   */
+  handle: (path: string, name: string, signal: AbortSignal) => Promise<void>;
   log: Logger;
   concurrency?: number;
   catchupIntervalMs?: number;
@@ -54,8 +57,10 @@ export class SpoolProcessor extends EventEmitter {
   private readonly queued = new Set<string>();
   private readonly inFlight = new Set<string>();
   private readonly retries = new Map<string, RetryState>();
-  private active = 0;
+  private running = 0;
   private stopped = false;
+  private paused = false;
+  private readonly abort = new AbortController();
 
   constructor(opts: ProcessorOptions) {
     super();
@@ -87,17 +92,64 @@ export class SpoolProcessor extends EventEmitter {
     this.timer.unref();
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stop watching and let handlers in flight finish, so a file is never half-processed. After
+   * `graceMs` their signal is aborted (a hung upstream must not hold a shutdown forever); an
+   * aborted file stays in incoming/ and is taken again by the next start.
+   */
+  async stop(graceMs = Infinity): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     await this.watcher?.close();
-    // Let handlers in flight finish so a file is never half-processed at shutdown.
-    while (this.active > 0) await new Promise((r) => setTimeout(r, 10));
+    const until = Date.now() + graceMs;
+    while (this.running > 0) {
+      if (Date.now() >= until && !this.abort.signal.aborted) this.abort.abort();
+      await new Promise((r) => setTimeout(r, 10));
+    }
   }
 
   /** Files known to this processor and not yet done (waiting, in flight or backing off). */
   get pending(): number {
     return this.queued.size + this.inFlight.size + this.retries.size;
+  }
+
+  /** Files being handled right now. */
+  get active(): number {
+    return this.inFlight.size;
+  }
+
+  /** Offer a file the caller just put into incoming/ (skips waiting for the watcher). */
+  notify(name: string): void {
+    this.offer(name);
+  }
+
+  /**
+   * Start no new handler until resume(): for when the handler's target is known to be down, so
+   * that every waiting file does not spend a retry on it. Files keep being queued meanwhile.
+   */
+  pause(): void {
+    this.paused = true;
+  }
+
+  /** Undo pause() and make every backing-off file due now (its target just came back). */
+  resume(): void {
+    this.paused = false;
+    this.retryAll();
+  }
+
+  get isPaused(): boolean {
+    return this.paused;
+  }
+
+  /** Make every file waiting on a retry timer due now. */
+  retryAll(): void {
+    const names = [...this.retries.keys()];
+    for (const name of names) {
+      const r = this.retries.get(name);
+      if (r) r.dueAt = 0;
+      this.offer(name);
+    }
+    this.pump();
   }
 
   /** List the directory and offer every file that is not waiting on a retry timer. */
@@ -131,14 +183,14 @@ export class SpoolProcessor extends EventEmitter {
   }
 
   private pump(): void {
-    while (!this.stopped && this.active < this.o.concurrency && this.queue.length > 0) {
+    while (!this.stopped && !this.paused && this.running < this.o.concurrency && this.queue.length > 0) {
       const name = this.queue.shift()!;
       this.queued.delete(name);
       this.inFlight.add(name);
-      this.active++;
+      this.running++;
       void this.run(name).finally(() => {
         this.inFlight.delete(name);
-        this.active--;
+        this.running--;
         this.pump();
       });
     }
@@ -149,7 +201,7 @@ export class SpoolProcessor extends EventEmitter {
     const path = join(this.dir, name);
     const log = this.o.log.child({ file: name, kind: this.o.kind });
     try {
-      await this.o.handle(path, name);
+      await this.o.handle(path, name, this.abort.signal);
       await this.o.spool.remove(this.o.kind, name);
       this.retries.delete(name);
       this.emit('processed', { kind: this.o.kind, name, outcome: 'done', ms: Date.now() - started } satisfies ProcessedEvent);

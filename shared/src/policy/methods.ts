@@ -1,0 +1,229 @@
+/**
+ * The generic methods' parameter schemas and the components each reports. Shared so that the
+ * server refuses a directive with bad parameters when an admin saves it (400 naming the field),
+ * and computes the components it expects for compliance, with exactly the agent's rules.
+ */
+import { capstanError } from '../errors.js';
+
+export interface Component {
+  component: string;
+  key: string;
+}
+
+export interface MethodSpec<P> {
+  name: string;
+  /** Methods that never change anything report audit types even in enforce mode. */
+  auditOnly?: boolean;
+  /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field. */
+  validate: (params: Record<string, unknown>) => P;
+  components: (params: P) => Component[];
+}
+
+export function paramError(method: string, field: string, what: string): never {
+  throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`);
+}
+
+function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
+  const v = p[field];
+  if (typeof v !== 'string' || v.length === 0) paramError(method, field, 'must be a non-empty string');
+  if (v.includes('\0')) paramError(method, field, 'must not contain NUL');
+  if (opts.absolute && !v.startsWith('/')) paramError(method, field, 'must be an absolute path');
+  return v;
+}
+
+function optStr(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string | undefined {
+  return p[field] === undefined ? undefined : str(method, p, field, opts);
+}
+
+function mode(method: string, p: Record<string, unknown>, field = 'mode'): number | undefined {
+  const v = p[field];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string' || !/^0?[0-7]{3,4}$/.test(v)) paramError(method, field, 'must be an octal mode such as "0644"');
+  return parseInt(v, 8);
+}
+
+function strList(method: string, p: Record<string, unknown>, field: string): string[] {
+  const v = p[field];
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' || x.includes('\0'))) paramError(method, field, 'must be a list of strings');
+  return v as string[];
+}
+
+function id(method: string, p: Record<string, unknown>, field: string): number | undefined {
+  const v = p[field];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) paramError(method, field, 'must be a numeric id');
+  return v;
+}
+
+const one = (component: string, key: string): Component[] => [{ component, key }];
+
+export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number }> = {
+  name: 'file_content',
+  validate: (p) => {
+    if (typeof p.content !== 'string') paramError('file_content', 'content', 'must be a string');
+    return { path: str('file_content', p, 'path', { absolute: true }), content: p.content, mode: mode('file_content', p) };
+  },
+  components: (p) => one('File content', p.path),
+};
+
+export const fileLinePresentSpec: MethodSpec<{ path: string; line: string }> = {
+  name: 'file_line_present',
+  validate: (p) => {
+    const line = str('file_line_present', p, 'line');
+    if (/[\r\n]/.test(line)) paramError('file_line_present', 'line', 'must be a single line');
+    return { path: str('file_line_present', p, 'path', { absolute: true }), line };
+  },
+  components: (p) => one('File line', `${p.path}: ${p.line}`),
+};
+
+export const fileAbsentSpec: MethodSpec<{ path: string }> = {
+  name: 'file_absent',
+  validate: (p) => ({ path: str('file_absent', p, 'path', { absolute: true }) }),
+  components: (p) => one('File absent', p.path),
+};
+
+export const filePermissionsSpec: MethodSpec<{ path: string; mode?: number; owner?: number; group?: number }> = {
+  name: 'file_permissions',
+  validate: (p) => {
+    const out = { path: str('file_permissions', p, 'path', { absolute: true }), mode: mode('file_permissions', p), owner: id('file_permissions', p, 'owner'), group: id('file_permissions', p, 'group') };
+    if (out.mode === undefined && out.owner === undefined && out.group === undefined) paramError('file_permissions', 'mode', 'or owner or group is required');
+    return out;
+  },
+  components: (p) => one('File permissions', p.path),
+};
+
+export const directoryPresentSpec: MethodSpec<{ path: string; mode?: number }> = {
+  name: 'directory_present',
+  validate: (p) => ({ path: str('directory_present', p, 'path', { absolute: true }), mode: mode('directory_present', p) }),
+  components: (p) => one('Directory', p.path),
+};
+
+export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string; sha256: string; mode?: number }> = {
+  name: 'file_from_shared_folder',
+  validate: (p) => {
+    const source = str('file_from_shared_folder', p, 'source');
+    if (source.split('/').some((s) => s === '..' || s === '.' || s === '') || source.startsWith('/') || source.includes('\\')) {
+      paramError('file_from_shared_folder', 'source', 'must be a relative path inside the shared folder');
+    }
+    const hash = str('file_from_shared_folder', p, 'sha256');
+    if (!/^[0-9a-f]{64}$/.test(hash)) paramError('file_from_shared_folder', 'sha256', 'must be 64 lowercase hex digits');
+    return { source, path: str('file_from_shared_folder', p, 'path', { absolute: true }), sha256: hash, mode: mode('file_from_shared_folder', p) };
+  },
+  components: (p) => one('File from shared folder', p.path),
+};
+
+const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
+
+export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
+  name: 'package_present',
+  validate: (p) => {
+    const name = str('package_present', p, 'name');
+    if (!PKG_NAME.test(name)) paramError('package_present', 'name', 'is not a package name');
+    const version = optStr('package_present', p, 'version');
+    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version');
+    return { name, version };
+  },
+  components: (p) => one('Package present', p.name),
+};
+
+export const packageAbsentSpec: MethodSpec<{ name: string }> = {
+  name: 'package_absent',
+  validate: (p) => {
+    const name = str('package_absent', p, 'name');
+    if (!PKG_NAME.test(name)) paramError('package_absent', 'name', 'is not a package name');
+    return { name };
+  },
+  components: (p) => one('Package absent', p.name),
+};
+
+const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
+
+function serviceSpec(name: 'service_running' | 'service_enabled', component: string): MethodSpec<{ name: string }> {
+  return {
+    name,
+    validate: (p) => {
+      const unit = str(name, p, 'name');
+      if (!UNIT.test(unit)) paramError(name, 'name', 'is not a unit name');
+      return { name: unit };
+    },
+    components: (p) => one(component, p.name),
+  };
+}
+
+export const serviceRunningSpec = serviceSpec('service_running', 'Service running');
+export const serviceEnabledSpec = serviceSpec('service_enabled', 'Service enabled');
+
+export interface CommandParams {
+  command: string;
+  args: string[];
+}
+
+const cmd = (method: string, p: Record<string, unknown>): CommandParams => ({ command: str(method, p, 'command'), args: strList(method, p, 'args') });
+export const commandKey = (c: CommandParams): string => [c.command, ...c.args].join(' ');
+
+export const commandCheckSpec: MethodSpec<CommandParams & { expect_exit: number }> = {
+  name: 'command_check',
+  auditOnly: true,
+  validate: (p) => {
+    const e = p.expect_exit ?? 0;
+    if (typeof e !== 'number' || !Number.isInteger(e) || e < 0 || e > 255) paramError('command_check', 'expect_exit', 'must be an exit code 0-255');
+    return { ...cmd('command_check', p), expect_exit: e };
+  },
+  components: (p) => one('Command check', commandKey(p)),
+};
+
+export const commandRunSpec: MethodSpec<CommandParams & { creates?: string; unless?: CommandParams }> = {
+  name: 'command_run',
+  validate: (p) => {
+    const base = cmd('command_run', p);
+    const creates = optStr('command_run', p, 'creates', { absolute: true });
+    let unless: CommandParams | undefined;
+    if (p.unless !== undefined) {
+      if (!p.unless || typeof p.unless !== 'object' || Array.isArray(p.unless)) paramError('command_run', 'unless', 'must be {command, args}');
+      unless = cmd('command_run.unless', p.unless as Record<string, unknown>);
+    }
+    if (!creates && !unless) paramError('command_run', 'creates', 'or unless is required, so that the command runs only when needed');
+    return { ...base, creates, unless };
+  },
+  components: (p) => one('Command run', commandKey(p)),
+};
+
+export const sysctlValueSpec: MethodSpec<{ key: string; value: string }> = {
+  name: 'sysctl_value',
+  validate: (p) => {
+    const key = str('sysctl_value', p, 'key');
+    if (!/^[a-z0-9_]+(\.[a-z0-9_*-]+)+$/i.test(key)) paramError('sysctl_value', 'key', 'is not a sysctl key such as net.ipv4.ip_forward');
+    const v = p.value;
+    if (typeof v !== 'string' && typeof v !== 'number') paramError('sysctl_value', 'value', 'must be a string or number');
+    return { key, value: String(v) };
+  },
+  components: (p) => one('Sysctl value', p.key),
+};
+
+export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
+  [
+    fileContentSpec, fileLinePresentSpec, fileAbsentSpec, filePermissionsSpec, directoryPresentSpec, fileFromSharedFolderSpec,
+    packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
+  ].map((m) => [m.name, m as MethodSpec<any>]),
+);
+
+/** Validate a directive's method and parameters (server side, on save). */
+export function validateMethodParams(method: string, params: unknown): Record<string, unknown> {
+  const spec = METHOD_SPECS.get(method);
+  if (!spec) throw capstanError('ERR_METHOD_PARAMS', `unknown method ${method}; known: ${[...METHOD_SPECS.keys()].join(', ')}`);
+  if (!params || typeof params !== 'object' || Array.isArray(params)) throw capstanError('ERR_METHOD_PARAMS', `${method}: params must be an object`);
+  spec.validate(params as Record<string, unknown>);
+  return params as Record<string, unknown>;
+}
+
+/** The components a directive is expected to report, for expected-vs-received compliance. */
+export function expectedComponents(method: string, params: Record<string, unknown>): Component[] {
+  const spec = METHOD_SPECS.get(method);
+  if (!spec) return [{ component: method, key: 'unknown method' }];
+  try {
+    return spec.components(spec.validate(params));
+  } catch {
+    return [{ component: method, key: 'invalid parameters' }];
+  }
+}
