@@ -80,12 +80,21 @@ export const ERROR_CODES = {
   ERR_CONDITION_SYNTAX: { status: 400 },
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
+  // node identity tokens
+  ERR_TOKEN_INVALID: { status: 401 },
+  ERR_TOKEN_EXPIRED: { status: 401 },
+  ERR_TOKEN_UNKNOWN_KEY: { status: 401 },
+  ERR_TOKEN_WRONG_NODE: { status: 403 },
+  ERR_RENEW_STALE: { status: 401 },
+  ERR_RENEW_REPLAY: { status: 401 },
   // registry
   ERR_NODE_UNKNOWN: { status: 404 },
   ERR_NODE_PENDING: { status: 403 },
   ERR_NODE_REFUSED: { status: 403 },
   ERR_NODE_MISMATCH: { status: 400 },
   ERR_NODE_EXISTS: { status: 409 },
+  ERR_NODE_TERMINATED: { status: 409 },
+  ERR_FILTER_CONFLICT: { status: 400 },
   ERR_DUPLICATE_RUN: { status: 409 },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },

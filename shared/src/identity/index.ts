@@ -1,0 +1,3 @@
+export * from './token.js';
+export * from './keyring.js';
+export * from './renew.js';

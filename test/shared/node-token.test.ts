@@ -1,0 +1,59 @@
+import t from 'tap';
+import {
+  checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, tokenKeyId,
+  tokenNeedsRenewal, verifyNodeToken,
+} from '@capstan/shared';
+
+const ed = generateSigningKey('EdDSA');
+const rsa = generateSigningKey('RS256');
+const jwks = jwksOf([ed, rsa]);
+const now = new Date('2026-11-22T12:00:00Z');
+const later = (s: number) => new Date(now.getTime() + s * 1000);
+
+t.test('claims and header are the ones relays and admins rely on', async (t) => {
+  const { token, claims } = await issueNodeToken({ key: ed, nodeId: 'n1', group: 'web', datacenter: 'dc1', ttlSeconds: 86400, now });
+  const [h, p] = token.split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
+  t.same(h, { alg: 'EdDSA', kid: ed.kid, typ: 'JWT' });
+  t.match(p, { sub: 'node:n1', capstan_node_id: 'n1', capstan_node_group: 'web', capstan_datacenter: 'dc1', aud: 'capstan', iat: 1795348800, nbf: 1795348800, exp: 1795348800 + 86400 });
+  t.match(p.jti, /^[0-9a-f-]{36}$/);
+  t.same(await verifyNodeToken(token, jwks, { nodeId: 'n1', now }), claims);
+  t.equal(tokenKeyId(token), ed.kid);
+  const r = await issueNodeToken({ key: rsa, nodeId: 'n1', group: 'web', ttlSeconds: 60, now });
+  t.equal(JSON.parse(Buffer.from(r.token.split('.')[0]!, 'base64url').toString()).alg, 'RS256');
+  t.ok(await verifyNodeToken(r.token, jwks, { now }));
+  t.notOk(JSON.stringify(jwks).includes('"d"'), 'the JWKS carries no private part');
+});
+
+t.test('refusals carry their codes', async (t) => {
+  const { token } = await issueNodeToken({ key: ed, nodeId: 'n1', group: 'web', ttlSeconds: 3600, now });
+  await t.rejects(verifyNodeToken(token, jwks, { now: later(3600 + 61) }), { code: 'ERR_TOKEN_EXPIRED', statusCode: 401 });
+  t.ok(await verifyNodeToken(token, jwks, { now: later(3600 + 30) }), 'small clock skew allowed');
+  await t.rejects(verifyNodeToken(token, jwks, { now: later(-120) }), { code: 'ERR_TOKEN_INVALID' }, 'not yet valid');
+  await t.rejects(verifyNodeToken(token, jwks, { nodeId: 'n2', now }), { code: 'ERR_TOKEN_WRONG_NODE', statusCode: 403 });
+  await t.rejects(verifyNodeToken(token, jwksOf([generateSigningKey()]), { now }), { code: 'ERR_TOKEN_UNKNOWN_KEY' });
+  const [h, p, s] = token.split('.');
+  const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p!, 'base64url').toString()), capstan_node_id: 'n2', sub: 'node:n2' })).toString('base64url');
+  await t.rejects(verifyNodeToken(`${h}.${forged}.${s}`, jwks, { now }), { code: 'ERR_TOKEN_INVALID' });
+  await t.rejects(verifyNodeToken('garbage', jwks, { now }), { code: 'ERR_TOKEN_INVALID' });
+  await t.rejects(issueNodeToken({ key: ed, nodeId: 'n1', group: 'web', ttlSeconds: 0 }), { code: 'ERR_BAD_REQUEST' }, 'no eternal tokens');
+});
+
+t.test('renewal is due when less than a third of the life is left', async (t) => {
+  const c = { iat: 0, exp: 3000 };
+  t.equal(tokenNeedsRenewal(c, new Date(1000 * 1000)), false);
+  t.equal(tokenNeedsRenewal(c, new Date(2001 * 1000)), true);
+  t.equal(tokenNeedsRenewal(c, new Date(5000 * 1000)), true);
+});
+
+t.test('signed renewal requests: pinned key, fresh, never replayed', async (t) => {
+  const node = createNodeIdentity('n1');
+  const other = createNodeIdentity('n1');
+  const seen = new Set<string>();
+  const remember = (nonce: string) => (seen.has(nonce) ? false : (seen.add(nonce), true));
+  const req = makeRenewRequest(node, 'n1', now);
+  t.match(await checkRenewRequest(req, node.certPem, 'n1', remember, later(10)), { node_id: 'n1' });
+  await t.rejects(checkRenewRequest(req, node.certPem, 'n1', remember, later(11)), { code: 'ERR_RENEW_REPLAY' });
+  await t.rejects(checkRenewRequest(makeRenewRequest(other, 'n1', now), node.certPem, 'n1', remember, now), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' });
+  await t.rejects(checkRenewRequest(makeRenewRequest(node, 'n1', now), node.certPem, 'n1', remember, later(3600)), { code: 'ERR_RENEW_STALE' });
+  await t.rejects(checkRenewRequest(makeRenewRequest(node, 'n2', now), node.certPem, 'n1', remember, now), { code: 'ERR_TOKEN_WRONG_NODE' });
+});
