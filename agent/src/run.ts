@@ -12,6 +12,7 @@ import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';
 import { acquireRunLock, nextRunStart } from './identity/lock.js';
+import { TokenKeeper } from './identity/token.js';
 import { Outbox, type FlushResult } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
 import { RunLogWriter } from './runlog/write.js';
@@ -91,7 +92,8 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   const inventorySent = opts.dryRun ? false : await sendInventoryIfDue(config, id, outbox, inv, { force: opts.forceInventory, now: startedAt });
 
   const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
-  const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey });
+  const auth = new TokenKeeper({ relay: config.agent.relay, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, id, log, clock });
+  const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey, auth });
   if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
 
   const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
@@ -117,7 +119,7 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
         env,
         commandTimeoutMs: config.methods.command_timeout,
         sysctlRoot: config.methods.sysctl_root,
-        fetchShared: (path) => fetchShared(config.agent.relay, path, config.agent.timeout),
+        fetchShared: (path) => fetchShared(config.agent.relay, path, config.agent.timeout, auth),
       },
       onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`) : undefined,
     });

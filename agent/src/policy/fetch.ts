@@ -46,12 +46,19 @@ export async function loadPinnedKey(stateDir: string, configured: string | null)
   return pem ? { keyId: policyKeyId(pem), publicKeyPem: pem } : null;
 }
 
+/** How requests prove the node's identity: its token, renewed by signed request on a 401. */
+export interface NodeAuth {
+  current(): Promise<string | null>;
+  renew(): Promise<string>;
+}
+
 export async function fetchPolicy(opts: {
   relay: string;
   nodeId: string;
   stateDir: string;
   timeoutMs: number;
   configuredKeyPem: string | null;
+  auth?: NodeAuth;
 }): Promise<PolicyState> {
   const f = files(opts.stateDir);
   let pinned = await loadPinnedKey(opts.stateDir, opts.configuredKeyPem);
@@ -62,17 +69,25 @@ export async function fetchPolicy(opts: {
   let res;
   try {
     const etag = cached ? await readText(f.etag) : null;
-    res = await httpRequest({
-      method: 'GET',
-      url: `${opts.relay}/policies/${encodeURIComponent(opts.nodeId)}/rules`,
-      headers: {
-        'user-agent': userAgent('capstan-agent'),
-        [HEADER_PROTOCOL]: PROTOCOL_VERSION,
-        ...(etag ? { 'if-none-match': etag.trim() } : {}),
-      },
-      timeoutMs: opts.timeoutMs,
-      maxResponseBytes: MAX_BUNDLE_BYTES,
-    });
+    const get = (token: string | null) =>
+      httpRequest({
+        method: 'GET',
+        url: `${opts.relay}/policies/${encodeURIComponent(opts.nodeId)}/rules`,
+        headers: {
+          'user-agent': userAgent('capstan-agent'),
+          [HEADER_PROTOCOL]: PROTOCOL_VERSION,
+          ...(etag ? { 'if-none-match': etag.trim() } : {}),
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+        },
+        timeoutMs: opts.timeoutMs,
+        maxResponseBytes: MAX_BUNDLE_BYTES,
+      });
+    res = await get((await opts.auth?.current()) ?? null);
+    // Expired or unknown token: renew with the signed request and try once more, in this run.
+    if (res.status === 401 && opts.auth) {
+      const fresh = await opts.auth.renew().catch(() => null);
+      if (fresh) res = await get(fresh);
+    }
   } catch (err) {
     return fallback({ code: 'ERR_UPSTREAM', message: `relay unreachable: ${(err as Error).message}`, refused: false });
   }
