@@ -1,0 +1,265 @@
+/**
+ * The three .deb packages, built by scripts/package.mjs and installed with the real dpkg into a
+ * throwaway root (dpkg --root with --force-script-chrootless: the maintainer scripts run with
+ * $DPKG_ROOT set and must write only below it). Then: files, modes, owners, users, conffiles,
+ * enabled units, each command's --version from the installed tree alone, remove and purge.
+ * Nothing here touches the running system: no real user, no systemctl (checked at the end).
+ */
+import { execFile } from 'node:child_process';
+import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import t from 'tap';
+
+const REPO = resolve(import.meta.dirname, '../..');
+const PROGRAMS = ['agent', 'relayd', 'server'] as const;
+const VERSION = (JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
+
+interface Result {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a command to completion; a non-zero exit is a result, not an exception. */
+function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Result> {
+  return new Promise((done) => {
+    execFile(cmd, args, { ...opts, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 60_000 }, (err, stdout, stderr) => {
+      const code = err === null ? 0 : typeof err.code === 'number' ? err.code : 127;
+      done({ code, stdout, stderr });
+    });
+  });
+}
+
+const has = async (cmd: string) => (await run('sh', ['-c', `command -v ${cmd}`])).code === 0;
+
+// As root the scripts chown for real inside the throwaway root; otherwise fakeroot records it.
+const asRoot = process.getuid?.() === 0;
+
+async function skipReason(): Promise<string | undefined> {
+  // dpkg-deb and dpkg ship in the same Debian package: where one is missing, so is the other.
+  if (!(await has('dpkg-deb')) || !(await has('dpkg'))) return 'dpkg-deb is not installed (Debian packaging needs a Debian or Ubuntu host)';
+  if (!(await has('systemd-sysusers'))) return 'systemd-sysusers, which the daemons\' postinst uses to create their users, is not installed';
+  if (!asRoot && !(await has('fakeroot'))) return 'installing packages with their owners needs root or fakeroot';
+  return undefined;
+}
+
+const why = await skipReason();
+if (why !== undefined) {
+  console.log(`# SKIP ${why}`);
+  t.plan(0, why);
+} else {
+  await packagingTests();
+}
+
+async function packagingTests(): Promise<void> {
+  // Outside the repository: Node must not find the repo's node_modules from the installed tree.
+  const work = await mkdtemp(join(tmpdir(), 'capstan-deb-test-'));
+  t.teardown(() => rm(work, { recursive: true, force: true }));
+  const ROOT = join(work, 'root');
+  const DEBS = join(work, 'debs');
+  const FAKEROOT_STATE = join(work, 'fakeroot.state');
+  // dpkg wants ldconfig and start-stop-daemon on PATH even when it only unpacks.
+  const ENV: NodeJS.ProcessEnv = { ...process.env, PATH: `${process.env.PATH ?? ''}:/usr/sbin:/sbin` };
+  delete ENV.NODE_PATH;
+
+  let fakerootStateSaved = false;
+  /** A command as the package manager runs it: as root, or under fakeroot keeping its owners. */
+  async function privileged(args: string[]): Promise<Result> {
+    if (asRoot) return run(args[0]!, args.slice(1), { env: ENV });
+    const load = fakerootStateSaved ? ['-i', FAKEROOT_STATE] : [];
+    const r = await run('fakeroot', ['-s', FAKEROOT_STATE, ...load, '--', ...args], { env: ENV });
+    fakerootStateSaved = true;
+    return r;
+  }
+
+  function dpkg(...args: string[]): Promise<Result> {
+    return privileged([
+      'dpkg', `--root=${ROOT}`, `--log=${join(ROOT, 'var/log/dpkg.log')}`,
+      '--force-not-root', '--force-script-chrootless', '--force-depends', ...args,
+    ]);
+  }
+
+  /** Mode (octal), uid and gid as the installed system would see them. */
+  async function owner(path: string): Promise<{ mode: string; uid: number; gid: number }> {
+    const r = await privileged(['stat', '-c', '%a %u %g', join(ROOT, path)]);
+    if (r.code !== 0) throw new Error(`stat ${path}: ${r.stderr}`);
+    const [mode, uid, gid] = r.stdout.trim().split(' ');
+    return { mode: mode!, uid: Number(uid), gid: Number(gid) };
+  }
+
+  async function passwd(): Promise<Map<string, string[]>> {
+    const text = await readFile(join(ROOT, 'etc/passwd'), 'utf8').catch(() => '');
+    return new Map(text.split('\n').filter(Boolean).map((l) => [l.split(':')[0]!, l.split(':')]));
+  }
+
+  const exists = (path: string) => lstat(join(ROOT, path)).then(() => true, () => false);
+
+  // What the host had before: compared at the end to show the install stayed in its root.
+  const HOST_FILES = ['/etc/passwd', '/etc/group'];
+  const hostBefore = await Promise.all(HOST_FILES.map((f) => readFile(f, 'utf8').catch(() => '')));
+  const hostUnitsBefore = await readdir('/etc/systemd/system/multi-user.target.wants').catch(() => []);
+
+  const debs: Record<string, string> = {};
+
+  t.test('npm run package builds one .deb per program', async (t) => {
+    const r = await run(process.execPath, [join(REPO, 'scripts/package.mjs'), '--out', DEBS], { cwd: REPO, env: ENV });
+    t.equal(r.code, 0, 'scripts/package.mjs exits 0', { stderr: r.stderr });
+    const arch = (await run('dpkg', ['--print-architecture'])).stdout.trim();
+    const nodeMajor = Number(process.versions.node.split('.')[0]);
+    for (const p of PROGRAMS) {
+      const deb = join(DEBS, `capstan-${p}_${VERSION}_${arch}.deb`);
+      const info = await run('dpkg-deb', ['--field', deb, 'Package', 'Version', 'Architecture', 'Depends']);
+      t.equal(info.code, 0, `${deb} is a package`, { stderr: info.stderr });
+      t.match(info.stdout, new RegExp(`^Package: capstan-${p}$`, 'm'));
+      t.match(info.stdout, new RegExp(`^Version: ${VERSION.replaceAll('.', '\\.')}$`, 'm'));
+      t.match(info.stdout, new RegExp(`^Architecture: ${arch}$`, 'm'), 'native addons inside: built for this architecture');
+      t.match(info.stdout, /^Depends: .*nodejs \(>= 2\d[.\d]*\)/m);
+      // better-sqlite3 is built against V8's ABI: it loads only in the Node major that built it.
+      if (p === 'server') t.match(info.stdout, new RegExp(`nodejs \\(<< ${nodeMajor + 1}\\)`));
+      else t.notMatch(info.stdout, /nodejs \(<</, 'N-API addons only: any later Node.js will do');
+      if (info.code === 0) debs[p] = deb;
+    }
+  });
+
+  t.test('an unknown program name is refused with exit 2 and nothing built', async (t) => {
+    const out = join(work, 'refused');
+    const r = await run(process.execPath, [join(REPO, 'scripts/package.mjs'), '--out', out, 'webui'], { cwd: REPO, env: ENV });
+    t.equal(r.code, 2);
+    t.match(r.stderr, /unknown argument webui/);
+    t.notOk(await lstat(out).then(() => true, () => false), 'no output folder');
+  });
+
+  t.test('the three packages install into an empty root', async (t) => {
+    if (Object.keys(debs).length !== 3) return t.fail('no packages to install');
+    // The least dpkg needs to call a directory a system: an empty database.
+    for (const dir of ['var/lib/dpkg/info', 'var/lib/dpkg/updates', 'var/lib/dpkg/triggers', 'var/log', 'etc']) await mkdir(join(ROOT, dir), { recursive: true });
+    await writeFile(join(ROOT, 'var/lib/dpkg/status'), '');
+    await writeFile(join(ROOT, 'var/lib/dpkg/available'), '');
+    const r = await dpkg('-i', debs.agent!, debs.relayd!, debs.server!);
+    t.equal(r.code, 0, 'dpkg -i of the three packages exits 0', { stderr: r.stderr });
+    const q = await run('dpkg-query', [`--admindir=${join(ROOT, 'var/lib/dpkg')}`, '-W', '-f', '${Package} ${Status}\n']);
+    for (const p of PROGRAMS) t.match(q.stdout, new RegExp(`^capstan-${p} install ok installed$`, 'm'));
+  });
+
+  t.test('files land where an admin looks for them', async (t) => {
+    for (const p of PROGRAMS) {
+      const cmd = `usr/bin/capstan-${p}`;
+      t.equal(await readlink(join(ROOT, cmd)), `../lib/capstan/${p}/dist/cli.js`, `${cmd} runs the installed program`);
+      t.equal((await owner(`usr/lib/capstan/${p}/dist/cli.js`)).mode, '755');
+      t.ok(await exists(`usr/lib/capstan/${p}/node_modules/@capstan/shared/dist/index.js`), 'shared is bundled');
+      t.notOk(await exists(`usr/lib/capstan/${p}/src`), 'no TypeScript sources');
+      t.equal(
+        await readFile(join(ROOT, `etc/capstan/${p}.toml`), 'utf8'),
+        await readFile(join(REPO, `packaging/etc/capstan/${p}.toml`), 'utf8'),
+        'the shipped config, unchanged',
+      );
+      const conffiles = await readFile(join(ROOT, `var/lib/dpkg/info/capstan-${p}.conffiles`), 'utf8');
+      t.equal(conffiles.trim(), `/etc/capstan/${p}.toml`, 'the config is a conffile: upgrades keep local edits');
+      for (const unit of (await readdir(join(REPO, 'packaging/systemd'))).filter((u) => u.startsWith(`capstan-${p}.`))) {
+        t.equal(await readFile(join(ROOT, 'lib/systemd/system', unit), 'utf8'), await readFile(join(REPO, 'packaging/systemd', unit), 'utf8'), unit);
+      }
+      t.ok(await exists(`usr/share/man/man8/capstan-${p}.8.gz`), 'man page');
+      t.match(await readFile(join(ROOT, `usr/share/doc/capstan-${p}/copyright`), 'utf8'), /^License: GPL-3\+$/m);
+    }
+    // A native addon keeps its compiled module, not its C sources and objects.
+    t.ok(await exists('usr/lib/capstan/server/node_modules/better-sqlite3/build/Release/better_sqlite3.node'));
+    t.notOk(await exists('usr/lib/capstan/server/node_modules/better-sqlite3/deps/sqlite3/sqlite3.c'));
+  t.notOk(await exists('usr/lib/capstan/server/node_modules/better-sqlite3/build/Release/test_extension.node'), 'nor its test fixtures');
+    t.notOk(await exists('usr/lib/capstan/agent/node_modules/prebuild-install'), 'install-time tools stay out');
+  });
+
+  t.test('daemons get system users; the agent runs as root', async (t) => {
+    const users = await passwd();
+    for (const p of ['relayd', 'server']) {
+      const u = users.get(`capstan-${p}`);
+      t.ok(u, `capstan-${p} is in the root's /etc/passwd`);
+      t.ok(Number(u?.[2]) > 0 && Number(u?.[2]) < 1000, 'a system uid');
+      t.equal(u?.[5], `/var/lib/capstan/${p}`);
+      t.match(u?.[6] ?? '', /nologin$/, 'no login shell');
+    }
+    t.notOk(users.has('capstan-agent'));
+  });
+
+  t.test('state, spool and configs keep keys and tokens private', async (t) => {
+    const users = await passwd();
+    const id = (name: string) => Number(users.get(name)?.[2]);
+    const gid = (name: string) => Number(users.get(name)?.[3]);
+    t.same(await owner('var/lib/capstan/agent'), { mode: '700', uid: 0, gid: 0 });
+    t.same(await owner('var/lib/capstan/relayd'), { mode: '750', uid: id('capstan-relayd'), gid: gid('capstan-relayd') });
+    t.same(await owner('var/spool/capstan/relayd'), { mode: '750', uid: id('capstan-relayd'), gid: gid('capstan-relayd') });
+    t.same(await owner('var/lib/capstan/server'), { mode: '700', uid: id('capstan-server'), gid: gid('capstan-server') });
+    t.same(await owner('etc/capstan/agent.toml'), { mode: '644', uid: 0, gid: 0 });
+    t.same(await owner('etc/capstan/relayd.toml'), { mode: '640', uid: 0, gid: gid('capstan-relayd') });
+    t.same(await owner('etc/capstan/server.toml'), { mode: '640', uid: 0, gid: gid('capstan-server') });
+  });
+
+  t.test('units are enabled in the root, not started', async (t) => {
+    t.equal(await readlink(join(ROOT, 'etc/systemd/system/timers.target.wants/capstan-agent.timer')), '/lib/systemd/system/capstan-agent.timer');
+    for (const p of ['relayd', 'server']) {
+      t.equal(
+        await readlink(join(ROOT, `etc/systemd/system/multi-user.target.wants/capstan-${p}.service`)),
+        `/lib/systemd/system/capstan-${p}.service`,
+      );
+    }
+  });
+
+  t.test('each installed command answers --version from the installed tree alone', async (t) => {
+    const elsewhere = await mkdtemp(join(work, 'cwd-'));
+    for (const p of PROGRAMS) {
+      // Through the /usr/bin link, with this machine's node, NODE_PATH unset, cwd outside the tree.
+      const r = await run(process.execPath, [join(ROOT, `usr/bin/capstan-${p}`), '--version'], { cwd: elsewhere, env: ENV });
+      t.equal(r.code, 0, `capstan-${p} --version exits 0`, { stderr: r.stderr });
+      t.equal(r.stdout.trim(), VERSION, `capstan-${p} --version`);
+    }
+    // --version loads no native code: open the addons from each tree too.
+    const probe = `
+      import { createRequire } from 'node:module';
+      const req = createRequire(process.argv[1]);
+      const zstd = req('zstd-napi');
+      const back = zstd.decompress(zstd.compress(Buffer.from('capstan')));
+      let sqlite = 'absent';
+      try { req.resolve('better-sqlite3'); sqlite = new (req('better-sqlite3'))(':memory:').prepare('select 41 + 1 as n').get().n; } catch (e) { if (e.code !== 'MODULE_NOT_FOUND') throw e; }
+      console.log(back.toString(), sqlite);`;
+    for (const p of PROGRAMS) {
+      const anchor = join(ROOT, `usr/lib/capstan/${p}/node_modules/@capstan/shared/dist/index.js`);
+      const r = await run(process.execPath, ['--input-type=module', '-e', probe, anchor], { cwd: elsewhere, env: ENV });
+      t.equal(r.code, 0, 'the probe exits 0', { stderr: r.stderr });
+      t.equal(r.stdout.trim(), `capstan ${p === 'server' ? 42 : 'absent'}`, `native addons load in capstan-${p}`);
+    }
+  });
+
+  t.test('installing again changes nothing', async (t) => {
+    const before = await readFile(join(ROOT, 'etc/passwd'), 'utf8');
+    const r = await dpkg('-i', debs.agent!, debs.relayd!, debs.server!);
+    t.equal(r.code, 0, 'dpkg -i again exits 0', { stderr: r.stderr });
+    t.equal(await readFile(join(ROOT, 'etc/passwd'), 'utf8'), before, 'same users, same uids');
+    t.equal((await owner('var/lib/capstan/server')).mode, '700');
+  });
+
+  t.test('remove keeps the agent identity and configs; purge deletes them', async (t) => {
+    await privileged(['sh', '-c', `umask 077 && echo key > ${join(ROOT, 'var/lib/capstan/agent/node.key')}`]);
+    let r = await dpkg('--remove', 'capstan-agent', 'capstan-relayd', 'capstan-server');
+    t.equal(r.code, 0, 'dpkg --remove exits 0', { stderr: r.stderr });
+    t.notOk(await exists('usr/lib/capstan/agent'), 'program gone');
+    t.notOk(await exists('usr/bin/capstan-agent'));
+    t.ok(await exists('var/lib/capstan/agent/node.key'), 'identity kept on remove');
+    t.ok(await exists('etc/capstan/agent.toml'), 'config kept on remove');
+    t.ok(await exists('var/spool/capstan/relayd'), 'spool kept on remove');
+
+    r = await dpkg('--purge', 'capstan-agent', 'capstan-relayd', 'capstan-server');
+    t.equal(r.code, 0, 'dpkg --purge exits 0', { stderr: r.stderr });
+    t.notOk(await exists('var/lib/capstan/agent'), 'identity deleted on purge');
+    t.notOk(await exists('var/spool/capstan/relayd'), 'spool deleted on purge');
+    for (const p of PROGRAMS) t.notOk(await exists(`etc/capstan/${p}.toml`), `${p}.toml deleted on purge`);
+    t.notOk(await exists('etc/systemd/system/timers.target.wants/capstan-agent.timer'), 'timer no longer enabled');
+    t.ok(await exists('var/lib/capstan/server'), 'the node registry survives even a purge');
+    t.ok((await passwd()).has('capstan-server'), 'system users stay, as Debian keeps them');
+  });
+
+  t.test('the running system was not touched', async (t) => {
+    const after = await Promise.all(HOST_FILES.map((f) => readFile(f, 'utf8').catch(() => '')));
+    t.same(after, hostBefore, 'host users and groups unchanged');
+    t.same(await readdir('/etc/systemd/system/multi-user.target.wants').catch(() => []), hostUnitsBefore, 'host units unchanged');
+  });
+}
