@@ -1,17 +1,25 @@
 #!/usr/bin/env node
 /**
- * capstan-server: `serve` runs the root; `nodes …` are admin verbs that work on the same store
- * directly (so they work with the server down, too). Only this module reads argv, the environment
- * and signals, and chooses exit codes (0 ok, 1 crash, 2 configuration, 3 other start-up error).
+ * capstan-server: `serve` runs the root; `nodes …` are admin verbs that mirror the common admin
+ * API calls and work on the same store directly (so they work with the server down, too), with a
+ * table view or `--json` (the API's answer). Only this module reads argv, the environment and
+ * signals, and chooses exit codes (0 ok, 1 crash, 2 configuration, 3 other start-up error,
+ * 4 the node or request was refused: unknown node, bad filter…).
  */
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from '@capstan/shared';
+import { complianceView, withPercent } from './api/routes/compliance.js';
+import { createBody, listView, patchBody } from './api/routes/nodes.js';
 import { loadServerConfig, type ServerConfig } from './config.js';
 import { startServer } from './server.js';
 import { openStore } from './store/index.js';
-import type { Store } from './store/store.js';
+import { isFilterKey } from './store/query.js';
+import type { NodeFilter, NodeRecord, SortField, Store } from './store/store.js';
+import { table } from './table.js';
+
+const EXIT_REFUSED = 4;
 
 interface CommonFlags {
   config?: string;
@@ -19,6 +27,7 @@ interface CommonFlags {
   database?: string;
   listen?: string;
   logLevel?: string;
+  json?: boolean;
 }
 
 function configFrom(flags: CommonFlags): ServerConfig {
@@ -38,7 +47,8 @@ function configFrom(flags: CommonFlags): ServerConfig {
   }
 }
 
-async function withStore<T>(flags: CommonFlags, fn: (store: Store) => Promise<T>): Promise<T> {
+/** Open the store, run one admin verb, close it. A refused request (coded 4xx error) exits 4. */
+async function withStore(flags: CommonFlags, fn: (store: Store) => Promise<void>): Promise<void> {
   const config = configFrom(flags);
   let store: Store;
   try {
@@ -50,10 +60,44 @@ async function withStore<T>(flags: CommonFlags, fn: (store: Store) => Promise<T>
     process.exit(EXIT_STARTUP);
   }
   try {
-    return await fn(store);
+    await fn(store);
+  } catch (err) {
+    if (isCapstanError(err) && err.statusCode < 500) {
+      process.stderr.write(`capstan-server: ${err.code}: ${err.message}\n`);
+      process.exitCode = EXIT_REFUSED;
+    } else {
+      throw err;
+    }
   } finally {
     await store.close();
   }
+}
+
+function out(flags: CommonFlags, json: unknown, text: () => string): void {
+  process.stdout.write(flags.json ? `${JSON.stringify(json)}\n` : text());
+}
+
+async function mustNode(store: Store, id: string): Promise<NodeRecord | null> {
+  const node = await store.getNode(id);
+  if (!node) {
+    process.stderr.write(`capstan-server: node ${id} is unknown\n`);
+    process.exitCode = EXIT_REFUSED;
+  }
+  return node;
+}
+
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+const int = (name: string) => (v: string) => {
+  if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new Error(`${name} must be a positive integer`);
+  return Number(v);
+};
+
+/** `key=value` → a filter; the key as in the API (`name`, `tag:env`, `last_run`…). */
+function filterArg(text: string, exclude: boolean): NodeFilter {
+  const i = text.indexOf('=');
+  const key = i > 0 ? text.slice(0, i) : '';
+  if (!isFilterKey(key)) throw capstanError('ERR_BAD_REQUEST', `filter must be <key>=<value> with a known key, got "${text}"`);
+  return { key, values: [text.slice(i + 1)], exclude };
 }
 
 const storeOptions = (c: Command) =>
@@ -61,10 +105,29 @@ const storeOptions = (c: Command) =>
     .option('-c, --config <file>', 'TOML configuration file')
     .option('--data-dir <dir>', 'data directory (SQLite database, spool, admin token)')
     .option('--database <url>', 'PostgreSQL URL (postgres://…); default SQLite in the data directory');
+const verb = (parent: Command, spec: string, description: string) =>
+  storeOptions(parent.command(spec).description(description)).option('--json', 'print the API\'s JSON instead of a table');
+
+const NODE_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
+  ['id', (n) => n.id], ['name', (n) => n.name], ['accepted', (n) => n.accepted], ['status', (n) => n.status],
+  ['state', (n) => n.state], ['manager', (n) => n.manager], ['region', (n) => n.region], ['last run', (n) => n.last_run_at],
+];
 
 const program = new Command('capstan-server')
   .description('Capstan root server: verifies and ingests run logs and inventories, keeps the node registry')
   .version(CAPSTAN_VERSION, '-V, --version');
+
+/** Tell systemd we are ready (Type=notify); outside systemd (no NOTIFY_SOCKET) there is nobody to tell. */
+async function notifyReady(log: pino.Logger, status: string): Promise<void> {
+  if (!process.env.NOTIFY_SOCKET) return;
+  try {
+    const { default: notify } = await import('systemd-notify');
+    await notify({ ready: true, status });
+  } catch (err) {
+    // The systemd-notify binary may be missing; the unit then times out, which says why.
+    log.warn({ err }, 'cannot notify systemd');
+  }
+}
 
 storeOptions(program.command('serve').description('run the server'))
   .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:3031)')
@@ -83,54 +146,190 @@ storeOptions(program.command('serve').description('run the server'))
     } catch (err) {
       log.fatal({ err }, 'start-up failed');
       process.stderr.write(`capstan-server: cannot start: ${(err as Error).message}\n`);
-      process.exit(EXIT_STARTUP);
+      process.exit(isCapstanError(err) && err.code === 'ERR_CONFIG' ? EXIT_CONFIG : EXIT_STARTUP);
     }
     process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
+    await notifyReady(log, `listening on ${handle.url}`);
+    let stopping = false;
     const stop = (signal: string) => {
-      log.info({ signal }, 'stopping');
-      void handle.close().then(() => process.exit(0));
+      if (stopping) {
+        // A second signal: the operator does not want to wait for the batch in flight.
+        log.warn({ signal }, 'stopping now');
+        process.exit(EXIT_CRASH);
+      }
+      stopping = true;
+      log.info({ signal }, 'stopping: finishing the files and sweep batch in flight');
+      handle.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'stop failed');
+          process.exit(EXIT_CRASH);
+        },
+      );
     };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    process.on('SIGINT', () => stop('SIGINT'));
   });
 
-const nodes = program.command('nodes').description('look at and decide on nodes');
-storeOptions(nodes.command('list').description('list nodes'))
+const nodes = program.command('nodes').description('look at and decide on nodes (the admin API\'s node calls)');
+
+verb(nodes, 'list', 'list nodes (GET /api/1/nodes)')
   .option('--pending', 'only nodes waiting for acceptance')
-  .option('--json', 'print JSON')
-  .action(async (flags: CommonFlags & { pending?: boolean; json?: boolean }) => {
+  .option('-f, --filter <key=value>', 'include filter, repeatable (name=web*, tag:env=prod, status=reachable, last_run=<from>..<to>)', collect)
+  .option('-x, --exclude <key=value>', 'exclude filter, repeatable', collect)
+  .option('--sort <field>', 'name, hostname, id, status, state, accepted, manager, region, last_run_at, last_contact_at, created_at')
+  .option('--order <asc|desc>', 'sort order')
+  .option('--page <n>', 'page (from 1)', int('page'), 1)
+  .option('--per-page <n>', 'nodes per page', int('per-page'), 100)
+  .action(async (flags: CommonFlags & { pending?: boolean; filter?: string[]; exclude?: string[]; sort?: string; order?: string; page: number; perPage: number }) => {
     await withStore(flags, async (store) => {
-      const res = await store.listNodes({ accepted: flags.pending ? 'pending' : undefined, page: 1, per_page: 1000 });
-      if (flags.json) {
-        process.stdout.write(`${JSON.stringify({ data: res.data, total: res.total })}\n`);
-        return;
-      }
-      for (const n of res.data) {
-        process.stdout.write(`${n.id}\t${n.hostname}\t${n.accepted}\t${n.status}\t${n.last_run_at ?? '-'}\n`);
-      }
+      const filters = [...(flags.filter ?? []).map((f) => filterArg(f, false)), ...(flags.exclude ?? []).map((f) => filterArg(f, true))];
+      if (flags.pending) filters.push({ key: 'accepted', values: ['pending'] });
+      const res = await store.listNodes({
+        filters, page: flags.page, per_page: flags.perPage,
+        ...(flags.sort !== undefined && { sort: flags.sort as SortField }),
+        ...(flags.order !== undefined && { order: flags.order as 'asc' | 'desc' }),
+      });
+      out(flags, { data: res.data.map(listView), total: res.total, totals: res.totals, page: flags.page, per_page: flags.perPage }, () =>
+        `${table(NODE_TABLE, res.data)}${res.total} nodes (${res.totals.reachable} reachable, ${res.totals.unreachable} unreachable, ${res.totals.unknown} unknown)\n`);
     });
   });
-for (const [verb, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']] as const) {
-  storeOptions(nodes.command(`${verb} <id>`).description(`${verb} a pending node`)).action(async (id: string, flags: CommonFlags) => {
+
+verb(nodes, 'show <id>', 'one node (GET /api/1/nodes/<id>)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const node = await mustNode(store, id);
+    if (!node) return;
+    const { certificate: _c, ...fields } = node;
+    out(flags, { data: node }, () => table([['field', (r) => r[0]], ['value', (r) => r[1]]], Object.entries(fields)));
+  });
+});
+
+for (const [name, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']] as const) {
+  verb(nodes, `${name} <id>`, `${name} a pending node (POST /api/1/nodes/<id>/${name})`).action(async (id: string, flags: CommonFlags) => {
     await withStore(flags, async (store) => {
-      const node = await store.getNode(id);
-      if (!node) {
-        process.stderr.write(`capstan-server: node ${id} is unknown\n`);
-        process.exitCode = 4;
-        return;
-      }
+      const node = await mustNode(store, id);
+      if (!node) return;
       if (acceptance === 'accepted' && !node.certificate) {
         process.stderr.write(`capstan-server: node ${id} has sent no certificate yet\n`);
-        process.exitCode = 4;
+        process.exitCode = EXIT_REFUSED;
         return;
       }
-      await store.setAcceptance(id, acceptance, new Date().toISOString());
-      process.stdout.write(`${id} ${acceptance}\n`);
+      const updated = (await store.setAcceptance(id, acceptance, new Date().toISOString(), 'admin (command line)'))!;
+      out(flags, { data: listView(updated) }, () => `${id} ${acceptance}\n`);
     });
   });
 }
 
+verb(nodes, 'add', 'add a node by address (POST /api/1/nodes)')
+  .requiredOption('--host <address>', 'DNS name or IP address')
+  .option('--name <name>', 'display name (default: the address)')
+  .option('--id <id>', 'node id (default: a new UUID)')
+  .option('-t, --tag <key=value>', 'tag, repeatable', collect)
+  .option('-g, --group <id>', 'group, repeatable', collect)
+  .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[] }) => {
+    await withStore(flags, async (store) => {
+      const tags = Object.fromEntries((flags.tag ?? []).map((t) => {
+        const i = t.indexOf('=');
+        if (i <= 0) throw capstanError('ERR_BAD_REQUEST', `tag must be <key>=<value>, got "${t}"`);
+        return [t.slice(0, i), t.slice(i + 1)];
+      }));
+      const node = await store.createNode(createBody({
+        host: flags.host, ...(flags.name && { name: flags.name }), ...(flags.id && { id: flags.id }),
+        ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
+      }));
+      out(flags, { data: listView(node) }, () => `${node.id} added\n`);
+    });
+  });
+
+verb(nodes, 'set-state <id> <state>', 'set a node\'s state; terminated is final (PATCH /api/1/nodes/<id>)').action(async (id: string, state: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const node = await store.updateNode(id, patchBody({ state }), new Date().toISOString(), 'admin (command line)');
+    if (!node) {
+      process.stderr.write(`capstan-server: node ${id} is unknown\n`);
+      process.exitCode = EXIT_REFUSED;
+      return;
+    }
+    out(flags, { data: listView(node) }, () => `${id} ${node.state} (${node.status})\n`);
+  });
+});
+
+verb(nodes, 'delete <id>', 'delete a node, its runs, and revoke its certificate (DELETE /api/1/nodes/<id>)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    if (!(await store.deleteNode(id))) {
+      process.stderr.write(`capstan-server: node ${id} is unknown\n`);
+      process.exitCode = EXIT_REFUSED;
+      return;
+    }
+    out(flags, { data: { id, deleted: true } }, () => `${id} deleted\n`);
+  });
+});
+
+verb(nodes, 'history <id>', 'lifecycle transitions, newest first (GET /api/1/nodes/<id>/history)')
+  .option('--page <n>', 'page', int('page'), 1)
+  .option('--per-page <n>', 'entries per page', int('per-page'), 100)
+  .action(async (id: string, flags: CommonFlags & { page: number; perPage: number }) => {
+    await withStore(flags, async (store) => {
+      if (!(await mustNode(store, id))) return;
+      const res = await store.getHistory(id, flags.page, flags.perPage);
+      out(flags, { data: res.data, total: res.total, page: flags.page, per_page: flags.perPage }, () =>
+        table([['at', (h) => h.at], ['field', (h) => h.field], ['from', (h) => h.from], ['to', (h) => h.to], ['cause', (h) => h.cause]], res.data));
+    });
+  });
+
+verb(nodes, 'runs <id>', 'runs, newest first (GET /api/1/nodes/<id>/runs)')
+  .option('--from <time>', 'runs started at or after (RFC 3339)')
+  .option('--to <time>', 'runs started before (RFC 3339)')
+  .option('--page <n>', 'page', int('page'), 1)
+  .option('--per-page <n>', 'runs per page', int('per-page'), 20)
+  .action(async (id: string, flags: CommonFlags & { from?: string; to?: string; page: number; perPage: number }) => {
+    await withStore(flags, async (store) => {
+      if (!(await mustNode(store, id))) return;
+      const res = await store.listRuns(id, flags.page, flags.perPage, { ...(flags.from && { from: flags.from }), ...(flags.to && { to: flags.to }) });
+      out(flags, { data: res.data, total: res.total, page: flags.page, per_page: flags.perPage }, () =>
+        `${table([['started', (r) => r.started_at], ['config', (r) => r.config_id], ['complete', (r) => r.complete], ['reports', (r) => r.report_count], ['counts', (r) => r.counts]], res.data)}${res.total} runs\n`);
+    });
+  });
+
+verb(nodes, 'compliance [id]', 'one node\'s compliance, or the global one (GET /api/1/nodes/<id>/compliance, GET /api/1/compliance)')
+  .option('--by <rule|directive>', 'global compliance per rule or per directive')
+  .action(async (id: string | undefined, flags: CommonFlags & { by?: string }) => {
+    const pct = (v: number | null) => (v === null ? '-' : `${v}%`);
+    await withStore(flags, async (store) => {
+      if (id !== undefined) {
+        if (!(await mustNode(store, id))) return;
+        const view = complianceView((await store.getComplianceBase(id))!);
+        out(flags, { data: view }, () =>
+          `${table([['rule', (c) => c.rule_id], ['directive', (c) => c.directive_id], ['component', (c) => c.component], ['category', (c) => c.category], ['outcome', (c) => c.outcome]], view.components)}compliance ${pct(view.compliance)} of ${view.summary.total} components\n`);
+      } else if (flags.by === 'rule' || flags.by === 'directive') {
+        const rows = (await store.complianceByRule(flags.by)).map((r) => ({ ...r, ...withPercent(r.counts) }));
+        out(flags, { data: rows, total: rows.length }, () =>
+          table([['rule', (r) => r.rule_id], ...(flags.by === 'directive' ? [['directive', (r: { directive_id?: string }) => r.directive_id] as [string, (r: any) => unknown]] : []),
+            ['nodes', (r) => r.nodes], ['compliance', (r) => pct(r.compliance)], ['error', (r) => r.counts.error], ['missing', (r) => r.counts.missing]], rows));
+      } else if (flags.by !== undefined) {
+        throw capstanError('ERR_BAD_REQUEST', '--by must be rule or directive');
+      } else {
+        const agg = await store.complianceSummary();
+        const view = { nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts) };
+        out(flags, { data: view }, () =>
+          `${table([['category', (r) => r[0]], ['components', (r) => r[1]], ['percent', (r) => `${view.percent[r[0] as keyof typeof view.percent]}%`]], Object.entries(agg.counts))}compliance ${pct(view.compliance)} over ${agg.nodes} accepted nodes (${agg.nodes_with_data} with data)\n`);
+      }
+    });
+  });
+
+verb(nodes, 'lifecycle', 'registry counts by status, state and acceptance (GET /api/1/lifecycle)').action(async (flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const c = await store.counts();
+    const rows = [
+      ...Object.entries(c.by_status).map(([k, v]) => ['status', k, v]),
+      ...Object.entries(c.by_state).map(([k, v]) => ['state', k, v]),
+      ...Object.entries(c.by_acceptance).map(([k, v]) => ['accepted', k, v]),
+      ['purged', 'nodes', c.purged_nodes], ['deleted', 'runs', c.deleted_runs],
+    ];
+    out(flags, { data: c }, () => table([['count', (r) => r[0]], ['of', (r) => r[1]], ['n', (r) => r[2]]], rows));
+  });
+});
+
 program.parseAsync(process.argv).catch((err: unknown) => {
-  process.stderr.write(`capstan-server: ${String(err)}\n`);
+  process.stderr.write(`capstan-server: ${err instanceof Error ? err.message : String(err)}\n`);
   process.exit(EXIT_CRASH);
 });

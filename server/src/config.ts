@@ -1,5 +1,6 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { enrollmentRules } from './registry/enrollment.js';
 
 export const SERVER_SCHEMA = {
   general: {
@@ -29,6 +30,33 @@ export const SERVER_SCHEMA = {
     retry_min: { type: 'duration', default: '1s', min: 1 },
     retry_max: { type: 'duration', default: '5m', min: 1 },
   },
+  enrollment: {
+    /** Comma-separated globs (`*`, `?`): nodes whose id matches are accepted on their first inventory. */
+    auto_accept_node_ids: { type: 'string', default: '', optional: true },
+    /** Comma-separated globs, case-insensitive, matched against the inventory's hostname. */
+    auto_accept_hostnames: { type: 'string', default: '', optional: true },
+    /** Shared secret an agent may carry in its inventory (`enrollment_secret`); at least 16 characters. */
+    secret: { type: 'string', default: '', optional: true },
+  },
+  lifecycle: {
+    /** How often agents run: a node is unreachable after `missed_runs` of these without contact. */
+    run_interval: { type: 'duration', default: '5m', min: 1000 },
+    missed_runs: { type: 'integer', default: 3, min: 1, max: 10000 },
+    /** Silence after which a node's state becomes `missing`. */
+    missing_after: { type: 'duration', default: '1d', min: 1000 },
+    /** Missing and terminated nodes are deleted this long after their last state change. */
+    purge_after: { type: 'duration', default: '30d', min: 1000 },
+    sweep_interval: { type: 'duration', default: '1m', min: 1000 },
+    purge_batch_size: { type: 'integer', default: 50, min: 1, max: 10000 },
+  },
+  retention: {
+    /** Runs are kept this long after they started (whole UTC days). */
+    runs: { type: 'duration', default: '7d', min: 86400000 },
+    /** Lifecycle history entries are kept this long. */
+    history: { type: 'duration', default: '90d', min: 86400000 },
+    /** Rows deleted or updated per transaction by the sweep, so ingestion is never held up long. */
+    batch_size: { type: 'integer', default: 1000, min: 1, max: 100000 },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -36,6 +64,13 @@ export const SERVER_SCHEMA = {
 
 export type ServerConfig = ConfigOf<typeof SERVER_SCHEMA>;
 
+/** Load, then the checks that span keys or need more than a type (exit 2 like any config error). */
 export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
-  return loadConfig(SERVER_SCHEMA, opts);
+  const config = loadConfig(SERVER_SCHEMA, opts);
+  enrollmentRules(config.enrollment);
+  const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;
+  if (config.lifecycle.missing_after < unreachableAfter) {
+    throw capstanError('ERR_CONFIG', 'lifecycle.missing_after must be at least run_interval × missed_runs (a node is unreachable before it is missing)');
+  }
+  return config;
 }

@@ -1,16 +1,21 @@
 /**
- * Wires capstan-server: store, spool, ingest processors and the HTTP app. `startServer` is what
- * cli.ts runs; it receives config and a logger, never argv.
+ * Wires capstan-server: store, spool, ingest processors, the lifecycle sweep, metrics and the
+ * HTTP app. `startServer` is what cli.ts runs; it receives config and a logger, never argv.
  */
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { parseListen, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type SpoolKind } from '@capstan/shared';
+import {
+  parseListen, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+} from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { ensureAdminToken } from './api/auth.js';
 import type { ServerConfig } from './config.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { ingestRunLog, type IngestDeps } from './ingest/runlog.js';
+import { ServerMetrics } from './metrics.js';
+import { enrollmentRules } from './registry/enrollment.js';
+import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
 import { openStore } from './store/index.js';
 import type { Store } from './store/store.js';
 
@@ -20,6 +25,12 @@ export interface ServerHandle {
   store: Store;
   adminToken: string;
   processors: Record<SpoolKind, SpoolProcessor>;
+  sweeper: Sweeper;
+  metrics: ServerMetrics;
+  /**
+   * Graceful stop: no new connections or files, the files and the sweep batch in flight
+   * finish, then the store closes.
+   */
   close(): Promise<void>;
 }
 
@@ -28,12 +39,29 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
   await mkdir(dataDir, { recursive: true, mode: 0o750 });
   const store = await openStore(
     config.database.url
-      ? { databaseUrl: config.database.url, poolSize: config.database.pool_size }
+      ? {
+          databaseUrl: config.database.url,
+          poolSize: config.database.pool_size,
+          onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
+          onMaintenance: (message, err) => log.warn({ err }, message),
+        }
       : { sqlitePath: join(dataDir, 'capstan.db') },
   );
+  try {
+    return await startOnStore(config, log, store);
+  } catch (err) {
+    await store.close().catch(() => undefined);
+    throw err;
+  }
+}
+
+async function startOnStore(config: ServerConfig, log: Logger, store: Store): Promise<ServerHandle> {
+  const dataDir = config.general.data_dir;
   const adminToken = await ensureAdminToken(dataDir);
   const spool = new Spool({ root: join(dataDir, 'spool'), maxFileBytes: config.limits.max_body_size });
   await spool.init();
+  // Today's run storage exists before the first run arrives (Postgres day partitions).
+  await store.prepareRunStorage(new Date());
 
   const deps: IngestDeps = {
     store,
@@ -42,7 +70,9 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
       maxReports: config.limits.max_reports,
       maxLineBytes: config.limits.max_line_length,
     },
+    enrollment: enrollmentRules(config.enrollment),
   };
+  const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
   for (const kind of SPOOL_KINDS) {
@@ -64,12 +94,17 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
         }
       },
     });
-    p.on('processed', (e: { outcome: string }) => {
+    p.on('processed', (e: ProcessedEvent) => {
       const k = `${kind}_${e.outcome}`;
       counters[k] = (counters[k] ?? 0) + 1;
+      metrics.onProcessed(e);
     });
     processors[kind] = p;
   }
+
+  const policy = lifecyclePolicy(config);
+  const sweeper = new Sweeper({ store, policy, intervalMs: config.lifecycle.sweep_interval, log });
+  sweeper.on('sweep', (r) => metrics.onSweep(r));
 
   const app = buildApp({
     config,
@@ -77,25 +112,35 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
     spool,
     log,
     adminToken,
+    metrics,
+    lifecycle: { policy, last: () => sweeper.last },
     status: async () => ({ spool: await spool.depth(), processed: { ...counters } }),
   });
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
+  sweeper.start();
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   log.info({ listen: `${host}:${addr.port}`, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
 
+  let closing: Promise<void> | null = null;
   return {
     url: `http://${host}:${addr.port}`,
     port: addr.port,
     store,
     adminToken,
     processors,
-    async close() {
-      await app.close();
-      for (const kind of SPOOL_KINDS) await processors[kind].stop();
-      await store.close();
+    sweeper,
+    metrics,
+    close() {
+      closing ??= (async () => {
+        await app.close();
+        await sweeper.stop();
+        for (const kind of SPOOL_KINDS) await processors[kind].stop();
+        await store.close();
+      })();
+      return closing;
     },
   };
 }

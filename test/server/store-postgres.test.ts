@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import pg from 'pg';
 import { openStore, type Store } from '@capstan/server/store/index';
-import { storeSuite } from './store-suite.js';
+import { registrySuite } from './registry-suite.js';
+import { run, storeSuite, type Backend } from './store-suite.js';
 
 const url = process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
@@ -52,7 +53,7 @@ if (reason !== undefined) {
   console.log(`# SKIP ${why}`);
   t.plan(0, why);
 } else {
-  storeSuite(t, {
+  const backend: Backend = {
     async fresh(t) {
       const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
       const stores: Store[] = [];
@@ -61,16 +62,44 @@ if (reason !== undefined) {
         await admin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
       });
       return {
+        dialect: 'postgres',
+        schema,
         async open(opts = {}) {
           const s = await openStore({ databaseUrl: url, schema, poolSize: 4, ...opts });
           stores.push(s);
           return s;
         },
         async exec(sql) {
+          // A test may write before any store created the schema (a database of an older version).
+          await admin((c) => c.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`));
           await admin((c) => c.query(sql), schema);
         },
       };
     },
+  };
+  storeSuite(t, backend);
+  registrySuite(t, backend);
+
+  t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
+    const db = await backend.fresh(t);
+    const store = await db.open();
+    const schema = db.schema!;
+    const partitions = async () => (await admin((c) => c.query<{ name: string }>(
+      "SELECT c.relname AS name FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'runs'::regclass ORDER BY 1"), schema)).rows.map((r) => r.name);
+    t.same(await partitions(), ['runs_default']);
+    await store.prepareRunStorage(new Date('2024-05-02T22:00:00Z'));
+    t.same(await partitions(), ['runs_default', 'runs_p20240502', 'runs_p20240503', 'runs_p20240504']);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    await store.insertRun(run('n1', '2024-05-02T10:00:00Z'));
+    await store.insertRun(run('n1', '2024-05-06T10:00:00Z'));
+    const where = async () => (await admin((c) => c.query<{ p: string }>('SELECT tableoid::regclass::text AS p FROM runs ORDER BY started_at_utc'), schema)).rows.map((r) => r.p);
+    t.same(await where(), ['runs_p20240502', 'runs_default']);
+    t.equal(await store.deleteRunsBefore('2024-05-04T00:00:00Z', 100), 1);
+    t.same(await partitions(), ['runs_default', 'runs_p20240504'], 'two expired days dropped, the empty one too');
+    // A day whose runs already sit in the default partition gets none; nothing fails.
+    await store.prepareRunStorage(new Date('2024-05-06T01:00:00Z'));
+    t.same(await partitions(), ['runs_default', 'runs_p20240504', 'runs_p20240507', 'runs_p20240508']);
+    t.same(await where(), ['runs_default']);
   });
 
   t.test('a bad schema name is a configuration error', async (t) => {

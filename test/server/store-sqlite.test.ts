@@ -3,9 +3,10 @@ import { join } from 'node:path';
 import t from 'tap';
 import Database from 'better-sqlite3';
 import { openStore, type Store } from '@capstan/server/store/index';
-import { storeSuite } from './store-suite.js';
+import { registrySuite } from './registry-suite.js';
+import { storeSuite, type Backend } from './store-suite.js';
 
-storeSuite(t, {
+const backend: Backend = {
   async fresh(t) {
     const path = join(t.testdir(), 'capstan.db');
     const stores: Store[] = [];
@@ -13,6 +14,7 @@ storeSuite(t, {
       for (const s of stores) await s.close();
     });
     return {
+      dialect: 'sqlite',
       async open(opts = {}) {
         const s = await openStore({ sqlitePath: path, ...opts });
         stores.push(s);
@@ -28,7 +30,9 @@ storeSuite(t, {
       },
     };
   },
-});
+};
+storeSuite(t, backend);
+registrySuite(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(t.testdir(), 'capstan.db');

@@ -9,6 +9,7 @@ import {
   capstanError, certificateFingerprint, certificateNodeId, decompress, parseInventoryName, readSignedContentUnverified,
   verifySmime,
 } from '@capstan/shared';
+import { autoAcceptCause, SECRET_FIELD } from '../registry/enrollment.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
 
@@ -72,6 +73,11 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   if (certificateNodeId(doc.certificate) !== info.nodeId) {
     throw capstanError('ERR_NODE_MISMATCH', 'certificate subject UID does not match the node id');
   }
+  // Lifecycle hook: auto-accept rules. The secret proves enrollment once; it is not kept.
+  const { [SECRET_FIELD]: secret, ...kept } = doc;
+  const autoAccept = deps.enrollment
+    ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
+    : null;
   return deps.store.upsertFromInventory({
     id: info.nodeId,
     hostname: doc.hostname,
@@ -81,7 +87,8 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     os_version: doc.os.version,
     agent_version: doc.agent_version,
     policy_server: doc.policy_server,
-    inventory: doc,
+    inventory: kept,
     received_at: (deps.now?.() ?? new Date()).toISOString(),
+    auto_accept: autoAccept,
   });
 }

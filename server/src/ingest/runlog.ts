@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import {
   capstanError, compressSync, decompress, isCompleteRun, parseRunInfo, parseRunLog, verifySmime, type RunLog,
 } from '@capstan/shared';
+import type { EnrollmentRules } from '../registry/enrollment.js';
 import { summarize } from '../registry/summary.js';
 import type { NodeRecord, Store } from '../store/store.js';
 
@@ -21,6 +22,8 @@ export interface IngestDeps {
   store: Store;
   limits: IngestLimits;
   now?: () => Date;
+  /** Auto-accept rules applied to inventories of new or pending nodes; none: every node waits for an admin. */
+  enrollment?: EnrollmentRules;
 }
 
 /** The node must be known and accepted, with a pinned certificate, before its run logs count. */

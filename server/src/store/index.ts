@@ -23,6 +23,8 @@ export interface OpenStoreOptions {
   now?: () => Date;
   /** Postgres only: told when an idle pooled connection fails. */
   onIdleError?: (err: Error) => void;
+  /** Postgres only: told when partition maintenance is skipped (retried at the next sweep). */
+  onMaintenance?: (message: string, err?: unknown) => void;
 }
 
 export async function openStore(opts: OpenStoreOptions): Promise<Store> {
@@ -34,6 +36,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.schema !== undefined && { schema: opts.schema }),
       ...(opts.now && { now: opts.now }),
       ...(opts.onIdleError && { onIdleError: opts.onIdleError }),
+      ...(opts.onMaintenance && { onMaintenance: opts.onMaintenance }),
     });
   } else if (opts.sqlitePath) {
     store = new SqliteStore({ path: opts.sqlitePath, ...(opts.now && { now: opts.now }) });

@@ -4,7 +4,7 @@
  * would give each backend its own answer (Postgres refuses U+0000 in text, SQLite stores it).
  */
 import { capstanError } from '@capstan/shared';
-import type { NodeUpsertFromInventory, RunInsert } from './store.js';
+import type { ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
 import { toUtcIso } from './time.js';
 
 export function refuseNul(fields: Record<string, unknown>): void {
@@ -35,7 +35,7 @@ export function toJson(value: unknown, field: string, opts: { nul?: boolean } = 
 
 /** An inventory ready to write: its time normalised, its document serialised. */
 export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: string; document: string } {
-  const { inventory: _doc, ...fields } = inv;
+  const { inventory: _doc, auto_accept: _rule, ...fields } = inv;
   refuseNul(fields);
   // The document may carry \u0000 (json in Postgres, text in SQLite both keep it as sent).
   return { receivedAt: toUtcIso(inv.received_at, 'received_at'), document: toJson(inv.inventory, 'inventory') };
@@ -56,4 +56,84 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
     counts: toJson(run.counts, 'counts', { nul: false }),
     outcomes: toJson(run.outcomes, 'outcomes', { nul: false }),
   };
+}
+
+// Limits on what an admin or a provider may attach to a node (explicit, as every input limit).
+export const MAX_TAGS = 64;
+export const MAX_GROUPS = 64;
+export const MAX_EXPECTED_COMPONENTS = 10_000;
+const TAG_KEY = /^[^=\u0000-\u001f\u007f]{1,128}$/;
+const NO_CONTROL = /^[^\u0000-\u001f\u007f]*$/;
+
+function text(value: unknown, field: string, max: number, opts: { empty?: boolean } = {}): string {
+  if (typeof value !== 'string') throw capstanError('ERR_BAD_REQUEST', `${field} must be a string`);
+  if (value.length > max) throw capstanError('ERR_BAD_REQUEST', `${field} is longer than ${max}`);
+  if (!opts.empty && value.length === 0) throw capstanError('ERR_BAD_REQUEST', `${field} must not be empty`);
+  if (!NO_CONTROL.test(value)) throw capstanError('ERR_BAD_REQUEST', `${field} contains a control character`);
+  return value;
+}
+
+/** Tags: one value per key; keys without `=` (the filter syntax `tag:<key>=<value>` needs that). Sorted by key. */
+export function checkTags(tags: unknown): Record<string, string> {
+  if (!tags || typeof tags !== 'object' || Array.isArray(tags)) throw capstanError('ERR_BAD_REQUEST', 'tags must be an object of strings');
+  const entries = Object.entries(tags as Record<string, unknown>);
+  if (entries.length > MAX_TAGS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_TAGS} tags`);
+  for (const [k, v] of entries) {
+    if (!TAG_KEY.test(k)) throw capstanError('ERR_BAD_REQUEST', 'tag keys must be 1 to 128 characters, without "=" or control characters');
+    text(v, `tag ${k}`, 256, { empty: true });
+  }
+  return Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) as Record<string, string>;
+}
+
+/** Group ids, deduplicated and sorted. */
+export function checkGroups(groups: unknown): string[] {
+  if (!Array.isArray(groups)) throw capstanError('ERR_BAD_REQUEST', 'groups must be an array of group ids');
+  if (groups.length > MAX_GROUPS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_GROUPS} groups`);
+  return [...new Set(groups.map((g) => text(g, 'group id', 128)))].sort();
+}
+
+/** A manual or discovered node, checked alike for both backends. */
+export function checkNodeCreate(n: NodeCreate): NodeCreate {
+  refuseNul({ id: n.id, hostname: n.hostname, certificate: n.certificate, certificate_fingerprint: n.certificate_fingerprint });
+  const out: NodeCreate = { ...n };
+  for (const f of ['name', 'address', 'manager', 'region', 'source_id', 'account_id', 'state'] as const) {
+    if (n[f] !== undefined && n[f] !== null) text(n[f], f, 255);
+  }
+  const cloud = [n.source_id, n.region, n.account_id].filter((v) => v !== undefined && v !== null).length;
+  if (n.source_id != null && cloud !== 3) {
+    throw capstanError('ERR_BAD_REQUEST', 'a cloud identity needs source_id, region and account_id together');
+  }
+  if (n.account_id != null && n.source_id == null) throw capstanError('ERR_BAD_REQUEST', 'account_id needs a source_id');
+  if (n.tags !== undefined) out.tags = checkTags(n.tags);
+  if (n.groups !== undefined) out.groups = checkGroups(n.groups);
+  return out;
+}
+
+export function checkPatch(p: NodePatch): NodePatch {
+  const out: NodePatch = { ...p };
+  if (p.state !== undefined) text(p.state, 'state', 32);
+  if (p.name !== undefined) text(p.name, 'name', 255);
+  if (p.address !== undefined && p.address !== null) text(p.address, 'address', 255);
+  if (p.region !== undefined && p.region !== null) text(p.region, 'region', 255);
+  if (p.tags !== undefined) out.tags = checkTags(p.tags);
+  if (p.groups !== undefined) out.groups = checkGroups(p.groups);
+  return out;
+}
+
+/** Expected components of one config: checked, deduplicated, serialised. */
+export function checkExpectations(configId: string, items: ExpectedComponent[]): { items: ExpectedComponent[]; json: string } {
+  text(configId, 'config_id', 255);
+  if (!Array.isArray(items)) throw capstanError('ERR_BAD_REQUEST', 'expectations must be an array');
+  if (items.length > MAX_EXPECTED_COMPONENTS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_EXPECTED_COMPONENTS} expected components`);
+  const seen = new Set<string>();
+  const out: ExpectedComponent[] = [];
+  for (const it of items) {
+    if (!it || typeof it !== 'object') throw capstanError('ERR_BAD_REQUEST', 'an expected component must be an object');
+    const e = { rule_id: text(it.rule_id, 'rule_id', 255), directive_id: text(it.directive_id, 'directive_id', 255), component: text(it.component, 'component', 1024, { empty: true }) };
+    const k = `${e.rule_id}\u0000${e.directive_id}\u0000${e.component}`;
+    if (seen.has(k)) continue;
+    seen.add(k);
+    out.push(e);
+  }
+  return { items: out, json: toJson(out, 'expectations', { nul: false }) };
 }

@@ -1,16 +1,38 @@
 /**
  * Pieces of the list queries that both backends must build identically, so that one test suite
- * can hold them to the same answers.
+ * can hold them to the same answers: the column lists, the node filters (checked once here, then
+ * turned into one WHERE clause with the dialect's placeholders) and the sort order.
  */
 import { capstanError } from '@capstan/shared';
-import type { NodeListQuery, NodeRecord } from './store.js';
+import {
+  SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type SortField,
+} from './store.js';
+import { toUtcIso } from './time.js';
 
-/** Every column of `nodes`, in one order both backends read and write them in. */
+/** Every column of `nodes`, in one order both backends read and write them in. The certificate
+ * lives in `node_certificates` (migration 2) and is joined in as `certificate`. */
 export const NODE_COLUMNS = [
-  'id', 'hostname', 'status', 'state', 'accepted', 'certificate', 'certificate_fingerprint',
+  'id', 'hostname', 'status', 'state', 'accepted', 'certificate_fingerprint',
   'os_name', 'os_version', 'agent_version', 'policy_server', 'created_at', 'updated_at',
   'accepted_at', 'last_inventory_at', 'last_run_at', 'last_config_id',
-] as const satisfies readonly (keyof NodeRecord)[];
+  // added by migration 2
+  'name', 'address', 'manager', 'region', 'source_id', 'account_id', 'tags_json', 'groups_json',
+  'last_contact_at', 'state_changed_at', 'policy_config_id',
+] as const;
+
+/** A node row with its certificate, as every read of whole nodes selects it. */
+export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate
+  FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id`;
+
+/**
+ * One page of a node list: the page is cut from `nodes` alone, and only its rows get their
+ * certificate; joining first would carry 100,000 certificates through the sort of a deep page.
+ */
+export function nodePage(where: string, order: string, limit: string, offset: string): string {
+  return `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate FROM (
+    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')} FROM nodes n ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
+    LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
+}
 
 /** The columns of `runs` a RunRecord is made of (everything but the log itself). */
 export const RUN_COLUMNS = [
@@ -21,6 +43,13 @@ export const RUN_COLUMNS = [
 /** The escape character used in every LIKE pattern we build (`ESCAPE '\'`). */
 export const LIKE_ESCAPE = '\\';
 
+// Limits on what one list request may ask for: every value becomes a bound parameter.
+export const MAX_FILTERS = 32;
+export const MAX_FILTER_VALUES = 100;
+export const MAX_FILTER_VALUE_LENGTH = 512;
+
+const likeEscape = (text: string) => text.replace(/[\\%_]/g, (c) => LIKE_ESCAPE + c);
+
 /**
  * Turn a hostname prefix filter into a LIKE pattern. The value is the user's text, not a
  * pattern: `%` and `_` (and the escape character itself) must match literally, or `web_1`
@@ -28,7 +57,7 @@ export const LIKE_ESCAPE = '\\';
  */
 export function hostnamePrefixPattern(prefix: string): string {
   const bare = prefix.endsWith('*') ? prefix.slice(0, -1) : prefix;
-  return bare.replace(/[\\%_]/g, (c) => LIKE_ESCAPE + c) + '%';
+  return likeEscape(bare) + '%';
 }
 
 /** Paging values come from query strings; reject nonsense instead of computing negative offsets. */
@@ -38,22 +67,165 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
   return { limit: perPage, offset: (page - 1) * perPage };
 }
 
+const PLAIN_KEYS = new Set(['name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run']);
+const ENUMS: Record<string, Set<string>> = {
+  status: new Set(['unknown', 'reachable', 'unreachable']),
+  accepted: new Set(['pending', 'accepted', 'refused']),
+};
+
+/** A filter after checking: its values ORed, one per key. */
+export interface CheckedFilter {
+  key: FilterKey;
+  values: string[];
+  exclude: boolean;
+}
+
+function bad(message: string): never {
+  throw capstanError('ERR_BAD_REQUEST', message);
+}
+
+export function isFilterKey(key: string): key is FilterKey {
+  return PLAIN_KEYS.has(key) || (key.startsWith('tag:') && key.length > 4 && key.length <= 132);
+}
+
+/** `<from>..<to>`, either end may be empty; the ends become ISO UTC (from inclusive, to exclusive). */
+export function parseRange(value: string): { from: string | null; to: string | null } {
+  const i = value.indexOf('..');
+  if (i < 0) bad(`last_run must be a range <from>..<to> (either end may be empty), got "${value}"`);
+  const [from, to] = [value.slice(0, i), value.slice(i + 2)];
+  const end = (s: string, name: string) => (s === '' ? null : toUtcIso(s, `last_run ${name}`));
+  const range = { from: end(from, 'start'), to: end(to, 'end') };
+  if (range.from === null && range.to === null) bad('last_run range needs at least one end');
+  return range;
+}
+
 /**
- * The WHERE clause of `listNodes`, shared by the count and the page query so the total always
- * describes the same set. `param` returns the dialect's placeholder for the next value; `like`
- * is the dialect's case-insensitive LIKE (hostnames are case-insensitive in DNS).
+ * Check the filters of a list query and merge them per key. Values of one key are ORed, so two
+ * include filters on a key become one; an include and an exclude filter on the same key cannot be
+ * meant (which would win?) and answer ERR_FILTER_CONFLICT. The legacy shorthands are filters too.
  */
-export function nodeFilter(
-  q: NodeListQuery,
-  param: (value: unknown) => string,
-  like: 'LIKE' | 'ILIKE',
-): string {
-  const where: string[] = [];
-  if (q.accepted !== undefined) where.push(`accepted = ${param(q.accepted)}`);
-  if (q.status !== undefined) where.push(`status = ${param(q.status)}`);
+export function checkFilters(q: Pick<NodeListQuery, 'filters' | 'accepted' | 'status' | 'hostname'>): CheckedFilter[] {
+  const all: NodeFilter[] = [...(q.filters ?? [])];
+  if (q.accepted !== undefined) all.push({ key: 'accepted', values: [q.accepted] });
+  if (q.status !== undefined) all.push({ key: 'status', values: [q.status] });
   if (q.hostname !== undefined && q.hostname !== '' && q.hostname !== '*') {
-    if (q.hostname.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', 'hostname contains a NUL character');
-    where.push(`hostname ${like} ${param(hostnamePrefixPattern(q.hostname))} ESCAPE '${LIKE_ESCAPE}'`);
+    all.push({ key: 'hostname', values: [q.hostname.endsWith('*') ? q.hostname : `${q.hostname}*`] });
   }
-  return where.length ? `WHERE ${where.join(' AND ')}` : '';
+  if (all.length > MAX_FILTERS) bad(`at most ${MAX_FILTERS} filters`);
+  const byKey = new Map<string, CheckedFilter>();
+  for (const f of all) {
+    if (!f || typeof f !== 'object' || typeof f.key !== 'string' || !isFilterKey(f.key)) {
+      bad(`unknown filter key ${JSON.stringify((f as { key?: unknown })?.key)}`);
+    }
+    if (!Array.isArray(f.values) || f.values.length === 0) bad(`filter ${f.key} needs at least one value`);
+    if (f.values.length > MAX_FILTER_VALUES) bad(`filter ${f.key} has more than ${MAX_FILTER_VALUES} values`);
+    if (f.exclude !== undefined && typeof f.exclude !== 'boolean') bad(`filter ${f.key}: exclude must be true or false`);
+    for (const v of f.values) {
+      if (typeof v !== 'string') bad(`filter ${f.key}: values must be strings`);
+      if (v.length > MAX_FILTER_VALUE_LENGTH) bad(`filter ${f.key}: a value is longer than ${MAX_FILTER_VALUE_LENGTH}`);
+      if (v.includes('\u0000') || f.key.includes('\u0000')) bad(`filter ${f.key} contains a NUL character`);
+      const allowed = ENUMS[f.key];
+      if (allowed && !allowed.has(v)) bad(`${f.key} must be one of ${[...allowed].join(', ')}`);
+      if (f.key === 'last_run') parseRange(v);
+    }
+    const exclude = f.exclude ?? false;
+    const seen = byKey.get(f.key);
+    if (!seen) {
+      byKey.set(f.key, { key: f.key, values: [...new Set(f.values)], exclude });
+    } else if (seen.exclude !== exclude) {
+      throw capstanError('ERR_FILTER_CONFLICT', `filter ${f.key} is both included and excluded`);
+    } else {
+      seen.values = [...new Set([...seen.values, ...f.values])];
+    }
+  }
+  return [...byKey.values()];
+}
+
+/** How a backend spells what differs: placeholders, case-insensitive LIKE, byte-order collation. */
+export interface Dialect {
+  param(value: unknown): string;
+  /**
+   * Case-insensitive LIKE, ASCII letters only in both backends (SQLite's LIKE folds ASCII only;
+   * Postgres, on COLLATE "C" columns, too). Postgres compares `lower(column)` with a lower-cased
+   * pattern, so that an index on lower(column) serves prefixes.
+   */
+  like: 'LIKE' | 'lower';
+  /** Appended to text columns in ORDER BY so both backends sort in byte order. */
+  collate: string;
+}
+
+const asciiLower = (s: string) => s.replace(/[A-Z]/g, (c) => c.toLowerCase());
+
+function ciLike(column: string, pattern: string, d: Dialect): string {
+  return d.like === 'LIKE'
+    ? `${column} LIKE ${d.param(pattern)} ESCAPE '${LIKE_ESCAPE}'`
+    : `lower(${column}) LIKE ${d.param(asciiLower(pattern))} ESCAPE '${LIKE_ESCAPE}'`;
+}
+
+const TEXT_MATCH: Record<string, string> = { name: 'n.name', hostname: 'n.hostname', region: 'n.region' };
+const EQUAL: Record<string, string> = { state: 'n.state', status: 'n.status', manager: 'n.manager', accepted: 'n.accepted' };
+
+/** One filter as SQL over `nodes n`. */
+function condition(f: CheckedFilter, d: Dialect): string {
+  let any: string;
+  const column = TEXT_MATCH[f.key];
+  if (column) {
+    // Case-insensitive (DNS names are); `*` at the end makes a prefix; `%` and `_` are literal.
+    any = f.values.map((v) => {
+      if (v === '*') return `${column} IS NOT NULL`;
+      return ciLike(column, v.endsWith('*') ? hostnamePrefixPattern(v) : likeEscape(v), d);
+    }).join(' OR ');
+  } else if (EQUAL[f.key]) {
+    any = `${EQUAL[f.key]} IN (${f.values.map((v) => d.param(v)).join(', ')})`;
+  } else if (f.key === 'group') {
+    // IN (subquery), not a correlated EXISTS: a group is a small part of the fleet, and its ids
+    // come from one index range instead of one probe per node (measured: 104 → 11 ms at 100,000).
+    any = `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
+  } else if (f.key === 'last_run') {
+    any = f.values.map((v) => {
+      const { from, to } = parseRange(v);
+      const parts = [];
+      if (from !== null) parts.push(`n.last_run_at >= ${d.param(from)}`);
+      if (to !== null) parts.push(`n.last_run_at < ${d.param(to)}`);
+      return `(${parts.join(' AND ')})`;
+    }).join(' OR ');
+  } else {
+    // tag:<key>: exact, literal values (bound parameters, so a ' or % is just a character).
+    const tagKey = f.key.slice(4);
+    // A correlated EXISTS here: a tag value (env=prod) often matches most of the fleet, and
+    // then walking the nodes in list order and probing the tag index stops after one page,
+    // where IN (subquery) would fetch every match first (measured: 105 → 55 ms at 100,000).
+    any = `EXISTS (SELECT 1 FROM node_tags t WHERE t.node_id = n.id AND t.key = ${d.param(tagKey)} AND t.value IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
+  }
+  // An excluded filter keeps nodes where the condition is false *or unknown* (no region, never
+  // ran). Tag and group conditions are never unknown, so they get a plain NOT, which Postgres
+  // turns into an anti-join (IS NOT TRUE would make it probe once per node).
+  if (!f.exclude) return `(${any})`;
+  return f.key === 'group' || f.key.startsWith('tag:') ? `NOT (${any})` : `(${any}) IS NOT TRUE`;
+}
+
+/** The conditions (over `nodes n`) of checked filters, to be ANDed. */
+export function filterConditions(filters: CheckedFilter[], d: Dialect): string[] {
+  return filters.map((f) => condition(f, d));
+}
+
+/** The WHERE clause (over `nodes n`) for checked filters and extra conditions, or ''. */
+export function filterWhere(filters: CheckedFilter[], d: Dialect, extra: string[] = []): string {
+  const all = [...extra, ...filterConditions(filters, d)];
+  return all.length ? `WHERE ${all.join(' AND ')}` : '';
+}
+
+const NULLABLE_SORT = new Set(['region', 'last_run_at', 'last_contact_at']);
+const TEXT_SORT = new Set(['name', 'hostname', 'id', 'status', 'state', 'accepted', 'manager', 'region']);
+
+/** ORDER BY for a list: the field, then the id; empty values last in both directions and backends. */
+export function orderBy(sort: SortField | undefined, order: 'asc' | 'desc' | undefined, d: Dialect): string {
+  const field = sort ?? 'name';
+  if (!SORT_FIELDS.includes(field)) bad(`sort must be one of ${SORT_FIELDS.join(', ')}`);
+  if (order !== undefined && order !== 'asc' && order !== 'desc') bad('order must be asc or desc');
+  const dir = order === 'desc' ? 'DESC' : 'ASC';
+  const col = (c: string) => `n.${c}${TEXT_SORT.has(c) ? d.collate : ''} ${dir}`;
+  // Declaring NULLS LAST only where a column can be null keeps SQLite able to walk an index.
+  const first = `${col(field)}${NULLABLE_SORT.has(field) ? ' NULLS LAST' : ''}`;
+  return field === 'id' ? `ORDER BY ${first}` : `ORDER BY ${first}, ${col('id')}`;
 }

@@ -2,15 +2,30 @@
  * What each registry write does to a node, as pure functions over NodeRecord. Both backends read
  * the row inside a transaction (Postgres: FOR UPDATE), call one of these and write the result,
  * so the lifecycle rules live in one place and the shared test suite checks them once.
+ *
+ * The node-manager model (Chef Automate's, as DESIGN.md takes it): `state` is what the node's
+ * source says (running, stopped, terminated, missing…; `terminated` is final), `status` is
+ * reachability (unknown until first contact, reachable while it sends, unreachable when it has
+ * missed its runs or its state is not running/unknown).
  */
-import type { Acceptance, NodeRecord, NodeStatus, NodeUpsertFromInventory } from './store.js';
+import { capstanError } from '@capstan/shared';
+import type {
+  Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory,
+} from './store.js';
 import { toUtcIso } from './time.js';
 
 /** The state a node starts in when nothing says otherwise: agent and manual nodes run. */
 export const DEFAULT_STATE = 'running';
+export const TERMINATED = 'terminated';
+export const MISSING = 'missing';
 
 /** States that let a node be reachable (DESIGN.md Lifecycle); any other forces `unreachable`. */
 export const LIVE_STATES: readonly string[] = ['running', 'unknown'];
+
+/** States whose nodes are purged after the retention period. */
+export const PURGEABLE_STATES: readonly string[] = [MISSING, TERMINATED];
+
+const later = (a: string | null, b: string): string => (a === null || a < b ? b : a);
 
 /**
  * Status after a contact (inventory or run). A contact makes a node reachable, except that a
@@ -22,84 +37,106 @@ export function statusAfterContact(state: string): NodeStatus {
 }
 
 /**
- * First inventory of an unknown node: pending, with the certificate it carries (its signature
- * proved the sender holds that key). The inventory is a contact, so the status is `reachable`:
- * DESIGN.md reserves `unknown` for "never contacted".
+ * A contact at `at` (server clock): a `missing` node is running again (it was only silent), and
+ * the status follows the state.
  */
-export function nodeFromInventory(inv: NodeUpsertFromInventory): NodeRecord {
-  const at = toUtcIso(inv.received_at, 'received_at');
+function contact(node: NodeRecord, at: string): NodeRecord {
+  const next = { ...node, last_contact_at: later(node.last_contact_at, at) };
+  if (node.state === MISSING) {
+    next.state = DEFAULT_STATE;
+    next.state_changed_at = at;
+  }
+  next.status = statusAfterContact(next.state);
+  return next;
+}
+
+function blank(id: string, at: string): NodeRecord {
   return {
-    id: inv.id,
+    id, hostname: '', name: '', address: null, manager: 'agent', region: null, source_id: null, account_id: null,
+    tags: {}, groups: [], status: 'unknown', state: DEFAULT_STATE, accepted: 'pending', certificate: null,
+    certificate_fingerprint: null, os_name: null, os_version: null, agent_version: null, policy_server: null,
+    created_at: at, updated_at: at, accepted_at: null, last_inventory_at: null, last_run_at: null,
+    last_config_id: null, last_contact_at: null, state_changed_at: at, policy_config_id: null,
+  };
+}
+
+/**
+ * First inventory of an unknown node: pending, with the certificate it carries (its signature
+ * proved the sender holds that key), unless an auto-accept rule matched (`autoAccept`, already
+ * checked against revoked certificates by the store). The inventory is a contact, so the status
+ * is `reachable`: DESIGN.md reserves `unknown` for "never contacted".
+ */
+export function nodeFromInventory(inv: NodeUpsertFromInventory, autoAccept: boolean): NodeRecord {
+  const at = toUtcIso(inv.received_at, 'received_at');
+  const node: NodeRecord = {
+    ...blank(inv.id, at),
     hostname: inv.hostname,
-    status: 'reachable',
-    state: DEFAULT_STATE,
-    accepted: 'pending',
+    name: inv.hostname,
     certificate: inv.certificate,
     certificate_fingerprint: inv.certificate_fingerprint,
     os_name: inv.os_name,
     os_version: inv.os_version,
     agent_version: inv.agent_version,
     policy_server: inv.policy_server,
-    created_at: at,
-    updated_at: at,
-    accepted_at: null,
     last_inventory_at: at,
-    last_run_at: null,
-    last_config_id: null,
+    accepted: autoAccept ? 'accepted' : 'pending',
+    accepted_at: autoAccept ? at : null,
   };
+  return contact(node, at);
 }
 
 /**
- * A later inventory of a known node. Acceptance never changes here. The certificate of an
- * accepted node is pinned: an inventory carrying another one changes nothing about trust (that
- * is what pinning is for; re-keying goes through an admin). A pending or refused node is not
- * trusted yet, so it shows the newest certificate it has sent, which is what accepting pins.
+ * A later inventory of a known node. The certificate of an accepted node is pinned: an
+ * inventory carrying another one changes nothing about trust (that is what pinning is for;
+ * re-keying goes through an admin). A pending or refused node is not trusted yet, so it shows the
+ * newest certificate it has sent, which is what accepting pins. A pending node may be accepted
+ * here by an auto-accept rule; a refused one never is.
  *
  * An inventory older than the one we hold (a back-filled queue, two servers racing) still proves
  * contact but does not roll the descriptive fields back.
  */
-export function mergeInventory(node: NodeRecord, inv: NodeUpsertFromInventory): NodeRecord {
+export function mergeInventory(node: NodeRecord, inv: NodeUpsertFromInventory, autoAccept: boolean): NodeRecord {
   const at = toUtcIso(inv.received_at, 'received_at');
-  const next: NodeRecord = { ...node, status: statusAfterContact(node.state), updated_at: at };
-  if (node.last_inventory_at !== null && at < node.last_inventory_at) return next;
-  Object.assign(next, {
-    hostname: inv.hostname,
-    os_name: inv.os_name,
-    os_version: inv.os_version,
-    agent_version: inv.agent_version,
-    policy_server: inv.policy_server,
-    last_inventory_at: at,
-  });
-  if (node.accepted !== 'accepted') {
-    next.certificate = inv.certificate;
-    next.certificate_fingerprint = inv.certificate_fingerprint;
+  let next: NodeRecord = contact({ ...node, updated_at: later(node.updated_at, at) }, at);
+  if (node.last_inventory_at === null || at >= node.last_inventory_at) {
+    Object.assign(next, {
+      hostname: inv.hostname,
+      // The name follows the hostname until an admin gives the node another one.
+      name: node.name === node.hostname ? inv.hostname : node.name,
+      os_name: inv.os_name,
+      os_version: inv.os_version,
+      agent_version: inv.agent_version,
+      policy_server: inv.policy_server,
+      last_inventory_at: at,
+    });
+    if (node.accepted !== 'accepted') {
+      next.certificate = inv.certificate;
+      next.certificate_fingerprint = inv.certificate_fingerprint;
+    }
   }
+  if (autoAccept && node.accepted === 'pending') next = withAcceptance(next, 'accepted', at);
   return next;
 }
 
 /** Manual creation by an admin: accepted at once (the admin vouches), never contacted yet. */
-export function manualNode(
-  n: { id: string; hostname: string; certificate?: string | null; certificate_fingerprint?: string | null; state?: string },
-  now: string,
-): NodeRecord {
+export function manualNode(n: NodeCreate, now: string): NodeRecord {
   return {
-    id: n.id,
+    ...blank(n.id, now),
     hostname: n.hostname,
-    status: 'unknown',
+    name: n.name ?? n.hostname,
+    address: n.address ?? null,
+    manager: n.manager ?? 'manual',
+    region: n.region ?? null,
+    source_id: n.source_id ?? null,
+    account_id: n.account_id ?? null,
+    tags: n.tags ?? {},
+    groups: n.groups ?? [],
     state: n.state ?? DEFAULT_STATE,
+    status: LIVE_STATES.includes(n.state ?? DEFAULT_STATE) ? 'unknown' : 'unreachable',
     accepted: 'accepted',
     certificate: n.certificate ?? null,
     certificate_fingerprint: n.certificate_fingerprint ?? null,
-    os_name: null,
-    os_version: null,
-    agent_version: null,
-    policy_server: null,
-    created_at: now,
-    updated_at: now,
     accepted_at: now,
-    last_inventory_at: null,
-    last_run_at: null,
-    last_config_id: null,
   };
 }
 
@@ -115,21 +152,86 @@ export function withAcceptance(node: NodeRecord, accepted: Acceptance, atRaw: st
     ...node,
     accepted,
     accepted_at: accepted === 'accepted' ? at : null,
-    updated_at: at,
+    updated_at: later(node.updated_at, at),
   };
 }
 
 /**
- * A state change. Leaving the live states makes the node unreachable at once. Coming back does
- * not prove contact: a node never heard from returns to `unknown`, any other stays unreachable
- * until its next run or inventory says otherwise.
+ * A state change. `terminated` is final: any other state afterwards is ERR_NODE_TERMINATED.
+ * Leaving the live states makes the node unreachable at once. Coming back does not prove
+ * contact: a node never heard from returns to `unknown`, any other stays unreachable until its
+ * next run or inventory says otherwise.
  */
 export function withState(node: NodeRecord, state: string, atRaw: string): NodeRecord {
   const at = toUtcIso(atRaw, 'at');
   if (node.state === state) return node;
-  const contacted = node.last_run_at !== null || node.last_inventory_at !== null;
+  if (node.state === TERMINATED) throw capstanError('ERR_NODE_TERMINATED', `node ${node.id} is terminated; that is final`);
   let status: NodeStatus = node.status;
   if (!LIVE_STATES.includes(state)) status = 'unreachable';
-  else if (!contacted) status = 'unknown';
-  return { ...node, state, status, updated_at: at };
+  else if (node.last_contact_at === null && node.last_run_at === null && node.last_inventory_at === null) status = 'unknown';
+  return { ...node, state, status, state_changed_at: at, updated_at: later(node.updated_at, at) };
+}
+
+/** An admin's edit: the state by its rule, the rest replaced as given. */
+export function withPatch(node: NodeRecord, patch: NodePatch, atRaw: string): NodeRecord {
+  const at = toUtcIso(atRaw, 'at');
+  let next = patch.state !== undefined ? withState(node, patch.state, at) : node;
+  const fields: Partial<NodeRecord> = {};
+  if (patch.name !== undefined) fields.name = patch.name;
+  if (patch.address !== undefined) fields.address = patch.address;
+  if (patch.region !== undefined && patch.region !== node.region) {
+    // The region is part of a cloud node's identity, which belongs to its provider.
+    if (node.source_id !== null) throw capstanError('ERR_CONFLICT', `node ${node.id} has a cloud identity; its region comes from its provider`);
+    fields.region = patch.region;
+  }
+  if (patch.tags !== undefined) fields.tags = patch.tags;
+  if (patch.groups !== undefined) fields.groups = patch.groups;
+  const changed = Object.entries(fields).some(([k, v]) => JSON.stringify(v) !== JSON.stringify(next[k as keyof NodeRecord]));
+  if (!changed) return next;
+  next = { ...next, ...fields, updated_at: later(next.updated_at, at) };
+  return next;
+}
+
+/**
+ * A stored run: last run and config move forward only (a back-filled older run must not move
+ * them back), and the run is a contact at the time it was received.
+ */
+export function afterRun(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): NodeRecord {
+  const newest = node.last_run_at === null || node.last_run_at <= startedUtc;
+  return contact({
+    ...node,
+    last_config_id: newest ? configId : node.last_config_id,
+    last_run_at: later(node.last_run_at, startedUtc),
+    updated_at: later(node.updated_at, receivedAt),
+  }, receivedAt);
+}
+
+export type HistoryInsert = Omit<HistoryEntry, 'id'>;
+const TRACKED = ['accepted', 'state', 'status'] as const;
+
+/**
+ * The transitions between two versions of a node (before is null for a new one), each with its
+ * cause; `causes` overrides the cause of one field (an auto-accept names its rule).
+ */
+export function transitions(
+  before: NodeRecord | null,
+  after: NodeRecord,
+  atRaw: string,
+  cause: string,
+  causes: Partial<Record<(typeof TRACKED)[number], string>> = {},
+): HistoryInsert[] {
+  const at = toUtcIso(atRaw, 'at');
+  const out: HistoryInsert[] = [];
+  for (const field of TRACKED) {
+    const from = before ? before[field] : null;
+    if (from !== after[field]) out.push({ node_id: after.id, at, field, from, to: after[field], cause: causes[field] ?? cause });
+  }
+  return out;
+}
+
+/** The history cause of an inventory's acceptance: the auto-accept rule, or why it did not apply. */
+export function acceptCause(inv: NodeUpsertFromInventory, auto: boolean, revoked: boolean): { accepted?: string } {
+  if (auto) return { accepted: inv.auto_accept! };
+  if (revoked) return { accepted: 'inventory (certificate revoked by a deletion: not auto-accepted)' };
+  return {};
 }

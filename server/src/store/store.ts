@@ -14,9 +14,21 @@ export type NodeStatus = 'unknown' | 'reachable' | 'unreachable';
 export interface NodeRecord {
   id: string;
   hostname: string;
+  /** Display name: the hostname unless an admin named the node. */
+  name: string;
+  /** Where to reach it (manual nodes are added by address); null for agent nodes. */
+  address: string | null;
+  /** How the node came in: `agent` (inventory), `manual` (admin), or a provider's id. */
+  manager: string;
+  region: string | null;
+  /** Cloud identity `(source_id, region, account_id)`: all three or none (providers fill them). */
+  source_id: string | null;
+  account_id: string | null;
+  tags: Record<string, string>;
+  groups: string[];
   /** Reachability: unknown until first contact. */
   status: NodeStatus;
-  /** What the node's source says (admin action for agent nodes): running, stopped, terminated… */
+  /** What the node's source says (admin action for agent nodes): running, stopped, terminated, missing… */
   state: string;
   accepted: Acceptance;
   /** PEM of the node certificate: the one pinned at acceptance once accepted. */
@@ -33,6 +45,11 @@ export interface NodeRecord {
   last_inventory_at: string | null;
   last_run_at: string | null;
   last_config_id: string | null;
+  /** Server-clock time of the last inventory or run received: what silence is measured from. */
+  last_contact_at: string | null;
+  state_changed_at: string;
+  /** The config id of the node's current policy (set with its expectations). */
+  policy_config_id: string | null;
 }
 
 export interface NodeUpsertFromInventory {
@@ -47,15 +64,87 @@ export interface NodeUpsertFromInventory {
   /** The whole inventory document, kept as sent (unknown fields included). */
   inventory: unknown;
   received_at: string;
+  /**
+   * Set when an auto-accept rule matched (the text is the cause recorded in the history). The
+   * store still refuses to auto-accept a certificate an admin revoked by deleting its node.
+   */
+  auto_accept?: string | null;
 }
 
+export interface NodeCreate {
+  id: string;
+  hostname: string;
+  name?: string | null;
+  address?: string | null;
+  certificate?: string | null;
+  certificate_fingerprint?: string | null;
+  state?: string;
+  manager?: string;
+  region?: string | null;
+  source_id?: string | null;
+  account_id?: string | null;
+  tags?: Record<string, string>;
+  groups?: string[];
+}
+
+/** What an admin may change on a node besides acceptance (PATCH). */
+export interface NodePatch {
+  state?: string;
+  name?: string;
+  address?: string | null;
+  region?: string | null;
+  tags?: Record<string, string>;
+  groups?: string[];
+}
+
+/** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
+export type FilterKey =
+  | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run' | `tag:${string}`;
+
+/**
+ * One filter: its values are ORed, filters on different keys are ANDed. `exclude` keeps the
+ * nodes that match none of the values. `name`, `hostname` and `region` values ending in `*` are
+ * prefixes; `last_run` values are `<from>..<to>` ranges (either end may be empty).
+ */
+export interface NodeFilter {
+  key: FilterKey;
+  values: string[];
+  exclude?: boolean;
+}
+
+export const SORT_FIELDS = [
+  'name', 'hostname', 'id', 'status', 'state', 'accepted', 'manager', 'region', 'last_run_at', 'last_contact_at', 'created_at',
+] as const;
+export type SortField = (typeof SORT_FIELDS)[number];
+
 export interface NodeListQuery {
+  filters?: NodeFilter[];
+  /** Shorthands kept from the first API: equal to an include filter on that key. */
   accepted?: Acceptance;
   status?: NodeStatus;
   /** Hostname prefix match; a trailing `*` is allowed and means the same. */
   hostname?: string;
+  /** Default `name`; ties are broken by id, and empty values sort last either way. */
+  sort?: SortField;
+  order?: 'asc' | 'desc';
   page: number; // 1-based
   per_page: number;
+}
+
+export interface NodePage extends Page<NodeRecord> {
+  /** How many nodes of the filtered set have each status (they add up to `total`). */
+  totals: Record<NodeStatus, number>;
+}
+
+/** One recorded transition of a node's acceptance, state or status. */
+export interface HistoryEntry {
+  id: number;
+  node_id: string;
+  at: string;
+  field: 'accepted' | 'state' | 'status';
+  from: string | null;
+  to: string;
+  cause: string;
 }
 
 export interface RunSummaryOutcome {
@@ -99,6 +188,12 @@ export interface RunRecord {
   received_at: string;
 }
 
+/** A time range on a run's start, `from` inclusive, `to` exclusive; RFC 3339. */
+export interface RunRange {
+  from?: string;
+  to?: string;
+}
+
 export interface Page<T> {
   data: T[];
   total: number;
@@ -106,33 +201,122 @@ export interface Page<T> {
 
 export type InsertRunResult = { inserted: true; id: number } | { inserted: false; reason: 'duplicate'; id: number };
 
+/** One component the node's policy (config id) makes it report on. */
+export interface ExpectedComponent {
+  rule_id: string;
+  directive_id: string;
+  component: string;
+}
+
+/** What compliance is computed from for one node: its base run's outcomes and what was expected. */
+export interface ComplianceBase {
+  node_id: string;
+  /** The node's last complete run, or null when it has none (then every expected item is missing). */
+  run: { id: number; started_at: string; config_id: string | null } | null;
+  policy_config_id: string | null;
+  /** The expectations of the run's config id (or of the policy without a run); null when none are stored. */
+  expected: ExpectedComponent[] | null;
+  outcomes: RunSummaryOutcome[];
+}
+
+export const COMPLIANCE_CATEGORIES = [
+  'compliant', 'repaired', 'error', 'non_compliant', 'missing', 'unexpected', 'not_applicable',
+] as const;
+export type ComplianceCategory = (typeof COMPLIANCE_CATEGORIES)[number];
+export type ComplianceCounts = Record<ComplianceCategory, number>;
+
+/** Compliance summed over a set of nodes (or of one rule or directive over those nodes). */
+export interface ComplianceAggregate {
+  /** Accepted nodes in the set, and how many of them have compliance data. */
+  nodes: number;
+  nodes_with_data: number;
+  counts: ComplianceCounts;
+}
+
+export interface RuleComplianceRow {
+  rule_id: string;
+  directive_id?: string;
+  nodes: number;
+  counts: ComplianceCounts;
+}
+
+/** Registry-wide counts for the lifecycle view and /metrics. */
+export interface RegistryCounts {
+  by_status: Record<string, number>;
+  by_state: Record<string, number>;
+  by_acceptance: Record<string, number>;
+  /** Totals since the database was created (kept in the database, so shared by every server process). */
+  purged_nodes: number;
+  deleted_runs: number;
+}
+
 export interface Store {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   close(): Promise<void>;
 
   getNode(id: string): Promise<NodeRecord | null>;
-  listNodes(q: NodeListQuery): Promise<Page<NodeRecord>>;
+  listNodes(q: NodeListQuery): Promise<NodePage>;
   /**
-   * Record an inventory. An unknown node is created `pending` with the certificate it carries; a
-   * known node keeps its pinned certificate and acceptance, its descriptive fields are refreshed.
+   * Record an inventory. An unknown node is created `pending` (or accepted, by an auto-accept
+   * rule) with the certificate it carries; a known node keeps its pinned certificate and
+   * acceptance, its descriptive fields are refreshed, and a `missing` node is running again.
    * Returns the node as stored afterwards.
    */
   upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord>;
-  /** Manual creation by an admin (no agent yet): accepted, status unknown. ERR_NODE_EXISTS if the id exists. */
-  createNode(n: { id: string; hostname: string; certificate?: string | null; certificate_fingerprint?: string | null; state?: string }): Promise<NodeRecord>;
+  /** Manual creation by an admin (no agent yet): accepted, status unknown. ERR_NODE_EXISTS if the id or cloud identity exists. */
+  createNode(n: NodeCreate): Promise<NodeRecord>;
   /** pending|refused → accepted (pins the current certificate) or → refused. Returns null when unknown. */
-  setAcceptance(id: string, accepted: Acceptance, at: string): Promise<NodeRecord | null>;
-  setState(id: string, state: string, at: string): Promise<NodeRecord | null>;
-  /** Deletes the node, its runs and its inventories. Returns false when unknown. */
-  deleteNode(id: string): Promise<boolean>;
+  setAcceptance(id: string, accepted: Acceptance, at: string, cause?: string): Promise<NodeRecord | null>;
+  /** ERR_NODE_TERMINATED when the node is terminated and `state` is another. Returns null when unknown. */
+  setState(id: string, state: string, at: string, cause?: string): Promise<NodeRecord | null>;
+  /** An admin's change (state and descriptive fields) in one transaction. Returns null when unknown. */
+  updateNode(id: string, patch: NodePatch, at: string, cause?: string): Promise<NodeRecord | null>;
+  /**
+   * Deletes the node, its runs, inventory, history and compliance, and revokes its certificate:
+   * the same certificate is never auto-accepted again. Returns false when unknown.
+   */
+  deleteNode(id: string, at?: string): Promise<boolean>;
   getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null>;
+  /** Transitions of one node, newest first. */
+  getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
 
   /**
-   * Store a run and update the node's last_run_at / last_config_id / status (reachable) in one
-   * transaction. A run with the same (node_id, started_at) is a duplicate: nothing is written.
+   * Store a run and update the node's last run, config, contact and status in one transaction
+   * (and its compliance, when the run is its newest complete one). A run with the same
+   * (node_id, started_at instant) is a duplicate: nothing is written.
    */
   insertRun(run: RunInsert): Promise<InsertRunResult>;
-  listRuns(nodeId: string, page: number, perPage: number): Promise<Page<RunRecord>>;
+  /** Runs of a node, newest start first, optionally within a range of start times. */
+  listRuns(nodeId: string, page: number, perPage: number, range?: RunRange): Promise<Page<RunRecord>>;
   getRunLog(runId: number): Promise<Buffer | null>;
+
+  /**
+   * Store what a node is expected to report for one config id (the policy generator calls this)
+   * and make that config the node's policy; compliance is recomputed. Returns false when the node
+   * is unknown. Only the expectations of this config and of the previous policy are kept.
+   */
+  setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean>;
+  /** The inputs of one node's compliance; null when the node is unknown. */
+  getComplianceBase(nodeId: string): Promise<ComplianceBase | null>;
+  /** Compliance summed over the accepted nodes matching the filters (none: all accepted nodes). */
+  complianceSummary(filters?: NodeFilter[]): Promise<ComplianceAggregate>;
+  /** Compliance per rule, or per (rule, directive), over all accepted nodes. */
+  complianceByRule(by: 'rule' | 'directive'): Promise<RuleComplianceRow[]>;
+
+  // Lifecycle sweep: each call handles at most `limit` nodes or rows and returns how many it did,
+  // so the sweeper works in short transactions and ingestion is never stalled for long.
+  /** status reachable → unreachable for nodes with no contact since `before`. */
+  markUnreachable(before: string, at: string, limit: number): Promise<number>;
+  /** state running/unknown → missing for contacted nodes silent since `before`. */
+  markMissing(before: string, at: string, limit: number): Promise<number>;
+  /** Delete nodes missing or terminated since before `before` (their runs and all go with them). */
+  purgeNodes(before: string, limit: number): Promise<number>;
+  /** Delete runs that started before `before` (a UTC midnight); Postgres drops whole day partitions. */
+  deleteRunsBefore(before: string, limit: number): Promise<number>;
+  /** Delete history entries older than `before`. */
+  pruneHistory(before: string, limit: number): Promise<number>;
+  /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
+  prepareRunStorage(now: Date): Promise<void>;
+  counts(): Promise<RegistryCounts>;
 }

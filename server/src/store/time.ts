@@ -45,3 +45,11 @@ export function toUtcIso(value: string, field: string): string {
   }
   return new Date(ms).toISOString();
 }
+
+/** A run range's ends normalised (from inclusive, to exclusive); an absent end is null. */
+export function runRange(range: { from?: string; to?: string }): { from: string | null; to: string | null } {
+  return {
+    from: range.from === undefined ? null : toUtcIso(range.from, 'from'),
+    to: range.to === undefined ? null : toUtcIso(range.to, 'to'),
+  };
+}

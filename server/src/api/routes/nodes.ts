@@ -1,60 +1,99 @@
 /** Admin API: the node registry under /api/1/nodes. */
+import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import {
   capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog, readJson,
 } from '@capstan/shared';
-import type { Acceptance, NodeRecord, NodeStatus, Store } from '../../store/store.js';
+import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
+import { bodyObject, nodeListQuery, paging, timeParam, type Query } from '../params.js';
 
-const ACCEPTANCE = new Set(['pending', 'accepted', 'refused']);
-const STATUS = new Set(['unknown', 'reachable', 'unreachable']);
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+// A DNS name, an IPv4 address or an IPv6 address (no spaces, no URL parts).
+const HOST = /^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$/;
+const STATE = /^[a-z][a-z_-]{0,31}$/;
+/** Largest decompressed run log re-read for `reports=true` (the ingest limit bounds what is stored). */
+const MAX_REREAD_BYTES = 512 * 1024 * 1024;
 
-function intParam(v: unknown, name: string, dflt: number, max: number): number {
-  if (v === undefined) return dflt;
-  if (typeof v !== 'string' || !/^\d{1,9}$/.test(v) || Number(v) < 1 || Number(v) > max) {
-    throw capstanError('ERR_BAD_REQUEST', `${name} must be an integer from 1 to ${max}`);
-  }
-  return Number(v);
-}
-
-function one(v: unknown, name: string, allowed: Set<string>): string | undefined {
-  if (v === undefined) return undefined;
-  if (typeof v !== 'string' || !allowed.has(v)) throw capstanError('ERR_BAD_REQUEST', `${name} must be one of ${[...allowed].join(', ')}`);
-  return v;
-}
-
-async function mustGet(store: Store, id: string): Promise<NodeRecord> {
+export async function mustGet(store: Store, id: string): Promise<NodeRecord> {
   const node = await store.getNode(id);
   if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${id} is unknown`);
   return node;
 }
 
 /** Nodes as the API shows them: the pinned certificate only on the single-node view. */
-function listView(n: NodeRecord): Omit<NodeRecord, 'certificate'> {
+export function listView(n: NodeRecord): Omit<NodeRecord, 'certificate'> {
   const { certificate: _omit, ...rest } = n;
   return rest;
 }
 
+function optionalString(body: Record<string, unknown>, name: string): string | undefined {
+  const v = body[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'string') throw capstanError('ERR_BAD_REQUEST', `${name} must be a string`);
+  return v;
+}
+
+/** POST /api/1/nodes: `{host, name?, tags?, groups?, id?}` (by address) or `{id, hostname, certificate?}`. */
+export function createBody(raw: unknown): NodeCreate {
+  const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region']);
+  const host = optionalString(body, 'host');
+  if (host !== undefined && !HOST.test(host)) throw capstanError('ERR_BAD_REQUEST', 'host must be a DNS name or an IP address');
+  // The first API's hostname is a label as an agent reports it, checked as loosely as before.
+  const hostname = optionalString(body, 'hostname') ?? host;
+  if (hostname === undefined || hostname.length === 0 || hostname.length > 253) {
+    throw capstanError('ERR_BAD_REQUEST', 'host (or hostname) is required, up to 253 characters');
+  }
+  const id = optionalString(body, 'id') ?? (host !== undefined ? randomUUID() : undefined);
+  if (id === undefined || !NODE_ID.test(id)) throw capstanError('ERR_BAD_REQUEST', 'id must be a node id ([A-Za-z0-9._-], up to 128)');
+  const certificate = optionalString(body, 'certificate');
+  if (certificate !== undefined && certificateNodeId(certificate) !== id) {
+    throw capstanError('ERR_CERTIFICATE', 'certificate subject UID does not match id');
+  }
+  const name = optionalString(body, 'name');
+  const region = optionalString(body, 'region');
+  return {
+    id,
+    hostname,
+    ...(host !== undefined && { address: host }),
+    ...(name !== undefined && { name }),
+    ...(region !== undefined && { region }),
+    ...(body.tags !== undefined && { tags: body.tags as Record<string, string> }),
+    ...(body.groups !== undefined && { groups: body.groups as string[] }),
+    certificate: certificate ?? null,
+    certificate_fingerprint: certificate ? certificateFingerprint(certificate) : null,
+  };
+}
+
+/** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?}`. */
+export function patchBody(raw: unknown): NodePatch {
+  const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups']);
+  if (Object.keys(body).length === 0) throw capstanError('ERR_BAD_REQUEST', 'nothing to change');
+  const state = optionalString(body, 'state');
+  if (state !== undefined && !STATE.test(state)) throw capstanError('ERR_BAD_REQUEST', 'state must be a lowercase word');
+  const patch: NodePatch = {};
+  if (state !== undefined) patch.state = state;
+  const name = optionalString(body, 'name');
+  if (name !== undefined) patch.name = name;
+  for (const f of ['address', 'region'] as const) {
+    if (body[f] === null) patch[f] = null;
+    else if (body[f] !== undefined) patch[f] = optionalString(body, f)!;
+  }
+  if (body.tags !== undefined) patch.tags = body.tags as Record<string, string>;
+  if (body.groups !== undefined) patch.groups = body.groups as string[];
+  return patch;
+}
+
 export function nodeRoutes(app: FastifyInstance, store: Store): void {
-  app.get<{ Querystring: Record<string, string> }>('/api/1/nodes', async (req) => {
-    const q = req.query;
-    const page = intParam(q.page, 'page', 1, 1_000_000);
-    const perPage = intParam(q.per_page, 'per_page', 100, 1000);
-    const res = await store.listNodes({
-      accepted: one(q.accepted, 'accepted', ACCEPTANCE) as Acceptance | undefined,
-      status: one(q.status, 'status', STATUS) as NodeStatus | undefined,
-      hostname: q.hostname,
-      page,
-      per_page: perPage,
-    });
-    return { data: res.data.map(listView), total: res.total, page, per_page: perPage };
+  app.get<{ Querystring: Query }>('/api/1/nodes', async (req) => {
+    const q = nodeListQuery(req.query);
+    const res = await store.listNodes(q);
+    return { data: res.data.map(listView), total: res.total, totals: res.totals, page: q.page, per_page: q.per_page };
   });
 
-  app.get<{ Querystring: Record<string, string> }>('/api/1/nodes/pending', async (req) => {
-    const page = intParam(req.query.page, 'page', 1, 1_000_000);
-    const perPage = intParam(req.query.per_page, 'per_page', 100, 1000);
-    const res = await store.listNodes({ accepted: 'pending', page, per_page: perPage });
-    return { data: res.data.map(listView), total: res.total, page, per_page: perPage };
+  app.get<{ Querystring: Query }>('/api/1/nodes/pending', async (req) => {
+    const q = nodeListQuery(req.query);
+    const res = await store.listNodes({ ...q, filters: [...(q.filters ?? []), { key: 'accepted', values: ['pending'] }] });
+    return { data: res.data.map(listView), total: res.total, totals: res.totals, page: q.page, per_page: q.per_page };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => ({ data: await mustGet(store, req.params.id) }));
@@ -65,42 +104,22 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
       if (acceptance === 'accepted' && !node.certificate) {
         throw capstanError('ERR_CERTIFICATE', `node ${node.id} has sent no certificate yet`);
       }
-      const updated = await store.setAcceptance(node.id, acceptance, new Date().toISOString());
-      return { data: listView(updated!) };
+      const updated = await store.setAcceptance(node.id, acceptance, new Date().toISOString(), 'admin');
+      if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${node.id} is unknown`);
+      return { data: listView(updated) };
     });
   }
 
   app.post('/api/1/nodes', async (req, reply) => {
-    const body = (await readJson(req)) as Record<string, unknown> | undefined;
-    if (!body || typeof body !== 'object') throw capstanError('ERR_BAD_REQUEST', 'body must be a JSON object');
-    const id = body.id;
-    if (typeof id !== 'string' || !NODE_ID.test(id)) throw capstanError('ERR_BAD_REQUEST', 'id must be a node id ([A-Za-z0-9._-], up to 128)');
-    const hostname = body.hostname ?? body.host;
-    if (typeof hostname !== 'string' || hostname.length === 0 || hostname.length > 253) {
-      throw capstanError('ERR_BAD_REQUEST', 'hostname must be a non-empty string');
-    }
-    let certificate: string | null = null;
-    if (body.certificate !== undefined) {
-      if (typeof body.certificate !== 'string') throw capstanError('ERR_BAD_REQUEST', 'certificate must be a PEM string');
-      if (certificateNodeId(body.certificate) !== id) throw capstanError('ERR_CERTIFICATE', 'certificate subject UID does not match id');
-      certificate = body.certificate;
-    }
-    const node = await store.createNode({
-      id,
-      hostname,
-      certificate,
-      certificate_fingerprint: certificate ? certificateFingerprint(certificate) : null,
-    });
+    const node = await store.createNode(createBody(await readJson(req)));
     return reply.code(201).send({ data: listView(node) });
   });
 
   app.patch<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => {
-    const node = await mustGet(store, req.params.id);
-    const body = (await readJson(req)) as Record<string, unknown> | undefined;
-    const state = body?.state;
-    if (typeof state !== 'string' || !/^[a-z][a-z_-]{0,31}$/.test(state)) throw capstanError('ERR_BAD_REQUEST', 'state must be a lowercase word');
-    if (node.state === 'terminated' && state !== 'terminated') throw capstanError('ERR_CONFLICT', 'terminated is final');
-    return { data: listView((await store.setState(node.id, state, new Date().toISOString()))!) };
+    const patch = patchBody(await readJson(req));
+    const updated = await store.updateNode(req.params.id, patch, new Date().toISOString(), 'admin');
+    if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: listView(updated) };
   });
 
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id', async (req, reply) => {
@@ -115,38 +134,31 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
     return { data: inv };
   });
 
-  app.get<{ Params: { id: string }; Querystring: Record<string, string> }>('/api/1/nodes/:id/runs', async (req) => {
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/history', async (req) => {
     await mustGet(store, req.params.id);
-    const page = intParam(req.query.page, 'page', 1, 1_000_000);
-    const perPage = intParam(req.query.per_page, 'per_page', 20, 200);
-    const withReports = req.query.reports === 'true' || req.query.reports === '1';
-    const res = await store.listRuns(req.params.id, page, perPage);
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.getHistory(req.params.id, page, per_page);
+    return { data: res.data, total: res.total, page, per_page };
+  });
+
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/runs', async (req) => {
+    await mustGet(store, req.params.id);
+    const { page, per_page } = paging(req.query, 20, 200);
+    const reports = req.query.reports;
+    const withReports = reports === 'true' || reports === '1';
+    const from = timeParam(req.query, 'from');
+    const to = timeParam(req.query, 'to');
+    const res = await store.listRuns(req.params.id, page, per_page, { ...(from && { from }), ...(to && { to }) });
     const data = await Promise.all(
       res.data.map(async (run) => {
         if (!withReports) return run;
         // Report-level reads re-parse the stored, verified run log (DESIGN.md Storage).
         const compressed = await store.getRunLog(run.id);
-        const text = compressed ? await decompress(compressed, 'zstd', { maxBytes: 512 * 1024 * 1024 }) : Buffer.alloc(0);
+        const text = compressed ? await decompress(compressed, 'zstd', { maxBytes: MAX_REREAD_BYTES }) : Buffer.alloc(0);
         const info = parseRunInfo(run.file_name);
         return { ...run, reports: parseRunLog(text, { node_id: run.node_id, timestamp: info.timestamp }, { maxReports: Number.MAX_SAFE_INTEGER }).reports };
       }),
     );
-    return { data, total: res.total, page, per_page: perPage };
-  });
-
-  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/compliance', async (req) => {
-    const node = await mustGet(store, req.params.id);
-    const last = (await store.listRuns(node.id, 1, 1)).data[0];
-    if (!last) return { data: { node_id: node.id, run: null, compliance: null, components: [] } };
-    const ok = last.outcomes.filter((o) => ['result_success', 'result_repaired', 'audit_compliant', 'result_na', 'audit_na'].includes(o.outcome)).length;
-    const total = last.outcomes.length;
-    return {
-      data: {
-        node_id: node.id,
-        run: { started_at: last.started_at, config_id: last.config_id },
-        compliance: total === 0 ? null : Math.round((ok / total) * 10000) / 100,
-        components: last.outcomes,
-      },
-    };
+    return { data, total: res.total, page, per_page };
   });
 }

@@ -5,6 +5,7 @@
  * schema. The runners live with each backend (`sqlite/migrate.ts`, `postgres/migrate.ts`).
  */
 import { initial } from './0001_initial.js';
+import { registry } from './0002_registry.js';
 
 export interface Migration {
   version: number;
@@ -13,7 +14,7 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial];
+export const MIGRATIONS: readonly Migration[] = [initial, registry];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -5,22 +5,34 @@
  * which does not block the foreign-key checks of other runs' inserts). Two processes ingesting
  * the same run therefore queue on the node row; the second one's `ON CONFLICT DO NOTHING` then
  * sees the first one's committed run and reports a duplicate. The lock also keeps a node from
- * being deleted between the existence check and the insert.
+ * being deleted between the existence check and the insert. The lifecycle sweep takes its
+ * batches with `FOR UPDATE SKIP LOCKED`: it never waits for a node the ingest holds, and two
+ * servers sweeping at once share the work instead of doing it twice.
+ *
+ * Runs are partitioned by day (migration 2): retention drops whole days, and `prepareRunStorage`
+ * creates the next days' partitions ahead of the runs that will fill them.
  *
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { capstanError } from '@capstan/shared';
+import { capstanError, isCapstanError } from '@capstan/shared';
 import type {
-  Acceptance, InsertRunResult, NodeListQuery, NodeRecord, NodeUpsertFromInventory, Page, RunInsert,
-  RunRecord, Store,
+  Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
+  NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
+  RuleComplianceRow, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
 } from '../store.js';
+import { COUNT_COLUMNS, complianceRows, countsFromRow, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
 import { storeError } from '../errors.js';
-import { checkInventory, checkRun, refuseNul } from '../input.js';
-import { checkPaging, NODE_COLUMNS, nodeFilter, RUN_COLUMNS } from '../query.js';
-import { LIVE_STATES, manualNode, mergeInventory, nodeFromInventory, withAcceptance, withState } from '../rules.js';
+import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
+import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
+import {
+  acceptCause, afterRun, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
+  transitions, withAcceptance, withPatch, withState, type HistoryInsert,
+} from '../rules.js';
+import { runRange, toUtcIso } from '../time.js';
 import { migratePostgres } from './migrate.js';
-import { nodeFromRow, nodeValues, runFromRow } from './rows.js';
+import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
+import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
 export interface PostgresStoreOptions {
   url: string;
@@ -30,14 +42,15 @@ export interface PostgresStoreOptions {
   now?: () => Date;
   /** Told about connections that fail while idle in the pool (the next query reports it too). */
   onIdleError?: (err: Error) => void;
+  /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
+  onMaintenance?: (message: string, err?: unknown) => void;
 }
 
 type Q = pg.Pool | pg.PoolClient;
 
-const SELECT_NODE = `SELECT ${NODE_COLUMNS.join(', ')} FROM nodes`;
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
-const LIVE = LIVE_STATES.map((s) => `'${s}'`).join(', ');
+const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 /** Postgres text cannot hold U+0000, so no stored id has one: answer "absent" without asking. */
 const impossibleId = (id: string) => id.includes('\u0000');
 // A plain identifier: it goes into the connection's search_path and into CREATE SCHEMA.
@@ -47,6 +60,8 @@ export class PostgresStore implements Store {
   private readonly pool: pg.Pool;
   private readonly schema: string | undefined;
   private readonly now: () => Date;
+  private readonly onMaintenance: (message: string, err?: unknown) => void;
+  private readonly skippedPartitions = new Set<string>();
   private closed = false;
 
   constructor(opts: PostgresStoreOptions) {
@@ -55,6 +70,7 @@ export class PostgresStore implements Store {
     }
     this.schema = opts.schema;
     this.now = opts.now ?? (() => new Date());
+    this.onMaintenance = opts.onMaintenance ?? (() => undefined);
     this.pool = new pg.Pool({
       connectionString: opts.url,
       max: opts.poolSize ?? 10,
@@ -64,6 +80,12 @@ export class PostgresStore implements Store {
     });
     // Without a listener, an idle connection dropped by the server would crash the process.
     this.pool.on('error', (err) => opts.onIdleError?.(err));
+    // JIT compilation costs 100+ ms and pays off only for long analytic queries; the registry's
+    // are short, and a filter's estimated cost easily crosses jit_above_cost (measured: a 60 ms
+    // list took 180 ms). Queued before the connection's first query.
+    this.pool.on('connect', (client) => {
+      client.query('SET jit = off').catch(() => undefined);
+    });
   }
 
   private async query<R extends pg.QueryResultRow>(what: string, q: Q, config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
@@ -94,9 +116,56 @@ export class PostgresStore implements Store {
     }
   }
 
+  private dialect(values: unknown[]): Dialect {
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"' };
+  }
+
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
-    const { rows } = await this.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE id = $1 FOR NO KEY UPDATE`, values: [id] });
+    const { rows } = await this.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, values: [id] });
     return rows[0] ? nodeFromRow(rows[0]) : null;
+  }
+
+  private async history(what: string, c: pg.PoolClient, entries: HistoryInsert[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.query(what, c, {
+      name: 'history_insert',
+      text: `INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
+        SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])`,
+      values: [entries.map((h) => h.node_id), entries.map((h) => h.at), entries.map((h) => h.field),
+        entries.map((h) => h.from), entries.map((h) => h.to), entries.map((h) => h.cause)],
+    });
+  }
+
+  /** Rewrite the certificate (kept beside the row) and the filterable copies of tags and groups when they changed. */
+  private async sets(what: string, c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null): Promise<void> {
+    if (!prev || prev.certificate !== next.certificate) {
+      if (next.certificate === null) {
+        await this.query(what, c, { name: 'certificate_delete', text: 'DELETE FROM node_certificates WHERE node_id = $1', values: [next.id] });
+      } else {
+        await this.query(what, c, {
+          name: 'certificate_upsert',
+          text: `INSERT INTO node_certificates (node_id, certificate) VALUES ($1, $2)
+            ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`,
+          values: [next.id, next.certificate],
+        });
+      }
+    }
+    if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
+      if (prev) await this.query(what, c, { text: 'DELETE FROM node_tags WHERE node_id = $1', values: [next.id] });
+      const tags = Object.entries(next.tags);
+      if (tags.length) {
+        await this.query(what, c, {
+          text: 'INSERT INTO node_tags (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
+          values: [next.id, tags.map(([k]) => k), tags.map(([, v]) => v)],
+        });
+      }
+    }
+    if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
+      if (prev) await this.query(what, c, { text: 'DELETE FROM node_groups WHERE node_id = $1', values: [next.id] });
+      if (next.groups.length) {
+        await this.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
+      }
+    }
   }
 
   async migrate(): Promise<void> {
@@ -111,51 +180,61 @@ export class PostgresStore implements Store {
 
   async getNode(id: string): Promise<NodeRecord | null> {
     if (impossibleId(id)) return null;
-    const { rows } = await this.query('getNode', this.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE id = $1`, values: [id] });
+    const { rows } = await this.query('getNode', this.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
     return rows[0] ? nodeFromRow(rows[0]) : null;
   }
 
-  async listNodes(q: NodeListQuery): Promise<Page<NodeRecord>> {
+  async listNodes(q: NodeListQuery): Promise<NodePage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
+    const filters = checkFilters(q);
     const values: unknown[] = [];
-    const where = nodeFilter(q, (v) => `$${values.push(v)}`, 'ILIKE');
+    const d = this.dialect(values);
+    const where = filterWhere(filters, d);
+    const order = orderBy(q.sort, q.order, d);
+    // One statement, so the totals and the page describe one snapshot; the lateral join keeps
+    // the totals row even when the page is past the end.
     const { rows } = await this.query('listNodes', this.pool, {
-      text: `SELECT count(*) OVER () AS total, ${NODE_COLUMNS.join(', ')} FROM nodes ${where}
-        ORDER BY hostname, id LIMIT $${values.length + 1} OFFSET $${values.length + 2}`,
+      text: `SELECT t.totals, p.* FROM
+          (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
+             FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
+        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`)}) p ON true`,
       values: [...values, limit, offset],
     });
-    const total = rows[0] ? Number(rows[0].total) : await this.countPastEnd('listNodes', `SELECT count(*) AS n FROM nodes ${where}`, values, offset);
-    return { data: rows.map(nodeFromRow), total };
-  }
-
-  /**
-   * The lists get their total from `count(*) OVER ()` in the page query itself (one snapshot,
-   * one round trip). A page past the end has no row to carry it: only then count separately.
-   */
-  private async countPastEnd(what: string, text: string, values: unknown[], offset: number): Promise<number> {
-    if (offset === 0) return 0;
-    const { rows } = await this.query<{ n: string }>(what, this.pool, { text, values });
-    return Number(rows[0]!.n);
+    const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
+    const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
+    return {
+      data: rows.filter((r) => r.id !== null).map(nodeFromRow),
+      total: totals.unknown + totals.reachable + totals.unreachable,
+      totals,
+    };
   }
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
     const { receivedAt, document } = checkInventory(inv);
-    return this.tx('upsertFromInventory', async (c) => {
+    const what = 'upsertFromInventory';
+    return this.tx(what, async (c) => {
+      let revoked = false;
+      if (inv.auto_accept) {
+        const r = await this.query(what, c, { name: 'revoked_get', text: 'SELECT 1 FROM revoked_certificates WHERE fingerprint = $1', values: [inv.certificate_fingerprint] });
+        revoked = (r.rowCount ?? 0) > 0;
+      }
+      const auto = !!inv.auto_accept && !revoked;
       // Two first inventories of one node may race: the loser of the insert merges instead.
-      const fresh = nodeFromInventory(inv);
-      const ins = await this.query('upsertFromInventory', c, {
-        name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh),
-      });
+      const fresh = nodeFromInventory(inv, auto);
+      const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh) });
       let next = fresh;
+      let known: NodeRecord | null = null;
       if (ins.rowCount === 0) {
-        const known = await this.lockNode('upsertFromInventory', c, inv.id);
+        known = await this.lockNode(what, c, inv.id);
         // Deleted between our insert attempt and the lock: retrying registers it afresh.
         if (!known) throw capstanError('ERR_STORE', `node ${inv.id} was deleted concurrently`);
-        next = mergeInventory(known, inv);
-        await this.query('upsertFromInventory', c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+        next = mergeInventory(known, inv, auto);
+        await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
       }
+      await this.sets(what, c, next, known);
+      await this.history(what, c, transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
       // Keep only the newest document; an older one arriving late is dropped.
-      await this.query('upsertFromInventory', c, {
+      await this.query(what, c, {
         name: 'inventory_upsert',
         text: `INSERT INTO inventories (node_id, received_at, document) VALUES ($1, $2, $3)
           ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
@@ -166,42 +245,76 @@ export class PostgresStore implements Store {
     });
   }
 
-  async createNode(n: Parameters<Store['createNode']>[0]): Promise<NodeRecord> {
-    refuseNul(n);
-    const node = manualNode(n, this.now().toISOString());
-    const ins = await this.query('createNode', this.pool, {
-      name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node),
-    });
-    if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
-    return node;
+  async createNode(input: NodeCreate): Promise<NodeRecord> {
+    const n = checkNodeCreate(input);
+    const now = this.now().toISOString();
+    const node = manualNode(n, now);
+    const what = 'createNode';
+    try {
+      return await this.tx(what, async (c) => {
+        const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
+        if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+        await this.sets(what, c, node, null);
+        await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
+        return node;
+      });
+    } catch (err) {
+      // The cloud identity is unique: a second row for one instance is the same node again.
+      const cause = (err as { cause?: { code?: string; constraint?: string } }).cause;
+      if (isCapstanError(err) && cause?.code === '23505' && cause.constraint === 'nodes_cloud_idx') {
+        throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
+      }
+      throw err;
+    }
   }
 
-  async setAcceptance(id: string, accepted: Acceptance, at: string): Promise<NodeRecord | null> {
-    return this.update('setAcceptance', id, (node) => withAcceptance(node, accepted, at));
+  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin'): Promise<NodeRecord | null> {
+    return this.update('setAcceptance', id, at, cause, (node) => withAcceptance(node, accepted, at));
   }
 
-  async setState(id: string, state: string, at: string): Promise<NodeRecord | null> {
+  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
     refuseNul({ state });
-    return this.update('setState', id, (node) => withState(node, state, at));
+    return this.update('setState', id, at, cause, (node) => withState(node, state, at));
   }
 
-  /** Lock, change with a rule from rules.ts, write back if anything changed. */
-  private async update(what: string, id: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
+  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
+    const p = checkPatch(patch);
+    return this.update('updateNode', id, at, cause, (node) => withPatch(node, p, at));
+  }
+
+  /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
+  private async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
+    const when = toUtcIso(at, 'at');
     if (impossibleId(id)) return null;
     return this.tx(what, async (c) => {
       const node = await this.lockNode(what, c, id);
       if (!node) return null;
       const next = change(node);
-      if (next !== node) await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+      if (next !== node) {
+        await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+        await this.sets(what, c, next, node);
+        await this.history(what, c, transitions(node, next, when, cause));
+      }
       return next;
     });
   }
 
-  async deleteNode(id: string): Promise<boolean> {
+  async deleteNode(id: string, at?: string): Promise<boolean> {
+    const when = toUtcIso(at ?? this.now().toISOString(), 'at');
     if (impossibleId(id)) return false;
-    // Runs and the inventory go with it through ON DELETE CASCADE.
-    const res = await this.query('deleteNode', this.pool, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
-    return (res.rowCount ?? 0) > 0;
+    // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
+    return this.tx('deleteNode', async (c) => {
+      const node = await this.lockNode('deleteNode', c, id);
+      if (!node) return false;
+      if (node.certificate_fingerprint) {
+        await this.query('deleteNode', c, {
+          text: 'INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
+          values: [node.certificate_fingerprint, id, when],
+        });
+      }
+      const res = await this.query('deleteNode', c, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
+      return (res.rowCount ?? 0) > 0;
+    });
   }
 
   async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
@@ -212,14 +325,26 @@ export class PostgresStore implements Store {
     return rows[0] ? { received_at: new Date(rows[0].received_at).toISOString(), inventory: rows[0].document } : null;
   }
 
+  async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    if (impossibleId(nodeId)) return { data: [], total: 0 };
+    const { rows } = await this.query('getHistory', this.pool, {
+      name: 'history_list',
+      text: `SELECT t.total, h.* FROM (SELECT count(*) AS total FROM node_history WHERE node_id = $1) t
+        LEFT JOIN LATERAL (SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
+          WHERE node_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3) h ON true`,
+      values: [nodeId, limit, offset],
+    });
+    return { data: rows.filter((r) => r.id !== null).map(historyFromRow), total: Number(rows[0]?.total ?? 0) };
+  }
+
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
     const { startedUtc, receivedAt, counts, outcomes } = checkRun(run);
-    return this.tx('insertRun', async (c): Promise<InsertRunResult> => {
-      const lock = await this.query('insertRun', c, {
-        name: 'run_lock_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE', values: [run.node_id],
-      });
-      if (lock.rowCount === 0) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-      const ins = await this.query<{ id: string }>('insertRun', c, {
+    const what = 'insertRun';
+    return this.tx(what, async (c): Promise<InsertRunResult> => {
+      const node = await this.lockNode(what, c, run.node_id);
+      if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
+      const ins = await this.query<{ id: string }>(what, c, {
         name: 'run_insert',
         text: `INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete, report_count,
             counts, outcomes, file_name, sha256, received_at, log_compressed)
@@ -229,39 +354,61 @@ export class PostgresStore implements Store {
           counts, outcomes, run.file_name, run.sha256, receivedAt, run.log_compressed],
       });
       if (ins.rowCount === 0) {
-        const dup = await this.query<{ id: string }>('insertRun', c, {
+        const dup = await this.query<{ id: string }>(what, c, {
           name: 'run_find', text: 'SELECT id FROM runs WHERE node_id = $1 AND started_at_utc = $2', values: [run.node_id, startedUtc],
         });
         return { inserted: false, reason: 'duplicate', id: Number(dup.rows[0]!.id) };
       }
-      // A back-filled older run must not move last_run_at or last_config_id backwards. SET
-      // expressions all see the old row, so the config test uses the old last_run_at.
-      await this.query('insertRun', c, {
-        name: 'run_update_node',
-        text: `UPDATE nodes SET
-            last_config_id = CASE WHEN last_run_at IS NULL OR last_run_at <= $2 THEN $3 ELSE last_config_id END,
-            last_run_at = GREATEST(last_run_at, $2),
-            status = CASE WHEN state IN (${LIVE}) THEN 'reachable' ELSE 'unreachable' END,
-            updated_at = GREATEST(updated_at, $4)
-          WHERE id = $1`,
-        values: [run.node_id, startedUtc, run.config_id ?? null, receivedAt],
-      });
-      return { inserted: true, id: Number(ins.rows[0]!.id) };
+      const id = Number(ins.rows[0]!.id);
+      const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
+      await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+      await this.history(what, c, transitions(node, next, receivedAt, 'run'));
+      if (run.complete) {
+        // Steady state: the same config reporting the same outcomes as last time changes no
+        // number, so only the base run moves (one statement instead of a recomputation).
+        const same = await this.query(what, c, {
+          name: 'compliance_same',
+          text: `UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5
+            WHERE node_id = $1 AND run_id IS NOT NULL AND run_started_utc <= $4 AND config_id IS NOT DISTINCT FROM $6 AND outcomes = $7::jsonb`,
+          values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, outcomes],
+        });
+        let prev: string | null | undefined = null;
+        if ((same.rowCount ?? 0) === 0) {
+          const cur = await this.query<{ run_started_utc: Date | null }>(what, c, {
+            name: 'compliance_started', text: 'SELECT run_started_utc FROM node_compliance WHERE node_id = $1', values: [run.node_id],
+          });
+          prev = cur.rows[0] ? iso(cur.rows[0].run_started_utc) : undefined;
+        }
+        // Only the newest complete run decides compliance; a back-filled older one does not.
+        if ((same.rowCount ?? 0) === 0 && (prev === undefined || prev === null || prev <= startedUtc)) {
+          await this.writeCompliance(c, {
+            nodeId: run.node_id,
+            run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
+            outcomes: run.outcomes,
+            expected: run.config_id === null ? null : await this.expectations(c, run.node_id, run.config_id),
+          }, receivedAt);
+        }
+      }
+      return { inserted: true, id };
     });
   }
 
-  async listRuns(nodeId: string, page: number, perPage: number): Promise<Page<RunRecord>> {
+  async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
+    const { from, to } = runRange(range);
     if (impossibleId(nodeId)) return { data: [], total: 0 };
     const { rows } = await this.query('listRuns', this.pool, {
       name: 'runs_list',
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
-      text: `SELECT count(*) OVER () AS total, ${RUN_COLUMNS.join(', ')} FROM runs WHERE node_id = $1
-        ORDER BY started_at_utc DESC LIMIT $2 OFFSET $3`,
-      values: [nodeId, limit, offset],
+      text: `SELECT t.total, r.* FROM
+          (SELECT count(*) AS total FROM runs WHERE node_id = $1
+             AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)) t
+        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.join(', ')} FROM runs WHERE node_id = $1
+             AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)
+           ORDER BY started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
+      values: [nodeId, limit, offset, from, to],
     });
-    const total = rows[0] ? Number(rows[0].total) : await this.countPastEnd('listRuns', 'SELECT count(*) AS n FROM runs WHERE node_id = $1', [nodeId], offset);
-    return { data: rows.map(runFromRow), total };
+    return { data: rows.filter((r) => r.id !== null).map(runFromRow), total: Number(rows[0]?.total ?? 0) };
   }
 
   async getRunLog(runId: number): Promise<Buffer | null> {
@@ -270,5 +417,240 @@ export class PostgresStore implements Store {
       name: 'run_log', text: 'SELECT log_compressed FROM runs WHERE id = $1', values: [runId],
     });
     return rows[0] ? rows[0].log_compressed : null;
+  }
+
+  // --- compliance ---------------------------------------------------------------------------
+
+  private async expectations(c: Q, nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
+    const { rows } = await this.query<{ components: ExpectedComponent[] }>('expectations', c, {
+      name: 'expectations_get', text: 'SELECT components FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
+    });
+    return rows[0] ? rows[0].components : null;
+  }
+
+  private async writeCompliance(c: pg.PoolClient, input: ComplianceInput, at: string): Promise<void> {
+    const { counts, directives } = complianceRows(input);
+    const what = 'writeCompliance';
+    await this.query(what, c, {
+      name: 'compliance_upsert',
+      text: `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
+          computed_at, outcomes, ${COUNT_COLUMNS.join(', ')})
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${COUNT_COLUMNS.map((_, i) => `$${i + 9}`).join(', ')})
+        ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
+          run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
+          computed_at = excluded.computed_at, outcomes = excluded.outcomes,
+          ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}`,
+      values: [input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
+        input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0, at,
+        JSON.stringify(input.outcomes), ...COUNT_COLUMNS.map((col) => counts[col])],
+    });
+    await this.query(what, c, { name: 'compliance_directives_clear', text: 'DELETE FROM node_compliance_directives WHERE node_id = $1', values: [input.nodeId] });
+    if (directives.length) {
+      await this.query(what, c, {
+        name: 'compliance_directives_insert',
+        text: `INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
+          SELECT $1, * FROM unnest($2::text[], $3::text[], ${COUNT_COLUMNS.map((_, i) => `$${i + 4}::int[]`).join(', ')})`,
+        values: [input.nodeId, directives.map((d) => d.rule_id), directives.map((d) => d.directive_id),
+          ...COUNT_COLUMNS.map((col) => directives.map((d) => d.counts[col]))],
+      });
+    }
+  }
+
+  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean> {
+    const checked = checkExpectations(configId, items);
+    const when = toUtcIso(at, 'at');
+    if (impossibleId(nodeId)) return false;
+    const what = 'setExpectations';
+    return this.tx(what, async (c) => {
+      const node = await this.lockNode(what, c, nodeId);
+      if (!node) return false;
+      await this.query(what, c, {
+        text: `INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES ($1, $2, $3, $4)
+          ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`,
+        values: [nodeId, configId, when, checked.json],
+      });
+      // Keep this config's and the previous policy's: a node may still run the previous one.
+      await this.query(what, c, {
+        text: 'DELETE FROM node_expectations WHERE node_id = $1 AND config_id NOT IN ($2, $3)',
+        values: [nodeId, configId, node.policy_config_id ?? configId],
+      });
+      await this.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
+      const { rows } = await this.query(what, c, {
+        text: 'SELECT run_id, run_started_at, run_started_utc, config_id, outcomes FROM node_compliance WHERE node_id = $1', values: [nodeId],
+      });
+      const cur = rows[0];
+      if (cur && cur.run_id !== null) {
+        await this.writeCompliance(c, {
+          nodeId,
+          run: { id: Number(cur.run_id), started_at: cur.run_started_at, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id },
+          outcomes: cur.outcomes as RunSummaryOutcome[],
+          expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id),
+        }, when);
+      } else {
+        await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items }, when);
+      }
+      return true;
+    });
+  }
+
+  async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
+    if (impossibleId(nodeId)) return null;
+    // One snapshot: the run row and the expectations it is judged against must agree.
+    return this.tx('getComplianceBase', async (c) => {
+      await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
+      const node = (await this.query('getComplianceBase', c, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [nodeId] })).rows[0];
+      if (!node) return null;
+      const policy = (node.policy_config_id as string | null) ?? null;
+      const { rows } = await this.query('getComplianceBase', c, {
+        text: 'SELECT run_id, run_started_at, config_id, outcomes FROM node_compliance WHERE node_id = $1', values: [nodeId],
+      });
+      const cur = rows[0];
+      if (cur && cur.run_id !== null) {
+        return {
+          node_id: nodeId,
+          run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null },
+          policy_config_id: policy,
+          expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id as string),
+          outcomes: cur.outcomes as RunSummaryOutcome[],
+        };
+      }
+      return { node_id: nodeId, run: null, policy_config_id: policy, outcomes: [], expected: policy === null ? null : await this.expectations(c, nodeId, policy) };
+    });
+  }
+
+  async complianceSummary(filters: NodeFilter[] = []): Promise<ComplianceAggregate> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [];
+    const where = filterWhere(checked, this.dialect(values), ["n.accepted = 'accepted'"]);
+    const { rows } = await this.query('complianceSummary', this.pool, {
+      text: `SELECT count(*) AS nodes, count(x.node_id) AS with_data, ${SUM_COLUMNS}
+        FROM nodes n LEFT JOIN node_compliance x ON x.node_id = n.id ${where}`,
+      values,
+    });
+    const row = rows[0]!;
+    return { nodes: Number(row.nodes), nodes_with_data: Number(row.with_data), counts: countsFromRow(row) };
+  }
+
+  async complianceByRule(by: 'rule' | 'directive'): Promise<RuleComplianceRow[]> {
+    const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
+    const { rows } = await this.query('complianceByRule', this.pool, {
+      text: `SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${SUM_COLUMNS}
+        FROM node_compliance_directives x JOIN nodes n ON n.id = x.node_id WHERE n.accepted = 'accepted'
+        GROUP BY ${keys} ORDER BY ${keys}`,
+    });
+    return rows.map((r) => ({
+      rule_id: r.rule_id as string,
+      ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
+      nodes: Number(r.nodes),
+      counts: countsFromRow(r),
+    }));
+  }
+
+  // --- lifecycle sweep ----------------------------------------------------------------------
+
+  async markUnreachable(before: string, at: string, limit: number): Promise<number> {
+    const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
+    const { rows } = await this.query<{ n: string }>('markUnreachable', this.pool, {
+      text: `WITH picked AS (
+          SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+        upd AS (
+          UPDATE nodes n SET status = 'unreachable', updated_at = GREATEST(n.updated_at, $2)
+          FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id),
+        h AS (
+          INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
+          SELECT id, $2, 'status', 'reachable', 'unreachable', 'missed runs' FROM upd ORDER BY id)
+        SELECT count(*) AS n FROM upd`,
+      values: [b, when, limit],
+    });
+    return Number(rows[0]!.n);
+  }
+
+  async markMissing(before: string, at: string, limit: number): Promise<number> {
+    const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
+    const { rows } = await this.query<{ n: string }>('markMissing', this.pool, {
+      text: `WITH picked AS (
+          SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)}) AND last_contact_at < $1
+          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+        upd AS (
+          UPDATE nodes n SET state = '${MISSING}', status = 'unreachable', state_changed_at = $2,
+            updated_at = GREATEST(n.updated_at, $2)
+          FROM picked p WHERE n.id = p.id RETURNING n.id, p.state AS old_state, p.status AS old_status),
+        h AS (
+          INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
+          SELECT id, $2, field, from_value, to_value, 'silence' FROM (
+            SELECT id, 1 AS o, 'state' AS field, old_state AS from_value, '${MISSING}' AS to_value FROM upd
+            UNION ALL
+            SELECT id, 2, 'status', old_status, 'unreachable' FROM upd WHERE old_status <> 'unreachable') e
+          ORDER BY id, o)
+        SELECT count(*) AS n FROM upd`,
+      values: [b, when, limit],
+    });
+    return Number(rows[0]!.n);
+  }
+
+  async purgeNodes(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.tx('purgeNodes', async (c) => {
+      const { rows } = await this.query<{ n: string }>('purgeNodes', c, {
+        text: `WITH picked AS (
+            SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < $1
+            ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
+          del AS (DELETE FROM nodes n USING picked WHERE n.id = picked.id RETURNING n.id)
+          SELECT count(*) AS n FROM del`,
+        values: [b, limit],
+      });
+      const n = Number(rows[0]!.n);
+      await this.bump(c, 'purged_nodes', n);
+      return n;
+    });
+  }
+
+  async deleteRunsBefore(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    // Whole days first (no row-by-row delete at all), then what lies outside the day partitions.
+    let deleted = await dropExpiredPartitions(this.pool, new Date(b), this.onMaintenance, (c, n) => this.bump(c, 'deleted_runs', n));
+    deleted += await this.tx('deleteRunsBefore', async (c) => {
+      const res = await this.query('deleteRunsBefore', c, {
+        text: `DELETE FROM runs WHERE (id, started_at_utc) IN (
+          SELECT id, started_at_utc FROM runs WHERE started_at_utc < $1 ORDER BY started_at_utc LIMIT $2)`,
+        values: [b, limit],
+      });
+      const n = res.rowCount ?? 0;
+      await this.bump(c, 'deleted_runs', n);
+      return n;
+    });
+    return deleted;
+  }
+
+  async pruneHistory(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    const res = await this.query('pruneHistory', this.pool, {
+      text: 'DELETE FROM node_history WHERE id IN (SELECT id FROM node_history WHERE at < $1 ORDER BY id LIMIT $2)',
+      values: [b, limit],
+    });
+    return res.rowCount ?? 0;
+  }
+
+  async prepareRunStorage(now: Date): Promise<void> {
+    await dayPartitions(this.pool, this.schema, now, this.onMaintenance, this.skippedPartitions);
+  }
+
+  private async bump(c: pg.PoolClient, name: string, by: number): Promise<void> {
+    if (by > 0) await this.query('counters', c, { text: 'UPDATE registry_counters SET value = value + $2 WHERE name = $1', values: [name, by] });
+  }
+
+  async counts(): Promise<RegistryCounts> {
+    const { rows } = await this.query<{ k: string; col: string; c: string }>('counts', this.pool, {
+      text: `SELECT 'status' AS col, status AS k, count(*) AS c FROM nodes GROUP BY status
+        UNION ALL SELECT 'state', state, count(*) FROM nodes GROUP BY state
+        UNION ALL SELECT 'accepted', accepted, count(*) FROM nodes GROUP BY accepted
+        UNION ALL SELECT 'counter', name, value FROM registry_counters`,
+    });
+    const pick = (col: string) => Object.fromEntries(rows.filter((r) => r.col === col).sort((x, y) => (x.k < y.k ? -1 : 1)).map((r) => [r.k, Number(r.c)]));
+    const counters = pick('counter');
+    return {
+      by_status: pick('status'), by_state: pick('state'), by_acceptance: pick('accepted'),
+      purged_nodes: counters.purged_nodes ?? 0, deleted_runs: counters.deleted_runs ?? 0,
+    };
   }
 }

@@ -2,10 +2,11 @@
  * Postgres rows to records. node-pg hands timestamptz back as Date and bigint as string; records
  * carry ISO 8601 UTC strings and numbers, the same as the SQLite backend returns.
  */
-import type { NodeRecord, RunRecord } from '../store.js';
+import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
 import { NODE_COLUMNS } from '../query.js';
+import { nodeFromColumns, nodeToColumns } from '../records.js';
 
-const TIME_COLUMNS = new Set(['created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at']);
+const TIME_COLUMNS = new Set(['created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at', 'last_contact_at', 'state_changed_at']);
 
 export function iso(value: unknown): string | null {
   if (value === null || value === undefined) return null;
@@ -13,9 +14,7 @@ export function iso(value: unknown): string | null {
 }
 
 export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
-  const node = {} as Record<string, unknown>;
-  for (const c of NODE_COLUMNS) node[c] = TIME_COLUMNS.has(c) ? iso(row[c]) : (row[c] ?? null);
-  return node as unknown as NodeRecord;
+  return nodeFromColumns(row, (v, c) => (TIME_COLUMNS.has(c) ? iso(v) : (v ?? null)), (v) => v);
 }
 
 export function runFromRow(row: Record<string, unknown>): RunRecord {
@@ -34,7 +33,20 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
   };
 }
 
+export function historyFromRow(row: Record<string, unknown>): HistoryEntry {
+  return {
+    id: Number(row.id),
+    node_id: row.node_id as string,
+    at: iso(row.at)!,
+    field: row.field as HistoryEntry['field'],
+    from: (row.from_value as string | null) ?? null,
+    to: row.to_value as string,
+    cause: row.cause as string,
+  };
+}
+
 /** Positional values for writing a whole node row, in NODE_COLUMNS order. */
 export function nodeValues(n: NodeRecord): unknown[] {
-  return NODE_COLUMNS.map((c) => n[c]);
+  const cols = nodeToColumns(n);
+  return NODE_COLUMNS.map((c) => cols[c]);
 }

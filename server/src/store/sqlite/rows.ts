@@ -1,11 +1,10 @@
 /** SQLite rows to records. SQLite keeps times as ISO text already; JSON and booleans need decoding. */
-import type { NodeRecord, RunRecord } from '../store.js';
+import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
 import { NODE_COLUMNS } from '../query.js';
+import { nodeFromColumns, nodeToColumns } from '../records.js';
 
 export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
-  const node = {} as Record<string, unknown>;
-  for (const c of NODE_COLUMNS) node[c] = row[c] ?? null;
-  return node as unknown as NodeRecord;
+  return nodeFromColumns(row, (v) => (v ?? null), (v) => JSON.parse(v as string));
 }
 
 export function runFromRow(row: Record<string, unknown>): RunRecord {
@@ -24,9 +23,22 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
   };
 }
 
+export function historyFromRow(row: Record<string, unknown>): HistoryEntry {
+  return {
+    id: row.id as number,
+    node_id: row.node_id as string,
+    at: row.at as string,
+    field: row.field as HistoryEntry['field'],
+    from: (row.from_value as string | null) ?? null,
+    to: row.to_value as string,
+    cause: row.cause as string,
+  };
+}
+
 /** Named parameters for writing a whole node row (better-sqlite3 binds `@name` from an object). */
 export function nodeParams(n: NodeRecord): Record<string, unknown> {
+  const cols = nodeToColumns(n);
   const p: Record<string, unknown> = {};
-  for (const c of NODE_COLUMNS) p[c] = n[c];
+  for (const c of NODE_COLUMNS) p[c] = cols[c];
   return p;
 }

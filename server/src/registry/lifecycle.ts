@@ -1,0 +1,161 @@
+/**
+ * The periodic lifecycle sweep (node-manager style, as Chef Automate's ingest jobs do it):
+ * - status reachable → unreachable after `missed_runs` run intervals without contact;
+ * - state running/unknown → missing after `missing_after` of silence (a contact brings it back);
+ * - missing and terminated nodes purged `purge_after` their last state change (no pile-up);
+ * - runs older than their retention deleted (Postgres: whole day partitions), and old history.
+ *
+ * Every step works in batches of a bounded size, each its own short transaction, and yields to
+ * the event loop between batches, so ingestion in the same process keeps flowing; a step stops
+ * after MAX_BATCHES and continues at the next sweep. Sweeps never overlap (the next is scheduled
+ * when one ends), and several servers sweeping one PostgreSQL database share the work (the store
+ * skips rows another transaction holds).
+ */
+import { EventEmitter } from 'node:events';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
+import type { Logger } from '@capstan/shared';
+import type { Store } from '../store/store.js';
+
+export interface LifecyclePolicy {
+  runIntervalMs: number;
+  missedRuns: number;
+  missingAfterMs: number;
+  purgeAfterMs: number;
+  runsRetentionMs: number;
+  historyRetentionMs: number;
+  /** Rows (runs, history, nodes marked) per transaction. */
+  batchSize: number;
+  /** Nodes purged per transaction (each takes its runs with it, hence smaller). */
+  purgeBatchSize: number;
+}
+
+export interface LifecycleConfig {
+  lifecycle: { run_interval: number; missed_runs: number; missing_after: number; purge_after: number; purge_batch_size: number };
+  retention: { runs: number; history: number; batch_size: number };
+}
+
+export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
+  return {
+    runIntervalMs: c.lifecycle.run_interval,
+    missedRuns: c.lifecycle.missed_runs,
+    missingAfterMs: c.lifecycle.missing_after,
+    purgeAfterMs: c.lifecycle.purge_after,
+    runsRetentionMs: c.retention.runs,
+    historyRetentionMs: c.retention.history,
+    batchSize: c.retention.batch_size,
+    purgeBatchSize: c.lifecycle.purge_batch_size,
+  };
+}
+
+export interface SweepResult {
+  started_at: string;
+  ms: number;
+  unreachable: number;
+  missing: number;
+  purged: number;
+  runs_deleted: number;
+  history_pruned: number;
+  /** The cut-off of run retention: runs that started before it are gone. */
+  runs_before: string;
+}
+
+/** Per step and sweep; what is left waits for the next sweep. */
+export const MAX_BATCHES = 1000;
+const DAY_MS = 86_400_000;
+
+/** Run retention keeps whole UTC days, so both stores (and Postgres partitions) cut at midnight. */
+export function runsCutoff(now: Date, retentionMs: number): Date {
+  return new Date(Math.floor((now.getTime() - retentionMs) / DAY_MS) * DAY_MS);
+}
+
+/** Set `stopped` to end a sweep after the batch in flight (shutdown). */
+export interface SweepSignal {
+  stopped: boolean;
+}
+
+/** One sweep at `now`. */
+export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal: SweepSignal = { stopped: false }): Promise<SweepResult> {
+  const batches = async (limit: number, step: () => Promise<number>): Promise<number> => {
+    let total = 0;
+    for (let i = 0; i < MAX_BATCHES && !signal.stopped; i++) {
+      const n = await step();
+      total += n;
+      if (n < limit) break;
+      await yieldToLoop();
+    }
+    return total;
+  };
+  const t0 = Date.now();
+  const at = now.toISOString();
+  const ago = (ms: number) => new Date(now.getTime() - ms).toISOString();
+  const cutoff = runsCutoff(now, p.runsRetentionMs).toISOString();
+  await store.prepareRunStorage(now);
+  const unreachable = await batches(p.batchSize, () => store.markUnreachable(ago(p.runIntervalMs * p.missedRuns), at, p.batchSize));
+  const missing = await batches(p.batchSize, () => store.markMissing(ago(p.missingAfterMs), at, p.batchSize));
+  const purged = await batches(p.purgeBatchSize, () => store.purgeNodes(ago(p.purgeAfterMs), p.purgeBatchSize));
+  const runsDeleted = await batches(p.batchSize, () => store.deleteRunsBefore(cutoff, p.batchSize));
+  const historyPruned = await batches(p.batchSize, () => store.pruneHistory(ago(p.historyRetentionMs), p.batchSize));
+  return {
+    started_at: at, ms: Date.now() - t0, unreachable, missing, purged, runs_deleted: runsDeleted,
+    history_pruned: historyPruned, runs_before: cutoff,
+  };
+}
+
+export interface SweeperOptions {
+  store: Store;
+  policy: LifecyclePolicy;
+  intervalMs: number;
+  log: Logger;
+  now?: () => Date;
+}
+
+/** Runs `sweep` every interval (the first one interval after start); emits 'sweep' with each result. */
+export class Sweeper extends EventEmitter {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<SweepResult | null> | null = null;
+  private readonly signal: SweepSignal = { stopped: false };
+  last: SweepResult | null = null;
+
+  constructor(private readonly o: SweeperOptions) {
+    super();
+  }
+
+  start(): void {
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.signal.stopped) return;
+    this.timer = setTimeout(() => void this.runOnce().finally(() => this.schedule()), this.o.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Sweep now (or join the sweep in progress). A failed sweep is logged and retried next time. */
+  runOnce(): Promise<SweepResult | null> {
+    if (this.running) return this.running;
+    this.running = (async () => {
+      try {
+        const r = await sweep(this.o.store, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
+        this.last = r;
+        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned;
+        if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');
+        else this.o.log.debug({ sweep: r }, 'lifecycle sweep');
+        this.emit('sweep', r);
+        return r;
+      } catch (err) {
+        this.o.log.warn({ err }, 'lifecycle sweep failed, will retry');
+        return null;
+      } finally {
+        this.running = null;
+      }
+    })();
+    return this.running;
+  }
+
+  /** Stop scheduling and wait for the sweep in flight, if any, to finish its batch. */
+  async stop(): Promise<void> {
+    this.signal.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+  }
+}

@@ -1,0 +1,45 @@
+/**
+ * PostgreSQL for server tests that start real programs: one schema per test (dropped in
+ * teardown), selected through the URL's `options`, so a server process needs no extra flag.
+ * Without a reachable server the caller skips with the reason. CAPSTAN_TEST_PG_URL points it
+ * elsewhere. (Not a .test.ts: a helper.)
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import type { Test } from 'tap';
+
+export const PG_URL = process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+/** Why PostgreSQL cannot be used here, or undefined when it can. */
+export async function pgUnavailable(): Promise<string | undefined> {
+  const c = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3000 });
+  try {
+    await c.connect();
+    await c.query('SELECT 1');
+    return undefined;
+  } catch (err) {
+    return `PostgreSQL unavailable: ${(err as Error).message || String(err)}`;
+  } finally {
+    await c.end().catch(() => undefined);
+  }
+}
+
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** A fresh schema and the database URL that selects it. */
+export async function freshSchemaUrl(t: Test): Promise<string> {
+  const schema = `capstan_e2e_${randomBytes(6).toString('hex')}`;
+  await pgAdmin((c) => c.query(`CREATE SCHEMA ${schema}`));
+  t.teardown(() => pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
+  const u = new URL(PG_URL);
+  u.searchParams.set('options', `-c search_path=${schema}`);
+  return u.toString();
+}
