@@ -14,6 +14,7 @@ import { collectInventory } from './inventory/collect.js';
 import { Outbox } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
 import { runAgent } from './run.js';
+import { serveRemoteRuns } from './remote-run/serve.js';
 
 interface Flags {
   config?: string;
@@ -85,6 +86,14 @@ common(program.command('info').description("print this node's id and certificate
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
   process.stdout.write(`${JSON.stringify({ node_id: id.nodeId, relay: config.agent.relay, certificate: id.certPem }, null, 2)}\n`);
 });
+
+common(program.command('listen').description('keep a connection to the relay and run when a remote run is triggered'))
+  .action(async (flags: Flags) => {
+    const { config, log } = setup(flags);
+    const stop = new AbortController();
+    for (const sig of ['SIGTERM', 'SIGINT'] as const) process.once(sig, () => stop.abort());
+    await serveRemoteRuns(config, log, stop.signal);
+  });
 
 const queue = program.command('queue').description('files waiting to be sent');
 common(queue.command('list').description('list the outbox')).action(async (flags: Flags) => {

@@ -2,12 +2,19 @@
 /**
  * capstan-relayd: the only module that reads argv, the environment and signals, and decides exit
  * codes (0 ok, 1 crash, 2 configuration error, 3 other start-up error).
+ *
+ * Signals: SIGTERM/SIGINT stop gracefully (stop accepting, finish uploads in flight, give forwards
+ * processing.shutdown_grace, exit 0; a second signal exits at once). SIGHUP reloads the nodes
+ * list, certificates, admin token and log level, as POST system/reload does.
  */
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from '@capstan/shared';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from './shared.js';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
-import { startRelay } from './daemon.js';
+import { startRelay, type RelayHandle } from './daemon.js';
+import { NodesList } from './data/nodes.js';
+import { sdNotify } from './notify.js';
+import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';
 
 interface Flags {
   config?: string;
@@ -15,8 +22,21 @@ interface Flags {
   spoolDir?: string;
   upstream?: string;
   nodeId?: string;
+  nodesList?: string;
+  sharedFiles?: string;
+  sharedFolder?: string;
   logLevel?: string;
   test?: boolean;
+}
+
+const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX');
+
+/** Everything `--test` checks: the file itself, then every file it names. */
+async function checkFiles(c: RelaydConfig): Promise<void> {
+  await NodesList.load(c.general.node_id, c.general.nodes_list_file);
+  await loadAdminToken(c);
+  await loadListenerTls(c);
+  await loadUpstreamTls(c);
 }
 
 const program = new Command('capstan-relayd')
@@ -27,21 +47,30 @@ const program = new Command('capstan-relayd')
   .option('--spool-dir <dir>', 'spool directory')
   .option('--upstream <url>', 'upstream relay or server URL')
   .option('--node-id <id>', "this relay's node id")
+  .option('--nodes-list <file>', "RUDDER's nodeslist.json: the nodes below this relay")
+  .option('--shared-files <dir>', 'shared-files store')
+  .option('--shared-folder <dir>', 'shared-folder root')
   .option('--log-level <level>', 'trace, debug, info, warn, error')
-  .option('--test', 'check the configuration and exit')
+  .option('--test', 'check the configuration and the files it names, then exit')
   .action(async (flags: Flags) => {
-    let config: RelaydConfig;
-    try {
-      config = loadRelaydConfig({
+    const load = () =>
+      loadRelaydConfig({
         path: flags.config,
         overrides: {
           'general.listen': flags.listen,
           'general.node_id': flags.nodeId,
+          'general.nodes_list_file': flags.nodesList,
           'spool.directory': flags.spoolDir,
           'upstream.url': flags.upstream,
+          'shared_files.path': flags.sharedFiles,
+          'shared_folder.path': flags.sharedFolder,
           'log.level': flags.logLevel,
         },
       });
+    let config: RelaydConfig;
+    try {
+      config = load();
+      if (flags.test) await checkFiles(config);
     } catch (err) {
       process.stderr.write(`capstan-relayd: ${isCapstanError(err) ? err.message : String(err)}\n`);
       process.exit(EXIT_CONFIG);
@@ -51,22 +80,49 @@ const program = new Command('capstan-relayd')
       process.exit(0);
     }
     const log = pino({ level: config.log.level, base: { program: 'capstan-relayd' } });
-    let handle;
+    let handle: RelayHandle;
     try {
-      handle = await startRelay(config, log);
+      handle = await startRelay(config, log, {
+        reloadConfig: load,
+        setLogLevel: (level) => {
+          log.level = level;
+        },
+      });
     } catch (err) {
       log.fatal({ err }, 'start-up failed');
       process.stderr.write(`capstan-relayd: cannot start: ${(err as Error).message}\n`);
-      process.exit(EXIT_STARTUP);
+      process.exit(isConfigError(err) ? EXIT_CONFIG : EXIT_STARTUP);
     }
-    // Readiness for `Type=notify` units, and the chosen address on stdout for scripts and tests.
+    // The chosen address on stdout for scripts and tests; READY=1 for Type=notify units.
     process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
+    await sdNotify({ ready: true, status: `listening on ${handle.url}` });
+    const statusTimer = process.env.NOTIFY_SOCKET
+      ? setInterval(() => void handle.statusLine().then((status) => sdNotify({ status })), 10_000)
+      : null;
+    statusTimer?.unref();
+
+    let stopping = false;
     const stop = (signal: string) => {
+      if (stopping) process.exit(0);
+      stopping = true;
       log.info({ signal }, 'stopping');
-      void handle.close().then(() => process.exit(0));
+      void sdNotify({ status: 'stopping' });
+      handle.close().then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'error while stopping');
+          process.exit(EXIT_CRASH);
+        },
+      );
     };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGHUP', () => {
+      handle.reload().then(
+        () => void sdNotify({ status: 'configuration reloaded' }),
+        (err: unknown) => log.error({ err }, 'reload failed, keeping the previous configuration'),
+      );
+    });
   });
 
 program.parseAsync(process.argv).catch((err: unknown) => {

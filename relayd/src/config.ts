@@ -1,11 +1,29 @@
-/** relayd's configuration schema: every key, its type and its default (see packaging/etc/capstan/relayd.toml). */
-import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+/**
+ * relayd's configuration schema: every key, its type and its default (see
+ * packaging/etc/capstan/relayd.toml, which lists them all commented at these defaults).
+ * `checkRelaydConfig` adds the cross-field rules a schema cannot say.
+ */
+import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
 
 export const RELAYD_SCHEMA = {
   general: {
     /** This relay's node id, answered by GET /uuid. */
     node_id: { type: 'string', default: 'root' },
     listen: { type: 'listen', default: '127.0.0.1:3030' },
+    /** RUDDER's nodeslist.json: nodes below this relay. Empty → every node is forwarded. */
+    nodes_list_file: { type: 'string', default: '', optional: true },
+    /**
+     * File holding a bearer token that opens system/* and remote-run/* to non-loopback clients.
+     * Empty → those endpoints answer loopback only.
+     */
+    admin_token_file: { type: 'string', default: '', optional: true },
+  },
+  tls: {
+    /** PEM certificate (chain) and key of the agent-facing listener; both empty → plain HTTP. */
+    cert_file: { type: 'string', default: '', optional: true },
+    key_file: { type: 'string', default: '', optional: true },
+    /** Oldest protocol accepted: TLSv1.2 or TLSv1.3 (1.0 and 1.1 are always refused). */
+    min_version: { type: 'string', default: 'TLSv1.2' },
   },
   spool: {
     directory: { type: 'string', default: '/var/spool/capstan/relayd' },
@@ -13,20 +31,58 @@ export const RELAYD_SCHEMA = {
     max_file_size: { type: 'size', default: '64MiB', min: 1 },
     /** Refuse uploads (507) when the spool's file system would keep less than this free. */
     min_free_space: { type: 'size', default: '256MiB' },
-    /** Partial uploads older than this are removed. */
+    /** Refuse uploads (507) when the files waiting in incoming/ would exceed this; 0 = no quota. */
+    max_size: { type: 'size', default: '0' },
+    /** Partial uploads older than this are removed (all of them at start). */
     tmp_retention: { type: 'duration', default: '1h' },
+    /** Files refused for good are kept in failed/ this long for an admin to look at. */
+    failed_retention: { type: 'duration', default: '7d' },
+    /** How often failed/ and tmp/ are cleaned. */
+    cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
   },
   upstream: {
     url: { type: 'url', default: 'http://127.0.0.1:3031' },
     timeout: { type: 'duration', default: '30s', min: 1 },
-    /** Files forwarded at the same time. */
+    /** Files forwarded at the same time (connections kept alive to the upstream). */
     concurrency: { type: 'integer', default: 8, min: 1, max: 256 },
+    /** https upstream: trust exactly this certificate (RUDDER's cert_pinning; host name not checked). */
+    pinned_cert_file: { type: 'string', default: '', optional: true },
+    /** https upstream: trust this CA bundle (host name checked). Empty with no pin → system CAs. */
+    ca_file: { type: 'string', default: '', optional: true },
+    /** While the upstream is unreachable, how often it is probed (files wait instead of retrying). */
+    probe_interval: { type: 'duration', default: '2s', min: 10 },
   },
   processing: {
     /** How often the spool is listed to catch what inotify missed and retries that are due. */
     catchup_interval: { type: 'duration', default: '10s', min: 10 },
     retry_min: { type: 'duration', default: '1s', min: 1 },
     retry_max: { type: 'duration', default: '5m', min: 1 },
+    /** SIGTERM waits this long for forwards in flight before abandoning them (they stay spooled). */
+    shutdown_grace: { type: 'duration', default: '10s' },
+  },
+  shared_files: {
+    /** Where HEAD|PUT shared-files/<target>/<source>/<file> store; empty → the routes answer 404. */
+    path: { type: 'string', default: '', optional: true },
+    max_body_size: { type: 'size', default: '50MiB', min: 1 },
+    /** Expired shared files are removed this often. */
+    cleanup_interval: { type: 'duration', default: '10m', min: 1000 },
+  },
+  shared_folder: {
+    /** Root served by HEAD|GET shared-folder/<path>; empty → the routes answer 404. */
+    path: { type: 'string', default: '', optional: true },
+  },
+  remote_run: {
+    enabled: { type: 'boolean', default: true },
+    /** A target not connected yet is waited for this long, then reported offline. */
+    connect_wait: { type: 'duration', default: '2s' },
+    /** A synchronous remote run is answered after this long at most (the runs go on). */
+    max_duration: { type: 'duration', default: '10m', min: 1000 },
+    /** Idle agent connections get a heartbeat line this often (keeps NAT and proxies open). */
+    heartbeat: { type: 'duration', default: '25s', min: 100 },
+    /** Agent connections held at most; more are refused with 503. */
+    max_connections: { type: 'integer', default: 20000, min: 1 },
+    /** Keep a connection to the upstream relay so that runs can be triggered from above. */
+    link_upstream: { type: 'boolean', default: false },
   },
   log: {
     level: { type: 'level', default: 'info' },
@@ -35,6 +91,29 @@ export const RELAYD_SCHEMA = {
 
 export type RelaydConfig = ConfigOf<typeof RELAYD_SCHEMA>;
 
+/** Rules across keys: TLS needs both files; a pin and a CA are exclusive; retry bounds ordered. */
+export function checkRelaydConfig(c: RelaydConfig): RelaydConfig {
+  if ((c.tls.cert_file === '') !== (c.tls.key_file === '')) {
+    throw capstanError('ERR_CONFIG', 'tls.cert_file and tls.key_file must be given together');
+  }
+  if (c.tls.min_version !== 'TLSv1.2' && c.tls.min_version !== 'TLSv1.3') {
+    throw capstanError('ERR_CONFIG', 'tls.min_version must be "TLSv1.2" or "TLSv1.3"');
+  }
+  if (c.upstream.pinned_cert_file !== '' && c.upstream.ca_file !== '') {
+    throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file are exclusive');
+  }
+  if ((c.upstream.pinned_cert_file !== '' || c.upstream.ca_file !== '') && !c.upstream.url.startsWith('https:')) {
+    throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file need an https:// upstream.url');
+  }
+  if (c.processing.retry_min > c.processing.retry_max) {
+    throw capstanError('ERR_CONFIG', 'processing.retry_min must not exceed processing.retry_max');
+  }
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(c.general.node_id)) {
+    throw capstanError('ERR_CONFIG', 'general.node_id must be letters, digits, ".", "_" or "-"');
+  }
+  return c;
+}
+
 export function loadRelaydConfig(opts: LoadConfigOptions): RelaydConfig {
-  return loadConfig(RELAYD_SCHEMA, opts);
+  return checkRelaydConfig(loadConfig(RELAYD_SCHEMA, opts));
 }

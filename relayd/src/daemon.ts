@@ -1,80 +1,278 @@
 /**
- * Wires relayd together: spool ← uploads, spool → processors → upstream. `startRelay` is what
- * cli.ts runs and what in-process tests may call; it receives config and a logger, never argv.
+ * Wires relayd together: uploads → spool → forwarder → upstream, plus the relay API, remote-run
+ * and the clean-up timers. `startRelay` is what cli.ts runs and what in-process tests may call;
+ * it receives config, a logger and hooks, never argv or signals.
  */
+import type { Server as HttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { parseListen, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type SpoolKind } from '@capstan/shared';
+import { statfs } from 'node:fs/promises';
+import { isCapstanError, parseListen, Spool, SPOOL_KINDS, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
 import { buildApp } from './api/app.js';
+import type { RelayContext, RelayStatus } from './api/context.js';
+import { SharedFilesStore } from './cache/shared-files.js';
 import type { RelaydConfig } from './config.js';
+import { NodesList } from './data/nodes.js';
+import { Forwarder } from './forward/forwarder.js';
 import { Upstream } from './forward/upstream.js';
 import { Metrics } from './metrics.js';
+import { RemoteRun } from './remote-run/dispatch.js';
+import { Hub } from './remote-run/hub.js';
+import { UpstreamLink } from './remote-run/link.js';
+import { lockSpool } from './spool/lock.js';
+import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';
+
+export interface RelayHooks {
+  /** Re-read the configuration file (reload, system/status's configuration check). */
+  reloadConfig?: () => RelaydConfig;
+  /** Apply a new log level (the logger belongs to cli.ts). */
+  setLogLevel?: (level: string) => void;
+  /** Export process_* and nodejs_* metrics (off in tests that run several relays in one process). */
+  processMetrics?: boolean;
+}
 
 export interface RelayHandle {
   /** The address actually listened on (port 0 → the chosen port). */
   url: string;
   port: number;
   processors: Record<SpoolKind, SpoolProcessor>;
+  context: RelayContext;
+  reload(): Promise<void>;
+  /** One line for sd_notify STATUS=. */
+  statusLine(): Promise<string>;
+  /** Stop accepting, finish uploads in flight, give forwards `shutdown_grace`, release the spool. */
   close(): Promise<void>;
 }
 
-export async function startRelay(config: RelaydConfig, log: Logger): Promise<RelayHandle> {
+export async function startRelay(config: RelaydConfig, log: Logger, hooks: RelayHooks = {}): Promise<RelayHandle> {
   const spool = new Spool({
     root: config.spool.directory,
     maxFileBytes: config.spool.max_file_size,
     minFreeBytes: config.spool.min_free_space,
+    maxIncomingBytes: config.spool.max_size,
   });
   await spool.init();
-  await spool.sweepTmp(config.spool.tmp_retention);
-
-  const upstream = new Upstream({ url: config.upstream.url, timeoutMs: config.upstream.timeout, connections: config.upstream.concurrency });
-  const metrics = new Metrics(() => spool.depth());
-  let lastForwardOk: boolean | null = null;
-
-  const processors = {} as Record<SpoolKind, SpoolProcessor>;
-  for (const kind of SPOOL_KINDS) {
-    const p = new SpoolProcessor({
-      kind,
-      spool,
-      log,
-      concurrency: config.upstream.concurrency,
-      catchupIntervalMs: config.processing.catchup_interval,
-      retryMinMs: config.processing.retry_min,
-      retryMaxMs: config.processing.retry_max,
-      handle: async (path, name) => {
-        await upstream.forward(kind, name, path);
-        lastForwardOk = true;
-      },
-    });
-    p.on('processed', (e: { outcome: 'done' | 'failed' | 'retry'; error?: { code?: string } }) => {
-      metrics.outcome(kind, e.outcome === 'done' ? 'forwarded' : e.outcome);
-      if (e.outcome === 'retry' && e.error?.code === 'ERR_UPSTREAM') lastForwardOk = false;
-    });
-    processors[kind] = p;
+  const unlock = await lockSpool(config.spool.directory);
+  try {
+    return await start(config, log, hooks, spool, unlock);
+  } catch (err) {
+    await unlock();
+    throw err;
   }
+}
 
-  const app = buildApp({
-    config,
+async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool, unlock: () => Promise<void>): Promise<RelayHandle> {
+  // Nothing is being uploaded yet: every partial file is from a process that died mid-upload.
+  const swept = await spool.sweepTmp(-Infinity);
+  if (swept > 0) log.info({ removed: swept }, 'removed partial uploads left by a previous run');
+
+  const myId = config.general.node_id;
+  let nodes = await NodesList.load(myId, config.general.nodes_list_file);
+  let adminToken = await loadAdminToken(config);
+  const listenerTls = await loadListenerTls(config);
+  const upstream = new Upstream({ url: config.upstream.url, timeoutMs: config.upstream.timeout, connections: config.upstream.concurrency, tls: await loadUpstreamTls(config) });
+  const hub = new Hub(config.remote_run.heartbeat, config.remote_run.max_connections);
+
+  let forwarder: Forwarder | null = null;
+  const metrics = new Metrics(
+    {
+      spool: {
+        depth: () => spool.depth(),
+        oldest: async () => Object.fromEntries(await Promise.all(SPOOL_KINDS.map(async (k) => [k, await spool.oldest(k)]))) as Record<SpoolKind, number | null>,
+      },
+      managedNodes: () => nodes.neighbours().length,
+      subNodes: () => nodes.size,
+      upstreamUp: () => (forwarder?.upstream.state === 'unknown' || !forwarder ? null : forwarder.upstream.state === 'up'),
+      agentConnections: () => hub.size,
+      spoolUsage: () => spool.usage,
+    },
+    { processMetrics: hooks.processMetrics },
+  );
+  forwarder = new Forwarder({
     spool,
+    upstream,
+    nodes: () => nodes,
     log,
     metrics,
-    pending: () => Object.fromEntries(SPOOL_KINDS.map((k) => [k, processors[k].pending])) as Record<SpoolKind, number>,
-    upstreamReachable: () => lastForwardOk,
+    concurrency: config.upstream.concurrency,
+    catchupIntervalMs: config.processing.catchup_interval,
+    retryMinMs: config.processing.retry_min,
+    retryMaxMs: config.processing.retry_max,
+    probeIntervalMs: config.upstream.probe_interval,
   });
+  const fwd = forwarder;
+  const remoteRun = new RemoteRun({
+    hub,
+    nodes: () => nodes,
+    myId,
+    log,
+    metrics,
+    connectWaitMs: config.remote_run.connect_wait,
+    maxDurationMs: config.remote_run.max_duration,
+  });
+
+  let app: ReturnType<typeof buildApp> | null = null;
+  /** When an upload was last refused for lack of room: health reports it for a minute. */
+  let lastFull = 0;
+
+  const reload = async (): Promise<void> => {
+    const fresh = hooks.reloadConfig ? hooks.reloadConfig() : config;
+    const restartNeeded = (['general.listen', 'spool.directory', 'upstream.url'] as const).filter((k) => {
+      const [s, f] = k.split('.') as [keyof RelaydConfig, string];
+      return (fresh[s] as Record<string, unknown>)[f] !== (config[s] as Record<string, unknown>)[f];
+    });
+    if (restartNeeded.length > 0) log.warn({ keys: restartNeeded }, 'these changes take effect at the next restart');
+    // Read everything first, then swap: a failed reload changes nothing.
+    const newNodes = await NodesList.load(myId, fresh.general.nodes_list_file);
+    const newToken = await loadAdminToken(fresh);
+    const newTls = listenerTls ? await loadListenerTls(fresh) : null;
+    const newUpstreamTls = await loadUpstreamTls(fresh);
+    nodes = newNodes;
+    adminToken = newToken;
+    if (newTls && app) (app.server as unknown as HttpsServer).setSecureContext(newTls);
+    upstream.reconfigure(newUpstreamTls);
+    hooks.setLogLevel?.(fresh.log.level);
+    log.info({ nodes: nodes.size, level: fresh.log.level }, 'configuration reloaded');
+  };
+
+  const status = async (): Promise<RelayStatus> => {
+    let configuration: RelayStatus['configuration'] = { status: 'success' };
+    try {
+      if (hooks.reloadConfig) {
+        const fresh = hooks.reloadConfig();
+        await NodesList.load(myId, fresh.general.nodes_list_file);
+        await loadListenerTls(fresh);
+        await loadUpstreamTls(fresh);
+      }
+    } catch (err) {
+      configuration = { status: 'error', details: isCapstanError(err) ? err.message : String(err) };
+    }
+    const incoming = await spool.depth();
+    const usage = spool.usage;
+    let free: number | undefined;
+    try {
+      const s = await statfs(config.spool.directory);
+      free = Number(s.bavail) * Number(s.bsize);
+    } catch {
+      free = undefined;
+    }
+    const problems: string[] = [];
+    if (free !== undefined && free < config.spool.min_free_space) problems.push(`file system has ${free} bytes free, below spool.min_free_space`);
+    if (usage && usage.bytes >= usage.quota) problems.push('spool.max_size reached');
+    if (problems.length === 0 && Date.now() - lastFull < 60_000) {
+      problems.push(usage ? `a file did not fit in spool.max_size (${usage.bytes} of ${usage.quota} bytes used)` : 'the spool file system was full');
+    }
+    const up = fwd.upstream;
+    return {
+      configuration,
+      spool: {
+        status: problems.length ? 'error' : 'success',
+        ...(problems.length ? { details: `uploads refused with 507: ${problems.join('; ')}` } : {}),
+        incoming,
+        pending: fwd.pending(),
+        ...(usage ? { bytes: usage.bytes, quota: usage.quota } : {}),
+        ...(free !== undefined ? { free_bytes: free } : {}),
+      },
+      upstream: {
+        status: up.state === 'down' ? 'error' : 'success',
+        ...(up.lastError ? { details: up.lastError } : {}),
+        url: config.upstream.url,
+        state: up.state,
+        ...(up.lastContact ? { last_contact: new Date(up.lastContact).toISOString() } : {}),
+      },
+      nodes_list: { status: 'success', configured: nodes.configured, nodes: nodes.size, ...(nodes.source ? { file: nodes.source } : {}) },
+      remote_run: { connections: hub.size },
+    };
+  };
+
+  const context: RelayContext = {
+    config,
+    log,
+    spool,
+    metrics,
+    upstream,
+    nodes: () => nodes,
+    adminToken: () => adminToken,
+    spooled: (kind, name) => fwd.notify(kind, name),
+    written: (kind, name, data) => fwd.remember(kind, name, data),
+    spoolFull: () => {
+      lastFull = Date.now();
+    },
+    status,
+    reload,
+    remoteRun,
+  };
+  app = buildApp(context, listenerTls ? { https: listenerTls } : {});
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address() as AddressInfo;
-  for (const kind of SPOOL_KINDS) await processors[kind].start();
-  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  log.info({ listen: `${host}:${addr.port}`, upstream: config.upstream.url, spool: config.spool.directory }, 'relayd started');
+  await fwd.start();
 
+  const link = config.remote_run.link_upstream && config.remote_run.enabled
+    ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat })
+    : null;
+  link?.start();
+
+  // Retention: failed/ and stale partial uploads; expired shared files.
+  const sweep = async () => {
+    try {
+      const failed = await spool.sweepFailed(config.spool.failed_retention);
+      const tmp = await spool.sweepTmp(config.spool.tmp_retention);
+      if (failed + tmp > 0) log.info({ failed, tmp }, 'spool clean-up');
+    } catch (err) {
+      log.warn({ err }, 'spool clean-up failed');
+    }
+  };
+  await sweep();
+  const sweepTimer = setInterval(() => void sweep(), config.spool.cleanup_interval);
+  sweepTimer.unref();
+  const sharedFiles = config.shared_files.path ? new SharedFilesStore(config.shared_files.path) : null;
+  const sharedTimer = sharedFiles
+    ? setInterval(() => {
+        sharedFiles.cleanup().then(
+          (n) => n > 0 && log.info({ removed: n }, 'expired shared files removed'),
+          (err: unknown) => log.warn({ err }, 'shared files clean-up failed'),
+        );
+      }, config.shared_files.cleanup_interval)
+    : null;
+  sharedTimer?.unref();
+  if (sharedFiles) await sharedFiles.cleanup().catch((err: unknown) => log.warn({ err }, 'shared files clean-up failed'));
+
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const scheme = listenerTls ? 'https' : 'http';
+  log.info({ listen: `${host}:${addr.port}`, tls: !!listenerTls, upstream: config.upstream.url, spool: config.spool.directory, nodes: nodes.configured ? nodes.size : 'all' }, 'relayd started');
+
+  let closing: Promise<void> | null = null;
   return {
-    url: `http://${host}:${addr.port}`,
+    url: `${scheme}://${host}:${addr.port}`,
     port: addr.port,
-    processors,
-    async close() {
-      await app.close();
-      for (const kind of SPOOL_KINDS) await processors[kind].stop();
-      await upstream.close();
+    processors: fwd.processors,
+    context,
+    reload,
+    async statusLine() {
+      const d = await spool.depth();
+      return `spool ${d.reports} reports, ${d.inventories} inventories; upstream ${fwd.upstream.state}; ${hub.size} agents connected`;
+    },
+    close() {
+      closing ??= (async () => {
+        clearInterval(sweepTimer);
+        if (sharedTimer) clearInterval(sharedTimer);
+        // Stop accepting; uploads in flight finish their write (their 2xx means fsync'd). A client
+        // that stalls past the grace period is cut off: its partial file never left tmp/.
+        const force = setTimeout(() => app!.server.closeAllConnections(), config.processing.shutdown_grace);
+        force.unref();
+        // server.close() closes the connections idle at that moment only; a keep-alive connection
+        // whose upload finishes afterwards would hold the exit until its idle timeout.
+        const idle = setInterval(() => app!.server.closeIdleConnections(), 50);
+        await app!.close();
+        clearTimeout(force);
+        clearInterval(idle);
+        await link?.stop();
+        await fwd.stop(config.processing.shutdown_grace);
+        await upstream.close();
+        await unlock();
+        log.info('relayd stopped');
+      })();
+      return closing;
     },
   };
 }

@@ -1,3 +1,5 @@
 export * from './daemon.js';
 export * from './config.js';
 export { buildApp } from './api/app.js';
+export { NodesList, parseKeyHash } from './data/nodes.js';
+export { benchRelay, type BenchOptions, type BenchResult } from './bench.js';

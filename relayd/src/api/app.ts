@@ -1,56 +1,78 @@
 /**
- * relayd's HTTP app, built and not started (tests call it without listening; cli.ts listens).
- * Agent-facing uploads plus the RUDDER relay API's system routes; the relay-api JSON envelope is
- * RUDDER's so existing curl runbooks keep working.
+ * relayd's HTTP app, built and not started (tests inject into it; daemon.ts listens).
+ * Agent-facing: uploads, /uuid, the remote-run connection. RUDDER's relay API: system/*,
+ * shared-files, shared-folder, remote-run triggers. /metrics for Prometheus.
  */
+import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import {
-  CAPSTAN_VERSION, installErrorHandler, installRawBodies, installUploadRoutes, type Logger, type Spool, type SpoolKind,
-} from '@capstan/shared';
-import type { RelaydConfig } from '../config.js';
-import type { Metrics } from '../metrics.js';
+import { installErrorHandler, installRawBodies, installUploadRoutes, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import type { RelayContext } from './context.js';
+import { registerRemoteRun } from './routes/remote-run.js';
+import { registerSharedFiles } from './routes/shared-files.js';
+import { registerSharedFolder } from './routes/shared-folder.js';
+import { registerSystem } from './routes/system.js';
 
-export interface RelayAppDeps {
-  config: RelaydConfig;
-  spool: Spool;
-  log: Logger;
-  metrics: Metrics;
-  /** Files waiting per kind, for system/status. */
-  pending: () => Record<SpoolKind, number>;
-  upstreamReachable: () => boolean | null;
+export type { RelayContext } from './context.js';
+
+export interface BuildOptions {
+  /** TLS for the listener (cert, key, minVersion); absent → plain HTTP. */
+  https?: HttpsOptions;
 }
 
-function envelope(action: string, data: unknown) {
-  return { result: 'success', action, data };
-}
+const UPLOAD_PATH = new RegExp(`^/(${SPOOL_KINDS.join('|')})/`);
 
-export function buildApp(deps: RelayAppDeps): FastifyInstance {
-  const app = Fastify({ logger: false, routerOptions: { ignoreDuplicateSlashes: true }, bodyLimit: deps.config.spool.max_file_size });
-  installErrorHandler(app, deps.log);
+export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyInstance {
+  const app = Fastify({
+    logger: false,
+    routerOptions: { ignoreDuplicateSlashes: true },
+    bodyLimit: ctx.config.spool.max_file_size,
+    // Remote-run connections are idle for hours by design; uploads are bounded by their size.
+    requestTimeout: 0,
+    keepAliveTimeout: 75_000,
+    // Close idle keep-alive sockets on close(); requests in flight are let finish.
+    forceCloseConnections: 'idle',
+    ...(opts.https ? { https: opts.https } : {}),
+  }) as unknown as FastifyInstance;
+  installErrorHandler(app, ctx.log);
   installRawBodies(app);
   installUploadRoutes(app, {
-    spool: deps.spool,
-    maxBytes: deps.config.spool.max_file_size,
+    spool: ctx.spool,
+    maxBytes: ctx.config.spool.max_file_size,
+    // Small bodies go to the forwarder from memory (it forwards them at once, no re-read).
+    keepBytes: 1024 * 1024,
+    onWritten: (kind, name, data) => ctx.written(kind, name, data),
     onAccepted: (kind, name, a) => {
-      deps.metrics.received(kind, a.bytes);
-      deps.log.debug({ kind, file: name, bytes: a.bytes }, 'file spooled');
+      ctx.metrics.received.inc({ kind });
+      ctx.metrics.receivedBytes.inc({ kind }, a.bytes);
+      ctx.spooled(kind, name);
     },
   });
-
-  app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
-
-  const api = '/rudder/relay-api/1';
-  app.get(`${api}/system/info`, async () =>
-    envelope('getSystemInfo', { major_version: CAPSTAN_VERSION.split('.').slice(0, 2).join('.'), full_version: CAPSTAN_VERSION, node_id: deps.config.general.node_id }),
-  );
-  app.get(`${api}/system/status`, async () => {
-    const depth = await deps.spool.depth();
-    const reachable = deps.upstreamReachable();
-    return envelope('getStatus', {
-      spool: { incoming: depth, pending: deps.pending() },
-      upstream: { url: deps.config.upstream.url, status: reachable === null ? 'unknown' : reachable ? 'success' : 'error' },
-    });
+  // A full spool is temporary: tell clients when to come back (agents keep the file meanwhile).
+  let closing = false;
+  app.addHook('onSend', async (req, reply) => {
+    // Answers given while shutting down close their connection, so the client reconnects elsewhere.
+    if (closing) reply.header('connection', 'close');
+    if (reply.statusCode === 507 || reply.statusCode === 503) reply.header('retry-after', '60');
+    if (reply.statusCode === 507) ctx.spoolFull();
+    const m = UPLOAD_PATH.exec(req.url);
+    if (m && req.method === 'PUT' && reply.statusCode >= 400) ctx.metrics.refused.inc({ kind: m[1] as SpoolKind, status: String(reply.statusCode) });
   });
-  app.get('/metrics', async (_req, reply) => reply.type('text/plain; version=0.0.4').send(await deps.metrics.render()));
+
+  app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${ctx.config.general.node_id}\n`));
+  app.get('/metrics', async (_req, reply) => {
+    const m = await ctx.metrics.render();
+    return reply.type(m.contentType).send(m.body);
+  });
+  registerSystem(app, ctx);
+  registerSharedFiles(app, ctx);
+  registerSharedFolder(app, ctx);
+  registerRemoteRun(app, ctx);
+  // Long-lived remote-run connections would hold close() forever: end them first.
+  app.addHook('preClose', async () => {
+    closing = true;
+    ctx.remoteRun.hub.close();
+  });
   return app;
 }
+
+export type { HttpsServer };

@@ -5,35 +5,105 @@
  * Fate mapping (RUDDER forwards everything as retryable; that keeps files that can never succeed
  * spinning forever): 2xx → done; 408/429/5xx/network → transient; other 4xx → permanent, the file
  * goes to failed/ with the upstream's coded error.
+ *
+ * An https upstream is authenticated by a pinned certificate (RUDDER's cert_pinning: that
+ * certificate is the only trust anchor and the host name is not checked) or by a CA bundle
+ * (host name checked), or by the system CAs when neither is given.
  */
-import { readFile } from 'node:fs/promises';
-import { Pool } from 'undici';
-import { capstanError, userAgent, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '@capstan/shared';
+import { X509Certificate } from 'node:crypto';
+import { open, type FileHandle } from 'node:fs/promises';
+import type { TLSSocket } from 'node:tls';
+import { buildConnector, Pool } from 'undici';
+import { capstanError, userAgent, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '../shared.js';
+
+export interface UpstreamTls {
+  /** PEM of the one certificate the upstream must present. */
+  pinnedCertPem?: string;
+  /** PEM CA bundle. */
+  caPem?: string;
+}
 
 export interface UpstreamOptions {
   url: string;
   timeoutMs: number;
   connections: number;
+  tls?: UpstreamTls;
 }
 
-export class Upstream {
-  private readonly pool: Pool;
-  private readonly basePath: string;
+/** Files up to this size are read whole (faster); larger ones are streamed from disk. */
+const READ_WHOLE_BYTES = 1024 * 1024;
 
-  constructor(opts: UpstreamOptions) {
+export class Upstream {
+  private pool: Pool;
+  private readonly basePath: string;
+  private readonly origin: string;
+
+  constructor(private readonly opts: UpstreamOptions) {
     const u = new URL(opts.url);
+    this.origin = u.origin;
     this.basePath = u.pathname.replace(/\/+$/, '');
-    this.pool = new Pool(u.origin, {
-      connections: opts.connections,
-      headersTimeout: opts.timeoutMs,
-      bodyTimeout: opts.timeoutMs,
-      connectTimeout: Math.min(opts.timeoutMs, 10_000),
+    this.pool = this.makePool(opts.tls);
+  }
+
+  /** TLS connect options for other clients of the same upstream (the remote-run link). */
+  connectOptions(): ConnectOption {
+    return connectOptionsFor(this.tls);
+  }
+
+  private tls: UpstreamTls | undefined;
+
+  private makePool(tls: UpstreamTls | undefined): Pool {
+    this.tls = tls;
+    return new Pool(this.origin, {
+      connections: this.opts.connections,
+      headersTimeout: this.opts.timeoutMs,
+      bodyTimeout: this.opts.timeoutMs,
       keepAliveTimeout: 4_000,
+      connect: connectOptionsFor(tls, Math.min(this.opts.timeoutMs, 10_000)),
     });
   }
 
-  async forward(kind: SpoolKind, name: string, path: string): Promise<void> {
-    const body = await readFile(path);
+  /**
+   * Swap in a new trust configuration (reload): new requests use the new pool; the old one
+   * finishes what it has in flight and closes.
+   */
+  reconfigure(tls: UpstreamTls | undefined): void {
+    const old = this.pool;
+    this.pool = this.makePool(tls);
+    void old.close().catch(() => {});
+  }
+
+  get url(): string {
+    return this.opts.url;
+  }
+
+  /**
+   * PUT one spooled file upstream. `cached` is its body when the API just received it (the file
+   * on disk has the same bytes); otherwise the file is read.
+   */
+  async forward(kind: SpoolKind, name: string, path: string, signal?: AbortSignal, cached?: Buffer): Promise<void> {
+    let body: Buffer | NodeJS.ReadableStream;
+    let size: number;
+    let fh: FileHandle | null = null;
+    if (cached) {
+      body = cached;
+      size = cached.length;
+    } else {
+      // Open first: a file gone meanwhile (taken by another pass) fails here with ENOENT, before
+      // anything is sent, so it is never forwarded twice.
+      fh = await open(path, 'r');
+      try {
+        size = (await fh.stat()).size;
+        body = size <= READ_WHOLE_BYTES ? await fh.readFile() : fh.createReadStream({ autoClose: true });
+      } catch (err) {
+        await fh.close();
+        throw err;
+      }
+      if (Buffer.isBuffer(body)) {
+        await fh.close();
+        fh = null;
+      }
+    }
     let res;
     try {
       res = await this.pool.request({
@@ -41,27 +111,87 @@ export class Upstream {
         path: `${this.basePath}/${kind}/${encodeURIComponent(name)}`,
         headers: {
           'content-type': 'application/octet-stream',
-          'content-length': String(body.length),
+          'content-length': String(size),
           'user-agent': userAgent('capstan-relayd'),
           [HEADER_PROTOCOL]: PROTOCOL_VERSION,
         },
-        body,
+        body: body as Buffer,
+        signal,
       });
     } catch (err) {
-      throw capstanError('ERR_UPSTREAM', `upstream unreachable: ${(err as Error).message}`, { cause: err });
+      if (fh) await fh.close().catch(() => {});
+      throw capstanError('ERR_UPSTREAM', `upstream unreachable: ${(err as Error).message}`, {
+        cause: err,
+        details: { unreachable: true, cause: (err as { code?: string }).code ?? (err as Error).name },
+      });
     }
     const text = await res.body.text().catch(() => '');
     if (res.statusCode >= 200 && res.statusCode < 300) return;
     const detail = upstreamErrorCode(text);
     if (res.statusCode === 408 || res.statusCode === 429 || res.statusCode >= 500) {
-      throw capstanError('ERR_UPSTREAM', `upstream answered ${res.statusCode}${detail}`);
+      throw capstanError('ERR_UPSTREAM', `upstream answered ${res.statusCode}${detail}`, { details: { status: res.statusCode } });
     }
-    throw capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${res.statusCode}${detail}`);
+    throw capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${res.statusCode}${detail}`, { details: { status: res.statusCode } });
+  }
+
+  /** Is the upstream answering at all? `GET /uuid` (every relay and the server answer it). */
+  async probe(): Promise<boolean> {
+    try {
+      const res = await this.pool.request({ method: 'GET', path: `${this.basePath}/uuid`, headersTimeout: 5_000, bodyTimeout: 5_000 });
+      await res.body.text().catch(() => '');
+      return res.statusCode < 500;
+    } catch {
+      return false;
+    }
+  }
+
+  /** A request of the caller's own (shared-files forwarding), through the same pool and trust. */
+  async request(opts: { method: 'HEAD' | 'PUT' | 'GET' | 'POST'; path: string; headers?: Record<string, string>; body?: Buffer | NodeJS.ReadableStream; signal?: AbortSignal; timeoutMs?: number }) {
+    return this.pool.request({
+      method: opts.method,
+      path: `${this.basePath}${opts.path}`,
+      headers: { 'user-agent': userAgent('capstan-relayd'), ...opts.headers },
+      body: opts.body as Buffer | undefined,
+      signal: opts.signal,
+      ...(opts.timeoutMs !== undefined ? { headersTimeout: opts.timeoutMs, bodyTimeout: opts.timeoutMs } : {}),
+    });
   }
 
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+export type ConnectOption = buildConnector.BuildOptions | buildConnector.connector;
+
+/**
+ * Pinned certificate → the peer must present exactly that certificate (compared by SHA-256
+ * fingerprint after the handshake; chain and host name are not checked, as RUDDER's cert_pinning).
+ * A CA → the usual chain and host-name checks against it. Neither → the system CAs.
+ *
+ * Pinning cannot be done with `ca: <pinned>` alone: OpenSSL does not accept a leaf that is not
+ * self-signed as a trust anchor, and with `rejectUnauthorized: false` Node skips
+ * checkServerIdentity, so the fingerprint is checked here, on every new connection.
+ */
+export function connectOptionsFor(tls: UpstreamTls | undefined, timeoutMs = 10_000): ConnectOption {
+  if (tls?.pinnedCertPem) {
+    const pinned = new X509Certificate(tls.pinnedCertPem).fingerprint256;
+    const base = buildConnector({ rejectUnauthorized: false, timeout: timeoutMs, maxCachedSessions: 0 });
+    return (opts, cb) => {
+      base(opts, (err, socket) => {
+        if (err || !socket) return cb(err ?? new Error('no socket'), null);
+        if (!('getPeerCertificate' in socket)) return cb(null, socket); // plain http: nothing to pin
+        const got = (socket as TLSSocket).getPeerCertificate().fingerprint256;
+        if (got !== pinned) {
+          socket.destroy();
+          return cb(Object.assign(new Error(`upstream certificate ${got} is not the pinned one`), { code: 'ERR_PINNED_CERT' }), null);
+        }
+        cb(null, socket);
+      });
+    };
+  }
+  if (tls?.caPem) return { ca: tls.caPem, timeout: timeoutMs };
+  return { timeout: timeoutMs };
 }
 
 function upstreamErrorCode(text: string): string {

@@ -66,6 +66,10 @@ export interface UploadRouteOptions {
   onAccepted?: (kind: SpoolKind, name: string, accepted: Accepted & { nodeId: string }) => void;
   /** Per-upload check (e.g. the node is known), run before the body is read. */
   authorize?: (kind: SpoolKind, name: string, req: FastifyRequest) => Promise<void>;
+  /** Hand bodies up to this size to onAccepted in `accepted.data` and to onWritten (default 0: none). */
+  keepBytes?: number;
+  /** A kept body is durable in tmp/ and about to appear in incoming/ (see AcceptOptions.onWritten). */
+  onWritten?: (kind: SpoolKind, name: string, data: Buffer) => void;
 }
 
 /** `PUT /reports/<file>` and `PUT /inventories/<file>`: 2xx means the bytes are on disk. */
@@ -74,7 +78,11 @@ export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptio
     app.put<{ Params: { file: string } }>(`/${kind}/:file`, async (req, reply) => {
       const name = req.params.file;
       if (opts.authorize) await opts.authorize(kind, name, req);
-      const accepted = await receiveUpload(opts.spool, kind, name, req.raw, opts.maxBytes);
+      const onWritten = opts.onWritten;
+      const accepted = await receiveUpload(opts.spool, kind, name, req.raw, opts.maxBytes, {
+        keepBytes: opts.keepBytes,
+        ...(onWritten ? { onWritten: (data: Buffer) => onWritten(kind, name, data) } : {}),
+      });
       opts.onAccepted?.(kind, name, accepted);
       return reply.code(201).send({ data: { file: name, bytes: accepted.bytes, sha256: accepted.sha256 } });
     });

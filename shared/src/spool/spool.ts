@@ -8,8 +8,9 @@
  *   failed/<kind>/<name>         permanently refused files, with <name>.reason beside them
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { constants as fsc } from 'node:fs';
-import { mkdir, open, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
+import { close as fsClose, constants as fsc, fsync as fsFsync, open as fsOpen, writev as fsWritev } from 'node:fs';
+import { promisify } from 'node:util';
+import { mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '../errors.js';
 import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
@@ -31,6 +32,31 @@ export interface Accepted {
   path: string;
   bytes: number;
   sha256: string;
+  /** The bytes written, when the caller asked to keep them (AcceptOptions.keepBytes). */
+  data?: Buffer;
+}
+
+export interface AcceptOptions {
+  /** Return the body in `data` when it is at most this long (a relay forwards it without re-reading). */
+  keepBytes?: number;
+  /**
+   * Called with the kept body once it is fsync'd and just before it appears in incoming/, so a
+   * watcher that sees the file at once can already find its bytes in memory.
+   */
+  onWritten?: (data: Buffer) => void;
+}
+
+const openFd = promisify(fsOpen);
+const writevFd = promisify(fsWritev);
+const fsyncFd = promisify(fsFsync);
+const closeFd = promisify(fsClose);
+
+/** What is left of `bufs` once its first `n` bytes are written (writev may write less than asked). */
+function skipBytes(bufs: Buffer[], n: number): Buffer[] {
+  let i = 0;
+  while (i < bufs.length && n >= bufs[i]!.length) n -= bufs[i++]!.length;
+  if (i === bufs.length) return [];
+  return [bufs[i]!.subarray(n), ...bufs.slice(i + 1)];
 }
 
 /** A spool entry name must be one plain path component: callers validate the format itself. */
@@ -43,11 +69,11 @@ export function assertPlainName(name: string): void {
 }
 
 async function fsyncDir(dir: string): Promise<void> {
-  const fh = await open(dir, fsc.O_RDONLY);
+  const fd = await openFd(dir, fsc.O_RDONLY);
   try {
-    await fh.sync();
+    await fsyncFd(fd);
   } finally {
-    await fh.close();
+    await closeFd(fd);
   }
 }
 
@@ -58,6 +84,9 @@ export class Spool {
   private readonly maxIncomingBytes: number;
   /** Bytes in incoming/ plus bytes being written, tracked only when a quota is set. */
   private incomingBytes = 0;
+  /** Free bytes at the last statfs, less what was written since, and when that statfs was. */
+  private freeSeen = 0;
+  private freeCheckedAt = 0;
   /** Directory fsyncs in progress / queued per directory, shared by concurrent accepts. */
   private readonly dirSyncs = new Map<string, { running: Promise<void> | null; next: Promise<void> | null }>();
 
@@ -102,7 +131,10 @@ export class Spool {
    * Write a body into the spool. `declaredLength` is the request's Content-Length: more or fewer
    * bytes than declared is an error and leaves nothing behind.
    */
-  async accept(kind: SpoolKind, name: string, body: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, declaredLength: number): Promise<Accepted> {
+  async accept(
+    kind: SpoolKind, name: string, body: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, declaredLength: number,
+    opts: AcceptOptions = {},
+  ): Promise<Accepted> {
     assertPlainName(name);
     if (declaredLength > this.maxFileBytes) {
       throw capstanError('ERR_BODY_TOO_LARGE', `body of ${declaredLength} bytes exceeds the limit of ${this.maxFileBytes}`);
@@ -117,7 +149,7 @@ export class Spool {
     }
     const state = { renamed: false };
     try {
-      return await this.write(kind, name, body, declaredLength, state);
+      return await this.write(kind, name, body, declaredLength, state, opts);
     } finally {
       if (!state.renamed && this.maxIncomingBytes > 0) this.incomingBytes -= declaredLength;
     }
@@ -125,32 +157,54 @@ export class Spool {
 
   private async write(
     kind: SpoolKind, name: string, body: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, declaredLength: number,
-    state: { renamed: boolean },
+    state: { renamed: boolean }, opts: AcceptOptions,
   ): Promise<Accepted> {
+    const keepBytes = opts.keepBytes ?? 0;
     const tmp = join(this.root, 'tmp', `${randomUUID()}.part`);
     const hash = createHash('sha256');
     let bytes = 0;
-    let fh;
+    // Plain descriptors rather than FileHandle objects: at thousands of uploads a second the
+    // FileHandle's bookkeeping was the largest cost on the main thread (measured by the relay bench).
+    let fd: number;
     try {
-      fh = await open(tmp, 'wx', 0o640);
+      fd = await openFd(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw capstanError('ERR_SPOOL_FULL', 'no space left in the spool', { cause: err });
       throw err;
     }
+    // Chunks are gathered and written together (one writev for a small file), at most this much at once.
+    const FLUSH = 1024 * 1024;
+    let pending: Buffer[] = [];
+    let pendingBytes = 0;
+    const kept: Buffer[] | null = declaredLength <= keepBytes ? [] : null;
+    const flush = async () => {
+      let bufs = pending;
+      pending = [];
+      pendingBytes = 0;
+      while (bufs.length > 0) {
+        const { bytesWritten: n } = await writevFd(fd, bufs);
+        bufs = skipBytes(bufs, n);
+      }
+    };
     let ok = false;
     try {
-      for await (const chunk of body) {
+      for await (const c of body) {
+        const chunk = Buffer.isBuffer(c) ? c : Buffer.from(c.buffer, c.byteOffset, c.byteLength);
         bytes += chunk.length;
         if (bytes > declaredLength || bytes > this.maxFileBytes) {
           throw capstanError('ERR_BODY_TOO_LARGE', 'body is longer than its Content-Length or the limit');
         }
         hash.update(chunk);
-        await fh.write(chunk);
+        pending.push(chunk);
+        kept?.push(chunk);
+        pendingBytes += chunk.length;
+        if (pendingBytes >= FLUSH) await flush();
       }
       if (bytes !== declaredLength) {
         throw capstanError('ERR_BAD_REQUEST', `body has ${bytes} bytes, Content-Length said ${declaredLength}`);
       }
-      await fh.sync();
+      await flush();
+      await fsyncFd(fd);
       ok = true;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') {
@@ -158,9 +212,11 @@ export class Spool {
       }
       throw err;
     } finally {
-      await fh.close();
+      await closeFd(fd);
       if (!ok) await rm(tmp, { force: true });
     }
+    const data = kept ? Buffer.concat(kept, bytes) : undefined;
+    if (data) opts.onWritten?.(data);
     const dest = join(this.incomingDir(kind), name);
     // A re-sent file replaces its earlier copy: the quota must not count both.
     const replaced = this.maxIncomingBytes > 0 ? (await stat(dest).catch(() => null))?.size ?? 0 : 0;
@@ -173,7 +229,8 @@ export class Spool {
     state.renamed = true;
     this.incomingBytes -= replaced;
     await this.syncDir(this.incomingDir(kind));
-    return { path: dest, bytes, sha256: hash.digest('hex') };
+    this.freeSeen -= bytes;
+    return { path: dest, bytes, sha256: hash.digest('hex'), ...(data ? { data } : {}) };
   }
 
   /**
@@ -210,12 +267,21 @@ export class Spool {
     return this.accept(kind, name, [data], data.length);
   }
 
+  /**
+   * Refuse when the file system would keep less than its reserve. statfs is asked at most every
+   * 500 ms while far from the reserve (one call per upload was measurable at thousands a second);
+   * meanwhile what this spool writes is subtracted, and near the reserve every upload asks again.
+   */
   private async checkFreeSpace(need: number): Promise<void> {
     if (this.minFreeBytes <= 0) return;
-    const s = await statfs(this.root);
-    const free = Number(s.bavail) * Number(s.bsize);
-    if (free - need < this.minFreeBytes) {
-      throw capstanError('ERR_SPOOL_FULL', `spool file system has ${free} bytes free, keeping ${this.minFreeBytes} in reserve`);
+    const now = Date.now();
+    if (now - this.freeCheckedAt > 500 || this.freeSeen - need < this.minFreeBytes * 2) {
+      const s = await statfs(this.root);
+      this.freeSeen = Number(s.bavail) * Number(s.bsize);
+      this.freeCheckedAt = now;
+    }
+    if (this.freeSeen - need < this.minFreeBytes) {
+      throw capstanError('ERR_SPOOL_FULL', `spool file system has ${this.freeSeen} bytes free, keeping ${this.minFreeBytes} in reserve`);
     }
   }
 

@@ -7,7 +7,7 @@ import type { IncomingMessage } from 'node:http';
 import { capstanError } from '../errors.js';
 import { parseInventoryName, parseRunInfo } from '../runlog/name.js';
 import type { SpoolKind } from '../protocol.js';
-import type { Accepted, Spool } from './spool.js';
+import type { AcceptOptions, Accepted, Spool } from './spool.js';
 
 /** Validate an upload's file name for its kind; throws ERR_RUNINFO_NAME / ERR_INVENTORY_NAME. */
 export function checkUploadName(kind: SpoolKind, name: string): { nodeId: string } {
@@ -15,7 +15,9 @@ export function checkUploadName(kind: SpoolKind, name: string): { nodeId: string
   return { nodeId: parseInventoryName(name).nodeId };
 }
 
-export async function receiveUpload(spool: Spool, kind: SpoolKind, name: string, req: IncomingMessage, maxBytes: number): Promise<Accepted & { nodeId: string }> {
+export async function receiveUpload(
+  spool: Spool, kind: SpoolKind, name: string, req: IncomingMessage, maxBytes: number, opts: AcceptOptions = {},
+): Promise<Accepted & { nodeId: string }> {
   const { nodeId } = checkUploadName(kind, name);
   const header = req.headers['content-length'];
   if (header === undefined) throw capstanError('ERR_LENGTH_REQUIRED', 'Content-Length is required');
@@ -23,6 +25,6 @@ export async function receiveUpload(spool: Spool, kind: SpoolKind, name: string,
   const length = Number(header);
   if (length > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `body of ${length} bytes exceeds the limit of ${maxBytes}`);
   if (length === 0) throw capstanError('ERR_BAD_REQUEST', 'empty body');
-  const accepted = await spool.accept(kind, name, req, length);
+  const accepted = await spool.accept(kind, name, req, length, opts);
   return { ...accepted, nodeId };
 }

@@ -1,0 +1,185 @@
+/**
+ * The agent's side of remote-run: one long-lived outbound request to the relay,
+ * `GET /remote-run/listen/<node-id>`, whose answer is a stream of JSON lines (hello, heartbeats,
+ * `run` events). The managed host opens no port; a trigger is one line on this connection. For
+ * each run the agent streams its answer on `POST /remote-run/output/<channel>`: `started`, output
+ * lines, `done` with the exit code, or `busy` when a run is already going.
+ *
+ * The connection is re-opened with exponential backoff and jitter when it drops, and declared
+ * dead when no line (heartbeats included) arrived for three heartbeat periods.
+ *
+ * node:http rather than undici, for the same reason as queue/http.ts (the agent's RSS).
+ */
+import http from 'node:http';
+import https from 'node:https';
+import { PassThrough } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+import { userAgent, type Logger } from '@capstan/shared/agent';
+
+export interface RunRequest {
+  channel: string;
+  conditions: string[];
+  keepOutput: boolean;
+}
+
+export interface RunOutput {
+  line(text: string): void;
+}
+
+export interface ListenOptions {
+  relay: string;
+  nodeId: string;
+  log: Logger;
+  /** Do the run; resolve with its exit code; throw ERR_CONFLICT when a run is already going. */
+  run: (req: RunRequest, out: RunOutput) => Promise<number>;
+  signal?: AbortSignal;
+  /** Called each time the connection is (re)established (tests, logs). */
+  onConnected?: () => void;
+}
+
+const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
+const UPGRADE_PROTOCOL = 'capstan-remote-run';
+const MAX_LINE = 64 * 1024;
+
+function transport(url: URL): typeof http | typeof https {
+  return url.protocol === 'https:' ? https : http;
+}
+
+/** Keep listening until `signal` aborts. */
+export async function listen(opts: ListenOptions): Promise<void> {
+  let delay = 1000;
+  while (!opts.signal?.aborted) {
+    const connectedAt = Date.now();
+    try {
+      await listenOnce(opts);
+    } catch (err) {
+      if (opts.signal?.aborted) return;
+      opts.log.warn({ err: (err as Error).message }, 'remote-run connection to the relay failed');
+    }
+    if (opts.signal?.aborted) return;
+    // A connection that lived a while was fine: come back quickly. Otherwise back off.
+    if (Date.now() - connectedAt > 60_000) delay = 1000;
+    const wait = Math.round(delay / 2 + Math.random() * (delay / 2));
+    delay = Math.min(delay * 2, 60_000);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, wait);
+      opts.signal?.addEventListener('abort', () => {
+        clearTimeout(timer);
+        resolve();
+      }, { once: true });
+    });
+  }
+}
+
+/**
+ * One connection. The agent asks for `Upgrade: capstan-remote-run`: the relay then keeps only a
+ * bare socket for it (an idle agent costs the relay a few kB). A relay that answers 200 instead
+ * streams the same lines in the response body; both are read the same way.
+ */
+function listenOnce(opts: ListenOptions): Promise<void> {
+  const url = new URL(`${opts.relay.replace(/\/+$/, '')}/remote-run/listen/${encodeURIComponent(opts.nodeId)}`);
+  return new Promise((resolve, reject) => {
+    const req = transport(url).request(url, {
+      method: 'GET',
+      headers: { 'user-agent': userAgent('capstan-agent'), connection: 'Upgrade', upgrade: UPGRADE_PROTOCOL },
+      signal: opts.signal,
+    });
+    const consume = (stream: NodeJS.ReadableStream & { destroy(err?: Error): void }, head?: Buffer) => {
+      let heartbeatMs = 30_000;
+      let deadline: NodeJS.Timeout | null = null;
+      const alive = () => {
+        if (deadline) clearTimeout(deadline);
+        deadline = setTimeout(() => stream.destroy(new Error('no heartbeat from the relay')), heartbeatMs * 3 + 5_000);
+      };
+      const decoder = new StringDecoder('utf8');
+      let buf = '';
+      const onData = (chunk: Buffer) => {
+        alive();
+        buf += decoder.write(chunk);
+        let nl: number;
+        while ((nl = buf.indexOf('\n')) !== -1) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          handleLine(opts, line, (ms) => (heartbeatMs = ms));
+        }
+        if (buf.length > MAX_LINE) buf = '';
+      };
+      const done = (err?: Error) => {
+        if (deadline) clearTimeout(deadline);
+        if (err) reject(err);
+        else resolve();
+      };
+      alive();
+      if (head && head.length > 0) onData(head);
+      stream.on('data', onData);
+      stream.on('end', () => done());
+      stream.on('error', (err: Error) => done(err));
+      stream.on('close', () => done());
+      opts.signal?.addEventListener('abort', () => stream.destroy(), { once: true });
+    };
+    req.on('upgrade', (_res, socket, head) => consume(socket, head));
+    req.on('response', (res) => {
+      if (res.statusCode !== 200) {
+        res.resume();
+        reject(new Error(`relay answered ${res.statusCode}`));
+        return;
+      }
+      consume(res);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+let running = false;
+
+function handleLine(opts: ListenOptions, line: string, setHeartbeat: (ms: number) => void): void {
+  let ev: { type?: string; id?: string; conditions?: unknown; keep_output?: unknown; heartbeat_ms?: unknown };
+  try {
+    ev = JSON.parse(line) as typeof ev;
+  } catch {
+    return;
+  }
+  if (ev.type === 'hello') {
+    if (typeof ev.heartbeat_ms === 'number' && ev.heartbeat_ms > 0) setHeartbeat(ev.heartbeat_ms);
+    opts.log.info({ relay: opts.relay }, 'listening for remote runs');
+    opts.onConnected?.();
+    return;
+  }
+  if (ev.type !== 'run' || typeof ev.id !== 'string') return;
+  // The relay validated them; check again, a relay is not trusted to shape our command line.
+  const conditions = Array.isArray(ev.conditions) ? ev.conditions.filter((c): c is string => typeof c === 'string' && CONDITION_RE.test(c)) : [];
+  void answer(opts, { channel: ev.id, conditions, keepOutput: ev.keep_output === true });
+}
+
+async function answer(opts: ListenOptions, req: RunRequest): Promise<void> {
+  const url = new URL(`${opts.relay.replace(/\/+$/, '')}/remote-run/output/${encodeURIComponent(req.channel)}`);
+  const body = new PassThrough();
+  const send = (ev: object) => body.write(`${JSON.stringify({ node: opts.nodeId, ...ev })}\n`);
+  const post = transport(url).request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-ndjson', 'user-agent': userAgent('capstan-agent'), 'transfer-encoding': 'chunked' },
+  });
+  post.on('response', (res) => res.resume());
+  post.on('error', (err) => opts.log.warn({ err: err.message }, 'cannot send remote-run output'));
+  body.pipe(post);
+  if (running) {
+    send({ type: 'busy' });
+    body.end();
+    return;
+  }
+  running = true;
+  opts.log.info({ conditions: req.conditions }, 'remote run');
+  send({ type: 'started' });
+  try {
+    const code = await opts.run(req, { line: (text) => send({ type: 'line', text }) });
+    send({ type: 'done', code });
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'ERR_CONFLICT') send({ type: 'busy' });
+    else send({ type: 'error', text: (err as Error).message });
+  } finally {
+    running = false;
+    body.end();
+  }
+}

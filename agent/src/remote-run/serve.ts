@@ -1,0 +1,25 @@
+/**
+ * `capstan-agent listen`: hold the remote-run connection and answer each trigger with a normal
+ * agent run (runAgent), streaming its directive outcomes and summary back when asked. The
+ * conditions of the trigger reach the run's commands as CAPSTAN_CONDITIONS (comma separated).
+ */
+import type { Logger } from '@capstan/shared/agent';
+import type { AgentConfig } from '../config.js';
+import { ensureIdentity } from '../identity/state.js';
+import { runAgent } from '../run.js';
+import { listen, type RunOutput, type RunRequest } from './listen.js';
+
+export async function serveRemoteRuns(config: AgentConfig, log: Logger, signal?: AbortSignal): Promise<void> {
+  const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  const run = async (req: RunRequest, out: RunOutput): Promise<number> => {
+    const r = await runAgent(config, log, {
+      onOutcome: (line) => out.line(line),
+      env: { ...process.env, CAPSTAN_CONDITIONS: req.conditions.join(',') },
+    });
+    const c = r.counts;
+    const errors = (c.result_error ?? 0) + (c.audit_error ?? 0);
+    out.line(`config ${r.configId}: ${c.result_success ?? 0} success, ${c.result_repaired ?? 0} repaired, ${errors} errors; sent ${r.flush.sent}, queued ${r.flush.remaining}`);
+    return errors > 0 ? 4 : 0;
+  };
+  await listen({ relay: config.agent.relay, nodeId: id.nodeId, log, run, signal });
+}

@@ -1,0 +1,53 @@
+/**
+ * What the HTTP routes need from the running relay. daemon.ts builds it from live parts; tests
+ * may build one from plain objects. Getters (nodes, adminToken) return the current value, so a
+ * reload swaps them without rebuilding the app or dropping a connection.
+ */
+import type { Logger, Spool, SpoolKind } from '../shared.js';
+import type { RelaydConfig } from '../config.js';
+import type { NodesList } from '../data/nodes.js';
+import type { Upstream } from '../forward/upstream.js';
+import type { Metrics } from '../metrics.js';
+import type { RemoteRun } from '../remote-run/dispatch.js';
+
+export interface ComponentStatus {
+  status: 'success' | 'error';
+  details?: string;
+}
+
+export interface RelayStatus {
+  configuration: ComponentStatus;
+  spool: ComponentStatus & {
+    incoming: Record<SpoolKind, number>;
+    pending: Record<SpoolKind, number>;
+    bytes?: number;
+    quota?: number;
+    free_bytes?: number;
+  };
+  upstream: ComponentStatus & { url: string; state: 'unknown' | 'up' | 'down'; last_contact?: string };
+  nodes_list: ComponentStatus & { configured: boolean; nodes: number; file?: string };
+  remote_run: { connections: number };
+}
+
+export interface RelayContext {
+  config: RelaydConfig;
+  log: Logger;
+  spool: Spool;
+  metrics: Metrics;
+  upstream: Upstream;
+  nodes(): NodesList;
+  /** Admin bearer token, or null when none is configured. */
+  adminToken(): string | null;
+  /** A file was just spooled by the API. */
+  spooled(kind: SpoolKind, name: string): void;
+  /** A body is durable and about to appear in incoming/: the forwarder may keep it in memory. */
+  written(kind: SpoolKind, name: string, data: Buffer): void;
+  /** An upload was refused because the spool is full (507): system/status reports it a while. */
+  spoolFull(): void;
+  status(): Promise<RelayStatus>;
+  /** Reload nodes list, certificates, admin token and log level; throws with the reason. */
+  reload(): Promise<void>;
+  remoteRun: RemoteRun;
+  /** Treat loopback clients as admins (true in production; tests turn it off to check tokens). */
+  loopbackIsAdmin?: boolean;
+}

@@ -1,0 +1,156 @@
+/**
+ * Spool → upstream: one SpoolProcessor per kind (inotify + catch-up + start-up pass, per-file
+ * backoff), node routing by the nodes list, and an upstream health gate.
+ *
+ * The gate: when a forward cannot even connect, the upstream is marked down, the processors are
+ * paused and the upstream alone is probed every `probe_interval`. Without it an outage of hours
+ * would spend a connection attempt per waiting file per backoff step, and files would sit at the
+ * longest backoff (minutes) after the upstream came back; with it they all go as soon as the
+ * probe answers.
+ */
+import { checkUploadName, capstanError, isCapstanError, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import type { NodesList } from '../data/nodes.js';
+import type { Metrics } from '../metrics.js';
+import { RecentBodies } from './recent.js';
+import type { Upstream } from './upstream.js';
+
+export interface ForwarderOptions {
+  spool: Spool;
+  upstream: Upstream;
+  nodes: () => NodesList;
+  log: Logger;
+  metrics: Metrics;
+  concurrency: number;
+  catchupIntervalMs: number;
+  retryMinMs: number;
+  retryMaxMs: number;
+  probeIntervalMs: number;
+}
+
+export type UpstreamState = 'unknown' | 'up' | 'down';
+
+/** Memory for just-spooled bodies awaiting their first forward (see recent.ts). */
+const RECENT_BYTES = 8 * 1024 * 1024;
+
+export class Forwarder {
+  readonly processors: Record<SpoolKind, SpoolProcessor>;
+  private readonly recent = new RecentBodies(RECENT_BYTES);
+  private state: UpstreamState = 'unknown';
+  private lastError: string | null = null;
+  private lastContact: number | null = null;
+  private probeTimer: NodeJS.Timeout | null = null;
+  private stopped = false;
+
+  constructor(private readonly o: ForwarderOptions) {
+    this.processors = {} as Record<SpoolKind, SpoolProcessor>;
+    // The concurrency bound is for the upstream as a whole (the Pool's connections), shared by kinds.
+    for (const kind of SPOOL_KINDS) {
+      const p = new SpoolProcessor({
+        kind,
+        spool: o.spool,
+        log: o.log,
+        concurrency: o.concurrency,
+        catchupIntervalMs: o.catchupIntervalMs,
+        retryMinMs: o.retryMinMs,
+        retryMaxMs: o.retryMaxMs,
+        handle: (path, name, signal) => this.handle(kind, path, name, signal),
+      });
+      p.on('processed', (e: ProcessedEvent) => this.account(e));
+      this.processors[kind] = p;
+    }
+  }
+
+  private async handle(kind: SpoolKind, path: string, name: string, signal: AbortSignal): Promise<void> {
+    const { nodeId } = checkUploadName(kind, name);
+    if (!this.o.nodes().accepts(nodeId)) {
+      throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in this relay's nodes list`);
+    }
+    const cached = this.recent.take(`${kind}/${name}`);
+    try {
+      await this.o.upstream.forward(kind, name, path, signal, cached);
+    } catch (err) {
+      if (isCapstanError(err) && err.details?.unreachable) this.markDown(err.message);
+      else if (isCapstanError(err) && err.code.startsWith('ERR_UPSTREAM')) this.markUp(); // it answered
+      throw err;
+    }
+    this.markUp();
+  }
+
+  private account(e: ProcessedEvent): void {
+    const m = this.o.metrics;
+    const kind = e.kind;
+    if (e.outcome === 'done') {
+      m.forwarded.inc({ kind });
+      m.forwardSeconds.observe({ kind }, e.ms / 1000);
+      return;
+    }
+    const code = isCapstanError(e.error) ? e.error.code : ((e.error as { code?: string } | undefined)?.code ?? 'ERR_INTERNAL');
+    if (e.outcome === 'failed') m.failed.inc({ kind, code });
+    else m.retried.inc({ kind });
+    if (code.startsWith('ERR_UPSTREAM')) m.upstreamErrors.inc({ kind, code: String((e.error as { details?: { cause?: string; status?: number } }).details?.cause ?? (e.error as { details?: { status?: number } }).details?.status ?? code) });
+  }
+
+  private markUp(): void {
+    this.lastContact = Date.now();
+    if (this.state === 'up') return;
+    const wasDown = this.state === 'down';
+    this.state = 'up';
+    this.lastError = null;
+    if (this.probeTimer) clearTimeout(this.probeTimer);
+    this.probeTimer = null;
+    if (wasDown) {
+      this.o.log.info({ upstream: this.o.upstream.url }, 'upstream is back, resuming');
+      for (const kind of SPOOL_KINDS) this.processors[kind].resume();
+    }
+  }
+
+  private markDown(reason: string): void {
+    this.lastError = reason;
+    if (this.state === 'down' || this.stopped) return;
+    this.state = 'down';
+    this.o.log.warn({ upstream: this.o.upstream.url, reason }, 'upstream unreachable, holding files until it answers');
+    for (const kind of SPOOL_KINDS) this.processors[kind].pause();
+    this.scheduleProbe();
+  }
+
+  private scheduleProbe(): void {
+    if (this.stopped) return;
+    this.probeTimer = setTimeout(() => {
+      void this.o.upstream.probe().then((ok) => {
+        if (this.stopped || this.state !== 'down') return;
+        if (ok) this.markUp();
+        else this.scheduleProbe();
+      });
+    }, this.o.probeIntervalMs);
+    this.probeTimer.unref();
+  }
+
+  /** A file the API just spooled: take it now rather than when inotify says so. */
+  notify(kind: SpoolKind, name: string): void {
+    this.processors[kind].notify(name);
+  }
+
+  /** Its bytes, given before the file appears, so the first forward needs no read. */
+  remember(kind: SpoolKind, name: string, data: Buffer): void {
+    // While the upstream is down files wait: memory would only hold what the disk holds.
+    if (!this.processors[kind].isPaused) this.recent.put(`${kind}/${name}`, data);
+  }
+
+  get upstream(): { state: UpstreamState; lastError: string | null; lastContact: number | null } {
+    return { state: this.state, lastError: this.lastError, lastContact: this.lastContact };
+  }
+
+  pending(): Record<SpoolKind, number> {
+    return Object.fromEntries(SPOOL_KINDS.map((k) => [k, this.processors[k].pending])) as Record<SpoolKind, number>;
+  }
+
+  async start(): Promise<void> {
+    for (const kind of SPOOL_KINDS) await this.processors[kind].start();
+  }
+
+  async stop(graceMs: number): Promise<void> {
+    this.stopped = true;
+    if (this.probeTimer) clearTimeout(this.probeTimer);
+    await Promise.all(SPOOL_KINDS.map((k) => this.processors[k].stop(graceMs)));
+  }
+}

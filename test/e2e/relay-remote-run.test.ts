@@ -1,0 +1,56 @@
+/**
+ * Remote-run with the real programs: `capstan-agent listen` holds its outbound connection to a
+ * real relayd; a trigger on the relay API starts a real agent run within a second, its output
+ * streams back, its run log lands in the relay's spool; once the agent is gone the node is
+ * reported offline after the bounded wait.
+ */
+import { spawn } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { BIN } from '../helpers/programs.js';
+import { startRelayd } from '../relayd/helpers/proc.js';
+import { until } from '../relayd/helpers/upstream.js';
+
+t.test('a trigger runs a listening agent within a second and streams its output', async (t) => {
+  const dir = t.testdir();
+  const relay = await startRelayd(['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
+  t.teardown(() => relay.signal('SIGTERM'));
+  const agent = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const agentExit = new Promise<number | null>((r) => agent.once('exit', (code) => r(code)));
+  t.teardown(() => agent.kill('SIGKILL'));
+  const status = async () => ((await (await fetch(`${relay.url}/rudder/relay-api/1/system/status`)).json()) as any).data;
+  await until(async () => ((await status()).remote_run.connections === 1 ? true : undefined), 'the agent connection');
+  const nodeId = (await readFile(join(dir, 'agent', 'node-id'), 'utf8')).trim();
+
+  const started = Date.now();
+  const res = await fetch(`${relay.url}/rudder/relay-api/1/remote-run/nodes/${nodeId}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: 'asynchronous=true&keep_output=true&conditions=from_test',
+  });
+  t.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  let text = '';
+  let firstAt = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    text += Buffer.from(value).toString();
+    if (!firstAt && text.includes('[started]')) firstAt = Date.now();
+  }
+  t.ok(firstAt - started < 1000, `the agent started ${firstAt - started} ms after the trigger`);
+  t.match(text, new RegExp(`^${nodeId}: \\[started\\]\\n`));
+  t.match(text, new RegExp(`${nodeId}: config [^:]+: \\d+ success, \\d+ repaired, 0 errors; sent \\d+, queued \\d+\\n`), 'the run summary came back');
+  t.match(text, new RegExp(`${nodeId}: \\[done, exit 0\\]\\n$`));
+  const spooled = await readdir(join(dir, 'spool', 'incoming', 'reports'));
+  t.ok(spooled.some((n) => n.includes(nodeId)), 'the run log of the remote run reached the relay');
+
+  agent.kill('SIGTERM');
+  t.equal(await agentExit, 0, 'the listener stops cleanly on SIGTERM');
+  await until(async () => ((await status()).remote_run.connections === 0 ? true : undefined), 'the connection to go');
+  const t0 = Date.now();
+  const offline = await (await fetch(`${relay.url}/rudder/relay-api/1/remote-run/nodes/${nodeId}`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'keep_output=true' })).text();
+  t.equal(offline, `${nodeId}: [offline]\n`);
+  t.ok(Date.now() - t0 < 5000, `reported offline in ${Date.now() - t0} ms (remote_run.connect_wait)`);
+});
