@@ -9,6 +9,11 @@ export const AGENT_SCHEMA = {
     relay: { type: 'url', default: 'http://127.0.0.1:3030' },
     /** RSA key size for the node key made on first run. */
     key_bits: { type: 'integer', default: 2048, min: 2048, max: 8192 },
+    /**
+     * Shared enrollment secret, sent in the inventory so that a server configured with the same
+     * [enrollment] secret accepts this node without an admin. Empty: wait for an admin.
+     */
+    enrollment_secret: { type: 'string', default: '', optional: true },
     /** HTTP timeout for each request to the relay. */
     timeout: { type: 'duration', default: '30s', min: 1 },
   },

@@ -47,12 +47,14 @@ export async function sendInventoryIfDue(
   const stampPath = join(config.agent.state_dir, 'inventory.stamp');
   const stamp = await readFile(stampPath, 'utf8').then((t) => JSON.parse(t) as InventoryStamp).catch(() => null);
   const hash = stableHash(inv);
+  // The secret travels only inside the signed inventory; the server removes it before storing.
+  const sent = config.agent.enrollment_secret ? { ...inv, enrollment_secret: config.agent.enrollment_secret } : inv;
   // A fixed offset per node within the splay (like systemd's FixedRandomDelay): stable for one node,
   // spread across the fleet.
   const offset = config.inventory.splay > 0 ? createHash('sha256').update(id.nodeId).digest().readUInt32BE(0) % config.inventory.splay : 0;
   const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval + offset;
   if (!due) return false;
-  const signed = signSmime(Buffer.from(JSON.stringify(inv)), id);
+  const signed = signSmime(Buffer.from(JSON.stringify(sent)), id);
   await outbox.add('inventories', inventoryFileName(id.nodeId, opts.now, 'zstd'), compressSync(signed, 'zstd'));
   await writeAtomic(stampPath, JSON.stringify({ sent_at: opts.now.getTime(), hash } satisfies InventoryStamp), 0o600);
   return true;

@@ -148,3 +148,34 @@ t.test('configuration errors exit 2 and --test checks a file', async (t) => {
     t.match(v.stdout, /^\d+\.\d+\.\d+/, `${bin} --version`);
   }
 });
+
+t.test('an agent with the shared enrollment secret is accepted without an admin', async (t) => {
+  const secret = 'correct horse battery staple';
+  const dir = t.testdir({
+    'server.toml': `[enrollment]\nsecret = "${secret}"\n`,
+    'agent.toml': `[agent]\nenrollment_secret = "${secret}"\n`,
+    'wrong.toml': `[agent]\nenrollment_secret = "not the secret at all"\n`,
+  });
+  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const run = (cfg: string, state: string) => runProgram(BIN.agent, ['run', '--config', join(dir, cfg), '--relay', server.url, '--state-dir', join(dir, state), '--log-level', 'error']);
+  t.equal((await run('agent.toml', 'a')).code, 0);
+  t.equal((await run('wrong.toml', 'b')).code, 0);
+  const a = (await readFile(join(dir, 'a', 'node-id'), 'utf8')).trim();
+  const b = (await readFile(join(dir, 'b', 'node-id'), 'utf8')).trim();
+  const nodeA = await waitFor(async () => {
+    const r = await api('GET', `/api/1/nodes/${a}`);
+    return r.status === 200 ? r.json.data : undefined;
+  }, 'node a to register');
+  t.equal(nodeA.accepted, 'accepted', 'the right secret accepts');
+  const nodeB = await waitFor(async () => {
+    const r = await api('GET', `/api/1/nodes/${b}`);
+    return r.status === 200 ? r.json.data : undefined;
+  }, 'node b to register');
+  t.equal(nodeB.accepted, 'pending', 'a wrong secret leaves the node pending');
+  const inv = await api('GET', `/api/1/nodes/${a}/inventory`);
+  t.notOk(JSON.stringify(inv.json).includes(secret), 'the secret is not stored with the inventory');
+  t.equal((await run('agent.toml', 'a')).code, 0);
+  await waitFor(async () => ((await api('GET', `/api/1/nodes/${a}/runs`)).json.total >= 1 ? true : undefined), 'a run of the auto-accepted node');
+});
