@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
 import { CAPSTAN_VERSION } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
 
 const FIX = resolve(import.meta.dirname, '../fixtures/uploads-0.1');
 
@@ -44,4 +44,31 @@ t.test('0.1 uploads are accepted by this server', async (t) => {
   });
   t.equal(badProtocol.status, 426);
   t.equal(((await badProtocol.json()) as { error: { code: string } }).error.code, 'ERR_PEER_TOO_OLD');
+});
+
+t.test('the relay refuses Capstan peers outside the version window too', async (t) => {
+  const dir = t.testdir();
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
+  t.teardown(() => relay.stop());
+  const [major] = CAPSTAN_VERSION.split('.').map(Number);
+  const old = await fetch(`${relay.url}/reports/${encodeURIComponent('2026-11-22T10:00:00+00:00@n1.log')}`, {
+    method: 'PUT', body: 'x', headers: { 'user-agent': `capstan-agent/${major! + 1}.0.0` },
+  });
+  t.equal(old.status, 400);
+  t.equal(((await old.json()) as { error: { code: string } }).error.code, 'ERR_PEER_TOO_NEW');
+  const rudder = await fetch(`${relay.url}/rudder/relay-api/1/system/info`, { headers: { 'user-agent': 'curl/8.0' } });
+  t.equal(rudder.status, 200, 'non-Capstan clients keep working');
+});
+
+t.test('a server refuses to start on a database newer than it knows (exit 3)', async (t) => {
+  const dir = t.testdir();
+  const first = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dir, '--log-level', 'error']);
+  await first.stop();
+  const { default: Database } = await import('better-sqlite3');
+  const db = new Database(join(dir, 'capstan.db'));
+  db.prepare('INSERT INTO schema_version (version, applied_at) VALUES (?, ?)').run(9999, new Date().toISOString());
+  db.close();
+  const r = await runProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dir, '--log-level', 'error']);
+  t.equal(r.code, 3);
+  t.match(r.stderr, /newer/i);
 });

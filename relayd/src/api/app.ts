@@ -5,7 +5,7 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { installErrorHandler, installRawBodies, installUploadRoutes, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import { installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
 import { registerRemoteRun } from './routes/remote-run.js';
 import { registerSharedFiles } from './routes/shared-files.js';
@@ -34,6 +34,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     ...(opts.https ? { https: opts.https } : {}),
   }) as unknown as FastifyInstance;
   installErrorHandler(app, ctx.log);
+  installVersionCheck(app);
   installRawBodies(app);
   installUploadRoutes(app, {
     spool: ctx.spool,
