@@ -67,6 +67,12 @@ export const RELAYD_SCHEMA = {
     /** Expired shared files are removed this often. */
     cleanup_interval: { type: 'duration', default: '10m', min: 1000 },
   },
+  policies: {
+    /** Where GET /policies/<node>/rules keeps each node's signed policy; empty → <spool.directory>/cache/policies. */
+    cache_dir: { type: 'string', default: '', optional: true },
+    /** A cached policy younger than this is served without asking the upstream; 0 → always revalidate (a 304 when unchanged). */
+    max_age: { type: 'duration', default: '0' },
+  },
   shared_folder: {
     /** Root served by HEAD|GET shared-folder/<path>; empty → the routes answer 404. */
     path: { type: 'string', default: '', optional: true },
@@ -83,6 +89,21 @@ export const RELAYD_SCHEMA = {
     max_connections: { type: 'integer', default: 20000, min: 1 },
     /** Keep a connection to the upstream relay so that runs can be triggered from above. */
     link_upstream: { type: 'boolean', default: false },
+  },
+  identity: {
+    /**
+     * Require a valid node token (Authorization: Bearer, verified against the upstream's JWKS)
+     * on policy and shared-folder downloads and on remote-run connections.
+     */
+    require_token: { type: 'boolean', default: false },
+    /** Clock difference allowed when checking a token's nbf/exp. */
+    clock_skew: { type: 'duration', default: '60s' },
+    /** Where the upstream's public keys are cached; empty → <spool.directory>/jwks.json. */
+    jwks_cache_file: { type: 'string', default: '', optional: true },
+    /** An unknown key id refetches the JWKS at most this often. */
+    jwks_min_refresh: { type: 'duration', default: '10s' },
+    /** The JWKS is refetched in the background when older than this. */
+    jwks_max_age: { type: 'duration', default: '1h', min: 1000 },
   },
   log: {
     level: { type: 'level', default: 'info' },

@@ -6,13 +6,16 @@
 import type { Server as HttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { statfs } from 'node:fs/promises';
-import { isCapstanError, parseListen, Spool, SPOOL_KINDS, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
+import { join } from 'node:path';
+import { capstanError, isCapstanError, parseListen, Spool, SPOOL_KINDS, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
 import { buildApp } from './api/app.js';
 import type { RelayContext, RelayStatus } from './api/context.js';
 import { SharedFilesStore } from './cache/shared-files.js';
 import type { RelaydConfig } from './config.js';
 import { NodesList } from './data/nodes.js';
 import { Forwarder } from './forward/forwarder.js';
+import { JwksCache } from './identity/jwks.js';
+import { nodeTokenVerifier } from './identity/verify.js';
 import { Upstream } from './forward/upstream.js';
 import { Metrics } from './metrics.js';
 import { RemoteRun } from './remote-run/dispatch.js';
@@ -184,6 +187,21 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     };
   };
 
+  const jwks = new JwksCache({
+    fetch: async () => {
+      // A few kB: a short timeout, so a hung upstream never holds a token check or close() long.
+      const res = await upstream.request({ method: 'GET', path: '/.well-known/jwks.json', timeoutMs: Math.min(config.upstream.timeout, 10_000) });
+      const body = Buffer.from(await res.body.arrayBuffer());
+      if (res.statusCode !== 200) throw capstanError('ERR_UPSTREAM', `upstream answered ${res.statusCode} for its JWKS`);
+      return body;
+    },
+    file: config.identity.jwks_cache_file || join(config.spool.directory, 'jwks.json'),
+    minRefreshMs: config.identity.jwks_min_refresh,
+    maxAgeMs: config.identity.jwks_max_age,
+    log,
+  });
+  await jwks.init();
+
   const context: RelayContext = {
     config,
     log,
@@ -200,6 +218,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     status,
     reload,
     remoteRun,
+    identity: { jwks, verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)), requireToken: config.identity.require_token },
   };
   app = buildApp(context, listenerTls ? { https: listenerTls } : {});
   const listen = parseListen(config.general.listen)!;

@@ -9,10 +9,12 @@
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, silentLogger } from '@capstan/shared';
 import { complianceView, withPercent } from './api/routes/compliance.js';
 import { createBody, listView, patchBody } from './api/routes/nodes.js';
 import { loadServerConfig, type ServerConfig } from './config.js';
+import { NodeIdentity, type KeyView } from './identity/service.js';
+import { identitySettings } from './identity/settings.js';
 import { startServer } from './server.js';
 import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
@@ -328,6 +330,49 @@ verb(nodes, 'lifecycle', 'registry counts by status, state and acceptance (GET /
     out(flags, { data: c }, () => table([['count', (r) => r[0]], ['of', (r) => r[1]], ['n', (r) => r[2]]], rows));
   });
 });
+
+const keys = program.command('keys').description('the keyring that signs node identity tokens (the admin API\'s /api/1/keys)');
+
+/** Open the identity keyring of the data directory, run one verb, close it. Coded 4xx → exit 4. */
+async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdentity) => Promise<void> | void): Promise<void> {
+  const config = configFrom(flags);
+  await withStore(flags, async (store) => {
+    const identity = new NodeIdentity({ dataDir: config.general.data_dir, store, log: silentLogger, ...identitySettings(config.identity) });
+    try {
+      await fn(identity);
+    } finally {
+      identity.close();
+    }
+  });
+}
+
+const KEY_TABLE: Array<[string, (k: KeyView) => unknown]> = [
+  ['kid', (k) => k.kid], ['alg', (k) => k.alg], ['active', (k) => k.active], ['published', (k) => k.published],
+  ['nodes', (k) => k.nodes], ['created', (k) => k.created_at], ['retired', (k) => k.retired_at],
+];
+
+verb(keys, 'list', 'signing keys, with the nodes whose unexpired token each signed (GET /api/1/keys)').action(async (flags: CommonFlags) => {
+  await withIdentity(flags, (identity) => {
+    const rows = identity.listKeys();
+    out(flags, { data: rows }, () => table(KEY_TABLE, rows));
+  });
+});
+
+verb(keys, 'rotate', 'make a new key active; old tokens stay valid until they expire (POST /api/1/keys/rotate)').action(async (flags: CommonFlags) => {
+  await withIdentity(flags, (identity) => {
+    const key = identity.rotate();
+    out(flags, { data: key }, () => `${key.kid} active\n`);
+  });
+});
+
+verb(keys, 'delete <kid>', 'delete a retired key; refused while it signs unexpired tokens (DELETE /api/1/keys/<kid>)')
+  .option('--force', 'delete even if nodes still hold unexpired tokens it signed (they will renew)')
+  .action(async (kid: string, flags: CommonFlags & { force?: boolean }) => {
+    await withIdentity(flags, (identity) => {
+      const r = identity.deleteKey(kid, flags.force ?? false);
+      out(flags, { data: r }, () => `${kid} deleted (${r.nodes} nodes held tokens it signed)\n`);
+    });
+  });
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   process.stderr.write(`capstan-server: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -1,6 +1,7 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
 import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
 import { enrollmentRules } from './registry/enrollment.js';
+import { identitySettings } from './identity/settings.js';
 
 export const SERVER_SCHEMA = {
   general: {
@@ -57,6 +58,22 @@ export const SERVER_SCHEMA = {
     /** Rows deleted or updated per transaction by the sweep, so ingestion is never held up long. */
     batch_size: { type: 'integer', default: 1000, min: 1, max: 100000 },
   },
+  identity: {
+    /** Policy downloads (GET /policies/<node>/rules) need a valid token of that node. */
+    require_token: { type: 'boolean', default: true },
+    /** Lifetime of node identity tokens (no eternal tokens: 0 is refused). */
+    token_ttl: { type: 'duration', default: '24h', min: 1000 },
+    /** Per node group: comma-separated `group=duration` (e.g. `laptops=8h, dc1=72h`); first group of a node that has one wins. */
+    group_ttls: { type: 'string', default: '', optional: true },
+    /** Algorithm of new signing keys: EdDSA (Ed25519) or RS256. */
+    key_alg: { type: 'string', default: 'EdDSA' },
+    /** Clock difference allowed when the server checks a token's nbf/exp. */
+    clock_skew: { type: 'duration', default: '60s' },
+  },
+  policy: {
+    /** Files that file_from_shared_folder directives name, served to relays at /rudder/relay-api/1/shared-folder/. Empty: none. */
+    shared_folder: { type: 'string', default: '', optional: true },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -68,6 +85,7 @@ export type ServerConfig = ConfigOf<typeof SERVER_SCHEMA>;
 export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const config = loadConfig(SERVER_SCHEMA, opts);
   enrollmentRules(config.enrollment);
+  identitySettings(config.identity);
   const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;
   if (config.lifecycle.missing_after < unreachableAfter) {
     throw capstanError('ERR_CONFIG', 'lifecycle.missing_after must be at least run_interval × missed_runs (a node is unreachable before it is missing)');

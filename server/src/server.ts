@@ -11,12 +11,17 @@ import {
 import { buildApp } from './api/app.js';
 import { ensureAdminToken } from './api/auth.js';
 import type { ServerConfig } from './config.js';
+import { authorizeNodeToken } from './api/routes/identity.js';
+import { NodeIdentity } from './identity/service.js';
+import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { ingestRunLog, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
 import { openStore } from './store/index.js';
+import { PolicyGenerator } from './policy/generate.js';
+import { ensurePolicyKey } from './policy/key.js';
 import type { Store } from './store/store.js';
 
 export interface ServerHandle {
@@ -27,6 +32,7 @@ export interface ServerHandle {
   processors: Record<SpoolKind, SpoolProcessor>;
   sweeper: Sweeper;
   metrics: ServerMetrics;
+  identity: NodeIdentity;
   /**
    * Graceful stop: no new connections or files, the files and the sweep batch in flight
    * finish, then the store closes.
@@ -58,6 +64,8 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
 async function startOnStore(config: ServerConfig, log: Logger, store: Store): Promise<ServerHandle> {
   const dataDir = config.general.data_dir;
   const adminToken = await ensureAdminToken(dataDir);
+  const policyKey = await ensurePolicyKey(dataDir);
+  const generator = new PolicyGenerator({ store, log });
   const spool = new Spool({ root: join(dataDir, 'spool'), maxFileBytes: config.limits.max_body_size });
   await spool.init();
   // Today's run storage exists before the first run arrives (Postgres day partitions).
@@ -91,6 +99,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         } else {
           const node = await ingestInventory(deps, path, name);
           log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
+          // Dynamic groups follow the inventory (and an auto-accepted node gets its policy now).
+          generator.touch(node.id);
         }
       },
     });
@@ -102,6 +112,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     processors[kind] = p;
   }
 
+  const identity = new NodeIdentity({ dataDir, store, log, ...identitySettings(config.identity) });
   const policy = lifecyclePolicy(config);
   const sweeper = new Sweeper({ store, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));
@@ -114,13 +125,26 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     adminToken,
     metrics,
     lifecycle: { policy, last: () => sweeper.last },
+    identity,
     status: async () => ({ spool: await spool.depth(), processed: { ...counters } }),
+    // Policy downloads need a valid token of the node (issue 7), unless turned off.
+    policy: { store, generator, key: policyKey, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
   });
   const listen = parseListen(config.general.listen)!;
-  await app.listen({ host: listen.host, port: listen.port });
+  await app.listen({ host: listen.host, port: listen.port }).catch((err: unknown) => {
+    // The keyring file is ours to close; the caller closes the store.
+    identity.close();
+    throw err;
+  });
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
   sweeper.start();
+  // Catch up with model or registry changes this process did not see (another server on the
+  // same database, a crash mid-regeneration): unchanged nodes cost a read, not a write.
+  const catchUp = generator.regenerateAll().then(
+    (s) => log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies checked'),
+    (err: unknown) => log.warn({ err }, 'policy catch-up failed'),
+  );
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   log.info({ listen: `${host}:${addr.port}`, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
 
@@ -133,12 +157,17 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     processors,
     sweeper,
     metrics,
+    identity,
     close() {
       closing ??= (async () => {
         await app.close();
         await sweeper.stop();
+        await catchUp;
         for (const kind of SPOOL_KINDS) await processors[kind].stop();
+        // After the processors: the last inventories may have touched nodes.
+        await generator.settled();
         await store.close();
+        identity.close();
       })();
       return closing;
     },

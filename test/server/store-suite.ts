@@ -323,6 +323,65 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.match(await b.getNode('n1'), { last_run_at: new Date(Date.UTC(2024, 4, 1, 10, rounds - 1)).toISOString() });
   });
 
+  t.test('policy objects: create, replace, list by kind, delete', async (t) => {
+    const { store } = await setup(t, backend);
+    t.equal(await store.putPolicyObject('directive', 'd1', { id: 'd1', method: 'file_absent', params: { path: '/tmp/x' } }, '2024-05-01T08:00:00Z'), true, 'created');
+    t.equal(await store.putPolicyObject('directive', 'd1', { id: 'd1', method: 'file_absent', params: { path: '/tmp/y' } }, '2024-05-01T09:00:00Z'), false, 'replaced');
+    await store.putPolicyObject('group', 'd1', { id: 'd1', nodes: ['n1'] }, '2024-05-01T08:00:00Z');
+    const d = await store.getPolicyObject('directive', 'd1');
+    t.same(d?.body, { id: 'd1', method: 'file_absent', params: { path: '/tmp/y' } });
+    t.equal(d?.updated_at, '2024-05-01T09:00:00.000Z');
+    t.same((await store.listPolicyObjects('group')).map((o) => o.id), ['d1'], 'kinds are separate');
+    t.same(await store.listPolicyObjects('rule'), []);
+    t.equal(await store.getPolicyObject('rule', 'd1'), null);
+    await t.rejects(store.putPolicyObject('rule', 'bad\u0000id', {}, '2024-05-01T08:00:00Z'), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.putPolicyObject('rule', 'r', { name: 'a\u0000b' }, '2024-05-01T08:00:00Z'), { code: 'ERR_BAD_REQUEST' });
+    t.equal(await store.deletePolicyObject('directive', 'd1'), true);
+    t.equal(await store.deletePolicyObject('directive', 'd1'), false);
+    t.equal((await store.listPolicyObjects('group')).length, 1);
+  });
+
+  t.test('policy bundles: one per node, replaced, gone with the node', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h1' });
+    const b = { node_id: 'n1', config_id: 'c1', generated_at: '2024-05-01T08:00:00Z', bundle: '{"directives":[]}' };
+    t.equal(await store.putPolicyBundle({ ...b, node_id: 'ghost' }), false, 'unknown node');
+    t.equal(await store.getPolicyBundle('ghost'), null);
+    t.equal(await store.putPolicyBundle(b), true);
+    t.equal(await store.putPolicyBundle({ ...b, config_id: 'c2', generated_at: '2024-05-01T09:00:00+01:00' }), true);
+    t.same(await store.getPolicyBundle('n1'), { ...b, config_id: 'c2', generated_at: '2024-05-01T08:00:00.000Z' });
+    await store.deleteNode('n1');
+    t.equal(await store.getPolicyBundle('n1'), null, 'deleted with its node');
+    await store.createNode({ id: 'n2', hostname: 'h2' });
+    await store.putPolicyBundle({ ...b, node_id: 'n2' });
+    t.equal(await store.deletePolicyBundle('n2'), true);
+    t.equal(await store.deletePolicyBundle('n2'), false);
+  });
+
+  t.test('putPolicies stores bundles and expectations in one go, skipping nodes that are gone', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h1' });
+    await store.createNode({ id: 'n2', hostname: 'h2' });
+    const w = (id: string, cfg: string) => ({
+      bundle: { node_id: id, config_id: cfg, generated_at: '2024-05-01T08:00:00Z', bundle: `{"node_id":"${id}"}` },
+      expected: [{ rule_id: 'r', directive_id: 'd', component: 'File content' }],
+    });
+    t.equal(await store.putPolicies([w('n1', 'c1'), w('ghost', 'c1'), w('n2', 'c2')]), 2);
+    t.same([...(await store.policyConfigIds(['n1', 'n2', 'ghost'])).entries()].sort(), [['n1', 'c1'], ['n2', 'c2']]);
+    const base = await store.getComplianceBase('n2');
+    t.equal(base?.policy_config_id, 'c2');
+    t.same(base?.expected, [{ rule_id: 'r', directive_id: 'd', component: 'File content' }]);
+    t.same((await store.listNodeIds([{ key: 'hostname', values: ['h2'] }])).sort(), ['n2']);
+    t.same((await store.listNodeIds([])).sort(), ['n1', 'n2']);
+  });
+
+  t.test('the id filter lists exactly the named nodes', async (t) => {
+    const { store } = await setup(t, backend);
+    for (const id of ['a', 'b', 'c']) await store.createNode({ id, hostname: `h-${id}` });
+    const page = await store.listNodes({ filters: [{ key: 'id', values: ['a', 'c', 'zz'] }], page: 1, per_page: 10 });
+    t.same(page.data.map((n) => n.id), ['a', 'c']);
+  });
+
   benchmark(t, backend);
 }
 

@@ -57,3 +57,8 @@ t.test('signed renewal requests: pinned key, fresh, never replayed', async (t) =
   await t.rejects(checkRenewRequest(makeRenewRequest(node, 'n1', now), node.certPem, 'n1', remember, later(3600)), { code: 'ERR_RENEW_STALE' });
   await t.rejects(checkRenewRequest(makeRenewRequest(node, 'n2', now), node.certPem, 'n1', remember, now), { code: 'ERR_TOKEN_WRONG_NODE' });
 });
+
+t.test('key ids never look like command-line options', async (t) => {
+  // Regression: base64url kids could start with '-', which commander took for an option.
+  for (let i = 0; i < 50; i++) t.match(generateSigningKey().kid, /^[0-9a-f]{16}$/);
+});

@@ -7,10 +7,12 @@ import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:
 import Fastify, { type FastifyInstance } from 'fastify';
 import { installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
+import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';
 import { registerSharedFiles } from './routes/shared-files.js';
 import { registerSharedFolder } from './routes/shared-folder.js';
 import { registerSystem } from './routes/system.js';
+import { registerIdentity } from '../identity/routes.js';
 
 export type { RelayContext } from './context.js';
 
@@ -67,7 +69,10 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
   registerSystem(app, ctx);
   registerSharedFiles(app, ctx);
   registerSharedFolder(app, ctx);
+  registerPolicies(app, ctx);
   registerRemoteRun(app, ctx);
+  // After the remote-run route: its upgrade listener is put behind the token check.
+  if (ctx.identity) registerIdentity(app, { identity: ctx.identity, upstream: ctx.upstream, timeoutMs: ctx.config.upstream.timeout, log: ctx.log });
   // Long-lived remote-run connections would hold close() forever: end them first.
   app.addHook('preClose', async () => {
     closing = true;

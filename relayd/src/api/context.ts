@@ -9,6 +9,7 @@ import type { NodesList } from '../data/nodes.js';
 import type { Upstream } from '../forward/upstream.js';
 import type { Metrics } from '../metrics.js';
 import type { RemoteRun } from '../remote-run/dispatch.js';
+import type { RelayIdentity } from '../identity/routes.js';
 
 export interface ComponentStatus {
   status: 'success' | 'error';
@@ -48,6 +49,8 @@ export interface RelayContext {
   /** Reload nodes list, certificates, admin token and log level; throws with the reason. */
   reload(): Promise<void>;
   remoteRun: RemoteRun;
+  /** Node identity: renewal passthrough, JWKS, token checks (absent: none of them). */
+  identity?: RelayIdentity;
   /** Treat loopback clients as admins (true in production; tests turn it off to check tokens). */
   loopbackIsAdmin?: boolean;
 }

@@ -10,9 +10,12 @@ import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
 import { requireAdmin } from './auth.js';
+import type { NodeIdentity } from '../identity/service.js';
 import { complianceRoutes } from './routes/compliance.js';
+import { identityAdminRoutes, identityPublicRoutes } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
+import { policyAdminRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -27,6 +30,10 @@ export interface ServerAppDeps {
   metrics?: ServerMetrics;
   /** The lifecycle policy and last sweep, for GET /api/1/lifecycle. */
   lifecycle?: LifecycleView;
+  /** Node identity tokens and the keyring (absent: no identity routes). */
+  identity?: NodeIdentity;
+  /** Policy model, generation and signing (absent: no policy routes). */
+  policy?: PolicyRouteDeps;
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
@@ -41,17 +48,31 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
+  if (deps.identity) identityPublicRoutes(app, deps.identity);
   const metrics = deps.metrics;
   if (metrics) {
     // Unauthenticated, like the relay's: counts only, no node names.
     app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType()).send(await metrics.text()));
   }
 
+  const policy = deps.policy;
+  if (policy) policyNodeRoutes(app, policy);
+
   app.register(async (admin) => {
     admin.addHook('onRequest', requireAdmin(deps.adminToken));
+    if (policy) {
+      policyAdminRoutes(admin, policy);
+      // An admin's change to a node (acceptance, tags, groups…) may move it in or out of groups.
+      admin.addHook('onResponse', async (req, reply) => {
+        const m = /^\/api\/1\/nodes\/([^/?]+)/.exec(req.url);
+        if (req.method === 'GET' || !m || reply.statusCode >= 300) return;
+        policy.generator.touch(decodeURIComponent(m[1]!));
+      });
+    }
     nodeRoutes(admin, deps.store);
     complianceRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
+    if (deps.identity) identityAdminRoutes(admin, deps.identity);
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
   });
   return app;

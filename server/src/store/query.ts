@@ -67,7 +67,8 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
   return { limit: perPage, offset: (page - 1) * perPage };
 }
 
-const PLAIN_KEYS = new Set(['name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run']);
+// `id` (exact node ids) lets the policy generator test one node against a group's filter.
+const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run']);
 const ENUMS: Record<string, Set<string>> = {
   status: new Set(['unknown', 'reachable', 'unreachable']),
   accepted: new Set(['pending', 'accepted', 'refused']),
@@ -163,7 +164,7 @@ function ciLike(column: string, pattern: string, d: Dialect): string {
 }
 
 const TEXT_MATCH: Record<string, string> = { name: 'n.name', hostname: 'n.hostname', region: 'n.region' };
-const EQUAL: Record<string, string> = { state: 'n.state', status: 'n.status', manager: 'n.manager', accepted: 'n.accepted' };
+const EQUAL: Record<string, string> = { id: 'n.id', state: 'n.state', status: 'n.status', manager: 'n.manager', accepted: 'n.accepted' };
 
 /** One filter as SQL over `nodes n`. */
 function condition(f: CheckedFilter, d: Dialect): string {

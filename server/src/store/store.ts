@@ -99,7 +99,7 @@ export interface NodePatch {
 
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
-  | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run' | `tag:${string}`;
+  | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run' | `tag:${string}`;
 
 /**
  * One filter: its values are ORed, filters on different keys are ANDed. `exclude` keeps the
@@ -250,6 +250,31 @@ export interface RegistryCounts {
   deleted_runs: number;
 }
 
+/** The three kinds of policy object the admin API manages (issue 6). */
+export type PolicyKind = 'directive' | 'group' | 'rule';
+
+export interface PolicyObjectRecord {
+  kind: PolicyKind;
+  id: string;
+  /** The object as validated by the policy model (server/src/policy/model.ts). */
+  body: Record<string, unknown>;
+  updated_at: string;
+}
+
+/** A node's generated policy bundle (unsigned JSON text; signed when served). */
+export interface PolicyBundleRecord {
+  node_id: string;
+  config_id: string;
+  generated_at: string;
+  bundle: string;
+}
+
+/** One node's new bundle and the components it makes the node expected to report. */
+export interface PolicyWrite {
+  bundle: PolicyBundleRecord;
+  expected: ExpectedComponent[];
+}
+
 export interface Store {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
@@ -319,4 +344,24 @@ export interface Store {
   /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
   prepareRunStorage(now: Date): Promise<void>;
   counts(): Promise<RegistryCounts>;
+
+  // Policy model and generated bundles (issue 6).
+  listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]>;
+  getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null>;
+  /** Create or replace; returns true when it was created. */
+  putPolicyObject(kind: PolicyKind, id: string, body: Record<string, unknown>, at: string): Promise<boolean>;
+  deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean>;
+  getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null>;
+  /** Store a node's bundle (replacing the previous); false when the node is unknown. */
+  putPolicyBundle(b: PolicyBundleRecord): Promise<boolean>;
+  deletePolicyBundle(nodeId: string): Promise<boolean>;
+  /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
+  listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** The config ids of the stored bundles of these nodes (absent: none stored). */
+  policyConfigIds(nodeIds: string[]): Promise<Map<string, string>>;
+  /**
+   * Store bundles and set their expectations (as setExpectations) in one transaction, for the
+   * generator's batches; nodes that are gone are skipped. Returns how many were stored.
+   */
+  putPolicies(items: PolicyWrite[]): Promise<number>;
 }

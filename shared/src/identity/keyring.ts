@@ -7,7 +7,9 @@ import type { SigningKey, TokenAlg } from './token.js';
 export function generateSigningKey(alg: TokenAlg = 'EdDSA'): SigningKey {
   const { privateKey, publicKey } = alg === 'EdDSA' ? generateKeyPairSync('ed25519') : generateKeyPairSync('rsa', { modulusLength: 2048 });
   const publicJwk = publicKey.export({ format: 'jwk' }) as JWK;
-  const kid = createHash('sha256').update(publicKey.export({ type: 'spki', format: 'der' })).digest('base64url').slice(0, 16);
+  // Hex, not base64url: a kid starting with '-' was read as an option by `capstan-server keys
+  // delete <kid>` (a regression the identity e2e test hit about one run in 64).
+  const kid = createHash('sha256').update(publicKey.export({ type: 'spki', format: 'der' })).digest('hex').slice(0, 16);
   return {
     kid,
     alg,

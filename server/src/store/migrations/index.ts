@@ -6,6 +6,7 @@
  */
 import { initial } from './0001_initial.js';
 import { registry } from './0002_registry.js';
+import { policy } from './0003_policy.js';
 
 export interface Migration {
   version: number;
@@ -14,7 +15,7 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial, registry];
+export const MIGRATIONS: readonly Migration[] = [initial, registry, policy];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -20,7 +20,9 @@ import type {
   Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
   NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
   RuleComplianceRow, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
+  PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
+import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import { COUNT_COLUMNS, complianceRows, countsFromRow, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
 import { storeError } from '../errors.js';
 import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
@@ -460,8 +462,13 @@ export class PostgresStore implements Store {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
     if (impossibleId(nodeId)) return false;
+    return this.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when));
+  }
+
+  /** setExpectations' work, inside the caller's transaction on `c`. */
+  private async expectationsTx(c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string): Promise<boolean> {
     const what = 'setExpectations';
-    return this.tx(what, async (c) => {
+    {
       const node = await this.lockNode(what, c, nodeId);
       if (!node) return false;
       await this.query(what, c, {
@@ -490,7 +497,7 @@ export class PostgresStore implements Store {
         await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items }, when);
       }
       return true;
-    });
+    }
   }
 
   async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
@@ -653,4 +660,108 @@ export class PostgresStore implements Store {
       purged_nodes: counters.purged_nodes ?? 0, deleted_runs: counters.deleted_runs ?? 0,
     };
   }
+  async listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]> {
+    const { rows } = await this.query('listPolicyObjects', this.pool, {
+      text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 ORDER BY id', values: [kind],
+    });
+    return rows.map(policyFromRow);
+  }
+
+  async getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null> {
+    if (impossibleId(id)) return null;
+    const { rows } = await this.query('getPolicyObject', this.pool, {
+      text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id],
+    });
+    return rows[0] ? policyFromRow(rows[0]) : null;
+  }
+
+  async putPolicyObject(kind: PolicyKind, id: string, body: Record<string, unknown>, at: string): Promise<boolean> {
+    checkPolicyKey(kind, id);
+    const json = policyBodyJson(body);
+    const when = toUtcIso(at, 'at');
+    // xmax = 0 only on a freshly inserted row: tells created from replaced in one statement.
+    const { rows } = await this.query('putPolicyObject', this.pool, {
+      text: `INSERT INTO policy_objects (kind, id, body, updated_at) VALUES ($1, $2, $3::jsonb, $4)
+        ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
+        RETURNING (xmax = 0) AS created`,
+      values: [kind, id, json, when],
+    });
+    return rows[0]?.created === true;
+  }
+
+  async deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean> {
+    if (impossibleId(id)) return false;
+    const res = await this.query('deletePolicyObject', this.pool, { text: 'DELETE FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id] });
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
+    if (impossibleId(nodeId)) return null;
+    const { rows } = await this.query('getPolicyBundle', this.pool, {
+      name: 'bundle_get', text: 'SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = $1', values: [nodeId],
+    });
+    const r = rows[0];
+    return r ? { node_id: r.node_id, config_id: r.config_id, generated_at: new Date(r.generated_at).toISOString(), bundle: r.bundle } : null;
+  }
+
+  async putPolicyBundle(b: PolicyBundleRecord): Promise<boolean> {
+    checkBundleRecord(b);
+    const when = toUtcIso(b.generated_at, 'generated_at');
+    // INSERT … SELECT from nodes: an unknown node inserts nothing instead of failing on the key.
+    const res = await this.query('putPolicyBundle', this.pool, {
+      text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
+        SELECT id, $2, $3, $4 FROM nodes WHERE id = $1
+        ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
+      values: [b.node_id, b.config_id, when, b.bundle],
+    });
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [];
+    const where = filterWhere(checked, this.dialect(values));
+    const { rows } = await this.query('listNodeIds', this.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
+    return rows.map((r) => r.id as string);
+  }
+
+  async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
+    const ids = nodeIds.filter((id) => !impossibleId(id));
+    const { rows } = await this.query('policyConfigIds', this.pool, {
+      text: 'SELECT node_id, config_id FROM policy_bundles WHERE node_id = ANY($1::text[])', values: [ids],
+    });
+    return new Map(rows.map((r) => [r.node_id as string, r.config_id as string]));
+  }
+
+  async putPolicies(items: PolicyWrite[]): Promise<number> {
+    const checked = items.map((it) => {
+      checkBundleRecord(it.bundle);
+      return { ...it, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected: checkExpectations(it.bundle.config_id, it.expected) };
+    });
+    return this.tx('putPolicies', async (c) => {
+      let n = 0;
+      for (const it of checked) {
+        if (impossibleId(it.bundle.node_id)) continue;
+        if (!(await this.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
+        await this.query('putPolicies', c, {
+          name: 'bundle_put',
+          text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
+          values: [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle],
+        });
+        n++;
+      }
+      return n;
+    });
+  }
+
+  async deletePolicyBundle(nodeId: string): Promise<boolean> {
+    if (impossibleId(nodeId)) return false;
+    const res = await this.query('deletePolicyBundle', this.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
+    return (res.rowCount ?? 0) > 0;
+  }
+}
+
+function policyFromRow(r: Record<string, unknown>): PolicyObjectRecord {
+  return { kind: r.kind as PolicyKind, id: r.id as string, body: r.body as Record<string, unknown>, updated_at: new Date(r.updated_at as string).toISOString() };
 }

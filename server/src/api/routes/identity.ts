@@ -1,0 +1,73 @@
+/**
+ * Node identity over HTTP.
+ * Node-facing (no admin token; relays pass them through from their agents):
+ *   POST /identity/renew          S/MIME signed {node_id, timestamp, nonce} → 200 {data: {token, expires_at}}
+ *   GET  /.well-known/jwks.json   the active and still-valid public keys
+ * Admin (under the bearer token):
+ *   GET    /api/1/keys                     the keyring, with the nodes each key still signs for
+ *   POST   /api/1/keys/rotate              a new active key
+ *   DELETE /api/1/keys/<kid>[?force=true]  409 with the node count while the key is in use
+ *   POST   /api/1/nodes/<id>/identity/renew  tokens issued until now are refused; the node renews
+ *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { capstanError, isCapstanError } from '@capstan/shared';
+import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
+
+async function readBody(req: FastifyRequest, max: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req.raw) {
+    size += (chunk as Buffer).length;
+    if (size > max) throw capstanError('ERR_BODY_TOO_LARGE', `renewal request is larger than ${max} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentity): void {
+  app.post('/identity/renew', async (req) => {
+    const { token, claims } = await identity.renew(await readBody(req, MAX_RENEW_BYTES));
+    return { data: { token, expires_at: new Date(claims.exp * 1000).toISOString() } };
+  });
+  app.get('/.well-known/jwks.json', async (_req, reply) =>
+    // Relays cache it on disk and refetch on an unknown kid; a short max-age for HTTP caches between.
+    reply.header('cache-control', 'public, max-age=60').send(identity.jwks()));
+}
+
+/** Errors with details (the node count of a key in use) carry them in the body. */
+function withDetails(err: unknown, reply: FastifyReply): FastifyReply {
+  if (isCapstanError(err) && err.details) {
+    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, ...err.details } });
+  }
+  throw err;
+}
+
+export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdentity): void {
+  admin.get('/api/1/keys', async () => ({ data: identity.listKeys() }));
+  admin.post('/api/1/keys/rotate', async (_req, reply) => reply.code(201).send({ data: identity.rotate() }));
+  admin.delete<{ Params: { kid: string }; Querystring: { force?: string } }>('/api/1/keys/:kid', async (req, reply) => {
+    const force = req.query.force;
+    if (force !== undefined && force !== 'true' && force !== 'false') throw capstanError('ERR_BAD_REQUEST', 'force must be true or false');
+    try {
+      return { data: identity.deleteKey(req.params.kid, force === 'true') };
+    } catch (err) {
+      return withDetails(err, reply);
+    }
+  });
+  admin.post<{ Params: { id: string } }>('/api/1/nodes/:id/identity/renew', async (req) => ({ data: await identity.forceRenewal(req.params.id) }));
+  admin.post<{ Params: { group: string } }>('/api/1/groups/:group/identity/renew', async (req) => ({ data: await identity.forceGroupRenewal(req.params.group) }));
+}
+
+/**
+ * The `authorizeNode(req, nodeId)` hook of node-facing routes (policies): a valid token of that
+ * node, checked against the server's own keyring and forced renewals.
+ */
+export function authorizeNodeToken(identity: NodeIdentity): (req: FastifyRequest, nodeId: string) => Promise<void> {
+  return async (req, nodeId) => {
+    const h = req.headers.authorization;
+    const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;
+    if (!m) throw capstanError('ERR_TOKEN_INVALID', 'a node token is required (Authorization: Bearer): renew it');
+    await identity.verify(m[1]!, nodeId);
+  };
+}

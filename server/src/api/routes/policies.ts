@@ -1,0 +1,150 @@
+/**
+ * Policies over HTTP.
+ * - Admin (behind the bearer token): CRUD of directives, groups and rules under /api/1/. Every
+ *   save regenerates the bundles of the nodes it affects before answering, so the next agent run
+ *   sees it.
+ * - Public: GET /api/1/keys/policy (the policy public key, to pin in agents' configuration) and
+ *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { capstanError, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
+import type { PolicyKind, Store } from '../../store/store.js';
+import type { PolicyGenerator } from '../../policy/generate.js';
+import type { PolicyKey } from '../../policy/key.js';
+import { checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
+import { sharedFolderRoutes } from '../../policy/shared-folder.js';
+
+/**
+ * May this request fetch this node's policy? Issue 7 fills this with the node identity check
+ * (token, or certificate until identities exist); the default allows, as before identities.
+ */
+export type AuthorizeNode = (req: FastifyRequest, nodeId: string) => Promise<void>;
+
+export interface PolicyRouteDeps {
+  store: Store;
+  generator: PolicyGenerator;
+  key: PolicyKey;
+  authorizeNode?: AuthorizeNode;
+  /** `[policy] shared_folder`: served at /rudder/relay-api/1/shared-folder/ (empty: every file 404). */
+  sharedFolder?: string;
+}
+
+const PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
+
+const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
+
+/** A rule may only name directives and groups that exist. */
+async function checkRefs(store: Store, rule: { directives: string[]; groups: string[] }): Promise<void> {
+  for (const [kind, ids] of [['directive', rule.directives], ['group', rule.groups]] as const) {
+    const known = new Set((await store.listPolicyObjects(kind)).map((o) => o.id));
+    const missing = ids.filter((i) => !known.has(i));
+    if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`);
+  }
+}
+
+/** Rules naming a directive or group: such an object cannot be deleted from under them. */
+async function referencedBy(store: Store, kind: 'directive' | 'group', id: string): Promise<string[]> {
+  const field = kind === 'directive' ? 'directives' : 'groups';
+  return (await store.listPolicyObjects('rule')).filter((r) => (r.body[field] as string[]).includes(id)).map((r) => r.id);
+}
+
+function parse(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
+  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId) : parseRule(body, pathId);
+  return obj as unknown as Record<string, unknown>;
+}
+
+export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
+  const { store, generator } = deps;
+  for (const kind of ['directive', 'group', 'rule'] as const) {
+    const base = `/api/1/${PLURAL[kind]}`;
+    const view = (o: { body: Record<string, unknown>; updated_at: string }) => ({ ...o.body, updated_at: o.updated_at });
+
+    app.get(base, async () => {
+      const list = await store.listPolicyObjects(kind);
+      return { data: list.map(view), total: list.length };
+    });
+
+    app.get<{ Params: { id: string } }>(`${base}/:id`, async (req) => {
+      const o = await store.getPolicyObject(kind, req.params.id);
+      if (!o) throw notFound(kind, req.params.id);
+      return { data: view(o) };
+    });
+
+    const save = async (body: Record<string, unknown>, mustExist: boolean | null) => {
+      const id = body.id as string;
+      // References are checked inside the generator's queue, so a concurrent delete cannot slip between.
+      const { result, stats } = await generator.change(kind, id, async () => {
+        if (kind === 'rule') await checkRefs(store, body as { directives: string[]; groups: string[] });
+        const exists = (await store.getPolicyObject(kind, id)) !== null;
+        if (mustExist === false && exists) throw capstanError('ERR_CONFLICT', `${kind} ${id} already exists`);
+        if (mustExist === true && !exists) throw notFound(kind, id);
+        await store.putPolicyObject(kind, id, body, new Date().toISOString());
+        return store.getPolicyObject(kind, id);
+      });
+      return { data: view(result!), regenerated: { nodes: stats.nodes, changed: stats.changed } };
+    };
+
+    app.post(base, async (req, reply) => reply.code(201).send(await save(parse(kind, await readJson(req)), false)));
+
+    // PUT replaces the whole object, creating it when absent (201) — the path names the id.
+    app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
+      checkId(req.params.id);
+      const body = parse(kind, await readJson(req), req.params.id);
+      const existed = (await store.getPolicyObject(kind, req.params.id)) !== null;
+      const out = await save(body, null);
+      return reply.code(existed ? 200 : 201).send(out);
+    });
+
+    app.delete<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
+      const id = req.params.id;
+      const { result } = await generator.change(kind, id, async () => {
+        if (kind !== 'rule') {
+          const rules = await referencedBy(store, kind, id);
+          if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
+        }
+        return store.deletePolicyObject(kind, id);
+      });
+      if (!result) throw notFound(kind, id);
+      return reply.code(204).send();
+    });
+  }
+}
+
+/** ETag values from If-None-Match: a list, possibly weak (W/), or `*`. */
+function matches(header: string | string[] | undefined, etag: string): boolean {
+  if (!header) return false;
+  const text = Array.isArray(header) ? header.join(',') : header;
+  return text.split(',').some((t) => {
+    const v = t.trim().replace(/^W\//, '');
+    return v === '*' || v === etag;
+  });
+}
+
+export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
+  const { store, generator, key } = deps;
+  const authorize = deps.authorizeNode ?? (async () => undefined);
+
+  sharedFolderRoutes(app, deps.sharedFolder ?? '');
+
+  app.get('/api/1/keys/policy', async () => ({ data: { key_id: key.keyId, algorithm: 'ed25519', public_key: key.publicKeyPem } }));
+
+  app.get<{ Params: { id: string } }>('/policies/:id/rules', async (req, reply) => {
+    const nodeId = req.params.id;
+    await authorize(req, nodeId);
+    const node = await store.getNode(nodeId);
+    // Unknown, pending and refused nodes get nothing, and cannot tell which they are.
+    if (!node || node.accepted !== 'accepted') throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
+    let rec = await store.getPolicyBundle(nodeId);
+    // Accepted outside this process (CLI, another server): generate it now rather than 404.
+    if (!rec) {
+      await generator.nodeChanged(nodeId);
+      rec = await store.getPolicyBundle(nodeId);
+    }
+    if (!rec) throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
+    const etag = `"${rec.config_id}"`;
+    reply.header('etag', etag).header('cache-control', 'no-cache');
+    if (matches(req.headers['if-none-match'], etag)) return reply.code(304).send();
+    const bundle = JSON.parse(rec.bundle) as PolicyBundle;
+    return reply.type('application/json').send(JSON.stringify(signBundle(bundle, key.privateKeyPem, { includePublicKey: true })));
+  });
+}

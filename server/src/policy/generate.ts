@@ -1,0 +1,257 @@
+/**
+ * Policy generation: a node's bundle is every directive of every rule whose groups contain it,
+ * each tagged with its rule id (docs/policy.md). Bundles are stored per node with their config
+ * id, and the node's expectations are set from them, so compliance is expected-vs-received.
+ *
+ * Incremental: a change to one directive, group or rule regenerates only the nodes in the groups
+ * it touches, before and after the change (a node leaving a group must lose the rule too); a
+ * node's inventory or acceptance change regenerates that node alone. A node whose effective
+ * directives did not change keeps its bundle, generated_at and ETag untouched.
+ */
+import {
+  computeConfigId, expectedComponents, type BundleDirective, type Directive, type Logger, type PolicyBundle,
+} from '@capstan/shared';
+import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
+import type { GroupDef, RuleDef } from './model.js';
+
+export interface PolicyModel {
+  directives: Map<string, Directive>;
+  groups: Map<string, GroupDef>;
+  rules: Map<string, RuleDef>;
+}
+
+export interface GenerationStats {
+  nodes: number;
+  changed: number;
+  ms: number;
+}
+
+/** An `id` filter holds at most this many values (the node list's own limit). */
+const ID_CHUNK = 100;
+/** Nodes whose bundles are read and written in one transaction. */
+const BATCH = 500;
+/** Above this many nodes, a group's whole membership is listed once instead of probed by id. */
+const PROBE_LIMIT = 2000;
+
+export async function loadModel(store: Store): Promise<PolicyModel> {
+  const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
+  return {
+    directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
+    groups: new Map(g.map((o) => [o.id, o.body as unknown as GroupDef])),
+    rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
+  };
+}
+
+/** The groups a change to one object can move nodes in and out of. */
+export function groupsTouched(model: PolicyModel, kind: 'directive' | 'group' | 'rule', id: string): Set<string> {
+  const out = new Set<string>();
+  // A group no rule uses moves nobody's policy, whatever its members.
+  if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
+  for (const rule of model.rules.values()) {
+    if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id))) rule.groups.forEach((g) => out.add(g));
+  }
+  return out;
+}
+
+export class PolicyGenerator {
+  private readonly store: Store;
+  private readonly log: Logger;
+  private readonly clock: () => Date;
+  /** Changes are applied one at a time: two saves racing could each regenerate with a stale model. */
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(deps: { store: Store; log: Logger; clock?: () => Date }) {
+    this.store = deps.store;
+    this.log = deps.log;
+    this.clock = deps.clock ?? (() => new Date());
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(fn, fn);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  /**
+   * Save one object (through `save`) and regenerate the nodes it affects. `save` runs inside the
+   * generator's queue, so the model read before it is the one it replaces.
+   */
+  change<T>(kind: 'directive' | 'group' | 'rule', id: string, save: () => Promise<T>): Promise<{ result: T; stats: GenerationStats }> {
+    return this.serial(async () => {
+      const t0 = performance.now();
+      const before = await loadModel(this.store);
+      const nodesBefore = await this.members(before, groupsTouched(before, kind, id));
+      const result = await save();
+      const after = await loadModel(this.store);
+      const nodesAfter = await this.members(after, groupsTouched(after, kind, id));
+      for (const n of nodesBefore) nodesAfter.add(n);
+      const changed = await this.generate(after, nodesAfter);
+      const stats = { nodes: nodesAfter.size, changed, ms: performance.now() - t0 };
+      this.log.info({ kind, id, ...stats }, 'policy regenerated');
+      return { result, stats };
+    });
+  }
+
+  /** A node's inventory, acceptance or registry fields changed: its dynamic groups may have. */
+  nodeChanged(nodeId: string): Promise<GenerationStats> {
+    return this.serial(async () => {
+      const t0 = performance.now();
+      const changed = await this.generate(await loadModel(this.store), new Set([nodeId]));
+      return { nodes: 1, changed, ms: performance.now() - t0 };
+    });
+  }
+
+  private touched = new Set<string>();
+  private draining: Promise<void> | null = null;
+
+  /**
+   * Note a node change without waiting (the ingest): changes arriving while a regeneration runs
+   * are gathered and done in one batch, so a burst of inventories costs a few batches, not one
+   * queued regeneration each. `settled()` waits for them.
+   */
+  touch(nodeId: string): void {
+    this.touched.add(nodeId);
+    this.draining ??= (async () => {
+      while (this.touched.size > 0) {
+        const batch = this.touched;
+        this.touched = new Set();
+        await this.serial(async () => this.generate(await loadModel(this.store), batch)).catch((err: unknown) =>
+          this.log.warn({ err, nodes: batch.size }, 'policy regeneration failed'));
+      }
+    })().finally(() => {
+      this.draining = null;
+    });
+  }
+
+  /** Resolves when every touched node has been regenerated (tests, shutdown). */
+  async settled(): Promise<void> {
+    while (this.draining) await this.draining;
+  }
+
+  /** Every accepted node (start-up, benchmark). */
+  regenerateAll(): Promise<GenerationStats> {
+    return this.serial(async () => {
+      const t0 = performance.now();
+      const model = await loadModel(this.store);
+      const all = new Set<string>();
+      await this.listAll([], (id) => all.add(id));
+      const changed = await this.generate(model, all);
+      return { nodes: all.size, changed, ms: performance.now() - t0 };
+    });
+  }
+
+  /** Accepted nodes matching `filters`; acceptance is checked here, not merged into the filters. */
+  private async listAll(filters: NodeFilter[], each: (id: string) => void): Promise<void> {
+    if (filters.some((f) => f.key === 'accepted')) {
+      const accepted = new Set(await this.store.listNodeIds([{ key: 'accepted', values: ['accepted'] }]));
+      for (const id of await this.store.listNodeIds(filters)) if (accepted.has(id)) each(id);
+    } else {
+      for (const id of await this.store.listNodeIds([...filters, { key: 'accepted', values: ['accepted'] }])) each(id);
+    }
+  }
+
+  /** Accepted members of any of `groupIds`. */
+  private async members(model: PolicyModel, groupIds: Set<string>): Promise<Set<string>> {
+    const out = new Set<string>();
+    const statics = new Set<string>();
+    for (const gid of groupIds) {
+      const g = model.groups.get(gid);
+      if (!g) continue;
+      g.nodes?.forEach((n) => statics.add(n));
+      if (g.filter) await this.listAll(g.filter, (id) => out.add(id));
+    }
+    for (const id of await this.acceptedAmong(statics)) out.add(id);
+    return out;
+  }
+
+  /** The accepted nodes among `ids` (a static group may name nodes not yet accepted, or gone). */
+  private async acceptedAmong(ids: Set<string>): Promise<Set<string>> {
+    const out = new Set<string>();
+    if (ids.size > PROBE_LIMIT) {
+      for (const id of await this.store.listNodeIds([{ key: 'accepted', values: ['accepted'] }])) if (ids.has(id)) out.add(id);
+      return out;
+    }
+    const list = [...ids];
+    for (let i = 0; i < list.length; i += ID_CHUNK) {
+      const found = await this.store.listNodeIds([{ key: 'id', values: list.slice(i, i + ID_CHUNK) }, { key: 'accepted', values: ['accepted'] }]);
+      found.forEach((id) => out.add(id));
+    }
+    return out;
+  }
+
+  /** For each node of `nodes`, the ids of the groups that contain it. */
+  private async membership(model: PolicyModel, nodes: Set<string>): Promise<Map<string, Set<string>>> {
+    const accepted = await this.acceptedAmong(nodes);
+    const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
+    const used = new Set([...model.rules.values()].flatMap((r) => r.groups));
+    for (const gid of used) {
+      const g = model.groups.get(gid);
+      if (!g) continue;
+      for (const n of g.nodes ?? []) of.get(n)?.add(gid);
+      if (!g.filter) continue;
+      const add = (id: string) => of.get(id)?.add(gid);
+      // Few nodes: probe them by id. Many, or a filter that already names ids (an `id` filter
+      // merged with ours would OR the values): list the group once.
+      if (of.size <= PROBE_LIMIT && !g.filter.some((f) => f.key === 'id')) {
+        const ids = [...of.keys()];
+        for (let i = 0; i < ids.length; i += ID_CHUNK) {
+          (await this.store.listNodeIds([...g.filter, { key: 'id', values: ids.slice(i, i + ID_CHUNK) }])).forEach(add);
+        }
+      } else {
+        await this.listAll(g.filter, add);
+      }
+    }
+    return of;
+  }
+
+  /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
+  private async generate(model: PolicyModel, nodes: Set<string>): Promise<number> {
+    const of = await this.membership(model, nodes);
+    const rules = [...model.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    // Nodes with the same groups get the same directives: build each distinct set once.
+    const cache = new Map<string, { directives: BundleDirective[]; configId: string; expected: ExpectedComponent[] }>();
+    let changed = 0;
+    const all = [...nodes];
+    // Batches: one read of the current config ids and one write transaction per BATCH nodes
+    // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
+    for (let i = 0; i < all.length; i += BATCH) {
+      const batch = all.slice(i, i + BATCH);
+      const current = await this.store.policyConfigIds(batch);
+      const writes: PolicyWrite[] = [];
+      const at = this.clock().toISOString();
+      for (const nodeId of batch) {
+        const groups = of.get(nodeId);
+        const had = current.get(nodeId);
+        if (!groups) {
+          // No longer accepted (or gone): it gets no policy at all.
+          if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) changed++;
+          continue;
+        }
+        const key = [...groups].sort().join('\u0000');
+        let content = cache.get(key);
+        if (!content) {
+          const directives: BundleDirective[] = [];
+          for (const r of rules) {
+            if (!r.groups.some((g) => groups.has(g))) continue;
+            for (const did of r.directives) {
+              const d = model.directives.get(did);
+              if (d) directives.push({ ...d, rule_id: r.id });
+            }
+          }
+          const expected = directives.flatMap((d) =>
+            expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component })));
+          content = { directives, configId: computeConfigId(directives), expected };
+          cache.set(key, content);
+        }
+        // A node that never had a policy and has none still has nothing to fetch (404); one that
+        // had a policy gets an empty bundle, or it would keep applying its cached one forever.
+        if (content.directives.length === 0 && had === undefined) continue;
+        if (had === content.configId) continue;
+        const bundle: PolicyBundle = { node_id: nodeId, config_id: content.configId, generated_at: at, directives: content.directives };
+        writes.push({ bundle: { node_id: nodeId, config_id: content.configId, generated_at: at, bundle: JSON.stringify(bundle) }, expected: content.expected });
+      }
+      if (writes.length) changed += await this.store.putPolicies(writes);
+    }
+    return changed;
+  }
+}

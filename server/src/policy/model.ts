@@ -1,0 +1,127 @@
+/**
+ * The policy model as an admin writes it (DESIGN.md "Policy model"): directives, groups and
+ * rules, checked at the door. A directive's parameters go through the same validation the agent
+ * applies (shared/src/policy/methods.ts), its condition through the agent's parser, and a group's
+ * filter through the node list's own filter checks, so nothing the server accepts can be
+ * refused later by the node for a reason the admin could have been told about.
+ */
+import {
+  capstanError, parseCondition, validateMethodParams, type Directive, type DirectiveMode,
+} from '@capstan/shared';
+import { checkFilters, isFilterKey } from '../store/query.js';
+import type { NodeFilter } from '../store/store.js';
+
+/** Ids travel in every report line, between `@@` separators: keep them to a safe alphabet. */
+const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
+export const MAX_NAME_LENGTH = 256;
+/** Limits on one object, so a single request cannot make generation unbounded. */
+export const MAX_GROUP_NODES = 100_000;
+export const MAX_RULE_REFS = 1000;
+export const MAX_PARAMS_BYTES = 1024 * 1024;
+
+export interface GroupDef {
+  id: string;
+  name: string;
+  nodes?: string[];
+  filter?: NodeFilter[];
+}
+
+export interface RuleDef {
+  id: string;
+  name: string;
+  directives: string[];
+  groups: string[];
+}
+
+function bad(message: string): never {
+  throw capstanError('ERR_BAD_REQUEST', message);
+}
+
+function onlyFields(body: unknown, allowed: readonly string[]): Record<string, unknown> {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object');
+  const unknown = Object.keys(body).filter((k) => !allowed.includes(k));
+  if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`);
+  return body as Record<string, unknown>;
+}
+
+export function checkId(v: unknown, what = 'id'): string {
+  if (typeof v !== 'string' || !ID.test(v)) bad(`${what} must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+  return v;
+}
+
+function name(v: unknown): string {
+  if (typeof v !== 'string' || v.trim().length === 0 || v.length > MAX_NAME_LENGTH || v.includes('\u0000')) {
+    bad(`name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters`);
+  }
+  return v;
+}
+
+function idList(v: unknown, field: string, max: number): string[] {
+  if (!Array.isArray(v)) bad(`${field} must be a list of ids`);
+  if (v.length > max) bad(`${field} may hold at most ${max} ids`);
+  v.forEach((x, i) => checkId(x, `${field}[${i}]`));
+  return [...new Set(v as string[])];
+}
+
+/** A directive body (POST, or PUT with the id from the path). */
+export function parseDirective(body: unknown, pathId?: string): Directive {
+  const b = onlyFields(body, ['id', 'name', 'method', 'params', 'mode', 'condition']);
+  const id = checkId(b.id ?? pathId);
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
+  if (typeof b.method !== 'string') throw capstanError('ERR_METHOD_PARAMS', 'method must be a string');
+  const params = b.params ?? {};
+  if (JSON.stringify(params).length > MAX_PARAMS_BYTES) throw capstanError('ERR_METHOD_PARAMS', `params larger than ${MAX_PARAMS_BYTES} bytes`);
+  validateMethodParams(b.method, params);
+  const mode = (b.mode ?? 'enforce') as DirectiveMode;
+  if (mode !== 'enforce' && mode !== 'audit') bad('mode must be enforce or audit');
+  const d: Directive = { id, name: name(b.name ?? id), method: b.method, params: params as Record<string, unknown>, mode };
+  if (b.condition !== undefined && b.condition !== null && b.condition !== '') {
+    if (typeof b.condition !== 'string') throw capstanError('ERR_CONDITION_SYNTAX', 'condition must be a string');
+    parseCondition(b.condition); // throws ERR_CONDITION_SYNTAX with the position
+    d.condition = b.condition;
+  }
+  return d;
+}
+
+/** Group filters: the node list's `{key, values, exclude}` objects, checked by the same code. */
+function filters(v: unknown): NodeFilter[] {
+  if (!Array.isArray(v)) bad('filter must be a list of {"key", "values", "exclude"} objects');
+  const list = v.map((f, i): NodeFilter => {
+    const o = onlyFields(f, ['key', 'values', 'exclude']);
+    if (typeof o.key !== 'string' || !isFilterKey(o.key)) bad(`filter[${i}].key ${JSON.stringify(o.key)} is not a node filter key`);
+    const values = typeof o.values === 'string' ? [o.values] : o.values;
+    return { key: o.key, values: values as string[], ...(o.exclude !== undefined && { exclude: o.exclude as boolean }) };
+  });
+  checkFilters({ filters: list });
+  return list;
+}
+
+export function parseGroup(body: unknown, pathId?: string): GroupDef {
+  const b = onlyFields(body, ['id', 'name', 'nodes', 'filter']);
+  const id = checkId(b.id ?? pathId);
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
+  const g: GroupDef = { id, name: name(b.name ?? id) };
+  if (b.nodes !== undefined) {
+    if (!Array.isArray(b.nodes) || b.nodes.some((n) => typeof n !== 'string' || n.length === 0 || n.length > 256 || n.includes('\u0000'))) {
+      bad('nodes must be a list of node ids');
+    }
+    if (b.nodes.length > MAX_GROUP_NODES) bad(`nodes may hold at most ${MAX_GROUP_NODES} ids`);
+    g.nodes = [...new Set(b.nodes as string[])].sort();
+  }
+  if (b.filter !== undefined) g.filter = filters(b.filter);
+  if (g.nodes === undefined && g.filter === undefined) bad('a group needs nodes, a filter, or both');
+  return g;
+}
+
+/** A rule body; references are checked against the stored model by the caller. */
+export function parseRule(body: unknown, pathId?: string): RuleDef {
+  const b = onlyFields(body, ['id', 'name', 'directives', 'groups']);
+  const id = checkId(b.id ?? pathId);
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
+  return {
+    id,
+    name: name(b.name ?? id),
+    directives: idList(b.directives ?? [], 'directives', MAX_RULE_REFS),
+    groups: idList(b.groups ?? [], 'groups', MAX_RULE_REFS),
+  };
+}

@@ -1,0 +1,113 @@
+/**
+ * Node identity end to end with the real programs (server, relayd requiring tokens, agent): the
+ * agent gets its first token by signed request through the relay; after a rotation and a forced
+ * delete of the old key, its still-fresh token is refused by the relay (401, unknown key), and the
+ * agent renews and proceeds in the same run; an expired token is renewed the same way; the admin
+ * `keys` verbs refuse to delete a key in use.
+ */
+import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+
+const claims = (token: string) => {
+  const [h, p] = token.trim().split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
+  return { kid: h.kid as string, ...p } as { kid: string; capstan_node_id: string; iat: number; exp: number; jti: string };
+};
+
+t.test('agent renews through the relay, survives a key deletion and an expired token within one run', async (t) => {
+  const dir = t.testdir();
+  const serverDir = join(dir, 'server');
+  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const relayConf = join(dir, 'relayd.toml');
+  await writeFile(relayConf, '[identity]\nrequire_token = true\njwks_min_refresh = "0s"\njwks_max_age = "1s"\n');
+  const relay = await startProgram(BIN.relayd, ['-c', relayConf, '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const stateDir = join(dir, 'agent');
+  const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
+  const tokenFile = join(stateDir, 'identity.token');
+  const keysCli = (...args: string[]) => runProgram(BIN.server, ['keys', ...args, '--data-dir', serverDir, '--json']);
+
+  const first = await agent();
+  t.equal(first.code, 0, first.stderr);
+  const nodeId = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
+  await waitFor(async () => ((await api('GET', `/api/1/nodes/${nodeId}`)).status === 200 ? true : undefined), 'the node to be registered');
+  await stat(tokenFile).then(() => t.fail('a pending node gets no token'), () => t.pass('a pending node gets no token'));
+  t.equal((await runProgram(BIN.server, ['nodes', 'accept', nodeId, '--data-dir', serverDir])).code, 0);
+
+  const second = await agent();
+  t.equal(second.code, 0, second.stderr);
+  const token1 = await readFile(tokenFile, 'utf8');
+  t.equal((await stat(tokenFile)).mode & 0o777, 0o600, 'the token is kept 0600');
+  const c1 = claims(token1);
+  t.equal(c1.capstan_node_id, nodeId);
+  const keys1 = JSON.parse((await keysCli('list')).stdout).data as Array<{ kid: string; nodes: number; active: boolean }>;
+  t.match(keys1, [{ kid: c1.kid, nodes: 1, active: true }], 'the kid is recorded for the node');
+
+  // Rotate; deleting the old key is refused while the node's token uses it, then forced.
+  const rotated = await keysCli('rotate');
+  t.equal(rotated.code, 0, rotated.stderr);
+  const kid2 = JSON.parse(rotated.stdout).data.kid as string;
+  const refused = await keysCli('delete', c1.kid);
+  t.equal(refused.code, 4, 'delete of an in-use key refused');
+  t.match(refused.stderr, /ERR_CONFLICT.*1 node/);
+  const viaApi = await api('DELETE', `/api/1/keys/${c1.kid}`);
+  t.match(viaApi, { status: 409, json: { error: { code: 'ERR_CONFLICT', nodes: 1 } } });
+  t.equal((await keysCli('delete', c1.kid, '--force')).code, 0);
+  // The relay learns of the deletion when its copy of the keys is older than jwks_max_age.
+  await waitFor(async () => {
+    const keys = ((await (await fetch(`${relay.url}/.well-known/jwks.json`)).json()) as { keys: Array<{ kid: string }> }).keys;
+    return keys.some((k) => k.kid === c1.kid) ? undefined : true;
+  }, 'the relay to drop the deleted key', 10_000);
+
+  // The agent's token is fresh by its own clock, so it uses it; the relay refuses the unknown
+  // key, and the agent renews by signed request and retries in the same run.
+  const third = await agent();
+  t.equal(third.code, 0, third.stderr);
+  const c2 = claims(await readFile(tokenFile, 'utf8'));
+  t.equal(c2.kid, kid2, 'renewed within the run, signed by the new key');
+  t.not(c2.jti, c1.jti);
+
+  // A token of this node used for another node's policy: 403, at the relay and at the server.
+  const token2 = (await readFile(tokenFile, 'utf8')).trim();
+  for (const base of [relay.url, server.url]) {
+    const res = await fetch(`${base}/policies/some-other-node/rules`, { headers: { authorization: `Bearer ${token2}` } });
+    t.equal(res.status, 403, `${base === relay.url ? 'relay' : 'server'}: another node's policy refused`);
+    t.match(await res.json(), { error: { code: 'ERR_TOKEN_WRONG_NODE' } });
+  }
+
+  // Forced renewal: the server refuses tokens issued before it; the agent renews at its next run.
+  const force = await api('POST', `/api/1/nodes/${nodeId}/identity/renew`);
+  t.equal(force.status, 200);
+  const forcedAt = Date.parse(force.json.data.forced_at);
+  const direct = await fetch(`${server.url}/policies/${nodeId}/rules`, { headers: { authorization: `Bearer ${token2}` } });
+  t.equal(direct.status, 401, 'the pre-force token is refused by the server');
+  await direct.body?.cancel();
+  // Tokens are timed in whole seconds: wait until a new one can be as new as the force time.
+  await waitFor(async () => (Date.now() >= forcedAt ? true : undefined), 'the force time to pass', 5000);
+  const forced = await agent();
+  t.equal(forced.code, 0, forced.stderr);
+  const cf = claims(await readFile(tokenFile, 'utf8'));
+  t.not(cf.jti, c2.jti, 'the agent got a new token at its next contact');
+  const after = await fetch(`${server.url}/policies/${nodeId}/rules`, { headers: { authorization: `Bearer ${(await readFile(tokenFile, 'utf8')).trim()}` } });
+  t.not(after.status, 401, 'and the new one is accepted');
+  await after.body?.cancel();
+
+  // An expired token is never a lockout: the agent renews it with the signed request.
+  const expired = `${token1.trim().split('.')[0]}.${Buffer.from(JSON.stringify({ ...claims(token1), iat: 1, nbf: 1, exp: 2 })).toString('base64url')}.x\n`;
+  await writeFile(tokenFile, expired);
+  await chmod(tokenFile, 0o600);
+  const fourth = await agent();
+  t.equal(fourth.code, 0, fourth.stderr);
+  const c3 = claims(await readFile(tokenFile, 'utf8'));
+  t.equal(c3.kid, kid2);
+  t.ok(c3.exp > Date.now() / 1000, 'a valid token again');
+
+  const runs = await waitFor(async () => {
+    const r = await api('GET', `/api/1/nodes/${nodeId}/runs`);
+    return r.json.total >= 4 ? r.json.total : undefined;
+  }, 'the runs of the accepted node to be stored');
+  t.ok(runs >= 4, 'the runs went on and reached the server');
+});

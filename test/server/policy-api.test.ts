@@ -1,0 +1,202 @@
+/**
+ * Policies through the server's HTTP app (buildApp + inject, real SQLite store): model CRUD with
+ * its coded errors, generation into per-node bundles (static and dynamic groups, incremental),
+ * expectations for compliance, and the signed, ETag'd GET /policies/<node-id>/rules.
+ */
+import { join } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import t, { type Test } from 'tap';
+import { silentLogger, Spool, verifyBundle, policyKeyId } from '@capstan/shared';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import { openStore } from '@capstan/server/store/index';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { inventory } from './store-suite.js';
+
+const TOKEN = 'y'.repeat(32);
+
+async function setup(t: Test) {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const key = await ensurePolicyKey(dir);
+  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key } });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const api = async (method: string, url: string, body?: unknown, headers: Record<string, string> = {}) => {
+    const res = await app.inject({
+      method: method as 'GET', url,
+      headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }), ...headers },
+      ...(body !== undefined && { payload: JSON.stringify(body) }),
+    });
+    const json = res.body && res.headers['content-type']?.toString().startsWith('application/json') ? JSON.parse(res.body) : null;
+    return { status: res.statusCode, json, headers: res.headers };
+  };
+  return { dir, api, store, key, generator };
+}
+
+const motd = (content: string) => ({ id: 'motd', name: 'Message of the day', method: 'file_content', params: { path: '/etc/motd', content } });
+
+t.test('the policy key is made once, kept 0600, and published', async (t) => {
+  const { dir, api, key } = await setup(t);
+  t.equal((await stat(join(dir, 'policy-key.pem'))).mode & 0o777, 0o600);
+  t.equal((await ensurePolicyKey(dir)).keyId, key.keyId, 'a restart keeps the key');
+  const r = await api('GET', '/api/1/keys/policy', undefined, { authorization: '' });
+  t.equal(r.status, 200);
+  t.equal(r.json.data.key_id, key.keyId);
+  t.equal(policyKeyId(r.json.data.public_key), key.keyId);
+});
+
+t.test('admin CRUD refuses bad input with coded errors naming the field', async (t) => {
+  const { api } = await setup(t);
+  const e = async (p: Promise<{ status: number; json: { error: { code: string; message: string } } }>) => {
+    const r = await p;
+    return [r.status, r.json.error.code, r.json.error.message] as const;
+  };
+  const [s1, c1, m1] = await e(api('POST', '/api/1/directives', { id: 'd', method: 'file_content', params: { path: 'relative', content: '' } }));
+  t.same([s1, c1], [400, 'ERR_METHOD_PARAMS']);
+  t.match(m1, /path/);
+  t.same((await e(api('POST', '/api/1/directives', { id: 'd', method: 'no_such', params: {} }))).slice(0, 2), [400, 'ERR_METHOD_PARAMS']);
+  t.same((await e(api('POST', '/api/1/directives', { ...motd('x'), condition: "fact('os.name' ==" }))).slice(0, 2), [400, 'ERR_CONDITION_SYNTAX']);
+  t.same((await e(api('POST', '/api/1/directives', { ...motd('x'), id: 'a@@b' }))).slice(0, 2), [400, 'ERR_BAD_REQUEST']);
+  t.same((await e(api('POST', '/api/1/directives', { ...motd('x'), extra: 1 }))).slice(0, 2), [400, 'ERR_BAD_REQUEST']);
+  t.same((await e(api('POST', '/api/1/groups', { id: 'g', name: 'G' }))).slice(0, 2), [400, 'ERR_BAD_REQUEST'], 'neither nodes nor filter');
+  t.same((await e(api('POST', '/api/1/groups', { id: 'g', filter: [{ key: 'colour', values: ['x'] }] }))).slice(0, 2), [400, 'ERR_BAD_REQUEST']);
+  t.same((await e(api('POST', '/api/1/groups', { id: 'g', filter: [{ key: 'region', values: ['a'] }, { key: 'region', values: ['b'], exclude: true }] }))).slice(0, 2), [400, 'ERR_FILTER_CONFLICT']);
+  t.same((await e(api('POST', '/api/1/rules', { id: 'r', directives: ['nope'], groups: [] }))).slice(0, 2), [400, 'ERR_BAD_REQUEST'], 'unknown directive');
+  t.same((await e(api('GET', '/api/1/rules/r'))).slice(0, 2), [404, 'ERR_NOT_FOUND']);
+  t.equal((await api('GET', '/api/1/directives', undefined, { authorization: 'Bearer wrong' })).status, 401);
+
+  t.equal((await api('POST', '/api/1/directives', motd('a\n'))).status, 201);
+  t.same((await e(api('POST', '/api/1/directives', motd('a\n')))).slice(0, 2), [409, 'ERR_CONFLICT']);
+  t.same((await e(api('PUT', '/api/1/directives/other', motd('a\n')))).slice(0, 2), [400, 'ERR_BAD_REQUEST'], 'path and body ids differ');
+  const put = await api('PUT', '/api/1/directives/motd', { ...motd('b\n'), mode: 'audit' });
+  t.equal(put.status, 200);
+  t.equal(put.json.data.mode, 'audit');
+  t.equal((await api('POST', '/api/1/groups', { id: 'g', nodes: ['n1'] })).status, 201);
+  t.equal((await api('POST', '/api/1/rules', { id: 'r', name: 'R', directives: ['motd'], groups: ['g'] })).status, 201);
+  t.same((await e(api('DELETE', '/api/1/directives/motd'))).slice(0, 2), [409, 'ERR_CONFLICT'], 'still used by a rule');
+  t.equal((await api('GET', '/api/1/rules')).json.total, 1);
+  t.equal((await api('DELETE', '/api/1/rules/r')).status, 204);
+  t.equal((await api('DELETE', '/api/1/directives/motd')).status, 204);
+  t.same((await e(api('DELETE', '/api/1/directives/motd'))).slice(0, 2), [404, 'ERR_NOT_FOUND']);
+});
+
+t.test('a rule change reaches its nodes signed, with a config id that follows content only', async (t) => {
+  const { api, store, key } = await setup(t);
+  await store.createNode({ id: 'n1', hostname: 'web-1', tags: { env: 'prod' } });
+  await store.createNode({ id: 'n2', hostname: 'db-1', tags: { env: 'prod' } });
+  await store.createNode({ id: 'n3', hostname: 'web-3', tags: { env: 'dev' } });
+  await store.upsertFromInventory(inventory('p1', { hostname: 'web-pending' })); // pending: never gets a policy
+
+  t.equal((await api('GET', '/policies/n1/rules')).status, 404, 'no rule yet');
+  await api('POST', '/api/1/directives', motd('hello\n'));
+  await api('POST', '/api/1/directives', { id: 'sshd', method: 'service_running', params: { name: 'ssh' }, mode: 'audit' });
+  await api('POST', '/api/1/groups', { id: 'web', filter: [{ key: 'hostname', values: ['web*'] }] });
+  await api('POST', '/api/1/groups', { id: 'n2only', nodes: ['n2', 'ghost'] });
+  const rule = await api('POST', '/api/1/rules', { id: 'base', directives: ['motd'], groups: ['web', 'n2only'] });
+  t.same(rule.json.regenerated, { nodes: 3, changed: 3 });
+
+  const pinned = { keyId: key.keyId, publicKeyPem: key.publicKeyPem };
+  const r1 = await api('GET', '/policies/n1/rules', undefined, { authorization: '' });
+  t.equal(r1.status, 200);
+  const b1 = verifyBundle(r1.json, pinned, 'n1');
+  t.same(b1.directives.map((d) => `${d.rule_id}/${d.id}`), ['base/motd']);
+  t.equal(r1.headers.etag, `"${b1.config_id}"`);
+  t.equal(r1.json.public_key, key.publicKeyPem);
+  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': `"${b1.config_id}"` })).status, 304);
+  t.equal((await api('GET', '/policies/p1/rules')).status, 404, 'pending node');
+  t.equal((await api('GET', '/policies/nobody/rules')).status, 404, 'unknown node');
+  t.equal(verifyBundle((await api('GET', '/policies/n3/rules')).json, pinned, 'n3').config_id, b1.config_id, 'same content, same config id');
+
+  // Expectations follow the bundle: the node is expected to report the directive's component.
+  const base = await store.getComplianceBase('n1');
+  t.equal(base?.policy_config_id, b1.config_id);
+  t.same(base?.expected, [{ rule_id: 'base', directive_id: 'motd', component: 'File content' }]);
+
+  // A second rule for env=prod only: n1 and n2 change, n3 (dev) is not touched.
+  await api('POST', '/api/1/groups', { id: 'prod', filter: [{ key: 'tag:env', values: ['prod'] }] });
+  const r2 = await api('POST', '/api/1/rules', { id: 'audit', directives: ['sshd'], groups: ['prod'] });
+  t.same(r2.json.regenerated, { nodes: 2, changed: 2 }, 'only the group of the new rule');
+  const n3Before = await store.getPolicyBundle('n3');
+  // Changing the directive changes every config id that carries it.
+  const changed = await api('PUT', '/api/1/directives/motd', motd('changed\n'));
+  t.equal(changed.json.regenerated.changed, 3);
+  const b1b = verifyBundle((await api('GET', '/policies/n1/rules')).json, pinned, 'n1');
+  t.not(b1b.config_id, b1.config_id);
+  t.same(b1b.directives.map((d) => `${d.rule_id}/${d.id}`), ['audit/sshd', 'base/motd']);
+  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': `"${b1.config_id}"` })).status, 200, 'old etag no longer matches');
+  t.not((await store.getPolicyBundle('n3'))?.config_id, n3Before?.config_id);
+
+  // Saving the same content again changes nothing at all.
+  const same = await api('PUT', '/api/1/directives/motd', motd('changed\n'));
+  t.equal(same.json.regenerated.changed, 0);
+
+  // A node leaving the dynamic group (admin renames it… here: its tag) loses the rule, and a
+  // node left with no rule gets an empty bundle rather than keeping its last one forever.
+  await store.updateNode('n3', { tags: { env: 'dev' } }, new Date().toISOString());
+  await api('PUT', '/api/1/groups/web', { id: 'web', filter: [{ key: 'hostname', values: ['nothing*'] }] });
+  const empty = verifyBundle((await api('GET', '/policies/n3/rules')).json, pinned, 'n3');
+  t.same(empty.directives, []);
+  t.same((await store.getComplianceBase('n3'))?.expected, []);
+});
+
+t.test('a node changing (inventory, acceptance) is regenerated alone', async (t) => {
+  const { api, store, generator } = await setup(t);
+  await api('POST', '/api/1/directives', motd('x\n'));
+  await api('POST', '/api/1/groups', { id: 'web', filter: [{ key: 'hostname', values: ['web*'] }] });
+  await api('POST', '/api/1/rules', { id: 'base', directives: ['motd'], groups: ['web'] });
+  await store.upsertFromInventory(inventory('p1', { hostname: 'web-9' }));
+  t.equal((await api('GET', '/policies/p1/rules')).status, 404, 'pending');
+  const acc = await api('POST', '/api/1/nodes/p1/accept');
+  t.equal(acc.status, 200);
+  // Accepted outside the app (CLI): the first fetch generates it.
+  const res = await api('GET', '/policies/p1/rules');
+  t.equal(res.status, 200);
+  t.match(await generator.nodeChanged('p1'), { nodes: 1, changed: 0 }, 'nothing to redo');
+  await store.upsertFromInventory(inventory('p1', { hostname: 'db-9' }));
+  const st = await generator.nodeChanged('p1');
+  t.equal(st.changed, 1, 'inventory moved it out of the group');
+  t.same(JSON.parse((await store.getPolicyBundle('p1'))!.bundle).directives, []);
+});
+
+t.test('the shared folder is served by the server, with RUDDER hash semantics and no escapes', async (t) => {
+  const dir = t.testdir({ shared: { 'motd.txt': 'hello\n', sub: { 'a.conf': 'x' } }, 'secret.txt': 'no' });
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), sharedFolder: join(dir, 'shared') } });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const sha = createHash('sha256').update('hello\n').digest('hex');
+  const base = '/rudder/relay-api/1/shared-folder';
+  const get = await app.inject({ method: 'GET', url: `${base}/motd.txt` });
+  t.equal(get.statusCode, 200);
+  t.equal(get.body, 'hello\n');
+  t.equal((await app.inject({ method: 'GET', url: `${base}/sub/a.conf` })).body, 'x');
+  t.equal((await app.inject({ method: 'HEAD', url: `${base}/motd.txt?hash=${sha}` })).statusCode, 304);
+  t.equal((await app.inject({ method: 'HEAD', url: `${base}/motd.txt?hash=${'0'.repeat(64)}` })).statusCode, 200);
+  t.equal((await app.inject({ method: 'HEAD', url: `${base}/motd.txt?hash=zz` })).statusCode, 400);
+  t.equal((await app.inject({ method: 'HEAD', url: `${base}/nope.txt` })).statusCode, 404);
+  t.equal((await app.inject({ method: 'GET', url: `${base}/nope.txt` })).statusCode, 404);
+  for (const bad of ['..%2Fsecret.txt', 'sub//a.conf', 'sub%2Fa.conf']) {
+    t.equal((await app.inject({ method: 'GET', url: `${base}/${bad}` })).statusCode, 400, bad);
+  }
+  // Dot segments may be resolved by the HTTP layer before routing: never the file, whichever answers.
+  for (const bad of ['%2E%2E/secret.txt', 'sub/%2e%2e/../secret.txt']) {
+    const r = await app.inject({ method: 'GET', url: `${base}/${bad}` });
+    t.ok([400, 404].includes(r.statusCode), `${bad} → ${r.statusCode}`);
+    t.not(r.body, 'no');
+  }
+});

@@ -1,0 +1,77 @@
+/**
+ * The generator on its own (real SQLite store): which nodes a change reaches, config ids that
+ * change when and only when content does, and the benchmark function on a small fleet (its
+ * figures are for `benchPolicy`'s caller; here only that it runs and generates every node).
+ */
+import { join } from 'node:path';
+import t from 'tap';
+import { silentLogger } from '@capstan/shared';
+import { benchPolicy } from '@capstan/server/bench-policy';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { openStore } from '@capstan/server/store/index';
+
+const AT = '2024-05-01T08:00:00Z';
+
+t.test('one rule change regenerates only the nodes of its groups', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  for (let i = 0; i < 30; i++) await store.createNode({ id: `n${i}`, hostname: `${i % 3 === 0 ? 'web' : 'db'}-${i}` });
+  const gen = new PolicyGenerator({ store, log: silentLogger });
+  const dir = (id: string, content: string) => ({ id, name: id, method: 'file_content', mode: 'enforce', params: { path: `/etc/${id}`, content } });
+  await store.putPolicyObject('directive', 'a', dir('a', '1'), AT);
+  await store.putPolicyObject('directive', 'b', dir('b', '1'), AT);
+  await store.putPolicyObject('group', 'web', { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web*'] }] }, AT);
+  await store.putPolicyObject('group', 'some', { id: 'some', name: 'some', nodes: ['n1', 'n2'] }, AT);
+  const r1 = await gen.change('rule', 'r1', () => store.putPolicyObject('rule', 'r1', { id: 'r1', name: 'r1', directives: ['a'], groups: ['web'] }, AT));
+  t.match(r1.stats, { nodes: 10, changed: 10 });
+  const r2 = await gen.change('rule', 'r2', () => store.putPolicyObject('rule', 'r2', { id: 'r2', name: 'r2', directives: ['b'], groups: ['some'] }, AT));
+  t.match(r2.stats, { nodes: 2, changed: 2 }, 'the web nodes were not touched');
+  const web0 = await store.getPolicyBundle('n0');
+
+  // A directive used only by r2: only r2's nodes.
+  const d = await gen.change('directive', 'b', () => store.putPolicyObject('directive', 'b', dir('b', '2'), AT));
+  t.match(d.stats, { nodes: 2, changed: 2 });
+  t.same(await store.getPolicyBundle('n0'), web0, 'bundle, generated_at and ETag untouched');
+
+  // Moving r1 from "web" to "some": web nodes lose it (empty bundles), n1/n2 gain it.
+  const moved = await gen.change('rule', 'r1', () => store.putPolicyObject('rule', 'r1', { id: 'r1', name: 'r1', directives: ['a'], groups: ['some'] }, AT));
+  t.match(moved.stats, { nodes: 12, changed: 12 });
+  t.same(JSON.parse((await store.getPolicyBundle('n0'))!.bundle).directives, []);
+  t.same(JSON.parse((await store.getPolicyBundle('n1'))!.bundle).directives.map((x: { rule_id: string; id: string }) => `${x.rule_id}/${x.id}`), ['r1/a', 'r2/b']);
+  t.equal(await store.getPolicyBundle('n4'), null, 'a node never reached has no bundle');
+
+  // The same content back: same config id as before for n1's content.
+  const before = (await store.getPolicyBundle('n1'))!.config_id;
+  await gen.change('directive', 'a', () => store.putPolicyObject('directive', 'a', dir('a', 'other'), AT));
+  t.not((await store.getPolicyBundle('n1'))!.config_id, before);
+  await gen.change('directive', 'a', () => store.putPolicyObject('directive', 'a', dir('a', '1'), AT));
+  t.equal((await store.getPolicyBundle('n1'))!.config_id, before, 'config id is a function of content only');
+  t.match(await gen.regenerateAll(), { nodes: 30, changed: 0 });
+});
+
+t.test('benchPolicy runs on a small fleet and generates every accepted node', async (t) => {
+  const r = await benchPolicy({ nodes: 1000 });
+  t.equal(r.nodes, 1000);
+  t.equal(r.first_changed, 990, 'the bench fleet has 1% pending nodes');
+  t.ok(r.directive_change_nodes > 0 && r.directive_change_nodes < 1000, 'a directive change reaches part of the fleet');
+  t.comment(`1000 nodes: first ${r.first_ms} ms, unchanged ${r.unchanged_ms} ms, one directive ${r.directive_change_ms} ms`);
+});
+
+t.test('touched nodes are regenerated in batches, and settled() waits for them', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  for (let i = 0; i < 50; i++) await store.createNode({ id: `n${i}`, hostname: `web-${i}` });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
+  await store.putPolicyObject('group', 'web', { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web*'] }] }, AT);
+  await store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives: ['a'], groups: ['web'] }, AT);
+  const gen = new PolicyGenerator({ store, log: silentLogger });
+  for (let i = 0; i < 50; i++) gen.touch(`n${i}`);
+  gen.touch('n0'); // a repeat costs nothing more
+  await gen.settled();
+  t.equal((await store.policyConfigIds(Array.from({ length: 50 }, (_, i) => `n${i}`))).size, 50);
+  await store.updateNode('n7', { name: 'renamed' }, AT);
+  await store.createNode({ id: 'x1', hostname: 'db-1' });
+  gen.touch('x1');
+  await gen.settled();
+  t.equal(await store.getPolicyBundle('x1'), null, 'outside every group: nothing');
+});
