@@ -1,0 +1,90 @@
+/**
+ * The few admin-API calls the simulator and the benchmarks make (DESIGN.md admin API): list nodes
+ * page by page, accept a pending node, register an accepted node with its certificate.
+ */
+import type { SimIdentity } from './identities.js';
+
+export interface AdminTarget {
+  url: string;
+  token: string;
+  timeoutMs?: number;
+}
+
+export interface ListedNode {
+  id: string;
+  accepted: 'pending' | 'accepted' | 'refused';
+  last_run_at: string | null;
+}
+
+/** Pages the API serves at most (GET /api/1/nodes per_page ≤ 1000). */
+const PER_PAGE = 1000;
+/** Bound on pages walked for one listing: 10 million nodes. */
+const MAX_PAGES = 10_000;
+
+export class AdminError extends Error {
+  constructor(message: string, readonly status: number, readonly code: string) {
+    super(message);
+  }
+}
+
+export async function adminCall(t: AdminTarget, method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
+  const res = await fetch(`${t.url.replace(/\/+$/, '')}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${t.token}`, ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal: AbortSignal.timeout(t.timeoutMs ?? 30_000),
+  });
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    throw new AdminError(`${method} ${path}: answer is not JSON (${res.status})`, res.status, 'ERR_BAD_ANSWER');
+  }
+  return { status: res.status, json };
+}
+
+function failure(what: string, r: { status: number; json: unknown }): AdminError {
+  const e = (r.json as { error?: { code?: string; message?: string } } | null)?.error;
+  return new AdminError(`${what}: ${r.status} ${e?.code ?? ''} ${e?.message ?? ''}`.trim(), r.status, e?.code ?? `HTTP_${r.status}`);
+}
+
+/** Every node matching `query` (e.g. `accepted=pending`), walking the pages. */
+export async function listNodes(t: AdminTarget, query = ''): Promise<ListedNode[]> {
+  const out: ListedNode[] = [];
+  for (let page = 1; page <= MAX_PAGES; page++) {
+    const r = await adminCall(t, 'GET', `/api/1/nodes?per_page=${PER_PAGE}&page=${page}${query ? `&${query}` : ''}`);
+    if (r.status !== 200) throw failure('list nodes', r);
+    const body = r.json as { data: ListedNode[]; total: number };
+    out.push(...body.data.map((n) => ({ id: n.id, accepted: n.accepted, last_run_at: n.last_run_at })));
+    if (body.data.length < PER_PAGE || out.length >= body.total) return out;
+  }
+  throw new AdminError(`list nodes: more than ${MAX_PAGES} pages`, 0, 'ERR_LIMIT');
+}
+
+export async function acceptNode(t: AdminTarget, id: string): Promise<void> {
+  const r = await adminCall(t, 'POST', `/api/1/nodes/${encodeURIComponent(id)}/accept`);
+  if (r.status !== 200) throw failure(`accept ${id}`, r);
+}
+
+/** POST /api/1/nodes with the certificate: an accepted node, pinned. An existing node is fine. */
+export async function registerNode(t: AdminTarget, id: SimIdentity): Promise<'created' | 'exists'> {
+  const r = await adminCall(t, 'POST', '/api/1/nodes', { id: id.nodeId, hostname: id.hostname, certificate: id.certPem });
+  if (r.status === 201) return 'created';
+  const code = (r.json as { error?: { code?: string } } | null)?.error?.code;
+  if (r.status === 409 || code === 'ERR_NODE_EXISTS') return 'exists';
+  throw failure(`register ${id.nodeId}`, r);
+}
+
+/** Run `fn` over `items` with at most `limit` at a time; resolves when all are done. */
+export async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T, i: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        await fn(items[i]!, i);
+      }
+    }),
+  );
+}

@@ -1,0 +1,130 @@
+/**
+ * Node identities for the simulator and the benchmarks: thousands of node ids, each with its own
+ * certificate (subject UID=<node id>), as the root requires to pin one per node.
+ *
+ * An RSA key costs ~100 ms to generate, so a small pool of keys is made in worker threads and each
+ * key is certified for many node ids (a certificate costs ~2 ms). Node ids are UUID-shaped and
+ * derived from (seed, index), so a cache directory can hand the same fleet back on the next run
+ * instead of paying for it again.
+ */
+import { createHash } from 'node:crypto';
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { capstanError } from '@capstan/shared/agent';
+import { runInWorkers } from './workers.js';
+
+export interface SimIdentity {
+  index: number;
+  nodeId: string;
+  hostname: string;
+  keyPem: string;
+  certPem: string;
+}
+
+export interface IdentityOptions {
+  count: number;
+  /** Distinct RSA keys; node i uses key i % keys. Default min(count, 16). */
+  keys?: number;
+  bits?: number;
+  /** Node ids are derived from this; another seed is another fleet. */
+  seed?: string;
+  /** Keep keys and certificates here between runs; null: no cache. */
+  cacheDir?: string | null;
+  /** Worker threads for key and certificate generation; default: available cores. */
+  workers?: number;
+  onProgress?: (done: number, total: number) => void;
+}
+
+/**
+ * Upper bound on one fleet: the cache is one JSON document (~1.2 KB per node), which must stay
+ * well below V8's largest string, and one machine cannot play more agents than this anyway.
+ */
+export const MAX_IDENTITIES = 200_000;
+
+/** A UUID-shaped node id (version nibble 4, variant 8..b) derived from the seed and the index. */
+export function simNodeId(seed: string, index: number): string {
+  const h = createHash('sha256').update(`${seed}\0${index}`).digest('hex');
+  const variant = ((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16);
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-4${h.slice(13, 16)}-${variant}${h.slice(17, 20)}-${h.slice(20, 32)}`;
+}
+
+export function simHostname(seed: string, index: number): string {
+  return `sim${String(index).padStart(6, '0')}.${seed.replace(/[^a-z0-9-]/gi, '-').toLowerCase()}.test`;
+}
+
+interface CertLine {
+  i: number;
+  nodeId: string;
+  key: number;
+  cert: string;
+}
+
+type Job = { kind: 'key'; bits: number } | { kind: 'cert'; nodeId: string; keyPem: string };
+const WORKER = new URL('./identity-worker.js', import.meta.url);
+
+async function readJson<T>(path: string): Promise<T | null> {
+  try {
+    return JSON.parse(await readFile(path, 'utf8')) as T;
+  } catch {
+    return null; // absent or damaged: the cache is rebuilt
+  }
+}
+
+async function writeAtomic(path: string, data: string): Promise<void> {
+  const tmp = `${path}.${process.pid}.tmp`;
+  await writeFile(tmp, data, { mode: 0o600 });
+  await rename(tmp, path);
+}
+
+/**
+ * The first `count` identities of the fleet named by `seed`: from the cache when it holds them,
+ * generated (and added to the cache) otherwise.
+ */
+export async function loadIdentities(opts: IdentityOptions): Promise<SimIdentity[]> {
+  const count = opts.count;
+  if (!Number.isInteger(count) || count < 1 || count > MAX_IDENTITIES) {
+    throw capstanError('ERR_CONFIG', `identity count must be an integer in 1..${MAX_IDENTITIES}`);
+  }
+  const bits = opts.bits ?? 2048;
+  const keyCount = Math.min(count, opts.keys ?? 16);
+  const seed = opts.seed ?? 'capstan-sim';
+  const workers = opts.workers ?? availableParallelism();
+  const cache = opts.cacheDir ?? null;
+  const progress = opts.onProgress ?? (() => undefined);
+  const total = keyCount + count;
+  if (cache) await mkdir(cache, { recursive: true, mode: 0o700 });
+
+  // Keys: a pool shared by every seed, grown when a run asks for more.
+  const keysPath = cache ? join(cache, `keys-rsa${bits}.json`) : null;
+  const keys = (keysPath ? await readJson<string[]>(keysPath) : null) ?? [];
+  const missingKeys = Math.max(0, keyCount - keys.length);
+  keys.push(...(await runInWorkers<Job, string>(WORKER, Array.from({ length: missingKeys }, () => ({ kind: 'key' as const, bits })), workers, (d) => progress(d, total))));
+  if (keysPath && missingKeys > 0) await writeAtomic(keysPath, JSON.stringify(keys));
+  progress(keyCount, total);
+
+  // Certificates: one per node id, kept with the index of the key they certify.
+  const certsPath = cache ? join(cache, `certs-${createHash('sha256').update(seed).digest('hex').slice(0, 16)}-rsa${bits}.json`) : null;
+  const cached = (certsPath ? await readJson<CertLine[]>(certsPath) : null) ?? [];
+  const usable = new Map<number, CertLine>();
+  for (const c of cached) {
+    // A line whose key is no longer the pool's (the pool file was replaced) is made again.
+    if (c.key < keys.length && c.nodeId === simNodeId(seed, c.i)) usable.set(c.i, c);
+  }
+  const wanted: { i: number; key: number; nodeId: string }[] = [];
+  for (let i = 0; i < count; i++) if (!usable.has(i)) wanted.push({ i, key: i % keyCount, nodeId: simNodeId(seed, i) });
+  const made = await runInWorkers<Job, string>(
+    WORKER,
+    wanted.map((w) => ({ kind: 'cert' as const, nodeId: w.nodeId, keyPem: keys[w.key]! })),
+    workers,
+    (d) => progress(keyCount + (count - wanted.length) + d, total),
+  );
+  wanted.forEach((w, k) => usable.set(w.i, { i: w.i, nodeId: w.nodeId, key: w.key, cert: made[k]! }));
+  if (certsPath && wanted.length > 0) await writeAtomic(certsPath, JSON.stringify([...usable.values()].sort((a, b) => a.i - b.i)));
+  progress(total, total);
+
+  return Array.from({ length: count }, (_, i) => {
+    const c = usable.get(i)!;
+    return { index: i, nodeId: c.nodeId, hostname: simHostname(seed, i), keyPem: keys[c.key]!, certPem: c.cert };
+  });
+}

@@ -1,0 +1,36 @@
+// @ts-check
+/**
+ * The benchmarks' input: N node identities (keys and certificates cached under bench/.cache/) and
+ * one signed, zstd-compressed run log per node, made by the simulator's code — the agent's own
+ * run-log writer, signSmime and compressSync — in worker threads before any clock starts.
+ */
+import { availableParallelism } from 'node:os';
+import { resolve } from 'node:path';
+import { loadIdentities } from '@capstan/agent/sim/identities';
+import { runInWorkers } from '@capstan/agent/sim/workers';
+import { DEFAULT_MIX } from '@capstan/agent/sim/runlog';
+
+/** Keys, certificates and profiles kept between runs (git-ignored); CAPSTAN_BENCH_CACHE moves it. */
+export const CACHE_DIR = process.env.CAPSTAN_BENCH_CACHE || resolve(import.meta.dirname, '../.cache');
+const SIGN_WORKER = new URL('../../agent/dist/sim/sign-worker.js', import.meta.url);
+
+/**
+ * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, progress?: (msg: string) => void }} o
+ */
+export async function prepareFleet(o) {
+  const say = o.progress ?? (() => undefined);
+  say(`identities for ${o.nodes} nodes`);
+  const identities = await loadIdentities({ count: o.nodes, keys: Math.min(16, o.nodes), seed: o.seed ?? 'capstan-bench', cacheDir: o.cacheDir ?? CACHE_DIR });
+  say(`signing ${o.nodes} run logs of ${o.reports} reports`);
+  // One run per node, an hour ago, on a whole second (file names have second precision).
+  const startedAtMs = Math.floor((Date.now() - 3_600_000) / 1000) * 1000;
+  /** @type {{ name: string, body: ArrayBuffer }[]} */
+  const signed = await runInWorkers(
+    SIGN_WORKER,
+    identities.map((id) => ({ kind: 'run', id, startedAtMs, run: 0, reports: o.reports, mix: DEFAULT_MIX })),
+    availableParallelism(),
+  );
+  const files = signed.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) }));
+  const bytes = files.reduce((s, f) => s + f.body.length, 0);
+  return { identities, files, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
+}

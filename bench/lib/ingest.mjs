@@ -1,0 +1,244 @@
+// @ts-check
+/**
+ * Ingest end to end: pre-signed, pre-compressed run logs of N distinct accepted nodes PUT
+ * concurrently to a real capstan-relayd that forwards to a real capstan-server. The figure is run
+ * logs per second from the first PUT until the registry holds all of them; each run log's latency
+ * is from its PUT to the moment the store shows its row.
+ *
+ * Visibility is read from the store the server writes (a read-only SQLite connection, or a pg
+ * client on the same database), polling `runs` by id every few milliseconds: cheap for the server
+ * and precise to the poll interval. At the end the admin API must agree (every node's last_run_at
+ * set), so the figure never rests on the store read alone.
+ */
+import { mkdir, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { eachLimited, listNodes, registerNode } from '@capstan/agent/sim/admin';
+import { percentiles, procSample } from '@capstan/agent/sim/stats';
+import { Uploader } from '@capstan/agent/sim/upload';
+import { freshDatabase } from './postgres.mjs';
+import { programPaths, startProgram } from './programs.mjs';
+
+const POLL_MS = 5;
+
+/**
+ * Rows of `runs` appear in id order; remember how far we have read.
+ * @param {'sqlite' | 'postgres'} kind
+ * @param {string} where  the SQLite file or the database URL
+ */
+async function runWatcher(kind, where) {
+  let last = 0;
+  if (kind === 'sqlite') {
+    const db = new Database(where, { readonly: true, fileMustExist: true });
+    const q = db.prepare('SELECT id, node_id FROM runs WHERE id > ? ORDER BY id LIMIT 10000');
+    return {
+      /** @returns {Promise<{ id: number, node_id: string }[]>} */
+      async poll() {
+        const rows = /** @type {{ id: number, node_id: string }[]} */ (q.all(last));
+        if (rows.length > 0) last = rows[rows.length - 1].id;
+        return rows;
+      },
+      async close() {
+        db.close();
+      },
+    };
+  }
+  // PostgreSQL hands out ids when a row is inserted, but concurrent transactions commit in any
+  // order: a row may become visible below ids already read. Every tenth poll re-reads a window
+  // below the highest id seen, and ids are deduplicated.
+  const c = new pg.Client({ connectionString: where });
+  await c.connect();
+  /** @type {Set<number>} */
+  const seen = new Set();
+  let polls = 0;
+  return {
+    async poll() {
+      const from = ++polls % 10 === 0 ? Math.max(0, last - 5000) : last;
+      const r = await c.query({ name: 'watch', text: 'SELECT id, node_id FROM runs WHERE id > $1 ORDER BY id LIMIT 20000', values: [from] });
+      const rows = [];
+      for (const x of r.rows) {
+        const id = Number(x.id);
+        if (seen.has(id)) continue;
+        seen.add(id);
+        rows.push({ id, node_id: String(x.node_id) });
+        last = Math.max(last, id);
+      }
+      return rows;
+    },
+    async close() {
+      await c.end();
+    },
+  };
+}
+
+/**
+ * Bytes the SQLite database holds: its pages in use (file plus WAL, minus free pages), and per
+ * table and index through the dbstat virtual table when the build has it.
+ * @param {string} path
+ * @returns {Promise<{ total: number, tables: Record<string, number> }>}
+ */
+async function sqliteBytes(path) {
+  const db = new Database(path, { readonly: true, fileMustExist: true });
+  try {
+    const pageSize = Number(db.pragma('page_size', { simple: true }));
+    const pages = Number(db.pragma('page_count', { simple: true })) - Number(db.pragma('freelist_count', { simple: true }));
+    /** @type {Record<string, number>} */
+    const tables = {};
+    try {
+      for (const r of /** @type {{ name: string, bytes: number }[]} */ (db.prepare('SELECT name, sum(pgsize) AS bytes FROM dbstat GROUP BY name').all())) tables[r.name] = r.bytes;
+    } catch {
+      /* dbstat not compiled in: totals only */
+    }
+    return { total: pages * pageSize, tables };
+  } finally {
+    db.close();
+  }
+}
+
+/** Bytes of every table with its indexes and TOAST in the database's public schema. @param {string} url */
+async function pgBytes(url) {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const r = await c.query(`SELECT c.relname AS name, pg_total_relation_size(c.oid) AS bytes FROM pg_class c
+      JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')`);
+    /** @type {Record<string, number>} */
+    const tables = {};
+    let total = 0;
+    for (const row of r.rows) {
+      tables[row.name] = Number(row.bytes);
+      total += Number(row.bytes);
+    }
+    return { total, tables };
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * @param {{
+ *   kind: 'sqlite' | 'postgres',
+ *   dir: string,
+ *   files: { nodeId: string, name: string, body: Buffer }[],
+ *   identities: import('@capstan/agent/sim/identities').SimIdentity[],
+ *   putConcurrency?: number,
+ *   timeoutMs?: number,
+ *   profileDir?: string,
+ *   progress?: (m: string) => void,
+ * }} o
+ */
+export async function benchIngest(o) {
+  const say = o.progress ?? (() => undefined);
+  const bins = programPaths();
+  const dir = join(o.dir, `ingest-${o.kind}-${Date.now()}`);
+  await mkdir(dir, { recursive: true });
+  const db = o.kind === 'postgres' ? await freshDatabase() : null;
+  const prof = (/** @type {string} */ name) => (o.profileDir ? ['--cpu-prof', `--cpu-prof-dir=${o.profileDir}`, `--cpu-prof-name=${name}.cpuprofile`] : []);
+  /** @type {Awaited<ReturnType<typeof startProgram>>[]} */
+  const started = [];
+  let failed = false;
+  try {
+    const server = await startProgram(bins.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn', ...(db ? ['--database', db.url] : [])], { nodeFlags: prof(`${o.kind}-server`) });
+    started.push(server);
+    const relay = await startProgram(bins.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'], { nodeFlags: prof(`${o.kind}-relayd`) });
+    started.push(relay);
+    const admin = { url: server.url, token: (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim() };
+
+    say(`ingest (${o.kind}): registering ${o.identities.length} accepted nodes through POST /api/1/nodes`);
+    await eachLimited(o.identities, 16, async (id) => {
+      await registerNode(admin, id);
+    });
+
+    const watcher = await runWatcher(o.kind, db ? db.url : join(dir, 'server', 'capstan.db'));
+    const storeBytes = () => (db ? pgBytes(db.url) : sqliteBytes(join(dir, 'server', 'capstan.db')));
+    const bytesBefore = await storeBytes();
+    const uploader = new Uploader(relay.url, { sockets: o.putConcurrency ?? 64, timeoutMs: 60_000 });
+    const n = o.files.length;
+    /** @type {Map<string, number>} */ const putAt = new Map();
+    /** @type {number[]} */ const latency = [];
+    /** @type {Record<string, number>} */ const errors = {};
+    let visible = 0;
+    let lastVisibleAt = 0;
+    let putDoneAt = 0;
+    const cpu0 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+
+    say(`ingest (${o.kind}): PUT ${n} run logs, ${o.putConcurrency ?? 64} at a time`);
+    const t0 = performance.now();
+    const t0Us = Number(process.hrtime.bigint() / 1000n);
+    let watching = true;
+    const watch = (async () => {
+      while (watching && visible < n) {
+        const rows = await watcher.poll();
+        const now = performance.now();
+        for (const r of rows) {
+          const at = putAt.get(r.node_id);
+          if (at === undefined) continue;
+          latency.push(now - at);
+          visible++;
+          lastVisibleAt = now;
+        }
+        if (rows.length === 0) await new Promise((r) => setTimeout(r, POLL_MS));
+      }
+    })();
+    await eachLimited(o.files, o.putConcurrency ?? 64, async (f) => {
+      putAt.set(f.nodeId, performance.now());
+      const r = await uploader.put('reports', f.name, f.body);
+      if (r.status < 200 || r.status >= 300) errors[r.code ?? `HTTP_${r.status}`] = (errors[r.code ?? `HTTP_${r.status}`] ?? 0) + 1;
+    });
+    putDoneAt = performance.now();
+    uploader.close();
+    if (Object.keys(errors).length > 0) throw new Error(`uploads refused: ${JSON.stringify(errors)}`);
+
+    const deadline = performance.now() + (o.timeoutMs ?? 180_000);
+    let lastShown = -1;
+    while (visible < n && performance.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      if (Math.floor((visible / n) * 4) !== lastShown) say(`ingest (${o.kind}): ${visible}/${n} visible`);
+      lastShown = Math.floor((visible / n) * 4);
+    }
+    const tEndUs = Number(process.hrtime.bigint() / 1000n);
+    watching = false;
+    await watch;
+    await watcher.close();
+    const cpu1 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    if (visible < n) throw new Error(`only ${visible} of ${n} run logs visible after ${o.timeoutMs ?? 180_000} ms`);
+
+    // The admin API must agree with the store: every node has its run.
+    const bytesAfter = await storeBytes();
+    const nodes = await listNodes(admin);
+    const ours = new Set(o.files.map((f) => f.nodeId));
+    const withRun = nodes.filter((x) => ours.has(x.id) && x.last_run_at !== null).length;
+    if (withRun !== n) throw new Error(`the API shows a run for ${withRun} of ${n} nodes`);
+
+    const seconds = (lastVisibleAt - t0) / 1000;
+    const cpu = (/** @type {'server' | 'relay'} */ k) => {
+      const a = cpu0[k];
+      const b = cpu1[k];
+      return a && b ? Math.round((b.cpuSeconds - a.cpuSeconds) * 100) / 100 : null;
+    };
+    return {
+      runLogsPerSec: Math.round(n / seconds),
+      seconds: Math.round(seconds * 100) / 100,
+      putPhasePerSec: Math.round(n / ((putDoneAt - t0) / 1000)),
+      latencyMs: percentiles(latency),
+      count: n,
+      cpuSeconds: { server: cpu('server'), relay: cpu('relay') },
+      /** What the run logs added to the database, per run log (all tables and indexes). */
+      storeBytesPerRun: Math.round((bytesAfter.total - bytesBefore.total) / n),
+      storeTables: Object.fromEntries(Object.entries(bytesAfter.tables).map(([k, v]) => [k, Math.round((v - (bytesBefore.tables[k] ?? 0)) / n)])),
+      peakRssMb: { server: cpu1.server?.peakRssMb ?? null, relay: cpu1.relay?.peakRssMb ?? null },
+      /** The measured window on the monotonic clock, for cutting CPU profiles to it. */
+      windowUs: { from: t0Us, to: tEndUs },
+    };
+  } catch (err) {
+    failed = true;
+    // Keep what the programs left (spools, failed/ reasons, logs) for a look at what went wrong.
+    const logs = started.map((p) => p.stderr.join('')).join('\n').slice(-4000);
+    throw new Error(`${/** @type {Error} */ (err).message} (kept ${dir} for inspection)${logs ? `\n${logs}` : ''}`, { cause: err });
+  } finally {
+    for (const p of started.reverse()) await p.stop();
+    if (db && !failed) await db.drop().catch(() => undefined);
+    if (!failed) await rm(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,222 @@
+#!/usr/bin/env node
+// @ts-check
+/**
+ * `npm run bench`: every benchmark on this machine, written to bench/results/<date>.json and .md.
+ *
+ *   floor        ingestRunLog in one process (no HTTP, no spool) into SQLite and PostgreSQL
+ *   ingest       N nodes' run logs PUT to a real relayd → real server, until the registry holds all
+ *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
+ *   relay, registry, agent   the packages' own benchmarks, when they exist
+ *
+ * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
+ * --quick (a handful of nodes and no package benchmarks: what the smoke test runs).
+ * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { EXTERNAL, runExternal } from '../bench/lib/external.mjs';
+import { CACHE_DIR, prepareFleet } from '../bench/lib/fixtures.mjs';
+import { benchFloor, floorBreakdown } from '../bench/lib/floor.mjs';
+import { benchIngest } from '../bench/lib/ingest.mjs';
+import { PG_URL, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
+import { summarizeProfile } from '../bench/lib/profile.mjs';
+import { judge, writeResults } from '../bench/lib/report.mjs';
+
+const REPO = resolve(import.meta.dirname, '..');
+const ALL = ['floor', 'ingest', 'profile', ...EXTERNAL.map((e) => e.id)];
+
+const { values: args } = parseArgs({
+  options: {
+    nodes: { type: 'string' },
+    reports: { type: 'string', default: '100' },
+    only: { type: 'string' },
+    'no-postgres': { type: 'boolean', default: false },
+    out: { type: 'string', default: join(REPO, 'bench', 'results') },
+    quick: { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+if (args.help) {
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent] [--no-postgres] [--out DIR] [--quick]\n');
+  process.exit(0);
+}
+const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
+  if (!/^\d+$/.test(v) || Number(v) < 1 || Number(v) > max) {
+    process.stderr.write(`bench: --${name} must be an integer from 1 to ${max}\n`);
+    process.exit(2);
+  }
+  return Number(v);
+};
+const nodes = count(args.nodes ?? (args.quick ? '12' : '1000'), 'nodes', 100_000);
+const reports = count(args.reports ?? '100', 'reports', 100_000);
+const only = new Set(args.only ? args.only.split(',') : args.quick ? ['floor', 'ingest', 'profile'] : ALL);
+for (const o of only) {
+  if (!ALL.includes(o)) {
+    process.stderr.write(`bench: unknown benchmark ${o} (known: ${ALL.join(', ')})\n`);
+    process.exit(2);
+  }
+}
+
+// --- progress on stderr: one bar redrawn on a terminal, one line per step otherwise -------------
+const steps = ['prepare', ...[...only].flatMap((o) => (o === 'floor' || o === 'ingest' ? [`${o} sqlite`, `${o} postgres`] : [o]))];
+let done = 0;
+const tty = process.stderr.isTTY;
+function progress(/** @type {string} */ msg) {
+  const width = 24;
+  const filled = Math.round((done / steps.length) * width);
+  const line = `[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${steps.length} ${msg}`;
+  if (tty) process.stderr.write(`\r\x1b[K${line.slice(0, (process.stderr.columns ?? 120) - 1)}`);
+  else process.stderr.write(`${line}\n`);
+}
+const step = () => done++;
+
+function git() {
+  try {
+    const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: REPO, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: REPO, encoding: 'utf8' }).trim() !== '';
+    return { commit, dirty };
+  } catch {
+    return { commit: null, dirty: null };
+  }
+}
+
+const started = performance.now();
+const round1 = (/** @type {number[]} */ a) => a.map((x) => Math.round(x * 100) / 100);
+const pgReason = args['no-postgres'] ? 'PostgreSQL skipped (--no-postgres)' : await pgUnavailable();
+const results = {
+  version: 1,
+  date: new Date().toISOString(),
+  machine: {
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model ?? 'unknown',
+    memoryGb: Math.round(totalmem() / 2 ** 30),
+    kernel: `Linux ${release()}`,
+    node: process.versions.node,
+    postgres: pgReason ? null : await pgVersion(),
+    loadavgStart: round1(loadavg()),
+    loadavgEnd: /** @type {number[]} */ ([]),
+  },
+  git: git(),
+  options: { nodes, reports, quick: args.quick, only: [...only], postgres: pgReason ?? PG_URL.replace(/\/\/[^@]*@/, '//') },
+  input: /** @type {Record<string, number> | null} */ (null),
+  /** @type {import('../bench/lib/report.mjs').Figure[]} */
+  figures: [],
+  /** @type {Record<string, any>} */
+  sections: { floor: {}, breakdown: {}, ingest: {}, profile: {}, external: {} },
+  durationMs: 0,
+};
+const figures = results.figures;
+const kinds = /** @type {const} */ (['sqlite', 'postgres']);
+
+const work = await mkdtemp(join(tmpdir(), 'capstan-bench-'));
+try {
+  progress(`preparing ${nodes} node identities and signed run logs`);
+  const fleet = await prepareFleet({ nodes, reports, progress });
+  results.input = { avgCompressedBytes: fleet.avgCompressedBytes };
+  step();
+
+  // --- floor -------------------------------------------------------------------------------------
+  if (only.has('floor')) {
+    for (const kind of kinds) {
+      if (kind === 'postgres' && pgReason) {
+        results.sections.floor[kind] = { skipped: pgReason };
+        figures.push({ id: `floor.${kind}`, name: `floor: ingestRunLog in one process, ${kind}`, value: null, unit: 'run logs/s', note: pgReason });
+        step();
+        continue;
+      }
+      progress(`floor (${kind})`);
+      const f = await benchFloor({ kind, dir: work, files: fleet.files, identities: fleet.identities, progress });
+      const b = await floorBreakdown({ kind, dir: work, files: fleet.files, identities: fleet.identities });
+      results.sections.floor[kind] = f;
+      results.sections.breakdown[kind] = b;
+      results.input.avgSignedBytes = b.avgSignedBytes;
+      figures.push({ id: `floor.${kind}`, name: `floor: ingestRunLog in one process, ${kind}`, value: f.runLogsPerSec, unit: 'run logs/s' });
+      for (const [stage, us] of Object.entries(b.usPerRunLog)) {
+        figures.push({ id: `floor.${kind}.${stage}`, name: `floor ${kind}, per run log: ${stage}`, value: us, unit: 'µs' });
+      }
+      step();
+    }
+  }
+
+  // --- ingest end to end (+ the profiled run) ----------------------------------------------------
+  const floorOf = (/** @type {string} */ kind) => {
+    const f = figures.find((x) => x.id === `floor.${kind}`);
+    return f && f.value !== null ? { id: f.id, value: f.value, min: 0.5 } : null;
+  };
+  const ingestFigures = (/** @type {string} */ kind, /** @type {any} */ r) => {
+    const per = (/** @type {number | null} */ s) => (s === null ? null : Math.round((s * 1000 * 100) / r.count) / 100);
+    figures.push(
+      {
+        id: `ingest.${kind}`, name: `ingest end to end: ${nodes} nodes → relayd → server (${kind})`, value: r.runLogsPerSec, unit: 'run logs/s',
+        floor: floorOf(kind), target: kind === 'sqlite' ? { op: '>=', value: 1000 } : null,
+      },
+      { id: `ingest.${kind}.p50`, name: `ingest ${kind}: PUT → visible, p50`, value: r.latencyMs.p50, unit: 'ms' },
+      { id: `ingest.${kind}.p99`, name: `ingest ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
+      { id: `ingest.${kind}.put`, name: `ingest ${kind}: relay accepted (2xx) during the run`, value: r.putPhasePerSec, unit: 'PUT/s' },
+      { id: `ingest.${kind}.cpu.server`, name: `ingest ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
+      { id: `ingest.${kind}.cpu.relay`, name: `ingest ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+      { id: `ingest.${kind}.rss.server`, name: `ingest ${kind}: server peak RSS`, value: r.peakRssMb.server, unit: 'MB' },
+      { id: `ingest.${kind}.rss.relay`, name: `ingest ${kind}: relay peak RSS`, value: r.peakRssMb.relay, unit: 'MB' },
+      { id: `ingest.${kind}.store`, name: `ingest ${kind}: database growth per run log (tables + indexes)`, value: r.storeBytesPerRun, unit: 'B' },
+    );
+  };
+  if (only.has('ingest')) {
+    for (const kind of kinds) {
+      if (kind === 'postgres' && pgReason) {
+        results.sections.ingest[kind] = { skipped: pgReason };
+        figures.push({ id: `ingest.${kind}`, name: `ingest end to end (${kind})`, value: null, unit: 'run logs/s', note: pgReason });
+        step();
+        continue;
+      }
+      progress(`ingest end to end (${kind})`);
+      const r = await benchIngest({ kind, dir: work, files: fleet.files, identities: fleet.identities, progress });
+      results.sections.ingest[kind] = r;
+      ingestFigures(kind, r);
+      step();
+    }
+  }
+  if (only.has('profile')) {
+    progress('ingest end to end (sqlite) under --cpu-prof');
+    const profiles = join(CACHE_DIR, 'profiles', results.date.replace(/[:.]/g, '-'));
+    const r = await benchIngest({ kind: 'sqlite', dir: work, files: fleet.files, identities: fleet.identities, profileDir: profiles, progress });
+    const window = { fromUs: r.windowUs.from, toUs: r.windowUs.to };
+    results.sections.profile.sqlite = {
+      runLogsPerSec: r.runLogsPerSec,
+      files: profiles,
+      server: await summarizeProfile(join(profiles, 'sqlite-server.cpuprofile'), window),
+      relay: await summarizeProfile(join(profiles, 'sqlite-relayd.cpuprofile'), window),
+    };
+    step();
+  }
+
+  // --- the packages' own benchmarks --------------------------------------------------------------
+  for (const b of EXTERNAL) {
+    if (!only.has(b.id)) continue;
+    progress(`${b.title}`);
+    const opts = b.id === 'registry'
+      ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
+      : b.id === 'relay' ? { log: progress } : {};
+    const r = await runExternal(b, opts);
+    results.sections.external[b.id] = { status: r.status, ...(r.reason && { reason: r.reason }), ms: r.ms };
+    if (r.status !== 'ok') figures.push({ id: b.id, name: b.title, value: null, unit: '', note: `${r.status}: ${r.reason}` });
+    // Worst cases and plain counts (inputs, totals) stay in the JSON; the table keeps the figures.
+    for (const f of r.figures) figures.push({ ...f, ...((/max_ms$/.test(f.id) || (f.unit === '' && !f.target)) && { table: false }) });
+    step();
+  }
+} finally {
+  await rm(work, { recursive: true, force: true });
+}
+
+results.machine.loadavgEnd = round1(loadavg());
+results.durationMs = Math.round(performance.now() - started);
+const paths = await writeResults(args.out, results);
+if (tty) process.stderr.write('\n');
+process.stderr.write(`bench: wrote ${paths.json} and ${paths.md} in ${Math.round(results.durationMs / 1000)} s\n`);
+for (const f of figures) {
+  if (f.table === false) continue;
+  const j = judge(f);
+  process.stdout.write(`${f.name}: ${f.value === null ? 'not available' : `${f.value} ${f.unit}`}${j.ratio !== null ? ` (ratio ${j.ratio})` : ''}${j.status ? ` ${j.status}` : ''}${f.note ? ` — ${f.note}` : ''}\n`);
+}

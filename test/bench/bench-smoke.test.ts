@@ -1,0 +1,162 @@
+/**
+ * Keeps the benchmarks and the fleet simulator from rotting: each runs end to end with tiny
+ * numbers against the real programs. Figures are not judged here (speed is measured by
+ * `npm run bench`, never by a timed test); what must hold is that every step really happened:
+ * run logs stored, counted, visible through the admin API, and the reports well formed.
+ */
+import { spawn } from 'node:child_process';
+import { readdir, readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import t from 'tap';
+import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseRunLog, verifySmime } from '@capstan/shared';
+import { loadIdentities, simNodeId } from '@capstan/agent/sim/identities';
+import { nodeProfile, signedRunLog } from '@capstan/agent/sim/runlog';
+import { percentiles } from '@capstan/agent/sim/stats';
+import { BIN, ROOT, startProgram } from '../helpers/programs.js';
+
+const SIM = resolve(ROOT, 'agent/dist/sim/cli.js');
+
+function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((res, rej) => {
+    // tap puts its process tracker into every child through NODE_OPTIONS (re-added on each
+    // spawn, whatever env is passed), and under it a --cpu-prof profile of the programs the bench
+    // starts holds no samples of their work. `env -u` takes it out just before node starts.
+    const p = spawn('/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, ...args], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => {
+      p.kill('SIGKILL');
+      rej(new Error(`${args.join(' ')} timed out: ${stderr.slice(-2000)}`));
+    }, timeoutMs);
+    p.once('exit', (code) => {
+      clearTimeout(timer);
+      res({ code, stdout, stderr });
+    });
+  });
+}
+
+t.test('simulated identities share keys but each certificate names its own node', async (t) => {
+  const ids = await loadIdentities({ count: 5, keys: 2, bits: 1024, seed: 'smoke', cacheDir: t.testdir() });
+  t.equal(new Set(ids.map((i) => i.nodeId)).size, 5);
+  t.equal(new Set(ids.map((i) => i.keyPem)).size, 2, 'two keys for five nodes');
+  for (const id of ids) {
+    t.equal(certificateNodeId(id.certPem), id.nodeId);
+    t.equal(id.nodeId, simNodeId('smoke', id.index), 'node ids come from the seed');
+  }
+  // A run log signed with a shared key verifies against its own node's certificate only.
+  const profile = nodeProfile(ids[2]!.nodeId, 100);
+  const file = signedRunLog(ids[2]!, profile, new Date(Date.UTC(2025, 0, 1, 12, 0, 0)), 0);
+  const signed = await decompress(file.body, parseRunInfo(file.name).compression, { maxBytes: 1 << 24 });
+  const text = verifySmime(signed, [ids[2]!.certPem]).content;
+  t.throws(() => verifySmime(signed, [ids[3]!.certPem]), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' }, 'another node of the same key cannot claim it');
+  const log = parseRunLog(text, { node_id: ids[2]!.nodeId, timestamp: parseRunInfo(file.name).timestamp });
+  t.equal(log.reports.length, 100, 'the asked number of reports');
+  const types = new Set(log.reports.map((r) => r.event_type));
+  for (const ty of ['control', 'result_success', 'log_info']) t.ok(types.has(ty), `has ${ty}`);
+  t.equal(log.config_id, profile.configId);
+  // The shared key option refuses what is not a readable RSA key, with a code.
+  t.throws(() => createNodeIdentity('n', { keyPem: 'not a key' }), { code: 'ERR_KEY' });
+  // The cache hands back the same fleet.
+  const again = await loadIdentities({ count: 5, keys: 2, bits: 1024, seed: 'smoke', cacheDir: t.testdirName });
+  t.same(again.map((i) => i.certPem), ids.map((i) => i.certPem));
+});
+
+t.test('percentiles are nearest-rank', async (t) => {
+  t.same(percentiles([]), { count: 0, p50: 0, p90: 0, p99: 0, max: 0 });
+  const p = percentiles(Array.from({ length: 100 }, (_, i) => i + 1));
+  t.same(p, { count: 100, p50: 50, p90: 90, p99: 99, max: 100 });
+});
+
+t.test('package benchmark results become figures with the targets their issues set', async (t) => {
+  const { figuresFrom } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/external.mjs')).href)) as {
+    figuresFrom: (bench: string, r: unknown) => Array<{ id: string; value: number; unit: string; target: { op: string; value: number } | null }>;
+  };
+  const reg = figuresFrom('registry', [
+    { store: 'sqlite', nodes: 100000, list: { 'name=web*': { median_ms: 12, max_ms: 20, total: 9 } }, compliance: { global: { median_ms: 300, max_ms: 310 } }, targets: { list_ms: 12, list_ok: true } },
+    { store: 'postgres', nodes: 100000, compliance: { global: { median_ms: 900, max_ms: 950 } } },
+  ]);
+  const by = new Map(reg.map((f) => [f.id, f]));
+  t.same(by.get('registry.sqlite.list.name=web*.median_ms')?.target, { op: '<=', value: 100 });
+  t.same(by.get('registry.sqlite.compliance.global.median_ms')?.target, { op: '<=', value: 500 });
+  t.equal(by.get('registry.postgres.compliance.global.median_ms')?.target, null, 'the 500 ms target is for SQLite');
+  t.equal(by.get('registry.sqlite.list.name=web*.median_ms')?.unit, 'ms');
+  t.notOk(reg.some((f) => f.id.endsWith('list_ok')), 'booleans are not figures');
+  const relay = figuresFrom('relay', { putPerSec: 1200, peakRssMb: 140 });
+  t.same(relay.map((f) => [f.id, f.unit, f.target]), [
+    ['relay.putPerSec', '/s', { op: '>=', value: 3000 }],
+    ['relay.peakRssMb', 'MB', { op: '<=', value: 150 }],
+  ]);
+  const explicit = figuresFrom('agent', { figures: [{ name: 'wall', value: 500, unit: 'ms', target: { op: '<=', value: 1000 } }, { name: 'bad' }] });
+  t.same(explicit.map((f) => f.id), ['agent.wall'], 'explicit figures are taken as given; malformed ones dropped');
+});
+
+t.test('npm run bench --quick measures floor, ingest and a profile with the real programs', async (t) => {
+  const out = t.testdir();
+  const r = await run(['scripts/bench.mjs', '--quick', '--nodes', '6', '--out', out], { CAPSTAN_BENCH_CACHE: join(out, 'cache') });
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr.slice(-3000) });
+  const names = await readdir(out);
+  const json = names.find((n) => /^\d{4}-\d\d-\d\d\.json$/.test(n));
+  t.ok(json, 'results JSON written');
+  t.ok(names.some((n) => /^\d{4}-\d\d-\d\d\.md$/.test(n)), 'Markdown written');
+  const res = JSON.parse(await readFile(join(out, json!), 'utf8')) as {
+    figures: Array<{ id: string; value: number | null; ratio: number | null }>;
+    sections: { ingest: Record<string, { count?: number; skipped?: string }>; profile: { sqlite: { server: { areas: Array<{ area: string }> } } } };
+  };
+  const fig = (id: string) => res.figures.find((f) => f.id === id);
+  t.ok((fig('floor.sqlite')?.value ?? 0) > 0, 'SQLite floor measured');
+  t.ok((fig('ingest.sqlite')?.value ?? 0) > 0, 'SQLite ingest measured');
+  t.ok((fig('ingest.sqlite')?.ratio ?? 0) > 0, 'ingest is compared with the floor');
+  t.equal(res.sections.ingest.sqlite?.count, 6, 'every run log reached the registry');
+  if (res.sections.ingest.postgres?.skipped) t.comment(`PostgreSQL part skipped: ${res.sections.ingest.postgres.skipped}`);
+  else t.equal(res.sections.ingest.postgres?.count, 6);
+  t.ok(res.sections.profile.sqlite.server.areas.length > 0, 'the server profile is summarized', { profile: res.sections.profile });
+  const md = await readFile(join(out, json!.replace('.json', '.md')), 'utf8');
+  t.match(md, /\| figure \| value \| unit \| floor \/ target \| ratio \|/);
+  t.match(md, /Where the time goes/);
+});
+
+t.test('capstan-sim enrolls its nodes and every run log it sends reaches the registry', async (t) => {
+  const dir = t.testdir();
+  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const r = await run([
+    SIM, '--relay', relay.url, '--server', server.url, '--token-file', join(dir, 'server', 'admin.token'),
+    '--nodes', '8', '--keys', '2', '--time-scale', '300', '--duration', '2s', '--reports', '30', '--sample', '500ms',
+    '--visibility-poll', '200ms', '--drain-timeout', '60s', '--cache-dir', join(dir, 'cache'),
+    '--pid', `relay=${relay.proc.pid}`, '--pid', `server=${server.proc.pid}`, '--json', '--out', join(dir, 'sim.json'),
+  ]);
+  t.equal(r.code, 0, 'exits 0', { stderr: r.stderr.slice(-3000) });
+  const rep = JSON.parse(r.stdout) as {
+    enrollment: { inventories: number; accepted: number; errors: Record<string, number> };
+    runs: { scheduled: number; acked: number; failed: number };
+    visibility: { visible: number; of: number; probeLatencyMs: { count: number; p50: number } };
+    processes: Record<string, { peakRssMb: number }>;
+    notes: string[];
+  };
+  t.same(rep.enrollment.errors, {});
+  t.equal(rep.enrollment.inventories, 8);
+  t.equal(rep.enrollment.accepted, 8);
+  t.ok(rep.runs.scheduled >= 8, 'every node runs at least once');
+  t.equal(rep.runs.acked, rep.runs.scheduled, 'every run log acknowledged by the relay');
+  t.equal(rep.runs.failed, 0);
+  t.equal(rep.visibility.visible, rep.runs.acked, 'and visible in the registry');
+  t.equal(rep.visibility.probeLatencyMs.count, rep.runs.acked, 'with 8 nodes every node is a probe: each run timed to visible');
+  t.ok(rep.processes.relay!.peakRssMb > 0 && rep.processes.server!.peakRssMb > 0, 'relay and server memory sampled');
+  t.match(rep.notes.join('\n'), /policy fetching is not simulated/);
+  const full = JSON.parse(await readFile(join(dir, 'sim.json'), 'utf8')) as { samples: unknown[] };
+  t.ok(full.samples.length > 0, 'samples over time in the --out file');
+
+  // Bad arguments are a configuration error, with a message.
+  const bad = await run([SIM, '--nodes', '0']);
+  t.equal(bad.code, 2);
+  t.match(bad.stderr, /--nodes/);
+});
