@@ -24,7 +24,9 @@ const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
 
 function runCli(args: string[], rssFile: string): Promise<{ code: number | null; stdout: string; ms: number }> {
   const preload = `data:text/javascript,${encodeURIComponent(
-    `import {writeFileSync} from 'node:fs'; process.on('exit', () => writeFileSync(${JSON.stringify(rssFile)}, String(process.resourceUsage().maxRSS)));`,
+    // VmHWM is this process's own peak: getrusage's maxrss can carry a large parent's figure
+    // across fork+exec (seen when the bench ran from the 200 MB bench driver).
+    `import {readFileSync, writeFileSync} from 'node:fs'; process.on('exit', () => writeFileSync(${JSON.stringify(rssFile)}, /VmHWM:\\s+(\\d+)/.exec(readFileSync('/proc/self/status', 'utf8'))[1]));`,
   )}`;
   const started = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
