@@ -1,2 +1,3 @@
 export * from './app.js';
 export * from './version.js';
+export * from './shared-folder.js';
