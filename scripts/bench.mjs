@@ -40,7 +40,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent] [--no-postgres] [--out DIR] [--quick]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent,policy] [--no-postgres] [--out DIR] [--quick]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {

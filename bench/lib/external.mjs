@@ -28,6 +28,7 @@ export const EXTERNAL = [
   { id: 'relay', module: '@capstan/relayd/bench', exportName: 'benchRelay', title: 'relay' },
   { id: 'registry', module: '@capstan/server/bench', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
   { id: 'agent', module: '@capstan/agent/bench', exportName: 'benchAgent', title: 'agent run (50 directives)' },
+  { id: 'policy', module: '@capstan/server/bench-policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
 ];
 
 /**
@@ -36,6 +37,8 @@ export const EXTERNAL = [
  */
 const TARGETS = [
   { bench: 'agent', test: /wall.*ms$/i, target: { op: '<=', value: 1000 } },
+  // #6: "100,000 nodes regenerate in ≤ 10 s"
+  { bench: 'policy', test: /^first_ms$/, target: { op: '<=', value: 10_000 } },
   { bench: 'agent', test: /rss.*mb$/i, target: { op: '<=', value: 80 } },
   { bench: 'relay', test: /put.*per.?s(ec)?$/i, target: { op: '>=', value: 3000 } },
   { bench: 'relay', test: /rss.*mb$/i, target: { op: '<=', value: 150 } },
