@@ -31,8 +31,12 @@ function agent(args) {
   return r;
 }
 
-async function api(base, token, method, path) {
-  const res = await fetch(`${base}${path}`, { method, headers: { authorization: `Bearer ${token}` } });
+async function api(base, token, method, path, body) {
+  const res = await fetch(`${base}${path}`, {
+    method,
+    headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
   return res.json();
 }
 
@@ -60,6 +64,13 @@ try {
   }
   const accepted = await api(serverUrl, token, 'POST', `/api/1/nodes/${nodeId}/accept`);
   console.log(`node ${nodeId} is ${accepted.data?.accepted ?? JSON.stringify(accepted)}`);
+  // A first policy, as an admin would write it: one directive, a group with this node, a rule.
+  const motd = resolve(dir, 'motd');
+  await api(serverUrl, token, 'PUT', '/api/1/directives/quickstart-motd', { id: 'quickstart-motd', name: 'Quick start file', method: 'file_content', params: { path: motd, content: 'managed by Capstan\n' } })
+    .then((r) => (r.error ? api(serverUrl, token, 'POST', '/api/1/directives', { id: 'quickstart-motd', name: 'Quick start file', method: 'file_content', params: { path: motd, content: 'managed by Capstan\n' } }) : r));
+  await api(serverUrl, token, 'POST', '/api/1/groups', { id: 'quickstart', name: 'Quick start nodes', nodes: [nodeId] });
+  await api(serverUrl, token, 'POST', '/api/1/rules', { id: 'quickstart', name: 'Quick start', directives: ['quickstart-motd'], groups: ['quickstart'] });
+  console.log(`policy: rule "quickstart" keeps ${motd} managed`);
   agent(agentArgs);
   for (let i = 0; i < 100; i++) {
     const runs = await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}/runs`);

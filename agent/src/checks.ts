@@ -4,10 +4,11 @@
  * node with no policy yet sends results the server can count.
  */
 import { chmod, stat } from 'node:fs/promises';
+import { SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/agent';
 import type { RunLogWriter } from './runlog/write.js';
 
-const RULE = 'capstan-agent';
-const DIRECTIVE = 'agent-self-check';
+const RULE = SYSTEM_RULE;
+const DIRECTIVE = SELF_CHECK_DIRECTIVE;
 const POLICY = 'Common';
 
 export async function selfChecks(w: RunLogWriter, p: { stateDir: string; keyPath: string }): Promise<void> {

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { silentLogger, Spool, verifyBundle, policyKeyId } from '@capstan/shared';
+import { silentLogger, Spool, systemExpectations, verifyBundle, policyKeyId } from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { openStore } from '@capstan/server/store/index';
@@ -119,7 +119,8 @@ t.test('a rule change reaches its nodes signed, with a config id that follows co
   // Expectations follow the bundle: the node is expected to report the directive's component.
   const base = await store.getComplianceBase('n1');
   t.equal(base?.policy_config_id, b1.config_id);
-  t.same(base?.expected, [{ rule_id: 'base', directive_id: 'motd', component: 'File content' }]);
+  // The agent's own self-checks are expected on every node, then the policy's components.
+  t.same(base?.expected, [...systemExpectations(), { rule_id: 'base', directive_id: 'motd', component: 'File content' }]);
 
   // A second rule for env=prod only: n1 and n2 change, n3 (dev) is not touched.
   await api('POST', '/api/1/groups', { id: 'prod', filter: [{ key: 'tag:env', values: ['prod'] }] });
@@ -145,7 +146,7 @@ t.test('a rule change reaches its nodes signed, with a config id that follows co
   await api('PUT', '/api/1/groups/web', { id: 'web', filter: [{ key: 'hostname', values: ['nothing*'] }] });
   const empty = verifyBundle((await api('GET', '/policies/n3/rules')).json, pinned, 'n3');
   t.same(empty.directives, []);
-  t.same((await store.getComplianceBase('n3'))?.expected, []);
+  t.same((await store.getComplianceBase('n3'))?.expected, systemExpectations(), 'only the self-checks are left');
 });
 
 t.test('a node changing (inventory, acceptance) is regenerated alone', async (t) => {

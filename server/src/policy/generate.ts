@@ -9,7 +9,7 @@
  * directives did not change keeps its bundle, generated_at and ETag untouched.
  */
 import {
-  computeConfigId, expectedComponents, type BundleDirective, type Directive, type Logger, type PolicyBundle,
+  computeConfigId, expectedComponents, systemExpectations, type BundleDirective, type Directive, type Logger, type PolicyBundle,
 } from '@capstan/shared';
 import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
 import type { GroupDef, RuleDef } from './model.js';
@@ -238,8 +238,11 @@ export class PolicyGenerator {
               if (d) directives.push({ ...d, rule_id: r.id });
             }
           }
-          const expected = directives.flatMap((d) =>
-            expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component })));
+          const expected = [
+            ...systemExpectations(),
+            ...directives.flatMap((d) =>
+              expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
+          ];
           content = { directives, configId: computeConfigId(directives), expected };
           cache.set(key, content);
         }

@@ -1,3 +1,4 @@
 export * from './bundle.js';
 export * from './condition.js';
 export * from './methods.js';
+export * from './system.js';
