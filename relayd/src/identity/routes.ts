@@ -11,7 +11,7 @@
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, errorBody, isCapstanError, type Logger } from '../shared.js';
+import { capstanError, errorBody, isCapstanError, readBody, type Logger } from '../shared.js';
 import type { Upstream } from '../forward/upstream.js';
 import type { JwksCache } from './jwks.js';
 import type { NodeTokenVerifier } from './verify.js';
@@ -40,22 +40,12 @@ export function protectedNode(url: string): string | null | undefined {
   return m ? null : undefined;
 }
 
-async function readLimited(req: FastifyRequest, max: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req.raw) {
-    size += (chunk as Buffer).length;
-    if (size > max) throw capstanError('ERR_BODY_TOO_LARGE', `renewal request is larger than ${max} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
-}
 
 export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdentity; upstream: Upstream; timeoutMs: number; log: Logger }): void {
   const { identity } = o;
 
   app.post('/identity/renew', async (req, reply) => {
-    const body = await readLimited(req, MAX_RENEW_BYTES);
+    const body = await readBody(req, MAX_RENEW_BYTES, 'renewal request');
     let res;
     try {
       res = await o.upstream.request({

@@ -43,17 +43,33 @@ export function installRawBodies(app: FastifyInstance): void {
 }
 
 /** Read and parse a JSON request body with a size limit (used where installRawBodies is active). */
-export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
+/** Read a raw request body into memory, refusing (413) anything over `maxBytes`. */
+export async function readBody(req: FastifyRequest, maxBytes: number, what = 'body'): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req.raw as AsyncIterable<Buffer>) {
     size += chunk.length;
-    if (size > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `JSON body exceeds ${maxBytes} bytes`);
+    if (size > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `${what} exceeds ${maxBytes} bytes`);
     chunks.push(chunk);
   }
-  if (size === 0) return undefined;
+  return Buffer.concat(chunks);
+}
+
+/** Whether an If-None-Match header (a list, weak `W/` tags, or `*`) names this ETag. */
+export function etagMatches(header: string | string[] | undefined, etag: string): boolean {
+  if (!header) return false;
+  const text = Array.isArray(header) ? header.join(',') : header;
+  return text.split(',').some((t) => {
+    const v = t.trim().replace(/^W\//, '');
+    return v === '*' || v === etag;
+  });
+}
+
+export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
+  const body = await readBody(req, maxBytes, 'JSON body');
+  if (body.length === 0) return undefined;
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    return JSON.parse(body.toString('utf8'));
   } catch {
     throw capstanError('ERR_BAD_REQUEST', 'body is not valid JSON');
   }

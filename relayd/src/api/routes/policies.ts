@@ -13,7 +13,7 @@
  */
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '../../shared.js';
+import { capstanError, etagMatches } from '../../shared.js';
 import { NODE_ID, PolicyCache, type CachedPolicy } from '../../cache/policies.js';
 import type { RelayContext } from '../context.js';
 
@@ -22,19 +22,10 @@ export const MAX_POLICY_BYTES = 32 * 1024 * 1024;
 
 type Upstreamed = { status: number; body: string; etag?: string; contentType: string } | { error: Error };
 
-function matches(header: string | string[] | undefined, etag: string): boolean {
-  if (!header) return false;
-  const text = Array.isArray(header) ? header.join(',') : header;
-  return text.split(',').some((t) => {
-    const v = t.trim().replace(/^W\//, '');
-    return v === '*' || v === etag;
-  });
-}
-
 function serve(req: FastifyRequest, reply: FastifyReply, c: CachedPolicy, stale: boolean): FastifyReply {
   reply.header('etag', c.etag).header('cache-control', 'no-cache');
   if (stale) reply.header('warning', '110 capstan-relayd "stale: upstream unreachable"');
-  if (matches(req.headers['if-none-match'], c.etag)) return reply.code(304).send();
+  if (etagMatches(req.headers['if-none-match'], c.etag)) return reply.code(304).send();
   return reply.code(200).type('application/json').send(c.body);
 }
 

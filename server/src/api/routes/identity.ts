@@ -11,23 +11,13 @@
  *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError } from '@capstan/shared';
+import { capstanError, isCapstanError, readBody } from '@capstan/shared';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
 
-async function readBody(req: FastifyRequest, max: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req.raw) {
-    size += (chunk as Buffer).length;
-    if (size > max) throw capstanError('ERR_BODY_TOO_LARGE', `renewal request is larger than ${max} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return Buffer.concat(chunks);
-}
 
 export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentity): void {
   app.post('/identity/renew', async (req) => {
-    const { token, claims } = await identity.renew(await readBody(req, MAX_RENEW_BYTES));
+    const { token, claims } = await identity.renew(await readBody(req, MAX_RENEW_BYTES, 'renewal request'));
     return { data: { token, expires_at: new Date(claims.exp * 1000).toISOString() } };
   });
   app.get('/.well-known/jwks.json', async (_req, reply) =>

@@ -7,7 +7,7 @@
  *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
+import { capstanError, etagMatches, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKey } from '../../policy/key.js';
@@ -110,15 +110,6 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
   }
 }
 
-/** ETag values from If-None-Match: a list, possibly weak (W/), or `*`. */
-function matches(header: string | string[] | undefined, etag: string): boolean {
-  if (!header) return false;
-  const text = Array.isArray(header) ? header.join(',') : header;
-  return text.split(',').some((t) => {
-    const v = t.trim().replace(/^W\//, '');
-    return v === '*' || v === etag;
-  });
-}
 
 export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
   const { store, generator, key } = deps;
@@ -143,7 +134,7 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
     if (!rec) throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
     const etag = `"${rec.config_id}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache');
-    if (matches(req.headers['if-none-match'], etag)) return reply.code(304).send();
+    if (etagMatches(req.headers['if-none-match'], etag)) return reply.code(304).send();
     const bundle = JSON.parse(rec.bundle) as PolicyBundle;
     return reply.type('application/json').send(JSON.stringify(signBundle(bundle, key.privateKeyPem, { includePublicKey: true })));
   });
