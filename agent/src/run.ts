@@ -121,7 +121,7 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
         env,
         commandTimeoutMs: config.methods.command_timeout,
         sysctlRoot: config.methods.sysctl_root,
-        fetchShared: (path) => fetchShared(config.agent.relay, path, config.agent.timeout, auth),
+        fetchShared: (path, sha256) => fetchShared(config.agent.relay, path, config.agent.timeout, auth, { sha256 }),
       },
       onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`) : undefined,
     });

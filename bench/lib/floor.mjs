@@ -1,10 +1,11 @@
 // @ts-check
 /**
- * The floor: what the chosen libraries allow in one process, with no HTTP and no spool. The real
- * `ingestRunLog` (name → node → zstd → S/MIME verify → parse → summary → one transactional insert)
- * runs over pre-signed run logs already in the page cache, into the real store, with the server's
- * default ingest concurrency and limits. A second pass times each library step on its own, so the
- * report shows where a run log's time goes.
+ * The floor: what the chosen libraries allow in one process, with no HTTP and no spool. The
+ * server's real run-log pipeline (`RunLogIngest`: name → node → zstd → S/MIME verify → parse →
+ * summary on worker threads, inserts grouped per transaction) runs over pre-signed run logs
+ * already in the page cache, into the real store, with the server's default workers, batch size,
+ * batch window, in-flight count and limits. A second pass times each library step on its own
+ * (on one thread), so the report shows where a run log's time goes.
  */
 import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
@@ -12,7 +13,7 @@ import { join } from 'node:path';
 import { certificateFingerprint, compressSync, decompress, parseRunInfo, parseRunLog, verifySmime, isCompleteRun } from '@capstan/shared';
 import { eachLimited } from '@capstan/agent/sim/admin';
 import { loadServerConfig } from '@capstan/server/config';
-import { ingestRunLog, runStart } from '@capstan/server/ingest/runlog';
+import { RunLogIngest, runStart } from '@capstan/server/ingest/runlog';
 import { openStore } from '@capstan/server/store/index';
 import { summarize } from '@capstan/server/registry/summary';
 import { freshSchema, PG_URL } from './postgres.mjs';
@@ -42,7 +43,11 @@ export async function benchFloor(o) {
     maxReports: config.limits.max_reports,
     maxLineBytes: config.limits.max_line_length,
   };
-  const concurrency = config.processing.concurrency;
+  // The server's settings (server.ts): parallel batches on PostgreSQL only.
+  const batch = {
+    workers: config.processing.workers, batchSize: config.processing.batch_size, batchWindowMs: config.processing.batch_window,
+    parallelBatches: o.kind === 'postgres' ? Math.max(1, Math.min(4, config.database.pool_size - 1)) : 1,
+  };
   const inDir = join(o.dir, 'floor-in');
   await mkdir(inDir, { recursive: true });
   for (const f of o.files) await writeFile(join(inDir, f.name), f.body);
@@ -54,17 +59,26 @@ export async function benchFloor(o) {
     for (const id of o.identities) {
       await store.createNode({ id: id.nodeId, hostname: id.hostname, certificate: id.certPem, certificate_fingerprint: certificateFingerprint(id.certPem) });
     }
-    say(`floor (${o.kind}): ingesting ${o.files.length} run logs, ${concurrency} at a time`);
-    const deps = { store, limits };
+    const ingest = new RunLogIngest({ store, limits, ...batch });
+    // As the server's spool processor does: enough run logs in flight to fill a batch while one commits.
+    const concurrency = Math.max(config.processing.concurrency, ingest.inFlightHint);
+    say(`floor (${o.kind}): ingesting ${o.files.length} run logs, ${concurrency} at a time, batches of ≤ ${batch.batchSize}`);
     let inserted = 0;
     const t0 = performance.now();
-    await eachLimited(o.files, concurrency, async (f) => {
-      const r = await ingestRunLog(deps, join(inDir, f.name), f.name);
-      if (r.inserted) inserted++;
-    });
+    try {
+      await eachLimited(o.files, concurrency, async (f) => {
+        const r = await ingest.ingest(join(inDir, f.name), f.name);
+        if (r.inserted) inserted++;
+      });
+    } finally {
+      await ingest.close();
+    }
     const ms = performance.now() - t0;
     if (inserted !== o.files.length) throw new Error(`floor stored ${inserted} of ${o.files.length} run logs`);
-    return { runLogsPerSec: Math.round((o.files.length / ms) * 1000), ms: Math.round(ms), count: o.files.length, concurrency };
+    return {
+      runLogsPerSec: Math.round((o.files.length / ms) * 1000), ms: Math.round(ms), count: o.files.length, concurrency, ...batch,
+      meanBatch: Math.round((ingest.stats.runs / Math.max(1, ingest.stats.batches)) * 10) / 10,
+    };
   } finally {
     await store.close();
     await drop();
@@ -74,9 +88,9 @@ export async function benchFloor(o) {
 
 /**
  * Each library step alone over the same run logs: microseconds per run log. The insert is timed
- * in a fresh store, one run per transaction as ingest does it, and again with the runs marked
- * incomplete, for which the store writes no per-directive compliance rows: the difference is what
- * those rows cost.
+ * in a fresh store, in batches of the server's batch size (one transaction each) as ingest does
+ * it, and again with the runs marked incomplete, for which the store writes no per-directive
+ * compliance rows: the difference is what those rows cost.
  * @param {{ kind: 'sqlite' | 'postgres', dir: string, files: { nodeId: string, name: string, body: Buffer }[],
  *   identities: import('@capstan/agent/sim/identities').SimIdentity[] }} o
  */
@@ -125,8 +139,13 @@ export async function floorBreakdown(o) {
     const { store, drop } = await open(o);
     try {
       for (const id of o.identities) await store.createNode({ id: id.nodeId, hostname: id.hostname, certificate: id.certPem, certificate_fingerprint: certificateFingerprint(id.certPem) });
+      const size = config.processing.batch_size;
       us[key] = await step(async () => {
-        for (const r of rows) await store.insertRun({ ...r, complete: complete && r.complete });
+        for (let i = 0; i < rows.length; i += size) {
+          const results = await store.insertRuns(rows.slice(i, i + size).map((r) => ({ ...r, complete: complete && r.complete })));
+          const bad = results.find((r) => !r.ok);
+          if (bad) throw /** @type {{ error: unknown }} */ (bad).error;
+        }
       });
     } finally {
       await store.close();

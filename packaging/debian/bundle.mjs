@@ -171,7 +171,8 @@ function entryPoints(pkg) {
   const walk = (v) => {
     if (typeof v === 'string') {
       // Declarations (the "types" condition) are for the compiler, not for a program.
-      if (!v.includes('*') && !/\.d\.[mc]?ts$/.test(v)) out.push(v);
+      // Documents a package exports for reading (bowser: ./README.md) are not loaded either.
+      if (!v.includes('*') && !/\.d\.[mc]?ts$/.test(v) && !/\.(md|markdown|txt)$/i.test(v)) out.push(v);
     } else if (v && typeof v === 'object') for (const x of Object.values(v)) walk(x);
   };
   if (typeof pkg.main === 'string') out.push(pkg.main);

@@ -46,6 +46,15 @@ export interface BenchResult {
   files: number;
   fileBytes: number;
   idleRssMb: number;
+  /**
+   * Relay CPU time (user + system, from /proc) per file: over the whole run from the first PUT to
+   * the last forward (accept + forward), and during the PUT phase only (forwards run meanwhile).
+   * Wall-clock rates move with whatever else the machine runs; these move much less.
+   */
+  cpuUsPerFile: number;
+  putPhaseCpuUsPerFile: number;
+  /** Of cpuUsPerFile, the part spent in the kernel (file system work: create, fsync, rename, unlink; sockets). */
+  sysCpuUsPerFile: number;
 }
 
 const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
@@ -71,6 +80,17 @@ async function sink(): Promise<{ server: Server; url: string; count: () => numbe
   server.keepAliveTimeout = 10_000;
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   return { server, url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, count: () => count, firstAt: () => 0, lastAt: () => last };
+}
+
+/** utime + stime of a process, in µs (from /proc/<pid>/stat; clock ticks are 100 Hz on Linux). */
+async function procCpuUs(pid: number): Promise<number> {
+  return (await procCpu(pid)).total;
+}
+
+async function procCpu(pid: number): Promise<{ total: number; sys: number }> {
+  const text = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+  const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
+  return { total: (Number(f[11]) + Number(f[12])) * 10_000, sys: Number(f[12]) * 10_000 };
 }
 
 async function procStatus(pid: number, field: 'VmHWM' | 'VmRSS'): Promise<number> {
@@ -120,7 +140,9 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
   const log = opts.log ?? (() => {});
   const dir = await mkdtemp(join(opts.dir ?? tmpdir(), 'capstan-relay-bench-'));
   const up = await sink();
-  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n`);
+  // The idle connections carry no node token (this process has no identity to sign one with);
+  // a token is checked once per connection, so what is measured here is the holding.
+  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n`);
   const relay = spawn(process.execPath, [
     ...(opts.nodeFlags ?? SERVICE_NODE_FLAGS),
     CLI, '--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', up.url, '--log-level', 'warn',
@@ -144,6 +166,8 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
     const pool = new Pool(url, { connections: parallel, pipelining: 1 });
     let next = 0;
     const started = Date.now();
+    const cpu0 = await procCpuUs(relay.pid!);
+    const sys0 = (await procCpu(relay.pid!)).sys;
     await Promise.all(
       Array.from({ length: parallel }, async () => {
         while (next < files) {
@@ -159,11 +183,14 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
       }),
     );
     const putDone = Date.now();
+    const cpuPut = await procCpuUs(relay.pid!);
     const putPerSec = files / ((putDone - started) / 1000);
     log(`${files} PUTs in ${putDone - started} ms`);
     const deadline = Date.now() + 600_000;
     while (up.count() < files && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     const forwardPerSec = up.count() / ((up.lastAt() - started) / 1000);
+    const cpuEnd = await procCpuUs(relay.pid!);
+    const sysEnd = (await procCpu(relay.pid!)).sys;
     const idleConnections = idleConns.held();
     const peakRssMb = await procStatus(relay.pid!, 'VmHWM');
     await pool.close();
@@ -176,6 +203,9 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
       files,
       fileBytes: size,
       idleRssMb: Math.round(idleRssMb * 10) / 10,
+      cpuUsPerFile: Math.round((cpuEnd - cpu0) / files),
+      putPhaseCpuUsPerFile: Math.round((cpuPut - cpu0) / files),
+      sysCpuUsPerFile: Math.round((sysEnd - sys0) / files),
     };
   } finally {
     relay.kill('SIGTERM');
@@ -197,6 +227,10 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
     files: arg('files'), size: arg('size'), idle: arg('idle'), connections: arg('connections'), forwardConcurrency: arg('forward'),
     dir: dirArg > 0 ? process.argv[dirArg + 1] : undefined,
     ...(process.argv.includes('--default-heap') ? { nodeFlags: [] } : {}),
+    // `--cpu-prof DIR`: the relay writes a V8 CPU profile there when it exits.
+    ...(process.argv.indexOf('--cpu-prof') > 0
+      ? { nodeFlags: [...SERVICE_NODE_FLAGS, '--cpu-prof', '--cpu-prof-dir', process.argv[process.argv.indexOf('--cpu-prof') + 1]!] }
+      : {}),
     log: (l) => process.stderr.write(`${l}\n`) })
     .then((r) => process.stdout.write(`${JSON.stringify(r)}\n`))
     .catch((err: unknown) => {

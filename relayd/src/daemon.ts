@@ -7,16 +7,19 @@ import type { Server as HttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { statfs } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
 import { capstanError, isCapstanError, parseListen, Spool, SPOOL_KINDS, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
 import { buildApp } from './api/app.js';
 import type { RelayContext, RelayStatus } from './api/context.js';
 import { SharedFilesStore } from './cache/shared-files.js';
 import type { RelaydConfig } from './config.js';
 import { NodesList } from './data/nodes.js';
+import { NODES_LIST_PATH, NodesSync } from './data/sync.js';
 import { Forwarder } from './forward/forwarder.js';
 import { JwksCache } from './identity/jwks.js';
 import { nodeTokenVerifier } from './identity/verify.js';
 import { Upstream } from './forward/upstream.js';
+import { providerForwardRoutes, providerHost } from './providers/host.js';
 import { Metrics } from './metrics.js';
 import { RemoteRun } from './remote-run/dispatch.js';
 import { Hub } from './remote-run/hub.js';
@@ -47,6 +50,8 @@ export interface RelayHandle {
 }
 
 export async function startRelay(config: RelaydConfig, log: Logger, hooks: RelayHooks = {}): Promise<RelayHandle> {
+  // Not allowed in NODE_OPTIONS, so set here; V8 reads it at every heap-limit computation.
+  if (config.general.heap_growing_percent > 0) setFlagsFromString(`--heap-growing-percent=${config.general.heap_growing_percent}`);
   const spool = new Spool({
     root: config.spool.directory,
     maxFileBytes: config.spool.max_file_size,
@@ -76,14 +81,36 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const hub = new Hub(config.remote_run.heartbeat, config.remote_run.max_connections);
 
   let forwarder: Forwarder | null = null;
+  // The node list synced from the upstream (see data/sync.ts); nodes_list_file, when set, wins.
+  const nodesSync = config.nodes_sync.enabled
+    ? new NodesSync({
+        myId,
+        fetch: async (etag) => {
+          const res = await upstream.request({
+            method: 'GET', path: NODES_LIST_PATH, headers: etag ? { 'if-none-match': etag } : {}, timeoutMs: Math.min(config.upstream.timeout, 30_000),
+          });
+          const body = await res.body.text();
+          const tag = res.headers.etag;
+          return { status: res.statusCode, etag: typeof tag === 'string' ? tag : null, body };
+        },
+        cacheFile: config.nodes_sync.cache_file || join(config.spool.directory, 'nodes-list.json'),
+        intervalMs: config.nodes_sync.interval,
+        missRefreshMs: config.nodes_sync.miss_refresh,
+        log,
+        onChange: () => forwarder?.nodesChanged(),
+      })
+    : null;
+  await nodesSync?.load();
+  /** What routing uses now: the file when configured, else the synced list, else none (forward all). */
+  const routing = (): NodesList => (nodes.configured || !nodesSync?.current ? nodes : nodesSync.current);
   const metrics = new Metrics(
     {
       spool: {
         depth: () => spool.depth(),
         oldest: async () => Object.fromEntries(await Promise.all(SPOOL_KINDS.map(async (k) => [k, await spool.oldest(k)]))) as Record<SpoolKind, number | null>,
       },
-      managedNodes: () => nodes.neighbours().length,
-      subNodes: () => nodes.size,
+      managedNodes: () => routing().neighbours().length,
+      subNodes: () => routing().size,
       upstreamUp: () => (forwarder?.upstream.state === 'unknown' || !forwarder ? null : forwarder.upstream.state === 'up'),
       agentConnections: () => hub.size,
       spoolUsage: () => spool.usage,
@@ -93,7 +120,8 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   forwarder = new Forwarder({
     spool,
     upstream,
-    nodes: () => nodes,
+    nodes: routing,
+    ...(nodesSync ? { sync: { list: nodesSync, inUse: () => !nodes.configured && nodesSync.current !== null, refuseUnknown: config.nodes_sync.refuse_unknown } } : {}),
     log,
     metrics,
     concurrency: config.upstream.concurrency,
@@ -105,7 +133,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const fwd = forwarder;
   const remoteRun = new RemoteRun({
     hub,
-    nodes: () => nodes,
+    nodes: routing,
     myId,
     log,
     metrics,
@@ -133,6 +161,8 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     adminToken = newToken;
     if (newTls && app) (app.server as unknown as HttpsServer).setSecureContext(newTls);
     upstream.reconfigure(newUpstreamTls);
+    // Ask the upstream for its current list too (a failure keeps the one in hand).
+    await nodesSync?.refresh();
     hooks.setLogLevel?.(fresh.log.level);
     log.info({ nodes: nodes.size, level: fresh.log.level }, 'configuration reloaded');
   };
@@ -182,7 +212,11 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         state: up.state,
         ...(up.lastContact ? { last_contact: new Date(up.lastContact).toISOString() } : {}),
       },
-      nodes_list: { status: 'success', configured: nodes.configured, nodes: nodes.size, ...(nodes.source ? { file: nodes.source } : {}) },
+      nodes_list: {
+        status: 'success', configured: routing().configured, nodes: routing().size, ...(nodes.source ? { file: nodes.source } : {}),
+        // Only once there is a synced list: an upstream that serves none changes nothing here.
+        ...(nodesSync?.current ? { synced: nodesSync.status() } : {}),
+      },
       remote_run: { connections: hub.size },
     };
   };
@@ -208,7 +242,14 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     spool,
     metrics,
     upstream,
-    nodes: () => nodes,
+    nodes: routing,
+    knowsNode: async (id) => {
+      if (routing().accepts(id)) return true;
+      // A configured nodes_list_file is authoritative; only a synced list can be behind.
+      if (nodes.configured || !nodesSync) return false;
+      await nodesSync.refreshOnMiss()?.catch(() => false);
+      return routing().accepts(id);
+    },
     adminToken: () => adminToken,
     spooled: (kind, name) => fwd.notify(kind, name),
     written: (kind, name, data) => fwd.remember(kind, name, data),
@@ -220,16 +261,24 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     remoteRun,
     identity: { jwks, verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)), requireToken: config.identity.require_token },
   };
-  app = buildApp(context, listenerTls ? { https: listenerTls } : {});
+  app = buildApp(context, { ...(listenerTls ? { https: listenerTls } : {}), nodesList: () => nodesSync?.served ?? null });
+  // Sub-relays' provider calls go up like everything else; this relay hosts its own managers.
+  providerForwardRoutes(app, upstream, config.upstream.timeout);
+  const providers = config.providers.enabled
+    ? providerHost({ upstream, relayId: myId, refreshMs: config.providers.refresh_interval, timeoutMs: config.upstream.timeout, log })
+    : null;
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address() as AddressInfo;
+  // Not awaited: a hung upstream must not hold the start; a file that needs the list waits for it.
+  void nodesSync?.start();
   await fwd.start();
 
   const link = config.remote_run.link_upstream && config.remote_run.enabled
     ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat })
     : null;
   link?.start();
+  providers?.start();
 
   // Retention: failed/ and stale partial uploads; expired shared files.
   const sweep = async () => {
@@ -286,8 +335,11 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         clearTimeout(force);
         clearInterval(idle);
         await link?.stop();
+        await providers?.stop();
+        nodesSync?.stop();
         await fwd.stop(config.processing.shutdown_grace);
         await upstream.close();
+        await spool.close();
         await unlock();
         log.info('relayd stopped');
       })();

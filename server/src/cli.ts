@@ -15,6 +15,7 @@ import { createBody, listView, patchBody } from './api/routes/nodes.js';
 import { loadServerConfig, type ServerConfig } from './config.js';
 import { NodeIdentity, type KeyView } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
+import { ensurePolicyKey } from './policy/key.js';
 import { startServer } from './server.js';
 import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
@@ -337,7 +338,7 @@ const keys = program.command('keys').description('the keyring that signs node id
 async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdentity) => Promise<void> | void): Promise<void> {
   const config = configFrom(flags);
   await withStore(flags, async (store) => {
-    const identity = new NodeIdentity({ dataDir: config.general.data_dir, store, log: silentLogger, ...identitySettings(config.identity) });
+    const identity = await NodeIdentity.open({ dataDir: config.general.data_dir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity) });
     try {
       await fn(identity);
     } finally {
@@ -352,15 +353,15 @@ const KEY_TABLE: Array<[string, (k: KeyView) => unknown]> = [
 ];
 
 verb(keys, 'list', 'signing keys, with the nodes whose unexpired token each signed (GET /api/1/keys)').action(async (flags: CommonFlags) => {
-  await withIdentity(flags, (identity) => {
-    const rows = identity.listKeys();
+  await withIdentity(flags, async (identity) => {
+    const rows = await identity.listKeys();
     out(flags, { data: rows }, () => table(KEY_TABLE, rows));
   });
 });
 
 verb(keys, 'rotate', 'make a new key active; old tokens stay valid until they expire (POST /api/1/keys/rotate)').action(async (flags: CommonFlags) => {
-  await withIdentity(flags, (identity) => {
-    const key = identity.rotate();
+  await withIdentity(flags, async (identity) => {
+    const key = await identity.rotate();
     out(flags, { data: key }, () => `${key.kid} active\n`);
   });
 });
@@ -368,11 +369,26 @@ verb(keys, 'rotate', 'make a new key active; old tokens stay valid until they ex
 verb(keys, 'delete <kid>', 'delete a retired key; refused while it signs unexpired tokens (DELETE /api/1/keys/<kid>)')
   .option('--force', 'delete even if nodes still hold unexpired tokens it signed (they will renew)')
   .action(async (kid: string, flags: CommonFlags & { force?: boolean }) => {
-    await withIdentity(flags, (identity) => {
-      const r = identity.deleteKey(kid, flags.force ?? false);
+    await withIdentity(flags, async (identity) => {
+      const r = await identity.deleteKey(kid, flags.force ?? false);
       out(flags, { data: r }, () => `${kid} deleted (${r.nodes} nodes held tokens it signed)\n`);
     });
   });
+
+const policyKey = program.command('policy-key').description('the ed25519 key that signs policy bundles (docs/policy.md)');
+
+verb(policyKey, 'rotate', 'make a new policy key active, endorsed by the previous one (POST /api/1/keys/policy/rotate)').action(async (flags: CommonFlags) => {
+  // Files only, no store: a running server picks the new key up within seconds.
+  const keyring = await ensurePolicyKey(configFrom(flags).general.data_dir);
+  const r = await keyring.rotate();
+  out(flags, { data: r }, () => `${r.key_id} active (endorsed by ${r.previous_key_id})\n`);
+});
+
+verb(policyKey, 'show', 'the active policy key and its endorsement chain (GET /api/1/keys/policy)').action(async (flags: CommonFlags) => {
+  const k = (await ensurePolicyKey(configFrom(flags).general.data_dir)).current();
+  const data = { key_id: k.keyId, algorithm: 'ed25519', public_key: k.publicKeyPem, endorsements: k.endorsements };
+  out(flags, { data }, () => `${k.keyId} (${k.endorsements.length} endorsements)\n${k.publicKeyPem}`);
+});
 
 program.parseAsync(process.argv).catch((err: unknown) => {
   process.stderr.write(`capstan-server: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -27,6 +27,12 @@ export const SERVER_SCHEMA = {
   processing: {
     /** Run logs and inventories ingested at the same time. */
     concurrency: { type: 'integer', default: 4, min: 1, max: 64 },
+    /** Threads verifying, decompressing and parsing run logs; 0: one per core. */
+    workers: { type: 'integer', default: 0, min: 0, max: 64 },
+    /** Most run logs stored in one transaction (one commit and one fsync for all of them). */
+    batch_size: { type: 'integer', default: 64, min: 1, max: 1000 },
+    /** Longest a run log waits for its batch to fill (it is written at once when nothing else is coming). */
+    batch_window: { type: 'duration', default: '50ms', min: 0 },
     catchup_interval: { type: 'duration', default: '10s', min: 10 },
     retry_min: { type: 'duration', default: '1s', min: 1 },
     retry_max: { type: 'duration', default: '5m', min: 1 },
@@ -69,10 +75,37 @@ export const SERVER_SCHEMA = {
     key_alg: { type: 'string', default: 'EdDSA' },
     /** Clock difference allowed when the server checks a token's nbf/exp. */
     clock_skew: { type: 'duration', default: '60s' },
+    /**
+     * Secret sealing the signing keys kept in the database; empty → <data_dir>/identity.secret,
+     * made at the first start. Every server sharing a database needs the same file.
+     */
+    secret_file: { type: 'string', default: '', optional: true },
   },
   policy: {
     /** Files that file_from_shared_folder directives name, served to relays at /rudder/relay-api/1/shared-folder/. Empty: none. */
     shared_folder: { type: 'string', default: '', optional: true },
+  },
+  jobs: {
+    /** A job's tasks not final after this long are aborted (reason timeout), unless the job sets its own `timeout`. */
+    default_timeout: { type: 'duration', default: '1h', min: 1000 },
+    /** Finished and cancelled jobs are deleted this long after they ended. */
+    retention: { type: 'duration', default: '30d', min: 1000 },
+    /** How often timed-out tasks are aborted, expired jobs deleted and pending tasks dispatched again. */
+    sweep_interval: { type: 'duration', default: '5s', min: 100 },
+    /** Output kept per task (keep_output); beyond it the output is cut. */
+    max_output: { type: 'size', default: '1MiB', min: 1024 },
+    /** Most nodes one job may target (static nodes and selectors together). */
+    max_targets: { type: 'integer', default: 100000, min: 1 },
+    /** A relay handed a run has this long to open its output stream, or its tasks fail (no_answer). */
+    answer_wait: { type: 'duration', default: '30s', min: 100 },
+    /** Linked relays get a heartbeat line this often (keeps NAT and proxies open). */
+    heartbeat: { type: 'duration', default: '25s', min: 100 },
+  },
+  providers: {
+    /** Poll the managers whose provider is `server` (cloud discovery from the server itself). */
+    enabled: { type: 'boolean', default: true },
+    /** How often the list of server-hosted managers is re-read (changes made through the API). */
+    refresh_interval: { type: 'duration', default: '30s', min: 100 },
   },
   log: {
     level: { type: 'level', default: 'info' },

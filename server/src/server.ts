@@ -9,13 +9,17 @@ import {
   parseListen, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
+import { Poller } from '@capstan/shared/providers/index';
+import { applyPoll, recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
 import type { ServerConfig } from './config.js';
 import { authorizeNodeToken } from './api/routes/identity.js';
 import { NodeIdentity } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
-import { ingestRunLog, type IngestDeps } from './ingest/runlog.js';
+import { JobRunner } from './jobs/runner.js';
+import { RelayHub } from './remote-run/hub.js';
+import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
@@ -33,6 +37,8 @@ export interface ServerHandle {
   sweeper: Sweeper;
   metrics: ServerMetrics;
   identity: NodeIdentity;
+  /** Jobs in flight and the relays linked for them. */
+  jobs: JobRunner;
   /**
    * Graceful stop: no new connections or files, the files and the sweep batch in flight
    * finish, then the store closes.
@@ -80,6 +86,15 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     },
     enrollment: enrollmentRules(config.enrollment),
   };
+  // Run logs: CPU work on worker threads, inserts grouped several per transaction (ingest/runlog.ts).
+  const runLogs = new RunLogIngest({
+    ...deps,
+    workers: config.processing.workers,
+    batchSize: config.processing.batch_size,
+    batchWindowMs: config.processing.batch_window,
+    // PostgreSQL: a few batches at once, each on its own connection (the rest serve the API).
+    parallelBatches: config.database.url ? Math.max(1, Math.min(4, config.database.pool_size - 1)) : 1,
+  });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
@@ -88,13 +103,14 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       kind,
       spool,
       log,
-      concurrency: config.processing.concurrency,
+      // A run log's handler waits for its batch's commit: enough of them in flight to fill one.
+      concurrency: kind === 'reports' ? Math.max(config.processing.concurrency, runLogs.inFlightHint) : config.processing.concurrency,
       catchupIntervalMs: config.processing.catchup_interval,
       retryMinMs: config.processing.retry_min,
       retryMaxMs: config.processing.retry_max,
       handle: async (path, name) => {
         if (kind === 'reports') {
-          const r = await ingestRunLog(deps, path, name);
+          const r = await runLogs.ingest(path, name);
           log.info({ file: name, runId: r.runId, duplicate: !r.inserted }, r.inserted ? 'run stored' : 'run already stored');
         } else {
           const node = await ingestInventory(deps, path, name);
@@ -112,10 +128,33 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     processors[kind] = p;
   }
 
-  const identity = new NodeIdentity({ dataDir, store, log, ...identitySettings(config.identity) });
+  // The keyring lives in the registry database, its private keys sealed with the secret file.
+  const identity = await NodeIdentity.open({ dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity) });
   const policy = lifecyclePolicy(config);
   const sweeper = new Sweeper({ store, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));
+  // Jobs reach the nodes through the relays that link here (remote-run, outbound from them).
+  const relayHub = new RelayHub(config.jobs.heartbeat);
+  const jobs = new JobRunner({
+    store, hub: relayHub, log,
+    sweepIntervalMs: config.jobs.sweep_interval,
+    retentionMs: config.jobs.retention,
+    answerWaitMs: config.jobs.answer_wait,
+    maxOutputBytes: config.jobs.max_output,
+  });
+
+  // Managers whose provider is `server` are polled here; each poll goes straight to the registry.
+  const providers = config.providers.enabled
+    ? new Poller({
+      managers: async () => (await store.managers.listManagers('server')).map(recordToSpec),
+      report: async (spec, outcome, at) => {
+        const summary = await applyPoll(store, spec.id, outcome, at);
+        if (summary) log.debug({ manager: spec.id, ...summary }, 'discovery poll applied');
+      },
+      refreshMs: config.providers.refresh_interval,
+      log,
+    })
+    : null;
 
   const app = buildApp({
     config,
@@ -126,19 +165,28 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     metrics,
     lifecycle: { policy, last: () => sweeper.last },
     identity,
-    status: async () => ({ spool: await spool.depth(), processed: { ...counters } }),
+    status: async () => ({ spool: await spool.depth(), processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
     // Policy downloads need a valid token of the node (issue 7), unless turned off.
-    policy: { store, generator, key: policyKey, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
+    policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
+    jobs: { store, runner: jobs, limits: { defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets } },
+    remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
+    managers: {
+      // A manager created a moment ago is not in the poller's list yet: refresh first.
+      ...(providers && { pollNow: async (id: string) => { await providers.refresh(); await providers.pollNow(id); } }),
+    },
   });
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port }).catch((err: unknown) => {
-    // The keyring file is ours to close; the caller closes the store.
+    // The keyring file and the ingest workers are ours to close; the caller closes the store.
     identity.close();
+    void runLogs.close();
     throw err;
   });
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
   sweeper.start();
+  jobs.start();
+  providers?.start();
   // Catch up with model or registry changes this process did not see (another server on the
   // same database, a crash mid-regeneration): unchanged nodes cost a read, not a write.
   const catchUp = generator.regenerateAll().then(
@@ -158,12 +206,18 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     sweeper,
     metrics,
     identity,
+    jobs,
     close() {
       closing ??= (async () => {
+        // Linked relays hold connections app.close() would wait for: end them first.
+        relayHub.close();
+        await jobs.stop();
+        await providers?.stop();
         await app.close();
         await sweeper.stop();
         await catchUp;
         for (const kind of SPOOL_KINDS) await processors[kind].stop();
+        await runLogs.close();
         // After the processors: the last inventories may have touched nodes.
         await generator.settled();
         await store.close();

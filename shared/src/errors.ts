@@ -80,6 +80,7 @@ export const ERROR_CODES = {
   ERR_CONDITION_SYNTAX: { status: 400 },
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
+  ERR_ARCHIVE_INVALID: { status: 400 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },
@@ -96,12 +97,29 @@ export const ERROR_CODES = {
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
   ERR_DUPLICATE_RUN: { status: 409 },
+  // jobs (runs triggered on many nodes through the relays)
+  ERR_JOB_NO_TARGETS: { status: 400 },
+  ERR_JOB_UNKNOWN_NODES: { status: 400 },
+  ERR_JOB_UNKNOWN: { status: 404 },
+  ERR_JOB_TRANSITION: { status: 409 },
+  // managers and providers (cloud discovery)
+  ERR_MANAGER_INVALID: { status: 400 },
+  ERR_MANAGER_FILTER: { status: 400 },
+  /** A manager body carries a credential in clear: only references (env names, profiles) are accepted. */
+  ERR_MANAGER_SECRET: { status: 400 },
+  ERR_MANAGER_UNKNOWN: { status: 404 },
+  /** Deleting a manager holding nodes no other manager holds needs ?nodes=keep|delete|state:<state>. */
+  ERR_MANAGER_NODES_CHOICE: { status: 400 },
+  /** The cloud API refused or could not be reached (the cloud's own error is in the message). */
+  ERR_PROVIDER: { status: 502, transient: true },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },
   ERR_IO: { status: 500, transient: true },
   ERR_UPSTREAM: { status: 502, transient: true },
   ERR_UPSTREAM_REJECTED: { status: 502 },
+  /** Too much queued already (e.g. relay artifact downloads): come back after Retry-After. */
+  ERR_BUSY: { status: 503, transient: true },
   ERR_TIMEOUT: { status: 504, transient: true },
   ERR_INTERNAL: { status: 500 },
 } as const satisfies Record<string, CodeSpec>;

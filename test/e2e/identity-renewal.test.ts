@@ -5,6 +5,7 @@
  * agent renews and proceeds in the same run; an expired token is renewed the same way; the admin
  * `keys` verbs refuse to delete a key in use.
  */
+import { spawn } from 'node:child_process';
 import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
@@ -110,4 +111,87 @@ t.test('agent renews through the relay, survives a key deletion and an expired t
     return r.json.total >= 4 ? r.json.total : undefined;
   }, 'the runs of the accepted node to be stored');
   t.ok(runs >= 4, 'the runs went on and reached the server');
+});
+
+/**
+ * The agent's clock runs 100 s behind the relay's (a node whose NTP drifted): a token still fresh
+ * by the agent's clock has expired by the relay's. Preloaded into the agent process only.
+ */
+const CLOCK_BEHIND = `
+const offset = -100_000;
+const Real = Date;
+class Shifted extends Real {
+  constructor(...a) { if (a.length === 0) super(Real.now() + offset); else super(...a); }
+  static now() { return Real.now() + offset; }
+}
+globalThis.Date = Shifted;
+`;
+
+t.test('a token expired at the relay (401) is renewed by signed request within the same run, and by the listener', async (t) => {
+  const dir = t.testdir({ 'clock-behind.mjs': CLOCK_BEHIND });
+  const serverDir = join(dir, 'server');
+  await writeFile(join(dir, 'server.toml'), '[identity]\ntoken_ttl = "3s"\n');
+  const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const stateDir = join(dir, 'agent');
+  const env = { ...process.env, NODE_OPTIONS: `--import=${join(dir, 'clock-behind.mjs')}` };
+  const agentRun = (cmd: string, args: string[] = []) => new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
+    const p = spawn(process.execPath, [BIN.agent, cmd, '--state-dir', stateDir, '--log-level', 'warn', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    p.once('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+  // Registered and accepted by an admin with the agent's certificate, before the relay starts.
+  const info = await agentRun('info', ['--relay', 'http://127.0.0.1:9']);
+  t.equal(info.code, 0, info.stderr);
+  const { node_id: nodeId, certificate } = JSON.parse(info.stdout) as { node_id: string; certificate: string };
+  t.equal((await api('POST', '/api/1/nodes', { id: nodeId, hostname: 'drift.test', certificate })).status, 201);
+  // Default require_token (true); no clock-skew allowance, so an expired token is refused at once.
+  await writeFile(join(dir, 'relayd.toml'), '[identity]\nclock_skew = "0s"\n');
+  const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const tokenFile = join(stateDir, 'identity.token');
+
+  const first = await agentRun('run', ['--relay', relay.url]);
+  t.equal(first.code, 0, first.stderr);
+  t.notMatch(first.stderr, /policy not refreshed/);
+  const c1 = claims(await readFile(tokenFile, 'utf8'));
+  t.equal(c1.exp - c1.iat, 3, 'the configured 3 s life');
+
+  // Past its expiry by the relay's clock; fresh by the agent's (exp − (now − 100 s) is far above a third of 3 s).
+  await waitFor(async () => (Date.now() / 1000 > c1.exp + 1 ? true : undefined), 'the token to expire', 10_000);
+  t.ok(c1.exp - (Date.now() - 100_000) / 1000 > (c1.exp - c1.iat) / 3, 'the agent will not renew it on its own');
+  const refused = await fetch(`${relay.url}/policies/${nodeId}/rules`, { headers: { authorization: `Bearer ${(await readFile(tokenFile, 'utf8')).trim()}` } });
+  t.equal(refused.status, 401, 'the relay refuses the stored token');
+  t.match(await refused.json(), { error: { code: 'ERR_TOKEN_EXPIRED' } });
+
+  const second = await agentRun('run', ['--relay', relay.url]);
+  t.equal(second.code, 0, second.stderr);
+  t.notMatch(second.stderr, /policy not refreshed/, 'the policy was fetched in this run, after the renewal');
+  const c2 = claims(await readFile(tokenFile, 'utf8'));
+  t.not(c2.jti, c1.jti, 'renewed by signed request during the run');
+  t.ok(c2.exp > c1.exp);
+
+  // The listener: its stored token is expired for the relay too; the 401 renews it and it connects.
+  await waitFor(async () => (Date.now() / 1000 > c2.exp + 1 ? true : undefined), 'the second token to expire', 10_000);
+  const listener = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  listener.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  listener.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise((r) => listener.once('exit', r));
+  t.teardown(async () => {
+    listener.kill('SIGKILL');
+    await exited;
+  });
+  await waitFor(async () => (out.includes('listening for remote runs') ? true : undefined), 'the listener to connect', 30_000).catch((err: Error) => {
+    throw new Error(`${err.message}: ${out}`);
+  });
+  t.match(out, /relay refused the identity token; renewed it/, 'connected after a 401 and a renewal, without backoff');
+  const c3 = claims(await readFile(tokenFile, 'utf8'));
+  t.not(c3.jti, c2.jti);
+  const res = await fetch(`${relay.url}/rudder/relay-api/1/remote-run/nodes/${nodeId}`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'keep_output=true' });
+  t.match(await res.text(), new RegExp(`${nodeId}: \\[done, exit 0\\]`), 'and a remote run reaches it');
 });

@@ -3,7 +3,7 @@
  * every run is stored exactly once, including the 200 that are sent to both servers at once,
  * and each node's last run is its newest. Skipped with the reason when PostgreSQL is unreachable.
  */
-import { readFile } from 'node:fs/promises';
+import { appendFile, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime } from '@capstan/shared';
@@ -24,6 +24,8 @@ if (why) {
   t.test('two servers on one database store 2,000 run logs exactly once', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
     const dir = t.testdir({ 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n' });
+    // Servers sharing a database share the secret sealing its signing keys.
+    await appendFile(join(dir, 'server.toml'), `[identity]\nsecret_file = "${join(dir, 'identity.secret')}"\n`);
     const start = (name: string) => startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
       '--data-dir', join(dir, name), '--database', url, '--log-level', 'error']);
     // Both start together: the migration runs once under its advisory lock.

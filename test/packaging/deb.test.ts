@@ -14,6 +14,8 @@ import t from 'tap';
 const REPO = resolve(import.meta.dirname, '../..');
 const PROGRAMS = ['agent', 'relayd', 'server'] as const;
 const VERSION = (JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
+// The whole file (packaging three programs, then installing them) may outlast tap's default 120 s when the machine is busy.
+t.setTimeout(300_000);
 
 interface Result {
   code: number;
@@ -24,7 +26,8 @@ interface Result {
 /** Runs a command to completion; a non-zero exit is a result, not an exception. */
 function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Result> {
   return new Promise((done) => {
-    execFile(cmd, args, { ...opts, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 60_000 }, (err, stdout, stderr) => {
+    // Packaging copies the relay's and server's cloud SDKs too: about a minute on a loaded 2-core machine.
+    execFile(cmd, args, { ...opts, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 180_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === 'number' ? err.code : 127;
       done({ code, stdout, stderr });
     });

@@ -36,13 +36,14 @@ async function setup(t: Test) {
     'identity.jwks_min_refresh': '0s',
     'shared_folder.path': shared,
   };
-  const relay = await startTestRelay(t, overrides, { dir: relayDir });
+  // Registered before the relay starts: its first node list (synced from the server) has them.
   const nodes: Record<string, ReturnType<typeof createNodeIdentity>> = {};
   for (const id of ['node-a', 'node-b']) {
     nodes[id] = createNodeIdentity(id);
     await srv.store.createNode({ id, hostname: `${id}.example`, certificate: nodes[id]!.certPem });
     await srv.store.setAcceptance(id, 'accepted', new Date().toISOString());
   }
+  const relay = await startTestRelay(t, overrides, { dir: relayDir });
   const renew = async (url: string, id: string) => {
     const res = await request(`${url}/identity/renew`, { method: 'POST', headers: { 'content-type': 'application/pkcs7-mime' }, body: makeRenewRequest(nodes[id]!, id) });
     return { status: res.statusCode, json: (await res.body.json()) as any };
@@ -85,7 +86,7 @@ t.test('a token obtained through the relay opens shared-folder; missing, garbage
   const rogue = await issueNodeToken({ key: generateSigningKey(), nodeId: 'node-a', group: 'default', ttlSeconds: 3600 });
   t.match(await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', rogue.token), { status: 401, json: { error: { code: 'ERR_TOKEN_UNKNOWN_KEY' } } });
   // Signed by the server's real key, but two hours old with a one-hour life.
-  const key = s.srv.identity.state.activeKey()!;
+  const key = await s.srv.identity.activeKey();
   const old = await issueNodeToken({ key, nodeId: 'node-a', group: 'default', ttlSeconds: 3600, now: new Date(Date.now() - 7200_000) });
   t.match(await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', old.token), { status: 401, json: { error: { code: 'ERR_TOKEN_EXPIRED' } } });
   // Pending and unknown nodes are refused an identity, through the relay too.
@@ -137,7 +138,7 @@ t.test('rotation: the relay refetches on the new kid and keeps accepting old tok
   const s = await setup(t);
   const oldToken = (await s.renew(s.relay.url, 'node-a')).json.data.token as string;
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', oldToken)).status, 200);
-  s.srv.identity.rotate();
+  await s.srv.identity.rotate();
   const newToken = (await s.renew(s.relay.url, 'node-b')).json.data.token as string;
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', newToken)).status, 200, 'new kid fetched on first sight');
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', oldToken)).status, 200, 'old token still accepted');

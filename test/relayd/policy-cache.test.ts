@@ -7,6 +7,10 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { startTestRelay } from './helpers/relay.js';
+import { testTokens } from './helpers/tokens.js';
+
+// Relays require the node's token on policy downloads: tokens of a test keyring the relays have cached.
+const keys = testTokens(t.testdir());
 
 /** A policy upstream whose answers the test sets per request; it records what it was asked. */
 async function fakeServer(t: { teardown: (fn: () => unknown) => void }) {
@@ -32,14 +36,15 @@ async function fakeServer(t: { teardown: (fn: () => unknown) => void }) {
 
 t.test('cached per node with the upstream ETag; 304s from the relay; stale while down', async (t) => {
   const up = await fakeServer(t);
-  const relay = await startTestRelay(t, { 'upstream.url': up.url, 'upstream.timeout': '2s' });
-  const get = (node: string, headers: Record<string, string> = {}) => fetch(`${relay.url}/policies/${node}/rules`, { headers });
+  const relay = await startTestRelay(t, { ...keys.overrides, 'upstream.url': up.url, 'upstream.timeout': '2s' });
+  const get = async (node: string, headers: Record<string, string> = {}) => fetch(`${relay.url}/policies/${node}/rules`, { headers: { ...(await keys.auth(node)), ...headers } });
 
-  const r1 = await get('n1', { authorization: 'Bearer tok' });
+  const n1 = await keys.auth('n1');
+  const r1 = await get('n1', n1);
   t.equal(r1.status, 200);
   t.equal(r1.headers.get('etag'), '"c1"');
   t.equal(await r1.text(), up.state.body, 'bytes unchanged');
-  t.same(up.seen[0], { url: '/policies/n1/rules', inm: undefined, auth: 'Bearer tok' }, 'the node token goes upstream');
+  t.same(up.seen[0], { url: '/policies/n1/rules', inm: undefined, auth: n1.authorization }, 'the node token goes upstream');
 
   const r2 = await get('n1', { 'if-none-match': '"c1"' });
   t.equal(r2.status, 304);
@@ -73,19 +78,20 @@ t.test('cached per node with the upstream ETag; 304s from the relay; stale while
 
 t.test('refusals pass through and bad node ids never reach the disk', async (t) => {
   const up = await fakeServer(t);
-  const relay = await startTestRelay(t, { 'upstream.url': up.url });
+  const relay = await startTestRelay(t, { ...keys.overrides, 'upstream.url': up.url });
   up.state.status = 403;
-  const r = await fetch(`${relay.url}/policies/n1/rules`);
+  const r = await fetch(`${relay.url}/policies/n1/rules`, { headers: await keys.auth('n1') });
   t.equal(r.status, 403);
-  const bad = await fetch(`${relay.url}/policies/${encodeURIComponent('.a b')}/rules`);
+  const bad = await fetch(`${relay.url}/policies/${encodeURIComponent('.a b')}/rules`, { headers: await keys.auth('.a b') });
   t.equal(bad.status, 400);
   t.equal(up.seen.length, 1, 'the bad id was not asked upstream');
 });
 
 t.test('max_age answers from the cache without asking the upstream', async (t) => {
   const up = await fakeServer(t);
-  const relay = await startTestRelay(t, { 'upstream.url': up.url, 'policies.max_age': '1h' });
-  t.equal((await fetch(`${relay.url}/policies/n1/rules`)).status, 200);
-  t.equal((await fetch(`${relay.url}/policies/n1/rules`)).status, 200);
+  const relay = await startTestRelay(t, { ...keys.overrides, 'upstream.url': up.url, 'policies.max_age': '1h' });
+  const headers = await keys.auth('n1');
+  t.equal((await fetch(`${relay.url}/policies/n1/rules`, { headers })).status, 200);
+  t.equal((await fetch(`${relay.url}/policies/n1/rules`, { headers })).status, 200);
   t.equal(up.seen.length, 1);
 });

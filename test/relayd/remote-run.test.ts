@@ -9,16 +9,22 @@ import t from 'tap';
 import { fakeAgent } from './helpers/fake-agent.js';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
+import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
 
 const RR = '/rudder/relay-api/1/remote-run';
 const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
 const post = (url: string, path: string, fields: Record<string, string>) =>
   fetch(`${url}${RR}${path}`, { method: 'POST', body: form(fields), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+// Agents connect with their node token (relays require it); keys of a test server, cached at the relay.
+const keys = testTokens(t.testdir());
+const relayWithKeys = (tt: Parameters<typeof startTestRelay>[0], overrides: Record<string, unknown> = {}, opts: Parameters<typeof startTestRelay>[2] = {}) =>
+  startTestRelay(tt, { ...keys.overrides, ...overrides }, opts);
+const agentOf = async (relay: string, node: string, opts: { busy?: boolean; lines?: number } = {}) => fakeAgent(relay, node, { ...opts, token: await keys.token(node) });
 
 t.test('a trigger reaches a connected agent within a second; output streams back', async (t) => {
-  const r = await startTestRelay(t);
-  const agent = fakeAgent(r.url, 'node-a', { lines: 3 });
+  const r = await relayWithKeys(t);
+  const agent = await agentOf(r.url, 'node-a', { lines: 3 });
   t.teardown(() => agent.close());
   await agent.connected;
   const started = Date.now();
@@ -33,8 +39,8 @@ t.test('a trigger reaches a connected agent within a second; output streams back
 });
 
 t.test("RUDDER's four modes", async (t) => {
-  const r = await startTestRelay(t);
-  const agent = fakeAgent(r.url, 'node-a');
+  const r = await relayWithKeys(t);
+  const agent = await agentOf(r.url, 'node-a');
   t.teardown(() => agent.close());
   await agent.connected;
   const syncKeep = await (await post(r.url, '/nodes/node-a', { keep_output: 'true' })).text();
@@ -48,8 +54,8 @@ t.test("RUDDER's four modes", async (t) => {
 });
 
 t.test('an offline node is reported after a bounded wait; a busy one says so', async (t) => {
-  const r = await startTestRelay(t, { 'remote_run.connect_wait': '300ms' });
-  const busy = fakeAgent(r.url, 'node-busy', { busy: true });
+  const r = await relayWithKeys(t, { 'remote_run.connect_wait': '300ms' });
+  const busy = await agentOf(r.url, 'node-busy', { busy: true });
   t.teardown(() => busy.close());
   await busy.connected;
   const started = Date.now();
@@ -60,15 +66,16 @@ t.test('an offline node is reported after a bounded wait; a busy one says so', a
   t.match(text, /node-busy: \[busy: a run is already in progress\]\n/);
   t.ok(took < 2000, `answered in ${took} ms`);
   // A node that connects during the wait is run, not reported offline.
+  const lateToken = await keys.token('node-late');
   const late = post(r.url, '/nodes/node-late', { keep_output: 'true' }).then((x) => x.text());
-  const agent = fakeAgent(r.url, 'node-late');
+  const agent = fakeAgent(r.url, 'node-late', { token: lateToken });
   t.teardown(() => agent.close());
   t.match(await late, /node-late: \[done, exit 0\]/);
 });
 
 t.test('remote-run/all reaches every connected agent', async (t) => {
-  const r = await startTestRelay(t);
-  const agents = ['n1', 'n2', 'n3'].map((id) => fakeAgent(r.url, id));
+  const r = await relayWithKeys(t);
+  const agents = await Promise.all(['n1', 'n2', 'n3'].map((id) => agentOf(r.url, id)));
   t.teardown(() => agents.forEach((a) => a.close()));
   await Promise.all(agents.map((a) => a.connected));
   const text = await (await post(r.url, '/all', {})).text();
@@ -84,10 +91,12 @@ t.test('nodes behind a sub-relay are reached through its outbound link', async (
       direct: { 'policy-server': 'root' },
     }),
   });
-  const root = await startTestRelay(t, { 'general.nodes_list_file': join(dir, 'nodes.json'), 'remote_run.connect_wait': '3s' }, { dir: join(dir, 'root') });
-  const sub = await startTestRelay(t, { 'general.node_id': 'sub', 'upstream.url': root.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub') });
-  const leaf = fakeAgent(sub.url, 'leaf');
-  const direct = fakeAgent(root.url, 'direct');
+  // A sub-relay's link carries no node token (relays have no node identity): the relay it links
+  // to must accept connections without one. Its own agents still need theirs.
+  const root = await relayWithKeys(t, { 'identity.require_token': false, 'general.nodes_list_file': join(dir, 'nodes.json'), 'remote_run.connect_wait': '3s' }, { dir: join(dir, 'root') });
+  const sub = await relayWithKeys(t, { 'general.node_id': 'sub', 'upstream.url': root.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub') });
+  const leaf = await agentOf(sub.url, 'leaf');
+  const direct = await agentOf(root.url, 'direct');
   t.teardown(() => {
     leaf.close();
     direct.close();
@@ -102,9 +111,9 @@ t.test('nodes behind a sub-relay are reached through its outbound link', async (
   t.match(all, /direct: \[done, exit 0\]/);
 
   // Without a nodes list to route by, the relay asks its sub-relays.
-  const plain = await startTestRelay(t, { 'remote_run.connect_wait': '300ms' }, { dir: join(dir, 'plain') });
-  const sub2 = await startTestRelay(t, { 'general.node_id': 'sub2', 'upstream.url': plain.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub2') });
-  const leaf2 = fakeAgent(sub2.url, 'leaf2');
+  const plain = await relayWithKeys(t, { 'identity.require_token': false, 'remote_run.connect_wait': '300ms' }, { dir: join(dir, 'plain') });
+  const sub2 = await relayWithKeys(t, { 'general.node_id': 'sub2', 'upstream.url': plain.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub2') });
+  const leaf2 = await agentOf(sub2.url, 'leaf2');
   t.teardown(() => leaf2.close());
   await leaf2.connected;
   await until(() => (plain.handle.context.remoteRun.hub.get('sub2') ? true : undefined), 'the second link');
@@ -115,7 +124,7 @@ t.test('nodes behind a sub-relay are reached through its outbound link', async (
 });
 
 t.test('the form is checked as RUDDER checks it', async (t) => {
-  const r = await startTestRelay(t);
+  const r = await relayWithKeys(t);
   const bad = await post(r.url, '/nodes/x', { conditions: 'class~1' });
   t.equal(bad.status, 400);
   t.equal(await bad.text(), 'invalid condition: class~1, should match ^[a-zA-Z0-9][a-zA-Z0-9_]*$');
@@ -129,7 +138,7 @@ t.test('the form is checked as RUDDER checks it', async (t) => {
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'a=b', chunked: true })).status, 411);
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'x'.repeat(1024 * 1024 + 1) })).status, 413);
   t.equal((await raw(r.url, 'POST', '/remote-run/output/not-a-channel', { body: '{}\n' })).status, 404, 'output for an unknown run');
-  const disabled = await startTestRelay(t, { 'remote_run.enabled': false }, { dir: join(t.testdir(), 'off') });
+  const disabled = await relayWithKeys(t, { 'remote_run.enabled': false }, { dir: join(t.testdir(), 'off') });
   t.equal((await post(disabled.url, '/all', {})).status, 404);
-  t.equal((await fetch(`${disabled.url}/remote-run/listen/n1`)).status, 404);
+  t.equal((await fetch(`${disabled.url}/remote-run/listen/n1`, { headers: await keys.auth('n1') })).status, 404);
 });

@@ -50,6 +50,9 @@ if (!existsSync(CONFORMANCE)) {
         'shared_files.path': join(dir, 'shared-files'),
         'shared_files.max_body_size': '8192',
         'shared_folder.path': join(dir, 'shared-folder'),
+        // RUDDER's matrix is run as RUDDER agents fetch: without a node token (relays require one
+        // by default; a deployment serving RUDDER agents turns it off like this).
+        'identity.require_token': false,
         ...extra,
       },
       { dir },

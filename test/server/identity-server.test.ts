@@ -1,13 +1,14 @@
 /**
- * Node identity at the server, in process (buildApp + inject) on a real SQLite store and a real
- * keyring file: renewal by signed request for accepted nodes only, claims and per-group TTL, the
+ * Node identity at the server, in process (buildApp + inject) on a real SQLite store (the
+ * keyring is in it, sealed): renewal by signed request for accepted nodes only, claims and per-group TTL, the
  * JWKS, replay refusal, forced renewal, rotation keeping old tokens valid, and key deletion
  * refused while a key is in use.
  */
-import { readdirSync, statSync } from 'node:fs';
+import { readdirSync, statSync, writeFileSync } from 'node:fs';
+import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { createNodeIdentity, makeRenewRequest, silentLogger, Spool, verifyNodeToken } from '@capstan/shared';
+import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, silentLogger, Spool, verifyNodeToken } from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { authorizeNodeToken } from '@capstan/server/api/routes/identity';
 import { loadServerConfig } from '@capstan/server/config';
@@ -24,7 +25,7 @@ async function setup(t: Test, overrides: Record<string, string> = {}) {
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const clock = { now: new Date('2026-11-22T12:00:00Z') };
-  const identity = new NodeIdentity({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), clock: () => clock.now });
+  const identity = await NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), clock: () => clock.now });
   const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), identity });
   t.teardown(async () => {
     await app.close();
@@ -56,16 +57,15 @@ t.test('an accepted node renews by signed request and gets a token with the docu
   t.equal(r.status, 200);
   const token = r.json.data.token as string;
   const [h, p] = token.split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
-  const kid = s.identity.listKeys()[0]!.kid;
+  const kid = (await s.identity.listKeys())[0]!.kid;
   t.same(h, { alg: 'EdDSA', kid, typ: 'JWT' });
   const iat = s.clock.now.getTime() / 1000;
   t.match(p, { sub: 'node:n1', capstan_node_id: 'n1', capstan_node_group: 'laptops', capstan_datacenter: 'dc1', aud: 'capstan', iat, nbf: iat, exp: iat + 8 * 3600 });
   t.equal(r.json.data.expires_at, new Date((iat + 8 * 3600) * 1000).toISOString());
-  t.match(s.identity.state.getToken('n1'), { kid, jti: p.jti, exp: iat + 8 * 3600 }, 'the signing kid is recorded on the node');
+  t.match(await s.store.identity.getToken('n1'), { kid, jti: p.jti, exp: iat + 8 * 3600 }, 'the signing kid is recorded on the node');
   t.ok(await verifyNodeToken(token, await s.jwks(), { nodeId: 'n1', now: s.clock.now }), 'verifies against the published JWKS');
-  for (const f of readdirSync(s.dir).filter((n) => n.startsWith('identity.db'))) {
-    t.equal(statSync(join(s.dir, f)).mode & 0o777, 0o600, `${f} (keyring, its WAL) is private`);
-  }
+  t.equal(statSync(join(s.dir, 'identity.secret')).mode & 0o777, 0o600, 'the secret sealing the keyring is private');
+  t.same(readdirSync(s.dir).filter((n) => n.startsWith('identity.db')), [], 'no separate keyring file any more');
   // Default TTL for a node without a group override.
   const id2 = await s.node('n2');
   const r2 = await s.renew(makeRenewRequest(id2, 'n2', s.clock.now));
@@ -124,7 +124,7 @@ t.test('rotation keeps old tokens valid; deleting a key in use is refused with t
   const s = await setup(t);
   const id = await s.node('n1');
   const old = (await s.renew(makeRenewRequest(id, 'n1', s.clock.now))).json.data.token as string;
-  const oldKid = s.identity.listKeys()[0]!.kid;
+  const oldKid = (await s.identity.listKeys())[0]!.kid;
   const rot = await s.api('POST', '/api/1/keys/rotate');
   t.equal(rot.status, 201);
   const newKid = rot.json.data.kid as string;
@@ -151,10 +151,10 @@ t.test('a retired key leaves the JWKS once its last token expired, and may then 
   const s = await setup(t, { 'identity.token_ttl': '1h' });
   const id = await s.node('n1');
   await s.renew(makeRenewRequest(id, 'n1', s.clock.now));
-  const oldKid = s.identity.listKeys()[0]!.kid;
-  s.identity.rotate();
+  const oldKid = (await s.identity.listKeys())[0]!.kid;
+  await s.identity.rotate();
   s.clock.now = new Date(s.clock.now.getTime() + 3601_000);
-  t.same((await s.jwks()).keys.map((k: { kid: string }) => k.kid), [s.identity.listKeys().find((k) => k.active)!.kid]);
+  t.same((await s.jwks()).keys.map((k: { kid: string }) => k.kid), [(await s.identity.listKeys()).find((k) => k.active)!.kid]);
   t.match(await s.api('DELETE', `/api/1/keys/${oldKid}`), { status: 200, json: { data: { nodes: 0 } } });
 });
 
@@ -164,4 +164,70 @@ t.test('configuration: a TTL of 0 is refused, per group and overall', async (t) 
   t.throws(() => loadServerConfig({ overrides: { 'identity.group_ttls': 'web' } }), { code: 'ERR_CONFIG' });
   t.throws(() => loadServerConfig({ overrides: { 'identity.key_alg': 'HS256' } }), { code: 'ERR_CONFIG' });
   t.ok(loadServerConfig({ overrides: { 'identity.group_ttls': 'web=2h, db=3d', 'identity.key_alg': 'RS256' } }));
+});
+
+t.test('the keyring is in the registry database with its private keys sealed; a wrong or missing secret stops the start', async (t) => {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  t.teardown(() => store.close());
+  const open = (over: { secretFile?: string } = {}) => NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), ...over });
+  const first = await open();
+  const active = await first.activeKey();
+  const [row] = await store.identity.allKeys();
+  t.equal(row!.kid, active.kid);
+  t.notMatch(row!.sealed_private, (active.privateJwk as { d: string }).d, 'the private key is not in the database in clear');
+  t.match(row!.sealed_private, /^v1\./);
+  t.equal((await open()).constructor, NodeIdentity, 'the same secret opens it again');
+  t.equal((await (await open()).activeKey()).kid, active.kid, 'and finds the same key, no new keyring');
+
+  const wrong = join(dir, 'other.secret');
+  writeFileSync(wrong, 'an entirely different secret of enough length\n', { mode: 0o600 });
+  await t.rejects(open({ secretFile: wrong }), { code: 'ERR_STARTUP', message: /does not open signing key .* same identity secret file/ });
+  await t.rejects(open({ secretFile: join(dir, 'absent.secret') }), { code: 'ERR_STARTUP', message: /does not exist, but the database already holds a signing keyring/ });
+  t.throws(() => statSync(join(dir, 'absent.secret')), 'no secret is made beside an existing keyring');
+  writeFileSync(join(dir, 'short.secret'), 'too short\n');
+  await t.rejects(open({ secretFile: join(dir, 'short.secret') }), { code: 'ERR_STARTUP', message: /at least 32 characters/ });
+  t.equal((await store.identity.listKeys()).length, 1, 'none of the refused starts added a key');
+});
+
+t.test('an old identity.db is imported once (keys sealed, node tokens kept) and renamed', async (t) => {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  t.teardown(() => store.close());
+  const nid = createNodeIdentity('n1');
+  await store.createNode({ id: 'n1', hostname: 'n1.example', certificate: nid.certPem });
+  await store.setAcceptance('n1', 'accepted', new Date().toISOString());
+  // The file as servers before migration 4 wrote it.
+  const oldKey = generateSigningKey();
+  const token = await issueNodeToken({ key: oldKey, nodeId: 'n1', group: 'default', ttlSeconds: 3600 });
+  const db = new Database(join(dir, 'identity.db'));
+  db.exec(`CREATE TABLE signing_keys (kid TEXT PRIMARY KEY, alg TEXT NOT NULL, private_jwk TEXT NOT NULL, public_jwk TEXT NOT NULL,
+      active INTEGER NOT NULL DEFAULT 0, created_at TEXT NOT NULL, retired_at TEXT, max_exp INTEGER NOT NULL DEFAULT 0) STRICT;
+    CREATE TABLE node_tokens (node_id TEXT PRIMARY KEY, kid TEXT NOT NULL, jti TEXT NOT NULL, iat INTEGER NOT NULL, exp INTEGER NOT NULL,
+      forced_after INTEGER NOT NULL DEFAULT 0) STRICT;
+    CREATE TABLE renew_nonces (nonce TEXT PRIMARY KEY, until INTEGER NOT NULL) STRICT;`);
+  db.prepare('INSERT INTO signing_keys VALUES (?, ?, ?, ?, 1, ?, NULL, ?)').run(oldKey.kid, 'EdDSA', JSON.stringify(oldKey.privateJwk), JSON.stringify(oldKey.publicJwk), '2026-01-01T00:00:00.000Z', token.claims.exp);
+  db.prepare('INSERT INTO node_tokens VALUES (?, ?, ?, ?, ?, 0)').run('n1', oldKey.kid, token.claims.jti, token.claims.iat, token.claims.exp);
+  db.close();
+
+  const identity = await NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity) });
+  t.match(await identity.listKeys(), [{ kid: oldKey.kid, active: true, nodes: 1 }], 'the old key, still active, with its node');
+  t.match(await store.identity.getToken('n1'), { kid: oldKey.kid, jti: token.claims.jti });
+  t.ok(await identity.verify(token.token, 'n1'), 'a token issued before the upgrade still verifies');
+  t.same(readdirSync(dir).filter((n) => n.startsWith('identity.db')), ['identity.db.imported']);
+  // The next start finds the keyring and no file to import.
+  const again = await NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity) });
+  t.equal((await again.listKeys()).length, 1);
+});
+
+t.test('an old identity.db that cannot be read stops the start with ERR_STARTUP, naming it', async (t) => {
+  const dir = t.testdir({ 'identity.db': 'not a database, just text long enough to not be empty'.repeat(20) });
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  t.teardown(() => store.close());
+  await t.rejects(NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity) }),
+    { code: 'ERR_STARTUP', message: /cannot import the old identity state .*identity\.db/ });
+  t.same(await store.identity.listKeys(), [], 'no keyring was made instead');
 });

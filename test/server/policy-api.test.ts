@@ -109,9 +109,10 @@ t.test('a rule change reaches its nodes signed, with a config id that follows co
   t.equal(r1.status, 200);
   const b1 = verifyBundle(r1.json, pinned, 'n1');
   t.same(b1.directives.map((d) => `${d.rule_id}/${d.id}`), ['base/motd']);
-  t.equal(r1.headers.etag, `"${b1.config_id}"`);
+  const etag1 = `"${b1.config_id}.${key.keyId.slice(0, 8)}"`;
+  t.equal(r1.headers.etag, etag1, 'the ETag is the config id and the signing key');
   t.equal(r1.json.public_key, key.publicKeyPem);
-  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': `"${b1.config_id}"` })).status, 304);
+  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': etag1 })).status, 304);
   t.equal((await api('GET', '/policies/p1/rules')).status, 404, 'pending node');
   t.equal((await api('GET', '/policies/nobody/rules')).status, 404, 'unknown node');
   t.equal(verifyBundle((await api('GET', '/policies/n3/rules')).json, pinned, 'n3').config_id, b1.config_id, 'same content, same config id');
@@ -133,7 +134,7 @@ t.test('a rule change reaches its nodes signed, with a config id that follows co
   const b1b = verifyBundle((await api('GET', '/policies/n1/rules')).json, pinned, 'n1');
   t.not(b1b.config_id, b1.config_id);
   t.same(b1b.directives.map((d) => `${d.rule_id}/${d.id}`), ['audit/sshd', 'base/motd']);
-  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': `"${b1.config_id}"` })).status, 200, 'old etag no longer matches');
+  t.equal((await api('GET', '/policies/n1/rules', undefined, { 'if-none-match': etag1 })).status, 200, 'old etag no longer matches');
   t.not((await store.getPolicyBundle('n3'))?.config_id, n3Before?.config_id);
 
   // Saving the same content again changes nothing at all.

@@ -9,6 +9,8 @@ import t from 'tap';
 import pg from 'pg';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
+import { identitySuite } from './identity-store-suite.js';
+import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
 import { run, storeSuite, type Backend } from './store-suite.js';
 
 const url = process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -79,6 +81,8 @@ if (reason !== undefined) {
   };
   storeSuite(t, backend);
   registrySuite(t, backend);
+  identitySuite(t, backend);
+  jobsStoreSuite(t, backend);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
     const db = await backend.fresh(t);

@@ -4,6 +4,8 @@ import t from 'tap';
 import Database from 'better-sqlite3';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
+import { identitySuite } from './identity-store-suite.js';
+import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
 import { storeSuite, type Backend } from './store-suite.js';
 
 const backend: Backend = {
@@ -33,6 +35,8 @@ const backend: Backend = {
 };
 storeSuite(t, backend);
 registrySuite(t, backend);
+identitySuite(t, backend);
+jobsStoreSuite(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(t.testdir(), 'capstan.db');

@@ -122,6 +122,51 @@ async function packages(): Promise<Array<{ name: string; version: string }>> {
   throw lastErr ?? new Error('no package manager found');
 }
 
+/** cloud-init's copy of the instance metadata: a local file, so no metadata-service call per run. */
+export const CLOUD_INIT_INSTANCE_DATA = '/run/cloud-init/instance-data.json';
+
+export interface CloudIdentity {
+  provider: 'aws' | 'azure' | 'gcp';
+  instance_id: string;
+  region: string;
+  account_id: string;
+}
+
+const at = (o: unknown, ...path: string[]): unknown =>
+  path.reduce<unknown>((v, k) => (v && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined), o);
+const nonEmpty = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
+
+/**
+ * The instance's cloud identity from cloud-init's instance data, in the terms the providers
+ * discover it by (server/src/store/discovery-rules.ts): AWS instance id, region and account;
+ * Azure VM id, location and subscription; GCE instance id, zone and project. Null elsewhere.
+ */
+export function cloudFromInstanceData(doc: unknown): CloudIdentity | null {
+  const cloud = at(doc, 'v1', 'cloud_name');
+  const id = at(doc, 'v1', 'instance_id');
+  let out: CloudIdentity | null = null;
+  if (cloud === 'aws') {
+    out = { provider: 'aws', instance_id: id as string, region: at(doc, 'v1', 'region') as string, account_id: at(doc, 'ds', 'dynamic', 'instance-identity', 'document', 'accountId') as string };
+  } else if (cloud === 'azure') {
+    const compute = at(doc, 'ds', 'meta_data', 'imds', 'compute');
+    out = { provider: 'azure', instance_id: (at(compute, 'vmId') ?? id) as string, region: (at(compute, 'location') ?? at(doc, 'v1', 'region')) as string, account_id: at(compute, 'subscriptionId') as string };
+  } else if (cloud === 'gce') {
+    out = { provider: 'gcp', instance_id: String(id ?? ''), region: at(doc, 'v1', 'availability_zone') as string, account_id: at(doc, 'ds', 'meta_data', 'project', 'projectId') as string };
+  }
+  return out && nonEmpty(out.instance_id) && nonEmpty(out.region) && nonEmpty(out.account_id) ? out : null;
+}
+
+async function cloudIdentity(): Promise<CloudIdentity | null> {
+  let text: string;
+  try {
+    text = await readFile(CLOUD_INIT_INSTANCE_DATA, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+  return cloudFromInstanceData(JSON.parse(text));
+}
+
 export async function collectInventory(ctx: InventoryContext): Promise<Record<string, unknown>> {
   const errors: Record<string, string> = {};
   const attempt = async <T>(name: string, fn: () => Promise<T>, fallback: T): Promise<T> => {
@@ -149,6 +194,8 @@ export async function collectInventory(ctx: InventoryContext): Promise<Record<st
     default_route: await attempt('default_route', async () => parseDefaultRoute(await readFile('/proc/net/route', 'utf8')), null),
     packages: await attempt('packages', packages, []),
     uptime: Math.round(os.uptime()),
+    // Lets the server join a row a cloud manager discovered instead of making a second node.
+    cloud: await attempt('cloud', cloudIdentity, null),
     facts: {},
   };
   if (Object.keys(errors).length > 0) inv.errors = errors;

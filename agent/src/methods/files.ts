@@ -149,7 +149,7 @@ export const fileFromSharedFolder: Method<ParamsOf<typeof fileFromSharedFolderSp
         return null;
       },
       async () => {
-        const data = await ctx.fetchShared(p.source);
+        const data = await ctx.fetchShared(p.source, p.sha256);
         // Never install bytes that are not the ones the signed policy names.
         if (sha256(data) !== p.sha256) throw capstanError('ERR_ARTIFACT_HASH', `shared-folder ${p.source} does not match its sha256`);
         await mkdir(dirname(p.path), { recursive: true });

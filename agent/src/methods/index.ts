@@ -1,12 +1,13 @@
 /** The registry of generic methods a directive may name. */
 import { commandCheck, commandRun, packageAbsent, packagePresent, serviceEnabled, serviceRunning, sysctlValue } from './system.js';
 import { directoryPresent, fileAbsent, fileContent, fileFromSharedFolder, fileLinePresent, filePermissions } from './files.js';
+import { archiveFromSharedFolder } from './archive.js';
 import type { Method } from './types.js';
 
 export const METHODS: ReadonlyMap<string, Method<any>> = new Map(
   [
     fileContent, fileLinePresent, fileAbsent, filePermissions, directoryPresent, fileFromSharedFolder,
-    packagePresent, packageAbsent, serviceRunning, serviceEnabled, commandCheck, commandRun, sysctlValue,
+    archiveFromSharedFolder, packagePresent, packageAbsent, serviceRunning, serviceEnabled, commandCheck, commandRun, sysctlValue,
   ].map((m) => [m.name, m as Method<any>]),
 );
 

@@ -25,8 +25,13 @@ export interface MethodContext {
   commandTimeoutMs: number;
   /** Base directory of sysctl values (/proc/sys; a temporary tree in tests). */
   sysctlRoot: string;
-  /** Fetch a shared-folder file from the relay; resolves to its bytes. */
-  fetchShared: (path: string) => Promise<Buffer>;
+  /** Fetch a shared-folder file from the relay; resolves to its bytes. `sha256`: what the directive expects. */
+  fetchShared: (path: string, sha256?: string) => Promise<Buffer>;
+  /**
+   * Every directive of the bundle being applied, so that a method can see what else the node is
+   * assigned (archive_from_shared_folder's `purge` keeps the bundles other directives install).
+   */
+  siblings?: ReadonlyArray<{ method: string; params: Record<string, unknown> }>;
 }
 
 /** A method: the shared parameter spec (validate, components, auditOnly) plus how to apply it. */

@@ -93,7 +93,7 @@ export async function applyDirectives(directives: BundleDirective[], o: ApplyOpt
         continue;
       }
     }
-    const outcomes = await method.apply(params, { ...o.ctx, mode: audit ? 'audit' : 'enforce' });
+    const outcomes = await method.apply(params, { siblings: directives, ...o.ctx, mode: audit ? 'audit' : 'enforce' });
     outcomes.forEach(emit);
   }
 }

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { httpRequest } from '../queue/http.js';
 import {
-  capstanError, HEADER_PROTOCOL, policyKeyId, PROTOCOL_VERSION, userAgent, verifyBundle, type PolicyBundle,
+  capstanError, followEndorsements, HEADER_PROTOCOL, policyKeyId, PROTOCOL_VERSION, userAgent, verifyBundle, type PolicyBundle,
 } from '@capstan/shared/agent';
 import { writeAtomic } from '../identity/state.js';
 
@@ -32,18 +32,31 @@ interface CacheFiles {
   bundle: string;
   etag: string;
   key: string;
+  /** Key id of the configured key a re-pinned key was reached from (see loadPinnedKey). */
+  anchor: string;
 }
 
 function files(stateDir: string): CacheFiles {
-  return { bundle: join(stateDir, 'policy.json'), etag: join(stateDir, 'policy.etag'), key: join(stateDir, 'policy-key.pem') };
+  return { bundle: join(stateDir, 'policy.json'), etag: join(stateDir, 'policy.etag'), key: join(stateDir, 'policy-key.pem'), anchor: join(stateDir, 'policy-key.anchor') };
 }
 
 const readText = (p: string) => readFile(p, 'utf8').catch(() => null);
 
-/** The pinned policy key: from the agent's config, else the one pinned on first contact. */
+/**
+ * The pinned policy key: the one pinned in the state directory (on first contact, or re-pinned
+ * after following the server's endorsement chain through a key rotation), else the configured
+ * one. With a key in the agent's config, a state pin counts only if it was reached from that very
+ * key: an admin who configures another key (another server) starts over from it.
+ */
 export async function loadPinnedKey(stateDir: string, configured: string | null): Promise<PinnedKey | null> {
-  const pem = configured ?? (await readText(files(stateDir).key));
-  return pem ? { keyId: policyKeyId(pem), publicKeyPem: pem } : null;
+  const f = files(stateDir);
+  const state = await readText(f.key);
+  const pin = (pem: string) => ({ keyId: policyKeyId(pem), publicKeyPem: pem });
+  if (configured) {
+    if (state && policyKeyId(state) !== policyKeyId(configured) && (await readText(f.anchor))?.trim() === policyKeyId(configured)) return pin(state);
+    return pin(configured);
+  }
+  return state ? pin(state) : null;
 }
 
 /** How requests prove the node's identity: its token, renewed by signed request on a 401. */
@@ -110,8 +123,17 @@ export async function fetchPolicy(opts: {
       pinned = { keyId: policyKeyId(signed.public_key), publicKeyPem: signed.public_key };
       firstPin = signed.public_key;
     }
-    const bundle = verifyBundle(signed, pinned, opts.nodeId);
+    // A rotated server key: trusted only through endorsements from the pinned key, then pinned.
+    let repinned: PinnedKey | null = null;
+    if (typeof signed.key_id === 'string' && signed.key_id !== pinned.keyId) {
+      repinned = followEndorsements(pinned, signed.endorsements, signed.key_id);
+    }
+    const bundle = verifyBundle(signed, repinned ?? pinned, opts.nodeId);
     if (firstPin) await writeAtomic(f.key, firstPin, 0o644);
+    if (repinned) {
+      if (opts.configuredKeyPem) await writeAtomic(f.anchor, policyKeyId(opts.configuredKeyPem), 0o644);
+      await writeAtomic(f.key, repinned.publicKeyPem, 0o644);
+    }
     await writeAtomic(f.bundle, JSON.stringify(bundle), 0o600);
     const etag = res.headers.etag;
     if (typeof etag === 'string') await writeAtomic(f.etag, etag, 0o600);

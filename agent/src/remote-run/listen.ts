@@ -8,13 +8,17 @@
  * The connection is re-opened with exponential backoff and jitter when it drops, and declared
  * dead when no line (heartbeats included) arrived for three heartbeat periods.
  *
+ * Relays require the node's identity token on this connection (Authorization: Bearer). The token
+ * comes from `auth` (renewed by signed request when missing or due); a 401 from the relay (expired
+ * by its clock, a key deleted at the server) renews it at once and reconnects without backoff.
+ *
  * node:http rather than undici, for the same reason as queue/http.ts (the agent's RSS).
  */
 import http from 'node:http';
 import https from 'node:https';
 import { PassThrough } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
-import { userAgent, type Logger } from '@capstan/shared/agent';
+import { capstanError, userAgent, type Logger } from '@capstan/shared/agent';
 
 export interface RunRequest {
   channel: string;
@@ -26,10 +30,18 @@ export interface RunOutput {
   line(text: string): void;
 }
 
+/** The node's token: the current one (renewed first when due; null when none can be had), or a new one now. */
+export interface ListenAuth {
+  current(): Promise<string | null>;
+  renew(): Promise<string>;
+}
+
 export interface ListenOptions {
   relay: string;
   nodeId: string;
   log: Logger;
+  /** Where the token comes from; absent: none is sent (a relay with require_token = false). */
+  auth?: ListenAuth;
   /** Do the run; resolve with its exit code; throw ERR_CONFLICT when a run is already going. */
   run: (req: RunRequest, out: RunOutput) => Promise<number>;
   signal?: AbortSignal;
@@ -48,12 +60,34 @@ function transport(url: URL): typeof http | typeof https {
 /** Keep listening until `signal` aborts. */
 export async function listen(opts: ListenOptions): Promise<void> {
   let delay = 1000;
+  // Set after a renewal forced by a 401, cleared once a connection is accepted (its hello).
+  let renewed = false;
+  const once: ListenOptions = {
+    ...opts,
+    onConnected: () => {
+      renewed = false;
+      opts.onConnected?.();
+    },
+  };
   while (!opts.signal?.aborted) {
     const connectedAt = Date.now();
     try {
-      await listenOnce(opts);
+      await listenOnce(once, (await opts.auth?.current().catch(() => null)) ?? null);
     } catch (err) {
       if (opts.signal?.aborted) return;
+      // Refused token: renew by signed request and come back at once — once; a relay that still
+      // refuses the fresh token gets the normal backoff.
+      if ((err as { status?: number }).status === 401 && opts.auth && !renewed) {
+        renewed = true;
+        const fresh = await opts.auth.renew().then(() => true, (e: unknown) => {
+          opts.log.warn({ err: (e as Error).message }, 'identity token not renewed');
+          return false;
+        });
+        if (fresh) {
+          opts.log.info({ relay: opts.relay }, 'relay refused the identity token; renewed it');
+          continue;
+        }
+      }
       opts.log.warn({ err: (err as Error).message }, 'remote-run connection to the relay failed');
     }
     if (opts.signal?.aborted) return;
@@ -76,12 +110,17 @@ export async function listen(opts: ListenOptions): Promise<void> {
  * bare socket for it (an idle agent costs the relay a few kB). A relay that answers 200 instead
  * streams the same lines in the response body; both are read the same way.
  */
-function listenOnce(opts: ListenOptions): Promise<void> {
+function listenOnce(opts: ListenOptions, token: string | null): Promise<void> {
   const url = new URL(`${opts.relay.replace(/\/+$/, '')}/remote-run/listen/${encodeURIComponent(opts.nodeId)}`);
   return new Promise((resolve, reject) => {
     const req = transport(url).request(url, {
       method: 'GET',
-      headers: { 'user-agent': userAgent('capstan-agent'), connection: 'Upgrade', upgrade: UPGRADE_PROTOCOL },
+      headers: {
+        'user-agent': userAgent('capstan-agent'),
+        connection: 'Upgrade',
+        upgrade: UPGRADE_PROTOCOL,
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+      },
       signal: opts.signal,
     });
     const consume = (stream: NodeJS.ReadableStream & { destroy(err?: Error): void }, head?: Buffer) => {
@@ -121,7 +160,9 @@ function listenOnce(opts: ListenOptions): Promise<void> {
     req.on('response', (res) => {
       if (res.statusCode !== 200) {
         res.resume();
-        reject(new Error(`relay answered ${res.statusCode}`));
+        const status = res.statusCode ?? 0;
+        const code = status === 401 ? 'ERR_TOKEN_INVALID' : status === 403 ? 'ERR_TOKEN_WRONG_NODE' : 'ERR_UPSTREAM';
+        reject(Object.assign(capstanError(code, `relay answered ${status}`), { status }));
         return;
       }
       consume(res);

@@ -5,7 +5,7 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import { capstanError, etagMatches, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
 import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';
@@ -19,6 +19,8 @@ export type { RelayContext } from './context.js';
 export interface BuildOptions {
   /** TLS for the listener (cert, key, minVersion); absent → plain HTTP. */
   https?: HttpsOptions;
+  /** The node list synced from the upstream, served as received to sub-relays (null: none yet). */
+  nodesList?: () => { body: string; etag: string | null } | null;
 }
 
 const UPLOAD_PATH = new RegExp(`^/(${SPOOL_KINDS.join('|')})/`);
@@ -55,16 +57,27 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
   app.addHook('onSend', async (req, reply) => {
     // Answers given while shutting down close their connection, so the client reconnects elsewhere.
     if (closing) reply.header('connection', 'close');
-    if (reply.statusCode === 507 || reply.statusCode === 503) reply.header('retry-after', '60');
+    if ((reply.statusCode === 507 || reply.statusCode === 503) && !reply.hasHeader('retry-after')) reply.header('retry-after', '60');
     if (reply.statusCode === 507) ctx.spoolFull();
+    if (reply.statusCode < 400) return;
     const m = UPLOAD_PATH.exec(req.url);
-    if (m && req.method === 'PUT' && reply.statusCode >= 400) ctx.metrics.refused.inc({ kind: m[1] as SpoolKind, status: String(reply.statusCode) });
+    if (m && req.method === 'PUT') ctx.metrics.refused.inc({ kind: m[1] as SpoolKind, status: String(reply.statusCode) });
   });
 
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${ctx.config.general.node_id}\n`));
   app.get('/metrics', async (_req, reply) => {
     const m = await ctx.metrics.render();
     return reply.type(m.contentType).send(m.body);
+  });
+  // Sub-relays sync their node list from here: this relay's copy, byte for byte (same ETag).
+  app.get('/rudder/relay-api/1/nodes', async (req, reply) => {
+    const list = opts.nodesList?.() ?? null;
+    if (!list) throw capstanError('ERR_NOT_FOUND', 'this relay has no nodes list synced from its upstream');
+    if (list.etag) {
+      reply.header('etag', list.etag).header('cache-control', 'no-cache');
+      if (etagMatches(req.headers['if-none-match'], list.etag)) return reply.code(304).send();
+    }
+    return reply.type('application/json').send(list.body);
   });
   registerSystem(app, ctx);
   registerSharedFiles(app, ctx);

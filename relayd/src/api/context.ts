@@ -26,7 +26,11 @@ export interface RelayStatus {
     free_bytes?: number;
   };
   upstream: ComponentStatus & { url: string; state: 'unknown' | 'up' | 'down'; last_contact?: string };
-  nodes_list: ComponentStatus & { configured: boolean; nodes: number; file?: string };
+  nodes_list: ComponentStatus & {
+    configured: boolean; nodes: number; file?: string;
+    /** The list synced from the upstream (nodes_sync). */
+    synced?: { synced: boolean; nodes?: number; confirmed_at?: string; error?: string };
+  };
   remote_run: { connections: number };
 }
 
@@ -37,6 +41,12 @@ export interface RelayContext {
   metrics: Metrics;
   upstream: Upstream;
   nodes(): NodesList;
+  /**
+   * Whether a node is routed here, asking the upstream for a fresher synced list on a miss (rate
+   * limited by nodes_sync.miss_refresh): an agent accepted a moment ago must not wait for the next
+   * periodic sync to hold its remote-run connection. Absent: the current list only.
+   */
+  knowsNode?(id: string): Promise<boolean>;
   /** Admin bearer token, or null when none is configured. */
   adminToken(): string | null;
   /** A file was just spooled by the API. */

@@ -7,6 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ChangeFeed, type ChangesAnswer } from '@capstan/shared/policy/changes';
+import type { Logger } from '../shared.js';
 
 export interface CachedPolicy {
   etag: string;
@@ -52,5 +55,85 @@ export class PolicyCache {
 
   async delete(nodeId: string): Promise<void> {
     await rm(this.file(nodeId), { force: true });
+  }
+}
+
+/**
+ * Push hints (shared/src/policy/changes.ts): the relay long-polls its upstream for the nodes
+ * whose policy changed and marks their cached copies stale, so the next agent request revalidates
+ * (a 200 with the new bundle) instead of being answered from a cache younger than max_age. The
+ * marks live in memory: at start the first poll answers `reset`, which marks everything cached
+ * before it stale (the relay cannot know what changed while it was down). The relay republishes
+ * what it learns in its own feed, for the relays below it.
+ */
+export class PolicyHints {
+  /** What this relay tells the relays below it. */
+  readonly feed = new ChangeFeed();
+  private staleBefore = 0;
+  private readonly hinted = new Map<string, number>();
+  private stopped = false;
+  private readonly abort = new AbortController();
+  private loop: Promise<void> | null = null;
+  /** Answers received (tests, status). */
+  polls = 0;
+
+  constructor(private readonly opts: { maxAgeMs: number; log: Logger }) {}
+
+  /** Was this node's cached copy (confirmed at `confirmedAt`) overtaken by a hint? */
+  stale(nodeId: string, confirmedAt: number): boolean {
+    return confirmedAt <= this.staleBefore || confirmedAt <= (this.hinted.get(nodeId) ?? -1);
+  }
+
+  /** Apply one answer of the upstream's feed. */
+  apply(a: ChangesAnswer): void {
+    const now = Date.now();
+    this.polls++;
+    if (a.reset) {
+      this.staleBefore = now;
+      this.hinted.clear();
+      this.feed.reset();
+      return;
+    }
+    for (const n of a.nodes) this.hinted.set(n, now);
+    this.feed.publish(a.nodes);
+    // A mark older than max_age changes nothing (the copy is revalidated anyway): forget it.
+    if (this.hinted.size > 100_000) for (const [n, at] of this.hinted) if (now - at > this.opts.maxAgeMs) this.hinted.delete(n);
+  }
+
+  /** Poll until stop(): `poll(cursor, signal)` asks the upstream; failures back off up to a minute. */
+  start(poll: (since: string | undefined, signal: AbortSignal) => Promise<ChangesAnswer | 'unsupported'>): void {
+    this.loop = (async () => {
+      let cursor: string | undefined;
+      let failures = 0;
+      let saidUnsupported = false;
+      while (!this.stopped) {
+        try {
+          const a = await poll(cursor, this.abort.signal);
+          if (a === 'unsupported') {
+            if (!saidUnsupported) this.opts.log.info('upstream has no policy change feed; cached policies follow max_age only');
+            saidUnsupported = true;
+            failures = 10; // check again now and then (an upgraded upstream)
+            throw new Error('unsupported');
+          }
+          this.apply(a);
+          cursor = a.cursor;
+          failures = 0;
+        } catch (err) {
+          if (this.stopped) break;
+          failures++;
+          if (failures === 1) this.opts.log.warn({ reason: (err as Error).message }, 'policy change feed unavailable, retrying');
+          // Whatever happened while we were cut off is unknown: start over with a reset.
+          cursor = undefined;
+          await sleep(Math.min(60_000, 500 * 2 ** Math.min(failures, 7)), undefined, { signal: this.abort.signal }).catch(() => undefined);
+        }
+      }
+    })();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.abort.abort();
+    this.feed.close();
+    await this.loop;
   }
 }

@@ -9,7 +9,9 @@
  * probe answers.
  */
 import { checkUploadName, capstanError, isCapstanError, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
+import type { NodesSync } from '../data/sync.js';
 import type { Metrics } from '../metrics.js';
 import { RecentBodies } from './recent.js';
 import type { Upstream } from './upstream.js';
@@ -18,6 +20,13 @@ export interface ForwarderOptions {
   spool: Spool;
   upstream: Upstream;
   nodes: () => NodesList;
+  /**
+   * The list synced from the upstream, and whether routing uses it now (no nodes_list_file, a
+   * list in hand). A file from a node it does not know goes up (the upstream decides) unless
+   * `refuseUnknown`: then a run log is refused for good only once a list asked for after the
+   * file arrived says so, and inventories still go up (a new node registers through them).
+   */
+  sync?: { list: NodesSync; inUse: () => boolean; refuseUnknown: boolean };
   log: Logger;
   metrics: Metrics;
   concurrency: number;
@@ -63,7 +72,9 @@ export class Forwarder {
   private async handle(kind: SpoolKind, path: string, name: string, signal: AbortSignal): Promise<void> {
     const { nodeId } = checkUploadName(kind, name);
     if (!this.o.nodes().accepts(nodeId)) {
-      throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in this relay's nodes list`);
+      if (this.o.sync?.inUse()) {
+        if (this.o.sync.refuseUnknown) await this.unknownToSyncedList(kind, nodeId, path);
+      } else throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in this relay's nodes list`);
     }
     const cached = this.recent.take(`${kind}/${name}`);
     try {
@@ -74,6 +85,31 @@ export class Forwarder {
       throw err;
     }
     this.markUp();
+  }
+
+  /**
+   * A file from a node the synced list does not know: it may have been accepted a moment ago.
+   * Returns when the file may go up; throws ERR_NODE_UNKNOWN, permanent when a list confirmed
+   * after the file arrived lacks the node, transient while no such list could be had yet.
+   */
+  private async unknownToSyncedList(kind: SpoolKind, nodeId: string, path: string): Promise<void> {
+    if (kind === 'inventories') return;
+    const sync = this.o.sync!.list;
+    const arrived = (await stat(path)).mtimeMs;
+    if (sync.confirmedAt <= arrived) {
+      const refreshing = sync.refreshOnMiss();
+      if (refreshing) await refreshing;
+      if (this.o.nodes().accepts(nodeId)) return;
+      if (sync.confirmedAt <= arrived) {
+        throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in the nodes list yet; asking the upstream again`, { transient: true });
+      }
+    }
+    throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in the nodes list synced from the upstream`);
+  }
+
+  /** The synced list changed: files waiting for it are due now. */
+  nodesChanged(): void {
+    for (const kind of SPOOL_KINDS) this.processors[kind].retryAll();
   }
 
   private account(e: ProcessedEvent): void {
@@ -132,6 +168,8 @@ export class Forwarder {
 
   /** Its bytes, given before the file appears, so the first forward needs no read. */
   remember(kind: SpoolKind, name: string, data: Buffer): void {
+    // notify() follows once the file is in place: its inotify event needs no stat.
+    this.processors[kind].expect(name);
     // While the upstream is down files wait: memory would only hold what the disk holds.
     if (!this.processors[kind].isPaused) this.recent.put(`${kind}/${name}`, data);
   }

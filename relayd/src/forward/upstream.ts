@@ -30,6 +30,13 @@ export interface UpstreamOptions {
   tls?: UpstreamTls;
 }
 
+/** What every forward sends besides its length (built once, not per file). */
+const FORWARD_HEADERS: Readonly<Record<string, string>> = {
+  'content-type': 'application/octet-stream',
+  'user-agent': userAgent('capstan-relayd'),
+  [HEADER_PROTOCOL]: PROTOCOL_VERSION,
+};
+
 /** Files up to this size are read whole (faster); larger ones are streamed from disk. */
 const READ_WHOLE_BYTES = 1024 * 1024;
 
@@ -109,12 +116,7 @@ export class Upstream {
       res = await this.pool.request({
         method: 'PUT',
         path: `${this.basePath}/${kind}/${encodeURIComponent(name)}`,
-        headers: {
-          'content-type': 'application/octet-stream',
-          'content-length': String(size),
-          'user-agent': userAgent('capstan-relayd'),
-          [HEADER_PROTOCOL]: PROTOCOL_VERSION,
-        },
+        headers: { ...FORWARD_HEADERS, 'content-length': String(size) },
         body: body as Buffer,
         signal,
       });
@@ -125,8 +127,12 @@ export class Upstream {
         details: { unreachable: true, cause: (err as { code?: string }).code ?? (err as Error).name },
       });
     }
+    if (res.statusCode >= 200 && res.statusCode < 300) {
+      // The answer's body is not needed: drained without decoding it (the connection is reused).
+      await res.body.dump().catch(() => {});
+      return;
+    }
     const text = await res.body.text().catch(() => '');
-    if (res.statusCode >= 200 && res.statusCode < 300) return;
     const detail = upstreamErrorCode(text);
     if (res.statusCode === 408 || res.statusCode === 429 || res.statusCode >= 500) {
       throw capstanError('ERR_UPSTREAM', `upstream answered ${res.statusCode}${detail}`, { details: { status: res.statusCode } });

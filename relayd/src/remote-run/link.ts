@@ -10,7 +10,7 @@ import { Agent, request, upgrade } from 'undici';
 import { userAgent, type Logger } from '../shared.js';
 import type { ConnectOption } from '../forward/upstream.js';
 import type { RemoteRun, RunEvent } from './dispatch.js';
-import { jsonLines } from './lines.js';
+import { jsonLines } from '@capstan/shared/remote-run/lines';
 
 export interface LinkOptions {
   upstreamUrl: string;
@@ -23,7 +23,8 @@ export interface LinkOptions {
 }
 
 interface RunMessage {
-  type: 'run';
+  type: 'run' | 'hello';
+  heartbeat_ms?: number;
   id: string;
   nodes?: string[] | 'all';
   conditions?: string[];
@@ -75,9 +76,11 @@ export class UpstreamLink {
     this.o.log.info({ upstream: base }, 'remote-run link to upstream open');
     // Three missed heartbeats: the connection is dead even if TCP has not noticed.
     let deadline: NodeJS.Timeout | null = null;
+    // The upstream's hello says how often it beats (a server's jobs.heartbeat may differ from ours).
+    let heartbeatMs = this.o.heartbeatMs;
     const alive = () => {
       if (deadline) clearTimeout(deadline);
-      deadline = setTimeout(() => socket.destroy(new Error('no heartbeat from upstream')), this.o.heartbeatMs * 3 + 5_000);
+      deadline = setTimeout(() => socket.destroy(new Error('no heartbeat from upstream')), heartbeatMs * 3 + 5_000);
     };
     alive();
     socket.on('data', alive);
@@ -90,6 +93,10 @@ export class UpstreamLink {
           msg = JSON.parse(line) as RunMessage;
         } catch {
           continue;
+        }
+        if (msg.type === 'hello' && typeof msg.heartbeat_ms === 'number' && msg.heartbeat_ms > 0) {
+          heartbeatMs = msg.heartbeat_ms;
+          alive();
         }
         if (msg.type === 'run' && typeof msg.id === 'string') this.handle(base, msg);
       }

@@ -12,9 +12,13 @@ import type { Store } from '../store/store.js';
 import { requireAdmin } from './auth.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { complianceRoutes } from './routes/compliance.js';
+import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
+import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
 import { identityAdminRoutes, identityPublicRoutes } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
+import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
+import { relayNodesRoutes } from './routes/relay-nodes.js';
 import { policyAdminRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 
 export interface ServerAppDeps {
@@ -34,6 +38,12 @@ export interface ServerAppDeps {
   identity?: NodeIdentity;
   /** Policy model, generation and signing (absent: no policy routes). */
   policy?: PolicyRouteDeps;
+  /** Jobs (absent: no job routes). */
+  jobs?: JobRouteDeps;
+  /** Managers (issue 8): admin routes always; how server-hosted managers are polled. */
+  managers?: Omit<ManagerRouteDeps, 'store'>;
+  /** The remote-run link relays hold to the server (absent: no such endpoints). */
+  remoteRun?: RemoteRunDeps;
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
@@ -48,6 +58,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
+  // Relays route by this list (accepted nodes); agent-facing like /uuid.
+  relayNodesRoutes(app, { store: deps.store, rootId: deps.config.general.node_id });
   if (deps.identity) identityPublicRoutes(app, deps.identity);
   const metrics = deps.metrics;
   if (metrics) {
@@ -57,6 +69,9 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 
   const policy = deps.policy;
   if (policy) policyNodeRoutes(app, policy);
+  if (deps.remoteRun) remoteRunRoutes(app, deps.remoteRun);
+  // Relays fetch the managers they host and post what they discover (outbound from the relay).
+  managerRelayRoutes(app, deps.store);
 
   app.register(async (admin) => {
     admin.addHook('onRequest', requireAdmin(deps.adminToken));
@@ -72,6 +87,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     nodeRoutes(admin, deps.store);
     complianceRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
+    if (deps.jobs) jobRoutes(admin, deps.jobs);
+    managerAdminRoutes(admin, { store: deps.store, ...deps.managers });
     if (deps.identity) identityAdminRoutes(admin, deps.identity);
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
   });

@@ -6,18 +6,29 @@
 import { join } from 'node:path';
 import {
   capstanError, checkRenewRequest, generateSigningKey, issueNodeToken, jwksOf, readSignedContentUnverified, verifyNodeToken,
-  type Logger, type NodeClaims, type TokenAlg,
+  type Logger, type NodeClaims, type SigningKey, type TokenAlg,
 } from '@capstan/shared';
-import type { NodeRecord, Store } from '../store/store.js';
-import { IdentityState, type KeyRow } from './state.js';
+import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
+import { readLegacyIdentity, retireLegacyIdentity } from './legacy.js';
+import { KeySealer } from './seal.js';
+
+type JWK = SigningKey['publicJwk'];
 
 /** Largest renewal request read (a signed ~100-byte JSON document plus the signer's certificate). */
 export const MAX_RENEW_BYTES = 64 * 1024;
 /** Pages of 1000 nodes a group's forced renewal walks at most. */
 export const MAX_GROUP_PAGES = 1000;
+/**
+ * How long this process reuses the published keys it read (the server's own checks of policy
+ * downloads). Another server's rotation is seen within this time; a token signed by a key not in
+ * the copy rereads it at once, and this process's own changes drop the copy.
+ */
+export const JWKS_CACHE_MS = 5000;
 
 export interface IdentityOptions {
   dataDir: string;
+  /** The key-encryption secret (a file, the same for every server on the database); default <dataDir>/identity.secret. */
+  secretFile?: string;
   store: Store;
   log: Logger;
   /** Default token lifetime (ms) and per-group overrides (the first of a node's groups that has one wins). */
@@ -28,7 +39,7 @@ export interface IdentityOptions {
   clock?: () => Date;
 }
 
-export interface KeyView extends KeyRow {
+export interface KeyView extends IdentityKeyRow {
   /** Nodes whose current unexpired token this key signed. */
   nodes: number;
   published: boolean;
@@ -44,27 +55,94 @@ export function nodeGroup(node: Pick<NodeRecord, 'groups'>): string {
   return node.groups[0] ?? 'default';
 }
 
-export class NodeIdentity {
-  readonly state: IdentityState;
-  private readonly clock: () => Date;
+export function defaultSecretFile(dataDir: string): string {
+  return join(dataDir, 'identity.secret');
+}
 
-  constructor(private readonly o: IdentityOptions) {
-    this.state = new IdentityState(join(o.dataDir, 'identity.db'));
+export class NodeIdentity {
+  private readonly clock: () => Date;
+  private jwksCopy: { at: number; jwks: ReturnType<typeof jwksOf> } | null = null;
+
+  private constructor(private readonly o: IdentityOptions, private readonly sealer: KeySealer) {
     this.clock = o.clock ?? (() => new Date());
-    // A keyring always has an active key: the first start makes one.
-    if (!this.state.activeKey()) this.state.addActiveKey(generateSigningKey(o.alg), this.clock().toISOString());
   }
 
-  close(): void {
-    this.state.close();
+  /**
+   * The keyring of the registry database. The first start on an empty database makes the first
+   * key (or imports an old <data-dir>/identity.db once); every start checks the secret file opens
+   * every stored key, so a server given the wrong secret stops (ERR_STARTUP) instead of signing
+   * with a keyring of its own.
+   */
+  static async open(o: IdentityOptions): Promise<NodeIdentity> {
+    const ids = o.store.identity;
+    const secretFile = o.secretFile || defaultSecretFile(o.dataDir);
+    const hadKeys = (await ids.listKeys()).length > 0;
+    // Only a keyring not made yet may come with a new secret; a stored one needs the secret it was sealed with.
+    const { sealer, created } = await KeySealer.load(secretFile, !hadKeys);
+    if (created) o.log.info({ file: secretFile }, 'identity secret created: give the same file to every server sharing this database');
+    const self = new NodeIdentity(o, sealer);
+    const legacyPath = join(o.dataDir, 'identity.db');
+    const legacy = readLegacyIdentity(legacyPath);
+    const at = self.clock().toISOString();
+    let imported = false;
+    const stored = await ids.initKeyring((): IdentityInitial => {
+      if (legacy && legacy.keys.length > 0) {
+        imported = true;
+        return {
+          keys: legacy.keys.map((k) => ({ ...k, sealed_private: sealer.seal(k.kid, k.private_jwk) })),
+          tokens: legacy.tokens,
+        };
+      }
+      return { keys: [self.sealKey(generateSigningKey(o.alg), at, true)], tokens: [] };
+    });
+    if (legacy) {
+      if (stored) {
+        // Imported (or empty: nothing to carry over); either way it is never read again.
+        const to = retireLegacyIdentity(legacyPath);
+        o.log.info({ keys: imported ? legacy.keys.length : 0, tokens: imported ? legacy.tokens.length : 0, renamedTo: to }, 'identity.db imported into the registry database');
+      } else {
+        o.log.warn({ file: legacyPath }, 'identity.db not imported: the registry database already holds a keyring');
+      }
+    }
+    for (const k of await ids.allKeys()) {
+      if (sealer.open(k.kid, k.sealed_private) === null) {
+        throw capstanError('ERR_STARTUP', `identity secret ${secretFile} does not open signing key ${k.kid} stored in the database: every server sharing a database needs the same identity secret file`);
+      }
+    }
+    if (!(await ids.activeKey())) throw capstanError('ERR_STARTUP', 'the signing keyring in the database has no active key: rotate one (capstan-server keys rotate)');
+    return self;
+  }
+
+  /** The store belongs to the caller; kept so callers written for the file-backed keyring still work. */
+  close(): void {}
+
+  private sealKey(key: SigningKey, at: string, active: boolean): IdentityKeyRecord {
+    return {
+      kid: key.kid, alg: key.alg, active, created_at: at, retired_at: null, max_exp: 0,
+      public_jwk: JSON.stringify(key.publicJwk), sealed_private: this.sealer.seal(key.kid, JSON.stringify(key.privateJwk)),
+    };
   }
 
   private nowSec(): number {
     return Math.floor(this.clock().getTime() / 1000);
   }
 
-  jwks(): ReturnType<typeof jwksOf> {
-    return jwksOf(this.state.publishedJwks(this.nowSec()).map((publicJwk) => ({ publicJwk })));
+  async jwks(fresh = false): Promise<ReturnType<typeof jwksOf>> {
+    const now = this.clock().getTime();
+    if (!fresh && this.jwksCopy && Math.abs(now - this.jwksCopy.at) < JWKS_CACHE_MS) return this.jwksCopy.jwks;
+    const jwks = jwksOf((await this.o.store.identity.publishedKeys(this.nowSec())).map((j) => ({ publicJwk: JSON.parse(j) as JWK })));
+    this.jwksCopy = { at: now, jwks };
+    return jwks;
+  }
+
+  /** The active key, opened (in process only: issuing, and tests minting tokens with the real key). */
+  async activeKey(): Promise<SigningKey> {
+    const row = await this.o.store.identity.activeKey();
+    if (!row) throw capstanError('ERR_INTERNAL', 'the keyring has no active key');
+    const priv = this.sealer.open(row.kid, row.sealed_private);
+    // Another server with another secret rotated: this one cannot sign with the new key.
+    if (priv === null) throw capstanError('ERR_INTERNAL', `the identity secret does not open the active key ${row.kid}: servers sharing a database need the same identity secret file`);
+    return { kid: row.kid, alg: row.alg as TokenAlg, privateJwk: JSON.parse(priv) as JWK, publicJwk: JSON.parse(row.public_jwk) as JWK };
   }
 
   ttlSecondsFor(node: Pick<NodeRecord, 'groups'>): number {
@@ -77,8 +155,7 @@ export class NodeIdentity {
 
   /** Issue and record a token for an accepted node. */
   async issue(node: NodeRecord): Promise<IssuedToken> {
-    const key = this.state.activeKey();
-    if (!key) throw capstanError('ERR_INTERNAL', 'the keyring has no active key');
+    const key = await this.activeKey();
     const out = await issueNodeToken({
       key,
       nodeId: node.id,
@@ -87,7 +164,7 @@ export class NodeIdentity {
       ttlSeconds: this.ttlSecondsFor(node),
       now: this.clock(),
     });
-    this.state.recordToken({ node_id: node.id, kid: key.kid, jti: out.claims.jti, iat: out.claims.iat, exp: out.claims.exp });
+    await this.o.store.identity.recordToken({ node_id: node.id, kid: key.kid, jti: out.claims.jti, iat: out.claims.iat, exp: out.claims.exp });
     return out;
   }
 
@@ -112,7 +189,7 @@ export class NodeIdentity {
     if (node.accepted === 'pending') throw capstanError('ERR_NODE_PENDING', `node ${nodeId} is not accepted yet`);
     if (node.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${nodeId} is refused`);
     if (!node.certificate) throw capstanError('ERR_NODE_PENDING', `node ${nodeId} has no pinned certificate`);
-    await checkRenewRequest(body, node.certificate, nodeId, (nonce, until) => this.state.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock());
+    await checkRenewRequest(body, node.certificate, nodeId, (nonce, until) => this.o.store.identity.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock());
     const issued = await this.issue(node);
     this.o.log.info({ nodeId, jti: issued.claims.jti, exp: issued.claims.exp }, 'node token issued');
     return issued;
@@ -123,8 +200,16 @@ export class NodeIdentity {
    * renewal time, which only the server knows.
    */
   async verify(token: string, nodeId?: string): Promise<NodeClaims> {
-    const claims = await verifyNodeToken(token, this.jwks(), { nodeId, now: this.clock(), clockSkewSeconds: this.o.clockSkewSeconds });
-    const row = this.state.getToken(claims.capstan_node_id);
+    const opts = { nodeId, now: this.clock(), clockSkewSeconds: this.o.clockSkewSeconds };
+    let claims: NodeClaims;
+    try {
+      claims = await verifyNodeToken(token, await this.jwks(), opts);
+    } catch (err) {
+      // A key another server made since this copy was read: read the keys again, once.
+      if ((err as { code?: string }).code !== 'ERR_TOKEN_UNKNOWN_KEY') throw err;
+      claims = await verifyNodeToken(token, await this.jwks(true), opts);
+    }
+    const row = await this.o.store.identity.getToken(claims.capstan_node_id);
     if (row && claims.iat < row.forced_after) throw capstanError('ERR_TOKEN_EXPIRED', 'node token was revoked by a forced renewal: renew it');
     return claims;
   }
@@ -135,7 +220,7 @@ export class NodeIdentity {
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is unknown`);
     // +1: a token issued in this same second is older than the request too.
     const at = this.nowSec() + 1;
-    this.state.forceRenewal(nodeId, at);
+    await this.o.store.identity.forceRenewal([nodeId], at);
     return { node_id: nodeId, forced_at: new Date(at * 1000).toISOString() };
   }
 
@@ -146,7 +231,7 @@ export class NodeIdentity {
     // Bounded: MAX_GROUP_PAGES × 1000 nodes, far above any fleet this server is sized for.
     for (let page = 1; page <= MAX_GROUP_PAGES; page++) {
       const res = await this.o.store.listNodes({ filters: [{ key: 'group', values: [group], exclude: false }], sort: 'id', order: 'asc', page, per_page: 1000 });
-      for (const n of res.data) this.state.forceRenewal(n.id, at);
+      await this.o.store.identity.forceRenewal(res.data.map((n) => n.id), at);
       nodes += res.data.length;
       if (res.data.length < 1000) break;
     }
@@ -154,29 +239,36 @@ export class NodeIdentity {
     return { group, nodes, forced_at: new Date(at * 1000).toISOString() };
   }
 
-  listKeys(): KeyView[] {
+  async listKeys(): Promise<KeyView[]> {
     const now = this.nowSec();
-    return this.state.listKeys().map((k) => ({ ...k, nodes: this.state.nodesUsingKey(k.kid, now), published: k.active || k.max_exp > now }));
+    const out: KeyView[] = [];
+    for (const k of await this.o.store.identity.listKeys()) {
+      out.push({ ...k, nodes: await this.o.store.identity.nodesUsingKey(k.kid, now), published: k.active || k.max_exp > now });
+    }
+    return out;
   }
 
   /** A new active key; the old one keeps verifying the tokens it signed until they expire. */
-  rotate(alg: TokenAlg = this.o.alg): KeyView {
+  async rotate(alg: TokenAlg = this.o.alg): Promise<KeyView> {
     const key = generateSigningKey(alg);
-    this.state.addActiveKey(key, this.clock().toISOString());
+    const { active: _a, retired_at: _r, max_exp: _m, ...row } = this.sealKey(key, this.clock().toISOString(), true);
+    await this.o.store.identity.addActiveKey(row);
+    this.jwksCopy = null;
     this.o.log.info({ kid: key.kid, alg }, 'signing key rotated');
-    return this.listKeys().find((k) => k.kid === key.kid)!;
+    return (await this.listKeys()).find((k) => k.kid === key.kid)!;
   }
 
   /** Delete a retired key; refused (409, with the node count) while it signs unexpired tokens, unless forced. */
-  deleteKey(kid: string, force: boolean): { kid: string; nodes: number } {
-    const key = this.state.getKey(kid);
+  async deleteKey(kid: string, force: boolean): Promise<{ kid: string; nodes: number }> {
+    const key = await this.o.store.identity.getKey(kid);
     if (!key) throw capstanError('ERR_NOT_FOUND', `no signing key ${kid}`);
     if (key.active) throw capstanError('ERR_CONFLICT', `key ${kid} is the active key: rotate first`, { details: { kid } });
-    const nodes = this.state.nodesUsingKey(kid, this.nowSec());
+    const nodes = await this.o.store.identity.nodesUsingKey(kid, this.nowSec());
     if (nodes > 0 && !force) {
       throw capstanError('ERR_CONFLICT', `key ${kid} still signs the unexpired tokens of ${nodes} node(s); use force to delete it anyway`, { details: { kid, nodes } });
     }
-    this.state.deleteKey(kid);
+    await this.o.store.identity.deleteKey(kid);
+    this.jwksCopy = null;
     this.o.log.warn({ kid, nodes }, 'signing key deleted');
     return { kid, nodes };
   }

@@ -42,6 +42,19 @@ export function validateInventory(doc: unknown): InventoryDoc {
   return d as InventoryDoc;
 }
 
+/**
+ * The cloud identity an inventory carries: `cloud: {instance_id, region, account_id}` (the agent
+ * reads its instance metadata), or the same under `facts.cloud`. Absent or partial → null.
+ */
+export function cloudIdentity(doc: InventoryDoc): { source_id: string; region: string; account_id: string } | null {
+  const facts = doc.facts as Record<string, unknown> | undefined;
+  const c = (doc.cloud ?? (facts && typeof facts === 'object' ? facts.cloud : undefined)) as Record<string, unknown> | undefined;
+  if (!c || typeof c !== 'object') return null;
+  const { instance_id: id, region, account_id: account } = c;
+  const ok = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 255 && !/[\u0000-\u001f]/.test(v);
+  return ok(id) && ok(region) && ok(account) ? { source_id: id, region, account_id: account } : null;
+}
+
 function parseJson(content: Buffer): unknown {
   try {
     return JSON.parse(content.toString('utf8'));
@@ -78,6 +91,11 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   const autoAccept = deps.enrollment
     ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
     : null;
+  const receivedAt = (deps.now?.() ?? new Date()).toISOString();
+  // An agent on an instance a manager discovered: its first inventory takes over that row
+  // (pending again, so acceptance goes as for any newcomer) instead of making a second node.
+  const cloud = known ? null : cloudIdentity(doc);
+  if (cloud) await deps.store.managers.adoptDiscovered(info.nodeId, cloud, receivedAt);
   return deps.store.upsertFromInventory({
     id: info.nodeId,
     hostname: doc.hostname,
@@ -88,7 +106,7 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     agent_version: doc.agent_version,
     policy_server: doc.policy_server,
     inventory: kept,
-    received_at: (deps.now?.() ?? new Date()).toISOString(),
+    received_at: receivedAt,
     auto_accept: autoAccept,
   });
 }

@@ -1,22 +1,23 @@
 /**
  * Run-log ingest at the root: name → node → decompress → S/MIME verify against the node's pinned
- * certificate → parse → summary → one transactional insert. Every refusal is a coded, permanent
- * error (the spool processor moves the file to failed/ with it); a database outage is transient.
+ * certificate → parse → summary → insert. Every refusal is a coded, permanent error (the spool
+ * processor moves the file to failed/ with it); a database outage is transient.
+ *
+ * The server ingests through `RunLogIngest`: the CPU work runs in worker threads (pool.ts) and
+ * the inserts are grouped, several run logs per transaction (group commit: one commit, one fsync
+ * for the batch). A run log's promise settles when its batch has committed, so the spool file is
+ * removed only once its run is durable; a run refused inside a batch fails alone.
+ * `ingestRunLog` is the same pipeline on the calling thread, one run per transaction.
  */
-import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
-import {
-  capstanError, compressSync, decompress, isCompleteRun, parseRunInfo, parseRunLog, verifySmime, type RunLog,
-} from '@capstan/shared';
+import { availableParallelism } from 'node:os';
+import { capstanError, parseRunInfo } from '@capstan/shared';
 import type { EnrollmentRules } from '../registry/enrollment.js';
-import { summarize } from '../registry/summary.js';
-import type { NodeRecord, Store } from '../store/store.js';
+import type { InsertRunResult, NodeRecord, RunInsert, Store } from '../store/store.js';
+import { PrepareWorkerPool } from './pool.js';
+import { prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
 
-export interface IngestLimits {
-  maxDecompressedBytes: number;
-  maxReports: number;
-  maxLineBytes: number;
-}
+export { runStart, type IngestLimits };
 
 export interface IngestDeps {
   store: Store;
@@ -35,36 +36,144 @@ export function requireAccepted(node: NodeRecord | null, nodeId: string): NodeRe
   return node as NodeRecord & { certificate: string };
 }
 
-/** The run's start: the control start report's start time, else the first report's. */
-export function runStart(log: RunLog): string {
-  const start = log.reports.find((r) => r.event_type === 'control' && r.component === 'start');
-  return (start ?? log.reports[0]!).start_datetime;
-}
-
-export async function ingestRunLog(deps: IngestDeps, path: string, name: string): Promise<{ inserted: boolean; runId: number }> {
+/** Everything before the CPU work: the name parsed, the node's certificate, the bytes. */
+async function jobFor(deps: IngestDeps, path: string, name: string): Promise<PrepareJob> {
   const info = parseRunInfo(name);
   const node = requireAccepted(await deps.store.getNode(info.nodeId), info.nodeId);
   const raw = await readFile(path);
-  const signed = await decompress(raw, info.compression, { maxBytes: deps.limits.maxDecompressedBytes });
-  const verified = verifySmime(signed, [node.certificate], { maxBytes: deps.limits.maxDecompressedBytes });
-  const log = parseRunLog(verified.content, { node_id: info.nodeId, timestamp: info.timestamp }, {
-    maxBytes: deps.limits.maxDecompressedBytes,
-    maxReports: deps.limits.maxReports,
-    maxLineBytes: deps.limits.maxLineBytes,
-  });
-  const { counts, outcomes } = summarize(log.reports);
-  const result = await deps.store.insertRun({
-    node_id: info.nodeId,
-    started_at: runStart(log),
-    config_id: log.config_id,
-    complete: isCompleteRun(log),
-    report_count: log.reports.length,
-    counts,
-    outcomes,
-    file_name: name,
-    sha256: createHash('sha256').update(raw).digest('hex'),
-    log_compressed: compressSync(verified.content, 'zstd'),
-    received_at: (deps.now?.() ?? new Date()).toISOString(),
-  });
+  return { raw, compression: info.compression, nodeId: info.nodeId, timestamp: info.timestamp, certificate: node.certificate, limits: deps.limits };
+}
+
+function toInsert(deps: IngestDeps, run: PreparedRun, name: string): RunInsert {
+  return { ...run, file_name: name, received_at: (deps.now?.() ?? new Date()).toISOString() };
+}
+
+export async function ingestRunLog(deps: IngestDeps, path: string, name: string): Promise<{ inserted: boolean; runId: number }> {
+  const run = await prepareRunLog(await jobFor(deps, path, name));
+  const result = await deps.store.insertRun(toInsert(deps, run, name));
   return { inserted: result.inserted, runId: result.id };
+}
+
+export interface RunLogIngestOptions extends IngestDeps {
+  /** Worker threads for the CPU work; 0: one per core. */
+  workers?: number;
+  /** Most run logs in one transaction. */
+  batchSize?: number;
+  /** Longest a run log waits for its batch to fill before the batch is written anyway (ms). */
+  batchWindowMs?: number;
+  /**
+   * Batches written at the same time (default 1). SQLite has one writer, so 1; PostgreSQL runs
+   * each batch on its own pooled connection, one statement after another, so several at once.
+   */
+  parallelBatches?: number;
+}
+
+interface Waiting {
+  run: RunInsert;
+  resolve: (r: InsertRunResult) => void;
+  reject: (err: unknown) => void;
+}
+
+export class RunLogIngest {
+  private readonly deps: IngestDeps;
+  private readonly pool: PrepareWorkerPool;
+  private readonly batchSize: number;
+  private readonly windowMs: number;
+  private batch: Waiting[] = [];
+  private timer: NodeJS.Timeout | null = null;
+  private readonly parallel: number;
+  /** Batches being written, and a wake-up for close() when one ends. */
+  private writing = 0;
+  private written: (() => void) | null = null;
+  /** Run logs started and not yet waiting in a batch: while there are none, a batch cannot grow. */
+  private preparing = 0;
+  /** When the last batch was written (ms since the epoch). */
+  private lastWrite = 0;
+  /** Batches written and the run logs in them, since start (the mean batch size shows how grouped commits are). */
+  readonly stats = { batches: 0, runs: 0 };
+
+  constructor(opts: RunLogIngestOptions) {
+    this.deps = opts;
+    this.pool = new PrepareWorkerPool(opts.workers || availableParallelism());
+    this.batchSize = opts.batchSize ?? 64;
+    this.windowMs = opts.batchWindowMs ?? 50;
+    this.parallel = Math.max(1, opts.parallelBatches ?? 1);
+  }
+
+  /** How many run logs may usefully be in flight: enough to fill a batch while the previous one commits. */
+  get inFlightHint(): number {
+    return (this.parallel + 1) * this.batchSize;
+  }
+
+  async ingest(path: string, name: string): Promise<{ inserted: boolean; runId: number }> {
+    let run: RunInsert;
+    this.preparing++;
+    try {
+      const job = await jobFor(this.deps, path, name);
+      run = toInsert(this.deps, await this.pool.prepare(job), name);
+    } finally {
+      this.preparing--;
+      // The last one being prepared failed: what is waiting need not wait for the window.
+      this.schedule();
+    }
+    const result = await new Promise<InsertRunResult>((resolve, reject) => {
+      this.batch.push({ run, resolve, reject });
+      this.schedule();
+    });
+    return { inserted: result.inserted, runId: result.id };
+  }
+
+  /**
+   * At most one commit per window, unless a batch is full: under load run logs arrive a few at a
+   * time, and committing whenever nothing else was being prepared made batches of one or two
+   * (one fsync each, on the event loop). A run log arriving after a quiet window, with nothing
+   * else on its way, is written at once.
+   */
+  private schedule(): void {
+    if (this.batch.length === 0 || this.writing >= this.parallel) return;
+    const wait = this.lastWrite + this.windowMs - Date.now();
+    if (this.batch.length >= this.batchSize || (wait <= 0 && this.preparing === 0)) {
+      this.write();
+    } else if (!this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.write();
+      }, Math.max(wait, 1));
+    }
+  }
+
+  private write(): void {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    if (this.writing >= this.parallel || this.batch.length === 0) return;
+    const items = this.batch.splice(0, this.batchSize);
+    this.lastWrite = Date.now();
+    this.stats.batches++;
+    this.stats.runs += items.length;
+    this.writing++;
+    void this.deps.store.insertRuns(items.map((w) => w.run)).then(
+      (results) => {
+        results.forEach((r, i) => (r.ok ? items[i]!.resolve(r.result) : items[i]!.reject(r.error)));
+      },
+      (err: unknown) => {
+        for (const w of items) w.reject(err);
+      },
+    ).finally(() => {
+      this.writing--;
+      this.written?.();
+      this.schedule();
+    });
+  }
+
+  /** After the ingests in flight have settled: stops the workers. */
+  async close(): Promise<void> {
+    while (this.writing > 0 || this.batch.length > 0) {
+      const ended = new Promise<void>((resolve) => (this.written = resolve));
+      this.write();
+      if (this.writing > 0) await ended;
+    }
+    await this.pool.close();
+  }
 }

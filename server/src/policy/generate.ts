@@ -9,7 +9,7 @@
  * directives did not change keeps its bundle, generated_at and ETag untouched.
  */
 import {
-  computeConfigId, expectedComponents, systemExpectations, type BundleDirective, type Directive, type Logger, type PolicyBundle,
+  ChangeFeed, computeConfigId, expectedComponents, systemExpectations, type BundleDirective, type Directive, type Logger, type PolicyBundle,
 } from '@capstan/shared';
 import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
 import type { GroupDef, RuleDef } from './model.js';
@@ -59,6 +59,8 @@ export class PolicyGenerator {
   private readonly clock: () => Date;
   /** Changes are applied one at a time: two saves racing could each regenerate with a stale model. */
   private queue: Promise<unknown> = Promise.resolve();
+  /** Nodes whose bundle changed, for relays' push hints (GET /rudder/relay-api/1/policies/changes). */
+  readonly changes = new ChangeFeed();
 
   constructor(deps: { store: Store; log: Logger; clock?: () => Date }) {
     this.store = deps.store;
@@ -224,7 +226,10 @@ export class PolicyGenerator {
         const had = current.get(nodeId);
         if (!groups) {
           // No longer accepted (or gone): it gets no policy at all.
-          if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) changed++;
+          if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) {
+            changed++;
+            this.changes.publish([nodeId]);
+          }
           continue;
         }
         const key = [...groups].sort().join('\u0000');
@@ -253,7 +258,10 @@ export class PolicyGenerator {
         const bundle: PolicyBundle = { node_id: nodeId, config_id: content.configId, generated_at: at, directives: content.directives };
         writes.push({ bundle: { node_id: nodeId, config_id: content.configId, generated_at: at, bundle: JSON.stringify(bundle) }, expected: content.expected });
       }
-      if (writes.length) changed += await this.store.putPolicies(writes);
+      if (writes.length) {
+        changed += await this.store.putPolicies(writes);
+        this.changes.publish(writes.map((w) => w.bundle.node_id));
+      }
     }
     return changed;
   }

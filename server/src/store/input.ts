@@ -5,6 +5,7 @@
  */
 import { capstanError } from '@capstan/shared';
 import type { ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
+import { packOutcomes } from './outcomes.js';
 import { toUtcIso } from './time.js';
 
 export function refuseNul(fields: Record<string, unknown>): void {
@@ -41,20 +42,24 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
   return { receivedAt: toUtcIso(inv.received_at, 'received_at'), document: toJson(inv.inventory, 'inventory') };
 }
 
-/** A run ready to write: times normalised, summaries serialised. */
-export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; outcomes: string } {
-  const { log_compressed: _log, counts: _c, outcomes: _o, ...fields } = run;
+/** A run ready to write: times normalised, summaries serialised (outcomes also packed, store/outcomes.ts). */
+export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer } {
+  const { log_compressed: _log, counts: _c, outcomes: _o, outcomes_packed: _p, ...fields } = run;
   refuseNul(fields);
   // Postgres keeps it in an int4; no run comes near that many reports.
   if (!Number.isInteger(run.report_count) || run.report_count < 0 || run.report_count > 0x7fffffff) {
     throw capstanError('ERR_BAD_REQUEST', 'report_count must be an integer in 0..2^31-1');
   }
   if (!Buffer.isBuffer(run.log_compressed)) throw capstanError('ERR_BAD_REQUEST', 'log_compressed must be a Buffer');
+  if (run.outcomes_packed !== undefined && !Buffer.isBuffer(run.outcomes_packed)) {
+    throw capstanError('ERR_BAD_REQUEST', 'outcomes_packed must be a Buffer');
+  }
   return {
     startedUtc: toUtcIso(run.started_at, 'started_at'),
     receivedAt: toUtcIso(run.received_at, 'received_at'),
     counts: toJson(run.counts, 'counts', { nul: false }),
-    outcomes: toJson(run.outcomes, 'outcomes', { nul: false }),
+    // Packed, outcomes no longer go into a jsonb column: a NUL in them is stored as sent.
+    packed: run.outcomes_packed ?? packOutcomes(toJson(run.outcomes, 'outcomes')),
   };
 }
 

@@ -5,7 +5,7 @@
  */
 import { capstanError } from '@capstan/shared';
 import {
-  SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type SortField,
+  SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField,
 } from './store.js';
 import { toUtcIso } from './time.js';
 
@@ -68,10 +68,12 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
 }
 
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.
-const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run']);
+// `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) came with issue 8.
+const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent']);
 const ENUMS: Record<string, Set<string>> = {
   status: new Set(['unknown', 'reachable', 'unreachable']),
   accepted: new Set(['pending', 'accepted', 'refused']),
+  has_agent: new Set(['true', 'false']),
 };
 
 /** A filter after checking: its values ORed, one per key. */
@@ -182,6 +184,12 @@ function condition(f: CheckedFilter, d: Dialect): string {
     // IN (subquery), not a correlated EXISTS: a group is a small part of the fleet, and its ids
     // come from one index range instead of one probe per node (measured: 104 → 11 ms at 100,000).
     any = `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
+  } else if (f.key === 'managed_by') {
+    any = `n.id IN (SELECT l.node_id FROM node_managers l WHERE l.manager_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
+  } else if (f.key === 'has_agent') {
+    // Same test as hasAgent() below; both columns are only ever set by an agent's inventory
+    // (or an admin registering its certificate), never by discovery.
+    any = f.values.map((v) => (v === 'true' ? HAS_AGENT_SQL : `NOT ${HAS_AGENT_SQL}`)).join(' OR ');
   } else if (f.key === 'last_run') {
     any = f.values.map((v) => {
       const { from, to } = parseRange(v);
@@ -202,7 +210,15 @@ function condition(f: CheckedFilter, d: Dialect): string {
   // ran). Tag and group conditions are never unknown, so they get a plain NOT, which Postgres
   // turns into an anti-join (IS NOT TRUE would make it probe once per node).
   if (!f.exclude) return `(${any})`;
-  return f.key === 'group' || f.key.startsWith('tag:') ? `NOT (${any})` : `(${any}) IS NOT TRUE`;
+  return f.key === 'group' || f.key === 'managed_by' || f.key === 'has_agent' || f.key.startsWith('tag:')
+    ? `NOT (${any})` : `(${any}) IS NOT TRUE`;
+}
+
+const HAS_AGENT_SQL = '(n.last_inventory_at IS NOT NULL OR n.certificate_fingerprint IS NOT NULL)';
+
+/** Whether a node has an agent: it has sent an inventory, or a certificate is registered for it. */
+export function hasAgent(n: Pick<NodeRecord, 'last_inventory_at' | 'certificate_fingerprint'>): boolean {
+  return n.last_inventory_at !== null || n.certificate_fingerprint !== null;
 }
 
 /** The conditions (over `nodes n`) of checked filters, to be ANDed. */

@@ -196,6 +196,12 @@ export function withPatch(node: NodeRecord, patch: NodePatch, atRaw: string): No
  * A stored run: last run and config move forward only (a back-filled older run must not move
  * them back), and the run is a contact at the time it was received.
  */
+/**
+ * The only node fields afterRun changes: the stores write just these after a run (rewriting the
+ * whole row made SQLite rewrite every index of nodes, once per ingested run log).
+ */
+export const AFTER_RUN_FIELDS = ['last_config_id', 'last_run_at', 'updated_at', 'last_contact_at', 'state', 'state_changed_at', 'status'] as const;
+
 export function afterRun(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): NodeRecord {
   const newest = node.last_run_at === null || node.last_run_at <= startedUtc;
   return contact({

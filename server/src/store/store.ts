@@ -7,6 +7,13 @@
  * the verified run log, compressed, plus its parsed summary. Report-level reads decompress and
  * re-parse the stored log.
  */
+import type { IdentityStore } from './identity.js';
+import type { JobStore } from './jobs-types.js';
+import type { ManagerStore } from './managers-types.js';
+
+export type * from './identity.js';
+export type * from './jobs-types.js';
+export type * from './managers-types.js';
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
 export type NodeStatus = 'unknown' | 'reachable' | 'unreachable';
@@ -99,7 +106,8 @@ export interface NodePatch {
 
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
-  | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run' | `tag:${string}`;
+  | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
+  | 'managed_by' | 'has_agent' | `tag:${string}`;
 
 /**
  * One filter: its values are ORed, filters on different keys are ANDed. `exclude` keeps the
@@ -131,7 +139,15 @@ export interface NodeListQuery {
   per_page: number;
 }
 
-export interface NodePage extends Page<NodeRecord> {
+/** A node as the list shows it: with the managers holding it and whether it has an agent. */
+export interface NodeListRow extends NodeRecord {
+  /** Ids of the managers (issue 8) that hold the node, sorted. */
+  managers: string[];
+  /** It has sent an inventory, or a certificate is registered for it. */
+  has_agent: boolean;
+}
+
+export interface NodePage extends Page<NodeListRow> {
   /** How many nodes of the filtered set have each status (they add up to `total`). */
   totals: Record<NodeStatus, number>;
 }
@@ -172,6 +188,11 @@ export interface RunInsert {
   /** The verified run log text (S/MIME stripped), compressed by the caller (zstd). */
   log_compressed: Buffer;
   received_at: string;
+  /**
+   * `outcomes` already packed (store/outcomes.ts: the packed JSON of exactly `outcomes`), by a
+   * caller that did it off the event loop (the ingest workers). Absent: the store packs them.
+   */
+  outcomes_packed?: Buffer;
 }
 
 export interface RunRecord {
@@ -200,6 +221,9 @@ export interface Page<T> {
 }
 
 export type InsertRunResult = { inserted: true; id: number } | { inserted: false; reason: 'duplicate'; id: number };
+
+/** One run of an insertRuns batch: its own result, or why it alone was refused. */
+export type RunBatchResult = { ok: true; result: InsertRunResult } | { ok: false; error: unknown };
 
 /** One component the node's policy (config id) makes it report on. */
 export interface ExpectedComponent {
@@ -278,6 +302,12 @@ export interface PolicyWrite {
 export interface Store {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
+  /** Node identity: keyring, node tokens, renewal nonces (issue 7; ./identity.ts). */
+  readonly identity: IdentityStore;
+  /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (issue 8; ./jobs-types.ts). */
+  readonly jobs: JobStore;
+  /** Managers (discovery sources) and the nodes they hold (issue 8; ./managers-types.ts). */
+  readonly managers: ManagerStore;
   close(): Promise<void>;
 
   getNode(id: string): Promise<NodeRecord | null>;
@@ -312,6 +342,13 @@ export interface Store {
    * (node_id, started_at instant) is a duplicate: nothing is written.
    */
   insertRun(run: RunInsert): Promise<InsertRunResult>;
+  /**
+   * insertRun for several runs in one transaction, so they share one commit (the ingest's group
+   * commit). Each run succeeds or fails alone (savepoints): a refused run gets its error in its
+   * slot and the others are stored. Rejects as a whole only when the transaction itself fails
+   * (database down, commit failed): then none of them is stored.
+   */
+  insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]>;
   /** Runs of a node, newest start first, optionally within a range of start times. */
   listRuns(nodeId: string, page: number, perPage: number, range?: RunRange): Promise<Page<RunRecord>>;
   getRunLog(runId: number): Promise<Buffer | null>;

@@ -6,6 +6,7 @@
  */
 import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
 import { capstanError } from '../errors.js';
+import type { KeyEndorsement } from './keys.js';
 
 export type DirectiveMode = 'enforce' | 'audit';
 
@@ -35,6 +36,8 @@ export interface SignedBundle {
   signature: string;
   key_id: string;
   public_key?: string;
+  /** After key rotations: each key endorsed by the one before it (keys.ts), for agents that pinned an older key. */
+  endorsements?: KeyEndorsement[];
 }
 
 /** JSON with sorted keys, so equal content always hashes equal. */
@@ -62,7 +65,7 @@ export function policyKeyId(publicKey: KeyObject | string): string {
   return createHash('sha256').update(key.export({ type: 'spki', format: 'der' })).digest('hex').slice(0, 16);
 }
 
-export function signBundle(bundle: PolicyBundle, privateKeyPem: string, opts: { includePublicKey?: boolean } = {}): SignedBundle {
+export function signBundle(bundle: PolicyBundle, privateKeyPem: string, opts: { includePublicKey?: boolean; endorsements?: KeyEndorsement[] } = {}): SignedBundle {
   const priv = createPrivateKey(privateKeyPem);
   const pub = createPublicKey(priv);
   const policy = Buffer.from(JSON.stringify(bundle)).toString('base64');
@@ -72,6 +75,7 @@ export function signBundle(bundle: PolicyBundle, privateKeyPem: string, opts: { 
     key_id: policyKeyId(pub),
   };
   if (opts.includePublicKey) out.public_key = pub.export({ type: 'spki', format: 'pem' }).toString();
+  if (opts.endorsements?.length) out.endorsements = opts.endorsements;
   return out;
 }
 

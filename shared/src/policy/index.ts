@@ -2,3 +2,5 @@ export * from './bundle.js';
 export * from './condition.js';
 export * from './methods.js';
 export * from './system.js';
+export * from './changes.js';
+export * from './keys.js';

@@ -113,6 +113,56 @@ export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string
   components: (p) => one('File from shared folder', p.path),
 };
 
+/** A bundle's name: its top directory in the archive and its directory under the target. */
+export const ARCHIVE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
+
+export interface ArchiveParams {
+  source: string;
+  /** sha256 of the .tar.gz as served. */
+  sha256: string;
+  /** sha256 of the bundle's SHA256SUMS file. */
+  sums_sha256: string;
+  /** Absolute directory the bundle lands in, as <target>/<name>. */
+  target: string;
+  /** The bundle's name: the archive's top directory; by default the file name without .tar.gz/.tgz. */
+  name: string;
+  /** Remove bundles under target that no archive directive of the node's policy assigns. */
+  purge: boolean;
+}
+
+/**
+ * Choria's archive convention: a .tar.gz whose top directory is its name and holds a SHA256SUMS
+ * file; the directive carries both the archive's and the SUMS file's sha256 (agent/src/methods/archive.ts).
+ */
+export const archiveFromSharedFolderSpec: MethodSpec<ArchiveParams> = {
+  name: 'archive_from_shared_folder',
+  validate: (p) => {
+    const m = 'archive_from_shared_folder';
+    const source = str(m, p, 'source');
+    if (source.split('/').some((s) => s === '..' || s === '.' || s === '') || source.includes('\\')) {
+      paramError(m, 'source', 'must be a relative path inside the shared folder');
+    }
+    const base = source.split('/').pop()!;
+    const fromFile = /^(.+)\.(tar\.gz|tgz)$/.exec(base);
+    if (!fromFile) paramError(m, 'source', 'must name a .tar.gz or .tgz file');
+    const name = optStr(m, p, 'name') ?? fromFile[1]!;
+    if (!ARCHIVE_NAME.test(name) || name === '..' || name === '.') paramError(m, 'name', 'must be a plain directory name (letters, digits, . _ + -)');
+    const hex = (field: string) => {
+      const v = str(m, p, field);
+      if (!/^[0-9a-f]{64}$/.test(v)) paramError(m, field, 'must be 64 lowercase hex digits');
+      return v;
+    };
+    const target = str(m, p, 'target', { absolute: true });
+    if (target.split('/').some((s) => s === '..' || s === '.')) paramError(m, 'target', 'must not contain . or .. segments');
+    if (p.purge !== undefined && typeof p.purge !== 'boolean') paramError(m, 'purge', 'must be true or false');
+    return { source, sha256: hex('sha256'), sums_sha256: hex('sums_sha256'), target: target.replace(/\/+$/, '') || '/', name, purge: p.purge === true };
+  },
+  components: (p) => [
+    { component: 'Archive from shared folder', key: `${p.target === '/' ? '' : p.target}/${p.name}` },
+    ...(p.purge ? [{ component: 'Archive purge', key: p.target }] : []),
+  ],
+};
+
 const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
 
 export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
@@ -204,7 +254,7 @@ export const sysctlValueSpec: MethodSpec<{ key: string; value: string }> = {
 export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
   [
     fileContentSpec, fileLinePresentSpec, fileAbsentSpec, filePermissionsSpec, directoryPresentSpec, fileFromSharedFolderSpec,
-    packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
+    archiveFromSharedFolderSpec, packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
   ].map((m) => [m.name, m as MethodSpec<any>]),
 );
 

@@ -12,13 +12,15 @@ export interface FakeAgent {
   close(): void;
 }
 
-export function fakeAgent(relay: string, node: string, opts: { busy?: boolean; lines?: number } = {}): FakeAgent {
+export function fakeAgent(relay: string, node: string, opts: { busy?: boolean; lines?: number; token?: string } = {}): FakeAgent {
   const ac = new AbortController();
   const runs: FakeAgent['runs'] = [];
   let onConnected!: () => void;
   const connected = new Promise<void>((r) => (onConnected = r));
   void (async () => {
-    const res = await request(`${relay}/remote-run/listen/${node}`, { signal: ac.signal, bodyTimeout: 0 });
+    // Relays require the node's token on this connection (identity.require_token, on by default).
+    const headers = opts.token ? { authorization: `Bearer ${opts.token}` } : {};
+    const res = await request(`${relay}/remote-run/listen/${node}`, { signal: ac.signal, bodyTimeout: 0, headers });
     let buf = '';
     for await (const chunk of res.body) {
       buf += chunk.toString();

@@ -10,11 +10,17 @@
  * - 401/403/404 from the upstream are passed on and never answered from the cache: the server
  *   decides who gets a policy (a 404 also drops the cached copy).
  * Fetches for one node are shared while in flight, so a burst of agents costs one upstream request.
+ *
+ * Push hints (`[policies] push_hints`): the relay long-polls the upstream's
+ * `GET /rudder/relay-api/1/policies/changes` and a hinted node's cached copy is revalidated at its
+ * next request whatever max_age says; the relay serves the same feed to the relays below it.
  */
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, etagMatches } from '../../shared.js';
-import { NODE_ID, PolicyCache, type CachedPolicy } from '../../cache/policies.js';
+import { Client } from 'undici';
+import { capstanError, etagMatches, userAgent } from '../../shared.js';
+import { changesQuery, type ChangesAnswer } from '@capstan/shared/policy/changes';
+import { NODE_ID, PolicyCache, PolicyHints, type CachedPolicy } from '../../cache/policies.js';
 import type { RelayContext } from '../context.js';
 
 /** Largest policy answer read from the upstream (the agent's own limit). */
@@ -33,6 +39,55 @@ export function registerPolicies(app: FastifyInstance, ctx: RelayContext): void 
   const cache = new PolicyCache(ctx.config.policies.cache_dir || join(ctx.config.spool.directory, 'cache', 'policies'));
   const maxAge = ctx.config.policies.max_age;
   const inFlight = new Map<string, Promise<Upstreamed>>();
+  const hints = new PolicyHints({ maxAgeMs: maxAge, log: ctx.log });
+  const hintWait = Math.min(ctx.config.policies.hint_wait, 60_000);
+  // Started by the first request that needs it (a policy served under max_age, or a relay below
+  // polling us): a relay that serves no policies never holds a poll open upstream.
+  let hintsStarted = !ctx.config.policies.push_hints;
+  const ensureHints = () => {
+    if (hintsStarted) return;
+    hintsStarted = true;
+    hints.start(async (since, signal) => {
+      // A connection of its own, not one of the forwarding pool's: a poll holds it for its whole
+      // wait, and a relay forwarding with concurrency 1 would stall behind it. Made per poll, so
+      // a reload's new upstream trust applies from the next poll.
+      const u = new URL(ctx.upstream.url);
+      const client = new Client(u.origin, {
+        connect: ctx.upstream.connectOptions(),
+        headersTimeout: hintWait + ctx.config.upstream.timeout,
+        bodyTimeout: ctx.config.upstream.timeout,
+      });
+      const query = `?wait=${Math.round(hintWait / 1000)}s${since ? `&since=${since}` : ''}`;
+      let res;
+      let text;
+      try {
+        res = await client.request({
+          method: 'GET',
+          path: `${u.pathname.replace(/\/+$/, '')}/rudder/relay-api/1/policies/changes${query}`,
+          headers: { 'user-agent': userAgent('capstan-relayd') },
+          signal,
+        });
+        text = await res.body.text();
+      } finally {
+        void client.close().catch(() => undefined);
+      }
+      if (res.statusCode === 404) return 'unsupported';
+      if (res.statusCode !== 200) throw new Error(`upstream answered ${res.statusCode}`);
+      const a = (JSON.parse(text) as { data?: ChangesAnswer }).data;
+      if (!a || typeof a.cursor !== 'string' || !Array.isArray(a.nodes) || typeof a.reset !== 'boolean') throw new Error('malformed change feed answer');
+      return a;
+    });
+  };
+  // Stop polling and answer the relays below before the server waits for its connections.
+  app.addHook('preClose', async () => hints.stop());
+
+  app.get<{ Querystring: Record<string, string | undefined> }>('/rudder/relay-api/1/policies/changes', async (req, reply) => {
+    const { since, waitMs } = changesQuery(req.query);
+    ensureHints();
+    const ac = new AbortController();
+    reply.raw.on('close', () => ac.abort());
+    return { data: await hints.feed.since(since, waitMs, ac.signal) };
+  });
 
   const fetchUpstream = (nodeId: string, etag: string | undefined, authorization: string | undefined): Promise<Upstreamed> => {
     // Shared by node, not by token: a request with another token waits for this one's answer
@@ -77,8 +132,11 @@ export function registerPolicies(app: FastifyInstance, ctx: RelayContext): void 
   app.get<{ Params: { id: string } }>('/policies/:id/rules', async (req, reply) => {
     const nodeId = req.params.id;
     if (!NODE_ID.test(nodeId)) throw capstanError('ERR_BAD_PATH', 'not a node id');
+    if (maxAge > 0) ensureHints();
     const cached = await cache.get(nodeId);
-    if (cached && maxAge > 0 && Date.now() - cached.confirmed_at < maxAge) return serve(req, reply, cached, false);
+    if (cached && maxAge > 0 && Date.now() - cached.confirmed_at < maxAge && !hints.stale(nodeId, cached.confirmed_at)) {
+      return serve(req, reply, cached, false);
+    }
 
     const auth = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
     const up = await fetchUpstream(nodeId, cached?.etag, auth);

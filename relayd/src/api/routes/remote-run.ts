@@ -19,7 +19,7 @@ import { adminOnly } from '../access.js';
 import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
-import { jsonLines } from '../../remote-run/lines.js';
+import { jsonLines } from '@capstan/shared/remote-run/lines';
 import { responseConn, socketConn } from '../../remote-run/hub.js';
 
 /** The protocol name agents and sub-relays ask for to get an upgraded (lean) connection. */
@@ -134,11 +134,13 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
   app.post<{ Params: { id?: string } }>(`${api}/nodes`, { preHandler }, trigger((_req, form) => form.nodes!, true));
   app.post<{ Params: { id?: string } }>(`${api}/all`, { preHandler }, trigger(() => 'all', false));
 
+  const knows = async (node: string): Promise<boolean> => (ctx.knowsNode ? ctx.knowsNode(node) : ctx.nodes().accepts(node));
+
   app.get<{ Params: { node: string }; Querystring: { relay?: string } }>('/remote-run/listen/:node', async (req, reply) => {
     const node = req.params.node;
     if (!enabled) return sendText(reply, 404);
     if (!NODE_ID_RE.test(node)) return sendText(reply, 400, `invalid node id: ${node}`);
-    if (!ctx.nodes().accepts(node)) return sendText(reply, 404, `node ${node} is not in this relay's nodes list`);
+    if (!(await knows(node))) return sendText(reply, 404, `node ${node} is not in this relay's nodes list`);
     if (rr.hub.size >= rr.hub.maxPeers && !rr.hub.get(node)) {
       return reply.code(503).header('retry-after', '30').type('text/plain').send('too many remote-run connections');
     }
@@ -173,21 +175,29 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
       return fail(400, 'invalid node id');
     }
     if (!NODE_ID_RE.test(node)) return fail(400, `invalid node id: ${node}`);
-    if (!ctx.nodes().accepts(node)) return fail(404, `node ${node} is not in this relay's nodes list`);
-    if (rr.hub.size >= rr.hub.maxPeers && !rr.hub.get(node)) return fail(503, 'too many remote-run connections');
-    if (head.length > 0) socket.unshift(head);
-    const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
-    s.setTimeout?.(0);
-    s.setNoDelay?.(true);
-    s.setKeepAlive?.(true, 60_000);
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
-    const relay = new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') === '1';
-    const conn = socketConn(socket);
-    if (!rr.hub.add({ id: node, relay, since: Date.now(), conn })) {
-      conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
-      return;
-    }
-    conn.write(`${JSON.stringify({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat })}\n`);
+    const accept = (): void => {
+      if (rr.hub.size >= rr.hub.maxPeers && !rr.hub.get(node)) return fail(503, 'too many remote-run connections');
+      if (head.length > 0) socket.unshift(head);
+      const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
+      s.setTimeout?.(0);
+      s.setNoDelay?.(true);
+      s.setKeepAlive?.(true, 60_000);
+      socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
+      const relay = new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') === '1';
+      const conn = socketConn(socket);
+      if (!rr.hub.add({ id: node, relay, since: Date.now(), conn })) {
+        conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
+        return;
+      }
+      conn.write(`${JSON.stringify({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat })}\n`);
+    };
+    if (ctx.nodes().accepts(node)) return accept();
+    // Unknown here: maybe accepted since the last sync. Hold the socket while the list refreshes.
+    void knows(node).then((ok) => {
+      if (socket.destroyed) return;
+      if (!ok) return fail(404, `node ${node} is not in this relay's nodes list`);
+      accept();
+    });
   });
 
   app.post<{ Params: { channel: string } }>('/remote-run/output/:channel', async (req, reply) => {

@@ -22,7 +22,7 @@ export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentit
   });
   app.get('/.well-known/jwks.json', async (_req, reply) =>
     // Relays cache it on disk and refetch on an unknown kid; a short max-age for HTTP caches between.
-    reply.header('cache-control', 'public, max-age=60').send(identity.jwks()));
+    reply.header('cache-control', 'public, max-age=60').send(await identity.jwks()));
 }
 
 /** Errors with details (the node count of a key in use) carry them in the body. */
@@ -34,13 +34,13 @@ function withDetails(err: unknown, reply: FastifyReply): FastifyReply {
 }
 
 export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdentity): void {
-  admin.get('/api/1/keys', async () => ({ data: identity.listKeys() }));
-  admin.post('/api/1/keys/rotate', async (_req, reply) => reply.code(201).send({ data: identity.rotate() }));
+  admin.get('/api/1/keys', async () => ({ data: await identity.listKeys() }));
+  admin.post('/api/1/keys/rotate', async (_req, reply) => reply.code(201).send({ data: await identity.rotate() }));
   admin.delete<{ Params: { kid: string }; Querystring: { force?: string } }>('/api/1/keys/:kid', async (req, reply) => {
     const force = req.query.force;
     if (force !== undefined && force !== 'true' && force !== 'false') throw capstanError('ERR_BAD_REQUEST', 'force must be true or false');
     try {
-      return { data: identity.deleteKey(req.params.kid, force === 'true') };
+      return { data: await identity.deleteKey(req.params.kid, force === 'true') };
     } catch (err) {
       return withDetails(err, reply);
     }

@@ -7,10 +7,10 @@
  *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, etagMatches, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
+import { capstanError, changesQuery, etagMatches, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
-import type { PolicyKey } from '../../policy/key.js';
+import type { PolicyKeyring } from '../../policy/key.js';
 import { checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 
@@ -23,7 +23,7 @@ export type AuthorizeNode = (req: FastifyRequest, nodeId: string) => Promise<voi
 export interface PolicyRouteDeps {
   store: Store;
   generator: PolicyGenerator;
-  key: PolicyKey;
+  key: PolicyKeyring;
   authorizeNode?: AuthorizeNode;
   /** `[policy] shared_folder`: served at /rudder/relay-api/1/shared-folder/ (empty: every file 404). */
   sharedFolder?: string;
@@ -55,6 +55,13 @@ function parse(kind: PolicyKind, body: unknown, pathId?: string): Record<string,
 
 export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
   const { store, generator } = deps;
+
+  // A new active policy key, endorsed by the previous one. Bundles are signed when served, so
+  // the next fetch of every node carries the new signature and the endorsement chain.
+  app.post('/api/1/keys/policy/rotate', async () => {
+    const r = await deps.key.rotate();
+    return { data: { key_id: r.key_id, previous_key_id: r.previous_key_id, endorsement: r.endorsement } };
+  });
   for (const kind of ['directive', 'group', 'rule'] as const) {
     const base = `/api/1/${PLURAL[kind]}`;
     const view = (o: { body: Record<string, unknown>; updated_at: string }) => ({ ...o.body, updated_at: o.updated_at });
@@ -117,7 +124,22 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
 
   sharedFolderRoutes(app, deps.sharedFolder ?? '');
 
-  app.get('/api/1/keys/policy', async () => ({ data: { key_id: key.keyId, algorithm: 'ed25519', public_key: key.publicKeyPem } }));
+  // Push hints for relays (shared/src/policy/changes.ts): node ids only, like the relay nodes
+  // list; the bundles themselves stay behind the node's authorization.
+  app.get<{ Querystring: Record<string, string | undefined> }>('/rudder/relay-api/1/policies/changes', async (req, reply) => {
+    const { since, waitMs } = changesQuery(req.query);
+    const ac = new AbortController();
+    reply.raw.on('close', () => ac.abort());
+    return { data: await generator.changes.since(since, waitMs, ac.signal) };
+  });
+  // Long polls would hold a shutdown for their whole wait: answer them first.
+  app.addHook('preClose', async () => generator.changes.close());
+
+  // The endorsements let an agent that pinned an older key reach this one (shared/src/policy/keys.ts).
+  app.get('/api/1/keys/policy', async () => {
+    const k = key.current();
+    return { data: { key_id: k.keyId, algorithm: 'ed25519', public_key: k.publicKeyPem, endorsements: k.endorsements } };
+  });
 
   app.get<{ Params: { id: string } }>('/policies/:id/rules', async (req, reply) => {
     const nodeId = req.params.id;
@@ -132,10 +154,13 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
       rec = await store.getPolicyBundle(nodeId);
     }
     if (!rec) throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
-    const etag = `"${rec.config_id}"`;
+    // The signing key is part of the ETag: after a rotation, caches must not keep answering 304
+    // for a copy signed by the old key (an agent that pins only the new key would refuse it).
+    const k = key.current();
+    const etag = `"${rec.config_id}.${k.keyId.slice(0, 8)}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache');
     if (etagMatches(req.headers['if-none-match'], etag)) return reply.code(304).send();
     const bundle = JSON.parse(rec.bundle) as PolicyBundle;
-    return reply.type('application/json').send(JSON.stringify(signBundle(bundle, key.privateKeyPem, { includePublicKey: true })));
+    return reply.type('application/json').send(JSON.stringify(signBundle(bundle, k.privateKeyPem, { includePublicKey: true, endorsements: k.endorsements })));
   });
 }

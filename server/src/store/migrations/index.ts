@@ -7,6 +7,11 @@
 import { initial } from './0001_initial.js';
 import { registry } from './0002_registry.js';
 import { policy } from './0003_policy.js';
+import { identity } from './0004_identity.js';
+import { jobs } from './0005_jobs.js';
+import { providers } from './0006_providers.js';
+import { ingestCompact } from './0007_ingest_compact.js';
+import { packedOutcomes } from './0008_packed_outcomes.js';
 
 export interface Migration {
   version: number;
@@ -15,7 +20,7 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial, registry, policy];
+export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

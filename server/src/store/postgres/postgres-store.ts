@@ -15,25 +15,31 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { capstanError, isCapstanError } from '@capstan/shared';
+import { capstanError, isCapstanError, isTransient } from '@capstan/shared';
 import type {
   Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
   NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
-  RuleComplianceRow, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
+  RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
   PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import { COUNT_COLUMNS, complianceRows, countsFromRow, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
 import { storeError } from '../errors.js';
+import { inTransaction } from './tx.js';
+import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
-  acceptCause, afterRun, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
+  acceptCause, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, withAcceptance, withPatch, withState, type HistoryInsert,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { migratePostgres } from './migrate.js';
+import { PostgresIdentityStore } from './identity.js';
+import { PostgresJobStore } from './jobs.js';
+import { PostgresManagerStore } from './managers.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
+import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
 export interface PostgresStoreOptions {
@@ -51,6 +57,7 @@ export interface PostgresStoreOptions {
 type Q = pg.Pool | pg.PoolClient;
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
+const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 /** Postgres text cannot hold U+0000, so no stored id has one: answer "absent" without asking. */
@@ -65,6 +72,9 @@ export class PostgresStore implements Store {
   private readonly onMaintenance: (message: string, err?: unknown) => void;
   private readonly skippedPartitions = new Set<string>();
   private closed = false;
+  readonly identity: PostgresIdentityStore;
+  readonly jobs = new PostgresJobStore(() => this.pool);
+  readonly managers: PostgresManagerStore = new PostgresManagerStore(() => this.pool, this);
 
   constructor(opts: PostgresStoreOptions) {
     if (opts.schema !== undefined && !SCHEMA_NAME.test(opts.schema)) {
@@ -82,6 +92,7 @@ export class PostgresStore implements Store {
     });
     // Without a listener, an idle connection dropped by the server would crash the process.
     this.pool.on('error', (err) => opts.onIdleError?.(err));
+    this.identity = new PostgresIdentityStore(this.pool);
     // JIT compilation costs 100+ ms and pays off only for long analytic queries; the registry's
     // are short, and a filter's estimated cost easily crosses jit_above_cost (measured: a 60 ms
     // list took 180 ms). Queued before the connection's first query.
@@ -100,22 +111,7 @@ export class PostgresStore implements Store {
 
   /** Run `fn` in one transaction on one connection; a connection that broke is not reused. */
   private async tx<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-    let c: pg.PoolClient;
-    try {
-      c = await this.pool.connect();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-    try {
-      await c.query('BEGIN');
-      const result = await fn(c);
-      await c.query('COMMIT');
-      c.release();
-      return result;
-    } catch (err) {
-      await c.query('ROLLBACK').then(() => c.release(), (e: Error) => c.release(e));
-      throw storeError(what, err);
-    }
+    return inTransaction(this.pool, what, fn);
   }
 
   private dialect(values: unknown[]): Dialect {
@@ -139,6 +135,15 @@ export class PostgresStore implements Store {
   }
 
   /** Rewrite the certificate (kept beside the row) and the filterable copies of tags and groups when they changed. */
+  /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
+  async saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void> {
+    const what = 'saveNode';
+    if (prev) await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+    else await this.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
+    await this.sets(what, c, next, prev);
+    await this.history(what, c, transitions(prev, next, at, cause));
+  }
+
   private async sets(what: string, c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null): Promise<void> {
     if (!prev || prev.certificate !== next.certificate) {
       if (next.certificate === null) {
@@ -204,8 +209,12 @@ export class PostgresStore implements Store {
     });
     const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
     const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
+    const nodes = rows.filter((r) => r.id !== null).map(nodeFromRow);
+    const links = nodes.length === 0 ? [] : (await this.query<LinkRow>('listNodes', this.pool, {
+      name: 'node_managers_of', text: 'SELECT node_id, manager_id FROM node_managers WHERE node_id = ANY($1)', values: [nodes.map((n) => n.id)],
+    })).rows;
     return {
-      data: rows.filter((r) => r.id !== null).map(nodeFromRow),
+      data: listRows(nodes, links),
       total: totals.unknown + totals.reachable + totals.unreachable,
       totals,
     };
@@ -341,19 +350,66 @@ export class PostgresStore implements Store {
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
-    const { startedUtc, receivedAt, counts, outcomes } = checkRun(run);
+    const checked = checkRun(run);
+    return this.tx('insertRun', (c) => this.runTx(c, run, checked));
+  }
+
+  async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
+    // Bad input fails its own run before any SQL; the rest share one transaction (one WAL flush
+    // at commit). No savepoint per run (two more round trips each): when one run is refused the
+    // batch rolls back and its runs are stored again one transaction each, so only that one fails.
+    const out: RunBatchResult[] = new Array(runs.length);
+    const todo: number[] = [];
+    const checked = new Map<number, ReturnType<typeof checkRun>>();
+    runs.forEach((run, i) => {
+      try {
+        checked.set(i, checkRun(run));
+        todo.push(i);
+      } catch (error) {
+        out[i] = { ok: false, error };
+      }
+    });
+    if (todo.length === 0) return out;
+    // Node rows are locked in id order, so two batches on other connections cannot deadlock.
+    todo.sort((a, b) => (runs[a]!.node_id < runs[b]!.node_id ? -1 : runs[a]!.node_id > runs[b]!.node_id ? 1 : a - b));
+    try {
+      const results = await this.tx('insertRuns', async (c) => {
+        const r: InsertRunResult[] = [];
+        for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!));
+        return r;
+      });
+      todo.forEach((i, k) => (out[i] = { ok: true, result: results[k]! }));
+      return out;
+    } catch (err) {
+      // The database is down or the commit failed: the whole batch is retried later.
+      if (isTransient(err)) throw err;
+    }
+    for (const i of todo) {
+      try {
+        out[i] = { ok: true, result: await this.insertRun(runs[i]!) };
+      } catch (error) {
+        if (isTransient(error)) throw error;
+        out[i] = { ok: false, error };
+      }
+    }
+    return out;
+  }
+
+  /** insertRun's work, inside the caller's transaction. */
+  private async runTx(c: pg.PoolClient, run: RunInsert, checked: ReturnType<typeof checkRun>): Promise<InsertRunResult> {
+    const { startedUtc, receivedAt, counts, packed } = checked;
     const what = 'insertRun';
-    return this.tx(what, async (c): Promise<InsertRunResult> => {
+    {
       const node = await this.lockNode(what, c, run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const ins = await this.query<{ id: string }>(what, c, {
         name: 'run_insert',
         text: `INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete, report_count,
-            counts, outcomes, file_name, sha256, received_at, log_compressed)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+            counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
           ON CONFLICT (node_id, started_at_utc) DO NOTHING RETURNING id`,
         values: [run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete, run.report_count,
-          counts, outcomes, run.file_name, run.sha256, receivedAt, run.log_compressed],
+          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, run.log_compressed, packed],
       });
       if (ins.rowCount === 0) {
         const dup = await this.query<{ id: string }>(what, c, {
@@ -363,36 +419,38 @@ export class PostgresStore implements Store {
       }
       const id = Number(ins.rows[0]!.id);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+      await this.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
       await this.history(what, c, transitions(node, next, receivedAt, 'run'));
       if (run.complete) {
         // Steady state: the same config reporting the same outcomes as last time changes no
         // number, so only the base run moves (one statement instead of a recomputation).
-        const same = await this.query(what, c, {
+        // One round trip: the steady-state update, and (read from the snapshot before it) the base
+        // run's start, for when it did not apply. `present` tells a node without a row yet.
+        const same = await this.query<{ updated: string; present: boolean; started: Date | null }>(what, c, {
           name: 'compliance_same',
-          text: `UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5
-            WHERE node_id = $1 AND run_id IS NOT NULL AND run_started_utc <= $4 AND config_id IS NOT DISTINCT FROM $6 AND outcomes = $7::jsonb`,
-          values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, outcomes],
+          text: `WITH u AS (UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5
+              WHERE node_id = $1 AND run_id IS NOT NULL AND run_started_utc <= $4 AND config_id IS NOT DISTINCT FROM $6 AND outcomes_packed = $7
+              RETURNING 1)
+            SELECT (SELECT count(*) FROM u) AS updated, x.node_id IS NOT NULL AS present, x.run_started_utc AS started
+            FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
+          values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, packed],
         });
-        let prev: string | null | undefined = null;
-        if ((same.rowCount ?? 0) === 0) {
-          const cur = await this.query<{ run_started_utc: Date | null }>(what, c, {
-            name: 'compliance_started', text: 'SELECT run_started_utc FROM node_compliance WHERE node_id = $1', values: [run.node_id],
-          });
-          prev = cur.rows[0] ? iso(cur.rows[0].run_started_utc) : undefined;
-        }
+        const row = same.rows[0]!;
+        const updated = Number(row.updated) > 0;
+        const prev: string | null | undefined = updated ? null : row.present ? iso(row.started) : undefined;
         // Only the newest complete run decides compliance; a back-filled older one does not.
-        if ((same.rowCount ?? 0) === 0 && (prev === undefined || prev === null || prev <= startedUtc)) {
+        if (!updated && (prev === undefined || prev === null || prev <= startedUtc)) {
           await this.writeCompliance(c, {
             nodeId: run.node_id,
             run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
             outcomes: run.outcomes,
+            outcomesPacked: packed,
             expected: run.config_id === null ? null : await this.expectations(c, run.node_id, run.config_id),
           }, receivedAt);
         }
       }
       return { inserted: true, id };
-    });
+    }
   }
 
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
@@ -405,7 +463,7 @@ export class PostgresStore implements Store {
       text: `SELECT t.total, r.* FROM
           (SELECT count(*) AS total FROM runs WHERE node_id = $1
              AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)) t
-        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.join(', ')} FROM runs WHERE node_id = $1
+        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.join(', ')}, outcomes_packed FROM runs WHERE node_id = $1
              AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)
            ORDER BY started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
       values: [nodeId, limit, offset, from, to],
@@ -436,22 +494,32 @@ export class PostgresStore implements Store {
     await this.query(what, c, {
       name: 'compliance_upsert',
       text: `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-          computed_at, outcomes, ${COUNT_COLUMNS.join(', ')})
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, ${COUNT_COLUMNS.map((_, i) => `$${i + 9}`).join(', ')})
+          computed_at, outcomes, outcomes_packed, ${COUNT_COLUMNS.join(', ')})
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ${COUNT_COLUMNS.map((_, i) => `$${i + 10}`).join(', ')})
         ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
           run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
-          computed_at = excluded.computed_at, outcomes = excluded.outcomes,
+          computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
           ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}`,
       values: [input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0, at,
-        JSON.stringify(input.outcomes), ...COUNT_COLUMNS.map((col) => counts[col])],
+        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), ...COUNT_COLUMNS.map((col) => counts[col])],
     });
-    await this.query(what, c, { name: 'compliance_directives_clear', text: 'DELETE FROM node_compliance_directives WHERE node_id = $1', values: [input.nodeId] });
+    // Two statements whatever changed (no read first): the rows no longer reported go, and the
+    // new or changed ones are written; an unchanged row is left alone (no dead tuple).
+    await this.query(what, c, {
+      name: 'compliance_directives_prune',
+      text: `DELETE FROM node_compliance_directives x WHERE x.node_id = $1
+        AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::text[]) AS g(rule_id, directive_id)
+          WHERE g.rule_id = x.rule_id AND g.directive_id = x.directive_id)`,
+      values: [input.nodeId, directives.map((d) => d.rule_id), directives.map((d) => d.directive_id)],
+    });
     if (directives.length) {
       await this.query(what, c, {
-        name: 'compliance_directives_insert',
-        text: `INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
-          SELECT $1, * FROM unnest($2::text[], $3::text[], ${COUNT_COLUMNS.map((_, i) => `$${i + 4}::int[]`).join(', ')})`,
+        name: 'compliance_directives_upsert',
+        text: `INSERT INTO node_compliance_directives AS x (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
+          SELECT $1, * FROM unnest($2::text[], $3::text[], ${COUNT_COLUMNS.map((_, i) => `$${i + 4}::int[]`).join(', ')})
+          ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}
+          WHERE (${COUNT_COLUMNS.map((col) => `x.${col}`).join(', ')}) IS DISTINCT FROM (${COUNT_COLUMNS.map((col) => `excluded.${col}`).join(', ')})`,
         values: [input.nodeId, directives.map((d) => d.rule_id), directives.map((d) => d.directive_id),
           ...COUNT_COLUMNS.map((col) => directives.map((d) => d.counts[col]))],
       });
@@ -483,14 +551,15 @@ export class PostgresStore implements Store {
       });
       await this.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
       const { rows } = await this.query(what, c, {
-        text: 'SELECT run_id, run_started_at, run_started_utc, config_id, outcomes FROM node_compliance WHERE node_id = $1', values: [nodeId],
+        text: 'SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = $1', values: [nodeId],
       });
       const cur = rows[0];
       if (cur && cur.run_id !== null) {
         await this.writeCompliance(c, {
           nodeId,
           run: { id: Number(cur.run_id), started_at: cur.run_started_at, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id },
-          outcomes: cur.outcomes as RunSummaryOutcome[],
+          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
           expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id),
         }, when);
       } else {
@@ -509,7 +578,7 @@ export class PostgresStore implements Store {
       if (!node) return null;
       const policy = (node.policy_config_id as string | null) ?? null;
       const { rows } = await this.query('getComplianceBase', c, {
-        text: 'SELECT run_id, run_started_at, config_id, outcomes FROM node_compliance WHERE node_id = $1', values: [nodeId],
+        text: 'SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = $1', values: [nodeId],
       });
       const cur = rows[0];
       if (cur && cur.run_id !== null) {
@@ -518,7 +587,8 @@ export class PostgresStore implements Store {
           run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null },
           policy_config_id: policy,
           expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id as string),
-          outcomes: cur.outcomes as RunSummaryOutcome[],
+          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
         };
       }
       return { node_id: nodeId, run: null, policy_config_id: policy, outcomes: [], expected: policy === null ? null : await this.expectations(c, nodeId, policy) };

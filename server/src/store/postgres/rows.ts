@@ -3,6 +3,7 @@
  * carry ISO 8601 UTC strings and numbers, the same as the SQLite backend returns.
  */
 import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
+import { unpackOutcomes } from '../outcomes.js';
 import { NODE_COLUMNS } from '../query.js';
 import { nodeFromColumns, nodeToColumns } from '../records.js';
 
@@ -26,7 +27,7 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
     complete: row.complete === true,
     report_count: Number(row.report_count),
     counts: row.counts as RunRecord['counts'],
-    outcomes: row.outcomes as RunRecord['outcomes'],
+    outcomes: unpackOutcomes(row.outcomes_packed, row.outcomes),
     file_name: row.file_name as string,
     sha256: row.sha256 as string,
     received_at: iso(row.received_at)!,

@@ -1,5 +1,6 @@
 /** SQLite rows to records. SQLite keeps times as ISO text already; JSON and booleans need decoding. */
 import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
+import { unpackOutcomes } from '../outcomes.js';
 import { NODE_COLUMNS } from '../query.js';
 import { nodeFromColumns, nodeToColumns } from '../records.js';
 
@@ -16,7 +17,7 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
     complete: row.complete === 1,
     report_count: row.report_count as number,
     counts: JSON.parse(row.counts as string) as RunRecord['counts'],
-    outcomes: JSON.parse(row.outcomes as string) as RunRecord['outcomes'],
+    outcomes: unpackOutcomes(row.outcomes_packed, row.outcomes),
     file_name: row.file_name as string,
     sha256: row.sha256 as string,
     received_at: row.received_at as string,

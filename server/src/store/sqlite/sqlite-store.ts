@@ -1,10 +1,11 @@
 /**
  * The embedded registry: better-sqlite3 on one file, WAL mode.
  *
- * Durability: `synchronous = FULL`. The ingest deletes a run log from its spool once insertRun
- * resolves, so a committed run must survive a power cut; in WAL mode NORMAL only syncs at
- * checkpoints and could lose the last commits while their spool files are already gone, which
- * breaks "nothing accepted with 2xx is ever lost". FULL costs one fsync of the WAL per commit.
+ * Durability: `synchronous = FULL`. The ingest deletes a run log from its spool once its batch's
+ * insertRuns resolves, so a committed run must survive a power cut; in WAL mode NORMAL only syncs
+ * at checkpoints and could lose the last commits while their spool files are already gone, which
+ * breaks "nothing accepted with 2xx is ever lost". FULL costs one fsync of the WAL per commit,
+ * which the ingest shares among the run logs of a batch (group commit, ingest/runlog.ts).
  *
  * Every write is an IMMEDIATE transaction: it takes the write lock before its first read, so a
  * second process on the same file waits (busy_timeout) instead of failing with SQLITE_BUSY
@@ -16,21 +17,26 @@ import { capstanError } from '@capstan/shared';
 import type {
   Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
   NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
-  RuleComplianceRow, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
+  RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
   PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
-import { COUNT_COLUMNS, complianceRows, countsFromRow, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
+import { COUNT_COLUMNS, complianceRows, countsFromRow, directiveChanges, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
 import { storeError } from '../errors.js';
+import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
-  acceptCause, afterRun, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
+  acceptCause, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   withAcceptance, withPatch, withState, type HistoryInsert,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { migrateSqlite } from './migrate.js';
+import { SqliteIdentityStore } from './identity.js';
+import { SqliteJobStore } from './jobs.js';
+import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
+import { listRows, type LinkRow } from '../managers-rows.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -41,6 +47,7 @@ export interface SqliteStoreOptions {
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
+const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
@@ -49,6 +56,9 @@ export class SqliteStore implements Store {
   private readonly now: () => Date;
   /** Statements are compiled once per SQL text; listNodes builds a handful of variants. */
   private readonly statements = new Map<string, Database.Statement>();
+  readonly identity: SqliteIdentityStore;
+  readonly jobs = new SqliteJobStore(() => this.db);
+  readonly managers: SqliteManagerStore = new SqliteManagerStore(() => this.db, this);
 
   constructor(opts: SqliteStoreOptions) {
     const timeout = opts.busyTimeoutMs ?? 5000;
@@ -66,6 +76,7 @@ export class SqliteStore implements Store {
     } catch (err) {
       throw capstanError('ERR_STARTUP', `cannot open database ${opts.path}`, { cause: err });
     }
+    this.identity = new SqliteIdentityStore(this.db);
   }
 
   private stmt(sql: string): Database.Statement {
@@ -103,6 +114,13 @@ export class SqliteStore implements Store {
   private node(id: string): NodeRecord | null {
     const row = this.stmt(`${SELECT_NODE} WHERE n.id = ?`).get(id) as Record<string, unknown> | undefined;
     return row ? nodeFromRow(row) : null;
+  }
+
+  /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
+  saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): void {
+    this.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
+    this.sets(next, prev);
+    this.history(transitions(prev, next, at, cause));
   }
 
   private history(entries: HistoryInsert[]): void {
@@ -165,7 +183,12 @@ export class SqliteStore implements Store {
       const totals = { unknown: 0, reachable: 0, unreachable: 0 };
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
       const rows = this.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map(nodeFromRow), total: totals.unknown + totals.reachable + totals.unreachable, totals };
+      const nodes = rows.map(nodeFromRow);
+      // The page's manager links, in one statement (a page is at most a few hundred ids).
+      const links = nodes.length === 0 ? [] : this.db.prepare(
+        `SELECT node_id, manager_id FROM node_managers WHERE node_id IN (${nodes.map(() => '?').join(', ')})`,
+      ).all(...nodes.map((n) => n.id)) as LinkRow[];
+      return { data: listRows(nodes, links), total: totals.unknown + totals.reachable + totals.unreachable, totals };
     });
   }
 
@@ -267,15 +290,43 @@ export class SqliteStore implements Store {
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
-    const { startedUtc, receivedAt, counts, outcomes } = checkRun(run);
-    return this.write('insertRun', (): InsertRunResult => {
+    const checked = checkRun(run);
+    return this.write('insertRun', () => this.runTx(run, checked));
+  }
+
+  async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
+    // Bad input fails its own run before any SQL; the rest share one transaction (one commit and
+    // one fsync of the WAL for the batch), each in a savepoint so one refusal undoes only itself.
+    const checked = runs.map((run): RunBatchResult | ReturnType<typeof checkRun> => {
+      try {
+        return checkRun(run);
+      } catch (error) {
+        return { ok: false, error };
+      }
+    });
+    const each = this.db.transaction((run: RunInsert, c: ReturnType<typeof checkRun>) => this.runTx(run, c));
+    return this.write('insertRuns', () => runs.map((run, i): RunBatchResult => {
+      const c = checked[i]!;
+      if ('ok' in c) return c;
+      try {
+        return { ok: true, result: each(run, c) };
+      } catch (error) {
+        return { ok: false, error: storeError('insertRun', error) };
+      }
+    }));
+  }
+
+  /** insertRun's work, inside the caller's write transaction. */
+  private runTx(run: RunInsert, checked: ReturnType<typeof checkRun>): InsertRunResult {
+    const { startedUtc, receivedAt, counts, packed } = checked;
+    {
       const node = this.node(run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const ins = this.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
-          report_count, counts, outcomes, file_name, sha256, received_at, log_compressed)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id, started_at_utc) DO NOTHING`)
+          report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id, started_at_utc) DO NOTHING`)
         .run(run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete ? 1 : 0, run.report_count,
-          counts, outcomes, run.file_name, run.sha256, receivedAt, run.log_compressed);
+          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, run.log_compressed, packed);
       if (ins.changes === 0) {
         const dup = this.stmt('SELECT id FROM runs WHERE node_id = ? AND started_at_utc = ?')
           .get(run.node_id, startedUtc) as { id: number };
@@ -283,14 +334,14 @@ export class SqliteStore implements Store {
       }
       const id = Number(ins.lastInsertRowid);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      this.stmt(UPDATE_NODE).run(nodeParams(next));
+      this.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
       this.history(transitions(node, next, receivedAt, 'run'));
       if (run.complete) {
         // Steady state: the same config reporting the same outcomes as last time changes no
         // number, so only the base run moves (one statement instead of a recomputation).
         const same = this.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?
-          WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes = ?`)
-          .run(id, run.started_at, startedUtc, receivedAt, run.node_id, startedUtc, run.config_id ?? null, JSON.stringify(run.outcomes));
+          WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ?`)
+          .run(id, run.started_at, startedUtc, receivedAt, run.node_id, startedUtc, run.config_id ?? null, packed);
         const cur = same.changes > 0 ? undefined : this.stmt('SELECT run_started_utc FROM node_compliance WHERE node_id = ?').get(run.node_id) as
           { run_started_utc: string | null } | undefined;
         // Only the newest complete run decides compliance; a back-filled older one does not.
@@ -299,12 +350,13 @@ export class SqliteStore implements Store {
             nodeId: run.node_id,
             run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
             outcomes: run.outcomes,
+            outcomesPacked: packed,
             expected: run.config_id === null ? null : this.expectations(run.node_id, run.config_id),
           }, receivedAt);
         }
       }
       return { inserted: true, id };
-    });
+    }
   }
 
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
@@ -315,7 +367,7 @@ export class SqliteStore implements Store {
     return this.read('listRuns', () => {
       const { n } = this.stmt(`SELECT count(*) AS n FROM runs WHERE ${where}`).get(...values) as { n: number };
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
-      const rows = this.stmt(`SELECT ${RUN_COLUMNS.join(', ')} FROM runs WHERE ${where}
+      const rows = this.stmt(`SELECT ${RUN_COLUMNS.join(', ')}, outcomes_packed FROM runs WHERE ${where}
         ORDER BY started_at_utc DESC LIMIT ? OFFSET ?`).all(...values, limit, offset) as Record<string, unknown>[];
       return { data: rows.map(runFromRow), total: n };
     });
@@ -339,19 +391,30 @@ export class SqliteStore implements Store {
   private writeCompliance(input: ComplianceInput, at: string): void {
     const { counts, directives } = complianceRows(input);
     this.stmt(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-        computed_at, outcomes, ${COUNT_COLUMNS.join(', ')})
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
+        computed_at, outcomes, outcomes_packed, ${COUNT_COLUMNS.join(', ')})
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
       ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
         run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
-        computed_at = excluded.computed_at, outcomes = excluded.outcomes,
+        computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
         ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`)
       .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
-        JSON.stringify(input.outcomes), ...COUNT_COLUMNS.map((c) => counts[c]));
-    this.stmt('DELETE FROM node_compliance_directives WHERE node_id = ?').run(input.nodeId);
-    const ins = this.stmt(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
-      VALUES (?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`);
-    for (const d of directives) ins.run(input.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c]));
+        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), ...COUNT_COLUMNS.map((c) => counts[c]));
+    const stored = this.stmt(`SELECT rule_id, directive_id, ${COUNT_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`)
+      .all(input.nodeId) as Array<Record<string, unknown>>;
+    const { upsert, remove } = directiveChanges(stored, directives);
+    const del = this.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
+    for (const r of remove) del.run(input.nodeId, r.rule_id, r.directive_id);
+    // Multi-row statements: one call into SQLite per chunk instead of one per directive.
+    const CHUNK = 32;
+    for (let i = 0; i < upsert.length; i += CHUNK) {
+      const part = upsert.slice(i, i + CHUNK);
+      const row = `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`;
+      this.stmt(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
+        VALUES ${part.map(() => row).join(', ')}
+        ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`)
+        .run(part.flatMap((d) => [input.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]));
+    }
   }
 
   async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean> {
@@ -374,13 +437,14 @@ export class SqliteStore implements Store {
       const keep = node.policy_config_id ?? configId;
       this.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);
       this.stmt('UPDATE nodes SET policy_config_id = ? WHERE id = ?').run(configId, nodeId);
-      const cur = this.stmt('SELECT run_id, run_started_at, run_started_utc, config_id, outcomes FROM node_compliance WHERE node_id = ?')
-        .get(nodeId) as { run_id: number | null; run_started_at: string; run_started_utc: string; config_id: string | null; outcomes: string } | undefined;
+      const cur = this.stmt('SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = ?')
+        .get(nodeId) as { run_id: number | null; run_started_at: string; run_started_utc: string; config_id: string | null; outcomes: string; outcomes_packed: Buffer | null } | undefined;
       if (cur && cur.run_id !== null) {
         this.writeCompliance({
           nodeId,
           run: { id: cur.run_id, started_at: cur.run_started_at, started_utc: cur.run_started_utc, config_id: cur.config_id },
-          outcomes: JSON.parse(cur.outcomes) as RunSummaryOutcome[],
+          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
           expected: cur.config_id === null ? null : this.expectations(nodeId, cur.config_id),
         }, when);
       } else {
@@ -394,15 +458,16 @@ export class SqliteStore implements Store {
     return this.read('getComplianceBase', () => {
       const node = this.node(nodeId);
       if (!node) return null;
-      const cur = this.stmt('SELECT run_id, run_started_at, config_id, outcomes FROM node_compliance WHERE node_id = ?').get(nodeId) as
-        { run_id: number | null; run_started_at: string; config_id: string | null; outcomes: string } | undefined;
+      const cur = this.stmt('SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = ?').get(nodeId) as
+        { run_id: number | null; run_started_at: string; config_id: string | null; outcomes: string; outcomes_packed: Buffer | null } | undefined;
       if (cur && cur.run_id !== null) {
         return {
           node_id: nodeId,
           run: { id: cur.run_id, started_at: cur.run_started_at, config_id: cur.config_id },
           policy_config_id: node.policy_config_id,
           expected: cur.config_id === null ? null : this.expectations(nodeId, cur.config_id),
-          outcomes: JSON.parse(cur.outcomes) as RunSummaryOutcome[],
+          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
         };
       }
       return {

@@ -1,4 +1,4 @@
-/** Split a byte stream into text lines, each bounded: a peer cannot make us buffer without end. */
+/** Split a byte stream into text lines, each bounded: a peer (agent, relay) cannot make the reader buffer without end. */
 import { StringDecoder } from 'node:string_decoder';
 
 /** Longest line kept; longer ones are dropped whole (their start is discarded as it arrives). */

@@ -1,0 +1,68 @@
+/**
+ * Admin API: jobs under /api/1/jobs (see docs/jobs.md).
+ *   POST /api/1/jobs                        create (targets resolved at once) → 201 {data: job}
+ *   GET  /api/1/jobs[?state=&page=&per_page=] newest first, with progress counts
+ *   GET  /api/1/jobs/<id>                   the job, its progress and every task (state, reason, output)
+ *   GET  /api/1/jobs/<id>/tasks/<node>      one task and its transitions
+ *   POST /api/1/jobs/<id>/cancel            abort the tasks not final yet
+ */
+import type { FastifyInstance } from 'fastify';
+import { capstanError, readJson } from '@capstan/shared';
+import { createJob, parseJobRequest, type JobLimits } from '../../jobs/create.js';
+import type { JobRunner } from '../../jobs/runner.js';
+import type { JobState, Store } from '../../store/store.js';
+import { paging, single, type Query } from '../params.js';
+
+export interface JobRouteDeps {
+  store: Store;
+  runner: JobRunner;
+  limits: JobLimits;
+  now?: () => Date;
+}
+
+const JOB_STATES: readonly JobState[] = ['running', 'finished', 'cancelled'];
+
+export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
+  const { store } = deps;
+  const now = deps.now ?? (() => new Date());
+  const mustGet = async (id: string) => {
+    const job = await store.jobs.getJob(id);
+    if (!job) throw capstanError('ERR_JOB_UNKNOWN', `job ${id} is unknown`);
+    return job;
+  };
+
+  app.post('/api/1/jobs', async (req, reply) => {
+    const request = parseJobRequest(await readJson(req), deps.limits);
+    const job = await createJob(store, request, deps.limits, now());
+    deps.runner.kick();
+    return reply.code(201).send({ data: job });
+  });
+
+  app.get<{ Querystring: Query }>('/api/1/jobs', async (req) => {
+    const q = req.query;
+    for (const k of Object.keys(q)) if (!['state', 'page', 'per_page'].includes(k)) throw capstanError('ERR_BAD_REQUEST', `unknown parameter ${k}`);
+    const state = single(q, 'state');
+    if (state !== undefined && !JOB_STATES.includes(state as JobState)) throw capstanError('ERR_BAD_REQUEST', `state must be one of ${JOB_STATES.join(', ')}`);
+    const { page, per_page } = paging(q, 50, 500);
+    const list = await store.jobs.listJobs(page, per_page, state as JobState | undefined);
+    return { ...list, page, per_page };
+  });
+
+  app.get<{ Params: { id: string } }>('/api/1/jobs/:id', async (req) => {
+    const job = await mustGet(req.params.id);
+    return { data: { ...job, tasks: await store.jobs.listTasks(job.id) } };
+  });
+
+  app.get<{ Params: { id: string; node: string } }>('/api/1/jobs/:id/tasks/:node', async (req) => {
+    const job = await mustGet(req.params.id);
+    const task = await store.jobs.getTask(job.id, req.params.node);
+    if (!task) throw capstanError('ERR_NOT_FOUND', `job ${job.id} has no task for node ${req.params.node}`);
+    return { data: { ...task, transitions: await store.jobs.taskHistory(job.id, task.node_id) } };
+  });
+
+  app.post<{ Params: { id: string } }>('/api/1/jobs/:id/cancel', async (req) => {
+    const job = await store.jobs.cancelJob(req.params.id, now().toISOString());
+    if (!job) throw capstanError('ERR_JOB_UNKNOWN', `job ${req.params.id} is unknown`);
+    return { data: job };
+  });
+}

@@ -1,0 +1,115 @@
+/**
+ * Managers (issue 8).
+ * Admin API (bearer token), under /api/1/managers:
+ *   GET / · POST / · GET /<id> · PUT /<id> · DELETE /<id>?nodes=keep|delete|state:<state>
+ *   POST /<id>/test   connection test: {reachable, error?} with the cloud's error
+ *   POST /<id>/poll   poll a server-hosted manager now
+ * Relay-facing, beside the other relay→upstream calls (outbound from the relay, relayed
+ * unchanged by intermediate relays; like them no bearer token — the answer holds credential
+ * *references* only, and a relay may only post for the managers assigned to it):
+ *   GET  /relay-api/1/providers/<relay-id>/managers
+ *   POST /relay-api/1/providers/<relay-id>/managers/<id>/discovery   {instances} | {error}
+ */
+import type { FastifyInstance } from 'fastify';
+import { capstanError, readJson } from '@capstan/shared';
+import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/shared/providers/index';
+import type { Store } from '../../store/store.js';
+import {
+  applyPoll, checkManager, deleteManager, managerView, parseNodesChoice, recordToSpec, specToStored, MAX_INSTANCES_PER_POLL,
+} from '../../providers/managers.js';
+
+export const RELAY_PROVIDERS_PATH = '/relay-api/1/providers';
+/** A discovery post: ~1 kB per instance at most. */
+const MAX_DISCOVERY_BYTES = MAX_INSTANCES_PER_POLL * 1024;
+
+export interface ManagerRouteDeps {
+  store: Store;
+  /** Poll a server-hosted manager now (absent: the server hosts no providers). */
+  pollNow?: (id: string) => Promise<void>;
+  /** Where `env` credential references of server-hosted managers are read. */
+  env?: NodeJS.ProcessEnv;
+}
+
+async function mustGet(store: Store, id: string) {
+  const m = await store.managers.getManager(id);
+  if (!m) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${id} is unknown`);
+  return m;
+}
+
+export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps): void {
+  const { store } = deps;
+  const now = () => new Date().toISOString();
+
+  app.get('/api/1/managers', async () => ({ data: (await store.managers.listManagers()).map(managerView) }));
+
+  app.post('/api/1/managers', async (req, reply) => {
+    const s = checkManager(await readJson(req));
+    const m = await store.managers.createManager({ id: s.id, name: s.name, type: s.type, provider: s.provider, spec: specToStored(s) }, now());
+    return reply.code(201).send({ data: managerView(m) });
+  });
+
+  app.get<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => ({ data: managerView(await mustGet(store, req.params.id)) }));
+
+  app.put<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => {
+    const s = checkManager(await readJson(req), req.params.id);
+    const old = await mustGet(store, req.params.id);
+    if (old.type !== s.type) throw capstanError('ERR_CONFLICT', `manager ${old.id} is of type ${old.type}; a type never changes (create another manager)`);
+    const m = await store.managers.updateManager(s.id, { name: s.name, provider: s.provider, spec: specToStored(s) }, now());
+    if (!m) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${req.params.id} is unknown`);
+    return { data: managerView(m) };
+  });
+
+  app.delete<{ Params: { id: string }; Querystring: { nodes?: string } }>('/api/1/managers/:id', async (req) => {
+    const choice = parseNodesChoice(req.query.nodes);
+    return { data: await deleteManager(store, req.params.id, choice, new Date()) };
+  });
+
+  app.post<{ Params: { id: string } }>('/api/1/managers/:id/test', async (req) => {
+    const m = await mustGet(store, req.params.id);
+    if (m.provider !== 'server') {
+      // The credentials live on the relay, which only connects outward: its last poll is the
+      // test (a failed poll posts the cloud's error). Unknown until the relay's first poll.
+      return {
+        data: m.last_poll_at === null
+          ? { reachable: null, hosted_by: m.provider, error: 'the hosting relay has not polled this manager yet' }
+          : { reachable: m.last_poll_error === null, hosted_by: m.provider, as_of: m.last_poll_at, ...(m.last_poll_error !== null && { error: m.last_poll_error }) },
+      };
+    }
+    const driver = await driverFor(recordToSpec(m), { env: deps.env ?? process.env });
+    return { data: await driver.test(AbortSignal.timeout(60_000)) };
+  });
+
+  app.post<{ Params: { id: string } }>('/api/1/managers/:id/poll', async (req) => {
+    const m = await mustGet(store, req.params.id);
+    if (m.provider !== 'server' || !deps.pollNow) throw capstanError('ERR_CONFLICT', `manager ${m.id} is not polled by this server (provider ${m.provider})`);
+    await deps.pollNow(m.id);
+    return { data: managerView(await mustGet(store, m.id)) };
+  });
+}
+
+export function managerRelayRoutes(app: FastifyInstance, store: Store): void {
+  const relayId = (id: string) => {
+    if (!PROVIDER_ID.test(id) || id === 'server') throw capstanError('ERR_BAD_REQUEST', 'invalid relay id');
+    return id;
+  };
+
+  app.get<{ Params: { relay: string } }>(`${RELAY_PROVIDERS_PATH}/:relay/managers`, async (req) => {
+    const specs: ManagerSpec[] = (await store.managers.listManagers(relayId(req.params.relay))).map(recordToSpec);
+    return { data: specs };
+  });
+
+  app.post<{ Params: { relay: string; id: string } }>(`${RELAY_PROVIDERS_PATH}/:relay/managers/:id/discovery`, async (req) => {
+    const relay = relayId(req.params.relay);
+    const m = await store.managers.getManager(req.params.id);
+    // The same answer for unknown and not-yours: a relay learns nothing of others' managers.
+    if (!m || m.provider !== relay) throw capstanError('ERR_MANAGER_UNKNOWN', `relay ${relay} hosts no manager ${req.params.id}`);
+    const body = await readJson(req, MAX_DISCOVERY_BYTES) as Record<string, unknown> | undefined;
+    if (!body || typeof body !== 'object') throw capstanError('ERR_BAD_REQUEST', 'body must be {instances} or {error}');
+    let outcome: { instances: unknown[] } | { error: string };
+    if (typeof body.error === 'string') outcome = { error: body.error };
+    else if (Array.isArray(body.instances)) outcome = { instances: body.instances };
+    else throw capstanError('ERR_BAD_REQUEST', 'body must be {instances: [...]} or {error: "..."}');
+    // The server's clock, like every contact time: a relay's clock is not trusted for lifecycle times.
+    return { data: await applyPoll(store, m.id, outcome, new Date()) };
+  });
+}

@@ -1,0 +1,73 @@
+/**
+ * `GET /rudder/relay-api/1/nodes`: the accepted nodes in RUDDER's nodeslist.json shape
+ * (`{"<id>": {"hostname", "policy-server", "key-hash"}}`), for relays to route by (relayd syncs it
+ * and serves its copy to its own sub-relays). Wrapped in the relay API's envelope, so that a relay
+ * can tell a list from an upstream that does not serve one:
+ *
+ *   {"data":{"nodes":{…}},"result":"success","action":"getNodesList"}
+ *
+ * With a strong ETag (sha256 of the body): `If-None-Match` → 304. Every request reads the store
+ * afresh (no server-side cache): a relay that asks because a node it does not know just sent a
+ * run log must see an acceptance made a moment before, or it would refuse that file for good.
+ *
+ * Agent-facing like /uuid and the JWKS: node ids, host names and public-key hashes, no secret.
+ */
+import { createHash, X509Certificate } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { etagMatches } from '@capstan/shared';
+import type { NodeRecord, Store } from '../../store/store.js';
+
+export const RELAY_NODES_PATH = '/rudder/relay-api/1/nodes';
+
+/** Page size when reading the accepted nodes (all are listed). */
+const PAGE = 5_000;
+
+/** RUDDER's key-hash: `sha256:<hex>` of the public key's SubjectPublicKeyInfo DER; null when unreadable. */
+export function keyHashOf(certificatePem: string | null): string | null {
+  if (!certificatePem) return null;
+  try {
+    const der = new X509Certificate(certificatePem).publicKey.export({ type: 'spki', format: 'der' });
+    return `sha256:${createHash('sha256').update(der).digest('hex')}`;
+  } catch {
+    return null;
+  }
+}
+
+/** Certificate fingerprint → key-hash: parsing every certificate on every request would dominate. */
+const keyHashes = new Map<string, string | null>();
+
+export interface NodesListEntry {
+  hostname: string;
+  'policy-server': string;
+  'key-hash'?: string;
+}
+
+/** Every accepted node, by id; a node without a known policy server is under this server (`rootId`). */
+export async function acceptedNodesList(store: Store, rootId: string): Promise<Record<string, NodesListEntry>> {
+  const out: Record<string, NodesListEntry> = {};
+  const add = (n: NodeRecord) => {
+    let keyHash = n.certificate_fingerprint ? keyHashes.get(n.certificate_fingerprint) : undefined;
+    if (keyHash === undefined) {
+      keyHash = keyHashOf(n.certificate);
+      if (n.certificate_fingerprint && keyHashes.size < 1_000_000) keyHashes.set(n.certificate_fingerprint, keyHash);
+    }
+    out[n.id] = { hostname: n.hostname, 'policy-server': n.policy_server || rootId, ...(keyHash ? { 'key-hash': keyHash } : {}) };
+  };
+  for (let page = 1; ; page++) {
+    const res = await store.listNodes({ filters: [{ key: 'accepted', values: ['accepted'] }], sort: 'id', order: 'asc', page, per_page: PAGE });
+    for (const n of res.data) add(n);
+    if (res.data.length < PAGE || page * PAGE >= res.total) break;
+  }
+  return out;
+}
+
+export function relayNodesRoutes(app: FastifyInstance, deps: { store: Store; rootId: string }): void {
+  app.get(RELAY_NODES_PATH, async (req, reply) => {
+    const nodes = await acceptedNodesList(deps.store, deps.rootId);
+    const body = JSON.stringify({ data: { nodes }, result: 'success', action: 'getNodesList' });
+    const etag = `"${createHash('sha256').update(body).digest('base64url')}"`;
+    reply.header('etag', etag).header('cache-control', 'no-cache');
+    if (etagMatches(req.headers['if-none-match'], etag)) return reply.code(304).send();
+    return reply.type('application/json').send(body);
+  });
+}

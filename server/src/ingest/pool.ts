@@ -1,0 +1,116 @@
+/**
+ * A fixed pool of ingest worker threads (node:worker_threads), one per core by default: S/MIME
+ * verification, decompression, parsing and recompression of run logs run there, so the event
+ * loop that serves HTTP and writes the database is not stalled by them (profiled under ingest,
+ * they were a quarter of the server's CPU, all on the main thread).
+ *
+ * Each worker has at most `perWorker` jobs outstanding (two: one being prepared, one waiting in
+ * its port, so a worker never idles while the main thread is busy committing). A worker that
+ * dies fails its jobs with a transient error (the spooled files are retried) and is replaced.
+ */
+import { Worker } from 'node:worker_threads';
+import { CapstanError, capstanError } from '@capstan/shared';
+import type { PrepareJob, PreparedRun } from './runlog-prepare.js';
+import type { WorkerReply, WorkerRequest } from './runlog-worker.js';
+
+interface Pending {
+  job: PrepareJob;
+  resolve: (run: PreparedRun) => void;
+  reject: (err: unknown) => void;
+}
+
+interface Slot {
+  worker: Worker;
+  jobs: Map<number, Pending>;
+}
+
+const WORKER_URL = new URL('./runlog-worker.js', import.meta.url);
+
+export class PrepareWorkerPool {
+  private readonly slots: Slot[] = [];
+  private readonly queue: Pending[] = [];
+  private nextId = 1;
+  private closed = false;
+
+  constructor(readonly size: number, private readonly perWorker = 2) {
+    if (!Number.isInteger(size) || size < 1) throw new RangeError('worker pool size must be a positive integer');
+  }
+
+  private spawn(): Slot {
+    const slot: Slot = { worker: new Worker(WORKER_URL), jobs: new Map() };
+    slot.worker.unref();
+    slot.worker.on('message', (reply: WorkerReply) => {
+      const p = slot.jobs.get(reply.id);
+      if (!p) return;
+      slot.jobs.delete(reply.id);
+      if (slot.jobs.size === 0) slot.worker.unref();
+      if (reply.ok) {
+        // Buffers arrive as plain Uint8Arrays (structured clone); the store wants Buffers.
+        const buf = (u: unknown) => {
+          const a = u as Uint8Array;
+          return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+        };
+        p.resolve({
+          ...reply.run,
+          log_compressed: buf(reply.run.log_compressed),
+          ...(reply.run.outcomes_packed ? { outcomes_packed: buf(reply.run.outcomes_packed) } : {}),
+        });
+      } else {
+        const e = reply.error;
+        p.reject(e.capstan
+          ? new CapstanError(e.code!, e.message, { statusCode: e.statusCode, transient: e.transient })
+          : Object.assign(new Error(e.message), e.code ? { code: e.code } : {}));
+      }
+      this.pump();
+    });
+    const died = (err: unknown) => {
+      const i = this.slots.indexOf(slot);
+      if (i < 0) return;
+      for (const p of slot.jobs.values()) {
+        p.reject(capstanError('ERR_INTERNAL', 'ingest worker stopped', { cause: err, transient: true }));
+      }
+      slot.jobs.clear();
+      if (this.closed) return;
+      this.slots[i] = this.spawn();
+      this.pump();
+    };
+    slot.worker.on('error', died);
+    slot.worker.on('exit', (code) => died(new Error(`ingest worker exited with code ${code}`)));
+    return slot;
+  }
+
+  prepare(job: PrepareJob): Promise<PreparedRun> {
+    if (this.closed) return Promise.reject(capstanError('ERR_INTERNAL', 'ingest worker pool is closed', { transient: true }));
+    // Started with the first run log: a server that receives none costs no threads.
+    while (this.slots.length < this.size) this.slots.push(this.spawn());
+    return new Promise((resolve, reject) => {
+      this.queue.push({ job, resolve, reject });
+      this.pump();
+    });
+  }
+
+  /** Jobs waiting for a worker or being prepared. */
+  get pending(): number {
+    return this.queue.length + this.slots.reduce((n, s) => n + s.jobs.size, 0);
+  }
+
+  private pump(): void {
+    while (this.queue.length > 0) {
+      // The least busy worker below its limit.
+      let best: Slot | null = null;
+      for (const s of this.slots) if (s.jobs.size < this.perWorker && (!best || s.jobs.size < best.jobs.size)) best = s;
+      if (!best) return;
+      const p = this.queue.shift()!;
+      const id = this.nextId++;
+      best.jobs.set(id, p);
+      if (best.jobs.size === 1) best.worker.ref();
+      best.worker.postMessage({ id, job: p.job } satisfies WorkerRequest);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const p of this.queue.splice(0)) p.reject(capstanError('ERR_INTERNAL', 'ingest worker pool is closed', { transient: true }));
+    await Promise.all(this.slots.map((s) => s.worker.terminate()));
+  }
+}

@@ -1,0 +1,43 @@
+/**
+ * An ingest worker thread: prepares run logs (runlog-prepare.ts) for the main thread, one
+ * message in, one message out. Errors cross the thread as plain data (structured clone drops a
+ * CapstanError's code) and are rebuilt on the other side (pool.ts).
+ */
+import { parentPort } from 'node:worker_threads';
+import { isCapstanError } from '@capstan/shared';
+import { prepareRunLog, type PrepareJob } from './runlog-prepare.js';
+
+export interface WorkerRequest {
+  id: number;
+  job: PrepareJob;
+}
+
+export interface WorkerError {
+  capstan: boolean;
+  code?: string;
+  message: string;
+  statusCode?: number;
+  transient?: boolean;
+}
+
+export type WorkerReply =
+  | { id: number; ok: true; run: Awaited<ReturnType<typeof prepareRunLog>> }
+  | { id: number; ok: false; error: WorkerError };
+
+function toWorkerError(err: unknown): WorkerError {
+  if (isCapstanError(err)) {
+    return { capstan: true, code: err.code, message: err.message, statusCode: err.statusCode, transient: err.transient };
+  }
+  const code = (err as { code?: unknown } | null)?.code;
+  return { capstan: false, ...(typeof code === 'string' ? { code } : {}), message: err instanceof Error ? err.message : String(err) };
+}
+
+const port = parentPort;
+if (port) {
+  port.on('message', (req: WorkerRequest) => {
+    prepareRunLog(req.job).then(
+      (run) => port.postMessage({ id: req.id, ok: true, run } satisfies WorkerReply),
+      (err: unknown) => port.postMessage({ id: req.id, ok: false, error: toWorkerError(err) } satisfies WorkerReply),
+    );
+  });
+}

@@ -1,0 +1,81 @@
+/**
+ * The per-node task state machine of a job, after VMClarity's AssetScan discipline: one table
+ * says which transitions exist and which reasons each target state may carry; everything that
+ * moves a task (the dispatcher, the events coming back from the relays, the timeout sweep, a
+ * cancel) goes through `checkTransition`, in both store backends.
+ *
+ *   pending ──▶ scheduled ──▶ in_progress ──▶ done
+ *      │            │              │       └─▶ failed
+ *      │            └──────────────┼─────────▶ failed
+ *      └───────────────────────────┴─────────▶ failed (pending: the node cannot be run at all)
+ *   aborted from every non-final state (cancel, timeout)
+ *
+ * done, failed and aborted are final. Unlike VMClarity there is no Aborted → Failed step: an
+ * abort here has nothing to clean up on the node (a run already started there simply finishes
+ * and its outcome is ignored), so it is final at once and can never be stuck (VMClarity #427).
+ */
+import { capstanError } from '@capstan/shared';
+
+export const TASK_STATES = ['pending', 'scheduled', 'in_progress', 'done', 'failed', 'aborted'] as const;
+export type TaskState = (typeof TASK_STATES)[number];
+
+export const FINAL_STATES: ReadonlySet<TaskState> = new Set(['done', 'failed', 'aborted']);
+export const NON_FINAL_STATES: readonly TaskState[] = TASK_STATES.filter((s) => !FINAL_STATES.has(s));
+
+/** from → the states it may go to. */
+export const TRANSITIONS: Readonly<Record<TaskState, readonly TaskState[]>> = {
+  pending: ['scheduled', 'failed', 'aborted'],
+  scheduled: ['in_progress', 'failed', 'aborted'],
+  in_progress: ['done', 'failed', 'aborted'],
+  done: [],
+  failed: [],
+  aborted: [],
+};
+
+/**
+ * The reasons a task may enter each state with. A reason is a permanent code clients match on;
+ * the transition's `message` says the rest in words.
+ */
+export const REASONS = {
+  pending: ['created'],
+  /** Handed to the relay(s) that reach the node. */
+  scheduled: ['dispatched'],
+  /** The agent acknowledged the run and started it. */
+  in_progress: ['started'],
+  /** The agent's run exited 0. */
+  done: ['completed'],
+  failed: [
+    'exit_code', // the run exited non-zero
+    'busy', // a run was already going on the node
+    'agent_error', // the agent (or a relay on the way) reported an error
+    'offline', // no relay reached a connected agent within its wait
+    'no_answer', // the relay never answered the run it was handed
+    'relay_lost', // the relay's output stream ended before the node's run did
+    'not_accepted', // the node is pending or refused
+    'terminated', // the node's state is terminated (final)
+    'no_agent', // the node never sent an inventory: nothing there to run
+  ],
+  aborted: ['cancelled', 'timeout'],
+} as const satisfies Record<TaskState, readonly string[]>;
+
+export type TaskReason = (typeof REASONS)[TaskState][number];
+
+export function isTaskState(s: unknown): s is TaskState {
+  return typeof s === 'string' && (TASK_STATES as readonly string[]).includes(s);
+}
+
+export function isFinal(s: TaskState): boolean {
+  return FINAL_STATES.has(s);
+}
+
+export function isLegal(from: TaskState, to: TaskState): boolean {
+  return TRANSITIONS[from].includes(to);
+}
+
+/** Refuse (ERR_JOB_TRANSITION) a transition the table does not have, or a reason its target does not allow. */
+export function checkTransition(from: TaskState, to: TaskState, reason: string): void {
+  if (!isLegal(from, to)) throw capstanError('ERR_JOB_TRANSITION', `a task cannot go from ${from} to ${to}`);
+  if (!(REASONS[to] as readonly string[]).includes(reason)) {
+    throw capstanError('ERR_JOB_TRANSITION', `${reason} is not a reason for ${to} (allowed: ${REASONS[to].join(', ')})`);
+  }
+}

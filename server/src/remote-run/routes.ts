@@ -1,0 +1,92 @@
+/**
+ * The server's side of the remote-run link, the endpoints relayd's UpstreamLink speaks to its
+ * upstream (relayd/src/remote-run/link.ts), so a top-level relay links to the server exactly as
+ * a sub-relay links to its relay:
+ *   GET  /remote-run/listen/<relay-id>?relay=1   long-lived; `Upgrade: capstan-remote-run` (101,
+ *        a bare socket) or a streamed 200 answer of JSON lines: hello, pings, run events
+ *   POST /remote-run/output/<channel>            the relay's answer to one run (JSON lines)
+ * Only relays link here (`relay=1`): agents hold their connection to a relay, which checks
+ * their identity. A channel id is a random UUID handed on the relay's own connection, so only the
+ * relay that got a run can answer it.
+ */
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from '@capstan/shared';
+import type { JobRunner } from '../jobs/runner.js';
+import { socketConn, type RelayConn, type RelayHub } from './hub.js';
+import { jsonLines } from '@capstan/shared/remote-run/lines';
+
+export const UPGRADE_PROTOCOL = 'capstan-remote-run';
+const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
+
+export interface RemoteRunDeps {
+  hub: RelayHub;
+  runner: JobRunner;
+  log: Logger;
+  nodeId: string;
+  heartbeatMs: number;
+}
+
+export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void {
+  const { hub } = deps;
+  const hello = (relay: string) => `${JSON.stringify({ type: 'hello', node: relay, relay: deps.nodeId, heartbeat_ms: deps.heartbeatMs })}\n`;
+  const link = (id: string, conn: RelayConn): void => {
+    if (!hub.add({ id, since: Date.now(), conn })) {
+      conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
+      return;
+    }
+    conn.write(hello(id));
+    deps.log.info({ relay: id }, 'relay linked for remote runs');
+    conn.onClose(() => deps.log.info({ relay: id }, 'relay link closed'));
+  };
+
+  app.get<{ Params: { id: string }; Querystring: { relay?: string } }>('/remote-run/listen/:id', async (req, reply) => {
+    const id = req.params.id;
+    if (!RELAY_ID_RE.test(id)) return reply.code(400).type('text/plain').send(`invalid relay id: ${id}`);
+    if (req.query.relay !== '1') return reply.code(404).type('text/plain').send('agents hold their remote-run connection to a relay');
+    reply.hijack();
+    const res = reply.raw;
+    req.raw.socket.setTimeout(0);
+    req.raw.socket.setNoDelay(true);
+    req.raw.socket.setKeepAlive(true, 60_000);
+    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    link(id, {
+      write: (l) => void res.write(l),
+      end: (l) => void res.end(l),
+      get closed() {
+        return res.destroyed || res.writableEnded;
+      },
+      onClose: (fn) => void res.once('close', fn),
+    });
+  });
+
+  app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const fail = (status: number, text: string) => {
+      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+    };
+    const m = /^\/remote-run\/listen\/([^/?]+)(\?.*)?$/.exec(req.url ?? '');
+    if (!m || req.method !== 'GET' || String(req.headers.upgrade).toLowerCase() !== UPGRADE_PROTOCOL) return fail(404, 'NOT FOUND');
+    let id: string;
+    try {
+      id = decodeURIComponent(m[1]!);
+    } catch {
+      return fail(400, 'invalid relay id');
+    }
+    if (!RELAY_ID_RE.test(id)) return fail(400, `invalid relay id: ${id}`);
+    if (new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') !== '1') return fail(404, 'agents hold their remote-run connection to a relay');
+    if (head.length > 0) socket.unshift(head);
+    const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
+    s.setTimeout?.(0);
+    s.setNoDelay?.(true);
+    s.setKeepAlive?.(true, 60_000);
+    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
+    link(id, socketConn(socket));
+  });
+
+  app.post<{ Params: { channel: string } }>('/remote-run/output/:channel', async (req, reply) => {
+    const known = await deps.runner.output(req.params.channel, jsonLines(req.raw), () => req.raw.destroy());
+    if (!known) return reply.code(404).type('text/plain').send('NOT FOUND');
+    return reply.code(200).send({ data: { channel: req.params.channel } });
+  });
+}

@@ -1,0 +1,76 @@
+/** Row ↔ record for jobs, shared by both backends (see jobs-types.ts). */
+import { TASK_STATES, type TaskState } from '../jobs/states.js';
+import type { JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './jobs-types.js';
+
+export type Row = Record<string, unknown>;
+
+const iso = (v: unknown): string => (v instanceof Date ? v.toISOString() : String(v));
+const isoOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : iso(v));
+const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
+
+export function emptyProgress(): JobProgress {
+  const p = { total: 0 } as JobProgress;
+  for (const s of TASK_STATES) p[s] = 0;
+  return p;
+}
+
+/** Progress from `(state, n)` rows. */
+export function progressFrom(rows: Array<{ state: unknown; n: unknown }>): JobProgress {
+  const p = emptyProgress();
+  for (const r of rows) {
+    const n = Number(r.n);
+    p[r.state as TaskState] = n;
+    p.total += n;
+  }
+  return p;
+}
+
+export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
+  const spec = json<{ nodes?: string[]; node_selectors?: NodeSelector[] }>(r.spec);
+  return {
+    id: String(r.id),
+    name: String(r.name),
+    type: r.type as JobType,
+    state: r.state as JobState,
+    nodes: spec.nodes ?? [],
+    node_selectors: spec.node_selectors ?? [],
+    conditions: json<string[]>(r.conditions),
+    keep_output: r.keep_output === true || r.keep_output === 1,
+    timeout_ms: Number(r.timeout_ms),
+    created_at: iso(r.created_at),
+    deadline_at: iso(r.deadline_at),
+    finished_at: isoOrNull(r.finished_at),
+    progress,
+  };
+}
+
+export function taskFromRow(r: Row): TaskRecord {
+  return {
+    job_id: String(r.job_id),
+    node_id: String(r.node_id),
+    state: r.state as TaskState,
+    reason: String(r.reason),
+    message: (r.message as string | null) ?? null,
+    relay: (r.relay as string | null) ?? null,
+    exit_code: r.exit_code === null || r.exit_code === undefined ? null : Number(r.exit_code),
+    output: (r.output as string | null) ?? null,
+    updated_at: iso(r.updated_at),
+  };
+}
+
+export function transitionFromRow(r: Row): TaskTransition {
+  return {
+    at: iso(r.at),
+    from: (r.from_state as TaskState | null) ?? null,
+    to: r.to_state as TaskState,
+    reason: String(r.reason),
+    message: (r.message as string | null) ?? null,
+  };
+}
+
+export function specJson(j: { nodes: string[]; node_selectors: NodeSelector[] }): string {
+  return JSON.stringify({ nodes: j.nodes, node_selectors: j.node_selectors });
+}
+
+export const JOB_COLUMNS = 'id, name, type, state, spec, conditions, keep_output, timeout_ms, created_at, deadline_at, finished_at';
+export const TASK_COLUMNS = 'job_id, node_id, state, reason, message, relay, exit_code, output, updated_at';

@@ -1,0 +1,41 @@
+/**
+ * A run's outcomes as both backends store them since migration 8: the JSON packed with raw
+ * deflate (node:zlib, synchronous: the rows' readers are synchronous) in `outcomes_packed`, and
+ * `[]` in the old `outcomes` column. Rows from before keep their JSON and no packed form.
+ * Packing is deterministic for the same JSON, so the steady-state check ("same outcomes as the
+ * base run") compares packed bytes.
+ */
+import { deflateRawSync, inflateRawSync } from 'node:zlib';
+import type { RunSummaryOutcome } from './store.js';
+
+/** What the old column holds for rows that have a packed form. */
+export const UNPACKED_PLACEHOLDER = '[]';
+/** Refuse to inflate more than this from the database (a corrupt row must not exhaust memory). */
+const MAX_UNPACKED = 256 * 1024 * 1024;
+
+export function packOutcomes(json: string): Buffer {
+  return deflateRawSync(Buffer.from(json, 'utf8'), { level: 6 });
+}
+
+/**
+ * What a compliance row stores in `outcomes_packed`: the bytes already packed (a run's, or the row
+ * being recomputed), else the packed JSON — or null for no outcomes, which reads back as `[]`
+ * through the old column: a node with no run yet costs no deflate call (a 100,000-node policy
+ * generation spent a tenth of its time packing `[]`).
+ */
+export function packedOrNull(outcomes: readonly RunSummaryOutcome[], packed?: Buffer | null): Buffer | null {
+  if (packed) return packed;
+  return outcomes.length === 0 ? null : packOutcomes(JSON.stringify(outcomes));
+}
+
+/**
+ * The outcomes of a row: from `packed` when set, else from the old column (`legacy` is the JSON
+ * text from SQLite, or the value node-pg parsed from jsonb).
+ */
+export function unpackOutcomes(packed: unknown, legacy: unknown): RunSummaryOutcome[] {
+  if (packed !== null && packed !== undefined) {
+    const text = inflateRawSync(packed as Buffer, { maxOutputLength: MAX_UNPACKED }).toString('utf8');
+    return JSON.parse(text) as RunSummaryOutcome[];
+  }
+  return (typeof legacy === 'string' ? JSON.parse(legacy) : legacy ?? []) as RunSummaryOutcome[];
+}

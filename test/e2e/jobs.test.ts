@@ -1,0 +1,121 @@
+/**
+ * Jobs end to end with the real programs: a server, a relay linked to it for remote runs
+ * (`[remote_run] link_upstream`), three agents enrolled and accepted the normal way (so they hold
+ * identity tokens) and holding `capstan-agent listen` connections to the relay. A job on static
+ * nodes reaches exactly those agents and records their output; an inventory job makes the agent
+ * send its inventory; a job with a manager selector reaches exactly the nodes the manager holds;
+ * a node whose agent went away ends failed (offline) with its reason instead of hanging.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { openStore } from '@capstan/server/store/index';
+import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+
+interface Agent {
+  id: string;
+  proc: ChildProcess;
+  log: string[];
+  /** How many remote runs this agent started (its `remote run` log lines). */
+  runs(): number;
+}
+
+t.test('jobs reach exactly their agents through the relay, and record outcome and output', async (t) => {
+  const dir = t.testdir();
+  const serverDir = join(dir, 'server');
+  await writeFile(join(dir, 'server.toml'), '[jobs]\nsweep_interval = "200ms"\n');
+  const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  await writeFile(join(dir, 'relayd.toml'), '[remote_run]\nlink_upstream = true\nconnect_wait = "1s"\n\n[nodes_sync]\ninterval = "1s"\n');
+  const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--node-id', 'relay-1', '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  await waitFor(async () => {
+    const s = await api('GET', '/api/1/system/status');
+    return s.json?.data?.remote_run?.relays?.includes('relay-1') ? true : undefined;
+  }, 'the relay to link to the server');
+
+  // Enrolment as an admin does it: first run → pending node; accept; the next run gets a token.
+  const agents: Agent[] = [];
+  for (const name of ['a', 'b', 'c']) {
+    const stateDir = join(dir, `agent-${name}`);
+    const first = await runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
+    t.equal(first.code, 0, `agent ${name}: first run (${first.code === 0 ? 'ok' : first.stderr})`);
+    const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
+    await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}`)).status === 200 ? true : undefined), `node ${name} registered`);
+    t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
+    const second = await runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
+    t.equal(second.code, 0, `agent ${name}: run once accepted (${second.code === 0 ? 'ok' : second.stderr})`);
+    t.ok((await readFile(join(stateDir, 'identity.token'), 'utf8')).trim().length > 0, `agent ${name} holds a token`);
+    const proc = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    t.teardown(() => proc.kill('SIGKILL'));
+    const log: string[] = [];
+    proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
+    agents.push({ id, proc, log, runs: () => log.join('').split('\n').filter((l) => l.includes('"msg":"remote run"')).length });
+  }
+  const [a, b, c] = agents as [Agent, Agent, Agent];
+  const relayStatus = async () => ((await (await fetch(`${relay.url}/rudder/relay-api/1/system/status`)).json()) as any).data;
+  await waitFor(async () => ((await relayStatus()).remote_run.connections === 3 ? true : undefined), 'the three agents to connect', 60_000);
+
+  const finished = (id: string) => waitFor(async () => {
+    const r = await api('GET', `/api/1/jobs/${id}`);
+    return r.json.data.state === 'finished' ? r.json.data : undefined;
+  }, `job ${id} to finish`, 60_000);
+  const byNode = (job: { tasks: Array<{ node_id: string }> }) => Object.fromEntries(job.tasks.map((x) => [x.node_id, x])) as Record<string, any>;
+
+  // Static nodes: exactly a and b run, c does not.
+  const created = await api('POST', '/api/1/jobs', { name: 'static', type: 'run', nodes: [a.id, b.id], keep_output: true, conditions: ['from_job'] });
+  t.equal(created.status, 201);
+  const job1 = await finished(created.json.data.id);
+  t.same(Object.keys(byNode(job1)).sort(), [a.id, b.id].sort(), 'one task per static node');
+  for (const ag of [a, b]) {
+    const task = byNode(job1)[ag.id];
+    t.match(task, { state: 'done', reason: 'completed', exit_code: 0, relay: 'relay-1' });
+    t.match(task.output, /config [^:]+: \d+ success, \d+ repaired, 0 errors; sent \d+, queued \d+/, 'the run summary came back as output');
+    t.equal(ag.runs(), 1, 'the agent ran once');
+  }
+  t.equal(c.runs(), 0, 'the agent not targeted did not run');
+  t.match(job1.progress, { total: 2, done: 2 });
+
+  // Inventory: the agent sends its inventory although it is not due.
+  const before = (await api('GET', `/api/1/nodes/${a.id}`)).json.data.last_inventory_at as string;
+  const inv = await finished((await api('POST', '/api/1/jobs', { name: 'inventory', type: 'inventory', nodes: [a.id], keep_output: true })).json.data.id);
+  t.match(byNode(inv)[a.id], { state: 'done', output: /inventory sent/ });
+  await waitFor(async () => {
+    const now = (await api('GET', `/api/1/nodes/${a.id}`)).json.data.last_inventory_at as string;
+    return Date.parse(now) > Date.parse(before) ? true : undefined;
+  }, 'the forced inventory to reach the server', 30_000);
+
+  // A manager selector: the manager holds b and c (linked through the store, as discovery does).
+  const store = await openStore({ sqlitePath: join(serverDir, 'capstan.db') });
+  try {
+    const at = new Date().toISOString();
+    await store.managers.createManager({ id: 'm1', name: 'fleet', type: 'static', provider: 'elsewhere', spec: {} }, at);
+    t.ok(await store.managers.linkNode(b.id, 'm1', at));
+    t.ok(await store.managers.linkNode(c.id, 'm1', at));
+  } finally {
+    await store.close();
+  }
+  const runsBefore = agents.map((x) => x.runs());
+  const sel = await finished((await api('POST', '/api/1/jobs', { name: 'selector', type: 'run', node_selectors: [{ manager_id: 'm1' }], keep_output: true })).json.data.id);
+  t.same(Object.keys(byNode(sel)).sort(), [b.id, c.id].sort(), 'exactly the nodes the manager holds');
+  for (const ag of [b, c]) t.match(byNode(sel)[ag.id], { state: 'done', output: /config [^:]+: \d+ success/ });
+  t.same(agents.map((x) => x.runs() - runsBefore[agents.indexOf(x)]!), [0, 1, 1], 'b and c ran, a did not');
+  const narrowed = await api('POST', '/api/1/jobs', { name: 'narrowed', type: 'run', node_selectors: [{ manager_id: 'm1', filters: [{ key: 'id', values: [b.id], exclude: true }] }] });
+  t.same((await finished(narrowed.json.data.id)).tasks.map((x: { node_id: string }) => x.node_id), [c.id], 'a selector filter narrows the manager\'s nodes');
+  t.match(await api('POST', '/api/1/jobs', { name: 'nobody', type: 'run', node_selectors: [{ manager_id: 'no-such-manager' }] }), { status: 400, json: { error: { code: 'ERR_JOB_NO_TARGETS' } } });
+
+  // An agent that went away: its task ends failed (offline) with its reason, within the relay's wait.
+  const exited = new Promise((r) => c.proc.once('exit', r));
+  c.proc.kill('SIGTERM');
+  await exited;
+  await waitFor(async () => ((await relayStatus()).remote_run.connections === 2 ? true : undefined), 'c\'s connection to go');
+  const t0 = Date.now();
+  const off = await finished((await api('POST', '/api/1/jobs', { name: 'offline', type: 'run', nodes: [c.id] })).json.data.id);
+  t.match(byNode(off)[c.id], { state: 'failed', reason: 'offline', message: /no relay reached/ });
+  t.ok(Date.now() - t0 < 15_000, `settled in ${Date.now() - t0} ms`);
+  const history = (await api('GET', `/api/1/jobs/${off.id}/tasks/${c.id}`)).json.data.transitions as Array<{ to: string; reason: string }>;
+  t.same(history.map((h) => `${h.to}:${h.reason}`), ['pending:created', 'scheduled:dispatched', 'failed:offline']);
+  t.match((await api('GET', '/api/1/jobs')).json, { total: 5 }, 'five jobs recorded (the one without targets was refused)');
+});
