@@ -61,7 +61,7 @@ t.test('a static host file is re-read at each poll: JSON or one host per line', 
   const file = join(dir, 'hosts');
   await writeFile(file, 'web1 # front\n\nweb2\nweb1\n');
   const spec = checkManager({ id: 'lab', type: 'static', config: { file, region: 'dc1' } });
-  t.same((await discover(spec)).map((i) => [i.source_id, i.region, i.account_id, i.state]), [['web1', 'dc1', 'lab', 'running'], ['web2', 'dc1', 'lab', 'running']]);
+  t.same((await discover(spec)).map((i) => [i.source_id, i.region, i.account_id, i.state]), [['web1', 'dc1', 'static', 'running'], ['web2', 'dc1', 'static', 'running']]);
   await writeFile(file, JSON.stringify([{ hostname: 'db1', address: '10.0.0.9', tags: { role: 'db' } }, 'web2']));
   t.match(await discover(spec), [{ source_id: 'db1', address: '10.0.0.9', tags: { role: 'db' } }, { source_id: 'web2' }]);
   await writeFile(file, '[not json');

@@ -1,18 +1,22 @@
 /**
  * gcp: Compute Engine `instances.aggregatedList` (every zone of a project in one paginated
- * listing) over REST — the same JSON API @google-cloud/compute speaks, without its transport
- * (REST fallback). Credentials: `env` names a variable holding an OAuth access token; `default`
- * takes one from the GCE metadata server (the instance's service account), as Google's default
- * chain does on Compute Engine. Throttling (429/503) retried with backoff (http.ts).
+ * listing, pageToken/nextPageToken, at most 500 per page) over the REST API with fetch — the JSON
+ * that @google-cloud/compute's REST transport exchanges too. That library is not used: its
+ * current major (7) needs Node 22, and the last major for Node 20 (6.x) weighs ~108 MB unpacked
+ * with google-gax, gRPC and protobufjs besides, for this one listing call in every relay package.
+ * Credentials: Google's application default chain on the provider's host (gcp-auth.ts). 429 and
+ * 5xx retried with backoff, Retry-After honoured (http.ts).
+ *
+ * A zone the listing could not reach (`unreachables`, or a scope warning UNREACHABLE) fails the
+ * poll: its instances are merely unseen, and marking them missing would be a lie.
  */
 import { capstanError } from '../errors.js';
-import { envCredential } from './common.js';
 import { getJson } from './http.js';
 import { regionKept } from './filters.js';
+import { gcpTokenSource } from './gcp-auth.js';
 import type { DiscoveredInstance, Driver, ManagerSpec } from './types.js';
 
 const API = 'https://compute.googleapis.com';
-const METADATA_TOKEN = 'http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token';
 
 const STATES: Record<string, DiscoveredInstance['state']> = {
   PROVISIONING: 'running', STAGING: 'running', RUNNING: 'running', REPAIRING: 'running',
@@ -27,6 +31,11 @@ interface GceInstance {
   networkInterfaces?: Array<{ networkIP?: string }>;
 }
 
+interface ScopedList {
+  instances?: GceInstance[];
+  warning?: { code?: string; message?: string };
+}
+
 export interface GcpOptions {
   /** Backoff base for retries (tests use a small one). */
   baseDelayMs?: number;
@@ -35,18 +44,7 @@ export interface GcpOptions {
 export function gcpDriver(spec: ManagerSpec, env: NodeJS.ProcessEnv = process.env, opts: GcpOptions = {}): Driver {
   const cfg = spec.config as { project: string; endpoint?: string };
   const base = (cfg.endpoint ?? API).replace(/\/+$/, '');
-  const c = spec.credentials;
-  let cached: { token: string; until: number } | null = null;
-  const token = async (): Promise<string> => {
-    if (c.source === 'env') return envCredential(env, c.vars, 'access_token');
-    if (cached && cached.until > Date.now()) return cached.token;
-    const res = await fetch(METADATA_TOKEN, { headers: { 'metadata-flavor': 'Google' }, signal: AbortSignal.timeout(5000) })
-      .catch((err: unknown) => { throw capstanError('ERR_PROVIDER', `gcp: no credentials (metadata server: ${(err as Error).message})`); });
-    if (!res.ok) throw capstanError('ERR_PROVIDER', `gcp: metadata server answered ${res.status}`);
-    const t = await res.json() as { access_token: string; expires_in: number };
-    cached = { token: t.access_token, until: Date.now() + (t.expires_in - 60) * 1000 };
-    return t.access_token;
-  };
+  const token = gcpTokenSource(spec.credentials, env);
 
   async function list(signal?: AbortSignal, maxPages = Infinity): Promise<DiscoveredInstance[]> {
     const out: DiscoveredInstance[] = [];
@@ -57,8 +55,16 @@ export function gcpDriver(spec: ManagerSpec, env: NodeJS.ProcessEnv = process.en
       url.searchParams.set('maxResults', '500');
       url.searchParams.set('returnPartialSuccess', 'true');
       if (pageToken) url.searchParams.set('pageToken', pageToken);
-      const page = await getJson(url.toString(), { token, signal, where: `gcp ${cfg.project}`, ...(opts.baseDelayMs !== undefined && { baseDelayMs: opts.baseDelayMs }) });
-      const items = (page.items ?? {}) as Record<string, { instances?: GceInstance[] }>;
+      const page = await getJson(url.toString(), { token: () => token(signal), signal, where: `gcp ${cfg.project}`, ...(opts.baseDelayMs !== undefined && { baseDelayMs: opts.baseDelayMs }) });
+      const items = (page.items ?? {}) as Record<string, ScopedList>;
+      // Zones the manager's region filters leave out do not matter.
+      const unreachable = [
+        ...(Array.isArray(page.unreachables) ? page.unreachables.map(String) : []),
+        ...Object.entries(items).filter(([, v]) => v.warning?.code === 'UNREACHABLE').map(([scope]) => scope),
+      ].filter((scope) => regionKept(spec.filters, scope.replace(/^(zones|regions)\//, '')));
+      if (unreachable.length > 0) {
+        throw capstanError('ERR_PROVIDER', `gcp ${cfg.project}: the listing could not reach ${unreachable.slice(0, 10).join(', ')}; poll not applied`);
+      }
       for (const [scope, v] of Object.entries(items)) {
         const zone = scope.replace(/^zones\//, '');
         if (!regionKept(spec.filters, zone)) continue;

@@ -28,9 +28,11 @@ export async function getJson(url: string, o: JsonGetOptions): Promise<Record<st
   const attempts = o.attempts ?? 5;
   const base = o.baseDelayMs ?? 200;
   for (let i = 1; ; i++) {
+    // A token that cannot be had is the credentials' failure (already ERR_PROVIDER), not the API's: no retry here.
+    const bearer = await o.token();
     let res: Response;
     try {
-      res = await fetch(url, { headers: { authorization: `Bearer ${await o.token()}`, accept: 'application/json' }, signal: o.signal });
+      res = await fetch(url, { headers: { authorization: `Bearer ${bearer}`, accept: 'application/json' }, signal: o.signal });
     } catch (err) {
       if (i >= attempts || o.signal?.aborted) throw providerError(o.where, err);
       await sleep(base * 2 ** (i - 1) * (0.5 + Math.random() / 2), o.signal);

@@ -27,7 +27,8 @@ export const ENV_ROLES: Record<ManagerType, { required: string[]; optional: stri
   'aws-ec2': { required: ['access_key_id', 'secret_access_key'], optional: ['session_token'] },
   // A service principal (all three), or a token obtained elsewhere (access_token) — checked below.
   'azure-vm': { required: [], optional: ['tenant_id', 'client_id', 'client_secret', 'access_token'] },
-  gcp: { required: ['access_token'], optional: [] },
+  // An access token obtained elsewhere, or the path of a service-account key file — checked below.
+  gcp: { required: [], optional: ['access_token', 'credentials_file'] },
   static: { required: [], optional: [] },
 };
 
@@ -110,6 +111,7 @@ function credentials(v: unknown, type: ManagerType): CredentialsRef {
     if (type === 'azure-vm' && !out.access_token && !(out.tenant_id && out.client_id && out.client_secret)) {
       bad('credentials.vars needs tenant_id, client_id and client_secret, or access_token');
     }
+    if (type === 'gcp' && !out.access_token === !out.credentials_file) bad('credentials.vars needs one of access_token or credentials_file');
     return { source: 'env', vars: out };
   }
   return bad('credentials.source must be default, profile or env');

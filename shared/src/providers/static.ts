@@ -3,7 +3,9 @@
  * host (`config.file`: a JSON array in the same form, or one hostname per line; `#` comments),
  * re-read at every poll so editing the file is enough. Every listed host is running; a host
  * removed from the list becomes missing at the next poll. The source id is the hostname, the
- * region `config.region` (default `static`), the account the manager's id.
+ * region `config.region` (default `static`), the account `static` — the same for every static
+ * manager, so a host that two lists name is one node linked to both (as one instance two cloud
+ * managers see); a list that means other machines of the same name gives its own region.
  */
 import { readFile } from 'node:fs/promises';
 import { capstanError } from '../errors.js';
@@ -15,6 +17,8 @@ interface Host {
   tags?: Record<string, string>;
 }
 
+/** The account of every statically listed host (see above). */
+export const STATIC_ACCOUNT = 'static';
 const MAX_FILE_BYTES = 16 * 1024 * 1024;
 
 function fromText(text: string, file: string): Host[] {
@@ -60,7 +64,7 @@ export function staticDriver(spec: ManagerSpec): Driver {
         if (seen.has(h.hostname)) continue;
         seen.add(h.hostname);
         out.push({
-          source_id: h.hostname, region: cfg.region, account_id: spec.id, hostname: h.hostname,
+          source_id: h.hostname, region: cfg.region, account_id: STATIC_ACCOUNT, hostname: h.hostname,
           address: h.address ?? h.hostname, state: 'running', tags: h.tags ?? {},
         });
       }
