@@ -77,7 +77,9 @@ common(program.command('run').description('run once: inventory when due, checks,
 common(program.command('inventory').description('print the inventory this node would send')).action(async (flags: Flags) => {
   const { config } = setup(flags);
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
-  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
+  const inv = await collectInventory({
+    nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname, cloudInstanceData: config.inventory.cloud_instance_data,
+  });
   process.stdout.write(`${JSON.stringify(inv, null, 2)}\n`);
 });
 

@@ -32,6 +32,8 @@ export const AGENT_SCHEMA = {
     interval: { type: 'duration', default: '1d', min: 1000 },
     /** Each node waits a fixed share of this beyond the interval, so a fleet does not send at once. */
     splay: { type: 'duration', default: '1h' },
+    /** cloud-init's instance data, read for the instance's cloud identity (joins a row a cloud manager discovered). */
+    cloud_instance_data: { type: 'string', default: '/run/cloud-init/instance-data.json' },
   },
   queue: {
     /** Files kept for back-fill when the relay is unreachable; the oldest are dropped beyond. */

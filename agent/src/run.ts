@@ -90,7 +90,9 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   await outbox.init();
   const env = opts.env ?? process.env;
 
-  const inv = await collectInventory({ nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname });
+  const inv = await collectInventory({
+    nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname, cloudInstanceData: config.inventory.cloud_instance_data,
+  });
   const inventorySent = opts.dryRun ? false : await sendInventoryIfDue(config, id, outbox, inv, { force: opts.forceInventory, now: startedAt });
 
   const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;

@@ -1,14 +1,15 @@
 /**
  * Providers with the real programs: the managers API (validation with codes, credentials only
  * by reference), a server-hosted aws-ec2 manager polled against a local EC2 endpoint, a static
- * manager, the three delete choices, and an aws-ec2 manager hosted by a relay below another
- * relay (fetched from and posted to the server through the top relay, outbound only).
+ * manager, the three delete choices, an aws-ec2 manager hosted by a relay below another
+ * relay (fetched from and posted to the server through the top relay, outbound only), and the
+ * real agent enrolling on a discovered instance joining its row.
  */
 import { writeFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
 import { startFakeEc2, type Ec2Fixture } from '../providers/fake-ec2.js';
 
 // Inherited by the programs started below: the managers name these variables, never the values.
@@ -188,4 +189,46 @@ t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted
   const forged = await fetch(`${url}/relay-api/1/providers/relay-top/managers/aws-edge/discovery`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ instances: [] }) });
   t.equal(forged.status, 404);
   t.equal((await fetch(`${url}/relay-api/1/providers/relay-top/managers`).then((r) => r.json()) as { data: unknown[] }).data.length, 0);
+});
+
+t.test('the agent enrolling on a discovered instance joins its row (cloud identity from cloud-init instance data)', async (t) => {
+  const dir = t.testdir();
+  const file = join(dir, 'ec2.json');
+  writeFileSync(file, JSON.stringify(FIXTURE));
+  const ec2 = await startFakeEc2(file);
+  t.teardown(() => ec2.close());
+  const { url, api } = await server(t, dir);
+  t.equal((await api('POST', '/api/1/managers', { id: 'aws', type: 'aws-ec2', credentials: CREDS, config: { regions: ['eu-west-1'], endpoint: ec2.url } })).status, 201);
+  t.equal((await api('POST', '/api/1/managers/aws/poll')).json.data.last_poll_error, null);
+  const discovered = (await nodesOf(api, 'aws')).data.find((n: { source_id: string }) => n.source_id === 'i-a');
+  t.match(discovered, { has_agent: false, accepted: 'accepted', state: 'running' });
+
+  // cloud-init's copy of the instance metadata on that instance, as on EC2.
+  const instanceData = join(dir, 'instance-data.json');
+  await writeFile(instanceData, JSON.stringify({
+    v1: { cloud_name: 'aws', instance_id: 'i-a', region: 'eu-west-1', availability_zone: 'eu-west-1a' },
+    ds: { dynamic: { 'instance-identity': { document: { accountId: '444455556666', instanceId: 'i-a', region: 'eu-west-1' } } } },
+  }));
+  await writeFile(join(dir, 'agent.toml'), `[inventory]\ncloud_instance_data = ${JSON.stringify(instanceData)}\n`);
+  const stateDir = join(dir, 'agent');
+  const ran = await runProgram(BIN.agent, ['run', '-c', join(dir, 'agent.toml'), '--relay', url, '--state-dir', stateDir, '--log-level', 'warn']);
+  t.equal(ran.code, 0, `agent run (${ran.code === 0 ? 'ok' : ran.stderr})`);
+  const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
+  const joined = await waitFor(async () => {
+    const r = await api('GET', `/api/1/nodes/${id}`);
+    return r.status === 200 ? r.json.data : undefined;
+  }, 'the agent\'s inventory to be ingested');
+  t.match(joined, { id, source_id: 'i-a', region: 'eu-west-1', account_id: '444455556666', accepted: 'pending' },
+    'the discovered row took the agent\'s id; acceptance goes as for any newcomer');
+  t.equal((await api('GET', `/api/1/nodes/${discovered.id}`)).status, 404, 'no second node: the discovered id is gone');
+  const rows = await nodesOf(api, 'aws');
+  t.equal(rows.total, 3);
+  t.match(rows.data.find((n: { source_id: string }) => n.source_id === 'i-a'), { id, managers: ['aws'], has_agent: true });
+  const agentNoInstance = await api('GET', `/api/1/nodes?filter=${encodeURIComponent(JSON.stringify({ key: 'has_agent', values: ['true'] }))}`);
+  t.same(agentNoInstance.json.data.map((n: { id: string }) => n.id), [id]);
+
+  // The next poll finds the same row by its cloud identity.
+  t.equal((await api('POST', '/api/1/managers/aws/poll')).status, 200);
+  t.equal((await nodesOf(api, 'aws')).total, 3);
+  t.equal((await api('GET', `/api/1/nodes/${id}`)).json.data.source_id, 'i-a');
 });

@@ -11,6 +11,8 @@ export interface InventoryContext {
   nodeId: string;
   certPem: string;
   policyServer: string;
+  /** cloud-init's instance data (default CLOUD_INIT_INSTANCE_DATA); absent on hosts without cloud-init. */
+  cloudInstanceData?: string;
 }
 
 function run(cmd: string, args: string[], timeoutMs = 10_000): Promise<string> {
@@ -156,10 +158,10 @@ export function cloudFromInstanceData(doc: unknown): CloudIdentity | null {
   return out && nonEmpty(out.instance_id) && nonEmpty(out.region) && nonEmpty(out.account_id) ? out : null;
 }
 
-async function cloudIdentity(): Promise<CloudIdentity | null> {
+async function cloudIdentity(path = CLOUD_INIT_INSTANCE_DATA): Promise<CloudIdentity | null> {
   let text: string;
   try {
-    text = await readFile(CLOUD_INIT_INSTANCE_DATA, 'utf8');
+    text = await readFile(path, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
     throw err;
@@ -195,7 +197,7 @@ export async function collectInventory(ctx: InventoryContext): Promise<Record<st
     packages: await attempt('packages', packages, []),
     uptime: Math.round(os.uptime()),
     // Lets the server join a row a cloud manager discovered instead of making a second node.
-    cloud: await attempt('cloud', cloudIdentity, null),
+    cloud: await attempt('cloud', () => cloudIdentity(ctx.cloudInstanceData), null),
     facts: {},
   };
   if (Object.keys(errors).length > 0) inv.errors = errors;
