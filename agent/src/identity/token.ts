@@ -78,6 +78,15 @@ export class TokenKeeper {
     return token;
   }
 
+  /**
+   * When `token` is due for renewal (epoch ms): just past the point where a third of its life is
+   * left, so that `current()` then renews it. Null for a token that does not decode.
+   */
+  renewalDue(token: string): number | null {
+    const t = decodeTimes(token);
+    return t ? Math.floor((t.exp - (t.exp - t.iat) / 3) * 1000) + 1 : null;
+  }
+
   /** Forget the token (the relay said it is no good): the next use renews. */
   async drop(): Promise<void> {
     await unlink(this.path).catch(() => {});

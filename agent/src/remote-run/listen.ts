@@ -11,6 +11,10 @@
  * Relays require the node's identity token on this connection (Authorization: Bearer). The token
  * comes from `auth` (renewed by signed request when missing or due); a 401 from the relay (expired
  * by its clock, a key deleted at the server) renews it at once and reconnects without backoff.
+ * A connection lives no longer than its token at the relay (which ends it with `bye`, reason
+ * `token_expired`), so while connected the listener renews when the token is due (a third of its
+ * life left) and reconnects with the new one; a renewal that fails is tried again later, and the
+ * connection is kept meanwhile.
  *
  * node:http rather than undici, for the same reason as queue/http.ts (the agent's RSS).
  */
@@ -34,7 +38,14 @@ export interface RunOutput {
 export interface ListenAuth {
   current(): Promise<string | null>;
   renew(): Promise<string>;
+  /** When this token is due for renewal (epoch ms); absent or null: never renewed while connected. */
+  renewalDue?(token: string): number | null;
 }
+
+/** A failed renewal while connected is tried again after this long (the token still has life). */
+export const RENEW_RETRY_MS = 60_000;
+/** setTimeout's limit (about 24.8 days); a later due time is waited for in steps. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface ListenOptions {
   relay: string;
@@ -69,11 +80,28 @@ export async function listen(opts: ListenOptions): Promise<void> {
       opts.onConnected?.();
     },
   };
+  // Why the last connection ended, when it was about its token.
+  let ended: Ended = undefined;
   while (!opts.signal?.aborted) {
     const connectedAt = Date.now();
     try {
-      await listenOnce(once, (await opts.auth?.current().catch(() => null)) ?? null);
+      // The relay ended the connection because its token expired: renew now rather than reuse it
+      // (by the agent's clock it may still look fresh).
+      const token = ended === 'token_expired' && opts.auth
+        ? await opts.auth.renew().catch((e: unknown) => {
+          opts.log.warn({ err: (e as Error).message }, 'identity token not renewed');
+          return null;
+        })
+        : null;
+      ended = await listenOnce(once, token ?? (await opts.auth?.current().catch(() => null)) ?? null);
+      // Renewed while connected: come back at once with the new token.
+      if (ended === 'renewed') continue;
+      if (ended === 'token_expired' && !renewed) {
+        renewed = true;
+        continue;
+      }
     } catch (err) {
+      ended = undefined;
       if (opts.signal?.aborted) return;
       // Refused token: renew by signed request and come back at once — once; a relay that still
       // refuses the fresh token gets the normal backoff.
@@ -110,7 +138,9 @@ export async function listen(opts: ListenOptions): Promise<void> {
  * bare socket for it (an idle agent costs the relay a few kB). A relay that answers 200 instead
  * streams the same lines in the response body; both are read the same way.
  */
-function listenOnce(opts: ListenOptions, token: string | null): Promise<void> {
+type Ended = 'renewed' | 'token_expired' | undefined;
+
+function listenOnce(opts: ListenOptions, token: string | null): Promise<Ended> {
   const url = new URL(`${opts.relay.replace(/\/+$/, '')}/remote-run/listen/${encodeURIComponent(opts.nodeId)}`);
   return new Promise((resolve, reject) => {
     const req = transport(url).request(url, {
@@ -123,12 +153,39 @@ function listenOnce(opts: ListenOptions, token: string | null): Promise<void> {
       },
       signal: opts.signal,
     });
-    const consume = (stream: NodeJS.ReadableStream & { destroy(err?: Error): void }, head?: Buffer) => {
+    const consume = (stream: NodeJS.ReadableStream & { destroy(err?: Error): void; readonly destroyed: boolean }, head?: Buffer) => {
       let heartbeatMs = 30_000;
       let deadline: NodeJS.Timeout | null = null;
+      let renewal: NodeJS.Timeout | null = null;
+      let why: Ended;
       const alive = () => {
         if (deadline) clearTimeout(deadline);
         deadline = setTimeout(() => stream.destroy(new Error('no heartbeat from the relay')), heartbeatMs * 3 + 5_000);
+      };
+      // Renew when due, while this connection goes on; reconnect only once a new token is held.
+      const scheduleRenewal = (at: number) => {
+        renewal = setTimeout(() => {
+          renewal = null;
+          if (Date.now() < at) return scheduleRenewal(at);
+          void opts.auth!.current().catch(() => null).then((fresh) => {
+            if (why !== undefined || stream.destroyed) return;
+            if (fresh && fresh !== token) {
+              why = 'renewed';
+              opts.log.info({ relay: opts.relay }, 'identity token renewed; reconnecting with it');
+              stream.destroy();
+            } else {
+              scheduleRenewal(Date.now() + RENEW_RETRY_MS);
+            }
+          });
+        }, Math.min(Math.max(0, at - Date.now()), MAX_TIMER_MS));
+        renewal.unref?.();
+      };
+      const onConnected = () => {
+        const due = token && opts.auth?.renewalDue ? opts.auth.renewalDue(token) : null;
+        if (due !== null && due !== undefined && !renewal) scheduleRenewal(due);
+      };
+      const onBye = (reason: unknown) => {
+        if (reason === 'token_expired' && why === undefined) why = 'token_expired';
       };
       const decoder = new StringDecoder('utf8');
       let buf = '';
@@ -139,14 +196,16 @@ function listenOnce(opts: ListenOptions, token: string | null): Promise<void> {
         while ((nl = buf.indexOf('\n')) !== -1) {
           const line = buf.slice(0, nl);
           buf = buf.slice(nl + 1);
-          handleLine(opts, line, (ms) => (heartbeatMs = ms));
+          handleLine(opts, line, (ms) => (heartbeatMs = ms), onConnected, onBye);
         }
         if (buf.length > MAX_LINE) buf = '';
       };
       const done = (err?: Error) => {
         if (deadline) clearTimeout(deadline);
-        if (err) reject(err);
-        else resolve();
+        if (renewal) clearTimeout(renewal);
+        // Our own close after a renewal is no failure, whatever the socket says.
+        if (err && why !== 'renewed') reject(err);
+        else resolve(why);
       };
       alive();
       if (head && head.length > 0) onData(head);
@@ -174,8 +233,10 @@ function listenOnce(opts: ListenOptions, token: string | null): Promise<void> {
 
 let running = false;
 
-function handleLine(opts: ListenOptions, line: string, setHeartbeat: (ms: number) => void): void {
-  let ev: { type?: string; id?: string; conditions?: unknown; keep_output?: unknown; heartbeat_ms?: unknown };
+function handleLine(
+  opts: ListenOptions, line: string, setHeartbeat: (ms: number) => void, connected: () => void, bye: (reason: unknown) => void,
+): void {
+  let ev: { type?: string; id?: string; conditions?: unknown; keep_output?: unknown; heartbeat_ms?: unknown; reason?: unknown };
   try {
     ev = JSON.parse(line) as typeof ev;
   } catch {
@@ -184,7 +245,12 @@ function handleLine(opts: ListenOptions, line: string, setHeartbeat: (ms: number
   if (ev.type === 'hello') {
     if (typeof ev.heartbeat_ms === 'number' && ev.heartbeat_ms > 0) setHeartbeat(ev.heartbeat_ms);
     opts.log.info({ relay: opts.relay }, 'listening for remote runs');
+    connected();
     opts.onConnected?.();
+    return;
+  }
+  if (ev.type === 'bye') {
+    bye(ev.reason);
     return;
   }
   if (ev.type !== 'run' || typeof ev.id !== 'string') return;

@@ -6,7 +6,8 @@
  *   when the server is down;
  * - when `identity.require_token` is on, policy downloads (`/policies/<node>/…`), shared-folder
  *   downloads and remote-run connections (`/remote-run/listen/<node>`, plain or upgraded) need a
- *   valid token of that node.
+ *   valid token of that node. A remote-run connection lives no longer than the token it was opened
+ *   with (`tokenDeadline`, enforced by the hub): the agent reconnects with a renewed one.
  */
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -15,6 +16,7 @@ import { capstanError, errorBody, isCapstanError, readBody, type Logger } from '
 import type { Upstream } from '../forward/upstream.js';
 import type { JwksCache } from './jwks.js';
 import type { NodeTokenVerifier } from './verify.js';
+import type { NodeClaims } from '@capstan/shared/identity/token';
 
 /** Largest renewal request passed upstream (the server refuses more anyway). */
 export const MAX_RENEW_BYTES = 64 * 1024;
@@ -23,6 +25,18 @@ export interface RelayIdentity {
   jwks: JwksCache;
   verifier: NodeTokenVerifier;
   requireToken: boolean;
+}
+
+/** Verified requests and when their token stops being valid (epoch ms, exp + clock skew). */
+const deadlines = new WeakMap<IncomingMessage, number>();
+
+/** When the token a request was let in with stops being valid; undefined when none was checked. */
+export function tokenDeadline(req: IncomingMessage): number | undefined {
+  return deadlines.get(req);
+}
+
+function remember(req: IncomingMessage, claims: NodeClaims, verifier: NodeTokenVerifier): void {
+  deadlines.set(req, (claims.exp + verifier.clockSkewSeconds) * 1000);
 }
 
 /** Which node a protected path is about: a string (that node), null (any node), undefined (not protected). */
@@ -74,7 +88,7 @@ export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdent
   app.addHook('onRequest', async (req) => {
     const node = protectedNode(req.url);
     if (node === undefined) return;
-    await identity.verifier.verify(req.headers.authorization, node ?? undefined);
+    remember(req.raw, await identity.verifier.verify(req.headers.authorization, node ?? undefined), identity.verifier);
   });
   guardUpgrades(app.server as Server, identity.verifier, o.log);
 }
@@ -93,7 +107,10 @@ function guardUpgrades(server: Server, verifier: NodeTokenVerifier, log: Logger)
       for (const l of inner) l.call(server, req, socket, head);
     };
     if (node === undefined) return pass();
-    verifier.verify(req.headers.authorization, node ?? undefined).then(pass, (err: unknown) => {
+    verifier.verify(req.headers.authorization, node ?? undefined).then((claims) => {
+      remember(req, claims, verifier);
+      pass();
+    }, (err: unknown) => {
       const status = isCapstanError(err) ? err.statusCode : 500;
       if (!isCapstanError(err)) log.error({ err }, 'remote-run token check failed');
       const text = JSON.stringify(errorBody(err));

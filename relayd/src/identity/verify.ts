@@ -9,12 +9,15 @@ import { capstanError } from '../shared.js';
 import type { JwksCache } from './jwks.js';
 
 export interface NodeTokenVerifier {
+  /** The nbf/exp allowance, in seconds (a connection opened with a token may last until exp plus this). */
+  readonly clockSkewSeconds: number;
   /** Verify `Authorization: Bearer <token>`; throws coded 401/403 errors. */
   verify(authorization: string | string[] | undefined, nodeId: string | undefined): Promise<NodeClaims>;
 }
 
 export function nodeTokenVerifier(jwks: JwksCache, clockSkewSeconds: number, clock: () => Date = () => new Date()): NodeTokenVerifier {
   return {
+    clockSkewSeconds,
     async verify(authorization, nodeId) {
       const m = typeof authorization === 'string' ? /^Bearer\s+(\S+)$/i.exec(authorization) : null;
       if (!m) throw capstanError('ERR_TOKEN_INVALID', 'a node token is required (Authorization: Bearer): renew it');

@@ -57,6 +57,12 @@ export interface Peer {
   relay: boolean;
   since: number;
   conn: PeerConn;
+  /**
+   * When the node token this connection was opened with stops being valid (epoch ms, its `exp`
+   * plus the clock skew allowed); absent when none was required. Past it the connection is ended
+   * (`bye`, reason `token_expired`) and gets no run: the agent comes back with a renewed token.
+   */
+  until?: number;
 }
 
 export class Hub extends EventEmitter {
@@ -65,11 +71,29 @@ export class Hub extends EventEmitter {
   private closed = false;
 
   /** One timer for all peers: 10,000 idle connections must not mean 10,000 timers. */
-  constructor(heartbeatMs: number, readonly maxPeers: number) {
+  constructor(heartbeatMs: number, readonly maxPeers: number, private readonly clock: () => number = Date.now) {
     super();
     this.setMaxListeners(0);
-    this.heartbeat = setInterval(() => this.broadcast({ type: 'ping' }), heartbeatMs);
+    this.heartbeat = setInterval(() => {
+      this.endExpired();
+      this.broadcast({ type: 'ping' });
+    }, heartbeatMs);
     this.heartbeat.unref();
+  }
+
+  private expired(p: Peer): boolean {
+    return p.until !== undefined && this.clock() >= p.until;
+  }
+
+  /** End the connections whose token has expired (on the heartbeat tick, and before any send to one). */
+  endExpired(): number {
+    let n = 0;
+    for (const p of this.peers.values()) {
+      if (!this.expired(p) || p.conn.closed) continue;
+      p.conn.end(`${JSON.stringify({ type: 'bye', reason: 'token_expired' })}\n`);
+      n++;
+    }
+    return n;
   }
 
   get size(): number {
@@ -109,6 +133,10 @@ export class Hub extends EventEmitter {
   send(id: string, event: object): boolean {
     const p = this.peers.get(id);
     if (!p || p.conn.closed) return false;
+    if (this.expired(p)) {
+      p.conn.end(`${JSON.stringify({ type: 'bye', reason: 'token_expired' })}\n`);
+      return false;
+    }
     p.conn.write(`${JSON.stringify(event)}\n`);
     return true;
   }

@@ -21,6 +21,7 @@ import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
 import { jsonLines } from '@capstan/shared/remote-run/lines';
 import { responseConn, socketConn } from '../../remote-run/hub.js';
+import { tokenDeadline } from '../../identity/routes.js';
 
 /** The protocol name agents and sub-relays ask for to get an upgraded (lean) connection. */
 export const UPGRADE_PROTOCOL = 'capstan-remote-run';
@@ -151,7 +152,8 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
     req.raw.socket.setNoDelay(true);
     req.raw.socket.setKeepAlive(true, 60_000);
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    const added = rr.hub.add({ id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res) });
+    const until = tokenDeadline(req.raw);
+    const added = rr.hub.add({ id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res), ...(until !== undefined && { until }) });
     if (!added) {
       res.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
       return;
@@ -185,7 +187,9 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
       socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
       const relay = new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') === '1';
       const conn = socketConn(socket);
-      if (!rr.hub.add({ id: node, relay, since: Date.now(), conn })) {
+      // The node token it was let in with (identity/routes.ts) bounds its life.
+      const until = tokenDeadline(req);
+      if (!rr.hub.add({ id: node, relay, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
         conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
         return;
       }
