@@ -3,15 +3,23 @@
  * (`[remote_run] link_upstream`), three agents enrolled and accepted the normal way (so they hold
  * identity tokens) and holding `capstan-agent listen` connections to the relay. A job on static
  * nodes reaches exactly those agents and records their output; an inventory job makes the agent
- * send its inventory; a job with a manager selector reaches exactly the nodes the manager holds;
- * a node whose agent went away ends failed (offline) with its reason instead of hanging.
+ * send its inventory; a job with a manager selector reaches exactly the nodes the manager holds
+ * — an aws-ec2 manager discovering a local EC2 endpoint, whose instances b and c enrolled on (their
+ * agents read the cloud identity from cloud-init's instance data and join the discovered rows),
+ * and one instance without agent (failed no_agent); a node whose agent went away ends failed
+ * (offline) with its reason instead of hanging.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { openStore } from '@capstan/server/store/index';
 import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { startFakeEc2 } from '../providers/fake-ec2.js';
+
+// Inherited by the server: the manager names these variables, never the values.
+process.env.CAPSTAN_E2E_AWS_KEY = 'AKIDE2EFAKE';
+process.env.CAPSTAN_E2E_AWS_SECRET = 'e2e-secret-for-the-local-endpoint';
+const ACCOUNT = '444455556666';
 
 interface Agent {
   id: string;
@@ -25,6 +33,14 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
   const dir = t.testdir();
   const serverDir = join(dir, 'server');
   await writeFile(join(dir, 'server.toml'), '[jobs]\nsweep_interval = "200ms"\n');
+  // The account the manager discovers: b and c will get agents, d never does.
+  await writeFile(join(dir, 'ec2.json'), JSON.stringify({ account: ACCOUNT, regions: { 'eu-west-1': [
+    [{ id: 'i-b', state: 'running', privateIp: '10.0.0.2', tags: { role: 'web' } }],
+    [{ id: 'i-c', state: 'running', privateIp: '10.0.0.3', tags: { role: 'web' } }],
+    [{ id: 'i-d', state: 'running', privateIp: '10.0.0.4', tags: { role: 'web' } }],
+  ] } }));
+  const ec2 = await startFakeEc2(join(dir, 'ec2.json'));
+  t.teardown(() => ec2.close());
   const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
@@ -36,19 +52,33 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
     return s.json?.data?.remote_run?.relays?.includes('relay-1') ? true : undefined;
   }, 'the relay to link to the server');
 
+  t.equal((await api('POST', '/api/1/managers', {
+    id: 'm1', type: 'aws-ec2', credentials: { source: 'env', vars: { access_key_id: 'CAPSTAN_E2E_AWS_KEY', secret_access_key: 'CAPSTAN_E2E_AWS_SECRET' } },
+    config: { regions: ['eu-west-1'], endpoint: ec2.url },
+  })).status, 201);
+  t.same((await api('POST', '/api/1/managers/m1/poll')).json.data.last_poll_error, null);
+
   // Enrolment as an admin does it: first run → pending node; accept; the next run gets a token.
+  // b and c run on discovered instances: cloud-init's instance data says which.
   const agents: Agent[] = [];
-  for (const name of ['a', 'b', 'c']) {
+  for (const [name, instance] of [['a', null], ['b', 'i-b'], ['c', 'i-c']] as const) {
     const stateDir = join(dir, `agent-${name}`);
-    const first = await runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
+    const config = join(dir, `agent-${name}.toml`);
+    const instanceData = join(dir, `instance-data-${name}.json`);
+    await writeFile(instanceData, instance === null ? '{}' : JSON.stringify({
+      v1: { cloud_name: 'aws', instance_id: instance, region: 'eu-west-1' },
+      ds: { dynamic: { 'instance-identity': { document: { accountId: ACCOUNT } } } },
+    }));
+    await writeFile(config, `[inventory]\ncloud_instance_data = ${JSON.stringify(instanceData)}\n`);
+    const first = await runProgram(BIN.agent, ['run', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
     t.equal(first.code, 0, `agent ${name}: first run (${first.code === 0 ? 'ok' : first.stderr})`);
     const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
     await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}`)).status === 200 ? true : undefined), `node ${name} registered`);
     t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
-    const second = await runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
+    const second = await runProgram(BIN.agent, ['run', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
     t.equal(second.code, 0, `agent ${name}: run once accepted (${second.code === 0 ? 'ok' : second.stderr})`);
     t.ok((await readFile(join(stateDir, 'identity.token'), 'utf8')).trim().length > 0, `agent ${name} holds a token`);
-    const proc = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(process.execPath, [BIN.agent, 'listen', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { stdio: ['ignore', 'ignore', 'pipe'] });
     t.teardown(() => proc.kill('SIGKILL'));
     const log: string[] = [];
     proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
@@ -87,22 +117,19 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
     return Date.parse(now) > Date.parse(before) ? true : undefined;
   }, 'the forced inventory to reach the server', 30_000);
 
-  // A manager selector: the manager holds b and c (linked through the store, as discovery does).
-  const store = await openStore({ sqlitePath: join(serverDir, 'capstan.db') });
-  try {
-    const at = new Date().toISOString();
-    await store.managers.createManager({ id: 'm1', name: 'fleet', type: 'static', provider: 'elsewhere', spec: {} }, at);
-    t.ok(await store.managers.linkNode(b.id, 'm1', at));
-    t.ok(await store.managers.linkNode(c.id, 'm1', at));
-  } finally {
-    await store.close();
-  }
+  // A manager selector: the manager holds b and c (their agents joined the discovered rows) and d
+  // (discovered, no agent).
+  const held = (await api('GET', `/api/1/nodes?per_page=10&filter=${encodeURIComponent(JSON.stringify({ key: 'managed_by', values: ['m1'] }))}`)).json.data as Array<{ id: string; source_id: string; has_agent: boolean }>;
+  t.same(held.map((n) => [n.source_id, n.has_agent]).sort(), [['i-b', true], ['i-c', true], ['i-d', false]], 'b and c joined their discovered rows');
+  t.same(held.filter((n) => n.has_agent).map((n) => n.id).sort(), [b.id, c.id].sort());
+  const d = held.find((n) => n.source_id === 'i-d')!.id;
   const runsBefore = agents.map((x) => x.runs());
   const sel = await finished((await api('POST', '/api/1/jobs', { name: 'selector', type: 'run', node_selectors: [{ manager_id: 'm1' }], keep_output: true })).json.data.id);
-  t.same(Object.keys(byNode(sel)).sort(), [b.id, c.id].sort(), 'exactly the nodes the manager holds');
+  t.same(Object.keys(byNode(sel)).sort(), [b.id, c.id, d].sort(), 'exactly the nodes the manager holds');
   for (const ag of [b, c]) t.match(byNode(sel)[ag.id], { state: 'done', output: /config [^:]+: \d+ success/ });
+  t.match(byNode(sel)[d], { state: 'failed', reason: 'no_agent' }, 'the instance without agent is not run, and says why');
   t.same(agents.map((x) => x.runs() - runsBefore[agents.indexOf(x)]!), [0, 1, 1], 'b and c ran, a did not');
-  const narrowed = await api('POST', '/api/1/jobs', { name: 'narrowed', type: 'run', node_selectors: [{ manager_id: 'm1', filters: [{ key: 'id', values: [b.id], exclude: true }] }] });
+  const narrowed = await api('POST', '/api/1/jobs', { name: 'narrowed', type: 'run', node_selectors: [{ manager_id: 'm1', filters: [{ key: 'has_agent', values: ['true'] }, { key: 'id', values: [b.id], exclude: true }] }] });
   t.same((await finished(narrowed.json.data.id)).tasks.map((x: { node_id: string }) => x.node_id), [c.id], 'a selector filter narrows the manager\'s nodes');
   t.match(await api('POST', '/api/1/jobs', { name: 'nobody', type: 'run', node_selectors: [{ manager_id: 'no-such-manager' }] }), { status: 400, json: { error: { code: 'ERR_JOB_NO_TARGETS' } } });
 
