@@ -231,4 +231,13 @@ t.test('the agent enrolling on a discovered instance joins its row (cloud identi
   t.equal((await api('POST', '/api/1/managers/aws/poll')).status, 200);
   t.equal((await nodesOf(api, 'aws')).total, 3);
   t.equal((await api('GET', `/api/1/nodes/${id}`)).json.data.source_id, 'i-a');
+
+  // The instance is terminated: "agent but instance terminated" is one filter away.
+  const fx = structuredClone(FIXTURE);
+  fx.regions['eu-west-1']![0]![0]!.state = 'terminated';
+  writeFileSync(file, JSON.stringify(fx));
+  t.equal((await api('POST', '/api/1/managers/aws/poll')).status, 200);
+  const f = (key: string, value: string) => `filter=${encodeURIComponent(JSON.stringify({ key, values: [value] }))}`;
+  const gone = (await api('GET', `/api/1/nodes?${f('has_agent', 'true')}&${f('state', 'terminated')}`)).json;
+  t.same(gone.data.map((n: { id: string; state: string; status: string }) => [n.id, n.state, n.status]), [[id, 'terminated', 'unreachable']]);
 });
