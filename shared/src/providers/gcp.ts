@@ -2,8 +2,8 @@
  * gcp: Compute Engine `instances.aggregatedList` (every zone of a project in one paginated
  * listing, pageToken/nextPageToken, at most 500 per page) over the REST API with fetch — the JSON
  * that @google-cloud/compute's REST transport exchanges too. That library is not used: its
- * current major (7) needs Node 22, and the last major for Node 20 (6.x) weighs ~108 MB unpacked
- * with google-gax, gRPC and protobufjs besides, for this one listing call in every relay package.
+ * current major (7) needs Node 22, and the last major for Node 20 (6.x) is ~105 MB installed,
+ * ~135 MB with google-gax, gRPC and protobufjs, for this one listing call in every relay package.
  * Credentials: Google's application default chain on the provider's host (gcp-auth.ts). 429 and
  * 5xx retried with backoff, Retry-After honoured (http.ts).
  *
