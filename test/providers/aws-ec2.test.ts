@@ -88,6 +88,10 @@ t.test('an unreachable or refusing endpoint is reported with the cloud error', a
   const down = await (await driverFor(manager('http://127.0.0.1:1'))).test();
   t.equal(down.reachable, false);
   t.match(down.error, /ECONNREFUSED|connect/i);
+  // Used to escape test() as a 502 instead of answering unreachable with the reason.
+  const unset = manager(ec2.url, { credentials: { source: 'env', vars: { access_key_id: 'CAPSTAN_TEST_AWS_UNSET', secret_access_key: 'CAPSTAN_TEST_AWS_SECRET' } } });
+  t.match(await (await driverFor(unset)).test(), { reachable: false, error: /access_key_id: environment variable CAPSTAN_TEST_AWS_UNSET is not set/ });
+  await t.rejects(discover(unset), { code: 'ERR_PROVIDER', message: /CAPSTAN_TEST_AWS_UNSET is not set/ });
 });
 
 t.test('polls into the registry: states by instance, a change at the next poll, a disappeared instance missing', async (t) => {

@@ -85,14 +85,16 @@ export function awsDriver(spec: ManagerSpec, env: NodeJS.ProcessEnv = process.en
     async test(signal) {
       const region = regions[0] ?? cfg.regions[0]!;
       const { DescribeInstancesCommand } = await load();
-      const ec2 = await client(region);
+      let ec2: Awaited<ReturnType<typeof client>> | null = null;
       try {
+        // Inside the try: credentials that cannot be read (a variable not set) are a failed test too.
+        ec2 = await client(region);
         await ec2.send(new DescribeInstancesCommand({ MaxResults: 5 }), { abortSignal: signal });
         return { reachable: true };
       } catch (err) {
         return { reachable: false, error: providerError(`aws-ec2 ${region}`, err).message };
       } finally {
-        ec2.destroy();
+        ec2?.destroy();
       }
     },
   };
