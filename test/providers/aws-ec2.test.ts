@@ -129,3 +129,14 @@ t.test('polls into the registry: states by instance, a change at the next poll, 
   t.match(await store.managers.getManager('aws-prod'), { last_poll_error: /AuthFailure/, last_poll_at: '2026-01-01T10:10:00.000Z' });
   t.match(await node('i-web2'), { state: 'running' });
 });
+
+t.test('a poll posted with the filters of before (a relay not refreshed yet) is filtered again as the manager stands now', async (t) => {
+  const store = await sqliteBackend(t);
+  const spec = manager('http://127.0.0.1:1', { filters: { regions: { include: ['eu-'] }, tags: { exclude: [{ key: 'scratch', values: ['*'] }] } } });
+  await store.managers.createManager({ id: spec.id, name: spec.name, type: spec.type, provider: 'relay-1', spec: specToStored(spec) }, '2026-01-01T00:00:00Z');
+  const inst = (id: string, region: string, tags: Record<string, string> = {}) =>
+    ({ source_id: id, region, account_id: '111122223333', hostname: id, address: null, state: 'running', tags });
+  const summary = await applyPoll(store, spec.id, { instances: [inst('i-1', 'eu-west-1'), inst('i-2', 'us-east-1'), inst('i-3', 'eu-west-1', { scratch: 'yes' })] }, new Date('2026-01-01T10:00:00Z'));
+  t.same(summary, { created: 1, updated: 0, unchanged: 0, missing: 0 });
+  t.same((await store.listNodes({ page: 1, per_page: 10 })).data.map((n) => n.source_id), ['i-1']);
+});

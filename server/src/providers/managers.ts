@@ -4,7 +4,7 @@
  * for the nodes only it holds.
  */
 import { capstanError } from '@capstan/shared';
-import { checkManager, type DiscoveredInstance, type ManagerSpec } from '@capstan/shared/providers/index';
+import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/shared/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
 import { checkInstance } from '../store/discovery-rules.js';
 
@@ -47,7 +47,12 @@ export async function applyPoll(store: Store, managerId: string, outcome: { inst
     return null;
   }
   if (outcome.instances.length > MAX_INSTANCES_PER_POLL) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_INSTANCES_PER_POLL} instances per poll`);
-  const instances: DiscoveredInstance[] = outcome.instances.map(checkInstance);
+  const checked: DiscoveredInstance[] = outcome.instances.map(checkInstance);
+  // The filters again, as stored now: a relay polls with the spec of its last refresh, so right
+  // after an admin narrowed them its post may still hold instances they leave out.
+  const manager = await store.managers.getManager(managerId);
+  const filters = (manager?.spec as { filters?: DiscoveryFilters } | undefined)?.filters;
+  const instances = filters ? applyFilters(filters, checked) : checked;
   return store.managers.applyDiscovery(managerId, instances, at.toISOString());
 }
 
