@@ -1,0 +1,114 @@
+/**
+ * putPolicies (the generator's batched write) against setExpectations + putPolicyBundle (one
+ * node at a time, the reference): two stores given the same random history of policy writes and
+ * runs must show the same compliance after every step, node by node and per directive. The
+ * batched write skips recomputing a node's compliance when the expectations its last run is
+ * judged by did not change; this is what shows that skipping never changes a number.
+ */
+import { join } from 'node:path';
+import t from 'tap';
+import fc from 'fast-check';
+import { openStore, type Store } from '@capstan/server/store/index';
+import type { ExpectedComponent, RunInsert } from '@capstan/server/store/store';
+
+const NODES = ['n1', 'n2', 'n3', 'n4'];
+const COMPONENTS: ExpectedComponent[] = [
+  { rule_id: 'r1', directive_id: 'd1', component: 'File' },
+  { rule_id: 'r1', directive_id: 'd2', component: 'Package' },
+  { rule_id: 'r2', directive_id: 'd3', component: 'Service' },
+];
+const OUTCOMES = ['result_success', 'result_repaired', 'result_error', 'audit_noncompliant', 'result_na'];
+
+type Op =
+  | { kind: 'policy'; nodes: number[]; config: string; expected: number[] }
+  | { kind: 'run'; node: number; config: string | null; outcomes: Array<[number, number]>; complete: boolean };
+
+const opArb: fc.Arbitrary<Op> = fc.oneof(
+  fc.record({
+    kind: fc.constant('policy' as const),
+    nodes: fc.uniqueArray(fc.integer({ min: 0, max: NODES.length - 1 }), { minLength: 1, maxLength: NODES.length }),
+    config: fc.constantFrom('A', 'B', 'C'),
+    // The same config id with other expectations happens after an upgrade changes components.
+    expected: fc.uniqueArray(fc.integer({ min: 0, max: COMPONENTS.length - 1 }), { maxLength: COMPONENTS.length }),
+  }),
+  fc.record({
+    kind: fc.constant('run' as const),
+    node: fc.integer({ min: 0, max: NODES.length - 1 }),
+    config: fc.constantFrom('A', 'B', 'C', 'none', null),
+    outcomes: fc.uniqueArray(fc.tuple(fc.integer({ min: 0, max: COMPONENTS.length - 1 }), fc.integer({ min: 0, max: OUTCOMES.length - 1 })), {
+      maxLength: COMPONENTS.length, selector: ([c]) => c,
+    }),
+    complete: fc.boolean(),
+  }),
+);
+
+async function compliance(store: Store) {
+  const perNode: Record<string, unknown> = {};
+  for (const n of NODES) perNode[n] = await store.complianceSummary([{ key: 'id', values: [n] }]);
+  return { perNode, byDirective: await store.complianceByRule('directive'), global: await store.complianceSummary() };
+}
+
+t.test('batched policy writes leave compliance exactly as one-by-one writes do', async (t) => {
+  const dir = t.testdir();
+  let round = 0;
+  await fc.assert(
+    fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
+      round++;
+      const batched = await openStore({ sqlitePath: join(dir, `batched-${round}.db`) });
+      const single = await openStore({ sqlitePath: join(dir, `single-${round}.db`) });
+      try {
+        for (const s of [batched, single]) for (const n of NODES) await s.createNode({ id: n, hostname: `${n}.example.com` });
+        let minute = 0;
+        for (const op of ops) {
+          minute++;
+          const at = new Date(Date.UTC(2024, 4, 1, 8, minute)).toISOString();
+          if (op.kind === 'policy') {
+            const expected = op.expected.map((i) => COMPONENTS[i]!);
+            const bundles = op.nodes.map((i) => ({ node_id: NODES[i]!, config_id: op.config, generated_at: at, bundle: JSON.stringify({ node_id: NODES[i], config_id: op.config }) }));
+            await batched.putPolicies(bundles.map((bundle) => ({ bundle, expected })));
+            for (const b of bundles) {
+              await single.setExpectations(b.node_id, b.config_id, expected, at);
+              await single.putPolicyBundle(b);
+            }
+          } else {
+            const run: RunInsert = {
+              node_id: NODES[op.node]!, started_at: at, config_id: op.config, complete: op.complete, report_count: op.outcomes.length,
+              counts: {}, outcomes: op.outcomes.map(([c, o]) => ({ ...COMPONENTS[c]!, outcome: OUTCOMES[o]!, count: 1 })),
+              file_name: `${at}@${NODES[op.node]}.log.zst`, sha256: 'f'.repeat(64), log_compressed: Buffer.from('x'), received_at: at,
+            };
+            await batched.insertRun(run);
+            await single.insertRun(run);
+          }
+          const [a, b] = [await compliance(batched), await compliance(single)];
+          if (JSON.stringify(a) !== JSON.stringify(b)) {
+            throw new Error(`compliance differs after ${JSON.stringify(op)}:\nbatched ${JSON.stringify(a)}\nsingle  ${JSON.stringify(b)}`);
+          }
+        }
+        for (const n of NODES) {
+          const [a, b] = [await batched.getComplianceBase(n), await single.getComplianceBase(n)];
+          if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`compliance base of ${n} differs`);
+          const [pa, pb] = [await batched.getPolicyBundle(n), await single.getPolicyBundle(n)];
+          if (JSON.stringify(pa) !== JSON.stringify(pb)) throw new Error(`bundle of ${n} differs`);
+        }
+      } finally {
+        await batched.close();
+        await single.close();
+      }
+    }),
+    { numRuns: 40 },
+  );
+  t.pass('same compliance after every step');
+});
+
+t.test('a batch naming unknown nodes stores the others and counts only them', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  await store.createNode({ id: 'n1', hostname: 'n1' });
+  const at = '2024-05-01T08:00:00Z';
+  const b = (node_id: string) => ({ bundle: { node_id, config_id: 'A', generated_at: at, bundle: '{}' }, expected: COMPONENTS });
+  t.equal(await store.putPolicies([b('ghost'), b('n1')]), 1);
+  t.equal((await store.getPolicyBundle('n1'))?.config_id, 'A');
+  t.equal(await store.getPolicyBundle('ghost'), null);
+  t.match(await store.complianceSummary([{ key: 'id', values: ['n1'] }]), { counts: { missing: 3 } }, 'no run yet: every expected component missing');
+  t.rejects(store.putPolicies([{ bundle: { node_id: 'n1', config_id: '', generated_at: at, bundle: '{}' }, expected: [] }]), { code: 'ERR_BAD_REQUEST' });
+});
