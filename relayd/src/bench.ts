@@ -33,6 +33,8 @@ export interface BenchOptions {
   forwardConcurrency?: number;
   /** Where the temporary spool is made (default the OS temp dir; a tmpfs shows the CPU ceiling). */
   dir?: string;
+  /** The relay's `[spool] writer_threads` (default: the relay's own default). */
+  writerThreads?: number;
   /** Node flags for the relay; default those of packaging/systemd/capstan-relayd.service. */
   nodeFlags?: string[];
   log?: (line: string) => void;
@@ -55,6 +57,11 @@ export interface BenchResult {
   putPhaseCpuUsPerFile: number;
   /** Of cpuUsPerFile, the part spent in the kernel (file system work: create, fsync, rename, unlink; sockets). */
   sysCpuUsPerFile: number;
+  /**
+   * CPU of this process (the load generator and the sink upstream) per file over the same window:
+   * on a 2-core machine it shares the cores with the relay, so it bounds what the relay can reach.
+   */
+  harnessCpuUsPerFile: number;
 }
 
 const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
@@ -142,7 +149,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
   const up = await sink();
   // The idle connections carry no node token (this process has no identity to sign one with);
   // a token is checked once per connection, so what is measured here is the holding.
-  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n`);
+  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n${opts.writerThreads !== undefined ? `[spool]\nwriter_threads = ${opts.writerThreads}\n` : ''}`);
   const relay = spawn(process.execPath, [
     ...(opts.nodeFlags ?? SERVICE_NODE_FLAGS),
     CLI, '--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', up.url, '--log-level', 'warn',
@@ -167,6 +174,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
     let next = 0;
     const started = Date.now();
     const cpu0 = await procCpuUs(relay.pid!);
+    const own0 = process.cpuUsage();
     const sys0 = (await procCpu(relay.pid!)).sys;
     await Promise.all(
       Array.from({ length: parallel }, async () => {
@@ -190,6 +198,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
     while (up.count() < files && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     const forwardPerSec = up.count() / ((up.lastAt() - started) / 1000);
     const cpuEnd = await procCpuUs(relay.pid!);
+    const own = process.cpuUsage(own0);
     const sysEnd = (await procCpu(relay.pid!)).sys;
     const idleConnections = idleConns.held();
     const peakRssMb = await procStatus(relay.pid!, 'VmHWM');
@@ -206,6 +215,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
       cpuUsPerFile: Math.round((cpuEnd - cpu0) / files),
       putPhaseCpuUsPerFile: Math.round((cpuPut - cpu0) / files),
       sysCpuUsPerFile: Math.round((sysEnd - sys0) / files),
+      harnessCpuUsPerFile: Math.round((own.user + own.system) / files),
     };
   } finally {
     relay.kill('SIGTERM');
@@ -225,8 +235,11 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const dirArg = process.argv.indexOf('--dir');
   benchRelay({
     files: arg('files'), size: arg('size'), idle: arg('idle'), connections: arg('connections'), forwardConcurrency: arg('forward'),
+    writerThreads: arg('writer-threads'),
     dir: dirArg > 0 ? process.argv[dirArg + 1] : undefined,
     ...(process.argv.includes('--default-heap') ? { nodeFlags: [] } : {}),
+    // `--node-flags "--max-semi-space-size=8 …"`: try other flags for the relay.
+    ...(process.argv.indexOf('--node-flags') > 0 ? { nodeFlags: process.argv[process.argv.indexOf('--node-flags') + 1]!.split(' ').filter(Boolean) } : {}),
     // `--cpu-prof DIR`: the relay writes a V8 CPU profile there when it exits.
     ...(process.argv.indexOf('--cpu-prof') > 0
       ? { nodeFlags: [...SERVICE_NODE_FLAGS, '--cpu-prof', '--cpu-prof-dir', process.argv[process.argv.indexOf('--cpu-prof') + 1]!] }

@@ -63,6 +63,8 @@ export const RELAYD_SCHEMA = {
     failed_retention: { type: 'duration', default: '7d' },
     /** How often failed/ and tmp/ are cleaned. */
     cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
+    /** Threads that write uploads of up to 1 MiB to disk (larger ones stream); 0: the event loop's pool. */
+    writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
   },
   upstream: {
     url: { type: 'url', default: 'http://127.0.0.1:3031' },

@@ -57,6 +57,7 @@ export async function startRelay(config: RelaydConfig, log: Logger, hooks: Relay
     maxFileBytes: config.spool.max_file_size,
     minFreeBytes: config.spool.min_free_space,
     maxIncomingBytes: config.spool.max_size,
+    writerThreads: config.spool.writer_threads,
   });
   await spool.init();
   const unlock = await lockSpool(config.spool.directory);

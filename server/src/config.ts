@@ -33,6 +33,8 @@ export const SERVER_SCHEMA = {
     batch_size: { type: 'integer', default: 64, min: 1, max: 1000 },
     /** Longest a run log waits for its batch to fill (it is written at once when nothing else is coming). */
     batch_window: { type: 'duration', default: '50ms', min: 0 },
+    /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
+    writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     catchup_interval: { type: 'duration', default: '10s', min: 10 },
     retry_min: { type: 'duration', default: '1s', min: 1 },
     retry_max: { type: 'duration', default: '5m', min: 1 },

@@ -72,7 +72,11 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const adminToken = await ensureAdminToken(dataDir);
   const policyKey = await ensurePolicyKey(dataDir);
   const generator = new PolicyGenerator({ store, log });
-  const spool = new Spool({ root: join(dataDir, 'spool'), maxFileBytes: config.limits.max_body_size });
+  const spool = new Spool({
+    root: join(dataDir, 'spool'),
+    maxFileBytes: config.limits.max_body_size,
+    writerThreads: config.processing.writer_threads,
+  });
   await spool.init();
   // Today's run storage exists before the first run arrives (Postgres day partitions).
   await store.prepareRunStorage(new Date());

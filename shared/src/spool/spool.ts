@@ -14,6 +14,7 @@ import { mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'nod
 import { join } from 'node:path';
 import { capstanError } from '../errors.js';
 import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
+import { SpoolWriter } from './writer.js';
 
 export interface SpoolOptions {
   root: string;
@@ -31,7 +32,15 @@ export interface SpoolOptions {
    * together, at most: past it an upload is only written (its reader reads the file). Default 16 MiB.
    */
   maxKeptBytes?: number;
+  /**
+   * Threads that write bodies received whole in memory (writer.ts); 0: node:fs on the event
+   * loop's thread pool, as large bodies always are. Default 2.
+   */
+  writerThreads?: number;
 }
+
+/** Bodies up to this size are read into memory and handed to a writer thread whole. */
+const IN_MEMORY_MAX = 1024 * 1024;
 
 export interface Accepted {
   path: string;
@@ -95,6 +104,7 @@ export class Spool {
    * close per fsync were ~3% of the relay's CPU in its bench. close() releases them.
    */
   private readonly dirFds = new Map<string, Promise<number>>();
+  private readonly writer: SpoolWriter | null;
 
   constructor(opts: SpoolOptions) {
     this.root = opts.root;
@@ -102,6 +112,8 @@ export class Spool {
     this.minFreeBytes = opts.minFreeBytes ?? 0;
     this.maxIncomingBytes = opts.maxIncomingBytes ?? 0;
     this.maxKeptBytes = opts.maxKeptBytes ?? 16 * 1024 * 1024;
+    const threads = opts.writerThreads ?? 2;
+    this.writer = threads > 0 ? new SpoolWriter(threads) : null;
   }
 
   async init(): Promise<void> {
@@ -155,10 +167,13 @@ export class Spool {
       this.incomingBytes += declaredLength;
     }
     const state = { renamed: false };
-    // Memory for kept bodies is bounded across uploads, so that a burst of thousands stays bounded.
-    const keep = declaredLength <= (opts.keepBytes ?? 0) && this.keptInFlight + declaredLength <= this.maxKeptBytes;
+    // Memory for bodies held whole (kept for the caller, or on their way to a writer thread) is
+    // bounded across uploads, so that a burst of thousands stays bounded.
+    const inMemory = this.writer !== null && declaredLength <= IN_MEMORY_MAX;
+    const keep = (inMemory || declaredLength <= (opts.keepBytes ?? 0)) && this.keptInFlight + declaredLength <= this.maxKeptBytes;
     if (keep) this.keptInFlight += declaredLength;
     try {
+      if (keep && inMemory) return await this.writeWhole(kind, name, body, declaredLength, state, opts);
       return await this.write(kind, name, body, declaredLength, state, keep ? opts : { ...opts, keepBytes: 0 });
     } finally {
       if (keep) this.keptInFlight -= declaredLength;
@@ -251,6 +266,44 @@ export class Spool {
   }
 
   /**
+   * The body read whole into one buffer of its declared length, then written by a writer thread
+   * (create, write, fdatasync, rename, directory fsync there). Same promises as write().
+   */
+  private async writeWhole(
+    kind: SpoolKind, name: string, body: AsyncIterable<Buffer | Uint8Array> | Iterable<Buffer | Uint8Array>, declaredLength: number,
+    state: { renamed: boolean }, opts: AcceptOptions,
+  ): Promise<Accepted> {
+    const data = Buffer.allocUnsafe(declaredLength);
+    let bytes = 0;
+    for await (const c of body) {
+      if (bytes + c.byteLength > declaredLength) {
+        throw capstanError('ERR_BODY_TOO_LARGE', 'body is longer than its Content-Length or the limit');
+      }
+      data.set(c, bytes);
+      bytes += c.byteLength;
+    }
+    if (bytes !== declaredLength) {
+      throw capstanError('ERR_BAD_REQUEST', `body has ${bytes} bytes, Content-Length said ${declaredLength}`);
+    }
+    // Handed over before the writer renames it into incoming/, so that a watcher seeing the file
+    // at once finds its bytes in memory. Should the write fail, no file refers to them.
+    const keep = declaredLength <= (opts.keepBytes ?? 0);
+    if (keep) opts.onWritten?.(data);
+    const dest = join(this.incomingDir(kind), name);
+    let written: { sha256: string; replaced: number };
+    try {
+      written = await this.writer!.write(join(this.root, 'tmp', `${randomUUID()}.part`), dest, data);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw capstanError('ERR_SPOOL_FULL', 'no space left in the spool', { cause: err });
+      throw err;
+    }
+    state.renamed = true;
+    if (this.maxIncomingBytes > 0) this.incomingBytes -= written.replaced;
+    this.freeSeen -= bytes;
+    return { path: dest, bytes, sha256: written.sha256, ...(keep ? { data } : {}) };
+  }
+
+  /**
    * fsync a directory after a rename into it. Concurrent callers share one fsync, but never one
    * that started before their rename: a caller arriving while an fsync runs waits for the next.
    * Under load this halves the fsyncs per upload without weakening what a 2xx promises.
@@ -291,6 +344,7 @@ export class Spool {
 
   /** Release the directory descriptors kept for fsync (the spool stays usable: they reopen). */
   async close(): Promise<void> {
+    await this.writer?.close();
     const fds = [...this.dirFds.values()];
     this.dirFds.clear();
     for (const fd of fds) await closeFd(await fd).catch(() => {});
@@ -342,7 +396,8 @@ export class Spool {
     const path = join(this.incomingDir(kind), name);
     const size = this.maxIncomingBytes > 0 ? (await stat(path).catch(() => null))?.size : undefined;
     try {
-      await unlink(path);
+      if (this.writer) await this.writer.unlink(path);
+      else await unlink(path);
       if (size !== undefined) this.incomingBytes -= size;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;

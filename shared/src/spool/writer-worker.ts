@@ -1,0 +1,127 @@
+/**
+ * A spool writer thread (see writer.ts). It takes what has queued up since its last pass, and for
+ * each body: create the temp file, write it whole, fdatasync, close, hash, rename into place;
+ * then one fsync per directory renamed into, and only then the answers. Synchronous calls are
+ * right here: this thread exists to block on the disk so that the event loop does not.
+ */
+import { createHash } from 'node:crypto';
+import {
+  closeSync, constants as fsc, fdatasyncSync, fsyncSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync,
+} from 'node:fs';
+import { dirname } from 'node:path';
+import { parentPort } from 'node:worker_threads';
+
+export type WriterRequest =
+  | { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array }
+  | { op: 'unlink'; id: number; path: string };
+
+export type WriterReply =
+  | { id: number; ok: true; sha256?: string; replaced?: number }
+  | { id: number; ok: false; code: string; message: string };
+
+const port = parentPort!;
+const queue: WriterRequest[] = [];
+let scheduled = false;
+/** Directory descriptors kept open for their fsyncs (one per spool kind, a handful at most). */
+const dirFds = new Map<string, number>();
+
+function dirFd(dir: string): number {
+  let fd = dirFds.get(dir);
+  if (fd === undefined) {
+    fd = openSync(dir, fsc.O_RDONLY);
+    dirFds.set(dir, fd);
+  }
+  return fd;
+}
+
+function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: string; replaced: number } {
+  const fd = openSync(req.tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640);
+  let ok = false;
+  try {
+    let off = 0;
+    while (off < req.data.length) off += writeSync(fd, req.data, off, req.data.length - off);
+    fdatasyncSync(fd);
+    ok = true;
+  } finally {
+    closeSync(fd);
+    if (!ok) rmSync(req.tmp, { force: true });
+  }
+  const sha256 = createHash('sha256').update(req.data).digest('hex');
+  // A re-sent file replaces its earlier copy: the caller's quota must not count both.
+  let replaced = 0;
+  try {
+    replaced = statSync(req.dest).size;
+  } catch {
+    // nothing there yet
+  }
+  try {
+    renameSync(req.tmp, req.dest);
+  } catch (err) {
+    rmSync(req.tmp, { force: true });
+    throw err;
+  }
+  return { sha256, replaced };
+}
+
+function failure(id: number, err: unknown): WriterReply {
+  const e = err as NodeJS.ErrnoException;
+  return { id, ok: false, code: e.code ?? 'EIO', message: e.message ?? String(err) };
+}
+
+function drain(): void {
+  scheduled = false;
+  const items = queue.splice(0, queue.length);
+  const replies: WriterReply[] = [];
+  const renamedInto = new Set<string>();
+  const waiting: Array<{ reply: WriterReply; dir: string; dest: string; replaced: number }> = [];
+  for (const req of items) {
+    if (req.op === 'unlink') {
+      try {
+        unlinkSync(req.path);
+        replies.push({ id: req.id, ok: true });
+      } catch (err) {
+        replies.push((err as NodeJS.ErrnoException).code === 'ENOENT' ? { id: req.id, ok: true } : failure(req.id, err));
+      }
+      continue;
+    }
+    try {
+      const { sha256, replaced } = writeBody(req);
+      const dir = dirname(req.dest);
+      renamedInto.add(dir);
+      waiting.push({ reply: { id: req.id, ok: true, sha256, replaced }, dir, dest: req.dest, replaced });
+    } catch (err) {
+      replies.push(failure(req.id, err));
+    }
+  }
+  // The new names are durable once their directory is: one fsync covers every rename above.
+  const dirErrors = new Map<string, unknown>();
+  for (const dir of renamedInto) {
+    try {
+      fsyncSync(dirFd(dir));
+    } catch (err) {
+      dirErrors.set(dir, err);
+    }
+  }
+  for (const w of waiting) {
+    const err = dirErrors.get(w.dir);
+    if (err === undefined) {
+      replies.push(w.reply);
+      continue;
+    }
+    // Refused, so not left behind (the client hears an error and sends again) — unless it
+    // replaced a copy acknowledged before, whose name must stay.
+    if (w.replaced === 0) rmSync(w.dest, { force: true });
+    replies.push(failure(w.reply.id, err));
+  }
+  port.postMessage(replies);
+}
+
+port.on('message', (req: WriterRequest) => {
+  queue.push(req);
+  // Let every message already posted arrive first, so that one pass (and one directory fsync)
+  // serves all of them.
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(drain);
+  }
+});
