@@ -9,6 +9,7 @@ import { silentLogger } from '@capstan/shared';
 import { benchPolicy } from '@capstan/server/bench-policy';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { openStore } from '@capstan/server/store/index';
+import { inventory } from './store-suite.js';
 
 const AT = '2024-05-01T08:00:00Z';
 
@@ -74,4 +75,38 @@ t.test('touched nodes are regenerated in batches, and settled() waits for them',
   gen.touch('x1');
   await gen.settled();
   t.equal(await store.getPolicyBundle('x1'), null, 'outside every group: nothing');
+});
+
+t.test('a group with a node list and a filter holds both; a reordered rule reaches its nodes with a new config id', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  await store.createNode({ id: 'n0', hostname: 'web-0' });
+  await store.createNode({ id: 'n1', hostname: 'db-1' });
+  await store.createNode({ id: 'n2', hostname: 'db-2' });
+  await store.upsertFromInventory(inventory('p1', { hostname: 'web-pending' })); // pending: no policy, whatever the groups say
+  const gen = new PolicyGenerator({ store, log: silentLogger });
+  const dir = (id: string) => ({ id, name: id, method: 'directory_present', mode: 'enforce', params: { path: `/srv/${id}` } });
+  await store.putPolicyObject('directive', 'a', dir('a'), AT);
+  await store.putPolicyObject('directive', 'b', dir('b'), AT);
+  await store.putPolicyObject('group', 'mixed', { id: 'mixed', name: 'mixed', nodes: ['n1', 'p1', 'ghost'], filter: [{ key: 'hostname', values: ['web*'] }] }, AT);
+  const rule = (directives: string[]) => gen.change('rule', 'r', () => store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives, groups: ['mixed'] }, AT));
+  t.match((await rule(['a', 'b'])).stats, { nodes: 2, changed: 2 }, 'n0 by the filter, n1 by the list');
+  const order = async (n: string) => (JSON.parse((await store.getPolicyBundle(n))!.bundle) as { directives: Array<{ id: string }> }).directives.map((d) => d.id);
+  t.same(await order('n0'), ['a', 'b']);
+  t.same(await order('n1'), ['a', 'b']);
+  t.equal(await store.getPolicyBundle('n2'), null, 'in neither');
+  t.equal(await store.getPolicyBundle('p1'), null, 'listed but pending');
+  const first = (await store.getPolicyBundle('n0'))!.config_id;
+
+  // The agent applies directives in bundle order: a new order is a new policy for every node.
+  t.match((await rule(['b', 'a'])).stats, { nodes: 2, changed: 2 });
+  t.same(await order('n0'), ['b', 'a']);
+  t.not((await store.getPolicyBundle('n0'))!.config_id, first);
+  await rule(['a', 'b']);
+  t.equal((await store.getPolicyBundle('n1'))!.config_id, first, 'the same order again: the same config id');
+
+  // Accepting the pending node brings it in through the list (and its hostname matches too).
+  await store.setAcceptance('p1', 'accepted', AT);
+  t.match(await gen.nodeChanged('p1'), { changed: 1 });
+  t.same(await order('p1'), ['a', 'b']);
 });

@@ -42,6 +42,10 @@ t.test('config id changes when and only when the content changes', async (t) => 
   t.not(computeConfigId([{ ...directives[0]!, params: { path: '/etc/motd', content: 'ho' } }]), bundle.config_id);
   t.not(computeConfigId([{ ...directives[0]!, mode: 'audit' }]), bundle.config_id);
   t.not(computeConfigId([{ ...directives[0]!, rule_id: 'r2' }]), bundle.config_id);
+  // The agent applies directives in bundle order: another order is another policy.
+  const second: BundleDirective = { id: 'd2', name: 'dir', method: 'directory_present', params: { path: '/etc/x' }, mode: 'enforce', rule_id: 'r1' };
+  t.not(computeConfigId([directives[0]!, second]), computeConfigId([second, directives[0]!]), 'order counts');
+  t.equal(computeConfigId([directives[0]!, second]), computeConfigId([{ ...directives[0]! }, { ...second }]), 'equal content, equal id');
 });
 
 t.test('method parameters are validated on the server with the agent’s own rules', async (t) => {

@@ -53,10 +53,15 @@ export function canonicalJson(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/** The config id changes when, and only when, the node's effective directives change. */
+/**
+ * The config id changes when, and only when, the node's effective directives change, their
+ * order included: the agent applies them in bundle order (a directory before the file in it).
+ * Hashing a sorted copy once gave a reordered rule the old config id, so nodes kept the old order
+ * while newly generated ones got the new one under the same id. Key order inside objects does
+ * not count (canonical JSON).
+ */
 export function computeConfigId(directives: BundleDirective[]): string {
-  const sorted = [...directives].sort((a, b) => a.rule_id.localeCompare(b.rule_id) || a.id.localeCompare(b.id));
-  return createHash('sha256').update(canonicalJson(sorted)).digest('hex').slice(0, 16);
+  return createHash('sha256').update(canonicalJson(directives)).digest('hex').slice(0, 16);
 }
 
 /** The key id of a policy public key: first 16 hex of the sha256 of its SPKI DER. */
