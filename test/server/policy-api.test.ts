@@ -89,6 +89,60 @@ t.test('admin CRUD refuses bad input with coded errors naming the field', async 
   t.same((await e(api('DELETE', '/api/1/directives/motd'))).slice(0, 2), [404, 'ERR_NOT_FOUND']);
 });
 
+/** For every method: good parameters, then one bad change each and the field the answer must name. */
+const METHOD_CASES: Record<string, { good: Record<string, unknown>; bad: Array<[Record<string, unknown>, string]> }> = {
+  file_content: { good: { path: '/etc/motd', content: 'x', mode: '0644' }, bad: [[{ path: 'etc/motd' }, 'params.path'], [{ content: 1 }, 'params.content'], [{ mode: '999' }, 'params.mode']] },
+  file_line_present: { good: { path: '/etc/hosts', line: '1.2.3.4 a' }, bad: [[{ line: 'a\nb' }, 'params.line'], [{ path: '' }, 'params.path']] },
+  file_absent: { good: { path: '/tmp/x' }, bad: [[{ path: 'x\u0000y' }, 'params.path']] },
+  file_permissions: { good: { path: '/etc/x', mode: '0600' }, bad: [[{ mode: undefined }, 'params.mode'], [{ owner: -1 }, 'params.owner'], [{ group: 'root' }, 'params.group']] },
+  directory_present: { good: { path: '/srv/x' }, bad: [[{ path: 'srv' }, 'params.path'], [{ mode: 755 }, 'params.mode']] },
+  file_from_shared_folder: {
+    good: { source: 'a/b.conf', path: '/etc/b.conf', sha256: 'a'.repeat(64) },
+    bad: [[{ source: '../b' }, 'params.source'], [{ sha256: 'A'.repeat(64) }, 'params.sha256'], [{ path: 'b.conf' }, 'params.path']],
+  },
+  archive_from_shared_folder: {
+    good: { source: 'b/web.tar.gz', sha256: 'a'.repeat(64), sums_sha256: 'b'.repeat(64), target: '/opt/b' },
+    bad: [[{ source: 'b/web.zip' }, 'params.source'], [{ sums_sha256: 'x' }, 'params.sums_sha256'], [{ target: '/opt/../etc' }, 'params.target'], [{ name: '..' }, 'params.name'], [{ purge: 'yes' }, 'params.purge']],
+  },
+  package_present: { good: { name: 'nginx', version: '1.2-3' }, bad: [[{ name: '-rf' }, 'params.name'], [{ version: 'a b' }, 'params.version']] },
+  package_absent: { good: { name: 'telnet' }, bad: [[{ name: '' }, 'params.name']] },
+  service_running: { good: { name: 'ssh.service' }, bad: [[{ name: 'a b' }, 'params.name']] },
+  service_enabled: { good: { name: 'ssh' }, bad: [[{ name: 5 }, 'params.name']] },
+  command_check: { good: { command: 'test', args: ['-f', '/x'] }, bad: [[{ args: [1] }, 'params.args'], [{ expect_exit: 300 }, 'params.expect_exit'], [{ command: '' }, 'params.command']] },
+  command_run: {
+    good: { command: 'touch', args: ['/x'], creates: '/x' },
+    bad: [[{ creates: undefined }, 'params.creates'], [{ creates: undefined, unless: { command: '' } }, 'params.unless.command'], [{ unless: 'x' }, 'params.unless']],
+  },
+  sysctl_value: { good: { key: 'net.ipv4.ip_forward', value: 1 }, bad: [[{ key: 'forward' }, 'params.key'], [{ value: true }, 'params.value']] },
+};
+
+t.test('every method: good parameters are saved, each bad one is a 400 naming its field', async (t) => {
+  const { api } = await setup(t);
+  const { METHOD_SPECS } = await import('@capstan/shared');
+  t.same(Object.keys(METHOD_CASES).sort(), [...METHOD_SPECS.keys()].sort(), 'a case for every method');
+  for (const [method, c] of Object.entries(METHOD_CASES)) {
+    t.equal((await api('POST', '/api/1/directives', { id: `ok-${method}`, method, params: c.good })).status, 201, `${method}: good`);
+    for (const [change, field] of c.bad) {
+      const r = await api('POST', '/api/1/directives', { id: `bad-${method}`, method, params: { ...c.good, ...change } });
+      t.same([r.status, r.json.error.code, r.json.error.field], [400, 'ERR_METHOD_PARAMS', field], `${method}: ${JSON.stringify(change)}`);
+    }
+  }
+  const field = async (body: unknown, method = 'POST', url = '/api/1/directives') => {
+    const r = await api(method, url, body);
+    return [r.status, r.json.error.code, r.json.error.field];
+  };
+  t.same(await field({ id: 'x', method: 'no_such', params: {} }), [400, 'ERR_METHOD_PARAMS', 'method']);
+  t.same(await field({ id: 'x', method: 'file_absent', params: ['/x'] }), [400, 'ERR_METHOD_PARAMS', 'params']);
+  t.same(await field({ id: 'x', method: 'file_absent', params: { path: '/x' }, condition: "has_file('/x' &&" }), [400, 'ERR_CONDITION_SYNTAX', 'condition']);
+  t.same(await field({ id: 'x', method: 'file_absent', params: { path: '/x' }, mode: 'sometimes' }), [400, 'ERR_BAD_REQUEST', 'mode']);
+  t.same(await field({ id: 'x', method: 'file_absent', params: { path: '/x' }, colour: 'red' }), [400, 'ERR_BAD_REQUEST', 'colour']);
+  t.same(await field({ id: 'g', filter: [{ key: 'colour', values: ['x'] }] }, 'POST', '/api/1/groups'), [400, 'ERR_BAD_REQUEST', 'filter[0].key']);
+  t.same(await field({ id: 'g', filter: [{ key: 'region', values: ['a'] }, { key: 'region', values: ['b'], exclude: true }] }, 'POST', '/api/1/groups'), [400, 'ERR_FILTER_CONFLICT', 'filter']);
+  t.same(await field({ id: 'r', directives: ['ok-file_absent', 'ghost'] }, 'POST', '/api/1/rules'), [400, 'ERR_BAD_REQUEST', 'directives']);
+  t.same(await field({ id: 'r', groups: 'all' }, 'PUT', '/api/1/rules/r'), [400, 'ERR_BAD_REQUEST', 'groups']);
+  t.equal((await api('GET', '/api/1/directives/bad-file_content')).status, 404, 'nothing refused was saved');
+});
+
 t.test('a rule change reaches its nodes signed, with a config id that follows content only', async (t) => {
   const { api, store, key } = await setup(t);
   await store.createNode({ id: 'n1', hostname: 'web-1', tags: { env: 'prod' } });

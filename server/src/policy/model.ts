@@ -6,7 +6,7 @@
  * refused later by the node for a reason the admin could have been told about.
  */
 import {
-  capstanError, parseCondition, validateMethodParams, type Directive, type DirectiveMode,
+  capstanError, isCapstanError, parseCondition, validateMethodParams, type Directive, type DirectiveMode,
 } from '@capstan/shared';
 import { checkFilters, isFilterKey } from '../store/query.js';
 import type { NodeFilter } from '../store/store.js';
@@ -33,32 +33,33 @@ export interface RuleDef {
   groups: string[];
 }
 
-function bad(message: string): never {
-  throw capstanError('ERR_BAD_REQUEST', message);
+/** Refused input; `field` (its path in the body) goes to the error's details and the answer. */
+function bad(message: string, field?: string): never {
+  throw capstanError('ERR_BAD_REQUEST', message, field === undefined ? {} : { details: { field } });
 }
 
 function onlyFields(body: unknown, allowed: readonly string[]): Record<string, unknown> {
   if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object');
   const unknown = Object.keys(body).filter((k) => !allowed.includes(k));
-  if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`);
+  if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]);
   return body as Record<string, unknown>;
 }
 
 export function checkId(v: unknown, what = 'id'): string {
-  if (typeof v !== 'string' || !ID.test(v)) bad(`${what} must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit`);
+  if (typeof v !== 'string' || !ID.test(v)) bad(`${what} must be 1-128 letters, digits, '_', '.' or '-', starting with a letter or digit`, what);
   return v;
 }
 
 function name(v: unknown): string {
   if (typeof v !== 'string' || v.trim().length === 0 || v.length > MAX_NAME_LENGTH || v.includes('\u0000')) {
-    bad(`name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters`);
+    bad(`name must be a non-empty string of at most ${MAX_NAME_LENGTH} characters`, 'name');
   }
   return v;
 }
 
 function idList(v: unknown, field: string, max: number): string[] {
-  if (!Array.isArray(v)) bad(`${field} must be a list of ids`);
-  if (v.length > max) bad(`${field} may hold at most ${max} ids`);
+  if (!Array.isArray(v)) bad(`${field} must be a list of ids`, field);
+  if (v.length > max) bad(`${field} may hold at most ${max} ids`, field);
   v.forEach((x, i) => checkId(x, `${field}[${i}]`));
   return [...new Set(v as string[])];
 }
@@ -67,17 +68,29 @@ function idList(v: unknown, field: string, max: number): string[] {
 export function parseDirective(body: unknown, pathId?: string): Directive {
   const b = onlyFields(body, ['id', 'name', 'method', 'params', 'mode', 'condition']);
   const id = checkId(b.id ?? pathId);
-  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
-  if (typeof b.method !== 'string') throw capstanError('ERR_METHOD_PARAMS', 'method must be a string');
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
+  if (typeof b.method !== 'string') throw capstanError('ERR_METHOD_PARAMS', 'method must be a string', { details: { field: 'method' } });
   const params = b.params ?? {};
-  if (JSON.stringify(params).length > MAX_PARAMS_BYTES) throw capstanError('ERR_METHOD_PARAMS', `params larger than ${MAX_PARAMS_BYTES} bytes`);
-  validateMethodParams(b.method, params);
+  if (JSON.stringify(params).length > MAX_PARAMS_BYTES) throw capstanError('ERR_METHOD_PARAMS', `params larger than ${MAX_PARAMS_BYTES} bytes`, { details: { field: 'params' } });
+  try {
+    validateMethodParams(b.method, params);
+  } catch (err) {
+    // The method names the field under params; the answer names it in the request body.
+    const field = isCapstanError(err) ? err.details?.field : undefined;
+    if (!isCapstanError(err) || typeof field !== 'string' || field === 'method' || field === 'params') throw err;
+    throw capstanError('ERR_METHOD_PARAMS', err.message, { details: { ...err.details, field: `params.${field}` } });
+  }
   const mode = (b.mode ?? 'enforce') as DirectiveMode;
-  if (mode !== 'enforce' && mode !== 'audit') bad('mode must be enforce or audit');
+  if (mode !== 'enforce' && mode !== 'audit') bad('mode must be enforce or audit', 'mode');
   const d: Directive = { id, name: name(b.name ?? id), method: b.method, params: params as Record<string, unknown>, mode };
   if (b.condition !== undefined && b.condition !== null && b.condition !== '') {
-    if (typeof b.condition !== 'string') throw capstanError('ERR_CONDITION_SYNTAX', 'condition must be a string');
-    parseCondition(b.condition); // throws ERR_CONDITION_SYNTAX with the position
+    if (typeof b.condition !== 'string') throw capstanError('ERR_CONDITION_SYNTAX', 'condition must be a string', { details: { field: 'condition' } });
+    try {
+      parseCondition(b.condition); // ERR_CONDITION_SYNTAX with the position
+    } catch (err) {
+      if (isCapstanError(err)) throw capstanError('ERR_CONDITION_SYNTAX', err.message, { details: { field: 'condition' } });
+      throw err;
+    }
     d.condition = b.condition;
   }
   return d;
@@ -85,31 +98,36 @@ export function parseDirective(body: unknown, pathId?: string): Directive {
 
 /** Group filters: the node list's `{key, values, exclude}` objects, checked by the same code. */
 function filters(v: unknown): NodeFilter[] {
-  if (!Array.isArray(v)) bad('filter must be a list of {"key", "values", "exclude"} objects');
+  if (!Array.isArray(v)) bad('filter must be a list of {"key", "values", "exclude"} objects', 'filter');
   const list = v.map((f, i): NodeFilter => {
     const o = onlyFields(f, ['key', 'values', 'exclude']);
-    if (typeof o.key !== 'string' || !isFilterKey(o.key)) bad(`filter[${i}].key ${JSON.stringify(o.key)} is not a node filter key`);
+    if (typeof o.key !== 'string' || !isFilterKey(o.key)) bad(`filter[${i}].key ${JSON.stringify(o.key)} is not a node filter key`, `filter[${i}].key`);
     const values = typeof o.values === 'string' ? [o.values] : o.values;
     return { key: o.key, values: values as string[], ...(o.exclude !== undefined && { exclude: o.exclude as boolean }) };
   });
-  checkFilters({ filters: list });
+  try {
+    checkFilters({ filters: list });
+  } catch (err) {
+    if (isCapstanError(err)) throw capstanError(err.code as 'ERR_BAD_REQUEST', err.message, { details: { ...err.details, field: 'filter' } });
+    throw err;
+  }
   return list;
 }
 
 export function parseGroup(body: unknown, pathId?: string): GroupDef {
   const b = onlyFields(body, ['id', 'name', 'nodes', 'filter']);
   const id = checkId(b.id ?? pathId);
-  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
   const g: GroupDef = { id, name: name(b.name ?? id) };
   if (b.nodes !== undefined) {
     if (!Array.isArray(b.nodes) || b.nodes.some((n) => typeof n !== 'string' || n.length === 0 || n.length > 256 || n.includes('\u0000'))) {
-      bad('nodes must be a list of node ids');
+      bad('nodes must be a list of node ids', 'nodes');
     }
-    if (b.nodes.length > MAX_GROUP_NODES) bad(`nodes may hold at most ${MAX_GROUP_NODES} ids`);
+    if (b.nodes.length > MAX_GROUP_NODES) bad(`nodes may hold at most ${MAX_GROUP_NODES} ids`, 'nodes');
     g.nodes = [...new Set(b.nodes as string[])].sort();
   }
   if (b.filter !== undefined) g.filter = filters(b.filter);
-  if (g.nodes === undefined && g.filter === undefined) bad('a group needs nodes, a filter, or both');
+  if (g.nodes === undefined && g.filter === undefined) bad('a group needs nodes, a filter, or both', 'nodes');
   return g;
 }
 
@@ -117,7 +135,7 @@ export function parseGroup(body: unknown, pathId?: string): GroupDef {
 export function parseRule(body: unknown, pathId?: string): RuleDef {
   const b = onlyFields(body, ['id', 'name', 'directives', 'groups']);
   const id = checkId(b.id ?? pathId);
-  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path');
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
   return {
     id,
     name: name(b.name ?? id),

@@ -14,13 +14,19 @@ export interface MethodSpec<P> {
   name: string;
   /** Methods that never change anything report audit types even in enforce mode. */
   auditOnly?: boolean;
-  /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field. */
+  /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field (message and `details.field`). */
   validate: (params: Record<string, unknown>) => P;
   components: (params: P) => Component[];
 }
 
+/**
+ * A parameter refused: the message names the method and the field, and `details.field` holds the
+ * field's path under `params` (`path`, `unless.command`) for clients that point at the input.
+ * `method` may carry a nested prefix (`command_run.unless`).
+ */
 export function paramError(method: string, field: string, what: string): never {
-  throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`);
+  const [name, ...under] = method.split('.');
+  throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`, { details: { method: name, field: [...under, field].join('.') } });
 }
 
 function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
@@ -261,8 +267,10 @@ export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
 /** Validate a directive's method and parameters (server side, on save). */
 export function validateMethodParams(method: string, params: unknown): Record<string, unknown> {
   const spec = METHOD_SPECS.get(method);
-  if (!spec) throw capstanError('ERR_METHOD_PARAMS', `unknown method ${method}; known: ${[...METHOD_SPECS.keys()].join(', ')}`);
-  if (!params || typeof params !== 'object' || Array.isArray(params)) throw capstanError('ERR_METHOD_PARAMS', `${method}: params must be an object`);
+  if (!spec) throw capstanError('ERR_METHOD_PARAMS', `unknown method ${method}; known: ${[...METHOD_SPECS.keys()].join(', ')}`, { details: { field: 'method' } });
+  if (!params || typeof params !== 'object' || Array.isArray(params)) {
+    throw capstanError('ERR_METHOD_PARAMS', `${method}: params must be an object`, { details: { method, field: 'params' } });
+  }
   spec.validate(params as Record<string, unknown>);
   return params as Record<string, unknown>;
 }

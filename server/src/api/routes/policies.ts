@@ -6,8 +6,8 @@
  * - Public: GET /api/1/keys/policy (the policy public key, to pin in agents' configuration) and
  *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, changesQuery, etagMatches, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { capstanError, changesQuery, etagMatches, isCapstanError, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';
@@ -38,7 +38,7 @@ async function checkRefs(store: Store, rule: { directives: string[]; groups: str
   for (const [kind, ids] of [['directive', rule.directives], ['group', rule.groups]] as const) {
     const known = new Set((await store.listPolicyObjects(kind)).map((o) => o.id));
     const missing = ids.filter((i) => !known.has(i));
-    if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`);
+    if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`, { details: { field: PLURAL[kind] } });
   }
 }
 
@@ -46,6 +46,20 @@ async function checkRefs(store: Store, rule: { directives: string[]; groups: str
 async function referencedBy(store: Store, kind: 'directive' | 'group', id: string): Promise<string[]> {
   const field = kind === 'directive' ? 'directives' : 'groups';
   return (await store.listPolicyObjects('rule')).filter((r) => (r.body[field] as string[]).includes(id)).map((r) => r.id);
+}
+
+/**
+ * Refused input names its field in the answer too: `{"error": {"code", "message", "field"}}`,
+ * the field's path in the request body (`params.path`, `filter[0].key`, `directives`).
+ */
+async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
+  try {
+    return await fn();
+  } catch (err) {
+    const field = isCapstanError(err) ? err.details?.field : undefined;
+    if (!isCapstanError(err) || typeof field !== 'string') throw err;
+    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field } });
+  }
 }
 
 function parse(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
@@ -91,16 +105,16 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
       return { data: view(result!), regenerated: { nodes: stats.nodes, changed: stats.changed } };
     };
 
-    app.post(base, async (req, reply) => reply.code(201).send(await save(parse(kind, await readJson(req)), false)));
+    app.post(base, async (req, reply) => namingField(reply, async () => reply.code(201).send(await save(parse(kind, await readJson(req)), false))));
 
     // PUT replaces the whole object, creating it when absent (201) — the path names the id.
-    app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
+    app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => namingField(reply, async () => {
       checkId(req.params.id);
       const body = parse(kind, await readJson(req), req.params.id);
       const existed = (await store.getPolicyObject(kind, req.params.id)) !== null;
       const out = await save(body, null);
       return reply.code(existed ? 200 : 201).send(out);
-    });
+    }));
 
     app.delete<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
       const id = req.params.id;
