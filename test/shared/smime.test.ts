@@ -4,7 +4,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
 import {
-  CapstanError, createNodeIdentity, parseCertificates, readSignedContentUnverified, signSmime, verifySmime,
+  CapstanError, certificateFingerprint, certificateNodeId, createNodeIdentity, parseCertificates, readSignedContentUnverified, signSmime,
+  verifySmime,
 } from '@capstan/shared';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
@@ -455,4 +456,39 @@ t.test('signing and verifying a 17 KB run log takes a few milliseconds', async (
     t.comment(`${name}, ${content.length} bytes: signSmime ${signMs.toFixed(2)} ms, verifySmime ${verifyMs.toFixed(2)} ms`);
     t.ok(signMs < 100 && verifyMs < 50, `${name} within budget`);
   }
+});
+
+// The pinned certificate is parsed by our DER reader with the RSA key imported from n and e
+// (JWK) — fast — where certificates from outside go through OpenSSL's X.509 parser as well.
+t.test('an EC (P-256) signer verifies too: its key goes through SPKI, not the RSA fast path', { skip: noOpenssl }, async (t) => {
+  const dir = t.testdir({ 'content': runlog });
+  const key = path.join(dir, 'ec.key');
+  const cert = path.join(dir, 'ec.pem');
+  t.equal(openssl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', key, '-out', cert,
+    '-subj', '/UID=node-ec', '-days', '2']).status, 0);
+  const out = path.join(dir, 'signed');
+  t.equal(openssl(['smime', '-sign', '-text', '-nocerts', '-md', 'sha256', '-signer', cert, '-inkey', key, '-in', path.join(dir, 'content'), '-out', out]).status, 0);
+  const ecPem = fs.readFileSync(cert, 'utf8');
+  t.ok(verifySmime(fs.readFileSync(out), [ecPem]).content.equals(crlf(runlog)));
+  t.equal(certificateNodeId(ecPem), 'node-ec');
+  t.equal(outcome(fs.readFileSync(out), [id.certPem]), 'ERR_SMIME_SIGNER_NOT_FOUND');
+});
+
+t.test('pinned certificates: a broken PEM or DER, or an unusable key, is ERR_CERTIFICATE', async (t) => {
+  const der = Buffer.from(id.certPem.replace(/-----[^-]+-----|\s/g, ''), 'base64');
+  const pem = (d: Buffer) => `-----BEGIN CERTIFICATE-----\n${d.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END CERTIFICATE-----\n`;
+  const signed = signSmime(runlog, id);
+  t.equal(outcome(signed, [pem(der)], crlf(runlog)), 'ok', 'the same certificate re-wrapped still verifies');
+  const cases: Record<string, string> = {
+    'no PEM block': 'MIIB',
+    'not base64 inside': '-----BEGIN CERTIFICATE-----\n***\n-----END CERTIFICATE-----\n',
+    'trailing bytes after the DER': pem(Buffer.concat([der, Buffer.from([0, 0])])),
+    'truncated DER': pem(der.subarray(0, der.length - 40)),
+    // The modulus INTEGER's tag turned into a BIT STRING's: the RSA key cannot be read.
+    'a mangled public key': pem(Buffer.from(der.toString('hex').replace(/30820(10a|20a)0282/, (m) => `${m.slice(0, 10)}0382`), 'hex')),
+  };
+  for (const [name, text] of Object.entries(cases)) t.equal(outcome(signed, [text]), 'ERR_CERTIFICATE', name);
+  // From outside (enrollment), OpenSSL's parser has its say as well.
+  t.throws(() => certificateFingerprint(cases['trailing bytes after the DER']!), { code: 'ERR_CERTIFICATE' });
+  t.equal(certificateFingerprint(pem(der)), certificateFingerprint(id.certPem));
 });

@@ -7,7 +7,7 @@ import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, ran
 import forge from 'node-forge';
 import { capstanError } from '../errors.js';
 import { OID } from './algorithms.js';
-import { nameUid, parseCertificate } from './certificate.js';
+import { checkCertificate, nameUid } from './certificate.js';
 import { DerError } from './der.js';
 
 export { parseCertificates } from './certificate.js';
@@ -92,7 +92,7 @@ function randomSerial(): string {
 
 /** The node id a certificate is for: its subject UID attribute, or null when it has none. */
 export function certificateNodeId(certPem: string): string | null {
-  const cert = parseCertificate(certPem);
+  const cert = checkCertificate(certPem);
   try {
     return nameUid(cert.subject);
   } catch (err) {
@@ -103,5 +103,5 @@ export function certificateNodeId(certPem: string): string | null {
 
 /** sha256 of the certificate's DER, lower-case hex without separators. */
 export function certificateFingerprint(certPem: string): string {
-  return createHash('sha256').update(parseCertificate(certPem).der).digest('hex');
+  return createHash('sha256').update(checkCertificate(certPem).der).digest('hex');
 }
