@@ -8,12 +8,12 @@
  * longest backoff (minutes) after the upstream came back; with it they all go as soon as the
  * probe answers.
  */
-import { checkUploadName, capstanError, isCapstanError, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import { checkUploadName, capstanError, isCapstanError, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
 import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
 import type { NodesSync } from '../data/sync.js';
 import type { Metrics } from '../metrics.js';
-import { RecentBodies } from './recent.js';
+
 import type { Upstream } from './upstream.js';
 
 export interface ForwarderOptions {

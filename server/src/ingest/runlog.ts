@@ -36,11 +36,14 @@ export function requireAccepted(node: NodeRecord | null, nodeId: string): NodeRe
   return node as NodeRecord & { certificate: string };
 }
 
-/** Everything before the CPU work: the name parsed, the node's certificate, the bytes. */
-async function jobFor(deps: IngestDeps, path: string, name: string): Promise<PrepareJob> {
+/**
+ * Everything before the CPU work: the name parsed, the node's certificate, the bytes (`data`
+ * when the upload handed them over in memory, else read from the spooled file).
+ */
+async function jobFor(deps: IngestDeps, path: string, name: string, data?: Buffer): Promise<PrepareJob> {
   const info = parseRunInfo(name);
   const node = requireAccepted(await deps.store.getNode(info.nodeId), info.nodeId);
-  const raw = await readFile(path);
+  const raw = data ?? await readFile(path);
   return { raw, compression: info.compression, nodeId: info.nodeId, timestamp: info.timestamp, certificate: node.certificate, limits: deps.limits };
 }
 
@@ -105,11 +108,12 @@ export class RunLogIngest {
     return (this.parallel + 1) * this.batchSize;
   }
 
-  async ingest(path: string, name: string): Promise<{ inserted: boolean; runId: number }> {
+  /** Ingest the spooled file at `path`; `data`, when given, is its content (no read needed). */
+  async ingest(path: string, name: string, data?: Buffer): Promise<{ inserted: boolean; runId: number }> {
     let run: RunInsert;
     this.preparing++;
     try {
-      const job = await jobFor(this.deps, path, name);
+      const job = await jobFor(this.deps, path, name, data);
       run = toInsert(this.deps, await this.pool.prepare(job), name);
     } finally {
       this.preparing--;

@@ -1,3 +1,4 @@
 export * from './spool.js';
 export * from './processor.js';
 export * from './upload.js';
+export * from './recent.js';

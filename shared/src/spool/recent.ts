@@ -1,8 +1,8 @@
 /**
- * Bodies just spooled, kept in memory so that forwarding them right away needs no re-read from
- * disk (open, fstat, read, close: a third of the relay's per-file work in the bench). The file on
- * disk stays the truth: an entry is used once, and after a restart or eviction the forwarder
- * reads the file. Bounded in bytes; the oldest entries go first.
+ * Bodies just spooled, kept in memory so that forwarding (relayd) or ingesting (server) them
+ * right away needs no re-read from disk (open, fstat, read, close: a third of the relay's
+ * per-file work in the bench). The file on disk stays the truth: an entry is used once, and after
+ * a restart or eviction the file is read. Bounded in bytes; the oldest entries go first.
  */
 export class RecentBodies {
   private readonly map = new Map<string, Buffer>();
