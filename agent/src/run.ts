@@ -18,6 +18,7 @@ import { RelayClient } from './queue/upload.js';
 import { RunLogWriter } from './runlog/write.js';
 import { applyDirectives, defaultIdentities, nodeConditionEnv } from './policy/apply.js';
 import { fetchPolicy } from './policy/fetch.js';
+import { reportPolicy } from './policy/report.js';
 import { fetchShared } from './policy/shared-folder.js';
 
 export interface RunResult {
@@ -108,10 +109,8 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   }
   w.start();
   await selfChecks(w, { stateDir: config.agent.state_dir, keyPath: id.keyPath });
-  if (policy.problem?.refused) {
-    // A bundle that does not verify is refused and said so; the last good policy still runs.
-    w.add({ policy: 'Common', event_type: 'result_error', rule_id: 'capstan-agent', directive_id: 'policy', component: 'Policy', key_value: policy.bundle?.config_id ?? 'none', msg: `policy refused (${policy.problem.code}): ${policy.problem.message}` });
-  }
+  // Which policy runs, or why a fresh one was refused (the last good policy still runs).
+  reportPolicy(w, policy);
   if (policy.bundle) {
     await applyDirectives(policy.bundle.directives, {
       writer: w,

@@ -85,10 +85,14 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   t.equal(first.configId, 'none');
   const nodeId = first.nodeId;
   const certPem = await readFile(join(dir, 'state', 'agent.cert'), 'utf8');
+  const policyReport = () => log.reports.find((r) => r.rule_id === 'capstan-agent' && r.directive_id === 'agent-self-check' && r.component === 'Policy')!;
+  let log = await lastRun(relay, nodeId, certPem);
+  t.match(policyReport(), { event_type: 'result_success', key_value: 'none', msg: /no policy assigned/ }, 'every run says which policy it ran');
   const motd = join(dir, 'motd');
   const directives: BundleDirective[] = [
     { id: 'motd', name: 'Message of the day', method: 'file_content', params: { path: motd, content: 'managed\n' }, mode: 'enforce', rule_id: 'base' },
     { id: 'never', name: 'Not here', method: 'file_absent', params: { path: join(dir, 'x') }, mode: 'enforce', rule_id: 'base', condition: "identity('^nomatch$')" },
+    { id: 'never-audit', name: 'Not here either', method: 'file_absent', params: { path: join(dir, 'x') }, mode: 'audit', rule_id: 'base', condition: "!has_directory('/')" },
     { id: 'broken', name: 'Bad condition', method: 'file_absent', params: { path: join(dir, 'y') }, mode: 'enforce', rule_id: 'base', condition: "has_file('" },
   ];
   relay.serve(bundleFor(nodeId, directives));
@@ -96,17 +100,20 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   const r1 = await runAgent(config, silentLogger);
   t.equal(r1.configId, computeConfigId(directives));
   t.equal(await readFile(motd, 'utf8'), 'managed\n');
-  let log = await lastRun(relay, nodeId, certPem);
+  log = await lastRun(relay, nodeId, certPem);
   const byDirective = (id: string) => log.reports.filter((r) => r.directive_id === id).map((r) => r.event_type);
   t.same(byDirective('motd'), ['result_repaired']);
   t.same(byDirective('never'), ['result_na'], 'condition false → not applicable');
+  t.same(byDirective('never-audit'), ['audit_na'], 'condition false in audit mode → audit_na');
   t.same(byDirective('broken'), ['result_error'], 'condition parse error → result_error, not a crash');
   t.equal(log.config_id, r1.configId, 'control reports carry the policy config id');
+  t.match(policyReport(), { event_type: 'result_success', key_value: r1.configId, msg: /verified/ });
   t.equal(log.reports.find((r) => r.directive_id === 'motd')!.rule_id, 'base');
 
   await runAgent(config, silentLogger);
   log = await lastRun(relay, nodeId, certPem);
   t.same(byDirective('motd'), ['result_success'], 'a second run on an unchanged host repairs nothing');
+  t.match(policyReport(), { event_type: 'result_success', msg: /unchanged/ }, 'a 304');
 
   await writeFile(motd, 'changed by hand\n');
   await runAgent(config, silentLogger, { audit: true });
@@ -121,7 +128,7 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   relay.serve(JSON.stringify(altered));
   await runAgent(config, silentLogger);
   log = await lastRun(relay, nodeId, certPem);
-  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_SIGNATURE/ });
+  t.match(policyReport(), { event_type: 'result_error', key_value: r1.configId, msg: /ERR_POLICY_SIGNATURE.*last good policy/ });
   t.same(byDirective('motd'), ['result_repaired'], 'the cached policy ran');
   t.equal(await readFile(motd, 'utf8'), 'managed\n');
 
@@ -129,13 +136,14 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   relay.serve(bundleFor(nodeId, directives, otherKey.export({ type: 'pkcs8', format: 'pem' }).toString()));
   await runAgent(config, silentLogger);
   log = await lastRun(relay, nodeId, certPem);
-  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_SIGNATURE/ });
+  t.match(policyReport(), { event_type: 'result_error', msg: /ERR_POLICY_SIGNATURE/ });
 
   // Another node's bundle.
   relay.serve(bundleFor('someone-else', directives));
   await runAgent(config, silentLogger);
   log = await lastRun(relay, nodeId, certPem);
-  t.match(log.reports.find((r) => r.directive_id === 'policy')!, { event_type: 'result_error', msg: /ERR_POLICY_NODE_MISMATCH/ });
+  t.match(policyReport(), { event_type: 'result_error', msg: /ERR_POLICY_NODE_MISMATCH/ });
+  t.equal(log.reports.filter((r) => r.component === 'Policy').length, 1, 'one Policy report per run');
 });
 
 t.test('relay down: the run uses the cached policy and queues its run log; back-fill in order', async (t) => {

@@ -64,10 +64,11 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
     const c = (await api('GET', `/api/1/nodes/${idA}/compliance`)).json.data;
     return c.run?.config_id === config2 && c.summary.counts.non_compliant === 1 ? c : undefined;
   }, 'the audit run in compliance');
-  const byDirective = (id: string) => compliance.directives.find((d: { directive_id: string }) => d.directive_id === id);
+  const byDirectiveOf = (c: { directives: Array<{ directive_id: string }> }, id: string) => c.directives.find((d) => d.directive_id === id);
+  const byDirective = (id: string) => byDirectiveOf(compliance, id);
   t.match(byDirective('managed'), { rule_id: 'base', counts: { non_compliant: 1 } });
   // The agent's own self-checks are expected on every node: compliant, never "unexpected".
-  t.match(byDirective('agent-self-check'), { rule_id: 'capstan-agent', counts: { compliant: 2, unexpected: 0 } });
+  t.match(byDirective('agent-self-check'), { rule_id: 'capstan-agent', counts: { compliant: 3, error: 0, unexpected: 0, missing: 0 } });
   t.equal(compliance.policy_config_id, config2);
 
   // A relay that keeps a policy cache and lies about it (served from its cache for an hour).
@@ -89,11 +90,14 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
   t.equal(refused.code, 4, 'a run with an error exits 4');
   t.match(refused.stdout, /1 errors/);
   t.equal(await readFile(target, 'utf8'), 'second\n', 'the forged content was not applied');
-  const error = await waitFor(async () => {
+  // An error of the node in its compliance (expected self-check component), not an unexpected report.
+  const refusal = await waitFor(async () => {
     const c = (await api('GET', `/api/1/nodes/${idA}/compliance`)).json.data;
-    return c.components.find((x: { directive_id: string; outcome: string }) => x.directive_id === 'policy' && x.outcome === 'result_error');
+    return c.components.some((x: { component: string; outcome: string }) => x.component === 'Policy' && x.outcome === 'result_error') ? c : undefined;
   }, 'the refusal in compliance');
-  t.equal(error.rule_id, 'capstan-agent');
+  t.match(refusal.components.find((x: { component: string }) => x.component === 'Policy'), { rule_id: 'capstan-agent', directive_id: 'agent-self-check', category: 'error' });
+  t.match(refusal.summary.counts, { error: 1, unexpected: 0 });
+  t.match(byDirectiveOf(refusal, 'agent-self-check'), { counts: { error: 1, compliant: 2 } });
 
   // Node b's (validly signed) bundle served to node a: refused too, for the node id.
   const cachedB = JSON.parse(await readFile(join(cacheDir, `${idB}.json`), 'utf8'));
@@ -105,8 +109,8 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
     const r = (await api('GET', `/api/1/nodes/${idA}/runs?reports=true&per_page=1`)).json;
     return r.total > runs ? r.data[0] : undefined;
   }, 'the mismatch run stored');
-  const report = latest.reports.find((x: { directive_id: string }) => x.directive_id === 'policy');
-  t.match(report?.msg, /ERR_POLICY_NODE_MISMATCH/);
+  const report = latest.reports.find((x: { component: string }) => x.component === 'Policy');
+  t.match(report, { event_type: 'result_error', msg: /ERR_POLICY_NODE_MISMATCH/ });
   t.match(latest.reports.find((x: { directive_id: string }) => x.directive_id === 'managed')?.event_type, /result_success/, 'the last good policy still runs');
 
   // Back through the honest relay, the node is fine again.

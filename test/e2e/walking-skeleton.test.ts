@@ -62,9 +62,9 @@ t.test('a run log travels agent → relay → server → registry', async (t) =>
   t.equal(runs[0].node_id, nodeId);
   t.equal(runs[0].complete, true);
   t.equal(runs[0].config_id, 'none');
-  t.same(runs[0].counts, { control: 2, result_success: 2 }, 'state directory and node key checks both pass');
-  t.equal(runs[0].report_count, 4);
-  t.equal(runs[0].reports.length, 4);
+  t.same(runs[0].counts, { control: 2, result_success: 3 }, 'state directory, node key and policy checks pass');
+  t.equal(runs[0].report_count, 5);
+  t.equal(runs[0].reports.length, 5);
   t.equal(runs[0].reports[1].component, 'State directory');
 
   const node = (await api('GET', `/api/1/nodes/${nodeId}`)).json.data;
