@@ -86,6 +86,11 @@ export const SERVER_SCHEMA = {
   policy: {
     /** Files that file_from_shared_folder directives name, served to relays at /rudder/relay-api/1/shared-folder/. Empty: none. */
     shared_folder: { type: 'string', default: '', optional: true },
+    /**
+     * Every node's policy is checked this often (unchanged nodes cost a read): group filters on
+     * what no event announces (status, state, a provider's tags, another server's changes). 0: off.
+     */
+    regenerate_interval: { type: 'duration', default: '15m' },
   },
   jobs: {
     /** A job's tasks not final after this long are aborted (reason timeout), unless the job sets its own `timeout`. */

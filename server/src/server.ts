@@ -197,6 +197,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     (s) => log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies checked'),
     (err: unknown) => log.warn({ err }, 'policy catch-up failed'),
   );
+  // And again now and then: what no event announces (status, state, providers) moves nodes too.
+  const periodicPolicies = config.policy.regenerate_interval > 0 ? generator.every(config.policy.regenerate_interval) : null;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   log.info({ listen: `${host}:${addr.port}`, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
 
@@ -220,6 +222,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         await app.close();
         await sweeper.stop();
         await catchUp;
+        await periodicPolicies?.stop();
         for (const kind of SPOOL_KINDS) await processors[kind].stop();
         await runLogs.close();
         // After the processors: the last inventories may have touched nodes.

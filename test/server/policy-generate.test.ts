@@ -110,3 +110,24 @@ t.test('a group with a node list and a filter holds both; a reordered rule reach
   t.match(await gen.nodeChanged('p1'), { changed: 1 });
   t.same(await order('p1'), ['a', 'b']);
 });
+
+t.test('the periodic check picks up membership no event announces (a state set by a provider)', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  await store.createNode({ id: 'n1', hostname: 'a' });
+  await store.createNode({ id: 'n2', hostname: 'b' });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
+  await store.putPolicyObject('group', 'stopped', { id: 'stopped', name: 'stopped', filter: [{ key: 'state', values: ['stopped'] }] }, AT);
+  await store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives: ['a'], groups: ['stopped'] }, AT);
+  const gen = new PolicyGenerator({ store, log: silentLogger });
+  t.match(await gen.regenerateAll(), { changed: 0 });
+  // No touch: the store changes under the generator, as the lifecycle sweep or a provider does.
+  await store.setState('n1', 'stopped', AT, 'provider says so');
+  const periodic = gen.every(10);
+  t.teardown(() => periodic.stop());
+  const deadline = Date.now() + 10_000;
+  while ((await store.getPolicyBundle('n1')) === null && Date.now() < deadline) await new Promise((r) => setImmediate(r));
+  await periodic.stop();
+  t.equal((await store.getPolicyBundle('n1'))?.config_id !== undefined, true, 'n1 joined the group at the next check');
+  t.equal(await store.getPolicyBundle('n2'), null);
+});

@@ -137,7 +137,34 @@ export class PolicyGenerator {
     while (this.draining) await this.draining;
   }
 
-  /** Every accepted node (start-up, benchmark). */
+  /**
+   * regenerateAll every `intervalMs`, the next one `intervalMs` after the previous one ended.
+   * Membership can change without an event this process sees: the lifecycle sweep's status and
+   * state, a provider's tags and regions, a CLI or another server on the same database.
+   */
+  every(intervalMs: number): { stop(): Promise<void> } {
+    let timer: NodeJS.Timeout | null = null;
+    let running: Promise<unknown> = Promise.resolve();
+    let stopped = false;
+    const tick = () => {
+      running = this.regenerateAll().then(
+        (s) => s.changed > 0 && this.log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies regenerated (periodic)'),
+        (err: unknown) => this.log.warn({ err }, 'periodic policy regeneration failed'),
+      ).finally(() => {
+        if (!stopped) timer = setTimeout(tick, intervalMs);
+      });
+    };
+    timer = setTimeout(tick, intervalMs);
+    return {
+      stop: async () => {
+        stopped = true;
+        if (timer) clearTimeout(timer);
+        await running;
+      },
+    };
+  }
+
+  /** Every accepted node (start-up, benchmark, the periodic check). */
   regenerateAll(): Promise<GenerationStats> {
     return this.serial(async () => {
       const t0 = performance.now();
