@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { compressSync, inventoryFileName, runLogFileName, signSmime, type Logger } from '@capstan/shared/agent';
+import { compressSync, INVENTORY_TOKEN_FIELD, inventoryFileName, runLogFileName, signSmime, tokenRequestStamp, type Logger } from '@capstan/shared/agent';
 import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
@@ -42,23 +42,32 @@ function stableHash(inv: Record<string, unknown>): string {
   return createHash('sha256').update(JSON.stringify(stable)).digest('hex');
 }
 
+/**
+ * Queue the inventory when due; the name of the file queued, or null. With `tokenRequest`, the
+ * signed inventory also asks for the node's token (INVENTORY_TOKEN_FIELD).
+ */
 export async function sendInventoryIfDue(
-  config: AgentConfig, id: AgentIdentity, outbox: Outbox, inv: Record<string, unknown>, opts: { force?: boolean; now: Date },
-): Promise<boolean> {
+  config: AgentConfig, id: AgentIdentity, outbox: Outbox, inv: Record<string, unknown>, opts: { force?: boolean; now: Date; tokenRequest?: boolean },
+): Promise<string | null> {
   const stampPath = join(config.agent.state_dir, 'inventory.stamp');
   const stamp = await readFile(stampPath, 'utf8').then((t) => JSON.parse(t) as InventoryStamp).catch(() => null);
   const hash = stableHash(inv);
   // The secret travels only inside the signed inventory; the server removes it before storing.
-  const sent = config.agent.enrollment_secret ? { ...inv, enrollment_secret: config.agent.enrollment_secret } : inv;
+  const sent = {
+    ...inv,
+    ...(config.agent.enrollment_secret && { enrollment_secret: config.agent.enrollment_secret }),
+    ...(opts.tokenRequest && { [INVENTORY_TOKEN_FIELD]: tokenRequestStamp(opts.now) }),
+  };
   // A fixed offset per node within the splay (like systemd's FixedRandomDelay): stable for one node,
   // spread across the fleet.
   const offset = config.inventory.splay > 0 ? createHash('sha256').update(id.nodeId).digest().readUInt32BE(0) % config.inventory.splay : 0;
   const due = opts.force || !stamp || stamp.hash !== hash || opts.now.getTime() - stamp.sent_at >= config.inventory.interval + offset;
-  if (!due) return false;
+  if (!due) return null;
   const signed = signSmime(Buffer.from(JSON.stringify(sent)), id);
-  await outbox.add('inventories', inventoryFileName(id.nodeId, opts.now, 'zstd'), compressSync(signed, 'zstd'));
+  const name = inventoryFileName(id.nodeId, opts.now, 'zstd');
+  await outbox.add('inventories', name, compressSync(signed, 'zstd'));
   await writeAtomic(stampPath, JSON.stringify({ sent_at: opts.now.getTime(), hash } satisfies InventoryStamp), 0o600);
-  return true;
+  return name;
 }
 
 export interface RunOptions {
@@ -94,10 +103,18 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   const inv = await collectInventory({
     nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname, cloudInstanceData: config.inventory.cloud_instance_data,
   });
-  const inventorySent = opts.dryRun ? false : await sendInventoryIfDue(config, id, outbox, inv, { force: opts.forceInventory, now: startedAt });
+  const auth = new TokenKeeper({ relay: config.agent.relay, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, id, log, clock });
+  // A token due (or none yet) is asked for inside the inventory too: a server answering the upload
+  // itself hands it back. Through a relay (which answers uploads itself) the signed renewal below does.
+  const tokenRequest = !opts.dryRun && (await auth.due());
+  const inventoryFile = opts.dryRun ? null : await sendInventoryIfDue(config, id, outbox, inv, { force: opts.forceInventory, now: startedAt, tokenRequest });
+  const inventorySent = inventoryFile !== null;
+  const client = new RelayClient(config.agent.relay, config.agent.timeout, inventoryFile && tokenRequest ? { file: inventoryFile, onToken: (t) => auth.accept(t) } : undefined);
+  // Sent before the policy request, so that a token in the answer serves this run already.
+  const early = inventoryFile && tokenRequest ? await outbox.flush(client) : null;
+  if (early?.error) log.debug({ err: early.error }, 'inventory not sent yet');
 
   const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
-  const auth = new TokenKeeper({ relay: config.agent.relay, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, id, log, clock });
   const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey, auth });
   if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
 
@@ -135,7 +152,9 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   await outbox.add('reports', runLog, compressSync(signed, 'zstd'));
 
   await outbox.enforceCaps(config.queue.max_files, config.queue.max_age, clock().getTime());
-  const flush = await outbox.flush(new RelayClient(config.agent.relay, config.agent.timeout));
+  const last = await outbox.flush(client);
+  // What this run sent, the early flush included.
+  const flush = early ? { ...last, sent: last.sent + early.sent, rejected: last.rejected + early.rejected } : last;
   if (flush.error) log.warn({ err: flush.error, queued: flush.remaining }, 'relay unreachable, files kept for the next run');
   return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, flush, configId: w.configId };
 }

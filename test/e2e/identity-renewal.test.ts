@@ -195,3 +195,55 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
   const res = await fetch(`${relay.url}/rudder/relay-api/1/remote-run/nodes/${nodeId}`, { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'keep_output=true' });
   t.match(await res.text(), new RegExp(`${nodeId}: \\[done, exit 0\\]`), 'and a remote run reaches it');
 });
+
+t.test('an agent talking to the server itself gets its token in the answer to its inventory; through a relay it renews by signed request', async (t) => {
+  const dir = t.testdir();
+  const serverDir = join(dir, 'server');
+  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'info']);
+  t.teardown(() => server.stop());
+  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const stateDir = join(dir, 'agent');
+  const tokenFile = join(stateDir, 'identity.token');
+  const agent = (upstream: string) => runProgram(BIN.agent, ['run', '--relay', upstream, '--state-dir', stateDir, '--log-level', 'warn', '--force-inventory']);
+  // How the server issued each token, from its log lines.
+  const issued = () => server.output.flatMap((l) => {
+    try {
+      const m = (JSON.parse(l) as { msg?: string }).msg;
+      return m?.startsWith('node token issued') ? [m] : [];
+    } catch {
+      return [];
+    }
+  });
+  const inventoryAt = async (nodeId: string) => {
+    const r = await api('GET', `/api/1/nodes/${nodeId}/inventory`);
+    return r.status === 200 ? (r.json.data as { received_at: string; inventory: Record<string, unknown> }) : undefined;
+  };
+
+  const first = await agent(server.url);
+  t.equal(first.code, 0, first.stderr);
+  const nodeId = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
+  const inv1 = await waitFor(() => inventoryAt(nodeId), 'the first inventory to be stored');
+  t.notOk('identity_request' in inv1.inventory, 'the token request is not kept in the stored inventory');
+  t.same(issued(), [], 'a pending node gets no token');
+  t.equal((await runProgram(BIN.server, ['nodes', 'accept', nodeId, '--data-dir', serverDir])).code, 0);
+
+  const second = await agent(server.url);
+  t.equal(second.code, 0, second.stderr);
+  const c1 = claims(await readFile(tokenFile, 'utf8'));
+  t.equal(c1.capstan_node_id, nodeId);
+  t.equal((await stat(tokenFile)).mode & 0o777, 0o600);
+  t.same(issued(), ['node token issued with an inventory'], 'delivered in the answer to the inventory: no renewal request was needed');
+
+  // Through a relay: the relay answers the upload itself (and never passes the request header
+  // on), so the agent renews by signed request, and the forwarded inventory mints no token.
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const before = (await inventoryAt(nodeId))!.received_at;
+  await writeFile(tokenFile, '');
+  const third = await agent(relay.url);
+  t.equal(third.code, 0, third.stderr);
+  await waitFor(async () => ((await inventoryAt(nodeId))!.received_at > before ? true : undefined), 'the relayed inventory to reach the server');
+  const c2 = claims(await readFile(tokenFile, 'utf8'));
+  t.not(c2.jti, c1.jti);
+  t.same(issued(), ['node token issued with an inventory', 'node token issued'], 'the second token came by signed renewal, and the relayed inventory got none');
+});

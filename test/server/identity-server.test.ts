@@ -8,7 +8,10 @@ import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, silentLogger, Spool, verifyNodeToken } from '@capstan/shared';
+import {
+  compressSync, createNodeIdentity, generateSigningKey, HEADER_TOKEN_REQUEST, INVENTORY_TOKEN_FIELD, inventoryFileName, issueNodeToken, makeRenewRequest,
+  signSmime, silentLogger, Spool, tokenRequestStamp, verifyNodeToken,
+} from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { authorizeNodeToken } from '@capstan/server/api/routes/identity';
 import { loadServerConfig } from '@capstan/server/config';
@@ -230,4 +233,64 @@ t.test('an old identity.db that cannot be read stops the start with ERR_STARTUP,
   await t.rejects(NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity) }),
     { code: 'ERR_STARTUP', message: /cannot import the old identity state .*identity\.db/ });
   t.same(await store.identity.listKeys(), [], 'no keyring was made instead');
+});
+
+t.test('a token asked for inside a signed inventory comes back in the answer to its upload, with the renewal checks', async (t) => {
+  const s = await setup(t);
+  const id = await s.node('n1', 'accepted', ['web']);
+  const pending = await s.node('p1', 'pending');
+  const other = createNodeIdentity('n1');
+  const inventory = (nid: { keyPem: string; certPem: string }, nodeId: string, extra: Record<string, unknown> = {}, at = s.clock.now) => ({
+    name: inventoryFileName(nodeId, at, 'zstd'),
+    body: compressSync(signSmime(Buffer.from(JSON.stringify({
+      node_id: nodeId, hostname: `${nodeId}.example`, certificate: nid.certPem, agent_version: '0.1.0', policy_server: 'relay',
+      os: { name: 'debian', version: '12', kernel: '6.1', arch: 'x86_64' }, ...extra,
+    })), nid), 'zstd'),
+  });
+  const put = async (inv: { name: string; body: Buffer }, ask = true) => {
+    const res = await s.app.inject({ method: 'PUT', url: `/inventories/${inv.name}`, payload: inv.body, headers: { 'content-type': 'application/octet-stream', ...(ask && { [HEADER_TOKEN_REQUEST]: '1' }) } });
+    return { status: res.statusCode, data: JSON.parse(res.body).data as { file: string; token?: string; expires_at?: string } };
+  };
+  const stamp = (at = s.clock.now) => ({ [INVENTORY_TOKEN_FIELD]: tokenRequestStamp(at) });
+
+  const asked = inventory(id, 'n1', stamp());
+  const r = await put(asked);
+  t.equal(r.status, 201, 'the inventory is on disk');
+  t.equal(r.data.file, asked.name);
+  const claims = await verifyNodeToken(r.data.token!, await s.jwks(), { nodeId: 'n1', now: s.clock.now });
+  t.match(claims, { capstan_node_id: 'n1', capstan_node_group: 'web', capstan_datacenter: 'dc1', exp: s.clock.now.getTime() / 1000 + 86400 });
+  t.equal(r.data.expires_at, new Date(claims.exp * 1000).toISOString());
+  t.match(await s.store.identity.getToken('n1'), { jti: claims.jti }, 'recorded on the node like a renewal');
+
+  // Every refusal leaves the upload itself accepted (2xx: the bytes are on disk) and carries no token.
+  const noToken = async (inv: { name: string; body: Buffer }, why: string, ask = true) => {
+    const res = await put(inv, ask);
+    t.equal(res.status, 201, `${why}: still stored`);
+    t.equal(res.data.token, undefined, `${why}: no token`);
+  };
+  await noToken(asked, 'the same upload replayed');
+  await noToken(inventory(id, 'n1', stamp()), 'no x-capstan-token-request header (a relay forwarding it)', false);
+  await noToken(inventory(id, 'n1'), 'no token request inside');
+  await noToken(inventory(id, 'n1', stamp(new Date(s.clock.now.getTime() - 600_000))), 'a stale request');
+  await noToken(inventory(other, 'n1', stamp()), 'signed by a key other than the pinned one');
+  await noToken(inventory(pending, 'p1', stamp()), 'a pending node');
+  await noToken(inventory(createNodeIdentity('ghost'), 'ghost', stamp()), 'an unknown node');
+  t.match(await s.store.identity.getToken('n1'), { jti: claims.jti }, 'none of them issued a token');
+  // A replayed renewal nonce is refused across both ways of asking.
+  const reused = tokenRequestStamp(s.clock.now);
+  t.ok((await put(inventory(id, 'n1', { [INVENTORY_TOKEN_FIELD]: reused }))).data.token);
+  await noToken(inventory(id, 'n1', { [INVENTORY_TOKEN_FIELD]: reused }, new Date(s.clock.now.getTime() + 1000)), 'its nonce used again');
+});
+
+t.test('with key_alg = "RS256" the keyring key is RSA and tokens are RS256; rotation keeps the configured algorithm', async (t) => {
+  const s = await setup(t, { 'identity.key_alg': 'RS256' });
+  const id = await s.node('n1');
+  const token = (await s.renew(makeRenewRequest(id, 'n1', s.clock.now))).json.data.token as string;
+  const header = JSON.parse(Buffer.from(token.split('.')[0]!, 'base64url').toString());
+  const [key] = await s.identity.listKeys();
+  t.same(header, { alg: 'RS256', kid: key!.kid, typ: 'JWT' });
+  t.match((await s.jwks()).keys, [{ kty: 'RSA', alg: 'RS256', kid: key!.kid, use: 'sig' }]);
+  t.notOk((await s.jwks()).keys.some((k: Record<string, unknown>) => 'd' in k || 'p' in k), 'no private part published');
+  t.ok(await verifyNodeToken(token, await s.jwks(), { nodeId: 'n1', now: s.clock.now }));
+  t.match(await s.identity.rotate(), { alg: 'RS256', active: true });
 });

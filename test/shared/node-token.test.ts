@@ -19,7 +19,8 @@ t.test('claims and header are the ones relays and admins rely on', async (t) => 
   t.same(await verifyNodeToken(token, jwks, { nodeId: 'n1', now }), claims);
   t.equal(tokenKeyId(token), ed.kid);
   const r = await issueNodeToken({ key: rsa, nodeId: 'n1', group: 'web', ttlSeconds: 60, now });
-  t.equal(JSON.parse(Buffer.from(r.token.split('.')[0]!, 'base64url').toString()).alg, 'RS256');
+  t.same(JSON.parse(Buffer.from(r.token.split('.')[0]!, 'base64url').toString()), { alg: 'RS256', kid: rsa.kid, typ: 'JWT' });
+  t.notOk('capstan_datacenter' in JSON.parse(Buffer.from(r.token.split('.')[1]!, 'base64url').toString()), 'no datacenter claim when none is set');
   t.ok(await verifyNodeToken(r.token, jwks, { now }));
   t.notOk(JSON.stringify(jwks).includes('"d"'), 'the JWKS carries no private part');
 });

@@ -53,6 +53,30 @@ export class TokenKeeper {
     }
   }
 
+  /** Whether a token is due: none kept, or less than a third of its life left. */
+  async due(): Promise<boolean> {
+    const stored = await this.load();
+    return !stored || tokenNeedsRenewal(stored, this.o.clock());
+  }
+
+  /**
+   * Keep a token the server handed over otherwise than by renewal (the answer to the inventory):
+   * it must be this node's and not expired.
+   */
+  async accept(token: string): Promise<void> {
+    let node: unknown;
+    try {
+      node = (JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8')) as { capstan_node_id?: unknown }).capstan_node_id;
+    } catch {
+      node = undefined;
+    }
+    const times = decodeTimes(token);
+    if (node !== this.o.id.nodeId || !times || times.exp * 1000 <= this.o.clock().getTime()) {
+      throw capstanError('ERR_TOKEN_INVALID', 'the token handed over is not a valid token of this node');
+    }
+    await writeAtomic(this.path, `${token}\n`, 0o600);
+  }
+
   /** Ask for a new token with a request signed by the node key. */
   async renew(): Promise<string> {
     const body = makeRenewRequest(this.o.id, this.o.id.nodeId, this.o.clock());

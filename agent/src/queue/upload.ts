@@ -1,15 +1,26 @@
 /** The agent's HTTP client to its relay: PUT uploads with a Content-Length, bounded by a timeout. */
 import { readFile } from 'node:fs/promises';
 import { httpRequest } from './http.js';
-import { capstanError, HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent, type SpoolKind } from '@capstan/shared/agent';
+import { capstanError, HEADER_PROTOCOL, HEADER_TOKEN_REQUEST, PROTOCOL_VERSION, userAgent, type SpoolKind } from '@capstan/shared/agent';
+
+/**
+ * The one inventory of this run that carries a token request: sent with HEADER_TOKEN_REQUEST, and
+ * a token in the answer (a server answering the agent itself) goes to `onToken`.
+ */
+export interface InventoryTokenRequest {
+  file: string;
+  onToken: (token: string) => Promise<void>;
+}
 
 export class RelayClient {
   constructor(
     private readonly baseUrl: string,
     private readonly timeoutMs: number,
+    private readonly tokenRequest?: InventoryTokenRequest,
   ) {}
 
   async upload(kind: SpoolKind, name: string, path: string): Promise<void> {
+    const asks = kind === 'inventories' && this.tokenRequest?.file === name;
     const body = await readFile(path);
     let res;
     try {
@@ -21,6 +32,7 @@ export class RelayClient {
           'content-type': 'application/octet-stream',
           'user-agent': userAgent('capstan-agent'),
           [HEADER_PROTOCOL]: PROTOCOL_VERSION,
+          ...(asks && { [HEADER_TOKEN_REQUEST]: '1' }),
         },
         timeoutMs: this.timeoutMs,
         maxResponseBytes: 1024 * 1024,
@@ -29,8 +41,23 @@ export class RelayClient {
       throw capstanError('ERR_UPSTREAM', `relay unreachable: ${(err as Error).message}`, { cause: err });
     }
     const text = res.body.toString('utf8');
-    if (res.status >= 200 && res.status < 300) return;
+    if (res.status >= 200 && res.status < 300) {
+      if (asks) await this.takeToken(text);
+      return;
+    }
     const transient = res.status === 408 || res.status === 429 || res.status >= 500;
     throw capstanError(transient ? 'ERR_UPSTREAM' : 'ERR_UPSTREAM_REJECTED', `relay answered ${res.status}: ${text.slice(0, 200)}`);
+  }
+
+  /** A token in the answer is kept; none (a relay answered, or the server would not) is no error. */
+  private async takeToken(answer: string): Promise<void> {
+    let token: unknown;
+    try {
+      token = (JSON.parse(answer) as { data?: { token?: unknown } }).data?.token;
+    } catch {
+      return;
+    }
+    // A token that does not fit (another node's, expired) is refused there; the run renews by request.
+    if (typeof token === 'string') await this.tokenRequest!.onToken(token).catch(() => undefined);
   }
 }

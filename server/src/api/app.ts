@@ -14,7 +14,7 @@ import type { NodeIdentity } from '../identity/service.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
-import { identityAdminRoutes, identityPublicRoutes } from './routes/identity.js';
+import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
@@ -56,6 +56,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     spool: deps.spool,
     maxBytes: deps.config.limits.max_body_size,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
+    // An agent talking to the server itself may get its node token in the answer to its inventory.
+    ...(deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log)),
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
   // Relays route by this list (accepted nodes); agent-facing like /uuid.

@@ -5,7 +5,8 @@
  */
 import { join } from 'node:path';
 import {
-  capstanError, checkRenewRequest, generateSigningKey, issueNodeToken, jwksOf, readSignedContentUnverified, verifyNodeToken,
+  capstanError, checkRenewRequest, checkTokenRequestStamp, decompress, generateSigningKey, INVENTORY_TOKEN_FIELD, issueNodeToken, jwksOf,
+  parseInventoryName, readSignedContentUnverified, verifyNodeToken, verifySmime,
   type Logger, type NodeClaims, type SigningKey, type TokenAlg,
 } from '@capstan/shared';
 import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
@@ -192,6 +193,34 @@ export class NodeIdentity {
     await checkRenewRequest(body, node.certificate, nodeId, (nonce, until) => this.o.store.identity.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock());
     const issued = await this.issue(node);
     this.o.log.info({ nodeId, jti: issued.claims.jti, exp: issued.claims.exp }, 'node token issued');
+    return issued;
+  }
+
+  /**
+   * The token a node asks for inside its signed inventory (INVENTORY_TOKEN_FIELD: a fresh time
+   * and a nonce), handed back in the answer to the upload when this server receives it from the
+   * agent itself. The renewal request's checks: the pinned certificate of an accepted node, the
+   * time window, a nonce never used. Null when the inventory asks for none or its node is not
+   * accepted (a newcomer renews once accepted); coded errors otherwise.
+   */
+  async issueForInventory(name: string, data: Buffer, maxDecompressedBytes: number): Promise<IssuedToken | null> {
+    const info = parseInventoryName(name);
+    const node = await this.o.store.getNode(info.nodeId);
+    if (!node || node.accepted !== 'accepted' || !node.certificate) return null;
+    const signed = await decompress(data, info.compression, { maxBytes: maxDecompressedBytes });
+    const { content } = verifySmime(signed, [node.certificate], { maxBytes: maxDecompressedBytes });
+    let doc: Record<string, unknown>;
+    try {
+      doc = JSON.parse(content.toString('utf8')) as Record<string, unknown>;
+    } catch {
+      throw capstanError('ERR_BAD_REQUEST', 'inventory is not JSON');
+    }
+    const stamp = doc?.[INVENTORY_TOKEN_FIELD];
+    if (!stamp || typeof stamp !== 'object') return null;
+    if (doc.node_id !== info.nodeId) throw capstanError('ERR_TOKEN_WRONG_NODE', `inventory names ${String(doc.node_id)}, sent as ${info.nodeId}`);
+    await checkTokenRequestStamp(stamp as Record<string, unknown>, (nonce, until) => this.o.store.identity.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock());
+    const issued = await this.issue(node);
+    this.o.log.info({ nodeId: node.id, jti: issued.claims.jti, exp: issued.claims.exp }, 'node token issued with an inventory');
     return issued;
   }
 

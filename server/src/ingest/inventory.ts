@@ -6,7 +6,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import {
-  capstanError, certificateFingerprint, certificateNodeId, decompress, parseInventoryName, readSignedContentUnverified,
+  capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified,
   verifySmime,
 } from '@capstan/shared';
 import { autoAcceptCause, SECRET_FIELD } from '../registry/enrollment.js';
@@ -86,8 +86,9 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   if (certificateNodeId(doc.certificate) !== info.nodeId) {
     throw capstanError('ERR_NODE_MISMATCH', 'certificate subject UID does not match the node id');
   }
-  // Lifecycle hook: auto-accept rules. The secret proves enrollment once; it is not kept.
-  const { [SECRET_FIELD]: secret, ...kept } = doc;
+  // Lifecycle hook: auto-accept rules. The secret proves enrollment once; it is not kept, nor is
+  // a token request (a one-time nonce, answered at upload time: identity/service.ts).
+  const { [SECRET_FIELD]: secret, [INVENTORY_TOKEN_FIELD]: _tokenRequest, ...kept } = doc;
   const autoAccept = deps.enrollment
     ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
     : null;

@@ -82,8 +82,13 @@ export interface UploadRouteOptions {
   onAccepted?: (kind: SpoolKind, name: string, accepted: Accepted & { nodeId: string }) => void;
   /** Per-upload check (e.g. the node is known), run before the body is read. */
   authorize?: (kind: SpoolKind, name: string, req: FastifyRequest) => Promise<void>;
-  /** Hand bodies up to this size to onAccepted in `accepted.data` and to onWritten (default 0: none). */
-  keepBytes?: number;
+  /** Hand bodies up to this size to onAccepted in `accepted.data` and to onWritten (default 0: none); or decide per upload. */
+  keepBytes?: number | ((kind: SpoolKind, req: FastifyRequest) => number);
+  /**
+   * More fields for the 2xx answer's `data`, once the upload is on disk (the server hands a node
+   * its token in the answer to its inventory). Its failure never fails the upload.
+   */
+  answer?: (kind: SpoolKind, name: string, accepted: Accepted, req: FastifyRequest) => Promise<Record<string, unknown> | undefined>;
   /** A kept body is durable in tmp/ and about to appear in incoming/ (see AcceptOptions.onWritten). */
   onWritten?: (kind: SpoolKind, name: string, data: Buffer) => void;
 }
@@ -95,12 +100,14 @@ export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptio
       const name = req.params.file;
       if (opts.authorize) await opts.authorize(kind, name, req);
       const onWritten = opts.onWritten;
+      const keepBytes = typeof opts.keepBytes === 'function' ? opts.keepBytes(kind, req) : opts.keepBytes;
       const accepted = await receiveUpload(opts.spool, kind, name, req.raw, opts.maxBytes, {
-        keepBytes: opts.keepBytes,
+        keepBytes,
         ...(onWritten ? { onWritten: (data: Buffer) => onWritten(kind, name, data) } : {}),
       });
       opts.onAccepted?.(kind, name, accepted);
-      return reply.code(201).send({ data: { file: name, bytes: accepted.bytes, sha256: accepted.sha256 } });
+      const more = opts.answer ? await opts.answer(kind, name, accepted, req).catch(() => undefined) : undefined;
+      return reply.code(201).send({ data: { ...more, file: name, bytes: accepted.bytes, sha256: accepted.sha256 } });
     });
   }
 }

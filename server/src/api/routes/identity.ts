@@ -3,6 +3,7 @@
  * Node-facing (no admin token; relays pass them through from their agents):
  *   POST /identity/renew          S/MIME signed {node_id, timestamp, nonce} → 200 {data: {token, expires_at}}
  *   GET  /.well-known/jwks.json   the active and still-valid public keys
+ *   PUT  /inventories/<file>      with a token request inside: 201 {data: {…, token, expires_at}}
  * Admin (under the bearer token):
  *   GET    /api/1/keys                     the keyring, with the nodes each key still signs for
  *   POST   /api/1/keys/rotate              a new active key
@@ -11,8 +12,11 @@
  *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError, readBody } from '@capstan/shared';
+import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, readBody, type Logger, type UploadRouteOptions } from '@capstan/shared';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
+
+/** Inventories read back for a token request at most this large (compressed); larger ones renew by request. */
+export const MAX_INVENTORY_TOKEN_BYTES = 4 * 1024 * 1024;
 
 
 export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentity): void {
@@ -23,6 +27,30 @@ export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentit
   app.get('/.well-known/jwks.json', async (_req, reply) =>
     // Relays cache it on disk and refetch on an unknown kid; a short max-age for HTTP caches between.
     reply.header('cache-control', 'public, max-age=60').send(await identity.jwks()));
+}
+
+/**
+ * `PUT /inventories/<file>` from an agent that asks for its token in the answer
+ * (`x-capstan-token-request: 1`, and a token request inside the signed inventory): once the file
+ * is on disk, the answer's data carries `token` and `expires_at` too. Relays answer uploads
+ * themselves and never pass the header on, so only an agent talking to this server gets one.
+ */
+export function inventoryTokenUploads(identity: NodeIdentity, maxDecompressedBytes: number, log: Logger): Pick<UploadRouteOptions, 'keepBytes' | 'answer'> {
+  const wants = (kind: string, req: FastifyRequest) => kind === 'inventories' && req.headers[HEADER_TOKEN_REQUEST] === '1';
+  return {
+    keepBytes: (kind, req) => (wants(kind, req) ? MAX_INVENTORY_TOKEN_BYTES : 0),
+    answer: async (kind, name, accepted, req) => {
+      if (!wants(kind, req) || !accepted.data) return undefined;
+      try {
+        const issued = await identity.issueForInventory(name, accepted.data, maxDecompressedBytes);
+        return issued ? { token: issued.token, expires_at: new Date(issued.claims.exp * 1000).toISOString() } : undefined;
+      } catch (err) {
+        // The inventory is stored whatever happens here; the agent renews by signed request.
+        log.warn({ file: name, code: (err as { code?: string }).code, reason: (err as Error).message }, 'no token with this inventory');
+        return undefined;
+      }
+    },
+  };
 }
 
 /** Errors with details (the node count of a key in use) carry them in the body. */
