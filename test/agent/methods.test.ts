@@ -137,3 +137,20 @@ t.test('bad parameters are coded errors naming the field', async (t) => {
   t.throws(() => METHODS.get('file_content')!.validate({ path: '/x', content: 'x', mode: 'rwx' }), { code: 'ERR_METHOD_PARAMS', message: /mode/ });
   t.throws(() => METHODS.get('file_line_present')!.validate({ path: '/x', line: 'a\nb' }), { code: 'ERR_METHOD_PARAMS' });
 });
+
+t.test('files are replaced through an exclusive, unpredictable temporary name, and nothing is left behind', async (t) => {
+  const { installFile } = await import('@capstan/agent/methods/files');
+  const { readdir, symlink } = await import('node:fs/promises');
+  const dir = t.testdir({ 'conf': 'old\n', 'victim': 'keep\n' });
+  // The old fixed name (<path>.capstan-<pid>.tmp) could be planted as a symlink by anyone able to
+  // write to the directory, and the write went through it.
+  await symlink(join(dir, 'victim'), join(dir, `conf.capstan-${process.pid}.tmp`));
+  await installFile(join(dir, 'conf'), 'new\n', 0o600);
+  t.equal(await readFile(join(dir, 'conf'), 'utf8'), 'new\n');
+  t.equal((await stat(join(dir, 'conf'))).mode & 0o777, 0o600);
+  t.equal(await readFile(join(dir, 'victim'), 'utf8'), 'keep\n', 'the planted link was not followed');
+  t.same((await readdir(dir)).sort(), ['conf', `conf.capstan-${process.pid}.tmp`, 'victim'].sort(), 'no temporary file of ours left');
+  await mkdir(join(dir, 'adir'));
+  await t.rejects(installFile(join(dir, 'adir'), 'x'), 'a directory is not replaced by a file');
+  t.same((await readdir(dir)).filter((n) => n.startsWith('adir.')), [], 'the failed attempt left nothing');
+});

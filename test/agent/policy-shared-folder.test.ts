@@ -41,6 +41,26 @@ t.test('retries are bounded and end in a coded error; a 404 is not retried', asy
   t.equal(missing.seen.length, 1);
 });
 
+t.test('a relay that drops connections is retried too, and given up on with a coded error', async (t) => {
+  let calls = 0;
+  const server = createServer((req, res) => {
+    // The first two connections are cut before any answer, as a swamped relay does.
+    if (++calls <= 2) return req.socket.destroy();
+    res.writeHead(200).end('at last');
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  t.teardown(() => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))));
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  const waits: number[] = [];
+  const data = await fetchShared(url, 'f', 5000, undefined, { wait: async (ms) => waits.push(ms), random: () => 1, baseDelayMs: 100 });
+  t.equal(data.toString(), 'at last');
+  t.same(waits, [100, 200], 'exponential backoff between the attempts');
+  calls = -100;
+  waits.length = 0;
+  await t.rejects(fetchShared(url, 'f', 5000, undefined, { attempts: 3, wait: async (ms) => waits.push(ms), baseDelayMs: 100 }), { code: 'ERR_UPSTREAM', message: /unreachable/ });
+  t.equal(waits.length, 2, 'bounded: three attempts, two waits');
+});
+
 t.test('retry delays: exponential, capped, never below half the ceiling, Retry-After honoured up to the cap', async (t) => {
   const o = (random: number) => ({ baseDelayMs: 1000, maxDelayMs: 15_000, random: () => random });
   t.same([1, 2, 3, 4, 5, 6].map((a) => retryDelay(a, undefined, o(1))), [1000, 2000, 4000, 8000, 15000, 15000]);

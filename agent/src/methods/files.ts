@@ -1,5 +1,5 @@
 /** File methods: content, line present, absent, permissions, directory, file from the shared folder. */
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { chmod, chown, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import {
@@ -17,14 +17,23 @@ async function readOrNull(path: string): Promise<Buffer | null> {
   }
 }
 
-/** Replace a file atomically (temp file in the same directory, then rename), keeping its mode. */
+/**
+ * Replace a file atomically (temp file in the same directory, then rename), keeping its mode.
+ * The temporary name is unpredictable and created exclusively ('wx': O_EXCL, which also refuses
+ * an existing symlink), so nobody who can write to the directory can redirect the write.
+ */
 export async function installFile(path: string, data: Buffer | string, mode?: number): Promise<void> {
   const prev = await stat(path).catch(() => null);
-  const tmp = `${path}.capstan-${process.pid}.tmp`;
-  await writeFile(tmp, data, { mode: mode ?? (prev ? prev.mode & 0o7777 : 0o644) });
-  if (mode !== undefined) await chmod(tmp, mode);
-  else if (prev) await chmod(tmp, prev.mode & 0o7777);
-  await rename(tmp, path);
+  const tmp = `${path}.capstan-${randomBytes(6).toString('hex')}.tmp`;
+  try {
+    await writeFile(tmp, data, { mode: mode ?? (prev ? prev.mode & 0o7777 : 0o644), flag: 'wx' });
+    if (mode !== undefined) await chmod(tmp, mode);
+    else if (prev) await chmod(tmp, prev.mode & 0o7777);
+    await rename(tmp, path);
+  } catch (err) {
+    await rm(tmp, { force: true }).catch(() => undefined);
+    throw err;
+  }
 }
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');

@@ -4,9 +4,10 @@
  * The expected sha256 (from the signed directive) goes along as `?hash=`, so a relay that caches
  * the folder can answer from its cache without asking its upstream. A relay whose download queue
  * is full answers 503 (or 429) with Retry-After; a relay that cannot reach its upstream answers
- * 502/504. Those are retried a few times with exponential backoff and full jitter (each agent
- * waits a random share of the delay), so a new artifact assigned to thousands of nodes spreads
- * their retries out instead of synchronising them.
+ * 502/504; an overloaded relay may also refuse or drop the connection. Those are retried a few
+ * times with exponential backoff and full jitter (each agent waits a random share of the delay),
+ * so a new artifact assigned to thousands of nodes spreads their retries out instead of
+ * synchronising them.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { httpRequest } from '../queue/http.js';
@@ -64,7 +65,10 @@ export async function fetchShared(relay: string, path: string, timeoutMs: number
       if ((err as { code?: string }).code === 'ERR_BODY_TOO_LARGE') {
         throw capstanError('ERR_BODY_TOO_LARGE', `shared-folder ${path} is larger than ${MAX_SHARED_FILE} bytes`);
       }
-      throw capstanError('ERR_UPSTREAM', `relay unreachable: ${(err as Error).message}`, { cause: err });
+      // Refused, reset or timed out: the relay may be swamped; back off like for a 503.
+      if (attempt >= attempts) throw capstanError('ERR_UPSTREAM', `relay unreachable: ${(err as Error).message}`, { cause: err });
+      await wait(retryDelay(attempt, undefined, delays));
+      continue;
     }
     if (!RETRY_STATUS.has(res.status) || attempt >= attempts) break;
     await wait(retryDelay(attempt, res.headers['retry-after'], delays));
