@@ -106,10 +106,16 @@ function readUpgraded(relay: string, path: string, token: string): Promise<{ eve
   });
 }
 
-t.test('the relay ends a remote-run connection when its token expires (plain and upgraded); a longer token keeps it', async (t) => {
+t.test('by default the relay requires a token; it ends a remote-run connection when its token expires (plain and upgraded); a longer token keeps it', async (t) => {
   const dir = t.testdir();
   const keys = testTokens(join(dir, 'keys'));
   const r = await startTestRelay(t, { ...keys.overrides, 'identity.clock_skew': '0s', 'remote_run.heartbeat': '100ms' }, { dir: join(dir, 'relay') });
+  // Tokens are required by default (no identity.require_token given): none → 401 on every protected path.
+  for (const path of ['/remote-run/listen/node-a', '/policies/node-a/rules', '/rudder/relay-api/1/shared-folder/motd']) {
+    const res = await request(`${r.url}${path}`, { reset: true });
+    t.equal(res.statusCode, 401, `${path} without a token`);
+    await res.body.dump();
+  }
   const started = Date.now();
   const shortToken = await keys.token('node-a', 2);
   const exp = claims(shortToken).exp;

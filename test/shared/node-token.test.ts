@@ -1,4 +1,5 @@
 import t from 'tap';
+import { importJWK, SignJWT } from 'jose';
 import {
   checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, tokenKeyId,
   tokenNeedsRenewal, verifyNodeToken,
@@ -37,6 +38,22 @@ t.test('refusals carry their codes', async (t) => {
   await t.rejects(verifyNodeToken(`${h}.${forged}.${s}`, jwks, { now }), { code: 'ERR_TOKEN_INVALID' });
   await t.rejects(verifyNodeToken('garbage', jwks, { now }), { code: 'ERR_TOKEN_INVALID' });
   await t.rejects(issueNodeToken({ key: ed, nodeId: 'n1', group: 'web', ttlSeconds: 0 }), { code: 'ERR_BAD_REQUEST' }, 'no eternal tokens');
+});
+
+t.test('a token signed by a published key is still refused for another audience, without exp, or with a sub not matching its node', async (t) => {
+  const iat = Math.floor(now.getTime() / 1000);
+  const sign = async (claims: Record<string, unknown>) =>
+    new SignJWT(claims).setProtectedHeader({ alg: 'EdDSA', kid: ed.kid, typ: 'JWT' }).sign(await importJWK(ed.privateJwk, 'EdDSA'));
+  const good = { sub: 'node:n1', capstan_node_id: 'n1', capstan_node_group: 'g', iat, nbf: iat, exp: iat + 600, jti: 'j', aud: 'capstan' };
+  t.ok(await verifyNodeToken(await sign(good), jwks, { nodeId: 'n1', now }), 'the same claims, well formed, verify');
+  await t.rejects(verifyNodeToken(await sign({ ...good, aud: 'nomad' }), jwks, { now }), { code: 'ERR_TOKEN_INVALID', statusCode: 401 }, 'another audience');
+  const { exp: _exp, ...noExp } = good;
+  await t.rejects(verifyNodeToken(await sign(noExp), jwks, { now }), { code: 'ERR_TOKEN_INVALID' }, 'no expiry: never an eternal token');
+  await t.rejects(verifyNodeToken(await sign({ ...good, sub: 'node:n2' }), jwks, { now }), { code: 'ERR_TOKEN_INVALID' }, 'sub and capstan_node_id disagree');
+  // The algorithm is the key's: an RS256 header naming the EdDSA key's kid does not verify.
+  const [, p, sig] = (await sign(good)).split('.');
+  const rsHeader = Buffer.from(JSON.stringify({ alg: 'RS256', kid: ed.kid, typ: 'JWT' })).toString('base64url');
+  await t.rejects(verifyNodeToken(`${rsHeader}.${p}.${sig}`, jwks, { now }), { code: /^ERR_TOKEN_(INVALID|UNKNOWN_KEY)$/ });
 });
 
 t.test('renewal is due when less than a third of the life is left', async (t) => {
