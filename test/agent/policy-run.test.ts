@@ -177,6 +177,13 @@ t.test('relay down: the run uses the cached policy and queues its run log; back-
   const offlineLog = parseRunLog(text, { node_id: first.nodeId, timestamp: '2026-01-01T00:00:00+00:00' });
   t.match(offlineLog.reports[0], { event_type: 'log_warn', component: 'start', msg: /policy not refreshed \(ERR_UPSTREAM\)/ },
     'the agent log line is attached to the next report, as RUDDER does');
+
+  // A cached policy that cannot be read back made the run throw; now it is no cache.
+  await writeFile(join(dir, 'state', 'policy.json'), '{"config_id": "torn');
+  await writeFile(join(dir, 'f'), 'drift');
+  const afterCorruption = await runAgent(config, silentLogger);
+  t.equal(afterCorruption.configId, computeConfigId(directives), 'fetched afresh (no If-None-Match without a cache)');
+  t.equal(await readFile(join(dir, 'f'), 'utf8'), 'v1');
 });
 
 t.test('dry run prints what it would do and changes, signs and sends nothing', async (t) => {

@@ -75,8 +75,15 @@ export async function fetchPolicy(opts: {
 }): Promise<PolicyState> {
   const f = files(opts.stateDir);
   let pinned = await loadPinnedKey(opts.stateDir, opts.configuredKeyPem);
-  const cachedText = await readText(f.bundle);
-  const cached = cachedText ? (JSON.parse(cachedText) as PolicyBundle) : null;
+  // A cache the agent cannot read back (disk trouble, a hand edit) is no cache: fetch afresh.
+  let cached: PolicyBundle | null = null;
+  try {
+    const text = await readText(f.bundle);
+    const parsed = text ? (JSON.parse(text) as PolicyBundle) : null;
+    cached = parsed && typeof parsed.config_id === 'string' && Array.isArray(parsed.directives) ? parsed : null;
+  } catch {
+    cached = null;
+  }
   const fallback = (problem: PolicyState['problem']): PolicyState => ({ bundle: cached, source: cached ? 'cache' : 'none', problem });
 
   let res;
