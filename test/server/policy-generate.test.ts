@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { silentLogger } from '@capstan/shared';
 import { benchPolicy } from '@capstan/server/bench-policy';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { bundleJson, PolicyGenerator } from '@capstan/server/policy/generate';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from './store-suite.js';
 
@@ -130,4 +130,10 @@ t.test('the periodic check picks up membership no event announces (a state set b
   await periodic.stop();
   t.equal((await store.getPolicyBundle('n1'))?.config_id !== undefined, true, 'n1 joined the group at the next check');
   t.equal(await store.getPolicyBundle('n2'), null);
+});
+
+t.test('a bundle is stored as JSON.stringify of {node_id, config_id, generated_at, directives}, byte for byte', async (t) => {
+  const directives = [{ id: 'd"1', name: 'é\n', method: 'file_content', mode: 'enforce', params: { path: '/x', content: '\u0000\u2028' }, rule_id: 'r' }];
+  const at = '2024-05-01T08:00:00.000Z';
+  t.equal(bundleJson('n"\\1', 'abc', at, JSON.stringify(directives)), JSON.stringify({ node_id: 'n"\\1', config_id: 'abc', generated_at: at, directives }));
 });

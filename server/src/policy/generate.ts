@@ -89,8 +89,7 @@ export class PolicyGenerator {
       const nodesBefore = await this.members(before, groupsTouched(before, kind, id), new Listing(this.store));
       const result = await save();
       const after = await loadModel(this.store);
-      // After the save: a fresh listing (the save may have changed nothing in the registry, but
-      // the listing is cheap next to what it saves the generation below).
+      // Listed after the save, and shared with the generation below.
       const listing = new Listing(this.store);
       const nodesAfter = await this.members(after, groupsTouched(after, kind, id), listing);
       for (const n of nodesBefore) nodesAfter.add(n);
