@@ -137,3 +137,30 @@ t.test('a bundle is stored as JSON.stringify of {node_id, config_id, generated_a
   const at = '2024-05-01T08:00:00.000Z';
   t.equal(bundleJson('n"\\1', 'abc', at, JSON.stringify(directives)), JSON.stringify({ node_id: 'n"\\1', config_id: 'abc', generated_at: at, directives }));
 });
+
+t.test('expectations an older server wrote for an unchanged policy are brought up to date, bundles untouched', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  const ids = Array.from({ length: 6 }, (_, i) => `n${i}`);
+  for (const id of ids) await store.createNode({ id, hostname: `web-${id}` });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
+  await store.putPolicyObject('group', 'web', { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web-*'] }] }, AT);
+  await store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives: ['a'], groups: ['web'] }, AT);
+  t.match(await new PolicyGenerator({ store, log: silentLogger }).regenerateAll(), { changed: 6 });
+  const configId = (await store.getPolicyBundle('n0'))!.config_id;
+  const current = (await store.getExpectations('n0', configId))!;
+  t.ok(current.some((e) => e.component === 'Policy'), 'today\'s self-checks are expected');
+  const before = await Promise.all(ids.map((id) => store.getPolicyBundle(id)));
+
+  // What an older server left: the same config id with fewer expected components. A run cut
+  // short fixed the first nodes only (ids in order), so only the last ones are old.
+  const old = current.filter((e) => e.component !== 'Policy');
+  for (const id of ['n4', 'n5']) await store.setExpectations(id, configId, old, AT);
+  t.same(await store.getExpectations('n5', configId), old);
+
+  const restarted = new PolicyGenerator({ store, log: silentLogger }); // a new process: nothing verified yet
+  t.match(await restarted.regenerateAll(), { changed: 0 }, 'no bundle changed');
+  for (const id of ids) t.same(await store.getExpectations(id, configId), current, `${id}: current expectations`);
+  t.same(await Promise.all(ids.map((id) => store.getPolicyBundle(id))), before, 'bundles and generated_at untouched');
+  t.match(await restarted.regenerateAll(), { changed: 0 });
+});

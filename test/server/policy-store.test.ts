@@ -4,12 +4,17 @@
  * runs must show the same compliance after every step, node by node and per directive. The
  * batched write skips recomputing a node's compliance when the expectations its last run is
  * judged by did not change; this is what shows that skipping never changes a number.
+ * Then the generator's repair of expectations an older server wrote, on SQLite and PostgreSQL.
  */
+import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import fc from 'fast-check';
+import { silentLogger } from '@capstan/shared';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { openStore, type Store } from '@capstan/server/store/index';
 import type { ExpectedComponent, RunInsert } from '@capstan/server/store/store';
+import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 
 const NODES = ['n1', 'n2', 'n3', 'n4'];
 const COMPONENTS: ExpectedComponent[] = [
@@ -111,4 +116,56 @@ t.test('a batch naming unknown nodes stores the others and counts only them', as
   t.equal(await store.getPolicyBundle('ghost'), null);
   t.match(await store.complianceSummary([{ key: 'id', values: ['n1'] }]), { counts: { missing: 3 } }, 'no run yet: every expected component missing');
   t.rejects(store.putPolicies([{ bundle: { node_id: 'n1', config_id: '', generated_at: at, bundle: '{}' }, expected: [] }]), { code: 'ERR_BAD_REQUEST' });
+});
+
+/** The generator's repair of old expectations on each backend (jsonb reorders keys: compare by content). */
+async function repairScenario(t: Test, store: Store) {
+  const ids = ['n0', 'n1', 'n2'];
+  const at = '2024-05-01T08:00:00Z';
+  for (const id of ids) await store.createNode({ id, hostname: `web-${id}` });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, at);
+  await store.putPolicyObject('group', 'web', { id: 'web', name: 'web', nodes: ids }, at);
+  await store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives: ['a'], groups: ['web'] }, at);
+  t.match(await new PolicyGenerator({ store, log: silentLogger }).regenerateAll(), { changed: 3 });
+  const configId = (await store.getPolicyBundle('n2'))!.config_id;
+  const current = (await store.getExpectations('n2', configId))!;
+  await store.setExpectations('n2', configId, current.slice(1), at);
+  const before = await store.getPolicyBundle('n2');
+  // Count what the generator writes: a current content must cost no write at all.
+  const written: number[] = [];
+  const spy = Object.create(store) as Store;
+  spy.putPolicies = async (w) => {
+    written.push(w.length);
+    return store.putPolicies(w);
+  };
+  const gen = new PolicyGenerator({ store: spy, log: silentLogger });
+  t.match(await gen.regenerateAll(), { changed: 0 });
+  t.same(written, [3], 'the content was found stale: expectations rewritten for its nodes');
+  t.same(await store.getExpectations('n2', configId), current);
+  t.same(await store.getPolicyBundle('n2'), before, 'bundle untouched');
+  written.length = 0;
+  t.match(await new PolicyGenerator({ store: spy, log: silentLogger }).regenerateAll(), { changed: 0 });
+  t.same(written, [], 'current expectations are recognised as such (no rewrite every pass)');
+}
+
+t.test('old expectations of an unchanged policy are repaired, on SQLite', async (t) => {
+  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  t.teardown(() => store.close());
+  await repairScenario(t, store);
+});
+
+t.test('old expectations of an unchanged policy are repaired, on PostgreSQL', async (t) => {
+  const why = await pgUnavailable();
+  if (why) {
+    t.comment(`skipped: ${why}`);
+    t.pass('skipped', { skip: why });
+    return;
+  }
+  const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
+  const store = await openStore({ databaseUrl: PG_URL, schema, poolSize: 2 });
+  t.teardown(async () => {
+    await store.close();
+    await pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
+  });
+  await repairScenario(t, store);
 });

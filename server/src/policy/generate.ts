@@ -65,6 +65,8 @@ export class PolicyGenerator {
   private queue: Promise<unknown> = Promise.resolve();
   /** Nodes whose bundle changed, for relays' push hints (GET /rudder/relay-api/1/policies/changes). */
   readonly changes = new ChangeFeed();
+  /** Contents (config id and expected components) whose stored expectations were found current. */
+  private readonly verified = new Set<string>();
 
   constructor(deps: { store: Store; log: Logger; clock?: () => Date }) {
     this.store = deps.store;
@@ -235,11 +237,19 @@ export class PolicyGenerator {
     const of = await this.membership(model, nodes, listing);
     const rules = [...model.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     // Nodes with the same groups get the same directives: build each distinct set once.
-    const cache = new Map<string, { directives: BundleDirective[]; json: string; configId: string; expected: ExpectedComponent[] }>();
+    const cache = new Map<string, Content>();
     let changed = 0;
+    let refreshed = 0;
     // In id order: every table written here is keyed by node id, so a batch fills neighbouring
     // pages instead of dirtying pages all over each index (and the WAL rewriting them per batch).
     const all = [...nodes].sort();
+    const keyOf = (groups: Set<string>) => [...groups].sort().join('\u0000');
+    // The last node of each content, in the order written: a probe for stale expectations below.
+    const lastOf = new Map<string, string>();
+    for (const n of all) {
+      const groups = of.get(n);
+      if (groups) lastOf.set(keyOf(groups), n);
+    }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
     for (let i = 0; i < all.length; i += BATCH) {
@@ -258,7 +268,7 @@ export class PolicyGenerator {
           }
           continue;
         }
-        const key = [...groups].sort().join('\u0000');
+        const key = keyOf(groups);
         let content = cache.get(key);
         if (!content) {
           const directives: BundleDirective[] = [];
@@ -274,22 +284,70 @@ export class PolicyGenerator {
             ...directives.flatMap((d) =>
               expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
           ];
-          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected };
+          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined };
           cache.set(key, content);
         }
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
-        if (had === content.configId) continue;
-        writes.push({ bundle: { node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) }, expected: content.expected });
+        const bundle = { node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) };
+        if (had === content.configId) {
+          content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
+          if (content.stale) writes.push({ bundle, expected: content.expected, expectationsOnly: true });
+          continue;
+        }
+        writes.push({ bundle, expected: content.expected });
       }
       if (writes.length) {
-        changed += await this.store.putPolicies(writes);
-        this.changes.publish(writes.map((w) => w.bundle.node_id));
+        const moved = writes.filter((w) => !w.expectationsOnly);
+        await this.store.putPolicies(writes);
+        changed += moved.length;
+        refreshed += writes.length - moved.length;
+        this.changes.publish(moved.map((w) => w.bundle.node_id));
       }
     }
+    if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     return changed;
   }
+
+  /**
+   * Are the stored expectations of this content out of date? The config id follows the
+   * directives only, but what a node is expected to report may change with the server's version
+   * (the agent's self-checks, a method's components): nodes whose policy did not change would keep
+   * the old expectations forever. Probed on the first node met with this content and on the last
+   * one (a regeneration cut short fixes a prefix of the nodes in id order); once found current, a
+   * content is not probed again by this process.
+   */
+  private async staleExpectations(content: Content, probes: string[]): Promise<boolean> {
+    const want = expectationKey(content.expected);
+    const memo = `${content.configId}\u0000${want}`;
+    if (this.verified.has(memo)) return false;
+    for (const [i, nodeId] of [...new Set(probes)].entries()) {
+      const stored = await this.store.getExpectations(nodeId, content.configId);
+      // The first probe holds this config (its bundle says so): none stored is stale too. The
+      // last may not hold it yet (it is written in this pass): then it tells nothing.
+      if (stored === null ? i === 0 : expectationKey(stored) !== want) return true;
+    }
+    this.verified.add(memo);
+    return false;
+  }
+}
+
+interface Content {
+  directives: BundleDirective[];
+  json: string;
+  configId: string;
+  expected: ExpectedComponent[];
+  /** Its stored expectations are out of date (see staleExpectations); undefined: not probed yet. */
+  stale: boolean | undefined;
+}
+
+/**
+ * Expected components as comparable text, as the store keeps them: each once, in order (a
+ * PostgreSQL jsonb column reorders object keys, so objects are not compared as JSON).
+ */
+function expectationKey(items: ExpectedComponent[]): string {
+  return [...new Set(items.map((e) => `${e.rule_id}\u0000${e.directive_id}\u0000${e.component}`))].join('\n');
 }
 
 /**

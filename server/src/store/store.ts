@@ -297,6 +297,11 @@ export interface PolicyBundleRecord {
 export interface PolicyWrite {
   bundle: PolicyBundleRecord;
   expected: ExpectedComponent[];
+  /**
+   * The stored bundle is this one already (same config id): set the expectations only, keeping
+   * the bundle and its generated_at (expectations written by an older server for the same content).
+   */
+  expectationsOnly?: boolean;
 }
 
 export interface Store {
@@ -394,6 +399,8 @@ export interface Store {
   deletePolicyBundle(nodeId: string): Promise<boolean>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** The expectations stored for one config id of a node; null when none are. */
+  getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null>;
   /** The config ids of the stored bundles of these nodes (absent: none stored). */
   policyConfigIds(nodeIds: string[]): Promise<Map<string, string>>;
   /**

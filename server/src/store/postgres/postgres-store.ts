@@ -795,6 +795,11 @@ export class PostgresStore implements Store {
     return rows.map((r) => r.id as string);
   }
 
+  async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
+    if (impossibleId(nodeId) || configId.includes('\u0000')) return null;
+    return this.expectations(this.pool, nodeId, configId);
+  }
+
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
     const ids = nodeIds.filter((id) => !impossibleId(id));
     const { rows } = await this.query('policyConfigIds', this.pool, {
@@ -813,13 +818,14 @@ export class PostgresStore implements Store {
       for (const it of checked) {
         if (impossibleId(it.bundle.node_id)) continue;
         if (!(await this.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
+        n++;
+        if (it.expectationsOnly) continue;
         await this.query('putPolicies', c, {
           name: 'bundle_put',
           text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ($1, $2, $3, $4)
             ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
           values: [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle],
         });
-        n++;
       }
       return n;
     });

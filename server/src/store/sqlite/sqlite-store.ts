@@ -639,6 +639,10 @@ export class SqliteStore implements Store {
     return rows.map((r) => r.id);
   }
 
+  async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
+    return this.read('getExpectations', () => this.expectations(nodeId, configId));
+  }
+
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
     const out = new Map<string, string>();
     this.read('policyConfigIds', () => {
@@ -669,7 +673,7 @@ export class SqliteStore implements Store {
       if (!byConfig) memo.set(it.expected, (byConfig = new Map()));
       let expected = byConfig.get(it.bundle.config_id);
       if (!expected) byConfig.set(it.bundle.config_id, (expected = checkExpectations(it.bundle.config_id, it.expected)));
-      return { bundle: it.bundle, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected };
+      return { bundle: it.bundle, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected, expectationsOnly: it.expectationsOnly === true };
     });
     return this.write('putPolicies', () => {
       let n = 0;
@@ -678,7 +682,7 @@ export class SqliteStore implements Store {
     });
   }
 
-  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: { items: ExpectedComponent[]; json: string } }>): number {
+  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: { items: ExpectedComponent[]; json: string }; expectationsOnly: boolean }>): number {
     // Last write wins for a node named twice, as one statement per item would have it.
     const byNode = new Map(chunk.map((it) => [it.bundle.node_id, it]));
     const ids = JSON.stringify([...byNode.keys()]);
@@ -734,7 +738,7 @@ export class SqliteStore implements Store {
     this.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
       ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
-      .run(JSON.stringify(live.map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
+      .run(JSON.stringify(live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
     for (const r of recompute) {
       if (r.noRun) {
         this.writeCompliance({ nodeId: r.nodeId, run: null, outcomes: [], expected: r.expected }, r.when);
