@@ -6,7 +6,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  parseListen, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
@@ -99,6 +99,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     // PostgreSQL: a few batches at once, each on its own connection (the rest serve the API).
     parallelBatches: config.database.url ? Math.max(1, Math.min(4, config.database.pool_size - 1)) : 1,
   });
+  // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
+  const recentRunLogs = new RecentBodies(16 * 1024 * 1024);
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
@@ -114,7 +116,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       retryMaxMs: config.processing.retry_max,
       handle: async (path, name) => {
         if (kind === 'reports') {
-          const r = await runLogs.ingest(path, name);
+          const r = await runLogs.ingest(path, name, recentRunLogs.take(name));
           log.info({ file: name, runId: r.runId, duplicate: !r.inserted }, r.inserted ? 'run stored' : 'run already stored');
         } else {
           const node = await ingestInventory(deps, path, name);
@@ -170,6 +172,15 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     lifecycle: { policy, last: () => sweeper.last },
     identity,
     status: async () => ({ spool: await spool.depth(), processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
+    // Taken at once rather than when inotify says so, and without reading the file back.
+    onAccepted: (kind, name) => processors[kind].notify(name),
+    runLogsInMemory: {
+      keepBytes: 1024 * 1024,
+      onWritten: (name, data) => {
+        processors.reports.expect(name);
+        recentRunLogs.put(name, data);
+      },
+    },
     // Policy downloads need a valid token of the node (issue 7), unless turned off.
     policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: { store, runner: jobs, limits: { defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets } },

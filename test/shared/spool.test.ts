@@ -1,4 +1,5 @@
-import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { capstanError, silentLogger, Spool, SpoolProcessor, type ProcessedEvent } from '@capstan/shared';
@@ -21,9 +22,12 @@ function nextEvent(p: SpoolProcessor, name: string): Promise<ProcessedEvent> {
   });
 }
 
-t.test('accept writes the whole body or nothing', async (t) => {
-  const spool = await newSpool(t);
+for (const writerThreads of [2, 0]) t.test(`accept writes the whole body or nothing (writer threads: ${writerThreads})`, async (t) => {
+  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1024, writerThreads });
+  await spool.init();
+  t.teardown(() => spool.close());
   const a = await spool.acceptBuffer('reports', 'a.log', Buffer.from('hello'));
+  t.equal(a.sha256, createHash('sha256').update('hello').digest('hex'));
   t.equal(a.bytes, 5);
   t.equal(await readFile(a.path, 'utf8'), 'hello');
   await t.rejects(spool.accept('reports', 'short.log', [Buffer.from('abc')], 5), { code: 'ERR_BAD_REQUEST' });
@@ -34,6 +38,27 @@ t.test('accept writes the whole body or nothing', async (t) => {
   }
   t.same(await spool.list('reports'), ['a.log']);
   t.same(await readdir(join(spool.root, 'tmp')), [], 'no partial file left');
+});
+
+t.test('writer threads: many bodies at once are all written, a re-sent name replaces its copy, a failed write leaves nothing', async (t) => {
+  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads: 2 });
+  await spool.init();
+  t.teardown(() => spool.close());
+  const bodies = Array.from({ length: 200 }, (_, i) => Buffer.alloc(1000 + i, i));
+  const got = await Promise.all(bodies.map((b, i) => spool.acceptBuffer('reports', `f${i}.log`, b)));
+  for (const [i, a] of got.entries()) t.equal(a.sha256, createHash('sha256').update(bodies[i]!).digest('hex'), `f${i}`);
+  t.equal((await spool.list('reports')).length, 200);
+  t.equal(spool.usage!.bytes, bodies.reduce((n, b) => n + b.length, 0));
+  await spool.acceptBuffer('reports', 'f0.log', Buffer.from('again'));
+  t.equal(await readFile(join(spool.incomingDir('reports'), 'f0.log'), 'utf8'), 'again');
+  t.equal(spool.usage!.bytes, bodies.reduce((n, b) => n + b.length, 0) - 1000 + 5, 'the replaced copy no longer counts');
+  // incoming/ gone: the rename fails, the client hears an error, nothing is left in tmp/.
+  await rm(spool.incomingDir('inventories'), { recursive: true });
+  await t.rejects(spool.acceptBuffer('inventories', 'n_2024-01-01T00:00:00+00:00.json', Buffer.from('{}')), { code: 'ENOENT' });
+  t.same(await readdir(join(spool.root, 'tmp')), []);
+  // A closed spool's writer starts again on the next write.
+  await spool.close();
+  t.equal((await spool.acceptBuffer('reports', 'after-close.log', Buffer.from('x'))).bytes, 1);
 });
 
 t.test('a minimum free space reserve refuses uploads with ERR_SPOOL_FULL', async (t) => {

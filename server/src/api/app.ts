@@ -29,7 +29,13 @@ export interface ServerAppDeps {
   adminToken: string;
   /** Files waiting per kind and failed counts, for /api/1/system/status. */
   status: () => Promise<Record<string, unknown>>;
+  /** An upload is durably spooled (the 2xx follows). */
   onAccepted?: (kind: SpoolKind, name: string) => void;
+  /**
+   * Run logs up to `keepBytes` are handed over in memory just before they appear in incoming/,
+   * so that ingesting them needs no read (see AcceptOptions.onWritten).
+   */
+  runLogsInMemory?: { keepBytes: number; onWritten: (name: string, data: Buffer) => void };
   /** Prometheus metrics for GET /metrics (absent: no route). */
   metrics?: ServerMetrics;
   /** The lifecycle policy and last sweep, for GET /api/1/lifecycle. */
@@ -52,12 +58,20 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);
+  // An agent talking to the server itself may get its node token in the answer to its inventory.
+  const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
+  const inMemory = deps.runLogsInMemory;
   installUploadRoutes(app, {
     spool: deps.spool,
     maxBytes: deps.config.limits.max_body_size,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
-    // An agent talking to the server itself may get its node token in the answer to its inventory.
-    ...(deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log)),
+    ...tokens,
+    keepBytes: (kind, req) => {
+      if (kind === 'reports') return inMemory?.keepBytes ?? 0;
+      const keep = tokens?.keepBytes;
+      return typeof keep === 'function' ? keep(kind, req) : (keep ?? 0);
+    },
+    ...(inMemory && { onWritten: (kind: SpoolKind, name: string, data: Buffer) => (kind === 'reports' ? inMemory.onWritten(name, data) : undefined) }),
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
   // Relays route by this list (accepted nodes); agent-facing like /uuid.

@@ -396,8 +396,9 @@ export class Spool {
     const path = join(this.incomingDir(kind), name);
     const size = this.maxIncomingBytes > 0 ? (await stat(path).catch(() => null))?.size : undefined;
     try {
-      if (this.writer) await this.writer.unlink(path);
-      else await unlink(path);
+      // Not through a writer thread: there it would wait behind a pass of fdatasyncs, and the
+      // caller (a forward's slot) with it.
+      await unlink(path);
       if (size !== undefined) this.incomingBytes -= size;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;

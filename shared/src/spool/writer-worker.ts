@@ -6,14 +6,12 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  closeSync, constants as fsc, fdatasyncSync, fsyncSync, openSync, renameSync, rmSync, statSync, unlinkSync, writeSync,
+  closeSync, constants as fsc, fdatasyncSync, fsyncSync, openSync, renameSync, rmSync, statSync, writeSync,
 } from 'node:fs';
 import { dirname } from 'node:path';
 import { parentPort } from 'node:worker_threads';
 
-export type WriterRequest =
-  | { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array }
-  | { op: 'unlink'; id: number; path: string };
+export type WriterRequest = { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array };
 
 export type WriterReply =
   | { id: number; ok: true; sha256?: string; replaced?: number }
@@ -75,15 +73,6 @@ function drain(): void {
   const renamedInto = new Set<string>();
   const waiting: Array<{ reply: WriterReply; dir: string; dest: string; replaced: number }> = [];
   for (const req of items) {
-    if (req.op === 'unlink') {
-      try {
-        unlinkSync(req.path);
-        replies.push({ id: req.id, ok: true });
-      } catch (err) {
-        replies.push((err as NodeJS.ErrnoException).code === 'ENOENT' ? { id: req.id, ok: true } : failure(req.id, err));
-      }
-      continue;
-    }
     try {
       const { sha256, replaced } = writeBody(req);
       const dir = dirname(req.dest);

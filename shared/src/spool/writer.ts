@@ -9,6 +9,8 @@
  * relay's main thread; one message each way costs a fraction of it. The kernel's work is the
  * same, but it now runs beside the event loop instead of queueing behind it.
  *
+ * Removals stay on node:fs: behind a pass of fdatasyncs they would wait for the whole pass.
+ *
  * A writer thread that dies fails what it held with a transient error (the client sends again,
  * a partial temp file is swept later) and is replaced at the next write.
  */
@@ -53,11 +55,6 @@ export class SpoolWriter {
       sha256: r.sha256!,
       replaced: r.replaced ?? 0,
     }));
-  }
-
-  /** Remove a file; one that is already gone is not an error. */
-  async unlink(path: string): Promise<void> {
-    await this.send({ op: 'unlink', path });
   }
 
   private send(req: Distributive<WriterRequest>): Promise<Extract<WriterReply, { ok: true }>> {
