@@ -243,12 +243,16 @@ export class PolicyGenerator {
     // In id order: every table written here is keyed by node id, so a batch fills neighbouring
     // pages instead of dirtying pages all over each index (and the WAL rewriting them per batch).
     const all = [...nodes].sort();
-    const keyOf = (groups: Set<string>) => [...groups].sort().join('\u0000');
-    // The last node of each content, in the order written: a probe for stale expectations below.
+    // Each node's content key (its groups), and the last node of each content in the order
+    // written: a probe for stale expectations below.
+    const keys = new Map<string, string>();
     const lastOf = new Map<string, string>();
     for (const n of all) {
       const groups = of.get(n);
-      if (groups) lastOf.set(keyOf(groups), n);
+      if (!groups) continue;
+      const key = [...groups].sort().join('\u0000');
+      keys.set(n, key);
+      lastOf.set(key, n);
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
@@ -268,7 +272,7 @@ export class PolicyGenerator {
           }
           continue;
         }
-        const key = keyOf(groups);
+        const key = keys.get(nodeId)!;
         let content = cache.get(key);
         if (!content) {
           const directives: BundleDirective[] = [];
@@ -290,13 +294,13 @@ export class PolicyGenerator {
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
-        const bundle = { node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) };
+        const bundle = () => ({ node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) });
         if (had === content.configId) {
           content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
-          if (content.stale) writes.push({ bundle, expected: content.expected, expectationsOnly: true });
+          if (content.stale) writes.push({ bundle: bundle(), expected: content.expected, expectationsOnly: true });
           continue;
         }
-        writes.push({ bundle, expected: content.expected });
+        writes.push({ bundle: bundle(), expected: content.expected });
       }
       if (writes.length) {
         const moved = writes.filter((w) => !w.expectationsOnly);
