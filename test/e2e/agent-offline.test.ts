@@ -14,6 +14,9 @@ t.test('relay down: cached policy, queued run log, back-filled in order', async 
   t.teardown(() => server.stop());
   const relayArgs = (listen: string) => ['--listen', listen, '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'];
   let relay = await startProgram(BIN.relayd, relayArgs('127.0.0.1:0'));
+  // Stopped on a failure too (a relay left running held the test until tap's timeout).
+  const firstRelay = relay;
+  t.teardown(() => firstRelay.stop());
   const relayUrl = relay.url;
   const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
   const target = join(dir, 'motd');
