@@ -62,6 +62,8 @@ export interface BenchResult {
    * on a 2-core machine it shares the cores with the relay, so it bounds what the relay can reach.
    */
   harnessCpuUsPerFile: number;
+  /** Of cpuUsPerFile, the relay's main thread (its event loop): the part that cannot use the other core. */
+  mainThreadCpuUsPerFile: number;
 }
 
 const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
@@ -94,8 +96,8 @@ async function procCpuUs(pid: number): Promise<number> {
   return (await procCpu(pid)).total;
 }
 
-async function procCpu(pid: number): Promise<{ total: number; sys: number }> {
-  const text = await readFile(`/proc/${pid}/stat`, 'utf8').catch(() => '');
+async function procCpu(pid: number, tid?: number): Promise<{ total: number; sys: number }> {
+  const text = await readFile(tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`, 'utf8').catch(() => '');
   const f = text.slice(text.lastIndexOf(')') + 2).split(' ');
   return { total: (Number(f[11]) + Number(f[12])) * 10_000, sys: Number(f[12]) * 10_000 };
 }
@@ -175,6 +177,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
     const started = Date.now();
     const cpu0 = await procCpuUs(relay.pid!);
     const own0 = process.cpuUsage();
+    const main0 = (await procCpu(relay.pid!, relay.pid!)).total;
     const sys0 = (await procCpu(relay.pid!)).sys;
     await Promise.all(
       Array.from({ length: parallel }, async () => {
@@ -199,6 +202,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
     const forwardPerSec = up.count() / ((up.lastAt() - started) / 1000);
     const cpuEnd = await procCpuUs(relay.pid!);
     const own = process.cpuUsage(own0);
+    const mainEnd = (await procCpu(relay.pid!, relay.pid!)).total;
     const sysEnd = (await procCpu(relay.pid!)).sys;
     const idleConnections = idleConns.held();
     const peakRssMb = await procStatus(relay.pid!, 'VmHWM');
@@ -216,6 +220,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
       putPhaseCpuUsPerFile: Math.round((cpuPut - cpu0) / files),
       sysCpuUsPerFile: Math.round((sysEnd - sys0) / files),
       harnessCpuUsPerFile: Math.round((own.user + own.system) / files),
+      mainThreadCpuUsPerFile: Math.round((mainEnd - main0) / files),
     };
   } finally {
     relay.kill('SIGTERM');

@@ -68,7 +68,8 @@ export class SpoolWriter {
     return new Promise((resolve, reject) => {
       thread.pending.set(id, { resolve, reject });
       if (thread.pending.size === 1) thread.worker.ref();
-      // The body is copied into the message (structured clone): the caller keeps its buffer.
+      // A body over a SharedArrayBuffer is shared with the thread, any other is copied into the
+      // message; either way the caller keeps its buffer.
       thread.worker.postMessage({ ...req, id } as WriterRequest);
     });
   }
