@@ -22,7 +22,7 @@ import { CACHE_DIR, prepareFleet } from '../bench/lib/fixtures.mjs';
 import { benchFloor, floorBreakdown } from '../bench/lib/floor.mjs';
 import { benchIngest } from '../bench/lib/ingest.mjs';
 import { PG_URL, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
-import { summarizeProfile } from '../bench/lib/profile.mjs';
+import { mainThreadProfile, summarizeProfile } from '../bench/lib/profile.mjs';
 import { judge, writeResults } from '../bench/lib/report.mjs';
 
 const REPO = resolve(import.meta.dirname, '..');
@@ -186,8 +186,8 @@ try {
     results.sections.profile.sqlite = {
       runLogsPerSec: r.runLogsPerSec,
       files: profiles,
-      server: await summarizeProfile(join(profiles, 'sqlite-server.cpuprofile'), window),
-      relay: await summarizeProfile(join(profiles, 'sqlite-relayd.cpuprofile'), window),
+      server: await summarizeProfile(await mainThreadProfile(join(profiles, 'sqlite-server')), window),
+      relay: await summarizeProfile(await mainThreadProfile(join(profiles, 'sqlite-relayd')), window),
     };
     step();
   }

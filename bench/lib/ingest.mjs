@@ -134,7 +134,9 @@ export async function benchIngest(o) {
   const dir = join(o.dir, `ingest-${o.kind}-${Date.now()}`);
   await mkdir(dir, { recursive: true });
   const db = o.kind === 'postgres' ? await freshDatabase() : null;
-  const prof = (/** @type {string} */ name) => (o.profileDir ? ['--cpu-prof', `--cpu-prof-dir=${o.profileDir}`, `--cpu-prof-name=${name}.cpuprofile`] : []);
+  // One directory per program: its worker threads (ingest, spool writers) write profiles of their
+  // own there, which a fixed --cpu-prof-name would let overwrite the main thread's.
+  const prof = (/** @type {string} */ name) => (o.profileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(o.profileDir, name)}`] : []);
   /** @type {Awaited<ReturnType<typeof startProgram>>[]} */
   const started = [];
   let failed = false;

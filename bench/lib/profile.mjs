@@ -6,7 +6,8 @@
  * or a package, so "store" includes the SQLite work a store method started and "chokidar" the
  * lstat calls chokidar makes. Idle time is left out of the shares.
  */
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 
 /** First match wins: the area a script URL belongs to. */
 const AREAS = [
@@ -128,4 +129,15 @@ export async function summarizeProfile(path, opts = {}) {
     functions: [...fns].sort((a, b) => b[1].us - a[1].us).slice(0, opts.top ?? 15)
       .map(([fn, v]) => ({ function: fn, area: v.area, ms: Math.round(v.us / 1000), pct: pct(v.us) })),
   };
+}
+
+/**
+ * The main thread's profile in a --cpu-prof directory: node names them
+ * CPU.<date>.<time>.<pid>.<thread id>.<seq>.cpuprofile, and the main thread is thread 0.
+ * @param {string} dir
+ */
+export async function mainThreadProfile(dir) {
+  const name = (await readdir(dir)).find((n) => n.endsWith('.cpuprofile') && n.split('.')[4] === '0');
+  if (!name) throw new Error(`no main-thread profile in ${dir}`);
+  return join(dir, name);
 }
