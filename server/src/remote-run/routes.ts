@@ -9,15 +9,16 @@
  * their identity. A channel id is a random UUID handed on the relay's own connection, so only the
  * relay that got a run can answer it.
  */
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from '@capstan/shared';
 import type { JobRunner } from '../jobs/runner.js';
-import { socketConn, type RelayConn, type RelayHub } from './hub.js';
+import type { RelayConn, RelayHub } from './hub.js';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
 import { jsonLines } from '@capstan/shared/remote-run/lines';
 
-export const UPGRADE_PROTOCOL = 'capstan-remote-run';
+export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 export interface RemoteRunDeps {
@@ -62,26 +63,11 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
   });
 
   app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const fail = (status: number, text: string) => {
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
-    };
-    const m = /^\/remote-run\/listen\/([^/?]+)(\?.*)?$/.exec(req.url ?? '');
-    if (!m || req.method !== 'GET' || String(req.headers.upgrade).toLowerCase() !== UPGRADE_PROTOCOL) return fail(404, 'NOT FOUND');
-    let id: string;
-    try {
-      id = decodeURIComponent(m[1]!);
-    } catch {
-      return fail(400, 'invalid relay id');
-    }
-    if (!RELAY_ID_RE.test(id)) return fail(400, `invalid relay id: ${id}`);
-    if (new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') !== '1') return fail(404, 'agents hold their remote-run connection to a relay');
-    if (head.length > 0) socket.unshift(head);
-    const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
-    s.setTimeout?.(0);
-    s.setNoDelay?.(true);
-    s.setKeepAlive?.(true, 60_000);
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
-    link(id, socketConn(socket));
+    const want = listenRequest(req);
+    if ('status' in want) return refuseUpgrade(socket, want.status, want.text);
+    if (!RELAY_ID_RE.test(want.id)) return refuseUpgrade(socket, 400, `invalid relay id: ${want.id}`);
+    if (!want.relay) return refuseUpgrade(socket, 404, 'agents hold their remote-run connection to a relay');
+    link(want.id, acceptUpgrade(socket, head));
   });
 
   app.post<{ Params: { channel: string } }>('/remote-run/output/:channel', async (req, reply) => {

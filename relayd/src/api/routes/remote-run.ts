@@ -20,11 +20,11 @@ import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
 import { jsonLines } from '@capstan/shared/remote-run/lines';
-import { responseConn, socketConn } from '../../remote-run/hub.js';
+import { responseConn } from '../../remote-run/hub.js';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
 import { tokenDeadline } from '../../identity/routes.js';
 
-/** The protocol name agents and sub-relays ask for to get an upgraded (lean) connection. */
-export const UPGRADE_PROTOCOL = 'capstan-remote-run';
+export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
 
 export const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
 const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
@@ -164,32 +164,18 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
 
   // The same connection over `Upgrade: capstan-remote-run`: answered 101 and kept as a bare socket.
   app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const fail = (status: number, text: string) => {
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
-    };
-    const m = /^\/remote-run\/listen\/([^/?]+)(\?.*)?$/.exec(req.url ?? '');
-    if (!m || req.method !== 'GET' || String(req.headers.upgrade).toLowerCase() !== UPGRADE_PROTOCOL) return fail(404, 'NOT FOUND');
+    const fail = (status: number, text: string) => refuseUpgrade(socket, status, text);
+    const want = listenRequest(req);
+    if ('status' in want) return fail(want.status, want.text === 'invalid id' ? 'invalid node id' : want.text);
     if (!enabled) return fail(404, 'NOT FOUND');
-    let node: string;
-    try {
-      node = decodeURIComponent(m[1]!);
-    } catch {
-      return fail(400, 'invalid node id');
-    }
+    const node = want.id;
     if (!NODE_ID_RE.test(node)) return fail(400, `invalid node id: ${node}`);
     const accept = (): void => {
       if (rr.hub.size >= rr.hub.maxPeers && !rr.hub.get(node)) return fail(503, 'too many remote-run connections');
-      if (head.length > 0) socket.unshift(head);
-      const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
-      s.setTimeout?.(0);
-      s.setNoDelay?.(true);
-      s.setKeepAlive?.(true, 60_000);
-      socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
-      const relay = new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') === '1';
-      const conn = socketConn(socket);
+      const conn = acceptUpgrade(socket, head);
       // The node token it was let in with (identity/routes.ts) bounds its life.
       const until = tokenDeadline(req);
-      if (!rr.hub.add({ id: node, relay, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
+      if (!rr.hub.add({ id: node, relay: want.relay, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
         conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
         return;
       }

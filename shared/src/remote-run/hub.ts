@@ -1,0 +1,161 @@
+/**
+ * The long-lived remote-run connections a program holds, by id: agents and sub-relays at a
+ * relay (relayd/src/remote-run/hub.ts), top-level relays at the server
+ * (server/src/remote-run/hub.ts). Each connection is a stream of JSON lines from us to them: a
+ * hello, heartbeats, `run` events, a `bye`.
+ *
+ * One connection per id: a newer one replaces an older one (a peer that reconnected after a
+ * network change must not be shadowed by its own half-dead previous socket). One timer beats for
+ * all of them: 10,000 idle connections must not mean 10,000 timers.
+ */
+import { EventEmitter } from 'node:events';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
+
+/** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
+export interface LineConn {
+  write(line: string): void;
+  end(line?: string): void;
+  readonly closed: boolean;
+  onClose(fn: () => void): void;
+}
+
+export function responseConn(res: ServerResponse): LineConn {
+  return {
+    write: (l) => void res.write(l),
+    end: (l) => void res.end(l),
+    get closed() {
+      return res.destroyed || res.writableEnded;
+    },
+    onClose: (fn) => void res.once('close', fn),
+  };
+}
+
+/**
+ * An upgraded connection (`Upgrade: capstan-remote-run`): Node hands over the bare socket and
+ * frees its HTTP parser and request/response objects, so an idle peer costs a socket and little
+ * else — what lets one relay hold 10,000 of them.
+ */
+export function socketConn(socket: Duplex): LineConn {
+  socket.on('error', () => socket.destroy());
+  // HTTP server sockets allow half-open connections: a peer that hung up must be closed here.
+  socket.on('end', () => socket.destroy());
+  // Peers never send anything on this connection; drop whatever arrives.
+  socket.on('data', () => {});
+  return {
+    write: (l) => void socket.write(l),
+    end: (l) => void socket.end(l),
+    get closed() {
+      return socket.destroyed || socket.writableEnded;
+    },
+    onClose: (fn) => void socket.once('close', fn),
+  };
+}
+
+export const line = (event: object): string => `${JSON.stringify(event)}\n`;
+
+/**
+ * Emits `linkedEvent` (id) when a peer connects, 'gone' (id) when its connection ends.
+ * Subclasses may refuse a send (`mayReceive`) and add work to the heartbeat (`onBeat`).
+ */
+export class ConnHub<P extends { id: string; conn: LineConn }> extends EventEmitter {
+  protected readonly peers = new Map<string, P>();
+  private readonly heartbeat: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(heartbeatMs: number, readonly maxPeers: number, private readonly linkedEvent: string) {
+    super();
+    this.setMaxListeners(0);
+    this.heartbeat = setInterval(() => {
+      this.onBeat();
+      this.broadcast({ type: 'ping' });
+    }, heartbeatMs);
+    this.heartbeat.unref();
+  }
+
+  protected onBeat(): void {}
+
+  /** Whether `peer` may be sent an event now; a subclass that says no ends its connection itself. */
+  protected mayReceive(_peer: P): boolean {
+    return true;
+  }
+
+  get size(): number {
+    return this.peers.size;
+  }
+
+  get(id: string): P | undefined {
+    return this.peers.get(id);
+  }
+
+  /** Register a connection; false when the hub is full or closed (the caller answers 503). */
+  add(peer: P): boolean {
+    if (this.closed) return false;
+    const old = this.peers.get(peer.id);
+    if (!old && this.peers.size >= this.maxPeers) return false;
+    this.peers.set(peer.id, peer);
+    if (old) old.conn.end();
+    peer.conn.onClose(() => {
+      if (this.peers.get(peer.id) === peer) {
+        this.peers.delete(peer.id);
+        this.emit('gone', peer.id);
+      }
+    });
+    this.emit(this.linkedEvent, peer.id);
+    return true;
+  }
+
+  /** Write one event line; false when the peer is not connected or its socket is gone. */
+  send(id: string, event: object): boolean {
+    const p = this.peers.get(id);
+    if (!p || p.conn.closed || !this.mayReceive(p)) return false;
+    p.conn.write(line(event));
+    return true;
+  }
+
+  protected broadcast(event: object): void {
+    const text = line(event);
+    for (const p of this.peers.values()) if (!p.conn.closed) p.conn.write(text);
+  }
+
+  /** End every connection (shutdown): the peers reconnect, to this program once it is back. */
+  close(): void {
+    this.closed = true;
+    clearInterval(this.heartbeat);
+    for (const p of this.peers.values()) p.conn.end(line({ type: 'bye' }));
+    this.peers.clear();
+  }
+}
+
+/** The protocol name agents and relays ask for to get an upgraded (lean) connection. */
+export const UPGRADE_PROTOCOL = 'capstan-remote-run';
+
+/** Answer an upgrade request with a plain HTTP error and close the socket. */
+export function refuseUpgrade(socket: Duplex, status: number, text: string): void {
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+}
+
+/**
+ * What an upgrade request asks for: `GET /remote-run/listen/<id>[?relay=1]` with our protocol,
+ * or the error to refuse it with (404 for anything else, 400 for an id that does not decode).
+ */
+export function listenRequest(req: IncomingMessage): { id: string; relay: boolean } | { status: number; text: string } {
+  const m = /^\/remote-run\/listen\/([^/?]+)(\?.*)?$/.exec(req.url ?? '');
+  if (!m || req.method !== 'GET' || String(req.headers.upgrade).toLowerCase() !== UPGRADE_PROTOCOL) return { status: 404, text: 'NOT FOUND' };
+  try {
+    return { id: decodeURIComponent(m[1]!), relay: new URLSearchParams(m[2]?.slice(1) ?? '').get('relay') === '1' };
+  } catch {
+    return { status: 400, text: 'invalid id' };
+  }
+}
+
+/** Switch the socket to the line protocol (101) and give it back as a connection. */
+export function acceptUpgrade(socket: Duplex, head: Buffer): LineConn {
+  if (head.length > 0) socket.unshift(head);
+  const s = socket as Duplex & { setNoDelay?: (v: boolean) => void; setKeepAlive?: (v: boolean, ms: number) => void; setTimeout?: (ms: number) => void };
+  s.setTimeout?.(0);
+  s.setNoDelay?.(true);
+  s.setKeepAlive?.(true, 60_000);
+  socket.write(`HTTP/1.1 101 Switching Protocols\r\nupgrade: ${UPGRADE_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`);
+  return socketConn(socket);
+}
