@@ -11,7 +11,7 @@
  *   GET  /remote-run/listen/<node-id>[?relay=1]   an agent's (or sub-relay's) long-lived connection
  *   POST /remote-run/output/<channel>              its answer to one run event (JSON lines)
  */
-import { STATUS_CODES, type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { PassThrough, type Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { capstanError } from '../../shared.js';
