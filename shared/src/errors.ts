@@ -86,6 +86,8 @@ export const ERROR_CODES = {
   ERR_TOKEN_EXPIRED: { status: 401 },
   ERR_TOKEN_UNKNOWN_KEY: { status: 401 },
   ERR_TOKEN_WRONG_NODE: { status: 403 },
+  /** A valid token of a node that is not (or no longer) registered as a relay, where only a relay's will do. */
+  ERR_TOKEN_NOT_RELAY: { status: 403 },
   ERR_RENEW_STALE: { status: 401 },
   ERR_RENEW_REPLAY: { status: 401 },
   // registry

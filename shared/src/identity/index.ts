@@ -1,3 +1,5 @@
 export * from './token.js';
 export * from './keyring.js';
 export * from './renew.js';
+export * from './state.js';
+export * from './keeper.js';

@@ -9,12 +9,21 @@ import { capstanError } from '../errors.js';
 
 export const TOKEN_AUDIENCE = 'capstan';
 export type TokenAlg = 'EdDSA' | 'RS256';
+/**
+ * The `capstan_role` claim of a node the server registered as a relay. Only such a token opens
+ * what only a relay may do: the remote-run link (`/remote-run/listen/<id>?relay=1`), its output
+ * posts and the providers endpoints. Agents' tokens carry no role.
+ */
+export const RELAY_ROLE = 'relay';
+export type NodeRole = typeof RELAY_ROLE;
 
 export interface NodeClaims {
   sub: string;
   capstan_node_id: string;
   capstan_node_group: string;
   capstan_datacenter?: string;
+  /** `relay` for a node registered as a relay; absent for agents. */
+  capstan_role?: NodeRole;
   iat: number;
   nbf: number;
   exp: number;
@@ -34,6 +43,8 @@ export interface IssueOptions {
   nodeId: string;
   group: string;
   datacenter?: string;
+  /** `relay` when the node is registered as a relay. */
+  role?: NodeRole;
   ttlSeconds: number;
   now?: Date;
 }
@@ -49,6 +60,7 @@ export async function issueNodeToken(o: IssueOptions): Promise<{ token: string; 
     capstan_node_id: o.nodeId,
     capstan_node_group: o.group,
     ...(o.datacenter ? { capstan_datacenter: o.datacenter } : {}),
+    ...(o.role ? { capstan_role: o.role } : {}),
     iat,
     nbf: iat,
     exp: iat + o.ttlSeconds,
@@ -63,6 +75,8 @@ export async function issueNodeToken(o: IssueOptions): Promise<{ token: string; 
 export interface VerifyTokenOptions {
   /** The node the request is about (the path's node id): a token of another node → 403. */
   nodeId?: string;
+  /** `relay`: only a relay's token will do (another node's → 403 ERR_TOKEN_NOT_RELAY). */
+  role?: NodeRole;
   now?: Date;
   clockSkewSeconds?: number;
 }
@@ -94,6 +108,13 @@ export async function verifyNodeToken(token: string, jwks: JSONWebKeySet, o: Ver
   const claims = payload as unknown as NodeClaims;
   if (typeof claims.capstan_node_id !== 'string' || claims.sub !== `node:${claims.capstan_node_id}`) {
     throw capstanError('ERR_TOKEN_INVALID', 'node token has no consistent node id');
+  }
+  if (claims.capstan_role !== undefined && claims.capstan_role !== RELAY_ROLE) {
+    throw capstanError('ERR_TOKEN_INVALID', 'node token names an unknown role');
+  }
+  // The role first: an agent's token shown for a relay's path is "not a relay", whatever node it names.
+  if (o.role === RELAY_ROLE && claims.capstan_role !== RELAY_ROLE) {
+    throw capstanError('ERR_TOKEN_NOT_RELAY', `node ${claims.capstan_node_id} is not registered as a relay: only a relay's token will do here`);
   }
   if (o.nodeId !== undefined && claims.capstan_node_id !== o.nodeId) {
     throw capstanError('ERR_TOKEN_WRONG_NODE', `token of node ${claims.capstan_node_id} cannot act for ${o.nodeId}`);
