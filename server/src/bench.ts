@@ -80,7 +80,7 @@ function row(i: number): Row {
     last_inventory_at: lastRun, last_run_at: lastRun, last_config_id: lastRun ? `cfg-${i % 5}` : null,
     name: hostname, address: null, manager: 'agent', region: REGIONS[i % REGIONS.length]!, source_id: null, account_id: null,
     tags_json: JSON.stringify(Object.fromEntries(tags)), groups_json: JSON.stringify(groups), last_contact_at: lastRun,
-    state_changed_at: at, policy_config_id: `cfg-${i % 5}`,
+    state_changed_at: at, policy_config_id: `cfg-${i % 5}`, relay: 0,
   } satisfies Record<(typeof NODE_COLUMNS)[number], unknown>;
   const directives = Array.from({ length: DIRECTIVES_PER_NODE }, (_, d) => {
     const counts = [3, i % 11 === d ? 1 : 0, i % 13 === d ? 1 : 0, i % 17 === d ? 1 : 0, i % 19 === d ? 1 : 0, 0, d === 4 ? 1 : 0];

@@ -6,6 +6,7 @@
  * signals, and chooses exit codes (0 ok, 1 crash, 2 configuration, 3 other start-up error,
  * 4 the node or request was refused: unknown node, bad filter…).
  */
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
@@ -223,14 +224,19 @@ for (const [name, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']]
   });
 }
 
-verb(nodes, 'add', 'add a node by address (POST /api/1/nodes)')
+verb(nodes, 'add', 'add a node by address, or register a relay (POST /api/1/nodes)')
   .requiredOption('--host <address>', 'DNS name or IP address')
   .option('--name <name>', 'display name (default: the address)')
   .option('--id <id>', 'node id (default: a new UUID)')
   .option('-t, --tag <key=value>', 'tag, repeatable', collect)
   .option('-g, --group <id>', 'group, repeatable', collect)
-  .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[] }) => {
+  .option('--certificate <file>', 'the node\'s PEM certificate (UID=<id>), pinned at once')
+  .option('--relay', 'a relay: its tokens open the relay-only endpoints (needs --id and --certificate: capstan-relayd --identity prints both)')
+  .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[]; certificate?: string; relay?: boolean }) => {
     await withStore(flags, async (store) => {
+      const certificate = flags.certificate !== undefined ? await readFile(flags.certificate, 'utf8').catch((err: Error) => {
+        throw capstanError('ERR_BAD_REQUEST', `cannot read --certificate ${flags.certificate}: ${err.message}`);
+      }) : undefined;
       const tags = Object.fromEntries((flags.tag ?? []).map((t) => {
         const i = t.indexOf('=');
         if (i <= 0) throw capstanError('ERR_BAD_REQUEST', `tag must be <key>=<value>, got "${t}"`);
@@ -239,10 +245,23 @@ verb(nodes, 'add', 'add a node by address (POST /api/1/nodes)')
       const node = await store.createNode(createBody({
         host: flags.host, ...(flags.name && { name: flags.name }), ...(flags.id && { id: flags.id }),
         ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
+        ...(certificate !== undefined && { certificate }), ...(flags.relay && { relay: true }),
       }));
-      out(flags, { data: listView(node) }, () => `${node.id} added\n`);
+      out(flags, { data: listView(node) }, () => `${node.id} added${node.relay ? ' as a relay' : ''}\n`);
     });
   });
+
+verb(nodes, 'set-relay <id> <on|off>', 'register an accepted node as a relay, or no longer (PATCH /api/1/nodes/<id> {relay})').action(async (id: string, value: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    if (value !== 'on' && value !== 'off') throw capstanError('ERR_BAD_REQUEST', 'set-relay takes on or off');
+    const before = await mustNode(store, id);
+    if (!before) return;
+    const node = (await store.updateNode(id, patchBody({ relay: value === 'on' }), new Date().toISOString(), 'admin (command line)'))!;
+    // As the API does: relay tokens issued until now are refused at the server from now on.
+    if (before.relay && !node.relay) await store.identity.forceRenewal([id], Math.floor(Date.now() / 1000) + 1);
+    out(flags, { data: listView(node) }, () => `${id} ${node.relay ? 'is a relay' : 'is no longer a relay'}\n`);
+  });
+});
 
 verb(nodes, 'set-state <id> <state>', 'set a node\'s state; terminated is final (PATCH /api/1/nodes/<id>)').action(async (id: string, state: string, flags: CommonFlags) => {
   await withStore(flags, async (store) => {

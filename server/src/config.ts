@@ -69,6 +69,13 @@ export const SERVER_SCHEMA = {
   identity: {
     /** Policy downloads (GET /policies/<node>/rules) need a valid token of that node. */
     require_token: { type: 'boolean', default: true },
+    /**
+     * What only a relay may do (the remote-run link and its output posts, the providers
+     * endpoints) needs the relay's own token: a node registered as a relay, naming the relay in
+     * the path. false lets anyone who reaches the server act as any relay: only while relays too
+     * old to send a token link here.
+     */
+    require_relay_token: { type: 'boolean', default: true },
     /** Lifetime of node identity tokens (no eternal tokens: 0 is refused). */
     token_ttl: { type: 'duration', default: '24h', min: 1000 },
     /** Per node group: comma-separated `group=duration` (e.g. `laptops=8h, dc1=72h`); first group of a node that has one wins. */

@@ -135,6 +135,28 @@ export function registrySuite(t: Test, backend: Backend): void {
     t.match(await store.updateNode('c1', { name: 'named' }, '2024-05-01T09:00:00Z'), { name: 'named', region: 'r' });
   });
 
+  t.test('relays: registered with their certificate, flagged, filtered, and unflagged by an admin edit (migration 9)', async (t) => {
+    const { store } = await setup(t, backend);
+    const r = await store.createNode({ id: 'relay-1', hostname: 'relay-1.lan', certificate: PEM('R'), certificate_fingerprint: FP('r'), relay: true });
+    t.match(r, { relay: true, accepted: 'accepted', certificate: PEM('R') });
+    t.same(await store.getNode('relay-1'), r);
+    await store.upsertFromInventory(inventory('agent-1'));
+    t.match(await store.getNode('agent-1'), { relay: false }, 'agents are not relays');
+    await store.createNode({ id: 'm1', hostname: 'h1' });
+    t.same(await only(store, [{ key: 'relay', values: ['true'] }]), ['relay-1']);
+    t.same(await only(store, [{ key: 'relay', values: ['true'] }], { sort: 'id' }), ['relay-1']);
+    t.same((await only(store, [{ key: 'relay', values: ['true'], exclude: true }])).sort(), ['agent-1', 'm1']);
+    await t.rejects(store.listNodes({ page: 1, per_page: 10, filters: [{ key: 'relay', values: ['yes'] }] }), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.createNode({ id: 'relay-2', hostname: 'h', relay: true }), { code: 'ERR_CERTIFICATE' }, 'a relay needs its certificate');
+    await t.rejects(store.createNode({ id: 'relay-3', hostname: 'h', relay: 'yes' as unknown as boolean }), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.updateNode('m1', { relay: true }, '2024-05-01T09:00:00Z'), { code: 'ERR_CERTIFICATE' }, 'no certificate, no relay');
+    await t.rejects(store.updateNode('m1', { relay: 1 as unknown as boolean }, '2024-05-01T09:00:00Z'), { code: 'ERR_BAD_REQUEST' });
+    t.match(await store.updateNode('agent-1', { relay: true }, '2024-05-01T09:00:00Z'), { relay: true }, 'a node with a certificate may become a relay');
+    t.match(await store.updateNode('relay-1', { relay: false }, '2024-05-01T09:00:00Z'), { relay: false, updated_at: '2024-05-01T09:00:00.000Z' });
+    t.same(await only(store, [{ key: 'relay', values: ['true'] }]), ['agent-1']);
+    t.equal((await ids(store)).total, 3, 'refused creations wrote nothing');
+  });
+
   t.test('name and region filters: prefixes with *, exact otherwise, case-insensitive, values ORed, % and _ literal', async (t) => {
     const { store } = await setup(t, backend);
     await fleet(store);
@@ -353,7 +375,7 @@ export function registrySuite(t: Test, backend: Backend): void {
     const store = await db.open({ now: () => new Date('2024-05-01T08:00:00Z') });
     t.match(await store.getNode('old'), {
       certificate: 'PINNED PEM', name: 'old.example.com', manager: 'agent', tags: {}, groups: [], state_changed_at: '2024-01-02T00:00:00.000Z',
-      last_contact_at: '2024-01-02T00:05:00.000Z', status: 'reachable',
+      last_contact_at: '2024-01-02T00:05:00.000Z', status: 'reachable', relay: false,
     });
     t.match(await store.getNode('hand'), { manager: 'manual', last_contact_at: null, certificate: null });
     t.same((await store.listRuns('old', 1, 10)).data.map((r) => r.id), [41]);

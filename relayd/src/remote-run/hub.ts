@@ -7,7 +7,7 @@
  * One connection per node: a newer one replaces an older one (an agent that reconnects after a
  * network change must not be shadowed by its own half-dead previous socket).
  */
-import { ConnHub, line, type LineConn } from '@capstan/shared/remote-run/hub';
+import { ConnHub, type LineConn } from '@capstan/shared/remote-run/hub';
 
 export { responseConn, socketConn } from '@capstan/shared/remote-run/hub';
 /** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
@@ -22,40 +22,16 @@ export interface Peer {
   /**
    * When the node token this connection was opened with stops being valid (epoch ms, its `exp`
    * plus the clock skew allowed); absent when none was required. Past it the connection is ended
-   * (`bye`, reason `token_expired`) and gets no run: the agent comes back with a renewed token.
+   * (`bye`, reason `token_expired`, by ConnHub) and gets no run: the agent comes back with a
+   * renewed token.
    */
   until?: number;
 }
 
 /** Emits 'peer' (id) when an agent or sub-relay connects, 'gone' (id) when it leaves. */
 export class Hub extends ConnHub<Peer> {
-  constructor(heartbeatMs: number, maxPeers: number, private readonly clock: () => number = Date.now) {
-    super(heartbeatMs, maxPeers, 'peer');
-  }
-
-  protected override onBeat(): void {
-    this.endExpired();
-  }
-
-  private expired(p: Peer): boolean {
-    return p.until !== undefined && this.clock() >= p.until;
-  }
-
-  protected override mayReceive(p: Peer): boolean {
-    if (!this.expired(p)) return true;
-    p.conn.end(line({ type: 'bye', reason: 'token_expired' }));
-    return false;
-  }
-
-  /** End the connections whose token has expired (on the heartbeat tick, and before any send to one). */
-  endExpired(): number {
-    let n = 0;
-    for (const p of this.peers.values()) {
-      if (!this.expired(p) || p.conn.closed) continue;
-      p.conn.end(line({ type: 'bye', reason: 'token_expired' }));
-      n++;
-    }
-    return n;
+  constructor(heartbeatMs: number, maxPeers: number, clock: () => number = Date.now) {
+    super(heartbeatMs, maxPeers, 'peer', clock);
   }
 
   relays(): Peer[] {

@@ -11,6 +11,7 @@ import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
 import { requireAdmin } from './auth.js';
 import type { NodeIdentity } from '../identity/service.js';
+import { relayAuthorizer } from '../identity/relay-auth.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
@@ -85,9 +86,11 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 
   const policy = deps.policy;
   if (policy) policyNodeRoutes(app, policy);
-  if (deps.remoteRun) remoteRunRoutes(app, deps.remoteRun);
+  // What only a relay may do needs a relay's own token, unless identity.require_relay_token is off.
+  const authorizeRelay = deps.config.identity.require_relay_token ? relayAuthorizer(deps.identity, deps.store) : undefined;
+  if (deps.remoteRun) remoteRunRoutes(app, { ...deps.remoteRun, ...(authorizeRelay && { authorizeRelay }) });
   // Relays fetch the managers they host and post what they discover (outbound from the relay).
-  managerRelayRoutes(app, deps.store);
+  managerRelayRoutes(app, deps.store, authorizeRelay);
 
   app.register(async (admin) => {
     admin.addHook('onRequest', requireAdmin(deps.adminToken));

@@ -6,8 +6,8 @@
 import { join } from 'node:path';
 import {
   capstanError, checkRenewRequest, checkTokenRequestStamp, decompress, generateSigningKey, INVENTORY_TOKEN_FIELD, issueNodeToken, jwksOf,
-  parseInventoryName, readSignedContentUnverified, verifyNodeToken, verifySmime,
-  type Logger, type NodeClaims, type SigningKey, type TokenAlg,
+  parseInventoryName, readSignedContentUnverified, RELAY_ROLE, verifyNodeToken, verifySmime,
+  type Logger, type NodeClaims, type NodeRole, type SigningKey, type TokenAlg,
 } from '@capstan/shared';
 import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
 import { readLegacyIdentity, retireLegacyIdentity } from './legacy.js';
@@ -114,6 +114,11 @@ export class NodeIdentity {
     return self;
   }
 
+  /** The nbf/exp allowance of token checks, in seconds (a link opened with a token lasts until exp plus this). */
+  get clockSkewSeconds(): number {
+    return this.o.clockSkewSeconds;
+  }
+
   /** The store belongs to the caller; kept so callers written for the file-backed keyring still work. */
   close(): void {}
 
@@ -162,6 +167,8 @@ export class NodeIdentity {
       nodeId: node.id,
       group: nodeGroup(node),
       ...(node.region ? { datacenter: node.region } : {}),
+      // A node an admin registered as a relay: only such tokens open the relay-only endpoints.
+      ...(node.relay ? { role: RELAY_ROLE } : {}),
       ttlSeconds: this.ttlSecondsFor(node),
       now: this.clock(),
     });
@@ -228,8 +235,8 @@ export class NodeIdentity {
    * Verify a node token at the server (its own keyring): the relay's checks, plus the forced
    * renewal time, which only the server knows.
    */
-  async verify(token: string, nodeId?: string): Promise<NodeClaims> {
-    const opts = { nodeId, now: this.clock(), clockSkewSeconds: this.o.clockSkewSeconds };
+  async verify(token: string, nodeId?: string, role?: NodeRole): Promise<NodeClaims> {
+    const opts = { nodeId, role, now: this.clock(), clockSkewSeconds: this.o.clockSkewSeconds };
     let claims: NodeClaims;
     try {
       claims = await verifyNodeToken(token, await this.jwks(), opts);

@@ -227,6 +227,11 @@ export class JobRunner {
     for (const n of nodes) void this.settleIfUnreachable(job.id, n);
   }
 
+  /** The relay a channel's run was handed to (only it may answer); undefined for an unknown channel. */
+  channelRelay(channelId: string): string | undefined {
+    return this.channels.get(channelId)?.relay;
+  }
+
   /** The output stream of one channel. False when the channel is unknown (404). */
   async output(channelId: string, lines: AsyncIterable<string>, abort?: () => void): Promise<boolean> {
     const ch = this.channels.get(channelId);

@@ -17,6 +17,8 @@ export interface LinkedRelay {
   id: string;
   since: number;
   conn: RelayConn;
+  /** When the relay token the link was opened with stops being valid (epoch ms): the link ends then. */
+  until?: number;
 }
 
 /** Emits 'relay' (id) when a relay links, 'gone' (id) when its connection ends. */

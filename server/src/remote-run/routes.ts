@@ -6,13 +6,17 @@
  *        a bare socket) or a streamed 200 answer of JSON lines: hello, pings, run events
  *   POST /remote-run/output/<channel>            the relay's answer to one run (JSON lines)
  * Only relays link here (`relay=1`): agents hold their connection to a relay, which checks
- * their identity. A channel id is a random UUID handed on the relay's own connection, so only the
- * relay that got a run can answer it.
+ * their identity. Both endpoints need the relay's own token (identity/relay-auth.ts): on the link,
+ * a relay token naming the relay in the path, and the link ends when that token does; on an
+ * output post, the token of the relay the channel was handed to (a channel id is a random UUID
+ * sent on that relay's connection only). `[identity] require_relay_token = false` lifts both
+ * checks, for relays too old to send a token.
  */
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import type { Logger } from '@capstan/shared';
+import { capstanError, errorBody, isCapstanError, type Logger } from '@capstan/shared';
+import type { RelayAuthorizer } from '../identity/relay-auth.js';
 import type { JobRunner } from '../jobs/runner.js';
 import type { RelayConn, RelayHub } from './hub.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
@@ -27,13 +31,24 @@ export interface RemoteRunDeps {
   log: Logger;
   nodeId: string;
   heartbeatMs: number;
+  /** Relay tokens required (identity.require_relay_token); absent: any caller may link and answer. */
+  authorizeRelay?: RelayAuthorizer;
+}
+
+/** Refuse an upgrade with the coded JSON error an HTTP request would get. */
+function refuseWithError(socket: Duplex, err: unknown, log: Logger): void {
+  const status = isCapstanError(err) ? err.statusCode : 500;
+  if (!isCapstanError(err)) log.error({ err }, 'relay token check failed');
+  const text = JSON.stringify(errorBody(err));
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
 }
 
 export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void {
   const { hub } = deps;
   const hello = (relay: string) => `${JSON.stringify({ type: 'hello', node: relay, relay: deps.nodeId, heartbeat_ms: deps.heartbeatMs })}\n`;
-  const link = (id: string, conn: RelayConn): void => {
-    if (!hub.add({ id, since: Date.now(), conn })) {
+  const authorize = deps.authorizeRelay;
+  const link = (id: string, conn: RelayConn, until?: number): void => {
+    if (!hub.add({ id, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
       conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
       return;
     }
@@ -46,6 +61,7 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
     const id = req.params.id;
     if (!RELAY_ID_RE.test(id)) return reply.code(400).type('text/plain').send(`invalid relay id: ${id}`);
     if (req.query.relay !== '1') return reply.code(404).type('text/plain').send('agents hold their remote-run connection to a relay');
+    const grant = authorize ? await authorize(req.headers.authorization, id) : undefined;
     reply.hijack();
     const res = reply.raw;
     req.raw.socket.setTimeout(0);
@@ -59,7 +75,7 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
         return res.destroyed || res.writableEnded;
       },
       onClose: (fn) => void res.once('close', fn),
-    });
+    }, grant?.until);
   });
 
   app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
@@ -67,10 +83,21 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
     if ('status' in want) return refuseUpgrade(socket, want.status, want.text);
     if (!RELAY_ID_RE.test(want.id)) return refuseUpgrade(socket, 400, `invalid relay id: ${want.id}`);
     if (!want.relay) return refuseUpgrade(socket, 404, 'agents hold their remote-run connection to a relay');
-    link(want.id, acceptUpgrade(socket, head));
+    if (!authorize) return link(want.id, acceptUpgrade(socket, head));
+    authorize(req.headers.authorization, want.id).then((grant) => {
+      if (!socket.destroyed) link(want.id, acceptUpgrade(socket, head), grant.until);
+    }, (err: unknown) => refuseWithError(socket, err, deps.log));
   });
 
   app.post<{ Params: { channel: string } }>('/remote-run/output/:channel', async (req, reply) => {
+    if (authorize) {
+      // Any relay's token first (401 before anything is said about channels), then the channel's.
+      const grant = await authorize(req.headers.authorization);
+      const owner = deps.runner.channelRelay(req.params.channel);
+      if (owner !== undefined && owner !== grant.relay) {
+        throw capstanError('ERR_TOKEN_WRONG_NODE', `this run was handed to relay ${owner}, not to ${grant.relay}`);
+      }
+    }
     const known = await deps.runner.output(req.params.channel, jsonLines(req.raw), () => req.raw.destroy());
     if (!known) return reply.code(404).type('text/plain').send('NOT FOUND');
     return reply.code(200).send({ data: { channel: req.params.channel } });

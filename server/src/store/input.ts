@@ -111,7 +111,18 @@ export function checkNodeCreate(n: NodeCreate): NodeCreate {
   if (n.account_id != null && n.source_id == null) throw capstanError('ERR_BAD_REQUEST', 'account_id needs a source_id');
   if (n.tags !== undefined) out.tags = checkTags(n.tags);
   if (n.groups !== undefined) out.groups = checkGroups(n.groups);
+  checkRelay(n.relay, n.certificate ?? null);
   return out;
+}
+
+/**
+ * A relay renews its token by a request signed with its node key, checked against the pinned
+ * certificate: a relay without one could never get a token.
+ */
+function checkRelay(relay: unknown, certificate: string | null): void {
+  if (relay === undefined) return;
+  if (typeof relay !== 'boolean') throw capstanError('ERR_BAD_REQUEST', 'relay must be true or false');
+  if (relay && !certificate) throw capstanError('ERR_CERTIFICATE', 'a relay needs its certificate (the relay\'s UID=<node id> certificate, made at its first start)');
 }
 
 export function checkPatch(p: NodePatch): NodePatch {
@@ -122,6 +133,7 @@ export function checkPatch(p: NodePatch): NodePatch {
   if (p.region !== undefined && p.region !== null) text(p.region, 'region', 255);
   if (p.tags !== undefined) out.tags = checkTags(p.tags);
   if (p.groups !== undefined) out.groups = checkGroups(p.groups);
+  if (p.relay !== undefined && typeof p.relay !== 'boolean') throw capstanError('ERR_BAD_REQUEST', 'relay must be true or false');
   return out;
 }
 

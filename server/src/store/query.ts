@@ -18,6 +18,8 @@ export const NODE_COLUMNS = [
   // added by migration 2
   'name', 'address', 'manager', 'region', 'source_id', 'account_id', 'tags_json', 'groups_json',
   'last_contact_at', 'state_changed_at', 'policy_config_id',
+  // added by migration 9 (0/1)
+  'relay',
 ] as const;
 
 /** A node row with its certificate, as every read of whole nodes selects it. */
@@ -69,11 +71,13 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
 
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.
 // `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) came with issue 8.
-const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent']);
+// `relay` (true/false): the nodes registered as relays.
+const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
 const ENUMS: Record<string, Set<string>> = {
   status: new Set(['unknown', 'reachable', 'unreachable']),
   accepted: new Set(['pending', 'accepted', 'refused']),
   has_agent: new Set(['true', 'false']),
+  relay: new Set(['true', 'false']),
 };
 
 /** A filter after checking: its values ORed, one per key. */
@@ -190,6 +194,8 @@ function condition(f: CheckedFilter, d: Dialect): string {
     // Same test as hasAgent() below; both columns are only ever set by an agent's inventory
     // (or an admin registering its certificate), never by discovery.
     any = f.values.map((v) => (v === 'true' ? HAS_AGENT_SQL : `NOT ${HAS_AGENT_SQL}`)).join(' OR ');
+  } else if (f.key === 'relay') {
+    any = f.values.map((v) => (v === 'true' ? 'n.relay = 1' : 'n.relay = 0')).join(' OR ');
   } else if (f.key === 'last_run') {
     any = f.values.map((v) => {
       const { from, to } = parseRange(v);

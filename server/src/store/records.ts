@@ -20,6 +20,7 @@ export function nodeFromColumns(
   for (const c of NODE_COLUMNS) {
     if (c === 'tags_json') node.tags = sortedTags((json(row[c]) ?? {}) as Record<string, string>);
     else if (c === 'groups_json') node.groups = [...((json(row[c]) ?? []) as string[])].sort();
+    else if (c === 'relay') node.relay = Number(row[c]) === 1;
     else node[c] = scalar(row[c], c);
   }
   // Field order as in NodeRecord: certificate after accepted.
@@ -33,6 +34,7 @@ export function nodeToColumns(n: NodeRecord): Record<Column, unknown> {
   for (const c of NODE_COLUMNS) {
     if (c === 'tags_json') out[c] = JSON.stringify(sortedTags(n.tags));
     else if (c === 'groups_json') out[c] = JSON.stringify([...n.groups].sort());
+    else if (c === 'relay') out[c] = n.relay ? 1 : 0;
     else out[c] = n[c as keyof NodeRecord];
   }
   return out;

@@ -56,7 +56,7 @@ function blank(id: string, at: string): NodeRecord {
     tags: {}, groups: [], status: 'unknown', state: DEFAULT_STATE, accepted: 'pending', certificate: null,
     certificate_fingerprint: null, os_name: null, os_version: null, agent_version: null, policy_server: null,
     created_at: at, updated_at: at, accepted_at: null, last_inventory_at: null, last_run_at: null,
-    last_config_id: null, last_contact_at: null, state_changed_at: at, policy_config_id: null,
+    last_config_id: null, last_contact_at: null, state_changed_at: at, policy_config_id: null, relay: false,
   };
 }
 
@@ -137,6 +137,7 @@ export function manualNode(n: NodeCreate, now: string): NodeRecord {
     certificate: n.certificate ?? null,
     certificate_fingerprint: n.certificate_fingerprint ?? null,
     accepted_at: now,
+    relay: n.relay ?? false,
   };
 }
 
@@ -186,6 +187,11 @@ export function withPatch(node: NodeRecord, patch: NodePatch, atRaw: string): No
   }
   if (patch.tags !== undefined) fields.tags = patch.tags;
   if (patch.groups !== undefined) fields.groups = patch.groups;
+  if (patch.relay !== undefined) {
+    // Its renewal request is checked against the pinned certificate: without one, no token ever.
+    if (patch.relay && !node.certificate) throw capstanError('ERR_CERTIFICATE', `node ${node.id} has no certificate: a relay needs one`);
+    fields.relay = patch.relay;
+  }
   const changed = Object.entries(fields).some(([k, v]) => JSON.stringify(v) !== JSON.stringify(next[k as keyof NodeRecord]));
   if (!changed) return next;
   next = { ...next, ...fields, updated_at: later(next.updated_at, at) };

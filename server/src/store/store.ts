@@ -57,6 +57,8 @@ export interface NodeRecord {
   state_changed_at: string;
   /** The config id of the node's current policy (set with its expectations). */
   policy_config_id: string | null;
+  /** A relay registered by an admin: its tokens carry `capstan_role: "relay"` (migration 9). */
+  relay: boolean;
 }
 
 export interface NodeUpsertFromInventory {
@@ -92,6 +94,8 @@ export interface NodeCreate {
   account_id?: string | null;
   tags?: Record<string, string>;
   groups?: string[];
+  /** A relay (needs a certificate: it renews its token by signed request like an agent). */
+  relay?: boolean;
 }
 
 /** What an admin may change on a node besides acceptance (PATCH). */
@@ -102,12 +106,13 @@ export interface NodePatch {
   region?: string | null;
   tags?: Record<string, string>;
   groups?: string[];
+  relay?: boolean;
 }
 
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
   | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
-  | 'managed_by' | 'has_agent' | `tag:${string}`;
+  | 'managed_by' | 'has_agent' | 'relay' | `tag:${string}`;
 
 /**
  * One filter: its values are ORed, filters on different keys are ANDed. `exclude` keeps the

@@ -56,28 +56,47 @@ export const line = (event: object): string => `${JSON.stringify(event)}\n`;
 
 /**
  * Emits `linkedEvent` (id) when a peer connects, 'gone' (id) when its connection ends.
- * Subclasses may refuse a send (`mayReceive`) and add work to the heartbeat (`onBeat`).
+ *
+ * A peer let in with a node token carries `until`: when that token stops being valid (epoch ms,
+ * its `exp` plus the clock skew allowed). Past it the connection is ended (`bye`, reason
+ * `token_expired`) on the heartbeat tick, and gets no event meanwhile: the peer (an agent, or a
+ * relay linking to its upstream) comes back with a renewed token.
  */
-export class ConnHub<P extends { id: string; conn: LineConn }> extends EventEmitter {
+export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> extends EventEmitter {
   protected readonly peers = new Map<string, P>();
   private readonly heartbeat: NodeJS.Timeout;
   private closed = false;
 
-  constructor(heartbeatMs: number, readonly maxPeers: number, private readonly linkedEvent: string) {
+  constructor(heartbeatMs: number, readonly maxPeers: number, private readonly linkedEvent: string, protected readonly clock: () => number = Date.now) {
     super();
     this.setMaxListeners(0);
     this.heartbeat = setInterval(() => {
-      this.onBeat();
+      this.endExpired();
       this.broadcast({ type: 'ping' });
     }, heartbeatMs);
     this.heartbeat.unref();
   }
 
-  protected onBeat(): void {}
+  private expired(p: P): boolean {
+    return p.until !== undefined && this.clock() >= p.until;
+  }
 
-  /** Whether `peer` may be sent an event now; a subclass that says no ends its connection itself. */
-  protected mayReceive(_peer: P): boolean {
-    return true;
+  /** Whether `peer` may be sent an event now: not once its token has expired (its connection is ended). */
+  private mayReceive(p: P): boolean {
+    if (!this.expired(p)) return true;
+    p.conn.end(line({ type: 'bye', reason: 'token_expired' }));
+    return false;
+  }
+
+  /** End the connections whose token has expired (on the heartbeat tick, and before any send to one). */
+  endExpired(): number {
+    let n = 0;
+    for (const p of this.peers.values()) {
+      if (!this.expired(p) || p.conn.closed) continue;
+      p.conn.end(line({ type: 'bye', reason: 'token_expired' }));
+      n++;
+    }
+    return n;
   }
 
   get size(): number {

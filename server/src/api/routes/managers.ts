@@ -5,8 +5,10 @@
  *   POST /<id>/test   connection test: {reachable, error?} with the cloud's error
  *   POST /<id>/poll   poll a server-hosted manager now
  * Relay-facing, beside the other relay→upstream calls (outbound from the relay, relayed
- * unchanged by intermediate relays; like them no bearer token — the answer holds credential
- * *references* only, and a relay may only post for the managers assigned to it):
+ * unchanged by intermediate relays), with the relay's own token (`Authorization: Bearer`, a token
+ * with `capstan_role: "relay"` naming <relay-id>; identity/relay-auth.ts) unless
+ * `[identity] require_relay_token = false`. The answer holds credential *references* only, and a
+ * relay may only post for the managers assigned to it:
  *   GET  /relay-api/1/providers/<relay-id>/managers
  *   POST /relay-api/1/providers/<relay-id>/managers/<id>/discovery   {instances} | {error}
  */
@@ -14,6 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError, readJson } from '@capstan/shared';
 import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/shared/providers/index';
 import type { Store } from '../../store/store.js';
+import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import {
   applyPoll, checkManager, deleteManager, managerView, parseNodesChoice, recordToSpec, specToStored, MAX_INSTANCES_PER_POLL,
 } from '../../providers/managers.js';
@@ -87,19 +90,20 @@ export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps)
   });
 }
 
-export function managerRelayRoutes(app: FastifyInstance, store: Store): void {
-  const relayId = (id: string) => {
+export function managerRelayRoutes(app: FastifyInstance, store: Store, authorizeRelay?: RelayAuthorizer): void {
+  const relayId = async (id: string, authorization: string | string[] | undefined) => {
     if (!PROVIDER_ID.test(id) || id === 'server') throw capstanError('ERR_BAD_REQUEST', 'invalid relay id');
+    if (authorizeRelay) await authorizeRelay(authorization, id);
     return id;
   };
 
   app.get<{ Params: { relay: string } }>(`${RELAY_PROVIDERS_PATH}/:relay/managers`, async (req) => {
-    const specs: ManagerSpec[] = (await store.managers.listManagers(relayId(req.params.relay))).map(recordToSpec);
+    const specs: ManagerSpec[] = (await store.managers.listManagers(await relayId(req.params.relay, req.headers.authorization))).map(recordToSpec);
     return { data: specs };
   });
 
   app.post<{ Params: { relay: string; id: string } }>(`${RELAY_PROVIDERS_PATH}/:relay/managers/:id/discovery`, async (req) => {
-    const relay = relayId(req.params.relay);
+    const relay = await relayId(req.params.relay, req.headers.authorization);
     const m = await store.managers.getManager(req.params.id);
     // The same answer for unknown and not-yours: a relay learns nothing of others' managers.
     if (!m || m.provider !== relay) throw capstanError('ERR_MANAGER_UNKNOWN', `relay ${relay} hosts no manager ${req.params.id}`);

@@ -33,9 +33,19 @@ function optionalString(body: Record<string, unknown>, name: string): string | u
   return v;
 }
 
-/** POST /api/1/nodes: `{host, name?, tags?, groups?, id?}` (by address) or `{id, hostname, certificate?}`. */
+function optionalBoolean(body: Record<string, unknown>, name: string): boolean | undefined {
+  const v = body[name];
+  if (v === undefined) return undefined;
+  if (typeof v !== 'boolean') throw capstanError('ERR_BAD_REQUEST', `${name} must be true or false`);
+  return v;
+}
+
+/**
+ * POST /api/1/nodes: `{host, name?, tags?, groups?, id?}` (by address) or `{id, hostname,
+ * certificate?}`; `relay: true` (with the certificate) registers a relay.
+ */
 export function createBody(raw: unknown): NodeCreate {
-  const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region']);
+  const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region', 'relay']);
   const host = optionalString(body, 'host');
   if (host !== undefined && !HOST.test(host)) throw capstanError('ERR_BAD_REQUEST', 'host must be a DNS name or an IP address');
   // The first API's hostname is a label as an agent reports it, checked as loosely as before.
@@ -51,6 +61,10 @@ export function createBody(raw: unknown): NodeCreate {
   }
   const name = optionalString(body, 'name');
   const region = optionalString(body, 'region');
+  const relay = optionalBoolean(body, 'relay');
+  if (relay && certificate === undefined) {
+    throw capstanError('ERR_CERTIFICATE', 'a relay needs its certificate (its UID=<node id> certificate: capstan-relayd --identity prints it)');
+  }
   return {
     id,
     hostname,
@@ -61,12 +75,13 @@ export function createBody(raw: unknown): NodeCreate {
     ...(body.groups !== undefined && { groups: body.groups as string[] }),
     certificate: certificate ?? null,
     certificate_fingerprint: certificate ? certificateFingerprint(certificate) : null,
+    ...(relay !== undefined && { relay }),
   };
 }
 
-/** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?}`. */
+/** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?, relay?}`. */
 export function patchBody(raw: unknown): NodePatch {
-  const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups']);
+  const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups', 'relay']);
   if (Object.keys(body).length === 0) throw capstanError('ERR_BAD_REQUEST', 'nothing to change');
   const state = optionalString(body, 'state');
   if (state !== undefined && !STATE.test(state)) throw capstanError('ERR_BAD_REQUEST', 'state must be a lowercase word');
@@ -80,6 +95,8 @@ export function patchBody(raw: unknown): NodePatch {
   }
   if (body.tags !== undefined) patch.tags = body.tags as Record<string, string>;
   if (body.groups !== undefined) patch.groups = body.groups as string[];
+  const relay = optionalBoolean(body, 'relay');
+  if (relay !== undefined) patch.relay = relay;
   return patch;
 }
 
@@ -117,8 +134,12 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
 
   app.patch<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => {
     const patch = patchBody(await readJson(req));
+    const before = patch.relay === false ? await store.getNode(req.params.id) : null;
     const updated = await store.updateNode(req.params.id, patch, new Date().toISOString(), 'admin');
     if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    // No longer a relay: the relay tokens it holds are refused at the server from now on
+    // (a forced renewal); its next token carries no relay role.
+    if (before?.relay && !updated.relay) await store.identity.forceRenewal([updated.id], Math.floor(Date.now() / 1000) + 1);
     return { data: listView(updated) };
   });
 

@@ -12,6 +12,7 @@ import { jobs } from './0005_jobs.js';
 import { providers } from './0006_providers.js';
 import { ingestCompact } from './0007_ingest_compact.js';
 import { packedOutcomes } from './0008_packed_outcomes.js';
+import { relayNodes } from './0009_relay_nodes.js';
 
 export interface Migration {
   version: number;
@@ -20,7 +21,7 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes];
+export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
