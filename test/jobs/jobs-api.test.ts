@@ -3,11 +3,12 @@
  * speaks the real link protocol over HTTP (`GET /remote-run/listen/<id>?relay=1`, then
  * `POST /remote-run/output/<channel>`): target resolution and its coded errors, dispatch to the
  * linked relay, events → task transitions, a task aborted at its job's timeout after its relay
- * vanished, cancel, jobs waiting for a relay, inventory jobs, and retention.
+ * vanished, cancel, jobs waiting for a relay, inventory jobs, and retention. The scripted relay
+ * is registered as a relay node and shows its relay token, as the real one does.
  */
 import http from 'node:http';
 import t, { type Test } from 'tap';
-import { silentLogger } from '@capstan/shared';
+import { createNodeIdentity, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
 import { waitFor } from '../helpers/programs.js';
@@ -46,10 +47,17 @@ interface RunEvent {
   keep_output: boolean;
 }
 
-/** A relay linked to the server: the events it got, and a way to answer a run. */
-async function linkRelay(t: Test, base: string, id: string) {
+/**
+ * A relay linked to the server: registered as a relay node (the first time), holding a relay
+ * token from the server's keyring, as the relay-only endpoints require; the events it got, and a
+ * way to answer a run.
+ */
+async function linkRelay(t: Test, server: ServerHandle, id: string) {
+  const base = server.url;
+  const node = (await server.store.getNode(id)) ?? await server.store.createNode({ id, hostname: `${id}.example.com`, certificate: createNodeIdentity(id, { bits: 1024 }).certPem, relay: true });
+  const auth = { authorization: `Bearer ${(await server.identity.issue(node)).token}` };
   const events: Array<Record<string, unknown>> = [];
-  const req = http.get(`${base}/remote-run/listen/${id}?relay=1`);
+  const req = http.get(`${base}/remote-run/listen/${id}?relay=1`, { headers: auth });
   const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
     req.once('response', resolve);
     req.once('error', reject);
@@ -70,11 +78,12 @@ async function linkRelay(t: Test, base: string, id: string) {
   await waitFor(async () => (events.some((e) => e.type === 'hello') ? true : undefined), 'the hello');
   return {
     events,
+    auth,
     /** The n-th run event (0-based) once it arrived. */
     run: (n = 0) => waitFor(async () => events.filter((e) => e.type === 'run')[n] as unknown as RunEvent | undefined, `run event ${n}`),
     /** Open the output stream of a run; write event lines, then end it. */
     answer(channel: string) {
-      const post = http.request(`${base}/remote-run/output/${channel}`, { method: 'POST', headers: { 'content-type': 'application/x-ndjson' } });
+      const post = http.request(`${base}/remote-run/output/${channel}`, { method: 'POST', headers: { 'content-type': 'application/x-ndjson', ...auth } });
       const status = new Promise<number>((resolve, reject) => {
         post.once('response', (r) => {
           r.resume();
@@ -161,7 +170,7 @@ t.test('a job waits pending until a relay links, then its run reaches the relay 
   const job = (await api('POST', '/api/1/jobs', { name: 'run it', type: 'run', nodes: ['a', 'b', 'c', 'd', 'e'], conditions: ['from_job'], keep_output: true })).json.data;
   t.match((await api('GET', `/api/1/jobs/${job.id}`)).json.data.progress, { pending: 5 }, 'no relay linked: the tasks wait');
 
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   const run = await relay.run();
   t.match(run, { type: 'run', conditions: ['from_job'], keep_output: true });
   t.same([...run.nodes].sort(), ['a', 'b', 'c', 'd', 'e']);
@@ -191,13 +200,14 @@ t.test('a job waits pending until a relay links, then its run reaches the relay 
   const history = (await api('GET', `/api/1/jobs/${job.id}/tasks/a`)).json.data.transitions as Array<{ from: string | null; to: string; reason: string; at: string }>;
   t.same(history.map((h) => `${h.from}>${h.to}:${h.reason}`), ['null>pending:created', 'pending>scheduled:dispatched', 'scheduled>in_progress:started', 'in_progress>done:completed']);
   t.ok(history.every((h) => !Number.isNaN(Date.parse(h.at))), 'every transition has its time');
-  t.equal((await fetch(`${server.url}/remote-run/output/${run.id}`, { method: 'POST', body: '' })).status, 404, 'a channel answers once');
+  t.equal((await fetch(`${server.url}/remote-run/output/${run.id}`, { method: 'POST', body: '', headers: relay.auth })).status, 404, 'a channel answers once');
+  t.equal((await fetch(`${server.url}/remote-run/output/${run.id}`, { method: 'POST', body: '' })).status, 401, 'and never without the relay\'s token');
 });
 
 t.test('a task whose relay vanished after taking it is aborted at the job timeout, not left hanging', async (t) => {
   const { server, api } = await setup(t);
   await node(server, 'n1');
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   const started = Date.now();
   const job = (await api('POST', '/api/1/jobs', { name: 'stuck', type: 'run', nodes: ['n1'], timeout: 1 })).json.data;
   const run = await relay.run();
@@ -217,7 +227,7 @@ t.test('a task whose relay vanished after taking it is aborted at the job timeou
 t.test('a relay that takes a run and never answers fails its tasks after answer_wait', async (t) => {
   const { server, api } = await setup(t, { 'jobs.answer_wait': '300ms' });
   await node(server, 'n1');
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   const job = (await api('POST', '/api/1/jobs', { name: 'silent', type: 'run', nodes: ['n1'] })).json.data;
   await relay.run();
   t.match(await taskIs(api, job.id, 'n1', 'failed'), { reason: 'no_answer' });
@@ -226,7 +236,7 @@ t.test('a relay that takes a run and never answers fails its tasks after answer_
 t.test('cancel aborts the tasks not final yet; later events change nothing', async (t) => {
   const { server, api } = await setup(t);
   for (const id of ['a', 'b', 'c']) await node(server, id);
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   const job = (await api('POST', '/api/1/jobs', { name: 'to cancel', type: 'run', nodes: ['a', 'b', 'c'] })).json.data;
   const run = await relay.run();
   const out = relay.answer(run.id);
@@ -250,7 +260,7 @@ t.test('cancel aborts the tasks not final yet; later events change nothing', asy
 t.test('an inventory job asks the agents for their inventory (force_inventory)', async (t) => {
   const { server, api } = await setup(t);
   await node(server, 'a');
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   await api('POST', '/api/1/jobs', { name: 'inv', type: 'inventory', nodes: ['a'] });
   const run = await relay.run();
   t.same(run.conditions, ['force_inventory']);
@@ -261,7 +271,7 @@ t.test('a big job goes down as several run events, each shorter than a relay rea
   const { server, api } = await setup(t);
   const ids = Array.from({ length: 500 }, (_, i) => `${String(i).padStart(4, '0')}-${'n'.repeat(140)}`);
   for (const id of ids) await node(server, id);
-  const relay = await linkRelay(t, server.url, 'relay-1');
+  const relay = await linkRelay(t, server, 'relay-1');
   const job = (await api('POST', '/api/1/jobs', { name: 'big', type: 'run', nodes: ids })).json.data;
   t.equal(job.progress.total, 500);
   await waitFor(async () => ((await api('GET', `/api/1/jobs/${job.id}`)).json.data.progress.scheduled === 500 ? true : undefined), 'all tasks scheduled');
