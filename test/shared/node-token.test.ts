@@ -1,7 +1,7 @@
 import t from 'tap';
 import { importJWK, SignJWT } from 'jose';
 import {
-  checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, tokenKeyId,
+  checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, RELAY_ROLE, tokenKeyId,
   tokenNeedsRenewal, verifyNodeToken,
 } from '@capstan/shared';
 
@@ -79,4 +79,26 @@ t.test('signed renewal requests: pinned key, fresh, never replayed', async (t) =
 t.test('key ids never look like command-line options', async (t) => {
   // Regression: base64url kids could start with '-', which commander took for an option.
   for (let i = 0; i < 50; i++) t.match(generateSigningKey().kid, /^[0-9a-f]{16}$/);
+});
+
+t.test('a relay\'s token says so (capstan_role), and only it opens what only a relay may do', async (t) => {
+  const relay = await issueNodeToken({ key: ed, nodeId: 'relay-1', group: 'relays', role: RELAY_ROLE, ttlSeconds: 3600, now });
+  t.equal(JSON.parse(Buffer.from(relay.token.split('.')[1]!, 'base64url').toString()).capstan_role, 'relay');
+  t.match(await verifyNodeToken(relay.token, jwks, { nodeId: 'relay-1', role: RELAY_ROLE, now }), { capstan_node_id: 'relay-1', capstan_role: 'relay' });
+  t.match(await verifyNodeToken(relay.token, jwks, { nodeId: 'relay-1', now }), { capstan_role: 'relay' }, 'a relay is a node too: its token opens its own node paths');
+  const agent = await issueNodeToken({ key: ed, nodeId: 'relay-1', group: 'web', ttlSeconds: 3600, now });
+  t.notOk('capstan_role' in JSON.parse(Buffer.from(agent.token.split('.')[1]!, 'base64url').toString()), 'agents carry no role');
+  await t.rejects(verifyNodeToken(agent.token, jwks, { nodeId: 'relay-1', role: RELAY_ROLE, now }), { code: 'ERR_TOKEN_NOT_RELAY', statusCode: 403 }, 'a token without the role, even of that node id');
+  const other = await issueNodeToken({ key: ed, nodeId: 'relay-2', group: 'relays', role: RELAY_ROLE, ttlSeconds: 3600, now });
+  await t.rejects(verifyNodeToken(other.token, jwks, { nodeId: 'relay-1', role: RELAY_ROLE, now }), { code: 'ERR_TOKEN_WRONG_NODE', statusCode: 403 }, 'another relay\'s token');
+  await t.rejects(verifyNodeToken(relay.token, jwks, { nodeId: 'relay-1', role: RELAY_ROLE, now: later(3600 + 61) }), { code: 'ERR_TOKEN_EXPIRED' });
+  // A role no server issues is not a role: the token is refused outright.
+  const sign = async (payload: Record<string, unknown>) => new SignJWT(payload).setProtectedHeader({ alg: 'EdDSA', kid: ed.kid }).sign(await importJWK(ed.privateJwk, 'EdDSA'));
+  const base = { sub: 'node:n1', capstan_node_id: 'n1', aud: 'capstan', iat: 1795348800, nbf: 1795348800, exp: 1795348800 + 60 };
+  await t.rejects(verifyNodeToken(await sign({ ...base, capstan_role: 'admin' }), jwks, { now }), { code: 'ERR_TOKEN_INVALID' });
+  await t.rejects(verifyNodeToken(await sign({ ...base, capstan_role: ['relay'] }), jwks, { role: RELAY_ROLE, now }), { code: 'ERR_TOKEN_INVALID' });
+  // Claims forged onto an agent's token do not verify.
+  const [h, p, s] = agent.token.split('.');
+  const forged = Buffer.from(JSON.stringify({ ...JSON.parse(Buffer.from(p!, 'base64url').toString()), capstan_role: 'relay' })).toString('base64url');
+  await t.rejects(verifyNodeToken(`${h}.${forged}.${s}`, jwks, { role: RELAY_ROLE, now }), { code: 'ERR_TOKEN_INVALID' });
 });
