@@ -12,6 +12,7 @@ import { pino } from 'pino';
 import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from './shared.js';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import { startRelay, type RelayHandle } from './daemon.js';
+import { ensureRelayKey } from './identity/own.js';
 import { NodesList } from './data/nodes.js';
 import { sdNotify } from './notify.js';
 import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';
@@ -27,6 +28,7 @@ interface Flags {
   sharedFolder?: string;
   logLevel?: string;
   test?: boolean;
+  identity?: boolean;
 }
 
 const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX');
@@ -52,6 +54,7 @@ const program = new Command('capstan-relayd')
   .option('--shared-folder <dir>', 'shared-folder root')
   .option('--log-level <level>', 'trace, debug, info, warn, error')
   .option('--test', 'check the configuration and the files it names, then exit')
+  .option('--identity', "make this relay's node key and certificate when absent, print {node_id, certificate} as JSON (what an admin registers at the server as a relay), then exit")
   .action(async (flags: Flags) => {
     const load = () =>
       loadRelaydConfig({
@@ -78,6 +81,16 @@ const program = new Command('capstan-relayd')
     if (flags.test) {
       process.stdout.write('configuration ok\n');
       process.exit(0);
+    }
+    if (flags.identity) {
+      try {
+        const pair = await ensureRelayKey(config);
+        process.stdout.write(`${JSON.stringify({ node_id: config.general.node_id, certificate: pair.certPem, certificate_file: pair.certPath, key_file: pair.keyPath })}\n`);
+        process.exit(0);
+      } catch (err) {
+        process.stderr.write(`capstan-relayd: ${isCapstanError(err) ? err.message : String(err)}\n`);
+        process.exit(EXIT_STARTUP);
+      }
     }
     const log = pino({ level: config.log.level, base: { program: 'capstan-relayd' } });
     let handle: RelayHandle;

@@ -140,10 +140,29 @@ export const RELAYD_SCHEMA = {
   identity: {
     /**
      * Require a valid node token (Authorization: Bearer, verified against the upstream's JWKS)
-     * on policy and shared-folder downloads and on remote-run connections. false only for
-     * agents that send none (RUDDER agents fetching shared-folder files).
+     * on policy and shared-folder downloads and on agents' remote-run connections. false only
+     * for agents that send none (RUDDER agents fetching shared-folder files).
      */
     require_token: { type: 'boolean', default: true },
+    /**
+     * Require a relay's own token (`capstan_role: "relay"`, naming it) on sub-relays' remote-run
+     * links (`/remote-run/listen/<id>?relay=1`) and their output posts, verified like agents'
+     * tokens. false only while sub-relays too old to send one link here: anyone could then link
+     * under any node id and take its runs.
+     */
+    require_relay_token: { type: 'boolean', default: true },
+    /**
+     * This relay's node key and UID=<general.node_id> certificate, made at the first start that
+     * needs them (remote_run.link_upstream or providers.enabled) or by `capstan-relayd --identity`;
+     * empty → <spool.directory>/relay.key (0600) and relay.cert. An admin registers the relay at
+     * the server with that certificate (POST /api/1/nodes {id, hostname, certificate, relay: true}).
+     */
+    key_file: { type: 'string', default: '', optional: true },
+    cert_file: { type: 'string', default: '', optional: true },
+    /** RSA key size of the key made when key_file is absent. */
+    key_bits: { type: 'integer', default: 2048, min: 2048, max: 8192 },
+    /** This relay's own token (0600), renewed by signed request; empty → <spool.directory>/relay.token. */
+    token_file: { type: 'string', default: '', optional: true },
     /** Clock difference allowed when checking a token's nbf/exp. */
     clock_skew: { type: 'duration', default: '60s' },
     /** Where the upstream's public keys are cached; empty → <spool.directory>/jwks.json. */

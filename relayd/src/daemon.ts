@@ -18,6 +18,7 @@ import { NODES_LIST_PATH, NodesSync } from './data/sync.js';
 import { Forwarder } from './forward/forwarder.js';
 import { JwksCache } from './identity/jwks.js';
 import { nodeTokenVerifier } from './identity/verify.js';
+import { needsRelayToken, RelayToken } from './identity/own.js';
 import { Upstream } from './forward/upstream.js';
 import { providerForwardRoutes, providerHost } from './providers/host.js';
 import { Metrics } from './metrics.js';
@@ -260,13 +261,22 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     status,
     reload,
     remoteRun,
-    identity: { jwks, verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)), requireToken: config.identity.require_token },
+    identity: {
+      jwks,
+      verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)),
+      requireToken: config.identity.require_token,
+      requireRelayToken: config.identity.require_relay_token,
+    },
   };
+  // This relay's own identity, when it does what only a relay may do upstream: its key and
+  // certificate (made at the first such start), and its relay token, renewed by signed request.
+  const relayToken = needsRelayToken(config) ? await RelayToken.open({ config, upstream, log }) : null;
+  const relayAuth = relayToken ? { auth: () => relayToken.authorization(), refused: () => relayToken.refused() } : {};
   app = buildApp(context, { ...(listenerTls ? { https: listenerTls } : {}), nodesList: () => nodesSync?.served ?? null });
   // Sub-relays' provider calls go up like everything else; this relay hosts its own managers.
   providerForwardRoutes(app, upstream, config.upstream.timeout);
   const providers = config.providers.enabled
-    ? providerHost({ upstream, relayId: myId, refreshMs: config.providers.refresh_interval, timeoutMs: config.upstream.timeout, log })
+    ? providerHost({ upstream, relayId: myId, refreshMs: config.providers.refresh_interval, timeoutMs: config.upstream.timeout, log, ...relayAuth })
     : null;
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
@@ -276,8 +286,11 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   await fwd.start();
 
   const link = config.remote_run.link_upstream && config.remote_run.enabled
-    ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat })
+    ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat, ...relayAuth })
     : null;
+  // Not awaited: an unreachable upstream, or a relay not registered yet, must not hold the start.
+  void relayToken?.start();
+  relayToken?.on('renewed', () => link?.refresh());
   link?.start();
   providers?.start();
 
@@ -335,6 +348,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         await app!.close();
         clearTimeout(force);
         clearInterval(idle);
+        relayToken?.stop();
         await link?.stop();
         await providers?.stop();
         nodesSync?.stop();

@@ -1,9 +1,10 @@
 /**
  * Remote-run through the relay: agents hold an outbound connection, a trigger reaches them within
  * a second, output comes back in each of RUDDER's four modes, an offline node is reported after a
- * bounded wait, nodes behind a sub-relay are reached through it, and the form is validated as
- * RUDDER validates it.
+ * bounded wait, nodes behind a sub-relay are reached through it (its link showing its relay
+ * token), and the form is validated as RUDDER validates it.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { fakeAgent } from './helpers/fake-agent.js';
@@ -20,6 +21,11 @@ const post = (url: string, path: string, fields: Record<string, string>) =>
 const keys = testTokens(t.testdir());
 const relayWithKeys = (tt: Parameters<typeof startTestRelay>[0], overrides: Record<string, unknown> = {}, opts: Parameters<typeof startTestRelay>[2] = {}) =>
   startTestRelay(tt, { ...keys.overrides, ...overrides }, opts);
+/** A sub-relay's relay token, where it keeps it (<spool.directory>/relay.token). */
+const subToken = async (dir: string, id: string) => {
+  await mkdir(join(dir, 'spool'), { recursive: true });
+  await writeFile(join(dir, 'spool', 'relay.token'), `${await keys.relayToken(id)}\n`, { mode: 0o600 });
+};
 const agentOf = async (relay: string, node: string, opts: { busy?: boolean; lines?: number } = {}) => fakeAgent(relay, node, { ...opts, token: await keys.token(node) });
 
 t.test('a trigger reaches a connected agent within a second; output streams back', async (t) => {
@@ -91,9 +97,11 @@ t.test('nodes behind a sub-relay are reached through its outbound link', async (
       direct: { 'policy-server': 'root' },
     }),
   });
-  // A sub-relay's link carries no node token (relays have no node identity): the relay it links
-  // to must accept connections without one. Its own agents still need theirs.
-  const root = await relayWithKeys(t, { 'identity.require_token': false, 'general.nodes_list_file': join(dir, 'nodes.json'), 'remote_run.connect_wait': '3s' }, { dir: join(dir, 'root') });
+  // A sub-relay's link carries its own relay token (as the server issues it to a node registered
+  // as a relay; here kept in its token file beforehand, its upstream being no server): the relay
+  // above keeps requiring tokens, of its agents and of its sub-relays.
+  const root = await relayWithKeys(t, { 'general.nodes_list_file': join(dir, 'nodes.json'), 'remote_run.connect_wait': '3s' }, { dir: join(dir, 'root') });
+  await subToken(join(dir, 'sub'), 'sub');
   const sub = await relayWithKeys(t, { 'general.node_id': 'sub', 'upstream.url': root.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub') });
   const leaf = await agentOf(sub.url, 'leaf');
   const direct = await agentOf(root.url, 'direct');
@@ -111,7 +119,8 @@ t.test('nodes behind a sub-relay are reached through its outbound link', async (
   t.match(all, /direct: \[done, exit 0\]/);
 
   // Without a nodes list to route by, the relay asks its sub-relays.
-  const plain = await relayWithKeys(t, { 'identity.require_token': false, 'remote_run.connect_wait': '300ms' }, { dir: join(dir, 'plain') });
+  const plain = await relayWithKeys(t, { 'remote_run.connect_wait': '300ms' }, { dir: join(dir, 'plain') });
+  await subToken(join(dir, 'sub2'), 'sub2');
   const sub2 = await relayWithKeys(t, { 'general.node_id': 'sub2', 'upstream.url': plain.url, 'remote_run.link_upstream': true }, { dir: join(dir, 'sub2') });
   const leaf2 = await agentOf(sub2.url, 'leaf2');
   t.teardown(() => leaf2.close());

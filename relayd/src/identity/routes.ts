@@ -5,9 +5,13 @@
  * - `GET /.well-known/jwks.json` answers the cached keys, so sub-relays verify through us even
  *   when the server is down;
  * - when `identity.require_token` is on, policy downloads (`/policies/<node>/…`), shared-folder
- *   downloads and remote-run connections (`/remote-run/listen/<node>`, plain or upgraded) need a
- *   valid token of that node. A remote-run connection lives no longer than the token it was opened
- *   with (`tokenDeadline`, enforced by the hub): the agent reconnects with a renewed one.
+ *   downloads and agents' remote-run connections (`/remote-run/listen/<node>`, plain or upgraded)
+ *   need a valid token of that node. A remote-run connection lives no longer than the token it was
+ *   opened with (`tokenDeadline`, enforced by the hub): the agent reconnects with a renewed one;
+ * - when `identity.require_relay_token` is on, a sub-relay's link (`/remote-run/listen/<id>?relay=1`)
+ *   needs a relay's token (`capstan_role: "relay"`) of that id, whatever require_token says: only
+ *   a relay the server registered may take the runs of the nodes behind it. (Its output posts are
+ *   checked by the remote-run route, which knows whose channel it is.)
  */
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -16,7 +20,7 @@ import { capstanError, errorBody, isCapstanError, readBody, type Logger } from '
 import type { Upstream } from '../forward/upstream.js';
 import type { JwksCache } from './jwks.js';
 import type { NodeTokenVerifier } from './verify.js';
-import type { NodeClaims } from '@capstan/shared/identity/token';
+import { RELAY_ROLE, type NodeClaims } from '@capstan/shared/identity/token';
 
 /** Largest renewal request passed upstream (the server refuses more anyway). */
 export const MAX_RENEW_BYTES = 64 * 1024;
@@ -25,6 +29,27 @@ export interface RelayIdentity {
   jwks: JwksCache;
   verifier: NodeTokenVerifier;
   requireToken: boolean;
+  /** Sub-relays' links and output posts need a relay's token (default on). */
+  requireRelayToken?: boolean;
+}
+
+/** Whether a request is a sub-relay's link: `/remote-run/listen/<id>?relay=1`. */
+export function isRelayLink(url: string): boolean {
+  const q = url.indexOf('?');
+  if (q < 0 || !/^\/+remote-run\/listen\/[^/]+$/.test(url.slice(0, q))) return false;
+  return new URLSearchParams(url.slice(q + 1)).get('relay') === '1';
+}
+
+/**
+ * The token check a protected request needs: the node's (`relay` false) or a relay's (true);
+ * null when the configuration asks for none.
+ */
+function checkFor(identity: RelayIdentity, url: string): { node: string | undefined; relay: boolean } | null {
+  const node = protectedNode(url);
+  if (node === undefined) return null;
+  const relay = isRelayLink(url);
+  if (relay ? identity.requireRelayToken === false : !identity.requireToken) return null;
+  return { node: node ?? undefined, relay };
 }
 
 /** Verified requests and when their token stops being valid (epoch ms, exp + clock skew). */
@@ -82,15 +107,15 @@ export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdent
     return reply.header('cache-control', 'public, max-age=60').send(identity.jwks.keys);
   });
 
-  if (!identity.requireToken) return;
+  if (!identity.requireToken && identity.requireRelayToken === false) return;
   // onRequest, not preHandler: it also runs when no route matches (a 404 must not tell a
   // token-less caller which node paths exist).
   app.addHook('onRequest', async (req) => {
-    const node = protectedNode(req.url);
-    if (node === undefined) return;
-    remember(req.raw, await identity.verifier.verify(req.headers.authorization, node ?? undefined), identity.verifier);
+    const check = checkFor(identity, req.url);
+    if (!check) return;
+    remember(req.raw, await identity.verifier.verify(req.headers.authorization, check.node, check.relay ? RELAY_ROLE : undefined), identity.verifier);
   });
-  guardUpgrades(app.server as Server, identity.verifier, o.log);
+  guardUpgrades(app.server as Server, identity, o.log);
 }
 
 /**
@@ -98,16 +123,17 @@ export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdent
  * (registered before this is called) are taken off the server and called only once the token
  * checks out.
  */
-function guardUpgrades(server: Server, verifier: NodeTokenVerifier, log: Logger): void {
+function guardUpgrades(server: Server, identity: RelayIdentity, log: Logger): void {
+  const { verifier } = identity;
   const inner = server.listeners('upgrade') as Array<(req: IncomingMessage, socket: Duplex, head: Buffer) => void>;
   server.removeAllListeners('upgrade');
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    const node = protectedNode(req.url ?? '');
+    const check = checkFor(identity, req.url ?? '');
     const pass = () => {
       for (const l of inner) l.call(server, req, socket, head);
     };
-    if (node === undefined) return pass();
-    verifier.verify(req.headers.authorization, node ?? undefined).then((claims) => {
+    if (!check) return pass();
+    verifier.verify(req.headers.authorization, check.node, check.relay ? RELAY_ROLE : undefined).then((claims) => {
       remember(req, claims, verifier);
       pass();
     }, (err: unknown) => {

@@ -238,6 +238,12 @@ export class RemoteRun {
     ch.timer.unref();
   }
 
+  /** Who a channel's run event went to (the only peer that may answer it); undefined when unknown. */
+  channelPeer(channelId: string): { id: string; relay: boolean } | undefined {
+    const ch = this.channels.get(channelId);
+    return ch ? { id: ch.peer, relay: ch.relay } : undefined;
+  }
+
   /**
    * The output stream of one channel: `lines` are the JSON event lines the peer sends. Events
    * about nodes outside the channel's scope are dropped (a peer speaks only for what it was asked).

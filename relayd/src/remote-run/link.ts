@@ -4,6 +4,10 @@
  * above reaches nodes below without any inbound port. A `run` event becomes a local run (routed
  * to this relay's agents and sub-relays), whose events stream back on
  * `POST /remote-run/output/<channel>`.
+ *
+ * Both carry the relay's own token (`Authorization: Bearer`, identity/own.ts): only a relay the
+ * server registered may link or answer. A refused attempt makes the token renew before the next
+ * one, and a renewed token reconnects the link, so it never outlives its token upstream.
  */
 import { PassThrough } from 'node:stream';
 import { Agent, request, upgrade } from 'undici';
@@ -20,6 +24,10 @@ export interface LinkOptions {
   connect: () => ConnectOption;
   /** Upstream heartbeat interval: three missed ones mean a dead connection. */
   heartbeatMs: number;
+  /** The relay's token header (`{}` when it has none); absent: none is sent. */
+  auth?: () => Promise<Record<string, string>>;
+  /** The upstream refused the token (401, or an upgrade refused): renew it before the next use. */
+  refused?: () => void;
 }
 
 interface RunMessage {
@@ -35,6 +43,8 @@ export class UpstreamLink {
   private stopped = false;
   private abort = new AbortController();
   private agent: Agent;
+  private socket: { destroy(err?: Error): void } | null = null;
+  private immediate = false;
   connected = false;
 
   constructor(private readonly o: LinkOptions) {
@@ -56,7 +66,14 @@ export class UpstreamLink {
         this.o.log.debug({ err }, 'remote-run link to upstream failed');
       }
       this.connected = false;
+      this.socket = null;
       if (this.stopped) return;
+      if (this.immediate) {
+        // Reconnecting with a renewed token: no wait.
+        this.immediate = false;
+        delay = 1000;
+        continue;
+      }
       const wait = Math.round(delay / 2 + Math.random() * (delay / 2));
       delay = Math.min(delay * 2, 30_000);
       await new Promise((r) => setTimeout(r, wait).unref());
@@ -65,13 +82,23 @@ export class UpstreamLink {
 
   private async listenOnce(): Promise<void> {
     const base = this.o.upstreamUrl.replace(/\/+$/, '');
+    const auth = (await this.o.auth?.()) ?? {};
     // The lean, upgraded form of the connection, as agents use it (see api/routes/remote-run.ts).
-    const { socket } = await upgrade(`${base}/remote-run/listen/${encodeURIComponent(this.o.myId)}?relay=1`, {
-      dispatcher: this.agent,
-      signal: this.abort.signal,
-      protocol: 'capstan-remote-run',
-      headers: { 'user-agent': userAgent('capstan-relayd') },
-    });
+    let socket;
+    try {
+      ({ socket } = await upgrade(`${base}/remote-run/listen/${encodeURIComponent(this.o.myId)}?relay=1`, {
+        dispatcher: this.agent,
+        signal: this.abort.signal,
+        protocol: 'capstan-remote-run',
+        headers: { 'user-agent': userAgent('capstan-relayd'), ...auth },
+      }));
+    } catch (err) {
+      // undici says only "bad upgrade" for an answer other than 101: a refused token (or a link
+      // refused for another reason, which a renewal does not hurt).
+      if ((err as { code?: string }).code === 'UND_ERR_SOCKET' || /bad upgrade/.test((err as Error).message)) this.o.refused?.();
+      throw err;
+    }
+    this.socket = socket;
     this.connected = true;
     this.o.log.info({ upstream: base }, 'remote-run link to upstream open');
     // Three missed heartbeats: the connection is dead even if TCP has not noticed.
@@ -115,16 +142,27 @@ export class UpstreamLink {
     const body = new PassThrough();
     run.on('event', (ev: RunEvent) => body.write(`${JSON.stringify(ev)}\n`));
     run.once('end', () => body.end());
-    request(`${base}/remote-run/output/${encodeURIComponent(msg.id)}`, {
-      method: 'POST',
-      dispatcher: this.agent,
-      body,
-      headers: { 'content-type': 'application/x-ndjson', 'user-agent': userAgent('capstan-relayd') },
-      headersTimeout: 0,
-      bodyTimeout: 0,
-    })
-      .then((r) => r.body.text())
-      .catch((err: unknown) => this.o.log.warn({ err, run: msg.id }, 'cannot stream remote-run output upstream'));
+    void (async () => {
+      const auth = (await this.o.auth?.()) ?? {};
+      const r = await request(`${base}/remote-run/output/${encodeURIComponent(msg.id)}`, {
+        method: 'POST',
+        dispatcher: this.agent,
+        body,
+        headers: { 'content-type': 'application/x-ndjson', 'user-agent': userAgent('capstan-relayd'), ...auth },
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+      const text = await r.body.text();
+      if (r.statusCode === 401) this.o.refused?.();
+      if (r.statusCode >= 400) this.o.log.warn({ run: msg.id, status: r.statusCode, answer: text.slice(0, 200) }, 'remote-run output refused upstream');
+    })().catch((err: unknown) => this.o.log.warn({ err, run: msg.id }, 'cannot stream remote-run output upstream'));
+  }
+
+  /** A renewed token: reconnect now, so the link upstream is held with it. */
+  refresh(): void {
+    if (!this.socket || this.stopped) return;
+    this.immediate = true;
+    this.socket.destroy(new Error('reconnecting with a renewed token'));
   }
 
   async stop(): Promise<void> {

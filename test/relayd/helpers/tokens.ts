@@ -5,12 +5,14 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { generateSigningKey, issueNodeToken, jwksOf } from '@capstan/shared';
+import { generateSigningKey, issueNodeToken, jwksOf, RELAY_ROLE } from '@capstan/shared';
 
 export interface TestTokens {
   /** Relay config overrides pointing at the JWKS of this key. */
   overrides: Record<string, string>;
   token(nodeId: string, ttlSeconds?: number): Promise<string>;
+  /** A token of a node the server registered as a relay (`capstan_role: "relay"`). */
+  relayToken(nodeId: string, ttlSeconds?: number): Promise<string>;
   /** `{ authorization: 'Bearer …' }` for the node. */
   auth(nodeId: string): Promise<Record<string, string>>;
 }
@@ -24,6 +26,7 @@ export function testTokens(dir: string): TestTokens {
   return {
     overrides: { 'identity.jwks_cache_file': file },
     token,
+    relayToken: async (nodeId, ttlSeconds = 3600) => (await issueNodeToken({ key, nodeId, group: 'default', role: RELAY_ROLE, ttlSeconds })).token,
     auth: async (nodeId) => ({ authorization: `Bearer ${await token(nodeId)}` }),
   };
 }

@@ -9,7 +9,8 @@
  *        async+keep → streamed as they come; async → at once, empty; sync+keep → all at the end;
  *        sync → status lines at the end.
  *   GET  /remote-run/listen/<node-id>[?relay=1]   an agent's (or sub-relay's) long-lived connection
- *   POST /remote-run/output/<channel>              its answer to one run event (JSON lines)
+ *   POST /remote-run/output/<channel>              its answer to one run event (JSON lines); a
+ *        sub-relay's answer needs its relay token (identity.require_relay_token), like its link
  */
 import type { IncomingMessage } from 'node:http';
 import { PassThrough, type Duplex } from 'node:stream';
@@ -23,6 +24,7 @@ import { jsonLines } from '@capstan/shared/remote-run/lines';
 import { responseConn } from '../../remote-run/hub.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
 import { tokenDeadline } from '../../identity/routes.js';
+import { RELAY_ROLE } from '@capstan/shared/identity/token';
 
 export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
 
@@ -192,6 +194,12 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
 
   app.post<{ Params: { channel: string } }>('/remote-run/output/:channel', async (req, reply) => {
     if (!enabled) return sendText(reply, 404);
+    // A sub-relay answers for the nodes behind it: only with its own relay token (an agent's
+    // channel is its own random id, sent on its own connection).
+    const peer = rr.channelPeer(req.params.channel);
+    if (peer?.relay && ctx.identity && ctx.identity.requireRelayToken !== false) {
+      await ctx.identity.verifier.verify(req.headers.authorization, peer.id, RELAY_ROLE);
+    }
     const known = await rr.output(req.params.channel, jsonLines(req.raw));
     if (!known) return sendText(reply, 404);
     return reply.code(200).send({ data: { channel: req.params.channel } });
