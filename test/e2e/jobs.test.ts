@@ -1,6 +1,6 @@
 /**
- * Jobs end to end with the real programs: a server, a relay linked to it for remote runs
- * (`[remote_run] link_upstream`), three agents enrolled and accepted the normal way (so they hold
+ * Jobs end to end with the real programs: a server, a relay registered as a relay and linked to
+ * it for remote runs with its relay token (`[remote_run] link_upstream`), three agents enrolled and accepted the normal way (so they hold
  * identity tokens) and holding `capstan-agent listen` connections to the relay. A job on static
  * nodes reaches exactly those agents and records their output; an inventory job makes the agent
  * send its inventory; a job with a manager selector reaches exactly the nodes the manager holds
@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
 import { startFakeEc2 } from '../providers/fake-ec2.js';
 
 // Inherited by the server: the manager names these variables, never the values.
@@ -45,7 +45,10 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
   await writeFile(join(dir, 'relayd.toml'), '[remote_run]\nlink_upstream = true\nconnect_wait = "1s"\n\n[nodes_sync]\ninterval = "1s"\n');
-  const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--node-id', 'relay-1', '--log-level', 'warn']);
+  // The relay links with its relay token: an admin registers it first, with its certificate.
+  const relayArgs = ['-c', join(dir, 'relayd.toml'), '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--node-id', 'relay-1'];
+  await registerRelay(api, relayArgs);
+  const relay = await startProgram(BIN.relayd, [...relayArgs, '--listen', '127.0.0.1:0', '--log-level', 'warn']);
   t.teardown(() => relay.stop());
   await waitFor(async () => {
     const s = await api('GET', '/api/1/system/status');

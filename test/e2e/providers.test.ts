@@ -2,14 +2,15 @@
  * Providers with the real programs: the managers API (validation with codes, credentials only
  * by reference), a server-hosted aws-ec2 manager polled against a local EC2 endpoint, a static
  * manager, the three delete choices, an aws-ec2 manager hosted by a relay below another
- * relay (fetched from and posted to the server through the top relay, outbound only), and the
- * real agent enrolling on a discovered instance joining its row.
+ * relay (registered as a relay, fetched from and posted to the server with its relay token through
+ * the top relay, outbound only), and the real agent enrolling on a discovered instance joining its
+ * row.
  */
 import { writeFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
 import { startFakeEc2, type Ec2Fixture } from '../providers/fake-ec2.js';
 
 // Inherited by the programs started below: the managers name these variables, never the values.
@@ -156,7 +157,11 @@ t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted
   const top = await startProgram(BIN.relayd, ['--config', join(dir, 'top.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'top'), '--upstream', url, '--log-level', 'warn']);
   t.teardown(() => top.stop());
   await writeFile(join(dir, 'edge.toml'), '[general]\nnode_id = "relay-edge"\n[providers]\nenabled = true\nrefresh_interval = "200ms"\n');
-  const edge = await startProgram(BIN.relayd, ['--config', join(dir, 'edge.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'edge'), '--upstream', top.url, '--log-level', 'warn']);
+  // The edge relay shows its relay token to the server (through the top relay, which passes it
+  // on): an admin registers it first, with its certificate. The top relay only forwards.
+  const edgeArgs = ['--config', join(dir, 'edge.toml'), '--spool-dir', join(dir, 'edge'), '--upstream', top.url];
+  await registerRelay(api, edgeArgs);
+  const edge = await startProgram(BIN.relayd, [...edgeArgs, '--listen', '127.0.0.1:0', '--log-level', 'warn']);
   t.teardown(() => edge.stop());
 
   const body = { id: 'aws-edge', type: 'aws-ec2', provider: 'relay-edge', poll_interval: '1s', credentials: CREDS, config: { regions: ['eu-west-1'], endpoint: ec2.url } };
@@ -185,10 +190,17 @@ t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted
   t.match(failed, { hosted_by: 'relay-edge', error: /AuthFailure.*sa-east-1/ });
   t.equal((await nodesOf(api, 'aws-edge')).total, 3, 'a failed poll changes no node');
 
-  // A relay cannot post for a manager it does not host.
-  const forged = await fetch(`${url}/relay-api/1/providers/relay-top/managers/aws-edge/discovery`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ instances: [] }) });
-  t.equal(forged.status, 404);
-  t.equal((await fetch(`${url}/relay-api/1/providers/relay-top/managers`).then((r) => r.json()) as { data: unknown[] }).data.length, 0);
+  // Only relay-edge, with its own relay token, speaks for relay-edge, and only for what it hosts.
+  t.equal((await api('POST', '/api/1/managers', { id: 'lab', type: 'static', config: { hosts: ['h1'] } })).status, 201);
+  const edgeToken = (await readFile(join(dir, 'edge', 'relay.token'), 'utf8')).trim();
+  const discovery = (relay: string, manager: string, headers: Record<string, string>) =>
+    fetch(`${url}/relay-api/1/providers/${relay}/managers/${manager}/discovery`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ instances: [] }) });
+  t.equal((await discovery('relay-edge', 'aws-edge', {})).status, 401, 'no token');
+  t.equal((await discovery('relay-top', 'aws-edge', { authorization: `Bearer ${edgeToken}` })).status, 403, 'for another relay');
+  t.equal((await discovery('relay-edge', 'lab', { authorization: `Bearer ${edgeToken}` })).status, 404, 'a manager it does not host');
+  t.equal((await fetch(`${url}/relay-api/1/providers/relay-top/managers`)).status, 401);
+  t.same((await fetch(`${url}/relay-api/1/providers/relay-edge/managers`, { headers: { authorization: `Bearer ${edgeToken}` } }).then((r) => r.json()) as { data: Array<{ id: string }> }).data.map((m) => m.id), ['aws-edge']);
+  t.equal((await nodesOf(api, 'aws-edge')).total, 3, 'the refused posts changed nothing');
 });
 
 t.test('the agent enrolling on a discovered instance joins its row (cloud identity from cloud-init instance data)', async (t) => {
