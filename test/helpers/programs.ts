@@ -114,11 +114,11 @@ export function adminClient(base: string, token: string) {
  * prints its node id and certificate; `POST /api/1/nodes {…, relay: true}` pins it. The relay then
  * gets its relay token by signed request, for its remote-run link and the providers endpoints.
  */
-export async function registerRelay(api: ReturnType<typeof adminClient>, relaydArgs: string[]): Promise<{ node_id: string; certificate: string }> {
+export async function registerRelay(api: ReturnType<typeof adminClient>, relaydArgs: string[], extra: Record<string, unknown> = {}): Promise<{ node_id: string; certificate: string }> {
   const ran = await runProgram(BIN.relayd, ['--identity', ...relaydArgs]);
   if (ran.code !== 0) throw new Error(`capstan-relayd --identity exited with ${ran.code}: ${ran.stderr}`);
   const id = JSON.parse(ran.stdout) as { node_id: string; certificate: string };
-  const res = await api('POST', '/api/1/nodes', { id: id.node_id, hostname: `${id.node_id}.relay.test`, certificate: id.certificate, relay: true });
+  const res = await api('POST', '/api/1/nodes', { id: id.node_id, hostname: `${id.node_id}.relay.test`, certificate: id.certificate, relay: true, ...extra });
   if (res.status !== 201) throw new Error(`registering relay ${id.node_id}: ${res.status} ${JSON.stringify(res.json)}`);
   return id;
 }

@@ -188,6 +188,13 @@ t.test('the remote-run link and its output posts: a relay token naming the relay
   t.match(await call(server.url, 'POST', output, mine, line), { status: 200 });
   await waitFor(async () => ((await admin('GET', `/api/1/jobs/${job.json.data.id}`)).json.data.tasks[0].state === 'done' ? true : undefined), 'the task done');
   t.match(await call(server.url, 'POST', '/remote-run/output/no-such-channel', mine, line), { status: 404 });
+  // A link lives no longer than the trust it was opened with: a forced renewal of the relay ends
+  // it (the relay reconnects with a renewed token), as does the end of its registration.
+  t.equal((await admin('POST', '/api/1/nodes/agent-1/identity/renew')).status, 200);
+  t.notOk(events.some((e) => e.type === 'bye'), 'another node\'s renewal leaves the link');
+  t.equal((await admin('POST', '/api/1/nodes/relay-1/identity/renew')).status, 200);
+  await waitFor(async () => (events.some((e) => e.type === 'bye' && (e as { reason?: string }).reason === 'token_revoked') ? true : undefined), 'the bye');
+  t.same((await admin('GET', '/api/1/system/status')).json.data.remote_run.relays, [], 'unlinked');
 });
 
 t.test('require_relay_token = false: old relays without a token link and post as before', async (t) => {

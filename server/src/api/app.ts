@@ -103,6 +103,29 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
         policy.generator.touch(decodeURIComponent(m[1]!));
       });
     }
+    const relays = deps.remoteRun?.hub;
+    if (relays) {
+      // A relay's link was let in with a token checked once. When an admin revokes its tokens
+      // (forced renewal), or it is no longer an accepted relay, its link ends: it reconnects
+      // with a renewed token if it still may (an output post on the old link would be refused).
+      admin.addHook('onResponse', async (req, reply) => {
+        if (req.method === 'GET' || reply.statusCode >= 300 || relays.size === 0) return;
+        if (/^\/api\/1\/groups\/[^/?]+\/identity\/renew/.test(req.url)) {
+          for (const r of relays.all()) relays.end(r.id, 'token_revoked');
+          return;
+        }
+        const m = /^\/api\/1\/nodes\/([^/?]+)(\/identity\/renew)?/.exec(req.url);
+        let id: string;
+        try {
+          id = decodeURIComponent(m?.[1] ?? '');
+        } catch {
+          return;
+        }
+        if (!m || !relays.get(id)) return;
+        const node = await deps.store.getNode(id);
+        if (m[2] || !node || node.accepted !== 'accepted' || !node.relay) relays.end(id, 'token_revoked');
+      });
+    }
     nodeRoutes(admin, deps.store);
     complianceRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);

@@ -124,6 +124,14 @@ export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> e
     return true;
   }
 
+  /** End one peer's connection with a `bye` saying why (it reconnects if it still may). */
+  end(id: string, reason: string): boolean {
+    const p = this.peers.get(id);
+    if (!p || p.conn.closed) return false;
+    p.conn.end(line({ type: 'bye', reason }));
+    return true;
+  }
+
   /** Write one event line; false when the peer is not connected or its socket is gone. */
   send(id: string, event: object): boolean {
     const p = this.peers.get(id);
