@@ -1,9 +1,10 @@
 #!/usr/bin/env node
-// `npm start`: a server, a relay and one agent on loopback with the embedded database. Enrolls and
-// accepts the agent, runs it, prints the curl commands that show the result, and keeps the server
-// and relay running until Ctrl-C. State lives in ./.quickstart (delete it to start over).
+// `npm start`: a server, a relay and one agent on loopback with the embedded database. Registers the
+// relay (it links to the server for jobs, with its own relay token), enrolls and accepts the agent,
+// runs it, prints the curl commands that show the result, and keeps the server and relay running
+// until Ctrl-C. State lives in ./.quickstart (delete it to start over).
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -50,8 +51,19 @@ process.on('SIGINT', () => {
 
 try {
   const serverUrl = await start('server', ['serve', '--listen', '127.0.0.1:3031', '--data-dir', resolve(dir, 'server'), '--log-level', 'warn']);
-  const relayUrl = await start('relayd', ['--listen', '127.0.0.1:3030', '--spool-dir', resolve(dir, 'relay'), '--upstream', serverUrl, '--log-level', 'warn']);
   const token = readFileSync(resolve(dir, 'server/admin.token'), 'utf8').trim();
+  // The relay links to the server so that jobs reach the nodes behind it: what only a relay may
+  // do, with its own token. An admin registers it as a relay with the certificate it made.
+  const relayConf = resolve(dir, 'relayd.toml');
+  writeFileSync(relayConf, '[remote_run]\nlink_upstream = true\n');
+  const relayArgs = ['-c', relayConf, '--spool-dir', resolve(dir, 'relay'), '--upstream', serverUrl];
+  const identity = spawnSync(process.execPath, [bin('relayd'), '--identity', ...relayArgs], { encoding: 'utf8' });
+  if (identity.status !== 0) throw new Error(`capstan-relayd --identity: ${identity.stderr}`);
+  const relay = JSON.parse(identity.stdout);
+  const registered = await api(serverUrl, token, 'POST', '/api/1/nodes', { id: relay.node_id, hostname: 'localhost', certificate: relay.certificate, relay: true });
+  if (!registered.data && registered.error?.code !== 'ERR_NODE_EXISTS') throw new Error(`registering the relay: ${JSON.stringify(registered)}`);
+  console.log(`relay ${relay.node_id} is registered as a relay`);
+  const relayUrl = await start('relayd', [...relayArgs, '--listen', '127.0.0.1:3030', '--log-level', 'warn']);
   const agentArgs = ['run', '--relay', relayUrl, '--state-dir', resolve(dir, 'agent'), '--log-level', 'warn'];
 
   console.log(`server ${serverUrl}, relay ${relayUrl}, data in ${dir}`);
@@ -77,6 +89,11 @@ try {
     if (runs.total > 0) break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  for (let i = 0; i < 100; i++) {
+    const status = await api(serverUrl, token, 'GET', '/api/1/system/status');
+    if (status.data?.remote_run?.relays?.includes(relay.node_id)) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
   console.log(`
 Look at the result:
   TOKEN=$(cat ${resolve(dir, 'server/admin.token')})
@@ -85,8 +102,10 @@ Look at the result:
   curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/nodes/${nodeId}/runs?reports=true"
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}/compliance
   curl -s ${relayUrl}/rudder/relay-api/1/system/status
-Run the agent again:
+  curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/system/status   # remote_run.relays: the linked relay
+Run the agent again, or keep it listening for jobs (POST /api/1/jobs, see docs/jobs.md):
   node agent/dist/cli.js ${agentArgs.join(' ')}
+  node agent/dist/cli.js listen --relay ${relayUrl} --state-dir ${resolve(dir, 'agent')}
 Server and relay keep running; Ctrl-C stops them.`);
 } catch (err) {
   console.error(`quick start failed: ${err.message}`);
