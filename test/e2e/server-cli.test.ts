@@ -50,3 +50,32 @@ t.test('add, list with filters, state, history, compliance, lifecycle and delete
   t.equal((await cli('delete', 'm1')).code, 4);
   t.equal((await cli('accept', 'm1')).code, 4);
 });
+
+t.test('a relay is registered from the shell with the certificate capstan-relayd --identity made, and unregistered', async (t) => {
+  const dir = t.testdir();
+  const cli = (...args: string[]) => runProgram(BIN.server, ['nodes', ...args, '--data-dir', dir]);
+  const made = await runProgram(BIN.relayd, ['--identity', '--spool-dir', join(dir, 'relay'), '--node-id', 'relay-7']);
+  t.equal(made.code, 0, made.stderr);
+  const { node_id, certificate_file } = JSON.parse(made.stdout) as { node_id: string; certificate_file: string };
+  t.equal(node_id, 'relay-7');
+  const noCert = await cli('add', '--host', 'relay-7.lan', '--id', 'relay-7', '--relay');
+  t.equal(noCert.code, 4);
+  t.match(noCert.stderr, /ERR_CERTIFICATE/);
+  const missing = await cli('add', '--host', 'relay-7.lan', '--id', 'relay-7', '--relay', '--certificate', join(dir, 'nope.pem'));
+  t.equal(missing.code, 4);
+  t.match(missing.stderr, /ERR_BAD_REQUEST: cannot read --certificate/);
+  const other = await cli('add', '--host', 'relay-8.lan', '--id', 'relay-8', '--relay', '--certificate', certificate_file);
+  t.equal(other.code, 4, 'a certificate of another node id');
+  t.match(other.stderr, /ERR_CERTIFICATE/);
+  const added = await cli('add', '--host', 'relay-7.lan', '--id', 'relay-7', '--relay', '--certificate', certificate_file);
+  t.equal(added.code, 0, added.stderr);
+  t.equal(added.stdout, 'relay-7 added as a relay\n');
+  const listed = await cli('list', '--filter', 'relay=true', '--json');
+  t.same((JSON.parse(listed.stdout) as { data: Array<{ id: string; relay: boolean; accepted: string }> }).data.map((n) => [n.id, n.relay, n.accepted]), [['relay-7', true, 'accepted']]);
+  const off = await cli('set-relay', 'relay-7', 'off');
+  t.equal(off.code, 0, off.stderr);
+  t.equal(off.stdout, 'relay-7 is no longer a relay\n');
+  t.equal((await cli('set-relay', 'relay-7', 'maybe')).code, 4);
+  t.equal((await cli('set-relay', 'ghost', 'on')).code, 4);
+  t.equal((await cli('set-relay', 'relay-7', 'on')).stdout, 'relay-7 is a relay\n');
+});
