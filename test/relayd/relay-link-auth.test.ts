@@ -202,10 +202,45 @@ t.test('the relay\'s own key and token: made once (0600), got by signed request,
   t.ok(warnings.some((w) => /without the relay role/.test(w)), 'a warning names the fix');
 });
 
-t.test('a relay whose key is another node\'s refuses to start: its certificate must be its own', async (t) => {
+t.test('a relay whose key or certificate is not its own refuses to start, with a coded error', async (t) => {
   const dir = t.testdir();
   const base = { 'spool.directory': join(dir, 'spool') };
-  await ensureRelayKey(loadRelaydConfig({ overrides: { ...base, 'general.node_id': 'relay-a' } }));
+  const a = loadRelaydConfig({ overrides: { ...base, 'general.node_id': 'relay-a' } });
+  const pair = await ensureRelayKey(a);
   await t.rejects(ensureRelayKey(loadRelaydConfig({ overrides: { ...base, 'general.node_id': 'relay-b' } })), { code: 'ERR_CERTIFICATE' });
   await t.rejects(startTestRelay(t, { ...base, 'general.node_id': 'relay-b', 'remote_run.link_upstream': true }, { dir }), { code: 'ERR_CERTIFICATE' });
+  // A key file damaged, or swapped for another key: found at start, not at the first renewal.
+  await writeFile(pair.keyPath, 'not a key\n');
+  await t.rejects(ensureRelayKey(a), { code: 'ERR_KEY' });
+  const other = await ensureRelayKey(loadRelaydConfig({ overrides: { 'general.node_id': 'relay-a', 'spool.directory': join(dir, 'other') } }));
+  await writeFile(pair.keyPath, other.keyPem);
+  await t.rejects(ensureRelayKey(a), { code: 'ERR_KEY' });
+  await writeFile(pair.certPath, 'garbage');
+  await t.rejects(ensureRelayKey(a), { code: 'ERR_CERTIFICATE' });
+  t.equal((await readFile(pair.keyPath, 'utf8')), other.keyPem, 'nothing was overwritten');
+});
+
+t.test('a damaged token file is no token: the relay renews, and never crashes', async (t) => {
+  const dir = t.testdir();
+  let certPem = '';
+  const up = await tokenServer(t, () => certPem, 'relay-c');
+  const config = loadRelaydConfig({ overrides: { 'general.node_id': 'relay-c', 'spool.directory': join(dir, 'spool'), 'upstream.url': up.url } });
+  certPem = (await ensureRelayKey(config)).certPem;
+  up.st.ttl = 3600;
+  for (const junk of ['', 'garbage', 'a.b.c', `x.${Buffer.from('{"iat":"1"}').toString('base64url')}.y`]) {
+    await writeFile(join(dir, 'spool', 'relay.token'), junk);
+    const upstream = new Upstream({ url: up.url, timeoutMs: 5000, connections: 1 });
+    const token = await RelayToken.open({ config, upstream, log: silentLogger });
+    const auth = await token.authorization();
+    token.stop();
+    await upstream.close();
+    t.match(auth.authorization, /^Bearer [\w-]+\.[\w-]+\.[\w-]+$/, `renewed over ${JSON.stringify(junk)}`);
+  }
+  // Upstream down: no token to show, no crash.
+  const upstream = new Upstream({ url: 'http://127.0.0.1:9', timeoutMs: 2000, connections: 1 });
+  t.teardown(() => upstream.close());
+  await writeFile(join(dir, 'spool', 'relay.token'), 'garbage');
+  const token = await RelayToken.open({ config, upstream, log: silentLogger });
+  t.teardown(() => token.stop());
+  t.same(await token.authorization(), {});
 });

@@ -3,6 +3,7 @@
  * a self-signed certificate with subject UID=<node id> (0644), made once when absent and reused
  * ever after. What the server pins when the node is accepted (or registered as a relay).
  */
+import { createPrivateKey, createPublicKey, X509Certificate } from 'node:crypto';
 import { readFile, rename, unlink, writeFile } from 'node:fs/promises';
 import { capstanError } from '../errors.js';
 import { certificateNodeId, createNodeIdentity } from '../smime/identity.js';
@@ -61,5 +62,14 @@ export async function ensureNodeKeyPair(nodeId: string, files: NodeKeyFiles, bit
     throw capstanError('ERR_CERTIFICATE', `${files.certPath} is not a readable certificate: ${(err as Error).message}`, { cause: err });
   }
   if (certNode !== nodeId) throw capstanError('ERR_CERTIFICATE', `${files.certPath} is not the certificate of node ${nodeId}`);
+  // Found now rather than at the first signature: a key file replaced or damaged by hand.
+  let matches: boolean;
+  try {
+    const spki = createPublicKey(createPrivateKey(keyPem)).export({ type: 'spki', format: 'der' });
+    matches = spki.equals(new X509Certificate(certPem).publicKey.export({ type: 'spki', format: 'der' }));
+  } catch (err) {
+    throw capstanError('ERR_KEY', `${files.keyPath} is not a readable unencrypted private key`, { cause: err });
+  }
+  if (!matches) throw capstanError('ERR_KEY', `${files.keyPath} is not the key of the certificate ${files.certPath}`);
   return { ...files, keyPem, certPem };
 }
