@@ -4,6 +4,7 @@
  * `queue list|flush`. Only this module reads argv and decides exit codes: 0 ok, 1 crash,
  * 2 configuration error, 3 other start-up error, 4 the run reported errors.
  */
+import { policyServerId } from './identity/policy-server.js';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
@@ -75,10 +76,11 @@ common(program.command('run').description('run once: inventory when due, checks,
   });
 
 common(program.command('inventory').description('print the inventory this node would send')).action(async (flags: Flags) => {
-  const { config } = setup(flags);
+  const { config, log } = setup(flags);
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
+  const policyServer = await policyServerId(config.agent.relay, config.agent.state_dir, config.agent.timeout, log);
   const inv = await collectInventory({
-    nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname, cloudInstanceData: config.inventory.cloud_instance_data,
+    nodeId: id.nodeId, certPem: id.certPem, policyServer, cloudInstanceData: config.inventory.cloud_instance_data,
   });
   process.stdout.write(`${JSON.stringify(inv, null, 2)}\n`);
 });

@@ -12,6 +12,7 @@ import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';
 import { acquireRunLock, nextRunStart } from './identity/lock.js';
+import { policyServerId } from './identity/policy-server.js';
 import { TokenKeeper } from './identity/token.js';
 import { Outbox, type FlushResult } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
@@ -100,8 +101,11 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   await outbox.init();
   const env = opts.env ?? process.env;
 
+  const policyServer = opts.dryRun
+    ? new URL(config.agent.relay).hostname
+    : await policyServerId(config.agent.relay, config.agent.state_dir, config.agent.timeout, log);
   const inv = await collectInventory({
-    nodeId: id.nodeId, certPem: id.certPem, policyServer: new URL(config.agent.relay).hostname, cloudInstanceData: config.inventory.cloud_instance_data,
+    nodeId: id.nodeId, certPem: id.certPem, policyServer, cloudInstanceData: config.inventory.cloud_instance_data,
   });
   const auth = new TokenKeeper({ relay: config.agent.relay, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, id, log, clock });
   // A token due (or none yet) is asked for inside the inventory too: a server answering the upload

@@ -232,7 +232,8 @@ verb(nodes, 'add', 'add a node by address, or register a relay (POST /api/1/node
   .option('-g, --group <id>', 'group, repeatable', collect)
   .option('--certificate <file>', 'the node\'s PEM certificate (UID=<id>), pinned at once')
   .option('--relay', 'a relay: its tokens open the relay-only endpoints (needs --id and --certificate: capstan-relayd --identity prints both)')
-  .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[]; certificate?: string; relay?: boolean }) => {
+  .option('--policy-server <id>', 'the node id of the relay this node is under (a sub-relay: its upstream relay; default: this server)')
+  .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[]; certificate?: string; relay?: boolean; policyServer?: string }) => {
     await withStore(flags, async (store) => {
       const certificate = flags.certificate !== undefined ? await readFile(flags.certificate, 'utf8').catch((err: Error) => {
         throw capstanError('ERR_BAD_REQUEST', `cannot read --certificate ${flags.certificate}: ${err.message}`);
@@ -246,6 +247,7 @@ verb(nodes, 'add', 'add a node by address, or register a relay (POST /api/1/node
         host: flags.host, ...(flags.name && { name: flags.name }), ...(flags.id && { id: flags.id }),
         ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
         ...(certificate !== undefined && { certificate }), ...(flags.relay && { relay: true }),
+        ...(flags.policyServer !== undefined && { policy_server: flags.policyServer }),
       }));
       out(flags, { data: listView(node) }, () => `${node.id} added${node.relay ? ' as a relay' : ''}\n`);
     });

@@ -39,9 +39,10 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
 
-  // The top relay routes without a nodes list (it asks its sub-relays); no identity setting is
-  // relaxed anywhere.
-  await writeFile(join(dir, 'top.toml'), '[general]\nnode_id = "relay-top"\n\n[remote_run]\nlink_upstream = true\nconnect_wait = "2s"\n\n[nodes_sync]\nenabled = false\n\n[identity]\nclock_skew = "1s"\n');
+  // The top relay routes by the nodes list it syncs from the server: the agent is under
+  // relay-sub (its inventory names the relay it asked at /uuid), relay-sub under relay-top (as
+  // registered). No identity setting is relaxed anywhere.
+  await writeFile(join(dir, 'top.toml'), '[general]\nnode_id = "relay-top"\n\n[remote_run]\nlink_upstream = true\nconnect_wait = "2s"\n\n[identity]\nclock_skew = "1s"\n');
   const topArgs = ['-c', join(dir, 'top.toml'), '--spool-dir', join(dir, 'top'), '--upstream', server.url];
   const topId = await registerRelay(api, topArgs, { groups: ['relays'] });
   t.equal(topId.node_id, 'relay-top');
@@ -49,7 +50,7 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   t.teardown(() => top.stop());
   await writeFile(join(dir, 'sub.toml'), '[general]\nnode_id = "relay-sub"\n\n[remote_run]\nlink_upstream = true\n\n[identity]\nclock_skew = "1s"\n');
   const subArgs = ['-c', join(dir, 'sub.toml'), '--spool-dir', join(dir, 'sub'), '--upstream', top.url];
-  await registerRelay(api, subArgs, { groups: ['relays'] });
+  await registerRelay(api, subArgs, { groups: ['relays'], policy_server: 'relay-top' });
   const sub = await startProgram(BIN.relayd, [...subArgs, '--listen', '127.0.0.1:0', '--log-level', 'warn']);
   t.teardown(() => sub.stop());
   t.equal((await stat(join(dir, 'sub', 'relay.key'))).mode & 0o777, 0o600, 'the relay\'s key is 0600');
@@ -72,6 +73,8 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   t.equal(first.code, 0, first.stderr);
   const agentId = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
   await waitFor(async () => ((await api('GET', `/api/1/nodes/${agentId}`)).status === 200 ? true : undefined), 'the agent registered');
+  t.equal((await api('GET', `/api/1/nodes/${agentId}`)).json.data.policy_server, 'relay-sub', 'the agent names its relay by node id');
+  t.equal((await readFile(join(stateDir, 'policy-server'), 'utf8')).trim(), 'relay-sub', 'and remembers it');
   t.equal((await api('POST', `/api/1/nodes/${agentId}/accept`)).status, 200);
   const second = await runProgram(BIN.agent, ['run', ...agentArgs]);
   t.equal(second.code, 0, second.stderr);

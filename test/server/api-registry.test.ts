@@ -171,3 +171,21 @@ t.test('runs by time range; compliance per node, global, per rule and per direct
   t.match(res.text, /capstan_server_nodes\{status="unknown"\} 0/);
   t.match(res.text, /capstan_server_queue_depth\{kind="reports"\} 0/);
 });
+
+// Relays route by the chain of policy servers the nodes list gives: a sub-relay registered by an
+// admin is told which relay it is under (agents say so in their inventory).
+t.test('POST and PATCH nodes take policy_server (a node id, or null for the server); the relays\' nodes list gives it', async (t) => {
+  const { app, api } = await setup(t);
+  t.equal((await api('POST', '/api/1/nodes', { id: 'relay-sub', hostname: 'sub.example.com', policy_server: 'relay-top' })).status, 201);
+  t.equal((await api('GET', '/api/1/nodes/relay-sub')).json.data.policy_server, 'relay-top');
+  for (const bad of ['../x', '', 7, 'a b']) {
+    const r = await api('POST', '/api/1/nodes', { id: 'n9', hostname: 'n9', policy_server: bad });
+    t.match(r, { status: 400, json: { error: { code: 'ERR_BAD_REQUEST' } } }, JSON.stringify(bad));
+  }
+  t.equal((await api('PATCH', '/api/1/nodes/relay-sub', { policy_server: 'relay-dc2' })).json.data.policy_server, 'relay-dc2');
+  const listed = async () => JSON.parse((await app.inject({ method: 'GET', url: '/rudder/relay-api/1/nodes' })).body).data.nodes['relay-sub']['policy-server'];
+  t.equal(await listed(), 'relay-dc2');
+  t.equal((await api('PATCH', '/api/1/nodes/relay-sub', { policy_server: null })).json.data.policy_server, null);
+  t.equal(await listed(), loadServerConfig({}).general.node_id, 'null: directly under the server');
+  t.equal((await api('PATCH', '/api/1/nodes/relay-sub', { policy_server: '../x' })).status, 400);
+});

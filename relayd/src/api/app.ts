@@ -21,6 +21,12 @@ export interface BuildOptions {
   https?: HttpsOptions;
   /** The node list synced from the upstream, served as received to sub-relays (null: none yet). */
   nodesList?: () => { body: string; etag: string | null } | null;
+  /**
+   * Revalidate that list with the upstream first (rate-limited; null when not now): a sub-relay
+   * asks when it meets a node it does not know, and a copy older than that node would send it
+   * away (seen with an agent accepted a moment before, two relays down).
+   */
+  refreshNodesList?: () => Promise<unknown> | null;
 }
 
 const UPLOAD_PATH = new RegExp(`^/(${SPOOL_KINDS.join('|')})/`);
@@ -71,6 +77,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
   });
   // Sub-relays sync their node list from here: this relay's copy, byte for byte (same ETag).
   app.get('/rudder/relay-api/1/nodes', async (req, reply) => {
+    await opts.refreshNodesList?.()?.catch(() => undefined);
     const list = opts.nodesList?.() ?? null;
     if (!list) throw capstanError('ERR_NOT_FOUND', 'this relay has no nodes list synced from its upstream');
     if (list.etag) {

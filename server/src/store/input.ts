@@ -112,6 +112,7 @@ export function checkNodeCreate(n: NodeCreate): NodeCreate {
   if (n.tags !== undefined) out.tags = checkTags(n.tags);
   if (n.groups !== undefined) out.groups = checkGroups(n.groups);
   checkRelay(n.relay, n.certificate ?? null);
+  checkPolicyServer(n.policy_server);
   return out;
 }
 
@@ -125,6 +126,14 @@ function checkRelay(relay: unknown, certificate: string | null): void {
   if (relay && !certificate) throw capstanError('ERR_CERTIFICATE', 'a relay needs its certificate (the relay\'s UID=<node id> certificate, made at its first start)');
 }
 
+/** A policy server is named by its node id (null or absent: the root). */
+function checkPolicyServer(v: unknown): void {
+  if (v === undefined || v === null) return;
+  if (typeof v !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(v)) {
+    throw capstanError('ERR_BAD_REQUEST', 'policy_server must be the node id of a relay or of the server');
+  }
+}
+
 export function checkPatch(p: NodePatch): NodePatch {
   const out: NodePatch = { ...p };
   if (p.state !== undefined) text(p.state, 'state', 32);
@@ -134,6 +143,7 @@ export function checkPatch(p: NodePatch): NodePatch {
   if (p.tags !== undefined) out.tags = checkTags(p.tags);
   if (p.groups !== undefined) out.groups = checkGroups(p.groups);
   if (p.relay !== undefined && typeof p.relay !== 'boolean') throw capstanError('ERR_BAD_REQUEST', 'relay must be true or false');
+  checkPolicyServer(p.policy_server);
   return out;
 }
 

@@ -138,6 +138,7 @@ export function manualNode(n: NodeCreate, now: string): NodeRecord {
     certificate_fingerprint: n.certificate_fingerprint ?? null,
     accepted_at: now,
     relay: n.relay ?? false,
+    policy_server: n.policy_server ?? null,
   };
 }
 
@@ -192,6 +193,7 @@ export function withPatch(node: NodeRecord, patch: NodePatch, atRaw: string): No
     if (patch.relay && !node.certificate) throw capstanError('ERR_CERTIFICATE', `node ${node.id} has no certificate: a relay needs one`);
     fields.relay = patch.relay;
   }
+  if (patch.policy_server !== undefined) fields.policy_server = patch.policy_server;
   const changed = Object.entries(fields).some(([k, v]) => JSON.stringify(v) !== JSON.stringify(next[k as keyof NodeRecord]));
   if (!changed) return next;
   next = { ...next, ...fields, updated_at: later(next.updated_at, at) };

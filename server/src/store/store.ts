@@ -96,6 +96,11 @@ export interface NodeCreate {
   groups?: string[];
   /** A relay (needs a certificate: it renews its token by signed request like an agent). */
   relay?: boolean;
+  /**
+   * The node id of the relay (or server) this node talks to, as the nodes list gives relays to
+   * route by; agents report theirs in their inventory, a relay registered by an admin is told.
+   */
+  policy_server?: string | null;
 }
 
 /** What an admin may change on a node besides acceptance (PATCH). */
@@ -107,6 +112,8 @@ export interface NodePatch {
   tags?: Record<string, string>;
   groups?: string[];
   relay?: boolean;
+  /** See NodeCreate.policy_server (null: directly under the root). */
+  policy_server?: string | null;
 }
 
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */

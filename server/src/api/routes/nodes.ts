@@ -42,10 +42,11 @@ function optionalBoolean(body: Record<string, unknown>, name: string): boolean |
 
 /**
  * POST /api/1/nodes: `{host, name?, tags?, groups?, id?}` (by address) or `{id, hostname,
- * certificate?}`; `relay: true` (with the certificate) registers a relay.
+ * certificate?}`; `relay: true` (with the certificate) registers a relay; `policy_server` names
+ * the relay it is under (a sub-relay's upstream relay; default: the server).
  */
 export function createBody(raw: unknown): NodeCreate {
-  const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region', 'relay']);
+  const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region', 'relay', 'policy_server']);
   const host = optionalString(body, 'host');
   if (host !== undefined && !HOST.test(host)) throw capstanError('ERR_BAD_REQUEST', 'host must be a DNS name or an IP address');
   // The first API's hostname is a label as an agent reports it, checked as loosely as before.
@@ -76,12 +77,20 @@ export function createBody(raw: unknown): NodeCreate {
     certificate: certificate ?? null,
     certificate_fingerprint: certificate ? certificateFingerprint(certificate) : null,
     ...(relay !== undefined && { relay }),
+    ...(body.policy_server !== undefined && { policy_server: policyServer(body.policy_server) }),
   };
 }
 
-/** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?, relay?}`. */
+/** The relay (node id) a node talks to; null: directly under the server. */
+function policyServer(v: unknown): string | null {
+  if (v === null) return null;
+  if (typeof v !== 'string' || !NODE_ID.test(v)) throw capstanError('ERR_BAD_REQUEST', 'policy_server must be the node id of a relay or of the server, or null');
+  return v;
+}
+
+/** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?, relay?, policy_server?}`. */
 export function patchBody(raw: unknown): NodePatch {
-  const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups', 'relay']);
+  const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups', 'relay', 'policy_server']);
   if (Object.keys(body).length === 0) throw capstanError('ERR_BAD_REQUEST', 'nothing to change');
   const state = optionalString(body, 'state');
   if (state !== undefined && !STATE.test(state)) throw capstanError('ERR_BAD_REQUEST', 'state must be a lowercase word');
@@ -97,6 +106,7 @@ export function patchBody(raw: unknown): NodePatch {
   if (body.groups !== undefined) patch.groups = body.groups as string[];
   const relay = optionalBoolean(body, 'relay');
   if (relay !== undefined) patch.relay = relay;
+  if (body.policy_server !== undefined) patch.policy_server = policyServer(body.policy_server);
   return patch;
 }
 
