@@ -11,6 +11,7 @@ import { ChangeFeed, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
+import { PolicyHints } from '@capstan/relayd/cache/policies';
 
 const CHANGES = '/rudder/relay-api/1/policies/changes';
 
@@ -164,4 +165,18 @@ t.test('server → relay → sub-relay: changing a directive reaches the sub-rel
   t.not(fresh.headers.get('etag'), etag1, 'a new config id');
   const signed = (await fresh.json()) as { policy: string };
   t.match(JSON.parse(Buffer.from(signed.policy, 'base64').toString()), { node_id: 'n1', directives: [{ params: { content: 'v2\n' } }] });
+});
+
+// A relay's first poll is answered with a reset. It used to mark stale everything cached until
+// the answer arrived, so a copy cached while that poll was on its way was revalidated at once
+// (policy-apply's lying relay healed itself now and then, and its e2e check failed in CI).
+t.test('a reset marks stale only what was cached before its poll was sent', async (t) => {
+  const hints = new PolicyHints({ maxAgeMs: 3_600_000, log: silentLogger });
+  const askedAt = Date.now() - 1_000;
+  hints.apply({ cursor: 'c1', nodes: [], reset: true }, askedAt);
+  t.ok(hints.stale('a', askedAt - 1), 'cached before the poll: stale');
+  t.notOk(hints.stale('b', askedAt + 500), 'cached while the poll waited: still good');
+  hints.apply({ cursor: 'c2', nodes: ['b'], reset: false });
+  t.ok(hints.stale('b', askedAt + 500), 'until a hint names it');
+  t.notOk(hints.stale('c', Date.now() + 1), 'others keep theirs');
 });

@@ -84,12 +84,18 @@ export class PolicyHints {
     return confirmedAt <= this.staleBefore || confirmedAt <= (this.hinted.get(nodeId) ?? -1);
   }
 
-  /** Apply one answer of the upstream's feed. */
-  apply(a: ChangesAnswer): void {
+  /**
+   * Apply one answer of the upstream's feed; `askedAt` is when its poll was sent. A reset marks
+   * stale what was cached before that moment only: a copy fetched while the poll was waiting is
+   * newer than the feed's new start, and later changes come as hints. (Marking up to the answer's
+   * arrival made a copy cached a moment after the relay started look stale: it was revalidated at
+   * once, which made max_age a matter of timing.)
+   */
+  apply(a: ChangesAnswer, askedAt = Date.now()): void {
     const now = Date.now();
     this.polls++;
     if (a.reset) {
-      this.staleBefore = now;
+      this.staleBefore = Math.min(askedAt, now);
       this.hinted.clear();
       this.feed.reset();
       return;
@@ -108,6 +114,7 @@ export class PolicyHints {
       let saidUnsupported = false;
       while (!this.stopped) {
         try {
+          const askedAt = Date.now();
           const a = await poll(cursor, this.abort.signal);
           if (a === 'unsupported') {
             if (!saidUnsupported) this.opts.log.info('upstream has no policy change feed; cached policies follow max_age only');
@@ -115,7 +122,7 @@ export class PolicyHints {
             failures = 10; // check again now and then (an upgraded upstream)
             throw new Error('unsupported');
           }
-          this.apply(a);
+          this.apply(a, askedAt);
           cursor = a.cursor;
           failures = 0;
         } catch (err) {
