@@ -66,8 +66,9 @@ export const RELAYD_SCHEMA = {
     /**
      * Threads that write uploads of up to 1 MiB to disk (larger ones stream); 0: the event loop's
      * pool. Off by default on relays: they take ~50 µs of event-loop time off each upload, but
-     * each costs ~25 MB of RSS, and a relay's uploads are bounded by the disk's journal commits
-     * before its event loop (relay bench, 10,000 idle connections: same PUT/s, 141 → 175 MB).
+     * they cost RSS, and a relay's uploads are bounded by the disk's journal commits before its
+     * event loop (relay bench, 10,000 idle connections: same PUT/s; peak 141 MB without, 175 MB
+     * with one thread, 180–193 MB with two).
      */
     writer_threads: { type: 'integer', default: 0, min: 0, max: 16 },
   },

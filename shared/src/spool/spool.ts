@@ -274,8 +274,8 @@ export class Spool {
     state: { renamed: boolean }, opts: AcceptOptions,
   ): Promise<Accepted> {
     // Shared memory: the writer thread reads these very bytes (a plain buffer would be copied into
-    // the message and again into the thread's heap, which under load showed as tens of MB of
-    // RSS), while this thread keeps them for forwarding or ingest.
+    // the message and again into the thread's heap), while this thread keeps them for forwarding
+    // or ingest.
     const data = Buffer.from(new SharedArrayBuffer(declaredLength));
     let bytes = 0;
     for await (const c of body) {
