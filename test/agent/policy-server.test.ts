@@ -11,36 +11,46 @@ import t from 'tap';
 import { silentLogger } from '@capstan/shared';
 import { policyServerId } from '@capstan/agent/identity/policy-server';
 
-async function relay(t: { teardown: (fn: () => unknown) => void }, answer: (url: string) => [number, string]): Promise<string> {
+async function relay(t: { teardown: (fn: () => unknown) => void }, answer: (url: string) => [number, string]): Promise<{ url: string; asked: () => number }> {
+  let asked = 0;
   const server: Server = createServer((req, res) => {
+    asked++;
     const [status, body] = answer(req.url ?? '');
     res.writeHead(status, { 'content-type': 'text/plain' }).end(body);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise((r) => server.close(r)));
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, asked: () => asked };
 }
 
-t.test('the relay\'s id from /uuid, remembered for when the relay cannot answer', async (t) => {
+const DAY = 24 * 3600_000;
+
+t.test('the relay\'s id from /uuid, asked once a day or when the relay changes, remembered when it cannot answer', async (t) => {
   const state = t.testdir();
   let id = 'relay-dc1.a';
-  const url = await relay(t, (u) => (u === '/uuid' ? [200, `${id}\n`] : [404, '']));
-  t.equal(await policyServerId(url, state, 1000, silentLogger), 'relay-dc1.a');
-  t.equal((await readFile(join(state, 'policy-server'), 'utf8')).trim(), 'relay-dc1.a');
+  const r = await relay(t, (u) => (u === '/uuid' ? [200, `${id}\n`] : [404, '']));
+  const now = Date.now();
+  t.equal(await policyServerId(r.url, state, 1000, silentLogger, now), 'relay-dc1.a');
+  t.match(JSON.parse(await readFile(join(state, 'policy-server'), 'utf8')), { relay: r.url, id: 'relay-dc1.a' });
   id = 'relay-dc2';
-  t.equal(await policyServerId(url, state, 1000, silentLogger), 'relay-dc2', 'a new relay id replaces the old one');
-  // Unreachable: the last id the relay gave.
-  t.equal(await policyServerId('http://127.0.0.1:1', state, 1000, silentLogger), 'relay-dc2');
+  t.equal(await policyServerId(r.url, state, 1000, silentLogger, now + 60_000), 'relay-dc1.a', 'within a day: no request');
+  t.equal(r.asked(), 1);
+  t.equal(await policyServerId(r.url, state, 1000, silentLogger, now + DAY), 'relay-dc2', 'a day later: asked again');
+  // A day later still, the relay unreachable under the same URL is not possible to test on one
+  // port; another relay URL that does not answer: its host name (the old id was another relay's).
+  t.equal(await policyServerId('http://127.0.0.1:1', state, 1000, silentLogger, now + DAY), '127.0.0.1');
 });
 
-t.test('no id ever given: the relay\'s host name; a bad answer is not taken', async (t) => {
+t.test('no id ever given: the relay\'s host name; a bad or oversized answer is not taken', async (t) => {
   const state = t.testdir();
   const notFound = await relay(t, () => [404, 'nope']);
-  t.equal(await policyServerId(notFound, state, 1000, silentLogger), '127.0.0.1');
+  t.equal(await policyServerId(notFound.url, state, 1000, silentLogger), '127.0.0.1');
   const bad = await relay(t, () => [200, '../../etc/passwd']);
-  t.equal(await policyServerId(bad, state, 1000, silentLogger), '127.0.0.1');
-  await writeFile(join(state, 'policy-server'), 'root\n');
-  t.equal(await policyServerId(bad, state, 1000, silentLogger), 'root', 'the remembered id, not the bad answer');
+  t.equal(await policyServerId(bad.url, state, 1000, silentLogger), '127.0.0.1');
+  // Remembered for this relay a week ago, and now it answers nonsense: the remembered id.
+  await writeFile(join(state, 'policy-server'), JSON.stringify({ relay: bad.url, id: 'root', at: Date.now() - 7 * DAY }));
+  t.equal(await policyServerId(bad.url, state, 1000, silentLogger), 'root', 'the remembered id, not the bad answer');
   const huge = await relay(t, () => [200, 'x'.repeat(10_000)]);
-  t.equal(await policyServerId(huge, state, 1000, silentLogger), 'root', 'an oversized answer is refused');
+  await writeFile(join(state, 'policy-server'), 'not json');
+  t.equal(await policyServerId(huge.url, state, 1000, silentLogger), '127.0.0.1', 'an oversized answer is refused; a damaged file is ignored');
 });

@@ -4,8 +4,9 @@
  * relays, which route runs and files by that chain (relayd/src/data/nodes.ts): a host name there
  * matched no relay id, so nodes behind a sub-relay could not be found through a synced list.
  *
- * Asked of the relay (`GET /uuid`) at each run, remembered in the state directory for runs when
- * the relay cannot be reached; the relay's host name only when it never answered.
+ * Asked of the relay (`GET /uuid`) and remembered in the state directory with the relay's URL;
+ * asked again when the URL changes or a day has passed, so a run costs no extra request. While
+ * the relay never answered: the last id it gave, else its host name.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -13,13 +14,29 @@ import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent, type Logger } from '@caps
 import { httpRequest } from '../queue/http.js';
 
 const FILE = 'policy-server';
+const MAX_AGE_MS = 24 * 3600_000;
 /** A relay's or server's node id (relays' ids are not only agents' UUID-like form: `root`, `relay.dc1`). */
 const SERVER_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
-const isServerId = (s: string) => SERVER_ID.test(s);
 
-export async function policyServerId(relay: string, stateDir: string, timeoutMs: number, log: Logger): Promise<string> {
+interface Known {
+  relay: string;
+  id: string;
+  at: number;
+}
+
+async function known(file: string): Promise<Known | null> {
+  try {
+    const k = JSON.parse(await readFile(file, 'utf8')) as Known;
+    return typeof k.relay === 'string' && typeof k.id === 'string' && SERVER_ID.test(k.id) && Number.isFinite(k.at) ? k : null;
+  } catch {
+    return null;
+  }
+}
+
+export async function policyServerId(relay: string, stateDir: string, timeoutMs: number, log: Logger, now = Date.now()): Promise<string> {
   const file = join(stateDir, FILE);
-  const known = (await readFile(file, 'utf8').catch(() => '')).trim();
+  const last = await known(file);
+  if (last && last.relay === relay && now - last.at >= 0 && now - last.at < MAX_AGE_MS) return last.id;
   try {
     const res = await httpRequest({
       method: 'GET',
@@ -29,13 +46,14 @@ export async function policyServerId(relay: string, stateDir: string, timeoutMs:
       maxResponseBytes: 1024,
     });
     const id = res.body.toString('utf8').trim();
-    if (res.status === 200 && isServerId(id)) {
-      if (id !== known) await writeFile(file, `${id}\n`, { mode: 0o644 });
+    if (res.status === 200 && SERVER_ID.test(id)) {
+      await writeFile(file, `${JSON.stringify({ relay, id, at: now } satisfies Known)}\n`, { mode: 0o644 });
       return id;
     }
     log.debug({ status: res.status }, 'relay gave no node id at /uuid');
   } catch (err) {
     log.debug({ err }, 'relay node id not asked (unreachable)');
   }
-  return isServerId(known) ? known : new URL(relay).hostname;
+  // Not answered: what this relay said last time, however old; a host name only as a last resort.
+  return last && last.relay === relay ? last.id : new URL(relay).hostname;
 }
