@@ -6,7 +6,7 @@
  *
  * Asked of the relay (`GET /uuid`) and remembered in the state directory with the relay's URL;
  * asked again when the URL changes or a day has passed, so a run costs no extra request. While
- * the relay never answered: the last id it gave, else its host name.
+ * no answer comes: the last id a relay gave, else the relay's host name.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -54,6 +54,7 @@ export async function policyServerId(relay: string, stateDir: string, timeoutMs:
   } catch (err) {
     log.debug({ err }, 'relay node id not asked (unreachable)');
   }
-  // Not answered: what this relay said last time, however old; a host name only as a last resort.
-  return last && last.relay === relay ? last.id : new URL(relay).hostname;
+  // Not answered: the last id a relay gave, however old (a flapping policy_server would resend the
+  // inventory at every outage); a host name only when no relay ever answered.
+  return last ? last.id : new URL(relay).hostname;
 }
