@@ -12,7 +12,7 @@
 import { readFile } from 'node:fs/promises';
 import type { TokenCredential } from '@azure/core-auth';
 import { capstanError } from '../errors.js';
-import { envCredential, providerError } from './common.js';
+import { envCredential, probeReachable, providerError } from './common.js';
 import { regionKept } from './filters.js';
 import type { DiscoveredInstance, Driver, ManagerSpec } from './types.js';
 
@@ -96,13 +96,6 @@ export function azureDriver(spec: ManagerSpec, env: NodeJS.ProcessEnv = process.
 
   return {
     list: (signal) => list(signal),
-    async test(signal) {
-      try {
-        await list(signal, 1);
-        return { reachable: true };
-      } catch (err) {
-        return { reachable: false, error: (err as Error).message };
-      }
-    },
+    test: (signal) => probeReachable(() => list(signal, 1)),
   };
 }

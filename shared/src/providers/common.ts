@@ -21,3 +21,16 @@ export function providerError(where: string, err: unknown): CapstanError {
   const message = String(e?.message ?? err).replace(/\s+/g, ' ').slice(0, 500);
   return capstanError('ERR_PROVIDER', `${where}: ${code}${status ? ` (HTTP ${status})` : ''}: ${message}`, { cause: err });
 }
+
+/**
+ * A connection test: reachable when `probe` resolves (a listing of one page, a read of the hosts
+ * file), else unreachable with the error the cloud gave.
+ */
+export async function probeReachable(probe: () => Promise<unknown>): Promise<{ reachable: boolean; error?: string }> {
+  try {
+    await probe();
+    return { reachable: true };
+  } catch (err) {
+    return { reachable: false, error: (err as Error).message };
+  }
+}

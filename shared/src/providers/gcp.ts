@@ -12,6 +12,7 @@
  */
 import { capstanError } from '../errors.js';
 import { getJson } from './http.js';
+import { probeReachable } from './common.js';
 import { regionKept } from './filters.js';
 import { gcpTokenSource } from './gcp-auth.js';
 import type { DiscoveredInstance, Driver, ManagerSpec } from './types.js';
@@ -86,13 +87,6 @@ export function gcpDriver(spec: ManagerSpec, env: NodeJS.ProcessEnv = process.en
 
   return {
     list: (signal) => list(signal),
-    async test(signal) {
-      try {
-        await list(signal, 1);
-        return { reachable: true };
-      } catch (err) {
-        return { reachable: false, error: (err as Error).message };
-      }
-    },
+    test: (signal) => probeReachable(() => list(signal, 1)),
   };
 }

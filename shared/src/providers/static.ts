@@ -9,6 +9,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { capstanError } from '../errors.js';
+import { probeReachable } from './common.js';
 import type { DiscoveredInstance, Driver, ManagerSpec } from './types.js';
 
 interface Host {
@@ -70,13 +71,6 @@ export function staticDriver(spec: ManagerSpec): Driver {
       }
       return out;
     },
-    async test() {
-      try {
-        await hosts();
-        return { reachable: true };
-      } catch (err) {
-        return { reachable: false, error: (err as Error).message };
-      }
-    },
+    test: () => probeReachable(hosts),
   };
 }
