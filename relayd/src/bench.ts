@@ -161,6 +161,8 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
       relay.once('exit', (code) => reject(new Error(`relayd exited with ${code}`)));
       createInterface({ input: relay.stdout! }).on('line', (line) => {
         if (line.startsWith('{"ready":true')) resolve((JSON.parse(line) as { url: string }).url);
+        // Anything else the relay prints (warnings, --trace-gc with --node-flags) goes to stderr.
+        else process.stderr.write(`relayd: ${line}\n`);
       });
     });
     const { hostname, port } = new URL(url);

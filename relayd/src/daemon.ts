@@ -59,6 +59,8 @@ export async function startRelay(config: RelaydConfig, log: Logger, hooks: Relay
     minFreeBytes: config.spool.min_free_space,
     maxIncomingBytes: config.spool.max_size,
     writerThreads: config.spool.writer_threads,
+    recycleFiles: config.spool.recycle_files,
+    recycleBytes: config.spool.recycle_size,
   });
   await spool.init();
   const unlock = await lockSpool(config.spool.directory);
@@ -206,6 +208,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         pending: fwd.pending(),
         ...(usage ? { bytes: usage.bytes, quota: usage.quota } : {}),
         ...(free !== undefined ? { free_bytes: free } : {}),
+        recycled: spool.recycling,
       },
       upstream: {
         status: up.state === 'down' ? 'error' : 'success',

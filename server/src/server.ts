@@ -76,6 +76,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     root: join(dataDir, 'spool'),
     maxFileBytes: config.limits.max_body_size,
     writerThreads: config.processing.writer_threads,
+    recycleFiles: config.processing.recycle_files,
+    recycleBytes: config.processing.recycle_size,
   });
   await spool.init();
   // Today's run storage exists before the first run arrives (Postgres day partitions).

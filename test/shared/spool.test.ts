@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { capstanError, silentLogger, Spool, SpoolProcessor, type ProcessedEvent } from '@capstan/shared';
@@ -59,6 +59,120 @@ t.test('writer threads: many bodies at once are all written, a re-sent name repl
   // A closed spool's writer starts again on the next write.
   await spool.close();
   t.equal((await spool.acceptBuffer('reports', 'after-close.log', Buffer.from('x'))).bytes, 1);
+});
+
+for (const writerThreads of [0, 2]) t.test(`recycling: a removed file is kept in free/ and overwritten by the next upload (writer threads: ${writerThreads})`, async (t) => {
+  const root = t.testdir();
+  const spool = new Spool({ root, maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads, recycleFiles: 3, recycleBytes: 1 << 20 });
+  await spool.init();
+  t.teardown(() => spool.close());
+  const big = Buffer.alloc(9000, 'a');
+  await spool.acceptBuffer('reports', 'a.log', big);
+  const { ino } = await stat(join(spool.incomingDir('reports'), 'a.log'));
+  await spool.remove('reports', 'a.log');
+  t.same(await spool.list('reports'), []);
+  t.equal((await readdir(spool.freeDir)).length, 1, 'kept in free/');
+  t.same(spool.recycling, { files: 1, bytes: 9000, reused: 0 });
+  t.equal(spool.usage!.bytes, 0, 'no longer counts against the quota');
+
+  // A shorter body reuses the same inode and is cut to its own length: no byte of the old one is left.
+  const b = await spool.acceptBuffer('reports', 'b.log', Buffer.from('short body'));
+  const st = await stat(b.path);
+  t.equal(st.ino, ino, 'same file, overwritten');
+  t.equal(await readFile(b.path, 'utf8'), 'short body');
+  t.equal(b.sha256, createHash('sha256').update('short body').digest('hex'));
+  t.same(spool.recycling, { files: 0, bytes: 0, reused: 1 });
+  t.same(await readdir(spool.freeDir), []);
+
+  // A longer body into a reused short file grows it.
+  await spool.remove('reports', 'b.log');
+  const c = await spool.acceptBuffer('reports', 'c.log', big);
+  t.same(await readFile(c.path), big);
+
+  // The pool keeps at most 3 files: the others are unlinked.
+  for (let i = 0; i < 5; i++) await spool.acceptBuffer('reports', `n${i}.log`, Buffer.alloc(100 + i, i));
+  for (let i = 0; i < 5; i++) await spool.remove('reports', `n${i}.log`);
+  await spool.remove('reports', 'c.log');
+  t.equal((await readdir(spool.freeDir)).length, 3);
+  t.equal(spool.recycling.files, 3);
+
+  // A failed write into a reused file leaves nothing in incoming/, and the file is not handed out again.
+  await t.rejects(spool.accept('reports', 'bad.log', [Buffer.from('abc')], 5), { code: 'ERR_BAD_REQUEST' });
+  t.same(await spool.list('reports'), []);
+  t.equal((await readdir(spool.freeDir)).length, spool.recycling.files);
+
+  // A restart adopts what free/ holds; a file removed behind the spool's back is replaced by a new one.
+  await spool.close();
+  const again = new Spool({ root, maxFileBytes: 1 << 20, writerThreads, recycleFiles: 3 });
+  await again.init();
+  t.teardown(() => again.close());
+  const left = await readdir(again.freeDir);
+  t.equal(again.recycling.files, left.length);
+  for (const n of left) await rm(join(again.freeDir, n));
+  const d = await again.acceptBuffer('reports', 'd.log', Buffer.from('still written'));
+  t.equal(await readFile(d.path, 'utf8'), 'still written');
+  t.same(await readdir(join(root, 'tmp')), []);
+});
+
+for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one name never leave old bytes in a reused file (writer threads: ${writerThreads})`, async (t) => {
+  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20, writerThreads, recycleFiles: 4 });
+  await spool.init();
+  t.teardown(() => spool.close());
+  // The long copy finishes last but is renamed first... or not: either way the size of what is in
+  // place must be the one that counts when it is reused.
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const long = Buffer.alloc(20_000, 'L');
+  async function* slowShort() {
+    await gate;
+    yield Buffer.from('s');
+  }
+  const a = spool.accept('reports', 'x.log', slowShort(), 1);
+  const b = spool.acceptBuffer('reports', 'x.log', long);
+  await b;
+  release();
+  await a;
+  const inPlace = await readFile(join(spool.incomingDir('reports'), 'x.log'));
+  await spool.remove('reports', 'x.log');
+  t.equal(spool.recycling.files, 1);
+  t.equal(spool.recycling.bytes, inPlace.length, 'the pool counts the size of the file that was moved');
+  const c = await spool.acceptBuffer('reports', 'y.log', Buffer.from('tiny'));
+  t.equal(await readFile(c.path, 'utf8'), 'tiny', 'no old bytes left after the new body');
+});
+
+t.test('recycling off: free/ is emptied at start and removals unlink', async (t) => {
+  const root = t.testdir();
+  const first = new Spool({ root, maxFileBytes: 1024, writerThreads: 0 });
+  await first.init();
+  await first.acceptBuffer('reports', 'a.log', Buffer.from('x'));
+  await first.remove('reports', 'a.log');
+  t.equal((await readdir(first.freeDir)).length, 1);
+  await first.close();
+  const spool = new Spool({ root, maxFileBytes: 1024, writerThreads: 0, recycleFiles: 0 });
+  await spool.init();
+  t.same(await readdir(spool.freeDir), []);
+  await spool.acceptBuffer('reports', 'b.log', Buffer.from('y'));
+  await spool.remove('reports', 'b.log');
+  t.same(await readdir(spool.freeDir), []);
+  t.same(await spool.list('reports'), []);
+});
+
+t.test('disk space running short: the recycled files are released before an upload is refused', async (t) => {
+  const root = t.testdir();
+  const spool = new Spool({ root, maxFileBytes: 1 << 20, writerThreads: 0, recycleFiles: 8, recycleBytes: 8 << 20 });
+  await spool.init();
+  await spool.acceptBuffer('reports', 'a.log', Buffer.alloc(512 * 1024, 1));
+  await spool.remove('reports', 'a.log');
+  t.equal(spool.recycling.files, 1);
+  await spool.close();
+  // A reserve no file system can keep: free/ is given up first, then the upload is refused.
+  const tight = new Spool({ root, maxFileBytes: 1 << 20, writerThreads: 0, recycleFiles: 8, minFreeBytes: Number.MAX_SAFE_INTEGER });
+  await tight.init();
+  t.equal(tight.recycling.files, 1, 'adopted at start');
+  await t.rejects(tight.acceptBuffer('reports', 'b.log', Buffer.from('x')), { code: 'ERR_SPOOL_FULL' });
+  t.equal(tight.recycling.files, 0, 'released');
+  t.same(await readdir(tight.freeDir), []);
+  t.same(await tight.list('reports'), []);
 });
 
 t.test('a minimum free space reserve refuses uploads with ERR_SPOOL_FULL', async (t) => {

@@ -24,6 +24,8 @@ export interface RelayStatus {
     bytes?: number;
     quota?: number;
     free_bytes?: number;
+    /** Delivered files kept in free/ to be overwritten by the next uploads, and uploads that reused one since start. */
+    recycled: { files: number; bytes: number; reused: number };
   };
   upstream: ComponentStatus & { url: string; state: 'unknown' | 'up' | 'down'; last_contact?: string };
   nodes_list: ComponentStatus & {

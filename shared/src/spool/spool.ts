@@ -4,16 +4,20 @@
  * crash or `kill -9`. Layout under the root:
  *
  *   tmp/                         partial uploads (never processed; stale ones are swept)
+ *   free/                        delivered files kept to be overwritten by later uploads (recycle.ts)
  *   incoming/<kind>/<name>       complete files waiting to be forwarded or ingested
  *   failed/<kind>/<name>         permanently refused files, with <name>.reason beside them
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { close as fsClose, constants as fsc, fdatasync as fsFdatasync, fsync as fsFsync, open as fsOpen, writev as fsWritev } from 'node:fs';
+import {
+  close as fsClose, constants as fsc, fdatasync as fsFdatasync, fsync as fsFsync, ftruncate as fsFtruncate, open as fsOpen, writev as fsWritev,
+} from 'node:fs';
 import { promisify } from 'node:util';
 import { mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '../errors.js';
 import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
+import { FreePool, type FreeFile } from './recycle.js';
 import { SpoolWriter } from './writer.js';
 
 export interface SpoolOptions {
@@ -37,6 +41,13 @@ export interface SpoolOptions {
    * loop's thread pool, as large bodies always are. Default 2.
    */
   writerThreads?: number;
+  /**
+   * Delivered files kept in free/ to be overwritten by the next uploads instead of creating and
+   * deleting a file each time (recycle.ts), at most this many; 0: unlink them. Default 1024.
+   */
+  recycleFiles?: number;
+  /** ... and at most this many bytes together (default 64 MiB). Released when disk space runs short. */
+  recycleBytes?: number;
 }
 
 /** Bodies up to this size are read into memory and handed to a writer thread whole. */
@@ -65,6 +76,10 @@ const writevFd = promisify(fsWritev);
 const fsyncFd = promisify(fsFsync);
 const fdatasyncFd = promisify(fsFdatasync);
 const closeFd = promisify(fsClose);
+const ftruncateFd = promisify(fsFtruncate);
+
+/** Sizes of files in incoming/ remembered for their removal (beyond this, removal stats the file). */
+const MAX_SIZES_KNOWN = 65_536;
 
 /** What is left of `bufs` once its first `n` bytes are written (writev may write less than asked). */
 function skipBytes(bufs: Buffer[], n: number): Buffer[] {
@@ -105,6 +120,19 @@ export class Spool {
    */
   private readonly dirFds = new Map<string, Promise<number>>();
   private readonly writer: SpoolWriter | null;
+  private readonly pool: FreePool | null;
+  /**
+   * Size of each file this spool put in incoming/ ("kind/name"), for the pool and the quota at
+   * removal. Only sizes known for sure: none while an upload of that name is in progress, nor
+   * after two overlapped (which of them is in place then depends on the order of their renames).
+   * A reused file's size decides whether it is cut after the overwrite, so a wrong one would leave
+   * old bytes at its end; unknown sizes are read from the file once it is in free/.
+   */
+  private readonly sizes = new Map<string, number>();
+  /** Uploads in progress per "kind/name", and whether two of them overlapped. */
+  private readonly writing = new Map<string, { n: number; overlapped: boolean }>();
+  /** Files recycled (taken from free/ by an upload) since start. */
+  private reused = 0;
 
   constructor(opts: SpoolOptions) {
     this.root = opts.root;
@@ -114,10 +142,22 @@ export class Spool {
     this.maxKeptBytes = opts.maxKeptBytes ?? 16 * 1024 * 1024;
     const threads = opts.writerThreads ?? 2;
     this.writer = threads > 0 ? new SpoolWriter(threads) : null;
+    const recycleFiles = opts.recycleFiles ?? 1024;
+    this.pool = recycleFiles > 0 ? new FreePool(recycleFiles, opts.recycleBytes ?? 64 * 1024 * 1024, IN_MEMORY_MAX) : null;
+  }
+
+  get freeDir(): string {
+    return join(this.root, 'free');
+  }
+
+  /** Files waiting in free/ to be overwritten, and how many uploads reused one since start. */
+  get recycling(): { files: number; bytes: number; reused: number } {
+    return { files: this.pool?.count ?? 0, bytes: this.pool?.size ?? 0, reused: this.reused };
   }
 
   async init(): Promise<void> {
     await mkdir(join(this.root, 'tmp'), { recursive: true });
+    await this.adoptFree();
     for (const kind of SPOOL_KINDS) {
       await mkdir(this.incomingDir(kind), { recursive: true });
       await mkdir(this.failedDir(kind), { recursive: true });
@@ -167,15 +207,30 @@ export class Spool {
       this.incomingBytes += declaredLength;
     }
     const state = { renamed: false };
+    const key = `${kind}/${name}`;
+    this.sizes.delete(key);
+    const w = this.writing.get(key);
+    if (w) {
+      w.n++;
+      w.overlapped = true;
+    } else {
+      this.writing.set(key, { n: 1, overlapped: false });
+    }
     // Memory for bodies held whole (kept for the caller, or on their way to a writer thread) is
     // bounded across uploads, so that a burst of thousands stays bounded.
     const inMemory = this.writer !== null && declaredLength <= IN_MEMORY_MAX;
     const keep = (inMemory || declaredLength <= (opts.keepBytes ?? 0)) && this.keptInFlight + declaredLength <= this.maxKeptBytes;
     if (keep) this.keptInFlight += declaredLength;
     try {
-      if (keep && inMemory) return await this.writeWhole(kind, name, body, declaredLength, state, opts);
-      return await this.write(kind, name, body, declaredLength, state, keep ? opts : { ...opts, keepBytes: 0 });
+      const done = keep && inMemory
+        ? await this.writeWhole(kind, name, body, declaredLength, state, opts)
+        : await this.write(kind, name, body, declaredLength, state, keep ? opts : { ...opts, keepBytes: 0 });
+      const mine = this.writing.get(key)!;
+      if (!mine.overlapped && (this.sizes.size < MAX_SIZES_KNOWN)) this.sizes.set(key, done.bytes);
+      return done;
     } finally {
+      const mine = this.writing.get(key)!;
+      if (--mine.n === 0) this.writing.delete(key);
       if (keep) this.keptInFlight -= declaredLength;
       if (!state.renamed && this.maxIncomingBytes > 0) this.incomingBytes -= declaredLength;
     }
@@ -186,18 +241,11 @@ export class Spool {
     state: { renamed: boolean }, opts: AcceptOptions,
   ): Promise<Accepted> {
     const keepBytes = opts.keepBytes ?? 0;
-    const tmp = join(this.root, 'tmp', `${randomUUID()}.part`);
     const hash = createHash('sha256');
     let bytes = 0;
     // Plain descriptors rather than FileHandle objects: at thousands of uploads a second the
     // FileHandle's bookkeeping was the largest cost on the main thread (measured by the relay bench).
-    let fd: number;
-    try {
-      fd = await openFd(tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw capstanError('ERR_SPOOL_FULL', 'no space left in the spool', { cause: err });
-      throw err;
-    }
+    const { fd, path: tmp, reusedSize } = await this.openTarget(declaredLength);
     // Chunks are gathered and written together (one writev for a small file), at most this much
     // at once: with the socket paused meanwhile, that bounds an upload's memory whatever its size.
     const FLUSH = 256 * 1024;
@@ -231,6 +279,8 @@ export class Spool {
         throw capstanError('ERR_BAD_REQUEST', `body has ${bytes} bytes, Content-Length said ${declaredLength}`);
       }
       await flush();
+      // A reused file longer than this body is cut to it (its size is part of what fdatasync saves).
+      if (reusedSize > bytes) await ftruncateFd(fd, bytes);
       // fdatasync: the data and what reading it back needs (the size), not the timestamps; the
       // name is made durable by the rename and the directory fsync below.
       await fdatasyncFd(fd);
@@ -294,8 +344,12 @@ export class Spool {
     if (keep) opts.onWritten?.(data);
     const dest = join(this.incomingDir(kind), name);
     let written: { sha256: string; replaced: number };
+    const reuse = this.pool?.take(declaredLength) ?? null;
+    if (reuse) this.reused++;
     try {
-      written = await this.writer!.write(join(this.root, 'tmp', `${randomUUID()}.part`), dest, data);
+      written = reuse
+        ? await this.writer!.write(reuse.path, dest, data, reuse.size)
+        : await this.writer!.write(join(this.root, 'tmp', `${randomUUID()}.part`), dest, data);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw capstanError('ERR_SPOOL_FULL', 'no space left in the spool', { cause: err });
       throw err;
@@ -371,6 +425,13 @@ export class Spool {
       this.freeSeen = Number(s.bavail) * Number(s.bsize);
       this.freeCheckedAt = now;
     }
+    if (this.freeSeen - need < this.minFreeBytes && (this.pool?.count ?? 0) > 0) {
+      // The files kept for reuse go first: they are only there to save work.
+      await this.releaseFree();
+      const s = await statfs(this.root);
+      this.freeSeen = Number(s.bavail) * Number(s.bsize);
+      this.freeCheckedAt = Date.now();
+    }
     if (this.freeSeen - need < this.minFreeBytes) {
       throw capstanError('ERR_SPOOL_FULL', `spool file system has ${this.freeSeen} bytes free, keeping ${this.minFreeBytes} in reserve`);
     }
@@ -395,17 +456,89 @@ export class Spool {
       .map((x) => x.n);
   }
 
+  /**
+   * A file is done with: kept in free/ for a later upload to overwrite when the pool has room
+   * (recycle.ts), unlinked otherwise. Not through a writer thread: there it would wait behind a
+   * pass of fdatasyncs, and the caller (a forward's slot) with it.
+   */
   async remove(kind: SpoolKind, name: string): Promise<void> {
     const path = join(this.incomingDir(kind), name);
-    const size = this.maxIncomingBytes > 0 ? (await stat(path).catch(() => null))?.size : undefined;
+    const key = `${kind}/${name}`;
+    // While an upload of the same name is in progress, the file renamed here may be either copy.
+    let size = this.writing.has(key) ? undefined : this.sizes.get(key);
+    this.sizes.delete(key);
     try {
-      // Not through a writer thread: there it would wait behind a pass of fdatasyncs, and the
-      // caller (a forward's slot) with it.
-      await unlink(path);
-      if (size !== undefined) this.incomingBytes -= size;
+      if (this.pool && size === undefined) {
+        // Size unknown: move the file out of the way first, then read the size of what was moved.
+        const dest = join(this.freeDir, randomUUID());
+        await rename(path, dest);
+        size = (await stat(dest)).size;
+        if (this.pool.reserve(size)) this.pool.put({ path: dest, size }, true);
+        else await unlink(dest);
+      } else if (this.pool && size !== undefined && this.pool.reserve(size)) {
+        const dest = join(this.freeDir, randomUUID());
+        try {
+          await rename(path, dest);
+        } catch (err) {
+          this.pool.release(size);
+          throw err;
+        }
+        this.pool.put({ path: dest, size }, true);
+      } else {
+        if (size === undefined && this.maxIncomingBytes > 0) size = (await stat(path).catch(() => null))?.size;
+        await unlink(path);
+      }
+      if (size !== undefined && this.maxIncomingBytes > 0) this.incomingBytes -= size;
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
     }
+  }
+
+  /**
+   * The descriptor an upload writes to: a file from free/ opened for overwriting when the pool has
+   * one (its old size, to cut it to the new one), else a new temp file.
+   */
+  private async openTarget(size: number): Promise<{ fd: number; path: string; reusedSize: number }> {
+    const reuse = this.pool?.take(size) ?? null;
+    try {
+      if (reuse) {
+        try {
+          const fd = await openFd(reuse.path, fsc.O_WRONLY);
+          this.reused++;
+          return { fd, path: reuse.path, reusedSize: reuse.size };
+        } catch (err) {
+          // Removed behind our back (an admin cleaning free/): a new file will do.
+          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+        }
+      }
+      const path = join(this.root, 'tmp', `${randomUUID()}.part`);
+      return { fd: await openFd(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640), path, reusedSize: 0 };
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOSPC') throw capstanError('ERR_SPOOL_FULL', 'no space left in the spool', { cause: err });
+      throw err;
+    }
+  }
+
+  /**
+   * At start: what free/ holds from before is adopted up to the pool's limits, the rest (and all
+   * of it when recycling is off) is unlinked. Contents do not matter: each is overwritten whole.
+   */
+  private async adoptFree(): Promise<void> {
+    await mkdir(this.freeDir, { recursive: true });
+    for (const n of await readdir(this.freeDir)) {
+      const p = join(this.freeDir, n);
+      const s = await stat(p).catch(() => null);
+      if (!s) continue;
+      if (s.isFile() && this.pool?.reserve(s.size)) this.pool.put({ path: p, size: s.size }, true);
+      else await rm(p, { recursive: true, force: true });
+    }
+  }
+
+  /** Unlink every file in free/ (disk space is running short: they are only an optimisation). */
+  private async releaseFree(): Promise<number> {
+    const files: FreeFile[] = this.pool?.drain() ?? [];
+    await Promise.all(files.map((f) => unlink(f.path).catch(() => {})));
+    return files.reduce((n, f) => n + f.size, 0);
   }
 
   /** Move a file to failed/ with a one-line reason beside it; the bytes are kept, never dropped. */
@@ -415,6 +548,7 @@ export class Spool {
     const size = this.maxIncomingBytes > 0 ? (await stat(src).catch(() => null))?.size : undefined;
     await writeFile(`${dest}.reason`, `${new Date().toISOString()} ${reason.replace(/\s+/g, ' ')}\n`);
     await rename(src, dest);
+    this.sizes.delete(`${kind}/${name}`);
     if (size !== undefined) this.incomingBytes -= size;
   }
 

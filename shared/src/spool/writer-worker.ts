@@ -6,12 +6,13 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  closeSync, constants as fsc, fdatasyncSync, fsyncSync, openSync, renameSync, rmSync, statSync, writeSync,
+  closeSync, constants as fsc, fdatasyncSync, fstatSync, fsyncSync, ftruncateSync, openSync, renameSync, rmSync, statSync, writeSync,
 } from 'node:fs';
 import { dirname } from 'node:path';
 import { parentPort } from 'node:worker_threads';
 
-export type WriterRequest = { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array };
+/** `reusedSize`: `tmp` is a file from spool/free/ of that size, overwritten in place (recycle.ts). */
+export type WriterRequest = { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array; reusedSize?: number };
 
 export type WriterReply =
   | { id: number; ok: true; sha256?: string; replaced?: number }
@@ -33,11 +34,13 @@ function dirFd(dir: string): number {
 }
 
 function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: string; replaced: number } {
-  const fd = openSync(req.tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640);
+  const fd = openTarget(req);
   let ok = false;
   try {
     let off = 0;
     while (off < req.data.length) off += writeSync(fd, req.data, off, req.data.length - off);
+    // A reused file longer than the body is cut to it; its size is read here, not trusted.
+    if (req.reusedSize !== undefined && fstatSync(fd).size > req.data.length) ftruncateSync(fd, req.data.length);
     fdatasyncSync(fd);
     ok = true;
   } finally {
@@ -59,6 +62,19 @@ function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: stri
     throw err;
   }
   return { sha256, replaced };
+}
+
+/** The file to write: the reused one when it is still there, else a new one at that path. */
+function openTarget(req: WriterRequest): number {
+  if (req.reusedSize !== undefined) {
+    try {
+      return openSync(req.tmp, fsc.O_WRONLY);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      req.reusedSize = undefined;
+    }
+  }
+  return openSync(req.tmp, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL, 0o640);
 }
 
 function failure(id: number, err: unknown): WriterReply {

@@ -49,9 +49,13 @@ export class SpoolWriter {
     this.threads = Array.from({ length: size }, () => null);
   }
 
-  /** Write `data` to `tmp`, fdatasync, rename to `dest`, fsync its directory. */
-  write(tmp: string, dest: string, data: Uint8Array): Promise<{ sha256: string; replaced: number }> {
-    return this.send({ op: 'write', tmp, dest, data } satisfies Omit<WriteRequest, 'id'>).then((r) => ({
+  /**
+   * Write `data` to `tmp`, fdatasync, rename to `dest`, fsync its directory. With `reusedSize`,
+   * `tmp` is an existing file of that size to overwrite (spool/free/, recycle.ts), not a new one.
+   */
+  write(tmp: string, dest: string, data: Uint8Array, reusedSize?: number): Promise<{ sha256: string; replaced: number }> {
+    const req: Omit<WriteRequest, 'id'> = reusedSize === undefined ? { op: 'write', tmp, dest, data } : { op: 'write', tmp, dest, data, reusedSize };
+    return this.send(req).then((r) => ({
       sha256: r.sha256!,
       replaced: r.replaced ?? 0,
     }));
