@@ -35,6 +35,8 @@ export interface BenchOptions {
   dir?: string;
   /** The relay's `[spool] writer_threads` (default: the relay's own default). */
   writerThreads?: number;
+  /** The relay's `[spool] recycle_files` (default: the relay's own default). */
+  recycleFiles?: number;
   /** Node flags for the relay; default those of packaging/systemd/capstan-relayd.service. */
   nodeFlags?: string[];
   log?: (line: string) => void;
@@ -151,7 +153,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
   const up = await sink();
   // The idle connections carry no node token (this process has no identity to sign one with);
   // a token is checked once per connection, so what is measured here is the holding.
-  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n${opts.writerThreads !== undefined ? `[spool]\nwriter_threads = ${opts.writerThreads}\n` : ''}`);
+  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n[spool]\n${opts.writerThreads !== undefined ? `writer_threads = ${opts.writerThreads}\n` : ''}${opts.recycleFiles !== undefined ? `recycle_files = ${opts.recycleFiles}\n` : ''}`);
   const relay = spawn(process.execPath, [
     ...(opts.nodeFlags ?? SERVICE_NODE_FLAGS),
     CLI, '--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', up.url, '--log-level', 'warn',
@@ -242,7 +244,7 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const dirArg = process.argv.indexOf('--dir');
   benchRelay({
     files: arg('files'), size: arg('size'), idle: arg('idle'), connections: arg('connections'), forwardConcurrency: arg('forward'),
-    writerThreads: arg('writer-threads'),
+    writerThreads: arg('writer-threads'), recycleFiles: arg('recycle-files'),
     dir: dirArg > 0 ? process.argv[dirArg + 1] : undefined,
     ...(process.argv.includes('--default-heap') ? { nodeFlags: [] } : {}),
     // `--node-flags "--max-semi-space-size=8 …"`: try other flags for the relay.

@@ -263,7 +263,7 @@ export class SpoolProcessor extends EventEmitter {
 
   private async run(name: string): Promise<void> {
     const started = Date.now();
-    const path = join(this.dir, name);
+    const path = `${this.dir}/${name}`;
     // Made only when there is something to say: a child logger per file costs at thousands a second.
     const log = () => this.o.log.child({ file: name, kind: this.o.kind });
     try {
