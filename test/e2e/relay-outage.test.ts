@@ -3,7 +3,9 @@
  * in system/status and /metrics, and delivers everything exactly once when the upstream is back.
  * Then a crash: SIGKILL while 500 PUTs are in flight and the upstream is down; after a restart
  * and the upstream's return, every file that got a 2xx arrives exactly once, nothing that
- * arrives is partial, and no partial upload is left anywhere in the spool.
+ * arrives is partial, and no partial upload is left anywhere in the spool. And a crash while
+ * delivered files are being overwritten in free/ (recycling, upstream up) leaves nothing partial
+ * in incoming/ and sends nothing partial upstream.
  */
 import { randomBytes } from 'node:crypto';
 import { readdir, readFile } from 'node:fs/promises';
@@ -133,5 +135,82 @@ t.test('SIGKILL with 500 PUTs in flight and the upstream down loses nothing ackn
   const extra = failed.filter((o) => up.counts.has(o.sha)).length;
   t.comment(`${extra} of the ${failed.length} cut-off uploads had been renamed into place before the kill and were delivered whole`);
   t.same(await readdir(join(spool, 'failed', 'reports')), [], 'nothing failed');
+  t.equal(await second.signal('SIGTERM'), 0);
+});
+
+t.test('SIGKILL while delivered files are being overwritten in free/: nothing partial ever reaches incoming/ or the upstream', async (t) => {
+  const dir = t.testdir();
+  const spool = join(dir, 'spool');
+  const port = await freePort();
+  const up = new CountingUpstream();
+  t.teardown(() => up.stop());
+  await up.start(port);
+  const args = ['--listen', '127.0.0.1:0', '--spool-dir', spool, '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error'];
+  const first = await startRelayd(args);
+  t.teardown(() => first.signal('SIGKILL'));
+  const pool = new Pool(first.url, { connections: 300, pipelining: 0 });
+  const sent = new Set<string>();
+  const acked: string[] = [];
+  const release: Array<() => void> = [];
+  let failures = 0;
+  // Sizes vary, so that a reused file is sometimes longer than its new body (cut) or shorter (grown).
+  const upload = async (i: number, stall: boolean) => {
+    const size = 1024 + ((i * 7919) % 40_000);
+    const body = randomBytes(size);
+    sent.add(sha256(body));
+    const stream = stall
+      ? Readable.from((async function* () {
+          yield body.subarray(0, size >> 1);
+          await new Promise<void>((r) => release.push(r));
+          yield body.subarray(size >> 1);
+        })())
+      : body;
+    try {
+      const res = await pool.request({ method: 'PUT', path: `/reports/${encodeURIComponent(runName(NODE, i))}`, body: stream, headers: { 'content-length': String(size) } });
+      await res.body.dump();
+      if (res.statusCode === 201) acked.push(sha256(body));
+      else failures++;
+    } catch {
+      failures++;
+    }
+  };
+
+  // Fill free/ with delivered files.
+  for (let k = 0; k < 200; k += 20) await Promise.all(Array.from({ length: 20 }, (_, j) => upload(k + j, false)));
+  const status = async (url: string) => ((await (await fetch(`${url}/rudder/relay-api/1/system/status`)).json()) as any).data;
+  await until(() => (up.received.length >= 200 ? true : undefined), 'the first 200 delivered', 30_000);
+  // As many files wait in free/ as were in flight at once; the uploads below take them again.
+  await until(async () => ((await status(first.url)).spool.recycled.files >= 10 ? true : undefined), 'delivered files kept in free/', 30_000);
+
+  // Uploads that stall mid-body (writing into reused files), then a stream of whole ones, and the kill among them.
+  const stalled = Array.from({ length: 100 }, (_, k) => upload(1000 + k, true));
+  await until(() => (release.length >= 80 ? true : undefined), 'uploads stalled mid-body');
+  let next = 2000;
+  const before = acked.length;
+  const fast = Array.from({ length: 20 }, async () => {
+    while (next < 2300) await upload(next++, false);
+  });
+  await until(() => (acked.length >= before + 60 ? true : undefined), 'uploads acknowledged while files are reused');
+  t.ok((await status(first.url)).spool.recycled.reused >= 10, 'uploads were written into reused files');
+  t.equal(await first.signal('SIGKILL'), null, 'killed');
+  release.forEach((r) => r());
+  await Promise.all([...stalled, ...fast]);
+  await pool.close().catch(() => {});
+  t.ok(failures >= 80, `${failures} uploads cut off by the kill`);
+
+  for (const name of await readdir(join(spool, 'incoming', 'reports'))) {
+    if (!sent.has(sha256(await readFile(join(spool, 'incoming', 'reports', name))))) t.fail(`partial file in incoming/: ${name}`);
+  }
+  const second = await startRelayd(args);
+  t.teardown(() => second.signal('SIGTERM'));
+  await until(async () => {
+    const s = await status(second.url);
+    return s.spool.incoming.reports === 0 && s.spool.pending.reports === 0 ? true : undefined;
+  }, 'the spool to drain', 30_000);
+  const missing = acked.filter((sha) => !up.counts.has(sha));
+  t.same(missing, [], `all ${acked.length} acknowledged files arrived`);
+  t.ok([...up.counts.keys()].every((sha) => sent.has(sha)), 'nothing partial arrived upstream');
+  t.same(await readdir(join(spool, 'failed', 'reports')), [], 'nothing failed');
+  t.ok((await status(second.url)).spool.recycled.files > 0, 'free/ adopted by the restarted relay');
   t.equal(await second.signal('SIGTERM'), 0);
 });
