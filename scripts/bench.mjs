@@ -21,7 +21,7 @@ import { EXTERNAL, runExternal } from '../bench/lib/external.mjs';
 import { CACHE_DIR, prepareFleet } from '../bench/lib/fixtures.mjs';
 import { benchFloor, floorBreakdown } from '../bench/lib/floor.mjs';
 import { benchIngest } from '../bench/lib/ingest.mjs';
-import { PG_URL, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
+import { PG_URL, pgCheckpoint, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
 import { mainThreadProfile, summarizeProfile } from '../bench/lib/profile.mjs';
 import { judge, writeResults } from '../bench/lib/report.mjs';
 
@@ -196,6 +196,7 @@ try {
   for (const b of EXTERNAL) {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
+    await settle();
     const opts = b.id === 'registry'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       : b.id === 'relay' ? { log: progress } : {};
@@ -208,6 +209,22 @@ try {
   }
 } finally {
   await rm(work, { recursive: true, force: true });
+}
+
+/**
+ * Between benchmarks: the previous one's dirty pages (its spools, SQLite files, PostgreSQL's
+ * buffers) written out and a moment of quiet, so that a benchmark bounded by fsync latency (the
+ * relay's) is not measured against another's deferred writes. (Without it, one run measured the
+ * relay at 2,462 PUT/s right after the ingest benchmarks, against 3,190–3,573 in runs of its own.)
+ */
+async function settle() {
+  if (!pgReason) await pgCheckpoint();
+  try {
+    execFileSync('sync');
+  } catch {
+    // no sync(1): the pause alone
+  }
+  await new Promise((r) => setTimeout(r, 2000));
 }
 
 results.machine.loadavgEnd = round1(loadavg());

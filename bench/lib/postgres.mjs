@@ -50,6 +50,15 @@ export async function pgVersion(url = PG_URL) {
   return withClient(url, async (c) => String((await c.query('SHOW server_version')).rows[0].server_version));
 }
 
+/**
+ * Write out what PostgreSQL still holds dirty (a checkpoint), so that the next benchmark's fsyncs
+ * do not compete with the previous one's deferred writes. Errors are ignored: it only helps.
+ * @param {string} url
+ */
+export async function pgCheckpoint(url = PG_URL) {
+  await withClient(url, (c) => c.query('CHECKPOINT')).catch(() => undefined);
+}
+
 /** A new empty database (for a server process, which takes a URL and uses its default schema). */
 export async function freshDatabase(url = PG_URL) {
   const name = `capstan_bench_${randomBytes(6).toString('hex')}`;
