@@ -118,6 +118,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       upstreamUp: () => (forwarder?.upstream.state === 'unknown' || !forwarder ? null : forwarder.upstream.state === 'up'),
       agentConnections: () => hub.size,
       spoolUsage: () => spool.usage,
+      recycling: () => spool.recycling,
     },
     { processMetrics: hooks.processMetrics },
   );

@@ -20,6 +20,8 @@ export interface MetricsSources {
   agentConnections(): number;
   /** Bytes waiting in the spool against its quota, when one is set. */
   spoolUsage(): { bytes: number; quota: number } | null;
+  /** Delivered files kept in free/ for reuse, and uploads that reused one since start. */
+  recycling(): { files: number; bytes: number; reused: number };
 }
 
 export class Metrics {
@@ -86,6 +88,26 @@ export class Metrics {
       collect() {
         const u = sources.spoolUsage();
         if (u) this.set(u.bytes);
+      },
+    });
+    let reusedSeen = 0;
+    new Gauge({
+      name: 'capstan_relayd_spool_free_files',
+      help: 'Delivered files kept in free/ to be overwritten by the next uploads.',
+      registers,
+      collect() {
+        this.set(sources.recycling().files);
+      },
+    });
+    new Counter({
+      name: 'capstan_relayd_spool_reused_files_total',
+      help: 'Uploads written over a file from free/ instead of a new file (a low share under load: free/ ran dry, files are piling up).',
+      registers,
+      collect() {
+        // The spool counts since start; the counter is brought up to it at each scrape.
+        const { reused } = sources.recycling();
+        if (reused > reusedSeen) this.inc(reused - reusedSeen);
+        reusedSeen = reused;
       },
     });
     new Gauge({

@@ -192,6 +192,9 @@ t.test('SIGKILL while delivered files are being overwritten in free/: nothing pa
   });
   await until(() => (acked.length >= before + 60 ? true : undefined), 'uploads acknowledged while files are reused');
   t.ok((await status(first.url)).spool.recycled.reused >= 10, 'uploads were written into reused files');
+  const metrics = await (await fetch(`${first.url}/metrics`)).text();
+  t.ok(Number(/^capstan_relayd_spool_reused_files_total (\d+)$/m.exec(metrics)?.[1]) >= 10, 'and /metrics counts them');
+  t.match(metrics, /^capstan_relayd_spool_free_files \d+$/m);
   t.equal(await first.signal('SIGKILL'), null, 'killed');
   release.forEach((r) => r());
   await Promise.all([...stalled, ...fast]);
