@@ -140,6 +140,35 @@ for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one
   t.equal(await readFile(c.path, 'utf8'), 'tiny', 'no old bytes left after the new body');
 });
 
+t.test('recycling: a symbolic link planted in free/ is removed at start, never written through', async (t) => {
+  const root = t.testdir({ 'target.txt': 'keep me' });
+  const first = new Spool({ root: join(root, 'spool'), maxFileBytes: 1024, writerThreads: 0 });
+  await first.init();
+  await first.close();
+  const { symlink } = await import('node:fs/promises');
+  await symlink(join(root, 'target.txt'), join(first.freeDir, 'planted'));
+  const spool = new Spool({ root: join(root, 'spool'), maxFileBytes: 1024, writerThreads: 0 });
+  await spool.init();
+  t.same(await readdir(spool.freeDir), [], 'the link is gone');
+  t.equal(spool.recycling.files, 0);
+  await spool.acceptBuffer('reports', 'a.log', Buffer.from('new body'));
+  t.equal(await readFile(join(root, 'target.txt'), 'utf8'), 'keep me');
+  // A link swapped in for a file already adopted is not followed either: that upload gets a new file.
+  for (const writerThreads of [0, 2]) {
+    const s2 = new Spool({ root: join(root, `spool${writerThreads}`), maxFileBytes: 1024, writerThreads });
+    await s2.init();
+    t.teardown(() => s2.close());
+    await s2.acceptBuffer('reports', 'b.log', Buffer.from('first'));
+    await s2.remove('reports', 'b.log');
+    const [kept] = await readdir(s2.freeDir);
+    await rm(join(s2.freeDir, kept!));
+    await symlink(join(root, 'target.txt'), join(s2.freeDir, kept!));
+    const c = await s2.acceptBuffer('reports', 'c.log', Buffer.from('second'));
+    t.equal(await readFile(c.path, 'utf8'), 'second', `written to a new file (writer threads: ${writerThreads})`);
+    t.equal(await readFile(join(root, 'target.txt'), 'utf8'), 'keep me');
+  }
+});
+
 t.test('recycling off: free/ is emptied at start and removals unlink', async (t) => {
   const root = t.testdir();
   const first = new Spool({ root, maxFileBytes: 1024, writerThreads: 0 });

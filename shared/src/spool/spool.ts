@@ -13,7 +13,7 @@ import {
   closeSync, openSync, writevSync, close as fsClose, constants as fsc, fdatasync as fsFdatasync, fsync as fsFsync, ftruncate as fsFtruncate, open as fsOpen, writev as fsWritev,
 } from 'node:fs';
 import { promisify } from 'node:util';
-import { mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '../errors.js';
 import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
@@ -523,12 +523,15 @@ export class Spool {
       if (reuse) {
         try {
           // Blocking: the inode was in use moments ago (cached), so this is a few µs (see SYNC_WRITE_MAX).
-          const fd = openSync(reuse.path, fsc.O_WRONLY);
+          const fd = openSync(reuse.path, fsc.O_WRONLY | fsc.O_NOFOLLOW);
           this.reused++;
           return { fd, path: reuse.path, reusedSize: reuse.size };
         } catch (err) {
-          // Removed behind our back (an admin cleaning free/): a new file will do.
-          if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+          // Removed behind our back (an admin cleaning free/), or replaced by a link (ELOOP, not
+          // followed): dropped, and a new file will do.
+          const code = (err as NodeJS.ErrnoException).code;
+          if (code !== 'ENOENT' && code !== 'ELOOP') throw err;
+          if (code === 'ELOOP') await unlink(reuse.path).catch(() => {});
         }
       }
       const path = `${this.dirs.tmp}/${randomUUID()}.part`;
@@ -547,7 +550,8 @@ export class Spool {
     await mkdir(this.freeDir, { recursive: true });
     for (const n of await readdir(this.freeDir)) {
       const p = join(this.freeDir, n);
-      const s = await stat(p).catch(() => null);
+      // lstat: only regular files are adopted (a link planted in free/ is removed, never written through).
+      const s = await lstat(p).catch(() => null);
       if (!s) continue;
       if (s.isFile() && this.pool?.reserve(s.size)) this.pool.put({ path: p, size: s.size }, true);
       else await rm(p, { recursive: true, force: true });

@@ -68,9 +68,12 @@ function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: stri
 function openTarget(req: WriterRequest): number {
   if (req.reusedSize !== undefined) {
     try {
-      return openSync(req.tmp, fsc.O_WRONLY);
+      return openSync(req.tmp, fsc.O_WRONLY | fsc.O_NOFOLLOW);
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      // Gone, or replaced by a link (ELOOP: not followed): a new file at that path instead.
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ELOOP') throw err;
+      if (code === 'ELOOP') rmSync(req.tmp, { force: true });
       req.reusedSize = undefined;
     }
   }
