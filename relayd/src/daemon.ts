@@ -276,6 +276,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   // certificate (made at the first such start), and its relay token, renewed by signed request.
   const relayToken = needsRelayToken(config) ? await RelayToken.open({ config, upstream, log }) : null;
   const relayAuth = relayToken ? { auth: () => relayToken.authorization(), refused: () => relayToken.refused() } : {};
+  if (relayToken) context.ownAuthorization = () => relayToken.authorization();
   app = buildApp(context, { ...(listenerTls ? { https: listenerTls } : {}), nodesList: () => nodesSync?.served ?? null, refreshNodesList: () => nodesSync?.refreshOnMiss() ?? null });
   // Sub-relays' provider calls go up like everything else; this relay hosts its own managers.
   providerForwardRoutes(app, upstream, config.upstream.timeout);

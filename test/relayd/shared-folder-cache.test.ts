@@ -181,8 +181,22 @@ t.test('the real server is a shared-folder upstream', async (t) => {
   const shared = join(dir, 'shared');
   mkdirSync(join(shared, 'sub'), { recursive: true });
   writeFileSync(join(shared, 'sub', 'file.txt'), 'from the server\n');
+  // The server asks for a node token (identity.require_token, its default), as for policies: a
+  // request with none, passed on by a relay without an identity, is refused and the relay says so.
+  const guarded = await startServer(
+    loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'guarded'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'policy.shared_folder': shared } }),
+    silentLogger,
+  );
+  t.teardown(() => guarded.close());
+  t.equal((await fetch(`${guarded.url}${PREFIX}sub/file.txt`)).status, 401, 'the server refuses an anonymous download');
+  const toGuarded = await startTestRelay(t, relayConfig(guarded.url), { dir: join(dir, 'to-guarded') });
+  const refused = await fetch(`${toGuarded.url}${PREFIX}sub/file.txt`);
+  t.equal(refused.status, 401, 'the relay answers the refusal as is (the agent renews its token), not 502');
+  t.equal((await fetch(`${toGuarded.url}${PREFIX}sub/file.txt`, { method: 'HEAD' })).status, 401);
+
+  // Agents without tokens (RUDDER's): the server is told not to ask for them.
   const srv = await startServer(
-    loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'policy.shared_folder': shared } }),
+    loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'policy.shared_folder': shared, 'identity.require_token': false } }),
     silentLogger,
   );
   t.teardown(() => srv.close());
@@ -200,4 +214,45 @@ t.test('the real server is a shared-folder upstream', async (t) => {
   t.equal(await viaLeaf(), 'from the server\n');
   writeFileSync(join(shared, 'sub', 'file.txt'), 'changed at the server\n');
   t.equal(await viaLeaf(), 'changed at the server\n', 'the sub-relay revalidates through its relay, which revalidates at the server');
+});
+
+t.test('upstream downloads carry the relay\'s own token when it has one, else the asking agent\'s', async (t) => {
+  const { default: Fastify } = await import('fastify');
+  const { Upstream } = await import('@capstan/relayd/forward/upstream');
+  const { registerSharedFolder } = await import('@capstan/relayd/api/routes/shared-folder');
+  const { loadRelaydConfig } = await import('@capstan/relayd/config');
+  const seen: Array<string | undefined> = [];
+  const up = createServer((req, res) => {
+    seen.push(req.headers.authorization);
+    const ok = req.headers.authorization === 'Bearer relay-own' || req.headers.authorization === 'Bearer agent';
+    if (!ok) return void res.writeHead(401).end();
+    res.writeHead(200, { 'content-length': '3' }).end(req.method === 'HEAD' ? undefined : 'abc');
+  });
+  await new Promise<void>((r) => up.listen(0, '127.0.0.1', () => r()));
+  t.teardown(() => up.close());
+  const app = async (own?: () => Promise<Record<string, string>>) => {
+    const dir = t.testdir();
+    const config = loadRelaydConfig({ overrides: { 'spool.directory': join(dir, 'spool'), 'shared_folder.max_age': '0', 'log.level': 'silent' } });
+    const upstream = new Upstream({ url: `http://127.0.0.1:${(up.address() as AddressInfo).port}`, timeoutMs: 5000, connections: 2 });
+    const a = Fastify();
+    // Only what the shared-folder route uses of the relay's context.
+    registerSharedFolder(a, { config, log: silentLogger, upstream, ...(own ? { ownAuthorization: own } : {}) } as never);
+    t.teardown(async () => {
+      await a.close();
+      await upstream.close();
+    });
+    return a;
+  };
+  const withOwn = await app(async () => ({ authorization: 'Bearer relay-own' }));
+  const r1 = await withOwn.inject({ method: 'GET', url: `${PREFIX}x.txt`, headers: { authorization: 'Bearer agent-token-the-server-refuses' } });
+  t.equal(r1.statusCode, 200);
+  t.equal(r1.body, 'abc');
+  t.same(seen, ['Bearer relay-own'], 'the relay presented its own token');
+  seen.length = 0;
+  const passOn = await app();
+  t.equal((await passOn.inject({ method: 'GET', url: `${PREFIX}x.txt`, headers: { authorization: 'Bearer agent' } })).statusCode, 200);
+  t.same(seen, ['Bearer agent'], 'without an identity the agent\'s token is passed on');
+  seen.length = 0;
+  const refused = await passOn.inject({ method: 'GET', url: `${PREFIX}y.txt`, headers: { authorization: 'Bearer stale' } });
+  t.equal(refused.statusCode, 401, 'a refused token is answered as is');
 });

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { silentLogger, Spool, systemExpectations, verifyBundle, policyKeyId } from '@capstan/shared';
+import { capstanError, silentLogger, Spool, systemExpectations, verifyBundle, policyKeyId } from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { openStore } from '@capstan/server/store/index';
@@ -221,6 +221,39 @@ t.test('a node changing (inventory, acceptance) is regenerated alone', async (t)
   const st = await generator.nodeChanged('p1');
   t.equal(st.changed, 1, 'inventory moved it out of the group');
   t.same(JSON.parse((await store.getPolicyBundle('p1'))!.bundle).directives, []);
+});
+
+t.test('with node tokens required, the shared folder answers only a request with a valid token of some node', async (t) => {
+  const dir = t.testdir({ shared: { 'motd.txt': 'hello\n' } });
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const asked: Array<string | undefined> = [];
+  // What the server wires in with identity.require_token (authorizeNodeToken); here a stand-in.
+  const authorizeNode = async (req: { headers: Record<string, unknown> }, nodeId: string | undefined) => {
+    asked.push(nodeId);
+    if (req.headers.authorization !== 'Bearer good') throw capstanError('ERR_TOKEN_INVALID', 'a node token is required');
+  };
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), sharedFolder: join(dir, 'shared'), authorizeNode } });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const base = '/rudder/relay-api/1/shared-folder';
+  for (const method of ['GET', 'HEAD'] as const) {
+    for (const path of ['motd.txt', 'nope.txt', '..%2Fsecret.txt']) {
+      const r = await app.inject({ method, url: `${base}/${path}` });
+      t.equal(r.statusCode, 401, `${method} ${path} without a token: 401 before the path is looked at`);
+    }
+    t.equal((await app.inject({ method, url: `${base}/motd.txt`, headers: { authorization: 'Bearer bad' } })).statusCode, 401);
+  }
+  const ok = await app.inject({ method: 'GET', url: `${base}/motd.txt`, headers: { authorization: 'Bearer good' } });
+  t.equal(ok.statusCode, 200);
+  t.equal(ok.body, 'hello\n');
+  t.equal((await app.inject({ method: 'HEAD', url: `${base}/nope.txt`, headers: { authorization: 'Bearer good' } })).statusCode, 404);
+  t.ok(asked.every((n) => n === undefined), 'any node\'s token will do (no node is named)');
 });
 
 t.test('the shared folder is served by the server, with RUDDER hash semantics and no escapes', async (t) => {

@@ -65,4 +65,10 @@ export interface RelayContext {
   identity?: RelayIdentity;
   /** Treat loopback clients as admins (true in production; tests turn it off to check tokens). */
   loopbackIsAdmin?: boolean;
+  /**
+   * The relay's own Authorization header for the upstream, when it has an identity (a remote-run
+   * link or providers need one): shared-folder downloads present it rather than the token of the
+   * agent that happened to ask. Absent or empty: the agent's is passed on.
+   */
+  ownAuthorization?: () => Promise<Record<string, string>>;
 }

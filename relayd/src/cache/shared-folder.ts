@@ -21,6 +21,18 @@ import { join } from 'node:path';
 import { capstanError, type Logger } from '../shared.js';
 import type { Upstream } from '../forward/upstream.js';
 
+/**
+ * The upstream's answer other than 200/304/404. 401/403 mean it refuses the token this relay
+ * passed on (the agent's, or its own): `permanent` (not a reason to hand out a stale copy, nor to
+ * retry) with the status in `details.status`, which the route answers as is so that the agent
+ * renews its token; anything else is the upstream failing (502, stale copy when there is one).
+ */
+function upstreamRefusal(method: string, status: number): Error {
+  const e = capstanError('ERR_UPSTREAM', `upstream answered ${method} with ${status}`, { details: { status } });
+  if (status === 401 || status === 403) Object.assign(e, { permanent: true });
+  return e;
+}
+
 export interface SharedFolderCacheOptions {
   dir: string;
   upstream: Upstream;
@@ -161,7 +173,7 @@ export class SharedFolderCache {
           return fresh;
         }
         if (res.statusCode === 404) return this.forget(path);
-        if (res.statusCode !== 200) throw capstanError('ERR_UPSTREAM', `upstream answered HEAD with ${res.statusCode}`);
+        if (res.statusCode !== 200) throw upstreamRefusal('HEAD', res.statusCode);
       }
       return await this.download(path, want, headers, cached);
     } catch (err) {
@@ -188,10 +200,7 @@ export class SharedFolderCache {
     }
     if (res.statusCode !== 200) {
       await res.body.dump();
-      const e = capstanError('ERR_UPSTREAM', `upstream answered GET with ${res.statusCode}`);
-      // 401/403: the upstream refuses this caller; not a reason to hand out a stale copy to it.
-      if (res.statusCode === 401 || res.statusCode === 403) Object.assign(e, { permanent: true });
-      throw e;
+      throw upstreamRefusal('GET', res.statusCode);
     }
     const declared = Number(res.headers['content-length']);
     if (Number.isFinite(declared) && declared > this.o.maxFileBytes) {

@@ -5,6 +5,10 @@
  * (RUDDER's shared_folder.rs): HEAD with `hash` (+ `hash_type` sha256|sha512) → 304 when equal,
  * 200 when not or absent, 404 missing; GET sends the bytes. Paths that could leave the folder
  * (`..`, `.`, empty or encoded-slash segments, symlinks out) are 400 ERR_BAD_PATH before any read.
+ *
+ * With `[identity] require_token` (as for policy downloads) a request needs a valid token of any
+ * node, agent or relay: a relay sends its own when it has one, else the agent's it is serving.
+ * Checked before the path is even looked at, so an anonymous caller learns nothing of the folder.
  */
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
@@ -13,11 +17,13 @@ import { capstanError, hashFile, resolveSharedFile, sharedFolderHashQuery, share
 
 type Req = FastifyRequest<{ Querystring: Record<string, string | undefined> }>;
 
-export function sharedFolderRoutes(app: FastifyInstance, root: string): void {
+export function sharedFolderRoutes(app: FastifyInstance, root: string, authorize?: (req: FastifyRequest) => Promise<void>): void {
   const url = '/rudder/relay-api/1/shared-folder/*';
+  const guard = authorize ? { onRequest: async (req: FastifyRequest) => authorize(req) } : {};
   app.route({
     method: 'HEAD',
     url,
+    ...guard,
     handler: async (req: Req, reply) => {
       const segments = sharedFolderSegments(req.raw.url ?? '');
       const { type, hash } = sharedFolderHashQuery(req.query);
@@ -31,6 +37,7 @@ export function sharedFolderRoutes(app: FastifyInstance, root: string): void {
     method: 'GET',
     url,
     exposeHeadRoute: false,
+    ...guard,
     handler: async (req, reply) => {
       const segments = sharedFolderSegments(req.raw.url ?? '');
       const file = root ? await resolveSharedFile(root, segments) : null;

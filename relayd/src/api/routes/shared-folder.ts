@@ -52,7 +52,8 @@ export function registerSharedFolder(app: FastifyInstance, ctx: RelayContext): v
 
   /** The cached file, or a reply already sent (404, 502, 503). */
   const fromCache = async (c: SharedFolderCache, req: Req, reply: FastifyReply, segments: string[], want: string | undefined, head: boolean): Promise<CachedFile | FastifyReply> => {
-    const auth = typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined;
+    const own = ctx.ownAuthorization ? (await ctx.ownAuthorization().catch(() => ({}) as Record<string, string>)).authorization : undefined;
+    const auth = own ?? (typeof req.headers.authorization === 'string' ? req.headers.authorization : undefined);
     try {
       const f = await c.get(segments.join('/'), want, auth, { head });
       return f ?? sendText(reply, 404, head ? '' : undefined);
@@ -62,6 +63,11 @@ export function registerSharedFolder(app: FastifyInstance, ctx: RelayContext): v
         return sendText(reply, 503, head ? '' : 'SERVICE UNAVAILABLE');
       }
       if (isCapstanError(err) && err.code === 'ERR_BODY_TOO_LARGE') throw err;
+      const refused = isCapstanError(err) && (err as { permanent?: boolean }).permanent ? Number(err.details?.status) : 0;
+      if (refused === 401 || refused === 403) {
+        ctx.log.warn({ path: segments.join('/'), status: refused }, 'the upstream refused the token for a shared-folder file');
+        return sendText(reply, refused, head ? '' : refused === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN');
+      }
       ctx.log.warn({ err, path: segments.join('/') }, 'shared-folder file not available from the upstream');
       return sendText(reply, 502, head ? '' : 'BAD GATEWAY');
     }

@@ -12,16 +12,23 @@
  *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, readBody, type Logger, type UploadRouteOptions } from '@capstan/shared';
+import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, readBody, RELAY_ROLE, type Logger, type UploadRouteOptions } from '@capstan/shared';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
+import type { RelayContacts } from '../../registry/relay-contacts.js';
 
 /** Inventories read back for a token request at most this large (compressed); larger ones renew by request. */
 export const MAX_INVENTORY_TOKEN_BYTES = 4 * 1024 * 1024;
 
 
-export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentity): void {
+/**
+ * `relayContacts`: where a relay's renewal is recorded as a contact (registry/relay-contacts.ts).
+ * Agents are heard from through their inventories and runs; a relay sends neither.
+ */
+export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentity, relayContacts?: Pick<RelayContacts, 'record'>): void {
   app.post('/identity/renew', async (req) => {
     const { token, claims } = await identity.renew(await readBody(req, MAX_RENEW_BYTES, 'renewal request'));
+    // The request was signed with the relay's pinned key: proof enough that the relay is alive.
+    if (relayContacts && claims.capstan_role === RELAY_ROLE) await relayContacts.record(claims.capstan_node_id, 'relay token renewal');
     return { data: { token, expires_at: new Date(claims.exp * 1000).toISOString() } };
   });
   app.get('/.well-known/jwks.json', async (_req, reply) =>
@@ -78,10 +85,11 @@ export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdenti
 }
 
 /**
- * The `authorizeNode(req, nodeId)` hook of node-facing routes (policies): a valid token of that
- * node, checked against the server's own keyring and forced renewals.
+ * The `authorizeNode(req, nodeId)` hook of node-facing routes: a valid token of that node
+ * (policies), or of any node, agent or relay, when `nodeId` is undefined (shared folder), checked
+ * against the server's own keyring and forced renewals.
  */
-export function authorizeNodeToken(identity: NodeIdentity): (req: FastifyRequest, nodeId: string) => Promise<void> {
+export function authorizeNodeToken(identity: NodeIdentity): (req: FastifyRequest, nodeId: string | undefined) => Promise<void> {
   return async (req, nodeId) => {
     const h = req.headers.authorization;
     const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;

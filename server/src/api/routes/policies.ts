@@ -18,7 +18,7 @@ import { sharedFolderRoutes } from '../../policy/shared-folder.js';
  * May this request fetch this node's policy? Issue 7 fills this with the node identity check
  * (token, or certificate until identities exist); the default allows, as before identities.
  */
-export type AuthorizeNode = (req: FastifyRequest, nodeId: string) => Promise<void>;
+export type AuthorizeNode = (req: FastifyRequest, nodeId: string | undefined) => Promise<void>;
 
 export interface PolicyRouteDeps {
   store: Store;
@@ -136,7 +136,9 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
   const { store, generator, key } = deps;
   const authorize = deps.authorizeNode ?? (async () => undefined);
 
-  sharedFolderRoutes(app, deps.sharedFolder ?? '');
+  // Behind the same switch as policy downloads (identity.require_token): a token of any node.
+  const authorizeNode = deps.authorizeNode;
+  sharedFolderRoutes(app, deps.sharedFolder ?? '', authorizeNode ? (req) => authorizeNode(req, undefined) : undefined);
 
   // Push hints for relays (shared/src/policy/changes.ts): node ids only, like the relay nodes
   // list; the bundles themselves stay behind the node's authorization.
