@@ -70,7 +70,7 @@ export const SERVER_SCHEMA = {
     batch_size: { type: 'integer', default: 1000, min: 1, max: 100000 },
   },
   identity: {
-    /** Policy downloads (GET /policies/<node>/rules) need a valid token of that node. */
+    /** Policy downloads (GET /policies/<node>/rules) need a valid token of that node; shared-folder downloads one of any node. */
     require_token: { type: 'boolean', default: true },
     /**
      * What only a relay may do (the remote-run link and its output posts, the providers
