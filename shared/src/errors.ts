@@ -102,6 +102,8 @@ export const ERROR_CODES = {
   // jobs (runs triggered on many nodes through the relays)
   ERR_JOB_NO_TARGETS: { status: 400 },
   ERR_JOB_UNKNOWN_NODES: { status: 400 },
+  /** A static target is a relay node: a relay runs no remote-run agent (its host's agent is its own node). */
+  ERR_JOB_RELAY_NODES: { status: 400 },
   ERR_JOB_UNKNOWN: { status: 404 },
   ERR_JOB_TRANSITION: { status: 409 },
   // managers and providers (cloud discovery)

@@ -58,6 +58,18 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   const relayStatus = async (url: string) => ((await (await fetch(`${url}/rudder/relay-api/1/system/status`)).json()) as any).data;
   await waitFor(async () => ((await api('GET', '/api/1/system/status')).json?.data?.remote_run?.relays?.includes('relay-top') ? true : undefined), 'the top relay to link to the server');
   await waitFor(async () => ((await relayStatus(top.url)).remote_run.connections === 1 ? true : undefined), 'the sub-relay to link to the top relay');
+  // Relays send no inventory and no run: their renewals (the sub-relay's passed up by the top
+  // relay) and the top relay's link are their contacts, so neither stays `unknown`. A relay is
+  // a node with a certificate but no agent.
+  for (const id of ['relay-top', 'relay-sub']) {
+    const seen = await waitFor(async () => {
+      const n = (await api('GET', `/api/1/nodes/${id}`)).json.data;
+      return n.status === 'reachable' ? n : undefined;
+    }, `${id} reachable`);
+    t.match(seen, { relay: true, state: 'running', last_contact_at: /^\d{4}-/ }, `${id} heard from`);
+  }
+  const relays = (await api('GET', '/api/1/nodes?relay=true&sort=id')).json.data as Array<{ id: string; status: string; has_agent: boolean }>;
+  t.same(relays.map((n) => [n.id, n.status, n.has_agent]), [['relay-sub', 'reachable', false], ['relay-top', 'reachable', false]], 'listed reachable, without an agent');
   const topToken = () => readFile(join(dir, 'top', 'relay.token'), 'utf8').then((s) => s.trim());
   const subToken = () => readFile(join(dir, 'sub', 'relay.token'), 'utf8').then((s) => s.trim());
   const firstTop = await topToken();

@@ -134,6 +134,16 @@ t.test('targets: none is 400 ERR_JOB_NO_TARGETS, unknown static nodes 400, unrun
   const tasks = Object.fromEntries(((await api('GET', `/api/1/jobs/${created.json.data.id}`)).json.data.tasks as Array<{ node_id: string; state: string; reason: string }>)
     .map((x) => [x.node_id, `${x.state}/${x.reason}`]));
   t.same(tasks, { ok: 'pending/created', pend: 'failed/not_accepted', term: 'failed/terminated', manual: 'failed/no_agent' });
+
+  // A relay is a node with a certificate but no remote-run agent: named statically, the job is
+  // refused as a whole (nothing recorded); an unknown id is still reported first.
+  await server.store.createNode({ id: 'relay-9', hostname: 'relay-9.example.com', certificate: createNodeIdentity('relay-9', { bits: 1024 }).certPem, relay: true });
+  const jobsBefore = (await api('GET', '/api/1/jobs')).json.data.length;
+  const refused = await api('POST', '/api/1/jobs', { name: 'relay', type: 'run', nodes: ['ok', 'relay-9'] });
+  t.match(refused, { status: 400, json: { error: { code: 'ERR_JOB_RELAY_NODES', message: /relay-9/ } } });
+  t.notMatch(refused.json.error.message, /\bok\b/, 'only the relay is named');
+  t.match(await api('POST', '/api/1/jobs', { name: 'relay', type: 'run', nodes: ['relay-9', 'nope'] }), { status: 400, json: { error: { code: 'ERR_JOB_UNKNOWN_NODES' } } });
+  t.equal((await api('GET', '/api/1/jobs')).json.data.length, jobsBefore, 'no job recorded');
   t.match(await api('GET', '/api/1/jobs/none'), { status: 404, json: { error: { code: 'ERR_JOB_UNKNOWN' } } });
   t.match(await api('POST', '/api/1/jobs/none/cancel'), { status: 404, json: { error: { code: 'ERR_JOB_UNKNOWN' } } });
 });
@@ -147,13 +157,17 @@ t.test('a selector targets the nodes its manager holds, narrowed by its filters;
   await server.store.updateNode('web1', { tags: { role: 'web' } }, at);
   await server.store.updateNode('web2', { tags: { role: 'web' } }, at);
   await server.store.createNode({ id: 'bare', hostname: 'bare.example.com', tags: { role: 'web' } });
-  for (const id of ['web1', 'web2', 'db1', 'bare']) t.ok(await server.store.managers.linkNode(id, 'm1', at));
+  // A relay a selector matches fails no_agent like a bare instance (it has a certificate, no agent).
+  await server.store.createNode({ id: 'relay-9', hostname: 'relay-9.example.com', certificate: createNodeIdentity('relay-9', { bits: 1024 }).certPem, relay: true, tags: { role: 'relay' } });
+  for (const id of ['web1', 'web2', 'db1', 'bare', 'relay-9']) t.ok(await server.store.managers.linkNode(id, 'm1', at));
   t.ok(await server.store.managers.linkNode('other1', 'm2', at));
 
   const all = (await api('POST', '/api/1/jobs', { name: 'fleet', type: 'run', node_selectors: [{ manager_id: 'm1' }] })).json.data;
   const tasks = async (id: string) => Object.fromEntries(((await api('GET', `/api/1/jobs/${id}`)).json.data.tasks as Array<{ node_id: string; state: string; reason: string }>)
     .map((x) => [x.node_id, `${x.state}/${x.reason}`]));
-  t.same(await tasks(all.id), { web1: 'pending/created', web2: 'pending/created', db1: 'pending/created', bare: 'failed/no_agent' });
+  t.same(await tasks(all.id), { web1: 'pending/created', web2: 'pending/created', db1: 'pending/created', bare: 'failed/no_agent', 'relay-9': 'failed/no_agent' });
+  const relayTask = ((await api('GET', `/api/1/jobs/${all.id}`)).json.data.tasks as Array<{ node_id: string; message: string }>).find((x) => x.node_id === 'relay-9');
+  t.match(relayTask, { message: /relay/ }, 'the message says why');
   const web = (await api('POST', '/api/1/jobs', {
     name: 'web', type: 'run', nodes: ['other1', 'web1'],
     node_selectors: [{ manager_id: 'm1', filters: [{ key: 'tag:role', values: ['web'] }, { key: 'id', values: ['web2'], exclude: true }] }],

@@ -143,6 +143,15 @@ export function registrySuite(t: Test, backend: Backend): void {
     await store.upsertFromInventory(inventory('agent-1'));
     t.match(await store.getNode('agent-1'), { relay: false }, 'agents are not relays');
     await store.createNode({ id: 'm1', hostname: 'h1' });
+    // A relay has a certificate (its own key, for its token) but no agent: an agent on its host
+    // is a node of its own. The list rows and the filter say the same.
+    const hasAgent = async () => Object.fromEntries((await store.listNodes({ page: 1, per_page: 10, sort: 'id' })).data.map((n) => [n.id, n.has_agent]));
+    t.same(await hasAgent(), { 'agent-1': true, m1: false, 'relay-1': false });
+    t.same(await only(store, [{ key: 'has_agent', values: ['true'] }]), ['agent-1']);
+    t.same((await only(store, [{ key: 'has_agent', values: ['false'] }])).sort(), ['m1', 'relay-1']);
+    t.same((await only(store, [{ key: 'has_agent', values: ['true'], exclude: true }])).sort(), ['m1', 'relay-1']);
+    t.same(await only(store, [{ key: 'has_agent', values: ['false'], exclude: true }]), ['agent-1']);
+    t.same(await only(store, [{ key: 'has_agent', values: ['true', 'false'] }], { sort: 'id' }), ['agent-1', 'm1', 'relay-1']);
     t.same(await only(store, [{ key: 'relay', values: ['true'] }]), ['relay-1']);
     t.same(await only(store, [{ key: 'relay', values: ['true'] }], { sort: 'id' }), ['relay-1']);
     t.same((await only(store, [{ key: 'relay', values: ['true'], exclude: true }])).sort(), ['agent-1', 'm1']);
@@ -154,7 +163,49 @@ export function registrySuite(t: Test, backend: Backend): void {
     t.match(await store.updateNode('agent-1', { relay: true }, '2024-05-01T09:00:00Z'), { relay: true }, 'a node with a certificate may become a relay');
     t.match(await store.updateNode('relay-1', { relay: false }, '2024-05-01T09:00:00Z'), { relay: false, updated_at: '2024-05-01T09:00:00.000Z' });
     t.same(await only(store, [{ key: 'relay', values: ['true'] }]), ['agent-1']);
+    t.same(await hasAgent(), { 'agent-1': false, m1: false, 'relay-1': true }, 'has_agent follows the flag both ways');
+    t.same(await only(store, [{ key: 'has_agent', values: ['true'] }]), ['relay-1']);
     t.equal((await ids(store)).total, 3, 'refused creations wrote nothing');
+  });
+
+  t.test('a contact without inventory or run (a relay\'s): last contact, reachable, missing → running, in the history', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'relay-1', hostname: 'relay-1.lan', certificate: PEM('R'), certificate_fingerprint: FP('r'), relay: true });
+    const created = (await store.getNode('relay-1'))!;
+    t.match(created, { status: 'unknown', state: 'running', last_contact_at: null });
+    t.match(await store.recordContact('relay-1', '2024-05-01T10:00:00Z', 'relay link'), {
+      status: 'reachable', state: 'running', last_contact_at: '2024-05-01T10:00:00.000Z', updated_at: '2024-05-01T10:00:00.000Z',
+    });
+    t.match(await store.getNode('relay-1'), { status: 'reachable', last_contact_at: '2024-05-01T10:00:00.000Z' }, 'stored');
+    // A later contact moves last_contact_at only; an older one changes nothing.
+    t.match(await store.recordContact('relay-1', '2024-05-01T10:05:00Z'), { last_contact_at: '2024-05-01T10:05:00.000Z', updated_at: '2024-05-01T10:00:00.000Z' });
+    t.match(await store.recordContact('relay-1', '2024-05-01T10:01:00Z'), { last_contact_at: '2024-05-01T10:05:00.000Z' });
+    // The sweep's rules apply as to agents: a contact since `before` keeps it reachable.
+    t.equal(await store.markUnreachable('2024-05-01T10:04:00Z', '2024-05-01T10:06:00Z', 100), 0);
+    t.equal(await store.markUnreachable('2024-05-01T10:20:00Z', '2024-05-01T10:20:00Z', 100), 1);
+    t.match(await store.recordContact('relay-1', '2024-05-01T10:21:00Z', 'relay request'), { status: 'reachable' });
+    t.equal(await store.markMissing('2024-05-02T11:00:00Z', '2024-05-02T11:00:00Z', 100), 1);
+    t.match(await store.getNode('relay-1'), { state: 'missing', status: 'unreachable' });
+    t.match(await store.recordContact('relay-1', '2024-05-02T12:00:00Z', 'relay token renewal'), {
+      state: 'running', status: 'reachable', state_changed_at: '2024-05-02T12:00:00.000Z', updated_at: '2024-05-02T12:00:00.000Z',
+    });
+    // A state that is not live wins over the contact, as for runs.
+    await store.setState('relay-1', 'stopped', '2024-05-02T13:00:00Z');
+    t.match(await store.recordContact('relay-1', '2024-05-02T13:01:00Z'), { state: 'stopped', status: 'unreachable', last_contact_at: '2024-05-02T13:01:00.000Z' });
+    t.equal(await store.recordContact('ghost', '2024-05-02T13:00:00Z'), null, 'an unknown node is not created');
+    t.equal(await store.getNode('ghost'), null);
+    await t.rejects(store.recordContact('relay-1', 'yesterday'), { code: 'ERR_BAD_REQUEST' });
+    t.same((await history(store, 'relay-1')).slice(3), [
+      '2024-05-01T10:00:00.000Z status unknown→reachable (relay link)',
+      '2024-05-01T10:20:00.000Z status reachable→unreachable (missed runs)',
+      '2024-05-01T10:21:00.000Z status unreachable→reachable (relay request)',
+      '2024-05-02T11:00:00.000Z state running→missing (silence)',
+      '2024-05-02T11:00:00.000Z status reachable→unreachable (silence)',
+      '2024-05-02T12:00:00.000Z state missing→running (relay token renewal)',
+      '2024-05-02T12:00:00.000Z status unreachable→reachable (relay token renewal)',
+      '2024-05-02T13:00:00.000Z state running→stopped (admin)',
+      '2024-05-02T13:00:00.000Z status reachable→unreachable (admin)',
+    ]);
   });
 
   t.test('name and region filters: prefixes with *, exact otherwise, case-insensitive, values ORed, % and _ literal', async (t) => {

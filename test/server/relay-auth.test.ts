@@ -4,12 +4,14 @@
  * relay's own token naming the relay in the path. None or a malformed one → 401, another relay's
  * → 403 ERR_TOKEN_WRONG_NODE, an agent's or a node no longer a relay → 403 ERR_TOKEN_NOT_RELAY;
  * taking the flag away refuses the relay's tokens at once; `require_relay_token = false` opens
- * them again for old relays.
+ * them again for old relays. A registered relay is heard from like an agent (it sends no
+ * inventory nor run): its renewal, its requests and its link make it reachable, and a held link
+ * keeps it so across sweeps.
  */
 import http from 'node:http';
 import { connect } from 'node:net';
 import t, { type Test } from 'tap';
-import { createNodeIdentity, generateSigningKey, issueNodeToken, RELAY_ROLE, silentLogger } from '@capstan/shared';
+import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, RELAY_ROLE, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
 import { waitFor } from '../helpers/programs.js';
@@ -201,4 +203,59 @@ t.test('require_relay_token = false: old relays without a token link and post as
   const { server } = await setup(t, { 'identity.require_relay_token': false });
   t.match(await call(server.url, 'GET', MANAGERS), { status: 200 });
   t.equal((await upgrade(server.url, 'relay-1')).status, 101);
+});
+
+t.test('a registered relay becomes reachable when it renews, is let in or links; its held link keeps it reachable', async (t) => {
+  // Unreachable after 2 s without contact (1 s × 2), swept every second: the link's beat (500 ms) must outpace it.
+  const { server, admin, token } = await setup(t, { 'lifecycle.run_interval': '1s', 'lifecycle.missed_runs': 2, 'lifecycle.sweep_interval': '1s' });
+  const status = async (id: string) => (await admin('GET', `/api/1/nodes/${id}`)).json.data as { status: string; last_contact_at: string | null };
+  t.match(await status('relay-1'), { status: 'unknown', last_contact_at: null }, 'registered, never heard from');
+  t.match(await status('relay-2'), { status: 'unknown', last_contact_at: null });
+
+  // A renewal by signed request, as the relay makes it (relayd's RelayToken).
+  const keys = createNodeIdentity('relay-3', { bits: 1024 });
+  t.equal((await admin('POST', '/api/1/nodes', { id: 'relay-3', hostname: 'relay-3.lan', certificate: keys.certPem, relay: true })).status, 201);
+  t.match(await status('relay-3'), { status: 'unknown' });
+  const renewed = await fetch(`${server.url}/identity/renew`, { method: 'POST', headers: { 'content-type': 'application/pkcs7-mime' }, body: makeRenewRequest(keys, 'relay-3') });
+  t.equal(renewed.status, 200);
+  t.match(await status('relay-3'), { status: 'reachable', last_contact_at: /^\d{4}-/ }, 'its renewal is a contact');
+  t.match((await server.store.getHistory('relay-3', 1, 10)).data[0], { field: 'status', from: 'unknown', to: 'reachable', cause: 'relay token renewal' });
+
+  // relay-2 is let in once at a relay-only endpoint, relay-1 holds its link.
+  t.match(await call(server.url, 'GET', '/relay-api/1/providers/relay-2/managers', bearer(await token('relay-2'))), { status: 200 });
+  t.match(await status('relay-2'), { status: 'reachable' }, 'a request let in is a contact');
+  const req = http.get(`${server.url}/remote-run/listen/relay-1?relay=1`, { headers: bearer(await token('relay-1')) });
+  t.teardown(() => req.destroy());
+  req.on('error', () => {});
+  await new Promise<void>((resolve) => req.once('response', (res) => {
+    res.on('data', () => {});
+    res.on('error', () => {});
+    resolve();
+  }));
+  t.match(await status('relay-1'), { status: 'reachable' }, 'a link is a contact at once');
+  t.same((await admin('GET', '/api/1/system/status')).json.data.remote_run.relays, ['relay-1']);
+
+  // Silence: the sweep marks relay-2 and relay-3 unreachable; relay-1's link keeps it reachable.
+  await waitFor(async () => ((await status('relay-2')).status === 'unreachable' && (await status('relay-3')).status === 'unreachable' ? true : undefined), 'the silent relays unreachable', 10_000);
+  const linkedSince = (await status('relay-1')).last_contact_at!;
+  for (let i = 0; i < 4; i++) {
+    await new Promise((r) => setTimeout(r, 1000));
+    t.match(await status('relay-1'), { status: 'reachable' }, `linked relay still reachable after ${i + 1} s more`);
+  }
+  t.ok((await status('relay-1')).last_contact_at! > linkedSince, 'its contact moves on while linked');
+  t.notOk((await server.store.getHistory('relay-1', 1, 20)).data.some((h) => h.to === 'unreachable'), 'never marked unreachable while linked');
+  // Once the link is gone, it goes unreachable like the others.
+  req.destroy();
+  await waitFor(async () => ((await status('relay-1')).status === 'unreachable' ? true : undefined), 'relay-1 unreachable once unlinked', 10_000);
+  // And a renewal brings one back.
+  const again = await fetch(`${server.url}/identity/renew`, { method: 'POST', headers: { 'content-type': 'application/pkcs7-mime' }, body: makeRenewRequest(keys, 'relay-3') });
+  t.equal(again.status, 200);
+  t.match(await status('relay-3'), { status: 'reachable' });
+});
+
+t.test('require_relay_token = false: a link names any relay, so it records no contact', async (t) => {
+  const { server, admin } = await setup(t, { 'identity.require_relay_token': false });
+  t.equal((await upgrade(server.url, 'relay-1')).status, 101);
+  t.match(await call(server.url, 'GET', MANAGERS), { status: 200 });
+  t.match((await admin('GET', '/api/1/nodes/relay-1')).json.data, { status: 'unknown', last_contact_at: null });
 });

@@ -12,6 +12,7 @@ import type { Store } from '../store/store.js';
 import { requireAdmin } from './auth.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
+import { RelayContacts } from '../registry/relay-contacts.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
@@ -77,7 +78,15 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
   // Relays route by this list (accepted nodes); agent-facing like /uuid.
   relayNodesRoutes(app, { store: deps.store, rootId: deps.config.general.node_id });
-  if (deps.identity) identityPublicRoutes(app, deps.identity);
+  // A relay sends no inventory and no run: its renewals, its requests and its link are its
+  // contacts, so that it is reachable while linked and not `unknown` forever.
+  const relayContacts = new RelayContacts({
+    store: deps.store,
+    log: deps.log,
+    unreachableAfterMs: deps.config.lifecycle.run_interval * deps.config.lifecycle.missed_runs,
+  });
+  app.addHook('onClose', async () => relayContacts.stop());
+  if (deps.identity) identityPublicRoutes(app, deps.identity, relayContacts);
   const metrics = deps.metrics;
   if (metrics) {
     // Unauthenticated, like the relay's: counts only, no node names.
@@ -87,8 +96,17 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   const policy = deps.policy;
   if (policy) policyNodeRoutes(app, policy);
   // What only a relay may do needs a relay's own token, unless identity.require_relay_token is off.
-  const authorizeRelay = deps.config.identity.require_relay_token ? relayAuthorizer(deps.identity, deps.store) : undefined;
-  if (deps.remoteRun) remoteRunRoutes(app, { ...deps.remoteRun, ...(authorizeRelay && { authorizeRelay }) });
+  const authorizeRelay = deps.config.identity.require_relay_token ? relayAuthorizer(deps.identity, deps.store, relayContacts) : undefined;
+  if (deps.remoteRun) {
+    remoteRunRoutes(app, { ...deps.remoteRun, ...(authorizeRelay && { authorizeRelay }) });
+    const hub = deps.remoteRun.hub;
+    // Only links let in with a relay token (they carry its `until`): without the check, the id in
+    // the path is anyone's claim. One past its token's end is about to be ended by the hub.
+    relayContacts.start(() => {
+      const now = Date.now();
+      return hub.all().filter((r) => r.until !== undefined && r.until > now).map((r) => r.id);
+    });
+  }
   // Relays fetch the managers they host and post what they discover (outbound from the relay).
   managerRelayRoutes(app, deps.store, authorizeRelay);
 

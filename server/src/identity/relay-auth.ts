@@ -10,8 +10,12 @@
  * before the relay's token expires). Refusals: 401 ERR_TOKEN_INVALID | ERR_TOKEN_EXPIRED |
  * ERR_TOKEN_UNKNOWN_KEY; 403 ERR_TOKEN_NOT_RELAY (an agent's token, a node no longer a relay),
  * ERR_TOKEN_WRONG_NODE (another relay's token).
+ *
+ * A relay let in is a contact (registry/relay-contacts.ts: throttled to one write per relay per
+ * minute), so registered relays become reachable like agents do.
  */
 import { capstanError, RELAY_ROLE, type NodeClaims } from '@capstan/shared';
+import type { RelayContacts } from '../registry/relay-contacts.js';
 import type { Store } from '../store/store.js';
 import type { NodeIdentity } from './service.js';
 
@@ -31,8 +35,11 @@ export function bearerToken(authorization: string | string[] | undefined): strin
   return m[1]!;
 }
 
-/** `identity` absent (an app built without a keyring): nothing can be verified, every relay call is refused. */
-export function relayAuthorizer(identity: NodeIdentity | undefined, store: Pick<Store, 'getNode'>): RelayAuthorizer {
+/**
+ * `identity` absent (an app built without a keyring): nothing can be verified, every relay call is
+ * refused. `contacts`: where a relay let in is recorded as heard from (absent: nowhere).
+ */
+export function relayAuthorizer(identity: NodeIdentity | undefined, store: Pick<Store, 'getNode'>, contacts?: Pick<RelayContacts, 'seen'>): RelayAuthorizer {
   return async (authorization, relayId) => {
     if (!identity) throw capstanError('ERR_TOKEN_INVALID', 'this server has no keyring to verify relay tokens with');
     const claims = await identity.verify(bearerToken(authorization), relayId, RELAY_ROLE);
@@ -40,6 +47,7 @@ export function relayAuthorizer(identity: NodeIdentity | undefined, store: Pick<
     if (!node || node.accepted !== 'accepted' || !node.relay) {
       throw capstanError('ERR_TOKEN_NOT_RELAY', `node ${claims.capstan_node_id} is no longer registered as an accepted relay`);
     }
+    await contacts?.seen(node.id);
     return { relay: claims.capstan_node_id, until: (claims.exp + identity.clockSkewSeconds) * 1000, claims };
   };
 }

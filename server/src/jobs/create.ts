@@ -5,8 +5,11 @@
  * selector's filters (`managed_by` = manager_id, ANDed with them), deduplicated. Then:
  * - none at all → 400 ERR_JOB_NO_TARGETS (nothing would be recorded, the admin wants to know);
  * - a static node id the registry does not know → 400 ERR_JOB_UNKNOWN_NODES (a typo, most likely);
- * - a node that cannot run (pending or refused, terminated, no agent known) gets its task
- *   failed at once with that reason, so the job shows why it was not run instead of hiding it.
+ * - a static node that is a relay → 400 ERR_JOB_RELAY_NODES: a relay runs no remote-run agent (an
+ *   agent on its host is a node of its own), so the admin most likely meant that node;
+ * - a node that cannot run (pending or refused, terminated, no agent known — a relay a selector
+ *   matched included) gets its task failed at once with that reason, so the job shows why it was
+ *   not run instead of hiding it.
  */
 import { randomUUID } from 'node:crypto';
 import { capstanError, parseDuration } from '@capstan/shared';
@@ -98,9 +101,14 @@ export function parseJobRequest(raw: unknown, limits: JobLimits): JobRequest {
 export function notRunnable(n: NodeRecord): { reason: 'not_accepted' | 'terminated' | 'no_agent'; message: string } | null {
   if (n.accepted !== 'accepted') return { reason: 'not_accepted', message: `the node is ${n.accepted}` };
   if (n.state === 'terminated') return { reason: 'terminated', message: 'the node is terminated' };
+  if (n.relay) return { reason: 'no_agent', message: 'the node is a relay, which runs no remote-run agent' };
   if (!hasAgent(n)) return { reason: 'no_agent', message: 'no agent is known on the node (no inventory, no certificate)' };
   return null;
 }
+
+/** Ids named in an error message at most (the rest are counted). */
+const MAX_IDS_SHOWN = 20;
+const someIds = (ids: string[]) => `${ids.slice(0, MAX_IDS_SHOWN).join(', ')}${ids.length > MAX_IDS_SHOWN ? ` and ${ids.length - MAX_IDS_SHOWN} more` : ''}`;
 
 /** Nodes read per page when checking what a selector matched. */
 const PAGE = 2000;
@@ -116,13 +124,16 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
     if (why) failed.set(n.id, why);
   };
   const unknown: string[] = [];
+  const relays: string[] = [];
   for (const id of req.nodes) {
     const n = await store.getNode(id);
     if (!n) unknown.push(id);
+    else if (n.relay) relays.push(id);
     else consider(n);
   }
-  if (unknown.length > 0) {
-    throw capstanError('ERR_JOB_UNKNOWN_NODES', `unknown nodes: ${unknown.slice(0, 20).join(', ')}${unknown.length > 20 ? ` and ${unknown.length - 20} more` : ''}`);
+  if (unknown.length > 0) throw capstanError('ERR_JOB_UNKNOWN_NODES', `unknown nodes: ${someIds(unknown)}`);
+  if (relays.length > 0) {
+    throw capstanError('ERR_JOB_RELAY_NODES', `relay nodes cannot be job targets (a relay runs no remote-run agent; target the node of an agent on its host instead): ${someIds(relays)}`);
   }
   for (const s of req.node_selectors) {
     // `managed_by` is the registry's node ↔ manager link (providers); the filters narrow it.

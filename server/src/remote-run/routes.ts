@@ -11,6 +11,10 @@
  * output post, the token of the relay the channel was handed to (a channel id is a random UUID
  * sent on that relay's connection only). `[identity] require_relay_token = false` lifts both
  * checks, for relays too old to send a token.
+ *
+ * A relay holding its link is heard from (registry/relay-contacts.ts): a contact when the
+ * authorizer lets the link in, and one per beat while it lasts, so a linked relay stays
+ * reachable. Links let in without a token record nothing.
  */
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';

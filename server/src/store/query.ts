@@ -192,7 +192,8 @@ function condition(f: CheckedFilter, d: Dialect): string {
     any = `n.id IN (SELECT l.node_id FROM node_managers l WHERE l.manager_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
   } else if (f.key === 'has_agent') {
     // Same test as hasAgent() below; both columns are only ever set by an agent's inventory
-    // (or an admin registering its certificate), never by discovery.
+    // (or an admin registering its certificate), never by discovery. `relay` is NOT NULL, so the
+    // NOT of an excluded or `false` filter is never unknown.
     any = f.values.map((v) => (v === 'true' ? HAS_AGENT_SQL : `NOT ${HAS_AGENT_SQL}`)).join(' OR ');
   } else if (f.key === 'relay') {
     any = f.values.map((v) => (v === 'true' ? 'n.relay = 1' : 'n.relay = 0')).join(' OR ');
@@ -220,11 +221,15 @@ function condition(f: CheckedFilter, d: Dialect): string {
     ? `NOT (${any})` : `(${any}) IS NOT TRUE`;
 }
 
-const HAS_AGENT_SQL = '(n.last_inventory_at IS NOT NULL OR n.certificate_fingerprint IS NOT NULL)';
+const HAS_AGENT_SQL = '(n.relay = 0 AND (n.last_inventory_at IS NOT NULL OR n.certificate_fingerprint IS NOT NULL))';
 
-/** Whether a node has an agent: it has sent an inventory, or a certificate is registered for it. */
-export function hasAgent(n: Pick<NodeRecord, 'last_inventory_at' | 'certificate_fingerprint'>): boolean {
-  return n.last_inventory_at !== null || n.certificate_fingerprint !== null;
+/**
+ * Whether a node has an agent: it has sent an inventory, or a certificate is registered for it,
+ * and it is not a relay. A relay node has a certificate (its own key, for its token) but no agent:
+ * an agent on the relay's host is a node of its own, with its own id.
+ */
+export function hasAgent(n: Pick<NodeRecord, 'last_inventory_at' | 'certificate_fingerprint' | 'relay'>): boolean {
+  return !n.relay && (n.last_inventory_at !== null || n.certificate_fingerprint !== null);
 }
 
 /** The conditions (over `nodes n`) of checked filters, to be ANDed. */

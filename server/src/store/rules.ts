@@ -220,6 +220,22 @@ export function afterRun(node: NodeRecord, startedUtc: string, configId: string 
   }, receivedAt);
 }
 
+/**
+ * A contact that is neither an inventory nor a run (a relay renewing its token, let in at a
+ * relay-only endpoint, holding its remote-run link): the same rule as theirs. updated_at moves
+ * only when the status or state changes, as the sweep's changes do; a contact older than the one
+ * held changes nothing.
+ */
+export function afterContact(node: NodeRecord, atRaw: string): NodeRecord {
+  const at = toUtcIso(atRaw, 'at');
+  // Older than the contact held: the node has been heard from since, whatever the sweep did after.
+  if (node.last_contact_at !== null && at < node.last_contact_at) return node;
+  const next = contact(node, at);
+  if (next.last_contact_at === node.last_contact_at && next.status === node.status && next.state === node.state) return node;
+  if (next.status !== node.status || next.state !== node.state) next.updated_at = later(node.updated_at, at);
+  return next;
+}
+
 export type HistoryInsert = Omit<HistoryEntry, 'id'>;
 const TRACKED = ['accepted', 'state', 'status'] as const;
 

@@ -352,6 +352,12 @@ export interface Store {
   getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null>;
   /** Transitions of one node, newest first. */
   getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
+  /**
+   * A contact at `at` (server clock) that is neither an inventory nor a run (rules.ts
+   * afterContact: last_contact_at, reachable, missing → running), in one transaction with its
+   * transitions. Returns the node afterwards, null when unknown.
+   */
+  recordContact(id: string, at: string, cause?: string): Promise<NodeRecord | null>;
 
   /**
    * Store a run and update the node's last run, config, contact and status in one transaction

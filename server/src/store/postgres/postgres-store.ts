@@ -30,7 +30,7 @@ import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from
 import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
-  acceptCause, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
+  acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, withAcceptance, withPatch, withState, type HistoryInsert,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
@@ -286,6 +286,10 @@ export class PostgresStore implements Store {
   async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
     refuseNul({ state });
     return this.update('setState', id, at, cause, (node) => withState(node, state, at));
+  }
+
+  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
+    return this.update('recordContact', id, at, cause, (node) => afterContact(node, at));
   }
 
   async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
