@@ -101,9 +101,27 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         intervalMs: config.nodes_sync.interval,
         missRefreshMs: config.nodes_sync.miss_refresh,
         log,
-        onChange: () => forwarder?.nodesChanged(),
+        onChange: () => {
+          forwarder?.nodesChanged();
+          dropUnlistedRelays();
+        },
       })
     : null;
+  /**
+   * Sub-relays are trusted by token, checked without state; the synced list is where a revocation
+   * shows (the server lists registered relays as such): a linked sub-relay it no longer names as a
+   * relay is cut off with a `bye`, and relinking is refused (relayListed below).
+   */
+  const dropUnlistedRelays = () => {
+    const list = nodesSync?.current;
+    if (!list || !config.identity.require_relay_token) return;
+    for (const p of hub.relays()) {
+      if (list.isRelay(p.id) === false) {
+        log.warn({ relay: p.id }, 'sub-relay no longer a registered relay upstream: link ended');
+        hub.end(p.id, 'not_a_relay');
+      }
+    }
+  };
   await nodesSync?.load();
   /** What routing uses now: the file when configured, else the synced list, else none (forward all). */
   const routing = (): NodesList => (nodes.configured || !nodesSync?.current ? nodes : nodesSync.current);
@@ -270,6 +288,12 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)),
       requireToken: config.identity.require_token,
       requireRelayToken: config.identity.require_relay_token,
+      relayListed: async (id) => {
+        if (!nodesSync?.current || nodesSync.current.isRelay(id) !== false) return true;
+        // Registered a moment ago? Ask the upstream once before refusing (rate limited).
+        await nodesSync.refreshOnMiss()?.catch(() => false);
+        return nodesSync.current.isRelay(id) !== false;
+      },
     },
   };
   // This relay's own identity, when it does what only a relay may do upstream: its key and

@@ -167,3 +167,20 @@ t.test('refuse_unknown with the upstream down: the cached list routes, and an un
   await until(() => (up.received.length === 2 ? true : undefined), 'both files forwarded once the upstream is back', 10_000);
   t.same((await readdir(join(r.spool, 'failed', 'reports'))).length, 0, 'nothing refused');
 });
+
+t.test('a list that marks relays says which nodes are registered relays; one that marks none says nothing', async (t) => {
+  const { NodesList } = await import('@capstan/relayd/data/nodes');
+  const marked = NodesList.parse('top', JSON.stringify({
+    top: { hostname: 'top', 'policy-server': 'root', relay: true },
+    sub: { hostname: 'sub', 'policy-server': 'top', relay: true },
+    agent: { hostname: 'a', 'policy-server': 'sub' },
+    odd: { hostname: 'o', 'policy-server': 'top', relay: 'yes' },
+  }));
+  t.equal(marked.isRelay('sub'), true);
+  t.equal(marked.isRelay('agent'), false);
+  t.equal(marked.isRelay('odd'), false, 'only a JSON true counts');
+  t.equal(marked.isRelay('unknown'), false, 'not in the list: not a relay');
+  const rudder = NodesList.parse('top', JSON.stringify({ sub: { hostname: 'sub', 'policy-server': 'top' } }));
+  t.equal(rudder.isRelay('sub'), null, 'RUDDER\'s format: unknown either way');
+  t.equal(NodesList.empty('top').isRelay('sub'), null);
+});

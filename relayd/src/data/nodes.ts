@@ -18,6 +18,8 @@ export interface NodeEntry {
   hostname: string;
   policyServer: string;
   keyHash: KeyHash | null;
+  /** A registered relay (`"relay": true`, a Capstan server's extension to RUDDER's format). */
+  relay: boolean;
 }
 
 /** Longest policy-server chain followed (RUDDER's bound): a loop in the file must not hang us. */
@@ -85,6 +87,23 @@ export class NodesList {
     return null;
   }
 
+  /**
+   * Whether `id` is a registered relay by this list: true/false when the list marks relays (a
+   * Capstan server's list marks every registered relay, this relay included); null when it marks
+   * none (RUDDER's nodeslist.json, an older server), which then says nothing either way.
+   */
+  isRelay(id: string): boolean | null {
+    if (!this.marksRelays) return null;
+    return this.nodes.get(id)?.relay === true;
+  }
+
+  private get marksRelays(): boolean {
+    this.relayMarks ??= [...this.nodes.values()].some((n) => n.relay);
+    return this.relayMarks;
+  }
+
+  private relayMarks: boolean | undefined;
+
   /** Neighbours that are someone's policy server: sub-relays. */
   subRelays(): NodeEntry[] {
     const servers = new Set([...this.nodes.values()].map((n) => n.policyServer));
@@ -117,6 +136,7 @@ export class NodesList {
         hostname: typeof e.hostname === 'string' ? e.hostname : '',
         policyServer: e['policy-server'],
         keyHash: parseKeyHash(e['key-hash']),
+        relay: e.relay === true,
       });
     }
     return new NodesList(myId, nodes, source);

@@ -31,6 +31,12 @@ export interface RelayIdentity {
   requireToken: boolean;
   /** Sub-relays' links and output posts need a relay's token (default on). */
   requireRelayToken?: boolean;
+  /**
+   * Whether the synced nodes list still names `id` as a registered relay (asking the upstream
+   * again once on a miss); true when the list says nothing of relays. A token alone is checked
+   * without state, so without this a revoked sub-relay would keep its link until its token expires.
+   */
+  relayListed?: (id: string) => Promise<boolean>;
 }
 
 /** Whether a request is a sub-relay's link: `/remote-run/listen/<id>?relay=1`. */
@@ -50,6 +56,15 @@ function checkFor(identity: RelayIdentity, url: string): { node: string | undefi
   const relay = isRelayLink(url);
   if (relay ? identity.requireRelayToken === false : !identity.requireToken) return null;
   return { node: node ?? undefined, relay };
+}
+
+/** The token check, then for a sub-relay's link: still a registered relay by the synced list. */
+async function verifyFor(identity: RelayIdentity, authorization: string | string[] | undefined, check: { node: string | undefined; relay: boolean }): Promise<NodeClaims> {
+  const claims = await identity.verifier.verify(authorization, check.node, check.relay ? RELAY_ROLE : undefined);
+  if (check.relay && identity.relayListed && !(await identity.relayListed(claims.capstan_node_id))) {
+    throw capstanError('ERR_TOKEN_NOT_RELAY', `${claims.capstan_node_id} is not a registered relay in the nodes list synced from the upstream`);
+  }
+  return claims;
 }
 
 /** Verified requests and when their token stops being valid (epoch ms, exp + clock skew). */
@@ -113,7 +128,7 @@ export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdent
   app.addHook('onRequest', async (req) => {
     const check = checkFor(identity, req.url);
     if (!check) return;
-    remember(req.raw, await identity.verifier.verify(req.headers.authorization, check.node, check.relay ? RELAY_ROLE : undefined), identity.verifier);
+    remember(req.raw, await verifyFor(identity, req.headers.authorization, check), identity.verifier);
   });
   guardUpgrades(app.server as Server, identity, o.log);
 }
@@ -133,7 +148,7 @@ function guardUpgrades(server: Server, identity: RelayIdentity, log: Logger): vo
       for (const l of inner) l.call(server, req, socket, head);
     };
     if (!check) return pass();
-    verifier.verify(req.headers.authorization, check.node, check.relay ? RELAY_ROLE : undefined).then((claims) => {
+    verifyFor(identity, req.headers.authorization, check).then((claims) => {
       remember(req, claims, verifier);
       pass();
     }, (err: unknown) => {

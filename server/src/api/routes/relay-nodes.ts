@@ -1,6 +1,6 @@
 /**
  * `GET /rudder/relay-api/1/nodes`: the accepted nodes in RUDDER's nodeslist.json shape
- * (`{"<id>": {"hostname", "policy-server", "key-hash"}}`), for relays to route by (relayd syncs it
+ * (`{"<id>": {"hostname", "policy-server", "key-hash", "relay"?}}`), for relays to route by (relayd syncs it
  * and serves its copy to its own sub-relays). Wrapped in the relay API's envelope, so that a relay
  * can tell a list from an upstream that does not serve one:
  *
@@ -40,6 +40,12 @@ export interface NodesListEntry {
   hostname: string;
   'policy-server': string;
   'key-hash'?: string;
+  /**
+   * Capstan extension: the node is a registered relay. Relays above a sub-relay drop its link,
+   * and refuse new ones, once it is no longer listed as one (revoked, refused, deleted), instead
+   * of trusting its token until it expires. Absent for other nodes (RUDDER's parser ignores it).
+   */
+  relay?: true;
 }
 
 /** Every accepted node, by id; a node without a known policy server is under this server (`rootId`). */
@@ -51,7 +57,7 @@ export async function acceptedNodesList(store: Store, rootId: string): Promise<R
       keyHash = keyHashOf(n.certificate);
       if (n.certificate_fingerprint && keyHashes.size < 1_000_000) keyHashes.set(n.certificate_fingerprint, keyHash);
     }
-    out[n.id] = { hostname: n.hostname, 'policy-server': n.policy_server || rootId, ...(keyHash ? { 'key-hash': keyHash } : {}) };
+    out[n.id] = { hostname: n.hostname, 'policy-server': n.policy_server || rootId, ...(keyHash ? { 'key-hash': keyHash } : {}), ...(n.relay ? { relay: true as const } : {}) };
   };
   for (let page = 1; ; page++) {
     const res = await store.listNodes({ filters: [{ key: 'accepted', values: ['accepted'] }], sort: 'id', order: 'asc', page, per_page: PAGE });
