@@ -104,6 +104,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         onChange: () => {
           forwarder?.nodesChanged();
           dropUnlistedRelays();
+          dropRevokedTokens();
         },
       })
     : null;
@@ -112,6 +113,21 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
    * shows (the server lists registered relays as such): a linked sub-relay it no longer names as a
    * relay is cut off with a `bye`, and relinking is refused (relayListed below).
    */
+  /**
+   * A forced renewal at the server shows in the synced list as `tokens-after`: connections opened
+   * with a token issued before it end (`bye` token_expired: the agent or sub-relay renews by signed
+   * request and comes back), and the token itself is refused from now on (tokensAfter below).
+   */
+  const dropRevokedTokens = () => {
+    const list = nodesSync?.current;
+    if (!list) return;
+    for (const p of hub.all()) {
+      if (p.iat !== undefined && p.iat < list.tokensAfter(p.id)) {
+        log.info({ node: p.id }, 'remote-run connection ended: its token was revoked by a forced renewal');
+        hub.end(p.id, 'token_expired');
+      }
+    }
+  };
   const dropUnlistedRelays = () => {
     const list = nodesSync?.current;
     if (!list || !config.identity.require_relay_token) return;
@@ -288,6 +304,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       verifier: nodeTokenVerifier(jwks, Math.floor(config.identity.clock_skew / 1000)),
       requireToken: config.identity.require_token,
       requireRelayToken: config.identity.require_relay_token,
+      tokensAfter: (id) => nodesSync?.current?.tokensAfter(id) ?? 0,
       relayListed: async (id) => {
         if (!nodesSync?.current || nodesSync.current.isRelay(id) !== false) return true;
         // Registered a moment ago? Ask the upstream once before refusing (rate limited).

@@ -183,4 +183,13 @@ t.test('a list that marks relays says which nodes are registered relays; one tha
   const rudder = NodesList.parse('top', JSON.stringify({ sub: { hostname: 'sub', 'policy-server': 'top' } }));
   t.equal(rudder.isRelay('sub'), null, 'RUDDER\'s format: unknown either way');
   t.equal(NodesList.empty('top').isRelay('sub'), null);
+  const forced = NodesList.parse('top', JSON.stringify({
+    a: { hostname: 'a', 'policy-server': 'top', 'tokens-after': 1764000000 },
+    b: { hostname: 'b', 'policy-server': 'top', 'tokens-after': -5 },
+    c: { hostname: 'c', 'policy-server': 'top', 'tokens-after': '1764000000' },
+  }));
+  t.equal(forced.tokensAfter('a'), 1764000000, 'a forced renewal time');
+  t.equal(forced.tokensAfter('b'), 0, 'nonsense is ignored');
+  t.equal(forced.tokensAfter('c'), 0);
+  t.equal(forced.tokensAfter('nobody'), 0);
 });

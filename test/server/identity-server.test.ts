@@ -110,6 +110,12 @@ t.test('forced renewal: tokens issued before it are refused, the next renewal wo
   s.clock.now = new Date(s.clock.now.getTime() + 2000);
   const fresh = (await s.renew(makeRenewRequest(id, 'n1', s.clock.now))).json.data.token as string;
   await authorize(req(fresh), 'n1');
+  // Renewing in the very second of a forced renewal (an agent or relay told at once by its relay)
+  // gets a token dated at the forced time, not one refused as soon as it is issued.
+  t.equal((await s.api('POST', '/api/1/nodes/n1/identity/renew')).status, 200);
+  await t.rejects(authorize(req(fresh), 'n1'), { code: 'ERR_TOKEN_EXPIRED' });
+  const sameSecond = (await s.renew(makeRenewRequest(id, 'n1', s.clock.now))).json.data.token as string;
+  await authorize(req(sameSecond), 'n1');
 });
 
 t.test('forced renewal of a group reaches its nodes only', async (t) => {

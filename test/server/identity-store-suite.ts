@@ -60,8 +60,13 @@ export function identitySuite(t: Test, backend: Backend): void {
     await ids.recordToken({ node_id: 'n1', kid: 'k1', jti: 'j', iat: 501, exp: 900 });
     t.same(await ids.getToken('n1'), { node_id: 'n1', kid: 'k1', jti: 'j', iat: 501, exp: 900, forced_after: 500 });
     t.equal(await ids.forceRenewal([], 1), 0);
+    await store.createNode({ id: 'n3', hostname: 'h3' });
+    await ids.recordToken({ node_id: 'n3', kid: 'k1', jti: 'j3', iat: 10, exp: 900 });
+    t.same([...(await ids.forcedRenewals(0))].sort(), [['n1', 500], ['n2', 500]], 'forced renewals, not plain tokens');
+    t.same([...(await ids.forcedRenewals(500))], [], 'only those after the given time');
     await store.deleteNode('n1');
     t.equal(await ids.getToken('n1'), null, 'a deleted node leaves no token row');
+    t.same([...(await ids.forcedRenewals(0))], [['n2', 500]]);
   });
 
   t.test('identity: a renewal nonce is accepted once, by any store on the database, until it expires', async (t) => {

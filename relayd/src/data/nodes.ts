@@ -20,6 +20,8 @@ export interface NodeEntry {
   keyHash: KeyHash | null;
   /** A registered relay (`"relay": true`, a Capstan server's extension to RUDDER's format). */
   relay: boolean;
+  /** Its tokens issued before this (epoch seconds) are revoked (`"tokens-after"`, same extension); 0: none. */
+  tokensAfter: number;
 }
 
 /** Longest policy-server chain followed (RUDDER's bound): a loop in the file must not hang us. */
@@ -97,6 +99,11 @@ export class NodesList {
     return this.nodes.get(id)?.relay === true;
   }
 
+  /** Tokens of `id` issued before this (epoch seconds) were revoked by a forced renewal; 0: none known. */
+  tokensAfter(id: string): number {
+    return this.nodes.get(id)?.tokensAfter ?? 0;
+  }
+
   private get marksRelays(): boolean {
     this.relayMarks ??= [...this.nodes.values()].some((n) => n.relay);
     return this.relayMarks;
@@ -137,6 +144,7 @@ export class NodesList {
         policyServer: e['policy-server'],
         keyHash: parseKeyHash(e['key-hash']),
         relay: e.relay === true,
+        tokensAfter: Number.isSafeInteger(e['tokens-after']) && (e['tokens-after'] as number) > 0 ? (e['tokens-after'] as number) : 0,
       });
     }
     return new NodesList(myId, nodes, source);

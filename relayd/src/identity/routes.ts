@@ -37,6 +37,11 @@ export interface RelayIdentity {
    * without state, so without this a revoked sub-relay would keep its link until its token expires.
    */
   relayListed?: (id: string) => Promise<boolean>;
+  /**
+   * Tokens of `id` issued before this (epoch seconds) are refused: a forced renewal at the server,
+   * learnt from the synced nodes list (`tokens-after`); 0 when none is known.
+   */
+  tokensAfter?: (id: string) => number;
 }
 
 /** Whether a request is a sub-relay's link: `/remote-run/listen/<id>?relay=1`. */
@@ -61,22 +66,30 @@ function checkFor(identity: RelayIdentity, url: string): { node: string | undefi
 /** The token check, then for a sub-relay's link: still a registered relay by the synced list. */
 async function verifyFor(identity: RelayIdentity, authorization: string | string[] | undefined, check: { node: string | undefined; relay: boolean }): Promise<NodeClaims> {
   const claims = await identity.verifier.verify(authorization, check.node, check.relay ? RELAY_ROLE : undefined);
+  if (identity.tokensAfter && claims.iat < identity.tokensAfter(claims.capstan_node_id)) {
+    throw capstanError('ERR_TOKEN_EXPIRED', 'node token was revoked by a forced renewal: renew it');
+  }
   if (check.relay && identity.relayListed && !(await identity.relayListed(claims.capstan_node_id))) {
     throw capstanError('ERR_TOKEN_NOT_RELAY', `${claims.capstan_node_id} is not a registered relay in the nodes list synced from the upstream`);
   }
   return claims;
 }
 
-/** Verified requests and when their token stops being valid (epoch ms, exp + clock skew). */
-const deadlines = new WeakMap<IncomingMessage, number>();
+/** Verified requests: when their token stops being valid (epoch ms, exp + clock skew) and when it was issued (epoch s). */
+const deadlines = new WeakMap<IncomingMessage, { until: number; iat: number }>();
 
 /** When the token a request was let in with stops being valid; undefined when none was checked. */
 export function tokenDeadline(req: IncomingMessage): number | undefined {
-  return deadlines.get(req);
+  return deadlines.get(req)?.until;
+}
+
+/** When the token a request was let in with was issued (epoch seconds); undefined when none was checked. */
+export function tokenIssuedAt(req: IncomingMessage): number | undefined {
+  return deadlines.get(req)?.iat;
 }
 
 function remember(req: IncomingMessage, claims: NodeClaims, verifier: NodeTokenVerifier): void {
-  deadlines.set(req, (claims.exp + verifier.clockSkewSeconds) * 1000);
+  deadlines.set(req, { until: (claims.exp + verifier.clockSkewSeconds) * 1000, iat: claims.iat });
 }
 
 /** Which node a protected path is about: a string (that node), null (any node), undefined (not protected). */

@@ -26,6 +26,8 @@ export interface Peer {
    * renewed token.
    */
   until?: number;
+  /** When that token was issued (epoch seconds): a forced renewal after it ends the connection. */
+  iat?: number;
 }
 
 /** Emits 'peer' (id) when an agent or sub-relay connects, 'gone' (id) when it leaves. */

@@ -162,6 +162,10 @@ export class NodeIdentity {
   /** Issue and record a token for an accepted node. */
   async issue(node: NodeRecord): Promise<IssuedToken> {
     const key = await this.activeKey();
+    // A forced renewal refuses tokens issued before its second + 1 (forceRenewal): a token asked for
+    // right after one is dated at that second, or it would be refused as soon as it is issued.
+    const forcedAfterMs = ((await this.o.store.identity.getToken(node.id))?.forced_after ?? 0) * 1000;
+    const now = this.clock();
     const out = await issueNodeToken({
       key,
       nodeId: node.id,
@@ -170,7 +174,7 @@ export class NodeIdentity {
       // A node an admin registered as a relay: only such tokens open the relay-only endpoints.
       ...(node.relay ? { role: RELAY_ROLE } : {}),
       ttlSeconds: this.ttlSecondsFor(node),
-      now: this.clock(),
+      now: forcedAfterMs > now.getTime() ? new Date(forcedAfterMs) : now,
     });
     await this.o.store.identity.recordToken({ node_id: node.id, kid: key.kid, jti: out.claims.jti, iat: out.claims.iat, exp: out.claims.exp });
     return out;

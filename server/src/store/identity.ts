@@ -67,6 +67,8 @@ export interface IdentityStore {
   getToken(nodeId: string): Promise<IdentityTokenRow | null>;
   /** Tokens of these nodes issued before `atSec` are refused from now on; returns how many nodes exist of them. */
   forceRenewal(nodeIds: string[], atSec: number): Promise<number>;
+  /** Every node with a forced renewal after `sinceSec` (node id → forced_after), for the nodes list relays sync. */
+  forcedRenewals(sinceSec: number): Promise<Map<string, number>>;
   /** Remember a renewal nonce until `untilSec`; false when any server saw it already (a replay) or too many are kept. */
   rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean>;
 }

@@ -23,7 +23,7 @@ import type { Run, RunEvent } from '../../remote-run/dispatch.js';
 import { jsonLines } from '@capstan/shared/remote-run/lines';
 import { responseConn } from '../../remote-run/hub.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
-import { tokenDeadline } from '../../identity/routes.js';
+import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
 import { RELAY_ROLE } from '@capstan/shared/identity/token';
 
 export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
@@ -155,7 +155,10 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
     req.raw.socket.setKeepAlive(true, 60_000);
     res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
     const until = tokenDeadline(req.raw);
-    const added = rr.hub.add({ id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res), ...(until !== undefined && { until }) });
+    const iat = tokenIssuedAt(req.raw);
+    const added = rr.hub.add({
+      id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res), ...(until !== undefined && { until }), ...(iat !== undefined && { iat }),
+    });
     if (!added) {
       res.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
       return;
@@ -177,7 +180,8 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
       const conn = acceptUpgrade(socket, head);
       // The node token it was let in with (identity/routes.ts) bounds its life.
       const until = tokenDeadline(req);
-      if (!rr.hub.add({ id: node, relay: want.relay, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
+      const iat = tokenIssuedAt(req);
+      if (!rr.hub.add({ id: node, relay: want.relay, since: Date.now(), conn, ...(until !== undefined && { until }), ...(iat !== undefined && { iat }) })) {
         conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
         return;
       }

@@ -1,6 +1,6 @@
 /**
  * `GET /rudder/relay-api/1/nodes`: the accepted nodes in RUDDER's nodeslist.json shape
- * (`{"<id>": {"hostname", "policy-server", "key-hash", "relay"?}}`), for relays to route by (relayd syncs it
+ * (`{"<id>": {"hostname", "policy-server", "key-hash", "relay"?, "tokens-after"?}}`), for relays to route by (relayd syncs it
  * and serves its copy to its own sub-relays). Wrapped in the relay API's envelope, so that a relay
  * can tell a list from an upstream that does not serve one:
  *
@@ -46,11 +46,19 @@ export interface NodesListEntry {
    * of trusting its token until it expires. Absent for other nodes (RUDDER's parser ignores it).
    */
   relay?: true;
+  /**
+   * Capstan extension: the node's tokens issued before this time (epoch seconds) were revoked by a
+   * forced renewal. Relays verify tokens without state; with this they refuse those tokens, and end
+   * the remote-run connections opened with them, at their next sync instead of at expiry.
+   */
+  'tokens-after'?: number;
 }
 
 /** Every accepted node, by id; a node without a known policy server is under this server (`rootId`). */
 export async function acceptedNodesList(store: Store, rootId: string): Promise<Record<string, NodesListEntry>> {
   const out: Record<string, NodesListEntry> = {};
+  // Every forced renewal ever made (one row per node at most): old ones only repeat what expiry says.
+  const forced = await store.identity.forcedRenewals(0);
   const add = (n: NodeRecord) => {
     let keyHash = n.certificate_fingerprint ? keyHashes.get(n.certificate_fingerprint) : undefined;
     if (keyHash === undefined) {
@@ -58,6 +66,8 @@ export async function acceptedNodesList(store: Store, rootId: string): Promise<R
       if (n.certificate_fingerprint && keyHashes.size < 1_000_000) keyHashes.set(n.certificate_fingerprint, keyHash);
     }
     out[n.id] = { hostname: n.hostname, 'policy-server': n.policy_server || rootId, ...(keyHash ? { 'key-hash': keyHash } : {}), ...(n.relay ? { relay: true as const } : {}) };
+    const after = forced.get(n.id);
+    if (after) out[n.id]!['tokens-after'] = after;
   };
   for (let page = 1; ; page++) {
     const res = await store.listNodes({ filters: [{ key: 'accepted', values: ['accepted'] }], sort: 'id', order: 'asc', page, per_page: PAGE });

@@ -127,6 +127,11 @@ export class PostgresIdentityStore implements IdentityStore {
     return r.rowCount!;
   }
 
+  async forcedRenewals(sinceSec: number): Promise<Map<string, number>> {
+    const { rows } = await this.q('forced renewals read', 'SELECT node_id, forced_after FROM identity_tokens WHERE forced_after > $1', [sinceSec]);
+    return new Map(rows.map((r) => [String(r.node_id), Number(r.forced_after)]));
+  }
+
   async rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean> {
     if (nonce.includes('\u0000')) return false;
     return this.tx('renewal nonce check', async (c) => {

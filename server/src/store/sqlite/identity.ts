@@ -137,6 +137,13 @@ export class SqliteIdentityStore implements IdentityStore {
     });
   }
 
+  async forcedRenewals(sinceSec: number): Promise<Map<string, number>> {
+    return this.read('forced renewals read', () => {
+      const rows = this.db.prepare('SELECT node_id, forced_after FROM identity_tokens WHERE forced_after > ?').all(sinceSec) as Array<{ node_id: string; forced_after: number }>;
+      return new Map(rows.map((r) => [r.node_id, r.forced_after]));
+    });
+  }
+
   async rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean> {
     return this.write('renewal nonce check', () => {
       this.db.prepare('DELETE FROM identity_nonces WHERE until < ?').run(nowSec);
