@@ -109,11 +109,6 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       })
     : null;
   /**
-   * Sub-relays are trusted by token, checked without state; the synced list is where a revocation
-   * shows (the server lists registered relays as such): a linked sub-relay it no longer names as a
-   * relay is cut off with a `bye`, and relinking is refused (relayListed below).
-   */
-  /**
    * A forced renewal at the server shows in the synced list as `tokens-after`: connections opened
    * with a token issued before it end (`bye` token_expired: the agent or sub-relay renews by signed
    * request and comes back), and the token itself is refused from now on (tokensAfter below).
@@ -128,6 +123,11 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       }
     }
   };
+  /**
+   * Sub-relays are trusted by token, checked without state; the synced list is where a revocation
+   * shows (the server lists registered relays as such): a linked sub-relay it no longer names as a
+   * relay is cut off with a `bye`, and relinking is refused (relayListed below).
+   */
   const dropUnlistedRelays = () => {
     const list = nodesSync?.current;
     if (!list || !config.identity.require_relay_token) return;
