@@ -13,21 +13,12 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { statusAndCode } from '../helpers/http.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number; jti: string; capstan_role?: string; capstan_node_id: string };
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
-async function refusal(url: string, init: RequestInit = {}): Promise<{ status: number; code: string | undefined }> {
-  const res = await fetch(url, init);
-  const text = await res.text();
-  let code: string | undefined;
-  try {
-    code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
-  } catch {
-    code = undefined;
-  }
-  return { status: res.status, code };
-}
+const refusal = async (url: string, init: RequestInit = {}) => statusAndCode(await fetch(url, init));
 
 t.test('a job reaches an agent behind a sub-relay, every link authenticated, relay tokens renewed as they expire', async (t) => {
   const dir = t.testdir();

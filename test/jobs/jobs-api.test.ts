@@ -12,6 +12,7 @@ import { createNodeIdentity, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
 import { waitFor } from '../helpers/programs.js';
+import { collectEvents } from '../helpers/http.js';
 import { inventory } from '../server/store-suite.js';
 
 async function setup(t: Test, overrides: Record<string, string> = {}) {
@@ -63,16 +64,7 @@ async function linkRelay(t: Test, server: ServerHandle, id: string) {
     req.once('error', reject);
   });
   t.equal(res.statusCode, 200);
-  let buf = '';
-  res.on('data', (chunk: Buffer) => {
-    buf += chunk.toString();
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) !== -1) {
-      events.push(JSON.parse(buf.slice(0, nl)) as Record<string, unknown>);
-      buf = buf.slice(nl + 1);
-    }
-  });
-  res.on('error', () => {});
+  collectEvents(res, events);
   req.on('error', () => {});
   t.teardown(() => req.destroy());
   await waitFor(async () => (events.some((e) => e.type === 'hello') ? true : undefined), 'the hello');

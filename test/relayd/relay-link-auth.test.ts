@@ -19,6 +19,7 @@ import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
+import { collectEvents } from '../helpers/http.js';
 
 const keys = testTokens(t.testdir());
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
@@ -94,18 +95,7 @@ t.test('a run handed to a sub-relay is answered with its relay token only', asyn
   const req = http.get(`${r.url}${LINK}`, { headers: bearer(await keys.relayToken('sub')) });
   t.teardown(() => req.destroy());
   req.on('error', () => {});
-  req.once('response', (res) => {
-    let buf = '';
-    res.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) !== -1) {
-        events.push(JSON.parse(buf.slice(0, nl)) as { type: string });
-        buf = buf.slice(nl + 1);
-      }
-    });
-    res.on('error', () => {});
-  });
+  req.once('response', (res) => collectEvents(res, events));
   await until(() => (events.some((e) => e.type === 'hello') ? true : undefined), 'the hello');
   const answer = fetch(`${r.url}/rudder/relay-api/1/remote-run/nodes/leaf`, { method: 'POST', body: 'keep_output=true', headers: { 'content-type': 'application/x-www-form-urlencoded' } }).then((x) => x.text());
   const run = await until(() => events.find((e) => e.type === 'run'), 'the run event on the link');

@@ -15,6 +15,7 @@ import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewReques
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
 import { waitFor } from '../helpers/programs.js';
+import { collectEvents, statusAndCode } from '../helpers/http.js';
 import { inventory } from './store-suite.js';
 
 const cert = (id: string) => createNodeIdentity(id, { bits: 1024 }).certPem;
@@ -46,15 +47,7 @@ const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 
 /** GET or POST a relay path; the status and the error code. */
 async function call(base: string, method: 'GET' | 'POST', path: string, headers: Record<string, string> = {}, body?: string) {
-  const res = await fetch(`${base}${path}`, { method, headers: { ...headers, ...(body !== undefined && { 'content-type': 'application/json' }) }, ...(body !== undefined && { body }) });
-  const text = await res.text();
-  let code: string | undefined;
-  try {
-    code = (JSON.parse(text) as { error?: { code?: string } }).error?.code;
-  } catch {
-    code = undefined;
-  }
-  return { status: res.status, code };
+  return statusAndCode(await fetch(`${base}${path}`, { method, headers: { ...headers, ...(body !== undefined && { 'content-type': 'application/json' }) }, ...(body !== undefined && { body }) }));
 }
 
 /** An upgraded link attempt: the status line and the body of a refusal. */
@@ -165,18 +158,7 @@ t.test('the remote-run link and its output posts: a relay token naming the relay
   const req = http.get(`${server.url}${listen}`, { headers: mine });
   t.teardown(() => req.destroy());
   req.on('error', () => {});
-  req.once('response', (res) => {
-    let buf = '';
-    res.on('data', (d: Buffer) => {
-      buf += d.toString();
-      let nl: number;
-      while ((nl = buf.indexOf('\n')) !== -1) {
-        events.push(JSON.parse(buf.slice(0, nl)) as { type: string });
-        buf = buf.slice(nl + 1);
-      }
-    });
-    res.on('error', () => {});
-  });
+  req.once('response', (res) => collectEvents(res, events));
   await waitFor(async () => (events.some((e) => e.type === 'hello') ? true : undefined), 'the hello');
   const job = await admin('POST', '/api/1/jobs', { name: 'j', type: 'run', nodes: ['agent-1'] });
   t.equal(job.status, 201);
