@@ -2,3 +2,4 @@
 export * from './name.js';
 export * from './parse.js';
 export { rfc3339Utc } from './time.js';
+export * from './diff.js';
