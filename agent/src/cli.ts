@@ -8,7 +8,7 @@ import { policyServerId } from './identity/policy-server.js';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, isCapstanError, type Logger } from '@capstan/shared/agent';
+import { CAPSTAN_VERSION, complianceLine, EXIT_CONFIG, EXIT_CRASH, isCapstanError, type Logger } from '@capstan/shared/agent';
 import { loadAgentConfig, type AgentConfig } from './config.js';
 import { ensureIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';
@@ -64,12 +64,9 @@ common(program.command('run').description('run once: inventory when due, checks,
       onOutcome: flags.dryRun ? (line) => process.stdout.write(`${line}\n`) : undefined,
     });
     const c = r.counts;
-    const results = (c.result_success ?? 0) + (c.result_repaired ?? 0) + (c.result_error ?? 0);
-    const pct = results === 0 ? 100 : Math.round((((c.result_success ?? 0) + (c.result_repaired ?? 0)) / results) * 1000) / 10;
-    const audited = (c.audit_compliant ?? 0) + (c.audit_noncompliant ?? 0) + (c.audit_error ?? 0);
-    const auditPart = audited > 0 ? `, ${c.audit_noncompliant ?? 0} non-compliant of ${audited} audited` : '';
+    // The same figure the server computes for this run (shared compliance, same expectations).
     process.stdout.write(
-      `node ${r.nodeId} config ${r.configId}: ${c.result_repaired ?? 0} repaired, ${c.result_error ?? 0} errors${auditPart}, compliance ${pct}%; ` +
+      `node ${r.nodeId} config ${r.configId}: ${complianceLine(r.compliance)}; ` +
         `sent ${r.flush.sent}, queued ${r.flush.remaining}${r.inventorySent ? ', inventory sent' : ''}\n`,
     );
     if ((c.result_error ?? 0) + (c.audit_error ?? 0) > 0) process.exitCode = 4;

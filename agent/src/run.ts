@@ -6,7 +6,10 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { compressSync, INVENTORY_TOKEN_FIELD, inventoryFileName, runLogFileName, signSmime, tokenRequestStamp, type Logger } from '@capstan/shared/agent';
+import {
+  bundleExpectations, compressSync, computeCompliance, INVENTORY_TOKEN_FIELD, inventoryFileName, runLogFileName, signSmime, summarize,
+  tokenRequestStamp, type ComplianceCounts, type Logger,
+} from '@capstan/shared/agent';
 import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
@@ -27,6 +30,12 @@ export interface RunResult {
   inventorySent: boolean;
   runLog: string;
   counts: Readonly<Record<string, number>>;
+  /**
+   * The run's compliance against the policy it ran, by the server's own computation (shared):
+   * what the server shows for this run once it arrives, before time (applying, no answer) or a
+   * newer policy there changes it.
+   */
+  compliance: ComplianceCounts;
   flush: FlushResult;
   configId: string;
 }
@@ -149,7 +158,8 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
     });
   }
   w.end();
-  if (opts.dryRun) return { nodeId: id.nodeId, inventorySent, runLog: '', counts: w.reportCounts, flush: { sent: 0, rejected: 0, remaining: 0 }, configId: w.configId };
+  const compliance = computeCompliance(policy.bundle ? bundleExpectations(policy.bundle.directives) : null, summarize(w.reports).outcomes).counts;
+  if (opts.dryRun) return { nodeId: id.nodeId, inventorySent, runLog: '', counts: w.reportCounts, compliance, flush: { sent: 0, rejected: 0, remaining: 0 }, configId: w.configId };
 
   const signed = signSmime(Buffer.from(w.text()), id);
   const runLog = runLogFileName(id.nodeId, startedAt, 'zstd');
@@ -160,5 +170,5 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   // What this run sent, the early flush included.
   const flush = early ? { ...last, sent: last.sent + early.sent, rejected: last.rejected + early.rejected } : last;
   if (flush.error) log.warn({ err: flush.error, queued: flush.remaining }, 'relay unreachable, files kept for the next run');
-  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, flush, configId: w.configId };
+  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, compliance, flush, configId: w.configId };
 }

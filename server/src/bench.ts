@@ -14,7 +14,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { COMPLIANCE_CATEGORIES, type NodeFilter, type NodeListQuery, type Store } from './store/store.js';
+import { RUN_STATES } from '@capstan/shared';
+import { complianceClock } from './registry/compliance.js';
+import type { NodeFilter, NodeListQuery, Store } from './store/store.js';
 import { openStore } from './store/index.js';
 import { NODE_COLUMNS } from './store/query.js';
 
@@ -83,10 +85,11 @@ function row(i: number): Row {
     state_changed_at: at, policy_config_id: `cfg-${i % 5}`, relay: 0,
   } satisfies Record<(typeof NODE_COLUMNS)[number], unknown>;
   const directives = Array.from({ length: DIRECTIVES_PER_NODE }, (_, d) => {
-    const counts = [3, i % 11 === d ? 1 : 0, i % 13 === d ? 1 : 0, i % 17 === d ? 1 : 0, i % 19 === d ? 1 : 0, 0, d === 4 ? 1 : 0];
+    // In RUN_STATES order: success, repaired, error, non compliant, audit compliant, not applicable, unexpected, missing.
+    const counts = [3, i % 11 === d ? 1 : 0, i % 13 === d ? 1 : 0, i % 17 === d ? 1 : 0, 0, d === 4 ? 1 : 0, 0, i % 19 === d ? 1 : 0];
     return { rule: `rule-${d % 3}`, directive: `directive-${d}`, counts };
   });
-  const compliance = COMPLIANCE_CATEGORIES.map((_, c) => directives.reduce((s, d) => s + d.counts[c]!, 0));
+  const compliance = RUN_STATES.map((_, c) => directives.reduce((s, d) => s + d.counts[c]!, 0));
   return { node, tags, groups, compliance: lastRun ? compliance : [], directives: lastRun ? directives : [] };
 }
 
@@ -101,10 +104,10 @@ export function loadSqlite(path: string, n: number): void {
     const insCert = db.prepare('INSERT INTO node_certificates (node_id, certificate) VALUES (?, ?)');
     const insTag = db.prepare('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
     const insGroup = db.prepare('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
-    const cats = COMPLIANCE_CATEGORIES.join(', ');
+    const cats = RUN_STATES.join(', ');
     const insComp = db.prepare(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, ${cats})
-      VALUES (?, ?, ?, ?, ?, 1, ?, '[]', ${COMPLIANCE_CATEGORIES.map(() => '?').join(', ')})`);
-    const insDir = db.prepare(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${cats}) VALUES (?, ?, ?, ${COMPLIANCE_CATEGORIES.map(() => '?').join(', ')})`);
+      VALUES (?, ?, ?, ?, ?, 1, ?, '[]', ${RUN_STATES.map(() => '?').join(', ')})`);
+    const insDir = db.prepare(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${cats}) VALUES (?, ?, ?, ${RUN_STATES.map(() => '?').join(', ')})`);
     db.transaction(() => {
       for (let i = 0; i < n; i++) {
         const r = row(i);
@@ -126,7 +129,7 @@ export function loadSqlite(path: string, n: number): void {
 
 export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
   const CHUNK = 5000;
-  const cats = COMPLIANCE_CATEGORIES.join(', ');
+  const cats = RUN_STATES.join(', ');
   for (let start = 0; start < n; start += CHUNK) {
     const rows = Array.from({ length: Math.min(CHUNK, n - start) }, (_, k) => row(start + k));
     const cols = NODE_COLUMNS.map((col) => rows.map((r) => sqlValue(r.node[col])));
@@ -141,14 +144,14 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
     const comp = rows.filter((r) => r.compliance.length);
     await c.query(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, ${cats})
       SELECT node_id, run_id, started, started::timestamptz, config_id, true, started::timestamptz, '[]'::jsonb, ${cats}
-      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], ${COMPLIANCE_CATEGORIES.map((_, i) => `$${i + 5}::int[]`).join(', ')})
+      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], ${RUN_STATES.map((_, i) => `$${i + 5}::int[]`).join(', ')})
         AS u(node_id, run_id, started, config_id, ${cats})`,
     [comp.map((r) => r.node.id), comp.map((_, k) => start + k), comp.map((r) => r.node.last_run_at), comp.map((r) => r.node.last_config_id),
-      ...COMPLIANCE_CATEGORIES.map((_, ci) => comp.map((r) => r.compliance[ci]))]);
+      ...RUN_STATES.map((_, ci) => comp.map((r) => r.compliance[ci]))]);
     const dirs = comp.flatMap((r) => r.directives.map((d) => ({ id: r.node.id, ...d })));
     await c.query(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${cats})
-      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], ${COMPLIANCE_CATEGORIES.map((_, i) => `$${i + 4}::int[]`).join(', ')})`,
-    [dirs.map((d) => d.id), dirs.map((d) => d.rule), dirs.map((d) => d.directive), ...COMPLIANCE_CATEGORIES.map((_, ci) => dirs.map((d) => d.counts[ci]))]);
+      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], ${RUN_STATES.map((_, i) => `$${i + 4}::int[]`).join(', ')})`,
+    [dirs.map((d) => d.id), dirs.map((d) => d.rule), dirs.map((d) => d.directive), ...RUN_STATES.map((_, ci) => dirs.map((d) => d.counts[ci]))]);
   }
   // What autovacuum would have done by the time a fleet this size is queried (visibility map).
   await c.query('VACUUM ANALYZE');
@@ -191,11 +194,12 @@ async function measure(store: Store, kind: 'sqlite' | 'postgres', n: number, rou
     list[name] = { ...timing, total };
     log(`${kind} list ${name}: ${timing.median_ms} ms (max ${timing.max_ms}), ${total} nodes`);
   }
+  const clock = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 });
   const compliance: RegistryBenchResult['compliance'] = {
-    global: await time(rounds, () => store.complianceSummary()),
-    'global, tag:env=prod': await time(rounds, () => store.complianceSummary([{ key: 'tag:env', values: ['prod'] }])),
-    'by rule': await time(rounds, () => store.complianceByRule('rule')),
-    'by directive': await time(rounds, () => store.complianceByRule('directive')),
+    global: await time(rounds, () => store.complianceSummary([], clock)),
+    'global, tag:env=prod': await time(rounds, () => store.complianceSummary([{ key: 'tag:env', values: ['prod'] }], clock)),
+    'by rule': await time(rounds, () => store.complianceByRule('rule', clock)),
+    'by directive': await time(rounds, () => store.complianceByRule('directive', clock)),
   };
   for (const [name, timing] of Object.entries(compliance)) log(`${kind} compliance ${name}: ${timing.median_ms} ms (max ${timing.max_ms})`);
   const listMs = Math.max(...Object.values(list).map((x) => x.median_ms));

@@ -10,8 +10,9 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, silentLogger } from '@capstan/shared';
-import { complianceView, withPercent } from './api/routes/compliance.js';
+import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, parseDuration, silentLogger } from '@capstan/shared';
+import { complianceClock, complianceSettings, complianceView, withPercent } from './registry/compliance.js';
+import { changeQuery } from './api/routes/changes.js';
 import { createBody, listView, patchBody } from './api/routes/nodes.js';
 import { loadServerConfig, type ServerConfig } from './config.js';
 import { NodeIdentity, type KeyView } from './identity/service.js';
@@ -52,7 +53,7 @@ function configFrom(flags: CommonFlags): ServerConfig {
 }
 
 /** Open the store, run one admin verb, close it. A refused request (coded 4xx error) exits 4. */
-async function withStore(flags: CommonFlags, fn: (store: Store) => Promise<void>): Promise<void> {
+async function withStore(flags: CommonFlags, fn: (store: Store, config: ServerConfig) => Promise<void>): Promise<void> {
   const config = configFrom(flags);
   let store: Store;
   try {
@@ -64,7 +65,7 @@ async function withStore(flags: CommonFlags, fn: (store: Store) => Promise<void>
     process.exit(EXIT_STARTUP);
   }
   try {
-    await fn(store);
+    await fn(store, config);
   } catch (err) {
     if (isCapstanError(err) && err.statusCode < 500) {
       process.stderr.write(`capstan-server: ${err.code}: ${err.message}\n`);
@@ -318,25 +319,72 @@ verb(nodes, 'compliance [id]', 'one node\'s compliance, or the global one (GET /
   .option('--by <rule|directive>', 'global compliance per rule or per directive')
   .action(async (id: string | undefined, flags: CommonFlags & { by?: string }) => {
     const pct = (v: number | null) => (v === null ? '-' : `${v}%`);
-    await withStore(flags, async (store) => {
+    await withStore(flags, async (store, config) => {
+      const clock = complianceClock(complianceSettings(config));
       if (id !== undefined) {
         if (!(await mustNode(store, id))) return;
-        const view = complianceView((await store.getComplianceBase(id))!);
+        const view = complianceView((await store.getComplianceBase(id))!, clock);
+        const state = view.time_state === null ? '' : ` (${view.time_state.replace('_', ' ')})`;
         out(flags, { data: view }, () =>
-          `${table([['rule', (c) => c.rule_id], ['directive', (c) => c.directive_id], ['component', (c) => c.component], ['category', (c) => c.category], ['outcome', (c) => c.outcome]], view.components)}compliance ${pct(view.compliance)} of ${view.summary.total} components\n`);
+          `${table([['rule', (c) => c.rule_id], ['directive', (c) => c.directive_id], ['component', (c) => c.component], ['state', (c) => c.state], ['outcome', (c) => c.outcome]], view.components)}compliance ${pct(view.compliance)} of ${view.summary.total} items${state}\n`);
       } else if (flags.by === 'rule' || flags.by === 'directive') {
-        const rows = (await store.complianceByRule(flags.by)).map((r) => ({ ...r, ...withPercent(r.counts) }));
+        const rows = (await store.complianceByRule(flags.by, clock)).map((r) => ({ ...r, ...withPercent(r.counts) }));
         out(flags, { data: rows, total: rows.length }, () =>
           table([['rule', (r) => r.rule_id], ...(flags.by === 'directive' ? [['directive', (r: { directive_id?: string }) => r.directive_id] as [string, (r: any) => unknown]] : []),
-            ['nodes', (r) => r.nodes], ['compliance', (r) => pct(r.compliance)], ['error', (r) => r.counts.error], ['missing', (r) => r.counts.missing]], rows));
+            ['nodes', (r) => r.nodes], ['compliance', (r) => pct(r.compliance)], ['error', (r) => r.counts.error], ['missing', (r) => r.counts.missing],
+            ['applying', (r) => r.counts.applying], ['no answer', (r) => r.counts.no_answer]], rows));
       } else if (flags.by !== undefined) {
         throw capstanError('ERR_BAD_REQUEST', '--by must be rule or directive');
       } else {
-        const agg = await store.complianceSummary();
-        const view = { nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts) };
+        const agg = await store.complianceSummary([], clock);
+        const view = {
+          nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts),
+          relays: { nodes: agg.relays.nodes, ...withPercent(agg.relays.counts) },
+          agentless: { nodes: agg.agentless.nodes, ...withPercent(agg.agentless.counts) },
+        };
         out(flags, { data: view }, () =>
-          `${table([['category', (r) => r[0]], ['components', (r) => r[1]], ['percent', (r) => `${view.percent[r[0] as keyof typeof view.percent]}%`]], Object.entries(agg.counts))}compliance ${pct(view.compliance)} over ${agg.nodes} accepted nodes (${agg.nodes_with_data} with data)\n`);
+          `${table([['state', (r) => r[0]], ['items', (r) => r[1]], ['percent', (r) => `${view.percent[r[0] as keyof typeof view.percent]}%`]], Object.entries(agg.counts))}compliance ${pct(view.compliance)} over ${agg.nodes} managed nodes (${agg.nodes_with_data} with data); apart: ${agg.relays.nodes} relays, ${agg.agentless.nodes} nodes without an agent\n`);
       }
+    });
+  });
+
+/** "1d", "12h", "30m" before now, or an RFC 3339 time. */
+function sinceTime(v: string): string {
+  const ms = parseDuration(v);
+  if (ms !== null) return new Date(Date.now() - ms).toISOString();
+  return v;
+}
+
+storeOptions(program.command('changes').description('what the agents changed, newest first (GET /api/1/changes)'))
+  .option('--json', 'print the API\'s JSON instead of a table')
+  .option('--node <id>', 'one node (repeat or comma-separate for several)', (v: string, acc: string[] = []) => [...acc, v])
+  .option('--rule <id>', 'one rule', (v: string, acc: string[] = []) => [...acc, v])
+  .option('--directive <id>', 'one directive', (v: string, acc: string[] = []) => [...acc, v])
+  .option('--group <id>', 'the members of a policy group', (v: string, acc: string[] = []) => [...acc, v])
+  .option('--label <label>', 'intentional or corrective')
+  .option('--since <when>', 'changes since a duration ago ("1d", "2h") or an RFC 3339 time')
+  .option('--until <when>', 'changes before a duration ago or an RFC 3339 time')
+  .option('--show', 'print each change with its diff instead of a table')
+  .option('--page <n>', 'page', (v: string) => Number(v), 1)
+  .option('--per-page <n>', 'changes per page (at most 1000)', (v: string) => Number(v), 50)
+  .action(async (flags: CommonFlags & { json?: boolean; node?: string[]; rule?: string[]; directive?: string[]; group?: string[]; label?: string; since?: string; until?: string; show?: boolean; page: number; perPage: number }) => {
+    await withStore(flags, async (store) => {
+      const q = await changeQuery(store, {
+        ...(flags.node && { node: flags.node }), ...(flags.rule && { rule: flags.rule }), ...(flags.directive && { directive: flags.directive }),
+        ...(flags.group && { group: flags.group }), ...(flags.label && { label: flags.label }),
+        ...(flags.since && { from: sinceTime(flags.since) }), ...(flags.until && { to: sinceTime(flags.until) }),
+      });
+      if (!Number.isInteger(flags.page) || flags.page < 1 || !Number.isInteger(flags.perPage) || flags.perPage < 1 || flags.perPage > 1000) {
+        throw capstanError('ERR_BAD_REQUEST', '--page must be a positive integer and --per-page an integer from 1 to 1000');
+      }
+      const res = await store.listChanges(q, flags.page, flags.perPage);
+      out(flags, { data: res.data, total: res.total }, () => {
+        if (!flags.show) {
+          return `${table([['at', (c) => c.at], ['node', (c) => c.node_id], ['label', (c) => c.label], ['rule', (c) => c.rule_id], ['directive', (c) => c.directive_id],
+            ['component', (c) => c.component], ['key', (c) => c.key_value], ['message', (c) => c.message], ['diff', (c) => (c.diff === null ? '' : 'yes')]], res.data)}${res.total} changes\n`;
+        }
+        return `${res.data.map((c) => `${c.at} ${c.node_id} ${c.label} ${c.event_type}\n  rule ${c.rule_id} directive ${c.directive_id} component ${c.component} key ${c.key_value}\n  ${c.message}\n${c.diff === null ? '' : `${c.diff.replace(/^/gm, '    ')}${c.diff.endsWith('\n') ? '' : '\n'}`}`).join('\n')}${res.total} changes\n`;
+      });
     });
   });
 

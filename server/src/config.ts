@@ -61,11 +61,28 @@ export const SERVER_SCHEMA = {
     sweep_interval: { type: 'duration', default: '1m', min: 1000 },
     purge_batch_size: { type: 'integer', default: 50, min: 1, max: 10000 },
   },
+  compliance: {
+    /**
+     * A node whose policy changed is `applying` until a run of the new policy arrives, for at most
+     * one run interval plus this grace; after it, the last run is judged against the new policy.
+     */
+    applying_grace: { type: 'duration', default: '5m', min: 0 },
+  },
+  changes: {
+    /** Most changes recorded per run log; one more entry says how many were left out. */
+    max_per_run: { type: 'integer', default: 1000, min: 1, max: 100000 },
+    /** Longest change message kept (characters); longer ones are cut. */
+    max_message_length: { type: 'integer', default: 4096, min: 64, max: 1048576 },
+    /** Largest diff kept per change (characters); a longer one is cut and marked truncated. */
+    max_diff_length: { type: 'integer', default: 65536, min: 0, max: 16777216 },
+  },
   retention: {
     /** Runs are kept this long after they started (whole UTC days). */
     runs: { type: 'duration', default: '7d', min: 86400000 },
     /** Lifecycle history entries are kept this long. */
     history: { type: 'duration', default: '90d', min: 86400000 },
+    /** Changes (repairs, audit findings, with their diffs) are kept this long: longer than runs. */
+    changes: { type: 'duration', default: '90d', min: 86400000 },
     /** Rows deleted or updated per transaction by the sweep, so ingestion is never held up long. */
     batch_size: { type: 'integer', default: 1000, min: 1, max: 100000 },
   },

@@ -89,6 +89,11 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       maxDecompressedBytes: config.limits.max_decompressed_size,
       maxReports: config.limits.max_reports,
       maxLineBytes: config.limits.max_line_length,
+      changes: {
+        maxPerRun: config.changes.max_per_run,
+        maxMessageChars: config.changes.max_message_length,
+        maxDiffChars: config.changes.max_diff_length,
+      },
     },
     enrollment: enrollmentRules(config.enrollment),
   };

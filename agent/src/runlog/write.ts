@@ -23,6 +23,7 @@ export function rfc3339(d: Date): string {
 export class RunLogWriter {
   private readonly lines: string[] = [];
   private readonly counts: Record<string, number> = {};
+  private readonly added: Array<Pick<Report, 'event_type' | 'rule_id' | 'directive_id' | 'component'>> = [];
 
   constructor(private readonly ctx: RunContext) {}
 
@@ -36,6 +37,7 @@ export class RunLogWriter {
     };
     this.counts[r.event_type] = (this.counts[r.event_type] ?? 0) + 1;
     this.lines.push(formatReport(report));
+    this.added.push({ event_type: r.event_type, rule_id: r.rule_id, directive_id: r.directive_id, component: r.component });
   }
 
   /**
@@ -62,6 +64,11 @@ export class RunLogWriter {
 
   get reportCounts(): Readonly<Record<string, number>> {
     return this.counts;
+  }
+
+  /** The reports written so far, as far as compliance reads them (log lines aside: they are information). */
+  get reports(): ReadonlyArray<Pick<Report, 'event_type' | 'rule_id' | 'directive_id' | 'component'>> {
+    return this.added;
   }
 
   text(): string {

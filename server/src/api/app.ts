@@ -14,6 +14,8 @@ import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
 import { RelayContacts } from '../registry/relay-contacts.js';
 import { complianceRoutes } from './routes/compliance.js';
+import { changeRoutes } from './routes/changes.js';
+import { complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
 import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
@@ -145,7 +147,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       });
     }
     nodeRoutes(admin, deps.store);
-    complianceRoutes(admin, deps.store);
+    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config) });
+    changeRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
     managerAdminRoutes(admin, { store: deps.store, ...deps.managers });

@@ -6,16 +6,18 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  compressSync, decompress, isCompleteRun, parseRunLog, verifySmime, type RunInfo, type RunLog,
+  compressSync, decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog,
 } from '@capstan/shared';
-import { summarize } from '../registry/summary.js';
 import { packOutcomes } from '../store/outcomes.js';
+import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunInsert } from '../store/store.js';
 
 export interface IngestLimits {
   maxDecompressedBytes: number;
   maxReports: number;
   maxLineBytes: number;
+  /** What is kept of a run's changes (ingest/changes.ts); the defaults when absent. */
+  changes?: ChangeLimits;
 }
 
 /** What a worker needs for one run log: the bytes as received and what the file name says. */
@@ -56,6 +58,7 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
     report_count: log.reports.length,
     counts,
     outcomes,
+    changes: extractChanges(log.reports, limits.changes ?? DEFAULT_CHANGE_LIMITS),
     // Packed here, off the event loop (~70 µs for 80 outcomes).
     outcomes_packed: packOutcomes(JSON.stringify(outcomes)),
     sha256: createHash('sha256').update(raw).digest('hex'),

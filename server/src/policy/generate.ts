@@ -9,10 +9,10 @@
  * directives did not change keeps its bundle, generated_at and ETag untouched.
  */
 import {
-  ChangeFeed, computeConfigId, expectedComponents, systemExpectations, type BundleDirective, type Directive, type Logger,
+  bundleExpectations, ChangeFeed, computeConfigId, type BundleDirective, type Directive, type Logger,
 } from '@capstan/shared';
 import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
-import type { GroupDef, RuleDef } from './model.js';
+import { keepLastSeconds, type GroupDef, type RuleDef } from './model.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
@@ -260,6 +260,9 @@ export class PolicyGenerator {
       const batch = all.slice(i, i + BATCH);
       const current = await this.store.policyConfigIds(batch);
       const writes: PolicyWrite[] = [];
+      // Nodes by how long their groups keep a silent node's compliance (set after the writes,
+      // which create the compliance rows of new nodes; unchanged nodes cost one statement).
+      const keeps = new Map<number, string[]>();
       const at = this.clock().toISOString();
       for (const nodeId of batch) {
         const groups = of.get(nodeId);
@@ -274,6 +277,11 @@ export class PolicyGenerator {
         }
         const key = keys.get(nodeId)!;
         let content = cache.get(key);
+        const noteKeep = (c: Content) => {
+          const list = keeps.get(c.keepLast) ?? [];
+          list.push(nodeId);
+          keeps.set(c.keepLast, list);
+        };
         if (!content) {
           const directives: BundleDirective[] = [];
           for (const r of rules) {
@@ -283,17 +291,15 @@ export class PolicyGenerator {
               if (d) directives.push({ ...d, rule_id: r.id });
             }
           }
-          const expected = [
-            ...systemExpectations(),
-            ...directives.flatMap((d) =>
-              expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
-          ];
-          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined };
+          const expected = bundleExpectations(directives);
+          const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
+          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined, keepLast };
           cache.set(key, content);
         }
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
+        noteKeep(content);
         const bundle = () => ({ node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) });
         if (had === content.configId) {
           content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
@@ -309,6 +315,7 @@ export class PolicyGenerator {
         refreshed += writes.length - moved.length;
         this.changes.publish(moved.map((w) => w.bundle.node_id));
       }
+      for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
     }
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     return changed;
@@ -344,6 +351,8 @@ interface Content {
   expected: ExpectedComponent[];
   /** Its stored expectations are out of date (see staleExpectations); undefined: not probed yet. */
   stale: boolean | undefined;
+  /** Seconds a silent node keeps its last compliance: the longest of its groups' (0: none). */
+  keepLast: number;
 }
 
 /**

@@ -6,7 +6,7 @@
  * refused later by the node for a reason the admin could have been told about.
  */
 import {
-  capstanError, isCapstanError, parseCondition, validateMethodParams, type Directive, type DirectiveMode,
+  capstanError, isCapstanError, parseCondition, parseDuration, validateMethodParams, type Directive, type DirectiveMode,
 } from '@capstan/shared';
 import { checkFilters, isFilterKey } from '../store/query.js';
 import type { NodeFilter } from '../store/store.js';
@@ -24,6 +24,22 @@ export interface GroupDef {
   name: string;
   nodes?: string[];
   filter?: NodeFilter[];
+  /**
+   * What becomes of a silent member's last compliance (RUDDER's compliance expiration policy):
+   * `expire_immediately` (the default: all its items are no answer once it missed its runs) or
+   * `keep_last` for `duration` more. A node in several groups keeps the longest.
+   */
+  compliance_expiration?: { policy: 'expire_immediately' } | { policy: 'keep_last'; duration: string };
+}
+
+/** Longest keep-last duration allowed on a group. */
+export const MAX_KEEP_LAST_MS = 365 * 86_400_000;
+
+/** Seconds a group keeps a silent member's last compliance (0: expire immediately). */
+export function keepLastSeconds(g: GroupDef): number {
+  const e = g.compliance_expiration;
+  if (!e || e.policy !== 'keep_last') return 0;
+  return Math.ceil((parseDuration(e.duration) ?? 0) / 1000);
 }
 
 export interface RuleDef {
@@ -114,8 +130,21 @@ function filters(v: unknown): NodeFilter[] {
   return list;
 }
 
+function expiration(v: unknown): NonNullable<GroupDef['compliance_expiration']> {
+  const field = 'compliance_expiration';
+  const o = onlyFields(v, ['policy', 'duration']);
+  if (o.policy === 'expire_immediately') {
+    if (o.duration !== undefined) bad('expire_immediately takes no duration', `${field}.duration`);
+    return { policy: 'expire_immediately' };
+  }
+  if (o.policy !== 'keep_last') bad('compliance_expiration.policy must be expire_immediately or keep_last', `${field}.policy`);
+  const ms = typeof o.duration === 'string' ? parseDuration(o.duration) : null;
+  if (ms === null || ms <= 0 || ms > MAX_KEEP_LAST_MS) bad('keep_last needs a duration such as "1d", at most 365 days', `${field}.duration`);
+  return { policy: 'keep_last', duration: o.duration as string };
+}
+
 export function parseGroup(body: unknown, pathId?: string): GroupDef {
-  const b = onlyFields(body, ['id', 'name', 'nodes', 'filter']);
+  const b = onlyFields(body, ['id', 'name', 'nodes', 'filter', 'compliance_expiration']);
   const id = checkId(b.id ?? pathId);
   if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
   const g: GroupDef = { id, name: name(b.name ?? id) };
@@ -128,6 +157,7 @@ export function parseGroup(body: unknown, pathId?: string): GroupDef {
   }
   if (b.filter !== undefined) g.filter = filters(b.filter);
   if (g.nodes === undefined && g.filter === undefined) bad('a group needs nodes, a filter, or both', 'nodes');
+  if (b.compliance_expiration !== undefined) g.compliance_expiration = expiration(b.compliance_expiration);
   return g;
 }
 

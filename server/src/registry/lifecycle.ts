@@ -3,7 +3,8 @@
  * - status reachable → unreachable after `missed_runs` run intervals without contact;
  * - state running/unknown → missing after `missing_after` of silence (a contact brings it back);
  * - missing and terminated nodes purged `purge_after` their last state change (no pile-up);
- * - runs older than their retention deleted (Postgres: whole day partitions), and old history.
+ * - runs older than their retention deleted (Postgres: whole day partitions), old history, and
+ *   changes older than theirs.
  *
  * Every step works in batches of a bounded size, each its own short transaction, and yields to
  * the event loop between batches, so ingestion in the same process keeps flowing; a step stops
@@ -23,6 +24,7 @@ export interface LifecyclePolicy {
   purgeAfterMs: number;
   runsRetentionMs: number;
   historyRetentionMs: number;
+  changesRetentionMs: number;
   /** Rows (runs, history, nodes marked) per transaction. */
   batchSize: number;
   /** Nodes purged per transaction (each takes its runs with it, hence smaller). */
@@ -31,7 +33,7 @@ export interface LifecyclePolicy {
 
 export interface LifecycleConfig {
   lifecycle: { run_interval: number; missed_runs: number; missing_after: number; purge_after: number; purge_batch_size: number };
-  retention: { runs: number; history: number; batch_size: number };
+  retention: { runs: number; history: number; changes: number; batch_size: number };
 }
 
 export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
@@ -42,6 +44,7 @@ export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
     purgeAfterMs: c.lifecycle.purge_after,
     runsRetentionMs: c.retention.runs,
     historyRetentionMs: c.retention.history,
+    changesRetentionMs: c.retention.changes,
     batchSize: c.retention.batch_size,
     purgeBatchSize: c.lifecycle.purge_batch_size,
   };
@@ -55,6 +58,7 @@ export interface SweepResult {
   purged: number;
   runs_deleted: number;
   history_pruned: number;
+  changes_deleted: number;
   /** The cut-off of run retention: runs that started before it are gone. */
   runs_before: string;
 }
@@ -95,9 +99,10 @@ export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal:
   const purged = await batches(p.purgeBatchSize, () => store.purgeNodes(ago(p.purgeAfterMs), p.purgeBatchSize));
   const runsDeleted = await batches(p.batchSize, () => store.deleteRunsBefore(cutoff, p.batchSize));
   const historyPruned = await batches(p.batchSize, () => store.pruneHistory(ago(p.historyRetentionMs), p.batchSize));
+  const changesDeleted = await batches(p.batchSize, () => store.deleteChangesBefore(ago(p.changesRetentionMs), p.batchSize));
   return {
     started_at: at, ms: Date.now() - t0, unreachable, missing, purged, runs_deleted: runsDeleted,
-    history_pruned: historyPruned, runs_before: cutoff,
+    history_pruned: historyPruned, changes_deleted: changesDeleted, runs_before: cutoff,
   };
 }
 
@@ -137,7 +142,7 @@ export class Sweeper extends EventEmitter {
       try {
         const r = await sweep(this.o.store, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
         this.last = r;
-        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned;
+        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted;
         if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');
         else this.o.log.debug({ sweep: r }, 'lifecycle sweep');
         this.emit('sweep', r);

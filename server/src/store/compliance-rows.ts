@@ -1,12 +1,13 @@
 /**
  * What both backends write for one node's compliance: the node row (counts of its last complete
- * run against its expectations, with that run's outcomes kept so the node's detail survives the
- * run's retention) and one row per (rule, directive). Computed by registry/compliance.ts.
+ * run against its current policy's expectations, with that run's outcomes kept so the node's
+ * detail survives the run's retention) and one row per (rule, directive), computed by the shared
+ * compliance module. The stored counts are the run's states; `applying` and `no_answer` are
+ * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
+ * moment without a sweep rewriting rows.
  */
-import { computeCompliance } from '../registry/compliance.js';
-import {
-  COMPLIANCE_CATEGORIES, type ComplianceCounts, type ExpectedComponent, type RunSummaryOutcome,
-} from './store.js';
+import { computeCompliance, COMPLIANCE_STATES, RUN_STATES, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
+import type { ComplianceClock, ExpectedComponent, RunSummaryOutcome } from './store.js';
 
 export interface ComplianceInput {
   nodeId: string;
@@ -16,6 +17,8 @@ export interface ComplianceInput {
   /** `outcomes` already packed (store/outcomes.ts; the run insert has it): saves doing it again. */
   outcomesPacked?: Buffer;
   expected: ExpectedComponent[] | null;
+  /** The node's time marks to store with it. */
+  marks: NodeTimeMarks;
 }
 
 export interface ComplianceRows {
@@ -23,21 +26,81 @@ export interface ComplianceRows {
   directives: Array<{ rule_id: string; directive_id: string; counts: ComplianceCounts }>;
 }
 
+/** Epoch seconds of an ISO time. */
+export const epochS = (iso: string) => Math.floor(Date.parse(iso) / 1000);
+
+/**
+ * A node's time marks after `event` (shared NodeTimeMarks has their meaning); `cur` is what is
+ * stored (absent: no row yet). A complete run of the current policy ends `applying`; a new policy
+ * that the last complete run did not run starts it; the first policy of a node that never ran
+ * starts the wait for its answer.
+ */
+export function nextMarks(
+  cur: NodeTimeMarks | undefined,
+  event:
+    | { kind: 'run'; received_s: number; run_config_id: string | null; policy_config_id: string | null; policy_set_s: number | null }
+    | { kind: 'policy'; at_s: number; config_id: string; previous_config_id: string | null; run_config_id: string | null; keep_last_s?: number },
+): NodeTimeMarks {
+  const base: NodeTimeMarks = cur ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 };
+  if (event.kind === 'run') {
+    const applying = event.policy_config_id === null || event.run_config_id === event.policy_config_id
+      ? null
+      : base.applying_since_s ?? event.policy_set_s;
+    return { applying_since_s: applying, answered_s: Math.max(base.answered_s ?? 0, event.received_s), keep_last_s: base.keep_last_s };
+  }
+  const changed = event.previous_config_id !== event.config_id;
+  const applying = event.run_config_id === event.config_id ? null : changed ? event.at_s : base.applying_since_s ?? event.at_s;
+  return { applying_since_s: applying, answered_s: base.answered_s ?? event.at_s, keep_last_s: event.keep_last_s ?? base.keep_last_s };
+}
+
+/** The stored marks of a node_compliance row (SQLite integers, Postgres bigint strings). */
+export function marksFromRow(row: Record<string, unknown> | undefined): NodeTimeMarks | undefined {
+  if (!row) return undefined;
+  const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+  return { applying_since_s: n(row.applying_since_s), answered_s: n(row.answered_s), keep_last_s: Number(row.keep_last_s ?? 0) };
+}
+
 export function complianceRows(input: ComplianceInput): ComplianceRows {
   const result = computeCompliance(input.expected, input.outcomes);
   return { counts: result.counts, directives: result.directives };
 }
 
-/** The count columns, in one order for both backends. */
-export const COUNT_COLUMNS = COMPLIANCE_CATEGORIES;
+/** The count columns (the states a run decides), in one order for both backends. */
+export const COUNT_COLUMNS = RUN_STATES;
 
 /** Sum columns of an aggregate query back into counts (Postgres sums come back as strings). */
 export function countsFromRow(row: Record<string, unknown>): ComplianceCounts {
-  return Object.fromEntries(COUNT_COLUMNS.map((c) => [c, Number(row[c] ?? 0)])) as ComplianceCounts;
+  return Object.fromEntries(COMPLIANCE_STATES.map((c) => [c, Number(row[c] ?? 0)])) as ComplianceCounts;
 }
 
-/** `sum(...)` of every count column of the table aliased `x`, for aggregate queries. */
-export const SUM_COLUMNS = COUNT_COLUMNS.map((c) => `coalesce(sum(x.${c}), 0) AS ${c}`).join(', ');
+/**
+ * The parameters of a time-adjusted aggregate, in the order `timeAdjustedSums` reads them (as
+ * the columns `p.silent_before` and `p.applying_after` of a one-row subquery `p`).
+ */
+export function clockParams(clock: ComplianceClock): [number, number] {
+  return [clock.now_s - clock.silence_s, clock.now_s - clock.applying_s];
+}
+
+/**
+ * `sum(...)` of every state for counts in `x` (node_compliance or node_compliance_directives)
+ * whose node's time marks are in `t` (node_compliance), with `p` the clock's one-row subquery:
+ * a silent node's expected items are all `no_answer`, an applying node's all `applying`, else
+ * the stored counts (shared nodeTimeState and overrideItems, in SQL). Expected items are every
+ * item but the unexpected ones, which an overriding state drops: they belong to the stale run.
+ */
+export function timeAdjustedSums(x = 'x', t = 't'): string {
+  const noAnswer = `(${t}.answered_s IS NOT NULL AND ${t}.answered_s + ${t}.keep_last_s <= p.silent_before)`;
+  const applying = `(${t}.applying_since_s IS NOT NULL AND ${t}.applying_since_s > p.applying_after)`;
+  const expected = `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `${x}.${c}`).join(' + ')})`;
+  return [
+    ...RUN_STATES.map((c) => `coalesce(sum(CASE WHEN ${noAnswer} OR ${applying} THEN 0 ELSE ${x}.${c} END), 0) AS ${c}`),
+    `coalesce(sum(CASE WHEN ${noAnswer} THEN 0 WHEN ${applying} THEN ${expected} ELSE 0 END), 0) AS applying`,
+    `coalesce(sum(CASE WHEN ${noAnswer} THEN ${expected} ELSE 0 END), 0) AS no_answer`,
+  ].join(', ');
+}
+
+/** The one-row subquery `p` of timeAdjustedSums, with two placeholders. */
+export const clockSubquery = (ph1: string, ph2: string) => `(SELECT CAST(${ph1} AS BIGINT) AS silent_before, CAST(${ph2} AS BIGINT) AS applying_after) p`;
 
 export type DirectiveRow = ComplianceRows['directives'][number];
 

@@ -4,7 +4,7 @@
  * would give each backend its own answer (Postgres refuses U+0000 in text, SQLite stores it).
  */
 import { capstanError } from '@capstan/shared';
-import type { ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
+import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
 import { packOutcomes } from './outcomes.js';
 import { toUtcIso } from './time.js';
 
@@ -43,8 +43,8 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
 }
 
 /** A run ready to write: times normalised, summaries serialised (outcomes also packed, store/outcomes.ts). */
-export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer } {
-  const { log_compressed: _log, counts: _c, outcomes: _o, outcomes_packed: _p, ...fields } = run;
+export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
+  const { log_compressed: _log, counts: _c, outcomes: _o, outcomes_packed: _p, changes: _ch, ...fields } = run;
   refuseNul(fields);
   // Postgres keeps it in an int4; no run comes near that many reports.
   if (!Number.isInteger(run.report_count) || run.report_count < 0 || run.report_count > 0x7fffffff) {
@@ -60,6 +60,32 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
     counts: toJson(run.counts, 'counts', { nul: false }),
     // Packed, outcomes no longer go into a jsonb column: a NUL in them is stored as sent.
     packed: run.outcomes_packed ?? packOutcomes(toJson(run.outcomes, 'outcomes')),
+    changes: (run.changes ?? []).map((c) => checkChange(c, run.started_at)),
+  };
+}
+
+/** A keep-last duration in seconds (policy groups' compliance expiration); undefined: leave it as stored. */
+export function checkKeepLast(v: number | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  if (!Number.isSafeInteger(v) || v < 0 || v > 0x7fffffff) throw capstanError('ERR_BAD_REQUEST', 'keep_last_s must be an integer in 0..2^31-1');
+  return v;
+}
+
+/** What a run log says is what it says: a NUL (lossy UTF-8) becomes U+FFFD instead of refusing the run. */
+const noNul = (v: unknown) => (typeof v === 'string' ? v.replace(/\u0000/g, '\ufffd') : '');
+
+/** A change ready to write: text fields without NUL, its time in UTC (the run's start when unreadable). */
+function checkChange(c: ChangeInput, runStart: string): ChangeInput {
+  let at: string;
+  try {
+    at = toUtcIso(c.at, 'at');
+  } catch {
+    at = toUtcIso(runStart, 'started_at');
+  }
+  return {
+    rule_id: noNul(c.rule_id), directive_id: noNul(c.directive_id), component: noNul(c.component), key_value: noNul(c.key_value),
+    event_type: noNul(c.event_type), message: noNul(c.message), at,
+    diff: c.diff === null || c.diff === undefined ? null : noNul(c.diff), diff_truncated: c.diff_truncated === true,
   };
 }
 

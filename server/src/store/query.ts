@@ -221,7 +221,7 @@ function condition(f: CheckedFilter, d: Dialect): string {
     ? `NOT (${any})` : `(${any}) IS NOT TRUE`;
 }
 
-const HAS_AGENT_SQL = '(n.relay = 0 AND (n.last_inventory_at IS NOT NULL OR n.certificate_fingerprint IS NOT NULL))';
+export const HAS_AGENT_SQL = '(n.relay = 0 AND (n.last_inventory_at IS NOT NULL OR n.certificate_fingerprint IS NOT NULL))';
 
 /**
  * Whether a node has an agent: it has sent an inventory, or a certificate is registered for it,

@@ -7,6 +7,9 @@
  * the verified run log, compressed, plus its parsed summary. Report-level reads decompress and
  * re-parse the stored log.
  */
+import type {
+  ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks, RunOutcome,
+} from '@capstan/shared';
 import type { IdentityStore } from './identity.js';
 import type { JobStore } from './jobs-types.js';
 import type { ManagerStore } from './managers-types.js';
@@ -14,6 +17,7 @@ import type { ManagerStore } from './managers-types.js';
 export type * from './identity.js';
 export type * from './jobs-types.js';
 export type * from './managers-types.js';
+export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
 export type NodeStatus = 'unknown' | 'reachable' | 'unreachable';
@@ -175,13 +179,56 @@ export interface HistoryEntry {
   cause: string;
 }
 
-export interface RunSummaryOutcome {
+/** One component's outcome in a run (shared compliance module). */
+export type RunSummaryOutcome = RunOutcome;
+
+/** A change a run reported (a `result_repaired`, or an `audit_noncompliant`), as ingest extracts it. */
+export interface ChangeInput {
   rule_id: string;
   directive_id: string;
   component: string;
-  /** The worst event type reported for this (rule, directive, component) in the run. */
-  outcome: string;
-  count: number;
+  key_value: string;
+  event_type: string;
+  message: string;
+  /** The report's execution time, RFC 3339. */
+  at: string;
+  /** What the agent said it changed (a diff report after the change), if anything. */
+  diff: string | null;
+  diff_truncated: boolean;
+}
+
+export type ChangeLabel = 'intentional' | 'corrective';
+export const CHANGE_LABELS: readonly ChangeLabel[] = ['intentional', 'corrective'];
+
+/** A stored change. */
+export interface ChangeRecord extends ChangeInput {
+  id: number;
+  node_id: string;
+  run_id: number | null;
+  run_started_at: string;
+  /**
+   * `intentional`: the node's config id differs from its previous run's (a new or edited
+   * directive); `corrective`: the same config, so drift was repaired.
+   */
+  label: ChangeLabel;
+  config_id: string | null;
+}
+
+/** Which changes to list: every field narrows (ANDed); times are RFC 3339, `from` inclusive, `to` exclusive. */
+export interface ChangeQuery {
+  from?: string;
+  to?: string;
+  node_ids?: string[];
+  rule_ids?: string[];
+  directive_ids?: string[];
+  label?: ChangeLabel;
+}
+
+export interface ChangeBucket {
+  /** The bucket's start, ISO 8601 UTC. */
+  at: string;
+  intentional: number;
+  corrective: number;
 }
 
 export interface RunInsert {
@@ -205,6 +252,8 @@ export interface RunInsert {
    * caller that did it off the event loop (the ingest workers). Absent: the store packs them.
    */
   outcomes_packed?: Buffer;
+  /** The changes the run reported; stored with the run, labelled by the store. */
+  changes?: ChangeInput[];
 }
 
 export interface RunRecord {
@@ -237,42 +286,56 @@ export type InsertRunResult = { inserted: true; id: number } | { inserted: false
 /** One run of an insertRuns batch: its own result, or why it alone was refused. */
 export type RunBatchResult = { ok: true; result: InsertRunResult } | { ok: false; error: unknown };
 
-/** One component the node's policy (config id) makes it report on. */
-export interface ExpectedComponent {
-  rule_id: string;
-  directive_id: string;
-  component: string;
-}
-
-/** What compliance is computed from for one node: its base run's outcomes and what was expected. */
+/** What compliance is computed from for one node: its base run's outcomes and what is expected. */
 export interface ComplianceBase {
   node_id: string;
   /** The node's last complete run, or null when it has none (then every expected item is missing). */
   run: { id: number; started_at: string; config_id: string | null } | null;
   policy_config_id: string | null;
-  /** The expectations of the run's config id (or of the policy without a run); null when none are stored. */
+  /** The expectations of the node's current policy; null when it has none (received outcomes count as they are). */
   expected: ExpectedComponent[] | null;
   outcomes: RunSummaryOutcome[];
+  /** What decides `applying` and `no_answer` when read (shared nodeTimeState). */
+  marks: NodeTimeMarks;
+  relay: boolean;
+  has_agent: boolean;
 }
 
-export const COMPLIANCE_CATEGORIES = [
-  'compliant', 'repaired', 'error', 'non_compliant', 'missing', 'unexpected', 'not_applicable',
-] as const;
-export type ComplianceCategory = (typeof COMPLIANCE_CATEGORIES)[number];
-export type ComplianceCounts = Record<ComplianceCategory, number>;
+/** The moment compliance is read at, and its windows: the time states are decided in the query. */
+export interface ComplianceClock extends ComplianceWindows {
+  now_s: number;
+}
+
+/** The kinds of node compliance is summed over apart: relays and nodes without an agent are not managed nodes. */
+export type NodeClass = 'agent' | 'relay' | 'agentless';
 
 /** Compliance summed over a set of nodes (or of one rule or directive over those nodes). */
 export interface ComplianceAggregate {
-  /** Accepted nodes in the set, and how many of them have compliance data. */
+  /** Accepted nodes with an agent in the set (not relays), and how many of them have compliance data. */
   nodes: number;
   nodes_with_data: number;
   counts: ComplianceCounts;
+  /** Relays and accepted nodes without an agent in the set, counted apart. */
+  relays: { nodes: number; counts: ComplianceCounts };
+  agentless: { nodes: number; counts: ComplianceCounts };
 }
 
 export interface RuleComplianceRow {
   rule_id: string;
   directive_id?: string;
   nodes: number;
+  counts: ComplianceCounts;
+}
+
+/** One node's compliance as the export lists it (time states applied). */
+export interface NodeComplianceRow {
+  node_id: string;
+  hostname: string;
+  class: NodeClass;
+  status: NodeStatus;
+  state: string;
+  last_run_at: string | null;
+  policy_config_id: string | null;
   counts: ComplianceCounts;
 }
 
@@ -381,13 +444,30 @@ export interface Store {
    * and make that config the node's policy; compliance is recomputed. Returns false when the node
    * is unknown. Only the expectations of this config and of the previous policy are kept.
    */
-  setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean>;
+  setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts?: { keep_last_s?: number }): Promise<boolean>;
   /** The inputs of one node's compliance; null when the node is unknown. */
   getComplianceBase(nodeId: string): Promise<ComplianceBase | null>;
-  /** Compliance summed over the accepted nodes matching the filters (none: all accepted nodes). */
-  complianceSummary(filters?: NodeFilter[]): Promise<ComplianceAggregate>;
-  /** Compliance per rule, or per (rule, directive), over all accepted nodes. */
-  complianceByRule(by: 'rule' | 'directive'): Promise<RuleComplianceRow[]>;
+  /**
+   * Compliance summed over the accepted nodes matching the filters (none: all accepted nodes),
+   * or over the nodes of `nodeIds`, with the time states of `clock`.
+   */
+  complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate>;
+  /** Compliance per rule, or per (rule, directive), over the accepted nodes with an agent. */
+  complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
+  /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
+  complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
+
+  /** Changes newest first (then by id, descending), paged. */
+  listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>>;
+  /** Changes counted per hour or day (UTC), oldest bucket first; empty buckets are left out. */
+  changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]>;
+  /**
+   * Set how long these nodes' last compliance is kept once they are silent (their groups'
+   * expiration policy, seconds; 0: none). Nodes without compliance yet are skipped. Returns how many changed.
+   */
+  setKeepLast(nodeIds: string[], seconds: number): Promise<number>;
+  /** Delete changes older than `before`. */
+  deleteChangesBefore(before: string, limit: number): Promise<number>;
 
   // Lifecycle sweep: each call handles at most `limit` nodes or rows and returns how many it did,
   // so the sweeper works in short transactions and ingestion is never stalled for long.

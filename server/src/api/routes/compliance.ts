@@ -1,52 +1,106 @@
 /**
- * Admin API: compliance per node, globally (over any node filter), per rule and per directive.
- * Numbers are expected-vs-received (registry/compliance.ts); every answer carries the counts per
- * category, their percentages and the compliance percentage.
+ * Admin API: compliance per node, globally (over any node filter), per rule, directive and policy
+ * group, and exported node by node. Numbers are the shared computation's (the agent prints the
+ * same for the same run), judged against each node's current policy, with `applying` and
+ * `no_answer` decided at the moment of the request (registry/compliance.ts). Relays and nodes
+ * without an agent are summed apart. Every answer carries the counts per state, their
+ * percentages and the compliance percentage; lists are also CSV (`?format=csv`, `Accept: text/csv`).
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { computeCompliance, groupItems, percentages } from '../../registry/compliance.js';
-import type { ComplianceBase, ComplianceCounts, Store } from '../../store/store.js';
+import { capstanError, COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/shared';
+import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
+import { loadModel } from '../../policy/generate.js';
+import type { NodeComplianceRow, Store } from '../../store/store.js';
+import { exportFormat, sendRows } from '../export.js';
 import { filtersFrom, type Query } from '../params.js';
 import { mustGet } from './nodes.js';
 
-export const withPercent = (counts: ComplianceCounts) => ({ counts, ...percentages(counts) });
-
-/** One node's compliance as the API and `capstan-server nodes compliance <id>` show it. */
-export function complianceView(base: ComplianceBase) {
-  const result = computeCompliance(base.expected, base.outcomes);
-  const summary = withPercent(result.counts);
-  return {
-    node_id: base.node_id,
-    policy_config_id: base.policy_config_id,
-    run: base.run,
-    /** False when the run's config id has no stored expectations: only received outcomes count. */
-    expected: base.expected !== null && base.expected.length > 0,
-    compliance: summary.compliance,
-    summary,
-    rules: groupItems(result.items, 'rule').map((g) => ({ rule_id: g.rule_id, ...withPercent(g.counts) })),
-    directives: groupItems(result.items, 'directive').map((g) => ({ rule_id: g.rule_id, directive_id: g.directive_id, ...withPercent(g.counts) })),
-    components: result.items,
-  };
+export interface ComplianceRouteDeps {
+  store: Store;
+  settings: ComplianceSettings;
+  now?: () => Date;
 }
 
-export function complianceRoutes(app: FastifyInstance, store: Store): void {
+/** Nodes read per page of a streamed export. */
+export const EXPORT_PAGE = 1000;
+
+/** The columns every compliance CSV ends with: the percentage, the item total, then each state. */
+const countColumns = <T>(counts: (r: T) => ComplianceCounts) => [
+  ['compliance', (r: T) => percentages(counts(r)).compliance] as const,
+  ['items', (r: T) => percentages(counts(r)).total] as const,
+  ...COMPLIANCE_STATES.map((s) => [s, (r: T) => counts(r)[s]] as const),
+];
+
+export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps): void {
+  const { store } = deps;
+  const clock = () => complianceClock(deps.settings, (deps.now ?? (() => new Date()))());
+
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/compliance', async (req) => {
     const node = await mustGet(store, req.params.id);
     const base = await store.getComplianceBase(node.id);
     if (!base) throw capstanError('ERR_NODE_UNKNOWN', `node ${node.id} is unknown`);
-    return { data: complianceView(base) };
+    return { data: complianceView(base, clock()) };
   });
 
   app.get<{ Querystring: Query }>('/api/1/compliance', async (req) => {
-    const agg = await store.complianceSummary(filtersFrom(req.query, []));
-    return { data: { nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts) } };
+    const agg = await store.complianceSummary(filtersFrom(req.query, []), clock());
+    return {
+      data: {
+        nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts),
+        relays: { nodes: agg.relays.nodes, ...withPercent(agg.relays.counts) },
+        agentless: { nodes: agg.agentless.nodes, ...withPercent(agg.agentless.counts) },
+      },
+    };
   });
 
   for (const by of ['rule', 'directive'] as const) {
-    app.get(`/api/1/compliance/${by}s`, async () => {
-      const rows = await store.complianceByRule(by);
-      return { data: rows.map((r) => ({ ...r, ...withPercent(r.counts) })), total: rows.length };
+    app.get<{ Querystring: Query }>(`/api/1/compliance/${by}s`, async (req, reply) => {
+      const format = exportFormat(req);
+      const rows = await store.complianceByRule(by, clock());
+      const keys = by === 'rule' ? [['rule_id', (r: typeof rows[number]) => r.rule_id] as const]
+        : [['rule_id', (r: typeof rows[number]) => r.rule_id] as const, ['directive_id', (r: typeof rows[number]) => r.directive_id] as const];
+      return sendRows(reply, format, `compliance-${by}s`, [...keys, ['nodes', (r) => r.nodes], ...countColumns<typeof rows[number]>((r) => r.counts)],
+        async function* () { yield rows; }, (r) => ({ ...r, ...withPercent(r.counts) }));
     });
   }
+
+  // Policy groups: every accepted member, in whatever state (RUDDER's group compliance).
+  app.get<{ Querystring: Query }>('/api/1/compliance/groups', async (req, reply) => {
+    const format = exportFormat(req);
+    const model = await loadModel(store);
+    const at = clock();
+    const rows: Array<{ group_id: string; name: string; nodes: number; counts: ComplianceCounts; relays: number; agentless: number }> = [];
+    for (const g of [...model.groups.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+      const members = new Set(g.nodes ?? []);
+      if (g.filter) for (const id of await store.listNodeIds(g.filter)) members.add(id);
+      const agg = await store.complianceSummary([], at, [...members]);
+      rows.push({ group_id: g.id, name: g.name, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes });
+    }
+    return sendRows(reply, format, 'compliance-groups',
+      [['group_id', (r) => r.group_id], ['name', (r) => r.name], ['nodes', (r) => r.nodes], ['relays', (r) => r.relays],
+        ['agentless', (r) => r.agentless], ...countColumns<typeof rows[number]>((r) => r.counts)],
+      async function* () { yield rows; }, (r) => ({ ...r, ...withPercent(r.counts) }));
+  });
+
+  // Every accepted node (filters as GET /api/1/nodes), streamed in node id order.
+  app.get<{ Querystring: Query }>('/api/1/compliance/nodes', async (req, reply) => {
+    const format = exportFormat(req);
+    const filters = filtersFrom(req.query, ['format']);
+    const at = clock();
+    async function* pages(): AsyncGenerator<NodeComplianceRow[]> {
+      let after: string | null = null;
+      for (;;) {
+        const page = await store.complianceNodes(after, EXPORT_PAGE, at, filters);
+        if (page.length === 0) return;
+        yield page;
+        if (page.length < EXPORT_PAGE) return;
+        after = page[page.length - 1]!.node_id;
+      }
+    }
+    return sendRows<NodeComplianceRow>(reply, format, 'compliance-nodes',
+      [['node_id', (r) => r.node_id], ['hostname', (r) => r.hostname], ['class', (r) => r.class], ['status', (r) => r.status],
+        ['state', (r) => r.state], ['last_run_at', (r) => r.last_run_at], ['policy_config_id', (r) => r.policy_config_id],
+        ...countColumns<NodeComplianceRow>((r) => r.counts)],
+      pages, (r) => ({ ...r, ...withPercent(r.counts) }));
+  });
 }

@@ -13,6 +13,7 @@ import { providers } from './0006_providers.js';
 import { ingestCompact } from './0007_ingest_compact.js';
 import { packedOutcomes } from './0008_packed_outcomes.js';
 import { relayNodes } from './0009_relay_nodes.js';
+import { complianceChanges } from './0010_compliance_changes.js';
 
 export interface Migration {
   version: number;
@@ -21,7 +22,7 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes];
+export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

@@ -17,17 +17,20 @@
 import pg from 'pg';
 import { capstanError, isCapstanError, isTransient } from '@capstan/shared';
 import type {
-  Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
-  NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
-  RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
-  PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
+  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
+  NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
+  RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
-import { COUNT_COLUMNS, complianceRows, countsFromRow, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
+import {
+  clockParams, clockSubquery, COUNT_COLUMNS, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, type ComplianceInput,
+} from '../compliance-rows.js';
+import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
 import { inTransaction } from './tx.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
-import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
@@ -401,7 +404,7 @@ export class PostgresStore implements Store {
 
   /** insertRun's work, inside the caller's transaction. */
   private async runTx(c: pg.PoolClient, run: RunInsert, checked: ReturnType<typeof checkRun>): Promise<InsertRunResult> {
-    const { startedUtc, receivedAt, counts, packed } = checked;
+    const { startedUtc, receivedAt, counts, packed, changes } = checked;
     const what = 'insertRun';
     {
       const node = await this.lockNode(what, c, run.node_id);
@@ -422,9 +425,12 @@ export class PostgresStore implements Store {
         return { inserted: false, reason: 'duplicate', id: Number(dup.rows[0]!.id) };
       }
       const id = Number(ins.rows[0]!.id);
+      if (changes.length > 0) await this.insertChanges(c, run, id, startedUtc, changes);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
       await this.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
       await this.history(what, c, transitions(node, next, receivedAt, 'run'));
+      const receivedS = epochS(receivedAt);
+      let written = false;
       if (run.complete) {
         // Steady state: the same config reporting the same outcomes as last time changes no
         // number, so only the base run moves (one statement instead of a recomputation).
@@ -432,26 +438,42 @@ export class PostgresStore implements Store {
         // run's start, for when it did not apply. `present` tells a node without a row yet.
         const same = await this.query<{ updated: string; present: boolean; started: Date | null }>(what, c, {
           name: 'compliance_same',
-          text: `WITH u AS (UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5
+          text: `WITH u AS (UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5,
+                answered_s = GREATEST(coalesce(answered_s, 0), $8)
               WHERE node_id = $1 AND run_id IS NOT NULL AND run_started_utc <= $4 AND config_id IS NOT DISTINCT FROM $6 AND outcomes_packed = $7
               RETURNING 1)
-            SELECT (SELECT count(*) FROM u) AS updated, x.node_id IS NOT NULL AS present, x.run_started_utc AS started
+            SELECT (SELECT count(*) FROM u) AS updated, x.node_id IS NOT NULL AS present, x.run_started_utc AS started,
+              x.applying_since_s, x.answered_s, x.keep_last_s
             FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
-          values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, packed],
+          values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, packed, receivedS],
         });
         const row = same.rows[0]!;
-        const updated = Number(row.updated) > 0;
-        const prev: string | null | undefined = updated ? null : row.present ? iso(row.started) : undefined;
+        written = Number(row.updated) > 0;
+        const prev: string | null | undefined = written ? null : row.present ? iso(row.started) : undefined;
         // Only the newest complete run decides compliance; a back-filled older one does not.
-        if (!updated && (prev === undefined || prev === null || prev <= startedUtc)) {
+        if (!written && (prev === undefined || prev === null || prev <= startedUtc)) {
+          const policy = node.policy_config_id;
           await this.writeCompliance(c, {
             nodeId: run.node_id,
             run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
             outcomes: run.outcomes,
             outcomesPacked: packed,
-            expected: run.config_id === null ? null : await this.expectations(c, run.node_id, run.config_id),
+            expected: policy === null ? null : await this.expectations(c, run.node_id, policy),
+            marks: nextMarks(row.present ? marksFromRow(row as unknown as Record<string, unknown>) : undefined, {
+              kind: 'run', received_s: receivedS, run_config_id: run.config_id ?? null, policy_config_id: policy,
+              policy_set_s: policy === null ? null : await this.expectationsSetS(c, run.node_id, policy),
+            }),
           }, receivedAt);
+          written = true;
         }
+      }
+      // Any run is an answer: an incomplete or back-filled one too.
+      if (!written) {
+        await this.query(what, c, {
+          name: 'compliance_answered',
+          text: 'UPDATE node_compliance SET answered_s = GREATEST(coalesce(answered_s, 0), $2) WHERE node_id = $1',
+          values: [run.node_id, receivedS],
+        });
       }
       return { inserted: true, id };
     }
@@ -492,21 +514,52 @@ export class PostgresStore implements Store {
     return rows[0] ? rows[0].components : null;
   }
 
+  /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
+  private async expectationsSetS(c: Q, nodeId: string, configId: string): Promise<number | null> {
+    const { rows } = await this.query<{ set_at: Date }>('expectations', c, {
+      name: 'expectations_set_at', text: 'SELECT set_at FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
+    });
+    return rows[0] ? Math.floor(rows[0].set_at.getTime() / 1000) : null;
+  }
+
+  /** A run's changes, labelled as SqliteStore.insertChanges says. */
+  private async insertChanges(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
+    const what = 'insertChanges';
+    const prev = await this.query<{ config_id: string | null }>(what, c, {
+      name: 'run_previous_config',
+      text: 'SELECT config_id FROM runs WHERE node_id = $1 AND started_at_utc < $2 ORDER BY started_at_utc DESC LIMIT 1',
+      values: [run.node_id, startedUtc],
+    });
+    const label = labelFor(prev.rows[0] === undefined ? undefined : prev.rows[0].config_id, run.config_id ?? null);
+    const col = <K extends keyof ChangeInput>(k: K) => changes.map((ch) => ch[k]);
+    await this.query(what, c, {
+      name: 'changes_insert',
+      text: `INSERT INTO changes (node_id, run_id, run_started_at, label, config_id, at, rule_id, directive_id, component, key_value,
+          event_type, message, diff, diff_truncated)
+        SELECT $1, $2, $3, $4, $5, * FROM unnest($6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+          $12::text[], $13::text[], $14::boolean[])`,
+      values: [run.node_id, runId, run.started_at, label, run.config_id ?? null, col('at'), col('rule_id'), col('directive_id'),
+        col('component'), col('key_value'), col('event_type'), col('message'), col('diff'), col('diff_truncated')],
+    });
+  }
+
   private async writeCompliance(c: pg.PoolClient, input: ComplianceInput, at: string): Promise<void> {
     const { counts, directives } = complianceRows(input);
     const what = 'writeCompliance';
     await this.query(what, c, {
       name: 'compliance_upsert',
       text: `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-          computed_at, outcomes, outcomes_packed, ${COUNT_COLUMNS.join(', ')})
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ${COUNT_COLUMNS.map((_, i) => `$${i + 10}`).join(', ')})
+          computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ${COUNT_COLUMNS.map((_, i) => `$${i + 13}`).join(', ')})
         ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
           run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
           computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
+          applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
           ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}`,
       values: [input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0, at,
-        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), ...COUNT_COLUMNS.map((col) => counts[col])],
+        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), input.marks.applying_since_s, input.marks.answered_s,
+        input.marks.keep_last_s, ...COUNT_COLUMNS.map((col) => counts[col])],
     });
     // Two statements whatever changed (no read first): the rows no longer reported go, and the
     // new or changed ones are written; an unchanged row is left alone (no dead tuple).
@@ -530,19 +583,25 @@ export class PostgresStore implements Store {
     }
   }
 
-  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean> {
+  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts: { keep_last_s?: number } = {}): Promise<boolean> {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
+    const keep = checkKeepLast(opts.keep_last_s);
     if (impossibleId(nodeId)) return false;
-    return this.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when));
+    return this.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when, keep));
   }
 
   /** setExpectations' work, inside the caller's transaction on `c`. */
-  private async expectationsTx(c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string): Promise<boolean> {
+  private async expectationsTx(
+    c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, keepLastS?: number,
+  ): Promise<boolean> {
     const what = 'setExpectations';
     {
       const node = await this.lockNode(what, c, nodeId);
       if (!node) return false;
+      // Judged by its current policy: nothing to recompute when the same policy is written again.
+      const stored = node.policy_config_id === configId ? await this.expectations(c, nodeId, configId) : null;
+      const same = stored !== null && JSON.stringify(stored) === checked.json;
       await this.query(what, c, {
         text: `INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES ($1, $2, $3, $4)
           ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`,
@@ -555,19 +614,30 @@ export class PostgresStore implements Store {
       });
       await this.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
       const { rows } = await this.query(what, c, {
-        text: 'SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = $1', values: [nodeId],
+        text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
+            applying_since_s, answered_s, keep_last_s
+          FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
+        values: [nodeId, configId],
       });
-      const cur = rows[0];
-      if (cur && cur.run_id !== null) {
+      const cur = rows[0]!;
+      const present = cur.present !== null;
+      if (present && same && (keepLastS === undefined || keepLastS === Number(cur.keep_last_s))) return true;
+      const hasRun = cur.run_id !== null;
+      const marks = nextMarks(present ? marksFromRow(cur) : undefined, {
+        kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: node.policy_config_id,
+        run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
+      });
+      if (hasRun) {
         await this.writeCompliance(c, {
           nodeId,
           run: { id: Number(cur.run_id), started_at: cur.run_started_at, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id },
           outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
           ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
-          expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id),
+          expected: checked.items,
+          marks,
         }, when);
       } else {
-        await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items }, when);
+        await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items, marks }, when);
       }
       return true;
     }
@@ -578,46 +648,77 @@ export class PostgresStore implements Store {
     // One snapshot: the run row and the expectations it is judged against must agree.
     return this.tx('getComplianceBase', async (c) => {
       await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      const node = (await this.query('getComplianceBase', c, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [nodeId] })).rows[0];
+      const node = (await this.query('getComplianceBase', c, {
+        text: `SELECT n.policy_config_id, ${complianceClassSql} AS class FROM nodes n WHERE n.id = $1`, values: [nodeId],
+      })).rows[0];
       if (!node) return null;
       const policy = (node.policy_config_id as string | null) ?? null;
       const { rows } = await this.query('getComplianceBase', c, {
-        text: 'SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = $1', values: [nodeId],
+        text: `SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
+          FROM node_compliance WHERE node_id = $1`, values: [nodeId],
       });
       const cur = rows[0];
-      if (cur && cur.run_id !== null) {
-        return {
-          node_id: nodeId,
-          run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null },
-          policy_config_id: policy,
-          expected: cur.config_id === null ? null : await this.expectations(c, nodeId, cur.config_id as string),
-          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
-        };
-      }
-      return { node_id: nodeId, run: null, policy_config_id: policy, outcomes: [], expected: policy === null ? null : await this.expectations(c, nodeId, policy) };
+      const hasRun = cur !== undefined && cur.run_id !== null;
+      return {
+        node_id: nodeId,
+        run: hasRun ? { id: Number(cur.run_id), started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null } : null,
+        policy_config_id: policy,
+        expected: policy === null ? null : await this.expectations(c, nodeId, policy),
+        outcomes: hasRun ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
+        marks: marksFromRow(cur) ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 },
+        relay: node.class === 'relay',
+        has_agent: node.class !== 'agentless',
+      };
     });
   }
 
-  async complianceSummary(filters: NodeFilter[] = []): Promise<ComplianceAggregate> {
+  async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
     const checked = checkFilters({ filters });
-    const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values), ["n.accepted = 'accepted'"]);
+    const values: unknown[] = [...clockParams(clock)];
+    const scope = ["n.accepted = 'accepted'"];
+    if (nodeIds) {
+      values.push(nodeIds);
+      scope.push(`n.id = ANY($${values.length}::text[])`);
+    }
+    const where = filterWhere(checked, this.dialect(values), scope);
     const { rows } = await this.query('complianceSummary', this.pool, {
-      text: `SELECT count(*) AS nodes, count(x.node_id) AS with_data, ${SUM_COLUMNS}
-        FROM nodes n LEFT JOIN node_compliance x ON x.node_id = n.id ${where}`,
+      text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
+        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+        GROUP BY 1`,
       values,
     });
-    const row = rows[0]!;
-    return { nodes: Number(row.nodes), nodes_with_data: Number(row.with_data), counts: countsFromRow(row) };
+    return aggregateFromRows(rows);
   }
 
-  async complianceByRule(by: 'rule' | 'directive'): Promise<RuleComplianceRow[]> {
+  async complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters: NodeFilter[] = []): Promise<NodeComplianceRow[]> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [...clockParams(clock)];
+    const scope = ["n.accepted = 'accepted'"];
+    if (after !== null) {
+      values.push(after);
+      scope.push(`n.id > $${values.length}`);
+    }
+    const where = filterWhere(checked, this.dialect(values), scope);
+    values.push(limit);
+    const { rows } = await this.query('complianceNodes', this.pool, {
+      text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
+          ${timeAdjustedSums('t', 't')}
+        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+        GROUP BY n.id ORDER BY n.id LIMIT $${values.length}`,
+      values,
+    });
+    return rows.map(nodeComplianceFromRow);
+  }
+
+  async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
     const { rows } = await this.query('complianceByRule', this.pool, {
-      text: `SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${SUM_COLUMNS}
-        FROM node_compliance_directives x JOIN nodes n ON n.id = x.node_id WHERE n.accepted = 'accepted'
+      text: `SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
+        FROM ${clockSubquery('$1', '$2')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id
+          JOIN node_compliance t ON t.node_id = x.node_id
+        WHERE n.accepted = 'accepted' AND ${complianceClassSql} = 'agent'
         GROUP BY ${keys} ORDER BY ${keys}`,
+      values: clockParams(clock),
     });
     return rows.map((r) => ({
       rule_id: r.rule_id as string,
@@ -625,6 +726,55 @@ export class PostgresStore implements Store {
       nodes: Number(r.nodes),
       counts: countsFromRow(r),
     }));
+  }
+
+  // --- changes ------------------------------------------------------------------------------
+
+  private changeWhere(q: ChangeQuery, values: unknown[]): string {
+    return changeWhere(q, this.dialect(values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
+  }
+
+  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const values: unknown[] = [];
+    const where = this.changeWhere(q, values);
+    const { rows } = await this.query('listChanges', this.pool, {
+      text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM changes c ${where}) t
+        LEFT JOIN LATERAL (SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC
+          LIMIT $${values.length + 1} OFFSET $${values.length + 2}) r ON true`,
+      values: [...values, limit, offset],
+    });
+    return { data: rows.filter((r) => r.id !== null).map(changeFromRow), total: Number(rows[0]?.total ?? 0) };
+  }
+
+  async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
+    const values: unknown[] = [];
+    const where = this.changeWhere(q, values);
+    const { rows } = await this.query('changesHistogram', this.pool, {
+      text: `SELECT date_trunc('${by}', c.at AT TIME ZONE 'UTC') AS at,
+          count(*) FILTER (WHERE c.label = 'intentional') AS intentional, count(*) FILTER (WHERE c.label = 'corrective') AS corrective
+        FROM changes c ${where} GROUP BY 1 ORDER BY 1`,
+      values,
+    });
+    return rows.map((r) => ({ at: new Date(`${(r.at as Date).toISOString().slice(0, 19)}Z`).toISOString(), intentional: Number(r.intentional), corrective: Number(r.corrective) }));
+  }
+
+  async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
+    const keep = checkKeepLast(seconds)!;
+    const res = await this.query('setKeepLast', this.pool, {
+      text: 'UPDATE node_compliance SET keep_last_s = $1 WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1',
+      values: [keep, nodeIds.filter((id) => !impossibleId(id))],
+    });
+    return res.rowCount ?? 0;
+  }
+
+  async deleteChangesBefore(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    const res = await this.query('deleteChangesBefore', this.pool, {
+      text: 'DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
+      values: [b, limit],
+    });
+    return res.rowCount ?? 0;
   }
 
   // --- lifecycle sweep ----------------------------------------------------------------------

@@ -15,16 +15,20 @@
 import Database from 'better-sqlite3';
 import { capstanError } from '@capstan/shared';
 import type {
-  Acceptance, ComplianceAggregate, ComplianceBase, ExpectedComponent, HistoryEntry, InsertRunResult, NodeCreate,
-  NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts,
-  RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RunSummaryOutcome, Store,
-  PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
+  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
+  NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
+  RunInsert, RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
-import { COUNT_COLUMNS, complianceRows, countsFromRow, directiveChanges, SUM_COLUMNS, type ComplianceInput } from '../compliance-rows.js';
+import {
+  clockParams, clockSubquery, COUNT_COLUMNS, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks,
+  timeAdjustedSums, type ComplianceInput,
+} from '../compliance-rows.js';
+import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
-import { checkExpectations, checkInventory, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
@@ -324,7 +328,7 @@ export class SqliteStore implements Store {
 
   /** insertRun's work, inside the caller's write transaction. */
   private runTx(run: RunInsert, checked: ReturnType<typeof checkRun>): InsertRunResult {
-    const { startedUtc, receivedAt, counts, packed } = checked;
+    const { startedUtc, receivedAt, counts, packed, changes } = checked;
     {
       const node = this.node(run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
@@ -339,28 +343,42 @@ export class SqliteStore implements Store {
         return { inserted: false, reason: 'duplicate', id: dup.id };
       }
       const id = Number(ins.lastInsertRowid);
+      if (changes.length > 0) this.insertChanges(run, id, startedUtc, changes);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
       this.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
       this.history(transitions(node, next, receivedAt, 'run'));
+      const receivedS = epochS(receivedAt);
+      let written = false;
       if (run.complete) {
         // Steady state: the same config reporting the same outcomes as last time changes no
-        // number, so only the base run moves (one statement instead of a recomputation).
-        const same = this.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?
+        // number, so only the base run and the answer time move (one statement instead of a
+        // recomputation; the time marks stay right: same config as the base run's).
+        const same = this.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?,
+            answered_s = max(coalesce(answered_s, 0), ?)
           WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ?`)
-          .run(id, run.started_at, startedUtc, receivedAt, run.node_id, startedUtc, run.config_id ?? null, packed);
-        const cur = same.changes > 0 ? undefined : this.stmt('SELECT run_started_utc FROM node_compliance WHERE node_id = ?').get(run.node_id) as
-          { run_started_utc: string | null } | undefined;
+          .run(id, run.started_at, startedUtc, receivedAt, receivedS, run.node_id, startedUtc, run.config_id ?? null, packed);
+        written = same.changes > 0;
+        const cur = written ? undefined : this.stmt('SELECT run_started_utc, applying_since_s, answered_s, keep_last_s FROM node_compliance WHERE node_id = ?')
+          .get(run.node_id) as Record<string, unknown> | undefined;
         // Only the newest complete run decides compliance; a back-filled older one does not.
-        if (same.changes === 0 && (!cur || cur.run_started_utc === null || cur.run_started_utc <= startedUtc)) {
+        if (!written && (!cur || cur.run_started_utc === null || (cur.run_started_utc as string) <= startedUtc)) {
+          const policy = node.policy_config_id;
           this.writeCompliance({
             nodeId: run.node_id,
             run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
             outcomes: run.outcomes,
             outcomesPacked: packed,
-            expected: run.config_id === null ? null : this.expectations(run.node_id, run.config_id),
+            expected: policy === null ? null : this.expectations(run.node_id, policy),
+            marks: nextMarks(marksFromRow(cur), {
+              kind: 'run', received_s: receivedS, run_config_id: run.config_id ?? null, policy_config_id: policy,
+              policy_set_s: policy === null ? null : this.expectationsSetS(run.node_id, policy),
+            }),
           }, receivedAt);
+          written = true;
         }
       }
+      // Any run is an answer: an incomplete or back-filled one too.
+      if (!written) this.stmt('UPDATE node_compliance SET answered_s = max(coalesce(answered_s, 0), ?) WHERE node_id = ?').run(receivedS, run.node_id);
       return { inserted: true, id };
     }
   }
@@ -394,18 +412,44 @@ export class SqliteStore implements Store {
     return row ? (JSON.parse(row.components) as ExpectedComponent[]) : null;
   }
 
+  /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
+  private expectationsSetS(nodeId: string, configId: string): number | null {
+    const at = this.stmt('SELECT set_at FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
+    return at === undefined ? null : epochS(at);
+  }
+
+  /**
+   * A run's changes, labelled: intentional when the run's config id differs from the node's
+   * previous run's (by start time: a back-filled run is compared with the run before it), or
+   * when the node has no run before it; corrective otherwise.
+   */
+  private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
+    const prev = this.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
+      .get(run.node_id, startedUtc) as { config_id: string | null } | undefined;
+    const label = labelFor(prev === undefined ? undefined : prev.config_id, run.config_id ?? null);
+    const ins = this.stmt(`INSERT INTO changes (node_id, run_id, run_started_at, at, rule_id, directive_id, component, key_value,
+        event_type, message, label, config_id, diff, diff_truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
+    for (const c of changes) {
+      ins.run(run.node_id, runId, run.started_at, c.at, c.rule_id, c.directive_id, c.component, c.key_value, c.event_type,
+        c.message, label, run.config_id ?? null, c.diff, c.diff_truncated ? 1 : 0);
+    }
+  }
+
   private writeCompliance(input: ComplianceInput, at: string): void {
     const { counts, directives } = complianceRows(input);
+    const m = input.marks;
     this.stmt(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-        computed_at, outcomes, outcomes_packed, ${COUNT_COLUMNS.join(', ')})
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
+        computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
+      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
       ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
         run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
         computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
+        applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
         ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`)
       .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
-        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), ...COUNT_COLUMNS.map((c) => counts[c]));
+        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
+        ...COUNT_COLUMNS.map((c) => counts[c]));
     const stored = this.stmt(`SELECT rule_id, directive_id, ${COUNT_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`)
       .all(input.nodeId) as Array<Record<string, unknown>>;
     const { upsert, remove } = directiveChanges(stored, directives);
@@ -423,14 +467,14 @@ export class SqliteStore implements Store {
     }
   }
 
-  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string): Promise<boolean> {
+  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts: { keep_last_s?: number } = {}): Promise<boolean> {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
-    return this.write('setExpectations', () => this.expectationsTx(nodeId, configId, checked, when));
+    return this.write('setExpectations', () => this.expectationsTx(nodeId, configId, checked, when, opts.keep_last_s));
   }
 
   /** setExpectations' work, inside the caller's write transaction. */
-  private expectationsTx(nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string): boolean {
+  private expectationsTx(nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, keepLastS?: number): boolean {
     {
       // Only the previous policy's config id is needed: reading the whole node (and its
       // certificate) was a third of a 100,000-node generation.
@@ -443,20 +487,34 @@ export class SqliteStore implements Store {
       const keep = node.policy_config_id ?? configId;
       this.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);
       this.stmt('UPDATE nodes SET policy_config_id = ? WHERE id = ?').run(configId, nodeId);
-      const cur = this.stmt('SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = ?')
-        .get(nodeId) as { run_id: number | null; run_started_at: string; run_started_utc: string; config_id: string | null; outcomes: string; outcomes_packed: Buffer | null } | undefined;
-      if (cur && cur.run_id !== null) {
-        this.writeCompliance({
-          nodeId,
-          run: { id: cur.run_id, started_at: cur.run_started_at, started_utc: cur.run_started_utc, config_id: cur.config_id },
-          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
-          expected: cur.config_id === null ? null : this.expectations(nodeId, cur.config_id),
-        }, when);
-      } else {
-        this.writeCompliance({ nodeId, run: null, outcomes: [], expected: checked.items }, when);
-      }
+      this.recompute(nodeId, configId, node.policy_config_id, checked.items, when, keepLastS);
       return true;
+    }
+  }
+
+  /**
+   * A node's compliance after its policy became `configId` (from `previous`): judged against
+   * that policy's expectations, with its time marks moved on (compliance-rows nextMarks).
+   */
+  private recompute(nodeId: string, configId: string, previous: string | null, items: ExpectedComponent[], when: string, keepLastS?: number): void {
+    const cur = this.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
+      FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
+    const hasRun = cur !== undefined && cur.run_id !== null;
+    const marks = nextMarks(marksFromRow(cur), {
+      kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
+      run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
+    });
+    if (hasRun) {
+      this.writeCompliance({
+        nodeId,
+        run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
+        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+        ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
+        expected: items,
+        marks,
+      }, when);
+    } else {
+      this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when);
     }
   }
 
@@ -464,39 +522,64 @@ export class SqliteStore implements Store {
     return this.read('getComplianceBase', () => {
       const node = this.node(nodeId);
       if (!node) return null;
-      const cur = this.stmt('SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = ?').get(nodeId) as
-        { run_id: number | null; run_started_at: string; config_id: string | null; outcomes: string; outcomes_packed: Buffer | null } | undefined;
-      if (cur && cur.run_id !== null) {
-        return {
-          node_id: nodeId,
-          run: { id: cur.run_id, started_at: cur.run_started_at, config_id: cur.config_id },
-          policy_config_id: node.policy_config_id,
-          expected: cur.config_id === null ? null : this.expectations(nodeId, cur.config_id),
-          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
-        };
-      }
+      const cls = this.stmt(`SELECT ${complianceClassSql} AS class FROM nodes n WHERE n.id = ?`).pluck().get(nodeId) as string;
+      const cur = this.stmt(`SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
+        FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
+      const policy = node.policy_config_id;
+      const hasRun = cur !== undefined && cur.run_id !== null;
       return {
-        node_id: nodeId, run: null, policy_config_id: node.policy_config_id, outcomes: [],
-        expected: node.policy_config_id === null ? null : this.expectations(nodeId, node.policy_config_id),
+        node_id: nodeId,
+        run: hasRun ? { id: cur.run_id as number, started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null } : null,
+        policy_config_id: policy,
+        expected: policy === null ? null : this.expectations(nodeId, policy),
+        outcomes: hasRun ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
+        marks: marksFromRow(cur) ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 },
+        relay: cls === 'relay',
+        has_agent: cls !== 'agentless',
       };
     });
   }
 
-  async complianceSummary(filters: NodeFilter[] = []): Promise<ComplianceAggregate> {
+  async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
     const checked = checkFilters({ filters });
-    const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values), ["n.accepted = 'accepted'"]);
-    const row = this.read('complianceSummary', () => this.stmt(`SELECT count(*) AS nodes, count(x.node_id) AS with_data, ${SUM_COLUMNS}
-      FROM nodes n LEFT JOIN node_compliance x ON x.node_id = n.id ${where}`).get(...values)) as Record<string, unknown>;
-    return { nodes: Number(row.nodes), nodes_with_data: Number(row.with_data), counts: countsFromRow(row) };
+    const values: unknown[] = [...clockParams(clock)];
+    const scope = ["n.accepted = 'accepted'"];
+    if (nodeIds) {
+      values.push(JSON.stringify(nodeIds));
+      scope.push('n.id IN (SELECT value FROM json_each(?))');
+    }
+    const where = filterWhere(checked, this.dialect(values), scope);
+    const rows = this.read('complianceSummary', () => this.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
+        count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
+      FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+      GROUP BY 1`).all(...values)) as Record<string, unknown>[];
+    return aggregateFromRows(rows);
   }
 
-  async complianceByRule(by: 'rule' | 'directive'): Promise<RuleComplianceRow[]> {
+  async complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters: NodeFilter[] = []): Promise<NodeComplianceRow[]> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [...clockParams(clock)];
+    const scope = ["n.accepted = 'accepted'"];
+    if (after !== null) {
+      values.push(after);
+      scope.push('n.id > ?');
+    }
+    const where = filterWhere(checked, this.dialect(values), scope);
+    values.push(limit);
+    const rows = this.read('complianceNodes', () => this.stmt(`SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at,
+        n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedSums('t', 't')}
+      FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+      GROUP BY n.id ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
+    return rows.map(nodeComplianceFromRow);
+  }
+
+  async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
-    const rows = this.read('complianceByRule', () => this.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${SUM_COLUMNS}
-      FROM node_compliance_directives x JOIN nodes n ON n.id = x.node_id WHERE n.accepted = 'accepted'
-      GROUP BY ${keys} ORDER BY ${keys}`).all()) as Record<string, unknown>[];
+    const rows = this.read('complianceByRule', () => this.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
+      FROM ${clockSubquery('?', '?')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id
+        JOIN node_compliance t ON t.node_id = x.node_id
+      WHERE n.accepted = 'accepted' AND ${complianceClassSql} = 'agent'
+      GROUP BY ${keys} ORDER BY ${keys}`).all(...clockParams(clock))) as Record<string, unknown>[];
     return rows.map((r) => ({
       rule_id: r.rule_id as string,
       ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
@@ -699,14 +782,13 @@ export class SqliteStore implements Store {
       if (!m) stored.set(r.node_id, (m = new Map()));
       m.set(r.config_id, r.components);
     }
-    const bases = new Map((this.stmt('SELECT node_id, run_id, config_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as
-      Array<{ node_id: string; run_id: number | null; config_id: string | null }>).map((r) => [r.node_id, r]));
+    const withRow = new Set(this.stmt('SELECT node_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').pluck().all(ids) as string[]);
 
     const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
     const expectationRows: unknown[] = [];
     const gone: Array<[string, string]> = [];
     const byConfig = new Map<string, string[]>();
-    const recompute: Array<{ nodeId: string; when: string; expected: ExpectedComponent[] | null; noRun: boolean }> = [];
+    const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[] }> = [];
     for (const it of live) {
       const nodeId = it.bundle.node_id;
       const configId = it.bundle.config_id;
@@ -717,17 +799,12 @@ export class SqliteStore implements Store {
       const list = byConfig.get(configId) ?? [];
       list.push(nodeId);
       byConfig.set(configId, list);
-      const base = bases.get(nodeId);
-      if (!base || base.run_id === null) {
-        // No run yet: every expected component of the new policy is missing.
-        recompute.push({ nodeId, when: it.when, expected: it.expected.items, noRun: true });
-        continue;
+      // A node is judged by its current policy's expectations: recomputed when they change,
+      // left alone when the same policy is written again.
+      const prevConfig = previous.get(nodeId) ?? null;
+      if (!withRow.has(nodeId) || prevConfig !== configId || mine.get(configId) !== it.expected.json) {
+        recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items });
       }
-      if (base.config_id === null) continue; // judged without expectations before and after
-      // The expectations of the config its last run ran, before and after this write.
-      const before = mine.get(base.config_id) ?? null;
-      const after = base.config_id === configId ? it.expected.json : base.config_id === keep ? before : null;
-      if (after !== before) recompute.push({ nodeId, when: it.when, expected: after === null ? null : it.expected.json === after ? it.expected.items : (JSON.parse(after) as ExpectedComponent[]), noRun: false });
     }
     if (live.length === 0) return 0;
     this.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components)
@@ -743,22 +820,52 @@ export class SqliteStore implements Store {
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
       ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
       .run(JSON.stringify(live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
-    for (const r of recompute) {
-      if (r.noRun) {
-        this.writeCompliance({ nodeId: r.nodeId, run: null, outcomes: [], expected: r.expected }, r.when);
-        continue;
-      }
-      const cur = this.stmt('SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed FROM node_compliance WHERE node_id = ?')
-        .get(r.nodeId) as { run_id: number; run_started_at: string; run_started_utc: string; config_id: string | null; outcomes: string; outcomes_packed: Buffer | null };
-      this.writeCompliance({
-        nodeId: r.nodeId,
-        run: { id: cur.run_id, started_at: cur.run_started_at, started_utc: cur.run_started_utc, config_id: cur.config_id },
-        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-        ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
-        expected: r.expected,
-      }, r.when);
-    }
+    for (const r of recompute) this.recompute(r.nodeId, r.configId, r.previous, r.items, r.when);
     return live.length;
+  }
+
+  // --- changes ------------------------------------------------------------------------------
+
+  private changeWhere(q: ChangeQuery, values: unknown[]): string {
+    return changeWhere(q, this.dialect(values), (ids) => {
+      values.push(JSON.stringify(ids));
+      return '(SELECT value FROM json_each(?))';
+    });
+  }
+
+  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const values: unknown[] = [];
+    const where = this.changeWhere(q, values);
+    return this.read('listChanges', () => {
+      const { n } = this.stmt(`SELECT count(*) AS n FROM changes c ${where}`).get(...values) as { n: number };
+      const rows = this.stmt(`SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC LIMIT ? OFFSET ?`)
+        .all(...values, limit, offset) as Record<string, unknown>[];
+      return { data: rows.map(changeFromRow), total: n };
+    });
+  }
+
+  async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
+    const values: unknown[] = [];
+    const where = this.changeWhere(q, values);
+    // ISO text: the first 13 characters are the hour, the first 10 the day.
+    const bucket = by === 'hour' ? "substr(c.at, 1, 13) || ':00:00.000Z'" : "substr(c.at, 1, 10) || 'T00:00:00.000Z'";
+    const rows = this.read('changesHistogram', () => this.stmt(`SELECT ${bucket} AS at,
+        sum(c.label = 'intentional') AS intentional, sum(c.label = 'corrective') AS corrective
+      FROM changes c ${where} GROUP BY 1 ORDER BY 1`).all(...values)) as Array<Record<string, unknown>>;
+    return rows.map((r) => ({ at: r.at as string, intentional: Number(r.intentional), corrective: Number(r.corrective) }));
+  }
+
+  async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
+    const keep = checkKeepLast(seconds)!;
+    return this.write('setKeepLast', () => this.stmt(`UPDATE node_compliance SET keep_last_s = ?
+      WHERE node_id IN (SELECT value FROM json_each(?)) AND keep_last_s <> ?`).run(keep, JSON.stringify(nodeIds), keep).changes);
+  }
+
+  async deleteChangesBefore(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.write('deleteChangesBefore', () =>
+      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
   }
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {

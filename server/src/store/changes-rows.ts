@@ -1,0 +1,101 @@
+/**
+ * What both backends share for changes and compliance exports: the change label, the filter
+ * SQL of a change query, the node classes compliance sums apart, and the row decoders.
+ */
+import { capstanError, zeroCounts, type ComplianceCounts } from '@capstan/shared';
+import { countsFromRow } from './compliance-rows.js';
+import { HAS_AGENT_SQL, type Dialect } from './query.js';
+import { toUtcIso } from './time.js';
+import {
+  CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord, type ComplianceAggregate, type NodeClass, type NodeComplianceRow,
+  type NodeStatus,
+} from './store.js';
+
+/** See ChangeRecord.label: `previous` is the config id of the node's run before this one (undefined: none). */
+export function labelFor(previous: string | null | undefined, current: string | null): ChangeLabel {
+  return previous === undefined || previous !== current ? 'intentional' : 'corrective';
+}
+
+/** A node's class for compliance, in SQL over `nodes n`. */
+export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
+
+/** Most ids one change filter may name (node, rule, directive). */
+export const MAX_FILTER_IDS = 10_000;
+
+export const HISTOGRAM_BUCKETS = ['hour', 'day'] as const;
+
+/** The WHERE of a change query over `changes c` (no leading WHERE when empty). */
+export function changeWhere(q: ChangeQuery, d: Dialect, idList: (ids: string[]) => string): string {
+  const parts: string[] = [];
+  if (q.from !== undefined) parts.push(`c.at >= ${d.param(toUtcIso(q.from, 'from'))}`);
+  if (q.to !== undefined) parts.push(`c.at < ${d.param(toUtcIso(q.to, 'to'))}`);
+  const ids = (name: string, column: string, values: string[] | undefined) => {
+    if (values === undefined) return;
+    if (values.length > MAX_FILTER_IDS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_FILTER_IDS} ${name} ids in one query`);
+    parts.push(values.length === 0 ? 'false' : `${column} IN ${idList(values)}`);
+  };
+  ids('node', 'c.node_id', q.node_ids);
+  ids('rule', 'c.rule_id', q.rule_ids);
+  ids('directive', 'c.directive_id', q.directive_ids);
+  if (q.label !== undefined) {
+    if (!CHANGE_LABELS.includes(q.label)) throw capstanError('ERR_BAD_REQUEST', `label must be one of ${CHANGE_LABELS.join(', ')}`);
+    parts.push(`c.label = ${d.param(q.label)}`);
+  }
+  return parts.length ? `WHERE ${parts.join(' AND ')}` : '';
+}
+
+const isoOf = (v: unknown): string => (v instanceof Date ? v.toISOString() : String(v));
+
+export function changeFromRow(r: Record<string, unknown>): ChangeRecord {
+  return {
+    id: Number(r.id),
+    node_id: r.node_id as string,
+    run_id: r.run_id === null ? null : Number(r.run_id),
+    run_started_at: r.run_started_at as string,
+    at: isoOf(r.at),
+    rule_id: r.rule_id as string,
+    directive_id: r.directive_id as string,
+    component: r.component as string,
+    key_value: r.key_value as string,
+    event_type: r.event_type as string,
+    message: r.message as string,
+    label: r.label as ChangeLabel,
+    config_id: (r.config_id as string | null) ?? null,
+    diff: (r.diff as string | null) ?? null,
+    diff_truncated: r.diff_truncated === true || r.diff_truncated === 1,
+  };
+}
+
+export function nodeComplianceFromRow(r: Record<string, unknown>): NodeComplianceRow {
+  return {
+    node_id: r.node_id as string,
+    hostname: r.hostname as string,
+    class: r.class as NodeClass,
+    status: r.status as NodeStatus,
+    state: r.state as string,
+    last_run_at: r.last_run_at === null ? null : isoOf(r.last_run_at),
+    policy_config_id: (r.policy_config_id as string | null) ?? null,
+    counts: countsFromRow(r),
+  };
+}
+
+/** A compliance summary from its rows grouped by node class. */
+export function aggregateFromRows(rows: Array<Record<string, unknown>>): ComplianceAggregate {
+  const out: ComplianceAggregate = {
+    nodes: 0, nodes_with_data: 0, counts: zeroCounts(),
+    relays: { nodes: 0, counts: zeroCounts() }, agentless: { nodes: 0, counts: zeroCounts() },
+  };
+  for (const r of rows) {
+    const counts: ComplianceCounts = countsFromRow(r);
+    if (r.class === 'agent') {
+      out.nodes = Number(r.nodes);
+      out.nodes_with_data = Number(r.with_data);
+      out.counts = counts;
+    } else if (r.class === 'relay') {
+      out.relays = { nodes: Number(r.nodes), counts };
+    } else {
+      out.agentless = { nodes: Number(r.nodes), counts };
+    }
+  }
+  return out;
+}
