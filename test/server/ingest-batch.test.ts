@@ -8,6 +8,7 @@ import t, { type Test } from 'tap';
 import { compressSync, createNodeIdentity, formatReport, isTransient, runLogFileName, signSmime, type NodeIdentity } from '@capstan/shared';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { RunLogIngest } from '@capstan/server/ingest/runlog';
+import { complianceClock } from '@capstan/server/registry/compliance';
 
 const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const ids = Array.from({ length: 6 }, (_, i) => `11111111-2222-4333-8444-${String(i).padStart(12, '0')}`);
@@ -52,7 +53,7 @@ t.test('run logs ingested together are all stored, each with its own run id', as
     t.same(runs.data[0]!.counts, { control: 2, result_success: 1 }, 'parsed on a worker, summarised as before');
     t.same(runs.data[0]!.outcomes, [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_success', count: 1 }], 'outcomes packed on a worker read back');
   }
-  t.equal((await store.complianceByRule('directive'))[0]!.nodes, ids.length, 'compliance written for every node');
+  t.equal((await store.complianceByRule('directive', complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 })))[0]!.nodes, ids.length, 'compliance written for every node');
 });
 
 t.test('a run log refused in a batch fails alone, with its code, and the others are stored', async (t) => {

@@ -12,11 +12,15 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { complianceClock } from '@capstan/server/registry/compliance';
 import { openStore, type Store } from '@capstan/server/store/index';
 import type { ExpectedComponent, RunInsert } from '@capstan/server/store/store';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
+import { inventory } from './store-suite.js';
 
 const NODES = ['n1', 'n2', 'n3', 'n4'];
+/** Compliance as read a minute after `at` (time states included). */
+const CLK = (at: string) => complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 }, new Date(Date.parse(at) + 60_000));
 const COMPONENTS: ExpectedComponent[] = [
   { rule_id: 'r1', directive_id: 'd1', component: 'File' },
   { rule_id: 'r1', directive_id: 'd2', component: 'Package' },
@@ -47,10 +51,10 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   }),
 );
 
-async function compliance(store: Store) {
+async function compliance(store: Store, at: string) {
   const perNode: Record<string, unknown> = {};
-  for (const n of NODES) perNode[n] = await store.complianceSummary([{ key: 'id', values: [n] }]);
-  return { perNode, byDirective: await store.complianceByRule('directive'), global: await store.complianceSummary() };
+  for (const n of NODES) perNode[n] = await store.complianceSummary([{ key: 'id', values: [n] }], CLK(at));
+  return { perNode, byDirective: await store.complianceByRule('directive', CLK(at)), global: await store.complianceSummary([], CLK(at)) };
 }
 
 t.test('batched policy writes leave compliance exactly as one-by-one writes do', async (t) => {
@@ -62,7 +66,12 @@ t.test('batched policy writes leave compliance exactly as one-by-one writes do',
       const batched = await openStore({ sqlitePath: join(dir, `batched-${round}.db`) });
       const single = await openStore({ sqlitePath: join(dir, `single-${round}.db`) });
       try {
-        for (const s of [batched, single]) for (const n of NODES) await s.createNode({ id: n, hostname: `${n}.example.com` });
+        for (const s of [batched, single]) {
+          for (const n of NODES) {
+            await s.upsertFromInventory(inventory(n, { received_at: '2024-05-01T08:00:00Z' }));
+            await s.setAcceptance(n, 'accepted', '2024-05-01T08:00:00Z');
+          }
+        }
         let minute = 0;
         for (const op of ops) {
           minute++;
@@ -84,7 +93,7 @@ t.test('batched policy writes leave compliance exactly as one-by-one writes do',
             await batched.insertRun(run);
             await single.insertRun(run);
           }
-          const [a, b] = [await compliance(batched), await compliance(single)];
+          const [a, b] = [await compliance(batched, at), await compliance(single, at)];
           if (JSON.stringify(a) !== JSON.stringify(b)) {
             throw new Error(`compliance differs after ${JSON.stringify(op)}:\nbatched ${JSON.stringify(a)}\nsingle  ${JSON.stringify(b)}`);
           }
@@ -114,7 +123,7 @@ t.test('a batch naming unknown nodes stores the others and counts only them', as
   t.equal(await store.putPolicies([b('ghost'), b('n1')]), 1);
   t.equal((await store.getPolicyBundle('n1'))?.config_id, 'A');
   t.equal(await store.getPolicyBundle('ghost'), null);
-  t.match(await store.complianceSummary([{ key: 'id', values: ['n1'] }]), { counts: { missing: 3 } }, 'no run yet: every expected component missing');
+  t.match(await store.complianceSummary([{ key: 'id', values: ['n1'] }], CLK(at)), { agentless: { counts: { applying: 3 } } }, 'no run yet: every expected component applying');
   t.rejects(store.putPolicies([{ bundle: { node_id: 'n1', config_id: '', generated_at: at, bundle: '{}' }, expected: [] }]), { code: 'ERR_BAD_REQUEST' });
 });
 

@@ -7,10 +7,9 @@ import t from 'tap';
 import fc from 'fast-check';
 import type { Report } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
-import { categoryOf, computeCompliance, percentages, REPORT_TYPE_CATEGORY } from '@capstan/server/registry/compliance';
+import { computeCompliance, percentages, REPORT_TYPE_STATE, stateOf, summarize, zeroCounts } from '@capstan/shared';
 import { autoAcceptCause, enrollmentRules, globMatch } from '@capstan/server/registry/enrollment';
 import { runsCutoff } from '@capstan/server/registry/lifecycle';
-import { summarize } from '@capstan/server/registry/summary';
 
 t.test('globs: * and ? anchored, everything else literal, linear on hostile input', async (t) => {
   const cases: Array<[string, string, boolean]> = [
@@ -53,17 +52,17 @@ t.test('configuration checks across keys exit as configuration errors', async (t
   t.equal(loadServerConfig({}).retention.runs, 7 * 86_400_000, 'runs kept 7 days by default');
 });
 
-t.test('every RUDDER report type has its category; logs and control are information', async (t) => {
+t.test('every RUDDER report type has its state; logs and control are information', async (t) => {
   const rudder: Record<string, string | null> = {
-    result_success: 'compliant', audit_compliant: 'compliant', result_repaired: 'repaired', result_error: 'error',
+    result_success: 'success', audit_compliant: 'audit_compliant', result_repaired: 'repaired', result_error: 'error',
     audit_error: 'error', audit_noncompliant: 'non_compliant', result_na: 'not_applicable', audit_na: 'not_applicable',
     audit_notapplicable: 'not_applicable', control: null, log_info: null, log_warn: null, log_warning: null,
     log_debug: null, log_trace: null, log_repaired: null, log_duration: null,
   };
-  for (const [type, category] of Object.entries(rudder)) t.equal(categoryOf(type), category, type);
-  for (const type of Object.keys(REPORT_TYPE_CATEGORY)) t.ok(type in rudder, `${type} is a RUDDER type`);
-  t.equal(categoryOf('result_weird'), 'unexpected', 'not a RUDDER type: unexpected');
-  t.equal(categoryOf('__proto__'), 'unexpected');
+  for (const [type, state] of Object.entries(rudder)) t.equal(stateOf(type), state, type);
+  for (const type of Object.keys(REPORT_TYPE_STATE)) t.ok(type in rudder, `${type} is a RUDDER type`);
+  t.equal(stateOf('result_weird'), 'unexpected', 'not a RUDDER type: unexpected');
+  t.equal(stateOf('__proto__'), 'unexpected');
 });
 
 t.test('a run summary keeps the worst outcome per component; logs never decide one', async (t) => {
@@ -81,14 +80,16 @@ t.test('a run summary keeps the worst outcome per component; logs never decide o
 t.test('expected-vs-received: missing, unexpected, duplicates, informational outcomes, percentages', async (t) => {
   const e = (component: string) => ({ rule_id: 'r', directive_id: 'd', component });
   const o = (component: string, outcome: string) => ({ rule_id: 'r', directive_id: 'd', component, outcome, count: 1 });
-  t.same(computeCompliance(null, []).counts, { compliant: 0, repaired: 0, error: 0, non_compliant: 0, missing: 0, unexpected: 0, not_applicable: 0 });
+  t.same(computeCompliance(null, []).counts, zeroCounts());
   t.equal(percentages(computeCompliance(null, []).counts).compliance, null, 'no items: no percentage');
   const c = computeCompliance([e('A'), e('B'), e('A'), e('L')], [o('A', 'audit_compliant'), o('L', 'log_info'), o('X', 'result_success')]);
-  t.same(c.items.map((i) => `${i.component}:${i.category}`), ['A:compliant', 'B:missing', 'L:missing', 'X:unexpected'],
+  t.same(c.items.map((i) => `${i.component}:${i.state}`), ['A:audit_compliant', 'B:missing', 'L:missing', 'X:unexpected'],
     'an expected component that only logged is missing');
   t.same(computeCompliance([], [o('A', 'result_error')]).counts.error, 1, 'an empty expectation list counts what was received');
-  t.same(percentages({ compliant: 1, repaired: 1, error: 0, non_compliant: 0, missing: 0, unexpected: 0, not_applicable: 1 }).compliance, 100);
-  t.same(percentages({ compliant: 2, repaired: 0, error: 1, non_compliant: 0, missing: 0, unexpected: 0, not_applicable: 0 }).compliance, 66.67);
+  t.same(percentages({ ...zeroCounts(), success: 1, repaired: 1, not_applicable: 1 }).compliance, 100);
+  t.same(percentages({ ...zeroCounts(), audit_compliant: 1, applying: 1 }).compliance, 50, 'applying is counted, never compliant');
+  t.same(percentages({ ...zeroCounts(), success: 1, no_answer: 3 }).compliance, 25);
+  t.same(percentages({ ...zeroCounts(), success: 2, error: 1 }).compliance, 66.67);
 });
 
 t.test('run retention cuts at a UTC midnight', async (t) => {

@@ -9,7 +9,11 @@ import t, { type Test } from 'tap';
 import Database from 'better-sqlite3';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
+import { complianceClock } from '@capstan/server/registry/compliance';
 import { CLOCK, inventory, run } from './store-suite.js';
+
+const CLK = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 }, new Date('2024-05-01T10:11:00Z'));
+
 
 /** A fresh store, and raw SQL on its database (to make rows as an older version wrote them). */
 type Open = (t: Test) => Promise<Store & { sql?: (q: string) => Promise<void> }>;
@@ -119,7 +123,7 @@ function suite(name: string, open: Open): void {
       run('n1', '2024-05-01T10:00:00Z', { outcomes: [outcome('d1', 'result_success'), outcome('d2', 'result_error'), outcome('d3', 'result_success')] }),
       run('n2', '2024-05-01T10:00:00Z', { outcomes: [outcome('d1', 'result_success')] }),
     ]);
-    const byDirective = async () => Object.fromEntries((await store.complianceByRule('directive')).map((r) => [r.directive_id, { nodes: r.nodes, ...r.counts }]));
+    const byDirective = async () => Object.fromEntries((await store.complianceByRule('directive', CLK)).map((r) => [r.directive_id, { nodes: r.nodes, ...r.counts }]));
     let d = await byDirective();
     t.same(Object.keys(d).sort(), ['d1', 'd2', 'd3']);
     t.equal(d.d1!.nodes, 2);
@@ -130,11 +134,11 @@ function suite(name: string, open: Open): void {
     ]);
     d = await byDirective();
     t.same(Object.keys(d).sort(), ['d1', 'd2', 'd4'], 'the directive no longer reported is gone');
-    t.same([d.d1!.nodes, d.d1!.compliant], [2, 2]);
+    t.same([d.d1!.nodes, d.d1!.success], [2, 2]);
     t.same([d.d2!.error, d.d2!.repaired], [0, 1], 'the changed directive has its new counts');
-    t.equal(d.d4!.compliant, 1);
-    const summary = await store.complianceSummary();
-    t.same([summary.counts.compliant, summary.counts.repaired, summary.counts.error], [3, 1, 0], 'node totals agree with the directives');
+    t.equal(d.d4!.success, 1);
+    const summary = await store.complianceSummary([], CLK);
+    t.same([summary.counts.success, summary.counts.repaired, summary.counts.error], [3, 1, 0], 'node totals agree with the directives');
   });
 
   t.test(`${name}: outcomes are stored packed, and rows written before packing read as before`, async (t) => {
@@ -156,7 +160,7 @@ function suite(name: string, open: Open): void {
     const base = (await store.getComplianceBase('n1'))!;
     t.equal(base.run!.started_at, '2024-05-01T10:10:00Z', 'the newest run is the base');
     t.same(base.outcomes, outcomes);
-    t.equal((await store.complianceSummary()).counts.error, 1, 'compliance counts unchanged');
+    t.equal((await store.complianceSummary([], CLK)).counts.error, 1, 'compliance counts unchanged');
   });
 }
 

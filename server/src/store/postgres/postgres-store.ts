@@ -617,7 +617,7 @@ export class PostgresStore implements Store {
         text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
             applying_since_s, answered_s, keep_last_s
           FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
-        values: [nodeId, configId],
+        values: [nodeId],
       });
       const cur = rows[0]!;
       const present = cur.present !== null;
