@@ -66,7 +66,7 @@ common(program.command('run').description('run once: inventory when due, checks,
     const c = r.counts;
     // The same figure the server computes for this run (shared compliance, same expectations).
     process.stdout.write(
-      `node ${r.nodeId} config ${r.configId}: ${complianceLine(r.compliance)}; ` +
+      `node ${r.nodeId} config ${r.configId}: ${r.compliance.repaired} repaired, ${r.compliance.error} errors, ${complianceLine(r.compliance)}; ` +
         `sent ${r.flush.sent}, queued ${r.flush.remaining}${r.inventorySent ? ', inventory sent' : ''}\n`,
     );
     if ((c.result_error ?? 0) + (c.audit_error ?? 0) > 0) process.exitCode = 4;

@@ -11,6 +11,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { ServerMetrics } from '@capstan/server/metrics';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { lifecyclePolicy } from '@capstan/server/registry/lifecycle';
+import { zeroCounts } from '@capstan/shared';
 import { inventory, run } from './store-suite.js';
 
 const TOKEN = 'x'.repeat(32);
@@ -26,6 +27,8 @@ async function setup(t: Test) {
     config, store, spool, log: silentLogger, adminToken: TOKEN, metrics,
     lifecycle: { policy: lifecyclePolicy(config), last: () => null },
     status: async () => ({}),
+    // Compliance is read at a fixed time, shortly after the runs below.
+    now: () => new Date('2024-05-01T12:06:00Z'),
   });
   t.teardown(async () => {
     await app.close();
@@ -133,12 +136,61 @@ t.test('DELETE removes the node and revokes its certificate; pending and refused
   t.equal((await api('POST', '/api/1/nodes/n1/accept')).json.data.accepted, 'accepted', 'only an admin decides');
 });
 
+t.test('changes: filtered, paged, as CSV, and counted per hour; compliance exports as CSV', async (t) => {
+  const { app, api, store } = await setup(t);
+  await store.upsertFromInventory(inventory('n1', { hostname: 'h1' }));
+  await store.setAcceptance('n1', 'accepted', '2024-05-01T08:30:00Z');
+  await store.setExpectations('n1', 'c1', [{ rule_id: 'r1', directive_id: 'd1', component: 'File' }], '2024-05-01T09:00:00Z');
+  const repaired = (at: string, message: string) => ({
+    rule_id: 'r1', directive_id: 'd1', component: 'File', key_value: '/etc/motd', event_type: 'result_repaired', message, at,
+    diff: '--- a/etc/motd\n+++ b/etc/motd\n-old\n+new\n', diff_truncated: false,
+  });
+  await store.insertRun(run('n1', '2024-05-01T11:00:00Z', { config_id: 'c1', received_at: '2024-05-01T11:00:05Z', changes: [repaired('2024-05-01T11:00:01Z', 'repaired, "quoted", =1+1')] }));
+  await store.insertRun(run('n1', '2024-05-01T12:00:00Z', { config_id: 'c1', received_at: '2024-05-01T12:00:05Z', changes: [repaired('2024-05-01T12:00:01Z', 'drift repaired')],
+    outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_repaired', count: 1 }] }));
+  const all = await api('GET', '/api/1/changes');
+  t.equal(all.json.total, 2);
+  t.match(all.json.data[0], { node_id: 'n1', label: 'corrective', message: 'drift repaired', has_diff: true, diff: /\+new/ });
+  t.match(all.json.data[1], { label: 'intentional' });
+  t.same((await api('GET', '/api/1/changes?label=corrective&diff=false')).json.data.map((c: { diff: unknown; has_diff: boolean }) => [c.diff, c.has_diff]), [[null, true]]);
+  t.equal((await api('GET', `/api/1/changes?from=${enc('2024-05-01T11:30:00Z')}&node=n1`)).json.total, 1);
+  t.equal((await api('GET', '/api/1/changes?node=other')).json.total, 0);
+  t.equal((await api('GET', '/api/1/changes?per_page=1&page=2')).json.data[0].label, 'intentional');
+  for (const bad of ['label=drift', 'from=yesterday', 'colour=red', 'per_page=1001', 'diff=maybe', 'format=xml']) {
+    t.equal((await api('GET', `/api/1/changes?${bad}`)).json?.error.code, 'ERR_BAD_REQUEST', bad);
+  }
+  t.equal((await api('GET', '/api/1/changes?group=nope')).json.error.code, 'ERR_NOT_FOUND');
+  const csv = await api('GET', '/api/1/changes?format=csv');
+  const lines = csv.text.trim().split('\r\n');
+  t.equal(lines[0], 'at,node_id,label,rule_id,directive_id,component,key,event_type,message,run_id,config_id,diff');
+  t.match(lines[2], /"repaired, ""quoted"", =1\+1"/, 'fields with commas and quotes are quoted');
+  t.same((await api('GET', '/api/1/changes/histogram?by=hour')).json.data, [
+    { at: '2024-05-01T11:00:00.000Z', intentional: 1, corrective: 0, total: 1 },
+    { at: '2024-05-01T12:00:00.000Z', intentional: 0, corrective: 1, total: 1 },
+  ]);
+  t.equal((await api('GET', '/api/1/changes/histogram?by=week')).json.error.code, 'ERR_BAD_REQUEST');
+  // Exports: JSON like any list, or CSV by parameter or Accept header.
+  const nodes = await api('GET', '/api/1/compliance/nodes');
+  t.match(nodes.json, { total: 1, data: [{ node_id: 'n1', class: 'agent', compliance: 100, counts: { repaired: 1 } }] });
+  const nodesCsv = (await api('GET', '/api/1/compliance/nodes?format=csv')).text.split('\r\n');
+  t.equal(nodesCsv[0], 'node_id,hostname,class,status,state,last_run_at,policy_config_id,compliance,items,success,repaired,error,non_compliant,audit_compliant,not_applicable,unexpected,missing,applying,no_answer');
+  t.match(nodesCsv[1], /^n1,h1,agent,reachable,running,2024-05-01T12:00:00\.000Z,c1,100,1,0,1,/);
+  t.match((await api('GET', '/api/1/compliance/rules?format=csv')).text, /^rule_id,nodes,compliance,items,/);
+  const byAccept = await app.inject({ method: 'GET', url: '/api/1/compliance/directives', headers: { authorization: `Bearer ${TOKEN}`, accept: 'text/csv' } });
+  t.match(byAccept.headers['content-type'], /^text\/csv/);
+  t.match(byAccept.body, /^rule_id,directive_id,nodes,/);
+  t.match((await api('GET', '/api/1/compliance/groups')).json, { total: 0, data: [] });
+});
+
 t.test('runs by time range; compliance per node, global, per rule and per directive; lifecycle; metrics', async (t) => {
   const { api, store, metrics } = await setup(t);
-  await store.createNode({ id: 'n1', hostname: 'h1' });
+  await store.upsertFromInventory(inventory('n1', { hostname: 'h1' }));
+  await store.setAcceptance('n1', 'accepted', '2024-05-01T08:30:00Z');
   await store.setExpectations('n1', 'c1', [{ rule_id: 'r1', directive_id: 'd1', component: 'File' }, { rule_id: 'r1', directive_id: 'd2', component: 'Pkg' }], '2024-05-01T09:00:00Z');
   for (const h of [10, 11, 12]) {
-    await store.insertRun(run('n1', `2024-05-01T${h}:00:00Z`, { config_id: 'c1', outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_success', count: 1 }] }));
+    await store.insertRun(run('n1', `2024-05-01T${h}:00:00Z`, {
+      config_id: 'c1', received_at: `2024-05-01T${h}:00:05Z`, outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_success', count: 1 }],
+    }));
   }
   const runs = await api('GET', `/api/1/nodes/n1/runs?from=${enc('2024-05-01T10:30:00Z')}&to=${enc('2024-05-01T12:00:00Z')}`);
   t.same(runs.json.data.map((r: { started_at: string }) => r.started_at), ['2024-05-01T11:00:00Z']);
@@ -146,11 +198,11 @@ t.test('runs by time range; compliance per node, global, per rule and per direct
   t.equal((await api('GET', '/api/1/nodes/n1/runs?from=soon')).json.error.code, 'ERR_BAD_REQUEST');
   const node = (await api('GET', '/api/1/nodes/n1/compliance')).json.data;
   t.match(node, { node_id: 'n1', policy_config_id: 'c1', expected: true, compliance: 50, run: { started_at: '2024-05-01T12:00:00Z', config_id: 'c1' } });
-  t.same(node.summary.counts, { compliant: 1, repaired: 0, error: 0, non_compliant: 0, missing: 1, unexpected: 0, not_applicable: 0 });
+  t.same(node.summary.counts, { ...zeroCounts(), success: 1, missing: 1 });
   t.same(node.directives.map((d: { directive_id: string; compliance: number }) => `${d.directive_id}:${d.compliance}`), ['d1:100', 'd2:0']);
-  t.same(node.components.map((c: { component: string; category: string }) => `${c.component}:${c.category}`), ['File:compliant', 'Pkg:missing']);
+  t.same(node.components.map((c: { component: string; state: string }) => `${c.component}:${c.state}`), ['File:success', 'Pkg:missing']);
   const global = (await api('GET', '/api/1/compliance')).json.data;
-  t.match(global, { nodes: 1, nodes_with_data: 1, total: 2, compliance: 50, percent: { compliant: 50, missing: 50 } });
+  t.match(global, { nodes: 1, nodes_with_data: 1, total: 2, compliance: 50, percent: { success: 50, missing: 50 } });
   t.match((await api('GET', '/api/1/compliance?name=nothing')).json.data, { nodes: 0, total: 0, compliance: null });
   t.equal((await api('GET', '/api/1/compliance?colour=red')).json.error.code, 'ERR_BAD_REQUEST');
   t.match((await api('GET', '/api/1/compliance/rules')).json, { total: 1, data: [{ rule_id: 'r1', nodes: 1, compliance: 50 }] });

@@ -48,6 +48,8 @@ export interface ServerAppDeps {
   identity?: NodeIdentity;
   /** Policy model, generation and signing (absent: no policy routes). */
   policy?: PolicyRouteDeps;
+  /** The clock compliance is read with (time states); the system clock when absent. */
+  now?: () => Date;
   /** Jobs (absent: no job routes). */
   jobs?: JobRouteDeps;
   /** Managers (issue 8): admin routes always; how server-hosted managers are polled. */
@@ -147,7 +149,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       });
     }
     nodeRoutes(admin, deps.store);
-    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config) });
+    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), ...(deps.now && { now: deps.now }) });
     changeRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
