@@ -10,12 +10,11 @@
 import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { certificateFingerprint, compressSync, decompress, parseRunInfo, parseRunLog, verifySmime, isCompleteRun } from '@capstan/shared';
+import { certificateFingerprint, compressSync, decompress, parseRunInfo, parseRunLog, summarize, verifySmime, isCompleteRun } from '@capstan/shared';
 import { eachLimited } from '@capstan/agent/sim/admin';
 import { loadServerConfig } from '@capstan/server/config';
 import { RunLogIngest, runStart } from '@capstan/server/ingest/runlog';
 import { openStore } from '@capstan/server/store/index';
-import { summarize } from '@capstan/server/registry/summary';
 import { freshSchema, PG_URL } from './postgres.mjs';
 
 /**
