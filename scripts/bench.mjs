@@ -6,7 +6,7 @@
  *   floor        ingestRunLog in one process (no HTTP, no spool) into SQLite and PostgreSQL
  *   ingest       N nodes' run logs PUT to a real relayd → real server, until the registry holds all
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
- *   relay, registry, agent   the packages' own benchmarks, when they exist
+ *   relay, registry, agent, policy, changes   the packages' own benchmarks, when they exist
  *
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs).
@@ -40,7 +40,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent,policy] [--no-postgres] [--out DIR] [--quick]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent,policy,changes] [--no-postgres] [--out DIR] [--quick]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -197,7 +197,7 @@ try {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
     await settle();
-    const opts = b.id === 'registry'
+    const opts = b.id === 'registry' || b.id === 'changes'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       : b.id === 'relay' ? { log: progress } : {};
     const r = await runExternal(b, opts);

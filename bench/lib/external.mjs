@@ -29,6 +29,7 @@ export const EXTERNAL = [
   { id: 'registry', module: '@capstan/server/bench', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
   { id: 'agent', module: '@capstan/agent/bench', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/server/bench-policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
+  { id: 'changes', module: '@capstan/server/bench-changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
 ];
 
 /**
@@ -46,6 +47,10 @@ const TARGETS = [
   // "node list with filters over 100,000 nodes ≤ 100 ms; global compliance ≤ 500 ms on SQLite"
   { bench: 'registry', test: /(^|\.)(list_ms|list\..*\.median_ms)$/, target: { op: '<=', value: 100 } },
   { bench: 'registry', test: /^sqlite\.(targets\.compliance_ms|compliance\.global\.median_ms)$/, target: { op: '<=', value: 500 } },
+  // "changes query over 100,000 nodes × 7 days ≤ 200 ms on SQLite; CSV export of 100,000 nodes ≤ 10 s, RSS growth ≤ 100 MB"
+  { bench: 'changes', test: /^sqlite\.queries\..*\.median_ms$/, target: { op: '<=', value: 200 } },
+  { bench: 'changes', test: /^sqlite\.export_csv\.ms$/, target: { op: '<=', value: 10_000 } },
+  { bench: 'changes', test: /export_csv\.rss_growth_mb$/, target: { op: '<=', value: 100 } },
 ];
 
 /** @param {string} key */

@@ -178,3 +178,19 @@ t.test('the registry benchmark loads a fleet with the current schema and queries
     t.same(Object.keys(r.compliance).sort(), ['by directive', 'by rule', 'global', 'global, tag:env=prod'], `${r.store}: compliance queries ran`);
   }
 });
+
+t.test('the changes benchmark generates a history, queries it and exports compliance, on SQLite and PostgreSQL', async (t) => {
+  const { benchChanges } = await import('@capstan/server/bench-changes');
+  const { PG_URL, pgUnavailable } = await import('../server/pg.js');
+  const noPg = await pgUnavailable();
+  if (noPg) t.comment(`PostgreSQL part skipped: ${noPg}`);
+  const results = await benchChanges({ nodes: 300, days: 2, runsPerDay: 2, rounds: 1, ...(noPg ? {} : { databaseUrl: PG_URL }) });
+  t.same(results.map((r) => r.store), noPg ? ['sqlite'] : ['sqlite', 'postgres']);
+  for (const r of results) {
+    t.equal(r.changes, 300 * 2 * 2, `${r.store}: one change per repairing run`);
+    t.ok(r.queries['one node, 7 days']!.total > 0, `${r.store}: a node's changes are found`);
+    t.ok(r.queries['histogram by hour, last 24 h']!.total > 0, `${r.store}: the histogram counts`);
+    // Every accepted node of the registry fleet, plus the header line.
+    t.ok(r.export_csv.lines > 250 && r.export_csv.lines <= 301, `${r.store}: the export lists the fleet (${r.export_csv.lines} lines)`);
+  }
+});

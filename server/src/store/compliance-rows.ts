@@ -89,13 +89,22 @@ export function clockParams(clock: ComplianceClock): [number, number] {
  * item but the unexpected ones, which an overriding state drops: they belong to the stale run.
  */
 export function timeAdjustedSums(x = 'x', t = 't'): string {
+  return timeAdjusted(x, t, (e) => `coalesce(sum(${e}), 0)`);
+}
+
+/** timeAdjustedSums for one row (a node's own counts, no aggregate): `x` and `t` are then one node_compliance row. */
+export function timeAdjustedColumns(x = 'x', t = 't'): string {
+  return timeAdjusted(x, t, (e) => `coalesce(${e}, 0)`);
+}
+
+function timeAdjusted(x: string, t: string, wrap: (e: string) => string): string {
   const noAnswer = `(${t}.answered_s IS NOT NULL AND ${t}.answered_s + ${t}.keep_last_s <= p.silent_before)`;
   const applying = `(${t}.applying_since_s IS NOT NULL AND ${t}.applying_since_s > p.applying_after)`;
   const expected = `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `${x}.${c}`).join(' + ')})`;
   return [
-    ...RUN_STATES.map((c) => `coalesce(sum(CASE WHEN ${noAnswer} OR ${applying} THEN 0 ELSE ${x}.${c} END), 0) AS ${c}`),
-    `coalesce(sum(CASE WHEN ${noAnswer} THEN 0 WHEN ${applying} THEN ${expected} ELSE 0 END), 0) AS applying`,
-    `coalesce(sum(CASE WHEN ${noAnswer} THEN ${expected} ELSE 0 END), 0) AS no_answer`,
+    ...RUN_STATES.map((c) => `${wrap(`CASE WHEN ${noAnswer} OR ${applying} THEN 0 ELSE ${x}.${c} END`)} AS ${c}`),
+    `${wrap(`CASE WHEN ${noAnswer} THEN 0 WHEN ${applying} THEN ${expected} ELSE 0 END`)} AS applying`,
+    `${wrap(`CASE WHEN ${noAnswer} THEN ${expected} ELSE 0 END`)} AS no_answer`,
   ].join(', ');
 }
 

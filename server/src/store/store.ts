@@ -224,6 +224,17 @@ export interface ChangeQuery {
   label?: ChangeLabel;
 }
 
+/** A page of changes; `total` stops counting at CHANGES_COUNT_LIMIT (`total_capped` then says so). */
+export interface ChangePage extends Page<ChangeRecord> {
+  total_capped: boolean;
+}
+
+/**
+ * Most changes a list counts: beyond it `total` says "at least this many". Counting every one of
+ * millions of matching changes would cost more than the page itself; the histogram counts exactly.
+ */
+export const CHANGES_COUNT_LIMIT = 10_000;
+
 export interface ChangeBucket {
   /** The bucket's start, ISO 8601 UTC. */
   at: string;
@@ -458,7 +469,7 @@ export interface Store {
   complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
 
   /** Changes newest first (then by id, descending), paged. */
-  listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>>;
+  listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage>;
   /** Changes counted per hour or day (UTC), oldest bucket first; empty buckets are left out. */
   changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]>;
   /**

@@ -63,7 +63,7 @@ export function changeRoutes(app: FastifyInstance, store: Store): void {
     const result = await store.listChanges(q, page, per_page);
     // Diffs are the bulk of a page: left out with diff=false (the list still says whether there is one).
     const rows = result.data.map((c) => (diff === 'false' ? { ...c, diff: null, has_diff: c.diff !== null } : { ...c, has_diff: c.diff !== null }));
-    if (format === 'json') return { data: rows, total: result.total };
+    if (format === 'json') return { data: rows, total: result.total, total_capped: result.total_capped };
     return sendRows<(typeof rows)[number]>(reply, 'csv', 'changes',
       [['at', (c) => c.at], ['node_id', (c) => c.node_id], ['label', (c) => c.label], ['rule_id', (c) => c.rule_id],
         ['directive_id', (c) => c.directive_id], ['component', (c) => c.component], ['key', (c) => c.key_value],

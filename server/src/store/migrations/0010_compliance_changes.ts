@@ -11,7 +11,8 @@
  *   Existing rows get them from their base run and their expectations.
  * - changes: one row per change an agent reported (`result_repaired`, or `audit_noncompliant`
  *   in audit mode), labelled intentional or corrective, with the diff the agent sent. Kept
- *   `retention.changes`, longer than runs, so a change outlives its run (no foreign key).
+ *   `retention.changes`, longer than runs, so a change outlives its run (no foreign key). The
+ *   time index carries the label, so that a histogram reads the index only.
  */
 import type { Migration } from './index.js';
 
@@ -45,7 +46,7 @@ CREATE TABLE changes (
   diff TEXT,
   diff_truncated INTEGER NOT NULL DEFAULT 0 CHECK (diff_truncated IN (0, 1))
 ) STRICT;
-CREATE INDEX changes_at_idx ON changes (at, id);
+CREATE INDEX changes_at_idx ON changes (at, id, label);
 CREATE INDEX changes_node_idx ON changes (node_id, at);
 CREATE INDEX changes_rule_idx ON changes (rule_id, at);
 CREATE INDEX changes_directive_idx ON changes (directive_id, at);
@@ -81,7 +82,7 @@ CREATE TABLE changes (
   diff text,
   diff_truncated boolean NOT NULL DEFAULT false
 );
-CREATE INDEX changes_at_idx ON changes (at, id);
+CREATE INDEX changes_at_idx ON changes (at, id, label);
 CREATE INDEX changes_node_idx ON changes (node_id, at);
 CREATE INDEX changes_rule_idx ON changes (rule_id, at);
 CREATE INDEX changes_directive_idx ON changes (directive_id, at);

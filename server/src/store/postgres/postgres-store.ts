@@ -20,11 +20,12 @@ import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
-  RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
+  RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
+import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import {
-  clockParams, clockSubquery, COUNT_COLUMNS, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, type ComplianceInput,
+  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
@@ -702,9 +703,9 @@ export class PostgresStore implements Store {
     values.push(limit);
     const { rows } = await this.query('complianceNodes', this.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
-          ${timeAdjustedSums('t', 't')}
+          ${timeAdjustedColumns('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
-        GROUP BY n.id ORDER BY n.id LIMIT $${values.length}`,
+        ORDER BY n.id LIMIT $${values.length}`,
       values,
     });
     return rows.map(nodeComplianceFromRow);
@@ -734,17 +735,18 @@ export class PostgresStore implements Store {
     return changeWhere(q, this.dialect(values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
   }
 
-  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>> {
+  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage> {
     const { limit, offset } = checkPaging(page, perPage);
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
     const { rows } = await this.query('listChanges', this.pool, {
-      text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM changes c ${where}) t
+      text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1}) l) t
         LEFT JOIN LATERAL (SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC
           LIMIT $${values.length + 1} OFFSET $${values.length + 2}) r ON true`,
       values: [...values, limit, offset],
     });
-    return { data: rows.filter((r) => r.id !== null).map(changeFromRow), total: Number(rows[0]?.total ?? 0) };
+    const total = Number(rows[0]?.total ?? 0);
+    return { data: rows.filter((r) => r.id !== null).map(changeFromRow), total: Math.min(total, CHANGES_COUNT_LIMIT), total_capped: total > CHANGES_COUNT_LIMIT };
   }
 
   async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {

@@ -18,11 +18,12 @@ import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
-  RunInsert, RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
+  RunInsert, RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
+import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import {
-  clockParams, clockSubquery, COUNT_COLUMNS, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks,
+  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks,
   timeAdjustedSums, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
@@ -566,10 +567,12 @@ export class SqliteStore implements Store {
     }
     const where = filterWhere(checked, this.dialect(values), scope);
     values.push(limit);
+    // Walking the primary key in order reads one page per call (the acceptance index, which the
+    // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
     const rows = this.read('complianceNodes', () => this.stmt(`SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at,
-        n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedSums('t', 't')}
-      FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
-      GROUP BY n.id ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
+        n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedColumns('t', 't')}
+      FROM nodes n INDEXED BY sqlite_autoindex_nodes_1 CROSS JOIN ${clockSubquery('?', '?')} LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+      ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
     return rows.map(nodeComplianceFromRow);
   }
 
@@ -833,15 +836,15 @@ export class SqliteStore implements Store {
     });
   }
 
-  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<Page<ChangeRecord>> {
+  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage> {
     const { limit, offset } = checkPaging(page, perPage);
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
     return this.read('listChanges', () => {
-      const { n } = this.stmt(`SELECT count(*) AS n FROM changes c ${where}`).get(...values) as { n: number };
+      const { n } = this.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1})`).get(...values) as { n: number };
       const rows = this.stmt(`SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC LIMIT ? OFFSET ?`)
         .all(...values, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map(changeFromRow), total: n };
+      return { data: rows.map(changeFromRow), total: Math.min(n, CHANGES_COUNT_LIMIT), total_capped: n > CHANGES_COUNT_LIMIT };
     });
   }
 
