@@ -10,11 +10,12 @@ import { readFileSync } from 'node:fs';
 import { parse as parseToml } from 'smol-toml';
 import { capstanError } from './errors.js';
 
-export type FieldType = 'string' | 'integer' | 'boolean' | 'duration' | 'size' | 'url' | 'listen' | 'level';
+export type FieldType = 'string' | 'strings' | 'integer' | 'boolean' | 'duration' | 'size' | 'url' | 'listen' | 'level';
 
 export interface FieldSpec {
   type: FieldType;
-  default: string | number | boolean;
+  /** `strings` (a TOML array of strings) defaults to an array. */
+  default: string | number | boolean | readonly string[];
   min?: number;
   max?: number;
   /** May be the empty string (meaning "not set"). */
@@ -30,7 +31,9 @@ export type ConfigOf<S extends Schema> = {
       ? number
       : S[Sec][K]['type'] extends 'boolean'
         ? boolean
-        : string;
+        : S[Sec][K]['type'] extends 'strings'
+          ? readonly string[]
+          : string;
   };
 };
 
@@ -90,13 +93,16 @@ export function parseListen(v: string): { host: string; port: number } | null {
 
 const LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']);
 
-function checkField(path: string, spec: FieldSpec, raw: unknown): string | number | boolean {
+function checkField(path: string, spec: FieldSpec, raw: unknown): string | number | boolean | string[] {
   const bad = (what: string) => capstanError('ERR_CONFIG', `${path} must be ${what}`);
   if (spec.optional && raw === '') return '';
   switch (spec.type) {
     case 'string':
       if (typeof raw !== 'string') throw bad('a string');
       return raw;
+    case 'strings':
+      if (!Array.isArray(raw) || raw.some((x) => typeof x !== 'string')) throw bad('a list of strings');
+      return [...(raw as string[])];
     case 'boolean':
       if (typeof raw !== 'boolean') throw bad('true or false');
       return raw;

@@ -68,3 +68,23 @@ t.test('bad configuration names the key that is wrong', async (t) => {
   t.throws(() => loadConfig(SCHEMA, { overrides: { 'upstream.url': 'ftp://x' } }), { code: 'ERR_CONFIG' });
   t.throws(() => loadConfig(SCHEMA, { overrides: { 'upstream.nope': 'x' } }), { code: 'ERR_CONFIG' });
 });
+
+t.test('a list of strings is read from a TOML array, and anything else is refused by name', async (t) => {
+  const LIST = { methods: { globs: { type: 'strings', default: [] } } } as const;
+  const dir = t.testdir();
+  const cases: Array<[string, string[] | null]> = [
+    ['', []],
+    ['[methods]\nglobs = []\n', []],
+    ['[methods]\nglobs = ["/etc/a/*", "/srv/**/k"]\n', ['/etc/a/*', '/srv/**/k']],
+    ['[methods]\nglobs = "/etc/a/*"\n', null],
+    ['[methods]\nglobs = ["/etc", 3]\n', null],
+    ['[methods]\nglobs = [["/etc"]]\n', null],
+  ];
+  for (const [i, [text, want]] of cases.entries()) {
+    const path = join(dir, `${i}.toml`);
+    await writeFile(path, text);
+    if (want === null) t.throws(() => loadConfig(LIST, { path }), { code: 'ERR_CONFIG', message: 'methods.globs must be a list of strings' }, text);
+    else t.same(loadConfig(LIST, { path }).methods.globs, want, text);
+  }
+  t.ok(Object.isFrozen(loadConfig(LIST, {}).methods.globs), 'the list is frozen with the rest');
+});

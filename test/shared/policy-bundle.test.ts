@@ -59,3 +59,27 @@ t.test('method parameters are validated on the server with the agent’s own rul
   t.same(expectedComponents('command_check', { command: 'test', args: ['-f', '/x'] }), [{ component: 'Command check', key: 'test -f /x' }]);
   t.same(expectedComponents('file_content', { path: 1 }), [{ component: 'file_content', key: 'invalid parameters' }]);
 });
+
+t.test('every method that writes files takes show_diff, a boolean, and names it when refused', async (t) => {
+  const { validateMethodParams, METHOD_SPECS } = await import('@capstan/shared');
+  const sha = 'a'.repeat(64);
+  const base: Record<string, Record<string, unknown>> = {
+    file_content: { path: '/etc/motd', content: 'x' },
+    file_line_present: { path: '/etc/hosts', line: '1.2.3.4 a' },
+    file_absent: { path: '/etc/old' },
+    file_permissions: { path: '/etc/motd', mode: '0644' },
+    directory_present: { path: '/srv/app' },
+    file_from_shared_folder: { source: 'f.conf', path: '/etc/f.conf', sha256: sha },
+    archive_from_shared_folder: { source: 'web.tar.gz', sha256: sha, sums_sha256: sha, target: '/srv' },
+  };
+  for (const [method, params] of Object.entries(base)) {
+    const spec = METHOD_SPECS.get(method)!;
+    t.equal(spec.validate(params).show_diff, undefined, `${method}: absent stays absent`);
+    for (const v of [true, false]) t.equal(spec.validate({ ...params, show_diff: v }).show_diff, v, `${method}: ${v}`);
+    for (const bad of ['false', 0, null]) {
+      t.throws(() => validateMethodParams(method, { ...params, show_diff: bad }), {
+        code: 'ERR_METHOD_PARAMS', message: `${method}: show_diff must be true or false`, details: { field: 'show_diff' },
+      }, `${method}: ${JSON.stringify(bad)}`);
+    }
+  }
+});

@@ -62,50 +62,67 @@ function id(method: string, p: Record<string, unknown>, field: string): number |
   return v;
 }
 
+/**
+ * `show_diff`, which every method that writes files takes: false keeps what the change changed out
+ * of the run log (no diff report); absent or true leaves the agent's default (diffs, except for
+ * secret files, which are never shown).
+ */
+function showDiff(method: string, p: Record<string, unknown>): { show_diff?: boolean } {
+  const v = p.show_diff;
+  if (v === undefined) return {};
+  if (typeof v !== 'boolean') paramError(method, 'show_diff', 'must be true or false');
+  return { show_diff: v };
+}
+
+/** The parameter every file method may carry. */
+export interface ShowDiffParam {
+  show_diff?: boolean;
+}
+
 const one = (component: string, key: string): Component[] => [{ component, key }];
 
-export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number }> = {
+export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number } & ShowDiffParam> = {
   name: 'file_content',
   validate: (p) => {
     if (typeof p.content !== 'string') paramError('file_content', 'content', 'must be a string');
-    return { path: str('file_content', p, 'path', { absolute: true }), content: p.content, mode: mode('file_content', p) };
+    return { path: str('file_content', p, 'path', { absolute: true }), content: p.content, mode: mode('file_content', p), ...showDiff('file_content', p) };
   },
   components: (p) => one('File content', p.path),
 };
 
-export const fileLinePresentSpec: MethodSpec<{ path: string; line: string }> = {
+export const fileLinePresentSpec: MethodSpec<{ path: string; line: string } & ShowDiffParam> = {
   name: 'file_line_present',
   validate: (p) => {
     const line = str('file_line_present', p, 'line');
     if (/[\r\n]/.test(line)) paramError('file_line_present', 'line', 'must be a single line');
-    return { path: str('file_line_present', p, 'path', { absolute: true }), line };
+    return { path: str('file_line_present', p, 'path', { absolute: true }), line, ...showDiff('file_line_present', p) };
   },
   components: (p) => one('File line', `${p.path}: ${p.line}`),
 };
 
-export const fileAbsentSpec: MethodSpec<{ path: string }> = {
+export const fileAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
   name: 'file_absent',
-  validate: (p) => ({ path: str('file_absent', p, 'path', { absolute: true }) }),
+  validate: (p) => ({ path: str('file_absent', p, 'path', { absolute: true }), ...showDiff('file_absent', p) }),
   components: (p) => one('File absent', p.path),
 };
 
-export const filePermissionsSpec: MethodSpec<{ path: string; mode?: number; owner?: number; group?: number }> = {
+export const filePermissionsSpec: MethodSpec<{ path: string; mode?: number; owner?: number; group?: number } & ShowDiffParam> = {
   name: 'file_permissions',
   validate: (p) => {
-    const out = { path: str('file_permissions', p, 'path', { absolute: true }), mode: mode('file_permissions', p), owner: id('file_permissions', p, 'owner'), group: id('file_permissions', p, 'group') };
+    const out = { path: str('file_permissions', p, 'path', { absolute: true }), mode: mode('file_permissions', p), owner: id('file_permissions', p, 'owner'), group: id('file_permissions', p, 'group'), ...showDiff('file_permissions', p) };
     if (out.mode === undefined && out.owner === undefined && out.group === undefined) paramError('file_permissions', 'mode', 'or owner or group is required');
     return out;
   },
   components: (p) => one('File permissions', p.path),
 };
 
-export const directoryPresentSpec: MethodSpec<{ path: string; mode?: number }> = {
+export const directoryPresentSpec: MethodSpec<{ path: string; mode?: number } & ShowDiffParam> = {
   name: 'directory_present',
-  validate: (p) => ({ path: str('directory_present', p, 'path', { absolute: true }), mode: mode('directory_present', p) }),
+  validate: (p) => ({ path: str('directory_present', p, 'path', { absolute: true }), mode: mode('directory_present', p), ...showDiff('directory_present', p) }),
   components: (p) => one('Directory', p.path),
 };
 
-export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string; sha256: string; mode?: number }> = {
+export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string; sha256: string; mode?: number } & ShowDiffParam> = {
   name: 'file_from_shared_folder',
   validate: (p) => {
     const source = str('file_from_shared_folder', p, 'source');
@@ -114,7 +131,7 @@ export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string
     }
     const hash = str('file_from_shared_folder', p, 'sha256');
     if (!/^[0-9a-f]{64}$/.test(hash)) paramError('file_from_shared_folder', 'sha256', 'must be 64 lowercase hex digits');
-    return { source, path: str('file_from_shared_folder', p, 'path', { absolute: true }), sha256: hash, mode: mode('file_from_shared_folder', p) };
+    return { source, path: str('file_from_shared_folder', p, 'path', { absolute: true }), sha256: hash, mode: mode('file_from_shared_folder', p), ...showDiff('file_from_shared_folder', p) };
   },
   components: (p) => one('File from shared folder', p.path),
 };
@@ -122,7 +139,7 @@ export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string
 /** A bundle's name: its top directory in the archive and its directory under the target. */
 export const ARCHIVE_NAME = /^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$/;
 
-export interface ArchiveParams {
+export interface ArchiveParams extends ShowDiffParam {
   source: string;
   /** sha256 of the .tar.gz as served. */
   sha256: string;
@@ -161,7 +178,7 @@ export const archiveFromSharedFolderSpec: MethodSpec<ArchiveParams> = {
     const target = str(m, p, 'target', { absolute: true });
     if (target.split('/').some((s) => s === '..' || s === '.')) paramError(m, 'target', 'must not contain . or .. segments');
     if (p.purge !== undefined && typeof p.purge !== 'boolean') paramError(m, 'purge', 'must be true or false');
-    return { source, sha256: hex('sha256'), sums_sha256: hex('sums_sha256'), target: target.replace(/\/+$/, '') || '/', name, purge: p.purge === true };
+    return { source, sha256: hex('sha256'), sums_sha256: hex('sums_sha256'), target: target.replace(/\/+$/, '') || '/', name, purge: p.purge === true, ...showDiff(m, p) };
   },
   components: (p) => [
     { component: 'Archive from shared folder', key: `${p.target === '/' ? '' : p.target}/${p.name}` },
