@@ -1,5 +1,5 @@
 /** capstan-agent's configuration schema (see packaging/etc/capstan/agent.toml). */
-import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/agent';
+import { capstanError, DEFAULT_MAX_DIFF_BYTES, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/agent';
 
 export const AGENT_SCHEMA = {
   agent: {
@@ -26,6 +26,12 @@ export const AGENT_SCHEMA = {
     command_timeout: { type: 'duration', default: '5m', min: 1000 },
     /** Where sysctl values are read and written (a container or test may point elsewhere). */
     sysctl_root: { type: 'string', default: '/proc/sys' },
+    /** Cap on one change's diff in the run log (UTF-8 bytes); a longer diff is cut and marked. */
+    max_diff_bytes: { type: 'size', default: DEFAULT_MAX_DIFF_BYTES, min: 256 },
+    /** Content larger than this (before or after) is described by size and sha256, not diffed. */
+    max_diff_file_size: { type: 'size', default: '1MiB', min: 1 },
+    /** Globs of absolute paths whose content is never shown in a diff, beyond the built-in secret list. */
+    diff_secret_paths: { type: 'strings', default: [] },
   },
   inventory: {
     /** An unchanged inventory is re-sent this often; a changed one on the next run. */
@@ -49,5 +55,10 @@ export const AGENT_SCHEMA = {
 export type AgentConfig = ConfigOf<typeof AGENT_SCHEMA>;
 
 export function loadAgentConfig(opts: LoadConfigOptions): AgentConfig {
-  return loadConfig(AGENT_SCHEMA, opts);
+  const config = loadConfig(AGENT_SCHEMA, opts);
+  config.methods.diff_secret_paths.forEach((g, i) => {
+    // A relative glob would never match: the agent matches absolute paths.
+    if (!g.startsWith('/') || g.includes('\0')) throw capstanError('ERR_CONFIG', `methods.diff_secret_paths[${i}] must be an absolute path glob`);
+  });
+  return config;
 }

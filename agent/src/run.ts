@@ -24,6 +24,7 @@ import { applyDirectives, defaultIdentities, nodeConditionEnv } from './policy/a
 import { fetchPolicy } from './policy/fetch.js';
 import { reportPolicy } from './policy/report.js';
 import { fetchShared } from './policy/shared-folder.js';
+import { secretPaths } from './methods/diff.js';
 
 export interface RunResult {
   nodeId: string;
@@ -152,6 +153,11 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
         env,
         commandTimeoutMs: config.methods.command_timeout,
         sysctlRoot: config.methods.sysctl_root,
+        diff: {
+          maxBytes: config.methods.max_diff_bytes,
+          maxFileSize: config.methods.max_diff_file_size,
+          isSecret: secretPaths({ stateDir: config.agent.state_dir, globs: config.methods.diff_secret_paths }),
+        },
         fetchShared: (path, sha256) => fetchShared(config.agent.relay, path, config.agent.timeout, auth, { sha256 }),
       },
       onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`) : undefined,

@@ -16,6 +16,7 @@ import { Header } from 'tar';
 import { silentLogger, validateMethodParams } from '@capstan/shared';
 import { METHODS, type MethodContext, type Outcome } from '@capstan/agent/methods/index';
 import { parseSums } from '@capstan/agent/methods/archive';
+import { testDiffSettings } from '../helpers/diff.js';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
@@ -61,7 +62,7 @@ function bundle(name: string, files: Record<string, string>, opts: { sums?: stri
 
 function ctx(shared: Record<string, Buffer>, over: Partial<MethodContext> = {}): Omit<MethodContext, 'mode'> {
   return {
-    dryRun: false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: '/proc/sys',
+    dryRun: false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: '/proc/sys', diff: testDiffSettings(),
     fetchShared: async (path) => {
       const b = shared[path];
       if (!b) throw Object.assign(new Error(`no ${path}`), { code: 'ERR_NOT_FOUND' });

@@ -6,11 +6,12 @@ import { chmod, mkdir, readFile, stat, writeFile } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import t from 'tap';
+import { testDiffSettings } from '../helpers/diff.js';
 import { silentLogger } from '@capstan/shared';
 import { METHODS, type MethodContext, type Outcome } from '@capstan/agent/methods/index';
 
 function ctx(over: Partial<MethodContext> = {}): Omit<MethodContext, 'mode'> {
-  return { dryRun: false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: '/proc/sys', fetchShared: async () => Buffer.alloc(0), ...over };
+  return { dryRun: false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: '/proc/sys', fetchShared: async () => Buffer.alloc(0), diff: testDiffSettings(), ...over };
 }
 
 async function apply(method: string, params: Record<string, unknown>, mode: 'enforce' | 'audit', c = ctx()): Promise<Outcome> {

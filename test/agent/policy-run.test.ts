@@ -9,9 +9,10 @@ import type { AddressInfo } from 'node:net';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { computeConfigId, decompress, parseRunLog, signBundle, silentLogger, verifySmime, type BundleDirective } from '@capstan/shared';
+import { computeConfigId, decompress, parseDiffMessage, parseRunLog, signBundle, silentLogger, verifySmime, type BundleDirective } from '@capstan/shared';
 import { loadAgentConfig } from '@capstan/agent/config';
 import { runAgent } from '@capstan/agent/run';
+import { BIN, runProgram } from '../helpers/programs.js';
 
 interface FakeRelay {
   url: string;
@@ -102,7 +103,7 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   t.equal(await readFile(motd, 'utf8'), 'managed\n');
   log = await lastRun(relay, nodeId, certPem);
   const byDirective = (id: string) => log.reports.filter((r) => r.directive_id === id).map((r) => r.event_type);
-  t.same(byDirective('motd'), ['result_repaired']);
+  t.same(byDirective('motd'), ['result_repaired', 'log_info'], 'the repair and, after it, its diff report');
   t.same(byDirective('never'), ['result_na'], 'condition false → not applicable');
   t.same(byDirective('never-audit'), ['audit_na'], 'condition false in audit mode → audit_na');
   t.same(byDirective('broken'), ['result_error'], 'condition parse error → result_error, not a crash');
@@ -118,7 +119,7 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   await writeFile(motd, 'changed by hand\n');
   await runAgent(config, silentLogger, { audit: true });
   log = await lastRun(relay, nodeId, certPem);
-  t.same(byDirective('motd'), ['audit_noncompliant']);
+  t.same(byDirective('motd'), ['audit_noncompliant', 'log_info']);
   t.equal(await readFile(motd, 'utf8'), 'changed by hand\n', 'audit leaves the file as it was');
 
   // A relay that alters one byte of the bundle: refused, reported, last good policy still applied.
@@ -129,7 +130,7 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
   await runAgent(config, silentLogger);
   log = await lastRun(relay, nodeId, certPem);
   t.match(policyReport(), { event_type: 'result_error', key_value: r1.configId, msg: /ERR_POLICY_SIGNATURE.*last good policy/ });
-  t.same(byDirective('motd'), ['result_repaired'], 'the cached policy ran');
+  t.same(byDirective('motd'), ['result_repaired', 'log_info'], 'the cached policy ran');
   t.equal(await readFile(motd, 'utf8'), 'managed\n');
 
   // Signed by a key other than the one pinned on first contact.
@@ -199,4 +200,36 @@ t.test('dry run prints what it would do and changes, signs and sends nothing', a
   t.equal(await readFile(join(dir, 'f'), 'utf8'), 'x');
   t.equal(relay.uploads.length, before);
   t.match(lines.join('\n'), /would repair/);
+});
+
+t.test('capstan-agent run --dry-run: a would-be repair is audit_noncompliant with its diff, exit 0; an error still exits 4', async (t) => {
+  const dir = t.testdir({ f: 'old\n', keep: 'k\n' });
+  const relay = await fakeRelay();
+  t.teardown(relay.close);
+  const state = join(dir, 'state');
+  const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': state } });
+  const first = await runAgent(config, silentLogger);
+  const f = join(dir, 'f');
+  relay.serve(bundleFor(first.nodeId, [
+    { id: 'f', name: 'f', method: 'file_content', params: { path: f, content: 'new\n' }, mode: 'enforce', rule_id: 'r' },
+    { id: 'gone', name: 'gone', method: 'file_absent', params: { path: join(dir, 'keep') }, mode: 'enforce', rule_id: 'r' },
+  ]));
+  const before = relay.uploads.length;
+  const r = await runProgram(BIN.agent, ['run', '--dry-run', '--relay', relay.url, '--state-dir', state, '--log-level', 'silent']);
+  t.equal(r.code, 0, `a would-be repair is not an error: ${r.stderr}`);
+  t.equal(await readFile(f, 'utf8'), 'old\n', 'nothing changed');
+  t.equal(await readFile(join(dir, 'keep'), 'utf8'), 'k\n');
+  t.equal(relay.uploads.length, before, 'nothing sent');
+  const lines = r.stdout.split('\n');
+  t.match(lines.find((l) => l.includes('r/f\t')), /^audit_noncompliant\tr\/f\tFile content .*: would repair: /);
+  const diffLine = lines.find((l) => l.startsWith('log_info\tr/f\t'))!;
+  t.match(parseDiffMessage(diffLine.slice(diffLine.indexOf('capstan-diff '))), { diff: `--- a${f}\n+++ b${f}\n@@ -1,1 +1,1 @@\n-old\n+new\n`, truncated: false });
+  t.match(lines.find((l) => l.startsWith('log_info\tr/gone\t')), /capstan-diff .*deleted /);
+  t.notOk(lines.some((l) => l.startsWith('result_error')), 'no error reported');
+
+  // A real error in a dry run: still exit 4.
+  relay.serve(bundleFor(first.nodeId, [{ id: 'bad', name: 'bad', method: 'file_absent', params: { path: dir }, mode: 'enforce', rule_id: 'r' }]));
+  const bad = await runProgram(BIN.agent, ['run', '--dry-run', '--relay', relay.url, '--state-dir', state, '--log-level', 'silent']);
+  t.equal(bad.code, 4, 'a directory file_absent refuses to remove is an error');
+  t.match(bad.stdout, /^result_error\tr\/bad\t/m);
 });

@@ -6,7 +6,8 @@ import {
   capstanError, directoryPresentSpec, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec,
   filePermissionsSpec,
 } from '@capstan/shared/agent';
-import { converge, type Method, type ParamsOf } from './types.js';
+import { contentDiff, contentOf, modeLine, octal, ownerLine, pendingContentNote, readContent } from './diff.js';
+import { converge, unlessHidden, type Method, type MethodContext, type ParamsOf } from './types.js';
 
 async function readOrNull(path: string): Promise<Buffer | null> {
   try {
@@ -38,6 +39,23 @@ export async function installFile(path: string, data: Buffer | string, mode?: nu
 
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
+/**
+ * What installing `next` at `path` (with `mode`, when the directive sets one) changes: the content
+ * diff when the content differs, a mode line when the mode does; a created file is announced with
+ * its diff from /dev/null.
+ */
+async function installDiff(path: string, next: Buffer, mode: number | undefined, ctx: MethodContext): Promise<string> {
+  const cur = await readContent(path, ctx.diff.maxFileSize);
+  const after = contentOf(next, ctx.diff.maxFileSize);
+  let text = cur === null || cur.sha256 !== after.sha256 ? await contentDiff(path, cur, after, ctx.diff) : '';
+  if (cur === null && mode !== undefined) text = text.replace(/^created .*\n/, (l) => `${l.slice(0, -1)} (mode ${octal(mode)})\n`);
+  if (cur !== null && mode !== undefined) {
+    const was = (await stat(path)).mode & 0o7777;
+    if (was !== mode) text += modeLine(was, mode);
+  }
+  return text;
+}
+
 export const fileContent: Method<ParamsOf<typeof fileContentSpec>> = {
   ...fileContentSpec,
   apply: async (p, ctx) => [
@@ -55,9 +73,17 @@ export const fileContent: Method<ParamsOf<typeof fileContentSpec>> = {
         await installFile(p.path, p.content, p.mode);
       },
       { ok: `${p.path} has the expected content`, repaired: `${p.path} content was set` },
+      unlessHidden(p, () => installDiff(p.path, Buffer.from(p.content), p.mode, ctx)),
     ),
   ],
 };
+
+/** The file's text with `line` appended (after a newline when the last line has none). */
+function withLine(cur: Buffer | null, line: string): string {
+  const text = cur?.toString('utf8') ?? '';
+  const sep = text.length > 0 && !text.endsWith('\n') ? '\n' : '';
+  return `${text}${sep}${line}\n`;
+}
 
 export const fileLinePresent: Method<ParamsOf<typeof fileLinePresentSpec>> = {
   ...fileLinePresentSpec,
@@ -70,12 +96,11 @@ export const fileLinePresent: Method<ParamsOf<typeof fileLinePresentSpec>> = {
         return cur.toString('utf8').split(/\r?\n/).includes(p.line) ? null : `line missing from ${p.path}`;
       },
       async () => {
-        const cur = (await readOrNull(p.path))?.toString('utf8') ?? '';
-        const sep = cur.length > 0 && !cur.endsWith('\n') ? '\n' : '';
         await mkdir(dirname(p.path), { recursive: true });
-        await installFile(p.path, `${cur}${sep}${p.line}\n`);
+        await installFile(p.path, withLine(await readOrNull(p.path), p.line));
       },
       { ok: `${p.path} contains the line`, repaired: `line added to ${p.path}` },
+      unlessHidden(p, async () => installDiff(p.path, Buffer.from(withLine(await readOrNull(p.path), p.line)), undefined, ctx)),
     ),
   ],
 };
@@ -93,6 +118,12 @@ export const fileAbsent: Method<ParamsOf<typeof fileAbsentSpec>> = {
       },
       () => rm(p.path, { force: true }),
       { ok: `${p.path} is absent`, repaired: `${p.path} was removed` },
+      unlessHidden(p, async () => {
+        const s = await lstat(p.path);
+        // A link is removed, not what it points to: say so, and show nothing of the target.
+        if (!s.isFile()) return `deleted ${p.path} (${s.isSymbolicLink() ? 'a symbolic link' : 'not a regular file'})\n`;
+        return contentDiff(p.path, await readContent(p.path, ctx.diff.maxFileSize), null, ctx.diff);
+      }),
     ),
   ],
 };
@@ -120,6 +151,14 @@ export const filePermissions: Method<ParamsOf<typeof filePermissionsSpec>> = {
         }
       },
       { ok: `${p.path} permissions are correct`, repaired: `${p.path} permissions were set` },
+      // Modes and owners are not content: they are shown for secret files too.
+      unlessHidden(p, async () => {
+        const s = await stat(p.path);
+        let text = p.mode !== undefined && (s.mode & 0o7777) !== p.mode ? modeLine(s.mode, p.mode) : '';
+        const next = { uid: p.owner ?? s.uid, gid: p.group ?? s.gid };
+        if (next.uid !== s.uid || next.gid !== s.gid) text += await ownerLine(s, next);
+        return text;
+      }),
     ),
   ],
 };
@@ -141,14 +180,27 @@ export const directoryPresent: Method<ParamsOf<typeof directoryPresentSpec>> = {
         if (p.mode !== undefined) await chmod(p.path, p.mode);
       },
       { ok: `${p.path} is a directory`, repaired: `${p.path} was created` },
+      unlessHidden(p, async () => {
+        const s = await stat(p.path).catch(() => null);
+        if (!s) return `created directory ${p.path}${p.mode !== undefined ? ` (mode ${octal(p.mode)})` : ''}\n`;
+        return p.mode !== undefined ? modeLine(s.mode, p.mode) : '';
+      }),
     ),
   ],
 };
 
 export const fileFromSharedFolder: Method<ParamsOf<typeof fileFromSharedFolderSpec>> = {
   ...fileFromSharedFolderSpec,
-  apply: async (p, ctx) => [
-    await converge(
+  apply: async (p, ctx) => {
+    // One download serves both the diff and the install.
+    let fetched: Promise<Buffer> | undefined;
+    const download = () =>
+      (fetched ??= ctx.fetchShared(p.source, p.sha256).then((data) => {
+        // Never install (nor show) bytes that are not the ones the signed policy names.
+        if (sha256(data) !== p.sha256) throw capstanError('ERR_ARTIFACT_HASH', `shared-folder ${p.source} does not match its sha256`);
+        return data;
+      }));
+    return [await converge(
       ctx, 'File from shared folder', p.path,
       async () => {
         const cur = await readOrNull(p.path);
@@ -158,13 +210,25 @@ export const fileFromSharedFolder: Method<ParamsOf<typeof fileFromSharedFolderSp
         return null;
       },
       async () => {
-        const data = await ctx.fetchShared(p.source, p.sha256);
-        // Never install bytes that are not the ones the signed policy names.
-        if (sha256(data) !== p.sha256) throw capstanError('ERR_ARTIFACT_HASH', `shared-folder ${p.source} does not match its sha256`);
+        const data = await download();
         await mkdir(dirname(p.path), { recursive: true });
         await installFile(p.path, data, p.mode);
       },
       { ok: `${p.path} matches the shared folder`, repaired: `${p.path} was installed from the shared folder` },
-    ),
-  ],
+      unlessHidden(p, async () => {
+        // Audit and dry runs download nothing (drift that stays would cost a download every run):
+        // they name the content by its hash.
+        if (ctx.mode === 'audit' || ctx.dryRun) {
+          const cur = await readContent(p.path, ctx.diff.maxFileSize);
+          let text = cur === null || cur.sha256 !== p.sha256 ? await pendingContentNote(p.path, cur, p.sha256, ctx.diff) : '';
+          if (cur !== null && p.mode !== undefined) {
+            const was = (await stat(p.path)).mode & 0o7777;
+            if (was !== p.mode) text += modeLine(was, p.mode);
+          }
+          return text;
+        }
+        return installDiff(p.path, await download(), p.mode, ctx);
+      }),
+    )];
+  },
 };

@@ -4,7 +4,8 @@
  * RUDDER's report types by the policy engine.
  */
 import { execFile } from 'node:child_process';
-import type { Logger, MethodSpec } from '@capstan/shared/agent';
+import { capDiff, type Logger, type MethodSpec, type ReportDiff } from '@capstan/shared/agent';
+import type { DiffSettings } from './diff.js';
 
 export type Status = 'success' | 'repaired' | 'error' | 'compliant' | 'noncompliant' | 'na';
 
@@ -13,6 +14,8 @@ export interface Outcome {
   key: string;
   status: Status;
   message: string;
+  /** What the change changed (or would change), capped: written as a diff report after the outcome's report. */
+  diff?: ReportDiff;
 }
 
 export interface MethodContext {
@@ -25,6 +28,8 @@ export interface MethodContext {
   commandTimeoutMs: number;
   /** Base directory of sysctl values (/proc/sys; a temporary tree in tests). */
   sysctlRoot: string;
+  /** How file changes are described (cap, secret paths). */
+  diff: DiffSettings;
   /** Fetch a shared-folder file from the relay; resolves to its bytes. `sha256`: what the directive expects. */
   fetchShared: (path: string, sha256?: string) => Promise<Buffer>;
   /**
@@ -67,7 +72,10 @@ export function run(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' 
 
 /**
  * The shape every method shares: look; if wrong and allowed, repair and look again.
- * `check` resolves to null when compliant, or to a description of the drift.
+ * `check` resolves to null when compliant, or to a description of the drift. `describe`, when
+ * given, says what the repair changes (or in audit and dry runs would change), computed before
+ * anything is touched; it becomes the outcome's diff, capped at `max_diff_bytes`. A describe that
+ * fails leaves a note, never an error: the diff is information, the outcome is the report.
  */
 export async function converge(
   ctx: MethodContext,
@@ -76,17 +84,25 @@ export async function converge(
   check: () => Promise<string | null>,
   repair: () => Promise<void>,
   words: { ok: string; repaired: string },
+  describe?: () => Promise<string>,
 ): Promise<Outcome> {
   try {
     const drift = await check();
     if (drift === null) return { component, key, status: ctx.mode === 'audit' ? 'compliant' : 'success', message: words.ok };
-    if (ctx.mode === 'audit') return { component, key, status: 'noncompliant', message: drift };
-    if (ctx.dryRun) return { component, key, status: 'noncompliant', message: `would repair: ${drift}` };
+    const diff = describe
+      ? capDiff(await describe().catch((err: Error) => `diff not available: ${err.message}\n`), ctx.diff.maxBytes)
+      : undefined;
+    const withDiff = diff ? { diff } : {};
+    if (ctx.mode === 'audit') return { component, key, status: 'noncompliant', message: drift, ...withDiff };
+    if (ctx.dryRun) return { component, key, status: 'noncompliant', message: `would repair: ${drift}`, ...withDiff };
     await repair();
     const after = await check();
     if (after !== null) return { component, key, status: 'error', message: `repair did not converge: ${after}` };
-    return { component, key, status: 'repaired', message: `${words.repaired} (${drift})` };
+    return { component, key, status: 'repaired', message: `${words.repaired} (${drift})`, ...withDiff };
   } catch (err) {
     return { component, key, status: 'error', message: (err as Error).message };
   }
 }
+
+/** A method's describe, unless its directive says `show_diff = false`. */
+export const unlessHidden = (p: { show_diff?: boolean }, describe: () => Promise<string>) => (p.show_diff === false ? undefined : describe);

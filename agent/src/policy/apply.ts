@@ -7,7 +7,7 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import os from 'node:os';
-import { evaluateCondition, parseCondition, type BundleDirective, type ConditionEnv } from '@capstan/shared/agent';
+import { CHANGE_EVENT_TYPES, DIFF_EVENT_TYPE, diffMessage, evaluateCondition, parseCondition, type BundleDirective, type ConditionEnv } from '@capstan/shared/agent';
 import { METHODS, type MethodContext, type Outcome, type Status } from '../methods/index.js';
 import type { RunLogWriter } from '../runlog/write.js';
 
@@ -20,7 +20,12 @@ const AUDIT_TYPE: Record<Status, string> = {
   compliant: 'audit_compliant', noncompliant: 'audit_noncompliant', na: 'audit_na',
 };
 
-export function reportType(status: Status, audit: boolean): string {
+/**
+ * The report type of an outcome. In a dry run an enforce directive's would-be repair is
+ * `audit_noncompliant`, as in audit: a drift found and left alone, not an error.
+ */
+export function reportType(status: Status, audit: boolean, dryRun = false): string {
+  if (dryRun && status === 'noncompliant') return 'audit_noncompliant';
   return (audit ? AUDIT_TYPE : ENFORCE_TYPE)[status];
 }
 
@@ -64,9 +69,21 @@ export async function applyDirectives(directives: BundleDirective[], o: ApplyOpt
     const method = METHODS.get(d.method);
     const audit = o.forceAudit || d.mode === 'audit' || method?.auditOnly === true;
     const emit = (out: Outcome) => {
-      const type = reportType(out.status, audit);
+      const type = reportType(out.status, audit, o.ctx.dryRun);
       o.writer.add({ policy: d.method, event_type: type, rule_id: d.rule_id, directive_id: d.id, component: out.component, key_value: out.key, msg: out.message });
       o.onOutcome?.(d, out, type);
+      // What the change changed, right after its report (shared/src/runlog/diff.ts).
+      if (out.diff && out.diff.diff !== '' && CHANGE_EVENT_TYPES.has(type)) {
+        const msg = diffMessage(out.diff);
+        try {
+          o.writer.add({ policy: d.method, event_type: DIFF_EVENT_TYPE, rule_id: d.rule_id, directive_id: d.id, component: out.component, key_value: out.key, msg });
+        } catch (err) {
+          // A diff is information: one the run log cannot carry is left out, the run goes on.
+          o.ctx.log.warn({ err, directive: d.id }, 'diff report not written');
+          return;
+        }
+        o.onOutcome?.(d, { ...out, message: msg }, DIFF_EVENT_TYPE);
+      }
     };
     // Same component and key as shared expectedComponents() gives the server for these cases.
     if (!method) {
