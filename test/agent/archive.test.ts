@@ -226,3 +226,65 @@ t.test('SHA256SUMS parsing accepts sha256sum output and nothing else', async (t)
     t.throws(() => parseSums(bad), { code: 'ERR_ARCHIVE_INVALID', message: why }, JSON.stringify(bad));
   }
 });
+
+t.test('the diff report of an archive: per file in enforce, what differs in audit (no download), removed bundles', async (t) => {
+  const { applyDirectives, nodeConditionEnv } = await import('@capstan/agent/policy/apply');
+  const { RunLogWriter } = await import('@capstan/agent/runlog/write');
+  const { parseRunLog, parseDiffMessage } = await import('@capstan/shared');
+  const target = join(t.testdir(), 'bundles');
+  const v1 = bundle('web', { ...FILES, 'tls/site.key': 'KEYV1\n' });
+  const v2Files = { 'a.conf': 'alpha\nmore\n', 'sub/b.conf': 'beta\n', 'new.txt': 'fresh\n', 'tls/site.key': 'KEYV2\n' };
+  const v2 = bundle('web', v2Files);
+  const old = bundle('old', { 'x.txt': 'x\n' });
+  const shared = { [v1.params.source]: v1.archive };
+  const fetched: string[] = [];
+  /** One run of the given archive directives, parsed back: each directive's reports, diffs decoded. */
+  const runOf = async (directives: Array<{ id: string; params: Record<string, unknown> }>, audit = false) => {
+    const w = new RunLogWriter({ nodeId: 'n', configId: 'c', startedAt: new Date(0), clock: () => new Date(0) });
+    w.start();
+    const c = ctx({});
+    await applyDirectives(directives.map((d) => ({ ...d, name: d.id, rule_id: 'r', mode: 'enforce', method: 'archive_from_shared_folder' })), {
+      writer: w, forceAudit: audit, conditionEnv: nodeConditionEnv([], {}, process.env),
+      ctx: { ...c, fetchShared: async (path) => (fetched.push(path), shared[path]!) },
+    });
+    w.end();
+    return parseRunLog(w.text(), { node_id: 'n', timestamp: '1970-01-01T00:00:00+00:00' }).reports
+      .filter((r) => r.rule_id === 'r')
+      .map((r) => ({ type: r.event_type, component: r.component, msg: r.event_type === 'log_info' ? parseDiffMessage(r.msg)?.diff : r.msg }));
+  };
+  const web = (b: typeof v1) => ({ id: 'web', params: { ...b.params, target, purge: true } });
+  // A bundle installed earlier that the policy no longer assigns: purge removes it.
+  shared[old.params.source] = old.archive;
+  await runOf([{ id: 'old', params: { ...old.params, target } }]);
+
+  const first = await runOf([web(v1)]);
+  const dir = join(target, 'web');
+  t.match(first, [
+    { type: 'result_repaired', component: 'Archive from shared folder' },
+    { type: 'log_info', component: 'Archive from shared folder', msg: new RegExp(`^created ${dir}/SHA256SUMS\n--- /dev/null\n\\+\\+\\+ b${dir}/SHA256SUMS\n`) },
+    { type: 'result_repaired', component: 'Archive purge' },
+    { type: 'log_info', component: 'Archive purge', msg: `removed bundle ${join(target, 'old')}\n` },
+  ]);
+  t.match(first[1]!.msg, `created ${dir}/tls/site.key\ncontent changed (secret file: diff not shown)\n`, 'a key in a bundle is secret too');
+  t.notMatch(JSON.stringify(first), /KEYV1/);
+
+  shared[v2.params.source] = v2.archive;
+  fetched.length = 0;
+  const audit = await runOf([web(v2)], true);
+  t.same(fetched, [], 'audit downloads nothing');
+  t.match(audit, [
+    { type: 'audit_noncompliant' },
+    { type: 'log_info', msg: `${dir} would be installed from ${v2.params.source} (not downloaded in audit or dry runs): SHA256SUMS differs from the assigned one\n` },
+  ]);
+
+  const second = await runOf([web(v2)]);
+  t.same(fetched, [v2.params.source], 'one download for the diff and the install');
+  const diff = second[1]!.msg!;
+  t.match(diff, `--- a${dir}/a.conf\n+++ b${dir}/a.conf\n@@ -1,1 +1,2 @@\n alpha\n+more\n`, 'a changed file');
+  t.match(diff, `created ${dir}/new.txt\n--- /dev/null\n+++ b${dir}/new.txt\n@@ -0,0 +1,1 @@\n+fresh\n`, 'an added file');
+  t.match(diff, `deleted ${dir}/sub/deeper/c.txt\n--- a${dir}/sub/deeper/c.txt\n+++ /dev/null\n@@ -1,1 +0,0 @@\n-gamma\n`, 'a removed file');
+  t.match(diff, `${dir}/tls/site.key: content changed (secret file: diff not shown)\n`, 'a changed secret, named');
+  t.notMatch(diff, `a${dir}/sub/b.conf`, 'nothing about an unchanged file');
+  t.notMatch(diff, /KEYV/, 'nothing of a secret');
+  t.equal(await readFile(join(dir, 'new.txt'), 'utf8'), 'fresh\n');
+});

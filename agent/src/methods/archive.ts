@@ -26,7 +26,8 @@ import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/
 import { dirname, join } from 'node:path';
 import type { ReadEntry } from 'tar';
 import { archiveFromSharedFolderSpec, capstanError, type ArchiveParams } from '@capstan/shared/agent';
-import { converge, type Method, type MethodContext, type Outcome } from './types.js';
+import { contentDiff, contentOf, modeLine, readContent } from './diff.js';
+import { converge, unlessHidden, type Method, type MethodContext, type Outcome } from './types.js';
 
 /** Bounds on what one archive may expand to (a small archive may not fill the disk or memory). */
 export const MAX_ARCHIVE_ENTRIES = 10_000;
@@ -232,6 +233,44 @@ async function install(p: ArchiveParams, content: ArchiveContent): Promise<void>
   }
 }
 
+/**
+ * What installing `content` as `dir` changes, file by file: a diff per changed, added or removed
+ * file (secret and binary files as contentDiff says), a mode line per file whose mode changes.
+ */
+async function bundleDiff(dir: string, content: ArchiveContent, ctx: MethodContext): Promise<string> {
+  const installed = new Map<string, boolean>(); // rel path -> is a regular file
+  const walk = async (rel: string): Promise<void> => {
+    for (const e of await readdir(join(dir, rel), { withFileTypes: true }).catch(() => [])) {
+      const p = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) await walk(p);
+      else installed.set(p, e.isFile());
+    }
+  };
+  if ((await lstat(dir).catch(() => null))?.isDirectory()) await walk('');
+  const parts: string[] = [];
+  for (const rel of [...new Set([...installed.keys(), ...content.files.keys()])].sort()) {
+    const path = join(dir, rel);
+    const next = content.files.get(rel);
+    if (installed.get(rel) === false) {
+      parts.push(`deleted ${path} (not a regular file)\n`);
+      if (next) parts.push(await contentDiff(path, null, contentOf(next.data, ctx.diff.maxFileSize), ctx.diff));
+      continue;
+    }
+    const before = installed.has(rel) ? await readContent(path, ctx.diff.maxFileSize) : null;
+    const after = next ? contentOf(next.data, ctx.diff.maxFileSize) : null;
+    if (before === null || after === null || before.sha256 !== after.sha256) {
+      const d = await contentDiff(path, before, after, ctx.diff);
+      // A note about a changed file (binary, secret) names it: a bundle holds many.
+      parts.push(before === null || after === null || d.startsWith('--- ') ? d : `${path}: ${d}`);
+    }
+    if (before !== null && next) {
+      const was = (await lstat(path)).mode & 0o7777;
+      if (was !== next.mode) parts.push(`${path}: ${modeLine(was, next.mode)}`);
+    }
+  }
+  return parts.join('');
+}
+
 /** Names the node's policy assigns under `target` (this directive's included). */
 function assignedNames(p: ArchiveParams, ctx: MethodContext): Set<string> {
   const names = new Set([p.name]);
@@ -264,19 +303,28 @@ export const archiveFromSharedFolder: Method<ArchiveParams> = {
   apply: async (p, ctx) => {
     const [main, purge] = archiveFromSharedFolderSpec.components(p) as [{ component: string; key: string }, { component: string; key: string }?];
     const dir = join(p.target, p.name);
+    // One download, read and checked once, serves the diff and the install.
+    let checked: Promise<ArchiveContent> | undefined;
+    const prepare = () =>
+      (checked ??= (async () => {
+        const data = await ctx.fetchShared(p.source, p.sha256);
+        // Never open bytes that are not the ones the signed policy names.
+        if (sha256(data) !== p.sha256) throw capstanError('ERR_ARTIFACT_HASH', `shared-folder ${p.source} does not match its sha256`);
+        const content = await readArchive(data, p.name);
+        checkContent(content, p.sums_sha256);
+        return content;
+      })());
     const out: Outcome[] = [
       await converge(
         ctx, main.component, main.key,
         () => verifyInstalled(dir, p.sums_sha256),
-        async () => {
-          const data = await ctx.fetchShared(p.source, p.sha256);
-          // Never open bytes that are not the ones the signed policy names.
-          if (sha256(data) !== p.sha256) throw capstanError('ERR_ARTIFACT_HASH', `shared-folder ${p.source} does not match its sha256`);
-          const content = await readArchive(data, p.name);
-          checkContent(content, p.sums_sha256);
-          await install(p, content);
-        },
+        async () => install(p, await prepare()),
         { ok: `${dir} matches ${p.source}`, repaired: `${dir} was installed from ${p.source}` },
+        unlessHidden(p, async () =>
+          // Audit and dry runs download nothing (as file_from_shared_folder): they say what differs.
+          ctx.mode === 'audit' || ctx.dryRun
+            ? `${dir} would be installed from ${p.source} (not downloaded in audit or dry runs): ${await verifyInstalled(dir, p.sums_sha256)}\n`
+            : bundleDiff(dir, await prepare(), ctx)),
       ),
     ];
     if (purge) {
@@ -291,6 +339,7 @@ export const archiveFromSharedFolder: Method<ArchiveParams> = {
             for (const name of await staleBundles(p, ctx)) await rm(join(p.target, name), { recursive: true, force: true });
           },
           { ok: `no unassigned bundles under ${p.target}`, repaired: `unassigned bundles removed from ${p.target}` },
+          unlessHidden(p, async () => (await staleBundles(p, ctx)).map((name) => `removed bundle ${join(p.target, name)}\n`).join('')),
         ),
       );
     }
