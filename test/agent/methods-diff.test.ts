@@ -21,6 +21,7 @@ interface Opts {
   dryRun?: boolean;
   diff?: Partial<DiffSettings> & { globs?: string[]; stateDir?: string };
   shared?: Record<string, Buffer>;
+  sysctlRoot?: string;
 }
 
 /** Apply the directives as a run does, and parse the run log it wrote. */
@@ -33,7 +34,7 @@ async function run(directives: Array<Omit<BundleDirective, 'rule_id' | 'name' | 
     forceAudit: o.audit ?? false,
     conditionEnv: nodeConditionEnv(['node1'], {}, process.env),
     ctx: {
-      dryRun: o.dryRun ?? false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: '/proc/sys',
+      dryRun: o.dryRun ?? false, log: silentLogger, env: process.env, commandTimeoutMs: 10_000, sysctlRoot: o.sysctlRoot ?? '/proc/sys',
       diff: testDiffSettings(o.diff),
       fetchShared: async (path) => {
         fetched.push(path);
@@ -161,6 +162,15 @@ t.test('file_from_shared_folder: the diff of what was installed; audit names the
   const o = outcome(t, wrong.log.reports, 's');
   t.match(o, { type: 'result_error', diff: null, msg: /does not match its sha256/ });
   t.notMatch(wrong.text, /6666/);
+});
+
+t.test('sysctl_value writes a file under /proc/sys: its diff is the value, old → new', async (t) => {
+  const root = t.testdir({ net: { ipv4: { ip_forward: '0\n' } } });
+  const d = [{ id: 'fwd', method: 'sysctl_value', params: { key: 'net.ipv4.ip_forward', value: 1 } }];
+  const w = (audit: boolean) => run(d, { audit, sysctlRoot: root });
+  t.match(outcome(t, (await w(true)).log.reports, 'fwd'), { type: 'audit_noncompliant', diff: { diff: 'net.ipv4.ip_forward 0 → 1\n' } });
+  t.match(outcome(t, (await w(false)).log.reports, 'fwd'), { type: 'result_repaired', diff: { diff: 'net.ipv4.ip_forward 0 → 1\n' } });
+  t.equal(await readFile(join(root, 'net', 'ipv4', 'ip_forward'), 'utf8'), '1\n');
 });
 
 t.test('binary content: a one-line note with sizes and hashes', async (t) => {

@@ -91,9 +91,12 @@ t.test('admin CRUD refuses bad input with coded errors naming the field', async 
 
 /** For every method: good parameters, then one bad change each and the field the answer must name. */
 const METHOD_CASES: Record<string, { good: Record<string, unknown>; bad: Array<[Record<string, unknown>, string]> }> = {
-  file_content: { good: { path: '/etc/motd', content: 'x', mode: '0644' }, bad: [[{ path: 'etc/motd' }, 'params.path'], [{ content: 1 }, 'params.content'], [{ mode: '999' }, 'params.mode']] },
+  file_content: {
+    good: { path: '/etc/motd', content: 'x', mode: '0644', show_diff: false },
+    bad: [[{ path: 'etc/motd' }, 'params.path'], [{ content: 1 }, 'params.content'], [{ mode: '999' }, 'params.mode'], [{ show_diff: 'no' }, 'params.show_diff']],
+  },
   file_line_present: { good: { path: '/etc/hosts', line: '1.2.3.4 a' }, bad: [[{ line: 'a\nb' }, 'params.line'], [{ path: '' }, 'params.path']] },
-  file_absent: { good: { path: '/tmp/x' }, bad: [[{ path: 'x\u0000y' }, 'params.path']] },
+  file_absent: { good: { path: '/tmp/x', show_diff: true }, bad: [[{ path: 'x\u0000y' }, 'params.path'], [{ show_diff: 1 }, 'params.show_diff']] },
   file_permissions: { good: { path: '/etc/x', mode: '0600' }, bad: [[{ mode: undefined }, 'params.mode'], [{ owner: -1 }, 'params.owner'], [{ group: 'root' }, 'params.group']] },
   directory_present: { good: { path: '/srv/x' }, bad: [[{ path: 'srv' }, 'params.path'], [{ mode: 755 }, 'params.mode']] },
   file_from_shared_folder: {

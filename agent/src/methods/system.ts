@@ -186,6 +186,8 @@ export const sysctlValue: Method<ParamsOf<typeof sysctlValueSpec>> = {
         },
         () => writeFile(path, `${p.value}\n`),
         { ok: `${p.key} is ${p.value}`, repaired: `${p.key} set to ${p.value}` },
+        // A kernel setting is written to a file under /proc/sys: its diff is the value's.
+        async () => `${p.key} ${norm(await readFile(path, 'utf8'))} → ${norm(p.value)}\n`,
       ),
     ];
   },
