@@ -7,7 +7,7 @@ import { chmod, chown, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
-  countByType, isCompleteRun, parseDiffMessage, parseRunLog, silentLogger, TRUNCATED_LINE, type BundleDirective, type Report, type ReportDiff,
+  bundleExpectations, computeCompliance, countByType, summarize, isCompleteRun, parseDiffMessage, parseRunLog, silentLogger, TRUNCATED_LINE, type BundleDirective, type Report, type ReportDiff,
 } from '@capstan/shared';
 import { applyDirectives, nodeConditionEnv } from '@capstan/agent/policy/apply';
 import { RunLogWriter } from '@capstan/agent/runlog/write';
@@ -279,4 +279,9 @@ t.test('diff reports only add information: the compliance-relevant reports are t
   t.same(counts, countByType(without.reports));
   t.same(countByType(relevant(withDiffs.reports)), { control: 2, result_repaired: 3 }, 'no forged report');
   t.match(parseDiffMessage(withDiffs.reports.find((x) => x.directive_id === 'a' && x.event_type === 'log_info')!.msg), { diff: /\+ {3}error: not an agent log line\n/ });
+  // The compliance the agent and the server compute (shared) is the same with and without them.
+  const expected = bundleExpectations(d.map((x) => ({ ...x, rule_id: 'rule1' })));
+  const compliance = (log: typeof without) => computeCompliance(expected, summarize(log.reports).outcomes);
+  t.same(compliance(withDiffs), compliance(without));
+  t.same(compliance(withDiffs).counts, compliance(without).counts);
 });
