@@ -106,7 +106,7 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
     const c = (await api('GET', `/api/1/nodes/${idA}/compliance`)).json.data;
     return c.components.some((x: { component: string; outcome: string }) => x.component === 'Policy' && x.outcome === 'result_error') ? c : undefined;
   }, 'the refusal in compliance');
-  t.match(refusal.components.find((x: { component: string }) => x.component === 'Policy'), { rule_id: 'capstan-agent', directive_id: 'agent-self-check', category: 'error' });
+  t.match(refusal.components.find((x: { component: string }) => x.component === 'Policy'), { rule_id: 'capstan-agent', directive_id: 'agent-self-check', state: 'error' });
   t.match(refusal.summary.counts, { error: 1, unexpected: 0 });
   t.match(byDirectiveOf(refusal, 'agent-self-check'), { counts: { error: 1, success: 2 } });
 
