@@ -4,7 +4,8 @@
  * node with no policy yet sends results the server can count.
  */
 import { chmod, stat } from 'node:fs/promises';
-import { SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/agent';
+import { capDiff, DIFF_EVENT_TYPE, diffMessage, SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/agent';
+import { modeLine } from './methods/diff.js';
 import type { RunLogWriter } from './runlog/write.js';
 
 const RULE = SYSTEM_RULE;
@@ -28,6 +29,8 @@ export async function selfChecks(w: RunLogWriter, p: { stateDir: string; keyPath
     try {
       await chmod(p.keyPath, 0o600);
       w.add({ policy: POLICY, event_type: 'result_repaired', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: `Node key mode was ${(key.mode & 0o777).toString(8)}, set to 600` });
+      // What the repair changed, as every file change says it (a mode, never the key).
+      w.add({ policy: POLICY, event_type: DIFF_EVENT_TYPE, rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: diffMessage(capDiff(modeLine(key.mode, 0o600))) });
     } catch (err) {
       w.add({ policy: POLICY, event_type: 'result_error', rule_id: RULE, directive_id: DIRECTIVE, component: 'Node key', key_value: p.keyPath, msg: `Cannot restrict the node key: ${(err as Error).message}` });
     }

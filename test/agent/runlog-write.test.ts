@@ -31,7 +31,15 @@ t.test('self-checks repair a node key readable by others, then report success', 
     await selfChecks(w, { stateDir: dir, keyPath });
     return w.reportCounts;
   };
-  t.same(await run(), { result_success: 1, result_repaired: 1 });
+  t.same(await run(), { result_success: 1, result_repaired: 1, log_info: 1 });
+  const w = new RunLogWriter({ nodeId: NODE, configId: 'none', startedAt: new Date(), clock: () => new Date() });
+  await chmod(keyPath, 0o640);
+  await selfChecks(w, { stateDir: dir, keyPath });
+  const reports = parseRunLog(w.text(), { node_id: NODE, timestamp: '2026-11-22T10:00:00+00:00' }).reports;
+  t.match(reports.slice(-2), [
+    { event_type: 'result_repaired', component: 'Node key', key_value: keyPath },
+    { event_type: 'log_info', component: 'Node key', key_value: keyPath, msg: 'capstan-diff {"diff":"mode 0640 → 0600\\n","truncated":false}' },
+  ], 'the repair, then what it changed');
   t.equal((await stat(keyPath)).mode & 0o777, 0o600);
   t.same(await run(), { result_success: 2 }, 'idempotent: nothing to repair the second time');
   t.same(await (async () => {
