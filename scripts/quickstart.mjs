@@ -101,6 +101,9 @@ Look at the result:
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}
   curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/nodes/${nodeId}/runs?reports=true"
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}/compliance
+  curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/changes             # what the agent changed, with its diff
+  curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/compliance/nodes?format=csv"
+  node server/dist/cli.js changes --data-dir ${resolve(dir, 'server')} --since 1h --show
   curl -s ${relayUrl}/rudder/relay-api/1/system/status
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/system/status   # remote_run.relays: the linked relay
 Run the agent again, or keep it listening for jobs (POST /api/1/jobs, see docs/jobs.md):

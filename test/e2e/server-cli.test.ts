@@ -45,6 +45,10 @@ t.test('add, list with filters, state, history, compliance, lifecycle and delete
   t.equal((await json('show', 'm1')).data.tags.team, "o'brien");
   // Nodes added by address have no agent: summed apart from managed nodes.
   t.match((await cli('compliance')).stdout, /compliance - over 0 managed nodes \(0 with data\); apart: 0 relays, 2 nodes without an agent/);
+  const changes = (...args: string[]) => runProgram(BIN.server, ['changes', ...args, '--data-dir', dir]);
+  t.match(await changes('--since', '1d'), { code: 0, stdout: /^0 changes\n$/m });
+  t.match(await changes('--label', 'drift'), { code: 4, stderr: /ERR_BAD_REQUEST/ });
+  t.match(await changes('--since', 'last tuesday'), { code: 4, stderr: /ERR_BAD_REQUEST/ });
   t.match(await json('lifecycle'), { data: { by_state: { terminated: 1, running: 1 } } });
   t.equal((await cli('runs', 'ghost')).code, 4);
   t.equal((await cli('delete', 'm1')).code, 0);
