@@ -3,18 +3,18 @@
  * relay and the server: the 2018 log stores 72 reports; sending it twice stores it once; the
  * gzip envelope and the 2017 log go through too.
  */
-import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { adminClient, BIN, CONFORMANCE, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor } from '../helpers/programs.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 
-if (!existsSync(CONFORMANCE)) {
-  t.comment(`skipping: RUDDER conformance fixtures not found at ${CONFORMANCE}`);
-  t.pass('skipped: fixtures absent', { skip: `fixtures absent at ${CONFORMANCE}` });
+const absent = fixturesAbsent();
+if (absent) {
+  t.comment(`skipping: ${absent}`);
+  t.pass('skipped: fixtures absent', { skip: absent });
 } else {
   t.test('RUDDER signed run logs are verified, parsed and stored once', async (t) => {
     const dir = t.testdir();

@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { createNodeIdentity, signSmime } from '@capstan/shared';
-import { adminClient, BIN, CONFORMANCE, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor } from '../helpers/programs.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 
 const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -78,9 +78,10 @@ async function ingestAll(t: Test, database: string | undefined) {
   return { runs, compliance, nodeCompliance: { ...nodeCompliance, run: { ...nodeCompliance.run, id: 0 }, last_answer_at: typeof nodeCompliance.last_answer_at } };
 }
 
-if (!existsSync(CONFORMANCE)) {
-  t.comment(`skipping: RUDDER conformance fixtures not found at ${CONFORMANCE}`);
-  t.pass('skipped: fixtures absent', { skip: `fixtures absent at ${CONFORMANCE}` });
+const absent = fixturesAbsent();
+if (absent) {
+  t.comment(`skipping: ${absent}`);
+  t.pass('skipped: fixtures absent', { skip: absent });
 } else {
   let sqlite: Awaited<ReturnType<typeof ingestAll>> | undefined;
   t.test('the reference run logs are stored with MANIFEST.md\'s counts (SQLite)', async (t) => {

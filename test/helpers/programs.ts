@@ -3,6 +3,7 @@
  * over HTTP, as a user would. Each waits for the program's `{"ready":true,"url":…}` line.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 
@@ -14,6 +15,22 @@ export const BIN = {
 };
 /** Where RUDDER's fixtures live when the shared folder is present (absent on a fresh clone elsewhere). */
 export const CONFORMANCE = resolve(ROOT, '../shared/conformance/rudder');
+
+/**
+ * Why a contract fixture cannot be read (false when `path` exists), for a test to skip with.
+ * In CI (`CI=true`) its absence is never a skip: it throws, failing the test file with a message
+ * naming what is missing, so a run without the fixtures cannot pass for one that checked them.
+ */
+export function fixturesAbsent(path: string = CONFORMANCE): false | string {
+  if (existsSync(path)) return false;
+  return requiredInCi(`RUDDER conformance fixtures not found at ${path}`, 'check out the shared folder beside this repository');
+}
+
+/** A reason to skip (false: none), unless in CI, where it throws: what a contract test needs is installed there. */
+export function requiredInCi(why: false | string, fix = '.ci/run installs it'): false | string {
+  if (why && process.env.CI === 'true') throw new Error(`${why}: CI (CI=true) needs it; ${fix}`);
+  return why;
+}
 
 export interface Running {
   url: string;

@@ -10,6 +10,7 @@ import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, writeFile } fro
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import t from 'tap';
+import { requiredInCi } from '../helpers/programs.js';
 
 const REPO = resolve(import.meta.dirname, '../..');
 const PROGRAMS = ['agent', 'relayd', 'server'] as const;
@@ -47,7 +48,7 @@ async function skipReason(): Promise<string | undefined> {
   return undefined;
 }
 
-const why = await skipReason();
+const why = requiredInCi((await skipReason()) ?? false, 'run .ci/run on a Debian host') || undefined;
 if (why !== undefined) {
   console.log(`# SKIP ${why}`);
   t.plan(0, why);

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import pg from 'pg';
+import { requiredInCi } from '../helpers/programs.js';
 import { openStore, type Store } from '@capstan/server/store/index';
 
 export type Open = (t: Test, opts?: { now?: () => Date }) => Promise<Store>;
@@ -33,7 +34,7 @@ export async function postgresBackend(): Promise<Open | string> {
     await c.connect();
     await c.query('SELECT 1');
   } catch (err) {
-    return `PostgreSQL unavailable: ${(err as Error).message}`;
+    return requiredInCi(`PostgreSQL unavailable: ${(err as Error).message}`, '.ci/run starts the local cluster') as string;
   } finally {
     await c.end().catch(() => undefined);
   }

@@ -7,12 +7,12 @@ import { existsSync } from 'node:fs';
 import { chmod, cp, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
+import { CONFORMANCE, fixturesAbsent } from '../helpers/programs.js';
 import { isExpired, parseMetadata, SharedFilesStore } from '@capstan/relayd/cache/shared-files';
 import { NodesList, parseKeyHash } from '@capstan/relayd';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 
-const CONFORMANCE = join(import.meta.dirname, '../../../shared/conformance/rudder');
 const TARGET = '37817c4d-fbf7-4850-a985-50021f4e8f41';
 const SOURCE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 const HASH = 'dda78e9b97a69aca3cff21de266246bde0d91bc4b61df72bfb0387564ac0c7bd64dd4caca39ce1ef400f32aa711ec4909789705beec93314eb65fabd5183bbfe';
@@ -33,9 +33,10 @@ async function copyTree(from: string, to: string): Promise<void> {
   await walk(to);
 }
 
-if (!existsSync(CONFORMANCE)) {
-  t.comment(`skipping: RUDDER conformance fixtures not found at ${CONFORMANCE}`);
-  t.pass('skipped: fixtures absent', { skip: `fixtures absent at ${CONFORMANCE}` });
+const absent = fixturesAbsent();
+if (absent) {
+  t.comment(`skipping: ${absent}`);
+  t.pass('skipped: fixtures absent', { skip: absent });
 } else {
   const setup = async (t: Parameters<typeof startTestRelay>[0], extra: Record<string, unknown> = {}) => {
     const dir = t.testdir();

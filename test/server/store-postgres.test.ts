@@ -6,6 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import t from 'tap';
+import { requiredInCi } from '../helpers/programs.js';
 import pg from 'pg';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
@@ -51,7 +52,7 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Prom
 
 const reason = await unreachable();
 if (reason !== undefined) {
-  const why = `PostgreSQL unavailable at ${shown(url)}: ${reason}`;
+  const why = requiredInCi(`PostgreSQL unavailable at ${shown(url)}: ${reason}`, '.ci/run starts the local cluster') as string;
   console.log(`# SKIP ${why}`);
   t.plan(0, why);
 } else {

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { fixturesAbsent } from '../helpers/programs.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
@@ -7,7 +8,7 @@ import { CapstanError, compress, compressSync, decompress, type EnvelopeCompress
 
 const FIXTURES = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const GZ = path.join(FIXTURES, 'files/gz');
-const noFixtures = fs.existsSync(GZ) ? false : `RUDDER conformance fixtures absent at ${FIXTURES}`;
+const noFixtures = fixturesAbsent(GZ);
 const MiB = 1024 * 1024;
 
 /** The error code decompress ends with, or 'ok'; anything but a CapstanError fails the test. */

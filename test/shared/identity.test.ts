@@ -1,4 +1,5 @@
 import t from 'tap';
+import { fixturesAbsent, requiredInCi } from '../helpers/programs.js';
 import { spawnSync } from 'node:child_process';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import fs from 'node:fs';
@@ -13,8 +14,8 @@ const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 const R37817 = '37817c4d-fbf7-4850-a985-50021f4e8f41';
 const hasFixtures = fs.existsSync(KEYS);
 const hasOpenssl = spawnSync('openssl', ['version']).status === 0;
-const noFixtures = hasFixtures ? false : `RUDDER conformance fixtures absent at ${FIXTURES}`;
-const noOpenssl = hasOpenssl ? false : 'openssl CLI not available';
+const noFixtures = fixturesAbsent(KEYS);
+const noOpenssl = requiredInCi(hasOpenssl ? false : 'openssl CLI not available', 'install Debian\'s openssl');
 
 function openssl(args: string[], input?: string): { status: number | null; stdout: string; stderr: string } {
   const r = spawnSync('openssl', args, { input, encoding: 'utf8' });

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import t from 'tap';
+import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
 import {
   compressionSuffix, inventoryFileName, isValidNodeId, parseInventoryName, parseRunInfo, runLogFileName,
@@ -8,7 +9,7 @@ import {
 } from '@capstan/shared';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
-const absent = fs.existsSync(RUDDER) ? false : `RUDDER fixtures not found at ${RUDDER}`;
+const absent = fixturesAbsent(RUDDER);
 const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 const COMPRESSIONS: [string, Compression][] = [['', 'none'], ['.gz', 'gzip'], ['.zip', 'zip'], ['.zst', 'zstd']];
 

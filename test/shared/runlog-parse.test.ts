@@ -2,13 +2,14 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import t from 'tap';
+import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
 import {
   CapstanError, countByType, formatReport, isCompleteRun, parseRunInfo, parseRunLog, DEFAULT_RUNLOG_LIMITS, type Report, type RunLog,
 } from '@capstan/shared';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
-const absent = fs.existsSync(RUDDER) ? false : `RUDDER fixtures not found at ${RUDDER}`;
+const absent = fixturesAbsent(RUDDER);
 const RUNLOGS = path.join(RUDDER, 'files/runlogs');
 const INFO = { node_id: 'root', timestamp: '2018-08-24T15:55:01+00:00' };
 const TS = '2018-08-24T15:55:01+00:00';

@@ -1,4 +1,5 @@
 import t from 'tap';
+import { fixturesAbsent, requiredInCi } from '../helpers/programs.js';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -13,8 +14,8 @@ const FILES = path.join(FIXTURES, 'files');
 const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 const hasFixtures = fs.existsSync(path.join(FILES, 'smime'));
 const hasOpenssl = spawnSync('openssl', ['version']).status === 0;
-const noFixtures = hasFixtures ? false : `RUDDER conformance fixtures absent at ${FIXTURES}`;
-const noOpenssl = hasOpenssl ? false : 'openssl CLI not available';
+const noFixtures = fixturesAbsent(path.join(FILES, 'smime'));
+const noOpenssl = requiredInCi(hasOpenssl ? false : 'openssl CLI not available', 'install Debian\'s openssl');
 
 const fixture = (rel: string): Buffer => fs.readFileSync(path.join(FILES, rel));
 const fixtureText = (rel: string): string => fs.readFileSync(path.join(FILES, rel), 'utf8');
