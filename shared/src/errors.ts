@@ -148,27 +148,15 @@ export function isCapstanError(err: unknown): err is CapstanError {
   return err instanceof CapstanError;
 }
 
-/** Node's system error codes that mean "try again later", not "this input is bad". */
-const TRANSIENT_SYSCALL = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN',
-  'ENOSPC', 'EMFILE', 'ENFILE', 'EBUSY', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_SOCKET',
-  'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CLOSED', 'SQLITE_BUSY', 'SQLITE_LOCKED',
-]);
-
 /**
  * Decide a spooled file's fate: transient → keep and retry with backoff; permanent → failed/.
- * Unknown errors count as transient so that a bug never destroys input: a file stays put and the
- * log says why, which an admin can act on, where a wrongly failed file is easy to miss.
+ * A Capstan error says which it is (its code's registry entry). Any other error — a system call,
+ * the database driver, a library, a bug — is transient, whatever its code: a file stays put and
+ * the log says why, which an admin can act on, where a wrongly failed file is easy to miss. Code
+ * that knows an outside error means bad input wraps it in a permanent Capstan error first.
  */
 export function isTransient(err: unknown): boolean {
-  if (err instanceof CapstanError) return err.transient;
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string') {
-    if (TRANSIENT_SYSCALL.has(code)) return true;
-    // PostgreSQL class 08 (connection), 53 (resources), 57P (operator intervention), 40 (rollback)
-    if (/^(08|53|57P|40)/.test(code)) return true;
-  }
-  return true;
+  return err instanceof CapstanError ? err.transient : true;
 }
 
 /** The JSON body every API answers an error with (admin API). Never carries secrets or stacks. */
