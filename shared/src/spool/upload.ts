@@ -15,6 +15,16 @@ export function checkUploadName(kind: SpoolKind, name: string): { nodeId: string
   return { nodeId: parseInventoryName(name).nodeId };
 }
 
+/** Whether a name is one an upload of this kind may carry (the processors take only those). */
+export function isUploadName(kind: SpoolKind, name: string): boolean {
+  try {
+    checkUploadName(kind, name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function receiveUpload(
   spool: Spool, kind: SpoolKind, name: string, req: IncomingMessage, maxBytes: number, opts: AcceptOptions = {},
 ): Promise<Accepted & { nodeId: string }> {
