@@ -1,5 +1,5 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, checkListenerTlsConfig, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
@@ -11,6 +11,8 @@ export const SERVER_SCHEMA = {
     /** The root's own node id, answered by GET /uuid. */
     node_id: { type: 'string', default: 'root' },
   },
+  /** The listener's certificate; plain HTTP only on loopback unless allow_plaintext (see relayd's [tls]). */
+  tls: LISTENER_TLS_SCHEMA,
   database: {
     /** postgres://… to use PostgreSQL; empty → SQLite at <data_dir>/capstan.db. */
     url: { type: 'string', default: '', optional: true },
@@ -151,6 +153,7 @@ export type ServerConfig = ConfigOf<typeof SERVER_SCHEMA>;
 /** Load, then the checks that span keys or need more than a type (exit 2 like any config error). */
 export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const config = loadConfig(SERVER_SCHEMA, opts);
+  checkListenerTlsConfig(config.tls, config.general.listen);
   enrollmentRules(config.enrollment);
   identitySettings(config.identity);
   const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;

@@ -6,7 +6,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  loadListenerTls, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
@@ -69,6 +69,8 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
 
 async function startOnStore(config: ServerConfig, log: Logger, store: Store): Promise<ServerHandle> {
   const dataDir = config.general.data_dir;
+  // Read before anything is started: a bad certificate is a configuration error (exit 2).
+  const listenerTls = await loadListenerTls(config.tls);
   const adminToken = await ensureAdminToken(dataDir);
   const policyKey = await ensurePolicyKey(dataDir);
   const generator = new PolicyGenerator({ store, log });
@@ -171,6 +173,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
 
   const app = buildApp({
     config,
+    ...(listenerTls ? { https: listenerTls } : {}),
     store,
     spool,
     log,
@@ -218,11 +221,11 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // And again now and then: what no event announces (status, state, providers) moves nodes too.
   const periodicPolicies = config.policy.regenerate_interval > 0 ? generator.every(config.policy.regenerate_interval) : null;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  log.info({ listen: `${host}:${addr.port}`, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
+  log.info({ listen: `${host}:${addr.port}`, tls: !!listenerTls, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
 
   let closing: Promise<void> | null = null;
   return {
-    url: `http://${host}:${addr.port}`,
+    url: `${listenerTls ? 'https' : 'http'}://${host}:${addr.port}`,
     port: addr.port,
     store,
     adminToken,

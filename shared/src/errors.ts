@@ -39,6 +39,8 @@ export const ERROR_CODES = {
   ERR_CONFIG: { status: 500 },
   ERR_CONFIG_SYNTAX: { status: 500 },
   ERR_STARTUP: { status: 500 },
+  /** A listener that is not loopback would speak plain HTTP (tls.allow_plaintext not set). */
+  ERR_PLAINTEXT_LISTEN: { status: 500 },
   // input names and bodies
   ERR_RUNINFO_NAME: { status: 400 },
   ERR_INVENTORY_NAME: { status: 400 },

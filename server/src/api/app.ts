@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  installErrorHandler, installRawBodies, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
@@ -27,6 +27,8 @@ import { policyAdminRoutes, policyNodeRoutes, type PolicyRouteDeps } from './rou
 
 export interface ServerAppDeps {
   config: ServerConfig;
+  /** TLS for the listener (certificate, key, minVersion); absent → plain HTTP. */
+  https?: ListenerTls;
   store: Store;
   spool: Spool;
   log: Logger;
@@ -59,7 +61,12 @@ export interface ServerAppDeps {
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
-  const app = Fastify({ logger: false, routerOptions: { ignoreDuplicateSlashes: true }, bodyLimit: deps.config.limits.max_body_size });
+  const app = Fastify({
+    logger: false,
+    routerOptions: { ignoreDuplicateSlashes: true },
+    bodyLimit: deps.config.limits.max_body_size,
+    ...(deps.https ? { https: deps.https } : {}),
+  }) as unknown as FastifyInstance;
   installErrorHandler(app, deps.log);
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
