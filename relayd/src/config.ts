@@ -3,7 +3,7 @@
  * packaging/etc/capstan/relayd.toml, which lists them all commented at these defaults).
  * `checkRelaydConfig` adds the cross-field rules a schema cannot say.
  */
-import { capstanError, checkListenerTlsConfig, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
+import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
 
 export const RELAYD_SCHEMA = {
   general: {
@@ -44,6 +44,8 @@ export const RELAYD_SCHEMA = {
   },
   /** The agent-facing listener's certificate; plain HTTP only on loopback unless allow_plaintext. */
   tls: LISTENER_TLS_SCHEMA,
+  /** What one client may cost the listener: header timeout and size, upload pace, uploads per address. */
+  http: HTTP_LIMITS_SCHEMA,
   spool: {
     directory: { type: 'string', default: '/var/spool/capstan/relayd' },
     /** Largest upload accepted by PUT /reports and /inventories. */

@@ -1,5 +1,5 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, checkListenerTlsConfig, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
@@ -13,6 +13,8 @@ export const SERVER_SCHEMA = {
   },
   /** The listener's certificate; plain HTTP only on loopback unless allow_plaintext (see relayd's [tls]). */
   tls: LISTENER_TLS_SCHEMA,
+  /** What one client may cost the listener (see relayd's [http]). */
+  http: HTTP_LIMITS_SCHEMA,
   database: {
     /** postgres://… to use PostgreSQL; empty → SQLite at <data_dir>/capstan.db. */
     url: { type: 'string', default: '', optional: true },

@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  installErrorHandler, installRawBodies, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  bodyPace, installErrorHandler, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
@@ -63,9 +63,9 @@ export interface ServerAppDeps {
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
   const app = Fastify({
     logger: false,
-    routerOptions: { ignoreDuplicateSlashes: true },
+    // Header timeout and size, TLS, coded answers to the parser's and router's refusals.
+    ...listenerOptions(deps.config.http, deps.https),
     bodyLimit: deps.config.limits.max_body_size,
-    ...(deps.https ? { https: deps.https } : {}),
   }) as unknown as FastifyInstance;
   installErrorHandler(app, deps.log);
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
@@ -77,6 +77,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   installUploadRoutes(app, {
     spool: deps.spool,
     maxBytes: deps.config.limits.max_body_size,
+    pace: bodyPace(deps.config.http),
+    maxPerClient: deps.config.http.max_uploads_per_client,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
     ...tokens,
     keepBytes: (kind, req) => {
