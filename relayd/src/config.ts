@@ -58,6 +58,9 @@ export const RELAYD_SCHEMA = {
     tmp_retention: { type: 'duration', default: '1h' },
     /** Files refused for good are kept in failed/ this long for an admin to look at. */
     failed_retention: { type: 'duration', default: '7d' },
+    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
+    failed_max_files: { type: 'integer', default: 10000, min: 0 },
+    failed_max_size: { type: 'size', default: '1GiB' },
     /** How often failed/ and tmp/ are cleaned. */
     cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
     /**

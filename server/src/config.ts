@@ -28,6 +28,19 @@ export const SERVER_SCHEMA = {
     max_reports: { type: 'integer', default: 200000, min: 1 },
     max_line_length: { type: 'size', default: '1MiB', min: 1 },
   },
+  spool: {
+    /** Refuse uploads (507 ERR_SPOOL_FULL) when the data directory's file system would keep less than this free. */
+    min_free_space: { type: 'size', default: '256MiB' },
+    /** Files refused by the ingest are kept in failed/ this long for an admin to look at. */
+    failed_retention: { type: 'duration', default: '7d' },
+    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
+    failed_max_files: { type: 'integer', default: 10000, min: 0 },
+    failed_max_size: { type: 'size', default: '1GiB' },
+    /** Partial uploads older than this are removed. */
+    tmp_retention: { type: 'duration', default: '1h' },
+    /** How often failed/ and tmp/ are cleaned. */
+    cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
+  },
   processing: {
     /** Run logs and inventories ingested at the same time. */
     concurrency: { type: 'integer', default: 4, min: 1, max: 64 },

@@ -80,6 +80,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     writerThreads: config.processing.writer_threads,
     recycleFiles: config.processing.recycle_files,
     recycleBytes: config.processing.recycle_size,
+    minFreeBytes: config.spool.min_free_space,
+    failedMaxFiles: config.spool.failed_max_files,
+    failedMaxBytes: config.spool.failed_max_size,
   });
   await spool.init();
   // Today's run storage exists before the first run arrives (Postgres day partitions).
@@ -110,7 +113,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
   const recentRunLogs = new RecentBodies(16 * 1024 * 1024);
-  const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
+  const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
   for (const kind of SPOOL_KINDS) {
@@ -181,7 +184,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     metrics,
     lifecycle: { policy, last: () => sweeper.last },
     identity,
-    status: async () => ({ spool: await spool.depth(), processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
+    status: async () => ({ spool: await spool.depth(), failed: spool.failedUsage, processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
     // Taken at once rather than when inotify says so, and without reading the file back.
     onAccepted: (kind, name) => processors[kind].notify(name),
     runLogsInMemory: {
@@ -209,6 +212,19 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
+  // Retention of failed/ (age; its size and count are bounded as files arrive) and of partial uploads.
+  const spoolSweep = async () => {
+    try {
+      const failed = await spool.sweepFailed(config.spool.failed_retention);
+      const tmp = await spool.sweepTmp(config.spool.tmp_retention);
+      if (failed + tmp > 0) log.info({ failed, tmp }, 'spool clean-up');
+    } catch (err) {
+      log.warn({ err }, 'spool clean-up failed');
+    }
+  };
+  await spoolSweep();
+  const spoolTimer = setInterval(() => void spoolSweep(), config.spool.cleanup_interval);
+  spoolTimer.unref();
   sweeper.start();
   jobs.start();
   providers?.start();
@@ -236,6 +252,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     jobs,
     close() {
       closing ??= (async () => {
+        clearInterval(spoolTimer);
         // Linked relays hold connections app.close() would wait for: end them first.
         relayHub.close();
         await jobs.stop();

@@ -190,6 +190,8 @@ t.test('files dropped into incoming/ whose name is no run log or inventory are l
   await until(() => (up.received.length === 1 ? true : undefined), 'the valid file forwarded');
   const total = Object.values(strays).flat().length;
   await until(() => (ignored.size === total ? true : undefined), 'every stray met and left alone');
+  // The forwarded file is removed just after the upstream's 2xx.
+  await until(async () => ((await readdir(join(r.spool, 'incoming', 'reports'))).length === strays.reports!.length ? true : undefined), 'the forwarded file removed');
   for (const [kind, names] of Object.entries(strays)) {
     t.same((await readdir(join(r.spool, 'incoming', kind))).sort(), [...names].sort(), `${kind}: strays still in incoming/`);
     t.same(await readdir(join(r.spool, 'failed', kind)), [], `${kind}: nothing in failed/`);

@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  bodyPace, installErrorHandler, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  bodyPace, installErrorHandler, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
@@ -71,6 +71,14 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);
+  // Refused uploads by code: what anyone on the network is sending that the server turns away.
+  const uploadMetrics = deps.metrics;
+  if (uploadMetrics) {
+    app.addHook('onError', async (req, _reply, err) => {
+      const m = /^\/(reports|inventories)\/:file$/.exec(req.routeOptions.url ?? '');
+      if (m) uploadMetrics.onRefused(m[1]!, isCapstanError(err) ? err.code : 'ERR_INTERNAL');
+    });
+  }
   // An agent talking to the server itself may get its node token in the answer to its inventory.
   const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
   const inMemory = deps.runLogsInMemory;

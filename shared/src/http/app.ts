@@ -78,6 +78,7 @@ export function installErrorHandler(app: FastifyInstance, log: Logger): void {
     if (!req.raw.complete) reply.header('connection', 'close');
     if (isCapstanError(err)) {
       if (err.code === 'ERR_TOO_MANY_UPLOADS' && !reply.hasHeader('retry-after')) reply.header('retry-after', '5');
+      if (err.code === 'ERR_SPOOL_FULL' && !reply.hasHeader('retry-after')) reply.header('retry-after', '60');
       if (err.statusCode >= 500) log.error({ err, url: req.url }, 'request failed');
       return reply.code(err.statusCode).send(errorBody(err));
     }
