@@ -19,12 +19,17 @@ export function rawHttp(base: string, pieces: Array<string | Buffer | number>, t
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const started = Date.now();
+    // The answer to HEAD has a Content-Length but no body.
+    const first = pieces[0];
+    const head = (typeof first === 'string' ? first : Buffer.isBuffer(first) ? first.subarray(0, 5).toString('latin1') : '').startsWith('HEAD ');
     const socket = connect({ host: u.hostname, port: Number(u.port) });
     const chunks: Buffer[] = [];
     let done = false;
     const timer = setTimeout(() => finish(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
     const parse = (): RawAnswer | null => {
-      const all = Buffer.concat(chunks);
+      let all = Buffer.concat(chunks);
+      // Interim answers (100 Continue) come before the answer: skip them.
+      while (/^HTTP\/1\.[01] 1\d\d /.test(all.subarray(0, 13).toString('latin1')) && all.indexOf('\r\n\r\n') >= 0) all = all.subarray(all.indexOf('\r\n\r\n') + 4);
       const end = all.indexOf('\r\n\r\n');
       if (end < 0) return null;
       const lines = all.subarray(0, end).toString('latin1').split('\r\n');
@@ -35,7 +40,7 @@ export function rawHttp(base: string, pieces: Array<string | Buffer | number>, t
         if (i > 0) headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
       }
       const body = all.subarray(end + 4);
-      const length = headers['content-length'] === undefined ? null : Number(headers['content-length']);
+      const length = head ? 0 : headers['content-length'] === undefined ? null : Number(headers['content-length']);
       if (length !== null && body.length < length) return null;
       return { status, headers, body: body.subarray(0, length ?? body.length).toString('utf8'), ms: Date.now() - started };
     };

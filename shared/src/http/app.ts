@@ -2,7 +2,7 @@
  * Pieces of HTTP plumbing both relayd and server build their fastify apps from: the coded error
  * answer, raw (unparsed) request bodies for uploads, and the agent-facing upload routes.
  */
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CapstanError, capstanError, errorBody, isCapstanError } from '../errors.js';
@@ -89,6 +89,11 @@ export function installErrorHandler(app: FastifyInstance, log: Logger): void {
     }
     log.error({ err, url: req.url }, 'unexpected error');
     return reply.code(500).send(errorBody(err));
+  });
+  // An Expect other than 100-continue: Node's own answer is a bare 417.
+  app.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const body = JSON.stringify(errorBody(capstanError('ERR_BAD_REQUEST', `unsupported Expect: ${String(req.headers.expect).slice(0, 100)}`, { statusCode: 417 })));
+    res.writeHead(417, { 'content-type': 'application/json; charset=utf-8', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body);
   });
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).send(errorBody(capstanError('ERR_NOT_FOUND', `no route for ${req.method} ${req.url.split('?')[0]}`)));
