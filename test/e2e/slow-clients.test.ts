@@ -65,6 +65,11 @@ t.test('slow headers, a paused body and a trickled body are cut off with 408, no
     t.match(slow.body, /min_upload_rate/);
     t.ok(slow.ms < 5000, `${p.name}: cut after ${slow.ms} ms (the whole body would take 40 s)`);
 
+    // A JSON body read whole (a renewal request) follows the same pace.
+    const renew = await rawHttp(url, ['POST /identity/renew HTTP/1.1\r\nHost: capstan\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"node_id":'], 8000);
+    t.equal(renew.status, 408, `${p.name}: paused JSON body → 408`);
+    t.equal(codeOf(renew), 'ERR_REQUEST_TIMEOUT');
+
     await waitFor(() => nothingKept(p), `${p.name}: nothing left of the refused uploads`, 5000);
     // Still up, and a client at a normal pace is served.
     const ok = await rawHttp(url, [head(`/reports/${name(4)}`, 5), 'hello']);

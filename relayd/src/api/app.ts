@@ -5,7 +5,7 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { bodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import { bodyPace, installBodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
 import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';
@@ -46,6 +46,8 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
   installErrorHandler(app, ctx.log);
   installVersionCheck(app);
   installRawBodies(app);
+  // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).
+  installBodyPace(app, bodyPace(ctx.config.http));
   installUploadRoutes(app, {
     spool: ctx.spool,
     maxBytes: ctx.config.spool.max_file_size,

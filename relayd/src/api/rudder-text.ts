@@ -7,7 +7,7 @@
  */
 import { STATUS_CODES } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { CapstanError, capstanError, errorBody, isCapstanError, type ErrorCode, type Logger } from '../shared.js';
+import { CapstanError, capstanError, errorBody, isCapstanError, requestBody, type ErrorCode, type Logger } from '../shared.js';
 
 /** The code an error status is answered with when the refusal has none of its own. */
 const CODE_FOR: Record<number, ErrorCode> = {
@@ -58,7 +58,7 @@ export async function readBody(req: FastifyRequest, max: number): Promise<Buffer
   if (length > max) throw capstanError('ERR_BODY_TOO_LARGE', `body of ${length} bytes exceeds the limit of ${max}`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req.raw as AsyncIterable<Buffer>) {
+  for await (const chunk of requestBody(req)) {
     size += chunk.length;
     if (size > length) throw capstanError('ERR_BODY_TOO_LARGE', 'body is longer than its Content-Length');
     chunks.push(chunk);

@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  bodyPace, installErrorHandler, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  bodyPace, installBodyPace, installErrorHandler, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
@@ -71,6 +71,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);
+  // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).
+  installBodyPace(app, bodyPace(deps.config.http));
   // Refused uploads by code: what anyone on the network is sending that the server turns away.
   const uploadMetrics = deps.metrics;
   if (uploadMetrics) {

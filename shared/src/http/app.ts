@@ -109,12 +109,25 @@ export function installRawBodies(app: FastifyInstance): void {
   app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
 }
 
-/** Read and parse a JSON request body with a size limit (used where installRawBodies is active). */
+/** The body pace of each listener (keyed by its Node server), for bodies read whole. */
+const PACES = new WeakMap<object, BodyPace>();
+
+/** Bodies read whole by readBody/readJson on this app follow `pace` (http.body_timeout, min_upload_rate). */
+export function installBodyPace(app: FastifyInstance, pace: BodyPace): void {
+  PACES.set(app.server, pace);
+}
+
+/** A request's body as read under its listener's pace (the bare request when none is set). */
+export function requestBody(req: FastifyRequest): AsyncIterable<Buffer> {
+  const pace = PACES.get(req.server.server);
+  return pace ? pacedBody(req.raw, pace) : (req.raw as AsyncIterable<Buffer>);
+}
+
 /** Read a raw request body into memory, refusing (413) anything over `maxBytes`. */
 export async function readBody(req: FastifyRequest, maxBytes: number, what = 'body'): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req.raw as AsyncIterable<Buffer>) {
+  for await (const chunk of requestBody(req)) {
     size += chunk.length;
     if (size > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `${what} exceeds ${maxBytes} bytes`);
     chunks.push(chunk);
@@ -132,6 +145,7 @@ export function etagMatches(header: string | string[] | undefined, etag: string)
   });
 }
 
+/** Read and parse a JSON request body with a size limit (used where installRawBodies is active). */
 export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
   const body = await readBody(req, maxBytes, 'JSON body');
   if (body.length === 0) return undefined;
