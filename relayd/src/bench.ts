@@ -151,9 +151,10 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
   const log = opts.log ?? (() => {});
   const dir = await mkdtemp(join(opts.dir ?? tmpdir(), 'capstan-relay-bench-'));
   const up = await sink();
+  // All uploads come from this one address: no per-address limit ([http] max_uploads_per_client).
   // The idle connections carry no node token (this process has no identity to sign one with);
   // a token is checked once per connection, so what is measured here is the holding.
-  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n[spool]\n${opts.writerThreads !== undefined ? `writer_threads = ${opts.writerThreads}\n` : ''}${opts.recycleFiles !== undefined ? `recycle_files = ${opts.recycleFiles}\n` : ''}`);
+  await writeFile(join(dir, 'relayd.toml'), `[upstream]\nconcurrency = ${opts.forwardConcurrency ?? 32}\n[http]\nmax_uploads_per_client = 0\n[remote_run]\nmax_connections = ${Math.max(idle + 100, 1000)}\n[identity]\nrequire_token = false\n[spool]\n${opts.writerThreads !== undefined ? `writer_threads = ${opts.writerThreads}\n` : ''}${opts.recycleFiles !== undefined ? `recycle_files = ${opts.recycleFiles}\n` : ''}`);
   const relay = spawn(process.execPath, [
     ...(opts.nodeFlags ?? SERVICE_NODE_FLAGS),
     CLI, '--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', up.url, '--log-level', 'warn',

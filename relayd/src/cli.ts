@@ -31,7 +31,10 @@ interface Flags {
   identity?: boolean;
 }
 
-const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX');
+const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX' || err.code === 'ERR_PLAINTEXT_LISTEN');
+/** A configuration error for stderr: codes other than the generic ones lead the line. */
+const configMessage = (err: unknown) =>
+  isCapstanError(err) ? (err.code.startsWith('ERR_CONFIG') ? err.message : `${err.code}: ${err.message}`) : String(err);
 
 /** Everything `--test` checks: the file itself, then every file it names. */
 async function checkFiles(c: RelaydConfig): Promise<void> {
@@ -75,7 +78,7 @@ const program = new Command('capstan-relayd')
       config = load();
       if (flags.test) await checkFiles(config);
     } catch (err) {
-      process.stderr.write(`capstan-relayd: ${isCapstanError(err) ? err.message : String(err)}\n`);
+      process.stderr.write(`capstan-relayd: ${configMessage(err)}\n`);
       process.exit(EXIT_CONFIG);
     }
     if (flags.test) {

@@ -3,7 +3,7 @@
  * packaging/etc/capstan/relayd.toml, which lists them all commented at these defaults).
  * `checkRelaydConfig` adds the cross-field rules a schema cannot say.
  */
-import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
+import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
 
 export const RELAYD_SCHEMA = {
   general: {
@@ -42,13 +42,10 @@ export const RELAYD_SCHEMA = {
     /** Where the synced list is cached; empty → <spool.directory>/nodes-list.json. */
     cache_file: { type: 'string', default: '', optional: true },
   },
-  tls: {
-    /** PEM certificate (chain) and key of the agent-facing listener; both empty → plain HTTP. */
-    cert_file: { type: 'string', default: '', optional: true },
-    key_file: { type: 'string', default: '', optional: true },
-    /** Oldest protocol accepted: TLSv1.2 or TLSv1.3 (1.0 and 1.1 are always refused). */
-    min_version: { type: 'string', default: 'TLSv1.2' },
-  },
+  /** The agent-facing listener's certificate; plain HTTP only on loopback unless allow_plaintext. */
+  tls: LISTENER_TLS_SCHEMA,
+  /** What one client may cost the listener: header timeout and size, upload pace, uploads per address. */
+  http: HTTP_LIMITS_SCHEMA,
   spool: {
     directory: { type: 'string', default: '/var/spool/capstan/relayd' },
     /** Largest upload accepted by PUT /reports and /inventories. */
@@ -61,6 +58,9 @@ export const RELAYD_SCHEMA = {
     tmp_retention: { type: 'duration', default: '1h' },
     /** Files refused for good are kept in failed/ this long for an admin to look at. */
     failed_retention: { type: 'duration', default: '7d' },
+    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
+    failed_max_files: { type: 'integer', default: 10000, min: 0 },
+    failed_max_size: { type: 'size', default: '1GiB' },
     /** How often failed/ and tmp/ are cleaned. */
     cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
     /**
@@ -198,14 +198,9 @@ export const RELAYD_SCHEMA = {
 
 export type RelaydConfig = ConfigOf<typeof RELAYD_SCHEMA>;
 
-/** Rules across keys: TLS needs both files; a pin and a CA are exclusive; retry bounds ordered. */
+/** Rules across keys: TLS needs both files and a non-loopback listener needs TLS; a pin and a CA are exclusive; retry bounds ordered. */
 export function checkRelaydConfig(c: RelaydConfig): RelaydConfig {
-  if ((c.tls.cert_file === '') !== (c.tls.key_file === '')) {
-    throw capstanError('ERR_CONFIG', 'tls.cert_file and tls.key_file must be given together');
-  }
-  if (c.tls.min_version !== 'TLSv1.2' && c.tls.min_version !== 'TLSv1.3') {
-    throw capstanError('ERR_CONFIG', 'tls.min_version must be "TLSv1.2" or "TLSv1.3"');
-  }
+  checkListenerTlsConfig(c.tls, c.general.listen);
   if (c.upstream.pinned_cert_file !== '' && c.upstream.ca_file !== '') {
     throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file are exclusive');
   }

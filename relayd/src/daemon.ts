@@ -61,6 +61,8 @@ export async function startRelay(config: RelaydConfig, log: Logger, hooks: Relay
     writerThreads: config.spool.writer_threads,
     recycleFiles: config.spool.recycle_files,
     recycleBytes: config.spool.recycle_size,
+    failedMaxFiles: config.spool.failed_max_files,
+    failedMaxBytes: config.spool.failed_max_size,
   });
   await spool.init();
   const unlock = await lockSpool(config.spool.directory);

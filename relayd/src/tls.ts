@@ -1,12 +1,12 @@
 /**
- * Certificates from the configuration: the agent-facing listener's (TLS 1.2 or newer only; 1.0
- * and 1.1 are refused at the handshake) and the upstream's trust (pinned certificate or CA).
+ * Certificates from the configuration: the agent-facing listener's (shared with the server, see
+ * @capstan/shared http/tls.ts) and the upstream's trust (pinned certificate or CA).
  * Read at start and again on reload, so a renewed certificate needs no restart.
  */
-import { X509Certificate, createPrivateKey } from 'node:crypto';
+import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { SecureContextOptions } from 'node:tls';
-import { capstanError } from './shared.js';
+import { capstanError, loadListenerTls as loadSharedListenerTls, type ListenerTls } from './shared.js';
 import type { RelaydConfig } from './config.js';
 import type { UpstreamTls } from './forward/upstream.js';
 
@@ -18,20 +18,11 @@ async function readPem(path: string, what: string): Promise<string> {
   }
 }
 
-export type ListenerTls = SecureContextOptions & { minVersion: 'TLSv1.2' | 'TLSv1.3' };
+export type { ListenerTls };
 
-/** The listener's TLS options, or null for plain HTTP (loopback set-ups and tests). */
-export async function loadListenerTls(c: RelaydConfig): Promise<ListenerTls | null> {
-  if (c.tls.cert_file === '') return null;
-  const cert = await readPem(c.tls.cert_file, 'tls.cert_file');
-  const key = await readPem(c.tls.key_file, 'tls.key_file');
-  try {
-    new X509Certificate(cert);
-    createPrivateKey(key);
-  } catch (err) {
-    throw capstanError('ERR_CONFIG', `tls.cert_file / tls.key_file: ${(err as Error).message}`);
-  }
-  return { cert, key, minVersion: c.tls.min_version as 'TLSv1.2' | 'TLSv1.3' };
+/** The listener's TLS options, or null for plain HTTP (loopback, or tls.allow_plaintext). */
+export function loadListenerTls(c: RelaydConfig): Promise<ListenerTls | null> {
+  return loadSharedListenerTls(c.tls);
 }
 
 export async function loadUpstreamTls(c: RelaydConfig): Promise<UpstreamTls | undefined> {

@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, parseDuration, silentLogger } from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, loadListenerTls, parseDuration, silentLogger } from '@capstan/shared';
 import { complianceClock, complianceSettings, complianceView, withPercent } from './registry/compliance.js';
 import { changeQuery } from './api/routes/changes.js';
 import { createBody, listView, patchBody } from './api/routes/nodes.js';
@@ -47,7 +47,9 @@ function configFrom(flags: CommonFlags): ServerConfig {
       },
     });
   } catch (err) {
-    process.stderr.write(`capstan-server: ${isCapstanError(err) ? err.message : String(err)}\n`);
+    // Codes other than the generic configuration ones lead the line (ERR_PLAINTEXT_LISTEN).
+    const text = isCapstanError(err) ? (err.code.startsWith('ERR_CONFIG') ? err.message : `${err.code}: ${err.message}`) : String(err);
+    process.stderr.write(`capstan-server: ${text}\n`);
     process.exit(EXIT_CONFIG);
   }
 }
@@ -141,6 +143,12 @@ storeOptions(program.command('serve').description('run the server'))
   .action(async (flags: CommonFlags & { test?: boolean }) => {
     const config = configFrom(flags);
     if (flags.test) {
+      try {
+        await loadListenerTls(config.tls);
+      } catch (err) {
+        process.stderr.write(`capstan-server: ${isCapstanError(err) ? err.message : String(err)}\n`);
+        process.exit(EXIT_CONFIG);
+      }
       process.stdout.write('configuration ok\n');
       process.exit(0);
     }
@@ -151,7 +159,7 @@ storeOptions(program.command('serve').description('run the server'))
     } catch (err) {
       log.fatal({ err }, 'start-up failed');
       process.stderr.write(`capstan-server: cannot start: ${(err as Error).message}\n`);
-      process.exit(isCapstanError(err) && err.code === 'ERR_CONFIG' ? EXIT_CONFIG : EXIT_STARTUP);
+      process.exit(isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_PLAINTEXT_LISTEN') ? EXIT_CONFIG : EXIT_STARTUP);
     }
     process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
     await notifyReady(log, `listening on ${handle.url}`);

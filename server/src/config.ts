@@ -1,5 +1,5 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
@@ -11,6 +11,10 @@ export const SERVER_SCHEMA = {
     /** The root's own node id, answered by GET /uuid. */
     node_id: { type: 'string', default: 'root' },
   },
+  /** The listener's certificate; plain HTTP only on loopback unless allow_plaintext (see relayd's [tls]). */
+  tls: LISTENER_TLS_SCHEMA,
+  /** What one client may cost the listener (see relayd's [http]). */
+  http: HTTP_LIMITS_SCHEMA,
   database: {
     /** postgres://… to use PostgreSQL; empty → SQLite at <data_dir>/capstan.db. */
     url: { type: 'string', default: '', optional: true },
@@ -23,6 +27,19 @@ export const SERVER_SCHEMA = {
     max_decompressed_size: { type: 'size', default: '64MiB', min: 1 },
     max_reports: { type: 'integer', default: 200000, min: 1 },
     max_line_length: { type: 'size', default: '1MiB', min: 1 },
+  },
+  spool: {
+    /** Refuse uploads (507 ERR_SPOOL_FULL) when the data directory's file system would keep less than this free. */
+    min_free_space: { type: 'size', default: '256MiB' },
+    /** Files refused by the ingest are kept in failed/ this long for an admin to look at. */
+    failed_retention: { type: 'duration', default: '7d' },
+    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
+    failed_max_files: { type: 'integer', default: 10000, min: 0 },
+    failed_max_size: { type: 'size', default: '1GiB' },
+    /** Partial uploads older than this are removed. */
+    tmp_retention: { type: 'duration', default: '1h' },
+    /** How often failed/ and tmp/ are cleaned. */
+    cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
   },
   processing: {
     /** Run logs and inventories ingested at the same time. */
@@ -151,6 +168,7 @@ export type ServerConfig = ConfigOf<typeof SERVER_SCHEMA>;
 /** Load, then the checks that span keys or need more than a type (exit 2 like any config error). */
 export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const config = loadConfig(SERVER_SCHEMA, opts);
+  checkListenerTlsConfig(config.tls, config.general.listen);
   enrollmentRules(config.enrollment);
   identitySettings(config.identity);
   const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;

@@ -18,6 +18,8 @@ const STATUSES = ['unknown', 'reachable', 'unreachable'];
 export interface MetricsSources {
   depth: () => Promise<Record<string, number>>;
   counts: () => Promise<RegistryCounts>;
+  /** What failed/ holds and how many files its bounds removed (absent: no such gauges). */
+  failed?: () => { files: number; bytes: number; evicted: number };
 }
 
 export class ServerMetrics {
@@ -26,6 +28,7 @@ export class ServerMetrics {
   private readonly latency: Histogram<'kind'>;
   private readonly failed: Counter<'kind' | 'reason'>;
   private readonly swept: Counter<'what'>;
+  private readonly refused: Counter<'kind' | 'code'>;
   private cached: { at: number; counts: Promise<RegistryCounts> } | null = null;
 
   constructor(private readonly sources: MetricsSources) {
@@ -47,7 +50,33 @@ export class ServerMetrics {
       name: 'capstan_server_lifecycle_total', help: 'What the lifecycle sweeps of this process changed',
       labelNames: ['what'], registers,
     });
+    this.refused = new Counter({
+      name: 'capstan_server_refused_uploads_total', help: 'Uploads refused before they were spooled, by kind and error code',
+      labelNames: ['kind', 'code'], registers,
+    });
     const self = this;
+    if (sources.failed) {
+      const failed = sources.failed;
+      new Gauge({
+        name: 'capstan_server_spool_failed_files', help: 'Files kept in failed/ (spool.failed_max_files bounds them)', registers,
+        collect() {
+          this.set(failed().files);
+        },
+      });
+      new Gauge({
+        name: 'capstan_server_spool_failed_bytes', help: 'Bytes kept in failed/ (spool.failed_max_size bounds them)', registers,
+        collect() {
+          this.set(failed().bytes);
+        },
+      });
+      new Counter({
+        name: 'capstan_server_spool_failed_evicted_total', help: 'Failed files removed early to keep failed/ within its bounds', registers,
+        collect() {
+          this.reset();
+          this.inc(failed().evicted);
+        },
+      });
+    }
     new Gauge({
       name: 'capstan_server_queue_depth', help: 'Files waiting in the spool, by kind', labelNames: ['kind'], registers,
       async collect() {
@@ -94,6 +123,11 @@ export class ServerMetrics {
     this.ingested.inc({ kind: e.kind, outcome: e.outcome });
     this.latency.observe({ kind: e.kind }, e.ms / 1000);
     if (e.outcome === 'failed') this.failed.inc({ kind: e.kind, reason: isCapstanError(e.error) ? e.error.code : 'ERR_INTERNAL' });
+  }
+
+  /** An upload refused with this code before anything was spooled (bad name, size, pace, full disk…). */
+  onRefused(kind: string, code: string): void {
+    this.refused.inc({ kind, code });
   }
 
   onSweep(r: SweepResult): void {

@@ -6,7 +6,7 @@ import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  loadListenerTls, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
@@ -69,6 +69,8 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
 
 async function startOnStore(config: ServerConfig, log: Logger, store: Store): Promise<ServerHandle> {
   const dataDir = config.general.data_dir;
+  // Read before anything is started: a bad certificate is a configuration error (exit 2).
+  const listenerTls = await loadListenerTls(config.tls);
   const adminToken = await ensureAdminToken(dataDir);
   const policyKey = await ensurePolicyKey(dataDir);
   const generator = new PolicyGenerator({ store, log });
@@ -78,6 +80,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     writerThreads: config.processing.writer_threads,
     recycleFiles: config.processing.recycle_files,
     recycleBytes: config.processing.recycle_size,
+    minFreeBytes: config.spool.min_free_space,
+    failedMaxFiles: config.spool.failed_max_files,
+    failedMaxBytes: config.spool.failed_max_size,
   });
   await spool.init();
   // Today's run storage exists before the first run arrives (Postgres day partitions).
@@ -108,7 +113,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
   const recentRunLogs = new RecentBodies(16 * 1024 * 1024);
-  const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
+  const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
   for (const kind of SPOOL_KINDS) {
@@ -171,6 +176,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
 
   const app = buildApp({
     config,
+    ...(listenerTls ? { https: listenerTls } : {}),
     store,
     spool,
     log,
@@ -178,7 +184,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     metrics,
     lifecycle: { policy, last: () => sweeper.last },
     identity,
-    status: async () => ({ spool: await spool.depth(), processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
+    status: async () => ({ spool: await spool.depth(), failed: spool.failedUsage, processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
     // Taken at once rather than when inotify says so, and without reading the file back.
     onAccepted: (kind, name) => processors[kind].notify(name),
     runLogsInMemory: {
@@ -206,6 +212,19 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
+  // Retention of failed/ (age; its size and count are bounded as files arrive) and of partial uploads.
+  const spoolSweep = async () => {
+    try {
+      const failed = await spool.sweepFailed(config.spool.failed_retention);
+      const tmp = await spool.sweepTmp(config.spool.tmp_retention);
+      if (failed + tmp > 0) log.info({ failed, tmp }, 'spool clean-up');
+    } catch (err) {
+      log.warn({ err }, 'spool clean-up failed');
+    }
+  };
+  await spoolSweep();
+  const spoolTimer = setInterval(() => void spoolSweep(), config.spool.cleanup_interval);
+  spoolTimer.unref();
   sweeper.start();
   jobs.start();
   providers?.start();
@@ -218,11 +237,11 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // And again now and then: what no event announces (status, state, providers) moves nodes too.
   const periodicPolicies = config.policy.regenerate_interval > 0 ? generator.every(config.policy.regenerate_interval) : null;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  log.info({ listen: `${host}:${addr.port}`, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
+  log.info({ listen: `${host}:${addr.port}`, tls: !!listenerTls, dataDir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
 
   let closing: Promise<void> | null = null;
   return {
-    url: `http://${host}:${addr.port}`,
+    url: `${listenerTls ? 'https' : 'http'}://${host}:${addr.port}`,
     port: addr.port,
     store,
     adminToken,
@@ -233,6 +252,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     jobs,
     close() {
       closing ??= (async () => {
+        clearInterval(spoolTimer);
         // Linked relays hold connections app.close() would wait for: end them first.
         relayHub.close();
         await jobs.stop();

@@ -39,6 +39,8 @@ export const ERROR_CODES = {
   ERR_CONFIG: { status: 500 },
   ERR_CONFIG_SYNTAX: { status: 500 },
   ERR_STARTUP: { status: 500 },
+  /** A listener that is not loopback would speak plain HTTP (tls.allow_plaintext not set). */
+  ERR_PLAINTEXT_LISTEN: { status: 500 },
   // input names and bodies
   ERR_RUNINFO_NAME: { status: 400 },
   ERR_INVENTORY_NAME: { status: 400 },
@@ -46,6 +48,14 @@ export const ERROR_CODES = {
   ERR_BAD_REQUEST: { status: 400 },
   ERR_LENGTH_REQUIRED: { status: 411 },
   ERR_BODY_TOO_LARGE: { status: 413 },
+  /** The request line or a path segment is longer than the router takes. */
+  ERR_URI_TOO_LONG: { status: 414 },
+  /** The request head is larger than http.max_header_size. */
+  ERR_HEADERS_TOO_LARGE: { status: 431 },
+  /** Headers not whole within http.headers_timeout, or an upload body too slow (http.body_timeout, min_upload_rate). */
+  ERR_REQUEST_TIMEOUT: { status: 408, transient: true },
+  /** One client address has http.max_uploads_per_client uploads in progress already. */
+  ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
   ERR_UNSUPPORTED_MEDIA: { status: 415 },
   ERR_NOT_FOUND: { status: 404 },
   ERR_METHOD_NOT_ALLOWED: { status: 405 },

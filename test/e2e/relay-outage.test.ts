@@ -8,7 +8,7 @@
  * in incoming/ and sends nothing partial upstream.
  */
 import { randomBytes } from 'node:crypto';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import t from 'tap';
@@ -63,7 +63,10 @@ t.test('SIGKILL with 500 PUTs in flight and the upstream down loses nothing ackn
   const port = await freePort();
   const up = new CountingUpstream();
   t.teardown(() => up.stop());
-  const args = ['--listen', '127.0.0.1:0', '--spool-dir', spool, '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error'];
+  // Hundreds of uploads from this one address at once, some stalled until the kill: no
+  // per-address limit and no body pace here.
+  await writeFile(join(dir, 'relayd.toml'), '[http]\nmax_uploads_per_client = 0\nmin_upload_rate = 0\nbody_timeout = "10m"\n');
+  const args = ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', spool, '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error'];
   const first = await startRelayd(args);
   t.teardown(() => first.signal('SIGKILL'));
 
@@ -145,7 +148,10 @@ t.test('SIGKILL while delivered files are being overwritten in free/: nothing pa
   const up = new CountingUpstream();
   t.teardown(() => up.stop());
   await up.start(port);
-  const args = ['--listen', '127.0.0.1:0', '--spool-dir', spool, '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error'];
+  // Hundreds of uploads from this one address at once, some stalled until the kill: no
+  // per-address limit and no body pace here.
+  await writeFile(join(dir, 'relayd.toml'), '[http]\nmax_uploads_per_client = 0\nmin_upload_rate = 0\nbody_timeout = "10m"\n');
+  const args = ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', spool, '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error'];
   const first = await startRelayd(args);
   t.teardown(() => first.signal('SIGKILL'));
   const pool = new Pool(first.url, { connections: 300, pipelining: 0 });

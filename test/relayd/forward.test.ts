@@ -4,7 +4,8 @@
  * the nodes list, the upstream never sees more than `concurrency` requests at once, a full spool
  * answers 507 and leaves nothing behind, and failed/ is cleaned after its retention.
  */
-import { readdir, readFile, utimes, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, utimes, writeFile } from 'node:fs/promises';
+import { pino } from 'pino';
 import { join } from 'node:path';
 import t from 'tap';
 import { CountingUpstream, freePort, runName, sha256, until } from './helpers/upstream.js';
@@ -161,4 +162,39 @@ t.test('a second relay on the same spool refuses to start', async (t) => {
   const dir = t.testdir();
   await startTestRelay(t, {}, { dir });
   await t.rejects(startTestRelay(t, {}, { dir }), { code: 'ERR_STARTUP' });
+});
+
+t.test('files dropped into incoming/ whose name is no run log or inventory are left alone', async (t) => {
+  // These used to be moved to failed/ with ERR_RUNINFO_NAME; RUDDER's relayd leaves `bob.log`
+  // where it is (its conformance notes), and so does the relay now, forwarding the valid ones.
+  const up = await new CountingUpstream().start();
+  t.teardown(() => up.stop());
+  const dir = t.testdir();
+  const spool = join(dir, 'spool');
+  const strays: Record<string, string[]> = {
+    reports: ['toto', 'bob.log', 'notes.txt', '2026-13-01T00:00:00+00:00@x.log', `${NODE}.log.gz`],
+    inventories: ['toto', 'inventory.json'],
+  };
+  for (const [kind, names] of Object.entries(strays)) {
+    await mkdir(join(spool, 'incoming', kind), { recursive: true });
+    for (const n of names) await writeFile(join(spool, 'incoming', kind, n), `stray ${n}`);
+  }
+  await writeFile(join(spool, 'incoming', 'reports', runName(NODE, 7)), 'valid');
+  // Each stray is announced once in the log when the processor meets it (no sleep needed).
+  const ignored = new Set<string>();
+  const log = pino({ level: 'warn' }, { write: (line: string) => {
+    const e = JSON.parse(line) as { msg: string; file?: string; kind?: string };
+    if (e.msg.startsWith('not a file name')) ignored.add(`${e.kind}/${e.file}`);
+  } });
+  const r = await startTestRelay(t, { 'upstream.url': up.url, 'log.level': 'warn' }, { dir, log });
+  await until(() => (up.received.length === 1 ? true : undefined), 'the valid file forwarded');
+  const total = Object.values(strays).flat().length;
+  await until(() => (ignored.size === total ? true : undefined), 'every stray met and left alone');
+  // The forwarded file is removed just after the upstream's 2xx.
+  await until(async () => ((await readdir(join(r.spool, 'incoming', 'reports'))).length === strays.reports!.length ? true : undefined), 'the forwarded file removed');
+  for (const [kind, names] of Object.entries(strays)) {
+    t.same((await readdir(join(r.spool, 'incoming', kind))).sort(), [...names].sort(), `${kind}: strays still in incoming/`);
+    t.same(await readdir(join(r.spool, 'failed', kind)), [], `${kind}: nothing in failed/`);
+  }
+  t.equal(up.received.length, 1, 'only the valid file went up');
 });

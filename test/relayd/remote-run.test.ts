@@ -136,14 +136,15 @@ t.test('the form is checked as RUDDER checks it', async (t) => {
   const r = await relayWithKeys(t);
   const bad = await post(r.url, '/nodes/x', { conditions: 'class~1' });
   t.equal(bad.status, 400);
-  t.equal(await bad.text(), 'invalid condition: class~1, should match ^[a-zA-Z0-9][a-zA-Z0-9_]*$');
+  // RUDDER's reason as the message of the coded JSON error.
+  t.same(await bad.json(), { error: { code: 'ERR_BAD_REQUEST', message: 'invalid condition: class~1, should match ^[a-zA-Z0-9][a-zA-Z0-9_]*$' } });
   t.equal((await post(r.url, '/nodes/x', { conditions: '_x' })).status, 400, 'must start with a letter or digit');
   t.equal((await post(r.url, '/nodes/x', { classes: 'a-b' })).status, 400, 'the classes alias is checked too');
   t.equal((await post(r.url, '/nodes/x', { conditions: `a${'b'.repeat(1024)}` })).status, 400, 'at most 1024 characters');
   t.equal((await post(r.url, '/nodes/x', { asynchronous: 'maybe' })).status, 400);
   const missing = await post(r.url, '/nodes', { keep_output: 'true' });
   t.equal(missing.status, 400);
-  t.equal(await missing.text(), 'Missing nodes');
+  t.same(await missing.json(), { error: { code: 'ERR_BAD_REQUEST', message: 'Missing nodes' } });
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'a=b', chunked: true })).status, 411);
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'x'.repeat(1024 * 1024 + 1) })).status, 413);
   t.equal((await raw(r.url, 'POST', '/remote-run/output/not-a-channel', { body: '{}\n' })).status, 404, 'output for an unknown run');

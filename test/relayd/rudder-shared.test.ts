@@ -130,10 +130,11 @@ if (absent) {
     t.equal((await putFile('file2', `${sign}\n${source}`, '913j')).status, 400);
     const big = await putFile('file2', 'x'.repeat(9000));
     t.equal(big.status, 413);
-    t.equal(big.body, 'PAYLOAD TOO LARGE');
+    // RUDDER's statuses, with Capstan's coded JSON bodies (RUDDER sends PAYLOAD TOO LARGE in plain text).
+    t.equal(JSON.parse(big.body).error.code, 'ERR_BODY_TOO_LARGE');
     const chunked = await raw(r.url, 'PUT', `${FILES}/${TARGET}/${SOURCE}/file2?ttl=1d`, { body: `${sign}\n${source}`, chunked: true });
     t.equal(chunked.status, 411);
-    t.equal(chunked.body, 'LENGTH REQUIRED');
+    t.equal(JSON.parse(chunked.body).error.code, 'ERR_LENGTH_REQUIRED');
 
     t.equal((await putFile('x', `${sign}\n${source}`, '1d', TARGET, 'unknown-node')).status, 404, 'source not below this relay');
     t.equal((await putFile('x', `${sign}\n${source}`, '1d', TARGET, TARGET)).status, 404, "key is not the source's (37817's key-hash is of its .pub file)");
@@ -195,7 +196,7 @@ if (absent) {
     t.equal(get.body, '123\n');
     const missing = await raw(r.url, 'GET', '/rudder/relay-api/1/shared-folder/c745a140-40bc-4b86-b6dc-084488fc906b/doesnotexist');
     t.equal(missing.status, 404);
-    t.equal(missing.body, 'NOT FOUND');
+    t.equal(JSON.parse(missing.body).error.code, 'ERR_NOT_FOUND');
     t.equal((await raw(r.url, 'GET', `${FOLDER}`)).status, 404, 'a directory is not a file');
   });
 

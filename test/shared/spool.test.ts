@@ -272,3 +272,43 @@ t.test('sweepTmp removes stale partial uploads only', async (t) => {
   await writeFile(join(spool.root, 'tmp', 'new.part'), 'x');
   t.equal(await spool.sweepTmp(60_000), 0);
 });
+
+t.test('failed/ is bounded in files and bytes: the oldest go first, the newest stay', async (t) => {
+  // failed/ used to grow without bound until its age-based sweep: anyone able to upload refused
+  // files could fill the disk between two sweeps.
+  const { utimes } = await import('node:fs/promises');
+  const dir = t.testdir();
+  const byFiles = new Spool({ root: join(dir, 'a'), maxFileBytes: 1024, failedMaxFiles: 10 });
+  await byFiles.init();
+  const base = Date.now() / 1000 - 1000;
+  for (let i = 0; i < 25; i++) {
+    const name = `f${String(i).padStart(2, '0')}.log`;
+    await byFiles.acceptBuffer('reports', name, Buffer.from(`body ${i}`));
+    // Distinct ages, oldest first, whatever the file system's timestamp granularity.
+    await utimes(join(byFiles.incomingDir('reports'), name), base + i, base + i);
+    await byFiles.fail('reports', name, 'ERR_TEST: refused');
+    t.ok(byFiles.failedUsage.files <= 10, `never more than 10 failed files (${byFiles.failedUsage.files} after ${i + 1})`);
+  }
+  const left = (await readdir(byFiles.failedDir('reports'))).filter((n) => !n.endsWith('.reason')).sort();
+  t.same(left, left.length ? Array.from({ length: left.length }, (_, k) => `f${String(25 - left.length + k).padStart(2, '0')}.log`) : [], 'the newest are kept');
+  t.ok(left.includes('f24.log'), 'the last one is kept');
+  const reasons = (await readdir(byFiles.failedDir('reports'))).filter((n) => n.endsWith('.reason'));
+  t.equal(reasons.length, left.length, 'each removed file took its reason with it');
+  t.equal(byFiles.failedUsage.evicted, 25 - left.length);
+
+  const byBytes = new Spool({ root: join(dir, 'b'), maxFileBytes: 4096, failedMaxBytes: 10_000 });
+  await byBytes.init();
+  for (let i = 0; i < 12; i++) {
+    await byBytes.acceptBuffer('inventories', `i${i}.json`, Buffer.alloc(3000, i));
+    await utimes(join(byBytes.incomingDir('inventories'), `i${i}.json`), base + i, base + i);
+    await byBytes.fail('inventories', `i${i}.json`, 'ERR_TEST: refused');
+    t.ok(byBytes.failedUsage.bytes <= 10_000, `bytes bounded (${byBytes.failedUsage.bytes})`);
+  }
+  t.ok((await readdir(byBytes.failedDir('inventories'))).includes('i11.json'));
+
+  // The bound also holds over what an earlier process left (counted at start).
+  const again = new Spool({ root: byFiles.root, maxFileBytes: 1024, failedMaxFiles: 3 });
+  await again.init();
+  t.ok(again.failedUsage.files <= 3, 'trimmed at start');
+  t.ok((await readdir(again.failedDir('reports'))).includes('f24.log'));
+});

@@ -5,7 +5,7 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { capstanError, etagMatches, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import { bodyPace, installBodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
 import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';
@@ -34,21 +34,25 @@ const UPLOAD_PATH = new RegExp(`^/(${SPOOL_KINDS.join('|')})/`);
 export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyInstance {
   const app = Fastify({
     logger: false,
-    routerOptions: { ignoreDuplicateSlashes: true },
+    // Header timeout and size, TLS, coded answers to the parser's and router's refusals.
+    ...listenerOptions(ctx.config.http, opts.https as ListenerTls | undefined),
     bodyLimit: ctx.config.spool.max_file_size,
     // Remote-run connections are idle for hours by design; uploads are bounded by their size.
     requestTimeout: 0,
     keepAliveTimeout: 75_000,
     // Close idle keep-alive sockets on close(); requests in flight are let finish.
     forceCloseConnections: 'idle',
-    ...(opts.https ? { https: opts.https } : {}),
   }) as unknown as FastifyInstance;
   installErrorHandler(app, ctx.log);
   installVersionCheck(app);
   installRawBodies(app);
+  // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).
+  installBodyPace(app, bodyPace(ctx.config.http));
   installUploadRoutes(app, {
     spool: ctx.spool,
     maxBytes: ctx.config.spool.max_file_size,
+    pace: bodyPace(ctx.config.http),
+    maxPerClient: ctx.config.http.max_uploads_per_client,
     // Small bodies go to the forwarder from memory (it forwards them at once, no re-read).
     keepBytes: 1024 * 1024,
     onWritten: (kind, name, data) => ctx.written(kind, name, data),

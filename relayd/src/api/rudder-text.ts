@@ -1,32 +1,45 @@
 /**
- * RUDDER's plain-text answers for the relay API routes that are not JSON (shared-files,
- * shared-folder, remote-run), as R/src/api.rs `customize_error` maps them: 404 `NOT FOUND`,
- * 400 with the reason, 411 `LENGTH REQUIRED`, 413 `PAYLOAD TOO LARGE`, anything else 500
- * `INTERNAL SERVER ERROR` (details only in the log). Existing curl runbooks compare these bodies.
+ * Answers of the relay API routes whose successes are not JSON (shared-files, shared-folder,
+ * remote-run). Their statuses are RUDDER's (R/src/api.rs `customize_error`): 400 with the
+ * reason, 404, 411 without a Content-Length, 413, 500 with details only in the log. Their error
+ * bodies are Capstan's coded JSON, `{"error":{"code","message"}}`, like every other answer, where
+ * RUDDER sends plain text (`NOT FOUND`, `LENGTH REQUIRED`): scripts match on the code.
  */
+import { STATUS_CODES } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError, type Logger } from '../shared.js';
+import { CapstanError, capstanError, errorBody, isCapstanError, requestBody, type ErrorCode, type Logger } from '../shared.js';
 
-const TEXT: Record<number, string> = {
-  404: 'NOT FOUND',
-  411: 'LENGTH REQUIRED',
-  413: 'PAYLOAD TOO LARGE',
-  500: 'INTERNAL SERVER ERROR',
+/** The code an error status is answered with when the refusal has none of its own. */
+const CODE_FOR: Record<number, ErrorCode> = {
+  400: 'ERR_BAD_REQUEST',
+  401: 'ERR_UNAUTHORIZED',
+  403: 'ERR_FORBIDDEN',
+  404: 'ERR_NOT_FOUND',
+  411: 'ERR_LENGTH_REQUIRED',
+  413: 'ERR_BODY_TOO_LARGE',
+  502: 'ERR_UPSTREAM',
+  503: 'ERR_BUSY',
 };
 
-export function sendText(reply: FastifyReply, status: number, text = TEXT[status] ?? ''): FastifyReply {
-  return reply.code(status).type('text/plain; charset=utf-8').send(text);
+/** A success as plain text, or an error status as the coded JSON error (message `text` or the status's name). */
+export function sendText(reply: FastifyReply, status: number, text?: string): FastifyReply {
+  if (status >= 400) {
+    const code = CODE_FOR[status] ?? 'ERR_INTERNAL';
+    const message = status >= 500 && code === 'ERR_INTERNAL' ? 'internal error' : text || (STATUS_CODES[status] ?? 'error').toLowerCase();
+    return reply.code(status).type('application/json; charset=utf-8').send(errorBody(new CapstanError(code, message, { statusCode: status })));
+  }
+  return reply.code(status).type('text/plain; charset=utf-8').send(text ?? '');
 }
 
-/** Wrap a handler so that a thrown error becomes RUDDER's text answer. */
+/** Wrap a handler so that a thrown error becomes its coded answer with RUDDER's status. */
 export function rudderText<R extends FastifyRequest>(log: Logger, handler: (req: R, reply: FastifyReply) => Promise<unknown>) {
   return async (req: R, reply: FastifyReply): Promise<unknown> => {
     try {
       return await handler(req, reply);
     } catch (err) {
       const status = isCapstanError(err) ? err.statusCode : 500;
-      if (status === 400 || status === 403) return sendText(reply, status, (err as Error).message);
-      if (status === 404 || status === 411 || status === 413) return sendText(reply, status);
+      if (!req.raw.complete) reply.header('connection', 'close');
+      if (isCapstanError(err) && status < 500) return reply.code(status).type('application/json; charset=utf-8').send(errorBody(err));
       log.error({ err, url: req.url }, 'relay api request failed');
       return sendText(reply, 500);
     }
@@ -45,7 +58,7 @@ export async function readBody(req: FastifyRequest, max: number): Promise<Buffer
   if (length > max) throw capstanError('ERR_BODY_TOO_LARGE', `body of ${length} bytes exceeds the limit of ${max}`);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of req.raw as AsyncIterable<Buffer>) {
+  for await (const chunk of requestBody(req)) {
     size += chunk.length;
     if (size > length) throw capstanError('ERR_BODY_TOO_LARGE', 'body is longer than its Content-Length');
     chunks.push(chunk);

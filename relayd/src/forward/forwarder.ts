@@ -8,7 +8,7 @@
  * longest backoff (minutes) after the upstream came back; with it they all go as soon as the
  * probe answers.
  */
-import { checkUploadName, capstanError, isCapstanError, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import { checkUploadName, isUploadName, capstanError, isCapstanError, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
 import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
 import type { NodesSync } from '../data/sync.js';
@@ -63,6 +63,9 @@ export class Forwarder {
         retryMinMs: o.retryMinMs,
         retryMaxMs: o.retryMaxMs,
         handle: (path, name, signal) => this.handle(kind, path, name, signal),
+        // Files someone dropped into incoming/ whose name is no run log or inventory stay where
+        // they are, as with RUDDER's relayd: only what an upload could have put there is judged.
+        accepts: (name) => isUploadName(kind, name),
       });
       p.on('processed', (e: ProcessedEvent) => this.account(e));
       this.processors[kind] = p;

@@ -4,7 +4,7 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  bodyPace, installBodyPace, installErrorHandler, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
@@ -27,6 +27,8 @@ import { policyAdminRoutes, policyNodeRoutes, type PolicyRouteDeps } from './rou
 
 export interface ServerAppDeps {
   config: ServerConfig;
+  /** TLS for the listener (certificate, key, minVersion); absent → plain HTTP. */
+  https?: ListenerTls;
   store: Store;
   spool: Spool;
   log: Logger;
@@ -59,17 +61,34 @@ export interface ServerAppDeps {
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
-  const app = Fastify({ logger: false, routerOptions: { ignoreDuplicateSlashes: true }, bodyLimit: deps.config.limits.max_body_size });
+  const app = Fastify({
+    logger: false,
+    // Header timeout and size, TLS, coded answers to the parser's and router's refusals.
+    ...listenerOptions(deps.config.http, deps.https),
+    bodyLimit: deps.config.limits.max_body_size,
+  }) as unknown as FastifyInstance;
   installErrorHandler(app, deps.log);
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);
+  // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).
+  installBodyPace(app, bodyPace(deps.config.http));
+  // Refused uploads by code: what anyone on the network is sending that the server turns away.
+  const uploadMetrics = deps.metrics;
+  if (uploadMetrics) {
+    app.addHook('onError', async (req, _reply, err) => {
+      const m = /^\/(reports|inventories)\/:file$/.exec(req.routeOptions.url ?? '');
+      if (m) uploadMetrics.onRefused(m[1]!, isCapstanError(err) ? err.code : 'ERR_INTERNAL');
+    });
+  }
   // An agent talking to the server itself may get its node token in the answer to its inventory.
   const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
   const inMemory = deps.runLogsInMemory;
   installUploadRoutes(app, {
     spool: deps.spool,
     maxBytes: deps.config.limits.max_body_size,
+    pace: bodyPace(deps.config.http),
+    maxPerClient: deps.config.http.max_uploads_per_client,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
     ...tokens,
     keepBytes: (kind, req) => {

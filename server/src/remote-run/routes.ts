@@ -63,8 +63,8 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
 
   app.get<{ Params: { id: string }; Querystring: { relay?: string } }>('/remote-run/listen/:id', async (req, reply) => {
     const id = req.params.id;
-    if (!RELAY_ID_RE.test(id)) return reply.code(400).type('text/plain').send(`invalid relay id: ${id}`);
-    if (req.query.relay !== '1') return reply.code(404).type('text/plain').send('agents hold their remote-run connection to a relay');
+    if (!RELAY_ID_RE.test(id)) throw capstanError('ERR_BAD_REQUEST', `invalid relay id: ${id}`);
+    if (req.query.relay !== '1') throw capstanError('ERR_NOT_FOUND', 'agents hold their remote-run connection to a relay');
     const grant = authorize ? await authorize(req.headers.authorization, id) : undefined;
     reply.hijack();
     const res = reply.raw;
@@ -103,7 +103,7 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
       }
     }
     const known = await deps.runner.output(req.params.channel, jsonLines(req.raw), () => req.raw.destroy());
-    if (!known) return reply.code(404).type('text/plain').send('NOT FOUND');
+    if (!known) throw capstanError('ERR_NOT_FOUND', 'no such remote-run channel');
     return reply.code(200).send({ data: { channel: req.params.channel } });
   });
 }

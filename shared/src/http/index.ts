@@ -1,3 +1,5 @@
 export * from './app.js';
 export * from './version.js';
 export * from './shared-folder.js';
+export * from './tls.js';
+export * from './limits.js';

@@ -159,7 +159,9 @@ export const UPGRADE_PROTOCOL = 'capstan-remote-run';
 
 /** Answer an upgrade request with a plain HTTP error and close the socket. */
 export function refuseUpgrade(socket: Duplex, status: number, text: string): void {
-  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`);
+  const code = status === 400 ? 'ERR_BAD_REQUEST' : status === 401 ? 'ERR_UNAUTHORIZED' : status === 403 ? 'ERR_FORBIDDEN' : status === 404 ? 'ERR_NOT_FOUND' : status === 503 ? 'ERR_BUSY' : 'ERR_INTERNAL';
+  const body = JSON.stringify({ error: { code, message: text === 'NOT FOUND' ? 'not found' : text } });
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 /**

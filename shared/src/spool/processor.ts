@@ -44,6 +44,12 @@ export interface ProcessorOptions {
   retryMaxMs?: number;
   /** Poll (chokidar) instead of inotify, for file systems without inotify. */
   usePolling?: boolean;
+  /**
+   * Names this processor takes; any other file in the directory is left alone, neither handled
+   * nor moved to failed/ (RUDDER's relayd ignores a `bob.log` dropped into its incoming/ the same
+   * way). Absent: every name.
+   */
+  accepts?: (name: string) => boolean;
 }
 
 interface RetryState {
@@ -52,7 +58,9 @@ interface RetryState {
 }
 
 export class SpoolProcessor extends EventEmitter {
-  private readonly o: Required<Omit<ProcessorOptions, 'usePolling'>> & { usePolling: boolean };
+  private readonly o: Required<Omit<ProcessorOptions, 'usePolling' | 'accepts'>> & { usePolling: boolean; accepts?: (name: string) => boolean };
+  /** Names refused by `accepts` and already logged (bounded: the catch-up listing sees them again). */
+  private readonly ignored = new Set<string>();
   private readonly dir: string;
   private watcher: FSWatcher | null = null;
   private dirWatcher: DirWatcher | null = null;
@@ -240,6 +248,13 @@ export class SpoolProcessor extends EventEmitter {
   private offer(name: string): void {
     if (this.stopped || name.length === 0 || name.includes('/') || name.startsWith('.')) return;
     if (this.queued.has(name) || this.inFlight.has(name)) return;
+    if (this.o.accepts && !this.o.accepts(name)) {
+      if (!this.ignored.has(name) && this.ignored.size < 1024) {
+        this.ignored.add(name);
+        this.o.log.warn({ file: name, kind: this.o.kind }, 'not a file name this spool takes, left alone');
+      }
+      return;
+    }
     const r = this.retries.get(name);
     if (r && r.dueAt > Date.now()) return;
     this.queued.add(name);

@@ -48,6 +48,13 @@ export interface SpoolOptions {
   recycleFiles?: number;
   /** ... and at most this many bytes together (default 64 MiB). Released when disk space runs short. */
   recycleBytes?: number;
+  /**
+   * Bounds on failed/ (all kinds together): past either, the oldest failed files (and their
+   * .reason) are removed as new ones arrive, down to 90% of the bound. 0 or absent: no bound.
+   * Anyone who can upload can fill failed/ with refused files; these keep that finite.
+   */
+  failedMaxFiles?: number;
+  failedMaxBytes?: number;
 }
 
 /** Bodies up to this size are read into memory and handed to a writer thread whole. */
@@ -147,6 +154,14 @@ export class Spool {
   private readonly writing = new Map<string, { n: number; overlapped: boolean }>();
   /** Files recycled (taken from free/ by an upload) since start. */
   private reused = 0;
+  private readonly failedMaxFiles: number;
+  private readonly failedMaxBytes: number;
+  /** Files and bytes in failed/ (reasons excluded), counted at init and kept up to date. */
+  private failedFiles = 0;
+  private failedBytes = 0;
+  /** Failed files removed by the bounds since start. */
+  private failedEvicted = 0;
+  private trimming: Promise<number> | null = null;
 
   constructor(opts: SpoolOptions) {
     this.root = opts.root;
@@ -160,6 +175,75 @@ export class Spool {
     this.dirs = { tmp: join(this.root, 'tmp'), free: join(this.root, 'free'), incoming: byKind('incoming'), failed: byKind('failed') };
     const recycleFiles = opts.recycleFiles ?? 1024;
     this.pool = recycleFiles > 0 ? new FreePool(recycleFiles, opts.recycleBytes ?? 64 * 1024 * 1024, IN_MEMORY_MAX) : null;
+    this.failedMaxFiles = opts.failedMaxFiles ?? 0;
+    this.failedMaxBytes = opts.failedMaxBytes ?? 0;
+  }
+
+  /** What failed/ holds (reasons excluded), its bounds (0: none) and how many files the bounds removed since start. */
+  get failedUsage(): { files: number; bytes: number; maxFiles: number; maxBytes: number; evicted: number } {
+    return { files: this.failedFiles, bytes: this.failedBytes, maxFiles: this.failedMaxFiles, maxBytes: this.failedMaxBytes, evicted: this.failedEvicted };
+  }
+
+  /** Every failed file (reasons excluded) with its kind, size and mtime. */
+  private async listFailed(): Promise<Array<{ kind: SpoolKind; name: string; size: number; mtimeMs: number }>> {
+    const out: Array<{ kind: SpoolKind; name: string; size: number; mtimeMs: number }> = [];
+    for (const kind of SPOOL_KINDS) {
+      const dir = this.failedDir(kind);
+      for (const name of await readdir(dir)) {
+        if (name.endsWith('.reason')) continue;
+        const s = await lstat(join(dir, name)).catch(() => null);
+        if (s?.isFile()) out.push({ kind, name, size: s.size, mtimeMs: s.mtimeMs });
+      }
+    }
+    return out;
+  }
+
+  private async countFailed(): Promise<void> {
+    const all = await this.listFailed();
+    this.failedFiles = all.length;
+    this.failedBytes = all.reduce((n, f) => n + f.size, 0);
+  }
+
+  private overFailedBounds(): boolean {
+    return (this.failedMaxFiles > 0 && this.failedFiles > this.failedMaxFiles) || (this.failedMaxBytes > 0 && this.failedBytes > this.failedMaxBytes);
+  }
+
+  /**
+   * Remove the oldest failed files until failed/ is within 90% of its bounds. One pass at a time;
+   * files failed meanwhile are counted by fail() and trimmed by the next pass.
+   */
+  private async trimFailed(): Promise<void> {
+    while (this.overFailedBounds()) {
+      this.trimming ??= this.trimPass().finally(() => {
+        this.trimming = null;
+      });
+      if ((await this.trimming) === 0) break;
+    }
+  }
+
+  /** One pass: list, remove the oldest beyond 90% of the bounds; returns how many went. */
+  private async trimPass(): Promise<number> {
+    const all = (await this.listFailed()).sort((a, b) => a.mtimeMs - b.mtimeMs);
+    let files = all.length;
+    let bytes = all.reduce((n, f) => n + f.size, 0);
+    const files90 = Math.floor(this.failedMaxFiles * 0.9);
+    const bytes90 = Math.floor(this.failedMaxBytes * 0.9);
+    let removed = 0;
+    for (const f of all) {
+      if ((this.failedMaxFiles <= 0 || files <= files90) && (this.failedMaxBytes <= 0 || bytes <= bytes90)) break;
+      const path = join(this.failedDir(f.kind), f.name);
+      await rm(path, { force: true });
+      await rm(`${path}.reason`, { force: true });
+      files--;
+      bytes -= f.size;
+      removed++;
+      this.failedEvicted++;
+      this.failedFiles--;
+      this.failedBytes -= f.size;
+    }
+    // Nothing to remove although the counts say over: they drifted (files removed by hand); recount.
+    if (removed === 0) await this.countFailed();
+    return removed;
   }
 
   get freeDir(): string {
@@ -178,6 +262,8 @@ export class Spool {
       await mkdir(this.incomingDir(kind), { recursive: true });
       await mkdir(this.failedDir(kind), { recursive: true });
     }
+    await this.countFailed();
+    if (this.overFailedBounds()) await this.trimFailed();
     if (this.maxIncomingBytes > 0) {
       this.incomingBytes = 0;
       for (const kind of SPOOL_KINDS) {
@@ -569,11 +655,15 @@ export class Spool {
   async fail(kind: SpoolKind, name: string, reason: string): Promise<void> {
     const dest = join(this.failedDir(kind), name);
     const src = join(this.incomingDir(kind), name);
-    const size = this.maxIncomingBytes > 0 ? (await stat(src).catch(() => null))?.size : undefined;
+    const size = (await stat(src).catch(() => null))?.size;
+    const replaced = (await lstat(dest).catch(() => null))?.size;
     await writeFile(`${dest}.reason`, `${new Date().toISOString()} ${reason.replace(/\s+/g, ' ')}\n`);
     await rename(src, dest);
     this.sizes.delete(`${kind}/${name}`);
-    if (size !== undefined) this.incomingBytes -= size;
+    if (size !== undefined && this.maxIncomingBytes > 0) this.incomingBytes -= size;
+    if (replaced === undefined) this.failedFiles++;
+    this.failedBytes += (size ?? 0) - (replaced ?? 0);
+    if (this.overFailedBounds()) await this.trimFailed();
   }
 
   /**
@@ -593,6 +683,8 @@ export class Spool {
         }
       }
     }
+    await this.countFailed();
+    if (this.overFailedBounds()) await this.trimFailed();
     return removed;
   }
 

@@ -15,8 +15,20 @@ export function checkUploadName(kind: SpoolKind, name: string): { nodeId: string
   return { nodeId: parseInventoryName(name).nodeId };
 }
 
+/** Whether a name is one an upload of this kind may carry (the processors take only those). */
+export function isUploadName(kind: SpoolKind, name: string): boolean {
+  try {
+    checkUploadName(kind, name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 export async function receiveUpload(
   spool: Spool, kind: SpoolKind, name: string, req: IncomingMessage, maxBytes: number, opts: AcceptOptions = {},
+  /** The body as read (e.g. paced: see http/limits.ts); default the request itself. */
+  body: AsyncIterable<Buffer> = req,
 ): Promise<Accepted & { nodeId: string }> {
   const { nodeId } = checkUploadName(kind, name);
   const header = req.headers['content-length'];
@@ -25,6 +37,6 @@ export async function receiveUpload(
   const length = Number(header);
   if (length > maxBytes) throw capstanError('ERR_BODY_TOO_LARGE', `body of ${length} bytes exceeds the limit of ${maxBytes}`);
   if (length === 0) throw capstanError('ERR_BAD_REQUEST', 'empty body');
-  const accepted = await spool.accept(kind, name, req, length, opts);
+  const accepted = await spool.accept(kind, name, body, length, opts);
   return { ...accepted, nodeId };
 }

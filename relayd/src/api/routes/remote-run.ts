@@ -145,7 +145,7 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
     if (!NODE_ID_RE.test(node)) return sendText(reply, 400, `invalid node id: ${node}`);
     if (!(await knows(node))) return sendText(reply, 404, `node ${node} is not in this relay's nodes list`);
     if (rr.hub.size >= rr.hub.maxPeers && !rr.hub.get(node)) {
-      return reply.code(503).header('retry-after', '30').type('text/plain').send('too many remote-run connections');
+      return sendText(reply.header('retry-after', '30'), 503, 'too many remote-run connections');
     }
     reply.hijack();
     const res = reply.raw;

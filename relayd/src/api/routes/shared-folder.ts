@@ -14,8 +14,8 @@
  * (cache/shared-folder.ts: by sha256, single download per file, a governor on upstream downloads).
  * Capstan extension: GET also takes `hash` (sha256), the content the caller expects, which lets
  * the cache answer without asking the upstream; RUDDER clients do not send it.
- * Cache mode adds two answers: 503 `SERVICE UNAVAILABLE` + Retry-After when the download queue is
- * full, 502 `BAD GATEWAY` when the upstream cannot be reached and nothing usable is cached.
+ * Cache mode adds two answers: 503 `ERR_BUSY` + Retry-After when the download queue is
+ * full, 502 `ERR_UPSTREAM` when the upstream cannot be reached and nothing usable is cached.
  */
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
@@ -60,16 +60,16 @@ export function registerSharedFolder(app: FastifyInstance, ctx: RelayContext): v
     } catch (err) {
       if (isCapstanError(err) && err.code === 'ERR_BUSY') {
         reply.header('retry-after', BUSY_RETRY_AFTER);
-        return sendText(reply, 503, head ? '' : 'SERVICE UNAVAILABLE');
+        return sendText(reply, 503, 'too many downloads waiting for the upstream');
       }
       if (isCapstanError(err) && err.code === 'ERR_BODY_TOO_LARGE') throw err;
       const refused = isCapstanError(err) && (err as { permanent?: boolean }).permanent ? Number(err.details?.status) : 0;
       if (refused === 401 || refused === 403) {
         ctx.log.warn({ path: segments.join('/'), status: refused }, 'the upstream refused the token for a shared-folder file');
-        return sendText(reply, refused, head ? '' : refused === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN');
+        return sendText(reply, refused, refused === 401 ? 'the upstream wants a node token' : 'the upstream refused this node');
       }
       ctx.log.warn({ err, path: segments.join('/') }, 'shared-folder file not available from the upstream');
-      return sendText(reply, 502, head ? '' : 'BAD GATEWAY');
+      return sendText(reply, 502, 'the upstream cannot be reached and nothing usable is cached');
     }
   };
 
