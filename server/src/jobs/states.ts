@@ -54,6 +54,24 @@ export const REASONS = {
     'not_accepted', // the node is pending or refused
     'terminated', // the node's state is terminated (final)
     'no_agent', // the node never sent an inventory: nothing there to run
+    // bootstrap jobs (docs/bootstrap.md); each names one ERR_BOOTSTRAP_* / ERR_CREDENTIAL_* code
+    'has_agent', // the node already has an agent
+    'no_address', // the node has no address to connect to
+    'not_discovered', // the node has no cloud identity (not from a manager): its agent could not join its row
+    'no_credential', // no credential matches the node (or the one named is unknown)
+    'ambiguous_credential', // two credentials match it equally specifically
+    'credential_sealed', // the credential does not open with this server's identity secret
+    'unreachable', // no SSH connection (refused, timed out, lost)
+    'auth_refused', // the SSH server refused the credential
+    'host_key_changed', // the host key is not the pinned one (an admin clears the pin)
+    'unsupported_os', // not Linux with dpkg, or no package for its architecture
+    'no_sudo', // sudo did not run a command without a password
+    'no_package', // no agent package could be had (package_dir empty, download or sha256 failed)
+    'copy_failed', // the package or the configuration could not be copied
+    'install_failed', // dpkg, the configuration or the start command failed
+    'command_timeout', // a command outlived bootstrap.command_timeout
+    'enrol_timeout', // no inventory with the job's secret within bootstrap.enrol_timeout
+    'bootstrap_error', // anything else (the message says what)
   ],
   aborted: ['cancelled', 'timeout'],
 } as const satisfies Record<TaskState, readonly string[]>;

@@ -1,6 +1,7 @@
 /** Row ↔ record for jobs, shared by both backends (see jobs-types.ts). */
 import { TASK_STATES, type TaskState } from '../jobs/states.js';
-import type { JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './jobs-types.js';
+import type { NodeFilter } from './store.js';
+import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './jobs-types.js';
 
 export type Row = Record<string, unknown>;
 
@@ -26,7 +27,7 @@ export function progressFrom(rows: Array<{ state: unknown; n: unknown }>): JobPr
 }
 
 export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
-  const spec = json<{ nodes?: string[]; node_selectors?: NodeSelector[] }>(r.spec);
+  const spec = json<{ nodes?: string[]; node_selectors?: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec }>(r.spec);
   return {
     id: String(r.id),
     name: String(r.name),
@@ -34,9 +35,11 @@ export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
     state: r.state as JobState,
     nodes: spec.nodes ?? [],
     node_selectors: spec.node_selectors ?? [],
+    ...(spec.filters && spec.filters.length > 0 && { filters: spec.filters }),
     conditions: json<string[]>(r.conditions),
     keep_output: r.keep_output === true || r.keep_output === 1,
     timeout_ms: Number(r.timeout_ms),
+    ...(spec.bootstrap && { bootstrap: spec.bootstrap }),
     created_at: iso(r.created_at),
     deadline_at: iso(r.deadline_at),
     finished_at: isoOrNull(r.finished_at),
@@ -54,6 +57,7 @@ export function taskFromRow(r: Row): TaskRecord {
     relay: (r.relay as string | null) ?? null,
     exit_code: r.exit_code === null || r.exit_code === undefined ? null : Number(r.exit_code),
     output: (r.output as string | null) ?? null,
+    step: (r.step as string | null) ?? null,
     updated_at: iso(r.updated_at),
   };
 }
@@ -68,9 +72,18 @@ export function transitionFromRow(r: Row): TaskTransition {
   };
 }
 
-export function specJson(j: { nodes: string[]; node_selectors: NodeSelector[] }): string {
-  return JSON.stringify({ nodes: j.nodes, node_selectors: j.node_selectors });
+export function specJson(j: { nodes: string[]; node_selectors: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec }): string {
+  return JSON.stringify({
+    nodes: j.nodes, node_selectors: j.node_selectors,
+    ...(j.filters && j.filters.length > 0 && { filters: j.filters }),
+    ...(j.bootstrap && { bootstrap: j.bootstrap }),
+  });
+}
+
+/** The SQL condition (over `jobs j`) of one dispatcher's kind of job. */
+export function kindCondition(kind: JobKind): string {
+  return kind === 'bootstrap' ? "j.type = 'bootstrap'" : "j.type <> 'bootstrap'";
 }
 
 export const JOB_COLUMNS = 'id, name, type, state, spec, conditions, keep_output, timeout_ms, created_at, deadline_at, finished_at';
-export const TASK_COLUMNS = 'job_id, node_id, state, reason, message, relay, exit_code, output, updated_at';
+export const TASK_COLUMNS = 'job_id, node_id, state, reason, message, relay, exit_code, output, step, updated_at';

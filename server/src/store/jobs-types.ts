@@ -6,7 +6,17 @@
 import type { TaskState } from '../jobs/states.js';
 import type { NodeFilter, Page } from './store.js';
 
-export type JobType = 'run' | 'inventory';
+export type JobType = 'run' | 'inventory' | 'bootstrap';
+/** Which pending tasks a dispatcher takes: relays run `run`/`inventory`, the bootstrap runner its own. */
+export type JobKind = 'remote-run' | 'bootstrap';
+
+/** What a bootstrap job needs beyond its targets (docs/bootstrap.md). */
+export interface BootstrapSpec {
+  /** A credential named by the admin for every target; null: chosen per node by its selectors. */
+  credential: string | null;
+  /** The relay (or server) URL written into the agent's configuration. */
+  relay_url: string;
+}
 /** running until every task is final (then finished), or cancelled by an admin. */
 export type JobState = 'running' | 'finished' | 'cancelled';
 
@@ -22,9 +32,13 @@ export interface JobInsert {
   /** What the admin asked for, kept as given (static nodes and selectors). */
   nodes: string[];
   node_selectors: NodeSelector[];
+  /** Node filters the admin gave beyond the selectors (empty: none). */
+  filters?: NodeFilter[];
   conditions: string[];
   keep_output: boolean;
   timeout_ms: number;
+  /** Bootstrap jobs only. */
+  bootstrap?: BootstrapSpec;
   created_at: string;
   /** created_at + timeout: non-final tasks are aborted (reason timeout) after it. */
   deadline_at: string;
@@ -49,6 +63,8 @@ export interface TaskRecord {
   exit_code: number | null;
   /** The run's output lines (keep_output only), bounded by jobs.max_output. */
   output: string | null;
+  /** Bootstrap tasks: the step reached (connect, verify, copy, install, enrol, done); null otherwise. */
+  step: string | null;
   updated_at: string;
 }
 
@@ -107,8 +123,13 @@ export interface JobStore {
    * `scheduled` (reason dispatched) with `relay` and `message`. Returns the node ids claimed.
    */
   claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]>;
-  /** Pending tasks of running jobs, at most `limit` tasks, oldest jobs first. */
-  pendingWork(limit: number): Promise<PendingWork[]>;
+  /** Pending tasks of running jobs of one kind (default remote-run), at most `limit` tasks, oldest jobs first. */
+  pendingWork(limit: number, kind?: JobKind): Promise<PendingWork[]>;
+  /**
+   * Record the step an in-progress task reached, with a message; false (nothing changed) when the
+   * task is not in progress any more (cancelled, timed out).
+   */
+  setTaskStep(jobId: string, nodeId: string, step: string, message: string, at: string): Promise<boolean>;
   /** Abort (reason cancelled) every non-final task and mark the job cancelled; null when unknown. */
   cancelJob(id: string, at: string): Promise<JobRecord | null>;
   /** Abort (reason timeout) the non-final tasks of running jobs past their deadline; returns how many. */

@@ -10,10 +10,12 @@
 import type {
   ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks, RunOutcome,
 } from '@capstan/shared';
+import type { BootstrapStore } from './bootstrap-types.js';
 import type { IdentityStore } from './identity.js';
 import type { JobStore } from './jobs-types.js';
 import type { ManagerStore } from './managers-types.js';
 
+export type * from './bootstrap-types.js';
 export type * from './identity.js';
 export type * from './jobs-types.js';
 export type * from './managers-types.js';
@@ -399,6 +401,8 @@ export interface Store {
   readonly jobs: JobStore;
   /** Managers (discovery sources) and the nodes they hold (issue 8; ./managers-types.ts). */
   readonly managers: ManagerStore;
+  /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap-types.ts). */
+  readonly bootstrap: BootstrapStore;
   close(): Promise<void>;
 
   getNode(id: string): Promise<NodeRecord | null>;

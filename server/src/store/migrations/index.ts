@@ -14,6 +14,7 @@ import { ingestCompact } from './0007_ingest_compact.js';
 import { packedOutcomes } from './0008_packed_outcomes.js';
 import { relayNodes } from './0009_relay_nodes.js';
 import { complianceChanges } from './0010_compliance_changes.js';
+import { bootstrap } from './0011_bootstrap.js';
 
 export interface Migration {
   version: number;
@@ -22,7 +23,9 @@ export interface Migration {
   postgres: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges];
+export const MIGRATIONS: readonly Migration[] = [
+  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap,
+];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;

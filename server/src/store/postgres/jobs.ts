@@ -9,9 +9,9 @@ import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../.
 import { storeError } from '../errors.js';
 import { inTransaction } from './tx.js';
 import type {
-  JobInsert, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
+  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
-import { JOB_COLUMNS, jobFromRow, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
+import { JOB_COLUMNS, jobFromRow, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
 import type { Page } from '../store.js';
 
 type Q = pg.Pool | pg.PoolClient;
@@ -168,10 +168,10 @@ export class PostgresJobStore implements JobStore {
     });
   }
 
-  async pendingWork(limit: number): Promise<PendingWork[]> {
+  async pendingWork(limit: number, kind: JobKind = 'remote-run'): Promise<PendingWork[]> {
     return this.read('pending tasks', async (c) => {
       const rows = await this.q<{ job_id: string; node_id: string }>(c, `SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
-        WHERE t.state = 'pending' AND j.state = 'running' ORDER BY j.created_at, t.job_id, t.node_id LIMIT $1`, [limit]);
+        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)} ORDER BY j.created_at, t.job_id, t.node_id LIMIT $1`, [limit]);
       const byJob = new Map<string, string[]>();
       for (const r of rows.rows) byJob.set(r.job_id, [...(byJob.get(r.job_id) ?? []), r.node_id]);
       const out: PendingWork[] = [];
@@ -181,6 +181,11 @@ export class PostgresJobStore implements JobStore {
       }
       return out;
     });
+  }
+
+  async setTaskStep(jobId: string, nodeId: string, step: string, message: string, at: string): Promise<boolean> {
+    return this.read('task step', async (c) => (await this.q(c, `UPDATE job_tasks SET step = $3, message = $4, updated_at = $5
+      WHERE job_id = $1 AND node_id = $2 AND state = 'in_progress'`, [jobId, nodeId, step, message, utc(at)])).rowCount! > 0);
   }
 
   private async abortTasks(c: Q, tasks: Array<{ job_id: string; node_id: string; state: TaskState }>, reason: 'cancelled' | 'timeout', at: string, message: string): Promise<void> {

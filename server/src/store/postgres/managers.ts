@@ -187,7 +187,7 @@ export class PostgresManagerStore implements ManagerStore {
       const next = adopted(old, nodeId, at);
       await c.query('UPDATE nodes SET source_id = NULL, account_id = NULL WHERE id = $1', [old.id]);
       await c.query(INSERT_ROW, nodeValues(next));
-      for (const table of ['node_tags', 'node_groups', 'node_history', 'node_managers']) {
+      for (const table of ['node_tags', 'node_groups', 'node_history', 'node_managers', 'node_host_keys']) {
         await c.query(`UPDATE ${table} SET node_id = $1 WHERE node_id = $2`, [nodeId, old.id]);
       }
       await c.query('DELETE FROM nodes WHERE id = $1', [old.id]);

@@ -40,6 +40,7 @@ import {
 import { runRange, toUtcIso } from '../time.js';
 import { migratePostgres } from './migrate.js';
 import { PostgresIdentityStore } from './identity.js';
+import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
@@ -78,6 +79,7 @@ export class PostgresStore implements Store {
   private closed = false;
   readonly identity: PostgresIdentityStore;
   readonly jobs = new PostgresJobStore(() => this.pool);
+  readonly bootstrap = new PostgresBootstrapStore(() => this.pool);
   readonly managers: PostgresManagerStore = new PostgresManagerStore(() => this.pool, this);
 
   constructor(opts: PostgresStoreOptions) {

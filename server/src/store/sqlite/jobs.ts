@@ -7,10 +7,10 @@ import type Database from 'better-sqlite3';
 import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../../jobs/states.js';
 import { storeError } from '../errors.js';
 import type {
-  JobInsert, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
+  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
 import {
-  JOB_COLUMNS, jobFromRow, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
+  JOB_COLUMNS, jobFromRow, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
 } from '../jobs-rows.js';
 import type { Page } from '../store.js';
 
@@ -145,14 +145,19 @@ export class SqliteJobStore implements JobStore {
     });
   }
 
-  async pendingWork(limit: number): Promise<PendingWork[]> {
+  async pendingWork(limit: number, kind: JobKind = 'remote-run'): Promise<PendingWork[]> {
     return this.read('pending tasks', (db) => {
       const rows = db.prepare(`SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
-        WHERE t.state = 'pending' AND j.state = 'running' ORDER BY j.created_at, t.job_id, t.node_id LIMIT ?`).all(limit) as Array<{ job_id: string; node_id: string }>;
+        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)} ORDER BY j.created_at, t.job_id, t.node_id LIMIT ?`).all(limit) as Array<{ job_id: string; node_id: string }>;
       const byJob = new Map<string, string[]>();
       for (const r of rows) byJob.set(r.job_id, [...(byJob.get(r.job_id) ?? []), r.node_id]);
       return [...byJob].map(([id, nodes]) => ({ job: this.job(db, id)!, nodes }));
     });
+  }
+
+  async setTaskStep(jobId: string, nodeId: string, step: string, message: string, at: string): Promise<boolean> {
+    return this.write('task step', (db) => db.prepare(`UPDATE job_tasks SET step = ?, message = ?, updated_at = ?
+      WHERE job_id = ? AND node_id = ? AND state = 'in_progress'`).run(step, message, utc(at), jobId, nodeId).changes > 0);
   }
 
   /** Abort these (non-final) tasks with one reason. */

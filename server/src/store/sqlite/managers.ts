@@ -177,7 +177,7 @@ export class SqliteManagerStore implements ManagerStore {
       // The cloud identity is unique: free it on the old row before the new row takes it.
       db.prepare('UPDATE nodes SET source_id = NULL, account_id = NULL WHERE id = ?').run(old.id);
       db.prepare(INSERT_ROW).run(nodeParams(next));
-      for (const table of ['node_tags', 'node_groups', 'node_history', 'node_managers']) {
+      for (const table of ['node_tags', 'node_groups', 'node_history', 'node_managers', 'node_host_keys']) {
         db.prepare(`UPDATE ${table} SET node_id = ? WHERE node_id = ?`).run(nodeId, old.id);
       }
       db.prepare('DELETE FROM nodes WHERE id = ?').run(old.id);

@@ -38,6 +38,7 @@ import {
 import { runRange, toUtcIso } from '../time.js';
 import { migrateSqlite } from './migrate.js';
 import { SqliteIdentityStore } from './identity.js';
+import { SqliteBootstrapStore } from './bootstrap.js';
 import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
@@ -65,6 +66,7 @@ export class SqliteStore implements Store {
   private readonly statements = new Map<string, Database.Statement>();
   readonly identity: SqliteIdentityStore;
   readonly jobs = new SqliteJobStore(() => this.db);
+  readonly bootstrap = new SqliteBootstrapStore(() => this.db);
   readonly managers: SqliteManagerStore = new SqliteManagerStore(() => this.db, this);
 
   constructor(opts: SqliteStoreOptions) {
