@@ -18,6 +18,8 @@ import { loadServerConfig, type ServerConfig } from './config.js';
 import { NodeIdentity, type KeyView } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ensurePolicyKey } from './policy/key.js';
+import { parseCredentialRequest, sealCredential } from './bootstrap/credentials.js';
+import { createJob, parseJobRequest } from './jobs/create.js';
 import { startServer } from './server.js';
 import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
@@ -412,12 +414,12 @@ verb(nodes, 'lifecycle', 'registry counts by status, state and acceptance (GET /
 const keys = program.command('keys').description('the keyring that signs node identity tokens (the admin API\'s /api/1/keys)');
 
 /** Open the identity keyring of the data directory, run one verb, close it. Coded 4xx → exit 4. */
-async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdentity) => Promise<void> | void): Promise<void> {
+async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdentity, store: Store) => Promise<void> | void): Promise<void> {
   const config = configFrom(flags);
   await withStore(flags, async (store) => {
     const identity = await NodeIdentity.open({ dataDir: config.general.data_dir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity) });
     try {
-      await fn(identity);
+      await fn(identity, store);
     } finally {
       identity.close();
     }
@@ -451,6 +453,104 @@ verb(keys, 'delete <kid>', 'delete a retired key; refused while it signs unexpir
       out(flags, { data: r }, () => `${kid} deleted (${r.nodes} nodes held tokens it signed)\n`);
     });
   });
+
+// Bootstrap (docs/bootstrap.md): SSH credentials, pinned host keys, bootstrap jobs and their progress.
+const credentials = program.command('credentials').description('SSH credentials for bootstrap jobs (the admin API\'s /api/1/credentials)');
+
+/** A secret read from a file (never from the command line, where `ps` would show it). */
+const secretFile = async (path: string | undefined, what: string) => (path === undefined ? undefined : readFile(path, 'utf8').catch((err: Error) => {
+  throw capstanError('ERR_BAD_REQUEST', `cannot read ${what} ${path}: ${err.message}`);
+}));
+
+verb(credentials, 'add', 'add a credential, sealed at rest (POST /api/1/credentials)')
+  .requiredOption('--id <id>', 'credential id')
+  .requiredOption('--user <name>', 'login name on the nodes')
+  .option('--port <n>', 'SSH port (default 22)', int('port'))
+  .option('--key-file <file>', 'private key (OpenSSH or PEM)')
+  .option('--passphrase-file <file>', 'the private key\'s passphrase')
+  .option('--password-file <file>', 'a password (with or instead of a key)')
+  .option('-s, --selector <selector>', 'node:<id>, tag:<key>=<value>, group:<id>, manager:<id> or *; repeatable', collect)
+  .action(async (flags: CommonFlags & { id: string; user: string; port?: number; keyFile?: string; passphraseFile?: string; passwordFile?: string; selector?: string[] }) => {
+    await withIdentity(flags, async (identity, store) => {
+      const passphrase = (await secretFile(flags.passphraseFile, '--passphrase-file'))?.replace(/\r?\n$/, '');
+      const password = (await secretFile(flags.passwordFile, '--password-file'))?.replace(/\r?\n$/, '');
+      const privateKey = await secretFile(flags.keyFile, '--key-file');
+      const req = parseCredentialRequest({
+        id: flags.id, user: flags.user, selectors: flags.selector ?? [],
+        ...(flags.port !== undefined && { port: flags.port }), ...(privateKey !== undefined && { private_key: privateKey }),
+        ...(passphrase !== undefined && { passphrase }), ...(password !== undefined && { password }),
+      });
+      const c = await store.bootstrap.createCredential(sealCredential(req, identity.keySealer, new Date()));
+      out(flags, { data: c }, () => `${c.id} added (${c.fingerprint ?? 'password'})\n`);
+    });
+  });
+
+verb(credentials, 'list', 'credentials: metadata only (GET /api/1/credentials)').action(async (flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const rows = await store.bootstrap.listCredentials();
+    out(flags, { data: rows, total: rows.length }, () => table([['id', (c) => c.id], ['user', (c) => c.user], ['port', (c) => c.port],
+      ['selectors', (c) => c.selectors.join(' ')], ['fingerprint', (c) => c.fingerprint], ['created', (c) => c.created_at]], rows));
+  });
+});
+
+verb(credentials, 'delete <id>', 'delete a credential (DELETE /api/1/credentials/<id>)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    if (!(await store.bootstrap.deleteCredential(id))) throw capstanError('ERR_CREDENTIAL_UNKNOWN', `credential ${id} is unknown`);
+    out(flags, { data: { id, deleted: true } }, () => `${id} deleted\n`);
+  });
+});
+
+verb(nodes, 'host-key <id>', 'the SSH host key pinned for a node (GET /api/1/nodes/<id>/host-key)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const k = await store.bootstrap.getHostKey(id);
+    if (!k) throw capstanError('ERR_NOT_FOUND', `no host key is pinned for node ${id}`);
+    out(flags, { data: k }, () => `${k.algorithm} ${k.fingerprint} (pinned ${k.pinned_at}${k.job_id ? ` by job ${k.job_id}` : ''})\n`);
+  });
+});
+
+verb(nodes, 'clear-host-key <id>', 'forget a node\'s pinned SSH host key after a legitimate change (DELETE /api/1/nodes/<id>/host-key)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    if (!(await store.bootstrap.clearHostKey(id))) throw capstanError('ERR_NOT_FOUND', `no host key is pinned for node ${id}`);
+    out(flags, { data: { node_id: id, cleared: true } }, () => `host key of ${id} cleared: the next bootstrap pins the key it meets\n`);
+  });
+});
+
+const jobs = program.command('jobs').description('jobs and their per-node tasks (the admin API\'s /api/1/jobs)');
+
+verb(jobs, 'bootstrap', 'install the agent over SSH on nodes with an address and no agent (POST /api/1/jobs {type: "bootstrap"})')
+  .option('--name <name>', 'job name', 'bootstrap')
+  .option('-n, --node <id>', 'node id, repeatable', collect)
+  .option('-f, --filter <key=value>', 'node filter, repeatable (group=web, tag:env=prod, managed_by=aws-prod)', collect)
+  .option('--credential <id>', 'use this credential for every node (default: chosen by selectors)')
+  .option('--relay-url <url>', 'the URL the agent reports to (default: [bootstrap] relay_url)')
+  .option('--timeout <duration>', 'the job\'s timeout (default: [jobs] default_timeout)')
+  .action(async (flags: CommonFlags & { name: string; node?: string[]; filter?: string[]; credential?: string; relayUrl?: string; timeout?: string }) => {
+    const config = configFrom(flags);
+    const limits = {
+      defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
+      bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
+    };
+    await withStore(flags, async (store) => {
+      const req = parseJobRequest({
+        name: flags.name, type: 'bootstrap', nodes: flags.node ?? [], filters: (flags.filter ?? []).map((f) => filterArg(f, false)),
+        ...(flags.credential !== undefined && { credential: flags.credential }), ...(flags.relayUrl !== undefined && { relay_url: flags.relayUrl }),
+        ...(flags.timeout !== undefined && { timeout: flags.timeout }),
+      }, limits);
+      // The running server takes the pending tasks at its next jobs sweep.
+      const job = await createJob(store, req, limits, new Date());
+      out(flags, { data: job }, () => `${job.id} created (${job.progress.total} nodes, ${job.progress.failed} failed at once)\n`);
+    });
+  });
+
+verb(jobs, 'show <id>', 'a job and the progress of each node (GET /api/1/jobs/<id>)').action(async (id: string, flags: CommonFlags) => {
+  await withStore(flags, async (store) => {
+    const job = await store.jobs.getJob(id);
+    if (!job) throw capstanError('ERR_JOB_UNKNOWN', `job ${id} is unknown`);
+    const tasks = await store.jobs.listTasks(id);
+    out(flags, { data: { ...job, tasks } }, () =>
+      `${job.name} (${job.type}) ${job.state}\n${table([['node', (x) => x.node_id], ['state', (x) => x.state], ['step', (x) => x.step], ['reason', (x) => x.reason], ['message', (x) => x.message]], tasks)}`);
+  });
+});
 
 const policyKey = program.command('policy-key').description('the ed25519 key that signs policy bundles (docs/policy.md)');
 

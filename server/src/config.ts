@@ -152,6 +152,41 @@ export const SERVER_SCHEMA = {
     /** Linked relays get a heartbeat line this often (keeps NAT and proxies open). */
     heartbeat: { type: 'duration', default: '25s', min: 100 },
   },
+  bootstrap: {
+    /** Run bootstrap jobs (agent installs over SSH, docs/bootstrap.md) from this server. */
+    enabled: { type: 'boolean', default: true },
+    /** Nodes bootstrapped at the same time by this process. */
+    concurrency: { type: 'integer', default: 4, min: 1, max: 256 },
+    /** TCP connect, SSH handshake and authentication, together. */
+    connect_timeout: { type: 'duration', default: '20s', min: 100 },
+    /** Longest one command (dpkg, the copy of the package) may take on the node. */
+    command_timeout: { type: 'duration', default: '5m', min: 100 },
+    /** After the install, the agent's first inventory (with the job's secret) must arrive within this. */
+    enrol_timeout: { type: 'duration', default: '10m', min: 100 },
+    /** How often the enrol step looks for that inventory. */
+    enrol_poll: { type: 'duration', default: '2s', min: 10 },
+    /** Folder holding capstan-agent_<version>_<arch>.deb (npm run package); empty: <data_dir>/packages. */
+    package_dir: { type: 'string', default: '', optional: true },
+    /** Instead: an agent package to download (http or https), used for every architecture it says. */
+    package_url: { type: 'string', default: '', optional: true },
+    /** sha256 (hex) the downloaded package must have; required with package_url. */
+    package_sha256: { type: 'string', default: '', optional: true },
+    /** Largest package downloaded from package_url. */
+    max_package_size: { type: 'size', default: '256MiB', min: 1024 },
+    /** The relay (or server) URL written into the agent's configuration when a job names none. */
+    relay_url: { type: 'string', default: '', optional: true },
+    /** Prefix of the privileged commands on the node; empty when the credential logs in as root. */
+    sudo: { type: 'string', default: 'sudo -n', optional: true },
+    /** Run with sudo after the install to start the agent; empty: start nothing. */
+    start_command: { type: 'string', default: 'systemctl enable --now capstan-agent.timer', optional: true },
+    /** Where the package and configuration are copied first (a private directory is made in it). */
+    remote_tmp: { type: 'string', default: '/tmp' },
+    /**
+     * Advanced and tests: install into this directory on the node instead of / (dpkg --root,
+     * maintainer scripts under $DPKG_ROOT); the agent's state directory is put under it too.
+     */
+    install_root: { type: 'string', default: '/' },
+  },
   providers: {
     /** Poll the managers whose provider is `server` (cloud discovery from the server itself). */
     enabled: { type: 'boolean', default: true },
@@ -175,5 +210,15 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   if (config.lifecycle.missing_after < unreachableAfter) {
     throw capstanError('ERR_CONFIG', 'lifecycle.missing_after must be at least run_interval × missed_runs (a node is unreachable before it is missing)');
   }
+  if ((config.bootstrap.package_url === '') !== (config.bootstrap.package_sha256 === '')) {
+    throw capstanError('ERR_CONFIG', 'bootstrap.package_url and bootstrap.package_sha256 go together');
+  }
+  if (config.bootstrap.package_sha256 !== '' && !/^[0-9a-f]{64}$/i.test(config.bootstrap.package_sha256)) {
+    throw capstanError('ERR_CONFIG', 'bootstrap.package_sha256 must be 64 hexadecimal digits');
+  }
+  if (config.bootstrap.package_url !== '' && !/^https?:\/\//.test(config.bootstrap.package_url)) {
+    throw capstanError('ERR_CONFIG', 'bootstrap.package_url must be an http or https URL');
+  }
+  if (!config.bootstrap.install_root.startsWith('/')) throw capstanError('ERR_CONFIG', 'bootstrap.install_root must be an absolute path');
   return config;
 }

@@ -18,6 +18,8 @@ import { NodeIdentity } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { JobRunner } from './jobs/runner.js';
+import { BootstrapRunner } from './bootstrap/runner.js';
+import { AgentPackages } from './bootstrap/packages.js';
 import { RelayHub } from './remote-run/hub.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
@@ -161,6 +163,22 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     maxOutputBytes: config.jobs.max_output,
   });
 
+  // Bootstrap jobs: agents installed over SSH from this server (docs/bootstrap.md).
+  const bootstrap = config.bootstrap.enabled
+    ? new BootstrapRunner({
+      store, log, sealer: identity.keySealer,
+      packages: new AgentPackages({
+        dir: config.bootstrap.package_dir || join(dataDir, 'packages'),
+        url: config.bootstrap.package_url,
+        sha256: config.bootstrap.package_sha256,
+        maxBytes: config.bootstrap.max_package_size,
+        cacheDir: join(dataDir, 'packages', 'downloaded'),
+      }),
+      settings: config.bootstrap,
+      sweepIntervalMs: config.jobs.sweep_interval,
+    })
+    : null;
+
   // Managers whose provider is `server` are polled here; each poll goes straight to the registry.
   const providers = config.providers.enabled
     ? new Poller({
@@ -196,7 +214,15 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     },
     // Policy downloads need a valid token of the node (issue 7), unless turned off.
     policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
-    jobs: { store, runner: jobs, limits: { defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets } },
+    jobs: {
+      store, runner: jobs,
+      ...(bootstrap && { bootstrap }),
+      limits: {
+        defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
+        bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
+      },
+    },
+    bootstrap: { sealer: identity.keySealer },
     remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
     managers: {
       // A manager created a moment ago is not in the poller's list yet: refresh first.
@@ -227,6 +253,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   spoolTimer.unref();
   sweeper.start();
   jobs.start();
+  bootstrap?.start();
   providers?.start();
   // Catch up with model or registry changes this process did not see (another server on the
   // same database, a crash mid-regeneration): unchanged nodes cost a read, not a write.
@@ -256,6 +283,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         // Linked relays hold connections app.close() would wait for: end them first.
         relayHub.close();
         await jobs.stop();
+        await bootstrap?.stop();
         await providers?.stop();
         await app.close();
         await sweeper.stop();

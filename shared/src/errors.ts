@@ -126,6 +126,32 @@ export const ERROR_CODES = {
   ERR_MANAGER_NODES_CHOICE: { status: 400 },
   /** The cloud API refused or could not be reached (the cloud's own error is in the message). */
   ERR_PROVIDER: { status: 502, transient: true },
+  // SSH credentials and agent bootstrap (docs/bootstrap.md); the task reasons name the same failures
+  ERR_CREDENTIAL_INVALID: { status: 400 },
+  ERR_CREDENTIAL_UNKNOWN: { status: 404 },
+  /** No credential's selectors match the node. */
+  ERR_CREDENTIAL_NONE: { status: 400 },
+  /** Two or more credentials match the node equally specifically. */
+  ERR_CREDENTIAL_AMBIGUOUS: { status: 409 },
+  /** A credential's sealed secret does not open with this server's identity secret. */
+  ERR_CREDENTIAL_SEALED: { status: 500 },
+  ERR_BOOTSTRAP_DISABLED: { status: 400 },
+  /** The SSH server refused every authentication the credential offers. */
+  ERR_BOOTSTRAP_AUTH: { status: 502 },
+  /** The node's SSH host key is not the one pinned: nothing more is done until an admin clears the pin. */
+  ERR_BOOTSTRAP_HOST_KEY_CHANGED: { status: 409 },
+  /** The SSH connection could not be made or was lost. */
+  ERR_BOOTSTRAP_CONNECT: { status: 502 },
+  /** The sudo command failed without a password (absent, or not allowed). */
+  ERR_BOOTSTRAP_NO_SUDO: { status: 502 },
+  ERR_BOOTSTRAP_UNSUPPORTED_OS: { status: 502 },
+  /** No agent package for the node's architecture (or the configured one failed its sha256). */
+  ERR_BOOTSTRAP_NO_PACKAGE: { status: 500 },
+  ERR_BOOTSTRAP_COPY: { status: 502 },
+  ERR_BOOTSTRAP_INSTALL: { status: 502 },
+  /** The installed agent sent no inventory with the job's secret within bootstrap.enrol_timeout. */
+  ERR_BOOTSTRAP_ENROL_TIMEOUT: { status: 504 },
+  ERR_BOOTSTRAP_COMMAND_TIMEOUT: { status: 504 },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },

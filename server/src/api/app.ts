@@ -17,6 +17,7 @@ import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
 import { complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
+import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
 import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
@@ -54,6 +55,8 @@ export interface ServerAppDeps {
   now?: () => Date;
   /** Jobs (absent: no job routes). */
   jobs?: JobRouteDeps;
+  /** SSH credentials and pinned host keys for bootstrap jobs (absent: no such routes). */
+  bootstrap?: Omit<BootstrapRouteDeps, 'store'>;
   /** Managers (issue 8): admin routes always; how server-hosted managers are polled. */
   managers?: Omit<ManagerRouteDeps, 'store'>;
   /** The remote-run link relays hold to the server (absent: no such endpoints). */
@@ -172,6 +175,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     changeRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
+    if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
     managerAdminRoutes(admin, { store: deps.store, ...deps.managers });
     if (deps.identity) identityAdminRoutes(admin, deps.identity);
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));

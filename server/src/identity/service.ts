@@ -68,6 +68,11 @@ export class NodeIdentity {
     this.clock = o.clock ?? (() => new Date());
   }
 
+  /** The keyring's sealer, which also seals the bootstrap credentials (bootstrap/credentials.ts). */
+  get keySealer(): KeySealer {
+    return this.sealer;
+  }
+
   /**
    * The keyring of the registry database. The first start on an empty database makes the first
    * key (or imports an old <data-dir>/identity.db once); every start checks the secret file opens

@@ -9,7 +9,8 @@ import {
   capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified,
   verifySmime,
 } from '@capstan/shared';
-import { autoAcceptCause, SECRET_FIELD } from '../registry/enrollment.js';
+import { autoAcceptCause, MIN_SECRET_LENGTH, SECRET_FIELD } from '../registry/enrollment.js';
+import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
 
@@ -63,6 +64,21 @@ function parseJson(content: Buffer): unknown {
   }
 }
 
+/**
+ * A bootstrap task's secret in a newcomer's inventory: used once (a second inventory with it is
+ * an ordinary newcomer), it yields the cloud identity of the row to join and the acceptance cause.
+ */
+async function bootstrapEnrolment(
+  deps: IngestDeps, nodeId: string, secret: unknown, at: string,
+): Promise<{ cause: string; identity: { source_id: string; region: string; account_id: string } | null } | null> {
+  if (typeof secret !== 'string' || secret.length < MIN_SECRET_LENGTH || secret.length > 256) return null;
+  const use = await deps.store.bootstrap.useEnrolToken(enrolDigest(secret), at, nodeId);
+  if (!use) return null;
+  const row = await deps.store.getNode(use.node_id);
+  const identity = row?.source_id && row.region && row.account_id ? { source_id: row.source_id, region: row.region, account_id: row.account_id } : null;
+  return { cause: `auto-accept: bootstrap job ${use.job_id}`, identity };
+}
+
 export async function ingestInventory(deps: IngestDeps, path: string, name: string): Promise<NodeRecord> {
   const info = parseInventoryName(name);
   const raw = await readFile(path);
@@ -89,13 +105,16 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   // Lifecycle hook: auto-accept rules. The secret proves enrollment once; it is not kept, nor is
   // a token request (a one-time nonce, answered at upload time: identity/service.ts).
   const { [SECRET_FIELD]: secret, [INVENTORY_TOKEN_FIELD]: _tokenRequest, ...kept } = doc;
-  const autoAccept = deps.enrollment
-    ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
-    : null;
   const receivedAt = (deps.now?.() ?? new Date()).toISOString();
+  // An agent a bootstrap job installed: the job's single-use secret names the row it was
+  // installed for; that row is joined and the node accepted (the job's credential proved the host).
+  const bootstrap = known ? null : await bootstrapEnrolment(deps, info.nodeId, secret, receivedAt);
+  const autoAccept = bootstrap?.cause ?? (deps.enrollment
+    ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
+    : null);
   // An agent on an instance a manager discovered: its first inventory takes over that row
   // (pending again, so acceptance goes as for any newcomer) instead of making a second node.
-  const cloud = known ? null : cloudIdentity(doc);
+  const cloud = known ? null : (bootstrap?.identity ?? cloudIdentity(doc));
   if (cloud) await deps.store.managers.adoptDiscovered(info.nodeId, cloud, receivedAt);
   return deps.store.upsertFromInventory({
     id: info.nodeId,

@@ -14,7 +14,7 @@
 import { randomUUID } from 'node:crypto';
 import { capstanError, parseDuration } from '@capstan/shared';
 import { checkFilters, hasAgent, isFilterKey } from '../store/query.js';
-import type { FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
+import type { BootstrapSpec, FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 /** As relays and agents check them (relayd api/routes/remote-run.ts). */
@@ -26,6 +26,10 @@ const MAX_CONDITIONS = 100;
 export interface JobLimits {
   defaultTimeoutMs: number;
   maxTargets: number;
+  /** Bootstrap jobs: the relay URL a job that names none gets ([bootstrap] relay_url; '' none). */
+  bootstrapRelayUrl?: string;
+  /** Bootstrap jobs are refused (ERR_BOOTSTRAP_DISABLED) when false. */
+  bootstrapEnabled?: boolean;
 }
 
 export interface JobRequest {
@@ -33,9 +37,12 @@ export interface JobRequest {
   type: JobType;
   nodes: string[];
   node_selectors: NodeSelector[];
+  /** Any node filters (as in GET nodes: group, tag:<key>, …), ANDed; none: not used. */
+  filters: NodeFilter[];
   conditions: string[];
   keep_output: boolean;
   timeout_ms: number;
+  bootstrap?: BootstrapSpec;
 }
 
 function bad(message: string): never {
@@ -48,6 +55,20 @@ function stringList(v: unknown, name: string, max: number, check: (s: string) =>
   if (v.length > max) bad(`${name} has more than ${max} entries`);
   for (const s of v) if (typeof s !== 'string' || !check(s)) bad(`${name}: ${JSON.stringify(s)} is not ${what}`);
   return v as string[];
+}
+
+/** A list of node filters as GET nodes takes them, checked. */
+function filterList(v: unknown, name: string): NodeFilter[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) bad(`${name} must be an array of {key, values, exclude?}`);
+  const list = v as NodeFilter[];
+  for (const f of list) {
+    if (!f || typeof f !== 'object' || typeof f.key !== 'string' || !isFilterKey(f.key)) bad(`${name}: unknown filter key ${JSON.stringify((f as { key?: unknown })?.key)}`);
+    const { key: _k, values: _v, exclude: _e, ...extra } = f as unknown as Record<string, unknown>;
+    if (Object.keys(extra).length) bad(`${name}: a filter has unknown fields: ${Object.keys(extra).join(', ')}`);
+  }
+  checkFilters({ filters: list });
+  return list.map((f) => ({ key: f.key, values: f.values, ...(f.exclude === true && { exclude: true }) }));
 }
 
 function selector(v: unknown, i: number): NodeSelector {
@@ -69,10 +90,28 @@ function selector(v: unknown, i: number): NodeSelector {
 /** The body of POST /api/1/jobs, checked. */
 export function parseJobRequest(raw: unknown, limits: JobLimits): JobRequest {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) bad('the body must be a JSON object');
-  const { name, type, nodes, node_selectors, conditions, keep_output, timeout, ...rest } = raw as Record<string, unknown>;
+  const { name, type, nodes, node_selectors, filters, conditions, keep_output, timeout, credential, relay_url, ...rest } = raw as Record<string, unknown>;
   if (Object.keys(rest).length) bad(`unknown fields: ${Object.keys(rest).join(', ')}`);
   if (typeof name !== 'string' || name.trim() === '' || name.length > 200) bad('name must be a non-empty string of at most 200 characters');
-  if (type !== 'run' && type !== 'inventory') bad('type must be "run" or "inventory"');
+  if (type !== 'run' && type !== 'inventory' && type !== 'bootstrap') bad('type must be "run", "inventory" or "bootstrap"');
+  let bootstrap: BootstrapSpec | undefined;
+  if (type === 'bootstrap') {
+    if (limits.bootstrapEnabled === false) throw capstanError('ERR_BOOTSTRAP_DISABLED', 'bootstrap jobs are turned off on this server ([bootstrap] enabled = false)');
+    if (conditions !== undefined || keep_output !== undefined) bad('conditions and keep_output are for run and inventory jobs');
+    if (credential !== undefined && (typeof credential !== 'string' || !/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(credential))) bad('credential must be a credential id');
+    const url = relay_url ?? limits.bootstrapRelayUrl ?? '';
+    if (typeof url !== 'string' || url === '') bad('relay_url is required (the URL the agent reports to), unless [bootstrap] relay_url is set');
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(url);
+    } catch {
+      parsed = null;
+    }
+    if (!parsed || (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') || url.length > 2048 || /["\\\u0000-\u001f]/.test(url)) bad('relay_url must be an http or https URL');
+    bootstrap = { credential: (credential as string | undefined) ?? null, relay_url: url };
+  } else if (credential !== undefined || relay_url !== undefined) {
+    bad('credential and relay_url are for bootstrap jobs');
+  }
   const staticNodes = stringList(nodes, 'nodes', limits.maxTargets, (s) => NODE_ID.test(s), 'a node id');
   if (node_selectors !== undefined && !Array.isArray(node_selectors)) bad('node_selectors must be an array');
   const selectors = ((node_selectors ?? []) as unknown[]);
@@ -91,9 +130,11 @@ export function parseJobRequest(raw: unknown, limits: JobLimits): JobRequest {
     type,
     nodes: [...new Set(staticNodes)],
     node_selectors: selectors.map(selector),
+    filters: filterList(filters, 'filters'),
     conditions: [...new Set(conds)],
     keep_output: keep_output === true,
     timeout_ms: timeoutMs,
+    ...(bootstrap && { bootstrap }),
   };
 }
 
@@ -103,6 +144,17 @@ export function notRunnable(n: NodeRecord): { reason: 'not_accepted' | 'terminat
   if (n.state === 'terminated') return { reason: 'terminated', message: 'the node is terminated' };
   if (n.relay) return { reason: 'no_agent', message: 'the node is a relay, which runs no remote-run agent' };
   if (!hasAgent(n)) return { reason: 'no_agent', message: 'no agent is known on the node (no inventory, no certificate)' };
+  return null;
+}
+
+/** Why a node cannot be bootstrapped, or null when it can. */
+export function notBootstrappable(n: NodeRecord): { reason: 'terminated' | 'has_agent' | 'no_address' | 'not_discovered'; message: string } | null {
+  if (n.state === 'terminated') return { reason: 'terminated', message: 'the node is terminated' };
+  if (hasAgent(n)) return { reason: 'has_agent', message: 'the node already has an agent (an inventory or a certificate)' };
+  if (!n.address) return { reason: 'no_address', message: 'the node has no address to connect to' };
+  if (!n.source_id || !n.region || !n.account_id) {
+    return { reason: 'not_discovered', message: 'the node has no cloud identity (it was not discovered by a manager): its agent could not join its row' };
+  }
   return null;
 }
 
@@ -120,7 +172,7 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
   const consider = (n: NodeRecord) => {
     if (targets.has(n.id)) return;
     targets.add(n.id);
-    const why = notRunnable(n);
+    const why = req.type === 'bootstrap' ? notBootstrappable(n) : notRunnable(n);
     if (why) failed.set(n.id, why);
   };
   const unknown: string[] = [];
@@ -147,7 +199,14 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
     }
     if (targets.size > limits.maxTargets) break;
   }
-  if (targets.size === 0) throw capstanError('ERR_JOB_NO_TARGETS', 'the job has no target: no static node and no node matched its selectors');
+  if (req.filters.length > 0 && targets.size <= limits.maxTargets) {
+    for (let page = 1; ; page++) {
+      const p = await store.listNodes({ filters: req.filters, sort: 'id', page, per_page: PAGE });
+      for (const n of p.data) if (!n.relay) consider(n);
+      if (targets.size > limits.maxTargets || p.data.length < PAGE) break;
+    }
+  }
+  if (targets.size === 0) throw capstanError('ERR_JOB_NO_TARGETS', 'the job has no target: no static node and no node matched its selectors or filters');
   if (targets.size > limits.maxTargets) throw capstanError('ERR_BAD_REQUEST', `the job targets more than jobs.max_targets (${limits.maxTargets}) nodes`);
   const insert: JobInsert = {
     id: randomUUID(),
@@ -158,6 +217,8 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
     conditions: req.conditions,
     keep_output: req.keep_output,
     timeout_ms: req.timeout_ms,
+    ...(req.filters.length > 0 && { filters: req.filters }),
+    ...(req.bootstrap && { bootstrap: req.bootstrap }),
     created_at: now.toISOString(),
     deadline_at: new Date(now.getTime() + req.timeout_ms).toISOString(),
   };

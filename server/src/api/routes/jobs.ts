@@ -16,6 +16,8 @@ import { paging, single, type Query } from '../params.js';
 export interface JobRouteDeps {
   store: Store;
   runner: JobRunner;
+  /** Takes bootstrap jobs at once (absent: [bootstrap] enabled = false). */
+  bootstrap?: { kick(): void };
   limits: JobLimits;
   now?: () => Date;
 }
@@ -34,7 +36,8 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   app.post('/api/1/jobs', async (req, reply) => {
     const request = parseJobRequest(await readJson(req), deps.limits);
     const job = await createJob(store, request, deps.limits, now());
-    deps.runner.kick();
+    if (job.type === 'bootstrap') deps.bootstrap?.kick();
+    else deps.runner.kick();
     return reply.code(201).send({ data: job });
   });
 
