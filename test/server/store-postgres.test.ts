@@ -12,6 +12,7 @@ import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
+import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
 import { run, storeSuite, type Backend } from './store-suite.js';
 
 const url = process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -84,6 +85,7 @@ if (reason !== undefined) {
   registrySuite(t, backend);
   identitySuite(t, backend);
   jobsStoreSuite(t, backend);
+  bootstrapStoreSuite(t, backend);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
     const db = await backend.fresh(t);

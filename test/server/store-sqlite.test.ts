@@ -6,6 +6,7 @@ import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
+import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
 import { storeSuite, type Backend } from './store-suite.js';
 
 const backend: Backend = {
@@ -37,6 +38,7 @@ storeSuite(t, backend);
 registrySuite(t, backend);
 identitySuite(t, backend);
 jobsStoreSuite(t, backend);
+bootstrapStoreSuite(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(t.testdir(), 'capstan.db');
