@@ -240,6 +240,22 @@ async function run(t: Test): Promise<void> {
     const cli = await runProgram(BIN.server, ['nodes', 'clear-host-key', web2.id, '--data-dir', dataDir]);
     t.equal(cli.code, 0, `capstan-server nodes clear-host-key (${cli.stderr})`);
     t.match(await api('GET', `/api/1/nodes/${web2.id}/host-key`), { status: 404 });
+
+    // Cleared: the next bootstrap pins the new key and goes through (a second agent on the host).
+    const retry = await bootstrapJob({ nodes: [web2.id] });
+    await waitFor(async () => {
+      const x = await task(retry, web2.id);
+      if (x.state === 'failed') throw new Error(JSON.stringify(x));
+      return x.step === 'enrol' ? true : undefined;
+    }, 'the enrol step after the pin was cleared', 120_000);
+    const hostB = (await sh('ssh-keygen', ['-l', '-E', 'sha256', '-f', join(keys, 'host_b.pub')])).stdout.split(' ')[1];
+    t.equal((await api('GET', `/api/1/nodes/${web2.id}/host-key`)).json.data.fingerprint, hostB, 'the new key is pinned');
+    const state2 = join(work, 'agent2-state');
+    const ran = await runProgram(join(root, 'usr/lib/capstan/agent/dist/cli.js'), ['run', '-c', join(root, 'etc/capstan/agent.toml'), '--state-dir', state2, '--log-level', 'warn']);
+    t.equal(ran.code, 0, `second host's agent run (${ran.stderr})`);
+    const id2 = (await readFile(join(state2, 'node-id'), 'utf8')).trim();
+    t.match(await finalTask(retry, web2.id), { state: 'done', message: `enrolled as node ${id2}` });
+    t.match((await nodes()).find((n) => n.source_id === web2.source_id), { id: id2, has_agent: true, accepted: 'accepted' });
   });
 
   await t.test('a host without sudo stops with no_sudo', async (t) => {

@@ -5,7 +5,7 @@
  */
 import type { Test } from 'tap';
 import type { SealedCredential } from '@capstan/server/store/index';
-import { setup, type Backend } from '../server/store-suite.js';
+import { inventory, setup, type Backend } from '../server/store-suite.js';
 import { jobInsert } from './jobs-store-suite.js';
 
 const credential = (id: string, over: Partial<SealedCredential> = {}): SealedCredential => ({
@@ -31,6 +31,7 @@ export function bootstrapStoreSuite(t: Test, backend: Backend): void {
 
   t.test('bootstrap: the first host key seen is pinned and stays until cleared', async (t) => {
     const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1'));
     const first = { node_id: 'n1', algorithm: 'ssh-ed25519', fingerprint: 'SHA256:one', pinned_at: '2024-05-01T10:00:00.000Z', job_id: 'j1' };
     t.same(await store.bootstrap.pinHostKey(first), first);
     t.same(await store.bootstrap.pinHostKey({ ...first, fingerprint: 'SHA256:two', job_id: 'j2' }), first, 'a second key does not replace the pin');
@@ -38,6 +39,9 @@ export function bootstrapStoreSuite(t: Test, backend: Backend): void {
     t.equal(await store.bootstrap.clearHostKey('n1'), true);
     t.equal(await store.bootstrap.getHostKey('n1'), null);
     t.equal(await store.bootstrap.clearHostKey('n1'), false);
+    await store.bootstrap.pinHostKey(first);
+    t.equal(await store.deleteNode('n1'), true);
+    t.equal(await store.bootstrap.getHostKey('n1'), null, 'a deleted node\'s pin goes with it');
   });
 
   t.test('bootstrap: an enrol token is used once, only before it expires', async (t) => {

@@ -3,7 +3,8 @@
  * - ssh_credentials: private keys (and passwords) sealed like the keyring's keys, each with the
  *   selectors it applies to; the API never shows `sealed`.
  * - node_host_keys: the SSH host key pinned per node on first use; a bootstrap that meets another
- *   key stops until an admin clears the pin. Moves with its node when an agent adopts the row.
+ *   key stops until an admin clears the pin. Moves with its node when an agent adopts the row,
+ *   and goes with it when the node is deleted (a later node of the same id starts unpinned).
  * - enrol_tokens: the enrollment secret of one bootstrap task, stored as its sha256, valid until
  *   the job's deadline, used once.
  * - job_tasks.step: where a bootstrap task is (connect, verify, copy, install, enrol, done).
@@ -23,7 +24,7 @@ CREATE TABLE ssh_credentials (
 ) STRICT;
 
 CREATE TABLE node_host_keys (
-  node_id TEXT PRIMARY KEY,
+  node_id TEXT PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
   algorithm TEXT NOT NULL,
   fingerprint TEXT NOT NULL,
   pinned_at TEXT NOT NULL,
@@ -57,7 +58,7 @@ CREATE TABLE ssh_credentials (
 );
 
 CREATE TABLE node_host_keys (
-  node_id text COLLATE "C" PRIMARY KEY,
+  node_id text COLLATE "C" PRIMARY KEY REFERENCES nodes (id) ON DELETE CASCADE,
   algorithm text NOT NULL,
   fingerprint text NOT NULL,
   pinned_at timestamptz NOT NULL,
