@@ -480,7 +480,7 @@ verb(credentials, 'add', 'add a credential, sealed at rest (POST /api/1/credenti
         ...(flags.port !== undefined && { port: flags.port }), ...(privateKey !== undefined && { private_key: privateKey }),
         ...(passphrase !== undefined && { passphrase }), ...(password !== undefined && { password }),
       });
-      const c = await store.bootstrap.createCredential(sealCredential(req, identity.keySealer, new Date()));
+      const c = await store.bootstrap.createCredential(await sealCredential(req, identity.keySealer, new Date()));
       out(flags, { data: c }, () => `${c.id} added (${c.fingerprint ?? 'password'})\n`);
     });
   });

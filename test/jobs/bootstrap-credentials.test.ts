@@ -44,7 +44,7 @@ t.test('the most specific credential wins: node > tag > group > manager > *', as
 t.test('a credential is sealed: the row holds no secret, and only this secret opens it', async (t) => {
   const req = parseCredentialRequest({ id: 'k1', user: 'deploy', port: 2222, private_key: rsa, password: 'pw-1', selectors: ['tag:env=prod', 'tag:env=prod'] });
   t.same(req.selectors, ['tag:env=prod'], 'duplicates dropped');
-  const sealed = sealCredential(req, sealer, new Date('2024-01-01T00:00:00Z'));
+  const sealed = await sealCredential(req, sealer, new Date('2024-01-01T00:00:00Z'));
   t.match(sealed, { id: 'k1', user: 'deploy', port: 2222, has_password: true, fingerprint: /^SHA256:[A-Za-z0-9+/]{43}$/ });
   t.notOk(sealed.sealed.includes('PRIVATE') || sealed.sealed.includes('pw-1'), 'nothing in clear');
   t.match(openCredential(sealed, sealer), { user: 'deploy', port: 2222, privateKey: rsa, password: 'pw-1' });
@@ -61,9 +61,9 @@ t.test('a credential request is refused with ERR_CREDENTIAL_INVALID when it is n
     ['no selectors', { ...ok, selectors: [] }], ['bad selector', { ...ok, selectors: ['prod'] }], ['unknown field', { ...ok, colour: 'red' }],
   ];
   for (const [what, body] of cases) t.throws(() => parseCredentialRequest(body), { code: 'ERR_CREDENTIAL_INVALID' }, what);
-  t.throws(() => sealCredential(parseCredentialRequest({ ...ok, private_key: 'garbage' }), sealer, new Date()), { code: 'ERR_CREDENTIAL_INVALID' });
+  await t.rejects(sealCredential(parseCredentialRequest({ ...ok, private_key: 'garbage' }), sealer, new Date()), { code: 'ERR_CREDENTIAL_INVALID' });
   const pub = generateKeyPairSync('rsa', { modulusLength: 2048, publicKeyEncoding: { type: 'pkcs1', format: 'pem' }, privateKeyEncoding: { type: 'pkcs1', format: 'pem' } }).publicKey;
-  t.throws(() => sealCredential(parseCredentialRequest({ ...ok, private_key: pub }), sealer, new Date()), { code: 'ERR_CREDENTIAL_INVALID' }, 'a public key');
+  await t.rejects(sealCredential(parseCredentialRequest({ ...ok, private_key: pub }), sealer, new Date()), { code: 'ERR_CREDENTIAL_INVALID' }, 'a public key');
 });
 
 t.test('a bootstrap job request needs a relay URL and takes a credential; run jobs take neither', async (t) => {

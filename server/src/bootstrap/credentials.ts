@@ -9,7 +9,6 @@
  * credential whose best match is the most specific wins, and two winning at the same level are
  * ambiguous (ERR_CREDENTIAL_AMBIGUOUS): an admin must make one of them more specific.
  */
-import ssh2 from 'ssh2';
 import { capstanError } from '@capstan/shared';
 import { sshFingerprint, type SshCredential } from '@capstan/shared/bootstrap/ssh';
 import type { KeySealer } from '../identity/seal.js';
@@ -77,11 +76,15 @@ export function parseCredentialRequest(raw: unknown): CredentialRequest {
 
 const kid = (id: string) => `ssh-credential:${id}`;
 
-/** Check the key opens (with its passphrase), then seal the secret parts. */
-export function sealCredential(req: CredentialRequest, sealer: KeySealer, now: Date): SealedCredential {
+/**
+ * Check the key opens (with its passphrase), then seal the secret parts. ssh2 is loaded here, on
+ * first use: it costs a third of a second, which every command-line verb would otherwise pay.
+ */
+export async function sealCredential(req: CredentialRequest, sealer: KeySealer, now: Date): Promise<SealedCredential> {
   let fingerprint: string | null = null;
   if (req.private_key !== undefined) {
-    const parsed = ssh2.utils.parseKey(req.private_key, req.passphrase);
+    const { utils } = (await import('ssh2')).default;
+    const parsed = utils.parseKey(req.private_key, req.passphrase);
     const key = Array.isArray(parsed) ? parsed[0] : parsed;
     if (!key || key instanceof Error) bad(`private_key cannot be read${req.passphrase === undefined ? ' (encrypted keys need their passphrase)' : ' with this passphrase'}`);
     if (!key.isPrivateKey()) bad('private_key holds a public key');

@@ -28,7 +28,7 @@ export function bootstrapRoutes(app: FastifyInstance, deps: BootstrapRouteDeps):
 
   app.post('/api/1/credentials', async (req, reply) => {
     const body = parseCredentialRequest(await readJson(req, MAX_CREDENTIAL_BYTES));
-    const created = await store.bootstrap.createCredential(sealCredential(body, deps.sealer, now()));
+    const created = await store.bootstrap.createCredential(await sealCredential(body, deps.sealer, now()));
     return reply.code(201).send({ data: created });
   });
 
