@@ -6,7 +6,7 @@
  * root ([bootstrap] install_root); the test then starts the installed agent itself where systemd
  * would (start_command = ""). Nothing outside the temporary directories changes.
  *
- * Covered: credentials (metadata only, selectors), a wrong key (auth_refused), a static host
+ * Covered: credentials (metadata only, selectors, ambiguity), a wrong key (auth_refused), a static host
  * bootstrapped, enrolled by the job's secret and joining its discovered row (has_agent, accepted,
  * reporting), a changed host key (host_key_changed, then the pin cleared), a missing sudo (no_sudo).
  */
@@ -179,6 +179,17 @@ async function run(t: Test): Promise<void> {
     const listed = JSON.stringify((await api('GET', '/api/1/credentials')).json);
     t.notMatch(listed, /PRIVATE KEY/, 'no key in the listing');
     t.equal((await api('POST', '/api/1/credentials', { id: 'stranger', user: 'root', password: 'pw', selectors: ['*'] })).json.error.code, 'ERR_CONFLICT');
+  });
+
+  await t.test('two credentials equally specific are ambiguous; a named credential must exist', async (t) => {
+    // "stranger" matches web1 by tag:role=web; this one by tag:env=lab: the same level.
+    t.equal((await api('POST', '/api/1/credentials', { id: 'dup', user: 'root', password: 'not-used-here', selectors: ['tag:env=lab'] })).status, 201);
+    const job = await bootstrapJob({ nodes: [web1.id] });
+    t.match(await finalTask(job, web1.id), { state: 'failed', reason: 'ambiguous_credential', message: /^ERR_CREDENTIAL_AMBIGUOUS: credentials dup, stranger/ });
+    const named = await bootstrapJob({ nodes: [web1.id], credential: 'nope' });
+    t.match(await finalTask(named, web1.id), { state: 'failed', reason: 'no_credential', message: /^ERR_CREDENTIAL_UNKNOWN/ });
+    t.equal((await api('DELETE', '/api/1/credentials/dup')).status, 204);
+    t.match(await api('GET', `/api/1/nodes/${web1.id}/host-key`), { status: 404 }, 'no connection was made');
   });
 
   await t.test('a key the host does not accept stops with auth_refused (and pins the host key)', async (t) => {
