@@ -8,7 +8,8 @@
  *
  * Covered: credentials (metadata only, selectors, ambiguity), a wrong key (auth_refused), a static host
  * bootstrapped, enrolled by the job's secret and joining its discovered row (has_agent, accepted,
- * reporting), a changed host key (host_key_changed, then the pin cleared), a missing sudo (no_sudo).
+ * reporting), a changed host key (host_key_changed, then the pin cleared), a missing sudo (no_sudo),
+ * an agent that never reports (enrol_timeout).
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -127,14 +128,14 @@ async function run(t: Test): Promise<void> {
   let sshd = await startSshd(t, work, port, join(keys, 'host_a'), authorized);
 
   /** A server whose [bootstrap] installs into `root` with `sudo` (root logs in: none needed). */
-  async function server(name: string, sudo: string) {
+  async function server(name: string, sudo: string, enrolTimeout = '90s') {
     const dir = join(work, name);
     await mkdir(dir);
     const cfg = join(dir, 'server.toml');
     await writeFile(cfg, [
       '[jobs]', 'sweep_interval = "200ms"',
       '[bootstrap]', `package_dir = ${JSON.stringify(packages)}`, `install_root = ${JSON.stringify(root)}`,
-      `sudo = ${JSON.stringify(sudo)}`, 'start_command = ""', 'enrol_poll = "100ms"', 'enrol_timeout = "90s"', 'connect_timeout = "10s"', '',
+      `sudo = ${JSON.stringify(sudo)}`, 'start_command = ""', 'enrol_poll = "100ms"', `enrol_timeout = "${enrolTimeout}"`, 'connect_timeout = "10s"', '',
     ].join('\n'));
     const s = await startProgram(BIN.server, ['serve', '-c', cfg, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'warn']);
     outer.teardown(() => s.stop());
@@ -283,5 +284,23 @@ async function run(t: Test): Promise<void> {
       return y.state === 'failed' || y.state === 'done' ? y : undefined;
     }, 'the task to end', 60_000);
     t.match(x, { state: 'failed', reason: 'no_sudo', step: 'verify', message: /^ERR_BOOTSTRAP_NO_SUDO/ });
+  });
+
+  await t.test('an installed agent that never reports stops with enrol_timeout', async (t) => {
+    // Nobody starts the agent this time (start_command = ""): the enrol step gives up.
+    const c = await server('server-enrol', '', '1s');
+    t.equal((await c.api('POST', '/api/1/managers', { id: 'lab', type: 'static', config: { hosts: [{ hostname: 'app1.lab', address: '127.0.0.1' }] } })).status, 201);
+    t.equal((await c.api('POST', '/api/1/managers/lab/poll')).status, 200);
+    t.equal((await c.api('POST', '/api/1/credentials', { id: 'k', user: userInfo().username, port, private_key: await key('client'), selectors: ['*'] })).status, 201);
+    const r = await c.api('POST', '/api/1/jobs', { name: 'c', type: 'bootstrap', relay_url: c.url, filters: [{ key: 'managed_by', values: ['lab'] }] });
+    t.equal(r.status, 201);
+    const id = r.json.data.id as string;
+    const n = (await c.api('GET', `/api/1/jobs/${id}`)).json.data.tasks[0].node_id as string;
+    const x = await waitFor(async () => {
+      const y = (await c.api('GET', `/api/1/jobs/${id}/tasks/${n}`)).json.data;
+      return y.state === 'failed' || y.state === 'done' ? y : undefined;
+    }, 'the task to end', 120_000);
+    t.match(x, { state: 'failed', reason: 'enrol_timeout', step: 'enrol', message: /^ERR_BOOTSTRAP_ENROL_TIMEOUT/ });
+    t.match((await c.api('GET', '/api/1/nodes')).json.data, [{ has_agent: false }], 'the row is untouched');
   });
 }
