@@ -9,7 +9,8 @@
  *
  * Timeouts: each step has its own (bootstrap.connect_timeout, command_timeout, enrol_timeout),
  * and the job's deadline aborts whatever is left (the jobs sweep). A task cancelled or timed out
- * meanwhile stops at its next step: its step update finds it no longer in progress.
+ * meanwhile stops at its next step: its step update finds it no longer in progress. Stopping the
+ * server ends the SSH connections at once and leaves their tasks to that deadline.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { capstanError, type Logger } from '@capstan/shared';
@@ -90,6 +91,8 @@ export class BootstrapRunner {
   private again = false;
   private stopped = false;
   private readonly inFlight = new Set<Promise<void>>();
+  /** Ends every SSH connection when the server stops, rather than waiting out command_timeout. */
+  private readonly abort = new AbortController();
   private readonly now: () => Date;
 
   constructor(private readonly o: BootstrapRunnerOptions) {
@@ -108,6 +111,7 @@ export class BootstrapRunner {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    this.abort.abort();
     await this.passing;
     await Promise.allSettled([...this.inFlight]);
   }
@@ -192,6 +196,7 @@ export class BootstrapRunner {
         remoteTmp: settings.remote_tmp,
         connectTimeoutMs: settings.connect_timeout,
         commandTimeoutMs: settings.command_timeout,
+        signal: this.abort.signal,
       }, {
         step,
         hostKey: async (algorithm, fingerprint) => {
@@ -220,7 +225,8 @@ export class BootstrapRunner {
       await store.jobs.transition(job.id, nodeId, { to: 'done', reason: 'completed', at: at(), expect: ['in_progress'], message: `enrolled as node ${enrolled}` });
       log.info({ enrolledAs: enrolled }, 'node bootstrapped');
     } catch (err) {
-      if (err instanceof Stopped) return;
+      // Stopping: the task stays in progress and the job's deadline settles it; no false reason.
+      if (err instanceof Stopped || this.stopped) return;
       const code = (err as { code?: string }).code ?? '';
       const reason = REASON_OF[code] ?? 'bootstrap_error';
       const message = isBootstrapError(err) || code.startsWith('ERR_') ? `${code}: ${(err as Error).message}` : `ERR_INTERNAL: ${(err as Error).message}`;

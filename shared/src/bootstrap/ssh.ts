@@ -48,6 +48,8 @@ export interface BootstrapPlan {
   remoteTmp: string;
   connectTimeoutMs: number;
   commandTimeoutMs: number;
+  /** Ends the connection at once (the host program is stopping): the bootstrap rejects. */
+  signal?: AbortSignal;
 }
 
 export interface BootstrapHooks {
@@ -137,11 +139,18 @@ function write(sftp: SFTPWrapper, remote: string, text: string): Promise<void> {
 async function connect(plan: BootstrapPlan, hooks: BootstrapHooks): Promise<{ conn: Client; hostKey: { algorithm: string; fingerprint: string } }> {
   const { Client: SshClient } = (await import('ssh2')).default;
   const conn = new SshClient();
+  if (plan.signal?.aborted) throw capstanError('ERR_BOOTSTRAP_CONNECT', 'stopping');
+  // One listener per connection on a signal shared by every task: removed when the connection closes.
+  const onAbort = () => conn.destroy();
+  plan.signal?.addEventListener('abort', onAbort, { once: true });
+  conn.once('close', () => plan.signal?.removeEventListener('abort', onAbort));
   let hostKey: { algorithm: string; fingerprint: string } | null = null;
   let changed = false;
   const c = plan.credential;
   return new Promise((resolve, reject) => {
     conn.on('ready', () => resolve({ conn, hostKey: hostKey! }));
+    // end() before ready (an abort) closes without an error event.
+    conn.on('close', () => reject(capstanError('ERR_BOOTSTRAP_CONNECT', `the connection to ${plan.host} closed`)));
     conn.on('error', (err: Error & { level?: string }) => {
       conn.end();
       if (changed) return reject(capstanError('ERR_BOOTSTRAP_HOST_KEY_CHANGED', `the host key of ${plan.host} (${hostKey?.algorithm} ${hostKey?.fingerprint}) is not the one pinned: clear the pin once the change is known to be legitimate`));
