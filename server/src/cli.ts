@@ -121,6 +121,11 @@ const NODE_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
   ['id', (n) => n.id], ['name', (n) => n.name], ['accepted', (n) => n.accepted], ['status', (n) => n.status],
   ['state', (n) => n.state], ['manager', (n) => n.manager], ['region', (n) => n.region], ['last run', (n) => n.last_run_at],
 ];
+/** Pending nodes: the certificate each would pin, and the other one sent for its id if any (choose with accept --fingerprint). */
+const PENDING_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
+  ['id', (n) => n.id], ['name', (n) => n.name], ['status', (n) => n.status], ['fingerprint', (n) => n.certificate_fingerprint],
+  ['conflict', (n) => n.conflict_fingerprint],
+];
 
 const program = new Command('capstan-server')
   .description('Capstan root server: verifies and ingests run logs and inventories, keeps the node registry')
@@ -206,7 +211,7 @@ verb(nodes, 'list', 'list nodes (GET /api/1/nodes)')
         ...(flags.order !== undefined && { order: flags.order as 'asc' | 'desc' }),
       });
       out(flags, { data: res.data.map(listView), total: res.total, totals: res.totals, page: flags.page, per_page: flags.perPage }, () =>
-        `${table(NODE_TABLE, res.data)}${res.total} nodes (${res.totals.reachable} reachable, ${res.totals.unreachable} unreachable, ${res.totals.unknown} unknown)\n`);
+        `${table(flags.pending ? PENDING_TABLE : NODE_TABLE, res.data)}${res.total} nodes (${res.totals.reachable} reachable, ${res.totals.unreachable} unreachable, ${res.totals.unknown} unknown)\n`);
     });
   });
 
@@ -220,7 +225,9 @@ verb(nodes, 'show <id>', 'one node (GET /api/1/nodes/<id>)').action(async (id: s
 });
 
 for (const [name, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']] as const) {
-  verb(nodes, `${name} <id>`, `${name} a pending node (POST /api/1/nodes/<id>/${name})`).action(async (id: string, flags: CommonFlags) => {
+  const cmd = verb(nodes, `${name} <id>`, `${name} a pending node (POST /api/1/nodes/<id>/${name})`);
+  if (acceptance === 'accepted') cmd.option('--fingerprint <sha256>', 'the certificate to pin, required when the node sent two (nodes list --pending shows both)');
+  cmd.action(async (id: string, flags: CommonFlags & { fingerprint?: string }) => {
     await withStore(flags, async (store) => {
       const node = await mustNode(store, id);
       if (!node) return;
@@ -229,7 +236,7 @@ for (const [name, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']]
         process.exitCode = EXIT_REFUSED;
         return;
       }
-      const updated = (await store.setAcceptance(id, acceptance, new Date().toISOString(), 'admin (command line)'))!;
+      const updated = (await store.setAcceptance(id, acceptance, new Date().toISOString(), 'admin (command line)', flags.fingerprint))!;
       out(flags, { data: listView(updated) }, () => `${id} ${acceptance}\n`);
     });
   });

@@ -27,6 +27,12 @@ export const SERVER_SCHEMA = {
     max_decompressed_size: { type: 'size', default: '64MiB', min: 1 },
     max_reports: { type: 'integer', default: 200000, min: 1 },
     max_line_length: { type: 'size', default: '1MiB', min: 1 },
+    /** Deepest nesting of arrays and objects in an admin API JSON body. */
+    max_json_depth: { type: 'integer', default: 64, min: 2, max: 1000 },
+  },
+  signatures: {
+    /** Accept run logs, inventories and renewal requests signed with SHA-1 (old agents); logged at start. */
+    allow_sha1: { type: 'boolean', default: false },
   },
   spool: {
     /** Refuse uploads (507 ERR_SPOOL_FULL) when the data directory's file system would keep less than this free. */

@@ -90,6 +90,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // Today's run storage exists before the first run arrives (Postgres day partitions).
   await store.prepareRunStorage(new Date());
 
+  if (config.signatures.allow_sha1) log.warn('SHA-1 signatures are accepted on run logs, inventories and renewal requests ([signatures] allow_sha1)');
   const deps: IngestDeps = {
     store,
     limits: {
@@ -101,6 +102,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         maxMessageChars: config.changes.max_message_length,
         maxDiffChars: config.changes.max_diff_length,
       },
+      allowSha1: config.signatures.allow_sha1,
     },
     enrollment: enrollmentRules(config.enrollment),
   };
@@ -149,7 +151,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   }
 
   // The keyring lives in the registry database, its private keys sealed with the secret file.
-  const identity = await NodeIdentity.open({ dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity) });
+  const identity = await NodeIdentity.open({
+    dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
+  });
   const policy = lifecyclePolicy(config);
   const sweeper = new Sweeper({ store, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));

@@ -1,5 +1,6 @@
 /** Plain-text tables for the admin verbs: a header row, columns padded to their widest cell. */
-export const MAX_CELL = 60;
+/** Wide enough for a sha256 fingerprint (64 hex digits), which an admin copies from the pending list. */
+export const MAX_CELL = 64;
 
 function cell(v: unknown): string {
   const s = v === null || v === undefined || v === '' ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v);

@@ -79,6 +79,7 @@ export const ERROR_CODES = {
   ERR_SMIME_SIGNATURE: { status: 400 },
   ERR_SMIME_SIGNER_NOT_FOUND: { status: 400 },
   ERR_SMIME_UNSUPPORTED: { status: 400 },
+  ERR_SMIME_WEAK_DIGEST: { status: 400 },
   ERR_CERTIFICATE: { status: 400 },
   ERR_KEY: { status: 400 },
   // inventories
@@ -106,6 +107,7 @@ export const ERROR_CODES = {
   ERR_NODE_REFUSED: { status: 403 },
   ERR_NODE_MISMATCH: { status: 400 },
   ERR_NODE_EXISTS: { status: 409 },
+  ERR_CERTIFICATE_CONFLICT: { status: 409 },
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
   ERR_DUPLICATE_RUN: { status: 409 },

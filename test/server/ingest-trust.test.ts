@@ -91,3 +91,20 @@ t.test('a refused node stays refused', async (t) => {
   await t.rejects(sendInventory(node, inventory(NODE, node.certPem)), { code: 'ERR_NODE_REFUSED' });
   await t.rejects(sendRun(node), { code: 'ERR_NODE_REFUSED' });
 });
+
+t.test('another key claiming a pending node is a conflict: refused, recorded, and the genuine node keeps its certificate', async (t) => {
+  // An inventory signed by another key with another UID=<id> certificate used to replace the
+  // pending node's certificate and hostname; once accepted, the genuine node's runs were refused.
+  const { store, sendInventory, sendRun } = await setup(t);
+  await sendInventory(node, inventory(NODE, node.certPem));
+  await t.rejects(sendInventory(impostor, inventory(NODE, impostor.certPem, { hostname: 'evil' })), { code: 'ERR_CERTIFICATE_CONFLICT' });
+  const n = (await store.getNode(NODE))!;
+  t.match(n, { hostname: 'web1', certificate: node.certPem, conflict_certificate: impostor.certPem });
+  t.not(n.conflict_fingerprint, n.certificate_fingerprint);
+  t.match((await store.getHistory(NODE, 1, 10)).data[0], { field: 'certificate', from: n.certificate_fingerprint, to: n.conflict_fingerprint });
+  // The admin chooses the genuine certificate: its runs are stored, the impostor's refused.
+  await t.rejects(store.setAcceptance(NODE, 'accepted', new Date().toISOString()), { code: 'ERR_CERTIFICATE_CONFLICT' });
+  await store.setAcceptance(NODE, 'accepted', new Date().toISOString(), 'admin', n.certificate_fingerprint!);
+  t.match(await sendRun(node), { inserted: true });
+  await t.rejects(sendRun(impostor, NODE, 7), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' });
+});

@@ -436,6 +436,51 @@ export function registrySuite(t: Test, backend: Backend): void {
     t.equal(await store.markUnreachable('2024-03-01T00:00:00Z', '2024-03-01T00:00:00Z', 10), 0, 'contact is measured from the last run received');
   });
 
+  t.test('a pending node keeps its first certificate; another one is a conflict the admin settles at acceptance', async (t) => {
+    // Another certificate for a pending node's id used to replace the first one (and the
+    // hostname) silently, with no history: accepting then pinned the impostor's key.
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('p1', { hostname: 'genuine', received_at: '2024-05-01T10:00:00Z' }));
+    const other = await store.upsertFromInventory(inventory('p1', {
+      hostname: 'impostor', certificate: PEM('B'), certificate_fingerprint: FP('b'), received_at: '2024-05-01T10:05:00Z',
+      inventory: { node_id: 'p1', hostname: 'impostor' },
+    }));
+    t.match(other, { certificate: PEM('A'), certificate_fingerprint: FP('a'), hostname: 'genuine', conflict_fingerprint: FP('b'), conflict_certificate: PEM('B') });
+    t.equal(other.conflict_at, '2024-05-01T10:05:00.000Z');
+    t.equal(((await store.getInventory('p1'))!.inventory as { hostname: string }).hostname, 'genuine', 'the other key\'s inventory is not stored');
+    t.equal((await store.getNode('p1'))!.last_contact_at, '2024-05-01T10:00:00.000Z', 'nor is it a contact of the node');
+    // The same conflicting certificate again records nothing new; the genuine node still refreshes.
+    await store.upsertFromInventory(inventory('p1', { certificate: PEM('B'), certificate_fingerprint: FP('b'), received_at: '2024-05-01T10:06:00Z' }));
+    await store.upsertFromInventory(inventory('p1', { hostname: 'genuine-2', received_at: '2024-05-01T10:07:00Z' }));
+    t.match(await store.getNode('p1'), { hostname: 'genuine-2', conflict_fingerprint: FP('b'), certificate_fingerprint: FP('a') });
+    const pending = (await store.listNodes({ page: 1, per_page: 10, filters: [{ key: 'accepted', values: ['pending'] }] })).data;
+    t.match(pending, [{ id: 'p1', certificate_fingerprint: FP('a'), conflict_fingerprint: FP('b') }], 'the pending list shows both');
+
+    await t.rejects(store.setAcceptance('p1', 'accepted', '2024-05-01T11:00:00Z'), { code: 'ERR_CERTIFICATE_CONFLICT' });
+    await t.rejects(store.setAcceptance('p1', 'accepted', '2024-05-01T11:00:00Z', 'admin', FP('c')), { code: 'ERR_CERTIFICATE' });
+    t.match(await store.getNode('p1'), { accepted: 'pending', conflict_fingerprint: FP('b') }, 'a refused choice changes nothing');
+    const accepted = await store.setAcceptance('p1', 'accepted', '2024-05-01T11:00:00Z', 'admin', FP('B').toUpperCase());
+    t.match(accepted, { accepted: 'accepted', certificate: PEM('B'), certificate_fingerprint: FP('b'), conflict_fingerprint: null, conflict_certificate: null, conflict_at: null });
+    t.match(await store.getNode('p1'), { certificate: PEM('B'), conflict_fingerprint: null });
+    const h = (await store.getHistory('p1', 1, 100)).data.filter((e) => e.field === 'certificate').reverse();
+    t.match(h, [
+      { at: '2024-05-01T10:05:00.000Z', from: FP('a'), to: FP('b'), cause: /^inventory: another certificate/ },
+      { at: '2024-05-01T11:00:00.000Z', from: FP('a'), to: FP('b'), cause: 'admin: certificate chosen' },
+    ]);
+
+    // Keeping the first certificate; and without a conflict a wrong fingerprint is refused.
+    await store.upsertFromInventory(inventory('p2'));
+    await store.upsertFromInventory(inventory('p2', { certificate: PEM('C'), certificate_fingerprint: FP('c'), received_at: '2024-05-01T10:01:00Z' }));
+    t.match(await store.setAcceptance('p2', 'accepted', '2024-05-01T11:00:00Z', 'admin', FP('a')), { certificate: PEM('A'), conflict_fingerprint: null });
+    await store.upsertFromInventory(inventory('p3'));
+    await t.rejects(store.setAcceptance('p3', 'accepted', '2024-05-01T11:00:00Z', 'admin', FP('c')), { code: 'ERR_CERTIFICATE' });
+    t.equal((await store.setAcceptance('p3', 'accepted', '2024-05-01T11:00:00Z', 'admin', FP('a')))!.accepted, 'accepted');
+    // An auto-accept rule never accepts a conflicting certificate.
+    await store.upsertFromInventory(inventory('p4'));
+    t.match(await store.upsertFromInventory(inventory('p4', { certificate: PEM('D'), certificate_fingerprint: FP('d'), auto_accept: 'rule', received_at: '2024-05-01T10:01:00Z' })),
+      { accepted: 'pending', conflict_fingerprint: FP('d') });
+  });
+
   complianceSuite(t, backend);
 }
 

@@ -73,12 +73,12 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.getInventory('nope'), null);
   });
 
-  t.test('a pending node shows the newest certificate; accepting pins it for good', async (t) => {
+  t.test('a pending node keeps its first certificate (another is a conflict); accepting pins the chosen one for good', async (t) => {
     const { store } = await setup(t, backend);
     await store.upsertFromInventory(inventory('n1'));
     const renewed = await store.upsertFromInventory(inventory('n1', { certificate: PEM('B'), certificate_fingerprint: FP('b'), received_at: '2024-05-01T11:00:00Z' }));
-    t.equal(renewed.certificate, PEM('B'), 'an unaccepted node is not pinned yet');
-    const accepted = await store.setAcceptance('n1', 'accepted', '2024-05-01T11:30:00+00:00');
+    t.match(renewed, { certificate: PEM('A'), conflict_certificate: PEM('B') }, 'another certificate does not replace the first');
+    const accepted = await store.setAcceptance('n1', 'accepted', '2024-05-01T11:30:00+00:00', 'admin', FP('b'));
     t.match(accepted, { accepted: 'accepted', accepted_at: '2024-05-01T11:30:00.000Z', certificate: PEM('B') });
     const later = await store.upsertFromInventory(inventory('n1', {
       hostname: 'renamed', certificate: PEM('EVIL'), certificate_fingerprint: FP('e'), received_at: '2024-05-01T12:00:00Z',

@@ -4,12 +4,13 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import {
-  bodyPace, installBodyPace, installErrorHandler, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
+  bodyPace, installBodyPace, installErrorHandler, installJsonDepth, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
 } from '@capstan/shared';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
 import { requireAdmin } from './auth.js';
+import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
 import { RelayContacts } from '../registry/relay-contacts.js';
@@ -84,6 +85,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       if (m) uploadMetrics.onRefused(m[1]!, isCapstanError(err) ? err.code : 'ERR_INTERNAL');
     });
   }
+  installJsonDepth(app, deps.config.limits.max_json_depth);
   // An agent talking to the server itself may get its node token in the answer to its inventory.
   const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
   const inMemory = deps.runLogsInMemory;
@@ -138,6 +140,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 
   app.register(async (admin) => {
     admin.addHook('onRequest', requireAdmin(deps.adminToken));
+    admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
     if (policy) {
       policyAdminRoutes(admin, policy);
       // An admin's change to a node (acceptance, tags, groups…) may move it in or out of groups.

@@ -10,10 +10,15 @@
  */
 import { capstanError } from '@capstan/shared';
 import { isFilterKey } from '../store/query.js';
+import { parseRfc3339 } from '../store/time.js';
 import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../store/store.js';
 
 export type Query = Record<string, string | string[] | undefined>;
 
+/**
+ * The largest page of every admin list (nodes, pending nodes, history, runs, jobs). One bound
+ * for all: a row of any of them is at most a few kB, so a page is at most a few MB of JSON.
+ */
 export const MAX_PER_PAGE = 1000;
 
 function bad(message: string): never {
@@ -34,8 +39,17 @@ export function intParam(q: Query, name: string, dflt: number, max: number): num
   return Number(v);
 }
 
-export function paging(q: Query, dfltPerPage = 100, maxPerPage = MAX_PER_PAGE): { page: number; per_page: number } {
-  return { page: intParam(q, 'page', 1, 1_000_000), per_page: intParam(q, 'per_page', dfltPerPage, maxPerPage) };
+export function paging(q: Query, dfltPerPage = 100): { page: number; per_page: number } {
+  return { page: intParam(q, 'page', 1, 1_000_000), per_page: intParam(q, 'per_page', dfltPerPage, MAX_PER_PAGE) };
+}
+
+/** A boolean parameter: `true`/`1` or `false`/`0`, anything else refused (`reports=maybe`). */
+export function boolParam(q: Query, name: string): boolean | undefined {
+  const v = single(q, name);
+  if (v === undefined) return undefined;
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  bad(`${name} must be true or false`);
 }
 
 const values = (v: string | string[]) => (Array.isArray(v) ? v : [v]);
@@ -102,6 +116,53 @@ export function bodyObject(body: unknown, allowed: readonly string[]): Record<st
 export function timeParam(q: Query, name: string): string | undefined {
   const v = single(q, name);
   if (v === undefined) return undefined;
-  if (!/^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}/.test(v)) bad(`${name} must be an RFC 3339 time`);
+  if (parseRfc3339(v) === undefined) bad(`${name} must be an RFC 3339 time such as 2026-11-22T10:00:00Z`);
   return v;
+}
+
+/** A parameter's type; a list is an enum of its values. */
+type ParamType = 'boolean' | 'integer' | 'time' | 'text' | readonly string[];
+
+/**
+ * The query parameters of each admin route and their types, checked before the route runs: a
+ * misspelt parameter or a value of the wrong type answers 400, never a silent default. A route
+ * not listed takes no query parameter; `own` routes check theirs (filters) themselves.
+ */
+const PAGING = { page: 'integer', per_page: 'integer' } as const;
+const FORMAT = ['csv', 'json'] as const;
+const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
+  'GET /api/1/nodes': 'own',
+  'GET /api/1/nodes/pending': 'own',
+  'GET /api/1/compliance': 'own',
+  'GET /api/1/compliance/nodes': 'own',
+  'GET /api/1/compliance/rules': { format: FORMAT },
+  'GET /api/1/compliance/directives': { format: FORMAT },
+  'GET /api/1/compliance/groups': { format: FORMAT },
+  'GET /api/1/changes': 'own',
+  'GET /api/1/changes/histogram': 'own',
+  'GET /api/1/jobs': 'own',
+  'GET /api/1/nodes/:id/history': PAGING,
+  'GET /api/1/nodes/:id/runs': { ...PAGING, reports: 'boolean', from: 'time', to: 'time' },
+  'DELETE /api/1/keys/:kid': { force: 'boolean' },
+  // The choice (keep, delete, state:<state>) is parsed by the route.
+  'DELETE /api/1/managers/:id': { nodes: 'text' },
+};
+
+/** Check an admin request's query parameters against its route's list (see ADMIN_QUERIES). */
+export function checkAdminQuery(method: string, route: string | undefined, q: Query): void {
+  if (route === undefined) return;
+  const spec = ADMIN_QUERIES[`${method} ${route}`] ?? {};
+  if (spec === 'own') return;
+  for (const name of Object.keys(q)) {
+    const type = spec[name];
+    if (type === undefined) bad(`unknown parameter ${name}`);
+    if (type === 'boolean') boolParam(q, name);
+    else if (type === 'integer') intParam(q, name, 1, name === 'per_page' ? MAX_PER_PAGE : 1_000_000);
+    else if (type === 'time') timeParam(q, name);
+    else if (type === 'text') single(q, name);
+    else {
+      const v = single(q, name);
+      if (v !== undefined && !type.includes(v)) bad(`${name} must be one of ${type.join(', ')}`);
+    }
+  }
 }

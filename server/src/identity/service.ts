@@ -38,6 +38,8 @@ export interface IdentityOptions {
   alg: TokenAlg;
   clockSkewSeconds: number;
   clock?: () => Date;
+  /** Accept SHA-1 signatures on renewal requests and inventories (`[signatures] allow_sha1`). */
+  allowSha1?: boolean;
 }
 
 export interface KeyView extends IdentityKeyRow {
@@ -206,7 +208,7 @@ export class NodeIdentity {
     if (node.accepted === 'pending') throw capstanError('ERR_NODE_PENDING', `node ${nodeId} is not accepted yet`);
     if (node.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${nodeId} is refused`);
     if (!node.certificate) throw capstanError('ERR_NODE_PENDING', `node ${nodeId} has no pinned certificate`);
-    await checkRenewRequest(body, node.certificate, nodeId, (nonce, until) => this.o.store.identity.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock());
+    await checkRenewRequest(body, node.certificate, nodeId, (nonce, until) => this.o.store.identity.rememberNonce(nonce, Math.ceil(until.getTime() / 1000), this.nowSec()), this.clock(), { allowSha1: this.o.allowSha1 === true });
     const issued = await this.issue(node);
     this.o.log.info({ nodeId, jti: issued.claims.jti, exp: issued.claims.exp }, 'node token issued');
     return issued;
@@ -224,7 +226,7 @@ export class NodeIdentity {
     const node = await this.o.store.getNode(info.nodeId);
     if (!node || node.accepted !== 'accepted' || !node.certificate) return null;
     const signed = await decompress(data, info.compression, { maxBytes: maxDecompressedBytes });
-    const { content } = verifySmime(signed, [node.certificate], { maxBytes: maxDecompressedBytes });
+    const { content } = verifySmime(signed, [node.certificate], { maxBytes: maxDecompressedBytes, allowSha1: this.o.allowSha1 === true });
     let doc: Record<string, unknown>;
     try {
       doc = JSON.parse(content.toString('utf8')) as Record<string, unknown>;

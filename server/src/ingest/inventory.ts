@@ -94,7 +94,7 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     const claimed = validateInventory(parseJson(readSignedContentUnverified(signed)));
     signer = claimed.certificate;
   }
-  const verified = verifySmime(signed, [signer], { maxBytes: deps.limits.maxDecompressedBytes });
+  const verified = verifySmime(signed, [signer], { maxBytes: deps.limits.maxDecompressedBytes, allowSha1: deps.limits.allowSha1 === true });
   const doc = validateInventory(parseJson(verified.content));
   if (doc.node_id !== info.nodeId) {
     throw capstanError('ERR_NODE_MISMATCH', `inventory names node ${doc.node_id} but was sent as ${info.nodeId}`);
@@ -116,11 +116,12 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   // (pending again, so acceptance goes as for any newcomer) instead of making a second node.
   const cloud = known ? null : (bootstrap?.identity ?? cloudIdentity(doc));
   if (cloud) await deps.store.managers.adoptDiscovered(info.nodeId, cloud, receivedAt);
-  return deps.store.upsertFromInventory({
+  const fingerprint = certificateFingerprint(doc.certificate);
+  const node = await deps.store.upsertFromInventory({
     id: info.nodeId,
     hostname: doc.hostname,
     certificate: doc.certificate,
-    certificate_fingerprint: certificateFingerprint(doc.certificate),
+    certificate_fingerprint: fingerprint,
     os_name: doc.os.name,
     os_version: doc.os.version,
     agent_version: doc.agent_version,
@@ -129,4 +130,10 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     received_at: receivedAt,
     auto_accept: autoAccept,
   });
+  // Another key claiming a node that is not accepted yet: recorded for the admin, and the file
+  // goes to failed/ with this reason (the node's own certificate stays pinned).
+  if (node.conflict_fingerprint === fingerprint && node.certificate_fingerprint !== fingerprint) {
+    throw capstanError('ERR_CERTIFICATE_CONFLICT', `node ${info.nodeId} holds certificate ${node.certificate_fingerprint}; this inventory carries ${fingerprint}: an admin chooses at acceptance`);
+  }
+  return node;
 }

@@ -18,6 +18,8 @@ export interface IngestLimits {
   maxLineBytes: number;
   /** What is kept of a run's changes (ingest/changes.ts); the defaults when absent. */
   changes?: ChangeLimits;
+  /** `[signatures] allow_sha1`. */
+  allowSha1?: boolean;
 }
 
 /** What a worker needs for one run log: the bytes as received and what the file name says. */
@@ -43,7 +45,7 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
   const raw = Buffer.isBuffer(job.raw) ? job.raw : Buffer.from(job.raw.buffer, job.raw.byteOffset, job.raw.byteLength);
   const { limits } = job;
   const signed = await decompress(raw, job.compression, { maxBytes: limits.maxDecompressedBytes });
-  const verified = verifySmime(signed, [job.certificate], { maxBytes: limits.maxDecompressedBytes });
+  const verified = verifySmime(signed, [job.certificate], { maxBytes: limits.maxDecompressedBytes, allowSha1: limits.allowSha1 === true });
   const log = parseRunLog(verified.content, { node_id: job.nodeId, timestamp: job.timestamp }, {
     maxBytes: limits.maxDecompressedBytes,
     maxReports: limits.maxReports,

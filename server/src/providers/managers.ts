@@ -7,6 +7,7 @@ import { capstanError } from '@capstan/shared';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/shared/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
 import { checkInstance } from '../store/discovery-rules.js';
+import { NODE_STATES } from '../store/rules.js';
 
 /** The largest poll a relay may post (instances); larger accounts need narrower filters or managers. */
 export const MAX_INSTANCES_PER_POLL = 100_000;
@@ -58,15 +59,14 @@ export async function applyPoll(store: Store, managerId: string, outcome: { inst
 
 export type NodesChoice = { kind: 'keep' } | { kind: 'delete' } | { kind: 'state'; state: string };
 
-const STATE = /^[a-z][a-z_-]{0,31}$/;
 
 /** `?nodes=keep|delete|state:<state>`; absent → null (the caller decides whether one is needed). */
 export function parseNodesChoice(v: unknown): NodesChoice | null {
   if (v === undefined) return null;
   if (v === 'keep') return { kind: 'keep' };
   if (v === 'delete') return { kind: 'delete' };
-  if (typeof v === 'string' && v.startsWith('state:') && STATE.test(v.slice(6))) return { kind: 'state', state: v.slice(6) };
-  throw capstanError('ERR_MANAGER_NODES_CHOICE', 'nodes must be keep, delete or state:<state>');
+  if (typeof v === 'string' && v.startsWith('state:') && NODE_STATES.includes(v.slice(6))) return { kind: 'state', state: v.slice(6) };
+  throw capstanError('ERR_MANAGER_NODES_CHOICE', `nodes must be keep, delete or state:<state> (${NODE_STATES.join(', ')})`);
 }
 
 export interface DeleteOutcome {

@@ -20,6 +20,8 @@ export const NODE_COLUMNS = [
   'last_contact_at', 'state_changed_at', 'policy_config_id',
   // added by migration 9 (0/1)
   'relay',
+  // added by migration 12
+  'conflict_certificate', 'conflict_fingerprint', 'conflict_at',
 ] as const;
 
 /** A node row with its certificate, as every read of whole nodes selects it. */

@@ -21,6 +21,13 @@ export const MISSING = 'missing';
 
 /** States that let a node be reachable (DESIGN.md Lifecycle); any other forces `unreachable`. */
 export const LIVE_STATES: readonly string[] = ['running', 'unknown'];
+/**
+ * Every state a node may be in: providers' (running, stopped, terminated), the sweep's
+ * (missing), the default (unknown), and retired or decommissioned for nodes an admin retires.
+ * What an admin or a manager's deletion sets must be one of them: a misspelt state would make a
+ * node unreachable and match no filter.
+ */
+export const NODE_STATES: readonly string[] = ['running', 'stopped', 'terminated', 'missing', 'unknown', 'retired', 'decommissioned'];
 
 /** States whose nodes are purged after the retention period. */
 export const PURGEABLE_STATES: readonly string[] = [MISSING, TERMINATED];
@@ -57,6 +64,7 @@ function blank(id: string, at: string): NodeRecord {
     certificate_fingerprint: null, os_name: null, os_version: null, agent_version: null, policy_server: null,
     created_at: at, updated_at: at, accepted_at: null, last_inventory_at: null, last_run_at: null,
     last_config_id: null, last_contact_at: null, state_changed_at: at, policy_config_id: null, relay: false,
+    conflict_certificate: null, conflict_fingerprint: null, conflict_at: null,
   };
 }
 
@@ -86,17 +94,33 @@ export function nodeFromInventory(inv: NodeUpsertFromInventory, autoAccept: bool
 }
 
 /**
+ * An inventory whose certificate is not the one a node not accepted yet holds: anyone who knows
+ * the node id can sign an inventory with a key of their own, so it changes nothing but the
+ * recorded conflict (no hostname, no contact, no stored document), which an admin settles when
+ * accepting the node.
+ */
+export function isCertificateConflict(node: NodeRecord, inv: Pick<NodeUpsertFromInventory, 'certificate_fingerprint'>): boolean {
+  return node.accepted !== 'accepted' && node.certificate_fingerprint !== null && node.certificate_fingerprint !== inv.certificate_fingerprint;
+}
+
+/**
  * A later inventory of a known node. The certificate of an accepted node is pinned: an
  * inventory carrying another one changes nothing about trust (that is what pinning is for;
- * re-keying goes through an admin). A pending or refused node is not trusted yet, so it shows the
- * newest certificate it has sent, which is what accepting pins. A pending node may be accepted
- * here by an auto-accept rule; a refused one never is.
+ * re-keying goes through an admin). A pending or refused node keeps the first certificate it
+ * sent, which is what accepting pins; another one is a conflict (isCertificateConflict). A
+ * pending node may be accepted here by an auto-accept rule; a refused one never is.
  *
  * An inventory older than the one we hold (a back-filled queue, two servers racing) still proves
  * contact but does not roll the descriptive fields back.
  */
 export function mergeInventory(node: NodeRecord, inv: NodeUpsertFromInventory, autoAccept: boolean): NodeRecord {
   const at = toUtcIso(inv.received_at, 'received_at');
+  if (isCertificateConflict(node, inv)) {
+    if (node.conflict_fingerprint === inv.certificate_fingerprint) return node;
+    return {
+      ...node, conflict_certificate: inv.certificate, conflict_fingerprint: inv.certificate_fingerprint, conflict_at: at, updated_at: later(node.updated_at, at),
+    };
+  }
   let next: NodeRecord = contact({ ...node, updated_at: later(node.updated_at, at) }, at);
   if (node.last_inventory_at === null || at >= node.last_inventory_at) {
     Object.assign(next, {
@@ -147,8 +171,9 @@ export function manualNode(n: NodeCreate, now: string): NodeRecord {
  * mergeInventory stops replacing it). accepted_at records when the current acceptance began, so
  * accepting an already accepted node keeps the original time, and leaving `accepted` clears it.
  */
-export function withAcceptance(node: NodeRecord, accepted: Acceptance, atRaw: string): NodeRecord {
+export function withAcceptance(node: NodeRecord, accepted: Acceptance, atRaw: string, fingerprint?: string): NodeRecord {
   const at = toUtcIso(atRaw, 'at');
+  if (accepted === 'accepted') node = chooseCertificate(node, fingerprint);
   if (node.accepted === accepted) return node;
   return {
     ...node,
@@ -236,6 +261,33 @@ export function afterContact(node: NodeRecord, atRaw: string): NodeRecord {
   return next;
 }
 
+/** `ab:CD…` or `AB CD…` → `abcd…`: fingerprints are compared as lowercase hex. */
+const normalFingerprint = (fp: string) => fp.replace(/[\s:]/g, '').toLowerCase();
+
+/**
+ * The certificate accepting pins: with a conflict, the one whose fingerprint the admin names
+ * (the other is dropped); without, the node's own, which a given fingerprint must match.
+ */
+function chooseCertificate(node: NodeRecord, fingerprint: string | undefined): NodeRecord {
+  const fp = fingerprint === undefined ? undefined : normalFingerprint(fingerprint);
+  if (node.conflict_fingerprint === null) {
+    if (fp !== undefined && fp !== node.certificate_fingerprint) {
+      throw capstanError('ERR_CERTIFICATE', `fingerprint ${fp} is not the certificate of node ${node.id} (${node.certificate_fingerprint ?? 'none'})`);
+    }
+    return node;
+  }
+  const both = [node.certificate_fingerprint, node.conflict_fingerprint];
+  if (fp === undefined) {
+    throw capstanError('ERR_CERTIFICATE_CONFLICT', `node ${node.id} sent two certificates (${both.join(', ')}): choose the fingerprint to pin`, {
+      details: { fingerprints: both },
+    });
+  }
+  const cleared = { conflict_certificate: null, conflict_fingerprint: null, conflict_at: null };
+  if (fp === node.certificate_fingerprint) return { ...node, ...cleared };
+  if (fp === node.conflict_fingerprint) return { ...node, certificate: node.conflict_certificate, certificate_fingerprint: fp, ...cleared };
+  throw capstanError('ERR_CERTIFICATE', `fingerprint ${fp} is neither of the certificates of node ${node.id} (${both.join(', ')})`);
+}
+
 export type HistoryInsert = Omit<HistoryEntry, 'id'>;
 const TRACKED = ['accepted', 'state', 'status'] as const;
 
@@ -255,6 +307,15 @@ export function transitions(
   for (const field of TRACKED) {
     const from = before ? before[field] : null;
     if (from !== after[field]) out.push({ node_id: after.id, at, field, from, to: after[field], cause: causes[field] ?? cause });
+  }
+  // A certificate conflict: recorded (from the kept fingerprint to the other one), or settled
+  // (from the dropped fingerprint to the chosen one).
+  if (before && before.conflict_fingerprint !== after.conflict_fingerprint) {
+    const chosen = after.certificate_fingerprint ?? '';
+    const dropped = chosen === before.certificate_fingerprint ? before.conflict_fingerprint : before.certificate_fingerprint;
+    out.push(after.conflict_fingerprint !== null
+      ? { node_id: after.id, at, field: 'certificate', from: after.certificate_fingerprint, to: after.conflict_fingerprint, cause: `${cause}: another certificate for this node id (conflict)` }
+      : { node_id: after.id, at, field: 'certificate', from: dropped, to: chosen, cause: `${cause}: certificate chosen` });
   }
   return out;
 }

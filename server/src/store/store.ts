@@ -65,6 +65,14 @@ export interface NodeRecord {
   policy_config_id: string | null;
   /** A relay registered by an admin: its tokens carry `capstan_role: "relay"` (migration 9). */
   relay: boolean;
+  /**
+   * A node not accepted yet keeps the first certificate it sent. An inventory with another
+   * certificate for its id (signed by that other key) is a conflict, kept here (the newest one)
+   * until an admin accepts the node choosing a fingerprint (migration 12).
+   */
+  conflict_certificate: string | null;
+  conflict_fingerprint: string | null;
+  conflict_at: string | null;
 }
 
 export interface NodeUpsertFromInventory {
@@ -175,7 +183,8 @@ export interface HistoryEntry {
   id: number;
   node_id: string;
   at: string;
-  field: 'accepted' | 'state' | 'status';
+  /** `certificate`: a conflicting certificate was sent (from the pinned fingerprint to the other), or an admin chose one. */
+  field: 'accepted' | 'state' | 'status' | 'certificate';
   from: string | null;
   to: string;
   cause: string;
@@ -416,8 +425,13 @@ export interface Store {
   upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord>;
   /** Manual creation by an admin (no agent yet): accepted, status unknown. ERR_NODE_EXISTS if the id or cloud identity exists. */
   createNode(n: NodeCreate): Promise<NodeRecord>;
-  /** pending|refused → accepted (pins the current certificate) or → refused. Returns null when unknown. */
-  setAcceptance(id: string, accepted: Acceptance, at: string, cause?: string): Promise<NodeRecord | null>;
+  /**
+   * pending|refused → accepted (pins the current certificate) or → refused. Returns null when
+   * unknown. A node with a certificate conflict is accepted only with `fingerprint` naming one of
+   * its two certificates (ERR_CERTIFICATE_CONFLICT without; ERR_CERTIFICATE for another one),
+   * which is then pinned; a fingerprint given without a conflict must be the node's.
+   */
+  setAcceptance(id: string, accepted: Acceptance, at: string, cause?: string, fingerprint?: string): Promise<NodeRecord | null>;
   /** ERR_NODE_TERMINATED when the node is terminated and `state` is another. Returns null when unknown. */
   setState(id: string, state: string, at: string, cause?: string): Promise<NodeRecord | null>;
   /** An admin's change (state and descriptive fields) in one transaction. Returns null when unknown. */

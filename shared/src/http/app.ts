@@ -145,12 +145,50 @@ export function etagMatches(header: string | string[] | undefined, etag: string)
   });
 }
 
-/** Read and parse a JSON request body with a size limit (used where installRawBodies is active). */
+/** Nesting allowed in a JSON body unless the app sets its own (`installJsonDepth`). */
+export const DEFAULT_MAX_JSON_DEPTH = 64;
+
+/**
+ * Set the deepest nesting of the JSON bodies this app's routes read with `readJson`. Parsing
+ * copes with any depth, but what walks the value afterwards (validation, JSON.stringify) recurses
+ * and would overflow the stack: a deep body is refused before it is parsed.
+ */
+export function installJsonDepth(app: FastifyInstance, maxDepth: number): void {
+  app.decorateRequest('jsonMaxDepth', maxDepth);
+}
+
+/** The deepest nesting of arrays and objects in JSON text (strings skipped), stopping past `limit`. */
+export function jsonDepth(text: string, limit = Infinity): number {
+  let depth = 0;
+  let deepest = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) {
+      inString = true;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > deepest && (deepest = depth) > limit) return deepest;
+    } else if (c === 0x5d || c === 0x7d) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
+/** Read and parse a JSON body: ERR_BODY_TOO_LARGE over `maxBytes`, ERR_BAD_REQUEST if invalid or too deep. */
 export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
   const body = await readBody(req, maxBytes, 'JSON body');
   if (body.length === 0) return undefined;
+  const text = body.toString('utf8');
+  const maxDepth = (req as { jsonMaxDepth?: number }).jsonMaxDepth ?? DEFAULT_MAX_JSON_DEPTH;
+  if (jsonDepth(text, maxDepth) > maxDepth) {
+    throw capstanError('ERR_BAD_REQUEST', `body is nested deeper than ${maxDepth} levels (limits.max_json_depth)`);
+  }
   try {
-    return JSON.parse(body.toString('utf8'));
+    return JSON.parse(text);
   } catch {
     throw capstanError('ERR_BAD_REQUEST', 'body is not valid JSON');
   }

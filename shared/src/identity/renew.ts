@@ -64,8 +64,9 @@ export async function checkRenewRequest(
   expectNodeId: string,
   remember: (nonce: string, until: Date) => boolean | Promise<boolean>,
   now = new Date(),
+  opts: { allowSha1?: boolean } = {},
 ): Promise<RenewRequest> {
-  const { content } = verifySmime(signed, [certPem], { maxBytes: 64 * 1024 });
+  const { content } = verifySmime(signed, [certPem], { maxBytes: 64 * 1024, allowSha1: opts.allowSha1 === true });
   let req: RenewRequest;
   try {
     req = JSON.parse(content.toString('utf8')) as RenewRequest;

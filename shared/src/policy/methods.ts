@@ -288,8 +288,43 @@ export function validateMethodParams(method: string, params: unknown): Record<st
   if (!params || typeof params !== 'object' || Array.isArray(params)) {
     throw capstanError('ERR_METHOD_PARAMS', `${method}: params must be an object`, { details: { method, field: 'params' } });
   }
-  spec.validate(params as Record<string, unknown>);
+  const read = new Set<string>();
+  spec.validate(readTracked(params as Record<string, unknown>, '', read));
+  const unknown = unreadField(params as Record<string, unknown>, '', read);
+  if (unknown !== undefined) paramError(method, unknown, `is not a parameter of ${method} (a misspelling?)`);
   return params as Record<string, unknown>;
+}
+
+const isPlainObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
+
+/**
+ * A view of `params` that records the path of every field `validate` reads (nested objects
+ * included, as `unless.command`). A method's parameters are exactly what its validation reads, so
+ * a parameter added to a method's `validate` is known at once, and there is no second list to
+ * forget; a field nothing reads is one the agent would ignore: a typo.
+ */
+function readTracked(obj: Record<string, unknown>, prefix: string, read: Set<string>): Record<string, unknown> {
+  return new Proxy(obj, {
+    get(target, key, receiver) {
+      const value = Reflect.get(target, key, receiver) as unknown;
+      if (typeof key !== 'string') return value;
+      read.add(prefix + key);
+      return isPlainObject(value) ? readTracked(value, `${prefix}${key}.`, read) : value;
+    },
+  });
+}
+
+/** The path of the first field of `obj` (and of the nested objects validation looked into) that was never read. */
+function unreadField(obj: Record<string, unknown>, prefix: string, read: Set<string>): string | undefined {
+  for (const [key, value] of Object.entries(obj)) {
+    const path = prefix + key;
+    if (!read.has(path)) return path;
+    if (isPlainObject(value) && [...read].some((r) => r.startsWith(`${path}.`))) {
+      const inner = unreadField(value, `${path}.`, read);
+      if (inner !== undefined) return inner;
+    }
+  }
+  return undefined;
 }
 
 /** The components a directive is expected to report, for expected-vs-received compliance. */

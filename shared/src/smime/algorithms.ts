@@ -41,3 +41,6 @@ export const SIGNATURES: ReadonlyMap<string, 'rsa' | 'ec'> = new Map([
   ['1.2.840.10045.4.3.3', 'ec'], // ecdsa-with-SHA384
   ['1.2.840.10045.4.3.4', 'ec'], // ecdsa-with-SHA512
 ]);
+
+/** Signature algorithms that name SHA-1 whatever the digestAlgorithm says (refused like a SHA-1 digest). */
+export const SHA1_SIGNATURES: ReadonlySet<string> = new Set(['1.2.840.113549.1.1.5', '1.2.840.10045.4.1']);

@@ -10,7 +10,7 @@
  */
 import { createHash, verify as cryptoVerify } from 'node:crypto';
 import { capstanError, isCapstanError, type CapstanError } from '../errors.js';
-import { DIGESTS, OID, SIGNATURES } from './algorithms.js';
+import { DIGESTS, OID, SHA1_SIGNATURES, SIGNATURES } from './algorithms.js';
 import { parseCertificate, parseCertificates, type ParsedCertificate } from './certificate.js';
 import {
   CONTEXT, DerError, TAG, UNIVERSAL, children, derHeader, expect, is, octets, oid, readOne, seq, time, type Tlv,
@@ -26,6 +26,11 @@ export interface VerifiedContent {
 export interface VerifyOptions {
   /** Largest signed message accepted, in bytes. */
   maxBytes?: number;
+  /**
+   * Accept SHA-1 signatures (old agents). Off by default: SHA-1 collisions are practical, so a
+   * SHA-1 signature is refused with ERR_SMIME_WEAK_DIGEST, as MD5 always is.
+   */
+  allowSha1?: boolean;
 }
 
 export const DEFAULT_SMIME_MAX_BYTES = 64 * 1024 * 1024;
@@ -40,7 +45,7 @@ const OPAQUE_TYPES = new Set(['application/pkcs7-mime', 'application/x-pkcs7-mim
  * ERR_SMIME_SIGNATURE, or ERR_CERTIFICATE for an unreadable certificate in `certsPem`.
  */
 export function verifySmime(signed: Buffer, certsPem: string[], opts: VerifyOptions = {}): VerifiedContent {
-  return coded(() => verifyMessage(signed, certsPem, opts.maxBytes ?? DEFAULT_SMIME_MAX_BYTES));
+  return coded(() => verifyMessage(signed, certsPem, opts.maxBytes ?? DEFAULT_SMIME_MAX_BYTES, opts.allowSha1 === true));
 }
 
 /**
@@ -80,7 +85,7 @@ function format(message: string, cause?: unknown): CapstanError {
   return capstanError('ERR_SMIME_FORMAT', message, { cause });
 }
 
-function verifyMessage(input: Buffer, certsPem: string[], maxBytes: number): VerifiedContent {
+function verifyMessage(input: Buffer, certsPem: string[], maxBytes: number, allowSha1: boolean): VerifiedContent {
   checkSize(input, maxBytes);
   const certs = certsPem.flatMap((p) => {
     const split = parseCertificates(p);
@@ -103,7 +108,7 @@ function verifyMessage(input: Buffer, certsPem: string[], maxBytes: number): Ver
   // Every signer must verify, as PKCS7_verify requires; the first one is reported.
   let first: { cert: ParsedCertificate; signingTime?: Date } | undefined;
   for (const si of signerInfos) {
-    const r = verifySigner(si, signed, signedData.eContentType, certs);
+    const r = verifySigner(si, signed, signedData.eContentType, certs, allowSha1);
     first ??= r;
   }
 
@@ -170,7 +175,7 @@ function parseSignedData(der: Buffer): SignedData {
 }
 
 function verifySigner(
-  siTlv: Tlv, signed: Buffer, eContentType: string, certs: ParsedCertificate[],
+  siTlv: Tlv, signed: Buffer, eContentType: string, certs: ParsedCertificate[], allowSha1: boolean,
 ): { cert: ParsedCertificate; signingTime?: Date } {
   const si = seq(siTlv, 'SignerInfo');
   expect(si[0], UNIVERSAL, TAG.INTEGER, 'SignerInfo version');
@@ -183,6 +188,9 @@ function verifySigner(
   const sigOid = oid(seq(si[i++], 'signatureAlgorithm')[0], 'signature algorithm');
   const keyType = SIGNATURES.get(sigOid);
   if (!keyType) throw capstanError('ERR_SMIME_UNSUPPORTED', `signature algorithm ${sigOid} is not supported`);
+  if (!allowSha1 && (hash === 'sha1' || SHA1_SIGNATURES.has(sigOid))) {
+    throw capstanError('ERR_SMIME_WEAK_DIGEST', 'SHA-1 signatures are refused (sign with SHA-256, or allow SHA-1 for old agents in the configuration)');
+  }
   const signature = octets(si[i++], 'signature');
   if (si[i] && !is(si[i], CONTEXT, 1)) throw format('unexpected field in SignerInfo');
 

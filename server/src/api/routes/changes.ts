@@ -57,7 +57,7 @@ export function changeRoutes(app: FastifyInstance, store: Store): void {
   app.get<{ Querystring: Query }>('/api/1/changes', async (req, reply) => {
     const format = exportFormat(req);
     const q = await changeQuery(store, req.query);
-    const { page, per_page } = paging(req.query, 100, 1000);
+    const { page, per_page } = paging(req.query, 100);
     const diff = single(req.query, 'diff');
     if (diff !== undefined && diff !== 'true' && diff !== 'false') bad('diff must be true or false');
     const result = await store.listChanges(q, page, per_page);

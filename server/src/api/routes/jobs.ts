@@ -46,7 +46,7 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
     for (const k of Object.keys(q)) if (!['state', 'page', 'per_page'].includes(k)) throw capstanError('ERR_BAD_REQUEST', `unknown parameter ${k}`);
     const state = single(q, 'state');
     if (state !== undefined && !JOB_STATES.includes(state as JobState)) throw capstanError('ERR_BAD_REQUEST', `state must be one of ${JOB_STATES.join(', ')}`);
-    const { page, per_page } = paging(q, 50, 500);
+    const { page, per_page } = paging(q, 50);
     const list = await store.jobs.listJobs(page, per_page, state as JobState | undefined);
     return { ...list, page, per_page };
   });

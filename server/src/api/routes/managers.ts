@@ -39,6 +39,17 @@ async function mustGet(store: Store, id: string) {
   return m;
 }
 
+/** A manager hosted by a relay names one an admin registered (a typo would never be polled). */
+async function checkProvider(store: Store, provider: string): Promise<void> {
+  if (provider === 'server') return;
+  const node = await store.getNode(provider);
+  if (!node?.relay) {
+    throw capstanError('ERR_MANAGER_INVALID', `provider ${provider} is not a registered relay (register it with POST /api/1/nodes and "relay": true, or use "server")`, {
+      details: { field: 'provider' },
+    });
+  }
+}
+
 export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps): void {
   const { store } = deps;
   const now = () => new Date().toISOString();
@@ -47,6 +58,7 @@ export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps)
 
   app.post('/api/1/managers', async (req, reply) => {
     const s = checkManager(await readJson(req));
+    await checkProvider(store, s.provider);
     const m = await store.managers.createManager({ id: s.id, name: s.name, type: s.type, provider: s.provider, spec: specToStored(s) }, now());
     return reply.code(201).send({ data: managerView(m) });
   });
@@ -56,6 +68,7 @@ export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps)
   app.put<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => {
     const s = checkManager(await readJson(req), req.params.id);
     const old = await mustGet(store, req.params.id);
+    if (s.provider !== old.provider) await checkProvider(store, s.provider);
     if (old.type !== s.type) throw capstanError('ERR_CONFLICT', `manager ${old.id} is of type ${old.type}; a type never changes (create another manager)`);
     const m = await store.managers.updateManager(s.id, { name: s.name, provider: s.provider, spec: specToStored(s) }, now());
     if (!m) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${req.params.id} is unknown`);

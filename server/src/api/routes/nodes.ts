@@ -5,12 +5,12 @@ import {
   capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog, readJson,
 } from '@capstan/shared';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
-import { bodyObject, nodeListQuery, paging, timeParam, type Query } from '../params.js';
+import { NODE_STATES } from '../../store/rules.js';
+import { bodyObject, boolParam, nodeListQuery, paging, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // A DNS name, an IPv4 address or an IPv6 address (no spaces, no URL parts).
 const HOST = /^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$/;
-const STATE = /^[a-z][a-z_-]{0,31}$/;
 /** Largest decompressed run log re-read for `reports=true` (the ingest limit bounds what is stored). */
 const MAX_REREAD_BYTES = 512 * 1024 * 1024;
 
@@ -20,10 +20,19 @@ export async function mustGet(store: Store, id: string): Promise<NodeRecord> {
   return node;
 }
 
-/** Nodes as the API shows them: the pinned certificate only on the single-node view. */
-export function listView(n: NodeRecord): Omit<NodeRecord, 'certificate'> {
-  const { certificate: _omit, ...rest } = n;
+/** Nodes as the API shows them: the certificates (pinned, conflicting) only on the single-node view. */
+export function listView(n: NodeRecord): Omit<NodeRecord, 'certificate' | 'conflict_certificate'> {
+  const { certificate: _omit, conflict_certificate: _other, ...rest } = n;
   return rest;
+}
+
+/** POST /api/1/nodes/<id>/accept: `{fingerprint?}`, the certificate to pin (required when the node sent two). */
+function acceptBody(raw: unknown): string | undefined {
+  if (raw === undefined) return undefined;
+  const body = bodyObject(raw, ['fingerprint']);
+  const fp = optionalString(body, 'fingerprint');
+  if (fp !== undefined && !/^[0-9A-Fa-f:\s]{64,95}$/.test(fp)) throw capstanError('ERR_BAD_REQUEST', 'fingerprint must be a sha256 fingerprint (64 hex digits)', { details: { field: 'fingerprint' } });
+  return fp;
 }
 
 function optionalString(body: Record<string, unknown>, name: string): string | undefined {
@@ -93,7 +102,9 @@ export function patchBody(raw: unknown): NodePatch {
   const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups', 'relay', 'policy_server']);
   if (Object.keys(body).length === 0) throw capstanError('ERR_BAD_REQUEST', 'nothing to change');
   const state = optionalString(body, 'state');
-  if (state !== undefined && !STATE.test(state)) throw capstanError('ERR_BAD_REQUEST', 'state must be a lowercase word');
+  if (state !== undefined && !NODE_STATES.includes(state)) {
+    throw capstanError('ERR_BAD_REQUEST', `state must be one of ${NODE_STATES.join(', ')}`, { details: { field: 'state' } });
+  }
   const patch: NodePatch = {};
   if (state !== undefined) patch.state = state;
   const name = optionalString(body, 'name');
@@ -127,11 +138,12 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
 
   for (const [verb, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']] as const) {
     app.post<{ Params: { id: string } }>(`/api/1/nodes/:id/${verb}`, async (req) => {
+      const fingerprint = acceptance === 'accepted' ? acceptBody(await readJson(req)) : undefined;
       const node = await mustGet(store, req.params.id);
       if (acceptance === 'accepted' && !node.certificate) {
         throw capstanError('ERR_CERTIFICATE', `node ${node.id} has sent no certificate yet`);
       }
-      const updated = await store.setAcceptance(node.id, acceptance, new Date().toISOString(), 'admin');
+      const updated = await store.setAcceptance(node.id, acceptance, new Date().toISOString(), 'admin', fingerprint);
       if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${node.id} is unknown`);
       return { data: listView(updated) };
     });
@@ -174,9 +186,8 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
 
   app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/runs', async (req) => {
     await mustGet(store, req.params.id);
-    const { page, per_page } = paging(req.query, 20, 200);
-    const reports = req.query.reports;
-    const withReports = reports === 'true' || reports === '1';
+    const { page, per_page } = paging(req.query, 20);
+    const withReports = boolParam(req.query, 'reports') === true;
     const from = timeParam(req.query, 'from');
     const to = timeParam(req.query, 'to');
     const res = await store.listRuns(req.params.id, page, per_page, { ...(from && { from }), ...(to && { to }) });

@@ -13,6 +13,7 @@ import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';
 import { checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
+import { MAX_FILTER_VALUES } from '../../store/query.js';
 
 /**
  * May this request fetch this node's policy? Issue 7 fills this with the node identity check
@@ -39,6 +40,24 @@ async function checkRefs(store: Store, rule: { directives: string[]; groups: str
     const known = new Set((await store.listPolicyObjects(kind)).map((o) => o.id));
     const missing = ids.filter((i) => !known.has(i));
     if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`, { details: { field: PLURAL[kind] } });
+  }
+}
+
+/**
+ * A static group may only name nodes the registry knows (as a job's static nodes): an unknown id
+ * is a typo that would silently leave the node it meant out of the group's rules.
+ */
+async function checkGroupNodes(store: Store, group: { nodes?: string[] }): Promise<void> {
+  const ids = group.nodes ?? [];
+  const missing: string[] = [];
+  for (let i = 0; i < ids.length; i += MAX_FILTER_VALUES) {
+    const chunk = ids.slice(i, i + MAX_FILTER_VALUES);
+    const known = new Set(await store.listNodeIds([{ key: 'id', values: chunk }]));
+    missing.push(...chunk.filter((id) => !known.has(id)));
+  }
+  if (missing.length) {
+    const shown = missing.slice(0, 10).join(', ') + (missing.length > 10 ? ` and ${missing.length - 10} more` : '');
+    throw capstanError('ERR_BAD_REQUEST', `group names unknown nodes: ${shown}`, { details: { field: 'nodes' } });
   }
 }
 
@@ -96,6 +115,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
       // References are checked inside the generator's queue, so a concurrent delete cannot slip between.
       const { result, stats } = await generator.change(kind, id, async () => {
         if (kind === 'rule') await checkRefs(store, body as { directives: string[]; groups: string[] });
+        if (kind === 'group') await checkGroupNodes(store, body as { nodes?: string[] });
         const exists = (await store.getPolicyObject(kind, id)) !== null;
         if (mustExist === false && exists) throw capstanError('ERR_CONFLICT', `${kind} ${id} already exists`);
         if (mustExist === true && !exists) throw notFound(kind, id);

@@ -15,6 +15,7 @@ import { packedOutcomes } from './0008_packed_outcomes.js';
 import { relayNodes } from './0009_relay_nodes.js';
 import { complianceChanges } from './0010_compliance_changes.js';
 import { bootstrap } from './0011_bootstrap.js';
+import { certificateConflicts } from './0012_certificate_conflicts.js';
 
 export interface Migration {
   version: number;
@@ -24,7 +25,7 @@ export interface Migration {
 }
 
 export const MIGRATIONS: readonly Migration[] = [
-  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap,
+  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

@@ -32,7 +32,7 @@ import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
-  acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
+  acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   withAcceptance, withPatch, withState, type HistoryInsert,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
@@ -212,6 +212,8 @@ export class SqliteStore implements Store {
       this.stmt(known ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
       this.sets(next, known);
       this.history(transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
+      // A conflicting certificate's inventory is not the node's: only the conflict is kept.
+      if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
       this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
@@ -237,8 +239,8 @@ export class SqliteStore implements Store {
     });
   }
 
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.update('setAcceptance', id, at, cause, (node) => withAcceptance(node, accepted, at));
+  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
+    return this.update('setAcceptance', id, at, cause, (node) => withAcceptance(node, accepted, at, fingerprint));
   }
 
   async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
