@@ -83,7 +83,7 @@ function row(i: number): Row {
     name: hostname, address: null, manager: 'agent', region: REGIONS[i % REGIONS.length]!, source_id: null, account_id: null,
     tags_json: JSON.stringify(Object.fromEntries(tags)), groups_json: JSON.stringify(groups), last_contact_at: lastRun,
     state_changed_at: at, policy_config_id: `cfg-${i % 5}`, relay: 0,
-    conflict_certificate: null, conflict_fingerprint: null, conflict_at: null,
+    conflict_certificate: null, conflict_fingerprint: null, conflict_at: null, clock_skew: null, clock_skew_at: null,
   } satisfies Record<(typeof NODE_COLUMNS)[number], unknown>;
   const directives = Array.from({ length: DIRECTIVES_PER_NODE }, (_, d) => {
     // In RUN_STATES order: success, repaired, error, non compliant, audit compliant, not applicable, unexpected, missing.

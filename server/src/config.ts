@@ -27,6 +27,8 @@ export const SERVER_SCHEMA = {
     max_decompressed_size: { type: 'size', default: '64MiB', min: 1 },
     max_reports: { type: 'integer', default: 200000, min: 1 },
     max_line_length: { type: 'size', default: '1MiB', min: 1 },
+    /** Runs dated further than this ahead of the server's clock are refused (ERR_RUN_IN_FUTURE). */
+    max_clock_skew: { type: 'duration', default: '10m', min: 1000 },
     /** Deepest nesting of arrays and objects in an admin API JSON body. */
     max_json_depth: { type: 'integer', default: 64, min: 2, max: 1000 },
   },

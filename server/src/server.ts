@@ -103,6 +103,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         maxDiffChars: config.changes.max_diff_length,
       },
       allowSha1: config.signatures.allow_sha1,
+      maxClockSkewMs: config.limits.max_clock_skew,
     },
     enrollment: enrollmentRules(config.enrollment),
   };

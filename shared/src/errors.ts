@@ -111,6 +111,7 @@ export const ERROR_CODES = {
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
   ERR_DUPLICATE_RUN: { status: 409 },
+  ERR_RUN_IN_FUTURE: { status: 400 },
   // jobs (runs triggered on many nodes through the relays)
   ERR_JOB_NO_TARGETS: { status: 400 },
   ERR_JOB_UNKNOWN_NODES: { status: 400 },

@@ -108,3 +108,31 @@ t.test('another key claiming a pending node is a conflict: refused, recorded, an
   t.match(await sendRun(node), { inserted: true });
   await t.rejects(sendRun(impostor, NODE, 7), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' });
 });
+
+t.test('a run dated beyond the allowed clock skew is refused and shows on the node; genuine runs still move it', async (t) => {
+  // One signed run dated years ahead used to become the node's last run and compliance base for
+  // good: later genuine runs changed neither, and retention never removed it.
+  const dir = t.testdir();
+  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
+  t.teardown(() => store.close());
+  const now = new Date('2026-06-01T12:00:00Z');
+  const deps: IngestDeps = { store, limits: { ...LIMITS, maxClockSkewMs: 5 * 60_000 }, now: () => now };
+  await store.createNode({ id: NODE, hostname: 'web1', certificate: node.certPem });
+  const send = async (start: Date) => {
+    const stamp = `${start.toISOString().slice(0, 19)}+00:00`;
+    const line = (type: string, component: string, msg: string) =>
+      formatReport({ policy: 'Common', event_type: type, rule_id: 'r1', directive_id: 'd1', report_id: '0', component, key_value: 'cfg1', msg, node_id: NODE, start_datetime: stamp, execution_datetime: stamp });
+    const name = runLogFileName(NODE, start, 'zstd');
+    const path = join(dir, name.replace(/:/g, '_'));
+    await writeFile(path, compressSync(signSmime(Buffer.from(`${line('control', 'start', 'Start')}\n${line('control', 'end', 'End')}\n`), node), 'zstd'));
+    return ingestRunLog(deps, path, name);
+  };
+  await t.rejects(send(new Date('2029-06-01T12:00:00Z')), { code: 'ERR_RUN_IN_FUTURE', details: { clock_skew: 94_694_400 } });
+  t.match(await store.getNode(NODE), { last_run_at: null, clock_skew: 94_694_400, clock_skew_at: now.toISOString() });
+  t.equal((await store.listRuns(NODE, 1, 10)).total, 0);
+  await t.rejects(send(new Date(now.getTime() + 6 * 60_000)), { code: 'ERR_RUN_IN_FUTURE' }, 'just past the configured skew');
+  t.match(await send(new Date(now.getTime() + 4 * 60_000)), { inserted: true }, 'within the skew');
+  t.match(await send(new Date(now.getTime() - 60_000)), { inserted: true });
+  t.match(await store.getNode(NODE), { last_run_at: new Date(now.getTime() + 4 * 60_000).toISOString(), clock_skew: 240 });
+  t.equal((await store.getComplianceBase(NODE))!.run!.started_at.slice(0, 16), '2026-06-01T12:04');
+});

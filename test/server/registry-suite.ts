@@ -8,7 +8,7 @@ import type { Test } from 'tap';
 import type { NodeFilter, NodeListQuery, Store } from '@capstan/server/store/index';
 import { complianceSuite } from './compliance-suite.js';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
-import { FP, inventory, PEM, run, setup, type Backend } from './store-suite.js';
+import { FP, inventory, PEM, run, run as run_, setup, type Backend } from './store-suite.js';
 
 const ids = async (store: Store, q: Partial<NodeListQuery> = {}) => {
   const res = await store.listNodes({ page: 1, per_page: 100, ...q });
@@ -479,6 +479,58 @@ export function registrySuite(t: Test, backend: Backend): void {
     await store.upsertFromInventory(inventory('p4'));
     t.match(await store.upsertFromInventory(inventory('p4', { certificate: PEM('D'), certificate_fingerprint: FP('d'), auto_accept: 'rule', received_at: '2024-05-01T10:01:00Z' })),
       { accepted: 'pending', conflict_fingerprint: FP('d') });
+  });
+
+  t.test('migration 13 repairs nodes frozen by a run dated in the future', async (t) => {
+    // A run dated years ahead used to stay the node's last run and compliance base for good.
+    const db = await backend.fresh(t);
+    const sq = db.dialect === 'sqlite';
+    const blob = sq ? "X'6c6f67'" : "'\\x6c6f67'::bytea";
+    const yes = sq ? 1 : 'true';
+    const v = sq
+      ? 'CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT;'
+      : 'CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());';
+    const before = MIGRATIONS.filter((m) => m.version <= 12);
+    const FUTURE = '2031-01-01T00:00:00.000Z';
+    const run = (id: number, node: string, at: string, cfg: string) => `(${id}, '${node}', '${at}', '${at}', '${cfg}', ${yes}, 1, '{}', '[]', 'f${id}', 's', '${at}', ${blob})`;
+    const base = (node: string, runId: number, at: string, cfg: string) =>
+      `('${node}', ${runId}, '${at}', '${at}', '${cfg}', ${yes}, '${at}', '[]', 1, 0, 0, 0, 0, 0, 0)`;
+    await db.exec(`${v}
+      ${before.map((m) => m[db.dialect]).join('\n')}
+      INSERT INTO schema_version (version, applied_at) VALUES ${before.map((m) => `(${m.version}, '2024-01-01T00:00:00Z')`).join(', ')};
+      INSERT INTO nodes (id, hostname, name, status, state, accepted, created_at, updated_at, state_changed_at, last_inventory_at, last_run_at, last_config_id)
+        VALUES ('fut', 'fut', 'fut', 'reachable', 'running', 'accepted', '2024-01-01T00:00:00.000Z', '2024-01-02T00:00:00.000Z', '2024-01-01T00:00:00.000Z', NULL, '${FUTURE}', 'cf'),
+               ('ok', 'ok', 'ok', 'reachable', 'running', 'accepted', '2024-01-01T00:00:00.000Z', '2024-01-02T00:00:00.000Z', '2024-01-01T00:00:00.000Z', NULL, '2024-01-03T00:00:00.000Z', 'co');
+      INSERT INTO runs (id, node_id, started_at, started_at_utc, config_id, complete, report_count, counts, outcomes, file_name, sha256, received_at, log_compressed)
+        VALUES ${run(51, 'fut', '2024-01-02T00:00:00.000Z', 'cp')}, ${run(52, 'fut', FUTURE, 'cf')}, ${run(53, 'ok', '2024-01-03T00:00:00.000Z', 'co')};
+      INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes,
+          success, repaired, error, non_compliant, missing, unexpected, not_applicable)
+        VALUES ${base('fut', 52, FUTURE, 'cf')}, ${base('ok', 53, '2024-01-03T00:00:00.000Z', 'co')};`);
+    const store = await db.open();
+    t.match(await store.getNode('fut'), { last_run_at: '2024-01-02T00:00:00.000Z', last_config_id: 'cp', clock_skew: null });
+    t.same((await store.listRuns('fut', 1, 10)).data.map((r) => r.id), [51], 'the run from the future is gone');
+    t.equal((await store.getComplianceBase('fut'))!.run, null, 'compliance waits for the next complete run');
+    t.match(await store.getNode('ok'), { last_run_at: '2024-01-03T00:00:00.000Z', last_config_id: 'co' });
+    t.equal((await store.getComplianceBase('ok'))!.run!.id, 53, 'other nodes are untouched');
+    // The node moves again with its next genuine run.
+    await store.insertRun(run_('fut', '2024-05-01T10:00:00Z', { config_id: 'cn' }));
+    t.match(await store.getNode('fut'), { last_run_at: '2024-05-01T10:00:00.000Z', last_config_id: 'cn' });
+    t.equal((await store.getComplianceBase('fut'))!.run!.config_id, 'cn');
+  });
+
+  t.test('a node\'s clock skew comes from its newest inventory or run, or a refused upload', async (t) => {
+    const { store } = await setup(t, backend);
+    t.match(await store.upsertFromInventory(inventory('n1', { received_at: '2024-05-01T10:00:00Z', sent_at: '2024-05-01T10:02:30+00:00' })),
+      { clock_skew: 150, clock_skew_at: '2024-05-01T10:00:00.000Z' });
+    await store.setAcceptance('n1', 'accepted', '2024-05-01T10:00:00Z');
+    await store.insertRun(run_('n1', '2024-05-01T10:59:50Z', { received_at: '2024-05-01T11:00:00Z' }));
+    t.match(await store.getNode('n1'), { clock_skew: -10, clock_skew_at: '2024-05-01T11:00:00.000Z' });
+    await store.insertRun(run_('n1', '2024-04-01T00:00:00Z', { received_at: '2024-05-01T11:05:00Z' }));
+    t.equal((await store.getNode('n1'))!.clock_skew, -10, 'a back-filled older run is no clock sample');
+    t.equal(await store.recordClockSkew('n1', 94_608_000, '2024-05-01T11:10:00Z'), true);
+    t.match(await store.getNode('n1'), { clock_skew: 94_608_000, clock_skew_at: '2024-05-01T11:10:00.000Z' });
+    t.equal(await store.recordClockSkew('ghost', 1, '2024-05-01T11:10:00Z'), false);
+    t.equal((await store.listNodes({ page: 1, per_page: 10 })).data[0]!.clock_skew, 94_608_000, 'lists show it too');
   });
 
   complianceSuite(t, backend);

@@ -128,6 +128,7 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     policy_server: doc.policy_server,
     inventory: kept,
     received_at: receivedAt,
+    sent_at: info.timestamp,
     auto_accept: autoAccept,
   });
   // Another key claiming a node that is not accepted yet: recorded for the admin, and the file

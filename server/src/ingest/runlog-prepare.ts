@@ -20,7 +20,12 @@ export interface IngestLimits {
   changes?: ChangeLimits;
   /** `[signatures] allow_sha1`. */
   allowSha1?: boolean;
+  /** `[limits] max_clock_skew` (ms): runs dated further ahead of the server's clock are refused. */
+  maxClockSkewMs?: number;
 }
+
+/** The default of `[limits] max_clock_skew`. */
+export const DEFAULT_MAX_CLOCK_SKEW_MS = 10 * 60_000;
 
 /** What a worker needs for one run log: the bytes as received and what the file name says. */
 export interface PrepareJob {

@@ -15,7 +15,8 @@ import { capstanError, parseRunInfo } from '@capstan/shared';
 import type { EnrollmentRules } from '../registry/enrollment.js';
 import type { InsertRunResult, NodeRecord, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';
-import { prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
+import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
+import { clockSkew } from '../store/rules.js';
 
 export { runStart, type IngestLimits };
 
@@ -47,13 +48,27 @@ async function jobFor(deps: IngestDeps, path: string, name: string, data?: Buffe
   return { raw, compression: info.compression, nodeId: info.nodeId, timestamp: info.timestamp, certificate: node.certificate, limits: deps.limits };
 }
 
-function toInsert(deps: IngestDeps, run: PreparedRun, name: string): RunInsert {
-  return { ...run, file_name: name, received_at: (deps.now?.() ?? new Date()).toISOString() };
+/**
+ * A run dated beyond the allowed skew ahead of the server's clock is refused (into failed/ with
+ * the reason): stored, it would stay the node's last run and compliance base whatever genuine runs
+ * came after, and retention (by start day) would never reach it. The node shows the skew seen.
+ */
+async function toInsert(deps: IngestDeps, run: PreparedRun, name: string): Promise<RunInsert> {
+  const receivedAt = (deps.now?.() ?? new Date()).toISOString();
+  const skew = clockSkew(run.started_at, receivedAt);
+  const allowed = deps.limits.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
+  if (skew !== null && skew * 1000 > allowed) {
+    await deps.store.recordClockSkew(run.node_id, skew, receivedAt);
+    throw capstanError('ERR_RUN_IN_FUTURE', `run started at ${run.started_at}, ${skew} s ahead of the server's clock (more than [limits] max_clock_skew): check the node's clock`, {
+      details: { clock_skew: skew },
+    });
+  }
+  return { ...run, file_name: name, received_at: receivedAt };
 }
 
 export async function ingestRunLog(deps: IngestDeps, path: string, name: string): Promise<{ inserted: boolean; runId: number }> {
   const run = await prepareRunLog(await jobFor(deps, path, name));
-  const result = await deps.store.insertRun(toInsert(deps, run, name));
+  const result = await deps.store.insertRun(await toInsert(deps, run, name));
   return { inserted: result.inserted, runId: result.id };
 }
 
@@ -114,7 +129,7 @@ export class RunLogIngest {
     this.preparing++;
     try {
       const job = await jobFor(this.deps, path, name, data);
-      run = toInsert(this.deps, await this.pool.prepare(job), name);
+      run = await toInsert(this.deps, await this.pool.prepare(job), name);
     } finally {
       this.preparing--;
       // The last one being prepared failed: what is waiting need not wait for the window.

@@ -22,6 +22,8 @@ export const NODE_COLUMNS = [
   'relay',
   // added by migration 12
   'conflict_certificate', 'conflict_fingerprint', 'conflict_at',
+  // added by migration 13
+  'clock_skew', 'clock_skew_at',
 ] as const;
 
 /** A node row with its certificate, as every read of whole nodes selects it. */

@@ -12,7 +12,7 @@ import { capstanError } from '@capstan/shared';
 import type {
   Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory,
 } from './store.js';
-import { toUtcIso } from './time.js';
+import { parseRfc3339, toUtcIso } from './time.js';
 
 /** The state a node starts in when nothing says otherwise: agent and manual nodes run. */
 export const DEFAULT_STATE = 'running';
@@ -64,8 +64,20 @@ function blank(id: string, at: string): NodeRecord {
     certificate_fingerprint: null, os_name: null, os_version: null, agent_version: null, policy_server: null,
     created_at: at, updated_at: at, accepted_at: null, last_inventory_at: null, last_run_at: null,
     last_config_id: null, last_contact_at: null, state_changed_at: at, policy_config_id: null, relay: false,
-    conflict_certificate: null, conflict_fingerprint: null, conflict_at: null,
+    conflict_certificate: null, conflict_fingerprint: null, conflict_at: null, clock_skew: null, clock_skew_at: null,
   };
+}
+
+/** Node time minus server time, in whole seconds (see NodeRecord.clock_skew). */
+export function clockSkew(nodeTime: string, serverTime: string): number | null {
+  const node = parseRfc3339(nodeTime);
+  const server = parseRfc3339(serverTime);
+  return node === undefined || server === undefined ? null : Math.round((node - server) / 1000);
+}
+
+function withSkew(node: NodeRecord, nodeTime: string | undefined, at: string): NodeRecord {
+  const skew = nodeTime === undefined ? null : clockSkew(nodeTime, at);
+  return skew === null ? node : { ...node, clock_skew: skew, clock_skew_at: at };
 }
 
 /**
@@ -90,7 +102,7 @@ export function nodeFromInventory(inv: NodeUpsertFromInventory, autoAccept: bool
     accepted: autoAccept ? 'accepted' : 'pending',
     accepted_at: autoAccept ? at : null,
   };
-  return contact(node, at);
+  return contact(withSkew(node, inv.sent_at, at), at);
 }
 
 /**
@@ -133,6 +145,7 @@ export function mergeInventory(node: NodeRecord, inv: NodeUpsertFromInventory, a
       policy_server: inv.policy_server,
       last_inventory_at: at,
     });
+    next = withSkew(next, inv.sent_at, at);
     if (node.accepted !== 'accepted') {
       next.certificate = inv.certificate;
       next.certificate_fingerprint = inv.certificate_fingerprint;
@@ -233,16 +246,20 @@ export function withPatch(node: NodeRecord, patch: NodePatch, atRaw: string): No
  * The only node fields afterRun changes: the stores write just these after a run (rewriting the
  * whole row made SQLite rewrite every index of nodes, once per ingested run log).
  */
-export const AFTER_RUN_FIELDS = ['last_config_id', 'last_run_at', 'updated_at', 'last_contact_at', 'state', 'state_changed_at', 'status'] as const;
+export const AFTER_RUN_FIELDS = [
+  'last_config_id', 'last_run_at', 'updated_at', 'last_contact_at', 'state', 'state_changed_at', 'status', 'clock_skew', 'clock_skew_at',
+] as const;
 
+/** The newest run is the node's clock sample (a back-filled older one left the node long ago). */
 export function afterRun(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): NodeRecord {
   const newest = node.last_run_at === null || node.last_run_at <= startedUtc;
-  return contact({
+  const next = {
     ...node,
     last_config_id: newest ? configId : node.last_config_id,
     last_run_at: later(node.last_run_at, startedUtc),
     updated_at: later(node.updated_at, receivedAt),
-  }, receivedAt);
+  };
+  return contact(newest ? withSkew(next, startedUtc, toUtcIso(receivedAt, 'received_at')) : next, receivedAt);
 }
 
 /**

@@ -73,6 +73,13 @@ export interface NodeRecord {
   conflict_certificate: string | null;
   conflict_fingerprint: string | null;
   conflict_at: string | null;
+  /**
+   * The node's clock minus the server's, in seconds, at its last upload: the time the node put
+   * in it (an inventory's file-name time, a run's start) against when it was received. A run
+   * starts before it is sent, so a few negative seconds are normal (migration 13).
+   */
+  clock_skew: number | null;
+  clock_skew_at: string | null;
 }
 
 export interface NodeUpsertFromInventory {
@@ -87,6 +94,8 @@ export interface NodeUpsertFromInventory {
   /** The whole inventory document, kept as sent (unknown fields included). */
   inventory: unknown;
   received_at: string;
+  /** The node's time of the inventory (its file name's), for the node's clock skew. */
+  sent_at?: string;
   /**
    * Set when an auto-accept rule matched (the text is the cause recorded in the history). The
    * store still refuses to auto-accept a certificate an admin revoked by deleting its node.
@@ -450,6 +459,11 @@ export interface Store {
    * transitions. Returns the node afterwards, null when unknown.
    */
   recordContact(id: string, at: string, cause?: string): Promise<NodeRecord | null>;
+  /**
+   * The clock skew seen on an upload that was refused for it (a run dated in the future), so the
+   * node shows why; `at` is the server's time. Returns false when the node is unknown.
+   */
+  recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean>;
 
   /**
    * Store a run and update the node's last run, config, contact and status in one transaction

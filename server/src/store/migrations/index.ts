@@ -16,6 +16,7 @@ import { relayNodes } from './0009_relay_nodes.js';
 import { complianceChanges } from './0010_compliance_changes.js';
 import { bootstrap } from './0011_bootstrap.js';
 import { certificateConflicts } from './0012_certificate_conflicts.js';
+import { futureRuns } from './0013_future_runs.js';
 
 export interface Migration {
   version: number;
@@ -25,7 +26,7 @@ export interface Migration {
 }
 
 export const MIGRATIONS: readonly Migration[] = [
-  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts,
+  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

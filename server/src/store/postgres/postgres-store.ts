@@ -296,6 +296,14 @@ export class PostgresStore implements Store {
     return this.update('setState', id, at, cause, (node) => withState(node, state, at));
   }
 
+  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
+    const when = toUtcIso(at, 'at');
+    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
+    if (impossibleId(id)) return false;
+    const r = await this.query('recordClockSkew', this.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
+    return (r.rowCount ?? 0) > 0;
+  }
+
   async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
     return this.update('recordContact', id, at, cause, (node) => afterContact(node, at));
   }

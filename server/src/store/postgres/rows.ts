@@ -7,7 +7,7 @@ import { unpackOutcomes } from '../outcomes.js';
 import { NODE_COLUMNS } from '../query.js';
 import { nodeFromColumns, nodeToColumns } from '../records.js';
 
-const TIME_COLUMNS = new Set(['created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at', 'last_contact_at', 'state_changed_at', 'conflict_at']);
+const TIME_COLUMNS = new Set(['created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at', 'last_contact_at', 'state_changed_at', 'conflict_at', 'clock_skew_at']);
 
 export function iso(value: unknown): string | null {
   if (value === null || value === undefined) return null;

@@ -248,6 +248,12 @@ export class SqliteStore implements Store {
     return this.update('setState', id, at, cause, (node) => withState(node, state, at));
   }
 
+  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
+    const when = toUtcIso(at, 'at');
+    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
+    return this.write('recordClockSkew', () => this.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
+  }
+
   async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
     return this.update('recordContact', id, at, cause, (node) => afterContact(node, at));
   }
