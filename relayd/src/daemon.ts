@@ -107,6 +107,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
           forwarder?.nodesChanged();
           dropUnlistedRelays();
           dropRevokedTokens();
+          retainKeys();
         },
       })
     : null;
@@ -139,6 +140,15 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         hub.end(p.id, 'not_a_relay');
       }
     }
+  };
+  /**
+   * The synced list names the key ids the server publishes: a key an admin deleted leaves the
+   * JWKS copy at this sync, not when the copy ages out (identity.jwks_max_age).
+   */
+  let keyring: JwksCache | null = null;
+  const retainKeys = () => {
+    const kids = nodesSync?.keys;
+    if (kids && keyring) void keyring.retain(kids);
   };
   await nodesSync?.load();
   /** What routing uses now: the file when configured, else the synced list, else none (forward all). */
@@ -277,6 +287,8 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     log,
   });
   await jwks.init();
+  keyring = jwks;
+  retainKeys();
 
   const context: RelayContext = {
     config,

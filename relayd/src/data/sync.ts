@@ -46,6 +46,23 @@ interface CacheFile {
   body: string;
 }
 
+/** Most key ids accepted in a list's `keys` (rotation keeps a few). */
+const MAX_KEYS = 100;
+
+/**
+ * The key ids the upstream's JWKS publishes (`data.keys`, a Capstan extension), or null when the
+ * list carries none (an older server, RUDDER): then the JWKS copy only ages out.
+ */
+function keysOf(body: string | null): string[] | null {
+  if (body === null) return null;
+  try {
+    const keys = (JSON.parse(body) as { data?: { keys?: unknown } }).data?.keys;
+    return Array.isArray(keys) && keys.length <= MAX_KEYS && keys.every((k) => typeof k === 'string') ? (keys as string[]) : null;
+  } catch {
+    return null;
+  }
+}
+
 /** The envelope's list, or null when the text is not a node-list answer. */
 function nodesOf(body: string): Record<string, unknown> | null {
   try {
@@ -81,6 +98,11 @@ export class NodesSync {
   /** Time (ms since epoch) the upstream last confirmed the list; 0 when it never did in this run. */
   get confirmedAt(): number {
     return this.confirmed;
+  }
+
+  /** The key ids the upstream publishes, as of the list in hand (null: the list says nothing). */
+  get keys(): string[] | null {
+    return keysOf(this.body);
   }
 
   /** The upstream's answer and ETag, to serve the same list to sub-relays. */

@@ -82,6 +82,30 @@ export class JwksCache {
     return kid !== undefined && this.current.keys.some((k) => k.kid === kid);
   }
 
+  /**
+   * The upstream lists the key ids it publishes (the synced nodes list): keys it no longer lists
+   * (deleted by an admin) leave this copy now, instead of when the copy ages out, so their tokens
+   * get ERR_TOKEN_UNKNOWN_KEY and renew; a listed key not held yet is fetched.
+   */
+  async retain(kids: readonly string[]): Promise<void> {
+    const listed = new Set(kids);
+    const kept = this.current.keys.filter((k) => listed.has(k.kid as string));
+    if (kept.length !== this.current.keys.length) {
+      const dropped = this.current.keys.filter((k) => !listed.has(k.kid as string)).map((k) => k.kid);
+      this.current = { keys: kept } as JSONWebKeySet;
+      this.o.log.info({ kids: dropped }, 'signing keys the upstream no longer publishes dropped from the JWKS copy');
+      try {
+        const tmp = `${this.o.file}.tmp`;
+        await writeFile(tmp, JSON.stringify(this.current), { mode: 0o644 });
+        await rename(tmp, this.o.file);
+      } catch (err) {
+        this.o.log.warn({ err, file: this.o.file }, 'cannot write the JWKS copy');
+      }
+    }
+    // Forced: the list changed (one fetch per change), unlike unknown kids in tokens, which anyone can make up.
+    if (kids.some((kid) => !this.has(kid))) await this.refresh(true);
+  }
+
   /** Fetch now unless one was tried less than minRefreshMs ago; true when new keys were stored. */
   refresh(force = false): Promise<boolean> {
     if (this.inFlight) return this.inFlight;

@@ -105,7 +105,13 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
   // Relays route by this list (accepted nodes); agent-facing like /uuid.
-  relayNodesRoutes(app, { store: deps.store, rootId: deps.config.general.node_id });
+  const identity = deps.identity;
+  relayNodesRoutes(app, {
+    store: deps.store,
+    rootId: deps.config.general.node_id,
+    // Fresh (not the JWKS route's short-lived copy): a deletion by another server shows at once.
+    ...(identity && { keys: async () => (await identity.jwks(true)).keys.map((k) => k.kid as string).sort() }),
+  });
   // A relay sends no inventory and no run: its renewals, its requests and its link are its
   // contacts, so that it is reachable while linked and not `unknown` forever.
   const relayContacts = new RelayContacts({

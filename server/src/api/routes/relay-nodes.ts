@@ -4,7 +4,11 @@
  * and serves its copy to its own sub-relays). Wrapped in the relay API's envelope, so that a relay
  * can tell a list from an upstream that does not serve one:
  *
- *   {"data":{"nodes":{…}},"result":"success","action":"getNodesList"}
+ *   {"data":{"nodes":{…},"keys":["<kid>",…]},"result":"success","action":"getNodesList"}
+ *
+ * `keys` (a Capstan extension) is the key ids the server's JWKS publishes: a relay drops from its
+ * copy of the JWKS any key no longer listed (a key an admin deleted), at its next sync instead of
+ * when its copy ages out.
  *
  * With a strong ETag (sha256 of the body): `If-None-Match` → 304. Every request reads the store
  * afresh (no server-side cache): a relay that asks because a node it does not know just sent a
@@ -77,10 +81,18 @@ export async function acceptedNodesList(store: Store, rootId: string): Promise<R
   return out;
 }
 
-export function relayNodesRoutes(app: FastifyInstance, deps: { store: Store; rootId: string }): void {
+export interface RelayNodesDeps {
+  store: Store;
+  rootId: string;
+  /** The key ids the JWKS publishes, sorted (absent: no identity, no `keys`). */
+  keys?: () => Promise<string[]>;
+}
+
+export function relayNodesRoutes(app: FastifyInstance, deps: RelayNodesDeps): void {
   app.get(RELAY_NODES_PATH, async (req, reply) => {
     const nodes = await acceptedNodesList(deps.store, deps.rootId);
-    const body = JSON.stringify({ data: { nodes }, result: 'success', action: 'getNodesList' });
+    const keys = deps.keys ? await deps.keys() : undefined;
+    const body = JSON.stringify({ data: { nodes, ...(keys && { keys }) }, result: 'success', action: 'getNodesList' });
     const etag = `"${createHash('sha256').update(body).digest('base64url')}"`;
     reply.header('etag', etag).header('cache-control', 'no-cache');
     if (etagMatches(req.headers['if-none-match'], etag)) return reply.code(304).send();
