@@ -18,8 +18,9 @@ import { identitySettings } from '@capstan/server/identity/settings';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog } from '@capstan/server/ingest/runlog';
 import { openStore } from '@capstan/server/store/index';
+import { requiredInCi } from '../helpers/programs.js';
 
-const noOpenssl = spawnSync('openssl', ['version']).status === 0 ? false : 'openssl CLI not available';
+const noOpenssl = requiredInCi(spawnSync('openssl', ['version']).status === 0 ? false : 'openssl CLI not available', 'install Debian\'s openssl');
 const NODE = '21111111-2222-4333-8444-555555555555';
 const node = createNodeIdentity(NODE);
 
