@@ -58,7 +58,6 @@ export const ERROR_CODES = {
   ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
   ERR_UNSUPPORTED_MEDIA: { status: 415 },
   ERR_NOT_FOUND: { status: 404 },
-  ERR_METHOD_NOT_ALLOWED: { status: 405 },
   ERR_UNAUTHORIZED: { status: 401 },
   ERR_FORBIDDEN: { status: 403 },
   ERR_CONFLICT: { status: 409 },
@@ -110,7 +109,6 @@ export const ERROR_CODES = {
   ERR_CERTIFICATE_CONFLICT: { status: 409 },
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
-  ERR_DUPLICATE_RUN: { status: 409 },
   ERR_RUN_IN_FUTURE: { status: 400 },
   // jobs (runs triggered on many nodes through the relays)
   ERR_JOB_NO_TARGETS: { status: 400 },
@@ -163,7 +161,6 @@ export const ERROR_CODES = {
   ERR_UPSTREAM_REJECTED: { status: 502 },
   /** Too much queued already (e.g. relay artifact downloads): come back after Retry-After. */
   ERR_BUSY: { status: 503, transient: true },
-  ERR_TIMEOUT: { status: 504, transient: true },
   ERR_INTERNAL: { status: 500 },
 } as const satisfies Record<string, CodeSpec>;
 
