@@ -2,6 +2,7 @@
 // loads S/MIME (node-forge), envelopes (zstd), identity tokens and policy code, ~24 MB of RSS
 // that a relay, which forwards bytes and never verifies them, does not need (measured by bench.ts).
 export * from '@capstan/shared/errors';
+export * from '@capstan/shared/dir';
 export * from '@capstan/shared/log';
 export * from '@capstan/shared/config';
 export * from '@capstan/shared/protocol';

@@ -2,11 +2,10 @@
  * Wires capstan-server: store, spool, ingest processors, the lifecycle sweep, metrics and the
  * HTTP app. `startServer` is what cli.ts runs; it receives config and a logger, never argv.
  */
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  loadListenerTls, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
@@ -50,7 +49,7 @@ export interface ServerHandle {
 
 export async function startServer(config: ServerConfig, log: Logger): Promise<ServerHandle> {
   const dataDir = config.general.data_dir;
-  await mkdir(dataDir, { recursive: true, mode: 0o750 });
+  await makeDir(dataDir, 0o750);
   const store = await openStore(
     config.database.url
       ? {

@@ -1,6 +1,7 @@
 // The part of @capstan/shared an agent needs: no HTTP server and no spool watcher, so the one-shot
 // agent does not load fastify or chokidar (they cost it ~25 MB of RSS per run).
 export * from './errors.js';
+export * from './dir.js';
 export * from './log.js';
 export * from './config.js';
 export * from './protocol.js';

@@ -41,6 +41,8 @@ export const ERROR_CODES = {
   ERR_STARTUP: { status: 500 },
   /** A listener that is not loopback would speak plain HTTP (tls.allow_plaintext not set). */
   ERR_PLAINTEXT_LISTEN: { status: 500 },
+  /** A directory the program needs cannot be made (refused by its file system, or a file is in the way). */
+  ERR_DIRECTORY: { status: 500 },
   // input names and bodies
   ERR_RUNINFO_NAME: { status: 400 },
   ERR_INVENTORY_NAME: { status: 400 },

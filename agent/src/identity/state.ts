@@ -4,9 +4,8 @@
  * and reuses ever after (relays keep theirs the same way).
  */
 import { randomUUID } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, ensureNodeKeyPair, isValidNodeId, readOptional, writeAtomic } from '@capstan/shared/agent';
+import { capstanError, ensureNodeKeyPair, makeDir, isValidNodeId, readOptional, writeAtomic } from '@capstan/shared/agent';
 
 export { writeAtomic };
 
@@ -19,7 +18,7 @@ export interface AgentIdentity {
 }
 
 export async function ensureIdentity(stateDir: string, keyBits: number): Promise<AgentIdentity> {
-  await mkdir(stateDir, { recursive: true, mode: 0o700 });
+  await makeDir(stateDir, 0o700);
   const idPath = join(stateDir, 'node-id');
   let nodeId = (await readOptional(idPath))?.trim() ?? null;
   if (nodeId !== null && !isValidNodeId(nodeId)) throw capstanError('ERR_CONFIG', `${idPath} does not hold a valid node id`);

@@ -25,7 +25,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { ReadEntry } from 'tar';
-import { archiveFromSharedFolderSpec, capstanError, type ArchiveParams } from '@capstan/shared/agent';
+import { archiveFromSharedFolderSpec, capstanError, makeDir, type ArchiveParams } from '@capstan/shared/agent';
 import { contentDiff, contentOf, modeLine, readContent } from './diff.js';
 import { converge, unlessHidden, type Method, type MethodContext, type Outcome } from './types.js';
 
@@ -205,7 +205,7 @@ export async function verifyInstalled(dir: string, sumsSha256: string): Promise<
 
 /** Write the checked content to a temporary directory beside the target, then rename it into place. */
 async function install(p: ArchiveParams, content: ArchiveContent): Promise<void> {
-  await mkdir(p.target, { recursive: true, mode: 0o755 });
+  await makeDir(p.target, 0o755);
   const prefix = `.${p.name}.capstan-`;
   // Leftovers of an interrupted install of this bundle.
   for (const e of await readdir(p.target)) if (e.startsWith(prefix)) await rm(join(p.target, e), { recursive: true, force: true });
@@ -213,9 +213,9 @@ async function install(p: ArchiveParams, content: ArchiveContent): Promise<void>
   const final = join(p.target, p.name);
   await mkdir(tmp, { mode: 0o755 });
   try {
-    for (const d of [...content.dirs].sort()) await mkdir(join(tmp, d), { recursive: true, mode: 0o755 });
+    for (const d of [...content.dirs].sort()) await makeDir(join(tmp, d), 0o755);
     for (const [rel, f] of content.files) {
-      await mkdir(dirname(join(tmp, rel)), { recursive: true, mode: 0o755 });
+      await makeDir(dirname(join(tmp, rel)), 0o755);
       await writeFile(join(tmp, rel), f.data, { mode: f.mode, flag: 'wx' });
     }
     // Directories cannot be renamed over non-empty ones: move the old bundle aside first.

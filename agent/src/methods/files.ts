@@ -1,9 +1,9 @@
 /** File methods: content, line present, absent, permissions, directory, file from the shared folder. */
 import { createHash, randomBytes } from 'node:crypto';
-import { chmod, chown, lstat, mkdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, lstat, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import {
-  capstanError, directoryPresentSpec, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec,
+  capstanError, directoryPresentSpec, makeDir, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec,
   filePermissionsSpec,
 } from '@capstan/shared/agent';
 import { contentDiff, contentOf, modeLine, octal, ownerLine, pendingContentNote, readContent } from './diff.js';
@@ -69,7 +69,7 @@ export const fileContent: Method<ParamsOf<typeof fileContentSpec>> = {
         return null;
       },
       async () => {
-        await mkdir(dirname(p.path), { recursive: true });
+        await makeDir(dirname(p.path));
         await installFile(p.path, p.content, p.mode);
       },
       { ok: `${p.path} has the expected content`, repaired: `${p.path} content was set` },
@@ -96,7 +96,7 @@ export const fileLinePresent: Method<ParamsOf<typeof fileLinePresentSpec>> = {
         return cur.toString('utf8').split(/\r?\n/).includes(p.line) ? null : `line missing from ${p.path}`;
       },
       async () => {
-        await mkdir(dirname(p.path), { recursive: true });
+        await makeDir(dirname(p.path));
         await installFile(p.path, withLine(await readOrNull(p.path), p.line));
       },
       { ok: `${p.path} contains the line`, repaired: `line added to ${p.path}` },
@@ -176,7 +176,7 @@ export const directoryPresent: Method<ParamsOf<typeof directoryPresentSpec>> = {
         return null;
       },
       async () => {
-        await mkdir(p.path, { recursive: true, mode: p.mode ?? 0o755 });
+        await makeDir(p.path, p.mode ?? 0o755);
         if (p.mode !== undefined) await chmod(p.path, p.mode);
       },
       { ok: `${p.path} is a directory`, repaired: `${p.path} was created` },
@@ -211,7 +211,7 @@ export const fileFromSharedFolder: Method<ParamsOf<typeof fileFromSharedFolderSp
       },
       async () => {
         const data = await download();
-        await mkdir(dirname(p.path), { recursive: true });
+        await makeDir(dirname(p.path));
         await installFile(p.path, data, p.mode);
       },
       { ok: `${p.path} matches the shared folder`, repaired: `${p.path} was installed from the shared folder` },

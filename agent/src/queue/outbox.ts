@@ -3,9 +3,9 @@
  * relay's 2xx. Files the relay could not take (down, 5xx) stay and are back-filled on later runs,
  * oldest first; the queue is capped by count and age, with a warning for whatever it drops.
  */
-import { mkdir, readdir, rename, stat, unlink } from 'node:fs/promises';
+import { readdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isTransient, type Logger, type SpoolKind } from '@capstan/shared/agent';
+import { isTransient, makeDir, type Logger, type SpoolKind } from '@capstan/shared/agent';
 import { writeAtomic } from '../identity/state.js';
 import type { RelayClient } from './upload.js';
 
@@ -33,8 +33,8 @@ export class Outbox {
   ) {}
 
   async init(): Promise<void> {
-    for (const kind of ORDER) await mkdir(join(this.dir, kind), { recursive: true, mode: 0o700 });
-    await mkdir(join(this.dir, 'rejected'), { recursive: true, mode: 0o700 });
+    for (const kind of ORDER) await makeDir(join(this.dir, kind), 0o700);
+    await makeDir(join(this.dir, 'rejected'), 0o700);
   }
 
   async add(kind: SpoolKind, name: string, data: Buffer): Promise<void> {

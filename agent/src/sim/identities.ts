@@ -8,10 +8,10 @@
  * instead of paying for it again.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { readFile, rename, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { capstanError } from '@capstan/shared/agent';
+import { capstanError, makeDir } from '@capstan/shared/agent';
 import { runInWorkers } from './workers.js';
 
 export interface SimIdentity {
@@ -93,7 +93,7 @@ export async function loadIdentities(opts: IdentityOptions): Promise<SimIdentity
   const cache = opts.cacheDir ?? null;
   const progress = opts.onProgress ?? (() => undefined);
   const total = keyCount + count;
-  if (cache) await mkdir(cache, { recursive: true, mode: 0o700 });
+  if (cache) await makeDir(cache, 0o700);
 
   // Keys: a pool shared by every seed, grown when a run asks for more.
   const keysPath = cache ? join(cache, `keys-rsa${bits}.json`) : null;

@@ -5,11 +5,11 @@
  * copy while the upstream is unreachable is safe: at worst the node runs a policy that was valid.
  */
 import { randomUUID } from 'node:crypto';
-import { mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ChangeFeed, type ChangesAnswer } from '@capstan/shared/policy/changes';
-import type { Logger } from '../shared.js';
+import { makeDir, type Logger } from '../shared.js';
 
 export interface CachedPolicy {
   etag: string;
@@ -43,7 +43,7 @@ export class PolicyCache {
 
   /** Write atomically (temporary file, then rename), so a reader never sees half a bundle. */
   async put(nodeId: string, c: CachedPolicy): Promise<void> {
-    this.ready ??= mkdir(this.dir, { recursive: true, mode: 0o750 });
+    this.ready ??= makeDir(this.dir, 0o750);
     await this.ready;
     const tmp = join(this.dir, `.${nodeId}.${randomUUID()}.tmp`);
     await writeFile(tmp, JSON.stringify(c), { mode: 0o640 });

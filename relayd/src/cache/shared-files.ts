@@ -9,9 +9,9 @@
  * source node's, i.e. hash (as the nodes list says) to the node's `key-hash`.
  */
 import { createHash, createPublicKey, randomUUID, verify, type KeyObject } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, parseDuration } from '../shared.js';
+import { capstanError, makeDir, parseDuration } from '../shared.js';
 import type { KeyHash } from '../data/nodes.js';
 
 export const METADATA_HEADER = 'rudder-signature-v1';
@@ -145,7 +145,7 @@ export class SharedFilesStore {
    */
   async write(target: string, source: string, fileId: string, meta: Metadata, content: Buffer): Promise<void> {
     const dir = this.dir(target, source);
-    await mkdir(dir, { recursive: true });
+    await makeDir(dir);
     const tmpContent = join(dir, `.${randomUUID()}.tmp`);
     const tmpMeta = join(dir, `.${randomUUID()}.tmp`);
     try {

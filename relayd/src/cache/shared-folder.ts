@@ -16,9 +16,9 @@
  * - Upstream unreachable (or 5xx): the cached copy is served, stale; agents check its hash anyway.
  */
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, type Logger } from '../shared.js';
+import { capstanError, makeDir, type Logger } from '../shared.js';
 import type { Upstream } from '../forward/upstream.js';
 
 /**
@@ -108,7 +108,7 @@ export class SharedFolderCache {
   }
 
   private async init(): Promise<void> {
-    this.ready ??= Promise.all(['objects', 'index', 'tmp'].map((d) => mkdir(join(this.o.dir, d), { recursive: true, mode: 0o750 })));
+    this.ready ??= Promise.all(['objects', 'index', 'tmp'].map((d) => makeDir(join(this.o.dir, d), 0o750)));
     await this.ready;
   }
 

@@ -10,11 +10,10 @@
  * S/MIME signing brings node-forge, which a relay that only forwards bytes does not load.
  */
 import { EventEmitter } from 'node:events';
-import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { decodeTokenTimes, NodeTokenKeeper } from '@capstan/shared/identity/keeper';
 import type { NodeKeyPair } from '@capstan/shared/identity/state';
-import { capstanError, HEADER_PROTOCOL, PROTOCOL_VERSION, type Logger } from '../shared.js';
+import { capstanError, makeDir, HEADER_PROTOCOL, PROTOCOL_VERSION, type Logger } from '../shared.js';
 import type { RelaydConfig } from '../config.js';
 import type { Upstream } from '../forward/upstream.js';
 
@@ -48,7 +47,7 @@ export async function ensureRelayKey(config: Pick<RelaydConfig, 'general' | 'ide
   const { ensureNodeKeyPair } = await import('@capstan/shared/identity/state');
   const files = relayKeyFiles(config);
   // `--identity` may run before the relay's first start made its spool directory.
-  for (const p of [files.keyPath, files.certPath]) await mkdir(dirname(p), { recursive: true, mode: 0o750 });
+  for (const p of [files.keyPath, files.certPath]) await makeDir(dirname(p), 0o750);
   return ensureNodeKeyPair(config.general.node_id, { keyPath: files.keyPath, certPath: files.certPath }, config.identity.key_bits);
 }
 

@@ -13,9 +13,10 @@ import {
   closeSync, openSync, writevSync, close as fsClose, constants as fsc, fdatasync as fsFdatasync, fsync as fsFsync, ftruncate as fsFtruncate, open as fsOpen, writev as fsWritev,
 } from 'node:fs';
 import { promisify } from 'node:util';
-import { lstat, mkdir, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
+import { lstat, readdir, rename, rm, stat, statfs, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '../errors.js';
+import { makeDir } from '../dir.js';
 import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
 import { FreePool, type FreeFile } from './recycle.js';
 import { SpoolWriter } from './writer.js';
@@ -256,11 +257,11 @@ export class Spool {
   }
 
   async init(): Promise<void> {
-    await mkdir(join(this.root, 'tmp'), { recursive: true });
+    await makeDir(join(this.root, 'tmp'));
     await this.adoptFree();
     for (const kind of SPOOL_KINDS) {
-      await mkdir(this.incomingDir(kind), { recursive: true });
-      await mkdir(this.failedDir(kind), { recursive: true });
+      await makeDir(this.incomingDir(kind));
+      await makeDir(this.failedDir(kind));
     }
     await this.countFailed();
     if (this.overFailedBounds()) await this.trimFailed();
@@ -633,7 +634,7 @@ export class Spool {
    * of it when recycling is off) is unlinked. Contents do not matter: each is overwritten whole.
    */
   private async adoptFree(): Promise<void> {
-    await mkdir(this.freeDir, { recursive: true });
+    await makeDir(this.freeDir);
     for (const n of await readdir(this.freeDir)) {
       const p = join(this.freeDir, n);
       // lstat: only regular files are adopted (a link planted in free/ is removed, never written through).
