@@ -36,6 +36,8 @@ export interface Running {
   url: string;
   proc: ChildProcess;
   output: string[];
+  /** What the program wrote to stderr so far, in chunks. */
+  stderr: string[];
   stop(): Promise<number | null>;
 }
 
@@ -62,6 +64,7 @@ export async function startProgram(bin: string, args: string[], timeoutMs = 20_0
     url,
     proc,
     output,
+    stderr,
     stop: () =>
       new Promise((res) => {
         if (proc.exitCode !== null) return res(proc.exitCode);

@@ -30,6 +30,7 @@ import {
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
 import { inTransaction } from './tx.js';
+import { poolConfig } from './connection.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
@@ -89,22 +90,10 @@ export class PostgresStore implements Store {
     this.schema = opts.schema;
     this.now = opts.now ?? (() => new Date());
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
-    this.pool = new pg.Pool({
-      connectionString: opts.url,
-      max: opts.poolSize ?? 10,
-      // Set per connection, so every statement (and every prepared plan) resolves tables here.
-      // node-pg lets an `options` parameter in the URL win over this one: do not put one there.
-      ...(opts.schema !== undefined ? { options: `-c search_path=${opts.schema}` } : {}),
-    });
+    this.pool = new pg.Pool(poolConfig(opts.url, opts.poolSize ?? 10, opts.schema));
     // Without a listener, an idle connection dropped by the server would crash the process.
     this.pool.on('error', (err) => opts.onIdleError?.(err));
     this.identity = new PostgresIdentityStore(this.pool);
-    // JIT compilation costs 100+ ms and pays off only for long analytic queries; the registry's
-    // are short, and a filter's estimated cost easily crosses jit_above_cost (measured: a 60 ms
-    // list took 180 ms). Queued before the connection's first query.
-    this.pool.on('connect', (client) => {
-      client.query('SET jit = off').catch(() => undefined);
-    });
   }
 
   private async query<R extends pg.QueryResultRow>(what: string, q: Q, config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
