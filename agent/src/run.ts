@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import {
   bundleExpectations, compressSync, computeCompliance, INVENTORY_TOKEN_FIELD, inventoryFileName, runLogFileName, signSmime, summarize,
-  tokenRequestStamp, type ComplianceCounts, type Logger,
+  tokenRequestStamp, type ComplianceCounts, type Enrollment, type Logger,
 } from '@capstan/shared/agent';
 import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
@@ -39,6 +39,8 @@ export interface RunResult {
   compliance: ComplianceCounts;
   flush: FlushResult;
   configId: string;
+  /** Why the server issued no identity token in this run: the node is not accepted (yet). */
+  enrollment: Enrollment | null;
 }
 
 interface InventoryStamp {
@@ -130,7 +132,12 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
 
   const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
   const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey, auth });
-  if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') log.warn({ code: policy.problem.code, reason: policy.problem.message, using: policy.source }, 'policy not refreshed');
+  if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') {
+    // A node not accepted yet gets no policy: expected, and said once by the token keeper already.
+    const fields = { code: policy.problem.code, reason: policy.problem.message, using: policy.source };
+    if (auth.enrollment) log.debug(fields, 'policy not refreshed');
+    else log.warn(fields, 'policy not refreshed');
+  }
 
   const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
   // No policy yet (404) is the normal state of a new node, not worth a warning in every run.
@@ -165,7 +172,7 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   }
   w.end();
   const compliance = computeCompliance(policy.bundle ? bundleExpectations(policy.bundle.directives) : null, summarize(w.reports).outcomes).counts;
-  if (opts.dryRun) return { nodeId: id.nodeId, inventorySent, runLog: '', counts: w.reportCounts, compliance, flush: { sent: 0, rejected: 0, remaining: 0 }, configId: w.configId };
+  if (opts.dryRun) return { nodeId: id.nodeId, inventorySent, runLog: '', counts: w.reportCounts, compliance, flush: { sent: 0, rejected: 0, remaining: 0 }, configId: w.configId, enrollment: auth.enrollment };
 
   const signed = signSmime(Buffer.from(w.text()), id);
   const runLog = runLogFileName(id.nodeId, startedAt, 'zstd');
@@ -176,5 +183,5 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   // What this run sent, the early flush included.
   const flush = early ? { ...last, sent: last.sent + early.sent, rejected: last.rejected + early.rejected } : last;
   if (flush.error) log.warn({ err: flush.error, queued: flush.remaining }, 'relay unreachable, files kept for the next run');
-  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, compliance, flush, configId: w.configId };
+  return { nodeId: id.nodeId, inventorySent, runLog, counts: w.reportCounts, compliance, flush, configId: w.configId, enrollment: auth.enrollment };
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /**
  * capstan-relayd: the only module that reads argv, the environment and signals, and decides exit
- * codes (0 ok, 1 crash, 2 configuration error, 3 other start-up error).
+ * codes (0 ok, 1 crash, 2 usage or configuration error, 3 other start-up error).
  *
  * Signals: SIGTERM/SIGINT stop gracefully (stop accepting, finish uploads in flight, give forwards
  * processing.shutdown_grace, exit 0; a second signal exits at once). SIGHUP reloads the nodes
@@ -9,7 +9,7 @@
  */
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError } from './shared.js';
+import { CAPSTAN_VERSION, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, logOptions, sdAssign, startWatchdog, usageErrorsExit2 } from './shared.js';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import { startRelay, type RelayHandle } from './daemon.js';
 import { ensureRelayKey } from './identity/own.js';
@@ -47,6 +47,7 @@ async function checkFiles(c: RelaydConfig): Promise<void> {
 const program = new Command('capstan-relayd')
   .description('Capstan relay: spools agent uploads durably and forwards them upstream')
   .version(CAPSTAN_VERSION, '-V, --version')
+  .addHelpText('after', `\n${EXIT_CODES_HELP}.`)
   .option('-c, --config <file>', 'TOML configuration file')
   .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:3030)')
   .option('--spool-dir <dir>', 'spool directory')
@@ -95,7 +96,7 @@ const program = new Command('capstan-relayd')
         process.exit(EXIT_STARTUP);
       }
     }
-    const log = pino({ level: config.log.level, base: { program: 'capstan-relayd' } });
+    const log = pino(logOptions('capstan-relayd', config.log.level, pino.stdSerializers.err));
     let handle: RelayHandle;
     try {
       handle = await startRelay(config, log, {
@@ -116,14 +117,18 @@ const program = new Command('capstan-relayd')
       ? setInterval(() => void handle.statusLine().then((status) => sdNotify({ status })), 10_000)
       : null;
     statusTimer?.unref();
+    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
+    const stopWatchdog = startWatchdog(process.env);
 
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) process.exit(0);
       stopping = true;
       log.info({ signal }, 'stopping');
-      void sdNotify({ status: 'stopping' });
-      handle.close().then(
+      stopWatchdog();
+      // STOPPING=1: systemd shows "deactivating" and does not take the wait for a hang.
+      const told = sdAssign(process.env, ['STOPPING=1', 'STATUS=stopping']);
+      Promise.all([handle.close(), told]).then(
         () => process.exit(0),
         (err: unknown) => {
           log.error({ err }, 'error while stopping');
@@ -141,6 +146,7 @@ const program = new Command('capstan-relayd')
     });
   });
 
+usageErrorsExit2(program, 'capstan-relayd', (code) => process.exit(code));
 program.parseAsync(process.argv).catch((err: unknown) => {
   process.stderr.write(`capstan-relayd: ${String(err)}\n`);
   process.exit(EXIT_CRASH);

@@ -215,7 +215,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     // Ask the upstream for its current list too (a failure keeps the one in hand).
     await nodesSync?.refresh();
     hooks.setLogLevel?.(fresh.log.level);
-    log.info({ nodes: nodes.size, level: fresh.log.level }, 'configuration reloaded');
+    log.info({ nodes: nodes.size, log_level: fresh.log.level }, 'configuration reloaded');
   };
 
   const status = async (): Promise<RelayStatus> => {

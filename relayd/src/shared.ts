@@ -6,5 +6,7 @@ export * from '@capstan/shared/dir';
 export * from '@capstan/shared/log';
 export * from '@capstan/shared/config';
 export * from '@capstan/shared/protocol';
+export * from '@capstan/shared/usage';
+export * from '@capstan/shared/systemd';
 export * from '@capstan/shared/spool/index';
 export * from '@capstan/shared/http/index';

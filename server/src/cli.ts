@@ -3,14 +3,17 @@
  * capstan-server: `serve` runs the root; `nodes …` are admin verbs that mirror the common admin
  * API calls and work on the same store directly (so they work with the server down, too), with a
  * table view or `--json` (the API's answer). Only this module reads argv, the environment and
- * signals, and chooses exit codes (0 ok, 1 crash, 2 configuration, 3 other start-up error,
- * 4 the node or request was refused: unknown node, bad filter…).
+ * signals, and chooses exit codes (0 ok, 1 crash, 2 usage or configuration error, 3 other
+ * start-up error, 4 the node or request was refused: unknown node, bad filter…).
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Command } from 'commander';
+import { Command, InvalidArgumentError } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, capstanError, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, loadListenerTls, parseDuration, silentLogger } from '@capstan/shared';
+import {
+  CAPSTAN_VERSION, capstanError, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, loadListenerTls, logOptions, parseDuration, sdAssign,
+  silentLogger, startWatchdog, usageErrorsExit2,
+} from '@capstan/shared';
 import { complianceClock, complianceSettings, complianceView, withPercent } from './registry/compliance.js';
 import { changeQuery } from './api/routes/changes.js';
 import { createBody, listView, patchBody } from './api/routes/nodes.js';
@@ -21,6 +24,7 @@ import { ensurePolicyKey } from './policy/key.js';
 import { parseCredentialRequest, sealCredential } from './bootstrap/credentials.js';
 import { createJob, parseJobRequest } from './jobs/create.js';
 import { startServer } from './server.js';
+import { checkDatabase } from './store/check.js';
 import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
 import type { NodeFilter, NodeRecord, SortField, Store } from './store/store.js';
@@ -97,7 +101,8 @@ async function mustNode(store: Store, id: string): Promise<NodeRecord | null> {
 
 const collect = (v: string, prev: string[] = []) => [...prev, v];
 const int = (name: string) => (v: string) => {
-  if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new Error(`${name} must be a positive integer`);
+  // InvalidArgumentError: a usage error (exit 2), not a crash.
+  if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
   return Number(v);
 };
 
@@ -130,6 +135,8 @@ const PENDING_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
 const program = new Command('capstan-server')
   .description('Capstan root server: verifies and ingests run logs and inventories, keeps the node registry')
   .version(CAPSTAN_VERSION, '-V, --version');
+program.addHelpText('after', `\n${EXIT_CODES_HELP}, 4 the request was refused (unknown node, bad filter…).`);
+usageErrorsExit2(program, 'capstan-server', (code) => process.exit(code));
 
 /** Tell systemd we are ready (Type=notify); outside systemd (no NOTIFY_SOCKET) there is nobody to tell. */
 async function notifyReady(log: pino.Logger, status: string): Promise<void> {
@@ -146,7 +153,7 @@ async function notifyReady(log: pino.Logger, status: string): Promise<void> {
 storeOptions(program.command('serve').description('run the server'))
   .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:3031)')
   .option('--log-level <level>', 'trace, debug, info, warn, error')
-  .option('--test', 'check the configuration and exit')
+  .option('--test', 'check the configuration and that the database is reachable, then exit (2: configuration, 3: database)')
   .action(async (flags: CommonFlags & { test?: boolean }) => {
     const config = configFrom(flags);
     if (flags.test) {
@@ -156,10 +163,20 @@ storeOptions(program.command('serve').description('run the server'))
         process.stderr.write(`capstan-server: ${isCapstanError(err) ? err.message : String(err)}\n`);
         process.exit(EXIT_CONFIG);
       }
-      process.stdout.write('configuration ok\n');
-      process.exit(0);
+      try {
+        const db = await checkDatabase({
+          ...(config.database.url && { databaseUrl: config.database.url }),
+          sqlitePath: join(config.general.data_dir, 'capstan.db'),
+          timeoutMs: 10_000,
+        });
+        process.stdout.write(`configuration ok; ${db}\n`);
+        process.exit(0);
+      } catch (err) {
+        process.stderr.write(`capstan-server: ${isCapstanError(err) ? `${err.code}: ${err.message}` : String(err)}\n`);
+        process.exit(EXIT_STARTUP);
+      }
     }
-    const log = pino({ level: config.log.level, base: { program: 'capstan-server' } });
+    const log = pino(logOptions('capstan-server', config.log.level, pino.stdSerializers.err));
     let handle;
     try {
       handle = await startServer(config, log);
@@ -170,6 +187,8 @@ storeOptions(program.command('serve').description('run the server'))
     }
     process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
     await notifyReady(log, `listening on ${handle.url}`);
+    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
+    const stopWatchdog = startWatchdog(process.env);
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) {
@@ -179,7 +198,10 @@ storeOptions(program.command('serve').description('run the server'))
       }
       stopping = true;
       log.info({ signal }, 'stopping: finishing the files and sweep batch in flight');
-      handle.close().then(
+      stopWatchdog();
+      // STOPPING=1: systemd shows "deactivating" while the batch in flight finishes.
+      const told = sdAssign(process.env, ['STOPPING=1', 'STATUS=stopping: finishing the files and sweep batch in flight']);
+      Promise.all([handle.close(), told]).then(
         () => process.exit(0),
         (err: unknown) => {
           log.error({ err }, 'stop failed');

@@ -5,6 +5,7 @@ export * from './dir.js';
 export * from './log.js';
 export * from './config.js';
 export * from './protocol.js';
+export * from './usage.js';
 export * from './version.js';
 export * from './runlog/index.js';
 export * from './smime/index.js';

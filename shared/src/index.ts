@@ -3,3 +3,4 @@
 export * from './agent.js';
 export * from './spool/index.js';
 export * from './http/index.js';
+export * from './systemd.js';

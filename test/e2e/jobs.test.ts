@@ -74,7 +74,7 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
     }));
     await writeFile(config, `[inventory]\ncloud_instance_data = ${JSON.stringify(instanceData)}\n`);
     const first = await runProgram(BIN.agent, ['run', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
-    t.equal(first.code, 0, `agent ${name}: first run (${first.code === 0 ? 'ok' : first.stderr})`);
+    t.equal(first.code, 5, `agent ${name}: first run waits for acceptance (${first.code === 5 ? 'ok' : first.stderr})`);
     const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
     await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}`)).status === 200 ? true : undefined), `node ${name} registered`);
     t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);

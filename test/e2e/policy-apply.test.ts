@@ -23,7 +23,8 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
     runProgram(BIN.agent, ['run', '--relay', via, '--state-dir', join(dir, state), '--log-level', 'error', ...extra]);
 
   // Enrol two nodes and accept them.
-  for (const state of ['agent-a', 'agent-b']) t.equal((await agent(state)).code, 0);
+  // Exit 5: each waits for acceptance.
+  for (const state of ['agent-a', 'agent-b']) t.equal((await agent(state)).code, 5);
   const idA = (await readFile(join(dir, 'agent-a', 'node-id'), 'utf8')).trim();
   const idB = (await readFile(join(dir, 'agent-b', 'node-id'), 'utf8')).trim();
   await waitFor(async () => ((await api('GET', '/api/1/nodes/pending')).json.total === 2 ? true : undefined), 'two pending nodes');

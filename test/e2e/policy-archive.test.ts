@@ -41,7 +41,7 @@ t.test('an archive reaches the node through a caching relay; a key rotation is f
   const state = join(dir, 'agent');
   const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', state, '--log-level', 'error']);
 
-  t.equal((await agent()).code, 0);
+  t.equal((await agent()).code, 5, 'waiting for acceptance');
   const id = (await readFile(join(state, 'node-id'), 'utf8')).trim();
   await waitFor(async () => ((await api('GET', '/api/1/nodes/pending')).json.total === 1 ? true : undefined), 'the pending node');
   t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);

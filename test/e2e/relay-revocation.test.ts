@@ -70,7 +70,7 @@ t.test('a forced renewal of an agent ends its connection at the relay and refuse
 
   const stateDir = join(dir, 'agent');
   const agentArgs = ['--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn'];
-  t.equal((await runProgram(BIN.agent, ['run', ...agentArgs])).code, 0);
+  t.equal((await runProgram(BIN.agent, ['run', ...agentArgs])).code, 5, 'waiting for acceptance');
   const agentId = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
   await waitFor(async () => ((await api('GET', `/api/1/nodes/${agentId}`)).status === 200 ? true : undefined), 'the agent registered');
   t.equal((await api('POST', `/api/1/nodes/${agentId}/accept`)).status, 200);

@@ -21,7 +21,9 @@ t.test('a run log travels agent → relay → server → registry', async (t) =>
 
   // First run: inventory registers the node as pending; its run log is refused (not accepted yet).
   const first = await runProgram(BIN.agent, agentArgs);
-  t.equal(first.code, 0, `agent run exits 0 (${first.stderr})`);
+  // Exit 5: the node waits for acceptance (it said so on stdout).
+  t.equal(first.code, 5, `agent run exits 5 (${first.stderr})`);
+  t.match(first.stdout, /is waiting for acceptance/);
   t.match(first.stdout, /sent 2, queued 0, inventory sent/);
   const nodeId = (await readFile(join(dir, 'agent', 'node-id'), 'utf8')).trim();
 
@@ -161,7 +163,7 @@ t.test('an agent with the shared enrollment secret is accepted without an admin'
   const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
   const run = (cfg: string, state: string) => runProgram(BIN.agent, ['run', '--config', join(dir, cfg), '--relay', server.url, '--state-dir', join(dir, state), '--log-level', 'error']);
   t.equal((await run('agent.toml', 'a')).code, 0);
-  t.equal((await run('wrong.toml', 'b')).code, 0);
+  t.equal((await run('wrong.toml', 'b')).code, 5, 'a wrong secret: waiting for acceptance');
   const a = (await readFile(join(dir, 'a', 'node-id'), 'utf8')).trim();
   const b = (await readFile(join(dir, 'b', 'node-id'), 'utf8')).trim();
   const nodeA = await waitFor(async () => {

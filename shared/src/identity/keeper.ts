@@ -6,7 +6,7 @@
  * upstream client with its TLS pinning) is the caller's `post`.
  */
 import { readFile, unlink } from 'node:fs/promises';
-import { capstanError } from '../errors.js';
+import { capstanError, type ErrorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { makeRenewRequest } from './renew.js';
 import { tokenNeedsRenewal, type NodeRole } from './token.js';
@@ -56,7 +56,26 @@ export interface TokenKeeperOptions {
   peer?: string;
 }
 
+/** What the server says of a node it will not issue a token to: registration, not failure. */
+export type Enrollment = 'unknown' | 'pending' | 'refused';
+const ENROLLMENT_CODES: Readonly<Partial<Record<ErrorCode, Enrollment>>> = {
+  ERR_NODE_UNKNOWN: 'unknown', ERR_NODE_PENDING: 'pending', ERR_NODE_REFUSED: 'refused',
+};
+
+/** The coded error in an API answer's body, if it carries one. */
+function answerError(body: Buffer): { code: string; message: string } | null {
+  try {
+    const e = (JSON.parse(body.toString('utf8')) as { error?: { code?: unknown; message?: unknown } }).error;
+    return typeof e?.code === 'string' ? { code: e.code, message: typeof e.message === 'string' ? e.message : '' } : null;
+  } catch {
+    return null;
+  }
+}
+
 export class NodeTokenKeeper {
+  /** Set when the last renewal was refused because the node is not (yet) accepted. */
+  enrollment: Enrollment | null = null;
+
   constructor(protected readonly k: TokenKeeperOptions) {}
 
   private async load(): Promise<{ token: string } & TokenTimes | null> {
@@ -77,7 +96,10 @@ export class NodeTokenKeeper {
     try {
       return await this.renew();
     } catch (err) {
-      this.k.log.warn({ err }, 'identity token not renewed');
+      // A node waiting for acceptance is the normal first state: said once, plainly, with no stack.
+      if (this.enrollment === 'refused') this.k.log.warn({ code: (err as { code?: string }).code, reason: (err as Error).message }, 'identity token refused: the server refused this node');
+      else if (this.enrollment) this.k.log.info({ code: (err as { code?: string }).code, reason: (err as Error).message }, 'no identity token yet: waiting for acceptance');
+      else this.k.log.warn({ err }, 'identity token not renewed');
       // A token with life left still works; an expired one is useless and is dropped.
       if (stored && stored.exp * 1000 > this.k.clock().getTime()) return stored.token;
       return null;
@@ -112,7 +134,14 @@ export class NodeTokenKeeper {
     } catch (err) {
       throw capstanError('ERR_UPSTREAM', `${peer} unreachable: ${(err as Error).message}`, { cause: err });
     }
+    this.enrollment = null;
     if (res.status !== 200) {
+      const answer = res.status < 500 ? answerError(res.body) : null;
+      const enrollment = answer ? ENROLLMENT_CODES[answer.code as ErrorCode] : undefined;
+      if (answer && enrollment) {
+        this.enrollment = enrollment;
+        throw capstanError(answer.code as ErrorCode, answer.message || `${peer} answered ${answer.code}`);
+      }
       throw capstanError(res.status >= 500 ? 'ERR_UPSTREAM' : 'ERR_UPSTREAM_REJECTED', `renewal answered ${res.status}: ${res.body.toString('utf8').slice(0, 200)}`);
     }
     let token: unknown;
