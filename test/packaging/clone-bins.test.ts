@@ -1,0 +1,60 @@
+/**
+ * In a fresh clone, `npm ci` links every program into node_modules/.bin, so the README's commands
+ * and `npx capstan-server` work once the build has run. They used not to: npm links a workspace's
+ * `bin` only if the file exists at install time, and it named dist/cli.js, which the build makes
+ * later (and without its run bit). The bins are now committed stubs (bin/<program>.js, mode 755)
+ * that import dist/.
+ *
+ * The clone is of the committed HEAD. `npm ci --offline --ignore-scripts` installs from npm's
+ * cache (no network; native addons are not needed for --version), and dist/ is copied from this
+ * checkout, which `npm test` has just built from the same sources, instead of a second build.
+ * Skipped with the reason when git, or npm's cache, cannot do that here (failed when CI=true).
+ */
+import { execFile } from 'node:child_process';
+import { access, constants, cp, lstat, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import t from 'tap';
+import { ROOT } from '../helpers/programs.js';
+
+const run = promisify(execFile);
+const PROGRAMS = [['agent', 'capstan-agent'], ['agent', 'capstan-sim'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server']] as const;
+
+t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the build', { timeout: 600_000 }, async (t) => {
+  const skip = (why: string) => {
+    if (process.env.CI === 'true') t.fail(why);
+    else t.comment(`skipping: ${why}`);
+  };
+  const isRepo = await run('git', ['-C', ROOT, 'rev-parse', '--git-dir']).then(() => true, () => false);
+  if (!isRepo) return skip('this checkout is not a git repository (or git is not installed)');
+  const clone = join(t.testdir(), 'capstan');
+  await run('git', ['clone', '--quiet', '--no-hardlinks', ROOT, clone]);
+
+  // The bins are in git with their run bit.
+  for (const [ws, name] of PROGRAMS) {
+    const { stdout } = await run('git', ['-C', clone, 'ls-files', '-s', `${ws}/bin/${name}.js`]);
+    t.match(stdout, /^100755 /, `${ws}/bin/${name}.js is committed executable`);
+  }
+
+  const installed = await run('npm', ['ci', '--offline', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: clone, timeout: 480_000, maxBuffer: 16 << 20 })
+    .then(() => null, (err: { stderr?: string; message: string }) => (err.stderr ?? err.message).trim().split('\n').slice(-3).join(' '));
+  if (installed !== null) return skip(`npm ci --offline cannot install from this machine's npm cache: ${installed}`);
+
+  // Linked at install time, before any build.
+  for (const [, name] of PROGRAMS) {
+    t.ok((await lstat(join(clone, 'node_modules', '.bin', name))).isSymbolicLink(), `node_modules/.bin/${name} after npm ci`);
+  }
+  for (const ws of ['shared', 'agent', 'relayd', 'server']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
+
+  const { stdout: version } = await run('node', ['-p', "require('./shared/package.json').version"], { cwd: clone });
+  for (const [, name] of PROGRAMS) {
+    const bin = join(clone, 'node_modules', '.bin', name);
+    await access(bin, constants.X_OK);
+    t.ok((await stat(bin)).mode & 0o111, `${name} is executable`);
+    // Run as a command, the way a shell runs it: the #! line, not `node <file>`.
+    const r = await run(bin, ['--version'], { cwd: clone });
+    t.equal(r.stdout.trim(), version.trim(), `${name} --version`);
+  }
+  const viaNpx = await run('npx', ['--offline', '--no-install', 'capstan-server', '--version'], { cwd: clone });
+  t.equal(viaNpx.stdout.trim(), version.trim(), 'npx capstan-server --version');
+});
