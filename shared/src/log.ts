@@ -26,6 +26,11 @@ export function errorForLog(err: unknown, full: (err: Error) => unknown): unknow
   // make): their stack says nothing an operator can use. ERR_INTERNAL and uncoded errors are bugs
   // or crashes, and keep theirs.
   if (err instanceof CapstanError && err.code !== 'ERR_INTERNAL') return { type: err.name, code: err.code, message: err.message };
+  // A system call's refusal (ECONNREFUSED, ENOSPC…) is the environment speaking, not a bug.
+  const sys = err as NodeJS.ErrnoException;
+  if (err instanceof Error && typeof sys.code === 'string' && typeof sys.syscall === 'string') {
+    return { type: err.name, code: sys.code, message: err.message, syscall: sys.syscall };
+  }
   return err instanceof Error ? full(err) : err;
 }
 

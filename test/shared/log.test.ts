@@ -28,12 +28,14 @@ t.test('level names, program, and errors: coded ones without a stack, others wit
   log.error({ err: new TypeError('x is undefined') }, 'crash');
   log.error({ err: capstanError('ERR_INTERNAL', 'a bug') }, 'internal');
   log.child({ file: 'f' }).debug({ n: 1 }, 'child');
-  t.same(lines.map((l) => l.level), ['info', 'warn', 'error', 'error', 'debug']);
+  log.warn({ err: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:9'), { code: 'ECONNREFUSED', syscall: 'connect', errno: -111 }) }, 'upstream down');
+  t.same(lines.map((l) => l.level), ['info', 'warn', 'error', 'error', 'debug', 'warn']);
   t.ok(lines.every((l) => l.program === 'capstan-test'));
   t.same(lines[1]!.err, { type: 'CapstanError', code: 'ERR_NODE_PENDING', message: 'node n1 is not accepted yet' });
   t.match(lines[2]!.err, { type: 'TypeError', message: 'x is undefined', stack: /TypeError: x is undefined\n\s+at / });
   t.match(lines[3]!.err, { code: 'ERR_INTERNAL', stack: /\n\s+at / }, 'ERR_INTERNAL is a bug: its stack stays');
   t.equal(lines[4]!.file, 'f');
+  t.same(lines[5]!.err, { type: 'Error', code: 'ECONNREFUSED', message: 'connect ECONNREFUSED 127.0.0.1:9', syscall: 'connect' }, 'a refused system call: no stack');
   for (const line of raw) {
     const keys = [...line.matchAll(/"([a-zA-Z_]+)":/g)].map((m) => m[1]);
     t.same(keys.filter((k, i) => keys.indexOf(k) !== i && !/^(type|message|code|stack)$/.test(k!)), [], `no key twice: ${line.slice(0, 60)}`);
