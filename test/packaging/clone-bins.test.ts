@@ -6,18 +6,29 @@
  * that import dist/.
  *
  * The clone is of the committed HEAD. `npm ci --offline --ignore-scripts` installs from npm's
- * cache (no network; native addons are not needed for --version), and dist/ is copied from this
- * checkout, which `npm test` has just built from the same sources, instead of a second build.
+ * cache (no network), then the native addons' compiled build/ and each workspace's dist/ are
+ * copied from this checkout (built from the same sources by `npm test`'s pretest) instead of
+ * compiling them a second time.
  * Skipped with the reason when git, or npm's cache, cannot do that here (failed when CI=true).
  */
 import { execFile } from 'node:child_process';
-import { access, constants, cp, lstat, stat } from 'node:fs/promises';
+import { access, constants, cp, lstat, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import t from 'tap';
 import { ROOT } from '../helpers/programs.js';
 
 const run = promisify(execFile);
+/** Packages under `dir` with a compiled addon (build/Release), scoped ones included. */
+async function nativeAddons(dir: string): Promise<string[]> {
+  const found: string[] = [];
+  for (const name of await readdir(dir)) {
+    const names = name.startsWith('@') ? (await readdir(join(dir, name))).map((n) => `${name}/${n}`) : [name];
+    for (const n of names) if (await access(join(dir, n, 'build', 'Release')).then(() => true, () => false)) found.push(n);
+  }
+  return found;
+}
+
 const PROGRAMS = [['agent', 'capstan-agent'], ['agent', 'capstan-sim'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server']] as const;
 
 t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the build', { timeout: 600_000 }, async (t) => {
@@ -45,6 +56,9 @@ t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the
     t.ok((await lstat(join(clone, 'node_modules', '.bin', name))).isSymbolicLink(), `node_modules/.bin/${name} after npm ci`);
   }
   for (const ws of ['shared', 'agent', 'relayd', 'server']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
+  for (const addon of await nativeAddons(join(ROOT, 'node_modules'))) {
+    await cp(join(ROOT, 'node_modules', addon, 'build'), join(clone, 'node_modules', addon, 'build'), { recursive: true });
+  }
 
   const { stdout: version } = await run('node', ['-p', "require('./shared/package.json').version"], { cwd: clone });
   for (const [, name] of PROGRAMS) {
