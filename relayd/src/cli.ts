@@ -110,16 +110,7 @@ const program = new Command('capstan-relayd')
       process.stderr.write(`capstan-relayd: cannot start: ${(err as Error).message}\n`);
       process.exit(isConfigError(err) ? EXIT_CONFIG : EXIT_STARTUP);
     }
-    // The chosen address on stdout for scripts and tests; READY=1 for Type=notify units.
-    process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
-    await sdNotify({ ready: true, status: `listening on ${handle.url}` });
-    const statusTimer = process.env.NOTIFY_SOCKET
-      ? setInterval(() => void handle.statusLine().then((status) => sdNotify({ status })), 10_000)
-      : null;
-    statusTimer?.unref();
-    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
-    const stopWatchdog = startWatchdog(process.env);
-
+    let stopWatchdog = () => {};
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) process.exit(0);
@@ -144,6 +135,17 @@ const program = new Command('capstan-relayd')
         (err: unknown) => log.error({ err }, 'reload failed, keeping the previous configuration'),
       );
     });
+
+    // Only now, with the handlers in place (systemd may send SIGTERM as soon as it has READY=1):
+    // the chosen address on stdout for scripts and tests; READY=1 for Type=notify units.
+    process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
+    await sdNotify({ ready: true, status: `listening on ${handle.url}` });
+    const statusTimer = process.env.NOTIFY_SOCKET
+      ? setInterval(() => void handle.statusLine().then((status) => sdNotify({ status })), 10_000)
+      : null;
+    statusTimer?.unref();
+    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
+    if (!stopping) stopWatchdog = startWatchdog(process.env);
   });
 
 usageErrorsExit2(program, 'capstan-relayd', (code) => process.exit(code));

@@ -185,10 +185,7 @@ storeOptions(program.command('serve').description('run the server'))
       process.stderr.write(`capstan-server: cannot start: ${(err as Error).message}\n`);
       process.exit(isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_PLAINTEXT_LISTEN') ? EXIT_CONFIG : EXIT_STARTUP);
     }
-    process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
-    await notifyReady(log, `listening on ${handle.url}`);
-    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
-    const stopWatchdog = startWatchdog(process.env);
+    let stopWatchdog = () => {};
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) {
@@ -209,8 +206,13 @@ storeOptions(program.command('serve').description('run the server'))
         },
       );
     };
+    // Handlers first: systemd may send SIGTERM as soon as it has READY=1.
     process.on('SIGTERM', () => stop('SIGTERM'));
     process.on('SIGINT', () => stop('SIGINT'));
+    process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
+    await notifyReady(log, `listening on ${handle.url}`);
+    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
+    if (!stopping) stopWatchdog = startWatchdog(process.env);
   });
 
 const nodes = program.command('nodes').description('look at and decide on nodes (the admin API\'s node calls)');

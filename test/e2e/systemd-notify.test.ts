@@ -2,6 +2,8 @@
  * Under systemd, the server and the relay ping the watchdog (WATCHDOG=1 at half of WatchdogSec,
  * which systemd passes as WATCHDOG_USEC) and say STOPPING=1 on SIGTERM. Neither did: a unit with
  * WatchdogSec killed them after one interval, and a stop looked like a hang until it ended.
+ * And a SIGTERM sent as soon as READY=1 arrives stops them cleanly (exit 0): their handlers used to
+ * be installed only once the notify call returned, so such a SIGTERM killed them outright.
  * The notify socket is a unix datagram socket held by python3 (Node has none), and the messages
  * travel through the real systemd-notify binary; without either the test skips with the reason.
  */
