@@ -28,7 +28,8 @@ function start(name, args) {
 function agent(args) {
   const r = spawnSync(process.execPath, [bin('agent'), ...args], { encoding: 'utf8' });
   process.stdout.write(r.stdout);
-  if (r.status !== 0) process.stderr.write(r.stderr);
+  // 5: the first run, waiting for acceptance (it says so on stdout).
+  if (r.status !== 0 && r.status !== 5) process.stderr.write(r.stderr);
   return r;
 }
 
