@@ -5,9 +5,9 @@
  */
 import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
-import { mkdir, readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { capstanError } from '@capstan/shared';
+import { capstanError, makeDir } from '@capstan/shared';
 import type { AgentPackage } from '@capstan/shared/bootstrap/ssh';
 
 const DEB = /^capstan-agent_([^_/]+)_([a-z0-9-]+)\.deb$/;
@@ -79,7 +79,7 @@ export class AgentPackages {
       if ((await sum(path)) === want) return path;
       await unlink(path).catch(() => undefined);
     }
-    await mkdir(this.o.cacheDir, { recursive: true, mode: 0o750 });
+    await makeDir(this.o.cacheDir, 0o750);
     const tmp = `${path}.${process.pid}.tmp`;
     let res: Response;
     try {
