@@ -33,8 +33,10 @@ t.test('concurrent API calls and uploads on one PostgreSQL pool', { skip: why ??
   const created = await Promise.all(ids.map((id, i) => api('POST', '/api/1/nodes', { id, hostname: `n${i}.pool.test`, certificate: identities[i]!.certPem })));
   t.same(created.map((r) => r.status), ids.map(() => 201));
 
+  // Runs of the last two hours (the server refuses runs dated ahead of its clock).
+  const base = Math.floor(Date.now() / 60_000) * 60_000 - 2 * 3600_000;
   const files = ids.flatMap((id, n) => Array.from({ length: RUNS_PER_NODE }, (_, r) => {
-    const startAt = new Date(Date.UTC(2030, 0, 1, 0, r * 5));
+    const startAt = new Date(base + r * 5 * 60_000);
     const stamp = `${startAt.toISOString().slice(0, 19)}+00:00`;
     const line = (type: string, component: string, key = 'k') => formatReport({ policy: 'p', event_type: type, rule_id: 'r1', directive_id: 'd1', report_id: '0', component, key_value: key, msg: 'm', node_id: id, start_datetime: stamp, execution_datetime: stamp });
     const text = [line('control', 'start', 'cfg'), line('result_success', 'File'), line('result_repaired', 'Service'), line('control', 'end', 'cfg')].join('\n') + '\n';
