@@ -148,7 +148,9 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   let keyring: JwksCache | null = null;
   const retainKeys = () => {
     const kids = nodesSync?.keys;
-    if (kids && keyring) void keyring.retain(kids);
+    // Only a list the upstream confirmed in this run: the cached one read at start may predate a
+    // key fetched since (a rotation), which it would drop while the upstream is down.
+    if (kids && keyring && nodesSync!.confirmedAt > 0) void keyring.retain(kids);
   };
   await nodesSync?.load();
   /** What routing uses now: the file when configured, else the synced list, else none (forward all). */

@@ -134,8 +134,9 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
   for (let start = 0; start < n; start += CHUNK) {
     const rows = Array.from({ length: Math.min(CHUNK, n - start) }, (_, k) => row(start + k));
     const cols = NODE_COLUMNS.map((col) => rows.map((r) => sqlValue(r.node[col])));
-    // Each array cast to its column's type (`relay`, migration 9, is the one integer column).
-    const types = NODE_COLUMNS.map((col) => (/_at$/.test(col) ? 'timestamptz[]' : /_json$/.test(col) ? 'jsonb[]' : col === 'relay' ? 'smallint[]' : 'text[]'));
+    // Each array cast to its column's type (`relay`, migration 9, and `clock_skew`, migration 13, are the integer columns).
+    const types = NODE_COLUMNS.map((col) => (/_at$/.test(col) ? 'timestamptz[]' : /_json$/.test(col) ? 'jsonb[]'
+      : col === 'relay' ? 'smallint[]' : col === 'clock_skew' ? 'integer[]' : 'text[]'));
     await c.query(`INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) SELECT * FROM unnest(${types.map((t, i) => `$${i + 1}::${t}`).join(', ')})`, cols);
     await c.query('INSERT INTO node_certificates (node_id, certificate) SELECT unnest($1::text[]), $2', [rows.map((r) => r.node.id), CERT]);
     const tags = rows.flatMap((r) => r.tags.map(([k, v]) => [r.node.id, k, v]));

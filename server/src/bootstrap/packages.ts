@@ -8,7 +8,7 @@ import { createWriteStream } from 'node:fs';
 import { readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { capstanError, makeDir } from '@capstan/shared';
-import type { AgentPackage } from '@capstan/shared/bootstrap/ssh';
+import type { AgentPackage } from './ssh.js';
 
 const DEB = /^capstan-agent_([^_/]+)_([a-z0-9-]+)\.deb$/;
 

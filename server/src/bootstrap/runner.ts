@@ -14,7 +14,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { capstanError, type Logger } from '@capstan/shared';
-import { bootstrapOverSsh, isBootstrapError, type BootstrapStep } from '@capstan/shared/bootstrap/ssh';
+import { bootstrapOverSsh, isBootstrapError, type BootstrapStep } from './ssh.js';
 import { chooseCredential, openCredential } from './credentials.js';
 import type { AgentPackages } from './packages.js';
 import { notBootstrappable } from '../jobs/create.js';
