@@ -160,6 +160,8 @@ t.test('changes: filtered, paged, as CSV, and counted per hour; compliance expor
     t.equal((await api('GET', `/api/1/changes?${bad}`)).json?.error.code, 'ERR_BAD_REQUEST', bad);
   }
   t.equal((await api('GET', '/api/1/changes?group=nope')).json.error.code, 'ERR_NOT_FOUND');
+  const tooMany = Array.from({ length: 10_001 }, (_, i) => `n${i}`).join(',');
+  t.equal((await app.inject({ method: 'GET', url: `/api/1/changes?node=${tooMany}`, headers: { authorization: `Bearer ${TOKEN}` } })).json().error.code, 'ERR_BAD_REQUEST');
   const csv = await api('GET', '/api/1/changes?format=csv');
   const lines = csv.text.trim().split('\r\n');
   t.equal(lines[0], 'at,node_id,label,rule_id,directive_id,component,key,event_type,message,run_id,config_id,diff');

@@ -19,7 +19,7 @@ export function labelFor(previous: string | null | undefined, current: string | 
 /** A node's class for compliance, in SQL over `nodes n`. */
 export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
 
-/** Most ids one change filter may name (node, rule, directive). */
+/** Most ids a query string may name in one change filter (node, rule, directive, group). */
 export const MAX_FILTER_IDS = 10_000;
 
 export const HISTOGRAM_BUCKETS = ['hour', 'day'] as const;
@@ -29,9 +29,9 @@ export function changeWhere(q: ChangeQuery, d: Dialect, idList: (ids: string[]) 
   const parts: string[] = [];
   if (q.from !== undefined) parts.push(`c.at >= ${d.param(toUtcIso(q.from, 'from'))}`);
   if (q.to !== undefined) parts.push(`c.at < ${d.param(toUtcIso(q.to, 'to'))}`);
-  const ids = (name: string, column: string, values: string[] | undefined) => {
+  // Any number of ids: they travel as one array parameter (a policy group's members may be many).
+  const ids = (_name: string, column: string, values: string[] | undefined) => {
     if (values === undefined) return;
-    if (values.length > MAX_FILTER_IDS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_FILTER_IDS} ${name} ids in one query`);
     parts.push(values.length === 0 ? 'false' : `${column} IN ${idList(values)}`);
   };
   ids('node', 'c.node_id', q.node_ids);

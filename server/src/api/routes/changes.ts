@@ -6,6 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared';
 import { loadModel } from '../../policy/generate.js';
+import { MAX_FILTER_IDS } from '../../store/changes-rows.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Store } from '../../store/store.js';
 import { exportFormat, sendRows } from '../export.js';
 import { paging, single, timeParam, type Query } from '../params.js';
@@ -18,6 +19,7 @@ const list = (q: Query, name: string): string[] | undefined => {
   const v = q[name];
   if (v === undefined) return undefined;
   const values = (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter((s) => s.length > 0);
+  if (values.length > MAX_FILTER_IDS) bad(`at most ${MAX_FILTER_IDS} ${name} ids in one query`);
   return values;
 };
 
