@@ -8,7 +8,7 @@
  * - `{ figures: [{ name, value, unit, target?: { op: '>=' | '<=', value } }] }`, taken as is; or
  * - a plain object of numbers (nested objects and arrays allowed, an array element named by its
  *   `store`, `kind` or `name` field): each finite number is a figure named by its path, its unit read from the key's suffix (…Ms → ms,
- *   …PerSec → /s, …Mb → MB), and its target from the issue that set it when the name says which.
+ *   …PerSec → /s, …Mb → MB), and its target, when the name says which.
  */
 
 import { spawn } from 'node:child_process';
@@ -33,7 +33,7 @@ export const EXTERNAL = [
 ];
 
 /**
- * Targets set by the issues (#3 agent, #4 relay, #5 registry), matched on the figure's path.
+ * The product's targets (agent, relay, registry), matched on the figure's path.
  * @type {{ bench: string, test: RegExp, target: Target }[]}
  */
 const TARGETS = [

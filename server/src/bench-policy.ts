@@ -1,5 +1,5 @@
 /**
- * Policy generation benchmark (issue 6 target: 100,000 nodes regenerate in ≤ 10 s). A SQLite
+ * Policy generation benchmark (target: 100,000 nodes regenerate in ≤ 10 s). A SQLite
  * registry of `nodes` nodes is filled in bulk (bench.ts's fleet), a model of a few rules over
  * static and dynamic groups is saved, and then timed: the first generation of every node, a
  * second pass with nothing to change, and one directive change reaching its rule's nodes.

@@ -1,7 +1,7 @@
 /**
  * Registry benchmark (for `npm run bench`, which calls `benchRegistry`): the node list with
  * filters, and global compliance, over a registry of 100,000 nodes, on SQLite and (given a URL)
- * PostgreSQL. Targets from issue 5: a filtered list page ≤ 100 ms; global compliance ≤ 500 ms
+ * PostgreSQL. Targets: a filtered list page ≤ 100 ms; global compliance ≤ 500 ms
  * on SQLite.
  *
  * The registry is filled directly in bulk (one generator, the same rows for both stores), not

@@ -216,7 +216,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         recentRunLogs.put(name, data);
       },
     },
-    // Policy downloads need a valid token of the node (issue 7), unless turned off.
+    // Policy downloads need a valid token of the node, unless turned off.
     policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: {
       store, runner: jobs,

@@ -74,7 +74,7 @@ t.test('percentiles are nearest-rank', async (t) => {
   t.same(p, { count: 100, p50: 50, p90: 90, p99: 99, max: 100 });
 });
 
-t.test('package benchmark results become figures with the targets their issues set', async (t) => {
+t.test('package benchmark results become figures with their targets', async (t) => {
   const { figuresFrom } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/external.mjs')).href)) as {
     figuresFrom: (bench: string, r: unknown) => Array<{ id: string; value: number; unit: string; target: { op: string; value: number } | null }>;
   };

@@ -1,5 +1,5 @@
 /**
- * Issue 3's outage case with the real programs: the relay stops, the agent's run completes from
+ * The agent's outage case with the real programs: the relay stops, the agent's run completes from
  * its cached policy and queues its run log; the relay comes back on the same address and the next
  * run sends both, and the server holds both runs, in order.
  */

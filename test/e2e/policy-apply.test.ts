@@ -1,5 +1,5 @@
 /**
- * Issue 6's "Done when", with the real programs: an admin creates a directive, a group and a rule
+ * The policy model end to end, with the real programs: an admin creates a directive, a group and a rule
  * over HTTP; the node's next run through a relay applies it, the second run changes nothing, a
  * changed directive changes the config id and is applied, an audit run reports drift without
  * touching the file, and compliance shows it all. Then a relay that alters a cached bundle, or

@@ -1,5 +1,5 @@
 /**
- * The task state machine's table, pair by pair: exactly the transitions issue 8 names are legal
+ * The task state machine's table, pair by pair: exactly the transitions the job model names are legal
  * (pending → scheduled → in_progress → done | failed, aborted from any non-final state, failed
  * from any non-final state), everything else is refused with ERR_JOB_TRANSITION; each target
  * state takes only its own reasons.

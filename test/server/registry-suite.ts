@@ -1,5 +1,5 @@
 /**
- * The registry behaviours of issue 5, written once for every backend (like store-suite.ts, which
+ * The registry behaviours, written once for every backend (like store-suite.ts, which
  * store-sqlite.test.ts and store-postgres.test.ts run with a fresh database per test): lifecycle
  * transitions and their history, auto-accept and revocation, manual and cloud nodes, every node
  * filter, the sweep, run retention, and compliance for a hand-built scenario.

@@ -277,7 +277,7 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.match(await store.setState('m1', 'running', '2024-05-01T09:01:00Z'), { status: 'unknown' }, 'never contacted: back to unknown');
     await store.upsertFromInventory(inventory('n1'));
     await store.setAcceptance('n1', 'accepted', '2024-05-01T10:00:00Z');
-    // Issue 5 made `terminated` final, so this case (written for the walking skeleton with
+    // The registry made `terminated` final, so this case (written for the walking skeleton with
     // terminated → running) now stops the node instead; registry-suite.ts covers terminated.
     await store.setState('n1', 'stopped', '2024-05-01T10:01:00Z');
     await store.insertRun(run('n1', '2024-05-01T10:02:00Z'));

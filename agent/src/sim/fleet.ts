@@ -8,7 +8,7 @@
  *
  * Every run log is built, signed and compressed before the clock starts (in worker threads), so
  * the simulator's own signing does not steal CPU from the relay and server it measures on the
- * same machine. Policy fetching is not simulated yet (a later issue).
+ * same machine. Policy fetching is not simulated yet.
  */
 import { availableParallelism } from 'node:os';
 import { adminCall, listNodes, type AdminTarget } from './admin.js';
@@ -142,7 +142,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
   const workers = o.workers ?? availableParallelism();
   const realPeriodMs = o.periodMs / o.timeScale;
   const notes = [
-    'policy fetching is not simulated (GET /policies comes with a later issue)',
+    'policy fetching is not simulated (GET /policies is not exercised)',
     `uploads reuse ${o.socketsPerRelay} keep-alive connections per relay; real agents open one per run`,
   ];
   if (!(realPeriodMs >= 1)) throw new RangeError('period / time-scale must be at least 1 ms');

@@ -1,5 +1,5 @@
 /**
- * The relay as a provider host (issue 8). It asks its upstream which managers it hosts
+ * The relay as a provider host. It asks its upstream which managers it hosts
  * (GET /relay-api/1/providers/<node_id>/managers), polls each from here — inside the network it
  * discovers, with credentials referenced from this host's environment — and posts each poll's
  * outcome upstream (POST …/managers/<id>/discovery). Only outbound calls, through the same

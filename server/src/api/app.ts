@@ -58,7 +58,7 @@ export interface ServerAppDeps {
   jobs?: JobRouteDeps;
   /** SSH credentials and pinned host keys for bootstrap jobs (absent: no such routes). */
   bootstrap?: Omit<BootstrapRouteDeps, 'store'>;
-  /** Managers (issue 8): admin routes always; how server-hosted managers are polled. */
+  /** Managers: admin routes always; how server-hosted managers are polled. */
   managers?: Omit<ManagerRouteDeps, 'store'>;
   /** The remote-run link relays hold to the server (absent: no such endpoints). */
   remoteRun?: RemoteRunDeps;

@@ -1,4 +1,4 @@
-/** Rows shared by both backends for managers and their links to nodes (issue 8). */
+/** Rows shared by both backends for managers and their links to nodes. */
 import type { NodeListRow, NodeRecord } from './store.js';
 import { hasAgent } from './query.js';
 

@@ -1,5 +1,5 @@
 /**
- * Managers (issue 8): discovery sources — a cloud account seen through a provider driver, or a
+ * Managers: discovery sources — a cloud account seen through a provider driver, or a
  * static host list — and the nodes they hold. The store keeps a manager's spec as given after
  * validation (server/src/providers/spec.ts); credentials are only ever *references* there.
  */

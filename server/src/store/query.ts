@@ -74,7 +74,7 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
 }
 
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.
-// `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) came with issue 8.
+// `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) come from the managers.
 // `relay` (true/false): the nodes registered as relays.
 const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
 const ENUMS: Record<string, Set<string>> = {

@@ -176,7 +176,7 @@ export interface NodeListQuery {
 
 /** A node as the list shows it: with the managers holding it and whether it has an agent. */
 export interface NodeListRow extends NodeRecord {
-  /** Ids of the managers (issue 8) that hold the node, sorted. */
+  /** Ids of the managers that hold the node, sorted. */
   managers: string[];
   /** It has sent an inventory, or a certificate is registered for it. */
   has_agent: boolean;
@@ -380,7 +380,7 @@ export interface RegistryCounts {
   deleted_runs: number;
 }
 
-/** The three kinds of policy object the admin API manages (issue 6). */
+/** The three kinds of policy object the admin API manages. */
 export type PolicyKind = 'directive' | 'group' | 'rule';
 
 export interface PolicyObjectRecord {
@@ -413,11 +413,11 @@ export interface PolicyWrite {
 export interface Store {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
-  /** Node identity: keyring, node tokens, renewal nonces (issue 7; ./identity.ts). */
+  /** Node identity: keyring, node tokens, renewal nonces (./identity.ts). */
   readonly identity: IdentityStore;
-  /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (issue 8; ./jobs-types.ts). */
+  /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (./jobs-types.ts). */
   readonly jobs: JobStore;
-  /** Managers (discovery sources) and the nodes they hold (issue 8; ./managers-types.ts). */
+  /** Managers (discovery sources) and the nodes they hold (./managers-types.ts). */
   readonly managers: ManagerStore;
   /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap-types.ts). */
   readonly bootstrap: BootstrapStore;
@@ -528,7 +528,7 @@ export interface Store {
   prepareRunStorage(now: Date): Promise<void>;
   counts(): Promise<RegistryCounts>;
 
-  // Policy model and generated bundles (issue 6).
+  // Policy model and generated bundles.
   listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]>;
   getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null>;
   /** Create or replace; returns true when it was created. */

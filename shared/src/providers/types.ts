@@ -1,5 +1,5 @@
 /**
- * Providers (issue 8): discovery drivers that list the machines of a cloud account or a static
+ * Providers: discovery drivers that list the machines of a cloud account or a static
  * host list. A relay hosts the providers of the managers assigned to it (so discovery runs inside
  * the environment it lists and only ever connects outward); the server hosts those assigned to
  * `server`. Both use this module, so a driver behaves the same wherever it runs.

@@ -1,5 +1,5 @@
 /**
- * Managers (issue 8).
+ * Managers: discovery sources and the nodes they hold.
  * Admin API (bearer token), under /api/1/managers:
  *   GET / · POST / · GET /<id> · PUT /<id> · DELETE /<id>?nodes=keep|delete|state:<state>
  *   POST /<id>/test   connection test: {reachable, error?} with the cloud's error

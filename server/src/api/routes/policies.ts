@@ -16,7 +16,7 @@ import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 import { MAX_FILTER_VALUES } from '../../store/query.js';
 
 /**
- * May this request fetch this node's policy? Issue 7 fills this with the node identity check
+ * May this request fetch this node's policy? The node identity layer fills this with its check
  * (token, or certificate until identities exist); the default allows, as before identities.
  */
 export type AuthorizeNode = (req: FastifyRequest, nodeId: string | undefined) => Promise<void>;

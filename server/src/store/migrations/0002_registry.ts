@@ -1,5 +1,5 @@
 /**
- * Version 2: the registry of issue 5.
+ * Version 2: the node registry.
  * - node_certificates: the pinned certificate (1-2 kB of PEM) moves out of `nodes`. It is read
  *   one node at a time; out of the row, a filtered list over 100,000 nodes scans 300-byte rows
  *   instead of 1.7 kB ones (measured on PostgreSQL: 210 → 60 ms; TOAST only moves values out of

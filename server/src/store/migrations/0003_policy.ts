@@ -1,5 +1,5 @@
 /**
- * Version 3: the policy model of issue 6.
+ * Version 3: the policy model (directives, groups, rules).
  * - policy_objects: directives, groups and rules, one row each, kept as the JSON the admin API
  *   validated (the model is small: thousands of objects, read whole by the generator).
  * - policy_bundles: each node's generated bundle (unsigned JSON; the server signs when serving,

@@ -1,5 +1,5 @@
 /**
- * Version 4: node identity in the registry (issue 7), so every server on one database shares
+ * Version 4: node identity in the registry, so every server on one database shares
  * the keyring, the nodes' current tokens and the renewal nonces (one JWKS, one replay check).
  * - identity_keys: the signing keyring. The private key is sealed (AES-256-GCM, with the key-
  *   encryption secret every server is given as a file): a dump or a replica of the database

@@ -1,5 +1,5 @@
 /**
- * Version 5: jobs (issue 8) — a run or an inventory triggered on many nodes through the relays.
+ * Version 5: jobs — a run or an inventory triggered on many nodes through the relays.
  * - jobs: one row per job, what the admin asked for (static nodes and selectors kept as given),
  *   its deadline and whether it is running, finished or cancelled.
  * - job_tasks: one row per (job, node) with the task's current state, reason and output. No

@@ -1,5 +1,5 @@
 /**
- * Version 6: providers and managers (issue 8).
+ * Version 6: providers and managers.
  * - managers: one row per discovery manager (a cloud account or a static host list), with the
  *   relay that hosts its provider (`provider`, or `server`) and its spec as JSON (filters, poll
  *   interval, credential *references* — never credentials in clear). The outcome of its last poll

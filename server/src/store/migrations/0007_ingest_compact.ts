@@ -1,5 +1,5 @@
 /**
- * Version 7: lighter compliance writes for the ingest (issue 9).
+ * Version 7: lighter compliance writes for the ingest.
  * - node_compliance_directives_rule_idx goes: nothing reads through it (the per-rule and
  *   per-directive aggregates read the whole table either way: measured over 100,000 nodes on
  *   SQLite, 560 / 1,050 ms with it, 560 / 1,200 ms without, within the machine's noise), while

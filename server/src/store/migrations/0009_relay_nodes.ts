@@ -2,7 +2,7 @@
  * Version 9: nodes that are relays. A relay is a node with its own key and pinned certificate
  * (`UID=<relay node id>`); an admin registers it (`POST /api/1/nodes {…, relay: true}`, `PATCH
  * /api/1/nodes/<id> {relay: true}`, `capstan-server nodes add --relay`). The tokens issued to it
- * carry `capstan_role: "relay"`, which the relay-only endpoints require (issue: relay identity).
+ * carry `capstan_role: "relay"`, which the relay-only endpoints require.
  * 0/1 in both dialects (smallint in Postgres), so that one filter SQL serves both.
  */
 import type { Migration } from './index.js';
