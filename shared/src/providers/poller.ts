@@ -5,7 +5,7 @@
  * picked up without a restart. One poll per manager at a time; a timer per manager, no loop.
  */
 import type { Logger } from '../log.js';
-import { discover, type DriverOptions } from './index.js';
+import { discover, type DriverOptions } from './drivers.js';
 import type { DiscoveredInstance, ManagerSpec } from './types.js';
 
 export type PollOutcome = { instances: DiscoveredInstance[] } | { error: string };
