@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { pino } from 'pino';
 import {
-  CAPSTAN_VERSION, capstanError, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, loadListenerTls, logOptions, parseDuration, sdAssign,
+  CAPSTAN_VERSION, capstanError, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, EXIT_UNAVAILABLE, isCapstanError, loadListenerTls, logOptions, parseDuration, sdAssign,
   silentLogger, startWatchdog, usageErrorsExit2,
 } from '@capstan/shared';
 import { complianceClock, complianceSettings, complianceView, withPercent } from './registry/compliance.js';
@@ -24,7 +24,7 @@ import { ensurePolicyKey } from './policy/key.js';
 import { parseCredentialRequest, sealCredential } from './bootstrap/credentials.js';
 import { createJob, parseJobRequest } from './jobs/create.js';
 import { startServer } from './server.js';
-import { checkDatabase } from './store/check.js';
+import { checkDatabase, isDatabaseUnavailable } from './store/check.js';
 import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
 import type { NodeFilter, NodeRecord, SortField, Store } from './store/store.js';
@@ -135,7 +135,7 @@ const PENDING_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
 const program = new Command('capstan-server')
   .description('Capstan root server: verifies and ingests run logs and inventories, keeps the node registry')
   .version(CAPSTAN_VERSION, '-V, --version');
-program.addHelpText('after', `\n${EXIT_CODES_HELP}, 4 the request was refused (unknown node, bad filter…).`);
+program.addHelpText('after', `\n${EXIT_CODES_HELP}, 4 the request was refused (unknown node, bad filter…), 75 the database did not answer (units restart on it).`);
 usageErrorsExit2(program, 'capstan-server', (code) => process.exit(code));
 
 /** Tell systemd we are ready (Type=notify); outside systemd (no NOTIFY_SOCKET) there is nobody to tell. */
@@ -173,7 +173,7 @@ storeOptions(program.command('serve').description('run the server'))
         process.exit(0);
       } catch (err) {
         process.stderr.write(`capstan-server: ${isCapstanError(err) ? `${err.code}: ${err.message}` : String(err)}\n`);
-        process.exit(EXIT_STARTUP);
+        process.exit(isDatabaseUnavailable(err) ? EXIT_UNAVAILABLE : EXIT_STARTUP);
       }
     }
     const log = pino(logOptions('capstan-server', config.log.level, pino.stdSerializers.err));
@@ -183,7 +183,8 @@ storeOptions(program.command('serve').description('run the server'))
     } catch (err) {
       log.fatal({ err }, 'start-up failed');
       process.stderr.write(`capstan-server: cannot start: ${(err as Error).message}\n`);
-      process.exit(isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_PLAINTEXT_LISTEN') ? EXIT_CONFIG : EXIT_STARTUP);
+      const config = isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_PLAINTEXT_LISTEN');
+      process.exit(config ? EXIT_CONFIG : isDatabaseUnavailable(err) ? EXIT_UNAVAILABLE : EXIT_STARTUP);
     }
     let stopWatchdog = () => {};
     let stopping = false;

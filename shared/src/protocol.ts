@@ -26,3 +26,9 @@ export const EXIT_OK = 0;
 export const EXIT_CRASH = 1;
 export const EXIT_CONFIG = 2;
 export const EXIT_STARTUP = 3;
+/**
+ * capstan-server: the database did not answer (75, sysexits' EX_TEMPFAIL) (connection refused, timed out, or the server is
+ * still starting). Worth retrying, so units restart on it, unlike 2 and 3: a boot where a remote
+ * PostgreSQL comes up after the server waits for it instead of leaving the unit failed.
+ */
+export const EXIT_UNAVAILABLE = 75;

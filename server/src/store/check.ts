@@ -18,6 +18,25 @@ export function shownUrl(url: string): string {
   }
 }
 
+/** Connection-level failures of PostgreSQL (or of the way to it): they pass; a wrong password or database does not. */
+const UNAVAILABLE = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'ENOTFOUND', '57P03', '57P01', '53300']);
+
+/**
+ * Did opening the database fail because it did not answer (yet), rather than because it refused
+ * us? Follows `cause` links; pg's connection timeout is a plain Error with that message.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 8; e = (e as { cause?: unknown }).cause, depth++) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && UNAVAILABLE.has(code)) return true;
+    const message = (e as { message?: unknown }).message;
+    if (typeof message === 'string' && /^Connection terminated due to connection timeout|^timeout expired/.test(message)) return true;
+    const errors = (e as { errors?: unknown }).errors;
+    if (Array.isArray(errors) && errors.some((x) => isDatabaseUnavailable(x))) return true;
+  }
+  return false;
+}
+
 /** What was checked, for the ok line; a coded ERR_STORE naming the database when unreachable. */
 export async function checkDatabase(opts: { databaseUrl?: string; sqlitePath: string; timeoutMs: number }): Promise<string> {
   if (opts.databaseUrl) {
