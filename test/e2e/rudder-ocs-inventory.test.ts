@@ -107,10 +107,12 @@ t.test('a RUDDER agent\'s OCS inventory enrols its node through a relay; hostile
     t.equal((await put(server.url, `/inventories/${encodeURIComponent(c.name)}`, c.data)).status, 201, c.what);
     t.equal((await put(server.url, `/inventories/${encodeURIComponent(c.name.replace(/\.gz$/, '') + '.sign')}`, c.sign)).status, 201, `${c.what} (.sign)`);
   }
+  // Each half and its .reason (written just before the half is moved in).
+  const expected = cases.flatMap((c) => [c.name, `${c.name.replace(/\.gz$/, '')}.sign`]).flatMap((n) => [n, `${n}.reason`]);
   const failed = await waitFor(async () => {
     const names = await readdir(failedDir).catch(() => [] as string[]);
-    return names.filter((n) => n.endsWith('.reason')).length >= cases.length * 2 ? names : undefined;
-  }, 'every hostile pair to land in failed/', 30_000);
+    return expected.every((n) => names.includes(n)) ? names : undefined;
+  }, 'both halves of every hostile pair to land in failed/', 30_000);
   for (const c of cases) {
     const sign = `${c.name.replace(/\.gz$/, '')}.sign`;
     t.ok(failed.includes(c.name) && failed.includes(sign), `${c.what}: both halves in failed/`);

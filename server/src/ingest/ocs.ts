@@ -24,6 +24,10 @@ export const DEFAULT_OCS_LIMITS: OcsLimits = { maxBytes: 32 * 1024 * 1024, maxDe
 /** Sections that repeat in an OCS inventory: always arrays, even with one entry. */
 const REPEATED = new Set(['CPUS', 'DRIVES', 'NETWORKS', 'SOFTWARES', 'STORAGES', 'MEMORIES', 'AGENT', 'AGENT_CAPABILITY', 'SERVER_ROLE', 'COMMENTS']);
 
+/** File systems FusionInventory lists among DRIVES that hold no disk: left out of `disks`. */
+const NOT_DISKS = new Set(['tmpfs', 'devtmpfs', 'ramfs', 'squashfs', 'overlay', 'proc', 'sysfs', 'devpts', 'cgroup', 'cgroup2',
+  'securityfs', 'debugfs', 'tracefs', 'pstore', 'bpf', 'mqueue', 'hugetlbfs', 'configfs', 'fusectl', 'autofs', 'binfmt_misc', 'nsfs', 'rpc_pipefs']);
+
 type Node = Record<string, unknown>;
 
 function invalid(msg: string): never {
@@ -106,8 +110,6 @@ export function parseOcsXml(bytes: Buffer, limits: OcsLimits = DEFAULT_OCS_LIMIT
   if (bytes.length > limits.maxBytes) throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${bytes.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
   const xml = bytes.toString('utf8');
   checkShape(xml, limits);
-  const valid = XMLValidator.validate(xml);
-  if (valid !== true) invalid(`OCS inventory is not well-formed XML: ${valid.err.msg} (line ${valid.err.line})`);
   const parser = new XMLParser({
     ignoreAttributes: true,
     parseTagValue: false,
@@ -128,6 +130,10 @@ export function parseOcsXml(bytes: Buffer, limits: OcsLimits = DEFAULT_OCS_LIMIT
     }
     return invalid(`OCS inventory cannot be read: ${(err as Error).message}`);
   }
+  // The parser is lenient (it would take `<A></B>`): well-formedness is checked after it, so
+  // that a depth bomb stops at its limit instead of being walked whole first.
+  const valid = XMLValidator.validate(xml);
+  if (valid !== true) invalid(`OCS inventory is not well-formed XML: ${valid.err.msg} (line ${valid.err.line})`);
   const request = child(doc, 'REQUEST');
   if (!request) invalid('OCS inventory has no <REQUEST> element');
   return request;
@@ -166,7 +172,7 @@ export function mapOcs(request: Node): OcsInventory {
   const cpuCount = cpus.length > 0 ? logical : int(text(hw, 'PROCESSORN'));
   const memory = { total: mb(text(hw, 'MEMORY')), swap_total: mb(text(hw, 'SWAP')) };
 
-  const disks = list(content, 'DRIVES').map((d) => ({
+  const disks = list(content, 'DRIVES').filter((d) => !NOT_DISKS.has(text(d, 'FILESYSTEM')?.toLowerCase() ?? '')).map((d) => ({
     device: text(d, 'VOLUMN') ?? null,
     mount: text(d, 'TYPE') ?? null,
     fstype: text(d, 'FILESYSTEM') ?? null,
@@ -198,7 +204,8 @@ export function mapOcs(request: Node): OcsInventory {
     const arch = text(s, 'ARCH');
     return [{ name, version: text(s, 'VERSION') ?? '', ...(arch && { arch }) }];
   });
-  const agentPackage = packages.find((p) => p.name === 'rudder-agent' || p.name === 'rudder-agent-thin');
+  // The agent's own package: rudder-agent (Linux), "Rudder Agent (DSC)" (Windows).
+  const agentPackage = packages.find((p) => /^(rudder-agent(-thin)?|Rudder Agent\b.*)$/i.test(p.name));
 
   const doc: InventoryDoc = {
     node_id: nodeId,
