@@ -97,6 +97,11 @@ export const RELAYD_SCHEMA = {
     catchup_interval: { type: 'duration', default: '10s', min: 10 },
     retry_min: { type: 'duration', default: '1s', min: 1 },
     retry_max: { type: 'duration', default: '5m', min: 1 },
+    /**
+     * A RUDDER agent's OCS inventory and its `.sign` are two uploads forwarded as one pair: a half
+     * still alone after this long goes to failed/ (ERR_OCS_UNPAIRED).
+     */
+    ocs_pair_wait: { type: 'duration', default: '10m', min: 1 },
     /** SIGTERM waits this long for forwards in flight before abandoning them (they stay spooled). */
     shutdown_grace: { type: 'duration', default: '10s' },
   },

@@ -181,6 +181,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     catchupIntervalMs: config.processing.catchup_interval,
     retryMinMs: config.processing.retry_min,
     retryMaxMs: config.processing.retry_max,
+    ocsPairWaitMs: config.processing.ocs_pair_wait,
     probeIntervalMs: config.upstream.probe_interval,
   });
   const fwd = forwarder;

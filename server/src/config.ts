@@ -31,6 +31,14 @@ export const SERVER_SCHEMA = {
     max_clock_skew: { type: 'duration', default: '10m', min: 1000 },
     /** Deepest nesting of arrays and objects in an admin API JSON body. */
     max_json_depth: { type: 'integer', default: 64, min: 2, max: 1000 },
+    /** Largest OCS inventory (a RUDDER agent's XML) once decompressed: over it ERR_OCS_TOO_LARGE. */
+    ocs_max_size: { type: 'size', default: '32MiB', min: 1 },
+    /** Deepest element nesting in an OCS inventory (real ones nest 5 deep): over it ERR_OCS_TOO_DEEP. */
+    ocs_max_depth: { type: 'integer', default: 16, min: 4, max: 1000 },
+    /** Most elements in one OCS inventory (a package is about ten): over it ERR_OCS_TOO_LARGE. */
+    ocs_max_elements: { type: 'integer', default: 1000000, min: 100 },
+    /** How long an OCS inventory waits for its `.sign` (or a `.sign` for its inventory): then ERR_OCS_UNPAIRED. */
+    ocs_pair_wait: { type: 'duration', default: '10m', min: 1 },
   },
   signatures: {
     /** Accept run logs, inventories and renewal requests signed with SHA-1 (old agents); logged at start. */

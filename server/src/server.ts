@@ -16,6 +16,7 @@ import { authorizeNodeToken } from './api/routes/identity.js';
 import { NodeIdentity } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
+import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
 import { AgentPackages } from './bootstrap/packages.js';
@@ -103,6 +104,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       },
       allowSha1: config.signatures.allow_sha1,
       maxClockSkewMs: config.limits.max_clock_skew,
+      ocs: { maxBytes: config.limits.ocs_max_size, maxDepth: config.limits.ocs_max_depth, maxElements: config.limits.ocs_max_elements },
     },
     enrollment: enrollmentRules(config.enrollment),
   };
@@ -135,7 +137,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
           const r = await runLogs.ingest(path, name, recentRunLogs.take(name));
           log.info({ file: name, runId: r.runId, duplicate: !r.inserted }, r.inserted ? 'run stored' : 'run already stored');
         } else {
-          const node = await ingestInventory(deps, path, name);
+          // A RUDDER agent's OCS inventory is verified with the `.sign` uploaded beside it.
+          const node = await handleOcsUpload(spool, name, config.limits.ocs_pair_wait, (data) => processors.inventories.prompt(data),
+            (ocsSignature) => ingestInventory(deps, path, name, { ocsSignature })) ?? await ingestInventory(deps, path, name);
           log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
           // Dynamic groups follow the inventory (and an auto-accepted node gets its policy now).
           generator.touch(node.id);

@@ -85,6 +85,18 @@ export const ERROR_CODES = {
   ERR_KEY: { status: 400 },
   // inventories
   ERR_INVENTORY_INVALID: { status: 400 },
+  /** A RUDDER agent's OCS inventory is not well-formed XML, or lacks a field the node needs. */
+  ERR_OCS_INVALID: { status: 400 },
+  /** OCS XML larger than limits.ocs_max_size (uncompressed). */
+  ERR_OCS_TOO_LARGE: { status: 413 },
+  /** OCS XML nested deeper than limits.ocs_max_depth. */
+  ERR_OCS_TOO_DEEP: { status: 400 },
+  /** OCS XML with a DOCTYPE (entity declarations, external references): never read. */
+  ERR_OCS_DOCTYPE: { status: 400 },
+  /** The `.sign` file is malformed, or its signature does not verify over the inventory with the node's key. */
+  ERR_OCS_SIGNATURE: { status: 400 },
+  /** An OCS inventory without its `.sign` (or a `.sign` without its inventory) past limits.ocs_pair_wait; transient until then. */
+  ERR_OCS_UNPAIRED: { status: 400 },
   // policies (downward trust)
   ERR_POLICY_INVALID: { status: 400 },
   ERR_POLICY_SIGNATURE: { status: 400 },

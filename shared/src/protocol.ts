@@ -10,6 +10,15 @@ export const CAPSTAN_VERSION: string = (
 export const SPOOL_KINDS = ['reports', 'inventories'] as const;
 export type SpoolKind = (typeof SPOOL_KINDS)[number];
 
+/**
+ * Upload paths → the spool kind they feed. RUDDER agents send an inventory of an accepted node to
+ * `/inventory-updates/` (their first one to `/inventories/`); both are inventories here, and go up
+ * the relay tree as `/inventories/`.
+ */
+export const UPLOAD_PATHS: ReadonlyArray<readonly [string, SpoolKind]> = [
+  ['reports', 'reports'], ['inventories', 'inventories'], ['inventory-updates', 'inventories'],
+];
+
 export const HEADER_PROTOCOL = 'x-capstan-protocol';
 export const PROTOCOL_VERSION = '1';
 

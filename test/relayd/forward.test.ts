@@ -198,3 +198,32 @@ t.test('files dropped into incoming/ whose name is no run log or inventory are l
   }
   t.equal(up.received.length, 1, 'only the valid file went up');
 });
+
+t.test('a RUDDER agent\'s OCS inventory waits for its .sign and goes up with it, inventory first', async (t) => {
+  const up = await new CountingUpstream().start();
+  t.teardown(() => up.stop());
+  const r = await startTestRelay(t, { 'upstream.url': up.url, 'processing.ocs_pair_wait': '1m' });
+  const base = `${NODE}_2026-11-25T10:00:00+00:00.ocs`;
+  t.equal((await put(r.url, 'inventories', `${base}.gz`, 'xml')).status, 201);
+  // Alone, the inventory stays: held until its signature arrives, not forwarded, not failed.
+  await until(() => (r.handle.processors.inventories.pending === 1 && up.inFlight === 0 ? true : undefined), 'the lone half waiting');
+  t.equal(up.received.length, 0, 'nothing forwarded without the .sign');
+  // Sent to /inventory-updates/ (an accepted node's path): the same spool, forwarded as /inventories/.
+  const res = await fetch(`${r.url}/inventory-updates/${encodeURIComponent(`${base}.sign`)}`, { method: 'PUT', body: 'sig' });
+  t.equal(res.status, 201);
+  await until(() => (up.received.length === 2 ? true : undefined), 'the pair forwarded');
+  t.same(up.received.map((x) => decodeURIComponent(x.path)), [`/inventories/${base}.gz`, `/inventories/${base}.sign`], 'in that order');
+  await until(async () => ((await readdir(join(r.spool, 'incoming', 'inventories'))).length === 0 ? true : undefined), 'both halves gone from the spool');
+  t.same(await readdir(join(r.spool, 'failed', 'inventories')), [], 'nothing failed');
+});
+
+t.test('a half of an OCS pair still alone after processing.ocs_pair_wait goes to failed/', async (t) => {
+  const up = await new CountingUpstream().start();
+  t.teardown(() => up.stop());
+  const lone = `${NODE}_2026-11-25T11:00:00+00:00.ocs.sign`;
+  const r2 = await startTestRelay(t, { 'upstream.url': up.url, 'processing.ocs_pair_wait': '50ms', 'processing.retry_min': '20ms', 'processing.retry_max': '50ms' });
+  t.equal((await put(r2.url, 'inventories', lone, 'sig')).status, 201);
+  const reason = await until(() => readFile(join(r2.spool, 'failed', 'inventories', `${lone}.reason`), 'utf8').catch(() => undefined), 'the lone .sign in failed/');
+  t.match(reason, /ERR_OCS_UNPAIRED/);
+  t.equal(up.received.length, 0, 'it was never forwarded');
+});

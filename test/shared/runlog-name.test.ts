@@ -141,8 +141,14 @@ t.test('inventory names give node id, UTC timestamp and compression', async (t) 
   for (const [suffix, compression] of cases) {
     for (const stamp of ['2024-03-05T12:00:00+00:00', '2024-03-05T12_00_00+00_00', '2024-03-05T12:00:00Z']) {
       const fileName = `${E745}_${stamp}${suffix}`;
-      t.same(parseInventoryName(fileName), { nodeId: E745, timestamp: '2024-03-05T12:00:00+00:00', compression, fileName });
+      t.same(parseInventoryName(fileName), { nodeId: E745, timestamp: '2024-03-05T12:00:00+00:00', compression, fileName, format: 'json', signature: false });
     }
+  }
+  // RUDDER agents: `<uuid>_<date --utc --iso-8601=seconds>.ocs[.gz]`, and the `.sign` beside it.
+  const ocs: [string, Compression, boolean][] = [['.ocs', 'none', false], ['.ocs.gz', 'gzip', false], ['.ocs.sign', 'none', true]];
+  for (const [suffix, compression, signature] of ocs) {
+    const fileName = `${E745}_2024-03-05T12:00:00+00:00${suffix}`;
+    t.same(parseInventoryName(fileName), { nodeId: E745, timestamp: '2024-03-05T12:00:00+00:00', compression, fileName, format: 'ocs', signature });
   }
   const date = new Date('2024-03-05T12:00:00Z');
   t.equal(inventoryFileName('root', date, 'zstd'), 'root_2024-03-05T12:00:00+00:00.json.zst');
@@ -155,6 +161,8 @@ t.test('invalid inventory names are rejected with ERR_INVENTORY_NAME', async (t)
     'root_2024-03-05T12:00:00+00:00.xml', 'root_2024-03-05T12:00:00+00:00.json.gz.tmp', '../root_2024-03-05T12:00:00+00:00.json',
     'ro/ot_2024-03-05T12:00:00+00:00.json', 'root_2024-02-30T12:00:00+00:00.json', '_2024-03-05T12:00:00+00:00.json',
     '2024-03-05T12:00:00+00:00@root.log',
+    'root_2024-03-05T12:00:00+00:00.ocs.zst', 'root_2024-03-05T12:00:00+00:00.ocs.gz.sign', 'root_2024-03-05T12:00:00+00:00.ocs.xml',
+    'web1-e745a140-40bc-4b86-b6dc-084488fc906b.ocs', 'root_2024-03-05T12:00:00+02:00.ocs',
   ];
   for (const name of bad) t.equal(codeOf(() => parseInventoryName(name)), 'ERR_INVENTORY_NAME', JSON.stringify(name));
   t.equal(codeOf(() => inventoryFileName('a.b', new Date(), 'none')), 'ERR_INVENTORY_NAME');

@@ -5,7 +5,7 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { bodyPace, installBodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, SPOOL_KINDS, type SpoolKind } from '../shared.js';
+import { bodyPace, installBodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, UPLOAD_PATHS, type SpoolKind } from '../shared.js';
 import type { RelayContext } from './context.js';
 import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';
@@ -29,7 +29,8 @@ export interface BuildOptions {
   refreshNodesList?: () => Promise<unknown> | null;
 }
 
-const UPLOAD_PATH = new RegExp(`^/(${SPOOL_KINDS.join('|')})/`);
+const UPLOAD_PATH = new RegExp(`^/(${UPLOAD_PATHS.map(([p]) => p).join('|')})/`);
+const UPLOAD_KIND = new Map(UPLOAD_PATHS);
 
 export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyInstance {
   const app = Fastify({
@@ -71,7 +72,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     if (reply.statusCode === 507) ctx.spoolFull();
     if (reply.statusCode < 400) return;
     const m = UPLOAD_PATH.exec(req.url);
-    if (m && req.method === 'PUT') ctx.metrics.refused.inc({ kind: m[1] as SpoolKind, status: String(reply.statusCode) });
+    if (m && req.method === 'PUT') ctx.metrics.refused.inc({ kind: UPLOAD_KIND.get(m[1]!) as SpoolKind, status: String(reply.statusCode) });
   });
 
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${ctx.config.general.node_id}\n`));

@@ -8,7 +8,7 @@
  * longest backoff (minutes) after the upstream came back; with it they all go as soon as the
  * probe answers.
  */
-import { checkUploadName, isUploadName, capstanError, isCapstanError, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import { checkUploadName, isUploadName, capstanError, isCapstanError, ocsPairReady, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
 import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
 import type { NodesSync } from '../data/sync.js';
@@ -34,6 +34,8 @@ export interface ForwarderOptions {
   retryMinMs: number;
   retryMaxMs: number;
   probeIntervalMs: number;
+  /** How long one half of an OCS pair waits for the other (processing.ocs_pair_wait). */
+  ocsPairWaitMs?: number;
 }
 
 export type UpstreamState = 'unknown' | 'up' | 'down';
@@ -79,9 +81,19 @@ export class Forwarder {
         if (this.o.sync.refuseUnknown) await this.unknownToSyncedList(kind, nodeId, path);
       } else throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is not in this relay's nodes list`);
     }
+    // A RUDDER agent's inventory goes up with its signature, the inventory first (as the agent
+    // sent them): the upstream verifies the two together.
+    const dir = this.o.spool.incomingDir(kind);
+    const pair = kind === 'inventories'
+      ? await ocsPairReady(dir, name, this.o.ocsPairWaitMs ?? 600_000, (data) => this.processors.inventories.prompt(data))
+      : null;
     const cached = this.recent.take(`${kind}/${name}`);
     try {
       await this.o.upstream.forward(kind, name, path, signal, cached);
+      if (pair) {
+        await this.o.upstream.forward(kind, pair.sign, `${dir}/${pair.sign}`, signal, this.recent.take(`${kind}/${pair.sign}`));
+        await this.o.spool.remove(kind, pair.sign);
+      }
     } catch (err) {
       if (isCapstanError(err) && err.details?.unreachable) this.markDown(err.message);
       else if (isCapstanError(err) && err.code.startsWith('ERR_UPSTREAM')) this.markUp(); // it answered

@@ -81,8 +81,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   const uploadMetrics = deps.metrics;
   if (uploadMetrics) {
     app.addHook('onError', async (req, _reply, err) => {
-      const m = /^\/(reports|inventories)\/:file$/.exec(req.routeOptions.url ?? '');
-      if (m) uploadMetrics.onRefused(m[1]!, isCapstanError(err) ? err.code : 'ERR_INTERNAL');
+      const m = /^\/(reports|inventories|inventory-updates)\/:file$/.exec(req.routeOptions.url ?? '');
+      if (m) uploadMetrics.onRefused(m[1] === 'reports' ? 'reports' : 'inventories', isCapstanError(err) ? err.code : 'ERR_INTERNAL');
     });
   }
   installJsonDepth(app, deps.config.limits.max_json_depth);

@@ -223,6 +223,8 @@ export class NodeIdentity {
    */
   async issueForInventory(name: string, data: Buffer, maxDecompressedBytes: number): Promise<IssuedToken | null> {
     const info = parseInventoryName(name);
+    // RUDDER agents' OCS inventories carry no token request (their agents renew nothing).
+    if (info.format === 'ocs') return null;
     const node = await this.o.store.getNode(info.nodeId);
     if (!node || node.accepted !== 'accepted' || !node.certificate) return null;
     const signed = await decompress(data, info.compression, { maxBytes: maxDecompressedBytes });

@@ -6,13 +6,14 @@
  */
 import { readFile } from 'node:fs/promises';
 import {
-  capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified,
+  type InventoryInfo, capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified,
   verifySmime,
 } from '@capstan/shared';
 import { autoAcceptCause, MIN_SECRET_LENGTH, SECRET_FIELD } from '../registry/enrollment.js';
 import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
+import { verifiedOcs } from './ocs-ingest.js';
 
 export interface InventoryDoc {
   node_id: string;
@@ -79,13 +80,10 @@ async function bootstrapEnrolment(
   return { cause: `auto-accept: bootstrap job ${use.job_id}`, identity };
 }
 
-export async function ingestInventory(deps: IngestDeps, path: string, name: string): Promise<NodeRecord> {
-  const info = parseInventoryName(name);
+/** A Capstan agent's inventory: S/MIME-signed JSON, compressed. */
+async function verifiedJson(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null): Promise<InventoryDoc> {
   const raw = await readFile(path);
   const signed = await decompress(raw, info.compression, { maxBytes: deps.limits.maxDecompressedBytes });
-  const known = await deps.store.getNode(info.nodeId);
-  if (known?.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${info.nodeId} was refused`);
-
   // Which certificate must have signed it: the pinned one, or for a newcomer the one it carries.
   let signer: string;
   if (known?.accepted === 'accepted' && known.certificate) {
@@ -95,7 +93,20 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     signer = claimed.certificate;
   }
   const verified = verifySmime(signed, [signer], { maxBytes: deps.limits.maxDecompressedBytes, allowSha1: deps.limits.allowSha1 === true });
-  const doc = validateInventory(parseJson(verified.content));
+  return validateInventory(parseJson(verified.content));
+}
+
+/**
+ * `path` is the inventory itself, or for a RUDDER agent's OCS inventory, `{ ocsSignature }` names
+ * the `.sign` uploaded beside it (ingest/ocs-ingest.ts pairs them).
+ */
+export async function ingestInventory(deps: IngestDeps, path: string, name: string, opts: { ocsSignature?: string } = {}): Promise<NodeRecord> {
+  const info = parseInventoryName(name);
+  const known = await deps.store.getNode(info.nodeId);
+  if (known?.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${info.nodeId} was refused`);
+  const doc = info.format === 'ocs'
+    ? await verifiedOcs(deps, path, info, known, opts.ocsSignature)
+    : await verifiedJson(deps, path, info, known);
   if (doc.node_id !== info.nodeId) {
     throw capstanError('ERR_NODE_MISMATCH', `inventory names node ${doc.node_id} but was sent as ${info.nodeId}`);
   }

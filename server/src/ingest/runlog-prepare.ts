@@ -11,6 +11,7 @@ import {
 import { packOutcomes } from '../store/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunInsert } from '../store/store.js';
+import type { OcsLimits } from './ocs.js';
 
 export interface IngestLimits {
   maxDecompressedBytes: number;
@@ -22,6 +23,8 @@ export interface IngestLimits {
   allowSha1?: boolean;
   /** `[limits] max_clock_skew` (ms): runs dated further ahead of the server's clock are refused. */
   maxClockSkewMs?: number;
+  /** `[limits] ocs_max_size`, `ocs_max_depth`, `ocs_max_elements` (RUDDER agents' inventories); the defaults when absent. */
+  ocs?: OcsLimits;
 }
 
 /** The default of `[limits] max_clock_skew`. */

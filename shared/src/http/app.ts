@@ -7,7 +7,7 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { CapstanError, capstanError, errorBody, isCapstanError } from '../errors.js';
 import type { Logger } from '../log.js';
-import { SPOOL_KINDS, type SpoolKind } from '../protocol.js';
+import { UPLOAD_PATHS, type SpoolKind } from '../protocol.js';
 import type { Accepted, Spool } from '../spool/spool.js';
 import { receiveUpload } from '../spool/upload.js';
 import { pacedBody, PerClient, serverOptions, type BodyPace, type HttpLimits } from './limits.js';
@@ -216,12 +216,12 @@ export interface UploadRouteOptions {
   onWritten?: (kind: SpoolKind, name: string, data: Buffer) => void;
 }
 
-/** `PUT /reports/<file>` and `PUT /inventories/<file>`: 2xx means the bytes are on disk. */
+/** `PUT /reports/<file>`, `PUT /inventories/<file>` (and `/inventory-updates/<file>`): 2xx means the bytes are on disk. */
 export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptions): void {
   const perClient = new PerClient(opts.maxPerClient ?? 0);
   const pace = opts.pace;
-  for (const kind of SPOOL_KINDS) {
-    app.put<{ Params: { file: string } }>(`/${kind}/:file`, async (req, reply) => {
+  for (const [path, kind] of UPLOAD_PATHS) {
+    app.put<{ Params: { file: string } }>(`/${path}/:file`, async (req, reply) => {
       const name = req.params.file;
       const leave = perClient.enter(req.socket.remoteAddress);
       let accepted: Accepted & { nodeId: string };

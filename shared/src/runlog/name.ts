@@ -26,6 +26,10 @@ export interface InventoryInfo {
   timestamp: string;
   compression: Compression;
   fileName: string;
+  /** `json`: a Capstan agent's signed document; `ocs`: a RUDDER agent's OCS XML, signed beside it. */
+  format: 'json' | 'ocs';
+  /** `.ocs.sign`: the signature file that goes with `<same>.ocs[.gz]` (docs/inventory.md). */
+  signature: boolean;
 }
 
 export interface FileNameOptions {
@@ -115,20 +119,58 @@ export function runLogFileName(nodeId: string, date: Date, compression: Compress
 
 const INVENTORY_COMPRESSION: Partial<Record<string, Compression>> = { '': 'none', '.zst': 'zstd', '.gz': 'gzip' };
 
-/** `<node-id>_<RFC 3339 UTC>.json[.zst|.gz]`; `_` may stand for `:` as in run-log names. */
+/**
+ * What follows `.ocs` in a RUDDER agent's inventory names: the XML, gzip'd or not, and the
+ * signature file made over the uncompressed XML (RUDDER's `do-inventory` signs, then gzips).
+ */
+const OCS_SUFFIX: Partial<Record<string, { compression: Compression; signature: boolean }>> = {
+  '': { compression: 'none', signature: false },
+  '.gz': { compression: 'gzip', signature: false },
+  '.sign': { compression: 'none', signature: true },
+};
+
+/**
+ * `<node-id>_<RFC 3339 UTC>.json[.zst|.gz]`; `_` may stand for `:` as in run-log names. RUDDER
+ * agents name theirs `<node-id>_<RFC 3339 UTC>.ocs[.gz]`, with `<…>.ocs.sign` beside.
+ */
 export function parseInventoryName(fileName: string): InventoryInfo {
   const bad = (why: string) => capstanError('ERR_INVENTORY_NAME', `invalid inventory file name ${quoted(fileName)}: ${why}`);
   if (typeof fileName !== 'string' || fileName.length === 0 || fileName.length > MAX_NAME) throw bad('bad length');
   const json = fileName.lastIndexOf('.json');
-  const compression = json < 0 ? undefined : INVENTORY_COMPRESSION[fileName.slice(json + 5)];
-  if (compression === undefined) throw bad('expected .json with an optional .zst or .gz');
-  const stem = fileName.slice(0, json);
+  const ocs = fileName.lastIndexOf('.ocs');
+  let end: number;
+  let format: InventoryInfo['format'];
+  let kind: { compression: Compression; signature: boolean } | undefined;
+  if (ocs >= 0 && ocs > json) {
+    end = ocs;
+    format = 'ocs';
+    kind = OCS_SUFFIX[fileName.slice(ocs + 4)];
+  } else {
+    end = json;
+    format = 'json';
+    const compression = json < 0 ? undefined : INVENTORY_COMPRESSION[fileName.slice(json + 5)];
+    kind = compression === undefined ? undefined : { compression, signature: false };
+  }
+  if (kind === undefined) throw bad('expected .json with an optional .zst or .gz, or .ocs with an optional .gz or .sign');
+  const { compression, signature } = kind;
+  const stem = fileName.slice(0, end);
   const us = stem.indexOf('_');
   const nodeId = us < 0 ? '' : stem.slice(0, us);
   if (!isValidNodeId(nodeId)) throw bad('invalid node id');
   const timestamp = nameTimestamp(stem.slice(us + 1));
   if (timestamp === null || !timestamp.endsWith('+00:00')) throw bad('expected a UTC date');
-  return { nodeId, timestamp, compression, fileName };
+  return { nodeId, timestamp, compression, fileName, format, signature };
+}
+
+/**
+ * The two halves of a RUDDER agent's upload: for either name, the signature file's name and the
+ * inventory's possible names (gzip'd as sent, or plain). Null for any other name.
+ */
+export function ocsPairNames(fileName: string): { sign: string; data: [string, string]; isSign: boolean } | null {
+  const m = /^(.*\.ocs)(\.gz|\.sign)?$/.exec(fileName);
+  if (!m) return null;
+  const base = m[1]!;
+  return { sign: `${base}.sign`, data: [`${base}.gz`, base], isSign: m[2] === '.sign' };
 }
 
 export function inventoryFileName(nodeId: string, date: Date, compression: 'none' | 'zstd' | 'gzip', opts: FileNameOptions = {}): string {

@@ -2,3 +2,4 @@ export * from './spool.js';
 export * from './processor.js';
 export * from './upload.js';
 export * from './recent.js';
+export * from './ocs-pair.js';

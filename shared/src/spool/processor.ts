@@ -18,6 +18,7 @@ import { isCapstanError, isTransient } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { SpoolKind } from '../protocol.js';
 import type { Spool } from './spool.js';
+import { isWaiting } from './ocs-pair.js';
 
 export type Outcome = 'done' | 'failed' | 'retry';
 
@@ -214,6 +215,13 @@ export class SpoolProcessor extends EventEmitter {
     return this.paused;
   }
 
+  /** Make one file due now, whether it waits on a retry timer or not (a partner arrived: ocs-pair.ts). */
+  prompt(name: string): void {
+    const r = this.retries.get(name);
+    if (r) r.dueAt = 0;
+    this.offer(name);
+  }
+
   /** Make every file waiting on a retry timer due now. */
   retryAll(): void {
     const names = [...this.retries.keys()];
@@ -305,7 +313,9 @@ export class SpoolProcessor extends EventEmitter {
           if (state) state.dueAt = 0;
           this.offer(name);
         }, delay).unref();
-        log().warn({ err, attempts: prev + 1, retryInMs: delay }, 'processing failed, will retry');
+        // A half of an OCS pair waiting for the other is expected, not a failure worth a warning.
+        if (isWaiting(err)) log().debug({ reason: (err as Error).message, retryInMs: delay }, 'waiting for the other half');
+        else log().warn({ err, attempts: prev + 1, retryInMs: delay }, 'processing failed, will retry');
         this.emit('processed', { kind: this.o.kind, name, outcome: 'retry', error: err, ms: Date.now() - started } satisfies ProcessedEvent);
         return;
       }

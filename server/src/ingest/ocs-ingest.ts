@@ -1,0 +1,71 @@
+/**
+ * A RUDDER agent's inventory at the server: the OCS XML (gzip'd or not) and its `.sign`, verified
+ * as a pair and mapped onto Capstan's inventory document, then registered as any inventory is
+ * (ingest/inventory.ts).
+ *
+ * Identity (docs/inventory.md, "RUDDER agents"): the node's key is the one in the certificate its
+ * inventory carries (RUDDER/AGENT/AGENT_CERT, subject `UID=<node id>`). A newcomer's `.sign` must
+ * verify with that certificate's key — proof that the sender holds it — and the certificate is
+ * what acceptance pins. Once accepted, the `.sign` must verify with the *pinned* certificate,
+ * whatever the XML says, as RUDDER does for a node whose key is certified; a run log is then
+ * checked against the same pinned certificate. CFENGINE_KEY, when present, must be the
+ * certificate's key: an inventory whose two keys disagree is refused.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { capstanError, decompress, isCapstanError, isTransient, ocsPairReady, type InventoryInfo, type Spool } from '@capstan/shared';
+import type { NodeRecord } from '../store/store.js';
+import type { InventoryDoc } from './inventory.js';
+import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';
+import { certificateKey, MAX_SIGN_FILE_BYTES, parseSignFile, sameKey, verifyOcsSignature } from './ocs-signature.js';
+import type { IngestDeps } from './runlog.js';
+
+async function readBounded(path: string, max: number): Promise<Buffer> {
+  const bytes = await readFile(path);
+  if (bytes.length > max) throw capstanError('ERR_OCS_SIGNATURE', `signature file of ${bytes.length} bytes is larger than ${max}`);
+  return bytes;
+}
+
+export async function verifiedOcs(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null, signPath: string | undefined): Promise<InventoryDoc> {
+  if (info.signature || !signPath) throw capstanError('ERR_OCS_UNPAIRED', `${info.fileName} is one half of an OCS inventory; the pair is read through its inventory`);
+  const limits = deps.limits.ocs ?? DEFAULT_OCS_LIMITS;
+  const raw = await readFile(path);
+  if (info.compression === 'none' && raw.length > limits.maxBytes) {
+    throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${raw.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
+  }
+  // A gzip bomb stops at the smaller of the two limits (ERR_DECOMPRESSED_TOO_LARGE).
+  const xml = await decompress(raw, info.compression, { maxBytes: Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes) });
+  const sig = parseSignFile(await readBounded(signPath, MAX_SIGN_FILE_BYTES));
+  const { doc, publicKey } = readOcsInventory(xml, limits);
+  if (publicKey !== undefined && !sameKey(publicKey, certificateKey(doc.certificate))) {
+    throw capstanError('ERR_OCS_INVALID', 'the inventory\'s CFENGINE_KEY is not the key of its AGENT_CERT');
+  }
+  const signer = known?.accepted === 'accepted' && known.certificate ? known.certificate : doc.certificate;
+  verifyOcsSignature(xml, sig, signer);
+  return doc;
+}
+
+/**
+ * The server's handler for one spooled inventory file when it is half of an OCS pair: waits for
+ * the other half (ocsPairReady), ingests the pair through `ingest`, then removes the `.sign` — or
+ * moves it to failed/ beside its inventory with the same reason. Null for any other file.
+ */
+export async function handleOcsUpload<T>(
+  spool: Spool, name: string, waitMs: number, prompt: (name: string) => void,
+  ingest: (signPath: string) => Promise<T>,
+): Promise<T | null> {
+  const dir = spool.incomingDir('inventories');
+  const pair = await ocsPairReady(dir, name, waitMs, prompt);
+  if (!pair) return null;
+  try {
+    const out = await ingest(join(dir, pair.sign));
+    await spool.remove('inventories', pair.sign);
+    return out;
+  } catch (err) {
+    if (!isTransient(err)) {
+      const code = isCapstanError(err) ? err.code : 'ERR_INTERNAL';
+      await spool.fail('inventories', pair.sign, `${code}: ${(err as Error).message}`).catch(() => undefined);
+    }
+    throw err;
+  }
+}
