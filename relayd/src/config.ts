@@ -196,6 +196,26 @@ export const RELAYD_SCHEMA = {
     /** How often the assigned managers are fetched again from the upstream. */
     refresh_interval: { type: 'duration', default: '1m', min: 100 },
   },
+  bootstrap: {
+    /**
+     * Run the bootstrap (agent install over SSH, docs/bootstrap.md) of the nodes whose manager
+     * this relay hosts, from here: tasks are fetched from the upstream with their secrets sealed
+     * to this relay's key, and every step is reported back. Off by default: outbound SSH from
+     * this host happens only when its admin says so (the server then leaves those tasks pending).
+     */
+    enabled: { type: 'boolean', default: false },
+    /** How often the upstream is asked for tasks. */
+    poll_interval: { type: 'duration', default: '10s', min: 100 },
+    /** Nodes bootstrapped at the same time by this relay. */
+    concurrency: { type: 'integer', default: 4, min: 1, max: 64 },
+    /**
+     * The URL the bootstrapped agents reach this relay at (written as their `[agent] relay`);
+     * empty: this relay's own address when it listens on a specific one, else the job's relay_url.
+     */
+    agent_url: { type: 'string', default: '', optional: true },
+    /** Largest agent package downloaded (from the upstream or the server's package_url). */
+    max_package_size: { type: 'size', default: '256MiB', min: 1 },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -214,6 +234,9 @@ export function checkRelaydConfig(c: RelaydConfig): RelaydConfig {
   }
   if (c.processing.retry_min > c.processing.retry_max) {
     throw capstanError('ERR_CONFIG', 'processing.retry_min must not exceed processing.retry_max');
+  }
+  if (c.bootstrap.agent_url !== '' && !/^https?:\/\/\S+$/.test(c.bootstrap.agent_url)) {
+    throw capstanError('ERR_CONFIG', 'bootstrap.agent_url must be an http or https URL');
   }
   if (!/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(c.general.node_id)) {
     throw capstanError('ERR_CONFIG', 'general.node_id must be letters, digits, ".", "_" or "-"');

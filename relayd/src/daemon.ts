@@ -18,9 +18,10 @@ import { NODES_LIST_PATH, NodesSync } from './data/sync.js';
 import { Forwarder } from './forward/forwarder.js';
 import { JwksCache } from './identity/jwks.js';
 import { nodeTokenVerifier } from './identity/verify.js';
-import { needsRelayToken, RelayToken } from './identity/own.js';
+import { ensureRelayKey, needsRelayToken, RelayToken } from './identity/own.js';
 import { Upstream } from './forward/upstream.js';
 import { providerForwardRoutes, providerHost } from './providers/host.js';
+import { bootstrapForwardRoutes } from './bootstrap/forward.js';
 import { Metrics } from './metrics.js';
 import { RemoteRun } from './remote-run/dispatch.js';
 import { Hub } from './remote-run/hub.js';
@@ -341,9 +342,12 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const providers = config.providers.enabled
     ? providerHost({ upstream, relayId: myId, refreshMs: config.providers.refresh_interval, timeoutMs: config.upstream.timeout, log, ...relayAuth })
     : null;
+  // Sub-relays' bootstrap calls go up too; this relay runs the bootstrap of its own managers' nodes.
+  bootstrapForwardRoutes(app, upstream, config.upstream.timeout);
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address() as AddressInfo;
+  const bootstrap = config.bootstrap.enabled ? await relayBootstrapper(config, { upstream, myId, log, addr, tls: !!listenerTls, ...relayAuth }) : null;
   // Not awaited: a hung upstream must not hold the start; a file that needs the list waits for it.
   void nodesSync?.start();
   await fwd.start();
@@ -356,6 +360,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   relayToken?.on('renewed', () => link?.refresh());
   link?.start();
   providers?.start();
+  bootstrap?.start();
 
   // Retention: failed/ and stale partial uploads; expired shared files.
   const sweep = async () => {
@@ -414,6 +419,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
         relayToken?.stop();
         await link?.stop();
         await providers?.stop();
+        await bootstrap?.stop();
         nodesSync?.stop();
         await fwd.stop(config.processing.shutdown_grace);
         await upstream.close();
@@ -424,4 +430,29 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
       return closing;
     },
   };
+}
+
+/** The bootstrap worker of a relay with bootstrap.enabled: its key opens the tasks sealed to it. */
+async function relayBootstrapper(
+  config: RelaydConfig,
+  o: { upstream: Upstream; myId: string; log: Logger; addr: AddressInfo; tls: boolean; auth?: () => Promise<Record<string, string>>; refused?: () => void },
+) {
+  const { RelayBootstrapper } = await import('./bootstrap/worker.js');
+  const key = await ensureRelayKey(config);
+  // Agents reach this relay where it listens, unless that is every address (then: the job's relay_url).
+  const wildcard = o.addr.address === '0.0.0.0' || o.addr.address === '::';
+  const own = `${o.tls ? 'https' : 'http'}://${o.addr.family === 'IPv6' ? `[${o.addr.address}]` : o.addr.address}:${o.addr.port}`;
+  const agentUrl = config.bootstrap.agent_url || (wildcard ? null : own);
+  return new RelayBootstrapper({
+    upstream: o.upstream, relayId: o.myId, log: o.log.child({ part: 'bootstrap' }),
+    keyPem: async () => key.keyPem,
+    pollMs: config.bootstrap.poll_interval,
+    concurrency: config.bootstrap.concurrency,
+    agentUrl: () => agentUrl,
+    maxPackageBytes: config.bootstrap.max_package_size,
+    cacheDir: join(config.spool.directory, 'bootstrap-packages'),
+    timeoutMs: config.upstream.timeout,
+    ...(o.auth && { auth: o.auth }),
+    ...(o.refused && { refused: o.refused }),
+  });
 }

@@ -19,7 +19,7 @@ import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
-import { AgentPackages } from './bootstrap/packages.js';
+import { AgentPackages } from '@capstan/shared/bootstrap/packages';
 import { RelayHub } from './remote-run/hub.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
@@ -184,6 +184,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       }),
       settings: config.bootstrap,
       sweepIntervalMs: config.jobs.sweep_interval,
+      ...(config.bootstrap.package_url && { packageSource: { url: config.bootstrap.package_url, sha256: config.bootstrap.package_sha256.toLowerCase() } }),
     })
     : null;
 
@@ -231,6 +232,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       },
     },
     bootstrap: { sealer: identity.keySealer },
+    ...(bootstrap && { bootstrapRunner: bootstrap }),
     remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
     managers: {
       // A manager created a moment ago is not in the poller's list yet: refresh first.

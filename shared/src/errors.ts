@@ -167,6 +167,9 @@ export const ERROR_CODES = {
   /** The installed agent sent no inventory with the job's secret within bootstrap.enrol_timeout. */
   ERR_BOOTSTRAP_ENROL_TIMEOUT: { status: 504 },
   ERR_BOOTSTRAP_COMMAND_TIMEOUT: { status: 504 },
+  // relay-run bootstrap: the task cannot be sealed to the relay (no RSA certificate), or the relay cannot open it
+  ERR_BOOTSTRAP_RELAY: { status: 409 },
+  ERR_BOOTSTRAP_SEALED: { status: 502 },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },

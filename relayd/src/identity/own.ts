@@ -38,8 +38,8 @@ export function relayKeyFiles(config: Pick<RelaydConfig, 'identity' | 'spool'>):
 }
 
 /** Whether this relay calls what only a relay may do, and so needs its own token. */
-export function needsRelayToken(config: Pick<RelaydConfig, 'remote_run' | 'providers'>): boolean {
-  return (config.remote_run.enabled && config.remote_run.link_upstream) || config.providers.enabled;
+export function needsRelayToken(config: Pick<RelaydConfig, 'remote_run' | 'providers' | 'bootstrap'>): boolean {
+  return (config.remote_run.enabled && config.remote_run.link_upstream) || config.providers.enabled || config.bootstrap.enabled;
 }
 
 /** The relay's key and certificate: read, or made (key 0600) when absent. */

@@ -19,6 +19,8 @@ import { changeRoutes } from './routes/changes.js';
 import { complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
+import { bootstrapRelayRoutes } from './routes/bootstrap-relay.js';
+import type { BootstrapRunner } from '../bootstrap/runner.js';
 import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
 import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
@@ -58,6 +60,8 @@ export interface ServerAppDeps {
   jobs?: JobRouteDeps;
   /** SSH credentials and pinned host keys for bootstrap jobs (absent: no such routes). */
   bootstrap?: Omit<BootstrapRouteDeps, 'store'>;
+  /** Runs bootstrap tasks, its own and those relays claim (absent: [bootstrap] enabled = false). */
+  bootstrapRunner?: BootstrapRunner;
   /** Managers: admin routes always; how server-hosted managers are polled. */
   managers?: Omit<ManagerRouteDeps, 'store'>;
   /** The remote-run link relays hold to the server (absent: no such endpoints). */
@@ -143,6 +147,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   }
   // Relays fetch the managers they host and post what they discover (outbound from the relay).
   managerRelayRoutes(app, deps.store, authorizeRelay);
+  // …and run the bootstrap of the nodes those managers hold (outbound from the relay too).
+  bootstrapRelayRoutes(app, { ...(deps.bootstrapRunner && { runner: deps.bootstrapRunner }), ...(authorizeRelay && { authorizeRelay }) });
 
   app.register(async (admin) => {
     admin.addHook('onRequest', requireAdmin(deps.adminToken));

@@ -71,6 +71,7 @@ export const REASONS = {
     'install_failed', // dpkg, the configuration or the start command failed
     'command_timeout', // a command outlived bootstrap.command_timeout
     'enrol_timeout', // no inventory with the job's secret within bootstrap.enrol_timeout
+    'relay_key', // the task could not be sealed to its relay's certificate, or the relay could not open it
     'bootstrap_error', // anything else (the message says what)
   ],
   aborted: ['cancelled', 'timeout'],

@@ -85,5 +85,15 @@ export function kindCondition(kind: JobKind): string {
   return kind === 'bootstrap' ? "j.type = 'bootstrap'" : "j.type <> 'bootstrap'";
 }
 
+/**
+ * Who runs a bootstrap task (compared with one bound parameter, `placeholder`): the relay that
+ * hosts the provider of one of the node's managers (the smallest such relay id when several do),
+ * else the server.
+ */
+export function bootstrapHostCondition(placeholder: string): string {
+  return `COALESCE((SELECT min(m.provider) FROM node_managers l JOIN managers m ON m.id = l.manager_id
+    WHERE l.node_id = t.node_id AND m.provider <> 'server'), 'server') = ${placeholder}`;
+}
+
 export const JOB_COLUMNS = 'id, name, type, state, spec, conditions, keep_output, timeout_ms, created_at, deadline_at, finished_at';
 export const TASK_COLUMNS = 'job_id, node_id, state, reason, message, relay, exit_code, output, step, updated_at';

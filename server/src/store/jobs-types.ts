@@ -123,8 +123,12 @@ export interface JobStore {
    * `scheduled` (reason dispatched) with `relay` and `message`. Returns the node ids claimed.
    */
   claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]>;
-  /** Pending tasks of running jobs of one kind (default remote-run), at most `limit` tasks, oldest jobs first. */
-  pendingWork(limit: number, kind?: JobKind): Promise<PendingWork[]>;
+  /**
+   * Pending tasks of running jobs of one kind (default remote-run), at most `limit` tasks, oldest
+   * jobs first. Bootstrap tasks are those `host` runs (default `server`): a node one of whose
+   * managers a relay hosts is bootstrapped by that relay (the smallest relay id when several do).
+   */
+  pendingWork(limit: number, kind?: JobKind, host?: string): Promise<PendingWork[]>;
   /**
    * Record the step an in-progress task reached, with a message; false (nothing changed) when the
    * task is not in progress any more (cancelled, timed out).

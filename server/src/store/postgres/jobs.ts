@@ -11,7 +11,7 @@ import { inTransaction } from './tx.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
-import { JOB_COLUMNS, jobFromRow, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
+import { JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
 import type { Page } from '../store.js';
 
 type Q = pg.Pool | pg.PoolClient;
@@ -168,10 +168,11 @@ export class PostgresJobStore implements JobStore {
     });
   }
 
-  async pendingWork(limit: number, kind: JobKind = 'remote-run'): Promise<PendingWork[]> {
+  async pendingWork(limit: number, kind: JobKind = 'remote-run', host = 'server'): Promise<PendingWork[]> {
     return this.read('pending tasks', async (c) => {
+      const byHost = kind === 'bootstrap' ? ` AND ${bootstrapHostCondition('$2')}` : '';
       const rows = await this.q<{ job_id: string; node_id: string }>(c, `SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
-        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)} ORDER BY j.created_at, t.job_id, t.node_id LIMIT $1`, [limit]);
+        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)}${byHost} ORDER BY j.created_at, t.job_id, t.node_id LIMIT $1`, kind === 'bootstrap' ? [limit, host] : [limit]);
       const byJob = new Map<string, string[]>();
       for (const r of rows.rows) byJob.set(r.job_id, [...(byJob.get(r.job_id) ?? []), r.node_id]);
       const out: PendingWork[] = [];

@@ -10,7 +10,7 @@ import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
 import {
-  JOB_COLUMNS, jobFromRow, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
+  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
 } from '../jobs-rows.js';
 import type { Page } from '../store.js';
 
@@ -145,10 +145,12 @@ export class SqliteJobStore implements JobStore {
     });
   }
 
-  async pendingWork(limit: number, kind: JobKind = 'remote-run'): Promise<PendingWork[]> {
+  async pendingWork(limit: number, kind: JobKind = 'remote-run', host = 'server'): Promise<PendingWork[]> {
     return this.read('pending tasks', (db) => {
+      const byHost = kind === 'bootstrap' ? ` AND ${bootstrapHostCondition('?')}` : '';
+      const args = kind === 'bootstrap' ? [host, limit] : [limit];
       const rows = db.prepare(`SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
-        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)} ORDER BY j.created_at, t.job_id, t.node_id LIMIT ?`).all(limit) as Array<{ job_id: string; node_id: string }>;
+        WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)}${byHost} ORDER BY j.created_at, t.job_id, t.node_id LIMIT ?`).all(...args) as Array<{ job_id: string; node_id: string }>;
       const byJob = new Map<string, string[]>();
       for (const r of rows) byJob.set(r.job_id, [...(byJob.get(r.job_id) ?? []), r.node_id]);
       return [...byJob].map(([id, nodes]) => ({ job: this.job(db, id)!, nodes }));

@@ -12,7 +12,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import type { Client, ClientChannel, SFTPWrapper } from 'ssh2';
-import { capstanError, type CapstanError } from '@capstan/shared';
+import { capstanError, type CapstanError } from '../errors.js';
 
 export type BootstrapStep = 'connect' | 'verify' | 'copy' | 'install' | 'enrol' | 'done';
 

@@ -7,7 +7,8 @@ import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { readdir, readFile, rename, stat, unlink } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { capstanError, makeDir } from '@capstan/shared';
+import { capstanError } from '../errors.js';
+import { makeDir } from '../dir.js';
 import type { AgentPackage } from './ssh.js';
 
 const DEB = /^capstan-agent_([^_/]+)_([a-z0-9-]+)\.deb$/;
