@@ -11,86 +11,23 @@
  * reporting), a changed host key (host_key_changed, then the pin cleared), a missing sudo (no_sudo),
  * an agent that never reports (enrol_timeout).
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createServer, connect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, requiredInCi, ROOT, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, requiredInCi, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { authorizeKey, buildAgentPackage, freePort, makeDpkgRoot, makeSshKeys, sh, sshdSkipReason, startSshd } from '../helpers/sshd.js';
 
-const SSHD = '/usr/sbin/sshd';
 t.setTimeout(300_000);
 
-function sh(cmd: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((done) => {
-    execFile(cmd, args, { encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 240_000 }, (err, stdout, stderr) => {
-      done({ code: err === null ? 0 : typeof err.code === 'number' ? err.code : 127, stdout, stderr });
-    });
-  });
-}
-
-async function skipReason(): Promise<string | undefined> {
-  if (!existsSync(SSHD)) return `${SSHD} is absent (Debian's openssh-server; .ci/run installs it)`;
-  if ((await sh('sh', ['-c', 'command -v ssh-keygen && command -v dpkg-deb && command -v dpkg'])).code !== 0) return 'ssh-keygen, dpkg and dpkg-deb are needed';
-  // As root, sshd needs its privilege separation directory (its service makes it; so does .ci/run).
-  if (process.getuid?.() === 0 && !existsSync('/run/sshd')) return '/run/sshd is absent (sshd\'s privilege separation directory; .ci/run makes it)';
-  return undefined;
-}
-
 // In CI the machine is prepared by .ci/run: there a missing sshd fails instead of skipping.
-const why = requiredInCi((await skipReason()) ?? false) || undefined;
+const why = requiredInCi((await sshdSkipReason()) ?? false) || undefined;
 if (why !== undefined) {
   console.log(`# SKIP ${why}`);
   t.plan(0, why);
 } else {
   await bootstrapTests();
-}
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
-
-/** Resolves once something answers the SSH banner on the port. */
-function banner(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    s.setTimeout(1000, () => { s.destroy(); resolve(false); });
-    s.once('data', (d) => { s.destroy(); resolve(d.toString().startsWith('SSH-2.0-')); });
-    s.once('error', () => resolve(false));
-  });
-}
-
-interface Sshd { port: number; stop(): Promise<void> }
-
-/** sshd -D on `port` with `hostKey`, logging in the current user with the keys in `authorizedKeys`. */
-async function startSshd(t: Test, dir: string, port: number, hostKey: string, authorizedKeys: string): Promise<Sshd> {
-  const cfg = join(dir, `sshd_config.${port}.${Date.now()}`);
-  await writeFile(cfg, [
-    `Port ${port}`, 'ListenAddress 127.0.0.1', `HostKey ${hostKey}`, `PidFile ${join(dir, 'sshd.pid')}`,
-    `AuthorizedKeysFile ${authorizedKeys}`, 'StrictModes no', 'UsePAM no', 'PasswordAuthentication no',
-    'KbdInteractiveAuthentication no', 'PermitRootLogin prohibit-password', `AllowUsers ${userInfo().username}`,
-    'Subsystem sftp internal-sftp', 'LogLevel ERROR', '',
-  ].join('\n'));
-  const proc: ChildProcess = spawn(SSHD, ['-D', '-e', '-f', cfg], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let stderr = '';
-  proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const stop = () => new Promise<void>((r) => {
-    if (proc.exitCode !== null || proc.signalCode !== null) return r();
-    proc.once('exit', () => r());
-    proc.kill('SIGTERM');
-  });
-  t.teardown(stop);
-  await waitFor(async () => {
-    if (proc.exitCode !== null) throw new Error(`sshd exited ${proc.exitCode}: ${stderr}`);
-    return (await banner(port)) ? true : undefined;
-  }, `sshd on port ${port}`, 15_000);
-  return { port, stop };
 }
 
 async function bootstrapTests(): Promise<void> {
@@ -102,24 +39,16 @@ async function run(t: Test): Promise<void> {
   const outer = t;
   const work = t.testdir();
   const keys = join(work, 'keys');
-  await mkdir(keys);
-  for (const k of ['host_a', 'host_b', 'client', 'stranger']) {
-    const r = await sh('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', `capstan-test-${k}`, '-f', join(keys, k)]);
-    if (r.code !== 0) throw new Error(`ssh-keygen: ${r.stderr}`);
-  }
-  const authorized = join(keys, 'authorized_keys');
-  await writeFile(authorized, await readFile(join(keys, 'client.pub'), 'utf8'));
+  await makeSshKeys(keys, ['host_a', 'host_b', 'client', 'stranger']);
+  const authorized = await authorizeKey(keys, join(keys, 'client.pub'));
 
   // The agent package, as `npm run package` builds it, in the server's package folder.
   const packages = join(work, 'packages');
-  const built = await sh(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--out', packages, 'agent']);
-  if (built.code !== 0) throw new Error(`package.mjs: ${built.stderr}`);
+  await buildAgentPackage(packages);
 
-  // A throwaway dpkg root on the "node" (the least dpkg needs: an empty database).
+  // A throwaway dpkg root on the "node".
   const root = join(work, 'node-root');
-  for (const d of ['var/lib/dpkg/info', 'var/lib/dpkg/updates', 'var/lib/dpkg/triggers', 'var/log', 'etc']) await mkdir(join(root, d), { recursive: true });
-  await writeFile(join(root, 'var/lib/dpkg/status'), '');
-  await writeFile(join(root, 'var/lib/dpkg/available'), '');
+  await makeDpkgRoot(root);
 
   const port = await freePort();
   let sshd = await startSshd(t, work, port, join(keys, 'host_a'), authorized);

@@ -66,6 +66,28 @@ export function bootstrapStoreSuite(t: Test, backend: Backend): void {
     t.same((await store.jobs.pendingWork(10, 'bootstrap')).map((w) => [w.job.id, w.nodes]), [['boot1', ['x']]]);
   });
 
+  t.test('bootstrap: a node whose manager a relay hosts is that relay\'s task, the others the server\'s', async (t) => {
+    const { store } = await setup(t, backend);
+    for (const n of ['x', 'y', 'z', 'w']) await store.upsertFromInventory(inventory(n));
+    const at = '2024-05-01T10:00:00.000Z';
+    const spec = { hosts: [] };
+    await store.managers.createManager({ id: 'm-server', name: 'm-server', type: 'static', provider: 'server', spec }, at);
+    await store.managers.createManager({ id: 'm-relay-b', name: 'b', type: 'static', provider: 'relay-b', spec }, at);
+    await store.managers.createManager({ id: 'm-relay-a', name: 'a', type: 'static', provider: 'relay-a', spec }, at);
+    await store.managers.linkNode('x', 'm-server', at);
+    await store.managers.linkNode('y', 'm-relay-b', at);
+    // Held by a server-hosted manager and two relays' managers: the smallest relay id runs it.
+    for (const m of ['m-server', 'm-relay-b', 'm-relay-a']) await store.managers.linkNode('z', m, at);
+    await store.jobs.createJob(jobInsert('boot1', { type: 'bootstrap', conditions: [], keep_output: false }), ['w', 'x', 'y', 'z']);
+    const nodes = async (host?: string) => (await store.jobs.pendingWork(10, 'bootstrap', host)).flatMap((w) => w.nodes);
+    t.same(await nodes(), ['w', 'x'], 'the server: no manager, or only server-hosted ones');
+    t.same(await nodes('server'), ['w', 'x']);
+    t.same(await nodes('relay-a'), ['z']);
+    t.same(await nodes('relay-b'), ['y']);
+    t.same(await nodes('relay-c'), []);
+    t.same(await store.jobs.pendingWork(1, 'bootstrap', 'relay-b').then((w) => w.map((x) => x.nodes)), [['y']], 'the limit counts only the host\'s tasks');
+  });
+
   t.test('bootstrap: a task records its step only while in progress', async (t) => {
     const { store } = await setup(t, backend);
     await store.jobs.createJob(jobInsert('b1', { type: 'bootstrap', conditions: [], keep_output: false }), ['x']);
