@@ -129,7 +129,7 @@ t.test('the server hands a relay its nodes\' tasks sealed to it and records what
 
   // h2: installed by the relay; the server waits for the enrolment and gives up at enrol_timeout.
   t.same((await post('relay-a', h2!, { installed: { os: 'Linux', arch: 'amd64' } })).json, { data: { in_progress: true } });
-  t.match(await task(h2!), { step: 'enrol', message: /waiting for its first inventory to https:\/\/relay-a\.example:3030/ });
+  t.match(await task(h2!), { step: 'enrol', message: 'waiting for its first inventory to relay relay-a' });
   const ended = await (async () => {
     for (let i = 0; i < 100; i++) {
       const x = await task(h2!);

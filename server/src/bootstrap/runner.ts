@@ -105,8 +105,6 @@ export class BootstrapRunner {
   /** Ends every SSH connection when the server stops, rather than waiting out command_timeout. */
   private readonly abort = new AbortController();
   private readonly now: () => Date;
-  /** The agent URL of each task handed to a relay, for the enrol step's message. */
-  private readonly relayUrls = new Map<string, string>();
 
   constructor(private readonly o: BootstrapRunnerOptions) {
     this.now = o.now ?? (() => new Date());
@@ -323,7 +321,6 @@ export class BootstrapRunner {
             install_root: root || '/', sudo: settings.sudo, start_command: settings.start_command, remote_tmp: settings.remote_tmp,
             connect_timeout_ms: settings.connect_timeout, command_timeout_ms: settings.command_timeout,
           });
-          this.relayUrls.set(`${job.id}\u0000${nodeId}`, relayUrl);
           log.info({ credential: ready.credentialId }, 'bootstrap task handed to its relay');
         } catch (err) {
           await this.fail(job, nodeId, err, log);
@@ -354,11 +351,8 @@ export class BootstrapRunner {
       return { in_progress: false };
     }
     // Installed: the enrol step is the server's, in this process (a restart leaves it to the deadline).
-    const key = `${jobId}\u0000${nodeId}`;
-    const relayUrl = this.relayUrls.get(key) ?? 'the relay';
-    this.relayUrls.delete(key);
     log.info({ arch: event.installed.arch }, 'agent installed by the relay, waiting for its inventory');
-    const p = this.enrol(jobId, nodeId, relayUrl, event.installed.arch, this.stepper(jobId, nodeId), log)
+    const p = this.enrol(jobId, nodeId, `relay ${relay}`, event.installed.arch, this.stepper(jobId, nodeId), log)
       .catch(async (err: unknown) => {
         if (err instanceof Stopped || this.stopped) return;
         await this.fail(jobId, nodeId, err, log);
