@@ -144,6 +144,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/nodes/:id/history': PAGING,
   'GET /api/1/nodes/:id/runs': { ...PAGING, reports: 'boolean', from: 'time', to: 'time' },
   'DELETE /api/1/keys/:kid': { force: 'boolean' },
+  'POST /api/1/policy/plan': { max_nodes: 'integer' },
   // The choice (keep, delete, state:<state>) is parsed by the route.
   'DELETE /api/1/managers/:id': { nodes: 'text' },
 };

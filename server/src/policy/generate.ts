@@ -232,6 +232,30 @@ export class PolicyGenerator {
     return of;
   }
 
+  /**
+   * What the nodes a set of changes can reach would get under `before` and under `after`, by the
+   * same membership and bundle code as generation, writing nothing (`POST /api/1/policy/plan`).
+   * The nodes are the accepted members, in either model, of the groups the changed objects touch.
+   */
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: 'directive' | 'group' | 'rule'; id: string }>): Promise<NodePreview[]> {
+    const listing = new Listing(this.store);
+    const touched = (model: PolicyModel) => {
+      const out = new Set<string>();
+      for (const c of changed) groupsTouched(model, c.kind, c.id).forEach((g) => out.add(g));
+      return out;
+    };
+    const nodes = await this.members(before, touched(before), listing);
+    for (const n of await this.members(after, touched(after), listing)) nodes.add(n);
+    const [ofBefore, ofAfter] = [await this.membership(before, nodes, listing), await this.membership(after, nodes, listing)];
+    const sorted = (m: PolicyModel) => [...m.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const [rulesBefore, rulesAfter] = [sorted(before), sorted(after)];
+    return [...nodes].sort().map((nodeId) => ({
+      node_id: nodeId,
+      before: directivesFor(before, rulesBefore, ofBefore.get(nodeId) ?? new Set()),
+      after: directivesFor(after, rulesAfter, ofAfter.get(nodeId) ?? new Set()),
+    }));
+  }
+
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
   private async generate(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<number> {
     const of = await this.membership(model, nodes, listing);
@@ -283,14 +307,7 @@ export class PolicyGenerator {
           keeps.set(c.keepLast, list);
         };
         if (!content) {
-          const directives: BundleDirective[] = [];
-          for (const r of rules) {
-            if (!r.groups.some((g) => groups.has(g))) continue;
-            for (const did of r.directives) {
-              const d = model.directives.get(did);
-              if (d) directives.push({ ...d, rule_id: r.id });
-            }
-          }
+          const directives = directivesFor(model, rules, groups);
           const expected = bundleExpectations(directives);
           const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
           content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined, keepLast };
@@ -342,6 +359,29 @@ export class PolicyGenerator {
     this.verified.add(memo);
     return false;
   }
+}
+
+/** A node's directives under two models (PolicyGenerator.preview). */
+export interface NodePreview {
+  node_id: string;
+  before: BundleDirective[];
+  after: BundleDirective[];
+}
+
+/**
+ * A node's bundle directives: every directive of every rule (`rules` in id order) naming one of
+ * its `groups`, each rule's in its listed order, tagged with the rule id.
+ */
+export function directivesFor(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): BundleDirective[] {
+  const directives: BundleDirective[] = [];
+  for (const r of rules) {
+    if (!r.groups.some((g) => groups.has(g))) continue;
+    for (const did of r.directives) {
+      const d = model.directives.get(did);
+      if (d) directives.push({ ...d, rule_id: r.id });
+    }
+  }
+  return directives;
 }
 
 interface Content {

@@ -12,6 +12,7 @@ import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';
 import { checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
+import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES, parsePlanRequest, planPolicy } from '../../policy/plan.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 import { MAX_FILTER_VALUES } from '../../store/query.js';
 
@@ -95,6 +96,23 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     const r = await deps.key.rotate();
     return { data: { key_id: r.key_id, previous_key_id: r.previous_key_id, endorsement: r.endorsement } };
   });
+  // Policy as code: what making the server match these objects would change, and for which
+  // nodes (server/src/policy/plan.ts). Read only; the client applies with PUT and DELETE.
+  app.post<{ Querystring: { max_nodes?: string } }>('/api/1/policy/plan', async (req, reply) => namingField(reply, async () => {
+    const max = req.query.max_nodes === undefined ? DEFAULT_PLAN_NODES : Number(req.query.max_nodes);
+    if (!(max >= 1 && max <= MAX_PLAN_NODES)) throw capstanError('ERR_BAD_REQUEST', `max_nodes must be an integer from 1 to ${MAX_PLAN_NODES}`);
+    const plan = parsePlanRequest(await readJson(req));
+    for (const [i, g] of plan.groups.entries()) {
+      try {
+        await checkGroupNodes(store, g);
+      } catch (err) {
+        if (isCapstanError(err)) throw capstanError('ERR_BAD_REQUEST', `groups[${i}]: ${err.message}`, { details: { field: `groups[${i}].nodes` } });
+        throw err;
+      }
+    }
+    return reply.send({ data: await planPolicy(store, generator, plan, max) });
+  }));
+
   for (const kind of ['directive', 'group', 'rule'] as const) {
     const base = `/api/1/${PLURAL[kind]}`;
     const view = (o: { body: Record<string, unknown>; updated_at: string }) => ({ ...o.body, updated_at: o.updated_at });

@@ -1,0 +1,3 @@
+#!/usr/bin/env node
+// Committed, with its run bit, so that npm links it at install time, before dist/ is built.
+import '../dist/admin-cli/cli.js';

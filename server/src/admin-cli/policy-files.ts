@@ -1,0 +1,98 @@
+/**
+ * Policy as code on disk: a directory with `directives/`, `groups/` and `rules/`, one file per
+ * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
+ * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
+ * Reading checks only the layout (the server checks the objects, with the same code as a save).
+ */
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { extname, join } from 'node:path';
+import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
+
+export const POLICY_KINDS = ['directives', 'groups', 'rules'] as const;
+export type PolicyDirName = (typeof POLICY_KINDS)[number];
+export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
+/** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
+export const MAX_POLICY_FILE = 1024 * 1024;
+
+export class PolicyFileError extends Error {
+  readonly code = 'ERR_POLICY_FILE';
+}
+
+function fail(message: string): never {
+  throw new PolicyFileError(message);
+}
+
+/** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
+export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
+  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  let top: string[];
+  try {
+    top = await readdir(dir);
+  } catch (err) {
+    fail(`cannot read ${dir}: ${(err as Error).message}`);
+  }
+  const strays = top.filter((n) => !n.startsWith('.') && !(POLICY_KINDS as readonly string[]).includes(n));
+  for (const n of strays) if ((await stat(join(dir, n))).isDirectory()) fail(`${join(dir, n)}: unknown directory (expected ${POLICY_KINDS.join(', ')})`);
+  if (!POLICY_KINDS.some((k) => top.includes(k))) fail(`${dir} holds none of ${POLICY_KINDS.join('/, ')}/`);
+  for (const kind of POLICY_KINDS) {
+    if (!top.includes(kind)) continue;
+    const sub = join(dir, kind);
+    const seen = new Map<string, string>();
+    for (const name of (await readdir(sub)).sort()) {
+      if (name.startsWith('.')) continue;
+      const path = join(sub, name);
+      const ext = extname(name);
+      if (ext !== '.toml' && ext !== '.json') fail(`${path}: not a .toml or .json file`);
+      const st = await stat(path);
+      if (!st.isFile()) fail(`${path}: not a file`);
+      if (st.size > MAX_POLICY_FILE) fail(`${path}: larger than ${MAX_POLICY_FILE} bytes`);
+      const text = await readFile(path, 'utf8');
+      let obj: unknown;
+      try {
+        obj = ext === '.toml' ? parseToml(text) : JSON.parse(text);
+      } catch (err) {
+        fail(`${path}: ${(err as Error).message.split('\n')[0]}`);
+      }
+      if (!obj || typeof obj !== 'object' || Array.isArray(obj)) fail(`${path}: must hold one object`);
+      const o = obj as Record<string, unknown>;
+      const id = name.slice(0, -ext.length);
+      if (o.id !== undefined && o.id !== id) fail(`${path}: id ${JSON.stringify(o.id)} differs from the file name`);
+      if (seen.has(id)) fail(`${path}: ${kind} ${id} is also in ${seen.get(id)}`);
+      seen.set(id, path);
+      out[kind].push({ id, ...o });
+    }
+  }
+  return out;
+}
+
+/** What the server stores beside the object, left out of the files. */
+const SERVER_FIELDS = ['updated_at'];
+
+export function fileText(obj: Record<string, unknown>, format: 'toml' | 'json'): string {
+  const clean = Object.fromEntries(Object.entries(obj).filter(([k, v]) => !SERVER_FIELDS.includes(k) && v !== null && v !== undefined));
+  return format === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyToml(clean) + '\n';
+}
+
+/**
+ * Write a policy directory. Without `force`, a directory already holding policy files is refused
+ * (an export over an older one would leave files for objects deleted since); with it, the old
+ * files are removed first.
+ */
+export async function writePolicyDir(dir: string, files: PolicyFiles, format: 'toml' | 'json', force: boolean): Promise<number> {
+  for (const kind of POLICY_KINDS) {
+    const sub = join(dir, kind);
+    const present = (await readdir(sub).catch(() => [] as string[])).filter((n) => /\.(toml|json)$/.test(n));
+    if (present.length && !force) fail(`${sub} already holds policy files: use --force to replace them`);
+    for (const n of present) await rm(join(sub, n));
+  }
+  let written = 0;
+  for (const kind of POLICY_KINDS) {
+    const sub = join(dir, kind);
+    await mkdir(sub, { recursive: true });
+    for (const obj of files[kind]) {
+      await writeFile(join(sub, `${String(obj.id)}.${format}`), fileText(obj, format));
+      written++;
+    }
+  }
+  return written;
+}

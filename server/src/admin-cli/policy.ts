@@ -1,0 +1,81 @@
+/**
+ * `capstan policy export|diff|apply`: the server's directives, groups and rules as a directory
+ * of files, the plan of making the server match one (POST /api/1/policy/plan: object changes
+ * and, per node, the directives it would gain, see changed or lose), and applying that plan with
+ * the usual PUT and DELETE calls in an order that keeps every reference valid.
+ */
+import type { ApiClient } from './client.js';
+import { readPolicyDir, type PolicyFiles } from './policy-files.js';
+
+export interface PlanChange {
+  kind: 'directive' | 'group' | 'rule';
+  id: string;
+  action: 'create' | 'update' | 'delete';
+  fields?: string[];
+  object?: Record<string, unknown>;
+}
+interface Ref {
+  rule_id: string;
+  directive_id: string;
+}
+export interface NodeImpact {
+  node_id: string;
+  hostname: string | null;
+  config_id_before: string | null;
+  config_id_after: string | null;
+  added: Ref[];
+  changed: Ref[];
+  removed: Ref[];
+}
+export interface Plan {
+  changes: PlanChange[];
+  unchanged: number;
+  nodes: NodeImpact[];
+  nodes_total: number;
+  nodes_truncated: boolean;
+}
+
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+
+export async function exportPolicy(api: ApiClient): Promise<PolicyFiles> {
+  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = (await api.get(`/api/1/${kind}`)).body.data;
+  return out;
+}
+
+export async function planFor(api: ApiClient, dir: string, prune: boolean, maxNodes?: number): Promise<Plan> {
+  const files = await readPolicyDir(dir);
+  const query = maxNodes === undefined ? {} : { max_nodes: maxNodes };
+  return (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
+}
+
+const sign = { create: '+', update: '~', delete: '-' } as const;
+const refs = (list: Ref[]) => list.map((r) => `${r.rule_id}/${r.directive_id}`).join(', ');
+
+/** The plan for people: one line per object change, then one block per node. */
+export function planText(plan: Plan): string {
+  const lines: string[] = [];
+  if (plan.changes.length === 0) return `no changes: the server matches the files (${plan.unchanged} objects)\n`;
+  lines.push('Objects:');
+  for (const c of plan.changes) lines.push(`  ${sign[c.action]} ${c.kind} ${c.id}${c.fields ? ` (${c.fields.join(', ')})` : ''}`);
+  const count = (a: string) => plan.changes.filter((c) => c.action === a).length;
+  lines.push(`  ${count('create')} to create, ${count('update')} to update, ${count('delete')} to delete, ${plan.unchanged} unchanged`);
+  lines.push('', `Nodes whose policy would change: ${plan.nodes_total}${plan.nodes_truncated ? ` (first ${plan.nodes.length} shown)` : ''}`);
+  for (const n of plan.nodes) {
+    lines.push(`  ${n.node_id}${n.hostname ? ` (${n.hostname})` : ''}: config ${n.config_id_before ?? 'none'} -> ${n.config_id_after ?? 'none'}`);
+    if (n.added.length) lines.push(`    + ${refs(n.added)}`);
+    if (n.changed.length) lines.push(`    ~ ${refs(n.changed)}`);
+    if (n.removed.length) lines.push(`    - ${refs(n.removed)}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** Apply a plan's changes in order; `progress` hears each one done. */
+export async function applyPlan(api: ApiClient, plan: Plan, progress: (c: PlanChange) => void): Promise<void> {
+  for (const c of plan.changes) {
+    const path = `/api/1/${PLURAL[c.kind]}/${encodeURIComponent(c.id)}`;
+    if (c.action === 'delete') await api.call('DELETE', path);
+    else await api.call('PUT', path, { body: c.object });
+    progress(c);
+  }
+}

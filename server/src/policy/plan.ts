@@ -1,0 +1,200 @@
+/**
+ * Policy as code: what making the server's directives, groups and rules match a desired set
+ * would change (`POST /api/1/policy/plan`). Two answers: the objects to create, update and delete
+ * (in the order a client applies them), and each node whose bundle would change with the
+ * directives it would gain, see changed or lose — computed by the generator's own membership and
+ * bundle code (PolicyGenerator.preview), so the plan says what the generation will do.
+ * Nothing is written: the client applies the changes with the usual PUT and DELETE calls.
+ */
+import { capstanError, computeConfigId, isCapstanError, type BundleDirective, type Directive } from '@capstan/shared';
+import type { PolicyKind, Store } from '../store/store.js';
+import { loadModel, type PolicyGenerator, type PolicyModel } from './generate.js';
+import { parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
+
+/** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
+export const DEFAULT_PLAN_NODES = 1000;
+export const MAX_PLAN_NODES = 100_000;
+
+export interface PlanRequest {
+  directives: Directive[];
+  groups: GroupDef[];
+  rules: RuleDef[];
+  /** Delete what the request does not name (otherwise it is left alone). */
+  prune: boolean;
+}
+
+export type PlanAction = 'create' | 'update' | 'delete';
+
+export interface PlanChange {
+  kind: PolicyKind;
+  id: string;
+  action: PlanAction;
+  /** Top-level fields whose value differs (update only). */
+  fields?: string[];
+  /** The object as it will be saved (create, update). */
+  object?: Record<string, unknown>;
+}
+
+export interface DirectiveRef {
+  rule_id: string;
+  directive_id: string;
+}
+
+export interface NodeImpact {
+  node_id: string;
+  hostname: string | null;
+  config_id_before: string | null;
+  config_id_after: string | null;
+  added: DirectiveRef[];
+  changed: DirectiveRef[];
+  removed: DirectiveRef[];
+}
+
+export interface Plan {
+  changes: PlanChange[];
+  unchanged: number;
+  nodes: NodeImpact[];
+  nodes_total: number;
+  nodes_truncated: boolean;
+}
+
+const KINDS = ['directive', 'group', 'rule'] as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+
+function bad(message: string, field: string): never {
+  throw capstanError('ERR_BAD_REQUEST', message, { details: { field } });
+}
+
+/** `{directives, groups, rules, prune?}`, each object checked as its POST would check it. */
+export function parsePlanRequest(body: unknown): PlanRequest {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "prune"}', '');
+  const b = body as Record<string, unknown>;
+  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'prune'].includes(k));
+  if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]!);
+  if (b.prune !== undefined && typeof b.prune !== 'boolean') bad('prune must be true or false', 'prune');
+  const out: PlanRequest = { directives: [], groups: [], rules: [], prune: b.prune === true };
+  for (const kind of KINDS) {
+    const field = PLURAL[kind];
+    const list = b[field] ?? [];
+    if (!Array.isArray(list)) bad(`${field} must be a list of objects`, field);
+    const seen = new Set<string>();
+    list.forEach((item, i) => {
+      let obj: { id: string };
+      try {
+        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : parseRule(item);
+      } catch (err) {
+        // The field is named in the whole body: `directives[2].params.path`.
+        if (!isCapstanError(err)) throw err;
+        const inner = err.details?.field;
+        throw capstanError(err.code as 'ERR_BAD_REQUEST', `${field}[${i}]: ${err.message}`, {
+          details: { ...err.details, field: `${field}[${i}]${typeof inner === 'string' && inner ? `.${inner}` : ''}` },
+        });
+      }
+      if (seen.has(obj.id)) bad(`${kind} ${obj.id} is given twice`, `${field}[${i}].id`);
+      seen.add(obj.id);
+      (out[field] as Array<typeof obj>).push(obj);
+    });
+  }
+  return out;
+}
+
+/** JSON with object keys sorted: the stored body and a parsed one compare by content. */
+export function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
+  if (v && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o).filter((k) => o[k] !== undefined).sort().map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/** The model the request describes: the current one with its objects put (and the rest removed with prune). */
+export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyModel {
+  const next: PolicyModel = req.prune
+    ? { directives: new Map(), groups: new Map(), rules: new Map() }
+    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules) };
+  for (const d of req.directives) next.directives.set(d.id, d);
+  for (const g of req.groups) next.groups.set(g.id, g);
+  for (const r of req.rules) next.rules.set(r.id, r);
+  return next;
+}
+
+/** Rules of the desired model may only name its directives and groups. */
+function checkReferences(model: PolicyModel): void {
+  for (const r of model.rules.values()) {
+    for (const [field, known] of [['directives', model.directives], ['groups', model.groups]] as const) {
+      const missing = r[field].filter((id) => !known.has(id));
+      if (missing.length) bad(`rule ${r.id} names unknown ${field}: ${missing.join(', ')}`, `rules.${r.id}.${field}`);
+    }
+  }
+}
+
+function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
+  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : model.rules;
+}
+
+/** Object changes, in the order that keeps every reference valid while they are applied. */
+export function objectChanges(before: PolicyModel, after: PolicyModel): { changes: PlanChange[]; unchanged: number } {
+  const puts: PlanChange[] = [];
+  const deletes: PlanChange[] = [];
+  let unchanged = 0;
+  for (const kind of KINDS) {
+    const [b, a] = [modelMap(before, kind), modelMap(after, kind)];
+    for (const id of [...a.keys()].sort()) {
+      const next = a.get(id) as Record<string, unknown>;
+      const prev = b.get(id) as Record<string, unknown> | undefined;
+      if (!prev) puts.push({ kind, id, action: 'create', object: next });
+      else if (canonical(prev) === canonical(next)) unchanged++;
+      else {
+        const fields = [...new Set([...Object.keys(prev), ...Object.keys(next)])].filter((f) => canonical(prev[f]) !== canonical(next[f])).sort();
+        puts.push({ kind, id, action: 'update', fields, object: next });
+      }
+    }
+    for (const id of [...b.keys()].sort()) if (!a.has(id)) deletes.push({ kind, id, action: 'delete' });
+  }
+  // Directives and groups before the rules naming them; rules deleted before what they named.
+  const rank = (k: PolicyKind) => (k === 'rule' ? 0 : 1);
+  deletes.sort((x, y) => rank(x.kind) - rank(y.kind));
+  return { changes: [...puts, ...deletes], unchanged };
+}
+
+const refKey = (d: BundleDirective) => `${d.rule_id}\u0000${d.id}`;
+const ref = (d: BundleDirective): DirectiveRef => ({ rule_id: d.rule_id, directive_id: d.id });
+
+/** The directives a node gains, sees changed and loses; null when its bundle stays the same. */
+export function directiveImpact(before: BundleDirective[], after: BundleDirective[]): Pick<NodeImpact, 'added' | 'changed' | 'removed'> | null {
+  const was = new Map(before.map((d) => [refKey(d), d]));
+  const now = new Map(after.map((d) => [refKey(d), d]));
+  const added = after.filter((d) => !was.has(refKey(d))).map(ref);
+  const changed = after.filter((d) => was.has(refKey(d)) && canonical(was.get(refKey(d))) !== canonical(d)).map(ref);
+  const removed = before.filter((d) => !now.has(refKey(d))).map(ref);
+  // Reordering a rule's directives is a new config id too (docs/policy.md): reported, with no
+  // directive to name, as a changed bundle.
+  if (!added.length && !changed.length && !removed.length && computeConfigId(before) === computeConfigId(after)) return null;
+  return { added, changed, removed };
+}
+
+export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number): Promise<Plan> {
+  const before = await loadModel(store);
+  const after = desiredModel(before, req);
+  checkReferences(after);
+  const { changes, unchanged } = objectChanges(before, after);
+  const previews = changes.length ? await generator.preview(before, after, changes) : [];
+  const nodes: NodeImpact[] = [];
+  let total = 0;
+  for (const p of previews) {
+    const impact = directiveImpact(p.before, p.after);
+    if (!impact) continue;
+    total++;
+    if (nodes.length >= maxNodes) continue;
+    const node = await store.getNode(p.node_id);
+    nodes.push({
+      node_id: p.node_id,
+      hostname: node?.hostname ?? null,
+      config_id_before: p.before.length ? computeConfigId(p.before) : null,
+      config_id_after: p.after.length ? computeConfigId(p.after) : null,
+      ...impact,
+    });
+  }
+  return { changes, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
+}
