@@ -170,6 +170,15 @@ export const ERROR_CODES = {
   // relay-run bootstrap: the task cannot be sealed to the relay (no RSA certificate), or the relay cannot open it
   ERR_BOOTSTRAP_RELAY: { status: 409 },
   ERR_BOOTSTRAP_SEALED: { status: 502 },
+  // the remote admin CLI (capstan): never an HTTP answer, the status says what kind of failure it is
+  /** A file named on the command line (token, CA) cannot be read; exit 2. */
+  ERR_CLI_FILE: { status: 400 },
+  /** A policy-as-code directory or file is not laid out or written as docs/cli.md says; exit 2. */
+  ERR_POLICY_FILE: { status: 400 },
+  /** The server could not be reached: connection, DNS, TLS, timeout; exit 3. */
+  ERR_UNREACHABLE: { status: 502, transient: true },
+  /** The server's answer is not the API's: invalid JSON, an error without a code; exit 1 (4 for a 4xx). */
+  ERR_BAD_ANSWER: { status: 502 },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },

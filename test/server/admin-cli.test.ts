@@ -105,7 +105,7 @@ t.test('the token: --token-file, then CAPSTAN_TOKEN, then ~/.config/capstan/toke
   t.equal(await resolveToken({}, { HOME: join(dir, 'home') }), 'from-home');
   const missing = await capstan(['--token-file', join(dir, 'absent'), 'whoami']);
   t.equal(missing.code, EXIT.USAGE, 'an unreadable token file is a usage error');
-  t.match(missing.err, /^capstan: ERR_TOKEN_FILE: cannot read the token file/);
+  t.match(missing.err, /^capstan: ERR_CLI_FILE: cannot read the token file/);
 });
 
 t.test('admins, whoami and audit against the API shape, with coded refusals', async (t) => {
@@ -231,4 +231,15 @@ t.test('completion scripts name every verb; bash completes them', async (t) => {
   t.match(complete(['capstan', '--json', 'nodes', 'set']), 'set-state');
   t.match(complete(['capstan', 'policy', 'apply', '--p']), '--prune');
   t.equal((await capstan(['completion', 'fish'])).code, EXIT.USAGE);
+});
+
+t.test('a bad key=value is a usage error; an answer that is not the API\'s is said so', async (t) => {
+  const api = await fakeApi(t, { 'GET /api/1/nodes': () => [502, { message: 'bad gateway' }] });
+  const env = { CAPSTAN_URL: api.url, CAPSTAN_TOKEN: 'tok' };
+  const bad = await capstan(['nodes', 'list', '--filter', 'novalue'], env);
+  t.equal(bad.code, EXIT.USAGE);
+  t.match(bad.err, /expected key=value/);
+  const proxy = await capstan(['nodes', 'list'], env);
+  t.equal(proxy.code, EXIT.ERROR);
+  t.match(proxy.err, /^capstan: ERR_BAD_ANSWER: /);
 });

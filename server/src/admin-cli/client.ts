@@ -95,7 +95,7 @@ export class ApiClient {
         const { code, message, ...details } = e as Record<string, unknown>;
         throw new ApiFailure(code as string, String(message ?? ''), res.statusCode, details);
       }
-      throw new ApiFailure(`HTTP_${res.statusCode}`, `${method} ${path}: ${text.slice(0, 200) || 'no body'}`, res.statusCode);
+      throw new ApiFailure('ERR_BAD_ANSWER', `${method} ${path}: ${text.slice(0, 200) || 'no body'}`, res.statusCode);
     }
     return { status: res.statusCode, body, text };
   }

@@ -7,7 +7,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { parse as parseToml } from 'smol-toml';
-import { CAPSTAN_VERSION } from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError } from '@capstan/shared';
 import { ApiClient, ApiFailure, type QueryParams } from './client.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { errorLine, EXIT, EXIT_CODES_TEXT, exitCodeOf, progressBar, renderList, renderObject, type Column, type Format } from './output.js';
@@ -46,7 +46,7 @@ export async function resolveToken(g: { tokenFile?: string }, env: CliIo['env'])
     try {
       return await read(g.tokenFile);
     } catch (err) {
-      throw Object.assign(new Error(`cannot read the token file ${g.tokenFile}: ${(err as Error).message}`), { code: 'ERR_TOKEN_FILE' });
+      throw capstanError('ERR_CLI_FILE', `cannot read the token file ${g.tokenFile}: ${(err as Error).message}`);
     }
   }
   if (env.CAPSTAN_TOKEN) return env.CAPSTAN_TOKEN.trim();
@@ -86,11 +86,16 @@ export function filterParams(include: string[] = [], exclude: string[] = []): st
   return out;
 }
 
-/** A policy object or other request body from a TOML or JSON file (`-` is stdin is not offered: files are reviewed). */
+/** A policy object or other request body from a TOML or JSON file. */
 async function bodyFromFile(path: string): Promise<Record<string, unknown>> {
-  const text = await readFile(path, 'utf8');
-  const obj = path.endsWith('.toml') ? parseToml(text) : JSON.parse(text);
-  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw new InvalidArgumentError(`${path} must hold one object`);
+  let obj: unknown;
+  try {
+    const text = await readFile(path, 'utf8');
+    obj = path.endsWith('.toml') ? parseToml(text) : JSON.parse(text);
+  } catch (err) {
+    throw capstanError('ERR_CLI_FILE', `${path}: ${(err as Error).message.split('\n')[0]}`);
+  }
+  if (!obj || typeof obj !== 'object' || Array.isArray(obj)) throw capstanError('ERR_CLI_FILE', `${path} must hold one object`);
   return obj as Record<string, unknown>;
 }
 
@@ -151,7 +156,7 @@ export function buildProgram(io: CliIo): Command {
       let code: number = EXIT.OK;
       try {
         const ca = g.caFile ? await readFile(g.caFile, 'utf8').catch((err: Error) => {
-          throw Object.assign(new Error(`cannot read the CA file ${g.caFile}: ${err.message}`), { code: 'ERR_CA_FILE' });
+          throw capstanError('ERR_CLI_FILE', `cannot read the CA file ${g.caFile}: ${err.message}`);
         }) : undefined;
         api = new ApiClient({
           url: g.url ?? io.env.CAPSTAN_URL ?? DEFAULT_URL,
@@ -162,9 +167,8 @@ export function buildProgram(io: CliIo): Command {
         code = (await fn(api, formatOf(cmd), cmd, ...(args.slice(0, -2) as A))) ?? EXIT.OK;
       } catch (err) {
         io.err(errorLine(err));
-        const e = err as { code?: string };
-        code = e.code === 'ERR_TOKEN_FILE' || e.code === 'ERR_CA_FILE' || e.code === 'ERR_POLICY_FILE' || err instanceof InvalidArgumentError
-          ? EXIT.USAGE : exitCodeOf(err);
+        // A bad key=value met while building the request is a usage error, as commander's own.
+        code = err instanceof InvalidArgumentError ? EXIT.USAGE : exitCodeOf(err);
       } finally {
         await api?.close();
       }

@@ -3,6 +3,7 @@
  * CSV (RFC 4180, formula-safe like the API's exports) with `--csv`; and how a failure becomes a
  * line on stderr and an exit code. Pure functions: cli.ts writes and exits.
  */
+import { isCapstanError } from '@capstan/shared';
 import { csvLine } from '../api/export.js';
 import { table } from '../table.js';
 import { ApiFailure } from './client.js';
@@ -36,6 +37,8 @@ export const EXIT_CODES_TEXT = 'Exit codes: 0 ok, 1 error (crash or server failu
 
 /** The exit code for a failure. */
 export function exitCodeOf(err: unknown): number {
+  // What the caller gave the CLI (a file it cannot read, a policy file it cannot use): usage.
+  if (isCapstanError(err) && (err.code === 'ERR_CLI_FILE' || err.code === 'ERR_POLICY_FILE')) return EXIT.USAGE;
   if (!(err instanceof ApiFailure)) return EXIT.ERROR;
   if (err.status === 0) return EXIT.UNREACHABLE;
   if (err.status === 401 || err.status === 403) return EXIT.UNAUTHORIZED;
@@ -50,8 +53,8 @@ export function errorLine(err: unknown): string {
     const field = typeof err.details.field === 'string' ? ` (field ${err.details.field})` : '';
     return `capstan: ${err.code}: ${err.message}${field}\n`;
   }
-  const e = err as Error & { code?: string };
-  return `capstan: ${typeof e?.code === 'string' && e.code.startsWith('ERR_') ? `${e.code}: ` : ''}${e?.message ?? String(err)}\n`;
+  if (isCapstanError(err)) return `capstan: ${err.code}: ${err.message}\n`;
+  return `capstan: ${(err as Error)?.message ?? String(err)}\n`;
 }
 
 export function csv(columns: readonly Column[], rows: readonly unknown[]): string {

@@ -7,6 +7,7 @@
 import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
+import { capstanError } from '@capstan/shared';
 
 export const POLICY_KINDS = ['directives', 'groups', 'rules'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
@@ -14,12 +15,8 @@ export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
 export const MAX_POLICY_FILE = 1024 * 1024;
 
-export class PolicyFileError extends Error {
-  readonly code = 'ERR_POLICY_FILE';
-}
-
 function fail(message: string): never {
-  throw new PolicyFileError(message);
+  throw capstanError('ERR_POLICY_FILE', message);
 }
 
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
