@@ -63,6 +63,9 @@ function context() {
   return { version: [...versions][0], nodeFloor: floor[1], epoch, maintainer: `${name} <${email}>`, license: rootPkg.license };
 }
 
+/** Commands a package ships beside its own: the server's carries `capstan`, the remote admin CLI. */
+const EXTRA_BINS = { server: { capstan: 'dist/admin-cli/cli.js' } };
+
 function buildDeb(program, ctx, out) {
   const pkgName = `capstan-${program}`;
   const tmpl = join(REPO, 'packaging', 'debian', program);
@@ -80,6 +83,11 @@ function buildDeb(program, ctx, out) {
     const v8Abi = nativeFiles.some((f) => readFileSync(f).includes(V8_ABI_SYMBOL));
 
     place(root, `usr/bin/${pkgName}`, { symlink: `../lib/capstan/${program}/dist/cli.js` });
+    for (const [name, file] of Object.entries(EXTRA_BINS[program] ?? {})) {
+      if (!existsSync(join(tree, file))) throw new Error(`${program}/${file} is missing: run tsc -b first`);
+      chmodSync(join(tree, file), 0o755);
+      place(root, `usr/bin/${name}`, { symlink: `../lib/capstan/${program}/${file}` });
+    }
     place(root, `etc/capstan/${program}.toml`, { from: join(REPO, 'packaging', 'etc', 'capstan', `${program}.toml`) });
     for (const unit of readdirSync(join(REPO, 'packaging', 'systemd')).filter((f) => f.startsWith(`${pkgName}.`))) {
       place(root, `lib/systemd/system/${unit}`, { from: join(REPO, 'packaging', 'systemd', unit) });

@@ -29,7 +29,7 @@ async function nativeAddons(dir: string): Promise<string[]> {
   return found;
 }
 
-const PROGRAMS = [['agent', 'capstan-agent'], ['agent', 'capstan-sim'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server']] as const;
+const PROGRAMS = [['agent', 'capstan-agent'], ['agent', 'capstan-sim'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server'], ['server', 'capstan']] as const;
 
 t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the build', { timeout: 600_000 }, async (t) => {
   const skip = (why: string) => {

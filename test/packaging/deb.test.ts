@@ -210,6 +210,11 @@ async function packagingTests(): Promise<void> {
 
   t.test('each installed command answers --version from the installed tree alone', async (t) => {
     const elsewhere = await mkdtemp(join(work, 'cwd-'));
+    // The remote admin CLI ships in the server's package.
+    t.equal(await readlink(join(ROOT, 'usr/bin/capstan')), '../lib/capstan/server/dist/admin-cli/cli.js');
+    const cli = await run(process.execPath, [join(ROOT, 'usr/bin/capstan'), '--version'], { cwd: elsewhere, env: ENV });
+    t.equal(cli.code, 0, 'capstan --version exits 0', { stderr: cli.stderr });
+    t.equal(cli.stdout.trim(), VERSION, 'capstan --version');
     for (const p of PROGRAMS) {
       // Through the /usr/bin link, with this machine's node, NODE_PATH unset, cwd outside the tree.
       const r = await run(process.execPath, [join(ROOT, `usr/bin/capstan-${p}`), '--version'], { cwd: elsewhere, env: ENV });

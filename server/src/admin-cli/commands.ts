@@ -405,9 +405,13 @@ export function buildProgram(io: CliIo): Command {
   keys.command('rotate').description('a new active identity key').action(act(async (api, fmt) => show(fmt, (await api.call('POST', '/api/1/keys/rotate')).body)));
   keys.command('delete <kid>').option('--force', 'even while it signs unexpired tokens (those nodes renew)')
     .action(act(async (api, fmt, cmd, kid: string) => show(fmt, (await api.call('DELETE', `/api/1/keys/${enc(kid)}`, { query: { force: (cmd.opts() as { force?: boolean }).force ? 'true' : undefined } })).body)));
-  keys.command('renew <node>').description('force a node to renew its identity token')
-    .option('--group', 'the argument is a registry group: every node of it')
-    .action(act(async (api, fmt, cmd, target: string) => show(fmt, (await api.call('POST', `/api/1/${(cmd.opts() as { group?: boolean }).group ? 'groups' : 'nodes'}/${enc(target)}/identity/renew`)).body)));
+  keys.command('renew [node]').description('force a node, or every node of a registry group, to renew its identity token')
+    .option('--group <group>', 'every node of this registry group')
+    .action(act(async (api, fmt, cmd, node?: string) => {
+      const group = (cmd.opts() as { group?: string }).group;
+      if (!node === !group) throw new InvalidArgumentError('name one node, or --group <group>');
+      show(fmt, (await api.call('POST', group ? `/api/1/groups/${enc(group)}/identity/renew` : `/api/1/nodes/${enc(node!)}/identity/renew`)).body);
+    }));
   keys.command('policy').description('the policy signing key agents pin').action(act(async (api, fmt) => show(fmt, (await api.get('/api/1/keys/policy')).body)));
   keys.command('policy-rotate').description('a new policy key, endorsed by the previous one').action(act(async (api, fmt) => show(fmt, (await api.call('POST', '/api/1/keys/policy/rotate')).body)));
 
@@ -416,7 +420,7 @@ export function buildProgram(io: CliIo): Command {
   admins.command('list').action(act(async (api, fmt) => list(fmt, ADMIN_COLUMNS, (await api.get('/api/1/admins')).body)));
   admins.command('create <name>').description('a new admin; its token is shown once')
     .addOption(new Option('--role <role>').choices(['admin', 'operator', 'viewer']).makeOptionMandatory())
-    .option('--expires <time>', 'RFC 3339 time or duration (e.g. 90d) after which its token is refused')
+    .option('--expires <when>', 'when its token stops working, as the server takes it (e.g. 90d)')
     .action(act(async (api, fmt, cmd, name: string) => {
       const o = cmd.opts() as { role: string; expires?: string };
       show(fmt, (await api.call('POST', '/api/1/admins', { body: { name, role: o.role, ...(o.expires && { expires: o.expires }) } })).body);
