@@ -14,6 +14,7 @@ import { buildProgram, filterParams, resolveToken, type CliIo } from '../../serv
 import { bashCompletion, zshCompletion } from '../../server/src/admin-cli/completion.js';
 import { errorLine, EXIT, exitCodeOf, progressBar, renderList, renderObject } from '../../server/src/admin-cli/output.js';
 import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
+import { requiredInCi } from '../helpers/programs.js';
 
 class Exit extends Error {
   constructor(readonly code: number) {
@@ -231,6 +232,15 @@ t.test('completion scripts name every verb; bash completes them', async (t) => {
   t.match(complete(['capstan', '--json', 'nodes', 'set']), 'set-state');
   t.match(complete(['capstan', 'policy', 'apply', '--p']), '--prune');
   t.equal((await capstan(['completion', 'fish'])).code, EXIT.USAGE);
+
+  // zsh: the script's own word lookup, with compadd printing what it was offered.
+  const noZsh = requiredInCi(spawnSync('zsh', ['-c', 'true']).status === 0 ? false : 'zsh is not installed');
+  if (noZsh) return void t.comment(`skipping the zsh run: ${noZsh}`);
+  await writeFile(join(dir, '_capstan'), zsh);
+  const zcomplete = (words: string[]) => spawnSync('zsh', ['-c', `compdef() {}; compadd() { shift; print -r -- "$@" }; source ${join(dir, '_capstan')}; words=(${words.map((w) => `'${w}'`).join(' ')}); CURRENT=${words.length}; _capstan`], { encoding: 'utf8' }).stdout.trim().split(' ');
+  t.ok(zcomplete(['capstan', 'policy', 'd']).includes('diff'));
+  t.notOk(zcomplete(['capstan', 'policy', 'd']).includes('nodes'), 'the verbs of the command at the cursor only');
+  t.ok(zcomplete(['capstan', '--json', 'nodes', 'set']).includes('set-state'));
 });
 
 t.test('a bad key=value is a usage error; an answer that is not the API\'s is said so', async (t) => {
