@@ -5,8 +5,9 @@
  * each request so the test sees exactly what the CLI asked for.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { spawnSync } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { createServer as createHttpsServer } from 'node:https';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { ApiFailure } from '../../server/src/admin-cli/client.js';
@@ -252,4 +253,27 @@ t.test('a bad key=value is a usage error; an answer that is not the API\'s is sa
   const proxy = await capstan(['nodes', 'list'], env);
   t.equal(proxy.code, EXIT.ERROR);
   t.match(proxy.err, /^capstan: ERR_BAD_ANSWER: /);
+});
+
+t.test('--ca-file: a server certified by a private CA is trusted with it, refused without it', async (t) => {
+  const dir = t.testdir();
+  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Capstan test CA');
+  ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
+  await writeFile(join(dir, 'ext.cnf'), 'subjectAltName=IP:127.0.0.1\n');
+  ssl('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'ext.cnf');
+  const server = createHttpsServer({ cert: await readFile(join(dir, 'server.pem')), key: await readFile(join(dir, 'server.key')) }, (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ data: { name: 'root', role: 'admin', expires_at: null } }));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  const url = `https://127.0.0.1:${(server.address() as { port: number }).port}`;
+  const refused = await capstan(['--url', url, 'whoami'], { CAPSTAN_TOKEN: 'tok' });
+  t.equal(refused.code, EXIT.UNREACHABLE, 'an unknown CA is a TLS failure');
+  t.match(refused.err, /^capstan: ERR_UNREACHABLE: .*(certificate|CERT)/);
+  const trusted = await capstan(['--url', url, '--ca-file', join(dir, 'ca.pem'), 'whoami'], { CAPSTAN_TOKEN: 'tok' });
+  t.equal(trusted.code, 0, trusted.err);
+  t.match(trusted.out, /role\s+admin/);
+  t.equal((await capstan(['--url', url, '--ca-file', join(dir, 'absent.pem'), 'whoami'], { CAPSTAN_TOKEN: 'tok' })).code, EXIT.USAGE);
 });
