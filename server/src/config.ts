@@ -151,6 +151,11 @@ export const SERVER_SCHEMA = {
      * what no event announces (status, state, a provider's tags, another server's changes). 0: off.
      */
     regenerate_interval: { type: 'duration', default: '15m' },
+    /**
+     * The largest body of POST /api/1/policy/plan: a whole policy (every directive, group and
+     * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.
+     */
+    max_plan_size: { type: 'size', default: '16MiB', min: 1024 },
   },
   jobs: {
     /** A job's tasks not final after this long are aborted (reason timeout), unless the job sets its own `timeout`. */

@@ -222,7 +222,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       },
     },
     // Policy downloads need a valid token of the node, unless turned off.
-    policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
+    policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: {
       store, runner: jobs,
       ...(bootstrap && { bootstrap }),

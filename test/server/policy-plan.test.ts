@@ -15,14 +15,14 @@ import { ensurePolicyKey } from '@capstan/server/policy/key';
 
 const TOKEN = 'p'.repeat(32);
 
-async function setup(t: Test) {
+async function setup(t: Test, maxPlanBytes?: number) {
   const dir = t.testdir();
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir) } });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), ...(maxPlanBytes && { maxPlanBytes }) } });
   t.teardown(async () => {
     await app.close();
     await store.close();
@@ -108,4 +108,15 @@ t.test('a plan refuses bad input with coded errors naming the field', async (t) 
   t.equal((await api('POST', '/api/1/policy/plan?max_nodes=0', {})).json.error.code, 'ERR_BAD_REQUEST');
   t.equal((await api('POST', '/api/1/policy/plan?max_node=5', {})).json.error.code, 'ERR_BAD_REQUEST', 'an unknown parameter');
   t.equal((await api('POST', '/api/1/policy/plan?max_nodes=100001', {})).json.error.code, 'ERR_BAD_REQUEST');
+});
+
+t.test('a whole policy may exceed the 1 MiB of one object, up to [policy] max_plan_size', async (t) => {
+  const big = (id: string) => ({ id, method: 'file_content', params: { path: `/etc/${id}`, content: 'x'.repeat(800_000) } });
+  const { api } = await setup(t);
+  const r = await api('POST', '/api/1/policy/plan', { directives: [big('a'), big('b')] });
+  t.equal(r.status, 200, 'a 1.6 MB plan by default');
+  t.equal(r.json.data.changes.length, 2);
+  const small = await setup(t, 4096);
+  const refused = await small.api('POST', '/api/1/policy/plan', { directives: [{ ...motd('y'.repeat(5000)) }] });
+  t.same([refused.status, refused.json.error.code], [413, 'ERR_BODY_TOO_LARGE']);
 });

@@ -29,6 +29,8 @@ export interface PolicyRouteDeps {
   authorizeNode?: AuthorizeNode;
   /** `[policy] shared_folder`: served at /rudder/relay-api/1/shared-folder/ (empty: every file 404). */
   sharedFolder?: string;
+  /** `[policy] max_plan_size`: the largest body of POST /api/1/policy/plan (default 16 MiB). */
+  maxPlanBytes?: number;
 }
 
 const PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
@@ -101,7 +103,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
   app.post<{ Querystring: { max_nodes?: string } }>('/api/1/policy/plan', async (req, reply) => namingField(reply, async () => {
     const max = req.query.max_nodes === undefined ? DEFAULT_PLAN_NODES : Number(req.query.max_nodes);
     if (!(max >= 1 && max <= MAX_PLAN_NODES)) throw capstanError('ERR_BAD_REQUEST', `max_nodes must be an integer from 1 to ${MAX_PLAN_NODES}`);
-    const plan = parsePlanRequest(await readJson(req));
+    const plan = parsePlanRequest(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024));
     for (const [i, g] of plan.groups.entries()) {
       try {
         await checkGroupNodes(store, g);
