@@ -1,0 +1,75 @@
+/**
+ * `capstan rules|directives|groups …` (one object at a time) and `capstan policy export|diff|apply`
+ * (policy as code: a directory of files, its plan with the nodes it reaches, and its application).
+ */
+import { Command, Option } from 'commander';
+import { EXIT, renderList, type Column } from '../output.js';
+import { bodyFromFile, enc, int, type Verbs } from '../kit.js';
+import { applyPlan, exportPolicy, planFor, planText } from '../policy.js';
+import { writePolicyDir } from '../policy-files.js';
+
+const POLICY_COLUMNS: Record<string, Column[]> = {
+  directives: [['id', (d) => d.id], ['name', (d) => d.name], ['method', (d) => d.method], ['mode', (d) => d.mode], ['condition', (d) => d.condition]],
+  groups: [['id', (g) => g.id], ['name', (g) => g.name], ['nodes', (g) => g.nodes?.length], ['filter', (g) => g.filter]],
+  rules: [['id', (r) => r.id], ['name', (r) => r.name], ['directives', (r) => r.directives.join(',')], ['groups', (r) => r.groups.join(',')]],
+};
+
+export function policyVerbs(program: Command, { act, list, show, io }: Verbs): void {
+  for (const kind of ['rules', 'directives', 'groups'] as const) {
+    const c = program.command(kind).description(`${kind}: list, show, create, update, delete`);
+    c.command('list').action(act(async (api, fmt) => list(fmt, POLICY_COLUMNS[kind]!, (await api.get(`/api/1/${kind}`)).body)));
+    c.command('show <id>').action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/${kind}/${enc(id)}`)).body)));
+    c.command('create <file>').description('create from a TOML or JSON file (the policy-as-code format)')
+      .action(act(async (api, fmt, _c, file: string) => show(fmt, (await api.call('POST', `/api/1/${kind}`, { body: await bodyFromFile(file) })).body)));
+    c.command('update <id> <file>').description('replace (or create) from a TOML or JSON file')
+      .action(act(async (api, fmt, _c, id: string, file: string) => show(fmt, (await api.call('PUT', `/api/1/${kind}/${enc(id)}`, { body: await bodyFromFile(file) })).body)));
+    c.command('delete <id>').action(act(async (api, _f, _c, id: string) => {
+      await api.call('DELETE', `/api/1/${kind}/${enc(id)}`);
+      io.out(`deleted ${kind.slice(0, -1)} ${id}\n`);
+    }));
+  }
+
+  // ---- policy as code
+  const policy = program.command('policy').description('policy as code: export, diff, apply a directory of TOML/JSON files');
+  policy.command('export').description('write the server\'s directives, groups and rules, one file each')
+    .requiredOption('-d, --dir <dir>', 'the directory').addOption(new Option('--format <format>').choices(['toml', 'json']).default('toml'))
+    .option('--force', 'replace the policy files already there')
+    .action(act(async (api, _f, cmd) => {
+      const o = cmd.opts() as { dir: string; format: 'toml' | 'json'; force?: boolean };
+      const n = await writePolicyDir(o.dir, await exportPolicy(api), o.format, o.force === true);
+      io.out(`wrote ${n} files to ${o.dir}\n`);
+    }));
+  const planOptions = (c: Command) => c.requiredOption('-f, --dir <dir>', 'the policy directory')
+    .option('--prune', 'also delete what the files do not name')
+    .option('--max-nodes <n>', 'list at most this many nodes (the server says 1000)', int('--max-nodes'));
+  planOptions(policy.command('diff').description('what apply would change, and which nodes would get which new or changed directives'))
+    .option('--detailed-exitcode', 'exit 7 when there are changes, 0 when none')
+    .action(act(async (api, fmt, cmd) => {
+      const o = cmd.opts() as { dir: string; prune?: boolean; maxNodes?: number; detailedExitcode?: boolean };
+      const plan = await planFor(api, o.dir, o.prune === true, o.maxNodes);
+      if (fmt === 'json') io.out(`${JSON.stringify({ data: plan }, null, 2)}\n`);
+      else if (fmt === 'csv') {
+        io.out(renderList('csv', [['node_id', (r) => r.node_id], ['hostname', (r) => r.hostname], ['change', (r) => r.change], ['rule_id', (r) => r.rule_id], ['directive_id', (r) => r.directive_id]],
+          plan.nodes.flatMap((n) => (['added', 'changed', 'removed'] as const).flatMap((change) => n[change].map((r) => ({ ...n, change, ...r }))))));
+      } else io.out(planText(plan));
+      return o.detailedExitcode && plan.changes.length ? EXIT.CHANGES : EXIT.OK;
+    }));
+  planOptions(policy.command('apply').description('make the server match the directory (idempotent)'))
+    .option('--dry-run', 'print the plan and change nothing')
+    .action(act(async (api, fmt, cmd) => {
+      const o = cmd.opts() as { dir: string; prune?: boolean; maxNodes?: number; dryRun?: boolean };
+      const plan = await planFor(api, o.dir, o.prune === true, o.maxNodes);
+      if (fmt !== 'json') io.out(planText(plan));
+      if (o.dryRun || plan.changes.length === 0) {
+        if (fmt === 'json') io.out(`${JSON.stringify({ data: { ...plan, applied: [] } }, null, 2)}\n`);
+        return;
+      }
+      const applied: string[] = [];
+      await applyPlan(api, plan, (c) => {
+        applied.push(`${c.action} ${c.kind} ${c.id}`);
+        if (fmt !== 'json') io.out(`applied: ${c.action} ${c.kind} ${c.id}\n`);
+      });
+      if (fmt === 'json') io.out(`${JSON.stringify({ data: { ...plan, applied } }, null, 2)}\n`);
+      else io.out(`applied ${applied.length} changes; ${plan.nodes_total} nodes get a new policy\n`);
+    }));
+}
