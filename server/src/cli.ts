@@ -584,6 +584,23 @@ verb(jobs, 'show <id>', 'a job and the progress of each node (GET /api/1/jobs/<i
   });
 });
 
+storeOptions(program.command('compact-runs').description('convert runs stored before migration 16 to the node-day form, in place (docs/capacity.md)'))
+  .option('--batch <n>', 'runs per transaction', int('--batch'), 500)
+  .action(async (flags: CommonFlags & { batch: number }) => {
+    // Resumable: the store remembers the last run looked at, so an interrupted run goes on from there.
+    await withStore(flags, async (store) => {
+      let done = 0;
+      let skipped = 0;
+      for (;;) {
+        const r = await store.compactRuns(flags.batch);
+        done += r.converted;
+        skipped += r.skipped;
+        process.stdout.write(`converted ${done} runs, left ${skipped} as they were, ${r.remaining} to go\n`);
+        if (r.converted + r.skipped === 0 || r.remaining === 0) break;
+      }
+    });
+  });
+
 const policyKey = program.command('policy-key').description('the ed25519 key that signs policy bundles (docs/policy.md)');
 
 verb(policyKey, 'rotate', 'make a new policy key active, endorsed by the previous one (POST /api/1/keys/policy/rotate)').action(async (flags: CommonFlags) => {

@@ -52,7 +52,8 @@ export class PrepareWorkerPool {
         };
         p.resolve({
           ...reply.run,
-          log_compressed: buf(reply.run.log_compressed),
+          ...(reply.run.log_compressed ? { log_compressed: buf(reply.run.log_compressed) } : {}),
+          ...(reply.run.log_text ? { log_text: buf(reply.run.log_text) } : {}),
           ...(reply.run.outcomes_packed ? { outcomes_packed: buf(reply.run.outcomes_packed) } : {}),
         });
       } else {

@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import {
-  compressSync, decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog,
+  decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog,
 } from '@capstan/shared';
 import { packOutcomes } from '../store/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
@@ -72,6 +72,8 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
     // Packed here, off the event loop (~70 µs for 80 outcomes).
     outcomes_packed: packOutcomes(JSON.stringify(outcomes)),
     sha256: createHash('sha256').update(raw).digest('hex'),
-    log_compressed: compressSync(verified.content, 'zstd'),
+    // The store keeps it against the node-day's base (store/run-codec.ts).
+    // A view into a larger buffer would cross to the main thread whole: copied to its own.
+    log_text: verified.content.byteLength === verified.content.buffer.byteLength ? verified.content : Buffer.from(verified.content),
   };
 }

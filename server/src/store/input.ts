@@ -44,13 +44,15 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
 
 /** A run ready to write: times normalised, summaries serialised (outcomes also packed, store/outcomes.ts). */
 export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
-  const { log_compressed: _log, counts: _c, outcomes: _o, outcomes_packed: _p, changes: _ch, ...fields } = run;
+  const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, changes: _ch, ...fields } = run;
   refuseNul(fields);
   // Postgres keeps it in an int4; no run comes near that many reports.
   if (!Number.isInteger(run.report_count) || run.report_count < 0 || run.report_count > 0x7fffffff) {
     throw capstanError('ERR_BAD_REQUEST', 'report_count must be an integer in 0..2^31-1');
   }
-  if (!Buffer.isBuffer(run.log_compressed)) throw capstanError('ERR_BAD_REQUEST', 'log_compressed must be a Buffer');
+  if (run.log_text !== undefined ? !Buffer.isBuffer(run.log_text) : !Buffer.isBuffer(run.log_compressed)) {
+    throw capstanError('ERR_BAD_REQUEST', 'a run needs log_text or log_compressed as a Buffer');
+  }
   if (run.outcomes_packed !== undefined && !Buffer.isBuffer(run.outcomes_packed)) {
     throw capstanError('ERR_BAD_REQUEST', 'outcomes_packed must be a Buffer');
   }

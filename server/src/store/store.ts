@@ -275,8 +275,16 @@ export interface RunInsert {
   /** The file name it arrived under, and the sha256 hex of the bytes received. */
   file_name: string;
   sha256: string;
-  /** The verified run log text (S/MIME stripped), compressed by the caller (zstd). */
-  log_compressed: Buffer;
+  /**
+   * The verified run log text (S/MIME stripped), compressed by the caller (zstd): stored as
+   * given and returned as given by getRunLog. Either this or `log_text`.
+   */
+  log_compressed?: Buffer;
+  /**
+   * The verified run log text itself: the store keeps it against the node-day's base (migration
+   * 16, store/run-codec.ts), ~5× smaller than compressed alone. The ingest gives this.
+   */
+  log_text?: Buffer;
   received_at: string;
   /**
    * `outcomes` already packed (store/outcomes.ts: the packed JSON of exactly `outcomes`), by a
@@ -480,7 +488,23 @@ export interface Store {
   insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]>;
   /** Runs of a node, newest start first, optionally within a range of start times. */
   listRuns(nodeId: string, page: number, perPage: number, range?: RunRange): Promise<Page<RunRecord>>;
+  /**
+   * A run's log, zstd-compressed: the bytes stored for a run given `log_compressed`, a zstd frame
+   * of the text for one given `log_text`. Null when the run is unknown.
+   */
   getRunLog(runId: number): Promise<Buffer | null>;
+  /**
+   * A run's log text, decompressed (ERR_DECOMPRESSED_TOO_LARGE beyond `maxBytes`); null when the
+   * run is unknown. What report-level reads use.
+   */
+  getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null>;
+  /**
+   * Converts up to `limit` runs stored whole (before migration 16) to the node-day form, oldest
+   * id first, one transaction per call; resumable (the last id looked at is kept in the
+   * database). A run whose log is not a zstd frame is left as it is. `remaining`: runs not yet
+   * looked at.
+   */
+  compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }>;
 
   /**
    * Store what a node is expected to report for one config id (the policy generator calls this)

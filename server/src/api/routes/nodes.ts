@@ -195,8 +195,7 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
       res.data.map(async (run) => {
         if (!withReports) return run;
         // Report-level reads re-parse the stored, verified run log (DESIGN.md Storage).
-        const compressed = await store.getRunLog(run.id);
-        const text = compressed ? await decompress(compressed, 'zstd', { maxBytes: MAX_REREAD_BYTES }) : Buffer.alloc(0);
+        const text = (await store.getRunLogText(run.id, MAX_REREAD_BYTES)) ?? Buffer.alloc(0);
         const info = parseRunInfo(run.file_name);
         return { ...run, reports: parseRunLog(text, { node_id: run.node_id, timestamp: info.timestamp }, { maxReports: Number.MAX_SAFE_INTEGER }).reports };
       }),

@@ -17,6 +17,7 @@ import { complianceChanges } from './0010_compliance_changes.js';
 import { bootstrap } from './0011_bootstrap.js';
 import { certificateConflicts } from './0012_certificate_conflicts.js';
 import { futureRuns } from './0013_future_runs.js';
+import { runBases } from './0016_run_bases.js';
 
 export interface Migration {
   version: number;
@@ -26,7 +27,7 @@ export interface Migration {
 }
 
 export const MIGRATIONS: readonly Migration[] = [
-  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns,
+  initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

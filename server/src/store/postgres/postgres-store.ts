@@ -15,7 +15,7 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { capstanError, isCapstanError, isTransient } from '@capstan/shared';
+import { capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
@@ -32,6 +32,7 @@ import { storeError } from '../errors.js';
 import { inTransaction } from './tx.js';
 import { poolConfig } from './connection.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
+import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
@@ -77,6 +78,8 @@ export class PostgresStore implements Store {
   private readonly now: () => Date;
   private readonly onMaintenance: (message: string, err?: unknown) => void;
   private readonly skippedPartitions = new Set<string>();
+  /** Decoded node-day bases (store/run-codec.ts). */
+  private readonly bases = new BaseCache();
   private closed = false;
   readonly identity: PostgresIdentityStore;
   readonly jobs = new PostgresJobStore(() => this.pool);
@@ -411,14 +414,16 @@ export class PostgresStore implements Store {
     {
       const node = await this.lockNode(what, c, run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
+      const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes)
+        : { base_id: null, log: run.log_compressed!, outcomes: packed };
       const ins = await this.query<{ id: string }>(what, c, {
         name: 'run_insert',
         text: `INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete, report_count,
-            counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed)
-          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+            counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
+          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
           ON CONFLICT (node_id, started_at_utc) DO NOTHING RETURNING id`,
         values: [run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete, run.report_count,
-          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, run.log_compressed, packed],
+          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, stored.log, stored.outcomes, stored.base_id],
       });
       if (ins.rowCount === 0) {
         const dup = await this.query<{ id: string }>(what, c, {
@@ -481,6 +486,44 @@ export class PostgresStore implements Store {
     }
   }
 
+  /**
+   * A run's log and outcomes against its node-day's base, made from this run when the day has
+   * none yet (store/run-codec.ts). The node's row is locked by the caller, so two servers never
+   * make the same node-day's base at once; ON CONFLICT is there all the same.
+   */
+  private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes']): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
+    const what = 'insertRun';
+    const day = runDay(startedUtc);
+    const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+    const find = () => this.query<{ id: string }>(what, c, {
+      name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
+    });
+    let found = (await find()).rows[0];
+    let texts: BaseTexts | undefined;
+    if (!found) {
+      const row = encodeBase({ log, outcomes: json });
+      const ins = await this.query<{ id: string }>(what, c, {
+        name: 'run_base_insert',
+        text: `INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES ($1, $2, $3, $4)
+          ON CONFLICT (node_id, day) DO NOTHING RETURNING id`,
+        values: [nodeId, day, row.log_compressed, row.outcomes_packed],
+      });
+      found = ins.rows[0] ?? (await find()).rows[0];
+      if (ins.rows[0]) this.bases.set(Number(found!.id), (texts = { log, outcomes: json }));
+    }
+    const id = Number(found!.id);
+    texts ??= this.bases.get(id);
+    if (!texts) {
+      const { rows } = await this.query<BaseRow>(what, c, {
+        name: 'run_base_get', text: 'SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = $1', values: [id],
+      });
+      texts = decodeBase(rows[0]!);
+      this.bases.set(id, texts);
+    }
+    const enc = encodeRun(texts, log, json);
+    return { base_id: id, log: enc.log, outcomes: enc.outcomes };
+  }
+
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
     const { from, to } = runRange(range);
@@ -491,20 +534,77 @@ export class PostgresStore implements Store {
       text: `SELECT t.total, r.* FROM
           (SELECT count(*) AS total FROM runs WHERE node_id = $1
              AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)) t
-        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.join(', ')}, outcomes_packed FROM runs WHERE node_id = $1
-             AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)
-           ORDER BY started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
+        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.map((c) => `x.${c}`).join(', ')}, x.outcomes_packed, x.base_id, b.outcomes_packed AS base_outcomes
+           FROM runs x LEFT JOIN run_bases b ON b.id = x.base_id WHERE x.node_id = $1
+             AND ($4::timestamptz IS NULL OR x.started_at_utc >= $4) AND ($5::timestamptz IS NULL OR x.started_at_utc < $5)
+           ORDER BY x.started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
       values: [nodeId, limit, offset, from, to],
     });
-    return { data: rows.filter((r) => r.id !== null).map(runFromRow), total: Number(rows[0]?.total ?? 0) };
+    return { data: rows.filter((r) => r.id !== null).map((r) => runFromRow(r, this.bases)), total: Number(rows[0]?.total ?? 0) };
+  }
+
+  /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
+  private async runLog(runId: number): Promise<{ raw: Buffer } | { text: Buffer } | null> {
+    if (!Number.isSafeInteger(runId)) return null;
+    const { rows } = await this.query<{ log_compressed: Buffer; base_id: string | null; base_log: Buffer | null; base_outcomes: Buffer | null }>('getRunLog', this.pool, {
+      name: 'run_log',
+      text: `SELECT r.log_compressed, r.base_id, b.log_compressed AS base_log, b.outcomes_packed AS base_outcomes
+        FROM runs r LEFT JOIN run_bases b ON b.id = r.base_id WHERE r.id = $1`,
+      values: [runId],
+    });
+    const row = rows[0];
+    if (!row) return null;
+    if (row.base_id === null) return { raw: row.log_compressed };
+    if (!row.base_log) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
+    const id = Number(row.base_id);
+    const base = this.bases.texts(id, () => ({ log_compressed: row.base_log!, outcomes_packed: row.base_outcomes! }))!;
+    return { text: decodeRunLog(base, row.log_compressed) };
   }
 
   async getRunLog(runId: number): Promise<Buffer | null> {
-    if (!Number.isSafeInteger(runId)) return null;
-    const { rows } = await this.query<{ log_compressed: Buffer }>('getRunLog', this.pool, {
-      name: 'run_log', text: 'SELECT log_compressed FROM runs WHERE id = $1', values: [runId],
+    const log = await this.runLog(runId);
+    return log === null ? null : 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+  }
+
+  async getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null> {
+    const log = await this.runLog(runId);
+    if (log === null) return null;
+    if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
+    if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
+    return log.text;
+  }
+
+  async compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }> {
+    const what = 'compactRuns';
+    const cur = await this.query<{ v: string }>(what, this.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
+    const cursor = Number(cur.rows[0]?.v ?? 0);
+    const { rows } = await this.query<Record<string, unknown>>(what, this.pool, {
+      text: `SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed FROM runs
+        WHERE id > $1 AND base_id IS NULL ORDER BY id LIMIT $2`,
+      values: [cursor, limit],
     });
-    return rows[0] ? rows[0].log_compressed : null;
+    const texts = await Promise.all(rows.map((r) => decompress(r.log_compressed as Buffer, 'zstd', { maxBytes: 256 * 1024 * 1024 }).catch(() => null)));
+    const last = rows.length ? Number(rows[rows.length - 1]!.id) : cursor;
+    let converted = 0;
+    await this.tx(what, async (c) => {
+      for (const [i, r] of rows.entries()) {
+        const text = texts[i];
+        if (!text) continue;
+        // The node's row lock orders this with the ingest's runs of the same node.
+        if (!(await this.lockNode(what, c, r.node_id as string))) continue;
+        const started = iso(r.started_at_utc)!;
+        const s = await this.againstBase(c, r.node_id as string, started, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
+        const u = await this.query(what, c, {
+          text: `UPDATE runs SET log_compressed = $1, outcomes_packed = $2, outcomes = $3, base_id = $4
+            WHERE id = $5 AND started_at_utc = $6 AND base_id IS NULL`,
+          values: [s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id, r.started_at_utc],
+        });
+        converted += u.rowCount ?? 0;
+      }
+      await this.query(what, c, { text: "UPDATE registry_counters SET value = GREATEST(value, $1) WHERE name = 'runs_compacted_through'", values: [last] });
+    });
+    const rem = await this.query<{ n: string }>(what, this.pool, { text: 'SELECT count(*) AS n FROM runs WHERE id > $1 AND base_id IS NULL', values: [last] });
+    return { converted, skipped: rows.length - converted, remaining: Number(rem.rows[0]!.n) };
   }
 
   // --- compliance ---------------------------------------------------------------------------
@@ -851,6 +951,16 @@ export class PostgresStore implements Store {
       });
       const n = res.rowCount ?? 0;
       await this.bump(c, 'deleted_runs', n);
+      // Then the bases of days no run refers to any more (a base serves only runs of its day).
+      if (n < limit) {
+        await this.query('deleteRunsBefore', c, {
+          text: `DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ($1::timestamptz AT TIME ZONE 'UTC')::date AND NOT EXISTS (
+              SELECT 1 FROM runs r WHERE r.node_id = x.node_id AND r.started_at_utc >= x.day::timestamp AT TIME ZONE 'UTC'
+                AND r.started_at_utc < (x.day + 1)::timestamp AT TIME ZONE 'UTC')
+            LIMIT $2)`,
+          values: [b, limit - n],
+        });
+      }
       return n;
     });
     return deleted;

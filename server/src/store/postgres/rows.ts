@@ -3,7 +3,7 @@
  * carry ISO 8601 UTC strings and numbers, the same as the SQLite backend returns.
  */
 import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
-import { unpackOutcomes } from '../outcomes.js';
+import { rowOutcomes, type BaseCache } from '../run-codec.js';
 import { NODE_COLUMNS } from '../query.js';
 import { nodeFromColumns, nodeToColumns } from '../records.js';
 
@@ -18,7 +18,7 @@ export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
   return nodeFromColumns(row, (v, c) => (TIME_COLUMNS.has(c) ? iso(v) : (v ?? null)), (v) => v);
 }
 
-export function runFromRow(row: Record<string, unknown>): RunRecord {
+export function runFromRow(row: Record<string, unknown>, bases: BaseCache): RunRecord {
   return {
     id: Number(row.id),
     node_id: row.node_id as string,
@@ -27,7 +27,7 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
     complete: row.complete === true,
     report_count: Number(row.report_count),
     counts: row.counts as RunRecord['counts'],
-    outcomes: unpackOutcomes(row.outcomes_packed, row.outcomes),
+    outcomes: rowOutcomes(row, bases),
     file_name: row.file_name as string,
     sha256: row.sha256 as string,
     received_at: iso(row.received_at)!,

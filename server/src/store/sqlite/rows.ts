@@ -1,6 +1,6 @@
 /** SQLite rows to records. SQLite keeps times as ISO text already; JSON and booleans need decoding. */
 import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
-import { unpackOutcomes } from '../outcomes.js';
+import { rowOutcomes, type BaseCache } from '../run-codec.js';
 import { NODE_COLUMNS } from '../query.js';
 import { nodeFromColumns, nodeToColumns } from '../records.js';
 
@@ -8,7 +8,7 @@ export function nodeFromRow(row: Record<string, unknown>): NodeRecord {
   return nodeFromColumns(row, (v) => (v ?? null), (v) => JSON.parse(v as string));
 }
 
-export function runFromRow(row: Record<string, unknown>): RunRecord {
+export function runFromRow(row: Record<string, unknown>, bases: BaseCache): RunRecord {
   return {
     id: row.id as number,
     node_id: row.node_id as string,
@@ -17,7 +17,7 @@ export function runFromRow(row: Record<string, unknown>): RunRecord {
     complete: row.complete === 1,
     report_count: row.report_count as number,
     counts: JSON.parse(row.counts as string) as RunRecord['counts'],
-    outcomes: unpackOutcomes(row.outcomes_packed, row.outcomes),
+    outcomes: rowOutcomes(row, bases),
     file_name: row.file_name as string,
     sha256: row.sha256 as string,
     received_at: row.received_at as string,

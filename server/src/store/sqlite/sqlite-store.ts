@@ -13,7 +13,7 @@
  * batches of a bounded size, each its own transaction, so the ingest waits for one batch at most.
  */
 import Database from 'better-sqlite3';
-import { capstanError } from '@capstan/shared';
+import { capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
@@ -29,6 +29,7 @@ import {
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
+import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
 import {
@@ -64,6 +65,8 @@ export class SqliteStore implements Store {
   private readonly now: () => Date;
   /** Statements are compiled once per SQL text; listNodes builds a handful of variants. */
   private readonly statements = new Map<string, Database.Statement>();
+  /** Decoded node-day bases (store/run-codec.ts). */
+  private readonly bases = new BaseCache();
   readonly identity: SqliteIdentityStore;
   readonly jobs = new SqliteJobStore(() => this.db);
   readonly bootstrap = new SqliteBootstrapStore(() => this.db);
@@ -343,11 +346,13 @@ export class SqliteStore implements Store {
     {
       const node = this.node(run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
+      const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes)
+        : { base_id: null, log: run.log_compressed!, outcomes: packed };
       const ins = this.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
-          report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id, started_at_utc) DO NOTHING`)
+          report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id, started_at_utc) DO NOTHING`)
         .run(run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete ? 1 : 0, run.report_count,
-          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, run.log_compressed, packed);
+          counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, stored.log, stored.outcomes, stored.base_id);
       if (ins.changes === 0) {
         const dup = this.stmt('SELECT id FROM runs WHERE node_id = ? AND started_at_utc = ?')
           .get(run.node_id, startedUtc) as { id: number };
@@ -394,6 +399,30 @@ export class SqliteStore implements Store {
     }
   }
 
+  /**
+   * A run's log and outcomes against its node-day's base, which is made from this run when the
+   * day has none yet (store/run-codec.ts).
+   */
+  private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes']): { base_id: number; log: Buffer; outcomes: Buffer } {
+    const day = runDay(startedUtc);
+    const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+    const found = this.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
+    let id: number;
+    let texts: BaseTexts | undefined;
+    if (found === undefined) {
+      texts = { log, outcomes: json };
+      const row = encodeBase(texts);
+      id = Number(this.stmt('INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES (?, ?, ?, ?)')
+        .run(nodeId, day, row.log_compressed, row.outcomes_packed).lastInsertRowid);
+      this.bases.set(id, texts);
+    } else {
+      id = found;
+      texts = this.bases.texts(id, () => this.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(id) as BaseRow | undefined);
+    }
+    const enc = encodeRun(texts!, log, json);
+    return { base_id: id, log: enc.log, outcomes: enc.outcomes };
+  }
+
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
     const { from, to } = runRange(range);
@@ -402,17 +431,60 @@ export class SqliteStore implements Store {
     return this.read('listRuns', () => {
       const { n } = this.stmt(`SELECT count(*) AS n FROM runs WHERE ${where}`).get(...values) as { n: number };
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
-      const rows = this.stmt(`SELECT ${RUN_COLUMNS.join(', ')}, outcomes_packed FROM runs WHERE ${where}
-        ORDER BY started_at_utc DESC LIMIT ? OFFSET ?`).all(...values, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map(runFromRow), total: n };
+      const rows = this.stmt(`SELECT ${RUN_COLUMNS.map((c) => `r.${c}`).join(', ')}, r.outcomes_packed, r.base_id, b.outcomes_packed AS base_outcomes
+        FROM runs r LEFT JOIN run_bases b ON b.id = r.base_id WHERE ${where.replace(/started_at_utc/g, 'r.started_at_utc').replace('node_id', 'r.node_id')}
+        ORDER BY r.started_at_utc DESC LIMIT ? OFFSET ?`).all(...values, limit, offset) as Record<string, unknown>[];
+      return { data: rows.map((r) => runFromRow(r, this.bases)), total: n };
+    });
+  }
+
+  /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
+  private runLog(runId: number): { raw: Buffer } | { text: Buffer } | null {
+    if (!Number.isSafeInteger(runId)) return null;
+    return this.read('getRunLog', () => {
+      const row = this.stmt('SELECT log_compressed, base_id FROM runs WHERE id = ?').get(runId) as { log_compressed: Buffer; base_id: number | null } | undefined;
+      if (!row) return null;
+      if (row.base_id === null) return { raw: row.log_compressed };
+      const base = this.bases.texts(row.base_id, () => this.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(row.base_id) as BaseRow | undefined);
+      if (!base) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
+      return { text: decodeRunLog(base, row.log_compressed) };
     });
   }
 
   async getRunLog(runId: number): Promise<Buffer | null> {
-    if (!Number.isSafeInteger(runId)) return null;
-    const row = this.read('getRunLog', () =>
-      this.stmt('SELECT log_compressed FROM runs WHERE id = ?').get(runId)) as { log_compressed: Buffer } | undefined;
-    return row ? row.log_compressed : null;
+    const log = this.runLog(runId);
+    return log === null ? null : 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+  }
+
+  async getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null> {
+    const log = this.runLog(runId);
+    if (log === null) return null;
+    if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
+    if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
+    return log.text;
+  }
+
+  async compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }> {
+    // Read and decompressed outside the write transaction (zstd of a page of runs is async);
+    // each row is converted only if it is still whole when written.
+    const cursor = this.read('compactRuns', () => Number(this.stmt("SELECT value FROM registry_counters WHERE name = 'runs_compacted_through'").pluck().get() ?? 0));
+    const rows = this.read('compactRuns', () => this.stmt(`SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed
+      FROM runs WHERE id > ? AND base_id IS NULL ORDER BY id LIMIT ?`).all(cursor, limit)) as Array<Record<string, unknown>>;
+    const texts = await Promise.all(rows.map((r) => decompress(r.log_compressed as Buffer, 'zstd', { maxBytes: 256 * 1024 * 1024 }).catch(() => null)));
+    let converted = 0;
+    const last = rows.length ? (rows[rows.length - 1]!.id as number) : cursor;
+    this.write('compactRuns', () => {
+      const upd = this.stmt('UPDATE runs SET log_compressed = ?, outcomes_packed = ?, outcomes = ?, base_id = ? WHERE id = ? AND base_id IS NULL');
+      rows.forEach((r, i) => {
+        const text = texts[i];
+        if (!text) return;
+        const s = this.againstBase(r.node_id as string, r.started_at_utc as string, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
+        converted += upd.run(s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id).changes;
+      });
+      this.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);
+    });
+    const remaining = this.read('compactRuns', () => Number(this.stmt('SELECT count(*) FROM runs WHERE id > ? AND base_id IS NULL').pluck().get(last)));
+    return { converted, skipped: rows.length - converted, remaining };
   }
 
   // --- compliance ---------------------------------------------------------------------------
@@ -652,6 +724,12 @@ export class SqliteStore implements Store {
       const { changes } = this.stmt(`DELETE FROM runs WHERE id IN (
         SELECT id FROM runs WHERE started_at_utc < ? ORDER BY started_at_utc LIMIT ?)`).run(b, limit);
       this.bump('deleted_runs', changes);
+      // Then the bases of days no run refers to any more (a base serves only runs of its day).
+      if (changes < limit) {
+        this.stmt(`DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ? AND NOT EXISTS (
+            SELECT 1 FROM runs r WHERE r.node_id = x.node_id AND r.started_at_utc >= x.day AND r.started_at_utc < x.day || 'T99')
+          LIMIT ?)`).run(runDay(b), limit - changes);
+      }
       return changes;
     });
   }
