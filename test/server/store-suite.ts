@@ -6,6 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
+import { compressSync, decompress } from '@capstan/shared';
 import { LATEST_SCHEMA_VERSION } from '@capstan/server/store/index';
 import type { NodeUpsertFromInventory, RunInsert, Store } from '@capstan/server/store/index';
 
@@ -411,4 +412,105 @@ function benchmark(t: Test, backend: Backend): void {
     t.comment(`insertRun: ${serial.toFixed(0)} runs/s one at a time, ${parallel.toFixed(0)} runs/s with 16 in flight`);
     t.equal((await store.listRuns('b0', 1, 1)).total, (2 * total) / nodes);
   });
+
+  // --- runs against their node-day's base (migration 16) ---------------------------------------
+
+  t.test('runs given their text are kept against the node-day base and read back exactly', async (t) => {
+    const { db, store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    const inserted: Array<{ id: number; text: Buffer; outcomes: RunInsert['outcomes'] }> = [];
+    const times = ['2024-05-01T10:00:00Z', '2024-05-01T10:05:00+02:00', '2024-05-01T23:59:59Z', '2024-05-02T00:00:00Z', '2024-05-01T09:00:00Z'];
+    for (const [i, at] of times.entries()) {
+      const text = runText('n1', at, i);
+      const outcomes = [
+        { rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: i % 2 ? 'result_repaired' : 'result_success', count: 1 },
+        { rule_id: 'r2', directive_id: 'd2', component: 'Pkg', outcome: 'result_success', count: i },
+      ];
+      const { id, inserted: ok } = await store.insertRun(run('n1', at, { log_compressed: undefined, log_text: text, outcomes }));
+      t.ok(ok);
+      inserted.push({ id, text, outcomes });
+    }
+    // The same run again is a duplicate, whatever form it comes in.
+    t.match(await store.insertRun(run('n1', times[0]!, { log_compressed: undefined, log_text: runText('n1', 'x', 9) })), { inserted: false, id: inserted[0]!.id });
+    const check = async (s: Store, what: string) => {
+      const runs = (await s.listRuns('n1', 1, 10)).data;
+      t.equal(runs.length, times.length, what);
+      for (const r of inserted) {
+        t.same(runs.find((x) => x.id === r.id)!.outcomes, r.outcomes, `${what}: outcomes of run ${r.id}`);
+        t.ok((await s.getRunLogText(r.id, 1 << 20))!.equals(r.text), `${what}: log text of run ${r.id}`);
+        t.ok((await decompress((await s.getRunLog(r.id))!, 'zstd', { maxBytes: 1 << 20 })).equals(r.text), `${what}: zstd log of run ${r.id}`);
+      }
+    };
+    await check(store, 'same store');
+    // Another store (another server process) has no base cached.
+    await check(await db.open({ now: CLOCK }), 'fresh store');
+    await t.rejects(store.getRunLogText(inserted[0]!.id, 100), { code: 'ERR_DECOMPRESSED_TOO_LARGE' });
+    t.equal(await store.getRunLogText(inserted[4]!.id + 100, 1 << 20), null);
+  });
+
+  t.test('retention removes a day with its base; a late run of that day makes a new one', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    const day1 = await store.insertRun(run('n1', '2024-05-01T10:00:00Z', { log_compressed: undefined, log_text: runText('n1', 'a', 1) }));
+    await store.insertRun(run('n1', '2024-05-01T11:00:00Z', { log_compressed: undefined, log_text: runText('n1', 'b', 2) }));
+    const day2 = await store.insertRun(run('n1', '2024-05-02T10:00:00Z', { log_compressed: undefined, log_text: runText('n1', 'c', 3) }));
+    let n = 0;
+    for (let i = 0; i < 10; i++) {
+      const d = await store.deleteRunsBefore('2024-05-02T00:00:00.000Z', 1);
+      n += d;
+      if (d === 0) break;
+    }
+    t.equal(n, 2);
+    t.equal(await store.getRunLogText(day1.id, 1 << 20), null);
+    t.ok((await store.getRunLogText(day2.id, 1 << 20))!.equals(runText('n1', 'c', 3)));
+    const late = await store.insertRun(run('n1', '2024-05-01T12:00:00Z', { log_compressed: undefined, log_text: runText('n1', 'd', 4) }));
+    t.ok((await store.getRunLogText(late.id, 1 << 20))!.equals(runText('n1', 'd', 4)));
+    t.equal((await store.listRuns('n1', 1, 10)).total, 2);
+  });
+
+  t.test('compactRuns converts runs stored whole, resumably, and they read back identical', async (t) => {
+    const { db, store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    await store.createNode({ id: 'n2', hostname: 'h' });
+    const opaque = Buffer.from('not a zstd frame');
+    for (let i = 0; i < 7; i++) {
+      const node = i % 2 ? 'n2' : 'n1';
+      const at = new Date(Date.UTC(2024, 4, 1, 20 + i)).toISOString();
+      await store.insertRun(run(node, at, {
+        log_compressed: i === 3 ? opaque : compressSync(runText(node, at, i), 'zstd'),
+        outcomes: [{ rule_id: 'r', directive_id: `d${i}`, component: 'c', outcome: 'result_success', count: i }],
+      }));
+    }
+    const snapshot = async (s: Store) => {
+      const out: unknown[] = [];
+      for (const node of ['n1', 'n2']) {
+        for (const r of (await s.listRuns(node, 1, 20)).data) {
+          const log = await s.getRunLog(r.id);
+          out.push({ ...r, log: log!.equals(opaque) ? 'opaque' : (await s.getRunLogText(r.id, 1 << 20))!.toString('latin1') });
+        }
+      }
+      return out;
+    };
+    const before = await snapshot(store);
+    t.match(await store.compactRuns(3), { converted: 3, skipped: 0, remaining: 4 });
+    // Another process goes on where the first stopped.
+    const other = await db.open({ now: CLOCK });
+    t.match(await other.compactRuns(3), { converted: 2, skipped: 1, remaining: 1 });
+    t.match(await other.compactRuns(3), { converted: 1, skipped: 0, remaining: 0 });
+    t.match(await other.compactRuns(3), { converted: 0, skipped: 0, remaining: 0 });
+    t.same(await snapshot(store), before);
+    t.same(await snapshot(await db.open({ now: CLOCK })), before);
+    const opaqueRun = (await store.listRuns('n2', 1, 20)).data.find((r) => r.started_at === new Date(Date.UTC(2024, 4, 1, 23)).toISOString())!;
+    t.ok((await store.getRunLog(opaqueRun.id))!.equals(opaque), 'a run that is not zstd keeps its bytes');
+  });
+}
+
+/** A run log text of a few hundred lines, varying a little with `i` as a node's runs do. */
+export function runText(node: string, at: string, i: number): Buffer {
+  const lines: string[] = [];
+  for (let k = 0; k < 200; k++) {
+    const kind = (k + i) % 37 === 0 ? 'result_repaired' : 'result_success';
+    lines.push(`${at} R: @@Common@@${kind}@@rule-${k % 9}@@directive-${k}@@0@@Component ${k}@@key-${k}@@${at}##${node}@#run ${i} line ${k}`);
+  }
+  return Buffer.from(lines.join('\n') + '\n');
 }
