@@ -6,10 +6,13 @@
  *   floor        ingestRunLog in one process (no HTTP, no spool) into SQLite and PostgreSQL
  *   ingest       N nodes' run logs PUT to a real relayd → real server, until the registry holds all
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
+ *   storage      bytes per node-day: a simulated day of N nodes' runs into both stores
  *   relay, registry, agent, policy, changes   the packages' own benchmarks, when they exist
  *
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
- * --quick (a handful of nodes and no package benchmarks: what the smoke test runs).
+ * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
+ * --day-hours H (1: the storage benchmark's simulated hours, scaled to the day; 24 for all of it),
+ * --storage-before (also measure runs stored whole, as before migration 16).
  * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -21,12 +24,13 @@ import { EXTERNAL, runExternal } from '../bench/lib/external.mjs';
 import { CACHE_DIR, prepareFleet } from '../bench/lib/fixtures.mjs';
 import { benchFloor, floorBreakdown } from '../bench/lib/floor.mjs';
 import { benchIngest } from '../bench/lib/ingest.mjs';
+import { benchNodeDay } from '../bench/lib/nodeday.mjs';
 import { PG_URL, pgCheckpoint, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
 import { mainThreadProfile, summarizeProfile } from '../bench/lib/profile.mjs';
 import { judge, writeResults } from '../bench/lib/report.mjs';
 
 const REPO = resolve(import.meta.dirname, '..');
-const ALL = ['floor', 'ingest', 'profile', ...EXTERNAL.map((e) => e.id)];
+const ALL = ['floor', 'ingest', 'profile', 'storage', ...EXTERNAL.map((e) => e.id)];
 
 const { values: args } = parseArgs({
   options: {
@@ -36,11 +40,13 @@ const { values: args } = parseArgs({
     'no-postgres': { type: 'boolean', default: false },
     out: { type: 'string', default: join(REPO, 'bench', 'results') },
     quick: { type: 'boolean', default: false },
+    'day-hours': { type: 'string', default: '1' },
+    'storage-before': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,relay,registry,agent,policy,changes] [--no-postgres] [--out DIR] [--quick]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -52,6 +58,7 @@ const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {n
 };
 const nodes = count(args.nodes ?? (args.quick ? '12' : '1000'), 'nodes', 100_000);
 const reports = count(args.reports ?? '100', 'reports', 100_000);
+const dayHours = count(args['day-hours'] ?? '1', 'day-hours', 24);
 const only = new Set(args.only ? args.only.split(',') : args.quick ? ['floor', 'ingest', 'profile'] : ALL);
 for (const o of only) {
   if (!ALL.includes(o)) {
@@ -61,7 +68,7 @@ for (const o of only) {
 }
 
 // --- progress on stderr: one bar redrawn on a terminal, one line per step otherwise -------------
-const steps = ['prepare', ...[...only].flatMap((o) => (o === 'floor' || o === 'ingest' ? [`${o} sqlite`, `${o} postgres`] : [o]))];
+const steps = ['prepare', ...[...only].flatMap((o) => (o === 'floor' || o === 'ingest' || o === 'storage' ? [`${o} sqlite`, `${o} postgres`] : [o]))];
 let done = 0;
 const tty = process.stderr.isTTY;
 function progress(/** @type {string} */ msg) {
@@ -105,7 +112,7 @@ const results = {
   /** @type {import('../bench/lib/report.mjs').Figure[]} */
   figures: [],
   /** @type {Record<string, any>} */
-  sections: { floor: {}, breakdown: {}, ingest: {}, profile: {}, external: {} },
+  sections: { floor: {}, breakdown: {}, ingest: {}, profile: {}, storage: {}, external: {} },
   durationMs: 0,
 };
 const figures = results.figures;
@@ -190,6 +197,33 @@ try {
       relay: await summarizeProfile(await mainThreadProfile(join(profiles, 'sqlite-relayd')), window),
     };
     step();
+  }
+
+  // --- bytes per node-day ------------------------------------------------------------------------
+  if (only.has('storage')) {
+    for (const kind of kinds) {
+      if (kind === 'postgres' && pgReason) {
+        results.sections.storage[kind] = { skipped: pgReason };
+        figures.push({ id: `storage.${kind}`, name: `storage ${kind}: bytes per node-day`, value: null, unit: 'B', note: pgReason });
+        step();
+        continue;
+      }
+      await settle();
+      for (const legacy of args['storage-before'] ? [true, false] : [false]) {
+        progress(`storage (${kind}${legacy ? ', runs whole' : ''}): a simulated ${dayHours} h of ${nodes} nodes`);
+        const r = await benchNodeDay({ store: kind, nodes, hours: dayHours, legacy, ...(kind === 'postgres' && { databaseUrl: PG_URL }), progress });
+        const id = `storage.${kind}${legacy ? '.before' : ''}`;
+        results.sections.storage[legacy ? `${kind}_before` : kind] = r;
+        const how = `${nodes} nodes, ${r.hours} h simulated${r.hours < 24 ? ', scaled to 24 h' : ''}${legacy ? ', runs stored whole (before)' : ''}`;
+        figures.push({ id, name: `storage ${kind}: bytes per node-day (${how})`, value: r.bytes_per_node_day, unit: 'B', target: legacy ? null : { op: '<=', value: 1_000_000 } });
+        figures.push({ id: `${id}.run`, name: `storage ${kind}${legacy ? ' (before)' : ''}: bytes per run log, all tables and indexes`, value: r.bytes_per_run, unit: 'B' });
+        for (const [table, bytes] of Object.entries(r.per_table_per_node_day)) {
+          if (bytes !== 0) figures.push({ id: `${id}.${table}`, name: `storage ${kind}${legacy ? ' (before)' : ''}, per node-day: ${table}`, value: bytes, unit: 'B' });
+        }
+        figures.push({ id: `${id}.state`, name: `storage ${kind}${legacy ? ' (before)' : ''}: per-node state rewritten in place (compliance, node row), growth per node`, value: r.state_growth_per_node, unit: 'B' });
+      }
+      step();
+    }
   }
 
   // --- the packages' own benchmarks --------------------------------------------------------------
