@@ -5,6 +5,8 @@
  *
  *   floor        ingestRunLog in one process (no HTTP, no spool) into SQLite and PostgreSQL
  *   ingest       N nodes' run logs PUT to a real relayd → real server, until the registry holds all
+ *   steady       steady state: the same nodes' next runs (~2 % repaired), floor and end to end,
+ *                beside the reference pipeline (bench/reference-pipeline.mjs) and its stages
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
  *   storage      bytes per node-day: a simulated day of N nodes' runs into both stores
  *   relay, registry, agent, policy, changes   the packages' own benchmarks, when they exist
@@ -25,12 +27,13 @@ import { CACHE_DIR, prepareFleet } from '../bench/lib/fixtures.mjs';
 import { benchFloor, floorBreakdown } from '../bench/lib/floor.mjs';
 import { benchIngest } from '../bench/lib/ingest.mjs';
 import { benchNodeDay } from '../bench/lib/nodeday.mjs';
+import { referencePipeline } from '../bench/reference-pipeline.mjs';
 import { PG_URL, pgCheckpoint, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
 import { mainThreadProfile, summarizeProfile } from '../bench/lib/profile.mjs';
 import { judge, writeResults } from '../bench/lib/report.mjs';
 
 const REPO = resolve(import.meta.dirname, '..');
-const ALL = ['floor', 'ingest', 'profile', 'storage', ...EXTERNAL.map((e) => e.id)];
+const ALL = ['floor', 'ingest', 'steady', 'profile', 'storage', ...EXTERNAL.map((e) => e.id)];
 
 const { values: args } = parseArgs({
   options: {
@@ -68,7 +71,7 @@ for (const o of only) {
 }
 
 // --- progress on stderr: one bar redrawn on a terminal, one line per step otherwise -------------
-const steps = ['prepare', ...[...only].flatMap((o) => (o === 'floor' || o === 'ingest' || o === 'storage' ? [`${o} sqlite`, `${o} postgres`] : [o]))];
+const steps = ['prepare', ...[...only].flatMap((o) => (o === 'floor' || o === 'ingest' || o === 'storage' || o === 'steady' ? [`${o} sqlite`, `${o} postgres`] : [o]))];
 let done = 0;
 const tty = process.stderr.isTTY;
 function progress(/** @type {string} */ msg) {
@@ -112,7 +115,7 @@ const results = {
   /** @type {import('../bench/lib/report.mjs').Figure[]} */
   figures: [],
   /** @type {Record<string, any>} */
-  sections: { floor: {}, breakdown: {}, ingest: {}, profile: {}, storage: {}, external: {} },
+  sections: { floor: {}, breakdown: {}, ingest: {}, steady: {}, profile: {}, storage: {}, external: {} },
   durationMs: 0,
 };
 const figures = results.figures;
@@ -121,7 +124,7 @@ const kinds = /** @type {const} */ (['sqlite', 'postgres']);
 const work = await mkdtemp(join(tmpdir(), 'capstan-bench-'));
 try {
   progress(`preparing ${nodes} node identities and signed run logs`);
-  const fleet = await prepareFleet({ nodes, reports, progress });
+  const fleet = await prepareFleet({ nodes, reports, steady: only.has('steady'), progress });
   results.input = { avgCompressedBytes: fleet.avgCompressedBytes };
   step();
 
@@ -185,6 +188,50 @@ try {
       step();
     }
   }
+  // --- steady state: the nodes' next runs -------------------------------------------------------
+  if (only.has('steady')) {
+    const certs = new Map(fleet.identities.map((id) => [id.nodeId, id.certPem]));
+    for (const kind of kinds) {
+      if (kind === 'postgres' && pgReason) {
+        figures.push({ id: `steady.${kind}`, name: `steady state end to end (${kind})`, value: null, unit: 'run logs/s', note: pgReason });
+        step();
+        continue;
+      }
+      await settle();
+      if (kind === 'sqlite') {
+        progress('steady state: reference pipeline (one thread, SQLite)');
+        const ref = referencePipeline({ files: fleet.next, certs, dir: work });
+        results.sections.steady.reference = ref;
+        figures.push({ id: 'steady.reference', name: 'reference pipeline (bench/reference-pipeline.mjs), one thread, SQLite', value: ref.runLogsPerSec, unit: 'run logs/s' });
+        figures.push({ id: 'steady.reference.cpu', name: 'reference pipeline: CPU per run log', value: ref.cpuUsPerRunLog, unit: 'µs' });
+        for (const [stage, us] of Object.entries(ref.usPerRunLog)) figures.push({ id: `steady.reference.${stage}`, name: `reference pipeline, CPU per run log: ${stage}`, value: us, unit: 'µs' });
+        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, identities: fleet.identities });
+        results.sections.steady.breakdown = b;
+        for (const [stage, us] of Object.entries(b.usPerRunLog)) figures.push({ id: `steady.stage.${stage}`, name: `capstan, CPU per run log (next runs, ${kind}): ${stage}`, value: us, unit: 'µs' });
+      }
+      progress(`steady state floor (${kind})`);
+      const f = await benchFloor({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities, progress });
+      results.sections.steady[`floor_${kind}`] = f;
+      figures.push({ id: `steady.floor.${kind}`, name: `steady state floor: ingestRunLog in one process, next runs, ${kind}`, value: f.runLogsPerSec, unit: 'run logs/s' });
+      await settle();
+      progress(`steady state end to end (${kind})`);
+      const r = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities, progress });
+      results.sections.steady[kind] = r;
+      const per = (/** @type {number | null} */ x) => (x === null ? null : Math.round((x * 1000 * 100) / r.count) / 100);
+      figures.push(
+        {
+          id: `steady.${kind}`, name: `steady state end to end: ${nodes} nodes' next runs → relayd → server (${kind})`, value: r.runLogsPerSec, unit: 'run logs/s',
+          floor: { id: `steady.floor.${kind}`, value: f.runLogsPerSec, min: 0.6 }, target: kind === 'sqlite' ? { op: '>=', value: 1000 } : null,
+        },
+        { id: `steady.${kind}.p99`, name: `steady ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
+        { id: `steady.${kind}.cpu.server`, name: `steady ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
+        { id: `steady.${kind}.cpu.relay`, name: `steady ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+        { id: `steady.${kind}.store`, name: `steady ${kind}: database growth per run log (tables + indexes)`, value: r.storeBytesPerRun, unit: 'B' },
+      );
+      step();
+    }
+  }
+
   if (only.has('profile')) {
     progress('ingest end to end (sqlite) under --cpu-prof');
     const profiles = join(CACHE_DIR, 'profiles', results.date.replace(/[:.]/g, '-'));

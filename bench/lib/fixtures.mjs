@@ -12,10 +12,12 @@ import { DEFAULT_MIX } from '@capstan/agent/sim/runlog';
 
 /** Keys, certificates and profiles kept between runs (git-ignored); CAPSTAN_BENCH_CACHE moves it. */
 export const CACHE_DIR = process.env.CAPSTAN_BENCH_CACHE || resolve(import.meta.dirname, '../.cache');
+/** A fleet after its first hour: ~2 % of components repaired per run, a few failing, a fifth logging a line. */
+export const STEADY_MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: DEFAULT_MIX.info });
 const SIGN_WORKER = new URL('../../agent/dist/sim/sign-worker.js', import.meta.url);
 
 /**
- * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, progress?: (msg: string) => void }} o
+ * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, progress?: (msg: string) => void }} o
  */
 export async function prepareFleet(o) {
   const say = o.progress ?? (() => undefined);
@@ -32,5 +34,17 @@ export async function prepareFleet(o) {
   );
   const files = signed.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) }));
   const bytes = files.reduce((s, f) => s + f.body.length, 0);
-  return { identities, files, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
+  /** @type {typeof files} */
+  let next = [];
+  if (o.steady) {
+    // Each node's next run, five minutes later: same policy, about 2 % of components repaired.
+    say(`signing ${o.nodes} next run logs (steady state)`);
+    const more = await runInWorkers(
+      SIGN_WORKER,
+      identities.map((id) => ({ kind: 'run', id, startedAtMs: startedAtMs + 300_000, run: 1, reports: o.reports, mix: STEADY_MIX })),
+      availableParallelism(),
+    );
+    next = more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) }));
+  }
+  return { identities, files, next, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
 }
