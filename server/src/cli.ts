@@ -595,8 +595,8 @@ storeOptions(program.command('compact-runs').description('convert runs stored be
         const r = await store.compactRuns(flags.batch);
         done += r.converted;
         skipped += r.skipped;
-        process.stdout.write(`converted ${done} runs, left ${skipped} as they were, ${r.remaining} to go\n`);
-        if (r.converted + r.skipped === 0 || r.remaining === 0) break;
+        process.stdout.write(`converted ${done} runs, left ${skipped} as they were; through run id ${r.through_id} of ${r.max_id}\n`);
+        if (r.done) break;
       }
     });
   });

@@ -295,6 +295,17 @@ export interface RunInsert {
   changes?: ChangeInput[];
 }
 
+/** One batch of compactRuns: what it did, how far it has looked (run ids), and whether it is done. */
+export interface CompactProgress {
+  converted: number;
+  /** Looked at and left as they were (not zstd). */
+  skipped: number;
+  through_id: number;
+  max_id: number;
+  /** Nothing whole is left above through_id. */
+  done: boolean;
+}
+
 export interface RunRecord {
   id: number;
   node_id: string;
@@ -501,10 +512,9 @@ export interface Store {
   /**
    * Converts up to `limit` runs stored whole (before migration 16) to the node-day form, oldest
    * id first, one transaction per call; resumable (the last id looked at is kept in the
-   * database). A run whose log is not a zstd frame is left as it is. `remaining`: runs not yet
-   * looked at.
+   * database). A run whose log is not a zstd frame is left as it is.
    */
-  compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }>;
+  compactRuns(limit: number): Promise<CompactProgress>;
 
   /**
    * Store what a node is expected to report for one config id (the policy generator calls this)

@@ -20,7 +20,7 @@ import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
-  RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -574,7 +574,7 @@ export class PostgresStore implements Store {
     return log.text;
   }
 
-  async compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }> {
+  async compactRuns(limit: number): Promise<CompactProgress> {
     const what = 'compactRuns';
     const cur = await this.query<{ v: string }>(what, this.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
     const cursor = Number(cur.rows[0]?.v ?? 0);
@@ -603,8 +603,9 @@ export class PostgresStore implements Store {
       }
       await this.query(what, c, { text: "UPDATE registry_counters SET value = GREATEST(value, $1) WHERE name = 'runs_compacted_through'", values: [last] });
     });
-    const rem = await this.query<{ n: string }>(what, this.pool, { text: 'SELECT count(*) AS n FROM runs WHERE id > $1 AND base_id IS NULL', values: [last] });
-    return { converted, skipped: rows.length - converted, remaining: Number(rem.rows[0]!.n) };
+    // The highest id, not a count of what is left: counting would scan the table at every batch.
+    const max = await this.query<{ n: string }>(what, this.pool, { text: 'SELECT coalesce(max(id), 0) AS n FROM runs' });
+    return { converted, skipped: rows.length - converted, through_id: last, max_id: Number(max.rows[0]!.n), done: rows.length < limit };
   }
 
   // --- compliance ---------------------------------------------------------------------------

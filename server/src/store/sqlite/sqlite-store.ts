@@ -18,7 +18,7 @@ import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
-  RunInsert, RunRange, RunRecord, Store, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  RunInsert, RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -464,7 +464,7 @@ export class SqliteStore implements Store {
     return log.text;
   }
 
-  async compactRuns(limit: number): Promise<{ converted: number; skipped: number; remaining: number }> {
+  async compactRuns(limit: number): Promise<CompactProgress> {
     // Read and decompressed outside the write transaction (zstd of a page of runs is async);
     // each row is converted only if it is still whole when written.
     const cursor = this.read('compactRuns', () => Number(this.stmt("SELECT value FROM registry_counters WHERE name = 'runs_compacted_through'").pluck().get() ?? 0));
@@ -483,8 +483,9 @@ export class SqliteStore implements Store {
       });
       this.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);
     });
-    const remaining = this.read('compactRuns', () => Number(this.stmt('SELECT count(*) FROM runs WHERE id > ? AND base_id IS NULL').pluck().get(last)));
-    return { converted, skipped: rows.length - converted, remaining };
+    // The highest id, not a count of what is left: counting would scan the table at every batch.
+    const maxId = this.read('compactRuns', () => Number(this.stmt('SELECT coalesce(max(id), 0) FROM runs').pluck().get()));
+    return { converted, skipped: rows.length - converted, through_id: last, max_id: maxId, done: rows.length < limit };
   }
 
   // --- compliance ---------------------------------------------------------------------------
