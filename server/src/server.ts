@@ -56,10 +56,11 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
       ? {
           databaseUrl: config.database.url,
           poolSize: config.database.pool_size,
+          runBaseCacheBytes: config.database.run_base_cache,
           onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
           onMaintenance: (message, err) => log.warn({ err }, message),
         }
-      : { sqlitePath: join(dataDir, 'capstan.db') },
+      : { sqlitePath: join(dataDir, 'capstan.db'), runBaseCacheBytes: config.database.run_base_cache },
   );
   try {
     return await startOnStore(config, log, store);

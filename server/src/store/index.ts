@@ -19,6 +19,8 @@ export interface OpenStoreOptions {
   poolSize?: number;
   /** Postgres only: keep the registry in this schema (tests use one per run). */
   schema?: string;
+  /** Memory for decoded node-day bases of runs (store/run-codec.ts); default 64 MiB. */
+  runBaseCacheBytes?: number;
   /** Clock for times the store stamps itself (manual node creation); tests pass a fixed one. */
   now?: () => Date;
   /** Postgres only: told when an idle pooled connection fails. */
@@ -37,9 +39,13 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.now && { now: opts.now }),
       ...(opts.onIdleError && { onIdleError: opts.onIdleError }),
       ...(opts.onMaintenance && { onMaintenance: opts.onMaintenance }),
+      ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
     });
   } else if (opts.sqlitePath) {
-    store = new SqliteStore({ path: opts.sqlitePath, ...(opts.now && { now: opts.now }) });
+    store = new SqliteStore({
+      path: opts.sqlitePath, ...(opts.now && { now: opts.now }),
+      ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
+    });
   } else {
     throw capstanError('ERR_CONFIG', 'store needs a sqlite path or a database url');
   }

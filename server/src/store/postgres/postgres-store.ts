@@ -59,6 +59,8 @@ export interface PostgresStoreOptions {
   onIdleError?: (err: Error) => void;
   /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
   onMaintenance?: (message: string, err?: unknown) => void;
+  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  runBaseCacheBytes?: number;
 }
 
 type Q = pg.Pool | pg.PoolClient;
@@ -79,7 +81,7 @@ export class PostgresStore implements Store {
   private readonly onMaintenance: (message: string, err?: unknown) => void;
   private readonly skippedPartitions = new Set<string>();
   /** Decoded node-day bases (store/run-codec.ts). */
-  private readonly bases = new BaseCache();
+  private readonly bases: BaseCache;
   private closed = false;
   readonly identity: PostgresIdentityStore;
   readonly jobs = new PostgresJobStore(() => this.pool);
@@ -91,6 +93,7 @@ export class PostgresStore implements Store {
       throw capstanError('ERR_CONFIG', 'database schema must be a lower-case identifier');
     }
     this.schema = opts.schema;
+    this.bases = new BaseCache(opts.runBaseCacheBytes);
     this.now = opts.now ?? (() => new Date());
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
     this.pool = new pg.Pool(poolConfig(opts.url, opts.poolSize ?? 10, opts.schema));

@@ -50,6 +50,8 @@ export interface SqliteStoreOptions {
   /** How long a writer waits for another process's lock before giving up (ms). */
   busyTimeoutMs?: number;
   now?: () => Date;
+  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  runBaseCacheBytes?: number;
 }
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
@@ -66,7 +68,7 @@ export class SqliteStore implements Store {
   /** Statements are compiled once per SQL text; listNodes builds a handful of variants. */
   private readonly statements = new Map<string, Database.Statement>();
   /** Decoded node-day bases (store/run-codec.ts). */
-  private readonly bases = new BaseCache();
+  private readonly bases: BaseCache;
   readonly identity: SqliteIdentityStore;
   readonly jobs = new SqliteJobStore(() => this.db);
   readonly bootstrap = new SqliteBootstrapStore(() => this.db);
@@ -75,6 +77,7 @@ export class SqliteStore implements Store {
   constructor(opts: SqliteStoreOptions) {
     const timeout = opts.busyTimeoutMs ?? 5000;
     this.now = opts.now ?? (() => new Date());
+    this.bases = new BaseCache(opts.runBaseCacheBytes);
     try {
       this.db = new Database(opts.path, { timeout });
       this.db.pragma('journal_mode = WAL');
