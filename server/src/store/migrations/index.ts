@@ -17,7 +17,7 @@ import { complianceChanges } from './0010_compliance_changes.js';
 import { bootstrap } from './0011_bootstrap.js';
 import { certificateConflicts } from './0012_certificate_conflicts.js';
 import { futureRuns } from './0013_future_runs.js';
-import { runBases } from './0016_run_bases.js';
+import { runBases } from './0014_run_bases.js';
 
 export interface Migration {
   version: number;
