@@ -216,6 +216,21 @@ export const SERVER_SCHEMA = {
     /** How often the list of server-hosted managers is re-read (changes made through the API). */
     refresh_interval: { type: 'duration', default: '30s', min: 100 },
   },
+  console: {
+    /** Serve the web console at GET / (same listener as the API). false: / answers 404. */
+    enabled: { type: 'boolean', default: true },
+    /** A console sign-in lasts this long (its cookie's Max-Age and the expiry sealed inside it); then sign in again. */
+    session_ttl: { type: 'duration', default: '8h', min: 60000 },
+    /**
+     * Secret sealing the console's sign-in cookies; empty → <data_dir>/console.secret, made at the
+     * first start. Servers sharing a database behind one address need the same file.
+     */
+    secret_file: { type: 'string', default: '', optional: true },
+    /** How often global compliance is recorded for the console's compliance-over-time graph. 0: never. */
+    history_interval: { type: 'duration', default: '10m' },
+    /** Recorded compliance is kept this long. */
+    history_retention: { type: 'duration', default: '30d', min: 86400000 },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -241,6 +256,11 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   }
   if (config.bootstrap.package_url !== '' && !/^https?:\/\//.test(config.bootstrap.package_url)) {
     throw capstanError('ERR_CONFIG', 'bootstrap.package_url must be an http or https URL');
+  }
+  // A sign-in outliving a month is a credential nobody remembers handing out.
+  if (config.console.session_ttl > 30 * 86_400_000) throw capstanError('ERR_CONFIG', 'console.session_ttl must be at most 30d');
+  if (config.console.history_interval !== 0 && config.console.history_interval < 10_000) {
+    throw capstanError('ERR_CONFIG', 'console.history_interval must be 0 (off) or at least 10s');
   }
   if (!config.bootstrap.install_root.startsWith('/')) throw capstanError('ERR_CONFIG', 'bootstrap.install_root must be an absolute path');
   return config;

@@ -5,12 +5,16 @@
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  capstanError, loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
 import { applyPoll, recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
+import { ComplianceHistory } from './console/history.js';
+import { ConsoleSessions, ensureConsoleSecret } from './console/session.js';
+import { CONSOLE_DIR, loadAssets } from './console/static.js';
+import { complianceClock, complianceSettings } from './registry/compliance.js';
 import type { ServerConfig } from './config.js';
 import { authorizeNodeToken } from './api/routes/identity.js';
 import { NodeIdentity } from './identity/service.js';
@@ -75,6 +79,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // Read before anything is started: a bad certificate is a configuration error (exit 2).
   const listenerTls = await loadListenerTls(config.tls);
   const adminToken = await ensureAdminToken(dataDir);
+  const consoleParts = config.console.enabled ? await startConsole(config, store, log, !!listenerTls) : null;
   const policyKey = await ensurePolicyKey(dataDir);
   const generator = new PolicyGenerator({ store, log });
   const spool = new Spool({
@@ -235,6 +240,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     bootstrap: { sealer: identity.keySealer },
     ...(bootstrap && { bootstrapRunner: bootstrap }),
     remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
+    ...(consoleParts && { console: consoleParts }),
     managers: {
       // A manager created a moment ago is not in the poller's list yet: refresh first.
       ...(providers && { pollNow: async (id: string) => { await providers.refresh(); await providers.pollNow(id); } }),
@@ -263,6 +269,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const spoolTimer = setInterval(() => void spoolSweep(), config.spool.cleanup_interval);
   spoolTimer.unref();
   sweeper.start();
+  consoleParts?.history?.start();
   jobs.start();
   bootstrap?.start();
   providers?.start();
@@ -297,6 +304,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         await bootstrap?.stop();
         await providers?.stop();
         await app.close();
+        await consoleParts?.history?.stop();
         await sweeper.stop();
         await catchUp;
         await periodicPolicies?.stop();
@@ -310,4 +318,31 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       return closing;
     },
   };
+}
+
+/**
+ * The web console's parts: the sign-in secret (made at the first start), its built files, and
+ * the compliance history its graph reads. A console that was not built answers `/` with how to
+ * build it; the API is the same either way.
+ */
+async function startConsole(config: ServerConfig, store: Store, log: Logger, tls: boolean) {
+  const dataDir = config.general.data_dir;
+  const secret = await ensureConsoleSecret(config.console.secret_file || join(dataDir, 'console.secret')).catch((err: Error) => {
+    throw capstanError('ERR_STARTUP', `console secret: ${err.message}`);
+  });
+  const sessions = new ConsoleSessions({ secret, ttlMs: config.console.session_ttl, secure: tls });
+  const assets = await loadAssets(CONSOLE_DIR);
+  if (!assets.has('/index.html')) log.warn({ dir: CONSOLE_DIR }, 'the web console is not built (npm run build): / answers 404');
+  const settings = complianceSettings(config);
+  const history = config.console.history_interval > 0
+    ? new ComplianceHistory({
+      file: join(dataDir, 'compliance-history.jsonl'),
+      intervalMs: config.console.history_interval,
+      retentionMs: config.console.history_retention,
+      summary: () => store.complianceSummary([], complianceClock(settings)),
+      log,
+    })
+    : null;
+  await history?.load();
+  return { sessions, assets, history };
 }

@@ -62,6 +62,8 @@ export const ERROR_CODES = {
   ERR_NOT_FOUND: { status: 404 },
   ERR_UNAUTHORIZED: { status: 401 },
   ERR_FORBIDDEN: { status: 403 },
+  /** A write made with a console sign-in cookie without its X-CSRF-Token (or with another one). */
+  ERR_CSRF: { status: 403 },
   ERR_CONFLICT: { status: 409 },
   ERR_PEER_TOO_OLD: { status: 426 },
   ERR_PEER_TOO_NEW: { status: 400 },

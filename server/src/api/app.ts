@@ -9,7 +9,12 @@ import {
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
-import { requireAdmin } from './auth.js';
+import { adminAuthentication } from '../console/auth.js';
+import type { ComplianceHistory } from '../console/history.js';
+import { adminTokenResolver, type ResolveToken } from '../console/principal.js';
+import { consolePublicRoutes, consoleReadRoutes } from '../console/routes.js';
+import type { ConsoleSessions } from '../console/session.js';
+import type { Asset } from '../console/static.js';
 import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
@@ -66,6 +71,13 @@ export interface ServerAppDeps {
   managers?: Omit<ManagerRouteDeps, 'store'>;
   /** The remote-run link relays hold to the server (absent: no such endpoints). */
   remoteRun?: RemoteRunDeps;
+  /**
+   * Who a bearer token (or the token a console sign-in was made with) belongs to. Absent: the
+   * admin token alone, as principal `admin` with role `admin`.
+   */
+  resolveToken?: ResolveToken;
+  /** The web console: sign-ins, its built files, compliance history (absent: no console, bearer tokens only). */
+  console?: { sessions: ConsoleSessions; assets: Map<string, Asset>; history: ComplianceHistory | null };
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
@@ -150,8 +162,13 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   // …and run the bootstrap of the nodes those managers hold (outbound from the relay too).
   bootstrapRelayRoutes(app, { ...(deps.bootstrapRunner && { runner: deps.bootstrapRunner }), ...(authorizeRelay && { authorizeRelay }) });
 
+  const resolveToken = deps.resolveToken ?? adminTokenResolver(deps.adminToken);
+  const consoleDeps = deps.console;
+  if (consoleDeps) consolePublicRoutes(app, { sessions: consoleDeps.sessions, resolveToken, assets: consoleDeps.assets });
+
   app.register(async (admin) => {
-    admin.addHook('onRequest', requireAdmin(deps.adminToken));
+    // A bearer token, or the console's sign-in cookie with its CSRF token on writes.
+    admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { sessions: consoleDeps.sessions }) }));
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
     if (policy) {
       policyAdminRoutes(admin, policy);
@@ -194,6 +211,9 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     managerAdminRoutes(admin, { store: deps.store, ...deps.managers });
     if (deps.identity) identityAdminRoutes(admin, deps.identity);
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
+    consoleReadRoutes(admin, {
+      store: deps.store, settings: complianceSettings(deps.config), history: consoleDeps?.history ?? null, ...(deps.now && { now: deps.now }),
+    });
   });
   return app;
 }

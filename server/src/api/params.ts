@@ -138,6 +138,8 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/compliance/rules': { format: FORMAT },
   'GET /api/1/compliance/directives': { format: FORMAT },
   'GET /api/1/compliance/groups': { format: FORMAT },
+  'GET /api/1/compliance/history': { from: 'time', to: 'time' },
+  'GET /api/1/compliance/worst-nodes': { limit: 'integer' },
   'GET /api/1/changes': 'own',
   'GET /api/1/changes/histogram': 'own',
   'GET /api/1/jobs': 'own',

@@ -6,7 +6,7 @@
  * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
  * moment without a sweep rewriting rows.
  */
-import { computeCompliance, COMPLIANCE_STATES, RUN_STATES, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
+import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
 import type { ComplianceClock, ExpectedComponent, RunSummaryOutcome } from './store.js';
 
 export interface ComplianceInput {
@@ -135,4 +135,21 @@ export function directiveChanges(
   }
   const remove = [...old.values()].map((r) => ({ rule_id: r.rule_id as string, directive_id: r.directive_id as string }));
   return { upsert, remove };
+}
+
+/**
+ * The accepted nodes with an agent whose compliance is lowest (time states applied), worst
+ * first, ties by id; nodes without items are left out. `ph(i)` is the dialect's placeholder for
+ * the i-th parameter (1: silent_before, 2: applying_after, 3: limit). One pass over the
+ * compliance rows with a top-N sort: no index can order by a ratio decided at read time.
+ */
+export function worstNodesSql(ph: (i: number) => string, classSql: string): string {
+  const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
+  const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
+  return `SELECT * FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
+      ${classSql} AS class, ${timeAdjustedColumns('t', 't')}
+    FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN node_compliance t JOIN nodes n ON n.id = t.node_id
+    WHERE n.accepted = 'accepted') s
+  WHERE s.class = 'agent' AND (${total}) > 0
+  ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${ph(3)}`;
 }

@@ -534,6 +534,9 @@ export interface Store {
   /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
   complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
 
+  /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
+  worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
+
   /** Changes newest first (then by id, descending), paged. */
   listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage>;
   /** Changes counted per hour or day (UTC), oldest bucket first; empty buckets are left out. */

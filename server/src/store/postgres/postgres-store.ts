@@ -25,7 +25,7 @@ import type {
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import {
-  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, type ComplianceInput,
+  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, worstNodesSql, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
@@ -812,6 +812,14 @@ export class PostgresStore implements Store {
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
         ORDER BY n.id LIMIT $${values.length}`,
       values,
+    });
+    return rows.map(nodeComplianceFromRow);
+  }
+
+  async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+    const { rows } = await this.query('worstNodes', this.pool, {
+      text: worstNodesSql((i) => `$${i}`, complianceClassSql),
+      values: [...clockParams(clock), limit],
     });
     return rows.map(nodeComplianceFromRow);
   }

@@ -23,7 +23,7 @@ import type {
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import {
-  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks,
+  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks, worstNodesSql,
   timeAdjustedSums, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
@@ -659,6 +659,12 @@ export class SqliteStore implements Store {
         n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedColumns('t', 't')}
       FROM nodes n INDEXED BY sqlite_autoindex_nodes_1 CROSS JOIN ${clockSubquery('?', '?')} LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
       ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
+    return rows.map(nodeComplianceFromRow);
+  }
+
+  async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+    const rows = this.read('worstNodes', () => this.stmt(worstNodesSql(() => '?', complianceClassSql))
+      .all(...clockParams(clock), limit)) as Record<string, unknown>[];
     return rows.map(nodeComplianceFromRow);
   }
 

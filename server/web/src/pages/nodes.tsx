@@ -1,0 +1,152 @@
+/**
+ * The node list: the API's filters as a filter bar, carried in the URL (a view can be bookmarked
+ * and shared: the console's query string is the API's), sortable by column, paged; each row with
+ * its compliance and last run.
+ */
+import type { ListAnswer, WithPercent } from '../api';
+import { href, navigate } from '../router';
+import { Badge, ComplianceBar, Pager, Percent, Show, Time, useGet } from '../ui';
+
+export interface NodeRow {
+  id: string; name: string; hostname: string; status: string; state: string; accepted: string; region: string | null;
+  os_name: string | null; os_version: string | null; last_run_at: string | null; created_at: string; manager: string;
+  certificate_fingerprint: string | null; conflict_fingerprint: string | null; relay: boolean; has_agent?: boolean; address: string | null;
+}
+interface NodeComplianceRow extends WithPercent { node_id: string }
+
+const PER_PAGE = 50;
+const STATES = ['running', 'stopped', 'terminated', 'missing', 'unknown', 'retired', 'decommissioned'];
+/** Query names that are not filters. */
+const RESERVED = new Set(['sort', 'order', 'page', 'per_page']);
+
+function Select({ name, label, options, value }: { name: string; label: string; options: string[]; value: string }) {
+  return (
+    <label>{label}
+      <select name={name} value={value}>
+        <option value="">any</option>
+        {options.map((o) => <option key={o} value={o}>{o}</option>)}
+      </select>
+    </label>
+  );
+}
+
+function FilterBar({ params }: { params: URLSearchParams }) {
+  const tag = [...params.keys()].find((k) => k.startsWith('tag:'));
+  const submit = (e: Event) => {
+    e.preventDefault();
+    const f = new FormData(e.target as HTMLFormElement);
+    const out = new URLSearchParams();
+    const name = String(f.get('name') ?? '').trim();
+    if (name) out.set('name', name.includes('*') ? name : `${name}*`);
+    for (const k of ['status', 'state', 'accepted', 'has_agent', 'relay']) {
+      const v = String(f.get(k) ?? '');
+      if (v) out.set(k, v);
+    }
+    for (const k of ['region', 'group']) {
+      const v = String(f.get(k) ?? '').trim();
+      if (v) out.set(k, v);
+    }
+    const t = /^([^=\s]+)=(.*)$/.exec(String(f.get('tag') ?? '').trim());
+    if (t) out.set(`tag:${t[1]}`, t[2]!);
+    // JSON filters (exclusions, other keys) given in the URL stay as they are.
+    for (const v of params.getAll('filter')) out.append('filter', v);
+    for (const k of ['sort', 'order']) if (params.get(k)) out.set(k, params.get(k)!);
+    navigate('/nodes', out);
+  };
+  return (
+    <form class="filters" onSubmit={submit} role="search" aria-label="Filter nodes" key={params.toString()}>
+      <label>Name starts with<input name="name" defaultValue={(params.get('name') ?? '').replace(/\*$/, '')} /></label>
+      <Select name="status" label="Status" options={['reachable', 'unreachable', 'unknown']} value={params.get('status') ?? ''} />
+      <Select name="state" label="State" options={STATES} value={params.get('state') ?? ''} />
+      <Select name="accepted" label="Acceptance" options={['accepted', 'pending', 'refused']} value={params.get('accepted') ?? ''} />
+      <label>Region<input name="region" defaultValue={params.get('region') ?? ''} placeholder="eu-*" /></label>
+      <label>Group<input name="group" defaultValue={params.get('group') ?? ''} /></label>
+      <label>Tag<input name="tag" defaultValue={tag ? `${tag.slice(4)}=${params.get(tag)}` : ''} placeholder="env=prod" /></label>
+      <Select name="has_agent" label="Agent" options={['true', 'false']} value={params.get('has_agent') ?? ''} />
+      <Select name="relay" label="Relay" options={['true', 'false']} value={params.get('relay') ?? ''} />
+      <div class="filter-actions">
+        <button type="submit">Apply</button>
+        <a href="#/nodes">Clear</a>
+      </div>
+    </form>
+  );
+}
+
+function SortHeader({ field, label, params }: { field: string; label: string; params: URLSearchParams }) {
+  const sort = params.get('sort') ?? 'name';
+  const order = params.get('order') ?? 'asc';
+  const active = sort === field;
+  const next = new URLSearchParams(params);
+  next.set('sort', field);
+  next.set('order', active && order === 'asc' ? 'desc' : 'asc');
+  next.delete('page');
+  return (
+    <th scope="col" aria-sort={active ? (order === 'asc' ? 'ascending' : 'descending') : undefined}>
+      <a href={href('/nodes', next)}>{label}{active ? (order === 'asc' ? ' ▲' : ' ▼') : ''}</a>
+    </th>
+  );
+}
+
+export function NodesPage({ params }: { params: URLSearchParams }) {
+  const page = Math.max(1, Number(params.get('page') ?? 1) || 1);
+  const api = new URLSearchParams(params);
+  api.set('per_page', String(PER_PAGE));
+  api.set('page', String(page));
+  const nodes = useGet<ListAnswer<NodeRow> & { totals: Record<string, number> }>(`/api/1/nodes?${api}`);
+  const ids = nodes.data?.data.map((n) => n.id) ?? [];
+  const comp = useGet<ListAnswer<NodeComplianceRow>>(
+    ids.length ? `/api/1/compliance/nodes?filter=${encodeURIComponent(JSON.stringify({ key: 'id', values: ids }))}` : null,
+  );
+  const byId = new Map(comp.data?.data.map((c) => [c.node_id, c]) ?? []);
+  const filtered = [...params.keys()].some((k) => !RESERVED.has(k));
+  return (
+    <>
+      <h1>Nodes</h1>
+      <FilterBar params={params} />
+      <Show f={nodes}>{(r) => (
+        <>
+          <p class="summary" aria-live="polite">
+            {r.total.toLocaleString()} {filtered ? 'matching ' : ''}nodes: {r.totals.reachable ?? 0} reachable, {r.totals.unreachable ?? 0} unreachable, {r.totals.unknown ?? 0} unknown
+          </p>
+          <div class="table-wrap">
+            <table class="list">
+              <thead><tr>
+                <SortHeader field="name" label="Name" params={params} />
+                <SortHeader field="status" label="Status" params={params} />
+                <SortHeader field="state" label="State" params={params} />
+                <SortHeader field="accepted" label="Acceptance" params={params} />
+                <th scope="col">Compliance</th>
+                <SortHeader field="last_run_at" label="Last run" params={params} />
+                <th scope="col">OS</th>
+                <SortHeader field="region" label="Region" params={params} />
+              </tr></thead>
+              <tbody>
+                {r.data.length === 0 && <tr><td colSpan={8} class="muted">No node matches.</td></tr>}
+                {r.data.map((n) => {
+                  const c = byId.get(n.id);
+                  return (
+                    <tr key={n.id}>
+                      <th scope="row"><a href={`#/nodes/${encodeURIComponent(n.id)}`}>{n.name}</a>{n.relay && <> <span class="badge">relay</span></>}</th>
+                      <td><Badge value={n.status} /></td>
+                      <td>{n.state}</td>
+                      <td><Badge value={n.accepted} /></td>
+                      <td>{c ? <><Percent value={c.compliance} /> <ComplianceBar counts={c.counts} /></> : <span class="muted">—</span>}</td>
+                      <td><Time iso={n.last_run_at} /></td>
+                      <td>{[n.os_name, n.os_version].filter(Boolean).join(' ') || <span class="muted">—</span>}</td>
+                      <td>{n.region ?? <span class="muted">—</span>}</td>
+                    </tr>
+                  );
+                })}
+              </tbody>
+            </table>
+          </div>
+          <Pager total={r.total} page={page} perPage={PER_PAGE} go={(p) => {
+            const next = new URLSearchParams(params);
+            next.set('page', String(p));
+            navigate('/nodes', next);
+          }} />
+        </>
+      )}</Show>
+    </>
+  );
+}
