@@ -75,6 +75,10 @@ export function complianceSuite(t: Test, backend: Backend): void {
     // The export lists every accepted node in id order, pages included.
     const rows = [...await store.complianceNodes(null, 2, now), ...await store.complianceNodes('cb', 2, now)];
     t.same(rows.map((r) => [r.node_id, r.class, percentages(r.counts).total]), [['ca', 'agent', 6], ['cb', 'agent', 3], ['cc', 'agent', 2]]);
+    // The console's worst nodes: lowest compliance first, time states applied (C is applying: 0 %).
+    const worst = await store.worstNodes(10, now);
+    t.same(worst.map((r) => [r.node_id, percentages(r.counts).compliance]), [['cc', 0], ['cb', 33.33], ['ca', 50]]);
+    t.same((await store.worstNodes(1, now)).map((r) => r.node_id), ['cc'], 'limited');
 
     // An incomplete run and a back-filled older complete run leave A's compliance alone.
     await store.insertRun(run('ca', '2024-05-01T11:00:00Z', { config_id: 'cfg-A', complete: false, outcomes: [] }));

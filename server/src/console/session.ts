@@ -100,7 +100,7 @@ export class ConsoleSessions {
   setCookie(s: (Opened & { value: string }) | null): string {
     const attrs = ['Path=/', 'HttpOnly', 'SameSite=Strict', ...(this.secure ? ['Secure'] : [])];
     if (!s) return [`${COOKIE_NAME}=`, 'Max-Age=0', ...attrs].join('; ');
-    return [`${COOKIE_NAME}=${s.value}`, `Max-Age=${Math.floor((s.exp - this.now()) / 1000)}`, ...attrs].join('; ');
+    return [`${COOKIE_NAME}=${s.value}`, `Max-Age=${Math.max(0, Math.round((s.exp - this.now()) / 1000))}`, ...attrs].join('; ');
   }
 }
 
