@@ -34,7 +34,7 @@ const result = await build({
   outdir: join(OUT, 'assets'),
   entryNames: 'app-[hash]',
   metafile: true,
-  legalComments: 'linked',
+  legalComments: 'none', // the licences are in assets/licenses.txt
   logLevel: 'warning',
 });
 const outputs = Object.keys(result.metafile.outputs).map((p) => basename(p));
@@ -44,6 +44,12 @@ if (!js || !css) throw new Error(`esbuild produced ${outputs.join(', ')}: expect
 const icon = readFileSync(join(WEB, 'icon.svg'));
 const iconName = `icon-${createHash('sha256').update(icon).digest('hex').slice(0, 10)}.svg`;
 writeFileSync(join(OUT, 'assets', iconName), icon);
+// The libraries bundled into the script keep their licences beside it (MIT: the notice travels with the code).
+const BUNDLED = ['preact', 'uplot'];
+writeFileSync(join(OUT, 'assets', 'licenses.txt'), BUNDLED.map((name) => {
+  const pkg = JSON.parse(readFileSync(join(REPO, 'node_modules', name, 'package.json'), 'utf8'));
+  return `${pkg.name} ${pkg.version} (${pkg.license})\n\n${readFileSync(join(REPO, 'node_modules', name, 'LICENSE'), 'utf8').trim()}\n`;
+}).join('\n----------------------------------------------------------------\n\n'));
 const html = readFileSync(join(WEB, 'index.html'), 'utf8').replace('%JS%', js).replace('%CSS%', css).replace('%ICON%', iconName);
 writeFileSync(join(OUT, 'index.html'), html);
 

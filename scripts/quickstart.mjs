@@ -96,7 +96,11 @@ try {
     await new Promise((r) => setTimeout(r, 100));
   }
   console.log(`
-Look at the result:
+The web console: open ${serverUrl}/ in a browser and sign in with the admin token,
+the one line in ${resolve(dir, 'server/admin.token')}
+(docs/console.md; the sign-in lasts [console] session_ttl, 8 hours by default).
+
+Look at the result from a shell:
   TOKEN=$(cat ${resolve(dir, 'server/admin.token')})
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}

@@ -30,6 +30,7 @@ export const EXTERNAL = [
   { id: 'agent', module: '@capstan/agent/bench', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/server/bench-policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
   { id: 'changes', module: '@capstan/server/bench-changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
+  { id: 'console', module: '@capstan/server/bench-console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
 ];
 
 /**

@@ -132,7 +132,7 @@ export function copyPackage(entry, treeDir) {
     copyFile(join(entry.source, 'package.json'), join(dest, 'package.json'), stats);
     // Compiled output of the sources that exist: tsc -b never deletes the output of a removed
     // source, and declarations, maps and build info describe src/, which is not shipped.
-    copyTree(join(entry.source, 'dist'), join(dest, 'dist'), (rel, isDir) => isDir || hasSource(entry.source, rel), stats);
+    copyTree(join(entry.source, 'dist'), join(dest, 'dist'), (rel, isDir) => isDir || hasSource(entry.source, rel) || isBundled(rel), stats);
     return stats;
   }
   const native = existsSync(join(entry.source, 'binding.gyp'));
@@ -155,6 +155,15 @@ export function copyPackage(entry, treeDir) {
     if (existsSync(join(entry.source, rel)) && !existsSync(join(dest, rel))) throw new Error(`${entry.name}: leaving out development files removed its entry point ${rel}`);
   }
   return stats;
+}
+
+/**
+ * Folders of dist/ that a bundler writes, not tsc, shipped whole: the server's web console
+ * (dist/web/: index.html and the hashed script, stylesheet and icon scripts/build-console.mjs makes).
+ */
+const BUNDLED_DIRS = ['web'];
+function isBundled(distRel) {
+  return BUNDLED_DIRS.includes(distRel.split(sep)[0]) && !/(\.map|\.LEGAL\.txt)$/.test(distRel);
 }
 
 /** dist/<p>.js comes from src/<p>.ts (or .js); any other file of dist/ from the same path in src/. */

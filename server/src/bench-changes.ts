@@ -78,7 +78,7 @@ async function timed<T extends { data: unknown[]; total: number }>(rounds: numbe
 }
 
 /** The history, in SQL, over the nodes already loaded: one statement per store. */
-function historySql(dialect: 'sqlite' | 'postgres', days: number, runsPerDay: number, perRun: number): string {
+export function historySql(dialect: 'sqlite' | 'postgres', days: number, runsPerDay: number, perRun: number): string {
   const slots = days * runsPerDay;
   const step = Math.floor(DAY / runsPerDay / 1000);
   const start = (END - days * DAY) / 1000;

@@ -153,6 +153,9 @@ async function packagingTests(): Promise<void> {
       t.equal((await owner(`usr/lib/capstan/${p}/dist/cli.js`)).mode, '755');
       t.ok(await exists(`usr/lib/capstan/${p}/node_modules/@capstan/shared/dist/index.js`), 'shared is bundled');
       t.notOk(await exists(`usr/lib/capstan/${p}/src`), 'no TypeScript sources');
+      // The web console ships in the server package only, built (scripts/build-console.mjs), with its libraries' licences.
+      t.equal(await exists(`usr/lib/capstan/${p}/dist/web/index.html`), p === 'server', `${p}: the console's page only in the server package`);
+      if (p === 'server') t.ok(await exists(`usr/lib/capstan/${p}/dist/web/assets/licenses.txt`), 'the bundled libraries\' licences');
       t.equal(
         await readFile(join(ROOT, `etc/capstan/${p}.toml`), 'utf8'),
         await readFile(join(REPO, `packaging/etc/capstan/${p}.toml`), 'utf8'),

@@ -10,6 +10,7 @@ import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
 import { adminAuthentication } from '../console/auth.js';
+import { AggregateCache } from '../console/cache.js';
 import type { ComplianceHistory } from '../console/history.js';
 import { adminTokenResolver, type ResolveToken } from '../console/principal.js';
 import { consolePublicRoutes, consoleReadRoutes } from '../console/routes.js';
@@ -164,6 +165,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 
   const resolveToken = deps.resolveToken ?? adminTokenResolver(deps.adminToken);
   const consoleDeps = deps.console;
+  // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
+  const aggregates = new AggregateCache();
   if (consoleDeps) consolePublicRoutes(app, { sessions: consoleDeps.sessions, resolveToken, assets: consoleDeps.assets });
 
   app.register(async (admin) => {
@@ -203,7 +206,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       });
     }
     nodeRoutes(admin, deps.store);
-    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), ...(deps.now && { now: deps.now }) });
+    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
     changeRoutes(admin, deps.store);
     lifecycleRoutes(admin, deps.store, deps.lifecycle);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
@@ -212,7 +215,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     if (deps.identity) identityAdminRoutes(admin, deps.identity);
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
     consoleReadRoutes(admin, {
-      store: deps.store, settings: complianceSettings(deps.config), history: consoleDeps?.history ?? null, ...(deps.now && { now: deps.now }),
+      store: deps.store, settings: complianceSettings(deps.config), history: consoleDeps?.history ?? null, cache: aggregates, ...(deps.now && { now: deps.now }),
     });
   });
   return app;

@@ -10,6 +10,8 @@ import { bodyObject, intParam, timeParam, type Query } from '../api/params.js';
 import { complianceClock, type ComplianceSettings } from '../registry/compliance.js';
 import { withPercent } from '../registry/compliance.js';
 import type { Store } from '../store/store.js';
+import { maybeCached } from '../api/routes/compliance.js';
+import type { AggregateCache } from './cache.js';
 import type { ComplianceHistory } from './history.js';
 import type { Principal, ResolveToken } from './principal.js';
 import { cookieValue, type ConsoleSessions, type Opened } from './session.js';
@@ -100,6 +102,7 @@ export interface ConsoleReadDeps {
   store: Store;
   settings: ComplianceSettings;
   history: ComplianceHistory | null;
+  cache?: AggregateCache;
   now?: () => Date;
 }
 
@@ -131,9 +134,9 @@ export function consoleReadRoutes(admin: FastifyInstance, deps: ConsoleReadDeps)
     };
   });
 
-  admin.get<{ Querystring: Query }>('/api/1/compliance/worst-nodes', async (req) => {
+  admin.get<{ Querystring: Query }>('/api/1/compliance/worst-nodes', async (req, reply) => {
     const limit = intParam(req.query, 'limit', 10, MAX_WORST_NODES);
-    const rows = await deps.store.worstNodes(limit, clock());
+    const rows = await maybeCached(deps, req.query, reply, `worst-${limit}`, () => deps.store.worstNodes(limit, clock()));
     return { data: rows.map((r) => ({ ...r, ...withPercent(r.counts) })), total: rows.length };
   });
 }

@@ -19,5 +19,10 @@ export function Chart({ opts, data, label }: { opts: Omit<uPlot.Options, 'width'
   return <div class="chart" ref={box} role="img" aria-label={label} />;
 }
 
-/** Bars for uPlot series (changes per hour or day). */
-export const bars = (uPlot.paths as { bars?: (o: { size: [number, number] }) => uPlot.Series.PathBuilder }).bars?.({ size: [0.8, 40] });
+type BarsBuilder = (o: { size: [number, number]; align?: -1 | 0 | 1 }) => uPlot.Series.PathBuilder;
+const barsOf = (uPlot.paths as { bars?: BarsBuilder }).bars;
+/** Two bar series side by side in each bucket (changes per hour: intentional left, corrective right). */
+export const barsLeft = barsOf?.({ size: [0.42, 30], align: 1 });
+export const barsRight = barsOf?.({ size: [0.42, 30], align: -1 });
+/** Whole numbers on a count axis. */
+export const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000, 1_000_000];

@@ -5,7 +5,7 @@
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
 import { render } from 'preact';
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { MeContext } from './me';
 import { ApiError, del, get, post, setSession, type Me } from './api';
 import { useRoute } from './router';
@@ -82,8 +82,14 @@ function Page() {
 function Layout({ me, signOut }: { me: Me; signOut: () => void }) {
   const { path } = useRoute();
   const current = (p: string) => (p === '/' ? path === '/' : path === p || path.startsWith(`${p}/`));
+  const first = useRef(true);
   useEffect(() => {
-    // Keyboard users land on the new page's content, not back at the top of the navigation.
+    // After a move, keyboard users land on the new page's content, not back at the top of the
+    // navigation; on the first load the skip link stays the first stop.
+    if (first.current) {
+      first.current = false;
+      return;
+    }
     document.getElementById('main')?.focus({ preventScroll: true });
     window.scrollTo(0, 0);
   }, [path]);

@@ -6,19 +6,34 @@
  * without an agent are summed apart. Every answer carries the counts per state, their
  * percentages and the compliance percentage; lists are also CSV (`?format=csv`, `Accept: text/csv`).
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { MAX_AGE_LIMIT_S, type AggregateCache } from '../../console/cache.js';
 import { capstanError, COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/shared';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
 import { loadModel } from '../../policy/generate.js';
 import type { NodeComplianceRow, Store } from '../../store/store.js';
 import { exportFormat, sendRows } from '../export.js';
-import { filtersFrom, type Query } from '../params.js';
+import { filtersFrom, intParam, type Query } from '../params.js';
 import { mustGet } from './nodes.js';
 
 export interface ComplianceRouteDeps {
   store: Store;
   settings: ComplianceSettings;
   now?: () => Date;
+  /** Recent copies of the fleet-wide aggregates, for requests that allow one (`max_age`). */
+  cache?: AggregateCache;
+}
+
+/**
+ * `max_age=<seconds>`: the caller takes a copy up to that old (console/cache.ts); the answer's
+ * `X-Capstan-As-Of` header says when it was computed. Absent: computed now.
+ */
+export async function maybeCached<T>(deps: { cache?: AggregateCache }, q: Query, reply: FastifyReply, key: string, compute: () => Promise<T>): Promise<T> {
+  if (q.max_age === undefined || !deps.cache) return compute();
+  const maxAge = intParam(q, 'max_age', 60, MAX_AGE_LIMIT_S);
+  const got = await deps.cache.get(key, maxAge * 1000, compute);
+  reply.header('x-capstan-as-of', got.as_of);
+  return got.value;
 }
 
 /** Nodes read per page of a streamed export. */
@@ -56,7 +71,7 @@ export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps
   for (const by of ['rule', 'directive'] as const) {
     app.get<{ Querystring: Query }>(`/api/1/compliance/${by}s`, async (req, reply) => {
       const format = exportFormat(req);
-      const rows = await store.complianceByRule(by, clock());
+      const rows = await maybeCached(deps, req.query, reply, `by-${by}`, () => store.complianceByRule(by, clock()));
       const keys = by === 'rule' ? [['rule_id', (r: typeof rows[number]) => r.rule_id] as const]
         : [['rule_id', (r: typeof rows[number]) => r.rule_id] as const, ['directive_id', (r: typeof rows[number]) => r.directive_id] as const];
       return sendRows(reply, format, `compliance-${by}s`, [...keys, ['nodes', (r) => r.nodes], ...countColumns<typeof rows[number]>((r) => r.counts)],
@@ -67,15 +82,18 @@ export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps
   // Policy groups: every accepted member, in whatever state (RUDDER's group compliance).
   app.get<{ Querystring: Query }>('/api/1/compliance/groups', async (req, reply) => {
     const format = exportFormat(req);
-    const model = await loadModel(store);
-    const at = clock();
-    const rows: Array<{ group_id: string; name: string; nodes: number; counts: ComplianceCounts; relays: number; agentless: number }> = [];
-    for (const g of [...model.groups.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
-      const members = new Set(g.nodes ?? []);
-      if (g.filter) for (const id of await store.listNodeIds(g.filter)) members.add(id);
-      const agg = await store.complianceSummary([], at, [...members]);
-      rows.push({ group_id: g.id, name: g.name, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes });
-    }
+    const rows = await maybeCached(deps, req.query, reply, 'by-group', async () => {
+      const model = await loadModel(store);
+      const at = clock();
+      const out: Array<{ group_id: string; name: string; nodes: number; counts: ComplianceCounts; relays: number; agentless: number }> = [];
+      for (const g of [...model.groups.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
+        const members = new Set(g.nodes ?? []);
+        if (g.filter) for (const id of await store.listNodeIds(g.filter)) members.add(id);
+        const agg = await store.complianceSummary([], at, [...members]);
+        out.push({ group_id: g.id, name: g.name, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes });
+      }
+      return out;
+    });
     return sendRows(reply, format, 'compliance-groups',
       [['group_id', (r) => r.group_id], ['name', (r) => r.name], ['nodes', (r) => r.nodes], ['relays', (r) => r.relays],
         ['agentless', (r) => r.agentless], ...countColumns<typeof rows[number]>((r) => r.counts)],

@@ -6,7 +6,7 @@
 import { useMemo } from 'preact/hooks';
 import type uPlot from 'uplot';
 import type { Counts, ListAnswer, WithPercent } from '../api';
-import { bars, Chart } from '../chart';
+import { barsLeft, barsRight, Chart, COUNT_INCRS } from '../chart';
 import { href } from '../router';
 import { ComplianceBar, Percent, Section, Show, STATES, stateLabel, useGet } from '../ui';
 
@@ -42,25 +42,26 @@ function ChangesChart({ buckets, from, to, hourly }: { buckets: Bucket[]; from: 
     return [xs, xs.map((x) => by.get(x)?.intentional ?? 0), xs.map((x) => by.get(x)?.corrective ?? 0)];
   }, [buckets, from, to, step]);
   const opts = useMemo(() => ({
-    series: [{}, { label: 'intentional', stroke: '#1f5f8b', fill: 'rgba(31,95,139,0.6)', paths: bars },
-      { label: 'corrective', stroke: '#c0641a', fill: 'rgba(192,100,26,0.6)', paths: bars }],
-    axes: [{}, { label: 'changes' }],
+    series: [{}, { label: 'intentional', stroke: '#1f5f8b', fill: 'rgba(31,95,139,0.7)', paths: barsLeft, points: { show: false } },
+      { label: 'corrective', stroke: '#c0641a', fill: 'rgba(192,100,26,0.7)', paths: barsRight, points: { show: false } }],
+    axes: [{}, { label: 'changes', incrs: COUNT_INCRS }],
     scales: { x: { time: true } },
   }), []);
   const total = buckets.reduce((s, b) => s + b.intentional + b.corrective, 0);
   return <Chart opts={opts} data={data} label={`changes per ${hourly ? 'hour' : 'day'}: ${total} in all`} />;
 }
 
-function ComplianceChart({ points }: { points: Point[] }) {
-  const data = useMemo<uPlot.AlignedData>(() => [points.map((p) => Date.parse(p.at) / 1000), points.map((p) => p.compliance)], [points]);
+function ComplianceChart({ points, from, to }: { points: Point[]; from: number; to: number }) {
+  const known = useMemo(() => points.filter((p) => p.compliance !== null), [points]);
+  const data = useMemo<uPlot.AlignedData>(() => [known.map((p) => Date.parse(p.at) / 1000), known.map((p) => p.compliance)], [known]);
   const opts = useMemo(() => ({
-    series: [{}, { label: 'compliance %', stroke: '#2e7d32', width: 2, spanGaps: false }],
-    scales: { x: { time: true }, y: { range: [0, 100] as [number, number] } },
+    series: [{}, { label: 'compliance %', stroke: '#2e7d32', width: 2, points: { show: known.length < 50 } }],
+    scales: { x: { time: true, range: [from / 1000, to / 1000] as [number, number] }, y: { range: [0, 100] as [number, number] } },
     axes: [{}, { label: '%' }],
-  }), []);
-  if (points.length === 0) return <p class="muted">No compliance recorded in this range yet: the server records it every <code>[console] history_interval</code> (10 minutes by default).</p>;
-  const last = points[points.length - 1]!;
-  return <Chart opts={opts} data={data} label={`compliance over time, ${points.length} points, last ${last.compliance ?? 'no data'}%`} />;
+  }), [from, to, known.length < 50]);
+  if (known.length === 0) return <p class="muted">No compliance recorded in this range yet: the server records it every <code>[console] history_interval</code> (10 minutes by default).</p>;
+  const last = known[known.length - 1]!;
+  return <Chart opts={opts} data={data} label={`compliance over time: ${known.length} points, last ${last.compliance}%`} />;
 }
 
 export function Dashboard({ params }: { params: URLSearchParams }) {
@@ -72,8 +73,8 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
   const hourly = true;
   const global = useGet<{ data: Global }>('/api/1/compliance');
   const life = useGet<{ data: Lifecycle }>('/api/1/lifecycle');
-  const rules = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules');
-  const worst = useGet<ListAnswer<WorstNode>>('/api/1/compliance/worst-nodes?limit=8');
+  const rules = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules?max_age=60');
+  const worst = useGet<ListAnswer<WorstNode>>('/api/1/compliance/worst-nodes?limit=8&max_age=60');
   const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=hour&from=${encodeURIComponent(fromIso)}`);
   const series = useGet<ListAnswer<Point>>(`/api/1/compliance/history?from=${encodeURIComponent(fromIso)}`);
   return (
@@ -155,7 +156,7 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
           </div>
           <div>
             <h3>Compliance over time</h3>
-            <Show f={series}>{(s) => <ComplianceChart points={s.data} />}</Show>
+            <Show f={series}>{(s) => <ComplianceChart points={s.data} from={from} to={to} />}</Show>
           </div>
         </div>
       </Section>

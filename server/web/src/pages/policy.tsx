@@ -17,7 +17,7 @@ const enc = encodeURIComponent;
 
 export function RulesPage() {
   const rules = useGet<ListAnswer<Rule>>('/api/1/rules');
-  const comp = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules');
+  const comp = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules?max_age=60');
   const by = new Map(comp.data?.data.map((r) => [r.rule_id, r]) ?? []);
   return (
     <>
@@ -48,8 +48,8 @@ export function RulesPage() {
 
 export function RulePage({ id }: { id: string }) {
   const rule = useGet<{ data: Rule }>(`/api/1/rules/${enc(id)}`);
-  const comp = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules');
-  const dirs = useGet<ListAnswer<DirRow>>('/api/1/compliance/directives');
+  const comp = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules?max_age=60');
+  const dirs = useGet<ListAnswer<DirRow>>('/api/1/compliance/directives?max_age=60');
   const c = comp.data?.data.find((r) => r.rule_id === id);
   return (
     <Show f={rule}>{({ data: r }) => (
@@ -76,7 +76,7 @@ export function RulePage({ id }: { id: string }) {
 
 export function DirectivesPage() {
   const dirs = useGet<ListAnswer<Directive>>('/api/1/directives');
-  const comp = useGet<ListAnswer<DirRow>>('/api/1/compliance/directives');
+  const comp = useGet<ListAnswer<DirRow>>('/api/1/compliance/directives?max_age=60');
   return (
     <>
       <h1>Directives</h1>
@@ -110,7 +110,7 @@ export function DirectivesPage() {
 
 export function GroupsPage() {
   const groups = useGet<ListAnswer<Group>>('/api/1/groups');
-  const comp = useGet<ListAnswer<GroupRow>>('/api/1/compliance/groups');
+  const comp = useGet<ListAnswer<GroupRow>>('/api/1/compliance/groups?max_age=60');
   const by = new Map(comp.data?.data.map((g) => [g.group_id, g]) ?? []);
   return (
     <>
@@ -163,7 +163,7 @@ function Members({ title, query, params, pageKey }: { title: string; query: URLS
 
 export function GroupPage({ id, params }: { id: string; params: URLSearchParams }) {
   const group = useGet<{ data: Group }>(`/api/1/groups/${enc(id)}`);
-  const comp = useGet<ListAnswer<GroupRow>>('/api/1/compliance/groups');
+  const comp = useGet<ListAnswer<GroupRow>>('/api/1/compliance/groups?max_age=60');
   const c = comp.data?.data.find((g) => g.group_id === id);
   return (
     <Show f={group}>{({ data: g }) => {

@@ -1,0 +1,191 @@
+/**
+ * The web console in a real browser (headless Chromium) against the real programs: sign in with
+ * the admin token, see the pending node a real agent registered and accept it, run the agent,
+ * and see the node's compliance and the change with its diff appear; a write without the CSRF
+ * token is refused; no Content-Security-Policy violation; keyboard and phone width. A viewer
+ * sees no accept or refuse button. The screenshots in docs/img/ come from here
+ * (CAPSTAN_UPDATE_SCREENSHOTS=1).
+ */
+import { mkdirSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import t from 'tap';
+import { silentLogger, Spool } from '@capstan/shared';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import type { Principal } from '@capstan/server/console/principal';
+import { ConsoleSessions, ensureConsoleSecret } from '@capstan/server/console/session';
+import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
+import { openStore } from '@capstan/server/store/index';
+import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
+import { adminClient, BIN, ROOT, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { inventory } from '../server/store-suite.js';
+
+const skip = chromiumAbsent();
+if (skip) t.comment(`browser tests skipped: ${skip}`);
+const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs', 'img') : null;
+
+t.test('an admin signs in, accepts a pending node, and sees its compliance and its change with the diff', { skip }, async (t) => {
+  const dir = t.testdir();
+  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
+  const api = adminClient(server.url, token);
+  const target = join(dir, 'app.conf');
+  const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error']);
+
+  t.equal((await agent()).code, 5, 'the agent waits for acceptance');
+  const id = (await readFile(join(dir, 'agent', 'node-id'), 'utf8')).trim();
+  const node = await waitFor(async () => (await api('GET', `/api/1/nodes/${id}`)).json?.data, 'the node registered');
+
+  const { page, problems } = await openBrowser(t, 'console-admin');
+  await page.goto(`${server.url}/`);
+  await page.getByLabel('Admin token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+  await page.getByTestId('pending-count').filter({ hasText: /^1$/ }).waitFor();
+
+  // Pending: the node the agent registered, with its fingerprint; accept it.
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Pending' }).click();
+  const row = page.locator(`tr[data-node="${id}"]`);
+  await row.getByText(node.certificate_fingerprint).waitFor();
+  await row.getByRole('button', { name: `Accept ${node.hostname}` }).click();
+  await page.getByRole('status').getByText('1 node accepted.').waitFor();
+  t.equal((await api('GET', `/api/1/nodes/${id}`)).json.data.accepted, 'accepted', 'the click reached the API');
+
+  // A policy, a first run (the file is made: intentional), drift, a second run (corrective).
+  t.equal((await api('POST', '/api/1/directives', { id: 'app', name: 'App config', method: 'file_content', params: { path: target, content: 'listen 80\nworkers 4\n' } })).status, 201);
+  t.equal((await api('POST', '/api/1/groups', { id: 'all', name: 'All', nodes: [id] })).status, 201);
+  t.equal((await api('POST', '/api/1/rules', { id: 'base', name: 'Base', directives: ['app'], groups: ['all'] })).status, 201);
+  const first = await agent();
+  t.equal(first.code, 0, first.stderr);
+  await writeFile(target, 'listen 8080\nworkers 4\n');
+  const second = await agent();
+  t.equal(second.code, 0, second.stderr);
+  await waitFor(async () => ((await api('GET', `/api/1/changes?node=${id}`)).json.total >= 2 ? true : undefined), 'both changes stored');
+
+  // The node page: compliance by rule, directive and component, and the corrective change's diff.
+  await page.goto(`${server.url}/#/nodes/${id}`);
+  const compliance = page.locator('#compliance');
+  await compliance.locator('.big .pct').filter({ hasText: '100%' }).waitFor();
+  await compliance.getByText('base', { exact: true }).waitFor();
+  const component = compliance.locator('table.components tr', { hasText: 'File content' });
+  await component.getByText('repaired').waitFor();
+  const changes = page.locator('#changes li', { hasText: 'corrective' });
+  await changes.locator('.diff .dd').filter({ hasText: '-listen 8080' }).waitFor();
+  await changes.locator('.diff .da').filter({ hasText: '+listen 80' }).waitFor();
+  await page.locator('#changes li', { hasText: 'intentional' }).first().waitFor();
+  t.ok(await page.locator('time[title$=" UTC"]').count() > 0, 'times in the browser zone, UTC on hover');
+  if (SHOTS) {
+    mkdirSync(SHOTS, { recursive: true });
+    await page.screenshot({ path: join(SHOTS, 'console-node.png'), fullPage: true });
+  }
+
+  // A write with the cookie but without the CSRF token is refused; the node stays accepted.
+  const forged = await page.evaluate(async (nodeId) => {
+    const r = await fetch(`/api/1/nodes/${nodeId}/refuse`, { method: 'POST' });
+    return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
+  }, id);
+  t.same(forged, { status: 403, code: 'ERR_CSRF' });
+  t.equal((await api('GET', `/api/1/nodes/${id}`)).json.data.accepted, 'accepted');
+
+  // The node list: the filter is in the URL, the filter bar shows it, columns sort.
+  await page.goto(`${server.url}/#/nodes?status=reachable&accepted=accepted`);
+  await page.locator('table.list').getByRole('link', { name: node.hostname }).waitFor();
+  t.equal(await page.getByLabel('Status').inputValue(), 'reachable', 'the filter bar reads the URL');
+  await page.getByRole('link', { name: 'Last run' }).click();
+  await page.waitForURL(/sort=last_run_at/);
+  await page.getByLabel('Status').selectOption('unreachable');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  await page.getByText('No node matches.').waitFor();
+  t.match(page.url(), /status=unreachable/);
+
+  // The dashboard with data, at 1280 px; then phone width, and the keyboard.
+  await page.goto(`${server.url}/#/`);
+  await page.locator('#global .big .pct').filter({ hasText: '100%' }).waitFor();
+  await page.locator('#worst-rules').getByRole('link', { name: 'base' }).waitFor();
+  await page.locator('#graphs .chart canvas').first().waitFor();
+  if (SHOTS) await page.screenshot({ path: join(SHOTS, 'console-dashboard.png'), fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const route of ['#/', `#/nodes/${id}`, '#/nodes']) {
+    await page.goto(`${server.url}/${route}`);
+    await page.locator('main h1').first().waitFor();
+    await page.waitForLoadState('networkidle');
+    const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
+    t.ok(overflow <= 1, `${route} fits a phone's width (${overflow} px too wide)`);
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.goto('about:blank');
+  await page.goto(`${server.url}/#/`);
+  await page.locator('main h1').waitFor();
+  await page.keyboard.press('Tab');
+  t.equal(await page.evaluate<string>('document.activeElement && document.activeElement.textContent'), 'Skip to content', 'the first Tab reaches the skip link');
+  await page.keyboard.press('Enter');
+  t.equal(await page.evaluate<string>('document.activeElement && document.activeElement.id'), 'main', 'which moves the focus to the content');
+
+  // Sign out: the sign-in form again, and the API no longer answers this browser.
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByText('Signed out.').waitFor();
+  t.equal(await page.evaluate(async () => (await fetch('/api/1/nodes')).status), 401);
+  t.same(problems, [], 'no Content-Security-Policy violation, no page error');
+});
+
+t.test('a viewer sees pending nodes without accept or refuse buttons', { skip }, async (t) => {
+  // The principal is injected (a viewer token resolved by the same hook the roles work fills):
+  // the console shows what the role allows. See the todo below for the API's own refusal.
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  await store.upsertFromInventory(inventory('pending-1', { hostname: 'web-new' }));
+  const VIEWER = 'viewer-token-'.padEnd(40, 'v');
+  const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
+  const sessions = new ConsoleSessions({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
+  const app = buildApp({
+    config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken,
+    console: { sessions, assets: await loadAssets(CONSOLE_DIR), history: null },
+  });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+  const { page, problems } = await openBrowser(t, 'console-viewer');
+  await page.goto(`${url}/#/pending`);
+  await page.getByLabel('Admin token').fill(VIEWER);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('header .who').getByText('viewer').waitFor();
+  await page.locator('tr[data-node="pending-1"]').getByText('web-new').waitFor();
+  t.equal(await page.getByRole('button', { name: /Accept|Refuse/ }).count(), 0, 'no accept or refuse button');
+  t.equal(await page.locator('input[type=checkbox]').count(), 0, 'nothing to select');
+  t.same(problems, []);
+});
+
+// TODO(lead): finish once named admins with roles are merged. Sign in with a real viewer token
+// (made through the roles API) on a real server, and check that the API itself refuses the
+// viewer's accept even with the CSRF token: 403 ERR_FORBIDDEN, and the node still pending.
+// Until then the hook resolves only the admin token and this can only fail, hence `todo`.
+t.test('the API refuses a viewer\'s accept made through the console (roles)', { skip, todo: 'needs the roles work (resolveToken with roles, ERR_FORBIDDEN)' }, async (t) => {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  t.teardown(() => store.close());
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  await store.upsertFromInventory(inventory('pending-2'));
+  const VIEWER = 'viewer-token-'.padEnd(40, 'v');
+  const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
+  const sessions = new ConsoleSessions({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken, console: { sessions, assets: new Map(), history: null } });
+  t.teardown(() => app.close());
+  const signIn = await app.inject({ method: 'POST', url: '/console/session', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ token: VIEWER }) });
+  const cookie = String(signIn.headers['set-cookie']).split(';')[0]!;
+  const res = await app.inject({ method: 'POST', url: '/api/1/nodes/pending-2/accept', headers: { cookie, 'x-csrf-token': signIn.json().data.csrf_token } });
+  t.equal(res.statusCode, 403);
+  t.equal(res.json().error?.code, 'ERR_FORBIDDEN');
+  t.equal((await store.getNode('pending-2'))!.accepted, 'pending');
+});

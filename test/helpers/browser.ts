@@ -1,0 +1,58 @@
+/**
+ * A real browser for the console's tests: Debian's Chromium (`apt-get install chromium`) driven
+ * by playwright-core, which never downloads a browser. Each test gets a fresh profile in a
+ * temporary directory. Outside CI a missing Chromium is a skip with the reason; in CI it fails
+ * (.ci/run installs it). A test that fails leaves a screenshot of the page it was on.
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { Test } from 'tap';
+import { ROOT, requiredInCi } from './programs.js';
+
+export const CHROMIUM = process.env.CAPSTAN_CHROMIUM ?? '/usr/bin/chromium';
+/** Where failing browser tests leave their screenshots. */
+export const FAILURE_DIR = join(ROOT, '.tap', 'browser-failures');
+
+const ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+
+/** Why the browser tests cannot run here (false: they can). Throws in CI. */
+export function chromiumAbsent(): false | string {
+  return requiredInCi(existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (apt-get install chromium, or set CAPSTAN_CHROMIUM)`, '.ci/run installs chromium');
+}
+
+export interface Browsing {
+  context: BrowserContext;
+  page: Page;
+  /** Content-Security-Policy violations and uncaught errors the pages reported. */
+  problems: string[];
+}
+
+/** A fresh browser and page for `t`, closed in its teardown (after a screenshot if `t` failed). */
+export async function openBrowser(t: Test, name: string): Promise<Browsing> {
+  const profile = await mkdtemp(join(tmpdir(), 'capstan-chromium-'));
+  // The profile directory is playwright's to pass (--user-data-dir), a fresh one each time.
+  const context = await chromium.launchPersistentContext(profile, { executablePath: CHROMIUM, headless: true, args: ARGS, viewport: { width: 1280, height: 900 } });
+  const page = context.pages()[0] ?? (await context.newPage());
+  page.setDefaultTimeout(15_000);
+  const problems: string[] = [];
+  page.on('console', (m) => {
+    if (/Content Security Policy|Refused to (load|apply|execute)/i.test(m.text())) problems.push(`csp: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  t.teardown(async () => {
+    if (!t.passing()) {
+      mkdirSync(FAILURE_DIR, { recursive: true });
+      const file = join(FAILURE_DIR, `${name}-${Date.now()}.png`);
+      await page.screenshot({ path: file, fullPage: true }).then(() => t.comment(`screenshot of the failure: ${file} (${page.url()})`), () => undefined);
+    }
+    await context.close();
+    await rm(profile, { recursive: true, force: true });
+  });
+  return { context, page, problems };
+}
