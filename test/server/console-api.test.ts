@@ -196,3 +196,39 @@ t.test('compliance history, worst nodes and a node identity: the read endpoints 
   t.match((await call('GET', '/api/1/nodes/n2/identity', auth)).json.data, { node_id: 'n2', state: 'none', kid: null, certificate_fingerprint: /^[0-9a-f]{64}$/ });
   t.equal((await call('GET', '/api/1/nodes/zz/identity', auth)).json.error.code, 'ERR_NODE_UNKNOWN');
 });
+
+t.test('max_age: fleet-wide aggregates from a recent copy, one computation at a time, refreshed while in use', async (t) => {
+  const { AggregateCache } = await import('@capstan/server/console/cache');
+  let now = 1_000_000;
+  let computed = 0;
+  const cache = new AggregateCache(() => now);
+  const compute = async () => ++computed;
+  const [a, b] = await Promise.all([cache.get('k', 60_000, compute), cache.get('k', 60_000, compute)]);
+  t.same([a.value, b.value, computed], [1, 1, 1], 'two callers at once: one computation');
+  now += 20_000;
+  t.equal((await cache.get('k', 60_000, compute)).value, 1, 'young enough: the copy');
+  now += 20_000;
+  const stale = await cache.get('k', 60_000, compute);
+  t.equal(stale.value, 1, 'past half its age: still served…');
+  await new Promise((r) => setImmediate(r));
+  t.equal(computed, 2, '…and refreshed in the background');
+  t.equal((await cache.get('k', 60_000, compute)).value, 2);
+  now += 2_000;
+  t.equal((await cache.get('k', 1_000, compute)).value, 3, 'a caller wanting a younger copy gets one computed');
+  const failing = new AggregateCache(() => now);
+  await t.rejects(failing.get('f', 60_000, async () => {
+    throw new Error('database down');
+  }));
+  t.equal((await failing.get('f', 60_000, async () => 'back')).value, 'back', 'a failure is not kept');
+
+  const { call } = await setup(t);
+  const auth = { authorization: `Bearer ${TOKEN}` };
+  const first = await call('GET', '/api/1/compliance/rules?max_age=60', auth);
+  t.equal(first.status, 200);
+  t.match(first.headers['x-capstan-as-of'], /^\d{4}-\d\d-\d\dT/);
+  const second = await call('GET', '/api/1/compliance/rules?max_age=60', auth);
+  t.equal(second.headers['x-capstan-as-of'], first.headers['x-capstan-as-of'], 'the same copy');
+  t.equal((await call('GET', '/api/1/compliance/rules', auth)).headers['x-capstan-as-of'], undefined, 'without max_age: computed now');
+  t.equal((await call('GET', '/api/1/compliance/groups?max_age=0', auth)).json.error.code, 'ERR_BAD_REQUEST');
+  t.equal((await call('GET', '/api/1/compliance/directives?max_age=3601', auth)).json.error.code, 'ERR_BAD_REQUEST');
+});

@@ -207,8 +207,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     }
     nodeRoutes(admin, deps.store);
     complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
-    changeRoutes(admin, deps.store);
-    lifecycleRoutes(admin, deps.store, deps.lifecycle);
+    changeRoutes(admin, deps.store, aggregates);
+    lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
     if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
     managerAdminRoutes(admin, { store: deps.store, ...deps.managers });

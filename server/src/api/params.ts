@@ -140,6 +140,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/compliance/directives': { format: FORMAT, max_age: 'integer' },
   'GET /api/1/compliance/groups': { format: FORMAT, max_age: 'integer' },
   'GET /api/1/compliance/history': { from: 'time', to: 'time' },
+  'GET /api/1/lifecycle': { max_age: 'integer' },
   'GET /api/1/compliance/worst-nodes': { limit: 'integer', max_age: 'integer' },
   'GET /api/1/changes': 'own',
   'GET /api/1/changes/histogram': 'own',

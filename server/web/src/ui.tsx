@@ -59,8 +59,8 @@ export interface Fetched<T> {
   reload: () => void;
 }
 
-/** GET `path` (null: nothing yet) and keep the answer; reloads when `path` changes. */
-export function useGet<T>(path: string | null): Fetched<T> {
+/** GET `path` (null: nothing yet) and keep the answer; reloads when `path` or `key` changes. */
+export function useGet<T>(path: string | null, key = ''): Fetched<T> {
   const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: path !== null });
   const [tick, setTick] = useState(0);
   useEffect(() => {
@@ -74,7 +74,7 @@ export function useGet<T>(path: string | null): Fetched<T> {
     return () => {
       live = false;
     };
-  }, [path, tick]);
+  }, [path, tick, key]);
   const reload = useCallback(() => setTick((t) => t + 1), []);
   return { data: state.data, error: state.error, loading: state.loading, reload };
 }

@@ -57,8 +57,9 @@ export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps
     return { data: complianceView(base, clock()) };
   });
 
-  app.get<{ Querystring: Query }>('/api/1/compliance', async (req) => {
-    const agg = await store.complianceSummary(filtersFrom(req.query, []), clock());
+  app.get<{ Querystring: Query }>('/api/1/compliance', async (req, reply) => {
+    const filters = filtersFrom(req.query, ['max_age']);
+    const agg = await maybeCached(deps, req.query, reply, `global:${JSON.stringify(filters)}`, () => store.complianceSummary(filters, clock()));
     return {
       data: {
         nodes: agg.nodes, nodes_with_data: agg.nodes_with_data, ...withPercent(agg.counts),

@@ -2,15 +2,19 @@
 import type { FastifyInstance } from 'fastify';
 import type { LifecyclePolicy, SweepResult } from '../../registry/lifecycle.js';
 import type { Store } from '../../store/store.js';
+import type { AggregateCache } from '../../console/cache.js';
+import type { Query } from '../params.js';
+import { maybeCached } from './compliance.js';
 
 export interface LifecycleView {
   policy: LifecyclePolicy;
   last: () => SweepResult | null;
 }
 
-export function lifecycleRoutes(app: FastifyInstance, store: Store, view: LifecycleView | undefined): void {
-  app.get('/api/1/lifecycle', async () => {
-    const counts = await store.counts();
+export function lifecycleRoutes(app: FastifyInstance, store: Store, view: LifecycleView | undefined, cache?: AggregateCache): void {
+  app.get<{ Querystring: Query }>('/api/1/lifecycle', async (req, reply) => {
+    // max_age (the console's dashboard): counts up to that old will do.
+    const counts = await maybeCached({ ...(cache && { cache }) }, req.query, reply, 'counts', () => store.counts());
     return {
       data: {
         nodes: { by_status: counts.by_status, by_state: counts.by_state, by_acceptance: counts.by_acceptance },

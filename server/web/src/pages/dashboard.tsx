@@ -3,7 +3,7 @@
  * status, pending nodes, the worst rules and nodes, and graphs of changes (intentional vs
  * corrective) and of compliance over the last 24 hours or 7 days.
  */
-import { useMemo } from 'preact/hooks';
+import { useMemo, useState } from 'preact/hooks';
 import type uPlot from 'uplot';
 import type { Counts, ListAnswer, WithPercent } from '../api';
 import { barsLeft, barsRight, Chart, COUNT_INCRS } from '../chart';
@@ -71,15 +71,22 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
   const from = to - RANGES[range];
   const fromIso = new Date(from).toISOString();
   const hourly = true;
-  const global = useGet<{ data: Global }>('/api/1/compliance');
-  const life = useGet<{ data: Lifecycle }>('/api/1/lifecycle');
-  const rules = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules?max_age=60');
-  const worst = useGet<ListAnswer<WorstNode>>('/api/1/compliance/worst-nodes?limit=8&max_age=60');
-  const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=hour&from=${encodeURIComponent(fromIso)}`);
+  // Fleet-wide figures may come from a copy up to a minute old (the server computes them once for
+  // everyone); Refresh asks for ones at most a second old.
+  const [maxAge, setMaxAge] = useState(60);
+  const [nonce, setNonce] = useState(0);
+  const age = `max_age=${maxAge}`;
+  const key = `${maxAge}:${nonce}`;
+  const global = useGet<{ data: Global }>(`/api/1/compliance?${age}`, key);
+  const life = useGet<{ data: Lifecycle }>(`/api/1/lifecycle?${age}`, key);
+  const rules = useGet<ListAnswer<RuleRow>>(`/api/1/compliance/rules?${age}`, key);
+  const worst = useGet<ListAnswer<WorstNode>>(`/api/1/compliance/worst-nodes?limit=8&${age}`, key);
+  const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=hour&from=${encodeURIComponent(fromIso)}&${age}`, key);
   const series = useGet<ListAnswer<Point>>(`/api/1/compliance/history?from=${encodeURIComponent(fromIso)}`);
   return (
     <>
       <h1>Dashboard</h1>
+      <p class="muted small">Fleet-wide figures may be up to a minute old. <button type="button" class="link" onClick={() => { setMaxAge(1); setNonce((n) => n + 1); }}>Refresh figures</button></p>
       <div class="grid">
         <Section title="Global compliance" id="global">
           <Show f={global}>{({ data: g }) => (
