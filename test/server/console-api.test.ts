@@ -229,6 +229,13 @@ t.test('max_age: fleet-wide aggregates from a recent copy, one computation at a 
   const second = await call('GET', '/api/1/compliance/rules?max_age=60', auth);
   t.equal(second.headers['x-capstan-as-of'], first.headers['x-capstan-as-of'], 'the same copy');
   t.equal((await call('GET', '/api/1/compliance/rules', auth)).headers['x-capstan-as-of'], undefined, 'without max_age: computed now');
+  for (const url of ['/api/1/compliance?max_age=60', '/api/1/lifecycle?max_age=60', '/api/1/changes/histogram?by=hour&max_age=60', '/api/1/compliance/worst-nodes?max_age=60']) {
+    const r = await call('GET', url, auth);
+    t.equal(r.status, 200, url);
+    t.match(r.headers['x-capstan-as-of'], /^\d{4}-/, `${url}: says when it was computed`);
+  }
+  t.equal((await call('GET', '/api/1/changes?max_age=60', auth)).json.error.code, 'ERR_BAD_REQUEST', 'the list of changes is always read now');
+  t.equal((await call('GET', '/api/1/compliance/nodes?max_age=60', auth)).json.error.code, 'ERR_BAD_REQUEST', 'nor is the export cached');
   t.equal((await call('GET', '/api/1/compliance/groups?max_age=0', auth)).json.error.code, 'ERR_BAD_REQUEST');
   t.equal((await call('GET', '/api/1/compliance/directives?max_age=3601', auth)).json.error.code, 'ERR_BAD_REQUEST');
 });
