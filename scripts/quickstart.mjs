@@ -98,7 +98,7 @@ try {
   console.log(`
 The web console: open ${serverUrl}/ in a browser and sign in with the admin token,
 the one line in ${resolve(dir, 'server/admin.token')}
-(docs/console.md; the sign-in lasts [console] session_ttl, 8 hours by default).
+(docs/console.md; the sign-in lasts [console] signin_ttl, 8 hours by default).
 
 Look at the result from a shell:
   TOKEN=$(cat ${resolve(dir, 'server/admin.token')})

@@ -18,7 +18,7 @@ import { loadSqlite } from './bench.js';
 import { historySql } from './bench-changes.js';
 import { loadServerConfig } from './config.js';
 import { ComplianceHistory } from './console/history.js';
-import { ConsoleSessions } from './console/session.js';
+import { ConsoleSignIns } from './console/signin.js';
 import { PolicyGenerator } from './policy/generate.js';
 import { ensurePolicyKey } from './policy/key.js';
 import { openStore } from './store/index.js';
@@ -97,7 +97,7 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
     const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
     const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
     await spool.init();
-    const sessions = new ConsoleSessions({ secret: Buffer.alloc(32, 7), ttlMs: 3_600_000, secure: false });
+    const signIns = new ConsoleSignIns({ secret: Buffer.alloc(32, 7), ttlMs: 3_600_000, secure: false });
     // A week of points every 10 minutes, as a server that ran that long holds (one summary, repeated).
     const summary = await store.complianceSummary([], { now_s: NOW / 1000, applying_s: 600, silence_s: 900 });
     let clock = Date.now() - 7 * 86_400_000;
@@ -109,9 +109,9 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
     const app = buildApp({
       config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), now: () => new Date(NOW),
       policy: { store, generator: new PolicyGenerator({ store, log: silentLogger }), key: await ensurePolicyKey(dir) },
-      console: { sessions, assets: new Map(), history },
+      console: { signIns, assets: new Map(), history },
     });
-    const s = sessions.create(TOKEN);
+    const s = signIns.create(TOKEN);
     const cookie = `capstan_console=${s.value}`;
     type PageResult = { median_ms: number; max_ms: number; calls: number; slowest: string; slowest_ms: number };
     const measure = async (calls: string[]): Promise<PageResult> => {

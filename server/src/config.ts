@@ -220,7 +220,7 @@ export const SERVER_SCHEMA = {
     /** Serve the web console at GET / (same listener as the API). false: / answers 404. */
     enabled: { type: 'boolean', default: true },
     /** A console sign-in lasts this long (its cookie's Max-Age and the expiry sealed inside it); then sign in again. */
-    session_ttl: { type: 'duration', default: '8h', min: 60000 },
+    signin_ttl: { type: 'duration', default: '8h', min: 60000 },
     /**
      * Secret sealing the console's sign-in cookies; empty → <data_dir>/console.secret, made at the
      * first start. Servers sharing a database behind one address need the same file.
@@ -258,7 +258,7 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
     throw capstanError('ERR_CONFIG', 'bootstrap.package_url must be an http or https URL');
   }
   // A sign-in outliving a month is a credential nobody remembers handing out.
-  if (config.console.session_ttl > 30 * 86_400_000) throw capstanError('ERR_CONFIG', 'console.session_ttl must be at most 30d');
+  if (config.console.signin_ttl > 30 * 86_400_000) throw capstanError('ERR_CONFIG', 'console.signin_ttl must be at most 30d');
   if (config.console.history_interval !== 0 && config.console.history_interval < 10_000) {
     throw capstanError('ERR_CONFIG', 'console.history_interval must be 0 (off) or at least 10s');
   }

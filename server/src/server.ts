@@ -12,7 +12,7 @@ import { Poller } from '@capstan/shared/providers/index';
 import { applyPoll, recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
 import { ComplianceHistory } from './console/history.js';
-import { ConsoleSessions, ensureConsoleSecret } from './console/session.js';
+import { ConsoleSignIns, ensureConsoleSecret } from './console/signin.js';
 import { CONSOLE_DIR, loadAssets } from './console/static.js';
 import { complianceClock, complianceSettings } from './registry/compliance.js';
 import type { ServerConfig } from './config.js';
@@ -330,7 +330,7 @@ async function startConsole(config: ServerConfig, store: Store, log: Logger, tls
   const secret = await ensureConsoleSecret(config.console.secret_file || join(dataDir, 'console.secret')).catch((err: Error) => {
     throw capstanError('ERR_STARTUP', `console secret: ${err.message}`);
   });
-  const sessions = new ConsoleSessions({ secret, ttlMs: config.console.session_ttl, secure: tls });
+  const signIns = new ConsoleSignIns({ secret, ttlMs: config.console.signin_ttl, secure: tls });
   const assets = await loadAssets(CONSOLE_DIR);
   if (!assets.has('/index.html')) log.warn({ dir: CONSOLE_DIR }, 'the web console is not built (npm run build): / answers 404');
   const settings = complianceSettings(config);
@@ -344,5 +344,5 @@ async function startConsole(config: ServerConfig, store: Store, log: Logger, tls
     })
     : null;
   await history?.load();
-  return { sessions, assets, history };
+  return { signIns, assets, history };
 }

@@ -14,7 +14,7 @@ import { silentLogger, Spool } from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import type { Principal } from '@capstan/server/console/principal';
-import { ConsoleSessions, ensureConsoleSecret } from '@capstan/server/console/session';
+import { ConsoleSignIns, ensureConsoleSecret } from '@capstan/server/console/signin';
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openStore } from '@capstan/server/store/index';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
@@ -145,10 +145,10 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
   await store.upsertFromInventory(inventory('pending-1', { hostname: 'web-new' }));
   const VIEWER = 'viewer-token-'.padEnd(40, 'v');
   const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
-  const sessions = new ConsoleSessions({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
+  const signIns = new ConsoleSignIns({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
   const app = buildApp({
     config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken,
-    console: { sessions, assets: await loadAssets(CONSOLE_DIR), history: null },
+    console: { signIns, assets: await loadAssets(CONSOLE_DIR), history: null },
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
   t.teardown(async () => {
@@ -181,10 +181,10 @@ t.test('the API refuses a viewer\'s accept made through the console (roles)', { 
   await store.upsertFromInventory(inventory('pending-2'));
   const VIEWER = 'viewer-token-'.padEnd(40, 'v');
   const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
-  const sessions = new ConsoleSessions({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken, console: { sessions, assets: new Map(), history: null } });
+  const signIns = new ConsoleSignIns({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken, console: { signIns, assets: new Map(), history: null } });
   t.teardown(() => app.close());
-  const signIn = await app.inject({ method: 'POST', url: '/console/session', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ token: VIEWER }) });
+  const signIn = await app.inject({ method: 'POST', url: '/console/sign-in', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ token: VIEWER }) });
   const cookie = String(signIn.headers['set-cookie']).split(';')[0]!;
   const res = await app.inject({ method: 'POST', url: '/api/1/nodes/pending-2/accept', headers: { cookie, 'x-csrf-token': signIn.json().data.csrf_token } });
   t.equal(res.statusCode, 403);

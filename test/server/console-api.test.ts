@@ -14,7 +14,7 @@ import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { ComplianceHistory } from '@capstan/server/console/history';
 import type { Principal } from '@capstan/server/console/principal';
-import { ConsoleSessions, COOKIE_NAME, ensureConsoleSecret } from '@capstan/server/console/session';
+import { ConsoleSignIns, COOKIE_NAME, ensureConsoleSecret } from '@capstan/server/console/signin';
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from './store-suite.js';
@@ -29,7 +29,7 @@ async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const secret = await ensureConsoleSecret(join(dir, 'console.secret'));
-  const sessions = new ConsoleSessions({ secret, ttlMs: 3_600_000, secure: opts.secure ?? false, ...(opts.now && { now: opts.now }) });
+  const signIns = new ConsoleSignIns({ secret, ttlMs: 3_600_000, secure: opts.secure ?? false, ...(opts.now && { now: opts.now }) });
   let clock = Date.parse('2026-11-25T12:00:00Z');
   const history = new ComplianceHistory({
     file: join(dir, 'compliance-history.jsonl'), intervalMs: 600_000, retentionMs: 86_400_000, log: silentLogger,
@@ -41,7 +41,7 @@ async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {
     (tok === TOKEN ? { name: 'admin', role: 'admin' } : tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
   const app = buildApp({
     config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), resolveToken,
-    console: { sessions, assets: await loadAssets(CONSOLE_DIR), history },
+    console: { signIns, assets: await loadAssets(CONSOLE_DIR), history },
   });
   t.teardown(async () => {
     await app.close();
@@ -56,7 +56,7 @@ async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {
     return { status: res.statusCode, json, headers: res.headers, raw: res.rawPayload };
   };
   const signIn = async (token = TOKEN) => {
-    const r = await call('POST', '/console/session', {}, { token });
+    const r = await call('POST', '/console/sign-in', {}, { token });
     const cookie = String(r.headers['set-cookie']).split(';')[0]!;
     return { ...r, cookie, csrf: r.json?.data?.csrf_token as string };
   };
@@ -95,9 +95,9 @@ t.test('the console is built and served with its policy, compressed and cached',
 t.test('sign-in: a cookie that is HttpOnly and SameSite=Strict (Secure under TLS), and writes need its CSRF token', async (t) => {
   const { call, signIn, store } = await setup(t);
   await store.upsertFromInventory(inventory('n1'));
-  t.equal((await call('POST', '/console/session', {}, { token: 'wrong' })).json.error.code, 'ERR_UNAUTHORIZED');
-  t.equal((await call('POST', '/console/session', {}, { token: TOKEN, extra: 1 })).json.error.code, 'ERR_BAD_REQUEST');
-  const form = await call('POST', '/console/session', { 'content-type': 'application/x-www-form-urlencoded' });
+  t.equal((await call('POST', '/console/sign-in', {}, { token: 'wrong' })).json.error.code, 'ERR_UNAUTHORIZED');
+  t.equal((await call('POST', '/console/sign-in', {}, { token: TOKEN, extra: 1 })).json.error.code, 'ERR_BAD_REQUEST');
+  const form = await call('POST', '/console/sign-in', { 'content-type': 'application/x-www-form-urlencoded' });
   t.equal(form.json.error.code, 'ERR_UNSUPPORTED_MEDIA', 'a cross-site form cannot sign a browser in');
   const s = await signIn();
   t.equal(s.status, 201);
@@ -110,7 +110,7 @@ t.test('sign-in: a cookie that is HttpOnly and SameSite=Strict (Secure under TLS
   t.notMatch(setCookie, /Secure/, 'plain HTTP on loopback: no Secure flag');
   t.notMatch(setCookie, new RegExp(TOKEN), 'the token is sealed, not readable in the cookie');
 
-  t.same((await call('GET', '/console/session', { cookie: s.cookie })).json.data, s.json.data);
+  t.same((await call('GET', '/console/sign-in', { cookie: s.cookie })).json.data, s.json.data);
   t.equal((await call('GET', '/api/1/nodes', { cookie: s.cookie })).json.total, 1, 'reads with the cookie alone');
   const noCsrf = await call('POST', '/api/1/nodes/n1/accept', { cookie: s.cookie });
   t.equal(noCsrf.status, 403);
@@ -128,8 +128,8 @@ t.test('sign-in: a cookie that is HttpOnly and SameSite=Strict (Secure under TLS
   t.equal((await call('GET', '/api/1/nodes')).json.error.code, 'ERR_UNAUTHORIZED');
 
   // Sign-out is a write: CSRF first; then the cookie is refused even if replayed.
-  t.equal((await call('DELETE', '/console/session', { cookie: s.cookie })).json.error.code, 'ERR_CSRF');
-  const out = await call('DELETE', '/console/session', { cookie: s.cookie, 'x-csrf-token': s.csrf });
+  t.equal((await call('DELETE', '/console/sign-in', { cookie: s.cookie })).json.error.code, 'ERR_CSRF');
+  const out = await call('DELETE', '/console/sign-in', { cookie: s.cookie, 'x-csrf-token': s.csrf });
   t.equal(out.status, 204);
   t.match(String(out.headers['set-cookie']), /Max-Age=0/);
   const replay = await call('GET', '/api/1/nodes', { cookie: s.cookie });
@@ -153,8 +153,8 @@ t.test('a sign-in expires, carries the principal its token resolves to, and TLS 
   t.equal((await call('GET', '/api/1/nodes', { cookie: s.cookie })).status, 200);
   now += 3_600_000;
   const late = await call('GET', '/api/1/nodes', { cookie: s.cookie });
-  t.equal(late.status, 401, 'past session_ttl');
-  t.equal((await call('GET', '/console/session', { cookie: s.cookie })).status, 401);
+  t.equal(late.status, 401, 'past signin_ttl');
+  t.equal((await call('GET', '/console/sign-in', { cookie: s.cookie })).status, 401);
 });
 
 t.test('the console secret is made once, 0600, and a short one is refused', async (t) => {

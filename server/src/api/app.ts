@@ -14,7 +14,7 @@ import { AggregateCache } from '../console/cache.js';
 import type { ComplianceHistory } from '../console/history.js';
 import { adminTokenResolver, type ResolveToken } from '../console/principal.js';
 import { consolePublicRoutes, consoleReadRoutes } from '../console/routes.js';
-import type { ConsoleSessions } from '../console/session.js';
+import type { ConsoleSignIns } from '../console/signin.js';
 import type { Asset } from '../console/static.js';
 import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
@@ -78,7 +78,7 @@ export interface ServerAppDeps {
    */
   resolveToken?: ResolveToken;
   /** The web console: sign-ins, its built files, compliance history (absent: no console, bearer tokens only). */
-  console?: { sessions: ConsoleSessions; assets: Map<string, Asset>; history: ComplianceHistory | null };
+  console?: { signIns: ConsoleSignIns; assets: Map<string, Asset>; history: ComplianceHistory | null };
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
@@ -167,11 +167,11 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   const consoleDeps = deps.console;
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
   const aggregates = new AggregateCache();
-  if (consoleDeps) consolePublicRoutes(app, { sessions: consoleDeps.sessions, resolveToken, assets: consoleDeps.assets });
+  if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets });
 
   app.register(async (admin) => {
     // A bearer token, or the console's sign-in cookie with its CSRF token on writes.
-    admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { sessions: consoleDeps.sessions }) }));
+    admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { signIns: consoleDeps.signIns }) }));
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
     if (policy) {
       policyAdminRoutes(admin, policy);

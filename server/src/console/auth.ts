@@ -8,12 +8,12 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { capstanError } from '@capstan/shared';
 import type { ResolveToken } from './principal.js';
-import { cookieValue, type ConsoleSessions } from './session.js';
+import { cookieValue, type ConsoleSignIns } from './signin.js';
 
 export interface AdminAuthDeps {
   resolveToken: ResolveToken;
   /** Console sign-ins (absent: bearer tokens only). */
-  sessions?: ConsoleSessions;
+  signIns?: ConsoleSignIns;
 }
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
@@ -29,20 +29,20 @@ export function adminAuthentication(deps: AdminAuthDeps): (req: FastifyRequest, 
       req.principal = principal;
       return;
     }
-    const sessions = deps.sessions;
-    const value = sessions && cookieValue(req.headers.cookie);
-    if (!sessions || value === undefined) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-    const opened = sessions.open(value);
+    const signIns = deps.signIns;
+    const value = signIns && cookieValue(req.headers.cookie);
+    if (!signIns || value === undefined) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
+    const opened = signIns.open(value);
     if (!opened) {
-      reply.header('set-cookie', sessions.setCookie(null));
+      reply.header('set-cookie', signIns.setCookie(null));
       throw capstanError('ERR_UNAUTHORIZED', 'the console sign-in has expired or ended: sign in again');
     }
-    if (!SAFE_METHODS.has(req.method) && !sessions.csrfMatches(opened.sid, req.headers['x-csrf-token'])) {
+    if (!SAFE_METHODS.has(req.method) && !signIns.csrfMatches(opened.sid, req.headers['x-csrf-token'])) {
       throw capstanError('ERR_CSRF', 'a write made with the console sign-in needs its X-CSRF-Token header');
     }
     const principal = await deps.resolveToken(opened.token);
     if (!principal) {
-      reply.header('set-cookie', sessions.setCookie(null));
+      reply.header('set-cookie', signIns.setCookie(null));
       throw capstanError('ERR_UNAUTHORIZED', 'the token this sign-in was made with is no longer valid: sign in again');
     }
     req.principal = principal;

@@ -1,6 +1,6 @@
 /**
  * The console's routes: its files at `/` and `/assets/…`, sign-in and sign-out at
- * `/console/session` (outside the admin API's authentication: that is where a sign-in begins),
+ * `/console/sign-in` (outside the admin API's authentication: that is where a sign-in begins),
  * and the few read endpoints the console needs that the API lacked (registered in
  * api/params.ts): compliance over time and the worst nodes.
  */
@@ -14,11 +14,11 @@ import { maybeCached } from '../api/routes/compliance.js';
 import type { AggregateCache } from './cache.js';
 import type { ComplianceHistory } from './history.js';
 import type { Principal, ResolveToken } from './principal.js';
-import { cookieValue, type ConsoleSessions, type Opened } from './session.js';
+import { cookieValue, type ConsoleSignIns, type Opened } from './signin.js';
 import { pickEncoding, SECURITY_HEADERS, type Asset } from './static.js';
 
 export interface ConsoleRouteDeps {
-  sessions: ConsoleSessions;
+  signIns: ConsoleSignIns;
   resolveToken: ResolveToken;
   /** The built console (static.ts loadAssets); empty: not built, `/` says how to build it. */
   assets: Map<string, Asset>;
@@ -27,8 +27,8 @@ export interface ConsoleRouteDeps {
 /** Most worst nodes one request may ask for. */
 export const MAX_WORST_NODES = 100;
 
-function sessionView(sessions: ConsoleSessions, opened: Opened, p: Principal) {
-  return { name: p.name, role: p.role, expires_at: new Date(opened.exp).toISOString(), csrf_token: sessions.csrf(opened.sid) };
+function signInView(signIns: ConsoleSignIns, opened: Opened, p: Principal) {
+  return { name: p.name, role: p.role, expires_at: new Date(opened.exp).toISOString(), csrf_token: signIns.csrf(opened.sid) };
 }
 
 function sendAsset(req: FastifyRequest, reply: FastifyReply, asset: Asset) {
@@ -44,7 +44,7 @@ function sendAsset(req: FastifyRequest, reply: FastifyReply, asset: Asset) {
 }
 
 export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): void {
-  const { sessions, resolveToken, assets } = deps;
+  const { signIns, resolveToken, assets } = deps;
 
   app.get('/', async (req, reply) => {
     const index = assets.get('/index.html');
@@ -59,7 +59,7 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
 
   // Sign in: the token in a JSON body (a cross-site form cannot send JSON, so no one signs a
   // browser in behind its user's back), answered with the cookie and the CSRF token.
-  app.post('/console/session', async (req, reply) => {
+  app.post('/console/sign-in', async (req, reply) => {
     if (!/^application\/json(;|$)/i.test(req.headers['content-type'] ?? '')) {
       throw capstanError('ERR_UNSUPPORTED_MEDIA', 'sign in with a JSON body {"token": "…"}');
     }
@@ -69,32 +69,32 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
     }
     const principal = await resolveToken(body.token.trim());
     if (!principal) throw capstanError('ERR_UNAUTHORIZED', 'invalid token');
-    const s = sessions.create(body.token.trim());
-    reply.header('set-cookie', sessions.setCookie(s)).header('cache-control', 'no-store');
-    return reply.code(201).send({ data: sessionView(sessions, s, principal) });
+    const s = signIns.create(body.token.trim());
+    reply.header('set-cookie', signIns.setCookie(s)).header('cache-control', 'no-store');
+    return reply.code(201).send({ data: signInView(signIns, s, principal) });
   });
 
-  app.get('/console/session', async (req, reply) => {
+  app.get('/console/sign-in', async (req, reply) => {
     reply.header('cache-control', 'no-store');
-    const opened = sessions.open(cookieValue(req.headers.cookie));
+    const opened = signIns.open(cookieValue(req.headers.cookie));
     const principal = opened && (await resolveToken(opened.token));
     if (!opened || !principal) {
-      if (cookieValue(req.headers.cookie) !== undefined) reply.header('set-cookie', sessions.setCookie(null));
+      if (cookieValue(req.headers.cookie) !== undefined) reply.header('set-cookie', signIns.setCookie(null));
       throw capstanError('ERR_UNAUTHORIZED', 'not signed in');
     }
-    return { data: sessionView(sessions, opened, principal) };
+    return { data: signInView(signIns, opened, principal) };
   });
 
   // Sign out: a write like any other, so it needs the CSRF token too (no one signs you out from afar).
-  app.delete('/console/session', async (req, reply) => {
-    const opened = sessions.open(cookieValue(req.headers.cookie));
+  app.delete('/console/sign-in', async (req, reply) => {
+    const opened = signIns.open(cookieValue(req.headers.cookie));
     if (opened) {
-      if (!sessions.csrfMatches(opened.sid, req.headers['x-csrf-token'])) {
+      if (!signIns.csrfMatches(opened.sid, req.headers['x-csrf-token'])) {
         throw capstanError('ERR_CSRF', 'signing out needs the X-CSRF-Token header');
       }
-      sessions.end(opened);
+      signIns.end(opened);
     }
-    return reply.header('set-cookie', sessions.setCookie(null)).code(204).send();
+    return reply.header('set-cookie', signIns.setCookie(null)).code(204).send();
   });
 }
 

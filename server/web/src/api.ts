@@ -18,7 +18,7 @@ export class ApiError extends Error {
 let csrf = '';
 let onSignedOut: () => void = () => undefined;
 
-export function setSession(me: Me | null, signedOut?: () => void): void {
+export function setSignIn(me: Me | null, signedOut?: () => void): void {
   csrf = me?.csrf_token ?? '';
   if (signedOut) onSignedOut = signedOut;
 }
@@ -37,7 +37,7 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
   }
   if (!res.ok) {
     const err = new ApiError(res.status, json?.error?.code ?? 'ERR_UNKNOWN', json?.error?.message ?? `HTTP ${res.status}`);
-    if (res.status === 401 && !path.startsWith('/console/session')) onSignedOut();
+    if (res.status === 401 && !path.startsWith('/console/sign-in')) onSignedOut();
     throw err;
   }
   return json as T;

@@ -7,7 +7,7 @@ import './style.css';
 import { render } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { MeContext } from './me';
-import { ApiError, del, get, post, setSession, type Me } from './api';
+import { ApiError, del, get, post, setSignIn, type Me } from './api';
 import { useRoute } from './router';
 import { Dashboard } from './pages/dashboard';
 import { NodesPage } from './pages/nodes';
@@ -28,7 +28,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
     setBusy(true);
     setError(null);
     try {
-      onIn((await post<{ data: Me }>('/console/session', { token })).data);
+      onIn((await post<{ data: Me }>('/console/sign-in', { token })).data);
     } catch (err) {
       setError(err);
     } finally {
@@ -120,22 +120,22 @@ function App() {
   const [notice, setNotice] = useState<string | null>(null);
   const [error, setError] = useState<unknown>(null);
   const signedIn = (m: Me | null) => {
-    setSession(m, () => {
-      setSession(null);
+    setSignIn(m, () => {
+      setSignIn(null);
       setNotice('Your sign-in has ended: sign in again.');
       setMe(null);
     });
     setMe(m);
   };
   useEffect(() => {
-    get<{ data: Me }>('/console/session').then(
+    get<{ data: Me }>('/console/sign-in').then(
       (r) => signedIn(r.data),
       (err) => (err instanceof ApiError && err.status === 401 ? signedIn(null) : setError(err)),
     );
   }, []);
   const signOut = async () => {
     try {
-      await del('/console/session');
+      await del('/console/sign-in');
     } finally {
       signedIn(null);
       setNotice('Signed out.');

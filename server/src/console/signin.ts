@@ -20,7 +20,7 @@ export interface Opened {
   exp: number;
 }
 
-export interface ConsoleSessionOptions {
+export interface ConsoleSignInOptions {
   /** At least 32 bytes of secret. */
   secret: Buffer;
   ttlMs: number;
@@ -31,7 +31,7 @@ export interface ConsoleSessionOptions {
 
 const b64 = (b: Buffer) => b.toString('base64url');
 
-export class ConsoleSessions {
+export class ConsoleSignIns {
   readonly ttlMs: number;
   private readonly sealKey: Buffer;
   private readonly csrfKey: Buffer;
@@ -40,7 +40,7 @@ export class ConsoleSessions {
   /** Signed-out ids until they would have expired (pruned on each sign-out). */
   private readonly ended = new Map<string, number>();
 
-  constructor(opts: ConsoleSessionOptions) {
+  constructor(opts: ConsoleSignInOptions) {
     if (opts.secret.length < 32) throw new Error('the console secret must be at least 32 bytes');
     this.ttlMs = opts.ttlMs;
     this.secure = opts.secure;
