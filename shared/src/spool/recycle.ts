@@ -15,7 +15,13 @@
  * Nothing durable depends on free/: its files hold bytes that were already delivered, are never
  * read, and a crash mid-overwrite leaves only a free file with mixed contents. The name an upload
  * gets in incoming/ still appears by one rename after fdatasync, as before.
+ *
+ * FreePool is the bookkeeping; Recycler moves the files (an upload takes one through the pool,
+ * write.ts).
  */
+import { randomUUID } from 'node:crypto';
+import { lstat, readdir, rename, rm, stat, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
 
 /** A file in free/ and its size in bytes. */
 export interface FreeFile {
@@ -115,5 +121,66 @@ export class FreePool {
     this.files = 0;
     this.bytes = 0;
     return out;
+  }
+}
+
+/**
+ * At start: what free/ holds from before is adopted up to the pool's limits, the rest (and all of
+ * it when recycling is off, `pool` null) is unlinked. Contents do not matter: each is overwritten
+ * whole.
+ */
+export async function adoptFree(dir: string, pool: FreePool | null): Promise<void> {
+  for (const n of await readdir(dir)) {
+    const p = join(dir, n);
+    // lstat: only regular files are adopted (a link planted in free/ is removed, never written through).
+    const s = await lstat(p).catch(() => null);
+    if (!s) continue;
+    if (s.isFile() && pool?.reserve(s.size)) pool.put({ path: p, size: s.size }, true);
+    else await rm(p, { recursive: true, force: true });
+  }
+}
+
+/** The files of free/: adopted at start (adoptFree), filled by removals, released when disk space runs short. */
+export class Recycler {
+  readonly pool: FreePool;
+  /** Files taken from free/ by an upload since start (counted by the writer that took them). */
+  reused = 0;
+
+  constructor(readonly dir: string, maxFiles: number, maxBytes: number, maxFileBytes: number) {
+    this.pool = new FreePool(maxFiles, maxBytes, maxFileBytes);
+  }
+
+  /**
+   * A delivered file at `path` (in incoming/), of `size` bytes when known for sure: moved into
+   * free/ when the pool has room. Returns its size (read from the file once moved, when it was
+   * not known), or null when the pool has no room for it: the caller unlinks it.
+   */
+  async retire(path: string, size: number | undefined): Promise<number | null> {
+    if (size === undefined) {
+      // Size unknown: move the file out of the way first, then read the size of what was moved.
+      const dest = `${this.dir}/${randomUUID()}`;
+      await rename(path, dest);
+      const moved = (await stat(dest)).size;
+      if (this.pool.reserve(moved)) this.pool.put({ path: dest, size: moved }, true);
+      else await unlink(dest);
+      return moved;
+    }
+    if (!this.pool.reserve(size)) return null;
+    const dest = `${this.dir}/${randomUUID()}`;
+    try {
+      await rename(path, dest);
+    } catch (err) {
+      this.pool.release(size);
+      throw err;
+    }
+    this.pool.put({ path: dest, size }, true);
+    return size;
+  }
+
+  /** Unlink every file in free/ (disk space is running short: they are only an optimisation). */
+  async release(): Promise<number> {
+    const files = this.pool.drain();
+    await Promise.all(files.map((f) => unlink(f.path).catch(() => {})));
+    return files.reduce((n, f) => n + f.size, 0);
   }
 }
