@@ -8,7 +8,7 @@ import type { AddressInfo } from 'node:net';
 import { statfs } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
-import { capstanError, isCapstanError, parseListen, Spool, SPOOL_KINDS, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
+import { capstanError, isCapstanError, parseListen, Spool, SPOOL_KINDS, startSpoolCleanup, type Logger, type SpoolKind, type SpoolProcessor } from './shared.js';
 import { buildApp } from './api/app.js';
 import type { RelayContext, RelayStatus } from './api/context.js';
 import { SharedFilesStore } from './cache/shared-files.js';
@@ -363,18 +363,9 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   bootstrap?.start();
 
   // Retention: failed/ and stale partial uploads; expired shared files.
-  const sweep = async () => {
-    try {
-      const failed = await spool.sweepFailed(config.spool.failed_retention);
-      const tmp = await spool.sweepTmp(config.spool.tmp_retention);
-      if (failed + tmp > 0) log.info({ failed, tmp }, 'spool clean-up');
-    } catch (err) {
-      log.warn({ err }, 'spool clean-up failed');
-    }
-  };
-  await sweep();
-  const sweepTimer = setInterval(() => void sweep(), config.spool.cleanup_interval);
-  sweepTimer.unref();
+  const sweepTimer = await startSpoolCleanup(spool, {
+    failedRetention: config.spool.failed_retention, tmpRetention: config.spool.tmp_retention, interval: config.spool.cleanup_interval, log,
+  });
   const sharedFiles = config.shared_files.path ? new SharedFilesStore(config.shared_files.path) : null;
   const sharedTimer = sharedFiles
     ? setInterval(() => {

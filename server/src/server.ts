@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import {
-  capstanError, loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, type Logger, type ProcessedEvent, type SpoolKind,
+  capstanError, loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, startSpoolCleanup, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
 import { Poller } from '@capstan/shared/providers/index';
@@ -256,18 +256,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const addr = app.server.address() as AddressInfo;
   for (const kind of SPOOL_KINDS) await processors[kind].start();
   // Retention of failed/ (age; its size and count are bounded as files arrive) and of partial uploads.
-  const spoolSweep = async () => {
-    try {
-      const failed = await spool.sweepFailed(config.spool.failed_retention);
-      const tmp = await spool.sweepTmp(config.spool.tmp_retention);
-      if (failed + tmp > 0) log.info({ failed, tmp }, 'spool clean-up');
-    } catch (err) {
-      log.warn({ err }, 'spool clean-up failed');
-    }
-  };
-  await spoolSweep();
-  const spoolTimer = setInterval(() => void spoolSweep(), config.spool.cleanup_interval);
-  spoolTimer.unref();
+  const spoolTimer = await startSpoolCleanup(spool, {
+    failedRetention: config.spool.failed_retention, tmpRetention: config.spool.tmp_retention, interval: config.spool.cleanup_interval, log,
+  });
   sweeper.start();
   consoleParts?.history?.start();
   jobs.start();
