@@ -125,6 +125,10 @@ export const ERROR_CODES = {
   ERR_CERTIFICATE_CONFLICT: { status: 409 },
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
+  /** A node filter expression that does not parse; `details.position` is where. */
+  ERR_FILTER_SYNTAX: { status: 400 },
+  /** A manual node whose address another node already has; `details.node` is that node's id. */
+  ERR_ADDRESS_TAKEN: { status: 409 },
   ERR_RUN_IN_FUTURE: { status: 400 },
   // jobs (runs triggered on many nodes through the relays)
   ERR_JOB_NO_TARGETS: { status: 400 },

@@ -3,7 +3,8 @@
  * can hold them to the same answers: the column lists, the node filters (checked once here, then
  * turned into one WHERE clause with the dialect's placeholders) and the sort order.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError, FILTER_LIMITS, parseFilter } from '@capstan/shared';
+import { compileFilter } from './filter-sql.js';
 import {
   SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField,
 } from './store.js';
@@ -76,7 +77,8 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.
 // `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) come from the managers.
 // `relay` (true/false): the nodes registered as relays.
-const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
+// `q`: an expression of the filter language (docs/filters.md); several are ORed.
+const PLAIN_KEYS = new Set(['q', 'id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
 const ENUMS: Record<string, Set<string>> = {
   status: new Set(['unknown', 'reachable', 'unreachable']),
   accepted: new Set(['pending', 'accepted', 'refused']),
@@ -133,11 +135,12 @@ export function checkFilters(q: Pick<NodeListQuery, 'filters' | 'accepted' | 'st
     if (f.exclude !== undefined && typeof f.exclude !== 'boolean') bad(`filter ${f.key}: exclude must be true or false`);
     for (const v of f.values) {
       if (typeof v !== 'string') bad(`filter ${f.key}: values must be strings`);
-      if (v.length > MAX_FILTER_VALUE_LENGTH) bad(`filter ${f.key}: a value is longer than ${MAX_FILTER_VALUE_LENGTH}`);
+      if (v.length > (f.key === 'q' ? FILTER_LIMITS.maxLength : MAX_FILTER_VALUE_LENGTH)) bad(`filter ${f.key}: a value is longer than ${MAX_FILTER_VALUE_LENGTH}`);
       if (v.includes('\u0000') || f.key.includes('\u0000')) bad(`filter ${f.key} contains a NUL character`);
       const allowed = ENUMS[f.key];
       if (allowed && !allowed.has(v)) bad(`${f.key} must be one of ${[...allowed].join(', ')}`);
       if (f.key === 'last_run') parseRange(v);
+      if (f.key === 'q') parseFilter(v);
     }
     const exclude = f.exclude ?? false;
     const seen = byKey.get(f.key);
@@ -163,6 +166,8 @@ export interface Dialect {
   like: 'LIKE' | 'lower';
   /** Appended to text columns in ORDER BY so both backends sort in byte order. */
   collate: string;
+  /** The instant filter ages (`last_run.age > 2h`) are measured from; default the clock's. */
+  now?: () => Date;
 }
 
 const asciiLower = (s: string) => s.replace(/[A-Z]/g, (c) => c.toLowerCase());
@@ -180,7 +185,12 @@ const EQUAL: Record<string, string> = { id: 'n.id', state: 'n.state', status: 'n
 function condition(f: CheckedFilter, d: Dialect): string {
   let any: string;
   const column = TEXT_MATCH[f.key];
-  if (column) {
+  if (f.key === 'q') {
+    // Compiled to a condition that is never unknown, so an exclusion is a plain NOT.
+    const now = d.now?.() ?? new Date();
+    any = f.values.map((v) => compileFilter(parseFilter(v), d, now)).join(' OR ');
+    return f.exclude ? `NOT (${any})` : `(${any})`;
+  } else if (column) {
     // Case-insensitive (DNS names are); `*` at the end makes a prefix; `%` and `_` are literal.
     any = f.values.map((v) => {
       if (v === '*') return `${column} IS NOT NULL`;

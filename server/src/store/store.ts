@@ -141,7 +141,7 @@ export interface NodePatch {
 
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
-  | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
+  | 'q' | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
   | 'managed_by' | 'has_agent' | 'relay' | `tag:${string}`;
 
 /**
@@ -577,6 +577,10 @@ export interface Store {
   deletePolicyBundle(nodeId: string): Promise<boolean>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
+  getProperties(nodeId: string): Promise<Record<string, string> | null>;
+  /** Replace a node's properties (checkProperties first); null when the node is unknown. */
+  setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null>;
   /** The expectations stored for one config id of a node; null when none are. */
   getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null>;
   /** The config ids of the stored bundles of these nodes (absent: none stored). */

@@ -45,6 +45,7 @@ import { PostgresIdentityStore } from './identity.js';
 import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
+import { checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
@@ -116,7 +117,7 @@ export class PostgresStore implements Store {
   }
 
   private dialect(values: unknown[]): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"' };
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now };
   }
 
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
@@ -248,14 +249,94 @@ export class PostgresStore implements Store {
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      await this.query(what, c, {
+      const written = await this.query(what, c, {
         name: 'inventory_upsert',
         text: `INSERT INTO inventories (node_id, received_at, document) VALUES ($1, $2, $3)
           ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
           WHERE excluded.received_at >= inventories.received_at`,
         values: [inv.id, receivedAt, document],
       });
+      if ((written.rowCount ?? 0) > 0) await this.writeIndex(what, c, inv.id, indexInventory(inv.inventory as Record<string, unknown>));
       return next;
+    });
+  }
+
+  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
+  async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex): Promise<void> {
+    // Sorted, so that two servers adding the same new versions lock them in one order.
+    const pk = [...ix.packages].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.version < b.version ? -1 : a.version > b.version ? 1 : 0));
+    const names = pk.map((p) => p.name);
+    const versions = pk.map((p) => p.version);
+    let ids: number[] = [];
+    if (pk.length > 0) {
+      await this.query(what, c, {
+        name: 'package_versions_add',
+        text: `INSERT INTO package_versions (name, version, version_key)
+          SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (name, version) DO NOTHING`,
+        values: [names, versions, pk.map((p) => p.key)],
+      });
+      const { rows } = await this.query(what, c, {
+        name: 'package_versions_ids',
+        text: `SELECT coalesce(array_agg(pv.id ORDER BY pv.id), '{}') AS ids FROM package_versions pv
+          JOIN unnest($1::text[], $2::text[]) AS u(name, version) ON pv.name = u.name AND pv.version = u.version`,
+        values: [names, versions],
+      });
+      ids = (rows[0] as { ids: number[] }).ids;
+    }
+    await this.query(what, c, {
+      name: 'node_inventory_upsert',
+      text: `INSERT INTO node_inventory (node_id, fqdn, os_kernel, arch, os_version_key, cpus, memory, packages)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer[])
+        ON CONFLICT (node_id) DO UPDATE SET fqdn = excluded.fqdn, os_kernel = excluded.os_kernel, arch = excluded.arch,
+          os_version_key = excluded.os_version_key, cpus = excluded.cpus, memory = excluded.memory, packages = excluded.packages`,
+      values: [nodeId, ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, ids],
+    });
+    await this.query(what, c, { name: 'node_addresses_clear', text: 'DELETE FROM node_addresses WHERE node_id = $1', values: [nodeId] });
+    if (ix.addresses.length > 0) {
+      await this.query(what, c, {
+        name: 'node_addresses_add',
+        text: 'INSERT INTO node_addresses (address, node_id) SELECT a, $1 FROM unnest($2::text[]) AS a',
+        values: [nodeId, ix.addresses],
+      });
+    }
+    await this.query(what, c, { name: 'node_facts_clear', text: 'DELETE FROM node_facts WHERE node_id = $1', values: [nodeId] });
+    if (ix.facts.length > 0) {
+      await this.query(what, c, {
+        name: 'node_facts_add',
+        text: 'INSERT INTO node_facts (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
+        values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
+      });
+    }
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    if (impossibleId(nodeId)) return null;
+    const { rows } = await this.query('getProperties', this.pool, {
+      name: 'properties_get',
+      text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
+      values: [nodeId],
+    });
+    if (rows.length === 0) return null;
+    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, r.value]));
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    if (impossibleId(nodeId)) return null;
+    const what = 'setProperties';
+    return this.tx(what, async (c) => {
+      const known = await this.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
+      if ((known.rowCount ?? 0) === 0) return null;
+      await this.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      const keys = Object.keys(props);
+      if (keys.length > 0) {
+        await this.query(what, c, {
+          name: 'properties_add',
+          text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
+          values: [nodeId, keys, keys.map((k) => props[k]!)],
+        });
+      }
+      return props;
     });
   }
 

@@ -44,6 +44,7 @@ import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
+import { checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -123,7 +124,7 @@ export class SqliteStore implements Store {
   }
 
   private dialect(values: unknown[]): Dialect {
-    return { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '' };
+    return { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.now };
   }
 
   private node(id: string): NodeRecord | null {
@@ -221,11 +222,48 @@ export class SqliteStore implements Store {
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
+      const { changes } = this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
         WHERE excluded.received_at >= inventories.received_at`).run(inv.id, receivedAt, document);
+      if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>));
       return next;
     });
+  }
+
+  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
+  writeIndex(nodeId: string, ix: InventoryIndex): void {
+    const get = this.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
+    const add = this.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
+    const ids = ix.packages.map((pk) => {
+      const row = get.get(pk.name, pk.version) as { id: number } | undefined;
+      return row ? row.id : Number(add.run(pk.name, pk.version, pk.key).lastInsertRowid);
+    }).sort((a, b) => a - b);
+    const old = this.stmt('SELECT key, package_ids FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string } | undefined;
+    const cols = [ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, JSON.stringify(ids)];
+    let key: number;
+    let before: number[] = [];
+    if (old) {
+      key = old.key;
+      before = JSON.parse(old.package_ids) as number[];
+      this.stmt(`UPDATE node_inventory SET fqdn = ?, os_kernel = ?, arch = ?, os_version_key = ?, cpus = ?, memory = ?, package_ids = ?
+        WHERE key = ?`).run(...cols, key);
+    } else {
+      key = Number(this.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(...cols, nodeId).lastInsertRowid);
+    }
+    // Only what changed since the last inventory is written: most inventories change nothing.
+    const now = new Set(ids);
+    const was = new Set(before);
+    const del = this.stmt('DELETE FROM node_packages WHERE package_id = ? AND node_key = ?');
+    for (const id of before) if (!now.has(id)) del.run(id, key);
+    const ins = this.stmt('INSERT OR IGNORE INTO node_packages (package_id, node_key) VALUES (?, ?)');
+    for (const id of ids) if (!was.has(id)) ins.run(id, key);
+    this.stmt('DELETE FROM node_addresses WHERE node_id = ?').run(nodeId);
+    const addr = this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
+    for (const a of ix.addresses) addr.run(a, nodeId);
+    this.stmt('DELETE FROM node_facts WHERE node_id = ?').run(nodeId);
+    const fact = this.stmt('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
+    for (const f of ix.facts) fact.run(nodeId, f.path, f.value, f.num);
   }
 
   async createNode(input: NodeCreate): Promise<NodeRecord> {
@@ -282,6 +320,25 @@ export class SqliteStore implements Store {
         this.history(transitions(node, next, when, cause));
       }
       return next;
+    });
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    return this.read('getProperties', () => {
+      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      const rows = this.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
+      return Object.fromEntries(rows.map((r) => [r.key, r.value]));
+    });
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    return this.write('setProperties', () => {
+      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      this.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
+      const ins = this.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
+      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
+      return props;
     });
   }
 
