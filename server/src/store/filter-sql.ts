@@ -5,7 +5,7 @@
  * Every literal is a bound parameter: nothing the user typed becomes SQL text.
  */
 import { versionKey, type FilterExpr } from '@capstan/shared';
-import type { Dialect } from './query.js';
+import { groupCondition, type Dialect } from './query.js';
 
 const LIKE_ESCAPE = '\\';
 
@@ -70,7 +70,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
     case 'memory':
       return inv(`ni.${expr.field} ${op === '!=' ? '<>' : op} ${p(value.kind === 'number' ? value.number : 0)}`);
     case 'group': {
-      const member = `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id = ${p(value.text)})`;
+      const member = groupCondition(value.text, d);
       return op === '=' ? member : `NOT (${member})`;
     }
     case 'ip': {

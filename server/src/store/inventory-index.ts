@@ -78,3 +78,8 @@ export function checkProperties(v: unknown): Record<string, string> {
   }
   return Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) as Record<string, string>;
 }
+
+/** A manual node's address is some node's already: 409 naming that node. */
+export function addressTaken(address: string, nodeId: string): Error {
+  return capstanError('ERR_ADDRESS_TAKEN', `node ${nodeId} already has address ${address}`, { details: { node: nodeId, address } });
+}

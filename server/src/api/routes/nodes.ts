@@ -6,6 +6,7 @@ import {
 } from '@capstan/shared';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/rules.js';
+import { checkProperties } from '../../store/inventory-index.js';
 import { bodyObject, boolParam, nodeListQuery, paging, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -168,6 +169,18 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id', async (req, reply) => {
     if (!(await store.deleteNode(req.params.id))) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
     return reply.code(204).send();
+  });
+
+  // Admin-set properties (`property:<key>` in filters): GET reads, PUT replaces them all.
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
+    const props = await store.getProperties(req.params.id);
+    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: props };
+  });
+  app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
+    const props = await store.setProperties(req.params.id, checkProperties(await readJson(req)));
+    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: props };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/inventory', async (req) => {

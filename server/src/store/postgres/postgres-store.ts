@@ -15,7 +15,7 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
@@ -34,7 +34,10 @@ import { poolConfig } from './connection.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
-import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
+import {
+  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
+  type PolicyGroupDef,
+} from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, withAcceptance, withPatch, withState, type HistoryInsert,
@@ -45,7 +48,7 @@ import { PostgresIdentityStore } from './identity.js';
 import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
-import { checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
+import { addressTaken, checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
@@ -116,8 +119,15 @@ export class PostgresStore implements Store {
     return inTransaction(this.pool, what, fn);
   }
 
-  private dialect(values: unknown[]): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now };
+  private dialect(values: unknown[], groups?: Map<string, PolicyGroupDef>): Dialect {
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now, ...(groups && { groups }) };
+  }
+
+  /** The policy groups, when these filters name a group (see query.ts groupCondition). */
+  private async groupsFor(filters: readonly CheckedFilter[]): Promise<Map<string, PolicyGroupDef> | undefined> {
+    if (!needsGroups(filters)) return undefined;
+    const { rows } = await this.query('policyGroups', this.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
+    return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })));
   }
 
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
@@ -197,7 +207,7 @@ export class PostgresStore implements Store {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values);
+    const d = this.dialect(values, await this.groupsFor(filters));
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
@@ -347,8 +357,21 @@ export class PostgresStore implements Store {
     const what = 'createNode';
     try {
       return await this.tx(what, async (c) => {
+        const address = node.manager === 'manual' ? node.address : null;
+        const key = address === null ? null : addressKey(address);
+        if (address !== null) {
+          // Two admins adding the same address at once: the second waits and sees the first.
+          await this.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
+          const { rows } = await this.query(what, c, {
+            name: 'address_owner',
+            text: `SELECT id FROM nodes WHERE lower(address) = lower($1) UNION ALL SELECT node_id FROM node_addresses WHERE address = $2 LIMIT 1`,
+            values: [address, key ?? ''],
+          });
+          if (rows.length > 0) throw addressTaken(address, (rows[0] as { id: string }).id);
+        }
         const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
         if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+        if (key !== null) await this.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
         await this.sets(what, c, node, null);
         await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
         return node;
@@ -867,7 +890,7 @@ export class PostgresStore implements Store {
       values.push(nodeIds);
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)), scope);
     const { rows } = await this.query('complianceSummary', this.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -885,7 +908,7 @@ export class PostgresStore implements Store {
       values.push(after);
       scope.push(`n.id > $${values.length}`);
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)), scope);
     values.push(limit);
     const { rows } = await this.query('complianceNodes', this.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
@@ -1150,7 +1173,7 @@ export class PostgresStore implements Store {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values));
+    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)));
     const { rows } = await this.query('listNodeIds', this.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }

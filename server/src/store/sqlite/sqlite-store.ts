@@ -13,7 +13,7 @@
  * batches of a bounded size, each its own transaction, so the ingest waits for one batch at most.
  */
 import Database from 'better-sqlite3';
-import { capstanError, compressSync, decompress } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
@@ -31,7 +31,9 @@ import { storeError } from '../errors.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
-import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
+import {
+  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
+} from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   withAcceptance, withPatch, withState, type HistoryInsert,
@@ -44,7 +46,7 @@ import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
-import { checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
+import { addressTaken, checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -123,8 +125,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  private dialect(values: unknown[]): Dialect {
-    return { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.now };
+  private dialect(values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
+    const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.now };
+    if (needsGroups(filters)) {
+      const rows = this.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
+      d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
+    }
+    return d;
   }
 
   private node(id: string): NodeRecord | null {
@@ -189,7 +196,7 @@ export class SqliteStore implements Store {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values);
+    const d = this.dialect(values, filters);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
@@ -275,8 +282,16 @@ export class SqliteStore implements Store {
         .get(node.source_id, node.region, node.account_id)) {
         throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
       }
+      const address = node.manager === 'manual' ? node.address : null;
+      const key = address === null ? null : addressKey(address);
+      if (address !== null) {
+        const owner = this.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
+          .get(address, key ?? '') as { id: string } | undefined;
+        if (owner) throw addressTaken(address, owner.id);
+      }
       const { changes } = this.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
       if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+      if (key !== null) this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
       this.sets(node, null);
       this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
       return node;
@@ -692,7 +707,7 @@ export class SqliteStore implements Store {
       values.push(JSON.stringify(nodeIds));
       scope.push('n.id IN (SELECT value FROM json_each(?))');
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, checked), scope);
     const rows = this.read('complianceSummary', () => this.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
         count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -708,7 +723,7 @@ export class SqliteStore implements Store {
       values.push(after);
       scope.push('n.id > ?');
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, checked), scope);
     values.push(limit);
     // Walking the primary key in order reads one page per call (the acceptance index, which the
     // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
@@ -879,7 +894,7 @@ export class SqliteStore implements Store {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values));
+    const where = filterWhere(checked, this.dialect(values, checked));
     const rows = this.read('listNodeIds', () => this.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
     return rows.map((r) => r.id);
   }
