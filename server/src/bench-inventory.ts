@@ -77,6 +77,7 @@ export function loadInventorySqlite(path: string, n: number): void {
       const addr = db.prepare('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
       const fact = db.prepare('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
       const nodeOs = db.prepare('UPDATE nodes SET os_name = ? WHERE id = ?');
+      const nodeKey = db.prepare('UPDATE nodes SET inventory_key = ? WHERE id = ?');
       for (let i = 0; i < n; i++) {
         const ids: number[] = [];
         for (let k = 0; k < NAMES; k++) if (has(i, k)) ids.push(k * 3 + versionOf(i, k) + 1);
@@ -85,6 +86,7 @@ export function loadInventorySqlite(path: string, n: number): void {
         addr.run(addressKey(`fe80::${(i & 0xffff).toString(16)}`), nodeId(i));
         for (const [p, v, num] of facts(i)) fact.run(nodeId(i), p, v, num);
         if (osName(i) !== 'debian') nodeOs.run(osName(i), nodeId(i));
+        nodeKey.run(i + 1, nodeId(i));
       }
       // Postings in primary-key order: package by package, node by node.
       const post = db.prepare('INSERT INTO node_packages (package_id, node_key) VALUES (?, ?)');

@@ -112,6 +112,7 @@ function packages(cond: string, d: Dialect): string {
     // One GIN probe per matching version id (there are few) instead of one row per node.
     return `n.id IN (SELECT ni.node_id FROM node_inventory ni WHERE ni.packages && ARRAY(SELECT pv.id FROM package_versions pv WHERE ${cond}))`;
   }
-  return `n.id IN (SELECT ni.node_id FROM node_inventory ni WHERE ni.key IN (
+  // The node's own inventory key: the postings' integers are tested without a lookup per match.
+  return `(n.inventory_key IS NOT NULL AND n.inventory_key IN (
     SELECT np.node_key FROM node_packages np WHERE np.package_id IN (SELECT pv.id FROM package_versions pv WHERE ${cond})))`;
 }

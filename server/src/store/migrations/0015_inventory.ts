@@ -6,8 +6,9 @@
  *   comparisons are plain indexed `<` on both stores. Fleets share most of their packages: a few
  *   thousand pairs stand for hundreds of thousands of installed packages.
  * - node_inventory: the OS, hardware and the node's package ids. SQLite keeps the node's
- *   packages as a WITHOUT ROWID posting table (package id, small integer node key); Postgres as an
- *   integer array under a GIN index, which stores the same postings compressed.
+ *   packages as a WITHOUT ROWID posting table (package id, small integer node key, also on the
+ *   node's row as nodes.inventory_key); Postgres as an integer array under a GIN index, which
+ *   stores the same postings compressed.
  * - node_addresses: interface addresses as 32 hex digits (IPv4 as ::ffff:a.b.c.d), so that a
  *   CIDR range is a key range; also what refuses a second manual node with a known address.
  * - node_facts: the node's facts flattened to dotted paths, with the number when a leaf is one.
@@ -42,7 +43,10 @@ CREATE TABLE node_packages (
   node_key INTEGER NOT NULL,
   PRIMARY KEY (package_id, node_key)
 ) STRICT, WITHOUT ROWID;
--- No index by node: a node's package ids are on its node_inventory row.
+-- No index by node: a node's package ids are on its node_inventory row. The node's row carries
+-- its key, so that a package match is a set of integers tested against nodes directly.
+ALTER TABLE nodes ADD COLUMN inventory_key INTEGER;
+CREATE INDEX nodes_inventory_key_idx ON nodes (inventory_key);
 CREATE TRIGGER node_inventory_packages_delete AFTER DELETE ON node_inventory BEGIN
   DELETE FROM node_packages WHERE node_key = old.key AND package_id IN (SELECT value FROM json_each(old.package_ids));
 END;

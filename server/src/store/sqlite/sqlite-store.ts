@@ -257,6 +257,7 @@ export class SqliteStore implements Store {
     } else {
       key = Number(this.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(...cols, nodeId).lastInsertRowid);
+      this.stmt('UPDATE nodes SET inventory_key = ? WHERE id = ?').run(key, nodeId);
     }
     // Only what changed since the last inventory is written: most inventories change nothing.
     const now = new Set(ids);
