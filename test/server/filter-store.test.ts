@@ -160,6 +160,22 @@ t.test('filter expressions select the same nodes on both stores', async (t) => {
     const excluded = await store.listNodeIds([{ key: 'q', values: ['os.name = debian'], exclude: true }]);
     t.same(excluded, ['db-1'], `${name}: an excluded expression`);
     await t.rejects(store.listNodeIds([{ key: 'q', values: ['os.name ='] }]), { code: 'ERR_FILTER_SYNTAX', details: { position: 9 } });
+    // The fleet's software: versions of the matching packages with their node counts.
+    t.same((await store.listSoftware('open*', 1, 10)).data, [
+      { name: 'openssl', version: '1.1.1w-0+deb11u1', nodes: 1 }, { name: 'openssl', version: '3.0.11-1~deb12u2', nodes: 1 },
+      { name: 'openssl', version: '1:3.0.7-25.el9', nodes: 1 },
+    ], `${name}: software by name, in version order`);
+    t.same(await store.listSoftware('[x]*', 1, 10), { data: [], total: 0 }, `${name}: a glob's brackets are literal`);
+    // A manual node with an address some node has: refused, naming that node; a new one is queryable.
+    await t.rejects(store.createNode({ id: 'm1', hostname: '10.1.2.3', address: '10.1.2.3', certificate: null, certificate_fingerprint: null }),
+      { code: 'ERR_ADDRESS_TAKEN', details: { node: 'web-1' } }, `${name}: an inventory's address`);
+    await store.createNode({ id: 'm2', hostname: '10.9.9.9', address: '10.9.9.9', certificate: null, certificate_fingerprint: null });
+    await t.rejects(store.createNode({ id: 'm3', hostname: '10.9.9.9', address: '10.9.9.9', certificate: null, certificate_fingerprint: null }),
+      { code: 'ERR_ADDRESS_TAKEN', details: { node: 'm2' } }, `${name}: a manual node's address`);
+    t.same(await select(store, 'ip = 10.9.9.9'), ['m2'], `${name}: a manual node's address is queryable`);
+    await store.deleteNode('m2');
+    t.same(await store.setProperties('nope', { a: 'b' }), null, `${name}: properties of an unknown node`);
+    await t.rejects(store.setProperties('web-1', { a: 1 } as never), { code: 'ERR_BAD_REQUEST' });
     // A newer inventory replaces what is queryable: packages removed and upgraded, facts changed.
     const moved = { ...FIXED[0]!, packages: [{ name: 'openssl', version: '3.0.13-1~deb12u1' }], facts: { role: 'cache' }, receivedAt: '2026-06-01T11:40:00.000Z' };
     await addFleet(store, [moved]);

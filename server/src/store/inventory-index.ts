@@ -83,3 +83,11 @@ export function checkProperties(v: unknown): Record<string, string> {
 export function addressTaken(address: string, nodeId: string): Error {
   return capstanError('ERR_ADDRESS_TAKEN', `node ${nodeId} already has address ${address}`, { details: { node: nodeId, address } });
 }
+
+/** A package-name glob (`*`, `?`) as an SQLite GLOB pattern: `[` and `]` are literal. */
+export function softwarePattern(glob: string): string {
+  if (glob.length === 0 || glob.length > 255 || glob.includes('\u0000')) {
+    throw capstanError('ERR_BAD_REQUEST', 'name must be a package-name glob of 1 to 255 characters', { details: { field: 'name' } });
+  }
+  return glob.replace(/[[\]]/g, (c) => `[${c}]`);
+}

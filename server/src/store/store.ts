@@ -577,6 +577,11 @@ export interface Store {
   deletePolicyBundle(nodeId: string): Promise<boolean>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /**
+   * Package versions across the fleet whose name matches a glob (`*`, `?`; case-sensitive), each
+   * with the number of nodes that have it installed, by name then version order.
+   */
+  listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>>;
   /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
   getProperties(nodeId: string): Promise<Record<string, string> | null>;
   /** Replace a node's properties (checkProperties first); null when the node is unknown. */

@@ -7,7 +7,7 @@ import {
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/rules.js';
 import { checkProperties } from '../../store/inventory-index.js';
-import { bodyObject, boolParam, nodeListQuery, paging, timeParam, type Query } from '../params.js';
+import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // A DNS name, an IPv4 address or an IPv6 address (no spaces, no URL parts).
@@ -169,6 +169,14 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id', async (req, reply) => {
     if (!(await store.deleteNode(req.params.id))) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
     return reply.code(204).send();
+  });
+
+  // Package versions across the fleet, with how many nodes have each.
+  app.get<{ Querystring: Query }>('/api/1/software', async (req) => {
+    const name = single(req.query, 'name') ?? '*';
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.listSoftware(name, page, per_page);
+    return { data: res.data, total: res.total, page, per_page };
   });
 
   // Admin-set properties (`property:<key>` in filters): GET reads, PUT replaces them all.

@@ -48,7 +48,8 @@ import { PostgresIdentityStore } from './identity.js';
 import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
-import { addressTaken, checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
+import { addressTaken, checkProperties, indexInventory, softwarePattern, type InventoryIndex } from '../inventory-index.js';
+import { globToLike } from '../filter-sql.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
@@ -317,6 +318,33 @@ export class PostgresStore implements Store {
         values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
       });
     }
+  }
+
+  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    softwarePattern(nameGlob); // the same checks as SQLite's
+    const like = globToLike(nameGlob);
+    // One GIN probe per matching version: a glob names a few packages, never the whole pool.
+    const { rows } = await this.query('listSoftware', this.pool, {
+      name: 'software_list',
+      text: `WITH v AS (
+          SELECT pv.name, pv.version, pv.version_key, (SELECT count(*) FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id]) AS nodes
+          FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\')
+        SELECT name, version, nodes::int AS nodes, count(*) OVER () AS total FROM v WHERE nodes > 0
+        ORDER BY name, version_key, version LIMIT $2 OFFSET $3`,
+      values: [like, limit, offset],
+    });
+    const data = (rows as Array<{ name: string; version: string; nodes: number; total: string }>).map(({ total: _t, ...r }) => r);
+    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
+    if (rows.length === 0 && offset > 0) {
+      const c = await this.query('listSoftware', this.pool, {
+        name: 'software_count',
+        text: `SELECT count(*) AS c FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\' AND EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id])`,
+        values: [like],
+      });
+      total = Number((c.rows[0] as { c: string }).c);
+    }
+    return { data, total };
   }
 
   async getProperties(nodeId: string): Promise<Record<string, string> | null> {

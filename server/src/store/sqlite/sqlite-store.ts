@@ -46,7 +46,7 @@ import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
-import { addressTaken, checkProperties, indexInventory, type InventoryIndex } from '../inventory-index.js';
+import { addressTaken, checkProperties, indexInventory, softwarePattern, type InventoryIndex } from '../inventory-index.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -336,6 +336,20 @@ export class SqliteStore implements Store {
         this.history(transitions(node, next, when, cause));
       }
       return next;
+    });
+  }
+
+  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const pattern = softwarePattern(nameGlob);
+    return this.read('listSoftware', () => {
+      // GLOB is case-sensitive, as package names are; the pattern's own brackets are escaped.
+      const total = (this.stmt('SELECT count(*) AS c FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)')
+        .get(pattern) as { c: number }).c;
+      const rows = this.stmt(`SELECT pv.name, pv.version, (SELECT count(*) FROM node_packages np WHERE np.package_id = pv.id) AS nodes
+        FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)
+        ORDER BY pv.name, pv.version_key, pv.version LIMIT ? OFFSET ?`).all(pattern, limit, offset) as Array<{ name: string; version: string; nodes: number }>;
+      return { data: rows, total };
     });
   }
 
