@@ -182,6 +182,18 @@ t.test('filter expressions select the same nodes on both stores', async (t) => {
     t.same(await select(store, 'package:nginx'), [], `${name}: a removed package`);
     t.same(await select(store, 'package:openssl > 3.0.12 and package:openssl < 1:0'), ['web-1'], `${name}: an upgraded package`);
     t.same(await select(store, 'fact:role = cache'), ['web-1'], `${name}: a changed fact`);
+    // What changed between the two inventories, newest first; kept as long as changes.
+    const moved2 = { ...moved, addresses: ['10.1.2.4', 'fe80::1'], os: { ...moved.os, kernel: '6.1.0-20-amd64' }, receivedAt: '2026-06-01T11:50:00.000Z' };
+    await addFleet(store, [moved2]);
+    t.same((await store.inventoryHistory('web-1', 1, 10)).data.map((c) => [c.at, c.kind, c.name, c.from, c.to]), [
+      ['2026-06-01T11:50:00.000Z', 'kernel', 'kernel', '6.1.0-18-amd64', '6.1.0-20-amd64'],
+      ['2026-06-01T11:50:00.000Z', 'address_added', '10.1.2.4', null, '10.1.2.4'],
+      ['2026-06-01T11:50:00.000Z', 'address_removed', '10.1.2.3', '10.1.2.3', null],
+      ['2026-06-01T11:40:00.000Z', 'package_upgraded', 'openssl', '3.0.11-1~deb12u2', '3.0.13-1~deb12u1'],
+      ['2026-06-01T11:40:00.000Z', 'package_removed', 'nginx', '1.22.1-9', null],
+    ], `${name}: inventory history`);
+    await store.deleteChangesBefore('2026-06-01T11:45:00Z', 100);
+    t.equal((await store.inventoryHistory('web-1', 1, 10)).total, 3, `${name}: older inventory changes expire with changes`);
     await store.deleteNode('web-1');
     t.same(await select(store, 'package:openssl'), ['db-1', 'web_2'], `${name}: a deleted node's packages are gone`);
   }

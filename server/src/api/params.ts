@@ -146,6 +146,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/changes/histogram': 'own',
   'GET /api/1/jobs': 'own',
   'GET /api/1/nodes/:id/history': PAGING,
+  'GET /api/1/nodes/:id/inventory/history': PAGING,
   'GET /api/1/groups/:id/nodes': PAGING,
   'GET /api/1/software': { ...PAGING, name: 'text' },
   'GET /api/1/nodes/:id/runs': { ...PAGING, reports: 'boolean', from: 'time', to: 'time' },

@@ -3,7 +3,7 @@
  * in the same way for both stores: OS and hardware, package (name, version) pairs with their
  * version keys, interface addresses as keys, and the flattened facts.
  */
-import { addressKey, capstanError, factNumber, flattenFacts, versionKey } from '@capstan/shared';
+import { addressKey, capstanError, compareVersions, factNumber, flattenFacts, versionKey } from '@capstan/shared';
 
 export interface InventoryIndex {
   fqdn: string | null;
@@ -91,3 +91,58 @@ export function softwarePattern(glob: string): string {
   }
   return glob.replace(/[[\]]/g, (c) => `[${c}]`);
 }
+
+/** One change between two inventories of a node. */
+export interface InventoryChange {
+  kind: 'package_added' | 'package_removed' | 'package_upgraded' | 'package_downgraded' | 'address_added' | 'address_removed' | 'kernel';
+  name: string;
+  from: string | null;
+  to: string | null;
+}
+
+/** What the queryable part of an inventory was before, for the diff with the new one. */
+export interface IndexedBefore {
+  packages: Array<{ name: string; version: string }>;
+  addresses: string[];
+  kernel: string | null;
+}
+
+/** An address key (32 hex digits) back to its text: dotted for IPv4, uncompressed groups for IPv6. */
+export function keyToAddress(key: string): string {
+  if (key.startsWith('00000000000000000000ffff')) return [0, 2, 4, 6].map((i) => parseInt(key.slice(24 + i, 26 + i), 16)).join('.');
+  return key.match(/.{4}/g)!.map((g) => g.replace(/^0{1,3}/, '')).join(':');
+}
+
+/**
+ * Packages added, removed, upgraded or downgraded (a name with one version on each side; a name
+ * with several versions shows as its versions added and removed), addresses and the kernel.
+ */
+export function diffInventory(before: IndexedBefore, after: InventoryIndex): InventoryChange[] {
+  const out: InventoryChange[] = [];
+  const group = (list: Array<{ name: string; version: string }>) => {
+    const m = new Map<string, string[]>();
+    for (const p of list) (m.get(p.name) ?? m.set(p.name, []).get(p.name)!).push(p.version);
+    return m;
+  };
+  const was = group(before.packages);
+  const now = group(after.packages);
+  for (const name of [...new Set([...was.keys(), ...now.keys()])].sort()) {
+    const a = (was.get(name) ?? []).filter((v) => !(now.get(name) ?? []).includes(v));
+    const b = (now.get(name) ?? []).filter((v) => !(was.get(name) ?? []).includes(v));
+    if (a.length === 1 && b.length === 1) {
+      out.push({ kind: compareVersions(b[0]!, a[0]!) > 0 ? 'package_upgraded' : 'package_downgraded', name, from: a[0]!, to: b[0]! });
+      continue;
+    }
+    for (const v of a) out.push({ kind: 'package_removed', name, from: v, to: null });
+    for (const v of b) out.push({ kind: 'package_added', name, from: null, to: v });
+  }
+  const oldA = new Set(before.addresses);
+  const newA = new Set(after.addresses);
+  for (const k of [...oldA].filter((k) => !newA.has(k)).sort()) out.push({ kind: 'address_removed', name: keyToAddress(k), from: keyToAddress(k), to: null });
+  for (const k of [...newA].filter((k) => !oldA.has(k)).sort()) out.push({ kind: 'address_added', name: keyToAddress(k), from: null, to: keyToAddress(k) });
+  if (before.kernel !== after.os_kernel) out.push({ kind: 'kernel', name: 'kernel', from: before.kernel, to: after.os_kernel });
+  return out;
+}
+
+/** Most changes recorded for one inventory (a reinstalled host): the rest are summed up in one row. */
+export const MAX_CHANGES_PER_INVENTORY = 5000;

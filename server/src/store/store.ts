@@ -139,6 +139,15 @@ export interface NodePatch {
   policy_server?: string | null;
 }
 
+/** One change between two inventories: `kind` package_added|removed|upgraded|downgraded, address_added|removed, kernel. */
+export interface InventoryChangeRecord {
+  at: string;
+  kind: string;
+  name: string;
+  from: string | null;
+  to: string | null;
+}
+
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
   | 'q' | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
@@ -577,6 +586,8 @@ export interface Store {
   deletePolicyBundle(nodeId: string): Promise<boolean>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** What changed between a node's inventories, newest first (kept as long as changes). */
+  inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>>;
   /**
    * Package versions across the fleet whose name matches a glob (`*`, `?`; case-sensitive), each
    * with the number of nodes that have it installed, by name then version order.

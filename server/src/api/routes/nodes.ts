@@ -198,6 +198,14 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
     return { data: inv };
   });
 
+  // What changed between the node's inventories: packages, addresses, kernel (newest first).
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/inventory/history', async (req) => {
+    await mustGet(store, req.params.id);
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.inventoryHistory(req.params.id, page, per_page);
+    return { data: res.data, total: res.total, page, per_page };
+  });
+
   app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/history', async (req) => {
     await mustGet(store, req.params.id);
     const { page, per_page } = paging(req.query, 100);

@@ -13,6 +13,8 @@
  *   CIDR range is a key range; also what refuses a second manual node with a known address.
  * - node_facts: the node's facts flattened to dotted paths, with the number when a leaf is one.
  * - node_properties: what admins set on a node (PUT /api/1/nodes/<id>/properties).
+ * - inventory_changes: what changed between a node's inventories (packages added, removed,
+ *   upgraded or downgraded; addresses; kernel), kept as long as changes (retention.changes).
  */
 import type { Migration } from './index.js';
 
@@ -74,6 +76,18 @@ CREATE TABLE node_properties (
   PRIMARY KEY (node_id, key)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX node_properties_kv_idx ON node_properties (key, value);
+
+CREATE TABLE inventory_changes (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node_id TEXT NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+  at TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  from_value TEXT,
+  to_value TEXT
+) STRICT;
+CREATE INDEX inventory_changes_node_idx ON inventory_changes (node_id, id);
+CREATE INDEX inventory_changes_at_idx ON inventory_changes (at);
 `;
 
 const postgres = `
@@ -121,6 +135,18 @@ CREATE TABLE node_properties (
   PRIMARY KEY (node_id, key)
 );
 CREATE INDEX node_properties_kv_idx ON node_properties (key, value);
+
+CREATE TABLE inventory_changes (
+  id bigserial PRIMARY KEY,
+  node_id text COLLATE "C" NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+  at timestamptz NOT NULL,
+  kind text NOT NULL,
+  name text COLLATE "C" NOT NULL,
+  from_value text,
+  to_value text
+);
+CREATE INDEX inventory_changes_node_idx ON inventory_changes (node_id, id);
+CREATE INDEX inventory_changes_at_idx ON inventory_changes (at);
 `;
 
 export const inventory: Migration = { version: 15, name: 'inventory', sqlite, postgres };

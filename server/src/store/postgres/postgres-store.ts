@@ -17,7 +17,7 @@
 import pg from 'pg';
 import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
   RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
@@ -48,7 +48,9 @@ import { PostgresIdentityStore } from './identity.js';
 import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
-import { addressTaken, checkProperties, indexInventory, softwarePattern, type InventoryIndex } from '../inventory-index.js';
+import {
+  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
+} from '../inventory-index.js';
 import { globToLike } from '../filter-sql.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
@@ -267,13 +269,34 @@ export class PostgresStore implements Store {
           WHERE excluded.received_at >= inventories.received_at`,
         values: [inv.id, receivedAt, document],
       });
-      if ((written.rowCount ?? 0) > 0) await this.writeIndex(what, c, inv.id, indexInventory(inv.inventory as Record<string, unknown>));
+      if ((written.rowCount ?? 0) > 0) await this.writeIndex(what, c, inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
       return next;
     });
   }
 
   /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
-  async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex): Promise<void> {
+  async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex, at: string): Promise<void> {
+    const { rows: old } = await this.query(what, c, {
+      name: 'inventory_before',
+      text: `SELECT ni.os_kernel,
+          (SELECT coalesce(json_agg(json_build_object('name', pv.name, 'version', pv.version)), '[]') FROM package_versions pv WHERE pv.id = ANY(ni.packages)) AS packages,
+          (SELECT coalesce(array_agg(a.address), '{}') FROM node_addresses a WHERE a.node_id = ni.node_id) AS addresses
+        FROM node_inventory ni WHERE ni.node_id = $1`,
+      values: [nodeId],
+    });
+    if (old.length > 0) {
+      // What changed since the last inventory, kept like changes (retention.changes).
+      const o = old[0] as { os_kernel: string | null; packages: IndexedBefore['packages']; addresses: string[] };
+      const changes = diffInventory({ packages: o.packages, addresses: o.addresses, kernel: o.os_kernel }, ix).slice(0, MAX_CHANGES_PER_INVENTORY);
+      if (changes.length > 0) {
+        await this.query(what, c, {
+          name: 'inventory_changes_add',
+          text: `INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value)
+            SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[])`,
+          values: [nodeId, at, changes.map((x) => x.kind), changes.map((x) => x.name), changes.map((x) => x.from), changes.map((x) => x.to)],
+        });
+      }
+    }
     // Sorted, so that two servers adding the same new versions lock them in one order.
     const pk = [...ix.packages].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.version < b.version ? -1 : a.version > b.version ? 1 : 0));
     const names = pk.map((p) => p.name);
@@ -318,6 +341,24 @@ export class PostgresStore implements Store {
         values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
       });
     }
+  }
+
+  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    if (impossibleId(nodeId)) return { data: [], total: 0 };
+    const { rows } = await this.query('inventoryHistory', this.pool, {
+      name: 'inventory_history',
+      text: `SELECT at, kind, name, from_value AS "from", to_value AS "to", count(*) OVER () AS total FROM inventory_changes WHERE node_id = $1
+        ORDER BY id DESC LIMIT $2 OFFSET $3`,
+      values: [nodeId, limit, offset],
+    });
+    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
+    if (rows.length === 0 && offset > 0) {
+      const r = await this.query('inventoryHistory', this.pool, { name: 'inventory_history_count', text: 'SELECT count(*) AS c FROM inventory_changes WHERE node_id = $1', values: [nodeId] });
+      total = Number((r.rows[0] as { c: string }).c);
+    }
+    const data = (rows as Array<InventoryChangeRecord & { at: Date | string; total: string }>).map(({ total: _t, at, ...r }) => ({ at: iso(at)!, ...r }));
+    return { data, total };
   }
 
   async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
@@ -1021,7 +1062,12 @@ export class PostgresStore implements Store {
       text: 'DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
       values: [b, limit],
     });
-    return res.rowCount ?? 0;
+    // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
+    const inv = await this.query('deleteChangesBefore', this.pool, {
+      text: 'DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
+      values: [b, limit],
+    });
+    return (res.rowCount ?? 0) + (inv.rowCount ?? 0);
   }
 
   // --- lifecycle sweep ----------------------------------------------------------------------

@@ -15,7 +15,7 @@
 import Database from 'better-sqlite3';
 import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
   RunInsert, RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
@@ -46,7 +46,9 @@ import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
-import { addressTaken, checkProperties, indexInventory, softwarePattern, type InventoryIndex } from '../inventory-index.js';
+import {
+  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
+} from '../inventory-index.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -232,20 +234,30 @@ export class SqliteStore implements Store {
       const { changes } = this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
         WHERE excluded.received_at >= inventories.received_at`).run(inv.id, receivedAt, document);
-      if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>));
+      if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
       return next;
     });
   }
 
   /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
-  writeIndex(nodeId: string, ix: InventoryIndex): void {
+  writeIndex(nodeId: string, ix: InventoryIndex, at: string): void {
     const get = this.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
     const add = this.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
     const ids = ix.packages.map((pk) => {
       const row = get.get(pk.name, pk.version) as { id: number } | undefined;
       return row ? row.id : Number(add.run(pk.name, pk.version, pk.key).lastInsertRowid);
     }).sort((a, b) => a - b);
-    const old = this.stmt('SELECT key, package_ids FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string } | undefined;
+    const old = this.stmt('SELECT key, package_ids, os_kernel FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string; os_kernel: string | null } | undefined;
+    if (old) {
+      // What changed since the last inventory, kept like changes (retention.changes).
+      const before: IndexedBefore = {
+        packages: this.stmt('SELECT name, version FROM package_versions WHERE id IN (SELECT value FROM json_each(?))').all(old.package_ids) as IndexedBefore['packages'],
+        addresses: (this.stmt('SELECT address FROM node_addresses WHERE node_id = ?').all(nodeId) as Array<{ address: string }>).map((r) => r.address),
+        kernel: old.os_kernel,
+      };
+      const ins = this.stmt('INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value) VALUES (?, ?, ?, ?, ?, ?)');
+      for (const c of diffInventory(before, ix).slice(0, MAX_CHANGES_PER_INVENTORY)) ins.run(nodeId, at, c.kind, c.name, c.from, c.to);
+    }
     const cols = [ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, JSON.stringify(ids)];
     let key: number;
     let before: number[] = [];
@@ -336,6 +348,16 @@ export class SqliteStore implements Store {
         this.history(transitions(node, next, when, cause));
       }
       return next;
+    });
+  }
+
+  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    return this.read('inventoryHistory', () => {
+      const total = (this.stmt('SELECT count(*) AS c FROM inventory_changes WHERE node_id = ?').get(nodeId) as { c: number }).c;
+      const data = this.stmt(`SELECT at, kind, name, from_value AS "from", to_value AS "to" FROM inventory_changes WHERE node_id = ?
+        ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as InventoryChangeRecord[];
+      return { data, total };
     });
   }
 
@@ -1053,7 +1075,9 @@ export class SqliteStore implements Store {
   async deleteChangesBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
     return this.write('deleteChangesBefore', () =>
-      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
+      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes
+      // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
+      + this.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
   }
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
