@@ -26,6 +26,8 @@ export interface InventoryBenchOptions {
   nodes?: number;
   rounds?: number;
   databaseUrl?: string;
+  /** Leave SQLite out (a PostgreSQL-only run); default false. */
+  skipSqlite?: boolean;
   log?: (line: string) => void;
 }
 
@@ -177,28 +179,30 @@ export async function benchInventory(opts: InventoryBenchOptions = {}): Promise<
   for (let i = 0; i < 200; i++) for (let k = 0; k < NAMES; k++) if (has(i, k)) perNode++;
   perNode = Math.round(perNode / 200);
 
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-inventory-'));
-  try {
-    const path = join(dir, 'capstan.db');
-    await (await openStore({ sqlitePath: path })).close();
-    const t0 = Date.now();
-    loadSqlite(path, n);
-    loadInventorySqlite(path, n);
-    const loadMs = Date.now() - t0;
-    log(`sqlite: ${n} nodes with inventories loaded in ${loadMs} ms`);
-    const db = new Database(path, { readonly: true });
-    const list = INDEX_TABLES.map(() => '?').join(', ');
-    const bytes = (db.prepare(`SELECT sum(pgsize) AS b FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name IN (${list}))`)
-      .get(...INDEX_TABLES) as { b: number }).b;
-    db.close();
-    const store = await openStore({ sqlitePath: path });
+  if (!opts.skipSqlite) {
+    const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-inventory-'));
     try {
-      results.push({ store: 'sqlite', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries: await measure(store, rounds, log, 'sqlite'), index_bytes_per_node: Math.round(bytes / n) });
+      const path = join(dir, 'capstan.db');
+      await (await openStore({ sqlitePath: path })).close();
+      const t0 = Date.now();
+      loadSqlite(path, n);
+      loadInventorySqlite(path, n);
+      const loadMs = Date.now() - t0;
+      log(`sqlite: ${n} nodes with inventories loaded in ${loadMs} ms`);
+      const db = new Database(path, { readonly: true });
+      const list = INDEX_TABLES.map(() => '?').join(', ');
+      const bytes = (db.prepare(`SELECT sum(pgsize) AS b FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name IN (${list}))`)
+        .get(...INDEX_TABLES) as { b: number }).b;
+      db.close();
+      const store = await openStore({ sqlitePath: path });
+      try {
+        results.push({ store: 'sqlite', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries: await measure(store, rounds, log, 'sqlite'), index_bytes_per_node: Math.round(bytes / n) });
+      } finally {
+        await store.close();
+      }
     } finally {
-      await store.close();
+      await rm(dir, { recursive: true, force: true });
     }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
   }
 
   if (opts.databaseUrl) {

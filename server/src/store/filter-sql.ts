@@ -5,7 +5,7 @@
  * Every literal is a bound parameter: nothing the user typed becomes SQL text.
  */
 import { versionKey, type FilterExpr } from '@capstan/shared';
-import { groupCondition, type Dialect } from './query.js';
+import { groupCondition, packageAtomKey, type Dialect } from './query.js';
 
 const LIKE_ESCAPE = '\\';
 
@@ -40,7 +40,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
       return `NOT (${compileFilter(expr.expr, d, now)})`;
     case 'has': {
       const key = expr.key;
-      if (expr.field === 'package') return packages(`pv.name = ${p(key)}`, d);
+      if (expr.field === 'package') return packages(packageAtomKey(key, null, null), () => `pv.name = ${p(key)}`, d);
       if (expr.field === 'fact') {
         // The fact itself, or any leaf under it (fact:os is present when fact:os.family is).
         return `n.id IN (SELECT f.node_id FROM node_facts f WHERE f.path = ${p(key)} OR (f.path >= ${p(key + '.')} AND f.path < ${p(key + '/')}))`;
@@ -84,8 +84,10 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
       const at = before(now, value.kind === 'number' ? value.number : 0);
       return truth(`${column} ${MIRROR[op] === '!=' ? '<>' : MIRROR[op]} ${p(at)}`);
     }
-    case 'package':
-      return packages(`pv.name = ${p(expr.key)} AND pv.version_key ${op === '!=' ? '<>' : op} ${p(versionKey(value.text))}`, d);
+    case 'package': {
+      const vk = versionKey(value.text);
+      return packages(packageAtomKey(expr.key!, op, vk), () => `pv.name = ${p(expr.key)} AND pv.version_key ${op === '!=' ? '<>' : op} ${p(vk)}`, d);
+    }
     case 'fact': {
       // The key's parameter first: SQLite's placeholders are positional.
       const path = p(expr.key);
@@ -107,7 +109,13 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
 }
 
 /** Nodes with an installed package version matching `cond` (over `package_versions pv`). */
-function packages(cond: string, d: Dialect): string {
+function packages(atom: string, condition: () => string, d: Dialect): string {
+  const ids = d.packageIds?.get(atom);
+  if (ids !== undefined) {
+    // Looked up before the query: the planner sees the array, and so how many nodes match.
+    return ids.length === 0 ? '1 = 0' : `n.id IN (SELECT ni.node_id FROM node_inventory ni WHERE ni.packages && ${d.param(ids)}::integer[])`;
+  }
+  const cond = condition();
   if (d.like === 'lower') {
     // One GIN probe per matching version id (there are few) instead of one row per node.
     return `n.id IN (SELECT ni.node_id FROM node_inventory ni WHERE ni.packages && ARRAY(SELECT pv.id FROM package_versions pv WHERE ${cond}))`;

@@ -172,6 +172,16 @@ export interface Dialect {
   groups?: ReadonlyMap<string, PolicyGroupDef>;
   /** How many policy groups deep this condition is (a group's filter naming a group). */
   depth?: number;
+  /**
+   * Postgres: the package-version ids of each package comparison, looked up before the query
+   * (packageAtomKey), so that the planner sees the array and estimates its matches.
+   */
+  packageIds?: ReadonlyMap<string, number[]>;
+}
+
+/** The key of a package comparison in Dialect.packageIds: name, operator and version key. */
+export function packageAtomKey(name: string, op: string | null, key: string | null): string {
+  return `${name}\u0000${op ?? ''}\u0000${key ?? ''}`;
 }
 
 /** What a `group` filter needs of a policy group. */

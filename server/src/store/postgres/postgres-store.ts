@@ -15,7 +15,7 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient, parseFilter, versionKey, type FilterExpr } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
@@ -35,7 +35,7 @@ import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
 import {
-  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
+  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, packageAtomKey, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
   type PolicyGroupDef,
 } from '../query.js';
 import {
@@ -122,8 +122,42 @@ export class PostgresStore implements Store {
     return inTransaction(this.pool, what, fn);
   }
 
-  private dialect(values: unknown[], groups?: Map<string, PolicyGroupDef>): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now, ...(groups && { groups }) };
+  private dialect(values: unknown[], prepared?: { groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }): Dialect {
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now, ...prepared };
+  }
+
+  /**
+   * What the filters' SQL needs looked up first: the policy groups when a filter names a group,
+   * and the package-version ids of each package comparison in an expression (a bound array the
+   * planner can estimate, where a subquery's array would be guessed at 200 rows and joined by a
+   * nested loop even when a third of the fleet matches).
+   */
+  private async prepare(filters: readonly CheckedFilter[]): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
+    const groups = await this.groupsFor(filters);
+    const atoms = new Map<string, { name: string; op: string | null; key: string | null }>();
+    const walk = (e: FilterExpr): void => {
+      if (e.kind === 'and' || e.kind === 'or') {
+        e.items.forEach(walk);
+      } else if (e.kind === 'not') {
+        walk(e.expr);
+      } else if ((e.kind === 'has' || e.kind === 'compare') && e.field === 'package') {
+        const op = e.kind === 'compare' ? e.op : null;
+        const key = e.kind === 'compare' ? versionKey(e.value.text) : null;
+        atoms.set(packageAtomKey(e.key!, op, key), { name: e.key!, op, key });
+      }
+    };
+    for (const f of filters) if (f.key === 'q') f.values.forEach((v) => walk(parseFilter(v)));
+    if (atoms.size === 0) return { ...(groups && { groups }) };
+    const packageIds = new Map<string, number[]>();
+    for (const [k, a] of atoms) {
+      const sqlOp = a.op === null ? null : a.op === '!=' ? '<>' : a.op;
+      const { rows } = await this.query('packageIds', this.pool, {
+        text: `SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM package_versions WHERE name = $1${sqlOp ? ` AND version_key ${sqlOp} $2` : ''}`,
+        values: sqlOp ? [a.name, a.key] : [a.name],
+      });
+      packageIds.set(k, (rows[0] as { ids: number[] }).ids);
+    }
+    return { ...(groups && { groups }), packageIds };
   }
 
   /** The policy groups, when these filters name a group (see query.ts groupCondition). */
@@ -210,7 +244,7 @@ export class PostgresStore implements Store {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values, await this.groupsFor(filters));
+    const d = this.dialect(values, await this.prepare(filters));
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
@@ -959,7 +993,7 @@ export class PostgresStore implements Store {
       values.push(nodeIds);
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
-    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
     const { rows } = await this.query('complianceSummary', this.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -977,7 +1011,7 @@ export class PostgresStore implements Store {
       values.push(after);
       scope.push(`n.id > $${values.length}`);
     }
-    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
     values.push(limit);
     const { rows } = await this.query('complianceNodes', this.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
@@ -1247,7 +1281,7 @@ export class PostgresStore implements Store {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values, await this.groupsFor(checked)));
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)));
     const { rows } = await this.query('listNodeIds', this.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }
