@@ -1,6 +1,6 @@
 /**
  * A parsed filter expression (shared/src/filter) as one SQL condition over `nodes n`, for both
- * stores. Every comparison is made two-valued (`IS TRUE`, or a subquery that is never unknown),
+ * stores. Every comparison is made two-valued (`col IS NOT NULL AND …`, or a subquery that is never unknown),
  * so `not` is plain negation and the SQL agrees with evaluateFilter() on nodes lacking a value.
  * Every literal is a bound parameter: nothing the user typed becomes SQL text.
  */
@@ -31,7 +31,9 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
   const p = (v: unknown) => d.param(v);
   const pg = d.like === 'lower';
   const inv = (cond: string) => `n.id IN (SELECT ni.node_id FROM node_inventory ni WHERE ${cond})`;
-  const truth = (cond: string) => `(${cond}) IS TRUE`;
+  // `col IS NOT NULL AND col op x` is false, never unknown, on an empty column, and unlike
+  // `(col op x) IS TRUE` it lets the planner use the column's statistics and indexes.
+  const known = (column: string, cond: string) => `(${column} IS NOT NULL AND ${cond})`;
   switch (expr.kind) {
     case 'and':
     case 'or':
@@ -59,7 +61,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
         ? `lower(${column}) LIKE ${p(asciiLower(globToLike(value.text)))} ESCAPE '${LIKE_ESCAPE}'`
         : `${column} LIKE ${p(globToLike(value.text))} ESCAPE '${LIKE_ESCAPE}'`;
       const cond = op === '=' ? like : `NOT (${like})`;
-      return expr.field === 'hostname' ? truth(cond) : inv(truth(cond));
+      return expr.field === 'hostname' ? known(column, cond) : inv(known(column, cond));
     }
     case 'os.version':
       return inv(`ni.os_version_key ${op === '!=' ? '<>' : op} ${p(versionKey(value.text))}`);
@@ -82,7 +84,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
     case 'last_inventory.age': {
       const column = expr.field === 'last_run.age' ? 'n.last_run_at' : 'n.last_inventory_at';
       const at = before(now, value.kind === 'number' ? value.number : 0);
-      return truth(`${column} ${MIRROR[op] === '!=' ? '<>' : MIRROR[op]} ${p(at)}`);
+      return known(column, `${column} ${MIRROR[op] === '!=' ? '<>' : MIRROR[op]} ${p(at)}`);
     }
     case 'package': {
       const vk = versionKey(value.text);
@@ -103,7 +105,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
     default: {
       const column = TEXT_COLUMNS[expr.field];
       if (!column) return '1 = 0';
-      return truth(`${column} ${op === '!=' ? '<>' : '='} ${p(value.text)}`);
+      return known(column, `${column} ${op === '!=' ? '<>' : '='} ${p(value.text)}`);
     }
   }
 }
