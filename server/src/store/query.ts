@@ -135,7 +135,8 @@ export function checkFilters(q: Pick<NodeListQuery, 'filters' | 'accepted' | 'st
     if (f.exclude !== undefined && typeof f.exclude !== 'boolean') bad(`filter ${f.key}: exclude must be true or false`);
     for (const v of f.values) {
       if (typeof v !== 'string') bad(`filter ${f.key}: values must be strings`);
-      if (v.length > (f.key === 'q' ? FILTER_LIMITS.maxLength : MAX_FILTER_VALUE_LENGTH)) bad(`filter ${f.key}: a value is longer than ${MAX_FILTER_VALUE_LENGTH}`);
+      const max = f.key === 'q' ? FILTER_LIMITS.maxLength : MAX_FILTER_VALUE_LENGTH;
+      if (v.length > max) bad(`filter ${f.key}: a value is longer than ${max}`);
       if (v.includes('\u0000') || f.key.includes('\u0000')) bad(`filter ${f.key} contains a NUL character`);
       const allowed = ENUMS[f.key];
       if (allowed && !allowed.has(v)) bad(`${f.key} must be one of ${[...allowed].join(', ')}`);
