@@ -9,7 +9,7 @@
  *                beside the reference pipeline (bench/reference-pipeline.mjs) and its stages
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
  *   storage      bytes per node-day: a simulated day of N nodes' runs into both stores
- *   relay, registry, agent, policy, changes, console   the packages' own benchmarks, when they exist
+ *   relay, registry, agent, policy, changes, console, inventory   the packages' own benchmarks, when they exist
  *
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
@@ -49,7 +49,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -278,7 +278,7 @@ try {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
     await settle();
-    const opts = b.id === 'registry' || b.id === 'changes'
+    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       : b.id === 'relay' || b.id === 'console' ? { log: progress } : {};
     const r = await runExternal(b, opts);

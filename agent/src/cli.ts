@@ -139,6 +139,10 @@ common(program.command('inventory').description('print the inventory this node w
   const policyServer = await policyServerId(config.agent.relay, config.agent.state_dir, config.agent.timeout, log);
   const inv = await collectInventory({
     nodeId: id.nodeId, certPem: id.certPem, policyServer, cloudInstanceData: config.inventory.cloud_instance_data,
+    facts: {
+      dir: config.inventory.facts_dir, timeoutMs: config.inventory.facts_timeout,
+      maxBytes: config.inventory.facts_max_size, maxFiles: config.inventory.facts_max_files,
+    },
   });
   process.stdout.write(`${JSON.stringify(inv, null, 2)}\n`);
 });

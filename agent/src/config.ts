@@ -40,6 +40,14 @@ export const AGENT_SCHEMA = {
     splay: { type: 'duration', default: '1h' },
     /** cloud-init's instance data, read for the instance's cloud identity (joins a row a cloud manager discovered). */
     cloud_instance_data: { type: 'string', default: '/run/cloud-init/instance-data.json' },
+    /** The node's own facts: *.json and *.toml files, and executables printing a JSON object (docs/inventory.md). */
+    facts_dir: { type: 'string', default: '/etc/capstan/facts.d' },
+    /** Longest one fact executable may run; it is killed beyond and reported in the inventory. */
+    facts_timeout: { type: 'duration', default: '10s', min: 100 },
+    /** Largest fact file, or fact executable output, that is read. */
+    facts_max_size: { type: 'size', default: '1MiB', min: 1 },
+    /** Most files read from the facts directory (in name order); the rest are reported. */
+    facts_max_files: { type: 'integer', default: 100, min: 1, max: 10000 },
   },
   queue: {
     /** Files kept for back-fill when the relay is unreachable; the oldest are dropped beyond. */

@@ -118,6 +118,10 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
     : await policyServerId(config.agent.relay, config.agent.state_dir, config.agent.timeout, log);
   const inv = await collectInventory({
     nodeId: id.nodeId, certPem: id.certPem, policyServer, cloudInstanceData: config.inventory.cloud_instance_data,
+    facts: {
+      dir: config.inventory.facts_dir, timeoutMs: config.inventory.facts_timeout,
+      maxBytes: config.inventory.facts_max_size, maxFiles: config.inventory.facts_max_files,
+    },
   });
   const auth = new TokenKeeper({ relay: config.agent.relay, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, id, log, clock });
   // A token due (or none yet) is asked for inside the inventory too: a server answering the upload

@@ -31,6 +31,7 @@ export const EXTERNAL = [
   { id: 'policy', module: '@capstan/server/bench-policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
   { id: 'changes', module: '@capstan/server/bench-changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
   { id: 'console', module: '@capstan/server/bench-console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
+  { id: 'inventory', module: '@capstan/server/bench-inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
 ];
 
 /**
@@ -53,6 +54,8 @@ const TARGETS = [
   { bench: 'changes', test: /^sqlite\.export_csv\.ms$/, target: { op: '<=', value: 10_000 } },
   // RSS growth of the export's own memory; file-backed pages of the memory-mapped database are reported beside it.
   { bench: 'changes', test: /export_csv\.anon_rss_growth_mb$/, target: { op: '<=', value: 100 } },
+  // "a package-version query and a three-clause OS + package + fact query each ≤ 200 ms on SQLite"
+  { bench: 'inventory', test: /^sqlite\.queries\.(package version|os \+ package \+ fact)\.median_ms$/, target: { op: '<=', value: 200 } },
 ];
 
 /** @param {string} key */

@@ -222,13 +222,15 @@ verb(nodes, 'list', 'list nodes (GET /api/1/nodes)')
   .option('--pending', 'only nodes waiting for acceptance')
   .option('-f, --filter <key=value>', 'include filter, repeatable (name=web*, tag:env=prod, status=reachable, last_run=<from>..<to>)', collect)
   .option('-x, --exclude <key=value>', 'exclude filter, repeatable', collect)
+  .option('-q, --query <expression>', 'filter expression (docs/filters.md), e.g. "os.name = debian and package:openssl < 3.0.11"')
   .option('--sort <field>', 'name, hostname, id, status, state, accepted, manager, region, last_run_at, last_contact_at, created_at')
   .option('--order <asc|desc>', 'sort order')
   .option('--page <n>', 'page (from 1)', int('page'), 1)
   .option('--per-page <n>', 'nodes per page', int('per-page'), 100)
-  .action(async (flags: CommonFlags & { pending?: boolean; filter?: string[]; exclude?: string[]; sort?: string; order?: string; page: number; perPage: number }) => {
+  .action(async (flags: CommonFlags & { pending?: boolean; filter?: string[]; exclude?: string[]; query?: string; sort?: string; order?: string; page: number; perPage: number }) => {
     await withStore(flags, async (store) => {
       const filters = [...(flags.filter ?? []).map((f) => filterArg(f, false)), ...(flags.exclude ?? []).map((f) => filterArg(f, true))];
+      if (flags.query !== undefined) filters.push({ key: 'q', values: [flags.query] });
       if (flags.pending) filters.push({ key: 'accepted', values: ['pending'] });
       const res = await store.listNodes({
         filters, page: flags.page, per_page: flags.perPage,
@@ -237,6 +239,27 @@ verb(nodes, 'list', 'list nodes (GET /api/1/nodes)')
       });
       out(flags, { data: res.data.map(listView), total: res.total, totals: res.totals, page: flags.page, per_page: flags.perPage }, () =>
         `${table(flags.pending ? PENDING_TABLE : NODE_TABLE, res.data)}${res.total} nodes (${res.totals.reachable} reachable, ${res.totals.unreachable} unreachable, ${res.totals.unknown} unknown)\n`);
+    });
+  });
+
+verb(nodes, 'properties <id>', "a node's admin-set properties; --set/--unset change them (GET|PUT /api/1/nodes/<id>/properties)")
+  .option('-s, --set <key=value>', 'set a property, repeatable', collect)
+  .option('-u, --unset <key>', 'remove a property, repeatable', collect)
+  .action(async (id: string, flags: CommonFlags & { set?: string[]; unset?: string[] }) => {
+    await withStore(flags, async (store) => {
+      let props = await store.getProperties(id);
+      if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${id} is unknown`);
+      if (flags.set || flags.unset) {
+        const next: Record<string, string> = { ...props };
+        for (const kv of flags.set ?? []) {
+          const i = kv.indexOf('=');
+          if (i <= 0) throw capstanError('ERR_BAD_REQUEST', `--set takes <key>=<value>, got "${kv}"`);
+          next[kv.slice(0, i)] = kv.slice(i + 1);
+        }
+        for (const k of flags.unset ?? []) delete next[k];
+        props = (await store.setProperties(id, next))!;
+      }
+      out(flags, { data: props }, () => table([['property', (r) => r[0]], ['value', (r) => r[1]]], Object.entries(props!)));
     });
   });
 

@@ -11,5 +11,6 @@ export * from './runlog/index.js';
 export * from './smime/index.js';
 export * from './envelope/index.js';
 export * from './policy/index.js';
+export * from './filter/index.js';
 export * from './compliance/index.js';
 export * from './identity/index.js';

@@ -47,6 +47,11 @@ const DURATION_UNITS: Record<string, number> = {
  * "10s", "5m", "1h 7s", "30min 20s", or a bare integer meaning seconds (RUDDER's habit).
  * Returns milliseconds, or null when the text is not a duration or overflows.
  */
+/** TOML text → object (smol-toml); throws on a syntax error. Agents read facts.d files with it. */
+export function parseTomlText(text: string): Record<string, unknown> {
+  return parseToml(text) as Record<string, unknown>;
+}
+
 export function parseDuration(v: unknown): number | null {
   if (typeof v === 'number') return Number.isSafeInteger(v) && v >= 0 ? v * 1000 : null;
   if (typeof v !== 'string') return null;

@@ -125,6 +125,10 @@ export const ERROR_CODES = {
   ERR_CERTIFICATE_CONFLICT: { status: 409 },
   ERR_NODE_TERMINATED: { status: 409 },
   ERR_FILTER_CONFLICT: { status: 400 },
+  /** A node filter expression that does not parse; `details.position` is where. */
+  ERR_FILTER_SYNTAX: { status: 400 },
+  /** A manual node whose address another node already has; `details.node` is that node's id. */
+  ERR_ADDRESS_TAKEN: { status: 409 },
   ERR_RUN_IN_FUTURE: { status: 400 },
   // jobs (runs triggered on many nodes through the relays)
   ERR_JOB_NO_TARGETS: { status: 400 },
@@ -224,7 +228,13 @@ export function isTransient(err: unknown): boolean {
 }
 
 /** The JSON body every API answers an error with (admin API). Never carries secrets or stacks. */
-export function errorBody(err: unknown): { error: { code: string; message: string } } {
-  if (err instanceof CapstanError) return { error: { code: err.code, message: err.message } };
+/** Details some codes show in the error body: where a filter went wrong, which node holds an address. */
+const PUBLIC_DETAILS: Record<string, readonly string[]> = { ERR_FILTER_SYNTAX: ['position'], ERR_ADDRESS_TAKEN: ['node'] };
+
+export function errorBody(err: unknown): { error: { code: string; message: string; [k: string]: unknown } } {
+  if (err instanceof CapstanError) {
+    const shown = (PUBLIC_DETAILS[err.code] ?? []).filter((k) => err.details?.[k] !== undefined);
+    return { error: { code: err.code, message: err.message, ...Object.fromEntries(shown.map((k) => [k, err.details![k]])) } };
+  }
   return { error: { code: 'ERR_INTERNAL', message: 'internal error' } };
 }

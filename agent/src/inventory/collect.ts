@@ -6,6 +6,7 @@ import { execFile } from 'node:child_process';
 import { readFile, statfs } from 'node:fs/promises';
 import os from 'node:os';
 import { CAPSTAN_VERSION } from '@capstan/shared/agent';
+import { readFacts, type FactsOptions } from './facts.js';
 
 export interface InventoryContext {
   nodeId: string;
@@ -13,6 +14,8 @@ export interface InventoryContext {
   policyServer: string;
   /** cloud-init's instance data (default CLOUD_INIT_INSTANCE_DATA); absent on hosts without cloud-init. */
   cloudInstanceData?: string;
+  /** The facts directory and its limits ([inventory] facts_*); absent: no custom facts. */
+  facts?: FactsOptions;
 }
 
 function run(cmd: string, args: string[], timeoutMs = 10_000): Promise<string> {
@@ -59,19 +62,38 @@ async function memory() {
   return { total: kb('MemTotal'), available: kb('MemAvailable'), swap_total: kb('SwapTotal'), swap_free: kb('SwapFree') };
 }
 
+// File systems that hold no data of the host's own: kernel interfaces and memory-backed mounts.
 const PSEUDO_FS = new Set(['proc', 'sysfs', 'devpts', 'cgroup', 'cgroup2', 'securityfs', 'debugfs', 'tracefs', 'pstore',
-  'bpf', 'mqueue', 'hugetlbfs', 'configfs', 'fusectl', 'autofs', 'binfmt_misc', 'nsfs', 'rpc_pipefs', 'devtmpfs']);
+  'bpf', 'mqueue', 'hugetlbfs', 'configfs', 'fusectl', 'autofs', 'binfmt_misc', 'nsfs', 'rpc_pipefs', 'devtmpfs',
+  'tmpfs', 'ramfs', 'efivarfs', 'selinuxfs', 'nfsd', 'fuse.gvfsd-fuse', 'fuse.portal', 'squashfs']);
+
+/**
+ * The mounts of /proc/mounts that are real file systems: memory-backed and kernel file systems
+ * left out, and a mount point listed twice (mounted over, or bind-mounted again) kept once, as
+ * its last (visible) mount.
+ */
+export function realMounts(text: string): Array<{ device: string; mount: string; fstype: string }> {
+  const byMount = new Map<string, { device: string; mount: string; fstype: string }>();
+  for (const line of text.split('\n')) {
+    const [device, mount, fstype] = line.split(' ');
+    if (!device || !mount || !fstype) continue;
+    const m = mount.replace(/\\040/g, ' ');
+    if (PSEUDO_FS.has(fstype)) {
+      byMount.delete(m); // mounted over by a pseudo file system: what was there is hidden
+      continue;
+    }
+    byMount.delete(m);
+    byMount.set(m, { device, mount: m, fstype });
+  }
+  return [...byMount.values()];
+}
 
 async function disks() {
-  const mounts = await readFile('/proc/mounts', 'utf8');
   const out: Array<{ device: string; mount: string; fstype: string; size: number; free: number }> = [];
-  for (const line of mounts.split('\n')) {
-    const [device, mount, fstype] = line.split(' ');
-    if (!device || !mount || !fstype || PSEUDO_FS.has(fstype)) continue;
-    const m = mount.replace(/\\040/g, ' ');
-    const s = await statfs(m).catch(() => null);
+  for (const { device, mount, fstype } of realMounts(await readFile('/proc/mounts', 'utf8'))) {
+    const s = await statfs(mount).catch(() => null);
     if (!s || s.blocks === 0) continue;
-    out.push({ device, mount: m, fstype, size: s.blocks * s.bsize, free: s.bavail * s.bsize });
+    out.push({ device, mount, fstype, size: s.blocks * s.bsize, free: s.bavail * s.bsize });
   }
   return out;
 }
@@ -200,6 +222,12 @@ export async function collectInventory(ctx: InventoryContext): Promise<Record<st
     cloud: await attempt('cloud', () => cloudIdentity(ctx.cloudInstanceData), null),
     facts: {},
   };
+  if (ctx.facts) {
+    const own = await readFacts(ctx.facts);
+    inv.facts = own.facts;
+    // A failing fact source is reported, not fatal: the rest of the inventory is still sent.
+    if (Object.keys(own.errors).length > 0) inv.facts_errors = own.errors;
+  }
   if (Object.keys(errors).length > 0) inv.errors = errors;
   return inv;
 }

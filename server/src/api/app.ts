@@ -33,7 +33,7 @@ import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
-import { policyAdminRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
+import { policyAdminRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -175,6 +175,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
     if (policy) {
       policyAdminRoutes(admin, policy);
+      policyMembershipRoutes(admin, policy);
       // An admin's change to a node (acceptance, tags, groups…) may move it in or out of groups.
       admin.addHook('onResponse', async (req, reply) => {
         const m = /^\/api\/1\/nodes\/([^/?]+)/.exec(req.url);

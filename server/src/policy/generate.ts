@@ -12,7 +12,7 @@ import {
   bundleExpectations, ChangeFeed, computeConfigId, type BundleDirective, type Directive, type Logger,
 } from '@capstan/shared';
 import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
-import { keepLastSeconds, type GroupDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type RuleDef } from './model.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
@@ -41,7 +41,7 @@ export async function loadModel(store: Store): Promise<PolicyModel> {
   const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
   return {
     directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
-    groups: new Map(g.map((o) => [o.id, o.body as unknown as GroupDef])),
+    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
     rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
   };
 }
@@ -175,6 +175,44 @@ export class PolicyGenerator {
       const changed = await this.generate(model, all, listing);
       return { nodes: all.size, changed, ms: performance.now() - t0 };
     });
+  }
+
+  /** The accepted members of one group (built-in or defined); null when there is no such group. */
+  async groupMembers(groupId: string): Promise<string[] | null> {
+    const model = await loadModel(this.store);
+    if (!model.groups.has(groupId)) return null;
+    return [...await this.members(model, new Set([groupId]), new Listing(this.store))].sort();
+  }
+
+  /**
+   * What applies to one node and why: the groups it is in, and each rule reaching it through
+   * which of them, with the rule's directives. A node that is not accepted is in no group.
+   */
+  async explain(nodeId: string): Promise<{ groups: string[]; rules: Array<{ id: string; name: string; via: string[]; directives: Array<{ id: string; name: string; method: string; mode: string }> }> }> {
+    const model = await loadModel(this.store);
+    const listing = new Listing(this.store);
+    const accepted = await this.acceptedAmong(new Set([nodeId]), listing);
+    const groups: string[] = [];
+    if (accepted.has(nodeId)) {
+      for (const g of model.groups.values()) {
+        if (g.nodes?.includes(nodeId)) groups.push(g.id);
+        else if (g.filter && g.filter.some((f) => f.key === 'id')) {
+          // An `id` filter of the group's own would be ORed with ours: list the group instead.
+          if ((await this.store.listNodeIds(g.filter)).includes(nodeId)) groups.push(g.id);
+        } else if (g.filter && (await this.store.listNodeIds([...g.filter, { key: 'id', values: [nodeId] }])).length > 0) groups.push(g.id);
+      }
+    }
+    groups.sort();
+    const rules = [...model.rules.values()]
+      .map((r) => ({ r, via: r.groups.filter((g) => groups.includes(g)) }))
+      .filter(({ via }) => via.length > 0)
+      .sort((a, b) => (a.r.id < b.r.id ? -1 : a.r.id > b.r.id ? 1 : 0))
+      .map(({ r, via }) => ({
+        id: r.id, name: r.name, via,
+        directives: r.directives.map((id) => model.directives.get(id)).filter((d): d is Directive => d !== undefined)
+          .map((d) => ({ id: d.id, name: d.name, method: d.method, mode: d.mode })),
+      }));
+    return { groups, rules };
   }
 
   /** Accepted members of any of `groupIds`. */

@@ -112,8 +112,24 @@ export function parseDirective(body: unknown, pathId?: string): Directive {
   return d;
 }
 
-/** Group filters: the node list's `{key, values, exclude}` objects, checked by the same code. */
+/**
+ * Groups every server has, whatever the admin defined: rules may target them; they cannot be
+ * changed or deleted. Their members follow the registry like any dynamic group's.
+ */
+export const BUILTIN_GROUPS: readonly GroupDef[] = [
+  { id: 'all-nodes', name: 'All nodes', filter: [] },
+  { id: 'all-nodes-with-agent', name: 'All nodes with an agent', filter: [{ key: 'has_agent', values: ['true'] }] },
+  { id: 'all-relays', name: 'All relays', filter: [{ key: 'relay', values: ['true'] }] },
+];
+export const BUILTIN_GROUP_IDS = new Set(BUILTIN_GROUPS.map((g) => g.id));
+
+/**
+ * Group filters: an expression of the filter language (docs/filters.md), or the node list's
+ * `{key, values, exclude}` objects; both are checked by the node list's code. An expression is
+ * kept as the filter `{"key": "q", "values": [<expression>]}`.
+ */
 function filters(v: unknown): NodeFilter[] {
+  if (typeof v === 'string') v = [{ key: 'q', values: [v] }];
   if (!Array.isArray(v)) bad('filter must be a list of {"key", "values", "exclude"} objects', 'filter');
   const list = v.map((f, i): NodeFilter => {
     const o = onlyFields(f, ['key', 'values', 'exclude']);
@@ -147,6 +163,7 @@ export function parseGroup(body: unknown, pathId?: string): GroupDef {
   const b = onlyFields(body, ['id', 'name', 'nodes', 'filter', 'compliance_expiration']);
   const id = checkId(b.id ?? pathId);
   if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
+  if (BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be changed`, { details: { field: 'id' } });
   const g: GroupDef = { id, name: name(b.name ?? id) };
   if (b.nodes !== undefined) {
     if (!Array.isArray(b.nodes) || b.nodes.some((n) => typeof n !== 'string' || n.length === 0 || n.length > 256 || n.includes('\u0000'))) {

@@ -3,7 +3,8 @@
  * can hold them to the same answers: the column lists, the node filters (checked once here, then
  * turned into one WHERE clause with the dialect's placeholders) and the sort order.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError, FILTER_LIMITS, parseFilter } from '@capstan/shared';
+import { compileFilter } from './filter-sql.js';
 import {
   SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField,
 } from './store.js';
@@ -76,7 +77,8 @@ export function checkPaging(page: number, perPage: number): { limit: number; off
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.
 // `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) come from the managers.
 // `relay` (true/false): the nodes registered as relays.
-const PLAIN_KEYS = new Set(['id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
+// `q`: an expression of the filter language (docs/filters.md); several are ORed.
+const PLAIN_KEYS = new Set(['q', 'id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
 const ENUMS: Record<string, Set<string>> = {
   status: new Set(['unknown', 'reachable', 'unreachable']),
   accepted: new Set(['pending', 'accepted', 'refused']),
@@ -133,11 +135,13 @@ export function checkFilters(q: Pick<NodeListQuery, 'filters' | 'accepted' | 'st
     if (f.exclude !== undefined && typeof f.exclude !== 'boolean') bad(`filter ${f.key}: exclude must be true or false`);
     for (const v of f.values) {
       if (typeof v !== 'string') bad(`filter ${f.key}: values must be strings`);
-      if (v.length > MAX_FILTER_VALUE_LENGTH) bad(`filter ${f.key}: a value is longer than ${MAX_FILTER_VALUE_LENGTH}`);
+      const max = f.key === 'q' ? FILTER_LIMITS.maxLength : MAX_FILTER_VALUE_LENGTH;
+      if (v.length > max) bad(`filter ${f.key}: a value is longer than ${max}`);
       if (v.includes('\u0000') || f.key.includes('\u0000')) bad(`filter ${f.key} contains a NUL character`);
       const allowed = ENUMS[f.key];
       if (allowed && !allowed.has(v)) bad(`${f.key} must be one of ${[...allowed].join(', ')}`);
       if (f.key === 'last_run') parseRange(v);
+      if (f.key === 'q') parseFilter(v);
     }
     const exclude = f.exclude ?? false;
     const seen = byKey.get(f.key);
@@ -163,6 +167,69 @@ export interface Dialect {
   like: 'LIKE' | 'lower';
   /** Appended to text columns in ORDER BY so both backends sort in byte order. */
   collate: string;
+  /** The instant filter ages (`last_run.age > 2h`) are measured from; default the clock's. */
+  now?: () => Date;
+  /** Policy groups by id, so that a `group` filter also means them (loadPolicyGroups). */
+  groups?: ReadonlyMap<string, PolicyGroupDef>;
+  /** How many policy groups deep this condition is (a group's filter naming a group). */
+  depth?: number;
+  /**
+   * Postgres: the package-version ids of each package comparison, looked up before the query
+   * (packageAtomKey), so that the planner sees the array and estimates its matches.
+   */
+  packageIds?: ReadonlyMap<string, number[]>;
+}
+
+/** The key of a package comparison in Dialect.packageIds: name, operator and version key. */
+export function packageAtomKey(name: string, op: string | null, key: string | null): string {
+  return `${name}\u0000${op ?? ''}\u0000${key ?? ''}`;
+}
+
+/** What a `group` filter needs of a policy group. */
+export interface PolicyGroupDef {
+  nodes?: string[];
+  filter?: NodeFilter[];
+}
+
+/** A policy group's filter naming a group naming a group…: followed this deep, no further. */
+export const MAX_GROUP_DEPTH = 3;
+
+/** Whether these filters name a group, and so need the policy groups loaded. */
+export function needsGroups(filters: readonly CheckedFilter[]): boolean {
+  return filters.some((f) => f.key === 'group' || (f.key === 'q' && f.values.some((v) => /group/i.test(v))));
+}
+
+/** Policy group bodies (as stored) → what a `group` filter needs; a malformed one is left out. */
+export function policyGroupMap(bodies: Array<{ id: string; body: Record<string, unknown> }>): Map<string, PolicyGroupDef> {
+  const out = new Map<string, PolicyGroupDef>();
+  for (const { id, body } of bodies) {
+    const nodes = Array.isArray(body.nodes) ? (body.nodes as string[]) : undefined;
+    const filter = Array.isArray(body.filter) ? (body.filter as NodeFilter[]) : undefined;
+    out.set(id, { ...(nodes && { nodes }), ...(filter && { filter }) });
+  }
+  return out;
+}
+
+/**
+ * Membership of a group, as one condition: the registry's groups (`groups` on the node) or the
+ * policy group of that id (its static nodes or its filter, accepted nodes only, as the policy
+ * generator counts members). "group" means the same thing in every filter.
+ */
+export function groupCondition(groupId: string, d: Dialect): string {
+  // IN (subquery), not a correlated EXISTS: a group is a small part of the fleet, and its ids
+  // come from one index range instead of one probe per node (measured: 104 → 11 ms at 100,000).
+  const registry = `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id = ${d.param(groupId)})`;
+  const def = d.groups?.get(groupId);
+  const depth = d.depth ?? 0;
+  if (!def || depth >= MAX_GROUP_DEPTH) return registry;
+  const parts: string[] = [];
+  if (def.nodes?.length) parts.push(`n.id IN (${def.nodes.map((id) => d.param(id)).join(', ')})`);
+  if (def.filter) {
+    const conds = filterConditions(checkFilters({ filters: def.filter }), { ...d, depth: depth + 1 });
+    parts.push(conds.length ? `(${conds.join(' AND ')}) IS TRUE` : '1 = 1');
+  }
+  if (parts.length === 0) return registry;
+  return `(${registry} OR (n.accepted = 'accepted' AND (${parts.join(' OR ')})))`;
 }
 
 const asciiLower = (s: string) => s.replace(/[A-Z]/g, (c) => c.toLowerCase());
@@ -180,7 +247,12 @@ const EQUAL: Record<string, string> = { id: 'n.id', state: 'n.state', status: 'n
 function condition(f: CheckedFilter, d: Dialect): string {
   let any: string;
   const column = TEXT_MATCH[f.key];
-  if (column) {
+  if (f.key === 'q') {
+    // Compiled to a condition that is never unknown, so an exclusion is a plain NOT.
+    const now = d.now?.() ?? new Date();
+    any = f.values.map((v) => compileFilter(parseFilter(v), d, now)).join(' OR ');
+    return f.exclude ? `NOT (${any})` : `(${any})`;
+  } else if (column) {
     // Case-insensitive (DNS names are); `*` at the end makes a prefix; `%` and `_` are literal.
     any = f.values.map((v) => {
       if (v === '*') return `${column} IS NOT NULL`;
@@ -189,9 +261,11 @@ function condition(f: CheckedFilter, d: Dialect): string {
   } else if (EQUAL[f.key]) {
     any = `${EQUAL[f.key]} IN (${f.values.map((v) => d.param(v)).join(', ')})`;
   } else if (f.key === 'group') {
-    // IN (subquery), not a correlated EXISTS: a group is a small part of the fleet, and its ids
-    // come from one index range instead of one probe per node (measured: 104 → 11 ms at 100,000).
-    any = `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
+    any = d.groups && f.values.some((v) => d.groups!.has(v))
+      ? f.values.map((v) => groupCondition(v, d)).join(' OR ')
+      // IN (subquery), not a correlated EXISTS: a group is a small part of the fleet, and its ids
+      // come from one index range instead of one probe per node (measured: 104 → 11 ms at 100,000).
+      : `n.id IN (SELECT g.node_id FROM node_groups g WHERE g.group_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
   } else if (f.key === 'managed_by') {
     any = `n.id IN (SELECT l.node_id FROM node_managers l WHERE l.manager_id IN (${f.values.map((v) => d.param(v)).join(', ')}))`;
   } else if (f.key === 'has_agent') {

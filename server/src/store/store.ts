@@ -139,9 +139,18 @@ export interface NodePatch {
   policy_server?: string | null;
 }
 
+/** One change between two inventories: `kind` package_added|removed|upgraded|downgraded, address_added|removed, kernel. */
+export interface InventoryChangeRecord {
+  at: string;
+  kind: string;
+  name: string;
+  from: string | null;
+  to: string | null;
+}
+
 /** The keys `listNodes` filters on; `tag:<key>` filters on one tag. */
 export type FilterKey =
-  | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
+  | 'q' | 'id' | 'name' | 'hostname' | 'region' | 'state' | 'status' | 'manager' | 'group' | 'accepted' | 'last_run'
   | 'managed_by' | 'has_agent' | 'relay' | `tag:${string}`;
 
 /**
@@ -577,6 +586,17 @@ export interface Store {
   deletePolicyBundle(nodeId: string): Promise<boolean>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** What changed between a node's inventories, newest first (kept as long as changes). */
+  inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>>;
+  /**
+   * Package versions across the fleet whose name matches a glob (`*`, `?`; case-sensitive), each
+   * with the number of nodes that have it installed, by name then version order.
+   */
+  listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>>;
+  /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
+  getProperties(nodeId: string): Promise<Record<string, string> | null>;
+  /** Replace a node's properties (checkProperties first); null when the node is unknown. */
+  setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null>;
   /** The expectations stored for one config id of a node; null when none are. */
   getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null>;
   /** The config ids of the stored bundles of these nodes (absent: none stored). */

@@ -6,7 +6,8 @@ import {
 } from '@capstan/shared';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/rules.js';
-import { bodyObject, boolParam, nodeListQuery, paging, timeParam, type Query } from '../params.js';
+import { checkProperties } from '../../store/inventory-index.js';
+import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 // A DNS name, an IPv4 address or an IPv6 address (no spaces, no URL parts).
@@ -170,11 +171,39 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
     return reply.code(204).send();
   });
 
+  // Package versions across the fleet, with how many nodes have each.
+  app.get<{ Querystring: Query }>('/api/1/software', async (req) => {
+    const name = single(req.query, 'name') ?? '*';
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.listSoftware(name, page, per_page);
+    return { data: res.data, total: res.total, page, per_page };
+  });
+
+  // Admin-set properties (`property:<key>` in filters): GET reads, PUT replaces them all.
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
+    const props = await store.getProperties(req.params.id);
+    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: props };
+  });
+  app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
+    const props = await store.setProperties(req.params.id, checkProperties(await readJson(req)));
+    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: props };
+  });
+
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/inventory', async (req) => {
     await mustGet(store, req.params.id);
     const inv = await store.getInventory(req.params.id);
     if (!inv) throw capstanError('ERR_NOT_FOUND', `node ${req.params.id} has sent no inventory`);
     return { data: inv };
+  });
+
+  // What changed between the node's inventories: packages, addresses, kernel (newest first).
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/inventory/history', async (req) => {
+    await mustGet(store, req.params.id);
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.inventoryHistory(req.params.id, page, per_page);
+    return { data: res.data, total: res.total, page, per_page };
   });
 
   app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/nodes/:id/history', async (req) => {

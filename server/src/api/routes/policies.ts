@@ -11,8 +11,10 @@ import { capstanError, changesQuery, etagMatches, isCapstanError, readJson, sign
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';
-import { checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
 import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES, parsePlanRequest, planPolicy } from '../../policy/plan.js';
+import { listView } from './nodes.js';
+import { paging, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 import { MAX_FILTER_VALUES } from '../../store/query.js';
 
@@ -41,6 +43,7 @@ const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND',
 async function checkRefs(store: Store, rule: { directives: string[]; groups: string[] }): Promise<void> {
   for (const [kind, ids] of [['directive', rule.directives], ['group', rule.groups]] as const) {
     const known = new Set((await store.listPolicyObjects(kind)).map((o) => o.id));
+    if (kind === 'group') BUILTIN_GROUP_IDS.forEach((id) => known.add(id));
     const missing = ids.filter((i) => !known.has(i));
     if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`, { details: { field: PLURAL[kind] } });
   }
@@ -119,12 +122,17 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     const base = `/api/1/${PLURAL[kind]}`;
     const view = (o: { body: Record<string, unknown>; updated_at: string }) => ({ ...o.body, updated_at: o.updated_at });
 
+    // The built-in groups are listed first, marked `builtin: true`.
+    const builtins = kind === 'group' ? BUILTIN_GROUPS.map((g) => ({ ...g, builtin: true })) : [];
+
     app.get(base, async () => {
-      const list = await store.listPolicyObjects(kind);
-      return { data: list.map(view), total: list.length };
+      const list = [...builtins, ...(await store.listPolicyObjects(kind)).map(view)];
+      return { data: list, total: list.length };
     });
 
     app.get<{ Params: { id: string } }>(`${base}/:id`, async (req) => {
+      const builtin = builtins.find((g) => g.id === req.params.id);
+      if (builtin) return { data: builtin };
       const o = await store.getPolicyObject(kind, req.params.id);
       if (!o) throw notFound(kind, req.params.id);
       return { data: view(o) };
@@ -158,6 +166,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
 
     app.delete<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
       const id = req.params.id;
+      if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be deleted`);
       const { result } = await generator.change(kind, id, async () => {
         if (kind !== 'rule') {
           const rules = await referencedBy(store, kind, id);
@@ -171,6 +180,25 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
   }
 }
 
+
+/** GET /api/1/groups/<id>/nodes and GET /api/1/nodes/<id>/policy: membership as the generator sees it. */
+export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRouteDeps, 'store' | 'generator'>): void {
+  const { store, generator } = deps;
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/groups/:id/nodes', async (req) => {
+    const { page, per_page } = paging(req.query, 100);
+    const ids = await generator.groupMembers(req.params.id);
+    if (ids === null) throw notFound('group', req.params.id);
+    const slice = ids.slice((page - 1) * per_page, page * per_page);
+    const nodes = slice.length === 0 ? [] : (await store.listNodes({ filters: [{ key: 'id', values: slice }], sort: 'id', page: 1, per_page: slice.length })).data;
+    return { data: nodes.map(listView), total: ids.length, page, per_page };
+  });
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/policy', async (req) => {
+    const node = await store.getNode(req.params.id);
+    if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    const bundle = await store.getPolicyBundle(node.id);
+    return { data: { node_id: node.id, accepted: node.accepted, config_id: bundle?.config_id ?? null, ...(await generator.explain(node.id)) } };
+  });
+}
 
 export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
   const { store, generator, key } = deps;

@@ -18,6 +18,7 @@ import { bootstrap } from './0011_bootstrap.js';
 import { certificateConflicts } from './0012_certificate_conflicts.js';
 import { futureRuns } from './0013_future_runs.js';
 import { runBases } from './0014_run_bases.js';
+import { inventory } from './0015_inventory.js';
 
 export interface Migration {
   version: number;
@@ -28,6 +29,7 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
+  inventory,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

@@ -15,9 +15,9 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import pg from 'pg';
-import { capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient, parseFilter, versionKey, type FilterExpr } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
   RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
@@ -34,7 +34,10 @@ import { poolConfig } from './connection.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
-import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
+import {
+  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, packageAtomKey, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
+  type PolicyGroupDef,
+} from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, withAcceptance, withPatch, withState, type HistoryInsert,
@@ -45,6 +48,10 @@ import { PostgresIdentityStore } from './identity.js';
 import { PostgresBootstrapStore } from './bootstrap.js';
 import { PostgresJobStore } from './jobs.js';
 import { PostgresManagerStore } from './managers.js';
+import {
+  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
+} from '../inventory-index.js';
+import { globToLike } from '../filter-sql.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
@@ -115,8 +122,49 @@ export class PostgresStore implements Store {
     return inTransaction(this.pool, what, fn);
   }
 
-  private dialect(values: unknown[]): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"' };
+  private dialect(values: unknown[], prepared?: { groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }): Dialect {
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now, ...prepared };
+  }
+
+  /**
+   * What the filters' SQL needs looked up first: the policy groups when a filter names a group,
+   * and the package-version ids of each package comparison in an expression (a bound array the
+   * planner can estimate, where a subquery's array would be guessed at 200 rows and joined by a
+   * nested loop even when a third of the fleet matches).
+   */
+  private async prepare(filters: readonly CheckedFilter[]): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
+    const groups = await this.groupsFor(filters);
+    const atoms = new Map<string, { name: string; op: string | null; key: string | null }>();
+    const walk = (e: FilterExpr): void => {
+      if (e.kind === 'and' || e.kind === 'or') {
+        e.items.forEach(walk);
+      } else if (e.kind === 'not') {
+        walk(e.expr);
+      } else if ((e.kind === 'has' || e.kind === 'compare') && e.field === 'package') {
+        const op = e.kind === 'compare' ? e.op : null;
+        const key = e.kind === 'compare' ? versionKey(e.value.text) : null;
+        atoms.set(packageAtomKey(e.key!, op, key), { name: e.key!, op, key });
+      }
+    };
+    for (const f of filters) if (f.key === 'q') f.values.forEach((v) => walk(parseFilter(v)));
+    if (atoms.size === 0) return { ...(groups && { groups }) };
+    const packageIds = new Map<string, number[]>();
+    for (const [k, a] of atoms) {
+      const sqlOp = a.op === null ? null : a.op === '!=' ? '<>' : a.op;
+      const { rows } = await this.query('packageIds', this.pool, {
+        text: `SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM package_versions WHERE name = $1${sqlOp ? ` AND version_key ${sqlOp} $2` : ''}`,
+        values: sqlOp ? [a.name, a.key] : [a.name],
+      });
+      packageIds.set(k, (rows[0] as { ids: number[] }).ids);
+    }
+    return { ...(groups && { groups }), packageIds };
+  }
+
+  /** The policy groups, when these filters name a group (see query.ts groupCondition). */
+  private async groupsFor(filters: readonly CheckedFilter[]): Promise<Map<string, PolicyGroupDef> | undefined> {
+    if (!needsGroups(filters)) return undefined;
+    const { rows } = await this.query('policyGroups', this.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
+    return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })));
   }
 
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
@@ -196,7 +244,7 @@ export class PostgresStore implements Store {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values);
+    const d = this.dialect(values, await this.prepare(filters));
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
@@ -248,14 +296,160 @@ export class PostgresStore implements Store {
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      await this.query(what, c, {
+      const written = await this.query(what, c, {
         name: 'inventory_upsert',
         text: `INSERT INTO inventories (node_id, received_at, document) VALUES ($1, $2, $3)
           ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
           WHERE excluded.received_at >= inventories.received_at`,
         values: [inv.id, receivedAt, document],
       });
+      if ((written.rowCount ?? 0) > 0) await this.writeIndex(what, c, inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
       return next;
+    });
+  }
+
+  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
+  async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex, at: string): Promise<void> {
+    const { rows: old } = await this.query(what, c, {
+      name: 'inventory_before',
+      text: `SELECT ni.os_kernel,
+          (SELECT coalesce(json_agg(json_build_object('name', pv.name, 'version', pv.version)), '[]') FROM package_versions pv WHERE pv.id = ANY(ni.packages)) AS packages,
+          (SELECT coalesce(array_agg(a.address), '{}') FROM node_addresses a WHERE a.node_id = ni.node_id) AS addresses
+        FROM node_inventory ni WHERE ni.node_id = $1`,
+      values: [nodeId],
+    });
+    if (old.length > 0) {
+      // What changed since the last inventory, kept like changes (retention.changes).
+      const o = old[0] as { os_kernel: string | null; packages: IndexedBefore['packages']; addresses: string[] };
+      const changes = diffInventory({ packages: o.packages, addresses: o.addresses, kernel: o.os_kernel }, ix).slice(0, MAX_CHANGES_PER_INVENTORY);
+      if (changes.length > 0) {
+        await this.query(what, c, {
+          name: 'inventory_changes_add',
+          text: `INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value)
+            SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[])`,
+          values: [nodeId, at, changes.map((x) => x.kind), changes.map((x) => x.name), changes.map((x) => x.from), changes.map((x) => x.to)],
+        });
+      }
+    }
+    // Sorted, so that two servers adding the same new versions lock them in one order.
+    const pk = [...ix.packages].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.version < b.version ? -1 : a.version > b.version ? 1 : 0));
+    const names = pk.map((p) => p.name);
+    const versions = pk.map((p) => p.version);
+    let ids: number[] = [];
+    if (pk.length > 0) {
+      await this.query(what, c, {
+        name: 'package_versions_add',
+        text: `INSERT INTO package_versions (name, version, version_key)
+          SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (name, version) DO NOTHING`,
+        values: [names, versions, pk.map((p) => p.key)],
+      });
+      const { rows } = await this.query(what, c, {
+        name: 'package_versions_ids',
+        text: `SELECT coalesce(array_agg(pv.id ORDER BY pv.id), '{}') AS ids FROM package_versions pv
+          JOIN unnest($1::text[], $2::text[]) AS u(name, version) ON pv.name = u.name AND pv.version = u.version`,
+        values: [names, versions],
+      });
+      ids = (rows[0] as { ids: number[] }).ids;
+    }
+    await this.query(what, c, {
+      name: 'node_inventory_upsert',
+      text: `INSERT INTO node_inventory (node_id, fqdn, os_kernel, arch, os_version_key, cpus, memory, packages)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer[])
+        ON CONFLICT (node_id) DO UPDATE SET fqdn = excluded.fqdn, os_kernel = excluded.os_kernel, arch = excluded.arch,
+          os_version_key = excluded.os_version_key, cpus = excluded.cpus, memory = excluded.memory, packages = excluded.packages`,
+      values: [nodeId, ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, ids],
+    });
+    await this.query(what, c, { name: 'node_addresses_clear', text: 'DELETE FROM node_addresses WHERE node_id = $1', values: [nodeId] });
+    if (ix.addresses.length > 0) {
+      await this.query(what, c, {
+        name: 'node_addresses_add',
+        text: 'INSERT INTO node_addresses (address, node_id) SELECT a, $1 FROM unnest($2::text[]) AS a',
+        values: [nodeId, ix.addresses],
+      });
+    }
+    await this.query(what, c, { name: 'node_facts_clear', text: 'DELETE FROM node_facts WHERE node_id = $1', values: [nodeId] });
+    if (ix.facts.length > 0) {
+      await this.query(what, c, {
+        name: 'node_facts_add',
+        text: 'INSERT INTO node_facts (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
+        values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
+      });
+    }
+  }
+
+  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    if (impossibleId(nodeId)) return { data: [], total: 0 };
+    const { rows } = await this.query('inventoryHistory', this.pool, {
+      name: 'inventory_history',
+      text: `SELECT at, kind, name, from_value AS "from", to_value AS "to", count(*) OVER () AS total FROM inventory_changes WHERE node_id = $1
+        ORDER BY id DESC LIMIT $2 OFFSET $3`,
+      values: [nodeId, limit, offset],
+    });
+    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
+    if (rows.length === 0 && offset > 0) {
+      const r = await this.query('inventoryHistory', this.pool, { name: 'inventory_history_count', text: 'SELECT count(*) AS c FROM inventory_changes WHERE node_id = $1', values: [nodeId] });
+      total = Number((r.rows[0] as { c: string }).c);
+    }
+    const data = (rows as Array<InventoryChangeRecord & { at: Date | string; total: string }>).map(({ total: _t, at, ...r }) => ({ at: iso(at)!, ...r }));
+    return { data, total };
+  }
+
+  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    softwarePattern(nameGlob); // the same checks as SQLite's
+    const like = globToLike(nameGlob);
+    // One GIN probe per matching version: a glob names a few packages, never the whole pool.
+    const { rows } = await this.query('listSoftware', this.pool, {
+      name: 'software_list',
+      text: `WITH v AS (
+          SELECT pv.name, pv.version, pv.version_key, (SELECT count(*) FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id]) AS nodes
+          FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\')
+        SELECT name, version, nodes::int AS nodes, count(*) OVER () AS total FROM v WHERE nodes > 0
+        ORDER BY name, version_key, version LIMIT $2 OFFSET $3`,
+      values: [like, limit, offset],
+    });
+    const data = (rows as Array<{ name: string; version: string; nodes: number; total: string }>).map(({ total: _t, ...r }) => r);
+    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
+    if (rows.length === 0 && offset > 0) {
+      const c = await this.query('listSoftware', this.pool, {
+        name: 'software_count',
+        text: `SELECT count(*) AS c FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\' AND EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id])`,
+        values: [like],
+      });
+      total = Number((c.rows[0] as { c: string }).c);
+    }
+    return { data, total };
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    if (impossibleId(nodeId)) return null;
+    const { rows } = await this.query('getProperties', this.pool, {
+      name: 'properties_get',
+      text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
+      values: [nodeId],
+    });
+    if (rows.length === 0) return null;
+    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, r.value]));
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    if (impossibleId(nodeId)) return null;
+    const what = 'setProperties';
+    return this.tx(what, async (c) => {
+      const known = await this.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
+      if ((known.rowCount ?? 0) === 0) return null;
+      await this.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      const keys = Object.keys(props);
+      if (keys.length > 0) {
+        await this.query(what, c, {
+          name: 'properties_add',
+          text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
+          values: [nodeId, keys, keys.map((k) => props[k]!)],
+        });
+      }
+      return props;
     });
   }
 
@@ -266,8 +460,21 @@ export class PostgresStore implements Store {
     const what = 'createNode';
     try {
       return await this.tx(what, async (c) => {
+        const address = node.manager === 'manual' ? node.address : null;
+        const key = address === null ? null : addressKey(address);
+        if (address !== null) {
+          // Two admins adding the same address at once: the second waits and sees the first.
+          await this.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
+          const { rows } = await this.query(what, c, {
+            name: 'address_owner',
+            text: `SELECT id FROM nodes WHERE lower(address) = lower($1) UNION ALL SELECT node_id FROM node_addresses WHERE address = $2 LIMIT 1`,
+            values: [address, key ?? ''],
+          });
+          if (rows.length > 0) throw addressTaken(address, (rows[0] as { id: string }).id);
+        }
         const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
         if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+        if (key !== null) await this.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
         await this.sets(what, c, node, null);
         await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
         return node;
@@ -786,7 +993,7 @@ export class PostgresStore implements Store {
       values.push(nodeIds);
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
     const { rows } = await this.query('complianceSummary', this.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -804,7 +1011,7 @@ export class PostgresStore implements Store {
       values.push(after);
       scope.push(`n.id > $${values.length}`);
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
     values.push(limit);
     const { rows } = await this.query('complianceNodes', this.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
@@ -889,7 +1096,12 @@ export class PostgresStore implements Store {
       text: 'DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
       values: [b, limit],
     });
-    return res.rowCount ?? 0;
+    // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
+    const inv = await this.query('deleteChangesBefore', this.pool, {
+      text: 'DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
+      values: [b, limit],
+    });
+    return (res.rowCount ?? 0) + (inv.rowCount ?? 0);
   }
 
   // --- lifecycle sweep ----------------------------------------------------------------------
@@ -1069,7 +1281,7 @@ export class PostgresStore implements Store {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values));
+    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)));
     const { rows } = await this.query('listNodeIds', this.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }

@@ -13,9 +13,9 @@
  * batches of a bounded size, each its own transaction, so the ingest waits for one batch at most.
  */
 import Database from 'better-sqlite3';
-import { capstanError, compressSync, decompress } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
   RunInsert, RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
@@ -31,7 +31,9 @@ import { storeError } from '../errors.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
-import { checkFilters, checkPaging, filterWhere, NODE_COLUMNS, orderBy, nodePage, RUN_COLUMNS, SELECT_NODE, type Dialect } from '../query.js';
+import {
+  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
+} from '../query.js';
 import {
   acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   withAcceptance, withPatch, withState, type HistoryInsert,
@@ -44,6 +46,9 @@ import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
+import {
+  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
+} from '../inventory-index.js';
 
 export interface SqliteStoreOptions {
   path: string;
@@ -122,8 +127,13 @@ export class SqliteStore implements Store {
     }
   }
 
-  private dialect(values: unknown[]): Dialect {
-    return { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '' };
+  private dialect(values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
+    const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.now };
+    if (needsGroups(filters)) {
+      const rows = this.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
+      d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
+    }
+    return d;
   }
 
   private node(id: string): NodeRecord | null {
@@ -188,7 +198,7 @@ export class SqliteStore implements Store {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values);
+    const d = this.dialect(values, filters);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
@@ -221,11 +231,59 @@ export class SqliteStore implements Store {
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
+      const { changes } = this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
         WHERE excluded.received_at >= inventories.received_at`).run(inv.id, receivedAt, document);
+      if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
       return next;
     });
+  }
+
+  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
+  writeIndex(nodeId: string, ix: InventoryIndex, at: string): void {
+    const get = this.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
+    const add = this.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
+    const ids = ix.packages.map((pk) => {
+      const row = get.get(pk.name, pk.version) as { id: number } | undefined;
+      return row ? row.id : Number(add.run(pk.name, pk.version, pk.key).lastInsertRowid);
+    }).sort((a, b) => a - b);
+    const old = this.stmt('SELECT key, package_ids, os_kernel FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string; os_kernel: string | null } | undefined;
+    if (old) {
+      // What changed since the last inventory, kept like changes (retention.changes).
+      const before: IndexedBefore = {
+        packages: this.stmt('SELECT name, version FROM package_versions WHERE id IN (SELECT value FROM json_each(?))').all(old.package_ids) as IndexedBefore['packages'],
+        addresses: (this.stmt('SELECT address FROM node_addresses WHERE node_id = ?').all(nodeId) as Array<{ address: string }>).map((r) => r.address),
+        kernel: old.os_kernel,
+      };
+      const ins = this.stmt('INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value) VALUES (?, ?, ?, ?, ?, ?)');
+      for (const c of diffInventory(before, ix).slice(0, MAX_CHANGES_PER_INVENTORY)) ins.run(nodeId, at, c.kind, c.name, c.from, c.to);
+    }
+    const cols = [ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, JSON.stringify(ids)];
+    let key: number;
+    let before: number[] = [];
+    if (old) {
+      key = old.key;
+      before = JSON.parse(old.package_ids) as number[];
+      this.stmt(`UPDATE node_inventory SET fqdn = ?, os_kernel = ?, arch = ?, os_version_key = ?, cpus = ?, memory = ?, package_ids = ?
+        WHERE key = ?`).run(...cols, key);
+    } else {
+      key = Number(this.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(...cols, nodeId).lastInsertRowid);
+      this.stmt('UPDATE nodes SET inventory_key = ? WHERE id = ?').run(key, nodeId);
+    }
+    // Only what changed since the last inventory is written: most inventories change nothing.
+    const now = new Set(ids);
+    const was = new Set(before);
+    const del = this.stmt('DELETE FROM node_packages WHERE package_id = ? AND node_key = ?');
+    for (const id of before) if (!now.has(id)) del.run(id, key);
+    const ins = this.stmt('INSERT OR IGNORE INTO node_packages (package_id, node_key) VALUES (?, ?)');
+    for (const id of ids) if (!was.has(id)) ins.run(id, key);
+    this.stmt('DELETE FROM node_addresses WHERE node_id = ?').run(nodeId);
+    const addr = this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
+    for (const a of ix.addresses) addr.run(a, nodeId);
+    this.stmt('DELETE FROM node_facts WHERE node_id = ?').run(nodeId);
+    const fact = this.stmt('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
+    for (const f of ix.facts) fact.run(nodeId, f.path, f.value, f.num);
   }
 
   async createNode(input: NodeCreate): Promise<NodeRecord> {
@@ -237,8 +295,16 @@ export class SqliteStore implements Store {
         .get(node.source_id, node.region, node.account_id)) {
         throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
       }
+      const address = node.manager === 'manual' ? node.address : null;
+      const key = address === null ? null : addressKey(address);
+      if (address !== null) {
+        const owner = this.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
+          .get(address, key ?? '') as { id: string } | undefined;
+        if (owner) throw addressTaken(address, owner.id);
+      }
       const { changes } = this.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
       if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+      if (key !== null) this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
       this.sets(node, null);
       this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
       return node;
@@ -282,6 +348,49 @@ export class SqliteStore implements Store {
         this.history(transitions(node, next, when, cause));
       }
       return next;
+    });
+  }
+
+  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    return this.read('inventoryHistory', () => {
+      const total = (this.stmt('SELECT count(*) AS c FROM inventory_changes WHERE node_id = ?').get(nodeId) as { c: number }).c;
+      const data = this.stmt(`SELECT at, kind, name, from_value AS "from", to_value AS "to" FROM inventory_changes WHERE node_id = ?
+        ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as InventoryChangeRecord[];
+      return { data, total };
+    });
+  }
+
+  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const pattern = softwarePattern(nameGlob);
+    return this.read('listSoftware', () => {
+      // GLOB is case-sensitive, as package names are; the pattern's own brackets are escaped.
+      const total = (this.stmt('SELECT count(*) AS c FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)')
+        .get(pattern) as { c: number }).c;
+      const rows = this.stmt(`SELECT pv.name, pv.version, (SELECT count(*) FROM node_packages np WHERE np.package_id = pv.id) AS nodes
+        FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)
+        ORDER BY pv.name, pv.version_key, pv.version LIMIT ? OFFSET ?`).all(pattern, limit, offset) as Array<{ name: string; version: string; nodes: number }>;
+      return { data: rows, total };
+    });
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    return this.read('getProperties', () => {
+      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      const rows = this.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
+      return Object.fromEntries(rows.map((r) => [r.key, r.value]));
+    });
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    return this.write('setProperties', () => {
+      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      this.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
+      const ins = this.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
+      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
+      return props;
     });
   }
 
@@ -635,7 +744,7 @@ export class SqliteStore implements Store {
       values.push(JSON.stringify(nodeIds));
       scope.push('n.id IN (SELECT value FROM json_each(?))');
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, checked), scope);
     const rows = this.read('complianceSummary', () => this.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
         count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -651,7 +760,7 @@ export class SqliteStore implements Store {
       values.push(after);
       scope.push('n.id > ?');
     }
-    const where = filterWhere(checked, this.dialect(values), scope);
+    const where = filterWhere(checked, this.dialect(values, checked), scope);
     values.push(limit);
     // Walking the primary key in order reads one page per call (the acceptance index, which the
     // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
@@ -822,7 +931,7 @@ export class SqliteStore implements Store {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values));
+    const where = filterWhere(checked, this.dialect(values, checked));
     const rows = this.read('listNodeIds', () => this.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
     return rows.map((r) => r.id);
   }
@@ -966,7 +1075,9 @@ export class SqliteStore implements Store {
   async deleteChangesBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
     return this.write('deleteChangesBefore', () =>
-      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
+      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes
+      // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
+      + this.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
   }
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {

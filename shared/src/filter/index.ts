@@ -1,0 +1,3 @@
+export * from './parse.js';
+export * from './version.js';
+export * from './evaluate.js';

@@ -1,0 +1,95 @@
+/**
+ * The admin API's inventory views, in process on a real SQLite store: properties (read, replace,
+ * checked, queryable, moving the node between groups), `group` meaning policy groups in the node
+ * list, built-in groups (listed, targetable, immutable), group members and a node's policy
+ * explained, the fleet's software, a manual node with a known address, and unknown parameters.
+ */
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { silentLogger, Spool } from '@capstan/shared';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { openStore } from '@capstan/server/store/index';
+import { inventory } from './store-suite.js';
+
+const TOKEN = 'z'.repeat(32);
+
+async function setup(t: Test) {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir) } });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const api = async (method: string, url: string, body?: unknown) => {
+    const res = await app.inject({
+      method: method as 'GET', url,
+      headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
+      ...(body !== undefined && { payload: JSON.stringify(body) }),
+    });
+    return { status: res.statusCode, json: res.body ? JSON.parse(res.body) : null };
+  };
+  for (const [id, pkgs] of [['n1', [{ name: 'nginx', version: '1.22.1-9' }]], ['n2', [{ name: 'nginx', version: '1.18.0-6' }, { name: 'openssl', version: '3.0.11-1' }]]] as const) {
+    await store.upsertFromInventory(inventory(id, {
+      inventory: { node_id: id, packages: pkgs, interfaces: [{ name: 'eth0', addresses: [{ address: id === 'n1' ? '10.0.0.1' : '10.0.0.2' }] }] },
+    }));
+    await store.setAcceptance(id, 'accepted', '2024-05-01T10:01:00Z');
+  }
+  return { api, generator };
+}
+
+t.test('properties are set, checked, queried, and move a node between groups', async (t) => {
+  const { api, generator } = await setup(t);
+  t.same((await api('GET', '/api/1/nodes/n1/properties')).json, { data: {} });
+  t.same((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'alice', rack: 'b2' })).json, { data: { owner: 'alice', rack: 'b2' } });
+  t.equal((await api('PUT', '/api/1/nodes/n1/properties', { owner: 3 })).json.error.code, 'ERR_BAD_REQUEST');
+  t.equal((await api('PUT', '/api/1/nodes/nope/properties', {})).json.error.code, 'ERR_NODE_UNKNOWN');
+  t.same((await api('GET', `/api/1/nodes?q=${encodeURIComponent('property:owner = alice')}`)).json.data.map((n: { id: string }) => n.id), ['n1']);
+
+  t.equal((await api('POST', '/api/1/directives', { id: 'd1', name: 'D1', method: 'file_absent', params: { path: '/tmp/x' } })).status, 201);
+  t.equal((await api('POST', '/api/1/groups', { id: 'alice', name: "Alice's", filter: 'property:owner = alice' })).status, 201);
+  t.equal((await api('POST', '/api/1/rules', { id: 'r1', name: 'R1', directives: ['d1'], groups: ['alice', 'all-nodes'] })).status, 201);
+  t.same((await api('GET', '/api/1/groups/alice/nodes')).json.data.map((n: { id: string }) => n.id), ['n1']);
+  t.match((await api('GET', '/api/1/nodes/n1/policy')).json.data, { groups: ['alice', 'all-nodes', 'all-nodes-with-agent'], rules: [{ id: 'r1', via: ['alice', 'all-nodes'] }] });
+  // `group` in the node list means the policy group too.
+  t.same((await api('GET', '/api/1/nodes?group=alice')).json.data.map((n: { id: string }) => n.id), ['n1']);
+  t.same((await api('GET', `/api/1/nodes?q=${encodeURIComponent('not group = alice')}`)).json.data.map((n: { id: string }) => n.id), ['n2']);
+
+  await api('PUT', '/api/1/nodes/n1/properties', { owner: 'bob' });
+  await generator.settled();
+  t.same((await api('GET', '/api/1/groups/alice/nodes')).json.total, 0, 'the changed property took it out');
+  t.match((await api('GET', '/api/1/nodes/n1/policy')).json.data.rules, [{ id: 'r1', via: ['all-nodes'] }]);
+  t.equal((await api('GET', '/api/1/groups/nope/nodes')).json.error.code, 'ERR_NOT_FOUND');
+});
+
+t.test('built-in groups are listed and cannot be changed', async (t) => {
+  const { api } = await setup(t);
+  const list = (await api('GET', '/api/1/groups')).json;
+  t.same(list.data.filter((g: { builtin?: boolean }) => g.builtin).map((g: { id: string }) => g.id), ['all-nodes', 'all-nodes-with-agent', 'all-relays']);
+  t.equal((await api('PUT', '/api/1/groups/all-nodes', { name: 'x', nodes: [] })).status, 409);
+  t.equal((await api('DELETE', '/api/1/groups/all-relays')).status, 409);
+  t.same((await api('GET', '/api/1/groups/all-nodes/nodes')).json.total, 2);
+  t.same((await api('GET', '/api/1/groups/all-relays/nodes')).json.total, 0);
+  const bad = await api('POST', '/api/1/groups', { id: 'g', name: 'G', filter: 'package:nginx <' });
+  t.match(bad.json.error, { code: 'ERR_FILTER_SYNTAX', field: 'filter' });
+});
+
+t.test('software across the fleet, and a manual node with a known address', async (t) => {
+  const { api } = await setup(t);
+  t.same((await api('GET', '/api/1/software?name=ng*')).json, {
+    data: [{ name: 'nginx', version: '1.18.0-6', nodes: 1 }, { name: 'nginx', version: '1.22.1-9', nodes: 1 }], total: 2, page: 1, per_page: 100,
+  });
+  t.equal((await api('GET', '/api/1/software?nom=x')).json.error.code, 'ERR_BAD_REQUEST');
+  const taken = await api('POST', '/api/1/nodes', { host: '10.0.0.2' });
+  t.equal(taken.status, 409);
+  t.match(taken.json.error, { code: 'ERR_ADDRESS_TAKEN', node: 'n2' });
+  t.equal((await api('POST', '/api/1/nodes', { host: '10.0.0.3' })).status, 201);
+  t.equal((await api('GET', `/api/1/nodes?q=${encodeURIComponent('ip in 10.0.0.0/24')}`)).json.total, 3);
+});
