@@ -14,7 +14,7 @@
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
  * --day-hours H (1: the storage benchmark's simulated hours, scaled to the day; 24 for all of it),
- * --storage-before (also measure runs stored whole, as before migration 16).
+ * --storage-before (also measure runs stored whole, as before migration 14).
  * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout.
  */
 import { mkdtemp, rm } from 'node:fs/promises';

@@ -16,7 +16,7 @@
  *
  * `hours` below 24 simulates the first hours of the day only: the bases (one per node-day, made
  * by its first run) are counted once, the rest scaled to 24 hours; the result says so.
- * `legacy: true` stores runs whole (the log zstd-compressed alone, as before migration 16), to
+ * `legacy: true` stores runs whole (the log zstd-compressed alone, as before migration 14), to
  * compare with the same input.
  */
 import { createHash } from 'node:crypto';

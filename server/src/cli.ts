@@ -607,7 +607,7 @@ verb(jobs, 'show <id>', 'a job and the progress of each node (GET /api/1/jobs/<i
   });
 });
 
-storeOptions(program.command('compact-runs').description('convert runs stored before migration 16 to the node-day form, in place (docs/capacity.md)'))
+storeOptions(program.command('compact-runs').description('convert runs stored before migration 14 to the node-day form, in place (docs/capacity.md)'))
   .option('--batch <n>', 'runs per transaction', int('--batch'), 500)
   .action(async (flags: CommonFlags & { batch: number }) => {
     // Resumable: the store remembers the last run looked at, so an interrupted run goes on from there.

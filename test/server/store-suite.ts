@@ -413,7 +413,7 @@ function benchmark(t: Test, backend: Backend): void {
     t.equal((await store.listRuns('b0', 1, 1)).total, (2 * total) / nodes);
   });
 
-  // --- runs against their node-day's base (migration 16) ---------------------------------------
+  // --- runs against their node-day's base (migration 14) ---------------------------------------
 
   t.test('runs given their text are kept against the node-day base and read back exactly', async (t) => {
     const { db, store } = await setup(t, backend);

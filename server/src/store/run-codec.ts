@@ -1,5 +1,5 @@
 /**
- * Runs stored against their node-day's base (migration 16). A base holds one run's log text and
+ * Runs stored against their node-day's base (migration 14). A base holds one run's log text and
  * outcomes JSON, each zstd-compressed alone; a run holds its own log and outcomes JSON compressed
  * with the base's as dictionary, so what it repeats of the base costs almost nothing. Both stores
  * share this module: what is SQL stays in each store, the bytes are made and read here.

@@ -519,7 +519,7 @@ export interface Store {
    */
   getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null>;
   /**
-   * Converts up to `limit` runs stored whole (before migration 16) to the node-day form, oldest
+   * Converts up to `limit` runs stored whole (before migration 14) to the node-day form, oldest
    * id first, one transaction per call; resumable (the last id looked at is kept in the
    * database). A run whose log is not a zstd frame is left as it is.
    */

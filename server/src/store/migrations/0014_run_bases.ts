@@ -49,5 +49,4 @@ ALTER TABLE runs ADD COLUMN base_id bigint;
 INSERT INTO registry_counters (name, value) VALUES ('runs_compacted_through', 0);
 `;
 
-// Version 14 on this branch (main has 13); shipped as migration 16 once 14 and 15 are in.
 export const runBases: Migration = { version: 14, name: 'run_bases', sqlite, postgres };
