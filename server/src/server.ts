@@ -8,6 +8,7 @@ import {
   capstanError, loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, startSpoolCleanup, type Logger, type ProcessedEvent, type SpoolKind,
 } from '@capstan/shared';
 import { buildApp } from './api/app.js';
+import { reindexInventories } from './ingest/reindex.js';
 import { Poller } from '@capstan/shared/providers/index';
 import { applyPoll, recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
@@ -260,6 +261,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     failedRetention: config.spool.failed_retention, tmpRetention: config.spool.tmp_retention, interval: config.spool.cleanup_interval, log,
   });
   sweeper.start();
+  const reindexer = reindexInventories(store, log, () => {
+    generator.regenerateAll().catch((err: unknown) => log.warn({ err }, 'regenerating policies after indexing stored inventories failed'));
+  });
   consoleParts?.history?.start();
   jobs.start();
   bootstrap?.start();
@@ -297,6 +301,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         await app.close();
         await consoleParts?.history?.stop();
         await sweeper.stop();
+        await reindexer.stop();
         await catchUp;
         await periodicPolicies?.stop();
         for (const kind of SPOOL_KINDS) await processors[kind].stop();

@@ -524,6 +524,13 @@ export interface Store {
    * database). A run whose log is not a zstd frame is left as it is.
    */
   compactRuns(limit: number): Promise<CompactProgress>;
+  /**
+   * Makes queryable (the filter language's tables, schema version 15) up to `limit` stored
+   * inventories that are not yet, in node id order after `after`: those stored before that
+   * version. One transaction per call; a node whose newer inventory arrived meanwhile is skipped.
+   * `last` is where the next call goes on; `done` when nothing is left after it.
+   */
+  reindexInventories(limit: number, after?: string): Promise<{ indexed: number; last: string; done: boolean }>;
 
   /**
    * Store what a node is expected to report for one config id (the policy generator calls this)

@@ -784,6 +784,33 @@ export class PostgresStore implements Store {
     return log.text;
   }
 
+  async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
+    const what = 'reindexInventories';
+    const { rows } = await this.query(what, this.pool, {
+      text: `SELECT i.node_id FROM inventories i WHERE i.node_id > $1
+        AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id) ORDER BY i.node_id LIMIT $2`,
+      values: [after, limit],
+    });
+    const ids = rows.map((r) => r.node_id as string);
+    const indexed = await this.tx(what, async (c) => {
+      let n = 0;
+      for (const id of ids) {
+        // The node's row is what an arriving inventory locks too: one of the two indexes it.
+        if (!(await this.lockNode(what, c, id))) continue;
+        const { rows: doc } = await this.query(what, c, {
+          text: `SELECT received_at, document FROM inventories i WHERE node_id = $1
+            AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id)`,
+          values: [id],
+        });
+        if (!doc[0]) continue;
+        await this.writeIndex(what, c, id, indexInventory(doc[0].document as Record<string, unknown>), new Date(doc[0].received_at).toISOString());
+        n++;
+      }
+      return n;
+    });
+    return { indexed, last: ids.at(-1) ?? after, done: ids.length < limit };
+  }
+
   async compactRuns(limit: number): Promise<CompactProgress> {
     const what = 'compactRuns';
     const cur = await this.query<{ v: string }>(what, this.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });

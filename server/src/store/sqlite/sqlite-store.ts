@@ -576,6 +576,22 @@ export class SqliteStore implements Store {
     return log.text;
   }
 
+  async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
+    const rows = this.read('reindexInventories', () => this.stmt(`SELECT i.node_id, i.received_at, i.document FROM inventories i
+      JOIN nodes n ON n.id = i.node_id WHERE n.inventory_key IS NULL AND i.node_id > ? ORDER BY i.node_id LIMIT ?`).all(after, limit)) as
+      Array<{ node_id: string; received_at: string; document: string }>;
+    let indexed = 0;
+    this.write('reindexInventories', () => {
+      const still = this.stmt('SELECT 1 FROM nodes WHERE id = ? AND inventory_key IS NULL');
+      for (const r of rows) {
+        if (!still.get(r.node_id)) continue;
+        this.writeIndex(r.node_id, indexInventory(JSON.parse(r.document) as Record<string, unknown>), r.received_at);
+        indexed++;
+      }
+    });
+    return { indexed, last: rows.at(-1)?.node_id ?? after, done: rows.length < limit };
+  }
+
   async compactRuns(limit: number): Promise<CompactProgress> {
     // Read and decompressed outside the write transaction (zstd of a page of runs is async);
     // each row is converted only if it is still whole when written.
