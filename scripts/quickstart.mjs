@@ -109,6 +109,13 @@ Look at the result from a shell:
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/changes             # what the agent changed, with its diff
   curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/compliance/nodes?format=csv"
   node server/dist/cli.js changes --data-dir ${resolve(dir, 'server')} --since 1h --show
+The same with the admin CLI, from any machine that reaches the server (docs/cli.md):
+  export CAPSTAN_URL=${serverUrl} CAPSTAN_TOKEN=$TOKEN
+  node server/bin/capstan.js nodes list
+  node server/bin/capstan.js nodes list -q 'os.name = ${'${OS}'}'   # the filter language, docs/filters.md
+  node server/bin/capstan.js compliance rules
+  node server/bin/capstan.js changes list
+  node server/bin/capstan.js policy export -d ./policy && node server/bin/capstan.js policy diff -f ./policy
   curl -s ${relayUrl}/rudder/relay-api/1/system/status
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/system/status   # remote_run.relays: the linked relay
 Run the agent again, or keep it listening for jobs (POST /api/1/jobs, see docs/jobs.md):

@@ -50,6 +50,9 @@ t.test('policy diff names the nodes a change reaches; apply makes it so, once; t
   await cli('nodes', 'accept', idA);
   const idB = 'node-b';
   await cli('nodes', 'add', '--host', '127.0.0.2', '--id', idB);
+  // The filter language from the CLI: node a has an inventory (a package list), node b none.
+  const listed = await cli('--json', 'nodes', 'list', '-q', 'package:bash or package:coreutils or package:busybox');
+  t.same((JSON.parse(listed) as { data: Array<{ id: string }> }).data.map((n) => n.id), [idA], 'capstan nodes list -q: only the node whose inventory matches');
 
   // The policy as files: a directive, a static group holding node a, a rule.
   const target = join(dir, 'managed.txt');

@@ -35,8 +35,10 @@ async function setup(t: Test, maxPlanBytes?: number) {
     });
     return { status: res.statusCode, json: res.body ? JSON.parse(res.body) : null };
   };
+  let hosts = 0;
   const node = async (id: string, tags: Record<string, string> = {}) => {
-    const r = await api('POST', '/api/1/nodes', { host: `10.0.0.${id.length}`, id, tags });
+    // One address per node: a second node at a known address is refused (ERR_ADDRESS_TAKEN).
+    const r = await api('POST', '/api/1/nodes', { host: `10.0.0.${++hosts}`, id, tags });
     t.equal(r.status, 201, JSON.stringify(r.json));
   };
   return { api, node, store };
@@ -119,4 +121,18 @@ t.test('a whole policy may exceed the 1 MiB of one object, up to [policy] max_pl
   const small = await setup(t, 4096);
   const refused = await small.api('POST', '/api/1/policy/plan', { directives: [{ ...motd('y'.repeat(5000)) }] });
   t.same([refused.status, refused.json.error.code], [413, 'ERR_BODY_TOO_LARGE']);
+});
+
+t.test('the built-in groups: rules target them, pruning keeps them, files may not define them', async (t) => {
+  const { api, node } = await setup(t);
+  await node('web1');
+  const desired = { directives: [ntp], groups: [], rules: [{ id: 'everyone', directives: ['ntp'], groups: ['all-nodes'] }], prune: true };
+  const r = await api('POST', '/api/1/policy/plan', desired);
+  t.equal(r.status, 200, JSON.stringify(r.json));
+  t.same(r.json.data.changes.map((c: { action: string; kind: string; id: string }) => `${c.action} ${c.kind} ${c.id}`),
+    ['create directive ntp', 'create rule everyone'], 'no built-in group deleted by prune, none counted');
+  t.match(r.json.data, { unchanged: 0, nodes_total: 1 });
+  const defined = await api('POST', '/api/1/policy/plan', { groups: [{ id: 'all-nodes', filter: [] }] });
+  t.equal(defined.status, 409);
+  t.match(defined.json.error, { code: 'ERR_CONFLICT', message: /groups\[0\]: all-nodes is a built-in group/ });
 });

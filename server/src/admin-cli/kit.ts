@@ -46,8 +46,10 @@ export function keyValue(v: string): [string, string] {
 }
 
 /** `--filter key=value` (repeatable, values of one key ORed) and `--exclude key=value` → the API's `filter=<JSON>`. */
-export function filterParams(include: string[] = [], exclude: string[] = []): string[] {
+export function filterParams(include: string[] = [], exclude: string[] = [], query?: string): string[] {
   const out: string[] = [];
+  // An expression of the filter language (docs/filters.md), ANDed with the key=value filters.
+  if (query !== undefined) out.push(JSON.stringify({ key: 'q', values: [query] }));
   for (const [list, ex] of [[include, false], [exclude, true]] as const) {
     const byKey = new Map<string, string[]>();
     for (const f of list) {
@@ -61,6 +63,7 @@ export function filterParams(include: string[] = [], exclude: string[] = []): st
 
 /** The node list's filters as options. */
 export const nodeFilters = (c: Command) => c
+  .option('-q, --query <expression>', "a filter expression, e.g. 'os.name = debian and package:openssl < 3.0.11' (docs/filters.md)")
   .option('--filter <key=value>', 'include nodes matching (repeatable; name, hostname, region, tag:<k>, state, status, manager, group, …)', collect)
   .option('--exclude <key=value>', 'exclude nodes matching (repeatable)', collect);
 

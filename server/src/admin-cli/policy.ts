@@ -39,7 +39,8 @@ const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as co
 
 export async function exportPolicy(api: ApiClient): Promise<PolicyFiles> {
   const out: PolicyFiles = { directives: [], groups: [], rules: [] };
-  for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = (await api.get(`/api/1/${kind}`)).body.data;
+  // The built-in groups (all nodes, …) are the server's, not the files': rules name them by id.
+  for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
   return out;
 }
 

@@ -9,7 +9,7 @@
 import { capstanError, computeConfigId, isCapstanError, type BundleDirective, type Directive } from '@capstan/shared';
 import type { PolicyKind, Store } from '../store/store.js';
 import { loadModel, type PolicyGenerator, type PolicyModel } from './generate.js';
-import { parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -110,8 +110,10 @@ export function canonical(v: unknown): string {
 
 /** The model the request describes: the current one with its objects put (and the rest removed with prune). */
 export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyModel {
+  // Pruning never removes the built-in groups: they are not the files' to manage.
+  const builtins = [...current.groups].filter(([id]) => BUILTIN_GROUP_IDS.has(id));
   const next: PolicyModel = req.prune
-    ? { directives: new Map(), groups: new Map(), rules: new Map() }
+    ? { directives: new Map(), groups: new Map(builtins), rules: new Map() }
     : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules) };
   for (const d of req.directives) next.directives.set(d.id, d);
   for (const g of req.groups) next.groups.set(g.id, g);
@@ -141,6 +143,8 @@ export function objectChanges(before: PolicyModel, after: PolicyModel): { change
   for (const kind of KINDS) {
     const [b, a] = [modelMap(before, kind), modelMap(after, kind)];
     for (const id of [...a.keys()].sort()) {
+      // Built-in groups are in both models, never changed by a plan, and not counted.
+      if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) continue;
       const next = a.get(id) as Record<string, unknown>;
       const prev = b.get(id) as Record<string, unknown> | undefined;
       if (!prev) puts.push({ kind, id, action: 'create', object: next });

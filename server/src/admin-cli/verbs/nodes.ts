@@ -18,8 +18,8 @@ const PENDING_COLUMNS: Column[] = [
 export function nodeVerbs(program: Command, { act, list, show, io }: Verbs): void {
   const nodes = program.command('nodes').description('nodes: list, show, accept, refuse, state, tags…');
   const listNodes = (pending: boolean) => act(async (api, fmt, cmd) => {
-    const o = cmd.opts() as { filter?: string[]; exclude?: string[]; sort?: string; order?: string; limit: number };
-    const query: QueryParams = { filter: filterParams(o.filter, o.exclude), sort: o.sort, order: o.order };
+    const o = cmd.opts() as { filter?: string[]; exclude?: string[]; query?: string; sort?: string; order?: string; limit: number };
+    const query: QueryParams = { filter: filterParams(o.filter, o.exclude, o.query), sort: o.sort, order: o.order };
     const ans = await api.all(pending ? '/api/1/nodes/pending' : '/api/1/nodes', query, o.limit);
     list(fmt, pending ? PENDING_COLUMNS : NODE_COLUMNS, ans);
   });

@@ -38,13 +38,14 @@ export function operationVerbs(program: Command, { act, list, show, io }: Verbs)
   jobs.command('start').description('start a job (POST /api/1/jobs)')
     .requiredOption('--name <name>').addOption(new Option('--type <type>').choices(['run', 'inventory', 'bootstrap']).default('run'))
     .option('--node <id>', 'a target node (repeatable)', collect)
+    .option('-q, --query <expression>', 'target the nodes a filter expression selects (docs/filters.md)')
     .option('--filter <key=value>', 'target nodes matching (repeatable)', collect).option('--exclude <key=value>', 'repeatable', collect)
     .option('--keep-output', 'keep each node\'s output').option('--job-timeout <duration>', 'e.g. 30m')
     .option('--relay-url <url>', 'bootstrap: the relay the agents will use').option('--credential <id>', 'bootstrap: the SSH credential')
     .option('--watch', 'then watch it until it ends')
     .action(act(async (api, fmt, cmd) => {
       const o = cmd.opts() as Record<string, any>;
-      const filters = filterParams(o.filter, o.exclude).map((f) => JSON.parse(f));
+      const filters = filterParams(o.filter, o.exclude, o.query).map((f) => JSON.parse(f));
       const body = {
         name: o.name, type: o.type, ...(o.node && { nodes: o.node }), ...(filters.length && { filters }), ...(o.keepOutput && { keep_output: true }),
         ...(o.jobTimeout && { timeout: o.jobTimeout }), ...(o.relayUrl && { relay_url: o.relayUrl }), ...(o.credential && { credential: o.credential }),

@@ -13,8 +13,8 @@ export function reportVerbs(program: Command, { act, list, io }: Verbs): void {
   const compliance = program.command('compliance').description('compliance: summary, rules, directives, groups, nodes');
   nodeFilters(compliance.command('summary').description('summed over the nodes the filters select'))
     .action(act(async (api, fmt, cmd) => {
-      const o = cmd.opts() as { filter?: string[]; exclude?: string[] };
-      const ans = (await api.get('/api/1/compliance', { filter: filterParams(o.filter, o.exclude) })).body;
+      const o = cmd.opts() as { filter?: string[]; exclude?: string[]; query?: string };
+      const ans = (await api.get('/api/1/compliance', { filter: filterParams(o.filter, o.exclude, o.query) })).body;
       const d = ans.data;
       const rows = [{ class: 'managed', ...d }, { class: 'relays', ...d.relays }, { class: 'agentless', ...d.agentless }];
       list(fmt, [['class', (r) => r.class], ['nodes', (r) => r.nodes], ...percentCols], { ...ans, data: fmt === 'json' ? ans.data : rows });
@@ -29,8 +29,8 @@ export function reportVerbs(program: Command, { act, list, io }: Verbs): void {
     const c = compliance.command(by).description(`compliance per ${by.slice(0, -1)}`);
     if (by === 'nodes') nodeFilters(c);
     c.action(act(async (api, fmt, cmd) => {
-      const o = cmd.opts() as { filter?: string[]; exclude?: string[] };
-      const query: QueryParams = by === 'nodes' ? { filter: filterParams(o.filter, o.exclude) } : {};
+      const o = cmd.opts() as { filter?: string[]; exclude?: string[]; query?: string };
+      const query: QueryParams = by === 'nodes' ? { filter: filterParams(o.filter, o.exclude, o.query) } : {};
       // CSV as the server exports it: every state's column.
       if (fmt === 'csv') return void io.out((await api.call('GET', `/api/1/compliance/${by}`, { query: { ...query, format: 'csv' }, accept: 'text/csv' })).text);
       list(fmt, byColumns[by]!, (await api.get(`/api/1/compliance/${by}`, query)).body);
