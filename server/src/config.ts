@@ -118,6 +118,10 @@ export const SERVER_SCHEMA = {
     history: { type: 'duration', default: '90d', min: 86400000 },
     /** Changes (repairs, audit findings, with their diffs) are kept this long: longer than runs. */
     changes: { type: 'duration', default: '90d', min: 86400000 },
+    /** Audit records (every write through the admin API) are kept this long. */
+    audit: { type: 'duration', default: '365d', min: 86400000 },
+    /** At most this many audit records are kept: the oldest beyond it are deleted by the sweep (bounded space, about 300 bytes a record). */
+    audit_max_rows: { type: 'integer', default: 1000000, min: 1000, max: 1000000000 },
     /** Rows deleted or updated per transaction by the sweep, so ingestion is never held up long. */
     batch_size: { type: 'integer', default: 1000, min: 1, max: 100000 },
   },

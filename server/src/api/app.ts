@@ -12,10 +12,12 @@ import type { Store } from '../store/store.js';
 import { adminAuthentication } from '../console/auth.js';
 import { AggregateCache } from '../console/cache.js';
 import type { ComplianceHistory } from '../console/history.js';
-import { adminTokenResolver, type ResolveToken } from '../console/principal.js';
 import { consolePublicRoutes, consoleReadRoutes } from '../console/routes.js';
 import type { ConsoleSignIns } from '../console/signin.js';
 import type { Asset } from '../console/static.js';
+import { tokenResolver, type ResolveToken } from './auth.js';
+import { checkAccess, installAudit } from './access.js';
+import { adminRoutes } from './routes/admins.js';
 import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
@@ -74,11 +76,18 @@ export interface ServerAppDeps {
   remoteRun?: RemoteRunDeps;
   /**
    * Who a bearer token (or the token a console sign-in was made with) belongs to. Absent: the
-   * admin token alone, as principal `admin` with role `admin`.
+   * bootstrap admin's token and the named admins' (auth.ts tokenResolver).
    */
   resolveToken?: ResolveToken;
   /** The web console: sign-ins, its built files, compliance history (absent: no console, bearer tokens only). */
   console?: { signIns: ConsoleSignIns; assets: Map<string, Asset>; history: ComplianceHistory | null };
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The principal an admin token stands for (bootstrap or named admin), or null. */
+    resolveToken: ResolveToken;
+  }
 }
 
 export function buildApp(deps: ServerAppDeps): FastifyInstance {
@@ -163,16 +172,21 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   // …and run the bootstrap of the nodes those managers hold (outbound from the relay too).
   bootstrapRelayRoutes(app, { ...(deps.bootstrapRunner && { runner: deps.bootstrapRunner }), ...(authorizeRelay && { authorizeRelay }) });
 
-  const resolveToken = deps.resolveToken ?? adminTokenResolver(deps.adminToken);
+  const resolveToken = deps.resolveToken ?? tokenResolver({ adminToken: deps.adminToken, admins: deps.store.admins, log: deps.log });
+  app.decorate('resolveToken', resolveToken);
   const consoleDeps = deps.console;
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
   const aggregates = new AggregateCache();
   if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets });
 
   app.register(async (admin) => {
-    // A bearer token, or the console's sign-in cookie with its CSRF token on writes.
+    // Who is calling (a bearer token, or the console's sign-in cookie with its CSRF token on
+    // writes), then may they (access.ts), then the query.
     admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { signIns: consoleDeps.signIns }) }));
+    admin.addHook('onRequest', checkAccess);
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
+    installAudit(admin, { admins: deps.store.admins, log: deps.log });
+    adminRoutes(admin, { admins: deps.store.admins });
     if (policy) {
       policyAdminRoutes(admin, policy);
       policyMembershipRoutes(admin, policy);

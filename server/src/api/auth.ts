@@ -1,12 +1,44 @@
 /**
- * The admin token: written to <data-dir>/admin.token (0600) on first start, then required as
- * `Authorization: Bearer <token>` on every /api/1/ route. Compared in constant time.
+ * Who is calling the admin API.
+ *
+ * - The bootstrap admin: the token written to <data-dir>/admin.token (0600) on first start, the
+ *   admin named `admin` with role `admin` (a reserved name).
+ * - Named admins (POST /api/1/admins): random 32-byte tokens, stored as their sha256 digest
+ *   only, with a role, an optional expiry and a revocation time.
+ *
+ * A request's principal is set by the first authenticator that knows it (a bearer token here; a
+ * console cookie may be put before it), then the role check (access.ts) reads `req.principal`.
  */
 import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyRequest } from 'fastify';
-import { capstanError } from '@capstan/shared';
+import { capstanError, type Logger } from '@capstan/shared';
+import type { AdminRole, AdminStore } from '../store/admins-types.js';
+
+export type Role = AdminRole;
+
+export interface Principal {
+  name: string;
+  role: Role;
+  /** Absent: the token does not expire. */
+  expiresAt?: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** Who is calling, once an authenticator has recognised them (admin API only). */
+    principal?: Principal;
+  }
+}
+
+/** The bootstrap admin's name and role: no named admin may take the name. */
+export const BOOTSTRAP_ADMIN = 'admin';
+
+const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
+
+/** Does `role` include everything `needed` may do? */
+export const roleAllows = (role: Role, needed: Role): boolean => RANK[role] >= RANK[needed];
 
 export async function ensureAdminToken(dataDir: string): Promise<string> {
   const path = join(dataDir, 'admin.token');
@@ -24,14 +56,94 @@ export async function ensureAdminToken(dataDir: string): Promise<string> {
   return (await readFile(path, 'utf8')).trim();
 }
 
-const digest = (s: string) => createHash('sha256').update(s).digest();
+/** A new admin token: 32 random bytes, base64url. */
+export const newToken = (): string => randomBytes(32).toString('base64url');
 
+/** What is stored of a token: sha256, hex (enough for 256 random bits: no salt or stretching needed). */
+export const tokenDigest = (token: string): string => createHash('sha256').update(token).digest('hex');
+
+export interface TokenResolverDeps {
+  /** The bootstrap admin's token (admin.token). */
+  adminToken: string;
+  admins: AdminStore;
+  log?: Logger;
+  now?: () => Date;
+  /** last_used_at is written at most this often per admin (default 60 s): not one write per GET. */
+  touchEveryMs?: number;
+}
+
+export type ResolveToken = (token: string) => Promise<Principal | null>;
+
+/**
+ * The principal a token stands for, or null (unknown, revoked or expired). The digest is looked
+ * up, then compared again in constant time with what the store returned.
+ */
+export function tokenResolver(deps: TokenResolverDeps): ResolveToken {
+  const bootstrap = createHash('sha256').update(deps.adminToken).digest();
+  const now = deps.now ?? (() => new Date());
+  const touchEvery = deps.touchEveryMs ?? 60_000;
+  const touched = new Map<string, number>();
+  return async (token) => {
+    const digest = createHash('sha256').update(token).digest();
+    if (timingSafeEqual(digest, bootstrap)) return { name: BOOTSTRAP_ADMIN, role: 'admin' };
+    const hex = digest.toString('hex');
+    const a = await deps.admins.adminByDigest(hex);
+    if (!a || !timingSafeEqual(Buffer.from(a.token_digest, 'hex'), digest)) return null;
+    const t = now();
+    if (a.revoked_at !== null || (a.expires_at !== null && Date.parse(a.expires_at) <= t.getTime())) return null;
+    const last = touched.get(a.name) ?? 0;
+    if (t.getTime() - last >= touchEvery) {
+      touched.set(a.name, t.getTime());
+      if (touched.size > 10_000) touched.clear();
+      // Best effort: a failed write of last_used_at does not refuse the request.
+      await deps.admins.touchAdmin(a.name, t.toISOString()).catch((err) => deps.log?.warn({ err }, 'cannot record admin use'));
+    }
+    return { name: a.name, role: a.role, ...(a.expires_at !== null && { expiresAt: a.expires_at }) };
+  };
+}
+
+/** One way of recognising a caller: a principal, or null to let the next one try. */
+export type Authenticator = (req: FastifyRequest) => Promise<Principal | null>;
+
+/** `Authorization: Bearer <token>`; a header present but wrong is refused outright. */
+export function bearerAuthenticator(resolve: ResolveToken): Authenticator {
+  return async (req) => {
+    const h = req.headers.authorization;
+    if (h === undefined) return null;
+    const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;
+    if (!m) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
+    const p = await resolve(m[1]!);
+    if (!p) throw capstanError('ERR_UNAUTHORIZED', 'invalid, expired or revoked token');
+    return p;
+  };
+}
+
+/**
+ * The onRequest hook that sets `req.principal`: the authenticators are tried in order (a console
+ * session first, then the bearer token); none knowing the caller is a 401.
+ */
+export function authenticate(authenticators: readonly Authenticator[]): (req: FastifyRequest) => Promise<void> {
+  return async (req) => {
+    if (req.principal) return;
+    for (const a of authenticators) {
+      const p = await a(req);
+      if (p) {
+        req.principal = p;
+        return;
+      }
+    }
+    throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
+  };
+}
+
+/** The bootstrap token alone, for callers with no store (kept for tools built on it). */
 export function requireAdmin(token: string): (req: FastifyRequest) => Promise<void> {
-  const expected = digest(token);
+  const expected = createHash('sha256').update(token).digest();
   return async (req) => {
     const h = req.headers.authorization;
     const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;
     if (!m) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-    if (!timingSafeEqual(digest(m[1]!), expected)) throw capstanError('ERR_UNAUTHORIZED', 'invalid token');
+    if (!timingSafeEqual(createHash('sha256').update(m[1]!).digest(), expected)) throw capstanError('ERR_UNAUTHORIZED', 'invalid token');
+    req.principal = { name: BOOTSTRAP_ADMIN, role: 'admin' };
   };
 }

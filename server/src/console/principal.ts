@@ -5,24 +5,9 @@
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
 
-export type Role = 'admin' | 'operator' | 'viewer';
-
-export interface Principal {
-  name: string;
-  role: Role;
-  /** When the token stops being valid (named admins' tokens may expire), ISO 8601. */
-  expiresAt?: string;
-}
-
-/** Resolve a bearer token to its principal; null when no principal holds it. */
-export type ResolveToken = (token: string) => Promise<Principal | null>;
-
-declare module 'fastify' {
-  interface FastifyRequest {
-    /** Set by the admin API's authentication (bearer token or console sign-in). */
-    principal?: Principal;
-  }
-}
+// One principal type for the API and the console: api/auth.ts owns it (with req.principal).
+export type { Principal, ResolveToken, Role } from '../api/auth.js';
+import type { ResolveToken } from '../api/auth.js';
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 

@@ -25,6 +25,10 @@ export interface LifecyclePolicy {
   runsRetentionMs: number;
   historyRetentionMs: number;
   changesRetentionMs: number;
+  /** Audit records older than this are deleted (absent: kept). */
+  auditRetentionMs?: number;
+  /** At most this many audit records are kept (absent: no cap). */
+  auditMaxRows?: number;
   /** Rows (runs, history, nodes marked) per transaction. */
   batchSize: number;
   /** Nodes purged per transaction (each takes its runs with it, hence smaller). */
@@ -33,7 +37,7 @@ export interface LifecyclePolicy {
 
 export interface LifecycleConfig {
   lifecycle: { run_interval: number; missed_runs: number; missing_after: number; purge_after: number; purge_batch_size: number };
-  retention: { runs: number; history: number; changes: number; batch_size: number };
+  retention: { runs: number; history: number; changes: number; audit?: number; audit_max_rows?: number; batch_size: number };
 }
 
 export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
@@ -45,6 +49,8 @@ export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
     runsRetentionMs: c.retention.runs,
     historyRetentionMs: c.retention.history,
     changesRetentionMs: c.retention.changes,
+    ...(c.retention.audit !== undefined && { auditRetentionMs: c.retention.audit }),
+    ...(c.retention.audit_max_rows !== undefined && { auditMaxRows: c.retention.audit_max_rows }),
     batchSize: c.retention.batch_size,
     purgeBatchSize: c.lifecycle.purge_batch_size,
   };
@@ -59,6 +65,8 @@ export interface SweepResult {
   runs_deleted: number;
   history_pruned: number;
   changes_deleted: number;
+  /** Audit records deleted by age or beyond the row cap. */
+  audit_deleted: number;
   /** The cut-off of run retention: runs that started before it are gone. */
   runs_before: string;
 }
@@ -100,9 +108,13 @@ export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal:
   const runsDeleted = await batches(p.batchSize, () => store.deleteRunsBefore(cutoff, p.batchSize));
   const historyPruned = await batches(p.batchSize, () => store.pruneHistory(ago(p.historyRetentionMs), p.batchSize));
   const changesDeleted = await batches(p.batchSize, () => store.deleteChangesBefore(ago(p.changesRetentionMs), p.batchSize));
+  const auditRetention = p.auditRetentionMs;
+  const auditCap = p.auditMaxRows;
+  const auditDeleted = (auditRetention === undefined ? 0 : await batches(p.batchSize, () => store.admins.deleteAuditBefore(ago(auditRetention), p.batchSize)))
+    + (auditCap === undefined ? 0 : await batches(p.batchSize, () => store.admins.trimAudit(auditCap, p.batchSize)));
   return {
     started_at: at, ms: Date.now() - t0, unreachable, missing, purged, runs_deleted: runsDeleted,
-    history_pruned: historyPruned, changes_deleted: changesDeleted, runs_before: cutoff,
+    history_pruned: historyPruned, changes_deleted: changesDeleted, audit_deleted: auditDeleted, runs_before: cutoff,
   };
 }
 
@@ -142,7 +154,7 @@ export class Sweeper extends EventEmitter {
       try {
         const r = await sweep(this.o.store, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
         this.last = r;
-        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted;
+        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted + r.audit_deleted;
         if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');
         else this.o.log.debug({ sweep: r }, 'lifecycle sweep');
         this.emit('sweep', r);

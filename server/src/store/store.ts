@@ -14,11 +14,13 @@ import type { BootstrapStore } from './bootstrap-types.js';
 import type { IdentityStore } from './identity.js';
 import type { JobStore } from './jobs-types.js';
 import type { ManagerStore } from './managers-types.js';
+import type { AdminStore } from './admins-types.js';
 
 export type * from './bootstrap-types.js';
 export type * from './identity.js';
 export type * from './jobs-types.js';
 export type * from './managers-types.js';
+export type * from './admins-types.js';
 export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
@@ -449,6 +451,8 @@ export interface Store {
   readonly managers: ManagerStore;
   /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap-types.ts). */
   readonly bootstrap: BootstrapStore;
+  /** Named admins and the audit log (./admins-types.ts). */
+  readonly admins: AdminStore;
   close(): Promise<void>;
 
   getNode(id: string): Promise<NodeRecord | null>;

@@ -178,8 +178,19 @@ export function jsonDepth(text: string, limit = Infinity): number {
   return deepest;
 }
 
+/** Bodies read by readJson, so a hook (a role check) and the route may both read one request's body. */
+const JSON_BODIES = new WeakMap<FastifyRequest, unknown>();
+
 /** Read and parse a JSON body: ERR_BODY_TOO_LARGE over `maxBytes`, ERR_BAD_REQUEST if invalid or too deep. */
+
 export async function readJson(req: FastifyRequest, maxBytes = 1024 * 1024): Promise<unknown> {
+  if (JSON_BODIES.has(req)) return JSON_BODIES.get(req);
+  const value = await parseJsonBody(req, maxBytes);
+  JSON_BODIES.set(req, value);
+  return value;
+}
+
+async function parseJsonBody(req: FastifyRequest, maxBytes: number): Promise<unknown> {
   const body = await readBody(req, maxBytes, 'JSON body');
   if (body.length === 0) return undefined;
   const text = body.toString('utf8');

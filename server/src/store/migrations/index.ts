@@ -19,6 +19,7 @@ import { certificateConflicts } from './0012_certificate_conflicts.js';
 import { futureRuns } from './0013_future_runs.js';
 import { runBases } from './0014_run_bases.js';
 import { inventory } from './0015_inventory.js';
+import { adminsAudit } from './0016_admins_audit.js';
 
 export interface Migration {
   version: number;
@@ -29,7 +30,7 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
-  inventory,
+  inventory, adminsAudit,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

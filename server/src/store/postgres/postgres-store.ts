@@ -52,6 +52,7 @@ import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
 import { globToLike } from '../filter-sql.js';
+import { PostgresAdminStore } from './admins.js';
 import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
@@ -93,6 +94,7 @@ export class PostgresStore implements Store {
   readonly identity: PostgresIdentityStore;
   readonly jobs = new PostgresJobStore(() => this.pool);
   readonly bootstrap = new PostgresBootstrapStore(() => this.pool);
+  readonly admins = new PostgresAdminStore(() => this.pool);
   readonly managers: PostgresManagerStore = new PostgresManagerStore(() => this.pool, this);
 
   constructor(opts: PostgresStoreOptions) {

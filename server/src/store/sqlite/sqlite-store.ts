@@ -44,6 +44,7 @@ import { SqliteIdentityStore } from './identity.js';
 import { SqliteBootstrapStore } from './bootstrap.js';
 import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
+import { SqliteAdminStore } from './admins.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import {
@@ -77,6 +78,7 @@ export class SqliteStore implements Store {
   readonly identity: SqliteIdentityStore;
   readonly jobs = new SqliteJobStore(() => this.db);
   readonly bootstrap = new SqliteBootstrapStore(() => this.db);
+  readonly admins = new SqliteAdminStore(() => this.db);
   readonly managers: SqliteManagerStore = new SqliteManagerStore(() => this.db, this);
 
   constructor(opts: SqliteStoreOptions) {
