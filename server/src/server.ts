@@ -40,6 +40,8 @@ export interface ServerHandle {
   port: number;
   store: Store;
   adminToken: string;
+  /** Every admin API route as `METHOD /pattern` (access.ts's table must name each). */
+  adminRoutes: readonly string[];
   processors: Record<SpoolKind, SpoolProcessor>;
   sweeper: Sweeper;
   metrics: ServerMetrics;
@@ -285,6 +287,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     port: addr.port,
     store,
     adminToken,
+    adminRoutes: app.adminRoutes,
     processors,
     sweeper,
     metrics,

@@ -11,6 +11,7 @@ import pg from 'pg';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
+import { adminsStoreSuite } from './admins-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
 import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
 import { run, storeSuite, type Backend } from './store-suite.js';
@@ -84,6 +85,7 @@ if (reason !== undefined) {
   storeSuite(t, backend);
   registrySuite(t, backend);
   identitySuite(t, backend);
+  adminsStoreSuite(t, backend);
   jobsStoreSuite(t, backend);
   bootstrapStoreSuite(t, backend);
 

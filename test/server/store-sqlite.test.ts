@@ -5,6 +5,7 @@ import Database from 'better-sqlite3';
 import { openStore, type Store } from '@capstan/server/store/index';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
+import { adminsStoreSuite } from './admins-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
 import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
 import { storeSuite, type Backend } from './store-suite.js';
@@ -37,6 +38,7 @@ const backend: Backend = {
 storeSuite(t, backend);
 registrySuite(t, backend);
 identitySuite(t, backend);
+adminsStoreSuite(t, backend);
 jobsStoreSuite(t, backend);
 bootstrapStoreSuite(t, backend);
 

@@ -87,6 +87,8 @@ declare module 'fastify' {
   interface FastifyInstance {
     /** The principal an admin token stands for (bootstrap or named admin), or null. */
     resolveToken: ResolveToken;
+    /** Every admin API route as `METHOD /pattern` (each must be in access.ts's table). */
+    adminRoutes: readonly string[];
   }
 }
 
@@ -174,12 +176,17 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 
   const resolveToken = deps.resolveToken ?? tokenResolver({ adminToken: deps.adminToken, admins: deps.store.admins, log: deps.log });
   app.decorate('resolveToken', resolveToken);
+  const adminRouteKeys: string[] = [];
+  app.decorate('adminRoutes', adminRouteKeys);
   const consoleDeps = deps.console;
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
   const aggregates = new AggregateCache();
   if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets });
 
   app.register(async (admin) => {
+    admin.addHook('onRoute', (o) => {
+      for (const m of [o.method].flat()) if (m !== 'HEAD') adminRouteKeys.push(`${m} ${o.url}`);
+    });
     // Who is calling (a bearer token, or the console's sign-in cookie with its CSRF token on
     // writes), then may they (access.ts), then the query.
     admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { signIns: consoleDeps.signIns }) }));
