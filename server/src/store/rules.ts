@@ -278,6 +278,26 @@ export function afterContact(node: NodeRecord, atRaw: string): NodeRecord {
   return next;
 }
 
+/**
+ * One node change as the store applies it (Store.changeNode): which rule above decides the next
+ * record. Each backend has one update that reads the node, applies this, and writes it back with
+ * its transitions.
+ */
+export type NodeChange =
+  | { kind: 'acceptance'; accepted: Acceptance; fingerprint?: string }
+  | { kind: 'state'; state: string }
+  | { kind: 'patch'; patch: NodePatch }
+  | { kind: 'contact' };
+
+export function applyChange(node: NodeRecord, change: NodeChange, at: string): NodeRecord {
+  switch (change.kind) {
+    case 'acceptance': return withAcceptance(node, change.accepted, at, change.fingerprint);
+    case 'state': return withState(node, change.state, at);
+    case 'patch': return withPatch(node, change.patch, at);
+    case 'contact': return afterContact(node, at);
+  }
+}
+
 /** `ab:CD…` or `AB CD…` → `abcd…`: fingerprints are compared as lowercase hex. */
 const normalFingerprint = (fp: string) => fp.replace(/[\s:]/g, '').toLowerCase();
 

@@ -15,12 +15,14 @@ import type { IdentityStore } from './identity.js';
 import type { JobStore } from './jobs-types.js';
 import type { ManagerStore } from './managers-types.js';
 import type { AdminStore } from './admins-types.js';
+import type { NodeChange } from './rules.js';
 
 export type * from './bootstrap-types.js';
 export type * from './identity.js';
 export type * from './jobs-types.js';
 export type * from './managers-types.js';
 export type * from './admins-types.js';
+export type { NodeChange };
 export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
@@ -466,6 +468,14 @@ export interface Store {
   upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord>;
   /** Manual creation by an admin (no agent yet): accepted, status unknown. ERR_NODE_EXISTS if the id or cloud identity exists. */
   createNode(n: NodeCreate): Promise<NodeRecord>;
+  /**
+   * One change of a node by its rule (rules.ts applyChange: acceptance, state, an admin's patch,
+   * a contact), read, applied and written back with its transitions in one transaction. Returns
+   * the node afterwards, null when unknown. The four methods below are this with a fixed kind.
+   * Callers outside the store go through the node registry (registry/nodes.ts), which announces
+   * the change to its listeners.
+   */
+  changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null>;
   /**
    * pending|refused → accepted (pins the current certificate) or → refused. Returns null when
    * unknown. A node with a certificate conflict is accepted only with `fingerprint` naming one of

@@ -35,8 +35,8 @@ import {
   checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
 } from '../query.js';
 import {
-  acceptCause, afterContact, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
-  withAcceptance, withPatch, withState, type HistoryInsert,
+  acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
+  applyChange, type HistoryInsert, type NodeChange,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { migrateSqlite } from './migrate.js';
@@ -313,28 +313,34 @@ export class SqliteStore implements Store {
     });
   }
 
+  /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
+  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
+    if (change.kind === 'state') refuseNul({ state: change.state });
+    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
+    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
+  }
+
+  // The four changes by name (tests and tools call them so): the one update above.
   async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.update('setAcceptance', id, at, cause, (node) => withAcceptance(node, accepted, at, fingerprint));
+    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
   }
 
   async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    refuseNul({ state });
-    return this.update('setState', id, at, cause, (node) => withState(node, state, at));
+    return this.changeNode(id, { kind: 'state', state }, at, cause);
+  }
+
+  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'contact' }, at, cause);
+  }
+
+  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
   }
 
   async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
     const when = toUtcIso(at, 'at');
     if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
     return this.write('recordClockSkew', () => this.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.update('recordContact', id, at, cause, (node) => afterContact(node, at));
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    const p = checkPatch(patch);
-    return this.update('updateNode', id, at, cause, (node) => withPatch(node, p, at));
   }
 
   /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
