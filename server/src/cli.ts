@@ -29,6 +29,8 @@ import { openStore } from './store/index.js';
 import { isFilterKey } from './store/query.js';
 import type { NodeFilter, NodeRecord, SortField, Store } from './store/store.js';
 import { table } from './table.js';
+import { NodeRegistry, nodeEffects } from './registry/nodes.js';
+import { PolicyGenerator } from './policy/generate.js';
 
 const EXIT_REFUSED = 4;
 
@@ -86,6 +88,26 @@ async function withStore(flags: CommonFlags, fn: (store: Store, config: ServerCo
   }
 }
 
+/**
+ * withStore with the node registry: a change made here has the effects it has through the API,
+ * the ones this process can carry out (the node's policy regenerated before the command returns,
+ * a demoted relay's tokens renewed); a running server ends a relay's link when the relay next
+ * uses its refused token.
+ */
+async function withNodes(flags: CommonFlags, fn: (nodes: NodeRegistry, store: Store) => Promise<void>): Promise<void> {
+  await withStore(flags, async (store) => {
+    const generator = new PolicyGenerator({ store, log: silentLogger });
+    const nodes = new NodeRegistry({ store, log: silentLogger }).on(nodeEffects({ store, touch: (id) => generator.touch(id) }));
+    try {
+      await fn(nodes, store);
+    } finally {
+      await generator.settled();
+    }
+  });
+}
+
+const CLI_CAUSE = 'admin (command line)';
+
 function out(flags: CommonFlags, json: unknown, text: () => string): void {
   process.stdout.write(flags.json ? `${JSON.stringify(json)}\n` : text());
 }
@@ -105,6 +127,15 @@ const int = (name: string) => (v: string) => {
   if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
   return Number(v);
 };
+
+/** `key=value` arguments → tags. */
+function tagArgs(args: string[]): Record<string, string> {
+  return Object.fromEntries(args.map((t) => {
+    const i = t.indexOf('=');
+    if (i <= 0) throw capstanError('ERR_BAD_REQUEST', `tag must be <key>=<value>, got "${t}"`);
+    return [t.slice(0, i), t.slice(i + 1)];
+  }));
+}
 
 /** `key=value` → a filter; the key as in the API (`name`, `tag:env`, `last_run`…). */
 function filterArg(text: string, exclude: boolean): NodeFilter {
@@ -276,15 +307,10 @@ for (const [name, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']]
   const cmd = verb(nodes, `${name} <id>`, `${name} a pending node (POST /api/1/nodes/<id>/${name})`);
   if (acceptance === 'accepted') cmd.option('--fingerprint <sha256>', 'the certificate to pin, required when the node sent two (nodes list --pending shows both)');
   cmd.action(async (id: string, flags: CommonFlags & { fingerprint?: string }) => {
-    await withStore(flags, async (store) => {
-      const node = await mustNode(store, id);
-      if (!node) return;
-      if (acceptance === 'accepted' && !node.certificate) {
-        process.stderr.write(`capstan-server: node ${id} has sent no certificate yet\n`);
-        process.exitCode = EXIT_REFUSED;
-        return;
-      }
-      const updated = (await store.setAcceptance(id, acceptance, new Date().toISOString(), 'admin (command line)', flags.fingerprint))!;
+    await withNodes(flags, async (registry) => {
+      const updated = acceptance === 'accepted'
+        ? await registry.accept(id, { cause: CLI_CAUSE, ...(flags.fingerprint !== undefined && { fingerprint: flags.fingerprint }) })
+        : await registry.refuse(id, { cause: CLI_CAUSE });
       out(flags, { data: listView(updated) }, () => `${id} ${acceptance}\n`);
     });
   });
@@ -300,56 +326,53 @@ verb(nodes, 'add', 'add a node by address, or register a relay (POST /api/1/node
   .option('--relay', 'a relay: its tokens open the relay-only endpoints (needs --id and --certificate: capstan-relayd --identity prints both)')
   .option('--policy-server <id>', 'the node id of the relay this node is under (a sub-relay: its upstream relay; default: this server)')
   .action(async (flags: CommonFlags & { host: string; name?: string; id?: string; tag?: string[]; group?: string[]; certificate?: string; relay?: boolean; policyServer?: string }) => {
-    await withStore(flags, async (store) => {
+    await withNodes(flags, async (registry) => {
       const certificate = flags.certificate !== undefined ? await readFile(flags.certificate, 'utf8').catch((err: Error) => {
         throw capstanError('ERR_BAD_REQUEST', `cannot read --certificate ${flags.certificate}: ${err.message}`);
       }) : undefined;
-      const tags = Object.fromEntries((flags.tag ?? []).map((t) => {
-        const i = t.indexOf('=');
-        if (i <= 0) throw capstanError('ERR_BAD_REQUEST', `tag must be <key>=<value>, got "${t}"`);
-        return [t.slice(0, i), t.slice(i + 1)];
-      }));
-      const node = await store.createNode(createBody({
+      const tags = tagArgs(flags.tag ?? []);
+      const node = await registry.create(createBody({
         host: flags.host, ...(flags.name && { name: flags.name }), ...(flags.id && { id: flags.id }),
         ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
         ...(certificate !== undefined && { certificate }), ...(flags.relay && { relay: true }),
         ...(flags.policyServer !== undefined && { policy_server: flags.policyServer }),
-      }));
+      }), { cause: CLI_CAUSE });
       out(flags, { data: listView(node) }, () => `${node.id} added${node.relay ? ' as a relay' : ''}\n`);
     });
   });
 
 verb(nodes, 'set-relay <id> <on|off>', 'register an accepted node as a relay, or no longer (PATCH /api/1/nodes/<id> {relay})').action(async (id: string, value: string, flags: CommonFlags) => {
-  await withStore(flags, async (store) => {
+  await withNodes(flags, async (registry) => {
     if (value !== 'on' && value !== 'off') throw capstanError('ERR_BAD_REQUEST', 'set-relay takes on or off');
-    const before = await mustNode(store, id);
-    if (!before) return;
-    const node = (await store.updateNode(id, patchBody({ relay: value === 'on' }), new Date().toISOString(), 'admin (command line)'))!;
-    // As the API does: relay tokens issued until now are refused at the server from now on.
-    if (before.relay && !node.relay) await store.identity.forceRenewal([id], Math.floor(Date.now() / 1000) + 1);
+    const node = await registry.patch(id, patchBody({ relay: value === 'on' }), { cause: CLI_CAUSE });
     out(flags, { data: listView(node) }, () => `${id} ${node.relay ? 'is a relay' : 'is no longer a relay'}\n`);
   });
 });
 
 verb(nodes, 'set-state <id> <state>', 'set a node\'s state; terminated is final (PATCH /api/1/nodes/<id>)').action(async (id: string, state: string, flags: CommonFlags) => {
-  await withStore(flags, async (store) => {
-    const node = await store.updateNode(id, patchBody({ state }), new Date().toISOString(), 'admin (command line)');
-    if (!node) {
-      process.stderr.write(`capstan-server: node ${id} is unknown\n`);
-      process.exitCode = EXIT_REFUSED;
-      return;
-    }
+  await withNodes(flags, async (registry) => {
+    const node = await registry.patch(id, patchBody({ state }), { cause: CLI_CAUSE });
     out(flags, { data: listView(node) }, () => `${id} ${node.state} (${node.status})\n`);
   });
 });
 
+verb(nodes, 'set-tags <id> [tags...]', 'replace a node\'s tags with these key=value pairs; none clears them (PATCH /api/1/nodes/<id> {tags})').action(async (id: string, tags: string[], flags: CommonFlags) => {
+  await withNodes(flags, async (registry) => {
+    const node = await registry.patch(id, patchBody({ tags: tagArgs(tags) }), { cause: CLI_CAUSE });
+    out(flags, { data: listView(node) }, () => `${id} tags: ${Object.entries(node.tags).map(([k, v]) => `${k}=${v}`).join(' ') || '(none)'}\n`);
+  });
+});
+
+verb(nodes, 'set-groups <id> [groups...]', 'replace a node\'s static groups; none clears them (PATCH /api/1/nodes/<id> {groups})').action(async (id: string, groups: string[], flags: CommonFlags) => {
+  await withNodes(flags, async (registry) => {
+    const node = await registry.patch(id, patchBody({ groups }), { cause: CLI_CAUSE });
+    out(flags, { data: listView(node) }, () => `${id} groups: ${node.groups.join(' ') || '(none)'}\n`);
+  });
+});
+
 verb(nodes, 'delete <id>', 'delete a node, its runs, and revoke its certificate (DELETE /api/1/nodes/<id>)').action(async (id: string, flags: CommonFlags) => {
-  await withStore(flags, async (store) => {
-    if (!(await store.deleteNode(id))) {
-      process.stderr.write(`capstan-server: node ${id} is unknown\n`);
-      process.exitCode = EXIT_REFUSED;
-      return;
-    }
+  await withNodes(flags, async (registry) => {
+    await registry.remove(id, { cause: CLI_CAUSE });
     out(flags, { data: { id, deleted: true } }, () => `${id} deleted\n`);
   });
 });

@@ -30,6 +30,7 @@ import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
+import { NodeRegistry, nodeEffects } from './registry/nodes.js';
 import { openStore } from './store/index.js';
 import { PolicyGenerator } from './policy/generate.js';
 import { ensurePolicyKey } from './policy/key.js';
@@ -210,8 +211,11 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     })
     : null;
 
+  // The one door for node changes (API, relay contacts, providers): what follows a change is wired here.
+  const nodes = new NodeRegistry({ store, log }).on(nodeEffects({ store, touch: (id) => generator.touch(id), links: relayHub }));
   const app = buildApp({
     config,
+    nodes,
     ...(listenerTls ? { https: listenerTls } : {}),
     store,
     spool,

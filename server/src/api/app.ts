@@ -22,6 +22,7 @@ import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
 import { RelayContacts } from '../registry/relay-contacts.js';
+import { NodeRegistry, nodeEffects } from '../registry/nodes.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
 import { complianceSettings } from '../registry/compliance.js';
@@ -81,6 +82,11 @@ export interface ServerAppDeps {
   resolveToken?: ResolveToken;
   /** The web console: sign-ins, its built files, compliance history (absent: no console, bearer tokens only). */
   console?: { signIns: ConsoleSignIns; assets: Map<string, Asset>; history: ComplianceHistory | null };
+  /**
+   * The one door for node changes, its listeners wired by the caller (server.ts). Absent: one is
+   * made here with the effects this app's own deps allow (policy regeneration, relay links).
+   */
+  nodes?: NodeRegistry;
 }
 
 declare module 'fastify' {
@@ -140,10 +146,15 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     // Fresh (not the JWKS route's short-lived copy): a deletion by another server shows at once.
     ...(identity && { keys: async () => (await identity.jwks(true)).keys.map((k) => k.kid as string).sort() }),
   });
+  const nodes = deps.nodes ?? new NodeRegistry({ store: deps.store, log: deps.log }).on(nodeEffects({
+    store: deps.store,
+    ...(deps.policy && { touch: (id: string) => deps.policy!.generator.touch(id) }),
+    ...(deps.remoteRun && { links: deps.remoteRun.hub }),
+  }));
   // A relay sends no inventory and no run: its renewals, its requests and its link are its
   // contacts, so that it is reachable while linked and not `unknown` forever.
   const relayContacts = new RelayContacts({
-    store: deps.store,
+    store: nodes,
     log: deps.log,
     unreachableAfterMs: deps.config.lifecycle.run_interval * deps.config.lifecycle.missed_runs,
   });
@@ -197,44 +208,19 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     if (policy) {
       policyAdminRoutes(admin, policy);
       policyMembershipRoutes(admin, policy);
-      // An admin's change to a node (acceptance, tags, groups…) may move it in or out of groups.
-      admin.addHook('onResponse', async (req, reply) => {
-        const m = /^\/api\/1\/nodes\/([^/?]+)/.exec(req.url);
-        if (req.method === 'GET' || !m || reply.statusCode >= 300) return;
-        policy.generator.touch(decodeURIComponent(m[1]!));
-      });
     }
-    const relays = deps.remoteRun?.hub;
-    if (relays) {
-      // A relay's link was let in with a token checked once. When an admin revokes its tokens
-      // (forced renewal), or it is no longer an accepted relay, its link ends: it reconnects
-      // with a renewed token if it still may (an output post on the old link would be refused).
-      admin.addHook('onResponse', async (req, reply) => {
-        if (req.method === 'GET' || reply.statusCode >= 300 || relays.size === 0) return;
-        if (/^\/api\/1\/groups\/[^/?]+\/identity\/renew/.test(req.url)) {
-          for (const r of relays.all()) relays.end(r.id, 'token_revoked');
-          return;
-        }
-        const m = /^\/api\/1\/nodes\/([^/?]+)(\/identity\/renew)?/.exec(req.url);
-        let id: string;
-        try {
-          id = decodeURIComponent(m?.[1] ?? '');
-        } catch {
-          return;
-        }
-        if (!m || !relays.get(id)) return;
-        const node = await deps.store.getNode(id);
-        if (m[2] || !node || node.accepted !== 'accepted' || !node.relay) relays.end(id, 'token_revoked');
-      });
-    }
-    nodeRoutes(admin, deps.store);
+    nodeRoutes(admin, deps.store, nodes);
     complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
     changeRoutes(admin, deps.store, aggregates);
     lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
     if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
-    managerAdminRoutes(admin, { store: deps.store, ...deps.managers });
-    if (deps.identity) identityAdminRoutes(admin, deps.identity);
+    managerAdminRoutes(admin, { store: deps.store, nodes, ...deps.managers });
+    // A forced renewal ends the links the renewed relays hold: they reconnect with a new token.
+    const links = deps.remoteRun?.hub;
+    if (deps.identity) identityAdminRoutes(admin, deps.identity, links && ((ids) => {
+      for (const r of links.all()) if (ids === 'all' || ids.includes(r.id)) links.end(r.id, 'token_revoked');
+    }));
     admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
     consoleReadRoutes(admin, {
       store: deps.store, settings: complianceSettings(deps.config), history: consoleDeps?.history ?? null, cache: aggregates, ...(deps.now && { now: deps.now }),

@@ -3,11 +3,12 @@
  * server's own poller or from a relay), and deleting a manager with the admin's explicit choice
  * for the nodes only it holds.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError, silentLogger } from '@capstan/shared';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/shared/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
 import { checkInstance } from '../store/discovery-rules.js';
 import { NODE_STATES } from '../store/rules.js';
+import { NodeRegistry } from '../registry/nodes.js';
 
 /** The largest poll a relay may post (instances); larger accounts need narrower filters or managers. */
 export const MAX_INSTANCES_PER_POLL = 100_000;
@@ -82,7 +83,8 @@ export interface DeleteOutcome {
  * this manager holds, the admin must choose; without a choice (and with such nodes) nothing is
  * deleted and ERR_MANAGER_NODES_CHOICE says how many wait — never a silent reassignment.
  */
-export async function deleteManager(store: Store, id: string, choice: NodesChoice | null, at: Date): Promise<DeleteOutcome> {
+/** `nodes`: the node registry the exclusive nodes' deletion or state change goes through (its effects follow). */
+export async function deleteManager(store: Store, id: string, choice: NodesChoice | null, at: Date, nodes?: NodeRegistry): Promise<DeleteOutcome> {
   const manager = await store.managers.getManager(id);
   if (!manager) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${id} is unknown`);
   const exclusive = await store.managers.exclusiveNodes(id);
@@ -91,13 +93,18 @@ export async function deleteManager(store: Store, id: string, choice: NodesChoic
       { details: { nodes: exclusive.length } });
   }
   const when = at.toISOString();
+  const registry = nodes ?? new NodeRegistry({ store, log: silentLogger });
   const skipped: string[] = [];
   if (choice?.kind === 'delete') {
-    for (const n of exclusive) await store.deleteNode(n, when);
+    for (const n of exclusive) {
+      await registry.remove(n, { at: when, cause: `manager ${id} deleted` }).catch((err: { code?: string }) => {
+        if (err.code !== 'ERR_NODE_UNKNOWN') throw err;
+      });
+    }
   } else if (choice?.kind === 'state') {
     for (const n of exclusive) {
       try {
-        await store.setState(n, choice.state, when, `manager ${id} deleted`);
+        await registry.setState(n, choice.state, { at: when, cause: `manager ${id} deleted` });
       } catch (err) {
         if ((err as { code?: string }).code !== 'ERR_NODE_TERMINATED') throw err;
         skipped.push(n);

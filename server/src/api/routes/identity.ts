@@ -68,7 +68,11 @@ function withDetails(err: unknown, reply: FastifyReply): FastifyReply {
   throw err;
 }
 
-export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdentity): void {
+/**
+ * `renewed`: told which nodes' tokens a forced renewal refuses from now on (`all` for a group's,
+ * whose members are not listed here), so their relay links can end.
+ */
+export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdentity, renewed?: (ids: string[] | 'all') => void): void {
   admin.get('/api/1/keys', async () => ({ data: await identity.listKeys() }));
   admin.post('/api/1/keys/rotate', async (_req, reply) => reply.code(201).send({ data: await identity.rotate() }));
   admin.delete<{ Params: { kid: string }; Querystring: { force?: string } }>('/api/1/keys/:kid', async (req, reply) => {
@@ -80,8 +84,16 @@ export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdenti
       return withDetails(err, reply);
     }
   });
-  admin.post<{ Params: { id: string } }>('/api/1/nodes/:id/identity/renew', async (req) => ({ data: await identity.forceRenewal(req.params.id) }));
-  admin.post<{ Params: { group: string } }>('/api/1/groups/:group/identity/renew', async (req) => ({ data: await identity.forceGroupRenewal(req.params.group) }));
+  admin.post<{ Params: { id: string } }>('/api/1/nodes/:id/identity/renew', async (req) => {
+    const data = await identity.forceRenewal(req.params.id);
+    renewed?.([req.params.id]);
+    return { data };
+  });
+  admin.post<{ Params: { group: string } }>('/api/1/groups/:group/identity/renew', async (req) => {
+    const data = await identity.forceGroupRenewal(req.params.group);
+    renewed?.('all');
+    return { data };
+  });
 }
 
 /**

@@ -16,6 +16,7 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError, readJson } from '@capstan/shared';
 import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/shared/providers/index';
 import type { Store } from '../../store/store.js';
+import type { NodeRegistry } from '../../registry/nodes.js';
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import {
   applyPoll, checkManager, deleteManager, managerView, parseNodesChoice, recordToSpec, specToStored, MAX_INSTANCES_PER_POLL,
@@ -27,6 +28,8 @@ const MAX_DISCOVERY_BYTES = MAX_INSTANCES_PER_POLL * 1024;
 
 export interface ManagerRouteDeps {
   store: Store;
+  /** Node changes (a deleted manager's nodes) go through the registry. */
+  nodes?: NodeRegistry;
   /** Poll a server-hosted manager now (absent: the server hosts no providers). */
   pollNow?: (id: string) => Promise<void>;
   /** Where `env` credential references of server-hosted managers are read. */
@@ -77,7 +80,7 @@ export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps)
 
   app.delete<{ Params: { id: string }; Querystring: { nodes?: string } }>('/api/1/managers/:id', async (req) => {
     const choice = parseNodesChoice(req.query.nodes);
-    return { data: await deleteManager(store, req.params.id, choice, new Date()) };
+    return { data: await deleteManager(store, req.params.id, choice, new Date(), deps.nodes) };
   });
 
   app.post<{ Params: { id: string } }>('/api/1/managers/:id/test', async (req) => {

@@ -7,6 +7,7 @@ import {
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/rules.js';
 import { checkProperties } from '../../store/inventory-index.js';
+import type { NodeRegistry } from '../../registry/nodes.js';
 import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -122,7 +123,7 @@ export function patchBody(raw: unknown): NodePatch {
   return patch;
 }
 
-export function nodeRoutes(app: FastifyInstance, store: Store): void {
+export function nodeRoutes(app: FastifyInstance, store: Store, nodes: NodeRegistry): void {
   app.get<{ Querystring: Query }>('/api/1/nodes', async (req) => {
     const q = nodeListQuery(req.query);
     const res = await store.listNodes(q);
@@ -137,37 +138,28 @@ export function nodeRoutes(app: FastifyInstance, store: Store): void {
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => ({ data: await mustGet(store, req.params.id) }));
 
-  for (const [verb, acceptance] of [['accept', 'accepted'], ['refuse', 'refused']] as const) {
-    app.post<{ Params: { id: string } }>(`/api/1/nodes/:id/${verb}`, async (req) => {
-      const fingerprint = acceptance === 'accepted' ? acceptBody(await readJson(req)) : undefined;
-      const node = await mustGet(store, req.params.id);
-      if (acceptance === 'accepted' && !node.certificate) {
-        throw capstanError('ERR_CERTIFICATE', `node ${node.id} has sent no certificate yet`);
-      }
-      const updated = await store.setAcceptance(node.id, acceptance, new Date().toISOString(), 'admin', fingerprint);
-      if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${node.id} is unknown`);
-      return { data: listView(updated) };
-    });
-  }
+  // Changes go through the registry (registry/nodes.ts), which carries out their effects.
+  app.post<{ Params: { id: string } }>('/api/1/nodes/:id/accept', async (req) => {
+    const fingerprint = acceptBody(await readJson(req));
+    return { data: listView(await nodes.accept(req.params.id, { ...(fingerprint !== undefined && { fingerprint }) })) };
+  });
+
+  app.post<{ Params: { id: string } }>('/api/1/nodes/:id/refuse', async (req) => {
+    return { data: listView(await nodes.refuse(req.params.id)) };
+  });
 
   app.post('/api/1/nodes', async (req, reply) => {
-    const node = await store.createNode(createBody(await readJson(req)));
+    const node = await nodes.create(createBody(await readJson(req)));
     return reply.code(201).send({ data: listView(node) });
   });
 
   app.patch<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => {
     const patch = patchBody(await readJson(req));
-    const before = patch.relay === false ? await store.getNode(req.params.id) : null;
-    const updated = await store.updateNode(req.params.id, patch, new Date().toISOString(), 'admin');
-    if (!updated) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
-    // No longer a relay: the relay tokens it holds are refused at the server from now on
-    // (a forced renewal); its next token carries no relay role.
-    if (before?.relay && !updated.relay) await store.identity.forceRenewal([updated.id], Math.floor(Date.now() / 1000) + 1);
-    return { data: listView(updated) };
+    return { data: listView(await nodes.patch(req.params.id, patch)) };
   });
 
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id', async (req, reply) => {
-    if (!(await store.deleteNode(req.params.id))) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    await nodes.remove(req.params.id);
     return reply.code(204).send();
   });
 
