@@ -102,10 +102,13 @@ function buildDeb(program, ctx, out) {
     place(root, `usr/share/doc/${pkgName}/changelog.gz`, { data: gzipSync(changelog(ctx, date), { level: 9 }) });
 
     const arch = nativeFiles.length > 0 ? execFileSync('dpkg', ['--print-architecture'], { encoding: 'utf8' }).trim() : 'all';
-    // Built against this Node's headers: an N-API addon runs on any later Node, a V8-ABI one
-    // (better-sqlite3) only on this major.
+    // One range for the three packages: from engines.node to the major this release was built
+    // and tested on. better-sqlite3 (the server's) is built against V8's ABI and loads only in
+    // that major; the agent's and relay's N-API addons would load later, but one range keeps a
+    // host running two of the programs on one Node.js, and what runs is what was tested.
     const major = Number(process.versions.node.split('.')[0]);
-    const nodejs = `nodejs (>= ${ctx.nodeFloor})${v8Abi ? `, nodejs (<< ${major + 1})` : ''}`;
+    const nodejs = `nodejs (>= ${ctx.nodeFloor}), nodejs (<< ${major + 1})`;
+    void v8Abi;
     const control = fill(readFileSync(join(tmpl, 'control'), 'utf8'), {
       VERSION: ctx.version, ARCH: arch, MAINTAINER: ctx.maintainer, INSTALLED_SIZE: String(installedSize(root)),
       NODEJS: nodejs, SHLIBS: nativeFiles.length > 0 ? shlibsDepends(nativeFiles) : '',

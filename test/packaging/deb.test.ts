@@ -111,6 +111,7 @@ async function packagingTests(): Promise<void> {
     t.equal(r.code, 0, 'scripts/package.mjs exits 0', { stderr: r.stderr });
     const arch = (await run('dpkg', ['--print-architecture'])).stdout.trim();
     const nodeMajor = Number(process.versions.node.split('.')[0]);
+    const nodeRanges = new Set<string>();
     for (const p of PROGRAMS) {
       const deb = join(DEBS, `capstan-${p}_${VERSION}_${arch}.deb`);
       const info = await run('dpkg-deb', ['--field', deb, 'Package', 'Version', 'Architecture', 'Depends']);
@@ -119,11 +120,13 @@ async function packagingTests(): Promise<void> {
       t.match(info.stdout, new RegExp(`^Version: ${VERSION.replaceAll('.', '\\.')}$`, 'm'));
       t.match(info.stdout, new RegExp(`^Architecture: ${arch}$`, 'm'), 'native addons inside: built for this architecture');
       t.match(info.stdout, /^Depends: .*nodejs \(>= 2\d[.\d]*\)/m);
-      // better-sqlite3 is built against V8's ABI: it loads only in the Node major that built it.
-      if (p === 'server') t.match(info.stdout, new RegExp(`nodejs \\(<< ${nodeMajor + 1}\\)`));
-      else t.notMatch(info.stdout, /nodejs \(<</, 'N-API addons only: any later Node.js will do');
+      // One range for the three: up to the major the release was built and tested on (the
+      // server's better-sqlite3 loads only in that one).
+      t.match(info.stdout, new RegExp(`nodejs \\(<< ${nodeMajor + 1}\\)`), `capstan-${p}: the same Node.js range`);
+      nodeRanges.add((/nodejs \(>=[^)]*\), nodejs \(<<[^)]*\)/.exec(info.stdout) ?? [''])[0]);
       if (info.code === 0) debs[p] = deb;
     }
+    t.equal(nodeRanges.size, 1, `one Node.js range: ${[...nodeRanges].join(' | ')}`);
   });
 
   t.test('an unknown program name is refused with exit 2 and nothing built', async (t) => {
@@ -203,12 +206,38 @@ async function packagingTests(): Promise<void> {
 
   t.test('units are enabled in the root, not started', async (t) => {
     t.equal(await readlink(join(ROOT, 'etc/systemd/system/timers.target.wants/capstan-agent.timer')), '/lib/systemd/system/capstan-agent.timer');
+    // The remote-run connection: runs and jobs triggered at the server reach a packaged agent.
+    t.equal(
+      await readlink(join(ROOT, 'etc/systemd/system/multi-user.target.wants/capstan-agent-listen.service')),
+      '/lib/systemd/system/capstan-agent-listen.service',
+    );
     for (const p of ['relayd', 'server']) {
       t.equal(
         await readlink(join(ROOT, `etc/systemd/system/multi-user.target.wants/capstan-${p}.service`)),
         `/lib/systemd/system/capstan-${p}.service`,
       );
     }
+  });
+
+  t.test('the installed agent-listen unit runs `capstan-agent listen`, restarts on failure, and systemd-analyze verify accepts it', async (t) => {
+    const unit = await readFile(join(ROOT, 'lib/systemd/system/capstan-agent-listen.service'), 'utf8');
+    t.match(unit, /^ExecStart=\/usr\/bin\/capstan-agent listen --config \/etc\/capstan\/agent\.toml$/m);
+    t.match(unit, /^Restart=on-failure$/m);
+    t.match(unit, /^RestartPreventExitStatus=2$/m);
+    t.match(unit, /^WantedBy=multi-user\.target$/m);
+    const postinst = await readFile(join(ROOT, 'var/lib/dpkg/info/capstan-agent.postinst'), 'utf8');
+    t.match(postinst, /capstan-agent-listen\.service/, 'the postinst enables it');
+    if (!(await has('systemd-analyze'))) {
+      const skip = requiredInCi('systemd-analyze is not installed', 'install systemd on the CI host');
+      t.comment(`skipping systemd-analyze verify: ${skip}`);
+      return;
+    }
+    // verify checks that ExecStart's binary exists: the installed one is a script for this Node.
+    const dir = await mkdtemp(join(work, 'verify-'));
+    await writeFile(join(dir, 'capstan-agent-listen.service'), unit.replaceAll('/usr/bin/capstan-agent', process.execPath));
+    const r = await run('systemd-analyze', ['verify', '--man=no', join(dir, 'capstan-agent-listen.service')]);
+    t.equal(r.code, 0, r.stderr);
+    t.notMatch(r.stderr, /capstan-agent-listen\.service/, 'no warning about the unit');
   });
 
   t.test('each installed command answers --version from the installed tree alone', async (t) => {
@@ -265,6 +294,7 @@ async function packagingTests(): Promise<void> {
     t.notOk(await exists('var/spool/capstan/relayd'), 'spool deleted on purge');
     for (const p of PROGRAMS) t.notOk(await exists(`etc/capstan/${p}.toml`), `${p}.toml deleted on purge`);
     t.notOk(await exists('etc/systemd/system/timers.target.wants/capstan-agent.timer'), 'timer no longer enabled');
+    t.notOk(await exists('etc/systemd/system/multi-user.target.wants/capstan-agent-listen.service'), 'listen service no longer enabled');
     t.ok(await exists('var/lib/capstan/server'), 'the node registry survives even a purge');
     t.ok((await passwd()).has('capstan-server'), 'system users stay, as Debian keeps them');
   });

@@ -17,14 +17,30 @@ const CASES: Array<[string, Schema]> = [
   ['agent.toml', AGENT_SCHEMA],
 ];
 
+/**
+ * What a package sets apart from the program's defaults, uncommented under the commented default
+ * (a packaged relay links upstream so that remote runs and jobs pass down). Nothing else may differ.
+ */
+const PACKAGE_CHOICES: Record<string, Record<string, Record<string, unknown>>> = {
+  'relayd.toml': { remote_run: { link_upstream: true } },
+};
+
+function withChoices(defaults: Record<string, Record<string, unknown>>, file: string): Record<string, Record<string, unknown>> {
+  const out = structuredClone(defaults);
+  for (const [sec, keys] of Object.entries(PACKAGE_CHOICES[file] ?? {})) Object.assign(out[sec]!, keys);
+  return out;
+}
+
 for (const [file, schema] of CASES) {
   t.test(`${file} lists every key at its default`, async (t) => {
     const text = await readFile(join(ETC, file), 'utf8');
-    t.same(loadConfig(schema, { path: join(ETC, file) }), defaultsOf(schema), 'loads as shipped');
-    const uncommented = text.replace(/^# ([a-z_]+ = .*)$/gm, '$1');
+    const defaults = defaultsOf(schema) as Record<string, Record<string, unknown>>;
+    t.same(loadConfig(schema, { path: join(ETC, file) }), withChoices(defaults, file), 'loads as shipped: the defaults and the package\'s choices');
+    // The commented defaults alone (the package's uncommented choices left out).
+    const uncommented = text.replace(/^([a-z_]+ = .*)$/gm, '').replace(/^# ([a-z_]+ = .*)$/gm, '$1');
     const path = join(t.testdir(), file);
     await writeFile(path, uncommented);
-    t.same(loadConfig(schema, { path }), defaultsOf(schema), 'uncommented keys equal the defaults');
+    t.same(loadConfig(schema, { path }), defaults, 'uncommented keys equal the defaults');
     for (const [sec, fields] of Object.entries(schema)) {
       for (const key of Object.keys(fields)) t.match(text, new RegExp(`^# ${key} = `, 'm'), `${sec}.${key} is documented`);
     }
