@@ -22,8 +22,6 @@ import { copyPackage, dependencyClosure } from '../packaging/debian/bundle.mjs';
 
 const REPO = resolve(import.meta.dirname, '..');
 const PROGRAMS = ['agent', 'relayd', 'server'];
-/** Native addons that export this symbol use V8's ABI, not N-API: they load in one Node major only. */
-const V8_ABI_SYMBOL = Buffer.from('node_register_module_v');
 /** Used only when dpkg-shlibdeps (dpkg-dev) is absent: the C/C++ runtime a node-gyp addon links. */
 const SHLIBS_FALLBACK = 'libc6, libgcc-s1, libstdc++6';
 
@@ -80,7 +78,6 @@ function buildDeb(program, ctx, out) {
     if (!existsSync(cli)) throw new Error(`${program}/dist/cli.js is missing: run tsc -b first`);
     chmodSync(cli, 0o755);
     for (const file of nativeFiles) strip(file);
-    const v8Abi = nativeFiles.some((f) => readFileSync(f).includes(V8_ABI_SYMBOL));
 
     place(root, `usr/bin/${pkgName}`, { symlink: `../lib/capstan/${program}/dist/cli.js` });
     for (const [name, file] of Object.entries(EXTRA_BINS[program] ?? {})) {
@@ -108,7 +105,6 @@ function buildDeb(program, ctx, out) {
     // host running two of the programs on one Node.js, and what runs is what was tested.
     const major = Number(process.versions.node.split('.')[0]);
     const nodejs = `nodejs (>= ${ctx.nodeFloor}), nodejs (<< ${major + 1})`;
-    void v8Abi;
     const control = fill(readFileSync(join(tmpl, 'control'), 'utf8'), {
       VERSION: ctx.version, ARCH: arch, MAINTAINER: ctx.maintainer, INSTALLED_SIZE: String(installedSize(root)),
       NODEJS: nodejs, SHLIBS: nativeFiles.length > 0 ? shlibsDepends(nativeFiles) : '',
