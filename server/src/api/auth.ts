@@ -120,7 +120,7 @@ export function bearerAuthenticator(resolve: ResolveToken): Authenticator {
 
 /**
  * The onRequest hook that sets `req.principal`: the authenticators are tried in order (a console
- * session first, then the bearer token); none knowing the caller is a 401.
+ * login cookie first, then the bearer token); none knowing the caller is a 401.
  */
 export function authenticate(authenticators: readonly Authenticator[]): (req: FastifyRequest) => Promise<void> {
   return async (req) => {
