@@ -86,7 +86,7 @@ function buildDeb(program, ctx, out) {
       place(root, `usr/bin/${name}`, { symlink: `../lib/capstan/${program}/${file}` });
     }
     place(root, `etc/capstan/${program}.toml`, { from: join(REPO, 'packaging', 'etc', 'capstan', `${program}.toml`) });
-    for (const unit of readdirSync(join(REPO, 'packaging', 'systemd')).filter((f) => f.startsWith(`${pkgName}.`))) {
+    for (const unit of readdirSync(join(REPO, 'packaging', 'systemd')).filter((f) => f.startsWith(`${pkgName}.`) || f.startsWith(`${pkgName}-`))) {
       place(root, `lib/systemd/system/${unit}`, { from: join(REPO, 'packaging', 'systemd', unit) });
     }
     if (existsSync(join(tmpl, 'sysusers.conf'))) place(root, `usr/lib/sysusers.d/${pkgName}.conf`, { from: join(tmpl, 'sysusers.conf') });
