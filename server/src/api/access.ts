@@ -73,6 +73,9 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/system/status': view,
   // Policy
   ...policyAccess(),
+  // Read only though a POST (the desired objects are its body): what GETs show, so any role;
+  // recorded like every POST (a review pipeline's plans are in the audit log too).
+  'POST /api/1/policy/plan': { role: 'viewer', action: 'policy.plan' },
   'POST /api/1/keys/policy/rotate': admin('policy_key.rotate'),
   // Node identity keys
   'GET /api/1/keys': view,
