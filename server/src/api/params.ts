@@ -154,6 +154,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'POST /api/1/policy/plan': { max_nodes: 'integer' },
   // The choice (keep, delete, state:<state>) is parsed by the route.
   'DELETE /api/1/managers/:id': { nodes: 'text' },
+  'GET /api/1/admins': PAGING,
   'GET /api/1/audit': { ...PAGING, from: 'time', to: 'time', admin: 'text', action: 'text', target: 'text', result: ['ok', 'error'] },
 };
 

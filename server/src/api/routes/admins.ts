@@ -67,9 +67,11 @@ export function adminRoutes(app: FastifyInstance, deps: AdminRouteDeps): void {
     return reply.code(201).send({ data: { name: a.name, role: a.role, created_at: a.created_at, expires_at: a.expires_at, token } });
   });
 
-  app.get('/api/1/admins', async () => {
+  // Admins are few (people and pipelines): listed whole, paged here.
+  app.get<{ Querystring: Query }>('/api/1/admins', async (req) => {
+    const { page, per_page } = paging(req.query);
     const list = (await admins.listAdmins()).map(view);
-    return { data: list, total: list.length };
+    return { data: list.slice((page - 1) * per_page, page * per_page), total: list.length, page, per_page };
   });
 
   app.get<{ Params: { name: string } }>('/api/1/admins/:name', async (req) => {
