@@ -146,6 +146,8 @@ t.test('tokens: shown once, stored hashed, replaced, revoked, expired; the boots
   t.same(Object.keys(shown.json.data).sort(), ['created_at', 'expires_at', 'last_used_at', 'name', 'revoked_at', 'role']);
   t.ok(shown.json.data.last_used_at, 'use is recorded');
   t.notOk(JSON.stringify((await root('GET', '/api/1/admins')).json).includes(token), 'the list never shows a token');
+  t.match((await root('GET', '/api/1/admins?per_page=1&page=1')).json, { data: [{ name: 'ops' }], total: 1, page: 1, per_page: 1 });
+  t.match(await root('GET', '/api/1/admins?sort=name'), { status: 400 }, 'an unknown parameter is refused');
   t.match(await server.store.admins.adminByDigest(tokenDigest(token)), { name: 'ops' }, 'the digest is what is stored');
 
   t.match(await root('POST', '/api/1/admins', { name: 'ops', role: 'viewer' }), { status: 409, json: { error: { code: 'ERR_CONFLICT' } } });
