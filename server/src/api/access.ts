@@ -71,6 +71,10 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/changes/histogram': view,
   'GET /api/1/lifecycle': view,
   'GET /api/1/system/status': view,
+  // The console's read endpoints
+  'GET /api/1/compliance/history': view,
+  'GET /api/1/compliance/worst-nodes': view,
+  'GET /api/1/nodes/:id/identity': view,
   // Policy
   ...policyAccess(),
   // Read only though a POST (the desired objects are its body): what GETs show, so any role;
@@ -118,7 +122,7 @@ export const accessOf = (req: FastifyRequest): RouteAccess | undefined => ROUTE_
 const forbidden = (req: FastifyRequest, needed: Role, what: string) =>
   capstanError('ERR_FORBIDDEN', `${req.principal!.name} has role ${req.principal!.role}; ${what} needs role ${needed}`);
 
-/** The role check: run after the authenticators have set `req.principal`. */
+/** The role check: run after authentication has set `req.principal`. */
 export async function checkAccess(req: FastifyRequest): Promise<void> {
   const principal = req.principal;
   if (!principal) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');

@@ -6,14 +6,14 @@
  * - Named admins (POST /api/1/admins): random 32-byte tokens, stored as their sha256 digest
  *   only, with a role, an optional expiry and a revocation time.
  *
- * A request's principal is set by the first authenticator that knows it (a bearer token here; a
- * console cookie may be put before it), then the role check (access.ts) reads `req.principal`.
+ * A request's principal is set from its bearer token or its console sign-in cookie (the console's
+ * adminAuthentication, with resolveToken below), then the role check (access.ts) reads
+ * `req.principal`.
  */
 import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { FastifyRequest } from 'fastify';
-import { capstanError, type Logger } from '@capstan/shared';
+import type { Logger } from '@capstan/shared';
 import type { AdminRole, AdminStore } from '../store/admins-types.js';
 
 export type Role = AdminRole;
@@ -99,51 +99,5 @@ export function tokenResolver(deps: TokenResolverDeps): ResolveToken {
       await deps.admins.touchAdmin(a.name, t.toISOString()).catch((err) => deps.log?.warn({ err }, 'cannot record admin use'));
     }
     return { name: a.name, role: a.role, ...(a.expires_at !== null && { expiresAt: a.expires_at }) };
-  };
-}
-
-/** One way of recognising a caller: a principal, or null to let the next one try. */
-export type Authenticator = (req: FastifyRequest) => Promise<Principal | null>;
-
-/** `Authorization: Bearer <token>`; a header present but wrong is refused outright. */
-export function bearerAuthenticator(resolve: ResolveToken): Authenticator {
-  return async (req) => {
-    const h = req.headers.authorization;
-    if (h === undefined) return null;
-    const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;
-    if (!m) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-    const p = await resolve(m[1]!);
-    if (!p) throw capstanError('ERR_UNAUTHORIZED', 'invalid, expired or revoked token');
-    return p;
-  };
-}
-
-/**
- * The onRequest hook that sets `req.principal`: the authenticators are tried in order (a console
- * login cookie first, then the bearer token); none knowing the caller is a 401.
- */
-export function authenticate(authenticators: readonly Authenticator[]): (req: FastifyRequest) => Promise<void> {
-  return async (req) => {
-    if (req.principal) return;
-    for (const a of authenticators) {
-      const p = await a(req);
-      if (p) {
-        req.principal = p;
-        return;
-      }
-    }
-    throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-  };
-}
-
-/** The bootstrap token alone, for callers with no store (kept for tools built on it). */
-export function requireAdmin(token: string): (req: FastifyRequest) => Promise<void> {
-  const expected = createHash('sha256').update(token).digest();
-  return async (req) => {
-    const h = req.headers.authorization;
-    const m = typeof h === 'string' ? /^Bearer\s+(\S+)$/i.exec(h) : null;
-    if (!m) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-    if (!timingSafeEqual(createHash('sha256').update(m[1]!).digest(), expected)) throw capstanError('ERR_UNAUTHORIZED', 'invalid token');
-    req.principal = { name: BOOTSTRAP_ADMIN, role: 'admin' };
   };
 }
