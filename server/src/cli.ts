@@ -277,7 +277,7 @@ verb(nodes, 'properties <id>', "a node's admin-set properties; --set/--unset cha
   .option('-s, --set <key=value>', 'set a property, repeatable', collect)
   .option('-u, --unset <key>', 'remove a property, repeatable', collect)
   .action(async (id: string, flags: CommonFlags & { set?: string[]; unset?: string[] }) => {
-    await withStore(flags, async (store) => {
+    await withNodes(flags, async (registry, store) => {
       let props = await store.getProperties(id);
       if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${id} is unknown`);
       if (flags.set || flags.unset) {
@@ -288,7 +288,7 @@ verb(nodes, 'properties <id>', "a node's admin-set properties; --set/--unset cha
           next[kv.slice(0, i)] = kv.slice(i + 1);
         }
         for (const k of flags.unset ?? []) delete next[k];
-        props = (await store.setProperties(id, next))!;
+        props = await registry.setProperties(id, next, { cause: CLI_CAUSE });
       }
       out(flags, { data: props }, () => table([['property', (r) => r[0]], ['value', (r) => r[1]]], Object.entries(props!)));
     });

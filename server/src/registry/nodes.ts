@@ -9,7 +9,7 @@
 import { capstanError, type Logger } from '@capstan/shared';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../store/store.js';
 
-export type NodeChangeKind = 'accept' | 'refuse' | 'create' | 'patch' | 'state' | 'remove' | 'contact';
+export type NodeChangeKind = 'accept' | 'refuse' | 'create' | 'patch' | 'state' | 'properties' | 'remove' | 'contact';
 
 export interface NodeChanged {
   kind: NodeChangeKind;
@@ -69,6 +69,15 @@ export class NodeRegistry {
 
   async setState(id: string, state: string, opts: { cause?: string; at?: string } = {}): Promise<NodeRecord> {
     return this.change('state', await this.mustGet(id), { kind: 'state', state }, opts.cause, opts.at);
+  }
+
+  /** Replace the node's properties (they may move it in or out of groups). */
+  async setProperties(id: string, properties: Parameters<Store['setProperties']>[1], opts: { cause?: string } = {}): Promise<NonNullable<Awaited<ReturnType<Store['setProperties']>>>> {
+    const node = await this.mustGet(id);
+    const props = await this.deps.store.setProperties(id, properties);
+    if (props === null) throw unknown(id);
+    await this.emit({ kind: 'properties', id, before: node, after: node, at: this.now().toISOString(), cause: opts.cause ?? 'admin' });
+    return props;
   }
 
   /** Delete the node with its runs and history, revoking its certificate. */

@@ -178,9 +178,7 @@ export function nodeRoutes(app: FastifyInstance, store: Store, nodes: NodeRegist
     return { data: props };
   });
   app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
-    const props = await store.setProperties(req.params.id, checkProperties(await readJson(req)));
-    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
-    return { data: props };
+    return { data: await nodes.setProperties(req.params.id, checkProperties(await readJson(req))) };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/inventory', async (req) => {
