@@ -93,7 +93,7 @@ t.test('API and command line: same records, history and effects for every node c
 
   // create
   t.equal((await api('POST', '/api/1/nodes', { host: '10.0.0.1', id: 'a3', name: 'n', tags: { env: 'prod' } })).status, 201);
-  await cli('add', '--host', '10.0.0.1', '--id', 'c3', '--name', 'n', '--tag', 'env=prod');
+  await cli('add', '--host', '10.0.0.2', '--id', 'c3', '--name', 'n', '--tag', 'env=prod');
   await same('a3', 'c3', 'create');
   t.equal(!!(await configId('c3')), !!(await configId('a3')), 'create: same policy presence');
 
