@@ -167,11 +167,9 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
   t.same(problems, []);
 });
 
-// TODO(lead): finish once named admins with roles are merged. Sign in with a real viewer token
-// (made through the roles API) on a real server, and check that the API itself refuses the
-// viewer's accept even with the CSRF token: 403 ERR_FORBIDDEN, and the node still pending.
-// Until then the hook resolves only the admin token and this can only fail, hence `todo`.
-t.test('the API refuses a viewer\'s accept made through the console (roles)', { skip, todo: 'needs the roles work (resolveToken with roles, ERR_FORBIDDEN)' }, async (t) => {
+// A real viewer (made through the admins API) signed in to the console: the API itself refuses
+// its accept, even with the CSRF token, and the refusal is in the audit log.
+t.test('the API refuses a viewer\'s accept made through the console', async (t) => {
   const dir = t.testdir();
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
@@ -179,15 +177,22 @@ t.test('the API refuses a viewer\'s accept made through the console (roles)', { 
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   await store.upsertFromInventory(inventory('pending-2'));
-  const VIEWER = 'viewer-token-'.padEnd(40, 'v');
-  const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
+  const ADMIN = 'admin-token-'.padEnd(40, 'a');
   const signIns = new ConsoleSignIns({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken, console: { signIns, assets: new Map(), history: null } });
+  // The server's own token resolver: the bootstrap admin and the named admins in the store.
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}), console: { signIns, assets: new Map(), history: null } });
   t.teardown(() => app.close());
-  const signIn = await app.inject({ method: 'POST', url: '/console/sign-in', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ token: VIEWER }) });
+  const made = await app.inject({ method: 'POST', url: '/api/1/admins', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, payload: JSON.stringify({ name: 'vera', role: 'viewer' }) });
+  t.equal(made.statusCode, 201, made.body);
+  const signIn = await app.inject({ method: 'POST', url: '/console/sign-in', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ token: made.json().data.token }) });
+  t.equal(signIn.statusCode, 201, signIn.body);
   const cookie = String(signIn.headers['set-cookie']).split(';')[0]!;
+  const who = await app.inject({ method: 'GET', url: '/console/sign-in', headers: { cookie } });
+  t.match(who.json().data, { name: 'vera', role: 'viewer' }, 'the sign-in has the token\'s role');
   const res = await app.inject({ method: 'POST', url: '/api/1/nodes/pending-2/accept', headers: { cookie, 'x-csrf-token': signIn.json().data.csrf_token } });
-  t.equal(res.statusCode, 403);
+  t.equal(res.statusCode, 403, res.body);
   t.equal(res.json().error?.code, 'ERR_FORBIDDEN');
-  t.equal((await store.getNode('pending-2'))!.accepted, 'pending');
+  t.equal((await store.getNode('pending-2'))!.accepted, 'pending', 'still pending');
+  const audit = await app.inject({ method: 'GET', url: '/api/1/audit?admin=vera', headers: { authorization: `Bearer ${ADMIN}` } });
+  t.match(audit.json().data, [{ admin: 'vera', role: 'viewer', action: 'node.accept', target: 'pending-2', status: 403, error: 'ERR_FORBIDDEN' }], 'the refusal is audited');
 });

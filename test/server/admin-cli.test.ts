@@ -120,7 +120,7 @@ t.test('admins, whoami and audit against the API shape, with coded refusals', as
     'POST /api/1/admins/alice/token': () => [201, { data: { ...admin, token: 'new-token' } }],
     'GET /api/1/whoami': () => [200, { data: { name: 'root', role: 'admin', expires_at: null } }],
     'GET /api/1/audit': () => [200, {
-      data: [{ id: 1, at: '2026-11-25T10:00:00Z', admin: 'alice', role: 'operator', action: 'node.accept', method: 'POST', path: '/api/1/nodes/n1/accept', target: 'n1', address: '127.0.0.1', status: 200, code: null }],
+      data: [{ id: 1, at: '2026-11-25T10:00:00Z', admin: 'alice', role: 'operator', action: 'node.accept', method: 'POST', path: '/api/1/nodes/n1/accept', target: 'n1', address: '127.0.0.1', status: 200, error: null }],
       total: 1, page: 1, per_page: 100,
     }],
   });
@@ -140,7 +140,7 @@ t.test('admins, whoami and audit against the API shape, with coded refusals', as
 
   const audit = await capstan(['audit', '--admin', 'alice', '--result', 'ok', '--from', '2026-11-25T00:00:00Z', '--csv'], env);
   t.equal(audit.code, 0, audit.err);
-  t.equal(audit.out, 'at,admin,role,action,target,status,code,address\r\n2026-11-25T10:00:00Z,alice,operator,node.accept,n1,200,,127.0.0.1\r\n');
+  t.equal(audit.out, 'at,admin,role,action,target,status,error,address\r\n2026-11-25T10:00:00Z,alice,operator,node.accept,n1,200,,127.0.0.1\r\n');
   const q = new URL(api.seen.at(-1)!.url, api.url).searchParams;
   t.same(Object.fromEntries(q), { from: '2026-11-25T00:00:00Z', admin: 'alice', result: 'ok', page: '1', per_page: '100' });
 });
@@ -276,4 +276,38 @@ t.test('--ca-file: a server certified by a private CA is trusted with it, refuse
   t.equal(trusted.code, 0, trusted.err);
   t.match(trusted.out, /role\s+admin/);
   t.equal((await capstan(['--url', url, '--ca-file', join(dir, 'absent.pem'), 'whoami'], { CAPSTAN_TOKEN: 'tok' })).code, EXIT.USAGE);
+});
+
+t.test('admins, whoami and audit against the real server: roles, a refusal, the record', async (t) => {
+  const { loadServerConfig } = await import('@capstan/server/config');
+  const { openStore } = await import('@capstan/server/store/index');
+  const { buildApp } = await import('@capstan/server/api/app');
+  const { silentLogger, Spool } = await import('@capstan/shared');
+  const dir = t.testdir();
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const ADMIN = 'admin-token-'.padEnd(40, 'a');
+  const app = buildApp({ config: loadServerConfig({ overrides: { 'general.data_dir': dir } }), store, spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}) });
+  await app.listen({ host: '127.0.0.1', port: 0 });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  const url = `http://127.0.0.1:${(app.server.address() as { port: number }).port}`;
+  const asAdmin = { CAPSTAN_URL: url, CAPSTAN_TOKEN: ADMIN };
+
+  const made = await capstan(['--json', 'admins', 'create', 'olga', '--role', 'operator', '--expires', '30d'], asAdmin);
+  t.equal(made.code, 0, made.err);
+  const token = (JSON.parse(made.out) as { data: { token: string } }).data.token;
+  const asOlga = { CAPSTAN_URL: url, CAPSTAN_TOKEN: token };
+  t.match((await capstan(['--json', 'whoami'], asOlga)).out, /"name": "olga"[\s\S]*"role": "operator"/);
+  const refused = await capstan(['admins', 'create', 'mallory', '--role', 'admin'], asOlga);
+  t.equal(refused.code, EXIT.UNAUTHORIZED, 'an operator may not make admins');
+  t.match(refused.err, /^capstan: ERR_FORBIDDEN: /);
+  const audit = await capstan(['audit', '--admin', 'olga', '--csv'], asAdmin);
+  t.equal(audit.code, 0, audit.err);
+  t.match(audit.out, /^at,admin,role,action,target,status,error,address\r\n.*,olga,operator,admin\.create,,403,ERR_FORBIDDEN,127\.0\.0\.1\r\n$/, 'the refusal, recorded');
+  t.equal((await capstan(['admins', 'delete', 'olga'], asAdmin)).code, 0);
+  t.equal((await capstan(['whoami'], asOlga)).code, EXIT.UNAUTHORIZED, 'a revoked token is refused');
 });

@@ -7,7 +7,7 @@ import { enc, int, type Verbs } from '../kit.js';
 
 const AUDIT_COLUMNS: Column[] = [
   ['at', (a) => a.at], ['admin', (a) => a.admin], ['role', (a) => a.role], ['action', (a) => a.action], ['target', (a) => a.target],
-  ['status', (a) => a.status], ['code', (a) => a.code], ['address', (a) => a.address],
+  ['status', (a) => a.status], ['error', (a) => a.error], ['address', (a) => a.address],
 ];
 const ADMIN_COLUMNS: Column[] = [['name', (a) => a.name], ['role', (a) => a.role], ['created_at', (a) => a.created_at], ['expires_at', (a) => a.expires_at]];
 
