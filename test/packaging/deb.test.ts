@@ -15,8 +15,9 @@ import { requiredInCi } from '../helpers/programs.js';
 const REPO = resolve(import.meta.dirname, '../..');
 const PROGRAMS = ['agent', 'relayd', 'server'] as const;
 const VERSION = (JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { version: string }).version;
-// The whole file (packaging three programs, then installing them) may outlast tap's default 120 s when the machine is busy.
-t.setTimeout(300_000);
+// The whole file (packaging three programs with their dependencies and the console, then
+// installing them) takes 2–4 minutes on a busy 2-core machine: bounded well above that.
+t.setTimeout(600_000);
 
 interface Result {
   code: number;
@@ -27,8 +28,8 @@ interface Result {
 /** Runs a command to completion; a non-zero exit is a result, not an exception. */
 function run(cmd: string, args: string[], opts: { cwd?: string; env?: NodeJS.ProcessEnv } = {}): Promise<Result> {
   return new Promise((done) => {
-    // Packaging copies the relay's and server's cloud SDKs too: about a minute on a loaded 2-core machine.
-    execFile(cmd, args, { ...opts, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 180_000 }, (err, stdout, stderr) => {
+    // Packaging copies the relay's and server's dependencies (cloud SDKs, ssh2): up to ~4 minutes when loaded.
+    execFile(cmd, args, { ...opts, encoding: 'utf8', maxBuffer: 16 * 1024 * 1024, timeout: 420_000 }, (err, stdout, stderr) => {
       const code = err === null ? 0 : typeof err.code === 'number' ? err.code : 127;
       done({ code, stdout, stderr });
     });
