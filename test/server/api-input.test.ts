@@ -4,42 +4,16 @@
  * unknown on every route, states and references that do not exist; and one page bound for
  * every list.
  */
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { jsonDepth, METHOD_SPECS, silentLogger, Spool, validateMethodParams } from '@capstan/shared';
-import { buildApp } from '@capstan/server/api/app';
+import { adminApp } from '../helpers/admin-app.js';
+import { jsonDepth, METHOD_SPECS, validateMethodParams } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
-import { openStore } from '@capstan/server/store/index';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
-import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { MAX_PER_PAGE } from '@capstan/server/api/params';
 import { inventory, run } from './store-suite.js';
 
-const TOKEN = 'z'.repeat(32);
 
 async function setup(t: Test, overrides: Record<string, unknown> = {}) {
-  const dir = t.testdir();
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...overrides } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const key = await ensurePolicyKey(dir);
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
-  const send = async (method: string, url: string, payload?: string) => {
-    const res = await app.inject({
-      method: method as 'GET', url,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(payload !== undefined && { 'content-type': 'application/json' }) },
-      ...(payload !== undefined && { payload }),
-    });
-    const json = res.headers['content-type']?.toString().startsWith('application/json') ? JSON.parse(res.body) : null;
-    return { status: res.statusCode, json, code: json?.error?.code as string | undefined };
-  };
-  const api = (method: string, url: string, body?: unknown) => send(method, url, body === undefined ? undefined : JSON.stringify(body));
+  const { api, send, store } = await adminApp(t, { overrides });
   return { api, send, store };
 }
 

@@ -4,38 +4,13 @@
  * list, built-in groups (listed, targetable, immutable), group members and a node's policy
  * explained, the fleet's software, a manual node with a known address, and unknown parameters.
  */
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { silentLogger, Spool } from '@capstan/shared';
-import { buildApp } from '@capstan/server/api/app';
-import { loadServerConfig } from '@capstan/server/config';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
-import { ensurePolicyKey } from '@capstan/server/policy/key';
-import { openStore } from '@capstan/server/store/index';
+import { adminApp } from '../helpers/admin-app.js';
 import { inventory } from './store-suite.js';
 
-const TOKEN = 'z'.repeat(32);
 
 async function setup(t: Test) {
-  const dir = t.testdir();
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir) } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
-  const api = async (method: string, url: string, body?: unknown) => {
-    const res = await app.inject({
-      method: method as 'GET', url,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { payload: JSON.stringify(body) }),
-    });
-    return { status: res.statusCode, json: res.body ? JSON.parse(res.body) : null };
-  };
+  const { api, store, generator } = await adminApp(t);
   for (const [id, pkgs] of [['n1', [{ name: 'nginx', version: '1.22.1-9' }]], ['n2', [{ name: 'nginx', version: '1.18.0-6' }, { name: 'openssl', version: '3.0.11-1' }]]] as const) {
     await store.upsertFromInventory(inventory(id, {
       inventory: { node_id: id, packages: pkgs, interfaces: [{ name: 'eth0', addresses: [{ address: id === 'n1' ? '10.0.0.1' : '10.0.0.2' }] }] },

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { stat } from 'node:fs/promises';
 import { createHash } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { adminApp, ADMIN_TOKEN as TOKEN } from '../helpers/admin-app.js';
 import { capstanError, silentLogger, Spool, systemExpectations, verifyBundle, policyKeyId } from '@capstan/shared';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
@@ -15,30 +16,9 @@ import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { inventory } from './store-suite.js';
 
-const TOKEN = 'y'.repeat(32);
 
 async function setup(t: Test) {
-  const dir = t.testdir();
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const key = await ensurePolicyKey(dir);
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
-  const api = async (method: string, url: string, body?: unknown, headers: Record<string, string> = {}) => {
-    const res = await app.inject({
-      method: method as 'GET', url,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }), ...headers },
-      ...(body !== undefined && { payload: JSON.stringify(body) }),
-    });
-    const json = res.body && res.headers['content-type']?.toString().startsWith('application/json') ? JSON.parse(res.body) : null;
-    return { status: res.statusCode, json, headers: res.headers };
-  };
+  const { dir, api, store, key, generator } = await adminApp(t);
   return { dir, api, store, key, generator };
 }
 

@@ -4,37 +4,12 @@
  * (static and dynamic groups), nothing written, coded errors naming the field, and a plan
  * applied with PUT and DELETE leaving nothing to do.
  */
-import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { silentLogger, Spool } from '@capstan/shared';
-import { buildApp } from '@capstan/server/api/app';
-import { loadServerConfig } from '@capstan/server/config';
-import { openStore } from '@capstan/server/store/index';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
-import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { adminApp } from '../helpers/admin-app.js';
 
-const TOKEN = 'p'.repeat(32);
 
 async function setup(t: Test, maxPlanBytes?: number) {
-  const dir = t.testdir();
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), ...(maxPlanBytes && { maxPlanBytes }) } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
-  const api = async (method: string, url: string, body?: unknown) => {
-    const res = await app.inject({
-      method: method as 'GET', url,
-      headers: { authorization: `Bearer ${TOKEN}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { payload: JSON.stringify(body) }),
-    });
-    return { status: res.statusCode, json: res.body ? JSON.parse(res.body) : null };
-  };
+  const { api, store } = await adminApp(t, { ...(maxPlanBytes && { maxPlanBytes }) });
   let hosts = 0;
   const node = async (id: string, tags: Record<string, string> = {}) => {
     // One address per node: a second node at a known address is refused (ERR_ADDRESS_TAKEN).

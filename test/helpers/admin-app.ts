@@ -1,0 +1,53 @@
+/**
+ * The server's HTTP app in process on a real SQLite store, with the policy generator and key, and
+ * an admin client that goes through `inject` (no socket): what the admin API tests start from.
+ */
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import { silentLogger, Spool } from '@capstan/shared';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { openStore } from '@capstan/server/store/index';
+
+export const ADMIN_TOKEN = 'z'.repeat(32);
+
+export interface Answer {
+  status: number;
+  /** The body parsed when it is JSON, else null. */
+  json: any;
+  /** The error's code, when the answer is one. */
+  code: string | undefined;
+  headers: Record<string, string | string[] | number | undefined>;
+}
+
+export async function adminApp(t: Test, opts: { overrides?: Record<string, unknown>; maxPlanBytes?: number } = {}) {
+  const dir = t.testdir();
+  const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...opts.overrides } });
+  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const key = await ensurePolicyKey(dir);
+  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const policy = { store, generator, key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }) };
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: ADMIN_TOKEN, status: async () => ({}), policy });
+  t.teardown(async () => {
+    await app.close();
+    await store.close();
+  });
+  /** A request with a raw body (or none); `auth` '' sends no Authorization header. */
+  const send = async (method: string, url: string, payload?: string, headers: Record<string, string> = {}, auth = `Bearer ${ADMIN_TOKEN}`): Promise<Answer> => {
+    const res = await app.inject({
+      method: method as 'GET', url,
+      headers: { ...(auth && { authorization: auth }), ...(payload !== undefined && { 'content-type': 'application/json' }), ...headers },
+      ...(payload !== undefined && { payload }),
+    });
+    const json = res.body && res.headers['content-type']?.toString().startsWith('application/json') ? JSON.parse(res.body) : null;
+    return { status: res.statusCode, json, code: json?.error?.code as string | undefined, headers: res.headers };
+  };
+  /** The same with a JSON body. */
+  const api = (method: string, url: string, body?: unknown, headers: Record<string, string> = {}, auth?: string) =>
+    send(method, url, body === undefined ? undefined : JSON.stringify(body), headers, auth);
+  return { dir, config, store, spool, key, generator, app, api, send };
+}
