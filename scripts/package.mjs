@@ -49,7 +49,7 @@ function main(argv) {
 /** What every package shares: version, Node.js floor, maintainer, timestamp. */
 function context() {
   const rootPkg = readJson(join(REPO, 'package.json'));
-  const versions = new Set(['shared', ...PROGRAMS].map((ws) => readJson(join(REPO, ws, 'package.json')).version));
+  const versions = new Set(['shared', 'toolkit', ...PROGRAMS].map((ws) => readJson(join(REPO, ws, 'package.json')).version));
   // Every program answers --version with shared's version: one version or the packages would lie.
   if (versions.size !== 1) throw new Error(`workspace versions differ (${[...versions].join(', ')}): bump them together`);
   const floor = /^>=\s*(\d+(?:\.\d+){0,2})$/.exec(rootPkg.engines?.node ?? '');

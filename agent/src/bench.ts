@@ -11,7 +11,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { computeConfigId, signBundle, type BundleDirective } from '@capstan/shared/agent';
+import { computeConfigId, signBundle, type BundleDirective } from '@capstan/shared/policy/bundle';
 
 export interface AgentBenchResult {
   directives: number;

@@ -4,7 +4,8 @@
  * node with no policy yet sends results the server can count.
  */
 import { chmod, stat } from 'node:fs/promises';
-import { capDiff, DIFF_EVENT_TYPE, diffMessage, SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/agent';
+import { SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/policy/system';
+import { capDiff, DIFF_EVENT_TYPE, diffMessage } from '@capstan/shared/runlog/diff';
 import { modeLine } from './methods/diff.js';
 import type { RunLogWriter } from './runlog/write.js';
 

@@ -10,9 +10,11 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Command } from 'commander';
 import { pino } from 'pino';
-import {
-  CAPSTAN_VERSION, complianceLine, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, isCapstanError, logOptions, usageErrorsExit2, type Logger,
-} from '@capstan/shared/agent';
+import { complianceLine } from '@capstan/shared/compliance/compute';
+import { isCapstanError } from '@capstan/shared/errors';
+import { logOptions, type Logger } from '@capstan/shared/log';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH } from '@capstan/shared/protocol';
+import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
 import { loadAgentConfig, type AgentConfig } from './config.js';
 import { ensureIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';

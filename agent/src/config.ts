@@ -1,5 +1,7 @@
 /** capstan-agent's configuration schema (see packaging/etc/capstan/agent.toml). */
-import { capstanError, DEFAULT_MAX_DIFF_BYTES, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/agent';
+import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
+import { DEFAULT_MAX_DIFF_BYTES } from '@capstan/shared/runlog/diff';
 
 export const AGENT_SCHEMA = {
   agent: {

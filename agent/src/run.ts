@@ -6,10 +6,13 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import {
-  bundleExpectations, compressSync, computeCompliance, INVENTORY_TOKEN_FIELD, inventoryFileName, runLogFileName, signSmime, summarize,
-  tokenRequestStamp, type ComplianceCounts, type Enrollment, type Logger,
-} from '@capstan/shared/agent';
+import { bundleExpectations, computeCompliance, summarize, type ComplianceCounts } from '@capstan/shared/compliance/compute';
+import { compressSync } from '@capstan/shared/envelope/codec';
+import { type Enrollment } from '@capstan/shared/identity/keeper';
+import { INVENTORY_TOKEN_FIELD, tokenRequestStamp } from '@capstan/shared/identity/renew';
+import { type Logger } from '@capstan/shared/log';
+import { inventoryFileName, runLogFileName } from '@capstan/shared/runlog/name';
+import { signSmime } from '@capstan/shared/smime/sign';
 import type { AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';

@@ -9,7 +9,11 @@
  */
 import { Command } from 'commander';
 import { pino } from 'pino';
-import { CAPSTAN_VERSION, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, isCapstanError, logOptions, sdAssign, startWatchdog, usageErrorsExit2 } from './shared.js';
+import { isCapstanError } from '@capstan/shared/errors';
+import { logOptions } from '@capstan/shared/log';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP } from '@capstan/shared/protocol';
+import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
+import { sdAssign, startWatchdog } from '@capstan/toolkit';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import { startRelay, type RelayHandle } from './daemon.js';
 import { ensureRelayKey } from './identity/own.js';

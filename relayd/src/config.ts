@@ -3,7 +3,9 @@
  * packaging/etc/capstan/relayd.toml, which lists them all commented at these defaults).
  * `checkRelaydConfig` adds the cross-field rules a schema cannot say.
  */
-import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from './shared.js';
+import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
+import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
 
 export const RELAYD_SCHEMA = {
   general: {

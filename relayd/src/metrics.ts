@@ -4,7 +4,7 @@
  * (R/src/metrics.rs) with a capstan_relayd_ prefix, by spool kind instead of one family per kind.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { SPOOL_KINDS, type SpoolKind } from './shared.js';
+import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
 
 export interface SpoolGauges {
   depth(): Promise<Record<SpoolKind, number>>;

@@ -6,7 +6,8 @@
 import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { SecureContextOptions } from 'node:tls';
-import { capstanError, loadListenerTls as loadSharedListenerTls, type ListenerTls } from './shared.js';
+import { capstanError } from '@capstan/shared/errors';
+import { loadListenerTls as loadSharedListenerTls, type ListenerTls } from '@capstan/toolkit';
 import type { RelaydConfig } from './config.js';
 import type { UpstreamTls } from './forward/upstream.js';
 

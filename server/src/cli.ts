@@ -10,10 +10,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError } from 'commander';
 import { pino } from 'pino';
-import {
-  CAPSTAN_VERSION, capstanError, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, EXIT_UNAVAILABLE, isCapstanError, loadListenerTls, logOptions, parseDuration, sdAssign,
-  silentLogger, startWatchdog, usageErrorsExit2,
-} from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError, EXIT_CODES_HELP, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP, EXIT_UNAVAILABLE, isCapstanError, logOptions, parseDuration, silentLogger, usageErrorsExit2 } from '@capstan/shared';
+import { loadListenerTls, sdAssign, startWatchdog } from '@capstan/toolkit';
 import { complianceClock, complianceSettings, complianceView, withPercent } from './registry/compliance.js';
 import { changeQuery } from './api/routes/changes.js';
 import { createBody, listView, patchBody } from './api/routes/nodes.js';

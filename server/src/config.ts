@@ -1,5 +1,6 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 

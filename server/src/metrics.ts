@@ -8,7 +8,8 @@
  * hard cannot turn into a stream of aggregate queries over 100,000 nodes.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { isCapstanError, type ProcessedEvent } from '@capstan/shared';
+import { isCapstanError } from '@capstan/shared';
+import { type ProcessedEvent } from '@capstan/toolkit';
 import type { SweepResult } from './registry/lifecycle.js';
 import type { RegistryCounts } from './store/store.js';
 

@@ -4,12 +4,11 @@
  */
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import {
-  capstanError, loadListenerTls, makeDir, parseListen, RecentBodies, Spool, SpoolProcessor, SPOOL_KINDS, startSpoolCleanup, type Logger, type ProcessedEvent, type SpoolKind,
-} from '@capstan/shared';
+import { capstanError, makeDir, parseListen, SPOOL_KINDS, type Logger, type SpoolKind } from '@capstan/shared';
+import { loadListenerTls, RecentBodies, Spool, SpoolProcessor, startSpoolCleanup, type ProcessedEvent } from '@capstan/toolkit';
 import { buildApp } from './api/app.js';
 import { reindexInventories } from './ingest/reindex.js';
-import { Poller } from '@capstan/shared/providers/index';
+import { Poller } from '@capstan/toolkit/providers/index';
 import { applyPoll, recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
 import { ComplianceHistory } from './console/history.js';
@@ -24,7 +23,7 @@ import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
-import { AgentPackages } from '@capstan/shared/bootstrap/packages';
+import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
 import { RelayHub } from './remote-run/hub.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';

@@ -10,9 +10,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { stat, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  checkRenewRequest, generateSigningKey, HEADER_TOKEN_REQUEST, issueNodeToken, silentLogger,
-} from '@capstan/shared';
+import { checkRenewRequest, generateSigningKey, HEADER_TOKEN_REQUEST, issueNodeToken, silentLogger } from '@capstan/shared';
 import { ensureIdentity } from '@capstan/agent/identity/state';
 import { TokenKeeper } from '@capstan/agent/identity/token';
 import { Outbox } from '@capstan/agent/queue/outbox';

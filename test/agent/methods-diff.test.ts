@@ -6,9 +6,7 @@ import { createHash } from 'node:crypto';
 import { chmod, chown, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  bundleExpectations, computeCompliance, countByType, summarize, isCompleteRun, parseDiffMessage, parseRunLog, silentLogger, TRUNCATED_LINE, type BundleDirective, type Report, type ReportDiff,
-} from '@capstan/shared';
+import { bundleExpectations, computeCompliance, countByType, summarize, isCompleteRun, parseDiffMessage, parseRunLog, silentLogger, TRUNCATED_LINE, type BundleDirective, type Report, type ReportDiff } from '@capstan/shared';
 import { applyDirectives, nodeConditionEnv } from '@capstan/agent/policy/apply';
 import { RunLogWriter } from '@capstan/agent/runlog/write';
 import type { DiffSettings } from '@capstan/agent/methods/diff';

@@ -9,7 +9,8 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { silentLogger, Spool, SpoolProcessor } from '@capstan/shared';
+import { silentLogger } from '@capstan/shared';
+import { Spool, SpoolProcessor } from '@capstan/toolkit';
 
 const name = (i: number) => `2025-01-01T00:00:00+00:00@node-${String(i).padStart(5, '0')}.log`;
 

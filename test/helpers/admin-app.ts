@@ -4,7 +4,8 @@
  */
 import { join } from 'node:path';
 import type { Test } from 'tap';
-import { silentLogger, Spool } from '@capstan/shared';
+import { silentLogger } from '@capstan/shared';
+import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { PolicyGenerator } from '@capstan/server/policy/generate';

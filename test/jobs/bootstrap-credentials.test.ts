@@ -10,7 +10,7 @@ import t from 'tap';
 import { parse as parseToml } from 'smol-toml';
 import { chooseCredential, openCredential, parseCredentialRequest, parseSelector, sealCredential } from '@capstan/server/bootstrap/credentials';
 import { agentConfigText } from '@capstan/server/bootstrap/runner';
-import { AgentPackages } from '@capstan/shared/bootstrap/packages';
+import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
 import { parseJobRequest } from '@capstan/server/jobs/create';
 import { KeySealer } from '@capstan/server/identity/seal';
 import type { CredentialRecord } from '@capstan/server/store/index';

@@ -55,7 +55,7 @@ t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the
   for (const [, name] of PROGRAMS) {
     t.ok((await lstat(join(clone, 'node_modules', '.bin', name))).isSymbolicLink(), `node_modules/.bin/${name} after npm ci`);
   }
-  for (const ws of ['shared', 'agent', 'relayd', 'server']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
+  for (const ws of ['shared', 'toolkit', 'agent', 'relayd', 'server']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
   for (const addon of await nativeAddons(join(ROOT, 'node_modules'))) {
     await cp(join(ROOT, 'node_modules', addon, 'build'), join(clone, 'node_modules', addon, 'build'), { recursive: true });
   }

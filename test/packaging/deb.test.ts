@@ -156,6 +156,8 @@ async function packagingTests(): Promise<void> {
       t.equal(await readlink(join(ROOT, cmd)), `../lib/capstan/${p}/dist/cli.js`, `${cmd} runs the installed program`);
       t.equal((await owner(`usr/lib/capstan/${p}/dist/cli.js`)).mode, '755');
       t.ok(await exists(`usr/lib/capstan/${p}/node_modules/@capstan/shared/dist/index.js`), 'shared is bundled');
+      // The daemons' toolkit (spool, HTTP, providers) ships with the relay and the server, never the agent.
+      t.equal(await exists(`usr/lib/capstan/${p}/node_modules/@capstan/toolkit/dist/index.js`), p !== 'agent', `${p}: toolkit bundled only with the daemons`);
       t.notOk(await exists(`usr/lib/capstan/${p}/src`), 'no TypeScript sources');
       // The web console ships in the server package only, built (scripts/build-console.mjs), with its libraries' licences.
       t.equal(await exists(`usr/lib/capstan/${p}/dist/web/index.html`), p === 'server', `${p}: the console's page only in the server package`);

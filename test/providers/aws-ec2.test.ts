@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { checkManager, discover } from '@capstan/shared/providers/index';
+import { checkManager, discover } from '@capstan/toolkit/providers/index';
 import { applyPoll, recordToSpec, specToStored } from '@capstan/server/providers/managers';
 import { sqliteBackend } from './backends.js';
 import { startFakeEc2, type Ec2Fixture } from './fake-ec2.js';
@@ -79,7 +79,7 @@ t.test('an unreachable or refusing endpoint is reported with the cloud error', a
   writeFileSync(file, JSON.stringify({ account: '1', regions: {} }));
   const ec2 = await startFakeEc2(file);
   t.teardown(() => ec2.close());
-  const { driverFor } = await import('@capstan/shared/providers/index');
+  const { driverFor } = await import('@capstan/toolkit/providers/index');
   const refused = await (await driverFor(manager(ec2.url))).test();
   t.equal(refused.reachable, false);
   t.match(refused.error, /AuthFailure.*region eu-west-1 is not enabled/);

@@ -11,8 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { applyFilters, checkManager } from '@capstan/shared/providers/index';
-import { azureDriver } from '@capstan/shared/providers/azure-vm';
+import { applyFilters, checkManager } from '@capstan/toolkit/providers/index';
+import { azureDriver } from '@capstan/toolkit/providers/azure-vm';
 
 const TOKEN = 'local-arm-token';
 const SUB = '00000000-1111-2222-3333-444444444444';

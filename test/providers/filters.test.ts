@@ -5,7 +5,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { applyFilters, checkDiscoveryFilters, checkManager, discover, wildcard, type DiscoveredInstance } from '@capstan/shared/providers/index';
+import { applyFilters, checkDiscoveryFilters, checkManager, discover, wildcard, type DiscoveredInstance } from '@capstan/toolkit/providers/index';
 import { cloudFromInstanceData } from '@capstan/agent/inventory/collect';
 
 t.test('tag values use AWS wildcards: * any run, ? one character, \\ escapes', async (t) => {

@@ -13,8 +13,8 @@ import type { AddressInfo } from 'node:net';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { applyFilters, checkManager } from '@capstan/shared/providers/index';
-import { gcpDriver } from '@capstan/shared/providers/gcp';
+import { applyFilters, checkManager } from '@capstan/toolkit/providers/index';
+import { gcpDriver } from '@capstan/toolkit/providers/gcp';
 
 const TOKEN = 'ya29.local-test-token';
 

@@ -4,7 +4,7 @@
  * just loses the link. Also: a host two static lists name is one node linked to both.
  */
 import t, { type Test } from 'tap';
-import { checkManager, discover } from '@capstan/shared/providers/index';
+import { checkManager, discover } from '@capstan/toolkit/providers/index';
 import { applyPoll, deleteManager, parseNodesChoice, specToStored } from '@capstan/server/providers/managers';
 import type { Store } from '@capstan/server/store/index';
 import { sqliteBackend } from './backends.js';

@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { checkManager, Poller, type ManagerSpec, type PollOutcome } from '@capstan/shared/providers/index';
+import { checkManager, Poller, type ManagerSpec, type PollOutcome } from '@capstan/toolkit/providers/index';
 import { waitFor } from '../helpers/programs.js';
 
 interface Report {

@@ -8,7 +8,8 @@ import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage } from 'node:http';
 import Fastify from 'fastify';
 import t from 'tap';
-import { installErrorHandler, installRawBodies, silentLogger } from '@capstan/shared';
+import { silentLogger } from '@capstan/shared';
+import { installErrorHandler, installRawBodies } from '@capstan/toolkit';
 import { bootstrapForwardRoutes } from '@capstan/relayd/bootstrap/forward';
 import { Upstream } from '@capstan/relayd/forward/upstream';
 

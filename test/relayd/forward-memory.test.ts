@@ -6,7 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { Spool } from '@capstan/shared';
+import { Spool } from '@capstan/toolkit';
 
 /** A body that yields its first half, then waits for `release` before the rest. */
 function gated(data: Buffer): { body: AsyncIterable<Buffer>; release: () => void } {

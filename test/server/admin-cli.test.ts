@@ -282,7 +282,8 @@ t.test('admins, whoami and audit against the real server: roles, a refusal, the 
   const { loadServerConfig } = await import('@capstan/server/config');
   const { openStore } = await import('@capstan/server/store/index');
   const { buildApp } = await import('@capstan/server/api/app');
-  const { silentLogger, Spool } = await import('@capstan/shared');
+  const { silentLogger } = await import('@capstan/shared');
+  const { Spool } = await import('@capstan/toolkit');
   const dir = t.testdir();
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });

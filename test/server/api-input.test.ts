@@ -6,7 +6,8 @@
  */
 import t, { type Test } from 'tap';
 import { adminApp } from '../helpers/admin-app.js';
-import { jsonDepth, METHOD_SPECS, validateMethodParams } from '@capstan/shared';
+import { METHOD_SPECS, validateMethodParams } from '@capstan/shared';
+import { jsonDepth } from '@capstan/toolkit';
 import { loadServerConfig } from '@capstan/server/config';
 import { MAX_PER_PAGE } from '@capstan/server/api/params';
 import { inventory, run } from './store-suite.js';

@@ -5,7 +5,8 @@
  */
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { capstanError, silentLogger, Spool, type ProcessedEvent } from '@capstan/shared';
+import { capstanError, silentLogger } from '@capstan/shared';
+import { Spool, type ProcessedEvent } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { ServerMetrics } from '@capstan/server/metrics';

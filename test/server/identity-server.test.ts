@@ -8,10 +8,8 @@ import { readdirSync, statSync, writeFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  compressSync, createNodeIdentity, generateSigningKey, HEADER_TOKEN_REQUEST, INVENTORY_TOKEN_FIELD, inventoryFileName, issueNodeToken, makeRenewRequest,
-  signSmime, silentLogger, Spool, tokenRequestStamp, verifyNodeToken,
-} from '@capstan/shared';
+import { compressSync, createNodeIdentity, generateSigningKey, HEADER_TOKEN_REQUEST, INVENTORY_TOKEN_FIELD, inventoryFileName, issueNodeToken, makeRenewRequest, signSmime, silentLogger, tokenRequestStamp, verifyNodeToken } from '@capstan/shared';
+import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { authorizeNodeToken } from '@capstan/server/api/routes/identity';
 import { loadServerConfig } from '@capstan/server/config';

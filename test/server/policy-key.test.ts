@@ -6,7 +6,8 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { followEndorsements, silentLogger, Spool, verifyBundle } from '@capstan/shared';
+import { followEndorsements, silentLogger, verifyBundle } from '@capstan/shared';
+import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { openStore } from '@capstan/server/store/index';

@@ -8,9 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  compressSync, createNodeIdentity, formatReport, inventoryFileName, runLogFileName, silentLogger, Spool, verifySmime, type NodeIdentity as Identity,
-} from '@capstan/shared';
+import { compressSync, createNodeIdentity, formatReport, inventoryFileName, runLogFileName, silentLogger, verifySmime, type NodeIdentity as Identity } from '@capstan/shared';
+import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { NodeIdentity } from '@capstan/server/identity/service';

@@ -4,9 +4,7 @@ import { spawnSync } from 'node:child_process';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import {
-  certificateFingerprint, certificateNodeId, createNodeIdentity, parseCertificates,
-} from '@capstan/shared';
+import { certificateFingerprint, certificateNodeId, createNodeIdentity, parseCertificates } from '@capstan/shared';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const KEYS = path.join(FIXTURES, 'files/keys');

@@ -3,7 +3,7 @@
  * the [tls] section's checks across keys, shared by relayd and server.
  */
 import t from 'tap';
-import { checkListenerTlsConfig, isLoopbackHost } from '@capstan/shared';
+import { checkListenerTlsConfig, isLoopbackHost } from '@capstan/toolkit';
 
 const tls = (over: Partial<{ cert_file: string; key_file: string; min_version: string; allow_plaintext: boolean }> = {}) => ({
   cert_file: '', key_file: '', min_version: 'TLSv1.2', allow_plaintext: false, ...over,

@@ -1,9 +1,6 @@
 import t from 'tap';
 import { importJWK, SignJWT } from 'jose';
-import {
-  checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, RELAY_ROLE, tokenKeyId,
-  tokenNeedsRenewal, verifyNodeToken,
-} from '@capstan/shared';
+import { checkRenewRequest, createNodeIdentity, generateSigningKey, issueNodeToken, jwksOf, makeRenewRequest, RELAY_ROLE, tokenKeyId, tokenNeedsRenewal, verifyNodeToken } from '@capstan/shared';
 
 const ed = generateSigningKey('EdDSA');
 const rsa = generateSigningKey('RS256');

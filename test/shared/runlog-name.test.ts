@@ -3,10 +3,7 @@ import path from 'node:path';
 import t from 'tap';
 import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
-import {
-  compressionSuffix, inventoryFileName, isValidNodeId, parseInventoryName, parseRunInfo, runLogFileName,
-  type Compression,
-} from '@capstan/shared';
+import { compressionSuffix, inventoryFileName, isValidNodeId, parseInventoryName, parseRunInfo, runLogFileName, type Compression } from '@capstan/shared';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const absent = fixturesAbsent(RUDDER);

@@ -4,9 +4,7 @@ import { isDeepStrictEqual } from 'node:util';
 import t from 'tap';
 import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
-import {
-  CapstanError, countByType, formatReport, isCompleteRun, parseRunInfo, parseRunLog, DEFAULT_RUNLOG_LIMITS, type Report, type RunLog,
-} from '@capstan/shared';
+import { CapstanError, countByType, formatReport, isCompleteRun, parseRunInfo, parseRunLog, DEFAULT_RUNLOG_LIMITS, type Report, type RunLog } from '@capstan/shared';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const absent = fixturesAbsent(RUDDER);

@@ -4,10 +4,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
-import {
-  CapstanError, certificateFingerprint, certificateNodeId, createNodeIdentity, parseCertificates, readSignedContentUnverified, signSmime,
-  verifySmime,
-} from '@capstan/shared';
+import { CapstanError, certificateFingerprint, certificateNodeId, createNodeIdentity, parseCertificates, readSignedContentUnverified, signSmime, verifySmime } from '@capstan/shared';
 
 const FIXTURES = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const FILES = path.join(FIXTURES, 'files');

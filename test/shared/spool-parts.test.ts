@@ -3,8 +3,9 @@
 import { utimes, writeFile, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { Spool, startSpoolCleanup, type Logger } from '@capstan/shared';
-import { asSpoolFull } from '@capstan/shared/spool/admission';
+import { type Logger } from '@capstan/shared';
+import { Spool, startSpoolCleanup } from '@capstan/toolkit';
+import { asSpoolFull } from '@capstan/toolkit/spool/admission';
 
 const sys = (code: string): NodeJS.ErrnoException => Object.assign(new Error(`${code}: failed`), { code, syscall: 'write' });
 

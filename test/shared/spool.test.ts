@@ -2,7 +2,8 @@ import { createHash } from 'node:crypto';
 import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { capstanError, silentLogger, Spool, SpoolProcessor, type ProcessedEvent } from '@capstan/shared';
+import { capstanError, silentLogger } from '@capstan/shared';
+import { Spool, SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit';
 
 async function newSpool(t: { testdir: () => string }, maxFileBytes = 1024) {
   const spool = new Spool({ root: t.testdir(), maxFileBytes });

@@ -5,7 +5,7 @@
  */
 import { open, readFile, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError } from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
 
 function alive(pid: number): boolean {
   try {

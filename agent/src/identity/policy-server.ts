@@ -10,7 +10,8 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent, type Logger } from '@capstan/shared/agent';
+import { type Logger } from '@capstan/shared/log';
+import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent } from '@capstan/shared/protocol';
 import { httpRequest } from '../queue/http.js';
 
 const FILE = 'policy-server';

@@ -5,7 +5,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
-import { capstanError, ensureNodeKeyPair, makeDir, isValidNodeId, readOptional, writeAtomic } from '@capstan/shared/agent';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import { ensureNodeKeyPair, readOptional, writeAtomic } from '@capstan/shared/identity/state';
+import { isValidNodeId } from '@capstan/shared/runlog/name';
 
 export { writeAtomic };
 

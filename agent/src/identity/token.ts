@@ -4,7 +4,9 @@
  * the renewal request sent to the agent's relay by the agent's HTTP client.
  */
 import { join } from 'node:path';
-import { HEADER_PROTOCOL, MAX_RENEW_ANSWER_BYTES, NodeTokenKeeper, PROTOCOL_VERSION, userAgent, type Logger } from '@capstan/shared/agent';
+import { MAX_RENEW_ANSWER_BYTES, NodeTokenKeeper } from '@capstan/shared/identity/keeper';
+import { type Logger } from '@capstan/shared/log';
+import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent } from '@capstan/shared/protocol';
 import { httpRequest } from '../queue/http.js';
 import type { AgentIdentity } from './state.js';
 

@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import { readFile, statfs } from 'node:fs/promises';
 import os from 'node:os';
-import { CAPSTAN_VERSION } from '@capstan/shared/agent';
+import { CAPSTAN_VERSION } from '@capstan/shared/protocol';
 import { readFacts, type FactsOptions } from './facts.js';
 
 export interface InventoryContext {

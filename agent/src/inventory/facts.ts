@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import { constants } from 'node:fs';
 import { access, lstat, open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseTomlText } from '@capstan/shared/agent';
+import { parseTomlText } from '@capstan/shared/config';
 
 export interface FactsOptions {
   dir: string;

@@ -25,7 +25,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { lstat, mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { ReadEntry } from 'tar';
-import { archiveFromSharedFolderSpec, capstanError, makeDir, type ArchiveParams } from '@capstan/shared/agent';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import { archiveFromSharedFolderSpec, type ArchiveParams } from '@capstan/shared/policy/methods';
 import { contentDiff, contentOf, modeLine, readContent } from './diff.js';
 import { converge, unlessHidden, type Method, type MethodContext, type Outcome } from './types.js';
 

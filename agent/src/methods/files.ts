@@ -2,10 +2,9 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { chmod, chown, lstat, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
-import {
-  capstanError, directoryPresentSpec, makeDir, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec,
-  filePermissionsSpec,
-} from '@capstan/shared/agent';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import { directoryPresentSpec, fileAbsentSpec, fileContentSpec, fileFromSharedFolderSpec, fileLinePresentSpec, filePermissionsSpec } from '@capstan/shared/policy/methods';
 import { contentDiff, contentOf, modeLine, octal, ownerLine, pendingContentNote, readContent } from './diff.js';
 import { converge, unlessHidden, type Method, type MethodContext, type ParamsOf } from './types.js';
 

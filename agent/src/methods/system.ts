@@ -5,10 +5,8 @@
 import { access, readFile, writeFile } from 'node:fs/promises';
 import { constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
-import {
-  capstanError, commandCheckSpec, commandKey, commandRunSpec, packageAbsentSpec, packagePresentSpec, serviceEnabledSpec,
-  serviceRunningSpec, sysctlValueSpec,
-} from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
+import { commandCheckSpec, commandKey, commandRunSpec, packageAbsentSpec, packagePresentSpec, serviceEnabledSpec, serviceRunningSpec, sysctlValueSpec } from '@capstan/shared/policy/methods';
 import { converge, run, type Method, type MethodContext, type ParamsOf } from './types.js';
 
 async function onPath(cmd: string, env: NodeJS.ProcessEnv): Promise<boolean> {

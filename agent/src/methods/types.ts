@@ -4,7 +4,9 @@
  * RUDDER's report types by the policy engine.
  */
 import { execFile } from 'node:child_process';
-import { capDiff, type Logger, type MethodSpec, type ReportDiff } from '@capstan/shared/agent';
+import { type Logger } from '@capstan/shared/log';
+import { type MethodSpec } from '@capstan/shared/policy/methods';
+import { capDiff, type ReportDiff } from '@capstan/shared/runlog/diff';
 import type { DiffSettings } from './diff.js';
 
 export type Status = 'success' | 'repaired' | 'error' | 'compliant' | 'noncompliant' | 'na';

@@ -7,7 +7,9 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import os from 'node:os';
-import { CHANGE_EVENT_TYPES, DIFF_EVENT_TYPE, diffMessage, evaluateCondition, parseCondition, type BundleDirective, type ConditionEnv } from '@capstan/shared/agent';
+import { type BundleDirective } from '@capstan/shared/policy/bundle';
+import { evaluateCondition, parseCondition, type ConditionEnv } from '@capstan/shared/policy/condition';
+import { CHANGE_EVENT_TYPES, DIFF_EVENT_TYPE, diffMessage } from '@capstan/shared/runlog/diff';
 import { METHODS, type MethodContext, type Outcome, type Status } from '../methods/index.js';
 import type { RunLogWriter } from '../runlog/write.js';
 

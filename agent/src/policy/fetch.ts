@@ -7,9 +7,10 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { httpRequest } from '../queue/http.js';
-import {
-  capstanError, followEndorsements, HEADER_PROTOCOL, policyKeyId, PROTOCOL_VERSION, userAgent, verifyBundle, type PolicyBundle,
-} from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
+import { policyKeyId, verifyBundle, type PolicyBundle } from '@capstan/shared/policy/bundle';
+import { followEndorsements } from '@capstan/shared/policy/keys';
+import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent } from '@capstan/shared/protocol';
 import { writeAtomic } from '../identity/state.js';
 
 /** Largest policy response the agent reads. */

@@ -6,7 +6,7 @@
  * server's compliance counts it as an error of that node, not as an unexpected report; the last
  * good policy still runs.
  */
-import { SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/agent';
+import { SELF_CHECK_DIRECTIVE, SYSTEM_RULE } from '@capstan/shared/policy/system';
 import type { RunLogWriter } from '../runlog/write.js';
 import type { PolicyState } from './fetch.js';
 

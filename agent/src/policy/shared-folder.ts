@@ -12,7 +12,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { httpRequest } from '../queue/http.js';
 import type { NodeAuth } from './fetch.js';
-import { capstanError, userAgent } from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
+import { userAgent } from '@capstan/shared/protocol';
 
 /** Largest shared-folder file the agent downloads into memory before checking its hash. */
 export const MAX_SHARED_FILE = 512 * 1024 * 1024;

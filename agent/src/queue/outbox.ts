@@ -5,7 +5,10 @@
  */
 import { readdir, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isTransient, makeDir, type Logger, type SpoolKind } from '@capstan/shared/agent';
+import { makeDir } from '@capstan/shared/dir';
+import { isTransient } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { type SpoolKind } from '@capstan/shared/protocol';
 import { writeAtomic } from '../identity/state.js';
 import type { RelayClient } from './upload.js';
 

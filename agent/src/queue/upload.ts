@@ -1,7 +1,9 @@
 /** The agent's HTTP client to its relay: PUT uploads with a Content-Length, bounded by a timeout. */
 import { readFile } from 'node:fs/promises';
 import { httpRequest } from './http.js';
-import { capstanError, HEADER_PROTOCOL, HEADER_TOKEN_REQUEST, PROTOCOL_VERSION, userAgent, type SpoolKind } from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
+import { HEADER_TOKEN_REQUEST } from '@capstan/shared/identity/renew';
+import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent, type SpoolKind } from '@capstan/shared/protocol';
 
 /**
  * The one inventory of this run that carries a token request: sent with HEADER_TOKEN_REQUEST, and

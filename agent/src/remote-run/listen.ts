@@ -22,7 +22,9 @@ import http from 'node:http';
 import https from 'node:https';
 import { PassThrough } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
-import { capstanError, userAgent, type Logger } from '@capstan/shared/agent';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { userAgent } from '@capstan/shared/protocol';
 
 export interface RunRequest {
   channel: string;

@@ -4,7 +4,7 @@
  * conditions of the trigger reach the run's commands as CAPSTAN_CONDITIONS (comma separated); the
  * condition `force_inventory` also sends the inventory whether it is due or not.
  */
-import type { Logger } from '@capstan/shared/agent';
+import type { Logger } from '@capstan/shared/log';
 import type { AgentConfig } from '../config.js';
 import { ensureIdentity } from '../identity/state.js';
 import { TokenKeeper } from '../identity/token.js';

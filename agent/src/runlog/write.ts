@@ -3,7 +3,8 @@
  * every line stamped. The start report's key is the policy's config id, which the server uses to
  * match expected against received reports.
  */
-import { formatReport, type Report } from '@capstan/shared/agent';
+import { formatReport } from '@capstan/shared/runlog/format';
+import { type Report } from '@capstan/shared/runlog/report';
 
 export interface RunContext {
   nodeId: string;

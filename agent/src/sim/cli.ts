@@ -13,7 +13,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, parseDuration } from '@capstan/shared/agent';
+import { parseDuration } from '@capstan/shared/config';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH } from '@capstan/shared/protocol';
 import { loadIdentities, MAX_IDENTITIES } from './identities.js';
 import { runFleet, type EnrollMode, type FleetReport, type FleetSample } from './fleet.js';
 

@@ -11,7 +11,8 @@ import { createHash } from 'node:crypto';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { capstanError, makeDir } from '@capstan/shared/agent';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
 import { runInWorkers } from './workers.js';
 
 export interface SimIdentity {

@@ -4,7 +4,7 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { parentPort } from 'node:worker_threads';
-import { createNodeIdentity } from '@capstan/shared/agent';
+import { createNodeIdentity } from '@capstan/shared/smime/identity';
 
 type Job = { kind: 'key'; bits: number } | { kind: 'cert'; nodeId: string; keyPem: string };
 

@@ -9,7 +9,10 @@
  * fail varies per run, from a PRNG seeded by node and run, so a run is reproducible.
  */
 import { createHash } from 'node:crypto';
-import { compressSync, inventoryFileName, runLogFileName, signSmime, CAPSTAN_VERSION } from '@capstan/shared/agent';
+import { compressSync } from '@capstan/shared/envelope/codec';
+import { CAPSTAN_VERSION } from '@capstan/shared/protocol';
+import { inventoryFileName, runLogFileName } from '@capstan/shared/runlog/name';
+import { signSmime } from '@capstan/shared/smime/sign';
 import { RunLogWriter } from '../runlog/write.js';
 import type { SimIdentity } from './identities.js';
 

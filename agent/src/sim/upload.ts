@@ -5,7 +5,7 @@
  * `sockets` connections per relay and says so in its report.
  */
 import http from 'node:http';
-import { CAPSTAN_VERSION, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '@capstan/shared/agent';
+import { CAPSTAN_VERSION, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '@capstan/shared/protocol';
 
 export interface PutResult {
   status: number;

@@ -6,7 +6,7 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
-import { capstanError } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 
 export function isLoopback(address: string | undefined): boolean {
   if (!address) return false;

@@ -5,7 +5,9 @@
  */
 import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
-import { bodyPace, installBodyPace, capstanError, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck, UPLOAD_PATHS, type SpoolKind } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
+import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
+import { bodyPace, installBodyPace, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck } from '@capstan/toolkit';
 import type { RelayContext } from './context.js';
 import { registerPolicies } from './routes/policies.js';
 import { registerRemoteRun } from './routes/remote-run.js';

@@ -3,7 +3,9 @@
  * may build one from plain objects. Getters (nodes, adminToken) return the current value, so a
  * reload swaps them without rebuilding the app or dropping a connection.
  */
-import type { Logger, Spool, SpoolKind } from '../shared.js';
+import type { Logger } from '@capstan/shared/log';
+import type { SpoolKind } from '@capstan/shared/protocol';
+import type { Spool } from '@capstan/toolkit';
 import type { RelaydConfig } from '../config.js';
 import type { NodesList } from '../data/nodes.js';
 import type { Upstream } from '../forward/upstream.js';

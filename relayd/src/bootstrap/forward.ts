@@ -5,8 +5,9 @@
  * sub-relay checks. This relay opens nothing: the tasks are sealed to the sub-relay's key.
  */
 import type { FastifyInstance } from 'fastify';
-import { RELAY_BOOTSTRAP_PATH } from '@capstan/shared/bootstrap/relay';
-import { capstanError, readBody } from '../shared.js';
+import { RELAY_BOOTSTRAP_PATH } from '@capstan/toolkit/bootstrap/relay';
+import { capstanError } from '@capstan/shared/errors';
+import { readBody } from '@capstan/toolkit';
 import type { Upstream } from '../forward/upstream.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;

@@ -14,13 +14,15 @@ import { createHash } from 'node:crypto';
 import { createWriteStream } from 'node:fs';
 import { readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { bootstrapOverSsh, type AgentPackage, type BootstrapStep } from '@capstan/shared/bootstrap/ssh';
-import { AgentPackages } from '@capstan/shared/bootstrap/packages';
-import { openWithKey, sealedTaskAad } from '@capstan/shared/bootstrap/seal';
+import { bootstrapOverSsh, type AgentPackage, type BootstrapStep } from '@capstan/toolkit/bootstrap/ssh';
+import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
+import { openWithKey, sealedTaskAad } from '@capstan/toolkit/bootstrap/seal';
 import {
   RELAY_BOOTSTRAP_PATH, type RelayBootstrapAnswer, type RelayBootstrapEvent, type RelayBootstrapTask, type SealedTaskSecrets,
-} from '@capstan/shared/bootstrap/relay';
-import { capstanError, ERROR_CODES, makeDir, type Logger } from '../shared.js';
+} from '@capstan/toolkit/bootstrap/relay';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError, ERROR_CODES } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
 import type { Upstream } from '../forward/upstream.js';
 
 export interface RelayBootstrapOptions {

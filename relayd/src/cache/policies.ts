@@ -8,8 +8,9 @@ import { randomUUID } from 'node:crypto';
 import { readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ChangeFeed, type ChangesAnswer } from '@capstan/shared/policy/changes';
-import { makeDir, type Logger } from '../shared.js';
+import { ChangeFeed, type ChangesAnswer } from '@capstan/toolkit/policy/changes';
+import { makeDir } from '@capstan/shared/dir';
+import { type Logger } from '@capstan/shared/log';
 
 export interface CachedPolicy {
   etag: string;

@@ -11,7 +11,9 @@
 import { createHash, createPublicKey, randomUUID, verify, type KeyObject } from 'node:crypto';
 import { readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, makeDir, parseDuration } from '../shared.js';
+import { parseDuration } from '@capstan/shared/config';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
 import type { KeyHash } from '../data/nodes.js';
 
 export const METADATA_HEADER = 'rudder-signature-v1';

@@ -18,7 +18,9 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { open, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, makeDir, type Logger } from '../shared.js';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
 import type { Upstream } from '../forward/upstream.js';
 
 /**

@@ -5,7 +5,7 @@
  * connected sub-relay leads to a node for remote-run.
  */
 import { readFile } from 'node:fs/promises';
-import { capstanError } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 
 export interface KeyHash {
   algorithm: 'sha256' | 'sha512';

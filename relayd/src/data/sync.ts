@@ -15,7 +15,8 @@
  */
 import { open, readFile, rename, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { capstanError, type Logger } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
 import { NodesList } from './nodes.js';
 
 export const NODES_LIST_PATH = '/rudder/relay-api/1/nodes';

@@ -8,7 +8,10 @@
  * longest backoff (minutes) after the upstream came back; with it they all go as soon as the
  * probe answers.
  */
-import { checkUploadName, isUploadName, capstanError, isCapstanError, ocsPairReady, RecentBodies, SPOOL_KINDS, SpoolProcessor, type Logger, type ProcessedEvent, type Spool, type SpoolKind } from '../shared.js';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
+import { checkUploadName, isUploadName, ocsPairReady, RecentBodies, SpoolProcessor, type ProcessedEvent, type Spool } from '@capstan/toolkit';
 import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
 import type { NodesSync } from '../data/sync.js';

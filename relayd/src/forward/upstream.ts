@@ -14,7 +14,8 @@ import { X509Certificate } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 import type { TLSSocket } from 'node:tls';
 import { buildConnector, Pool } from 'undici';
-import { capstanError, userAgent, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
+import { userAgent, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '@capstan/shared/protocol';
 
 export interface UpstreamTls {
   /** PEM of the one certificate the upstream must present. */

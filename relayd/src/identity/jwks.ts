@@ -7,7 +7,8 @@
  */
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import type { verifyNodeToken } from '@capstan/shared/identity/token';
-import { capstanError, type Logger } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
 
 export type JSONWebKeySet = Parameters<typeof verifyNodeToken>[1];
 

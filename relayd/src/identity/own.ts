@@ -13,7 +13,10 @@ import { EventEmitter } from 'node:events';
 import { dirname, join } from 'node:path';
 import type { decodeTokenTimes, NodeTokenKeeper } from '@capstan/shared/identity/keeper';
 import type { NodeKeyPair } from '@capstan/shared/identity/state';
-import { capstanError, makeDir, HEADER_PROTOCOL, PROTOCOL_VERSION, type Logger } from '../shared.js';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { HEADER_PROTOCOL, PROTOCOL_VERSION } from '@capstan/shared/protocol';
 import type { RelaydConfig } from '../config.js';
 import type { Upstream } from '../forward/upstream.js';
 

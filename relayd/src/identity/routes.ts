@@ -16,7 +16,9 @@
 import { STATUS_CODES, type IncomingMessage, type Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, errorBody, isCapstanError, readBody, type Logger } from '../shared.js';
+import { capstanError, errorBody, isCapstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { readBody } from '@capstan/toolkit';
 import type { Upstream } from '../forward/upstream.js';
 import type { JwksCache } from './jwks.js';
 import type { NodeTokenVerifier } from './verify.js';

@@ -5,7 +5,7 @@
  */
 import type { FastifyRequest } from 'fastify';
 import { tokenKeyId, verifyNodeToken, type NodeClaims, type NodeRole } from '@capstan/shared/identity/token';
-import { capstanError } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 import type { JwksCache } from './jwks.js';
 
 export interface NodeTokenVerifier {

@@ -9,8 +9,10 @@
  * below, passed up unchanged, its token included.
  */
 import type { FastifyInstance } from 'fastify';
-import { Poller, type ManagerSpec } from '@capstan/shared/providers/index';
-import { capstanError, readBody, type Logger } from '../shared.js';
+import { Poller, type ManagerSpec } from '@capstan/toolkit/providers/index';
+import { capstanError } from '@capstan/shared/errors';
+import { type Logger } from '@capstan/shared/log';
+import { readBody } from '@capstan/toolkit';
 import type { Upstream } from '../forward/upstream.js';
 
 export const PROVIDERS_PATH = '/relay-api/1/providers';

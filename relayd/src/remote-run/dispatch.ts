@@ -16,7 +16,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import type { Logger } from '../shared.js';
+import type { Logger } from '@capstan/shared/log';
 import type { NodesList } from '../data/nodes.js';
 import type { Metrics } from '../metrics.js';
 import type { Hub } from './hub.js';

@@ -11,10 +11,11 @@
  */
 import { PassThrough } from 'node:stream';
 import { Agent, request, upgrade } from 'undici';
-import { userAgent, type Logger } from '../shared.js';
+import { type Logger } from '@capstan/shared/log';
+import { userAgent } from '@capstan/shared/protocol';
 import type { ConnectOption } from '../forward/upstream.js';
 import type { RemoteRun, RunEvent } from './dispatch.js';
-import { jsonLines } from '@capstan/shared/remote-run/lines';
+import { jsonLines } from '@capstan/shared/remote-run/protocol';
 
 export interface LinkOptions {
   upstreamUrl: string;

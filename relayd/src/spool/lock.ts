@@ -5,7 +5,7 @@
  */
 import { open, readFile, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError } from '../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 
 /** Is `pid` a live relayd? A recycled pid (common in containers) belonging to something else is not. */
 async function relaydAlive(pid: number): Promise<boolean> {

@@ -7,7 +7,8 @@
  * not in the table is refused to everyone (deny by default, and a test lists every route).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError, readJson, type Logger } from '@capstan/shared';
+import { capstanError, isCapstanError, type Logger } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
 import type { AdminStore, AuditInsert } from '../store/admins-types.js';
 import { roleAllows, type Role } from './auth.js';
 

@@ -3,9 +3,8 @@
  * upstream may be the server itself), /metrics, and the admin API behind the bearer token.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
-import {
-  bodyPace, installBodyPace, installErrorHandler, installJsonDepth, isCapstanError, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Logger, type Spool, type SpoolKind,
-} from '@capstan/shared';
+import { isCapstanError, type Logger, type SpoolKind } from '@capstan/shared';
+import { bodyPace, installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Spool } from '@capstan/toolkit';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';

@@ -10,7 +10,7 @@
  * ambiguous (ERR_CREDENTIAL_AMBIGUOUS): an admin must make one of them more specific.
  */
 import { capstanError } from '@capstan/shared';
-import { sshFingerprint, type SshCredential } from '@capstan/shared/bootstrap/ssh';
+import { sshFingerprint, type SshCredential } from '@capstan/toolkit/bootstrap/ssh';
 import type { KeySealer } from '../identity/seal.js';
 import type { CredentialRecord, NodeRecord, SealedCredential } from '../store/store.js';
 

@@ -19,11 +19,11 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { capstanError, type Logger } from '@capstan/shared';
-import { bootstrapOverSsh, isBootstrapError, type AgentPackage, type BootstrapStep, type SshCredential } from '@capstan/shared/bootstrap/ssh';
-import { sealedTaskAad, sealToCertificate } from '@capstan/shared/bootstrap/seal';
-import type { RelayBootstrapAnswer, RelayBootstrapEvent, RelayBootstrapTask, SealedTaskSecrets } from '@capstan/shared/bootstrap/relay';
+import { bootstrapOverSsh, isBootstrapError, type AgentPackage, type BootstrapStep, type SshCredential } from '@capstan/toolkit/bootstrap/ssh';
+import { sealedTaskAad, sealToCertificate } from '@capstan/toolkit/bootstrap/seal';
+import type { RelayBootstrapAnswer, RelayBootstrapEvent, RelayBootstrapTask, SealedTaskSecrets } from '@capstan/toolkit/bootstrap/relay';
 import { chooseCredential, openCredential } from './credentials.js';
-import type { AgentPackages } from '@capstan/shared/bootstrap/packages';
+import type { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
 import { notBootstrappable } from '../jobs/create.js';
 import type { KeySealer } from '../identity/seal.js';
 import type { JobRecord, NodeRecord, Store } from '../store/store.js';

@@ -5,7 +5,8 @@
  * api/params.ts): compliance over time and the worst nodes.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, readJson } from '@capstan/shared';
+import { capstanError } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
 import { bodyObject, intParam, timeParam, type Query } from '../api/params.js';
 import { complianceClock, type ComplianceSettings } from '../registry/compliance.js';
 import { withPercent } from '../registry/compliance.js';

@@ -4,11 +4,7 @@
  * server's own node-facing routes (relays verify statelessly against the published JWKS).
  */
 import { join } from 'node:path';
-import {
-  capstanError, checkRenewRequest, checkTokenRequestStamp, decompress, generateSigningKey, INVENTORY_TOKEN_FIELD, issueNodeToken, jwksOf,
-  parseInventoryName, readSignedContentUnverified, RELAY_ROLE, verifyNodeToken, verifySmime,
-  type Logger, type NodeClaims, type NodeRole, type SigningKey, type TokenAlg,
-} from '@capstan/shared';
+import { capstanError, checkRenewRequest, checkTokenRequestStamp, decompress, generateSigningKey, INVENTORY_TOKEN_FIELD, issueNodeToken, jwksOf, parseInventoryName, readSignedContentUnverified, RELAY_ROLE, verifyNodeToken, verifySmime, type Logger, type NodeClaims, type NodeRole, type SigningKey, type TokenAlg } from '@capstan/shared';
 import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
 import { readLegacyIdentity, retireLegacyIdentity } from './legacy.js';
 import { KeySealer } from './seal.js';

@@ -5,10 +5,7 @@
  * key can never take over a node id.
  */
 import { readFile } from 'node:fs/promises';
-import {
-  type InventoryInfo, capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified,
-  verifySmime,
-} from '@capstan/shared';
+import { type InventoryInfo, capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified, verifySmime } from '@capstan/shared';
 import { autoAcceptCause, MIN_SECRET_LENGTH, SECRET_FIELD } from '../registry/enrollment.js';
 import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';

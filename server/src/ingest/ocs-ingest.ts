@@ -13,7 +13,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, decompress, isCapstanError, isTransient, ocsPairReady, type InventoryInfo, type Spool } from '@capstan/shared';
+import { capstanError, decompress, isCapstanError, isTransient, type InventoryInfo } from '@capstan/shared';
+import { ocsPairReady, type Spool } from '@capstan/toolkit';
 import type { NodeRecord } from '../store/store.js';
 import type { InventoryDoc } from './inventory.js';
 import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';

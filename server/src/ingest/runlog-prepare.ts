@@ -5,9 +5,7 @@
  * HTTP, files and the database; it is also what the in-process path calls directly.
  */
 import { createHash } from 'node:crypto';
-import {
-  decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog,
-} from '@capstan/shared';
+import { decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog } from '@capstan/shared';
 import { packOutcomes } from '../store/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunInsert } from '../store/store.js';

@@ -5,9 +5,7 @@
  * filter through the node list's own filter checks, so nothing the server accepts can be
  * refused later by the node for a reason the admin could have been told about.
  */
-import {
-  capstanError, isCapstanError, parseCondition, parseDuration, validateMethodParams, type Directive, type DirectiveMode,
-} from '@capstan/shared';
+import { capstanError, isCapstanError, parseCondition, parseDuration, validateMethodParams, type Directive, type DirectiveMode } from '@capstan/shared';
 import { checkFilters, isFilterKey } from '../store/query.js';
 import type { NodeFilter } from '../store/store.js';
 

@@ -13,7 +13,8 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/shared';
+import { capstanError } from '@capstan/shared';
+import { hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/toolkit';
 
 type Req = FastifyRequest<{ Querystring: Record<string, string | undefined> }>;
 

@@ -4,7 +4,7 @@
  * for the nodes only it holds.
  */
 import { capstanError, silentLogger } from '@capstan/shared';
-import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/shared/providers/index';
+import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
 import { checkInstance } from '../store/discovery-rules.js';
 import { NODE_STATES } from '../store/rules.js';

@@ -23,10 +23,10 @@ import { capstanError, errorBody, isCapstanError, type Logger } from '@capstan/s
 import type { RelayAuthorizer } from '../identity/relay-auth.js';
 import type { JobRunner } from '../jobs/runner.js';
 import type { RelayConn, RelayHub } from './hub.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
-import { jsonLines } from '@capstan/shared/remote-run/lines';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
+import { jsonLines } from '@capstan/shared/remote-run/protocol';
 
-export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
+export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 export interface RemoteRunDeps {

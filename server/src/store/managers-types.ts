@@ -30,7 +30,7 @@ export interface ManagerInsert {
 }
 
 /** One instance as a provider saw it (the drivers' type: they produce it, the store consumes it). */
-import type { DiscoveredInstance } from '@capstan/shared/providers/types';
+import type { DiscoveredInstance } from '@capstan/toolkit/providers/types';
 
 export type { DiscoveredInstance };
 

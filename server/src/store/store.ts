@@ -7,9 +7,7 @@
  * the verified run log, compressed, plus its parsed summary. Report-level reads decompress and
  * re-parse the stored log.
  */
-import type {
-  ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks, RunOutcome,
-} from '@capstan/shared';
+import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks, RunOutcome } from '@capstan/shared';
 import type { BootstrapStore } from './bootstrap-types.js';
 import type { IdentityStore } from './identity.js';
 import type { JobStore } from './jobs-types.js';

@@ -2,5 +2,4 @@ export * from './bundle.js';
 export * from './condition.js';
 export * from './methods.js';
 export * from './system.js';
-export * from './changes.js';
 export * from './keys.js';

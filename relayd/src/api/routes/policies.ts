@@ -18,8 +18,10 @@
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Client } from 'undici';
-import { capstanError, etagMatches, userAgent } from '../../shared.js';
-import { changesQuery, type ChangesAnswer } from '@capstan/shared/policy/changes';
+import { capstanError } from '@capstan/shared/errors';
+import { userAgent } from '@capstan/shared/protocol';
+import { etagMatches } from '@capstan/toolkit';
+import { changesQuery, type ChangesAnswer } from '@capstan/toolkit/policy/changes';
 import { NODE_ID, PolicyCache, PolicyHints, type CachedPolicy } from '../../cache/policies.js';
 import type { RelayContext } from '../context.js';
 

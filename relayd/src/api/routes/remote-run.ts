@@ -15,18 +15,18 @@
 import type { IncomingMessage } from 'node:http';
 import { PassThrough, type Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '../../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 import { adminOnly } from '../access.js';
 import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
-import { jsonLines } from '@capstan/shared/remote-run/lines';
+import { jsonLines } from '@capstan/shared/remote-run/protocol';
 import { responseConn } from '../../remote-run/hub.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/shared/remote-run/hub';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
 import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
 import { RELAY_ROLE } from '@capstan/shared/identity/token';
 
-export { UPGRADE_PROTOCOL } from '@capstan/shared/remote-run/hub';
+export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/hub';
 
 export const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
 const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;

@@ -11,7 +11,7 @@
  * comes back; on the root (node id `root`) an unknown target is a 500, as in RUDDER.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '../../shared.js';
+import { capstanError } from '@capstan/shared/errors';
 import {
   keyMatches, parseMetadata, parseTtlSeconds, publicKeyOf, reservedFileId, signatureValid, splitUpload, validSharedId,
   SharedFilesStore,

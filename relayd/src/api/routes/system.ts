@@ -4,7 +4,7 @@
  * with HTTP 500. Answer loopback clients or the admin token only (see ../access.ts).
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import { CAPSTAN_VERSION } from '../../shared.js';
+import { CAPSTAN_VERSION } from '@capstan/shared/protocol';
 import { adminOnly } from '../access.js';
 import type { RelayContext } from '../context.js';
 

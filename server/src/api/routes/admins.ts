@@ -3,7 +3,8 @@
  * revoke, new token, whoami, and GET /api/1/audit. Who may call which is in ../access.ts.
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError, parseDuration, readJson } from '@capstan/shared';
+import { capstanError, parseDuration } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
 import type { AdminRecord, AdminRole, AdminStore } from '../../store/admins-types.js';
 import { ADMIN_ROLES } from '../../store/admins-types.js';
 import { parseRfc3339 } from '../../store/time.js';

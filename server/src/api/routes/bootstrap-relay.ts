@@ -14,9 +14,10 @@ import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { basename } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { capstanError, ERROR_CODES, readJson } from '@capstan/shared';
-import { PROVIDER_ID } from '@capstan/shared/providers/index';
-import { RELAY_BOOTSTRAP_PATH, type RelayBootstrapEvent } from '@capstan/shared/bootstrap/relay';
+import { capstanError, ERROR_CODES } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
+import { PROVIDER_ID } from '@capstan/toolkit/providers/index';
+import { RELAY_BOOTSTRAP_PATH, type RelayBootstrapEvent } from '@capstan/toolkit/bootstrap/relay';
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import type { BootstrapRunner } from '../../bootstrap/runner.js';
 

@@ -12,7 +12,8 @@
  *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, readBody, RELAY_ROLE, type Logger, type UploadRouteOptions } from '@capstan/shared';
+import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, RELAY_ROLE, type Logger } from '@capstan/shared';
+import { readBody, type UploadRouteOptions } from '@capstan/toolkit';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
 import type { RelayContacts } from '../../registry/relay-contacts.js';
 

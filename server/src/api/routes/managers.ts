@@ -13,8 +13,9 @@
  *   POST /relay-api/1/providers/<relay-id>/managers/<id>/discovery   {instances} | {error}
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError, readJson } from '@capstan/shared';
-import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/shared/providers/index';
+import { capstanError } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
+import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { Store } from '../../store/store.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';

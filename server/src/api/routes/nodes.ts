@@ -1,9 +1,8 @@
 /** Admin API: the node registry under /api/1/nodes. */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import {
-  capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog, readJson,
-} from '@capstan/shared';
+import { capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog } from '@capstan/shared';
+import { readJson } from '@capstan/toolkit';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/rules.js';
 import { checkProperties } from '../../store/inventory-index.js';

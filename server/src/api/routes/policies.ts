@@ -7,7 +7,9 @@
  *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, changesQuery, etagMatches, isCapstanError, readJson, signBundle, type PolicyBundle } from '@capstan/shared';
+import { capstanError, isCapstanError, signBundle, type PolicyBundle } from '@capstan/shared';
+import { etagMatches, readJson } from '@capstan/toolkit';
+import { changesQuery } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';

@@ -1,0 +1,134 @@
+/**
+ * What one client may cost a listener, shared by relayd and server: the `[http]` configuration
+ * section, the Node server options it becomes (header timeout, header size), the upload body's
+ * pace (longest pause, lowest average rate) and the uploads one client address may have in
+ * flight. Without them a body trickled at a byte every few seconds held a socket, a file
+ * descriptor and a temporary file for as long as the client liked, and one address could open
+ * any number of such uploads.
+ */
+import type { IncomingMessage } from 'node:http';
+import { capstanError } from '@capstan/shared/errors';
+
+export const HTTP_LIMITS_SCHEMA = {
+  /** A request's headers must arrive whole within this (408 ERR_REQUEST_TIMEOUT, then the connection closes). */
+  headers_timeout: { type: 'duration', default: '30s', min: 100 },
+  /** Largest request head (request line and headers); larger → 431 ERR_HEADERS_TOO_LARGE. */
+  max_header_size: { type: 'size', default: '16KiB', min: 1024 },
+  /** Longest pause between two pieces of an upload's body (408 ERR_REQUEST_TIMEOUT, nothing kept). */
+  body_timeout: { type: 'duration', default: '30s', min: 100 },
+  /** Lowest average rate of an upload's body once upload_rate_grace has passed, in bytes per second; 0: none. */
+  min_upload_rate: { type: 'size', default: '1KiB' },
+  /** How long an upload may go below min_upload_rate at its start (slow start, a brief stall). */
+  upload_rate_grace: { type: 'duration', default: '10s' },
+  /**
+   * Uploads one client address may have in progress at once; more → 429 ERR_TOO_MANY_UPLOADS with
+   * Retry-After. A relay sends up to its upstream.concurrency at once: an upstream's limit must be
+   * at least that of every relay below it. 0: no limit.
+   */
+  max_uploads_per_client: { type: 'integer', default: 32, min: 0, max: 100000 },
+} as const;
+
+export interface HttpLimits {
+  readonly headers_timeout: number;
+  readonly max_header_size: number;
+  readonly body_timeout: number;
+  readonly min_upload_rate: number;
+  readonly upload_rate_grace: number;
+  readonly max_uploads_per_client: number;
+}
+
+/**
+ * Node server options from the limits: passed to http(s).createServer. The header timeout is
+ * checked on a timer: every quarter of it (at most every second), so it fires within 25% late.
+ */
+export function serverOptions(l: HttpLimits): { headersTimeout: number; maxHeaderSize: number; connectionsCheckingInterval: number } {
+  return {
+    headersTimeout: l.headers_timeout,
+    maxHeaderSize: l.max_header_size,
+    connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(l.headers_timeout / 4))),
+  };
+}
+
+export interface BodyPace {
+  /** Longest pause between two chunks, ms. */
+  idleMs: number;
+  /** Lowest average rate after graceMs, bytes per second (0: none). */
+  minRate: number;
+  graceMs: number;
+}
+
+export function bodyPace(l: HttpLimits): BodyPace {
+  return { idleMs: l.body_timeout, minRate: l.min_upload_rate, graceMs: l.upload_rate_grace };
+}
+
+/**
+ * The request body, chunk by chunk, refused with ERR_REQUEST_TIMEOUT (408) as soon as it pauses
+ * longer than `idleMs` or falls below `minRate` on average after `graceMs`. The socket is not
+ * destroyed: the caller answers the coded error, with `Connection: close`.
+ */
+export async function* pacedBody(req: IncomingMessage, pace: BodyPace): AsyncGenerator<Buffer> {
+  const it = req.iterator({ destroyOnReturn: false }) as AsyncIterator<Buffer>;
+  const started = Date.now();
+  let bytes = 0;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    for (;;) {
+      const now = Date.now();
+      // When the average falls below the minimum if nothing more arrives.
+      const rateDeadline = pace.minRate > 0 ? started + pace.graceMs + (bytes * 1000) / pace.minRate : Infinity;
+      const wait = Math.max(0, Math.min(pace.idleMs, rateDeadline - now));
+      const slow = new Promise<'slow'>((resolve) => {
+        timer = setTimeout(() => resolve('slow'), wait);
+      });
+      const next = await Promise.race([it.next(), slow]);
+      clearTimeout(timer);
+      if (next === 'slow') {
+        const idle = wait >= pace.idleMs;
+        throw capstanError(
+          'ERR_REQUEST_TIMEOUT',
+          idle
+            ? `upload body paused for more than ${pace.idleMs} ms (http.body_timeout)`
+            : `upload body slower than ${pace.minRate} bytes/s on average (http.min_upload_rate)`,
+        );
+      }
+      if (next.done) return;
+      bytes += next.value.length;
+      yield next.value;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Uploads in progress per client address, at most `max` each (0: no limit). `enter` throws
+ * ERR_TOO_MANY_UPLOADS; otherwise the returned function must be called once the upload ends.
+ */
+export class PerClient {
+  private readonly active = new Map<string, number>();
+
+  constructor(private readonly max: number) {}
+
+  enter(address: string | undefined): () => void {
+    if (this.max <= 0) return () => {};
+    const key = address ?? '';
+    const n = this.active.get(key) ?? 0;
+    if (n >= this.max) {
+      throw capstanError('ERR_TOO_MANY_UPLOADS', `this address has ${n} uploads in progress, at most ${this.max} (http.max_uploads_per_client)`);
+    }
+    this.active.set(key, n + 1);
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      const m = (this.active.get(key) ?? 1) - 1;
+      if (m <= 0) this.active.delete(key);
+      else this.active.set(key, m);
+    };
+  }
+
+  /** Addresses with an upload in progress (for tests and metrics). */
+  get size(): number {
+    return this.active.size;
+  }
+}
