@@ -55,7 +55,7 @@ t.test('a listener off loopback in plain HTTP is refused at start (exit 2) unles
   const relayed = await runProgram(BIN.relayd, relayArgs(dir, '--listen', '0.0.0.0:0'));
   t.equal(relayed.code, 2);
   t.match(relayed.stderr, /ERR_PLAINTEXT_LISTEN/);
-  // Loopback in clear stays the default (tests, quick start); the other forms: test/shared/listener-tls.test.ts.
+  // Loopback in clear stays the default (tests, quick start); the other forms: test/toolkit/listener-tls.test.ts.
   for (const listen of ['127.1.2.3:0']) {
     t.equal((await runProgram(BIN.server, [...serverArgs(dir, '--listen', listen), '--test'])).code, 0, `server ${listen} ok`);
     t.equal((await runProgram(BIN.relayd, [...relayArgs(dir, '--listen', listen), '--test'])).code, 0, `relayd ${listen} ok`);

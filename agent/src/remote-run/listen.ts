@@ -21,10 +21,10 @@
 import http from 'node:http';
 import https from 'node:https';
 import { PassThrough } from 'node:stream';
-import { StringDecoder } from 'node:string_decoder';
 import { capstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
 import { userAgent } from '@capstan/shared/protocol';
+import { LineReader, parseEventLine, REMOTE_RUN_PROTOCOL } from '@capstan/shared/remote-run/protocol';
 
 export interface RunRequest {
   channel: string;
@@ -63,8 +63,6 @@ export interface ListenOptions {
 }
 
 const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
-const UPGRADE_PROTOCOL = 'capstan-remote-run';
-const MAX_LINE = 64 * 1024;
 
 function transport(url: URL): typeof http | typeof https {
   return url.protocol === 'https:' ? https : http;
@@ -150,7 +148,7 @@ function listenOnce(opts: ListenOptions, token: string | null): Promise<Ended> {
       headers: {
         'user-agent': userAgent('capstan-agent'),
         connection: 'Upgrade',
-        upgrade: UPGRADE_PROTOCOL,
+        upgrade: REMOTE_RUN_PROTOCOL,
         ...(token ? { authorization: `Bearer ${token}` } : {}),
       },
       signal: opts.signal,
@@ -189,18 +187,10 @@ function listenOnce(opts: ListenOptions, token: string | null): Promise<Ended> {
       const onBye = (reason: unknown) => {
         if (reason === 'token_expired' && why === undefined) why = 'token_expired';
       };
-      const decoder = new StringDecoder('utf8');
-      let buf = '';
+      const lines = new LineReader();
       const onData = (chunk: Buffer) => {
         alive();
-        buf += decoder.write(chunk);
-        let nl: number;
-        while ((nl = buf.indexOf('\n')) !== -1) {
-          const line = buf.slice(0, nl);
-          buf = buf.slice(nl + 1);
-          handleLine(opts, line, (ms) => (heartbeatMs = ms), onConnected, onBye);
-        }
-        if (buf.length > MAX_LINE) buf = '';
+        for (const line of lines.push(chunk)) handleLine(opts, line, (ms) => (heartbeatMs = ms), onConnected, onBye);
       };
       const done = (err?: Error) => {
         if (deadline) clearTimeout(deadline);
@@ -238,12 +228,8 @@ let running = false;
 function handleLine(
   opts: ListenOptions, line: string, setHeartbeat: (ms: number) => void, connected: () => void, bye: (reason: unknown) => void,
 ): void {
-  let ev: { type?: string; id?: string; conditions?: unknown; keep_output?: unknown; heartbeat_ms?: unknown; reason?: unknown };
-  try {
-    ev = JSON.parse(line) as typeof ev;
-  } catch {
-    return;
-  }
+  const ev = parseEventLine(line);
+  if (!ev) return;
   if (ev.type === 'hello') {
     if (typeof ev.heartbeat_ms === 'number' && ev.heartbeat_ms > 0) setHeartbeat(ev.heartbeat_ms);
     opts.log.info({ relay: opts.relay }, 'listening for remote runs');

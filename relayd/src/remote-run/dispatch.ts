@@ -17,6 +17,7 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Logger } from '@capstan/shared/log';
+import type { RunEvent as RunTrigger } from '@capstan/shared/remote-run/protocol';
 import type { NodesList } from '../data/nodes.js';
 import type { Metrics } from '../metrics.js';
 import type { Hub } from './hub.js';
@@ -218,7 +219,7 @@ export class RemoteRun {
       state: 'waiting',
       timer: null,
     };
-    const event = {
+    const event: RunTrigger = {
       type: 'run',
       id: ch.id,
       conditions: run.req.conditions,

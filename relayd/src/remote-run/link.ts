@@ -15,7 +15,7 @@ import { type Logger } from '@capstan/shared/log';
 import { userAgent } from '@capstan/shared/protocol';
 import type { ConnectOption } from '../forward/upstream.js';
 import type { RemoteRun, RunEvent } from './dispatch.js';
-import { jsonLines } from '@capstan/shared/remote-run/protocol';
+import { jsonLines, parseEventLine, REMOTE_RUN_PROTOCOL, type HelloEvent, type RunEvent as RunTrigger } from '@capstan/shared/remote-run/protocol';
 
 export interface LinkOptions {
   upstreamUrl: string;
@@ -31,13 +31,14 @@ export interface LinkOptions {
   refused?: () => void;
 }
 
+/** A line from upstream (a hello, a ping, a run): its fields came from the network and are checked before use. */
 interface RunMessage {
-  type: 'run' | 'hello';
-  heartbeat_ms?: number;
-  id: string;
-  nodes?: string[] | 'all';
-  conditions?: string[];
-  keep_output?: boolean;
+  type: string;
+  heartbeat_ms?: HelloEvent['heartbeat_ms'];
+  id: RunTrigger['id'];
+  nodes?: RunTrigger['nodes'];
+  conditions?: RunTrigger['conditions'];
+  keep_output?: RunTrigger['keep_output'];
 }
 
 export class UpstreamLink {
@@ -90,7 +91,7 @@ export class UpstreamLink {
       ({ socket } = await upgrade(`${base}/remote-run/listen/${encodeURIComponent(this.o.myId)}?relay=1`, {
         dispatcher: this.agent,
         signal: this.abort.signal,
-        protocol: 'capstan-remote-run',
+        protocol: REMOTE_RUN_PROTOCOL,
         headers: { 'user-agent': userAgent('capstan-relayd'), ...auth },
       }));
     } catch (err) {
@@ -116,12 +117,8 @@ export class UpstreamLink {
     this.abort.signal.addEventListener('abort', () => socket.destroy(), { once: true });
     try {
       for await (const line of jsonLines(socket)) {
-        let msg: RunMessage;
-        try {
-          msg = JSON.parse(line) as RunMessage;
-        } catch {
-          continue;
-        }
+        const msg = parseEventLine(line) as RunMessage | null;
+        if (!msg) continue;
         if (msg.type === 'hello' && typeof msg.heartbeat_ms === 'number' && msg.heartbeat_ms > 0) {
           heartbeatMs = msg.heartbeat_ms;
           alive();

@@ -24,7 +24,7 @@ import type { RelayAuthorizer } from '../identity/relay-auth.js';
 import type { JobRunner } from '../jobs/runner.js';
 import type { RelayConn, RelayHub } from './hub.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
-import { jsonLines } from '@capstan/shared/remote-run/protocol';
+import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
 
 export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
@@ -49,11 +49,11 @@ function refuseWithError(socket: Duplex, err: unknown, log: Logger): void {
 
 export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void {
   const { hub } = deps;
-  const hello = (relay: string) => `${JSON.stringify({ type: 'hello', node: relay, relay: deps.nodeId, heartbeat_ms: deps.heartbeatMs })}\n`;
+  const hello = (relay: string) => eventLine({ type: 'hello', node: relay, relay: deps.nodeId, heartbeat_ms: deps.heartbeatMs });
   const authorize = deps.authorizeRelay;
   const link = (id: string, conn: RelayConn, until?: number): void => {
     if (!hub.add({ id, since: Date.now(), conn, ...(until !== undefined && { until }) })) {
-      conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
+      conn.end(eventLine({ type: 'bye', reason: 'full' }));
       return;
     }
     conn.write(hello(id));

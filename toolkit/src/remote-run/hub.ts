@@ -11,6 +11,7 @@
 import { EventEmitter } from 'node:events';
 import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { eventLine, REMOTE_RUN_PROTOCOL, type ByeReason, type ListenEvent } from '@capstan/shared/remote-run/protocol';
 
 /** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
 export interface LineConn {
@@ -52,7 +53,7 @@ export function socketConn(socket: Duplex): LineConn {
   };
 }
 
-export const line = (event: object): string => `${JSON.stringify(event)}\n`;
+const line = eventLine;
 
 /**
  * Emits `linkedEvent` (id) when a peer connects, 'gone' (id) when its connection ends.
@@ -125,7 +126,7 @@ export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> e
   }
 
   /** End one peer's connection with a `bye` saying why (it reconnects if it still may). */
-  end(id: string, reason: string): boolean {
+  end(id: string, reason: ByeReason): boolean {
     const p = this.peers.get(id);
     if (!p || p.conn.closed) return false;
     p.conn.end(line({ type: 'bye', reason }));
@@ -133,14 +134,14 @@ export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> e
   }
 
   /** Write one event line; false when the peer is not connected or its socket is gone. */
-  send(id: string, event: object): boolean {
+  send(id: string, event: ListenEvent): boolean {
     const p = this.peers.get(id);
     if (!p || p.conn.closed || !this.mayReceive(p)) return false;
     p.conn.write(line(event));
     return true;
   }
 
-  protected broadcast(event: object): void {
+  protected broadcast(event: ListenEvent): void {
     const text = line(event);
     for (const p of this.peers.values()) if (!p.conn.closed) p.conn.write(text);
   }
@@ -155,7 +156,7 @@ export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> e
 }
 
 /** The protocol name agents and relays ask for to get an upgraded (lean) connection. */
-export const UPGRADE_PROTOCOL = 'capstan-remote-run';
+export const UPGRADE_PROTOCOL = REMOTE_RUN_PROTOCOL;
 
 /** Answer an upgrade request with a plain HTTP error and close the socket. */
 export function refuseUpgrade(socket: Duplex, status: number, text: string): void {

@@ -20,7 +20,7 @@ import { adminOnly } from '../access.js';
 import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
-import { jsonLines } from '@capstan/shared/remote-run/protocol';
+import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
 import { responseConn } from '../../remote-run/hub.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
 import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
@@ -160,10 +160,10 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
       id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res), ...(until !== undefined && { until }), ...(iat !== undefined && { iat }),
     });
     if (!added) {
-      res.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
+      res.end(eventLine({ type: 'bye', reason: 'full' }));
       return;
     }
-    res.write(`${JSON.stringify({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat })}\n`);
+    res.write(eventLine({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat }));
     ctx.log.debug({ node }, 'remote-run connection');
   });
 
@@ -182,10 +182,10 @@ export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void
       const until = tokenDeadline(req);
       const iat = tokenIssuedAt(req);
       if (!rr.hub.add({ id: node, relay: want.relay, since: Date.now(), conn, ...(until !== undefined && { until }), ...(iat !== undefined && { iat }) })) {
-        conn.end(`${JSON.stringify({ type: 'bye', reason: 'full' })}\n`);
+        conn.end(eventLine({ type: 'bye', reason: 'full' }));
         return;
       }
-      conn.write(`${JSON.stringify({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat })}\n`);
+      conn.write(eventLine({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat }));
     };
     if (ctx.nodes().accepts(node)) return accept();
     // Unknown here: maybe accepted since the last sync. Hold the socket while the list refreshes.
