@@ -1,5 +1,5 @@
 /**
- * The Poller that relays and the server run (shared/src/providers/poller.ts), with static
+ * The Poller that relays and the server run (toolkit/src/providers/poller.ts), with static
  * managers over host files: each manager polled at once and then at its own interval, a failed
  * poll reported as {error}, managers created, changed and deleted upstream picked up at the next
  * refresh, a failing manager list keeping the current ones, and stop ending everything.

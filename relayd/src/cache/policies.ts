@@ -60,7 +60,7 @@ export class PolicyCache {
 }
 
 /**
- * Push hints (shared/src/policy/changes.ts): the relay long-polls its upstream for the nodes
+ * Push hints (toolkit/src/policy/changes.ts): the relay long-polls its upstream for the nodes
  * whose policy changed and marks their cached copies stale, so the next agent request revalidates
  * (a 200 with the new bundle) instead of being answered from a cache younger than max_age. The
  * marks live in memory: at start the first poll answers `reset`, which marks everything cached

@@ -2,7 +2,7 @@
  * Running bootstrap jobs from the server (docs/bootstrap.md). Their tasks follow the jobs' state
  * machine: a pass claims pending tasks (pending → scheduled, one conditional update, so two
  * servers on one database never both take a task), then each node goes in_progress and through
- * the steps connect, verify, copy, install (shared/src/bootstrap/ssh.ts, the part a relay can run
+ * the steps connect, verify, copy, install (toolkit/src/bootstrap/ssh.ts, the part a relay can run
  * too), enrol (here: waiting for the agent's first inventory carrying this task's secret, which
  * the inventory ingest uses once to join the node's row and accept it) and done. Failures end the
  * task `failed` with a reason naming the coded error (REASONS in jobs/states.ts).

@@ -210,7 +210,7 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
   const authorizeNode = deps.authorizeNode;
   sharedFolderRoutes(app, deps.sharedFolder ?? '', authorizeNode ? (req) => authorizeNode(req, undefined) : undefined);
 
-  // Push hints for relays (shared/src/policy/changes.ts): node ids only, like the relay nodes
+  // Push hints for relays (toolkit/src/policy/changes.ts): node ids only, like the relay nodes
   // list; the bundles themselves stay behind the node's authorization.
   app.get<{ Querystring: Record<string, string | undefined> }>('/rudder/relay-api/1/policies/changes', async (req, reply) => {
     const { since, waitMs } = changesQuery(req.query);
