@@ -6,7 +6,6 @@
  */
 import { gzipCompress, gzipCompressSync, gzipDecompress } from './gzip.js';
 import { checkLimits, corrupt, tooLarge, type DecompressLimits } from './limits.js';
-import { zipDecompress } from './zip.js';
 import { zstdCompress, zstdDecompress } from './zstd.js';
 
 /** Same values as the run-log file name suffixes (runlog/name.ts `Compression`). */
@@ -21,7 +20,9 @@ export async function decompress(data: Buffer, c: EnvelopeCompression, limits: D
     case 'gzip':
       return gzipDecompress(data, maxBytes);
     case 'zip':
-      return zipDecompress(data, maxBytes);
+      // Only RUDDER agents' run logs come zipped, and only the server opens them: the agent,
+      // which compresses with zstd, does not load the zip reader (yauzl).
+      return (await import('./zip.js')).zipDecompress(data, maxBytes);
     case 'zstd':
       return zstdDecompress(data, maxBytes);
     default:

@@ -9,7 +9,7 @@ import { readFile, unlink } from 'node:fs/promises';
 import { capstanError, type ErrorCode } from '../errors.js';
 import type { Logger } from '../log.js';
 import { makeRenewRequest } from './renew.js';
-import { tokenNeedsRenewal, type NodeRole } from './token.js';
+import { tokenNeedsRenewal, type NodeRole } from './claims.js';
 import { writeAtomic } from './state.js';
 
 /** Largest renewal answer read (a token is well under 2 kB). */

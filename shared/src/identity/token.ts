@@ -9,27 +9,8 @@ import { capstanError } from '../errors.js';
 
 export const TOKEN_AUDIENCE = 'capstan';
 export type TokenAlg = 'EdDSA' | 'RS256';
-/**
- * The `capstan_role` claim of a node the server registered as a relay. Only such a token opens
- * what only a relay may do: the remote-run link (`/remote-run/listen/<id>?relay=1`), its output
- * posts and the providers endpoints. Agents' tokens carry no role.
- */
-export const RELAY_ROLE = 'relay';
-export type NodeRole = typeof RELAY_ROLE;
-
-export interface NodeClaims {
-  sub: string;
-  capstan_node_id: string;
-  capstan_node_group: string;
-  capstan_datacenter?: string;
-  /** `relay` for a node registered as a relay; absent for agents. */
-  capstan_role?: NodeRole;
-  iat: number;
-  nbf: number;
-  exp: number;
-  jti: string;
-  aud: string;
-}
+export { RELAY_ROLE, tokenNeedsRenewal, type NodeClaims, type NodeRole } from './claims.js';
+import { RELAY_ROLE, type NodeClaims, type NodeRole } from './claims.js';
 
 export interface SigningKey {
   kid: string;
@@ -122,8 +103,3 @@ export async function verifyNodeToken(token: string, jwks: JSONWebKeySet, o: Ver
   return claims;
 }
 
-/** Renew when less than a third of the token's life is left (or it is already past). */
-export function tokenNeedsRenewal(claims: Pick<NodeClaims, 'iat' | 'exp'>, now = new Date()): boolean {
-  const t = now.getTime() / 1000;
-  return claims.exp - t < (claims.exp - claims.iat) / 3;
-}
