@@ -205,7 +205,7 @@ try {
         figures.push({ id: 'steady.reference', name: 'reference pipeline (bench/reference-pipeline.mjs), one thread, SQLite', value: ref.runLogsPerSec, unit: 'run logs/s' });
         figures.push({ id: 'steady.reference.cpu', name: 'reference pipeline: CPU per run log', value: ref.cpuUsPerRunLog, unit: 'µs' });
         for (const [stage, us] of Object.entries(ref.usPerRunLog)) figures.push({ id: `steady.reference.${stage}`, name: `reference pipeline, CPU per run log: ${stage}`, value: us, unit: 'µs' });
-        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, identities: fleet.identities });
+        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities });
         results.sections.steady.breakdown = b;
         for (const [stage, us] of Object.entries(b.usPerRunLog)) figures.push({ id: `steady.stage.${stage}`, name: `capstan, CPU per run log (next runs, ${kind}): ${stage}`, value: us, unit: 'µs' });
       }
