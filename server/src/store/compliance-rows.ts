@@ -117,23 +117,37 @@ export type DirectiveRow = ComplianceRows['directives'][number];
  * What to write to bring a node's stored directive rows to `next`: the rows that are new or whose
  * counts changed, and the (rule, directive) keys that are gone. A run that changes a few
  * components rewrites those directives only, not the node's ~80 rows (they were 14% of the
- * server's CPU under ingest when every row was deleted and inserted again).
+ * server's CPU under ingest when every row was deleted and inserted again). The stored rows are
+ * read as arrays in the order of `DIRECTIVE_ROW_COLUMNS`: read as objects and compared by column
+ * name, they were a fifth of a steady-state SQLite insert.
  */
-export function directiveChanges(
-  stored: Array<Record<string, unknown>>,
+export const DIRECTIVE_ROW_COLUMNS = ['rule_id', 'directive_id', ...COUNT_COLUMNS] as const;
+
+export function directiveChangesRaw(
+  stored: unknown[][],
   next: DirectiveRow[],
 ): { upsert: DirectiveRow[]; remove: Array<{ rule_id: string; directive_id: string }> } {
   if (stored.length === 0) return { upsert: next, remove: [] };
-  const old = new Map<string, Record<string, unknown>>();
-  for (const r of stored) old.set(`${r.rule_id as string}\u0000${r.directive_id as string}`, r);
+  const old = new Map<string, unknown[]>();
+  for (const r of stored) old.set(`${r[0] as string}\u0000${r[1] as string}`, r);
   const upsert: DirectiveRow[] = [];
+  const n = COUNT_COLUMNS.length;
   for (const d of next) {
     const k = `${d.rule_id}\u0000${d.directive_id}`;
     const o = old.get(k);
+    if (o === undefined) {
+      upsert.push(d);
+      continue;
+    }
     old.delete(k);
-    if (!o || COUNT_COLUMNS.some((c) => Number(o[c]) !== d.counts[c])) upsert.push(d);
+    for (let i = 0; i < n; i++) {
+      if (Number(o[i + 2]) !== d.counts[COUNT_COLUMNS[i]!]) {
+        upsert.push(d);
+        break;
+      }
+    }
   }
-  const remove = [...old.values()].map((r) => ({ rule_id: r.rule_id as string, directive_id: r.directive_id as string }));
+  const remove = [...old.values()].map((r) => ({ rule_id: r[0] as string, directive_id: r[1] as string }));
   return { upsert, remove };
 }
 

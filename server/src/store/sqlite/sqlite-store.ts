@@ -23,7 +23,7 @@ import type {
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
 import {
-  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, directiveChanges, epochS, marksFromRow, nextMarks, worstNodesSql,
+  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, DIRECTIVE_ROW_COLUMNS, directiveChangesRaw, epochS, marksFromRow, nextMarks, worstNodesSql,
   timeAdjustedSums, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
@@ -62,6 +62,23 @@ export interface SqliteStoreOptions {
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
+const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
+    computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
+  ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
+    run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
+    computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
+    applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
+    ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`;
+const SELECT_DIRECTIVE_ROWS = `SELECT ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`;
+/** Directive rows per multi-row upsert; the statement text of each size is built once. */
+const DIRECTIVE_CHUNK = 32;
+const UPSERT_DIRECTIVES: string[] = [];
+function upsertDirectivesSql(rows: number): string {
+  return (UPSERT_DIRECTIVES[rows] ??= `INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
+    VALUES ${Array.from({ length: rows }, () => `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`).join(', ')}
+    ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
+}
 const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
@@ -658,32 +675,24 @@ export class SqliteStore implements Store {
   private writeCompliance(input: ComplianceInput, at: string): void {
     const { counts, directives } = complianceRows(input);
     const m = input.marks;
-    this.stmt(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-        computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
-      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
-      ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
-        run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
-        computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
-        applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
-        ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`)
+    this.stmt(UPSERT_COMPLIANCE)
       .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
         UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
         ...COUNT_COLUMNS.map((c) => counts[c]));
-    const stored = this.stmt(`SELECT rule_id, directive_id, ${COUNT_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`)
-      .all(input.nodeId) as Array<Record<string, unknown>>;
-    const { upsert, remove } = directiveChanges(stored, directives);
+    const stored = this.stmt(SELECT_DIRECTIVE_ROWS).raw(true).all(input.nodeId) as unknown[][];
+    const { upsert, remove } = directiveChangesRaw(stored, directives);
     const del = this.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
     for (const r of remove) del.run(input.nodeId, r.rule_id, r.directive_id);
     // Multi-row statements: one call into SQLite per chunk instead of one per directive.
-    const CHUNK = 32;
-    for (let i = 0; i < upsert.length; i += CHUNK) {
-      const part = upsert.slice(i, i + CHUNK);
-      const row = `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`;
-      this.stmt(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
-        VALUES ${part.map(() => row).join(', ')}
-        ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`)
-        .run(part.flatMap((d) => [input.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]));
+    for (let i = 0; i < upsert.length; i += DIRECTIVE_CHUNK) {
+      const part = upsert.slice(i, i + DIRECTIVE_CHUNK);
+      const values: unknown[] = [];
+      for (const d of part) {
+        values.push(input.nodeId, d.rule_id, d.directive_id);
+        for (const c of COUNT_COLUMNS) values.push(d.counts[c]);
+      }
+      this.stmt(upsertDirectivesSql(part.length)).run(values);
     }
   }
 
