@@ -168,7 +168,8 @@ export async function floorBreakdown(o) {
       report_count: log.reports.length, counts, outcomes, changes: extractChanges(log.reports), file_name: f.name,
     };
     lap('summarize');
-    Object.assign(row, { outcomes_packed: packOutcomes(JSON.stringify(outcomes)), sha256: createHash('sha256').update(o.files[i].body).digest('hex') });
+    const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+    Object.assign(row, { outcomes_json: json, outcomes_packed: packOutcomes(json), sha256: createHash('sha256').update(o.files[i].body).digest('hex') });
     lap('pack');
     if (timed) reportsSeen += log.reports.length;
     return { ...row, log_text: texts[i], received_at: new Date().toISOString() };

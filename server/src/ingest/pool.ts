@@ -55,6 +55,7 @@ export class PrepareWorkerPool {
           ...(reply.run.log_compressed ? { log_compressed: buf(reply.run.log_compressed) } : {}),
           ...(reply.run.log_text ? { log_text: buf(reply.run.log_text) } : {}),
           ...(reply.run.outcomes_packed ? { outcomes_packed: buf(reply.run.outcomes_packed) } : {}),
+          ...(reply.run.outcomes_json ? { outcomes_json: buf(reply.run.outcomes_json) } : {}),
         });
       } else {
         const e = reply.error;

@@ -13,8 +13,8 @@ export const UNPACKED_PLACEHOLDER = '[]';
 /** Refuse to inflate more than this from the database (a corrupt row must not exhaust memory). */
 const MAX_UNPACKED = 256 * 1024 * 1024;
 
-export function packOutcomes(json: string): Buffer {
-  return deflateRawSync(Buffer.from(json, 'utf8'), { level: 6 });
+export function packOutcomes(json: string | Buffer): Buffer {
+  return deflateRawSync(typeof json === 'string' ? Buffer.from(json, 'utf8') : json, { level: 6 });
 }
 
 /**

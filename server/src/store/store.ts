@@ -302,6 +302,12 @@ export interface RunInsert {
    * caller that did it off the event loop (the ingest workers). Absent: the store packs them.
    */
   outcomes_packed?: Buffer;
+  /**
+   * `JSON.stringify(outcomes)` as UTF-8, by a caller that made it off the event loop (the ingest
+   * workers, which need it for `outcomes_packed`). The store encodes it against the node-day's
+   * base; absent, the store makes it.
+   */
+  outcomes_json?: Buffer;
   /** The changes the run reported; stored with the run, labelled by the store. */
   changes?: ChangeInput[];
 }

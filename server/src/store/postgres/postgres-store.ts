@@ -632,7 +632,7 @@ export class PostgresStore implements Store {
     {
       const node = await this.lockNode(what, c, run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-      const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes)
+      const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
       const ins = await this.query<{ id: string }>(what, c, {
         name: 'run_insert',
@@ -709,10 +709,10 @@ export class PostgresStore implements Store {
    * none yet (store/run-codec.ts). The node's row is locked by the caller, so two servers never
    * make the same node-day's base at once; ON CONFLICT is there all the same.
    */
-  private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes']): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
+  private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
     const what = 'insertRun';
     const day = runDay(startedUtc);
-    const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+    const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
     const find = () => this.query<{ id: string }>(what, c, {
       name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
     });

@@ -483,7 +483,7 @@ export class SqliteStore implements Store {
     {
       const node = this.node(run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-      const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes)
+      const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
       const ins = this.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
           report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
@@ -540,9 +540,9 @@ export class SqliteStore implements Store {
    * A run's log and outcomes against its node-day's base, which is made from this run when the
    * day has none yet (store/run-codec.ts).
    */
-  private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes']): { base_id: number; log: Buffer; outcomes: Buffer } {
+  private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): { base_id: number; log: Buffer; outcomes: Buffer } {
     const day = runDay(startedUtc);
-    const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+    const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
     const found = this.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
     let id: number;
     let texts: BaseTexts | undefined;
