@@ -354,3 +354,20 @@ t.test('formatReport lines parse back to the same reports', async (t) => {
   }), { numRuns: 500 });
   t.pass('round trip holds');
 });
+
+t.test('each report keeps its own start time when the start times of a run log differ', async (t) => {
+  // The parser reuses the last start time's result when the same text comes again: a different
+  // text of the same length, an invalid one and an empty one must each be read on their own.
+  const text = [
+    line({ start: '2018-08-24 15:55:01+00:00' }),
+    line({ start: '2018-08-24 15:55:02+00:00' }),
+    line({ start: '2018-08-24 15:55:01+02:00' }),
+    line({ start: '2018-08-24 15:55:01+0000' }),
+    line({ start: '2018-08-24 15:55:01+00:00' }),
+    '',
+  ].join('\n');
+  t.same(reports(text).map((r) => r.start_datetime),
+    ['2018-08-24T15:55:01+00:00', '2018-08-24T15:55:02+00:00', '2018-08-24T15:55:01+02:00', '2018-08-24T15:55:01+00:00', '2018-08-24T15:55:01+00:00']);
+  t.same(reports(`${line({ start: '' })}\n${line()}\n`).map((r) => r.start_datetime), [TS], 'an empty start time is not the last one');
+  t.same(reports(`${line()}\n${line({ start: '2018-08-24 15:55:61+00:00' })}\n${line()}\n`).length, 2, 'an invalid one of the same length is refused');
+});

@@ -36,6 +36,9 @@ export class ReportReader {
   private line = 0;
   /** the line after the last report read */
   next = 0;
+  /** the last start time that parsed, as written and as RFC 3339 (`startTime`) */
+  private lastStartText = '';
+  private lastStart = '';
 
   constructor(private readonly lines: Lines) {
     this.atat = new Finder(lines.s, '@@');
@@ -74,7 +77,7 @@ export class ReportReader {
     let i = this.line;
     p = this.pos + 2;
     if ((k = this.sep(this.hashes, p, i)) < 0) return null;
-    const start = parseStartTime(s, p, k);
+    const start = this.startTime(p, k);
     if (start === null) return null;
     p = k + 2;
     if ((k = this.sep(this.nodeEnd, p, i)) < 0) return null;
@@ -96,6 +99,23 @@ export class ReportReader {
       execution_datetime: normalizeRfc3339(s, lineStart, head - 1),
       report_id: reportId === '' ? '0' : reportId,
     };
+  }
+
+  /**
+   * The start time in [p, k) as RFC 3339. Every report of a run carries the run's start time, so
+   * the last text and its result are kept: the same text is compared, not parsed and rebuilt (a
+   * tenth of the parse).
+   */
+  private startTime(p: number, k: number): string | null {
+    const s = this.lines.s;
+    // (nothing kept yet: '' never matches, an empty start time is not a time)
+    if (this.lastStartText !== '' && k - p === this.lastStartText.length && s.startsWith(this.lastStartText, p)) return this.lastStart;
+    const start = parseStartTime(s, p, k);
+    if (start !== null) {
+      this.lastStartText = s.slice(p, k);
+      this.lastStart = start;
+    }
+    return start;
   }
 
   /** The separator found by `finder` at or after p, if it is in line i; else -1. */
