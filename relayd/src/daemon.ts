@@ -28,7 +28,7 @@ import { providerForwardRoutes, providerHost } from './providers/host.js';
 import { bootstrapForwardRoutes } from './bootstrap/forward.js';
 import { Metrics } from './metrics.js';
 import { RemoteRun } from './remote-run/dispatch.js';
-import { Hub } from './remote-run/hub.js';
+import { Hub } from './remote-run/listeners.js';
 import { UpstreamLink } from './remote-run/link.js';
 import { lockSpool } from './spool/lock.js';
 import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';

@@ -24,7 +24,7 @@ import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
-import { RelayHub } from './remote-run/hub.js';
+import { RelayHub } from './remote-run/relay-links.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';

@@ -17,7 +17,7 @@ import { TokenKeeper } from '@capstan/agent/identity/token';
 import { listen, type ListenAuth } from '@capstan/agent/remote-run/listen';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
-import { Hub, type PeerConn } from '@capstan/relayd/remote-run/hub';
+import { Hub, type PeerConn } from '@capstan/relayd/remote-run/listeners';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';

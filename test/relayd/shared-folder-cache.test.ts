@@ -219,7 +219,7 @@ t.test('the real server is a shared-folder upstream', async (t) => {
 t.test('upstream downloads carry the relay\'s own token when it has one, else the asking agent\'s', async (t) => {
   const { default: Fastify } = await import('fastify');
   const { Upstream } = await import('@capstan/relayd/forward/upstream');
-  const { registerSharedFolder } = await import('@capstan/relayd/api/routes/shared-folder');
+  const { sharedFolderRoutes } = await import('@capstan/relayd/api/routes/shared-folder');
   const { loadRelaydConfig } = await import('@capstan/relayd/config');
   const seen: Array<string | undefined> = [];
   const up = createServer((req, res) => {
@@ -236,7 +236,7 @@ t.test('upstream downloads carry the relay\'s own token when it has one, else th
     const upstream = new Upstream({ url: `http://127.0.0.1:${(up.address() as AddressInfo).port}`, timeoutMs: 5000, connections: 2 });
     const a = Fastify();
     // Only what the shared-folder route uses of the relay's context.
-    registerSharedFolder(a, { config, log: silentLogger, upstream, ...(own ? { ownAuthorization: own } : {}) } as never);
+    sharedFolderRoutes(a, { config, log: silentLogger, upstream, ...(own ? { ownAuthorization: own } : {}) } as never);
     t.teardown(async () => {
       await a.close();
       await upstream.close();

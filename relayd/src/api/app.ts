@@ -9,12 +9,12 @@ import { capstanError } from '@capstan/shared/errors';
 import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
 import { bodyPace, installBodyPace, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck } from '@capstan/toolkit';
 import type { RelayContext } from './context.js';
-import { registerPolicies } from './routes/policies.js';
-import { registerRemoteRun } from './routes/remote-run.js';
-import { registerSharedFiles } from './routes/shared-files.js';
-import { registerSharedFolder } from './routes/shared-folder.js';
-import { registerSystem } from './routes/system.js';
-import { registerIdentity } from '../identity/routes.js';
+import { policyRoutes } from './routes/policies.js';
+import { remoteRunRoutes } from './routes/remote-run.js';
+import { sharedFilesRoutes } from './routes/shared-files.js';
+import { sharedFolderRoutes } from './routes/shared-folder.js';
+import { systemRoutes } from './routes/system.js';
+import { identityRoutes } from '../identity/routes.js';
 
 export type { RelayContext } from './context.js';
 
@@ -93,13 +93,13 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     }
     return reply.type('application/json').send(list.body);
   });
-  registerSystem(app, ctx);
-  registerSharedFiles(app, ctx);
-  registerSharedFolder(app, ctx);
-  registerPolicies(app, ctx);
-  registerRemoteRun(app, ctx);
+  systemRoutes(app, ctx);
+  sharedFilesRoutes(app, ctx);
+  sharedFolderRoutes(app, ctx);
+  policyRoutes(app, ctx);
+  remoteRunRoutes(app, ctx);
   // After the remote-run route: its upgrade listener is put behind the token check.
-  if (ctx.identity) registerIdentity(app, { identity: ctx.identity, upstream: ctx.upstream, timeoutMs: ctx.config.upstream.timeout, log: ctx.log });
+  if (ctx.identity) identityRoutes(app, { identity: ctx.identity, upstream: ctx.upstream, timeoutMs: ctx.config.upstream.timeout, log: ctx.log });
   // Long-lived remote-run connections would hold close() forever: end them first.
   app.addHook('preClose', async () => {
     closing = true;

@@ -110,7 +110,7 @@ export function protectedNode(url: string): string | null | undefined {
 }
 
 
-export function registerIdentity(app: FastifyInstance, o: { identity: RelayIdentity; upstream: Upstream; timeoutMs: number; log: Logger }): void {
+export function identityRoutes(app: FastifyInstance, o: { identity: RelayIdentity; upstream: Upstream; timeoutMs: number; log: Logger }): void {
   const { identity } = o;
 
   app.post('/identity/renew', async (req, reply) => {

@@ -20,7 +20,7 @@ import type { Logger } from '@capstan/shared/log';
 import type { RunEvent as RunTrigger } from '@capstan/shared/remote-run/protocol';
 import type { NodesList } from '../data/nodes.js';
 import type { Metrics } from '../metrics.js';
-import type { Hub } from './hub.js';
+import type { Hub } from './listeners.js';
 
 export type RunEventType = 'started' | 'line' | 'done' | 'busy' | 'offline' | 'error';
 

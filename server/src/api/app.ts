@@ -29,7 +29,7 @@ import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
 import { bootstrapRelayRoutes } from './routes/bootstrap-relay.js';
 import type { BootstrapRunner } from '../bootstrap/runner.js';
-import { remoteRunRoutes, type RemoteRunDeps } from '../remote-run/routes.js';
+import { remoteRunRoutes, type RemoteRunDeps } from './routes/remote-run.js';
 import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';

@@ -28,7 +28,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@capstan/shared';
 import type { JobRecord, Store } from '../store/store.js';
 import type { TaskState } from './states.js';
-import type { RelayHub } from '../remote-run/hub.js';
+import type { RelayHub } from '../remote-run/relay-links.js';
 
 export interface RunnerOptions {
   store: Store;

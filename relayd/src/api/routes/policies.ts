@@ -37,7 +37,7 @@ function serve(req: FastifyRequest, reply: FastifyReply, c: CachedPolicy, stale:
   return reply.code(200).type('application/json').send(c.body);
 }
 
-export function registerPolicies(app: FastifyInstance, ctx: RelayContext): void {
+export function policyRoutes(app: FastifyInstance, ctx: RelayContext): void {
   const cache = new PolicyCache(ctx.config.policies.cache_dir || join(ctx.config.spool.directory, 'cache', 'policies'));
   const maxAge = ctx.config.policies.max_age;
   const inFlight = new Map<string, Promise<Upstreamed>>();

@@ -21,12 +21,12 @@ import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
 import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
-import { responseConn } from '../../remote-run/hub.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
+import { responseConn } from '../../remote-run/listeners.js';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
 import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
 import { RELAY_ROLE } from '@capstan/shared/identity/token';
 
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/hub';
+export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
 
 export const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
 const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
@@ -118,7 +118,7 @@ function answer(run: Run, form: RunForm, reply: FastifyReply): FastifyReply {
   }).then((text) => reply.send(text)) as unknown as FastifyReply;
 }
 
-export function registerRemoteRun(app: FastifyInstance, ctx: RelayContext): void {
+export function remoteRunRoutes(app: FastifyInstance, ctx: RelayContext): void {
   const enabled = ctx.config.remote_run.enabled;
   const rr = ctx.remoteRun;
   const api = '/rudder/relay-api/1/remote-run';

@@ -23,7 +23,7 @@ type Req = FastifyRequest<{ Params: { target: string; source: string; file: stri
 
 const PREFIX = '/rudder/relay-api/1/shared-files';
 
-export function registerSharedFiles(app: FastifyInstance, ctx: RelayContext): void {
+export function sharedFilesRoutes(app: FastifyInstance, ctx: RelayContext): void {
   const path = ctx.config.shared_files.path;
   const store = path ? new SharedFilesStore(path) : null;
   const max = ctx.config.shared_files.max_body_size;

@@ -32,7 +32,7 @@ type Req = FastifyRequest<{ Querystring: Record<string, string | undefined> }>;
 /** Seconds an agent is told to wait when the download queue is full (it adds its own jitter). */
 const BUSY_RETRY_AFTER = '5';
 
-export function registerSharedFolder(app: FastifyInstance, ctx: RelayContext): void {
+export function sharedFolderRoutes(app: FastifyInstance, ctx: RelayContext): void {
   const root = ctx.config.shared_folder.path;
   const url = '/rudder/relay-api/1/shared-folder/*';
   const sf = ctx.config.shared_folder;

@@ -16,7 +16,7 @@ export function failure(reply: FastifyReply, action: string, details: string): F
   return reply.code(500).send({ result: 'error', action, errorDetails: details });
 }
 
-export function registerSystem(app: FastifyInstance, ctx: RelayContext): void {
+export function systemRoutes(app: FastifyInstance, ctx: RelayContext): void {
   const api = '/rudder/relay-api/1/system';
   const preHandler = adminOnly(ctx.adminToken, ctx.loopbackIsAdmin ?? true);
 

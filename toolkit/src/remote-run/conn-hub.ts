@@ -1,7 +1,7 @@
 /**
  * The long-lived remote-run connections a program holds, by id: agents and sub-relays at a
- * relay (relayd/src/remote-run/hub.ts), top-level relays at the server
- * (server/src/remote-run/hub.ts). Each connection is a stream of JSON lines from us to them: a
+ * relay (relayd/src/remote-run/listeners.ts), top-level relays at the server
+ * (server/src/remote-run/relay-links.ts). Each connection is a stream of JSON lines from us to them: a
  * hello, heartbeats, `run` events, a `bye`.
  *
  * One connection per id: a newer one replaces an older one (a peer that reconnected after a

@@ -8,9 +8,9 @@
  * One connection per relay id: a newer one replaces an older one (a relay that reconnected must
  * not be shadowed by its own half-dead previous socket).
  */
-import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/hub';
+import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/conn-hub';
 
-export { socketConn } from '@capstan/toolkit/remote-run/hub';
+export { socketConn } from '@capstan/toolkit/remote-run/conn-hub';
 export type RelayConn = LineConn;
 
 export interface LinkedRelay {

@@ -7,9 +7,9 @@
  * One connection per node: a newer one replaces an older one (an agent that reconnects after a
  * network change must not be shadowed by its own half-dead previous socket).
  */
-import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/hub';
+import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/conn-hub';
 
-export { responseConn, socketConn } from '@capstan/toolkit/remote-run/hub';
+export { responseConn, socketConn } from '@capstan/toolkit/remote-run/conn-hub';
 /** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
 export type PeerConn = LineConn;
 

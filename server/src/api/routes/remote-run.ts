@@ -20,13 +20,13 @@ import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { capstanError, errorBody, isCapstanError, type Logger } from '@capstan/shared';
-import type { RelayAuthorizer } from '../identity/relay-auth.js';
-import type { JobRunner } from '../jobs/runner.js';
-import type { RelayConn, RelayHub } from './hub.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/hub';
+import type { RelayAuthorizer } from '../../identity/relay-auth.js';
+import type { JobRunner } from '../../jobs/runner.js';
+import type { RelayConn, RelayHub } from '../../remote-run/relay-links.js';
+import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
 import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
 
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/hub';
+export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 export interface RemoteRunDeps {
