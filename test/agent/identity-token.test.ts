@@ -15,6 +15,7 @@ import { ensureIdentity } from '@capstan/agent/identity/state';
 import { TokenKeeper } from '@capstan/agent/identity/token';
 import { Outbox } from '@capstan/agent/queue/outbox';
 import { RelayClient } from '@capstan/agent/queue/upload';
+import { programDir } from '../helpers/programs.js';
 
 const key = generateSigningKey();
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { jti: string; iat: number; exp: number; capstan_node_id: string };
@@ -26,7 +27,7 @@ async function body(req: IncomingMessage): Promise<Buffer> {
 }
 
 async function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const id = await ensureIdentity(join(dir, 'state'), 1024);
   const clock = { now: new Date('2026-11-22T12:00:00Z') };
   const seen = new Set<string>();

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { computeConfigId, endorseKey, followEndorsements, policyKeyId, signBundle, type KeyEndorsement } from '@capstan/shared';
 import { fetchPolicy, loadPinnedKey } from '@capstan/agent/policy/fetch';
+import { programDir } from '../helpers/programs.js';
 
 function newKey() {
   const { privateKey, publicKey } = generateKeyPairSync('ed25519');
@@ -66,7 +67,7 @@ async function relay(t: { teardown: (fn: () => unknown) => void }) {
 
 t.test('the agent follows a rotation through the chain and re-pins; an unendorsed key is refused', async (t) => {
   const r = await relay(t);
-  const stateDir = t.testdir();
+  const stateDir = programDir(t);
   const [k0, k1, k2] = [newKey(), newKey(), newKey()];
   const fetch = () => fetchPolicy({ relay: r.url, nodeId: 'n1', stateDir, timeoutMs: 5000, configuredKeyPem: null });
 
@@ -98,7 +99,7 @@ t.test('the agent follows a rotation through the chain and re-pins; an unendorse
 
 t.test('a configured key anchors the chain; configuring another key starts over from it', async (t) => {
   const r = await relay(t);
-  const stateDir = t.testdir();
+  const stateDir = programDir(t);
   const [k0, k1, other] = [newKey(), newKey(), newKey()];
   r.serve('v1', k1, [endorseKey(k0.priv, k1.pub)]);
   t.match(await fetchPolicy({ relay: r.url, nodeId: 'n1', stateDir, timeoutMs: 5000, configuredKeyPem: k0.pub }), { source: 'fresh' });

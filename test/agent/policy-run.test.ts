@@ -12,7 +12,7 @@ import t from 'tap';
 import { computeConfigId, decompress, parseDiffMessage, parseRunLog, signBundle, silentLogger, verifySmime, type BundleDirective } from '@capstan/shared';
 import { loadAgentConfig } from '@capstan/agent/config';
 import { runAgent } from '@capstan/agent/run';
-import { BIN, runProgram } from '../helpers/programs.js';
+import { BIN, runProgram, programDir } from '../helpers/programs.js';
 
 interface FakeRelay {
   url: string;
@@ -78,7 +78,7 @@ async function lastRun(relay: FakeRelay, nodeId: string, certPem: string) {
 }
 
 t.test('enforce, idempotence, audit and refusal across real agent runs', async (t) => {
-  const dir = t.testdir({ 'motd': 'old\n' });
+  const dir = programDir(t, { 'motd': 'old\n' });
   const relay = await fakeRelay();
   t.teardown(relay.close);
   const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
@@ -148,7 +148,7 @@ t.test('enforce, idempotence, audit and refusal across real agent runs', async (
 });
 
 t.test('relay down: the run uses the cached policy and queues its run log; back-fill in order', async (t) => {
-  const dir = t.testdir({ 'f': '' });
+  const dir = programDir(t, { 'f': '' });
   const relay = await fakeRelay();
   const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
   const first = await runAgent(config, silentLogger);
@@ -188,7 +188,7 @@ t.test('relay down: the run uses the cached policy and queues its run log; back-
 });
 
 t.test('dry run prints what it would do and changes, signs and sends nothing', async (t) => {
-  const dir = t.testdir({ 'f': 'x' });
+  const dir = programDir(t, { 'f': 'x' });
   const relay = await fakeRelay();
   t.teardown(relay.close);
   const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
@@ -203,7 +203,7 @@ t.test('dry run prints what it would do and changes, signs and sends nothing', a
 });
 
 t.test('capstan-agent run --dry-run: a would-be repair is audit_noncompliant with its diff, exit 0; an error still exits 4', async (t) => {
-  const dir = t.testdir({ f: 'old\n', keep: 'k\n' });
+  const dir = programDir(t, { f: 'old\n', keep: 'k\n' });
   const relay = await fakeRelay();
   t.teardown(relay.close);
   const state = join(dir, 'state');

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { silentLogger } from '@capstan/shared';
 import { policyServerId } from '@capstan/agent/identity/policy-server';
+import { programDir } from '../helpers/programs.js';
 
 async function relay(t: { teardown: (fn: () => unknown) => void }, answer: (url: string) => [number, string]): Promise<{ url: string; asked: () => number }> {
   let asked = 0;
@@ -26,7 +27,7 @@ async function relay(t: { teardown: (fn: () => unknown) => void }, answer: (url:
 const DAY = 24 * 3600_000;
 
 t.test('the relay\'s id from /uuid, asked once a day or when the relay changes, remembered when it cannot answer', async (t) => {
-  const state = t.testdir();
+  const state = programDir(t);
   let id = 'relay-dc1.a';
   const r = await relay(t, (u) => (u === '/uuid' ? [200, `${id}\n`] : [404, '']));
   const now = Date.now();
@@ -42,7 +43,7 @@ t.test('the relay\'s id from /uuid, asked once a day or when the relay changes, 
 });
 
 t.test('no id ever given: the relay\'s host name; a bad or oversized answer is not taken', async (t) => {
-  const state = t.testdir();
+  const state = programDir(t);
   const notFound = await relay(t, () => [404, 'nope']);
   t.equal(await policyServerId(notFound.url, state, 1000, silentLogger), '127.0.0.1');
   const bad = await relay(t, () => [200, '../../etc/passwd']);

@@ -13,7 +13,7 @@ import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseR
 import { loadIdentities, simNodeId } from '@capstan/agent/sim/identities';
 import { nodeProfile, signedRunLog } from '@capstan/agent/sim/runlog';
 import { percentiles } from '@capstan/agent/sim/stats';
-import { BIN, ROOT, startProgram } from '../helpers/programs.js';
+import { BIN, ROOT, startProgram, programDir } from '../helpers/programs.js';
 
 const SIM = resolve(ROOT, 'agent/dist/sim/cli.js');
 
@@ -43,7 +43,7 @@ function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000): P
 }
 
 t.test('simulated identities share keys but each certificate names its own node', async (t) => {
-  const ids = await loadIdentities({ count: 5, keys: 2, bits: 1024, seed: 'smoke', cacheDir: t.testdir() });
+  const ids = await loadIdentities({ count: 5, keys: 2, bits: 1024, seed: 'smoke', cacheDir: programDir(t) });
   t.equal(new Set(ids.map((i) => i.nodeId)).size, 5);
   t.equal(new Set(ids.map((i) => i.keyPem)).size, 2, 'two keys for five nodes');
   for (const id of ids) {
@@ -98,7 +98,7 @@ t.test('package benchmark results become figures with their targets', async (t) 
 });
 
 t.test('npm run bench --quick measures floor, ingest and a profile with the real programs', async (t) => {
-  const out = t.testdir();
+  const out = programDir(t);
   const r = await run(['scripts/bench.mjs', '--quick', '--nodes', '6', '--out', out], { CAPSTAN_BENCH_CACHE: join(out, 'cache') });
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr.slice(-3000) });
   const names = await readdir(out);
@@ -123,7 +123,7 @@ t.test('npm run bench --quick measures floor, ingest and a profile with the real
 });
 
 t.test('capstan-sim enrolls its nodes and every run log it sends reaches the registry', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);

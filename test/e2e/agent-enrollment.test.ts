@@ -8,7 +8,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 /** Every log line in `text` (JSON with a time; the `{"ready":true…}` line is not a log line). */
 function logLines(text: string): Array<Record<string, unknown>> {
@@ -23,7 +23,7 @@ function noStacks(t: Test, what: string, text: string): void {
 }
 
 t.test('waiting for acceptance, accepted, refused: through a relay and straight to the server', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'info']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'info']);

@@ -17,7 +17,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, requiredInCi, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, requiredInCi, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import {
   authorizeKey, buildAgentPackage, freePort, makeDpkgRoot, makeSshKeys, sshdSkipReason, sshFingerprintOf, startSshd,
 } from '../helpers/sshd.js';
@@ -31,7 +31,7 @@ if (why !== undefined) {
   t.plan(0, why);
 } else {
   await t.test('bootstrap from the relay that hosts the node\'s provider', async (t) => {
-    const work = t.testdir();
+    const work = programDir(t);
     const keys = join(work, 'keys');
     await makeSshKeys(keys, ['host_a', 'host_b', 'client', 'stranger']);
     const authorized = await authorizeKey(keys, join(keys, 'client.pub'));

@@ -16,7 +16,7 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, requiredInCi, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, requiredInCi, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { authorizeKey, buildAgentPackage, freePort, makeDpkgRoot, makeSshKeys, sh, sshdSkipReason, startSshd } from '../helpers/sshd.js';
 
 t.setTimeout(300_000);
@@ -37,7 +37,7 @@ async function bootstrapTests(): Promise<void> {
 async function run(t: Test): Promise<void> {
   // sshd and the servers live as long as this test, whichever subtest starts them.
   const outer = t;
-  const work = t.testdir();
+  const work = programDir(t);
   const keys = join(work, 'keys');
   await makeSshKeys(keys, ['host_a', 'host_b', 'client', 'stranger']);
   const authorized = await authorizeKey(keys, join(keys, 'client.pub'));

@@ -7,7 +7,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 interface Change {
   node_id: string; label: string; event_type: string; component: string; key_value: string; message: string;
@@ -15,7 +15,7 @@ interface Change {
 }
 
 t.test('a repair is a change with its diff, corrective or intentional, and an audit shows the diff it would apply', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);

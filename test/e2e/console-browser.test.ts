@@ -19,7 +19,7 @@ import { ConsoleSignIns, ensureConsoleSecret } from '@capstan/server/console/sig
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openStore } from '@capstan/server/store/index';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
-import { adminClient, BIN, ROOT, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, ROOT, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { inventory } from '../server/store-suite.js';
 
 const skip = chromiumAbsent();
@@ -27,7 +27,7 @@ if (skip) t.comment(`browser tests skipped: ${skip}`);
 const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs', 'img') : null;
 
 t.test('an admin signs in, accepts a pending node, and sees its compliance and its change with the diff', { skip }, async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
@@ -138,7 +138,7 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
 t.test('a viewer sees pending nodes without accept or refuse buttons', { skip }, async (t) => {
   // The principal is injected (a viewer token resolved by the same hook the roles work fills):
   // the console shows what the role allows. See the todo below for the API's own refusal.
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -171,7 +171,7 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
 // A real viewer (made through the admins API) signed in to the console: the API itself refuses
 // its accept, even with the CSRF token, and the refusal is in the audit log.
 t.test('the API refuses a viewer\'s accept made through the console', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());

@@ -10,7 +10,7 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity, makeRenewRequest } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 
 const why = await pgUnavailable();
@@ -20,7 +20,7 @@ if (why) {
 } else {
   t.test('two servers on one database share the keyring, the node tokens and the renewal nonces', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
-    const dir = t.testdir({ 'shared': { motd: 'hello\n' } });
+    const dir = programDir(t, { 'shared': { motd: 'hello\n' } });
     const secret = join(dir, 'identity.secret');
     const conf = join(dir, 'server.toml');
     await writeFile(conf, `[lifecycle]\nsweep_interval = "1h"\n[identity]\nsecret_file = "${secret}"\n`);

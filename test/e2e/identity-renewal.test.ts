@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 const claims = (token: string) => {
   const [h, p] = token.trim().split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
@@ -17,7 +17,7 @@ const claims = (token: string) => {
 };
 
 t.test('agent renews through the relay, survives a key deletion and an expired token within one run', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());
@@ -128,7 +128,7 @@ globalThis.Date = Shifted;
 `;
 
 t.test('a token expired at the relay (401) is renewed by signed request within the same run, and by the listener', async (t) => {
-  const dir = t.testdir({ 'clock-behind.mjs': CLOCK_BEHIND });
+  const dir = programDir(t, { 'clock-behind.mjs': CLOCK_BEHIND });
   const serverDir = join(dir, 'server');
   await writeFile(join(dir, 'server.toml'), '[identity]\ntoken_ttl = "3s"\n');
   const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
@@ -197,7 +197,7 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
 });
 
 t.test('an agent talking to the server itself gets its token in the answer to its inventory; through a relay it renews by signed request', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'info']);
   t.teardown(() => server.stop());

@@ -9,10 +9,10 @@
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 t.test('a node joins and leaves a dynamic group as its facts and packages say', async (t) => {
-  const dir = t.testdir({ 'facts.d': { 'role.json': '{"role": "web", "site": {"room": "b2"}}' } });
+  const dir = programDir(t, { 'facts.d': { 'role.json': '{"role": "web", "site": {"room": "b2"}}' } });
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());

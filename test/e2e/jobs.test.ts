@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { startFakeEc2 } from '../providers/fake-ec2.js';
 
 // Inherited by the server: the manager names these variables, never the values.
@@ -30,7 +30,7 @@ interface Agent {
 }
 
 t.test('jobs reach exactly their agents through the relay, and record outcome and output', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   await writeFile(join(dir, 'server.toml'), '[jobs]\nsweep_interval = "200ms"\n');
   // The account the manager discovers: b and c will get agents, d never does.

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import tls from 'node:tls';
 import t from 'tap';
 import { Agent } from 'undici';
-import { BIN, runProgram, startProgram } from '../helpers/programs.js';
+import { BIN, runProgram, startProgram, programDir } from '../helpers/programs.js';
 
 function haveOpenssl(): boolean {
   try {
@@ -33,7 +33,7 @@ const serverArgs = (dir: string, ...more: string[]) => ['serve', '--data-dir', j
 const relayArgs = (dir: string, ...more: string[]) => ['--spool-dir', join(dir, 'spool'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'warn', ...more];
 
 t.test('a listener off loopback in plain HTTP is refused at start (exit 2) unless allowed', async (t) => {
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'allow.toml': '[tls]\nallow_plaintext = true\n',
   });
   for (const listen of ['0.0.0.0:0', '192.0.2.10:3031']) {
@@ -67,7 +67,7 @@ if (!haveOpenssl()) {
   if (process.env.CI === 'true') t.fail('openssl is required in CI');
 } else {
   t.test('the server speaks TLS 1.2+ from [tls], and --test accepts a TLS listener off loopback', async (t) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     makeCerts(dir);
     const toml = `[tls]\ncert_file = "${join(dir, 'server.pem')}"\nkey_file = "${join(dir, 'server.key')}"\n`;
     await writeFile(join(dir, 'tls.toml'), toml);

@@ -8,10 +8,10 @@
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 t.test('an admin-written policy reaches the node signed, through a relay, and is refused when altered', async (t) => {
-  const dir = t.testdir({ 'relay-caching.toml': '[policies]\nmax_age = "1h"\n' });
+  const dir = programDir(t, { 'relay-caching.toml': '[policies]\nmax_age = "1h"\n' });
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);

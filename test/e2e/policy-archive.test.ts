@@ -9,7 +9,7 @@ import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { create as tarCreate } from 'tar';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
@@ -27,7 +27,7 @@ async function makeArchive(build: string, shared: string, files: Record<string, 
 }
 
 t.test('an archive reaches the node through a caching relay; a key rotation is followed', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const shared = join(dir, 'shared');
   await mkdir(shared);
   await writeFile(join(dir, 'server.toml'), `[policy]\nshared_folder = ${JSON.stringify(shared)}\n`);

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
-import { BIN, ROOT, runProgram, startProgram } from '../helpers/programs.js';
+import { BIN, ROOT, runProgram, startProgram, programDir } from '../helpers/programs.js';
 
 const CAPSTAN = resolve(ROOT, 'server/dist/admin-cli/cli.js');
 
@@ -32,7 +32,7 @@ function capstan(args: string[], env: Record<string, string>): Promise<{ code: n
 }
 
 t.test('policy diff names the nodes a change reaches; apply makes it so, once; the node runs it', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const env = { CAPSTAN_URL: server.url, CAPSTAN_TOKEN: (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim() };

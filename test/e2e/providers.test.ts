@@ -10,7 +10,7 @@ import { writeFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { startFakeEc2, type Ec2Fixture } from '../providers/fake-ec2.js';
 
 // Inherited by the programs started below: the managers name these variables, never the values.
@@ -41,7 +41,7 @@ const nodesOf = async (api: ReturnType<typeof adminClient>, manager: string) =>
   (await api('GET', `/api/1/nodes?per_page=100&sort=id&filter=${encodeURIComponent(JSON.stringify({ key: 'managed_by', values: [manager] }))}`)).json;
 
 t.test('the managers API validates with codes and never takes a credential in clear', async (t) => {
-  const { api } = await server(t, t.testdir());
+  const { api } = await server(t, programDir(t));
   const post = (body: unknown) => api('POST', '/api/1/managers', body);
   const aws = { id: 'aws', type: 'aws-ec2', config: { regions: ['eu-west-1'] }, credentials: CREDS };
   const cases: Array<[string, unknown, number, string]> = [
@@ -80,7 +80,7 @@ t.test('the managers API validates with codes and never takes a credential in cl
 });
 
 t.test('a server-hosted aws-ec2 manager discovers the account; the test endpoint reports the cloud error', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   writeFileSync(file, JSON.stringify(FIXTURE));
   const ec2 = await startFakeEc2(file);
@@ -112,7 +112,7 @@ t.test('a server-hosted aws-ec2 manager discovers the account; the test endpoint
 });
 
 t.test('deleting a manager needs one explicit choice for the nodes only it holds', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const { api } = await server(t, dir);
   const hostsFile = join(dir, 'hosts.txt');
   await writeFile(hostsFile, '# lab\nkeep-1\nkeep-2\n');
@@ -146,7 +146,7 @@ t.test('deleting a manager needs one explicit choice for the nodes only it holds
 });
 
 t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted through the top relay', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   const fx = structuredClone(FIXTURE);
   writeFileSync(file, JSON.stringify(fx));
@@ -204,7 +204,7 @@ t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted
 });
 
 t.test('the agent enrolling on a discovered instance joins its row (cloud identity from cloud-init instance data)', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   writeFileSync(file, JSON.stringify(FIXTURE));
   const ec2 = await startFakeEc2(file);

@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { statusAndCode } from '../helpers/http.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number; jti: string; capstan_role?: string; capstan_node_id: string };
@@ -21,7 +21,7 @@ const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 const refusal = async (url: string, init: RequestInit = {}) => statusAndCode(await fetch(url, init));
 
 t.test('a job reaches an agent behind a sub-relay, every link authenticated, relay tokens renewed as they expire', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   // Relays' tokens live 6 s (their group's TTL) and are checked with a 1 s clock skew: the test
   // sees them expire and be renewed. Agents keep the default 24 h.

@@ -8,11 +8,11 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity, makeRenewRequest } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 t.test('a force-deleted key is refused at the relay from its next list sync; the renewed token works', async (t) => {
   // The relay used to accept tokens of the deleted key until its JWKS copy was an hour old.
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());

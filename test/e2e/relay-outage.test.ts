@@ -15,11 +15,12 @@ import t from 'tap';
 import { Pool } from 'undici';
 import { CountingUpstream, freePort, runName, sha256, until } from '../relayd/helpers/upstream.js';
 import { startRelayd } from '../relayd/helpers/proc.js';
+import { programDir } from '../helpers/programs.js';
 
 const NODE = '0ffe0ffe-0000-4000-8000-000000000002';
 
 t.test('upstream down: the relay keeps accepting and delivers everything once it is back', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const port = await freePort();
   const up = new CountingUpstream();
   t.teardown(() => up.stop());
@@ -58,7 +59,7 @@ t.test('upstream down: the relay keeps accepting and delivers everything once it
 });
 
 t.test('SIGKILL with 500 PUTs in flight and the upstream down loses nothing acknowledged', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const spool = join(dir, 'spool');
   const port = await freePort();
   const up = new CountingUpstream();
@@ -142,7 +143,7 @@ t.test('SIGKILL with 500 PUTs in flight and the upstream down loses nothing ackn
 });
 
 t.test('SIGKILL while delivered files are being overwritten in free/: nothing partial ever reaches incoming/ or the upstream', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const spool = join(dir, 'spool');
   const port = await freePort();
   const up = new CountingUpstream();

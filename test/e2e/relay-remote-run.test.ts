@@ -8,12 +8,12 @@ import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { startRelayd } from '../relayd/helpers/proc.js';
 import { until } from '../relayd/helpers/upstream.js';
 
 t.test('a trigger runs a listening agent within a second and streams its output', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());

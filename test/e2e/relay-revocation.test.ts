@@ -13,10 +13,10 @@ import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 t.test('a sub-relay no longer registered is cut off at the next list sync and cannot link again', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());
@@ -59,7 +59,7 @@ t.test('a sub-relay no longer registered is cut off at the next list sync and ca
 });
 
 t.test('a forced renewal of an agent ends its connection at the relay and refuses its old token there; the agent renews and comes back', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const serverDir = join(dir, 'server');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
   t.teardown(() => server.stop());

@@ -14,12 +14,12 @@ import { createInterface } from 'node:readline';
 import { Readable } from 'node:stream';
 import t from 'tap';
 import { Pool } from 'undici';
-import { BIN, runProgram } from '../helpers/programs.js';
+import { BIN, runProgram, programDir } from '../helpers/programs.js';
 import { CountingUpstream, runName, until } from '../relayd/helpers/upstream.js';
 import { startRelayd } from '../relayd/helpers/proc.js';
 
 t.test('SIGTERM: stop accepting, finish the upload in flight, exit 0', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const relay = await startRelayd(['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
   t.teardown(() => relay.signal('SIGKILL'));
   const pool = new Pool(relay.url, { connections: 1 });
@@ -58,7 +58,7 @@ t.test('SIGTERM: stop accepting, finish the upload in flight, exit 0', async (t)
 t.test('SIGHUP reloads the nodes list without a restart', async (t) => {
   const up = await new CountingUpstream().start();
   t.teardown(() => up.stop());
-  const dir = t.testdir({ 'nodes.json': JSON.stringify({ a: { 'policy-server': 'root' } }) });
+  const dir = programDir(t, { 'nodes.json': JSON.stringify({ a: { 'policy-server': 'root' } }) });
   const relay = await startRelayd(['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', up.url, '--nodes-list', join(dir, 'nodes.json'), '--log-level', 'error']);
   t.teardown(() => relay.signal('SIGTERM'));
   const put = (node: string, i: number) => fetch(`${relay.url}/reports/${encodeURIComponent(runName(node, i))}`, { method: 'PUT', body: `${node}${i}` });
@@ -76,7 +76,7 @@ t.test('SIGHUP reloads the nodes list without a restart', async (t) => {
 });
 
 t.test('sd_notify: READY=1 and STATUS reach NOTIFY_SOCKET; a missing systemd-notify is ignored', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const python = (() => {
     try {
       execFileSync('python3', ['--version']);
@@ -112,7 +112,7 @@ t.test('sd_notify: READY=1 and STATUS reach NOTIFY_SOCKET; a missing systemd-not
 });
 
 t.test('--test checks the files a configuration names and exits 2 on a problem', async (t) => {
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'nodes.json': '{"a":{"policy-server":"root"}}',
     'broken.json': '[1,2]',
     'ok.toml': '[general]\nnodes_list_file = "NODES"\n',

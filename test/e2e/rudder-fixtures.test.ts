@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 
@@ -17,7 +17,7 @@ if (absent) {
   t.pass('skipped: fixtures absent', { skip: absent });
 } else {
   t.test('RUDDER signed run logs are verified, parsed and stored once', async (t) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
     t.teardown(() => server.stop());
     const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);

@@ -10,7 +10,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { ocsName, ocsXml, rudderNode, signOcs, smimeSignOpenssl } from '../helpers/ocs.js';
 
 const NODE = '7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f';
@@ -22,7 +22,7 @@ async function put(base: string, path: string, body: Buffer): Promise<{ status: 
 }
 
 t.test('a RUDDER agent\'s OCS inventory enrols its node through a relay; hostile ones are refused', async (t) => {
-  const dir = t.testdir({ 'server.toml': '[limits]\nocs_max_size = "1MiB"\n[lifecycle]\nsweep_interval = "1h"\n' });
+  const dir = programDir(t, { 'server.toml': '[limits]\nocs_max_size = "1MiB"\n[lifecycle]\nsweep_interval = "1h"\n' });
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
     '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());

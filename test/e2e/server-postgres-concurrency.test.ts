@@ -7,7 +7,7 @@ import { appendFile, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 import pg from 'pg';
 
@@ -25,7 +25,7 @@ if (why) {
 } else {
   t.test('two servers on one database store 2,000 run logs exactly once', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
-    const dir = t.testdir({ 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n' });
+    const dir = programDir(t, { 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n' });
     // Servers sharing a database share the secret sealing its signing keys.
     await appendFile(join(dir, 'server.toml'), `[identity]\nsecret_file = "${join(dir, 'identity.secret')}"\n`);
     const start = (name: string) => startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',

@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 
 const NODES = 6;
@@ -21,7 +21,7 @@ const why = await pgUnavailable();
 if (why && process.env.CI === 'true') t.fail(why);
 t.test('concurrent API calls and uploads on one PostgreSQL pool', { skip: why ?? false, timeout: 120_000 }, async (t) => {
   const url = await freshSchemaUrl(t);
-  const dir = t.testdir({ 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n[database]\npool_size = 4\n' });
+  const dir = programDir(t, { 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n[database]\npool_size = 4\n' });
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
     '--data-dir', join(dir, 'data'), '--database', url, '--log-level', 'error']);
   t.teardown(() => server.stop());

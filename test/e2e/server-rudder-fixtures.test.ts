@@ -10,7 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { createNodeIdentity, signSmime } from '@capstan/shared';
-import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 
 const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -48,7 +48,7 @@ async function body(stamp: string, node: string): Promise<Buffer> {
 }
 
 async function ingestAll(t: Test, database: string | undefined) {
-  const dir = t.testdir({ 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n' });
+  const dir = programDir(t, { 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n' });
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
     '--data-dir', join(dir, 'server'), '--log-level', 'warn', ...(database ? ['--database', database] : [])]);
   t.teardown(() => server.stop());

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import t from 'tap';
 import { compressSync, createNodeIdentity, inventoryFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 /** A unix datagram socket that prints the first message it gets (Node has no unix datagram sockets). */
 function notifyListener(path: string): Promise<{ message: Promise<string>; stop: () => void } | null> {
@@ -41,7 +41,7 @@ t.test('READY to systemd, a sweep that runs by itself, metrics, and a clean SIGT
   const sockDir = mkdtempSync(join(tmpdir(), 'capstan-notify-'));
   t.teardown(() => rmSync(sockDir, { recursive: true, force: true }));
   const listener = await notifyListener(join(sockDir, 'notify'));
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'server.toml': '[lifecycle]\nrun_interval = "1s"\nmissed_runs = 1\nmissing_after = "2s"\npurge_after = "2s"\nsweep_interval = "1s"\n',
   });
   if (listener) process.env.NOTIFY_SOCKET = join(sockDir, 'notify');
@@ -80,7 +80,7 @@ t.test('READY to systemd, a sweep that runs by itself, metrics, and a clean SIGT
 });
 
 t.test('a NOTIFY_SOCKET nobody listens on does not stop the server', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   process.env.NOTIFY_SOCKET = join(dir, 'nobody-here');
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'error']);
   delete process.env.NOTIFY_SOCKET;
@@ -89,7 +89,7 @@ t.test('a NOTIFY_SOCKET nobody listens on does not stop the server', async (t) =
 });
 
 t.test('contradicting lifecycle settings and a short secret are configuration errors (exit 2)', async (t) => {
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'early.toml': '[lifecycle]\nrun_interval = "10m"\nmissed_runs = 6\nmissing_after = "30m"\n',
     'secret.toml': '[enrollment]\nsecret = "short"\n',
     'good.toml': '[enrollment]\nauto_accept_hostnames = "*.lab.example.com"\nsecret = "a long enough shared secret"\n',

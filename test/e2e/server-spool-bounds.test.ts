@@ -8,7 +8,7 @@
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { BIN, startProgram, waitFor } from '../helpers/programs.js';
+import { BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
 import { codeOf, rawHttp } from '../helpers/raw-http.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -24,7 +24,7 @@ async function metric(url: string, re: RegExp): Promise<number> {
 }
 
 t.test('failed/ stays within spool.failed_max_files; refusals are counted by code', async (t) => {
-  const dir = t.testdir({ 'server.toml': '[spool]\nfailed_max_files = 4\n' });
+  const dir = programDir(t, { 'server.toml': '[spool]\nfailed_max_files = 4\n' });
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
   t.teardown(() => server.stop());
   const failedDir = join(dir, 'data', 'spool', 'failed', 'reports');
@@ -48,7 +48,7 @@ t.test('failed/ stays within spool.failed_max_files; refusals are counted by cod
 
 t.test('below spool.min_free_space uploads are refused with 507, nothing written', async (t) => {
   // A reserve larger than any disk here: every upload would eat into it.
-  const dir = t.testdir();
+  const dir = programDir(t);
   await writeFile(join(dir, 'server.toml'), '[spool]\nmin_free_space = "1000000GB"\n');
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
   t.teardown(() => server.stop());

@@ -9,7 +9,7 @@
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { BIN, startProgram, waitFor, type Running } from '../helpers/programs.js';
+import { BIN, startProgram, waitFor, type Running, programDir } from '../helpers/programs.js';
 import { codeOf, rawHttp } from '../helpers/raw-http.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -19,7 +19,7 @@ const head = (path: string, length: number) => `PUT ${path} HTTP/1.1\r\nHost: ca
 interface Program { name: string; run: Running; spool: string }
 
 async function start(t: Test, http: string): Promise<Program[]> {
-  const dir = t.testdir();
+  const dir = programDir(t);
   await writeFile(join(dir, 'c.toml'), `[http]\n${http}`);
   const [server, relay] = await Promise.all([
     startProgram(BIN.server, ['serve', '--config', join(dir, 'c.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']),

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import t, { type Test } from 'tap';
-import { BIN, ROOT, startProgram, waitFor } from '../helpers/programs.js';
+import { BIN, ROOT, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 const missing = spawnSync('python3', ['--version']).status !== 0
   ? 'python3 is not installed'
@@ -54,7 +54,7 @@ const programs: Array<[string, string, (dir: string) => string[]]> = [
 for (const [name, bin, args] of programs) {
   t.test(`${name}: WATCHDOG=1 at half the interval, STOPPING=1 on SIGTERM`, { skip: missing ?? false }, async (t) => {
     const sock = await notifySocket(t);
-    const dir = t.testdir();
+    const dir = programDir(t);
     // 600 ms watchdog: a ping every 300 ms.
     Object.assign(process.env, { NOTIFY_SOCKET: sock.path, WATCHDOG_USEC: '600000' });
     const running = await startProgram(bin, args(dir)).finally(() => {
@@ -73,7 +73,7 @@ for (const [name, bin, args] of programs) {
 
   t.test(`${name}: without WATCHDOG_USEC, no pings`, { skip: missing ?? false }, async (t) => {
     const sock = await notifySocket(t);
-    const dir = t.testdir();
+    const dir = programDir(t);
     process.env.NOTIFY_SOCKET = sock.path;
     const running = await startProgram(bin, args(dir)).finally(() => delete process.env.NOTIFY_SOCKET);
     await waitFor(async () => (sock.messages.some((m) => m.includes('READY=1')) ? true : undefined), 'READY=1');

@@ -7,13 +7,13 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
 import { CAPSTAN_VERSION } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 const FIX = resolve(import.meta.dirname, '../fixtures/uploads-0.1');
 
 t.test('0.1 uploads are accepted by this server', async (t) => {
   const manifest = JSON.parse(await readFile(join(FIX, 'MANIFEST.json'), 'utf8')) as { node_id: string; inventory: string; run_log: string; counts: Record<string, number> };
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
@@ -47,7 +47,7 @@ t.test('0.1 uploads are accepted by this server', async (t) => {
 });
 
 t.test('the relay refuses Capstan peers outside the version window too', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
   t.teardown(() => relay.stop());
   const [major] = CAPSTAN_VERSION.split('.').map(Number);
@@ -61,7 +61,7 @@ t.test('the relay refuses Capstan peers outside the version window too', async (
 });
 
 t.test('a server refuses to start on a database newer than it knows (exit 3)', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const first = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dir, '--log-level', 'error']);
   await first.stop();
   const { default: Database } = await import('better-sqlite3');

@@ -7,10 +7,10 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { decompress, parseRunInfo, runLogFileName } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
 
 t.test('a run log travels agent → relay → server → registry', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
@@ -104,7 +104,7 @@ t.test('a run log travels agent → relay → server → registry', async (t) =>
 });
 
 t.test('bad uploads get coded errors and leave the spool clean', async (t) => {
-  const dir = t.testdir({ 'relayd.toml': '[spool]\nmax_file_size = "1KiB"\n' });
+  const dir = programDir(t, { 'relayd.toml': '[spool]\nmax_file_size = "1KiB"\n' });
   const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'error']);
   t.teardown(() => relay.stop());
   const bad = await fetch(`${relay.url}/reports/bob.log`, { method: 'PUT', body: 'x' });
@@ -135,7 +135,7 @@ t.test('bad uploads get coded errors and leave the spool clean', async (t) => {
 });
 
 t.test('configuration errors exit 2 and --test checks a file', async (t) => {
-  const dir = t.testdir({ 'bad.toml': '[upstream]\ntimeout = "soon"\n', 'good.toml': '[upstream]\nurl = "http://127.0.0.1:3031"\n' });
+  const dir = programDir(t, { 'bad.toml': '[upstream]\ntimeout = "soon"\n', 'good.toml': '[upstream]\nurl = "http://127.0.0.1:3031"\n' });
   const bad = await runProgram(BIN.relayd, ['--config', join(dir, 'bad.toml'), '--test']);
   t.equal(bad.code, 2);
   t.match(bad.stderr, /upstream.timeout must be a duration/);
@@ -153,7 +153,7 @@ t.test('configuration errors exit 2 and --test checks a file', async (t) => {
 
 t.test('an agent with the shared enrollment secret is accepted without an admin', async (t) => {
   const secret = 'correct horse battery staple';
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'server.toml': `[enrollment]\nsecret = "${secret}"\n`,
     'agent.toml': `[agent]\nenrollment_secret = "${secret}"\n`,
     'wrong.toml': `[agent]\nenrollment_secret = "not the secret at all"\n`,

@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import type { Test } from 'tap';
 
 export const ROOT = resolve(import.meta.dirname, '../..');
 export const BIN = {
@@ -39,6 +40,21 @@ export interface Running {
   /** What the program wrote to stderr so far, in chunks. */
   stderr: string[];
   stop(): Promise<number | null>;
+}
+
+/**
+ * `t.testdir()` that outlives the test's teardowns. tap removes a test directory before running
+ * the teardowns registered after it, so the programs a test started (stopped by those teardowns)
+ * would still be writing into a directory being removed: on a busy machine, ENOTEMPTY, and a
+ * program whose files vanish under it. A teardown registered first makes tap run them all
+ * before the removal.
+ */
+export function programDir(
+  t: { testdir(content?: Parameters<Test['testdir']>[0]): string; teardown(fn: () => unknown): void },
+  content?: Parameters<Test['testdir']>[0],
+): string {
+  t.teardown(() => undefined);
+  return t.testdir(content);
 }
 
 export async function startProgram(bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {

@@ -15,11 +15,12 @@ import type { RelayBootstrapTask, SealedTaskSecrets } from '@capstan/toolkit/boo
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { parseRelayEvent } from '@capstan/server/api/routes/bootstrap-relay';
+import { programDir } from '../helpers/programs.js';
 
 const SSH_KEY = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } }).privateKey;
 
 async function relayKeys(t: Test, id: string) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   return ensureNodeKeyPair(id, { keyPath: join(dir, `${id}.key`), certPath: join(dir, `${id}.cert`) });
 }
 
@@ -62,7 +63,7 @@ t.test('relay events are checked field by field', async (t) => {
 });
 
 t.test('the server hands a relay its nodes\' tasks sealed to it and records what it reports', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: {
       'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',

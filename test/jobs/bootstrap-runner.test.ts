@@ -13,12 +13,12 @@ import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { openStore } from '@capstan/server/store/index';
 import { join } from 'node:path';
-import { waitFor } from '../helpers/programs.js';
+import { waitFor, programDir } from '../helpers/programs.js';
 
 const KEY = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } }).privateKey;
 
 async function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: {
       'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',

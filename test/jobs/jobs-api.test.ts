@@ -11,12 +11,12 @@ import t, { type Test } from 'tap';
 import { createNodeIdentity, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
-import { waitFor } from '../helpers/programs.js';
+import { waitFor, programDir } from '../helpers/programs.js';
 import { collectEvents } from '../helpers/http.js';
 import { inventory } from '../server/store-suite.js';
 
 async function setup(t: Test, overrides: Record<string, string> = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: { 'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h', ...overrides },
   });

@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { applyFilters, checkManager } from '@capstan/toolkit/providers/index';
 import { azureDriver } from '@capstan/toolkit/providers/azure-vm';
+import { programDir } from '../helpers/programs.js';
 
 const TOKEN = 'local-arm-token';
 const SUB = '00000000-1111-2222-3333-444444444444';
@@ -72,7 +73,7 @@ const vm = (name: string, group: string, location: string, power: string | null,
 });
 
 t.test('listAll pages through nextLink, retries 429 and 503, maps power states, applies groups and filters', { skip: openssl() ? false : 'openssl not installed' }, async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'arm.json');
   writeFileSync(file, JSON.stringify([
     [vm('web1', 'RG-Prod', 'westeurope', 'running', { env: 'prod' }), vm('web2', 'rg-prod', 'westeurope', 'deallocated', { env: 'prod' })],
@@ -100,7 +101,7 @@ t.test('listAll pages through nextLink, retries 429 and 503, maps power states, 
 });
 
 t.test('a wrong subscription or token is unreachable with ARM error', { skip: openssl() ? false : 'openssl not installed' }, async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'arm.json');
   writeFileSync(file, JSON.stringify([[]]));
   const arm = await fakeArm(t, dir, file);

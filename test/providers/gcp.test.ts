@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { applyFilters, checkManager } from '@capstan/toolkit/providers/index';
 import { gcpDriver } from '@capstan/toolkit/providers/gcp';
+import { programDir } from '../helpers/programs.js';
 
 const TOKEN = 'ya29.local-test-token';
 
@@ -55,7 +56,7 @@ const gce = (id: string, status: string, labels: Record<string, string>, ip?: st
   ({ kind: 'compute#instance', id, name: `vm-${id}`, status, labels, ...(ip && { networkInterfaces: [{ networkIP: ip }] }) });
 
 t.test('aggregatedList over zones and pages, throttling retried, labels filtered', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'gce.json');
   writeFileSync(file, JSON.stringify({
     'europe-west1-b': [gce('101', 'RUNNING', { env: 'prod' }, '10.128.0.2'), gce('102', 'TERMINATED', { env: 'prod' })],
@@ -81,7 +82,7 @@ t.test('aggregatedList over zones and pages, throttling retried, labels filtered
 });
 
 t.test('a wrong project or token is unreachable with Google error', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'gce.json');
   writeFileSync(file, JSON.stringify({ 'europe-west1-b': [] }));
   const g = await fakeGce(t, file);
@@ -147,7 +148,7 @@ async function fakeGoogleAuth(t: Test, publicKey: string) {
 }
 
 t.test('application default credentials: service-account key, gcloud user file, metadata server; one token for every page', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'gce.json');
   writeFileSync(file, JSON.stringify({ 'europe-west1-b': [gce('101', 'RUNNING', {})], 'europe-west1-c': [gce('102', 'STOPPED', {})] }));
   const g = await fakeGce(t, file, new Set(['ya29.from-service-account', 'ya29.from-user', 'ya29.from-metadata']));
@@ -190,7 +191,7 @@ t.test('application default credentials: service-account key, gcloud user file, 
 });
 
 t.test('credentials that Google refuses or that cannot be found are unreachable with the reason, never the key', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'gce.json');
   writeFileSync(file, JSON.stringify({ 'europe-west1-b': [] }));
   const g = await fakeGce(t, file);
@@ -220,7 +221,7 @@ t.test('credentials that Google refuses or that cannot be found are unreachable 
 });
 
 t.test('a zone the listing could not reach fails the poll instead of making its instances missing', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'gce.json');
   writeFileSync(file, JSON.stringify({ 'europe-west1-b': [gce('101', 'RUNNING', {})] }));
   process.env.CAPSTAN_TEST_GCP_TOKEN = TOKEN;

@@ -10,6 +10,7 @@ import { CAPSTAN_VERSION } from '@capstan/shared';
 import { buildApp } from '@capstan/relayd';
 import { CountingUpstream, runName, until } from './helpers/upstream.js';
 import { put, startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 const API = '/rudder/relay-api/1';
 const TOKEN = 'a-token-that-is-long-enough-0123456789';
@@ -46,7 +47,7 @@ t.test('system/status reports spool, upstream, nodes list and configuration', as
 });
 
 t.test('reload swaps the nodes list; a broken one is refused and the old one kept', async (t) => {
-  const dir = t.testdir({ 'nodes.json': JSON.stringify({ a: { 'policy-server': 'root' } }) });
+  const dir = programDir(t, { 'nodes.json': JSON.stringify({ a: { 'policy-server': 'root' } }) });
   const r = await startTestRelay(t, { 'general.nodes_list_file': join(dir, 'nodes.json') }, { dir });
   const nodes = async () => ((await (await fetch(`${r.url}${API}/system/status`)).json()) as any).data.nodes_list.nodes;
   t.equal(await nodes(), 1);
@@ -69,7 +70,7 @@ t.test('reload swaps the nodes list; a broken one is refused and the old one kep
 });
 
 t.test('system and remote-run endpoints answer loopback or the admin token only', async (t) => {
-  const dir = t.testdir({ token: `${TOKEN}\n` });
+  const dir = programDir(t, { token: `${TOKEN}\n` });
   const r = await startTestRelay(t, { 'general.admin_token_file': join(dir, 'token') }, { dir });
   const app = buildApp({ ...r.handle.context, loopbackIsAdmin: false });
   const remote = { remoteAddress: '10.1.2.3' };

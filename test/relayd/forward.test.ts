@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { CountingUpstream, freePort, runName, sha256, until } from './helpers/upstream.js';
 import { put, startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 
@@ -58,7 +59,7 @@ t.test('an upstream 4xx moves the file to failed/ with the reason; 429 and 5xx a
 t.test('with a nodes list, files from unknown nodes go to failed/; known ones are forwarded', async (t) => {
   const up = await new CountingUpstream().start();
   t.teardown(() => up.stop());
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'nodeslist.json': JSON.stringify({ root: { hostname: 'r', 'policy-server': 'root' }, [NODE]: { hostname: 'n1', 'policy-server': 'root' } }),
   });
   const r = await startTestRelay(t, { 'upstream.url': up.url, 'general.nodes_list_file': join(dir, 'nodeslist.json') }, { dir });
@@ -138,7 +139,7 @@ t.test('a full spool answers 507 with Retry-After, keeps nothing, and system/sta
 });
 
 t.test('failed/ and stale partial uploads are removed after their retention; fresh ones stay', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const spool = join(dir, 'spool');
   // A first run makes the layout; then plant old and new leftovers and start again.
   const first = await startTestRelay(t, {}, { dir });
@@ -159,7 +160,7 @@ t.test('failed/ and stale partial uploads are removed after their retention; fre
 });
 
 t.test('a second relay on the same spool refuses to start', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   await startTestRelay(t, {}, { dir });
   await t.rejects(startTestRelay(t, {}, { dir }), { code: 'ERR_STARTUP' });
 });
@@ -169,7 +170,7 @@ t.test('files dropped into incoming/ whose name is no run log or inventory are l
   // where it is (its conformance notes), and so does the relay now, forwarding the valid ones.
   const up = await new CountingUpstream().start();
   t.teardown(() => up.stop());
-  const dir = t.testdir();
+  const dir = programDir(t);
   const spool = join(dir, 'spool');
   const strays: Record<string, string[]> = {
     reports: ['toto', 'bob.log', 'notes.txt', '2026-13-01T00:00:00+00:00@x.log', `${NODE}.log.gz`],

@@ -21,6 +21,7 @@ import { Hub, type PeerConn } from '@capstan/relayd/remote-run/listeners';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
+import { programDir } from '../helpers/programs.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { jti: string; iat: number; exp: number };
 
@@ -107,7 +108,7 @@ function readUpgraded(relay: string, path: string, token: string): Promise<{ eve
 }
 
 t.test('by default the relay requires a token; it ends a remote-run connection when its token expires (plain and upgraded); a longer token keeps it', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const keys = testTokens(join(dir, 'keys'));
   const r = await startTestRelay(t, { ...keys.overrides, 'identity.clock_skew': '0s', 'remote_run.heartbeat': '100ms' }, { dir: join(dir, 'relay') });
   // Tokens are required by default (no identity.require_token given): none → 401 on every protected path.
@@ -136,7 +137,7 @@ t.test('by default the relay requires a token; it ends a remote-run connection w
 
 /** A real server (3 s tokens) and a real relay in front of it, and a node accepted with an agent identity. */
 async function serverRelayAgent(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const srv = await startServer(loadServerConfig({ overrides: {
     'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'identity.token_ttl': '3s',
   } }), silentLogger);

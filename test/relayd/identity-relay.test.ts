@@ -15,9 +15,10 @@ import { startServer } from '@capstan/server/server';
 import { protectedNode } from '@capstan/relayd/identity/routes';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 async function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const srv = await startServer(loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent' } }), silentLogger);
   let srvUp = true;
   const stopServer = async () => {

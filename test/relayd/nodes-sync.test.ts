@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { put, startTestRelay } from './helpers/relay.js';
 import { runName, until } from './helpers/upstream.js';
+import { programDir } from '../helpers/programs.js';
 
 const NODES = '/rudder/relay-api/1/nodes';
 
@@ -115,7 +116,7 @@ t.test('nodes_list_file wins over the synced list', async (t) => {
   const up = await new ListUpstream().start();
   t.teardown(() => up.stop());
   up.add('node-b');
-  const dir = t.testdir();
+  const dir = programDir(t);
   await writeFile(join(dir, 'nodeslist.json'), JSON.stringify({ 'node-a': { hostname: 'a', 'policy-server': 'root' } }));
   const r = await startTestRelay(t, { 'upstream.url': up.url, 'general.nodes_list_file': join(dir, 'nodeslist.json'), 'nodes_sync.refuse_unknown': true }, { dir });
   await until(async () => ((await status(r.url)).synced?.confirmed_at ? true : undefined), 'the sync (for sub-relays)');
@@ -147,7 +148,7 @@ t.test('refuse_unknown: a node accepted after the last sync is asked for, an unk
 t.test('refuse_unknown with the upstream down: the cached list routes, and an unknown node waits instead of being refused', async (t) => {
   const up = await new ListUpstream().start();
   up.add('node-a');
-  const dir = t.testdir();
+  const dir = programDir(t);
   const first = await startTestRelay(t, { 'upstream.url': up.url, 'nodes_sync.refuse_unknown': true }, { dir });
   await until(async () => ((await status(first.url)).synced?.confirmed_at ? true : undefined), 'the first sync');
   await first.handle.close();

@@ -11,9 +11,10 @@ import { createNodeIdentity, makeRenewRequest, silentLogger, verifyBundle } from
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 t.test('a cached policy goes to its own node only', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const srv = await startServer(loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent' } }), silentLogger);
   let up = true;
   const stopServer = async () => {

@@ -8,9 +8,10 @@ import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
+import { programDir } from '../helpers/programs.js';
 
 // Relays require the node's token on policy downloads: tokens of a test keyring the relays have cached.
-const keys = testTokens(t.testdir());
+const keys = testTokens(programDir(t));
 
 /** A policy upstream whose answers the test sets per request; it records what it was asked. */
 async function fakeServer(t: { teardown: (fn: () => unknown) => void }) {

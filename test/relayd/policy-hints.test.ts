@@ -13,6 +13,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
 import { PolicyHints } from '@capstan/relayd/cache/policies';
+import { programDir } from '../helpers/programs.js';
 
 const CHANGES = '/rudder/relay-api/1/policies/changes';
 
@@ -116,7 +117,7 @@ t.test('a hint makes the relay revalidate a policy max_age would have served fro
 });
 
 t.test('server → relay → sub-relay: changing a directive reaches the sub-relay within a second', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const srv = await startServer(
     loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'identity.require_token': false } }),
     silentLogger,

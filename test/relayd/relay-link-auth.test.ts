@@ -20,8 +20,9 @@ import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
 import { collectEvents } from '../helpers/http.js';
+import { programDir } from '../helpers/programs.js';
 
-const keys = testTokens(t.testdir());
+const keys = testTokens(programDir(t));
 const bearer = (token: string) => ({ authorization: `Bearer ${token}` });
 const code = (body: string) => (JSON.parse(body) as { error?: { code?: string } }).error?.code;
 
@@ -47,7 +48,7 @@ function upgrade(base: string, path: string, headers: Record<string, string> = {
 
 let relays = 0;
 async function relay(t: Parameters<typeof startTestRelay>[0], overrides: Record<string, unknown> = {}) {
-  const dir = join(t.testdir(), `relay-${++relays}`);
+  const dir = join(programDir(t), `relay-${++relays}`);
   await mkdir(dir, { recursive: true });
   await writeFile(join(dir, 'nodes.json'), JSON.stringify({ sub: { 'policy-server': 'root' }, leaf: { 'policy-server': 'sub' }, agent: { 'policy-server': 'root' } }));
   return startTestRelay(t, { ...keys.overrides, 'general.nodes_list_file': join(dir, 'nodes.json'), 'remote_run.connect_wait': '2s', ...overrides }, { dir });
@@ -143,7 +144,7 @@ async function tokenServer(t: Parameters<typeof startTestRelay>[0], cert: () => 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number; jti: string; capstan_role?: string; capstan_node_id: string };
 
 t.test('the relay\'s own key and token: made once (0600), got by signed request, renewed when a third of its life is left', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   let certPem = '';
   const up = await tokenServer(t, () => certPem, 'relay-a');
   const config = loadRelaydConfig({ overrides: { 'general.node_id': 'relay-a', 'spool.directory': join(dir, 'spool'), 'upstream.url': up.url, 'remote_run.link_upstream': true } });
@@ -193,7 +194,7 @@ t.test('the relay\'s own key and token: made once (0600), got by signed request,
 });
 
 t.test('a relay whose key or certificate is not its own refuses to start, with a coded error', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const base = { 'spool.directory': join(dir, 'spool') };
   const a = loadRelaydConfig({ overrides: { ...base, 'general.node_id': 'relay-a' } });
   const pair = await ensureRelayKey(a);
@@ -211,7 +212,7 @@ t.test('a relay whose key or certificate is not its own refuses to start, with a
 });
 
 t.test('a damaged token file is no token: the relay renews, and never crashes', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   let certPem = '';
   const up = await tokenServer(t, () => certPem, 'relay-c');
   const config = loadRelaydConfig({ overrides: { 'general.node_id': 'relay-c', 'spool.directory': join(dir, 'spool'), 'upstream.url': up.url } });

@@ -12,13 +12,14 @@ import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
+import { programDir } from '../helpers/programs.js';
 
 const RR = '/rudder/relay-api/1/remote-run';
 const form = (fields: Record<string, string>) => new URLSearchParams(fields).toString();
 const post = (url: string, path: string, fields: Record<string, string>) =>
   fetch(`${url}${RR}${path}`, { method: 'POST', body: form(fields), headers: { 'content-type': 'application/x-www-form-urlencoded' } });
 // Agents connect with their node token (relays require it); keys of a test server, cached at the relay.
-const keys = testTokens(t.testdir());
+const keys = testTokens(programDir(t));
 const relayWithKeys = (tt: Parameters<typeof startTestRelay>[0], overrides: Record<string, unknown> = {}, opts: Parameters<typeof startTestRelay>[2] = {}) =>
   startTestRelay(tt, { ...keys.overrides, ...overrides }, opts);
 /** A sub-relay's relay token, where it keeps it (<spool.directory>/relay.token). */
@@ -89,7 +90,7 @@ t.test('remote-run/all reaches every connected agent', async (t) => {
 });
 
 t.test('nodes behind a sub-relay are reached through its outbound link', async (t) => {
-  const dir = t.testdir({
+  const dir = programDir(t, {
     'nodes.json': JSON.stringify({
       root: { 'policy-server': 'root' },
       sub: { 'policy-server': 'root' },
@@ -148,7 +149,7 @@ t.test('the form is checked as RUDDER checks it', async (t) => {
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'a=b', chunked: true })).status, 411);
   t.equal((await raw(r.url, 'POST', `${RR}/all`, { body: 'x'.repeat(1024 * 1024 + 1) })).status, 413);
   t.equal((await raw(r.url, 'POST', '/remote-run/output/not-a-channel', { body: '{}\n' })).status, 404, 'output for an unknown run');
-  const disabled = await relayWithKeys(t, { 'remote_run.enabled': false }, { dir: join(t.testdir(), 'off') });
+  const disabled = await relayWithKeys(t, { 'remote_run.enabled': false }, { dir: join(programDir(t), 'off') });
   t.equal((await post(disabled.url, '/all', {})).status, 404);
   t.equal((await fetch(`${disabled.url}/remote-run/listen/n1`, { headers: await keys.auth('n1') })).status, 404);
 });

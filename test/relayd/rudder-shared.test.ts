@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { chmod, cp, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { CONFORMANCE, fixturesAbsent } from '../helpers/programs.js';
+import { CONFORMANCE, fixturesAbsent, programDir } from '../helpers/programs.js';
 import { isExpired, parseMetadata, SharedFilesStore } from '@capstan/relayd/cache/shared-files';
 import { NodesList, parseKeyHash } from '@capstan/relayd';
 import { raw } from './helpers/raw.js';
@@ -39,7 +39,7 @@ if (absent) {
   t.pass('skipped: fixtures absent', { skip: absent });
 } else {
   const setup = async (t: Parameters<typeof startTestRelay>[0], extra: Record<string, unknown> = {}) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     await copyTree(join(CONFORMANCE, 'api_shared_files'), join(dir, 'shared-files'));
     await copyTree(join(CONFORMANCE, 'api_shared_folder'), join(dir, 'shared-folder'));
     await cp(join(CONFORMANCE, 'files/nodeslist.json'), join(dir, 'nodeslist.json'));

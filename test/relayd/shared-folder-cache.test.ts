@@ -14,6 +14,7 @@ import { silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 const PREFIX = '/rudder/relay-api/1/shared-folder/';
 const sha = (b: Buffer | string, alg = 'sha256') => createHash(alg).update(b).digest('hex');
@@ -177,7 +178,7 @@ t.test('a full download queue answers 503 with Retry-After', async (t) => {
 });
 
 t.test('the real server is a shared-folder upstream', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const shared = join(dir, 'shared');
   mkdirSync(join(shared, 'sub'), { recursive: true });
   writeFileSync(join(shared, 'sub', 'file.txt'), 'from the server\n');
@@ -231,7 +232,7 @@ t.test('upstream downloads carry the relay\'s own token when it has one, else th
   await new Promise<void>((r) => up.listen(0, '127.0.0.1', () => r()));
   t.teardown(() => up.close());
   const app = async (own?: () => Promise<Record<string, string>>) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     const config = loadRelaydConfig({ overrides: { 'spool.directory': join(dir, 'spool'), 'shared_folder.max_age': '0', 'log.level': 'silent' } });
     const upstream = new Upstream({ url: `http://127.0.0.1:${(up.address() as AddressInfo).port}`, timeoutMs: 5000, connections: 2 });
     const a = Fastify();

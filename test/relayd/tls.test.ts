@@ -14,6 +14,7 @@ import { Agent, Pool } from 'undici';
 import { createNodeIdentity } from '@capstan/shared';
 import { runName, until } from './helpers/upstream.js';
 import { startTestRelay } from './helpers/relay.js';
+import { programDir } from '../helpers/programs.js';
 
 function haveOpenssl(): boolean {
   try {
@@ -53,7 +54,7 @@ if (!haveOpenssl()) {
   t.pass('skipped: no openssl', { skip: 'openssl not installed' });
 } else {
   t.test('the listener speaks TLS 1.2 and 1.3 and refuses 1.0 and 1.1', async (t) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     makeCerts(dir);
     const r = await startTestRelay(t, { 'tls.cert_file': join(dir, 'server.pem'), 'tls.key_file': join(dir, 'server.key') }, { dir });
     t.match(r.url, /^https:/);
@@ -76,7 +77,7 @@ if (!haveOpenssl()) {
   });
 
   t.test('reload swaps the certificate for new connections and keeps open ones', async (t) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     makeCerts(dir);
     await copyFile(join(dir, 'server.pem'), join(dir, 'live.pem'));
     await copyFile(join(dir, 'server.key'), join(dir, 'live.key'));
@@ -111,7 +112,7 @@ if (!haveOpenssl()) {
   });
 
   t.test('the upstream is authenticated by a pinned certificate or a CA', async (t) => {
-    const dir = t.testdir();
+    const dir = programDir(t);
     makeCerts(dir);
     const root = await startTestRelay(t, { 'tls.cert_file': join(dir, 'server.pem'), 'tls.key_file': join(dir, 'server.key') }, { dir: join(dir, 'root') });
     const rootIncoming = join(dir, 'root', 'spool', 'incoming', 'reports');

@@ -15,7 +15,7 @@ import { buildProgram, filterParams, resolveToken, type CliIo } from '../../serv
 import { bashCompletion, zshCompletion } from '../../server/src/admin-cli/completion.js';
 import { errorLine, EXIT, exitCodeOf, progressBar, renderList, renderObject } from '../../server/src/admin-cli/output.js';
 import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
-import { requiredInCi } from '../helpers/programs.js';
+import { requiredInCi, programDir } from '../helpers/programs.js';
 
 class Exit extends Error {
   constructor(readonly code: number) {
@@ -101,7 +101,7 @@ t.test('tables, CSV and JSON of one list', async (t) => {
 });
 
 t.test('the token: --token-file, then CAPSTAN_TOKEN, then ~/.config/capstan/token', async (t) => {
-  const dir = t.testdir({ 'tok': 'from-file\n', home: { '.config': { capstan: { token: 'from-home\n' } } } });
+  const dir = programDir(t, { 'tok': 'from-file\n', home: { '.config': { capstan: { token: 'from-home\n' } } } });
   t.equal(await resolveToken({ tokenFile: join(dir, 'tok') }, { CAPSTAN_TOKEN: 'env' }), 'from-file');
   t.equal(await resolveToken({}, { CAPSTAN_TOKEN: 'env', HOME: join(dir, 'home') }), 'env');
   t.equal(await resolveToken({}, { HOME: join(dir, 'home') }), 'from-home');
@@ -190,7 +190,7 @@ t.test('unreachable, refused, unknown and usage errors', async (t) => {
 });
 
 t.test('policy files: read what export writes, refuse what is not policy', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const files = {
     directives: [{ id: 'motd', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi\n' }, mode: 'enforce', updated_at: 'x' }],
     groups: [{ id: 'web', name: 'Web', filter: [{ key: 'name', values: ['web*'] }] }],
@@ -226,7 +226,7 @@ t.test('completion scripts name every verb; bash completes them', async (t) => {
     t.match(zsh, new RegExp(`\\b${verb}\\b`));
   }
   t.match(zsh, /^#compdef capstan/);
-  const dir = t.testdir({ 'c.bash': bash });
+  const dir = programDir(t, { 'c.bash': bash });
   const complete = (words: string[]) => spawnSync('bash', ['-c', `source ${join(dir, 'c.bash')}; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _capstan; echo "\${COMPREPLY[*]}"`], { encoding: 'utf8' }).stdout.trim();
   t.equal(complete(['capstan', 'po']), 'policy');
   t.equal(complete(['capstan', 'policy', 'd']), 'diff');
@@ -256,7 +256,7 @@ t.test('a bad key=value is a usage error; an answer that is not the API\'s is sa
 });
 
 t.test('--ca-file: a server certified by a private CA is trusted with it, refused without it', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
   ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Capstan test CA');
   ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
@@ -284,7 +284,7 @@ t.test('admins, whoami and audit against the real server: roles, a refusal, the 
   const { buildApp } = await import('@capstan/server/api/app');
   const { silentLogger } = await import('@capstan/shared');
   const { Spool } = await import('@capstan/toolkit');
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();

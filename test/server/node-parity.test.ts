@@ -11,11 +11,11 @@ import { createNodeIdentity, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import type { NodeRecord } from '@capstan/server/store/index';
-import { BIN, adminClient, runProgram, waitFor } from '../helpers/programs.js';
+import { BIN, adminClient, runProgram, waitFor, programDir } from '../helpers/programs.js';
 import { inventory } from './store-suite.js';
 
 t.test('API and command line: same records, history and effects for every node change', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: {
       'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'identity.require_token': false,

@@ -14,14 +14,14 @@ import t, { type Test } from 'tap';
 import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, RELAY_ROLE, silentLogger } from '@capstan/shared';
 import { loadServerConfig } from '@capstan/server/config';
 import { startServer, type ServerHandle } from '@capstan/server/server';
-import { waitFor } from '../helpers/programs.js';
+import { waitFor, programDir } from '../helpers/programs.js';
 import { collectEvents, statusAndCode } from '../helpers/http.js';
 import { inventory } from './store-suite.js';
 
 const cert = (id: string) => createNodeIdentity(id, { bits: 1024 }).certPem;
 
 async function setup(t: Test, overrides: Record<string, unknown> = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: { 'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h', ...overrides },
   });

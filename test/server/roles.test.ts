@@ -12,6 +12,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { ROUTE_ACCESS, checkAccess } from '@capstan/server/api/access';
 import { tokenDigest } from '@capstan/server/api/auth';
+import { programDir } from '../helpers/programs.js';
 
 /** A logger keeping what it is given, to read the audit lines back. */
 function capturing(): { log: Logger; lines: Array<Record<string, unknown>> } {
@@ -24,7 +25,7 @@ function capturing(): { log: Logger; lines: Array<Record<string, unknown>> } {
 }
 
 async function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({
     overrides: { 'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'lifecycle.sweep_interval': '1h', 'policy.regenerate_interval': '0' },
   });

@@ -2,6 +2,7 @@
 import { join } from 'node:path';
 import { silentLogger, type Logger } from '@capstan/shared';
 import { loadRelaydConfig, startRelay, type RelayHandle, type RelaydConfig } from '@capstan/relayd';
+import { programDir } from '../../helpers/programs.js';
 
 export interface TestRelay {
   handle: RelayHandle;
@@ -15,7 +16,7 @@ export async function startTestRelay(
   overrides: Record<string, unknown> = {},
   opts: { log?: Logger; configPath?: string; dir?: string } = {},
 ): Promise<TestRelay> {
-  const dir = opts.dir ?? t.testdir();
+  const dir = opts.dir ?? programDir(t);
   const load = () =>
     loadRelaydConfig({
       path: opts.configPath,
