@@ -7,7 +7,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { BIN, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 interface Change {
   node_id: string; label: string; event_type: string; component: string; key_value: string; message: string;
@@ -16,12 +16,7 @@ interface Change {
 
 t.test('a repair is a change with its diff, corrective or intentional, and an audit shows the diff it would apply', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, relay, api } = await serverAndRelay(t, dir);
   const target = join(dir, 'app.conf');
   const agent = (extra: string[] = []) =>
     runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error', ...extra]);

@@ -19,7 +19,7 @@ import { ConsoleSignIns, ensureConsoleSecret } from '@capstan/server/console/sig
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openStore } from '@capstan/server/store/index';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
-import { adminClient, BIN, ROOT, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { BIN, ROOT, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 import { inventory } from '../server/store-suite.js';
 
 const skip = chromiumAbsent();
@@ -28,12 +28,7 @@ const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs'
 
 t.test('an admin signs in, accepts a pending node, and sees its compliance and its change with the diff', { skip }, async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, relay, token, api } = await serverAndRelay(t, dir);
   const target = join(dir, 'app.conf');
   const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error']);
 

@@ -8,16 +8,11 @@
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 t.test('an admin-written policy reaches the node signed, through a relay, and is refused when altered', async (t) => {
   const dir = programDir(t, { 'relay-caching.toml': '[policies]\nmax_age = "1h"\n' });
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, relay, api } = await serverAndRelay(t, dir);
   const target = join(dir, 'managed.txt');
   const agent = (state: string, extra: string[] = [], via = relay.url) =>
     runProgram(BIN.agent, ['run', '--relay', via, '--state-dir', join(dir, state), '--log-level', 'error', ...extra]);

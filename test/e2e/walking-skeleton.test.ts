@@ -7,16 +7,11 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { decompress, parseRunInfo, runLogFileName } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 t.test('a run log travels agent → relay → server → registry', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, relay, api } = await serverAndRelay(t, dir);
   const agentArgs = ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn'];
 
   // First run: inventory registers the node as pending; its run log is refused (not accepted yet).

@@ -4,7 +4,8 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { Test } from 'tap';
 
@@ -157,4 +158,17 @@ export async function registerRelay(api: ReturnType<typeof adminClient>, relaydA
   const res = await api('POST', '/api/1/nodes', { id: id.node_id, hostname: `${id.node_id}.relay.test`, certificate: id.certificate, relay: true, ...extra });
   if (res.status !== 201) throw new Error(`registering relay ${id.node_id}: ${res.status} ${JSON.stringify(res.json)}`);
   return id;
+}
+
+/**
+ * A server and one relay in front of it, on loopback in `dir` (server/ and relay/), stopped at
+ * the end of the test; the admin token and a client with it.
+ */
+export async function serverAndRelay(t: { teardown(fn: () => unknown): void }, dir: string) {
+  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
+  t.teardown(() => server.stop());
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
+  return { server, relay, token, api: adminClient(server.url, token) };
 }
