@@ -16,7 +16,7 @@ interface Change {
 
 t.test('a repair is a change with its diff, corrective or intentional, and an audit shows the diff it would apply', async (t) => {
   const dir = programDir(t);
-  const { server, relay, api } = await serverAndRelay(t, dir);
+  const { relay, api } = await serverAndRelay(t, dir);
   const target = join(dir, 'app.conf');
   const agent = (extra: string[] = []) =>
     runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error', ...extra]);

@@ -4,15 +4,12 @@
  * SQLite and PostgreSQL; a node indexed meanwhile by a newer inventory is left as it is.
  */
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
-import Database from 'better-sqlite3';
-import pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { openStore, type Store } from '@capstan/server/store/index';
-import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { reindexInventories } from '@capstan/server/ingest/reindex';
 import { pgUnavailable, PG_URL } from './pg.js';
+import { postgresAt, sqliteAt } from '../helpers/old-schema.js';
 import { inventory } from './store-suite.js';
 
 const OLD = 14;
@@ -55,12 +52,7 @@ async function check(t: Test, store: Store, name: string): Promise<void> {
 t.test('SQLite: inventories stored at version 14 become queryable', async (t) => {
   const dir = t.testdir();
   const path = join(dir, 'capstan.db');
-  const db = new Database(path);
-  db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
-  for (const m of MIGRATIONS.filter((m) => m.version <= OLD)) {
-    db.exec(m.sqlite);
-    db.prepare('INSERT INTO schema_version VALUES (?, ?)').run(m.version, AT);
-  }
+  const db = sqliteAt(path, OLD);
   for (const id of NODES) {
     db.prepare(NODE_SQL(() => '?')).run(id, id, AT, AT, id, AT);
     db.prepare(INVENTORY_SQL(() => '?')).run(id, AT, JSON.stringify(doc(id)));
@@ -74,19 +66,7 @@ t.test('SQLite: inventories stored at version 14 become queryable', async (t) =>
 t.test('PostgreSQL: inventories stored at version 14 become queryable', async (t) => {
   const why = await pgUnavailable();
   if (why) return t.plan(0, why);
-  const schema = `capstan_reindex_${randomBytes(5).toString('hex')}`;
-  const c = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${schema}` });
-  await c.connect();
-  t.teardown(async () => {
-    await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await c.end();
-  });
-  await c.query(`CREATE SCHEMA ${schema}`);
-  await c.query('CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
-  for (const m of MIGRATIONS.filter((m) => m.version <= OLD)) {
-    await c.query(m.postgres);
-    await c.query('INSERT INTO schema_version (version) VALUES ($1)', [m.version]);
-  }
+  const { client: c, schema } = await postgresAt(t, OLD, 'capstan_reindex');
   for (const id of NODES) {
     await c.query(NODE_SQL((i) => `$${i}`), [id, AT]);
     await c.query(INVENTORY_SQL((i) => `$${i}`), [id, AT, JSON.stringify(doc(id))]);

@@ -7,17 +7,15 @@
  * log, deflated outcomes, or the outcomes' JSON for rows from before migration 8).
  */
 import { join } from 'node:path';
-import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import Database from 'better-sqlite3';
-import pg from 'pg';
 import { compressSync } from '@capstan/shared';
 import { openStore, type RunRecord, type Store } from '@capstan/server/store/index';
-import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { packOutcomes } from '@capstan/server/store/outcomes';
 import { nodeProfile, runLogText } from '@capstan/agent/sim/runlog';
 import { BIN, runProgram } from '../helpers/programs.js';
 import { pgUnavailable, PG_URL } from './pg.js';
+import { postgresAt, sqliteAt } from '../helpers/old-schema.js';
 
 const OLD = 13;
 const NODES = ['node-a', 'node-b', 'node-c'];
@@ -97,12 +95,7 @@ t.test('SQLite: a version 13 database upgrades, compacts with progress, and read
   const dir = t.testdir();
   const path = join(dir, 'capstan.db');
   const runs = oldRuns();
-  const db = new Database(path);
-  db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
-  for (const m of MIGRATIONS.filter((m) => m.version <= OLD)) {
-    db.exec(m.sqlite);
-    db.prepare('INSERT INTO schema_version VALUES (?, ?)').run(m.version, '2026-11-01T00:00:00Z');
-  }
+  const db = sqliteAt(path, OLD);
   for (const node of NODES) db.prepare(NODE_SQL(() => '?')).run(...[1, 1, 2, 2, 1, 2].map((i) => nodeArgs(node)[i - 1]));
   for (const r of runs) db.prepare(INSERT_RUN(() => '?')).run(...runValues(r, (b) => (b ? 1 : 0)));
   db.close();
@@ -129,19 +122,7 @@ t.test('SQLite: a version 13 database upgrades, compacts with progress, and read
 t.test('PostgreSQL: a version 13 database upgrades, compacts, and reads back identical', async (t) => {
   const why = await pgUnavailable();
   if (why) return t.plan(0, why);
-  const schema = `capstan_bases_${randomBytes(5).toString('hex')}`;
-  const c = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${schema}` });
-  await c.connect();
-  t.teardown(async () => {
-    await c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    await c.end();
-  });
-  await c.query(`CREATE SCHEMA ${schema}`);
-  await c.query('CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
-  for (const m of MIGRATIONS.filter((m) => m.version <= OLD)) {
-    await c.query(m.postgres);
-    await c.query('INSERT INTO schema_version (version) VALUES ($1)', [m.version]);
-  }
+  const { client: c, schema } = await postgresAt(t, OLD, 'capstan_bases');
   const runs = oldRuns();
   for (const node of NODES) await c.query(NODE_SQL((i) => `$${i}`), nodeArgs(node));
   for (const r of runs) await c.query(INSERT_RUN((i) => `$${i}`), runValues(r, (b) => b));

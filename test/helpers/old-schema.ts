@@ -1,0 +1,39 @@
+/**
+ * A database at an older schema version, made with the migrations up to it, for upgrade tests:
+ * the test then writes rows the way the store of that version did and opens today's store on it.
+ */
+import { randomBytes } from 'node:crypto';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import type { Test } from 'tap';
+import { MIGRATIONS } from '@capstan/server/store/migrations/index';
+import { PG_URL } from '../server/pg.js';
+
+/** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
+export function sqliteAt(path: string, version: number): Database.Database {
+  const db = new Database(path);
+  db.exec('CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
+  for (const m of MIGRATIONS.filter((m) => m.version <= version)) {
+    db.exec(m.sqlite);
+    db.prepare('INSERT INTO schema_version VALUES (?, ?)').run(m.version, '2026-11-01T00:00:00Z');
+  }
+  return db;
+}
+
+/** A PostgreSQL schema of its own at `version`, dropped at the end of the test; a client on it. */
+export async function postgresAt(t: Test, version: number, prefix: string): Promise<{ client: pg.Client; schema: string }> {
+  const schema = `${prefix}_${randomBytes(5).toString('hex')}`;
+  const client = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${schema}` });
+  await client.connect();
+  t.teardown(async () => {
+    await client.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    await client.end();
+  });
+  await client.query(`CREATE SCHEMA ${schema}`);
+  await client.query('CREATE TABLE schema_version (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())');
+  for (const m of MIGRATIONS.filter((m) => m.version <= version)) {
+    await client.query(m.postgres);
+    await client.query('INSERT INTO schema_version (version) VALUES ($1)', [m.version]);
+  }
+  return { client, schema };
+}
