@@ -36,6 +36,10 @@ class ListUpstream {
 
   async start(port = this.port): Promise<this> {
     this.server = createServer((req, res) => {
+      if (this.isDown) {
+        req.socket.destroy();
+        return;
+      }
       const path = decodeURIComponent((req.url ?? '/').split('?')[0]!);
       if (req.method === 'GET' && path === NODES) {
         const body = this.body();
@@ -59,10 +63,25 @@ class ListUpstream {
         res.writeHead(201, { 'content-type': 'application/json' }).end('{}');
       });
     });
+    this.server.on('connection', (socket) => {
+      if (this.isDown) socket.destroy();
+    });
     await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', () => r()));
     this.port = (this.server.address() as AddressInfo).port;
     return this;
   }
+
+  /**
+   * Down while still holding its port: every connection is reset at once. Closing the listener
+   * instead would free the port for any other test's server to take, and the relay would then
+   * forward to that one.
+   */
+  set down(down: boolean) {
+    this.isDown = down;
+    if (down) this.server?.closeAllConnections();
+  }
+
+  private isDown = false;
 
   async stop(): Promise<void> {
     this.server?.closeAllConnections();
@@ -152,7 +171,8 @@ t.test('refuse_unknown with the upstream down: the cached list routes, and an un
   const first = await startTestRelay(t, { 'upstream.url': up.url, 'nodes_sync.refuse_unknown': true }, { dir });
   await until(async () => ((await status(first.url)).synced?.confirmed_at ? true : undefined), 'the first sync');
   await first.handle.close();
-  await up.stop();
+  up.down = true;
+  t.teardown(() => up.stop());
 
   const r = await startTestRelay(t, { 'upstream.url': up.url, 'nodes_sync.refuse_unknown': true, 'nodes_sync.miss_refresh': '20ms' }, { dir });
   const s = await status(r.url);
@@ -163,8 +183,7 @@ t.test('refuse_unknown with the upstream down: the cached list routes, and an un
   // node-late is unknown to a list older than its file: it is retried, never moved to failed/.
   await until(() => (r.handle.processors.reports.pending === 2 ? true : undefined), 'both files waiting');
   up.add('node-late');
-  await up.start();
-  t.teardown(() => up.stop());
+  up.down = false;
   await until(() => (up.received.length === 2 ? true : undefined), 'both files forwarded once the upstream is back', 10_000);
   t.same((await readdir(join(r.spool, 'failed', 'reports'))).length, 0, 'nothing refused');
 });
