@@ -131,8 +131,8 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
 });
 
 t.test('a viewer sees pending nodes without accept or refuse buttons', { skip }, async (t) => {
-  // The principal is injected (a viewer token resolved by the same hook the roles work fills):
-  // the console shows what the role allows. See the todo below for the API's own refusal.
+  // A viewer token, resolved by an injected resolver: the console shows what the role allows.
+  // The next test has a real viewer (made through the admins API) refused by the API itself.
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
