@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { silentLogger } from '@capstan/shared';
 import { Spool, SpoolProcessor } from '@capstan/toolkit';
+import { programDir } from '../helpers/programs.js';
 
 const name = (i: number) => `2025-01-01T00:00:00+00:00@node-${String(i).padStart(5, '0')}.log`;
 
@@ -23,7 +24,7 @@ async function until(what: string, ok: () => boolean, ms = 60_000): Promise<void
 }
 
 t.test('a backlog and new arrivals are each handled once, through the directory watch', async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20 });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20 });
   await spool.init();
   const before = 400;
   const during = 800;

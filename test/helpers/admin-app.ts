@@ -11,6 +11,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { openStore } from '@capstan/server/store/index';
+import { programDir } from './programs.js';
 
 export const ADMIN_TOKEN = 'z'.repeat(32);
 
@@ -24,7 +25,7 @@ export interface Answer {
 }
 
 export async function adminApp(t: Test, opts: { overrides?: Record<string, unknown>; maxPlanBytes?: number } = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...opts.overrides } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });

@@ -10,6 +10,7 @@ import { checkManager, discover } from '@capstan/toolkit/providers/index';
 import { applyPoll, recordToSpec, specToStored } from '@capstan/server/providers/managers';
 import { sqliteBackend } from './backends.js';
 import { startFakeEc2, type Ec2Fixture } from './fake-ec2.js';
+import { programDir } from '../helpers/programs.js';
 
 process.env.CAPSTAN_TEST_AWS_KEY = 'AKIDTESTFAKE';
 process.env.CAPSTAN_TEST_AWS_SECRET = 'fake-secret-for-the-local-endpoint';
@@ -47,7 +48,7 @@ const manager = (endpoint: string, over: Record<string, unknown> = {}) => checkM
 });
 
 t.test('discovery lists two regions page by page through throttling, filters and exclusions applied', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   writeFileSync(file, JSON.stringify(fixture()));
   const ec2 = await startFakeEc2(file);
@@ -74,7 +75,7 @@ t.test('discovery lists two regions page by page through throttling, filters and
 });
 
 t.test('an unreachable or refusing endpoint is reported with the cloud error', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   writeFileSync(file, JSON.stringify({ account: '1', regions: {} }));
   const ec2 = await startFakeEc2(file);
@@ -95,7 +96,7 @@ t.test('an unreachable or refusing endpoint is reported with the cloud error', a
 });
 
 t.test('polls into the registry: states by instance, a change at the next poll, a disappeared instance missing', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   const fx = fixture();
   writeFileSync(file, JSON.stringify(fx));

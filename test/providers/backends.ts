@@ -9,13 +9,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import pg from 'pg';
-import { requiredInCi } from '../helpers/programs.js';
+import { requiredInCi, programDir } from '../helpers/programs.js';
 import { openStore, type Store } from '@capstan/server/store/index';
 
 export type Open = (t: Test, opts?: { now?: () => Date }) => Promise<Store>;
 
 export const sqliteBackend: Open = async (t, opts = {}) => {
-  // Its own temp dir: t.testdir() would empty the test's fixture dir on a second call.
+  // Its own temp dir: programDir(t) would empty the test's fixture dir on a second call.
   const dir = mkdtempSync(join(tmpdir(), 'capstan-providers-'));
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db'), ...opts });
   t.teardown(async () => {

@@ -8,7 +8,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { checkManager, Poller, type ManagerSpec, type PollOutcome } from '@capstan/toolkit/providers/index';
-import { waitFor } from '../helpers/programs.js';
+import { waitFor, programDir } from '../helpers/programs.js';
 
 interface Report {
   id: string;
@@ -17,7 +17,7 @@ interface Report {
 }
 
 function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const reports: Report[] = [];
   let specs: ManagerSpec[] = [];
   let listFails = false;
@@ -77,8 +77,11 @@ t.test('managers created, changed and deleted upstream are picked up at the next
   await s.poller.refresh();
   t.same(s.poller.managerIds().sort(), ['m1', 'm3']);
   await waitFor(async () => (s.seen('m3').length >= 1 && s.reports.some((r) => r.id === 'm1' && r.interval === 7_200_000) ? true : undefined), 'the new and the changed manager polled');
+  // Its first poll (started by the refresh) and the pollNow above may have been one or two.
+  const m2Polls = s.seen('m2').length;
+  t.ok(m2Polls >= 1);
   await s.poller.pollNow('m2');
-  t.equal(s.seen('m2').length, 1, 'a dropped manager is polled no more');
+  t.equal(s.seen('m2').length, m2Polls, 'a dropped manager is polled no more');
 
   s.failList(true);
   await s.poller.refresh();

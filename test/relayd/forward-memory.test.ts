@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { Spool } from '@capstan/toolkit';
+import { programDir } from '../helpers/programs.js';
 
 /** A body that yields its first half, then waits for `release` before the rest. */
 function gated(data: Buffer): { body: AsyncIterable<Buffer>; release: () => void } {
@@ -23,7 +24,7 @@ function gated(data: Buffer): { body: AsyncIterable<Buffer>; release: () => void
 }
 
 t.test('kept bodies are bounded across concurrent uploads; past the bound a body is only written', async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20, maxKeptBytes: 100 });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20, maxKeptBytes: 100 });
   await spool.init();
   t.teardown(() => spool.close());
   const a = gated(Buffer.alloc(80, 'a'));
@@ -45,7 +46,7 @@ t.test('kept bodies are bounded across concurrent uploads; past the bound a body
 });
 
 t.test('a body in several chunks is kept as one buffer equal to the file', async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20 });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20 });
   await spool.init();
   t.teardown(() => spool.close());
   const chunks = [Buffer.from('one '), Buffer.from('two '), Buffer.from('three')];

@@ -14,11 +14,12 @@ import { openStore, type Store } from '@capstan/server/store/index';
 import { lifecyclePolicy } from '@capstan/server/registry/lifecycle';
 import { zeroCounts } from '@capstan/shared';
 import { inventory, run } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const TOKEN = 'x'.repeat(32);
 
 async function setup(t: Test) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db'), now: () => new Date('2024-05-01T08:00:00Z') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });

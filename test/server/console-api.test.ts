@@ -19,12 +19,13 @@ import { ConsoleSignIns, COOKIE_NAME, ensureConsoleSecret } from '@capstan/serve
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const TOKEN = 'a'.repeat(40);
 const VIEWER = 'v'.repeat(40);
 
 async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -159,7 +160,7 @@ t.test('a sign-in expires, carries the principal its token resolves to, and TLS 
 });
 
 t.test('the console secret is made once, 0600, and a short one is refused', async (t) => {
-  const dir = t.testdir({ short: 'abc\n' });
+  const dir = programDir(t, { short: 'abc\n' });
   const a = await ensureConsoleSecret(join(dir, 'console.secret'));
   t.equal(a.length, 32);
   t.same(await ensureConsoleSecret(join(dir, 'console.secret')), a, 'kept across starts');

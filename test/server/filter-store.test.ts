@@ -128,7 +128,7 @@ const TABLE: Array<[string, string[]]> = [
 ];
 
 async function backends(t: Test): Promise<Array<[string, () => Promise<Store>]>> {
-  const dir = t.testdir();
+  const dir = programDir(t);
   let n = 0;
   const list: Array<[string, () => Promise<Store>]> = [['sqlite', () => openStore({ sqlitePath: join(dir, `f${n++}.db`), now: () => NOW })]];
   const why = await pgUnavailable();
@@ -200,6 +200,7 @@ t.test('filter expressions select the same nodes on both stores', async (t) => {
 });
 
 import { parseFilter } from '@capstan/shared';
+import { programDir } from '../helpers/programs.js';
 const parseQ = (q: string) => parseFilter(q);
 
 // Random fleets drawn from small domains, so that expressions often hit.

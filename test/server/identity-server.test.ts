@@ -16,11 +16,12 @@ import { loadServerConfig } from '@capstan/server/config';
 import { NodeIdentity } from '@capstan/server/identity/service';
 import { identitySettings } from '@capstan/server/identity/settings';
 import { openStore } from '@capstan/server/store/index';
+import { programDir } from '../helpers/programs.js';
 
 const TOKEN = 'x'.repeat(32);
 
 async function setup(t: Test, overrides: Record<string, string> = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...overrides } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -174,7 +175,7 @@ t.test('configuration: a TTL of 0 is refused, per group and overall', async (t) 
 });
 
 t.test('the keyring is in the registry database with its private keys sealed; a wrong or missing secret stops the start', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
@@ -199,7 +200,7 @@ t.test('the keyring is in the registry database with its private keys sealed; a 
 });
 
 t.test('an old identity.db is imported once (keys sealed, node tokens kept) and renamed', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
@@ -230,7 +231,7 @@ t.test('an old identity.db is imported once (keys sealed, node tokens kept) and 
 });
 
 t.test('an old identity.db that cannot be read stops the start with ERR_STARTUP, naming it', async (t) => {
-  const dir = t.testdir({ 'identity.db': 'not a database, just text long enough to not be empty'.repeat(20) });
+  const dir = programDir(t, { 'identity.db': 'not a database, just text long enough to not be empty'.repeat(20) });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());

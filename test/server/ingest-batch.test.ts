@@ -9,13 +9,14 @@ import { compressSync, createNodeIdentity, formatReport, isTransient, runLogFile
 import { openStore, type Store } from '@capstan/server/store/index';
 import { RunLogIngest } from '@capstan/server/ingest/runlog';
 import { complianceClock } from '@capstan/server/registry/compliance';
+import { programDir } from '../helpers/programs.js';
 
 const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const ids = Array.from({ length: 6 }, (_, i) => `11111111-2222-4333-8444-${String(i).padStart(12, '0')}`);
 const keys = new Map(ids.map((id) => [id, createNodeIdentity(id)]));
 
 async function setup(t: Test, opts: { batchSize?: number; batchWindowMs?: number } = {}) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   for (const id of ids) {

@@ -12,6 +12,7 @@ import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
 import { enrollmentRules } from '@capstan/server/registry/enrollment';
 import { Sweeper, sweep, type LifecyclePolicy } from '@capstan/server/registry/lifecycle';
+import { programDir } from '../helpers/programs.js';
 
 const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const SECRET = 'correct horse battery staple';
@@ -19,7 +20,7 @@ const ids = ['10000000-0000-4000-8000-000000000001', '10000000-0000-4000-8000-00
 const identities = new Map<string, NodeIdentity>(ids.map((id) => [id, createNodeIdentity(id)]));
 
 async function setup(t: Test, clock = () => new Date('2024-05-01T10:00:00Z')) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const deps: IngestDeps = {

@@ -9,6 +9,7 @@ import { compressSync, createNodeIdentity, formatReport, inventoryFileName, runL
 import { openStore } from '@capstan/server/store/index';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
+import { programDir } from '../helpers/programs.js';
 
 const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const NODE = '11111111-2222-4333-8444-555555555555';
@@ -25,7 +26,7 @@ function inventory(nodeId: string, cert: string, extra: Record<string, unknown> 
 }
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const deps: IngestDeps = { store, limits: LIMITS };
@@ -112,7 +113,7 @@ t.test('another key claiming a pending node is a conflict: refused, recorded, an
 t.test('a run dated beyond the allowed clock skew is refused and shows on the node; genuine runs still move it', async (t) => {
   // One signed run dated years ahead used to become the node's last run and compliance base for
   // good: later genuine runs changed neither, and retention never removed it.
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const now = new Date('2026-06-01T12:00:00Z');

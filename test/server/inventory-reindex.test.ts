@@ -11,6 +11,7 @@ import { reindexInventories } from '@capstan/server/ingest/reindex';
 import { pgUnavailable, PG_URL } from './pg.js';
 import { postgresAt, sqliteAt } from '../helpers/old-schema.js';
 import { inventory } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const OLD = 14;
 const AT = '2026-11-20T10:00:00.000Z';
@@ -50,7 +51,7 @@ async function check(t: Test, store: Store, name: string): Promise<void> {
 }
 
 t.test('SQLite: inventories stored at version 14 become queryable', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const path = join(dir, 'capstan.db');
   const db = sqliteAt(path, OLD);
   for (const id of NODES) {

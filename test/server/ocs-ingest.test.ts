@@ -11,6 +11,7 @@ import { openStore } from '@capstan/server/store/index';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import type { IngestDeps } from '@capstan/server/ingest/runlog';
 import { ocsName, ocsXml, rudderNode, signOcs, type OcsOptions, type RudderNode } from '../helpers/ocs.js';
+import { programDir } from '../helpers/programs.js';
 
 const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const ID = '3b1f6a2e-8c4d-4e5f-9a0b-1c2d3e4f5a6b';
@@ -20,7 +21,7 @@ const impostor = rudderNode(ID); // same node id, another key
 const other = rudderNode(OTHER_ID);
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const deps: IngestDeps = { store, limits: LIMITS };

@@ -16,6 +16,7 @@ import { openStore } from '@capstan/server/store/index';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { inventory } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 
 async function setup(t: Test) {
@@ -210,7 +211,7 @@ t.test('a node changing (inventory, acceptance) is regenerated alone', async (t)
 });
 
 t.test('with node tokens required, the shared folder answers only a request with a valid token of some node', async (t) => {
-  const dir = t.testdir({ shared: { 'motd.txt': 'hello\n' } });
+  const dir = programDir(t, { shared: { 'motd.txt': 'hello\n' } });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -243,7 +244,7 @@ t.test('with node tokens required, the shared folder answers only a request with
 });
 
 t.test('the shared folder is served by the server, with RUDDER hash semantics and no escapes', async (t) => {
-  const dir = t.testdir({ shared: { 'motd.txt': 'hello\n', sub: { 'a.conf': 'x' } }, 'secret.txt': 'no' });
+  const dir = programDir(t, { shared: { 'motd.txt': 'hello\n', sub: { 'a.conf': 'x' } }, 'secret.txt': 'no' });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });

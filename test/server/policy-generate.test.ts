@@ -10,11 +10,12 @@ import { benchPolicy } from '@capstan/server/bench-policy';
 import { bundleJson, PolicyGenerator } from '@capstan/server/policy/generate';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const AT = '2024-05-01T08:00:00Z';
 
 t.test('one rule change regenerates only the nodes of its groups', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   for (let i = 0; i < 30; i++) await store.createNode({ id: `n${i}`, hostname: `${i % 3 === 0 ? 'web' : 'db'}-${i}` });
   const gen = new PolicyGenerator({ store, log: silentLogger });
@@ -59,7 +60,7 @@ t.test('benchPolicy runs on a small fleet and generates every accepted node', as
 });
 
 t.test('touched nodes are regenerated in batches, and settled() waits for them', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   for (let i = 0; i < 50; i++) await store.createNode({ id: `n${i}`, hostname: `web-${i}` });
   await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
@@ -78,7 +79,7 @@ t.test('touched nodes are regenerated in batches, and settled() waits for them',
 });
 
 t.test('a group with a node list and a filter holds both; a reordered rule reaches its nodes with a new config id', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n0', hostname: 'web-0' });
   await store.createNode({ id: 'n1', hostname: 'db-1' });
@@ -112,7 +113,7 @@ t.test('a group with a node list and a filter holds both; a reordered rule reach
 });
 
 t.test('the periodic check picks up membership no event announces (a state set by a provider)', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n1', hostname: 'a' });
   await store.createNode({ id: 'n2', hostname: 'b' });
@@ -139,7 +140,7 @@ t.test('a bundle is stored as JSON.stringify of {node_id, config_id, generated_a
 });
 
 t.test('expectations an older server wrote for an unchanged policy are brought up to date, bundles untouched', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   const ids = Array.from({ length: 6 }, (_, i) => `n${i}`);
   for (const id of ids) await store.createNode({ id, hostname: `web-${id}` });

@@ -13,12 +13,12 @@ import { loadServerConfig } from '@capstan/server/config';
 import { openStore } from '@capstan/server/store/index';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey, POLICY_KEY_CHAIN_FILE, POLICY_KEY_FILE } from '@capstan/server/policy/key';
-import { BIN, runProgram } from '../helpers/programs.js';
+import { BIN, runProgram, programDir } from '../helpers/programs.js';
 
 const TOKEN = 'z'.repeat(32);
 
 t.test('rotation through the API: endorsed chain, new signatures, new ETags', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -71,7 +71,7 @@ t.test('rotation through the API: endorsed chain, new signatures, new ETags', as
 });
 
 t.test('capstan-server policy-key rotate: offline, and a running keyring notices', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const running = await ensurePolicyKey(dir);
   const first = running.keyId;
   const ran = await runProgram(BIN.server, ['policy-key', 'rotate', '--data-dir', dir, '--json']);

@@ -17,6 +17,7 @@ import { openStore, type Store } from '@capstan/server/store/index';
 import type { ExpectedComponent, RunInsert } from '@capstan/server/store/store';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 import { inventory } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const NODES = ['n1', 'n2', 'n3', 'n4'];
 /** Compliance as read a minute after `at` (time states included). */
@@ -58,7 +59,7 @@ async function compliance(store: Store, at: string) {
 }
 
 t.test('batched policy writes leave compliance exactly as one-by-one writes do', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   let round = 0;
   await fc.assert(
     fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
@@ -115,7 +116,7 @@ t.test('batched policy writes leave compliance exactly as one-by-one writes do',
 });
 
 t.test('a batch naming unknown nodes stores the others and counts only them', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n1', hostname: 'n1' });
   const at = '2024-05-01T08:00:00Z';
@@ -158,7 +159,7 @@ async function repairScenario(t: Test, store: Store) {
 }
 
 t.test('old expectations of an unchanged policy are repaired, on SQLite', async (t) => {
-  const store = await openStore({ sqlitePath: join(t.testdir(), 'capstan.db') });
+  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await repairScenario(t, store);
 });

@@ -13,7 +13,7 @@ import { compressSync } from '@capstan/shared';
 import { openStore, type RunRecord, type Store } from '@capstan/server/store/index';
 import { packOutcomes } from '@capstan/server/store/outcomes';
 import { nodeProfile, runLogText } from '@capstan/agent/sim/runlog';
-import { BIN, runProgram } from '../helpers/programs.js';
+import { BIN, runProgram, programDir } from '../helpers/programs.js';
 import { pgUnavailable, PG_URL } from './pg.js';
 import { postgresAt, sqliteAt } from '../helpers/old-schema.js';
 
@@ -92,7 +92,7 @@ const NODE_SQL = (p: (i: number) => string) => `INSERT INTO nodes (id, hostname,
   VALUES (${p(1)}, ${p(1)}, 'reachable', 'running', 'accepted', ${p(2)}, ${p(2)}, ${p(1)}, ${p(2)})`;
 
 t.test('SQLite: a version 13 database upgrades, compacts with progress, and reads back identical', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const path = join(dir, 'capstan.db');
   const runs = oldRuns();
   const db = sqliteAt(path, OLD);

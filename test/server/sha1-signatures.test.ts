@@ -17,7 +17,7 @@ import { identitySettings } from '@capstan/server/identity/settings';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog } from '@capstan/server/ingest/runlog';
 import { openStore } from '@capstan/server/store/index';
-import { requiredInCi } from '../helpers/programs.js';
+import { requiredInCi, programDir } from '../helpers/programs.js';
 
 const noOpenssl = requiredInCi(spawnSync('openssl', ['version']).status === 0 ? false : 'openssl CLI not available', 'install Debian\'s openssl');
 const NODE = '21111111-2222-4333-8444-555555555555';
@@ -25,7 +25,7 @@ const node = createNodeIdentity(NODE);
 
 /** `openssl smime -sign -text -nocerts -md <md>`: what an agent signing with that digest sends. */
 function opensslSign(t: Test, content: string, id: Identity, md: string): Buffer {
-  const dir = t.testdir({ 'key.pem': id.keyPem, 'cert.pem': id.certPem, content });
+  const dir = programDir(t, { 'key.pem': id.keyPem, 'cert.pem': id.certPem, content });
   const out = join(dir, 'signed');
   const r = spawnSync('openssl', ['smime', '-sign', '-text', '-nocerts', '-md', md, '-signer', join(dir, 'cert.pem'), '-inkey', join(dir, 'key.pem'),
     '-in', join(dir, 'content'), '-out', out], { encoding: 'utf8' });
@@ -62,7 +62,7 @@ t.test('verifySmime refuses SHA-1 unless allowed, and MD5 always', { skip: noOpe
 });
 
 t.test('run logs and inventories signed with SHA-1 are refused by default, stored with allow_sha1', { skip: noOpenssl }, async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const limits = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
@@ -91,7 +91,7 @@ t.test('run logs and inventories signed with SHA-1 are refused by default, store
 
 t.test('a renewal request signed with SHA-1 is refused by default, accepted with allow_sha1', { skip: noOpenssl }, async (t) => {
   for (const allow of [false, true]) {
-    const dir = t.testdir();
+    const dir = programDir(t);
     const config = loadServerConfig({ overrides: { 'general.data_dir': dir, 'signatures.allow_sha1': allow } });
     t.equal(config.signatures.allow_sha1, allow);
     const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });

@@ -11,6 +11,7 @@ import { openStore, type Store } from '@capstan/server/store/index';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 import { complianceClock } from '@capstan/server/registry/compliance';
 import { CLOCK, inventory, run } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const CLK = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 }, new Date('2024-05-01T10:11:00Z'));
 
@@ -19,7 +20,7 @@ const CLK = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGra
 type Open = (t: Test) => Promise<Store & { sql?: (q: string) => Promise<void> }>;
 
 const sqlite: Open = async (t) => {
-  const path = join(t.testdir(), 'capstan.db');
+  const path = join(programDir(t), 'capstan.db');
   const store = await openStore({ sqlitePath: path, now: CLOCK });
   t.teardown(() => store.close());
   return Object.assign(store, {

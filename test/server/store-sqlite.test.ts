@@ -1,4 +1,4 @@
-// The registry suite on the embedded backend: one SQLite file per test in t.testdir().
+// The registry suite on the embedded backend: one SQLite file per test in programDir(t).
 import { join } from 'node:path';
 import t from 'tap';
 import Database from 'better-sqlite3';
@@ -9,10 +9,11 @@ import { adminsStoreSuite } from './admins-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
 import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
 import { storeSuite, type Backend } from './store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const backend: Backend = {
   async fresh(t) {
-    const path = join(t.testdir(), 'capstan.db');
+    const path = join(programDir(t), 'capstan.db');
     const stores: Store[] = [];
     t.teardown(async () => {
       for (const s of stores) await s.close();
@@ -43,7 +44,7 @@ jobsStoreSuite(t, backend);
 bootstrapStoreSuite(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
-  const path = join(t.testdir(), 'capstan.db');
+  const path = join(programDir(t), 'capstan.db');
   const store = await openStore({ sqlitePath: path });
   t.teardown(() => store.close());
   const db = new Database(path, { readonly: true });
@@ -52,6 +53,6 @@ t.test('the database file is in WAL mode, so readers never wait for the ingest',
 });
 
 t.test('a path that cannot be opened is a start-up error', async (t) => {
-  await t.rejects(openStore({ sqlitePath: join(t.testdir(), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
+  await t.rejects(openStore({ sqlitePath: join(programDir(t), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
   await t.rejects(openStore({}), { code: 'ERR_CONFIG' });
 });

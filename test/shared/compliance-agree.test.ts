@@ -14,6 +14,7 @@ import { RunLogWriter } from '@capstan/agent/runlog/write';
 import { complianceClock, complianceView } from '@capstan/server/registry/compliance';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from '../server/store-suite.js';
+import { programDir } from '../helpers/programs.js';
 
 const METHODS: Array<[string, (i: number) => Record<string, unknown>]> = [
   ['file_content', (i) => ({ path: `/etc/app${i}.conf`, content: 'x' })],
@@ -31,7 +32,7 @@ const fateArb = fc.record({ kind: fc.constantFrom('report', 'report', 'report', 
 const extraArb = fc.record({ type: fc.constantFrom(...ENFORCE, ...AUDIT, 'log_info', 'log_warn', 'result_weird'), component: fc.constantFrom('Stray', 'Other') });
 
 t.test('the agent and the server agree on every run', async (t) => {
-  const dir = t.testdir();
+  const dir = programDir(t);
   const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   let round = 0;

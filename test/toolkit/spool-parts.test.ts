@@ -6,6 +6,7 @@ import t from 'tap';
 import { type Logger } from '@capstan/shared';
 import { Spool, startSpoolCleanup } from '@capstan/toolkit';
 import { asSpoolFull } from '@capstan/toolkit/spool/admission';
+import { programDir } from '../helpers/programs.js';
 
 const sys = (code: string): NodeJS.ErrnoException => Object.assign(new Error(`${code}: failed`), { code, syscall: 'write' });
 
@@ -27,7 +28,7 @@ function recordingLogger(lines: Array<{ level: string; obj: unknown; msg?: strin
 }
 
 t.test('the clean-up timer sweeps old failed files and partial uploads at once, then on its interval', async (t) => {
-  const root = t.testdir();
+  const root = programDir(t);
   const spool = new Spool({ root, maxFileBytes: 1024, writerThreads: 0 });
   await spool.init();
   t.teardown(() => spool.close());

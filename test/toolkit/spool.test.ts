@@ -4,9 +4,10 @@ import { join } from 'node:path';
 import t from 'tap';
 import { capstanError, silentLogger } from '@capstan/shared';
 import { Spool, SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit';
+import { programDir } from '../helpers/programs.js';
 
-async function newSpool(t: { testdir: () => string }, maxFileBytes = 1024) {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes });
+async function newSpool(t: { testdir: () => string; teardown(fn: () => unknown): void }, maxFileBytes = 1024) {
+  const spool = new Spool({ root: programDir(t), maxFileBytes });
   await spool.init();
   return spool;
 }
@@ -24,7 +25,7 @@ function nextEvent(p: SpoolProcessor, name: string): Promise<ProcessedEvent> {
 }
 
 for (const writerThreads of [2, 0]) t.test(`accept writes the whole body or nothing (writer threads: ${writerThreads})`, async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1024, writerThreads });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1024, writerThreads });
   await spool.init();
   t.teardown(() => spool.close());
   const a = await spool.acceptBuffer('reports', 'a.log', Buffer.from('hello'));
@@ -42,7 +43,7 @@ for (const writerThreads of [2, 0]) t.test(`accept writes the whole body or noth
 });
 
 t.test('writer threads: many bodies at once are all written, a re-sent name replaces its copy, a failed write leaves nothing', async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads: 2 });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads: 2 });
   await spool.init();
   t.teardown(() => spool.close());
   const bodies = Array.from({ length: 200 }, (_, i) => Buffer.alloc(1000 + i, i));
@@ -63,7 +64,7 @@ t.test('writer threads: many bodies at once are all written, a re-sent name repl
 });
 
 for (const writerThreads of [0, 2]) t.test(`recycling: a removed file is kept in free/ and overwritten by the next upload (writer threads: ${writerThreads})`, async (t) => {
-  const root = t.testdir();
+  const root = programDir(t);
   const spool = new Spool({ root, maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads, recycleFiles: 3, recycleBytes: 1 << 20 });
   await spool.init();
   t.teardown(() => spool.close());
@@ -116,7 +117,7 @@ for (const writerThreads of [0, 2]) t.test(`recycling: a removed file is kept in
 });
 
 for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one name never leave old bytes in a reused file (writer threads: ${writerThreads})`, async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1 << 20, writerThreads, recycleFiles: 4 });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20, writerThreads, recycleFiles: 4 });
   await spool.init();
   t.teardown(() => spool.close());
   // The long copy finishes last but is renamed first... or not: either way the size of what is in
@@ -142,7 +143,7 @@ for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one
 });
 
 t.test('recycling: a symbolic link planted in free/ is removed at start, never written through', async (t) => {
-  const root = t.testdir({ 'target.txt': 'keep me' });
+  const root = programDir(t, { 'target.txt': 'keep me' });
   const first = new Spool({ root: join(root, 'spool'), maxFileBytes: 1024, writerThreads: 0 });
   await first.init();
   await first.close();
@@ -171,7 +172,7 @@ t.test('recycling: a symbolic link planted in free/ is removed at start, never w
 });
 
 t.test('recycling off: free/ is emptied at start and removals unlink', async (t) => {
-  const root = t.testdir();
+  const root = programDir(t);
   const first = new Spool({ root, maxFileBytes: 1024, writerThreads: 0 });
   await first.init();
   await first.acceptBuffer('reports', 'a.log', Buffer.from('x'));
@@ -188,7 +189,7 @@ t.test('recycling off: free/ is emptied at start and removals unlink', async (t)
 });
 
 t.test('disk space running short: the recycled files are released before an upload is refused', async (t) => {
-  const root = t.testdir();
+  const root = programDir(t);
   const spool = new Spool({ root, maxFileBytes: 1 << 20, writerThreads: 0, recycleFiles: 8, recycleBytes: 8 << 20 });
   await spool.init();
   await spool.acceptBuffer('reports', 'a.log', Buffer.alloc(512 * 1024, 1));
@@ -206,7 +207,7 @@ t.test('disk space running short: the recycled files are released before an uplo
 });
 
 t.test('a minimum free space reserve refuses uploads with ERR_SPOOL_FULL', async (t) => {
-  const spool = new Spool({ root: t.testdir(), maxFileBytes: 1024, minFreeBytes: Number.MAX_SAFE_INTEGER });
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1024, minFreeBytes: Number.MAX_SAFE_INTEGER });
   await spool.init();
   await t.rejects(spool.acceptBuffer('reports', 'a.log', Buffer.from('x')), { code: 'ERR_SPOOL_FULL', statusCode: 507 });
 });
@@ -278,7 +279,7 @@ t.test('failed/ is bounded in files and bytes: the oldest go first, the newest s
   // failed/ used to grow without bound until its age-based sweep: anyone able to upload refused
   // files could fill the disk between two sweeps.
   const { utimes } = await import('node:fs/promises');
-  const dir = t.testdir();
+  const dir = programDir(t);
   const byFiles = new Spool({ root: join(dir, 'a'), maxFileBytes: 1024, failedMaxFiles: 10 });
   await byFiles.init();
   const base = Date.now() / 1000 - 1000;
