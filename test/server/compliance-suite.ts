@@ -186,6 +186,18 @@ export function complianceSuite(t: Test, backend: Backend): void {
     t.same((await store.complianceNodes(null, 10, now)).map((r) => `${r.node_id}:${r.class}`), ['agent-1:agent', 'cloud-1:agentless', 'relay-1:relay']);
   });
 
+  t.test('a run stored before an earlier one of its node relabels the later run\'s changes', async (t) => {
+    const { store } = await setup(t, backend);
+    await agentNode(store, 'n3');
+    await store.insertRun(run('n3', '2024-05-03T09:00:00Z', { config_id: 'v1' }));
+    // A relay forwards several run logs at once: the later one (v3 again) may be stored first.
+    await store.insertRun(run('n3', '2024-05-03T10:00:05Z', { config_id: 'v3', changes: [change({ at: '2024-05-03T10:00:06Z' })] }));
+    t.same((await store.listChanges({ node_ids: ['n3'] }, 1, 10)).data.map((c) => c.label), ['intentional'], 'v3 after v1: intentional');
+    await store.insertRun(run('n3', '2024-05-03T10:00:00Z', { config_id: 'v3', changes: [change({ at: '2024-05-03T10:00:01Z' })] }));
+    t.same((await store.listChanges({ node_ids: ['n3'] }, 1, 10)).data.map((c) => `${c.at} ${c.label}`),
+      ['2024-05-03T10:00:06.000Z corrective', '2024-05-03T10:00:01.000Z intentional'], 'the later run relabelled against its new predecessor');
+  });
+
   t.test('changes are kept with their run, labelled intentional or corrective, filtered, paged and counted', async (t) => {
     const { store } = await setup(t, backend);
     for (const id of ['n1', 'n2']) await agentNode(store, id);

@@ -651,6 +651,7 @@ export class PostgresStore implements Store {
       }
       const id = Number(ins.rows[0]!.id);
       if (changes.length > 0) await this.insertChanges(c, run, id, startedUtc, changes);
+      await this.relabelNext(c, run, startedUtc);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
       await this.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
       await this.history(what, c, transitions(node, next, receivedAt, 'run'));
@@ -868,6 +869,21 @@ export class PostgresStore implements Store {
       name: 'expectations_set_at', text: 'SELECT set_at FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
     });
     return rows[0] ? Math.floor(rows[0].set_at.getTime() / 1000) : null;
+  }
+
+  /** The next run's changes labelled again against this one (SqliteStore.relabelNext). */
+  private async relabelNext(c: pg.PoolClient, run: RunInsert, startedUtc: string): Promise<void> {
+    const what = 'relabelNext';
+    const next = await this.query<{ id: string; config_id: string | null }>(what, c, {
+      name: 'run_next_config',
+      text: 'SELECT id, config_id FROM runs WHERE node_id = $1 AND started_at_utc > $2 ORDER BY started_at_utc LIMIT 1',
+      values: [run.node_id, startedUtc],
+    });
+    const n = next.rows[0];
+    if (!n) return;
+    await this.query(what, c, {
+      name: 'changes_relabel', text: 'UPDATE changes SET label = $1 WHERE node_id = $2 AND run_id = $3', values: [labelFor(run.config_id ?? null, n.config_id), run.node_id, n.id],
+    });
   }
 
   /** A run's changes, labelled as SqliteStore.insertChanges says. */

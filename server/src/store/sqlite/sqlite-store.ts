@@ -497,6 +497,7 @@ export class SqliteStore implements Store {
       }
       const id = Number(ins.lastInsertRowid);
       if (changes.length > 0) this.insertChanges(run, id, startedUtc, changes);
+      this.relabelNext(run, startedUtc);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
       this.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
       this.history(transitions(node, next, receivedAt, 'run'));
@@ -660,6 +661,17 @@ export class SqliteStore implements Store {
    * previous run's (by start time: a back-filled run is compared with the run before it), or
    * when the node has no run before it; corrective otherwise.
    */
+  /**
+   * A run stored after a later one of the same node (the relay forwarded them out of order, or
+   * one was back-filled) is that later run's predecessor now: its changes are labelled again
+   * against this run's config id.
+   */
+  private relabelNext(run: RunInsert, startedUtc: string): void {
+    const next = this.stmt('SELECT id, config_id FROM runs WHERE node_id = ? AND started_at_utc > ? ORDER BY started_at_utc LIMIT 1')
+      .get(run.node_id, startedUtc) as { id: number; config_id: string | null } | undefined;
+    if (next) this.stmt('UPDATE changes SET label = ? WHERE node_id = ? AND run_id = ?').run(labelFor(run.config_id ?? null, next.config_id), run.node_id, next.id);
+  }
+
   private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
     const prev = this.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
       .get(run.node_id, startedUtc) as { config_id: string | null } | undefined;
