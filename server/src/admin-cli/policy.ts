@@ -6,34 +6,10 @@
  */
 import type { ApiClient } from './client.js';
 import { readPolicyDir, type PolicyFiles } from './policy-files.js';
+import type { DirectiveRef as Ref, Plan, PlanChange } from '../policy/plan.js';
 
-export interface PlanChange {
-  kind: 'directive' | 'group' | 'rule';
-  id: string;
-  action: 'create' | 'update' | 'delete';
-  fields?: string[];
-  object?: Record<string, unknown>;
-}
-interface Ref {
-  rule_id: string;
-  directive_id: string;
-}
-export interface NodeImpact {
-  node_id: string;
-  hostname: string | null;
-  config_id_before: string | null;
-  config_id_after: string | null;
-  added: Ref[];
-  changed: Ref[];
-  removed: Ref[];
-}
-export interface Plan {
-  changes: PlanChange[];
-  unchanged: number;
-  nodes: NodeImpact[];
-  nodes_total: number;
-  nodes_truncated: boolean;
-}
+// The plan's wire shape is the server's own (a type-only import: nothing of the server is loaded).
+export type { NodeImpact, Plan, PlanChange } from '../policy/plan.js';
 
 const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
 
