@@ -11,7 +11,7 @@
  */
 import { parseArgs } from 'node:util';
 import { parseRunLog, summarize } from '@capstan/shared';
-import { nodeProfile, runLogText } from '@capstan/agent/sim/runlog';
+import { nodeProfile, runLogText } from '@capstan/bench/sim/runlog';
 import { STEADY_MIX } from './lib/fixtures.mjs';
 
 const { values } = parseArgs({ options: {

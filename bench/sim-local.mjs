@@ -16,7 +16,7 @@ import { parseArgs } from 'node:util';
 import { freshDatabase, pgUnavailable } from './lib/postgres.mjs';
 import { programPaths, startProgram } from './lib/programs.mjs';
 
-const SIM = resolve(import.meta.dirname, '../agent/dist/sim/cli.js');
+const SIM = resolve(import.meta.dirname, 'dist/sim/cli.js');
 const { values: own, positionals: simArgs } = parseArgs({
   allowPositionals: true,
   options: {

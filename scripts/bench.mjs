@@ -9,7 +9,7 @@
  *                beside the reference pipeline (bench/reference-pipeline.mjs) and its stages
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
  *   storage      bytes per node-day: a simulated day of N nodes' runs into both stores
- *   relay, registry, agent, policy, changes, console, inventory   the packages' own benchmarks, when they exist
+ *   relay, registry, agent, policy, changes, console, inventory   the package benchmarks (bench/src/), when they exist
  *
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
@@ -273,7 +273,7 @@ try {
     }
   }
 
-  // --- the packages' own benchmarks --------------------------------------------------------------
+  // --- the package benchmarks (bench/src/) -------------------------------------------------------
   for (const b of EXTERNAL) {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);

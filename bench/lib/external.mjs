@@ -1,8 +1,9 @@
 // @ts-check
 /**
- * Benchmarks that live with the code they measure, each in its package: relayd's benchRelay,
- * the server's benchRegistry, the agent's benchAgent. They are imported when they exist; a module
- * that is not there yet is reported as "not available", never replaced by a number made up here.
+ * The package benchmarks, each a module of this workspace (bench/src/) that drives one program's
+ * code through its package exports: relayd's (benchRelay), the server's (benchRegistry and the
+ * others), the agent's (benchAgent). They are imported when they exist; a module that is not
+ * there yet is reported as "not available", never replaced by a number made up here.
  *
  * What a benchmark returns becomes figures in one of two ways:
  * - `{ figures: [{ name, value, unit, target?: { op: '>=' | '<=', value } }] }`, taken as is; or
@@ -25,13 +26,13 @@ const CHILD = fileURLToPath(new URL('./external-child.mjs', import.meta.url));
 
 /** @type {{ id: string, module: string, exportName: string, title: string }[]} */
 export const EXTERNAL = [
-  { id: 'relay', module: '@capstan/relayd/bench', exportName: 'benchRelay', title: 'relay' },
-  { id: 'registry', module: '@capstan/server/bench', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
-  { id: 'agent', module: '@capstan/agent/bench', exportName: 'benchAgent', title: 'agent run (50 directives)' },
-  { id: 'policy', module: '@capstan/server/bench-policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
-  { id: 'changes', module: '@capstan/server/bench-changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
-  { id: 'console', module: '@capstan/server/bench-console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
-  { id: 'inventory', module: '@capstan/server/bench-inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
+  { id: 'relay', module: '@capstan/bench/relay', exportName: 'benchRelay', title: 'relay' },
+  { id: 'registry', module: '@capstan/bench/registry', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
+  { id: 'agent', module: '@capstan/bench/agent', exportName: 'benchAgent', title: 'agent run (50 directives)' },
+  { id: 'policy', module: '@capstan/bench/policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
+  { id: 'changes', module: '@capstan/bench/changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
+  { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
+  { id: 'inventory', module: '@capstan/bench/inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
 ];
 
 /**

@@ -6,15 +6,15 @@
  */
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
-import { loadIdentities } from '@capstan/agent/sim/identities';
-import { runInWorkers } from '@capstan/agent/sim/workers';
-import { DEFAULT_MIX } from '@capstan/agent/sim/runlog';
+import { loadIdentities } from '@capstan/bench/sim/identities';
+import { runInWorkers } from '@capstan/bench/sim/workers';
+import { DEFAULT_MIX } from '@capstan/bench/sim/runlog';
 
 /** Keys, certificates and profiles kept between runs (git-ignored); CAPSTAN_BENCH_CACHE moves it. */
 export const CACHE_DIR = process.env.CAPSTAN_BENCH_CACHE || resolve(import.meta.dirname, '../.cache');
 /** A fleet after its first hour: ~2 % of components repaired per run, a few failing, a fifth logging a line. */
 export const STEADY_MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: DEFAULT_MIX.info });
-const SIGN_WORKER = new URL('../../agent/dist/sim/sign-worker.js', import.meta.url);
+const SIGN_WORKER = new URL(import.meta.resolve('@capstan/bench/sim/sign-worker'));
 
 /**
  * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, progress?: (msg: string) => void }} o

@@ -11,13 +11,12 @@ import { createHash } from 'node:crypto';
 import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { certificateFingerprint, decompress, parseRunInfo, parseRunLog, summarize, verifySmime, isCompleteRun } from '@capstan/shared';
-import { eachLimited } from '@capstan/agent/sim/admin';
+import { eachLimited } from '@capstan/bench/sim/admin';
+import { openStore, packOutcomes } from '@capstan/bench/store';
 import { loadServerConfig } from '@capstan/server/config';
 import { RunLogIngest, runStart } from '@capstan/server/ingest/runlog';
 import { prepareRunLog } from '@capstan/server/ingest/runlog-prepare';
 import { extractChanges } from '@capstan/server/ingest/changes';
-import { openStore } from '@capstan/server/store/index';
-import { packOutcomes } from '@capstan/server/store/outcomes';
 import { freshSchema, PG_URL } from './postgres.mjs';
 
 /**
@@ -36,7 +35,7 @@ async function open(o) {
 /**
  * @param {{ kind: 'sqlite' | 'postgres', dir: string, files: { nodeId: string, name: string, body: Buffer }[],
  *   warmFiles?: { nodeId: string, name: string, body: Buffer }[],
- *   identities: import('@capstan/agent/sim/identities').SimIdentity[], progress?: (m: string) => void }} o
+ *   identities: import('@capstan/bench/sim/identities').SimIdentity[], progress?: (m: string) => void }} o
  */
 export async function benchFloor(o) {
   const say = o.progress ?? (() => undefined);
@@ -111,7 +110,7 @@ export async function benchFloor(o) {
  * every timed run would be its node's first (new base, new compliance rows).
  * @param {{ kind: 'sqlite' | 'postgres', dir: string, files: { nodeId: string, name: string, body: Buffer }[],
  *   warmFiles?: { nodeId: string, name: string, body: Buffer }[],
- *   identities: import('@capstan/agent/sim/identities').SimIdentity[] }} o
+ *   identities: import('@capstan/bench/sim/identities').SimIdentity[] }} o
  */
 export async function floorBreakdown(o) {
   const config = loadServerConfig({});

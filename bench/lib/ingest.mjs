@@ -14,9 +14,9 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { eachLimited, listNodes, registerNode } from '@capstan/agent/sim/admin';
-import { percentiles, procSample } from '@capstan/agent/sim/stats';
-import { Uploader } from '@capstan/agent/sim/upload';
+import { eachLimited, listNodes, registerNode } from '@capstan/bench/sim/admin';
+import { percentiles, procSample } from '@capstan/bench/sim/stats';
+import { Uploader } from '@capstan/bench/sim/upload';
 import { freshDatabase } from './postgres.mjs';
 import { programPaths, startProgram } from './programs.mjs';
 
@@ -122,7 +122,7 @@ async function pgBytes(url) {
  *   dir: string,
  *   files: { nodeId: string, name: string, body: Buffer }[],
  *   warmFiles?: { nodeId: string, name: string, body: Buffer }[],
- *   identities: import('@capstan/agent/sim/identities').SimIdentity[],
+ *   identities: import('@capstan/bench/sim/identities').SimIdentity[],
  *   putConcurrency?: number,
  *   timeoutMs?: number,
  *   profileDir?: string,

@@ -26,9 +26,8 @@ import { tmpdir } from 'node:os';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { compressSync, parseRunLog, runLogFileName, summarize } from '@capstan/shared';
-import { nodeProfile, prng, runLogText } from '@capstan/agent/sim/runlog';
-import { openStore } from '@capstan/server/store/index';
-import { packOutcomes } from '@capstan/server/store/outcomes';
+import { nodeProfile, prng, runLogText } from '@capstan/bench/sim/runlog';
+import { openStore, packOutcomes } from '@capstan/bench/store';
 import { DEFAULT_CHANGE_LIMITS, extractChanges } from '@capstan/server/ingest/changes';
 
 const MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: 0.2 });
@@ -212,7 +211,7 @@ export async function benchNodeDay(o) {
   }
 }
 
-/** @param {import('@capstan/server/store/index').Store} store @param {any[]} runs */
+/** @param {import('@capstan/bench/store').Store} store @param {any[]} runs */
 async function insertAll(store, runs) {
   for (let i = 0; i < runs.length; i += BATCH) {
     const res = await store.insertRuns(runs.slice(i, i + BATCH));

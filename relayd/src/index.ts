@@ -2,4 +2,3 @@ export * from './daemon.js';
 export * from './config.js';
 export { buildApp } from './api/app.js';
 export { NodesList, parseKeyHash } from './data/nodes.js';
-export { benchRelay, type BenchOptions, type BenchResult } from './bench.js';

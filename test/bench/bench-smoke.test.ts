@@ -10,12 +10,12 @@ import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import t from 'tap';
 import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseRunLog, verifySmime } from '@capstan/shared';
-import { loadIdentities, simNodeId } from '@capstan/agent/sim/identities';
-import { nodeProfile, signedRunLog } from '@capstan/agent/sim/runlog';
-import { percentiles } from '@capstan/agent/sim/stats';
+import { loadIdentities, simNodeId } from '@capstan/bench/sim/identities';
+import { nodeProfile, signedRunLog } from '@capstan/bench/sim/runlog';
+import { percentiles } from '@capstan/bench/sim/stats';
 import { BIN, ROOT, startProgram, programDir } from '../helpers/programs.js';
 
-const SIM = resolve(ROOT, 'agent/dist/sim/cli.js');
+const SIM = resolve(ROOT, 'bench/dist/sim/cli.js');
 
 function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((res, rej) => {
@@ -162,7 +162,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
 });
 
 t.test('the registry benchmark loads a fleet with the current schema and queries it, on SQLite and PostgreSQL', async (t) => {
-  const { benchRegistry } = await import('@capstan/server/bench');
+  const { benchRegistry } = await import('@capstan/bench/registry');
   const { PG_URL, pgUnavailable } = await import('../server/pg.js');
   const noPg = await pgUnavailable();
   if (noPg) t.comment(`PostgreSQL part skipped: ${noPg}`);
@@ -180,7 +180,7 @@ t.test('the registry benchmark loads a fleet with the current schema and queries
 });
 
 t.test('the changes benchmark generates a history, queries it and exports compliance, on SQLite and PostgreSQL', async (t) => {
-  const { benchChanges } = await import('@capstan/server/bench-changes');
+  const { benchChanges } = await import('@capstan/bench/changes');
   const { PG_URL, pgUnavailable } = await import('../server/pg.js');
   const noPg = await pgUnavailable();
   if (noPg) t.comment(`PostgreSQL part skipped: ${noPg}`);

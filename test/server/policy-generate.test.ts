@@ -6,7 +6,7 @@
 import { join } from 'node:path';
 import t from 'tap';
 import { silentLogger } from '@capstan/shared';
-import { benchPolicy } from '@capstan/server/bench-policy';
+import { benchPolicy } from '@capstan/bench/policy';
 import { bundleJson, PolicyGenerator } from '@capstan/server/policy/generate';
 import { openStore } from '@capstan/server/store/index';
 import { inventory } from './store-suite.js';

@@ -12,7 +12,7 @@ import Database from 'better-sqlite3';
 import { compressSync } from '@capstan/shared';
 import { openStore, type RunRecord, type Store } from '@capstan/server/store/index';
 import { packOutcomes } from '@capstan/server/store/outcomes';
-import { nodeProfile, runLogText } from '@capstan/agent/sim/runlog';
+import { nodeProfile, runLogText } from '@capstan/bench/sim/runlog';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
 import { pgUnavailable, PG_URL } from './pg.js';
 import { postgresAt, sqliteAt } from '../helpers/old-schema.js';

@@ -2,30 +2,42 @@
  * What each workspace may import. `shared` is the contract and imports no other workspace;
  * `toolkit` (the daemons' spool, HTTP, providers…) may import shared; the three programs never
  * import each other, and the agent loads neither the toolkit nor shared's full index (its imports
- * are its load surface). Every package a library imports is declared in its own package.json.
+ * are its load surface). `bench` (the benchmarks and the fleet simulator) may import every
+ * workspace, through its package exports only, and nothing else imports it: what the programs
+ * ship holds no benchmark or simulator code. Every package a library or the bench imports is
+ * declared in its own package.json.
  */
 import t from 'tap';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative, resolve, sep } from 'node:path';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 
-function sources(dir: string, out: string[] = []): string[] {
+/** Built output, installed packages, results and caches: not sources. */
+const NOT_SOURCES = new Set(['dist', 'node_modules', 'results', '.cache']);
+
+function sources(dir: string, out: string[] = [], scripts = false): string[] {
   for (const e of readdirSync(dir)) {
     const p = join(dir, e);
-    if (statSync(p).isDirectory()) sources(p, out);
-    else if (e.endsWith('.ts') && !e.endsWith('.d.ts')) out.push(p);
+    if (statSync(p).isDirectory()) {
+      if (!NOT_SOURCES.has(e)) sources(p, out, scripts);
+    } else if ((e.endsWith('.ts') && !e.endsWith('.d.ts')) || (scripts && e.endsWith('.mjs'))) out.push(p);
   }
   return out;
 }
 
-/** Every module specifier a workspace's sources name (static, dynamic and type imports, re-exports). */
+/**
+ * Every module specifier a workspace's sources name (static, dynamic and type imports,
+ * re-exports, import.meta.resolve). The bench's scripts (bench/*.mjs, bench/lib/) count as its
+ * sources beside bench/src/.
+ */
 function specifiers(ws: string): { file: string; spec: string }[] {
   const found: { file: string; spec: string }[] = [];
-  for (const file of sources(join(ROOT, ws, 'src'))) {
+  const files = ws === 'bench' ? sources(join(ROOT, ws), [], true) : sources(join(ROOT, ws, 'src'));
+  for (const file of files) {
     const text = readFileSync(file, 'utf8');
-    for (const m of text.matchAll(/(?:^|\s)(?:import|export)\b[^'"]*?\bfrom\s*'([^']+)'|\bimport\(\s*'([^']+)'\s*\)|^import\s+'([^']+)'/gm)) {
-      found.push({ file: file.slice(ROOT.length + 1), spec: (m[1] ?? m[2] ?? m[3])! });
+    for (const m of text.matchAll(/(?:^|\s)(?:import|export)\b[^'"]*?\bfrom\s*'([^']+)'|\bimport\(\s*'([^']+)'\s*\)|^import\s+'([^']+)'|\bimport\.meta\.resolve\(\s*'([^']+)'\s*\)/gm)) {
+      found.push({ file: file.slice(ROOT.length + 1), spec: (m[1] ?? m[2] ?? m[3] ?? m[4])! });
     }
   }
   return found;
@@ -34,14 +46,18 @@ function specifiers(ws: string): { file: string; spec: string }[] {
 const packageOf = (spec: string) => (spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!);
 const bare = (spec: string) => !spec.startsWith('.') && !spec.startsWith('node:');
 
+const NO_BENCH = 'the benchmarks and the simulator are not shipped: nothing imports @capstan/bench';
 const RULES: Record<string, (spec: string) => string | null> = {
   shared: (s) => (/^@capstan\//.test(s) ? 'shared imports no other workspace' : null),
-  toolkit: (s) => (/^@capstan\/(agent|relayd|server)(\/|$)/.test(s) ? 'toolkit imports no program' : null),
+  toolkit: (s) => (/^@capstan\/(agent|relayd|server)(\/|$)/.test(s) ? 'toolkit imports no program' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
   agent: (s) =>
     /^@capstan\/(toolkit|relayd|server)(\/|$)/.test(s) ? 'the agent imports neither the toolkit nor another program'
-      : s === '@capstan/shared' ? "the agent imports shared's modules by subpath, not its whole index" : null,
-  relayd: (s) => (/^@capstan\/(agent|server)(\/|$)/.test(s) ? 'programs never import each other' : null),
-  server: (s) => (/^@capstan\/(agent|relayd)(\/|$)/.test(s) ? 'programs never import each other' : null),
+      : s === '@capstan/shared' ? "the agent imports shared's modules by subpath, not its whole index"
+        : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null,
+  relayd: (s) => (/^@capstan\/(agent|server)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
+  server: (s) => (/^@capstan\/(agent|relayd)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
+  // The bench may import every workspace (it measures them all), by package name.
+  bench: () => null,
 };
 
 for (const [ws, rule] of Object.entries(RULES)) {
@@ -53,7 +69,15 @@ for (const [ws, rule] of Object.entries(RULES)) {
   });
 }
 
-for (const ws of ['shared', 'toolkit']) {
+t.test('bench: reaches the programs through their package exports, never their files', async (t) => {
+  const bad = specifiers('bench')
+    .filter((x) => x.spec.startsWith('.'))
+    .map((x) => ({ ...x, to: relative(ROOT, resolve(ROOT, x.file, '..', x.spec)) }))
+    .filter((x) => !x.to.startsWith(`bench${sep}`));
+  t.same(bad, [], 'every relative import stays inside bench/');
+});
+
+for (const ws of ['shared', 'toolkit', 'bench']) {
   t.test(`${ws}: every package it imports is declared`, async (t) => {
     const pkg = JSON.parse(readFileSync(join(ROOT, ws, 'package.json'), 'utf8')) as { dependencies?: Record<string, string> };
     const declared = new Set(Object.keys(pkg.dependencies ?? {}));

@@ -22,11 +22,10 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { Spool } from '@capstan/toolkit';
-import { buildApp } from './api/app.js';
-import { loadSqlite, loadPostgres, type Timing } from './bench.js';
-import { loadServerConfig } from './config.js';
-import { openStore } from './store/index.js';
-import type { ChangeQuery, Store } from './store/store.js';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import { loadSqlite, loadPostgres, type Timing } from './registry.js';
+import { openStore, type ChangeQuery, type Store } from './store.js';
 
 export interface ChangesBenchOptions {
   nodes?: number;

@@ -6,7 +6,7 @@
  *   - peakRssMb: the relay's peak resident memory over the whole run (VmHWM),
  *   - idleConnections: agent remote-run connections the relay held during the upload load.
  *
- * `node relayd/dist/bench.js [--files N] [--size BYTES] [--idle N] [--connections N]` prints the
+ * `node bench/dist/relay.js [--files N] [--size BYTES] [--idle N] [--connections N]` prints the
  * figures as JSON; `npm run bench` calls benchRelay().
  */
 import { spawn } from 'node:child_process';
@@ -68,7 +68,8 @@ export interface BenchResult {
   mainThreadCpuUsPerFile: number;
 }
 
-const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
+/** relayd's own command line, as built in its package. */
+const CLI = fileURLToPath(import.meta.resolve('@capstan/relayd/cli'));
 /** NODE_OPTIONS of the shipped unit: a 2 MB young generation keeps the peak RSS ~20 MB lower. */
 export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
 
@@ -236,7 +237,7 @@ export async function benchRelay(opts: BenchOptions = {}): Promise<BenchResult> 
   }
 }
 
-// The tiny runner: `node relayd/dist/bench.js --files 20000 --idle 10000`.
+// The tiny runner: `node bench/dist/relay.js --files 20000 --idle 10000`.
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const arg = (name: string) => {
     const i = process.argv.indexOf(`--${name}`);

@@ -13,7 +13,7 @@ import { compressSync } from '@capstan/shared/envelope/codec';
 import { CAPSTAN_VERSION } from '@capstan/shared/protocol';
 import { inventoryFileName, runLogFileName } from '@capstan/shared/runlog/name';
 import { signSmime } from '@capstan/shared/smime/sign';
-import { RunLogWriter } from '../runlog/write.js';
+import { RunLogWriter } from '@capstan/agent/runlog/write';
 import type { SimIdentity } from './identities.js';
 
 export interface ReportMix {

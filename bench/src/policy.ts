@@ -1,6 +1,6 @@
 /**
  * Policy generation benchmark (target: 100,000 nodes regenerate in ≤ 10 s). A SQLite
- * registry of `nodes` nodes is filled in bulk (bench.ts's fleet), a model of a few rules over
+ * registry of `nodes` nodes is filled in bulk (registry.ts's fleet), a model of a few rules over
  * static and dynamic groups is saved, and then timed: the first generation of every node, a
  * second pass with nothing to change, and one directive change reaching its rule's nodes.
  */
@@ -8,9 +8,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { silentLogger } from '@capstan/shared';
-import { loadSqlite } from './bench.js';
-import { PolicyGenerator } from './policy/generate.js';
-import { openStore } from './store/index.js';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { loadSqlite } from './registry.js';
+import { openStore } from './store.js';
 
 export interface PolicyBenchResult {
   nodes: number;

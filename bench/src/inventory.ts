@@ -18,9 +18,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { addressKey, versionKey } from '@capstan/shared';
-import { loadPostgres, loadSqlite, type Timing } from './bench.js';
-import { openStore } from './store/index.js';
-import type { Store } from './store/store.js';
+import { loadPostgres, loadSqlite, type Timing } from './registry.js';
+import { openStore, type Store } from './store.js';
 
 export interface InventoryBenchOptions {
   nodes?: number;

@@ -15,10 +15,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { RUN_STATES } from '@capstan/shared';
-import { complianceClock } from './registry/compliance.js';
-import type { NodeFilter, NodeListQuery, Store } from './store/store.js';
-import { openStore } from './store/index.js';
-import { NODE_COLUMNS } from './store/query.js';
+import { complianceClock } from '@capstan/server/registry/compliance';
+import { NODE_COLUMNS, openStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {
   /** Nodes in the registry (default 100,000). */

@@ -14,15 +14,15 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { silentLogger } from '@capstan/shared';
 import { Spool } from '@capstan/toolkit';
-import { buildApp } from './api/app.js';
-import { loadSqlite } from './bench.js';
-import { historySql } from './bench-changes.js';
-import { loadServerConfig } from './config.js';
-import { ComplianceHistory } from './console/history.js';
-import { ConsoleSignIns } from './console/signin.js';
-import { PolicyGenerator } from './policy/generate.js';
-import { ensurePolicyKey } from './policy/key.js';
-import { openStore } from './store/index.js';
+import { buildApp } from '@capstan/server/api/app';
+import { loadServerConfig } from '@capstan/server/config';
+import { ComplianceHistory } from '@capstan/server/console/history';
+import { ConsoleSignIns } from '@capstan/server/console/signin';
+import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { historySql } from './changes.js';
+import { loadSqlite } from './registry.js';
+import { openStore } from './store.js';
 
 export interface ConsoleBenchOptions {
   nodes?: number;

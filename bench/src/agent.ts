@@ -20,7 +20,8 @@ export interface AgentBenchResult {
   repaired: number;
 }
 
-const CLI = fileURLToPath(new URL('./cli.js', import.meta.url));
+/** The agent's own command line, as built in its package. */
+const CLI = fileURLToPath(import.meta.resolve('@capstan/agent/cli'));
 
 function runCli(args: string[], rssFile: string): Promise<{ code: number | null; stdout: string; ms: number }> {
   const preload = `data:text/javascript,${encodeURIComponent(
@@ -82,7 +83,7 @@ export async function benchAgent(opts: { directives?: number } = {}): Promise<Ag
   }
 }
 
-// `node agent/dist/bench.js` prints one measurement.
+// `node bench/dist/agent.js` prints one measurement.
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   benchAgent({ directives: Number(process.argv[2] ?? 50) }).then((r) => process.stdout.write(`${JSON.stringify(r)}\n`));
 }
