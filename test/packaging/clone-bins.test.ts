@@ -29,7 +29,7 @@ async function nativeAddons(dir: string): Promise<string[]> {
   return found;
 }
 
-const PROGRAMS = [['agent', 'capstan-agent'], ['agent', 'capstan-sim'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server'], ['server', 'capstan']] as const;
+const PROGRAMS = [['agent', 'capstan-agent'], ['relayd', 'capstan-relayd'], ['server', 'capstan-server'], ['server', 'capstan'], ['bench', 'capstan-sim']] as const;
 
 t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the build', { timeout: 600_000 }, async (t) => {
   const skip = (why: string) => {
@@ -55,7 +55,7 @@ t.test('a fresh clone runs capstan-* from node_modules/.bin after npm ci and the
   for (const [, name] of PROGRAMS) {
     t.ok((await lstat(join(clone, 'node_modules', '.bin', name))).isSymbolicLink(), `node_modules/.bin/${name} after npm ci`);
   }
-  for (const ws of ['shared', 'toolkit', 'agent', 'relayd', 'server']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
+  for (const ws of ['shared', 'toolkit', 'agent', 'relayd', 'server', 'bench']) await cp(join(ROOT, ws, 'dist'), join(clone, ws, 'dist'), { recursive: true });
   for (const addon of await nativeAddons(join(ROOT, 'node_modules'))) {
     await cp(join(ROOT, 'node_modules', addon, 'build'), join(clone, 'node_modules', addon, 'build'), { recursive: true });
   }

@@ -100,6 +100,25 @@ async function packagingTests(): Promise<void> {
 
   const exists = (path: string) => lstat(join(ROOT, path)).then(() => true, () => false);
 
+  /**
+   * Files and folders of an installed tree that belong to the benchmarks or the simulator: a
+   * `bench` or `sim` folder, a `bench*` or `capstan-sim*` file. The program's own files and the
+   * bundled @capstan packages are searched; other bundled packages are not ours to name.
+   */
+  async function benchOrSim(tree: string): Promise<string[]> {
+    const found: string[] = [];
+    const walk = async (rel: string): Promise<void> => {
+      for (const e of await readdir(join(ROOT, rel), { withFileTypes: true })) {
+        const path = `${rel}/${e.name}`;
+        if (rel.endsWith('/node_modules') && e.name !== '@capstan') continue;
+        if (e.isDirectory() ? e.name === 'bench' || e.name === 'sim' : /^(bench|capstan-sim)([-.]|$)/.test(e.name)) found.push(path);
+        if (e.isDirectory()) await walk(path);
+      }
+    };
+    await walk(tree);
+    return found;
+  }
+
   // What the host had before: compared at the end to show the install stayed in its root.
   const HOST_FILES = ['/etc/passwd', '/etc/group'];
   const hostBefore = await Promise.all(HOST_FILES.map((f) => readFile(f, 'utf8').catch(() => '')));
@@ -159,6 +178,8 @@ async function packagingTests(): Promise<void> {
       // The daemons' toolkit (spool, HTTP, providers) ships with the relay and the server, never the agent.
       t.equal(await exists(`usr/lib/capstan/${p}/node_modules/@capstan/toolkit/dist/index.js`), p !== 'agent', `${p}: toolkit bundled only with the daemons`);
       t.notOk(await exists(`usr/lib/capstan/${p}/src`), 'no TypeScript sources');
+      // Benchmarks and the fleet simulator live in the bench workspace, which no program ships.
+      t.same(await benchOrSim(`usr/lib/capstan/${p}`), [], `${p}: no benchmark or simulator file`);
       // The web console ships in the server package only, built (scripts/build-console.mjs), with its libraries' licences.
       t.equal(await exists(`usr/lib/capstan/${p}/dist/web/index.html`), p === 'server', `${p}: the console's page only in the server package`);
       if (p === 'server') t.ok(await exists(`usr/lib/capstan/${p}/dist/web/assets/licenses.txt`), 'the bundled libraries\' licences');
@@ -180,6 +201,7 @@ async function packagingTests(): Promise<void> {
     t.notOk(await exists('usr/lib/capstan/server/node_modules/better-sqlite3/deps/sqlite3/sqlite3.c'));
   t.notOk(await exists('usr/lib/capstan/server/node_modules/better-sqlite3/build/Release/test_extension.node'), 'nor its test fixtures');
     t.notOk(await exists('usr/lib/capstan/agent/node_modules/prebuild-install'), 'install-time tools stay out');
+    t.notOk(await exists('usr/bin/capstan-sim'), 'no simulator command');
   });
 
   t.test('daemons get system users; the agent runs as root', async (t) => {
