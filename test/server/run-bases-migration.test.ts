@@ -8,10 +8,10 @@
  */
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { deflateRawSync } from 'node:zlib';
 import Database from 'better-sqlite3';
 import { compressSync } from '@capstan/shared';
 import { openStore, type RunRecord, type Store } from '@capstan/server/store/index';
-import { packOutcomes } from '@capstan/server/store/outcomes';
 import { nodeProfile, runLogText } from '@capstan/bench/sim/runlog';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
 import { pgUnavailable, PG_URL } from './pg.js';
@@ -66,7 +66,8 @@ function runValues(r: OldRun, bool: (b: boolean) => unknown): unknown[] {
   const json = JSON.stringify(x.outcomes);
   return [x.node_id, x.started_at, new Date(x.started_at).toISOString(), x.config_id, bool(x.complete), x.report_count,
     JSON.stringify(x.counts), r.packed ? '[]' : json, x.file_name, x.sha256, x.received_at,
-    r.opaque ?? compressSync(r.text, 'zstd'), r.packed ? packOutcomes(json) : null];
+    r.opaque ?? compressSync(r.text, 'zstd'), // packed as servers of that schema did: raw deflate (today's are zstd; both read back)
+    r.packed ? deflateRawSync(Buffer.from(json), { level: 6 }) : null];
 }
 
 /** What every run must read as: its record, and its log text (or the opaque bytes as stored). */

@@ -99,6 +99,33 @@ export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Bu
   return Buffer.concat(chunks, total);
 }
 
+/**
+ * One frame that declares its content size, expanded synchronously (for small values the server
+ * stores itself, such as a run's packed outcomes): refused when corrupt, without a size, or larger
+ * than `maxBytes`.
+ */
+export function zstdDecompressFrame(frame: Buffer, maxBytes: number): Buffer {
+  if (frame.length === 0) throw corrupt('empty zstd stream');
+  const size = safe(() => zstd.getFrameContentSize(frame));
+  if (size === null || size === undefined) throw corrupt('zstd frame without a content size');
+  if (size > maxBytes) throw tooLarge(maxBytes);
+  oneShot ??= new zstd.DCtx();
+  const out = Buffer.allocUnsafe(size);
+  let n: number;
+  try {
+    n = oneShot.decompress(out, frame);
+  } catch (err) {
+    throw corrupt(`corrupt zstd frame: ${(err as Error).message}`);
+  }
+  if (n !== size) throw corrupt('zstd frame shorter than its declared size');
+  return out;
+}
+
+/** Whether these bytes start like a zstd frame (its magic number). */
+export function isZstdFrame(data: Buffer): boolean {
+  return data.length >= 4 && data.readUInt32LE(0) === 0xfd2fb528;
+}
+
 function safe<T>(f: () => T): T | undefined {
   try {
     return f();
