@@ -14,7 +14,7 @@ import { prepareFleet } from './lib/fixtures.mjs';
 import { floorBreakdown } from './lib/floor.mjs';
 
 const { values } = parseArgs({ options: { nodes: { type: 'string', default: '500' }, reports: { type: 'string', default: '100' }, module: { type: 'string' } } });
-const fleet = await prepareFleet({ nodes: Number(values.nodes), reports: Number(values.reports), steady: true });
+const fleet = await prepareFleet({ nodes: Number(values.nodes), reports: Number(values.reports), steady: true, rounds: 1 });
 const dir = await mkdtemp(join(tmpdir(), 'capstan-breakdown-'));
 try {
   const breakdown = values.module ? (await import(values.module)).floorBreakdown : floorBreakdown;

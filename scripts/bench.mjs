@@ -14,7 +14,8 @@
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
  * --day-hours H (1: the storage benchmark's simulated hours, scaled to the day; 24 for all of it),
- * --storage-before (also measure runs stored whole, as before migration 14).
+ * --storage-before (also measure runs stored whole, as before migration 14),
+ * --rounds N (3: next runs each node sends in the steady state, five minutes apart).
  * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -45,11 +46,12 @@ const { values: args } = parseArgs({
     quick: { type: 'boolean', default: false },
     'day-hours': { type: 'string', default: '1' },
     'storage-before': { type: 'boolean', default: false },
+    rounds: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -62,6 +64,7 @@ const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {n
 const nodes = count(args.nodes ?? (args.quick ? '12' : '1000'), 'nodes', 100_000);
 const reports = count(args.reports ?? '100', 'reports', 100_000);
 const dayHours = count(args['day-hours'] ?? '1', 'day-hours', 24);
+const rounds = count(args.rounds ?? (args.quick ? '1' : '3'), 'rounds', 100);
 const only = new Set(args.only ? args.only.split(',') : args.quick ? ['floor', 'ingest', 'profile'] : ALL);
 for (const o of only) {
   if (!ALL.includes(o)) {
@@ -124,7 +127,7 @@ const kinds = /** @type {const} */ (['sqlite', 'postgres']);
 const work = await mkdtemp(join(tmpdir(), 'capstan-bench-'));
 try {
   progress(`preparing ${nodes} node identities and signed run logs`);
-  const fleet = await prepareFleet({ nodes, reports, steady: only.has('steady'), progress });
+  const fleet = await prepareFleet({ nodes, reports, steady: only.has('steady') || only.has('profile'), rounds, progress });
   results.input = { avgCompressedBytes: fleet.avgCompressedBytes };
   step();
 
@@ -220,7 +223,7 @@ try {
       const per = (/** @type {number | null} */ x) => (x === null ? null : Math.round((x * 1000 * 100) / r.count) / 100);
       figures.push(
         {
-          id: `steady.${kind}`, name: `steady state end to end: ${nodes} nodes' next runs → relayd → server (${kind})`, value: r.runLogsPerSec, unit: 'run logs/s',
+          id: `steady.${kind}`, name: `steady state end to end: ${nodes} nodes' next ${rounds === 1 ? 'run' : `${rounds} runs`} → relayd → server (${kind})`, value: r.runLogsPerSec, unit: 'run logs/s',
           floor: { id: `steady.floor.${kind}`, value: f.runLogsPerSec, min: 0.6 }, target: kind === 'sqlite' ? { op: '>=', value: 1000 } : null,
         },
         { id: `steady.${kind}.p99`, name: `steady ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
@@ -233,11 +236,17 @@ try {
   }
 
   if (only.has('profile')) {
-    progress('ingest end to end (sqlite) under --cpu-prof');
+    // The steady state when it was prepared (what a fleet sends after its first hour), else first runs.
+    const steady = fleet.next.length > 0;
+    progress(`${steady ? 'steady state' : 'ingest'} end to end (sqlite) under --cpu-prof`);
     const profiles = join(CACHE_DIR, 'profiles', results.date.replace(/[:.]/g, '-'));
-    const r = await benchIngest({ kind: 'sqlite', dir: work, files: fleet.files, identities: fleet.identities, profileDir: profiles, progress });
+    const r = await benchIngest({
+      kind: 'sqlite', dir: work, identities: fleet.identities, profileDir: profiles, progress,
+      ...(steady ? { files: fleet.next, warmFiles: fleet.files } : { files: fleet.files }),
+    });
     const window = { fromUs: r.windowUs.from, toUs: r.windowUs.to };
     results.sections.profile.sqlite = {
+      phase: steady ? 'steady' : 'first runs',
       runLogsPerSec: r.runLogsPerSec,
       files: profiles,
       server: await summarizeProfile(await mainThreadProfile(join(profiles, 'sqlite-server')), window),

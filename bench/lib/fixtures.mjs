@@ -17,7 +17,10 @@ export const STEADY_MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: DE
 const SIGN_WORKER = new URL(import.meta.resolve('@capstan/bench/sim/sign-worker'));
 
 /**
- * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, progress?: (msg: string) => void }} o
+ * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, rounds?: number, progress?: (msg: string) => void }} o
+ *   `rounds`: how many next runs each node sends in the steady state (default 3: a measured
+ *   window of three thousand run logs for a thousand nodes, long enough that filling and draining
+ *   the pipeline are not most of it).
  */
 export async function prepareFleet(o) {
   const say = o.progress ?? (() => undefined);
@@ -37,14 +40,17 @@ export async function prepareFleet(o) {
   /** @type {typeof files} */
   let next = [];
   if (o.steady) {
-    // Each node's next run, five minutes later: same policy, about 2 % of components repaired.
-    say(`signing ${o.nodes} next run logs (steady state)`);
-    const more = await runInWorkers(
-      SIGN_WORKER,
-      identities.map((id) => ({ kind: 'run', id, startedAtMs: startedAtMs + 300_000, run: 1, reports: o.reports, mix: STEADY_MIX })),
-      availableParallelism(),
-    );
-    next = more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) }));
+    // Each node's next runs, five minutes apart: same policy, about 2 % of components repaired.
+    const rounds = o.rounds ?? 3;
+    for (let k = 1; k <= rounds; k++) {
+      say(`signing ${o.nodes} next run logs (steady state, round ${k} of ${rounds})`);
+      const more = await runInWorkers(
+        SIGN_WORKER,
+        identities.map((id) => ({ kind: 'run', id, startedAtMs: startedAtMs + k * 300_000, run: k, reports: o.reports, mix: STEADY_MIX })),
+        availableParallelism(),
+      );
+      next.push(...more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) })));
+    }
   }
   return { identities, files, next, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
 }
