@@ -87,6 +87,17 @@ export const RELAYD_SCHEMA = {
     timeout: { type: 'duration', default: '30s', min: 1 },
     /** Files forwarded at the same time (connections kept alive to the upstream). */
     concurrency: { type: 'integer', default: 8, min: 1, max: 256 },
+    /**
+     * Run logs sent up together in one request (`POST /batch/reports`), each connection carrying
+     * a batch at a time: one request for many files instead of one each, where HTTP was most of
+     * the relay's CPU per file. 1: one PUT per file, as RUDDER's relays send. An upstream that
+     * does not take batches (an older relay or server) is sent PUTs.
+     */
+    batch_files: { type: 'integer', default: 64, min: 1, max: 65535 },
+    /** Most bytes in one batch; a larger file goes up alone, by PUT. At most the upstream's [http] max_batch_size. */
+    batch_size: { type: 'size', default: '4MiB', min: 1024 },
+    /** How long a batch that is not full waits for more files while others are on their way up. */
+    batch_wait: { type: 'duration', default: '5ms', min: 0 },
     /** https upstream: trust exactly this certificate (RUDDER's cert_pinning; host name not checked). */
     pinned_cert_file: { type: 'string', default: '', optional: true },
     /** https upstream: trust this CA bundle (host name checked). Empty with no pin → system CAs. */

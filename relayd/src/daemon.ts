@@ -188,6 +188,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     retryMaxMs: config.processing.retry_max,
     ocsPairWaitMs: config.processing.ocs_pair_wait,
     probeIntervalMs: config.upstream.probe_interval,
+    batch: { files: config.upstream.batch_files, bytes: config.upstream.batch_size, waitMs: config.upstream.batch_wait },
   });
   const fwd = forwarder;
   const remoteRun = new RemoteRun({

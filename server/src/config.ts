@@ -69,6 +69,11 @@ export const SERVER_SCHEMA = {
     batch_size: { type: 'integer', default: 64, min: 1, max: 1000 },
     /** Longest a run log waits for its batch to fill (it is written at once when nothing else is coming). */
     batch_window: { type: 'duration', default: '50ms', min: 0 },
+    /**
+     * Run logs of upload batches (what relays send) ingested straight from memory at once; past
+     * it, a batch's run logs are spooled first and ingested from incoming/, as a PUT's are.
+     */
+    max_in_memory: { type: 'integer', default: 1024, min: 0, max: 100000 },
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */

@@ -26,6 +26,7 @@ import { BootstrapRunner } from './bootstrap/runner.js';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
 import { RelayHub } from './remote-run/relay-links.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
+import { batchTaker } from './ingest/batch.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
@@ -128,6 +129,10 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
   const recentRunLogs = new RecentBodies(16 * 1024 * 1024);
+  const runLogWritten = (name: string, data: Buffer): void => {
+    processors.reports.expect(name);
+    recentRunLogs.put(name, data);
+  };
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
   const counters: Record<string, number> = {};
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
@@ -226,13 +231,19 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     status: async () => ({ spool: await spool.depth(), failed: spool.failedUsage, processed: { ...counters }, remote_run: { relays: relayHub.all().map((r) => r.id) } }),
     // Taken at once rather than when inotify says so, and without reading the file back.
     onAccepted: (kind, name) => processors[kind].notify(name),
-    runLogsInMemory: {
-      keepBytes: 1024 * 1024,
-      onWritten: (name, data) => {
-        processors.reports.expect(name);
-        recentRunLogs.put(name, data);
+    runLogsInMemory: { keepBytes: 1024 * 1024, onWritten: runLogWritten },
+    // Relays send their run logs up in batches, ingested from memory (ingest/batch.ts).
+    takeBatch: batchTaker({
+      spool, runLogs, log,
+      maxInMemory: config.processing.max_in_memory,
+      written: runLogWritten,
+      spooled: (kind, name) => processors[kind].notify(name),
+      processed: (e) => {
+        const k = `${e.kind}_${e.outcome}`;
+        counters[k] = (counters[k] ?? 0) + 1;
+        metrics.onProcessed(e);
       },
-    },
+    }),
     // Policy downloads need a valid token of the node, unless turned off.
     policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: {

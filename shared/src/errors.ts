@@ -59,6 +59,10 @@ export const ERROR_CODES = {
   /** One client address has http.max_uploads_per_client uploads in progress already. */
   ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
   ERR_UNSUPPORTED_MEDIA: { status: 415 },
+  /** An upload batch (`POST /batch/<kind>`) that does not frame exactly (shared/src/batch.ts). */
+  ERR_BATCH_FORMAT: { status: 400 },
+  /** An upload batch over [http] max_batch_files or max_batch_size. */
+  ERR_BATCH_TOO_LARGE: { status: 413 },
   ERR_NOT_FOUND: { status: 404 },
   ERR_UNAUTHORIZED: { status: 401 },
   ERR_FORBIDDEN: { status: 403 },

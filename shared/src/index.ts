@@ -18,3 +18,4 @@ export * from './filter/index.js';
 export * from './compliance/index.js';
 export * from './identity/index.js';
 export * from './remote-run/protocol.js';
+export * from './batch.js';

@@ -57,6 +57,12 @@ class ListUpstream {
         res.writeHead(200).end('upstream\n');
         return;
       }
+      // Takes PUTs only, as a relay or server without upload batches: the relay falls back to them.
+      if (req.method !== 'PUT') {
+        req.resume();
+        res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"code":"ERR_NOT_FOUND","message":"no route"}}');
+        return;
+      }
       req.resume();
       req.on('end', () => {
         this.received.push(path);

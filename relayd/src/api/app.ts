@@ -7,7 +7,7 @@ import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:
 import Fastify, { type FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
-import { bodyPace, installBodyPace, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck } from '@capstan/toolkit';
+import { batchResultOf, bodyPace, installBodyPace, etagMatches, listenerOptions, type ListenerTls, installErrorHandler, installRawBodies, installUploadRoutes, installVersionCheck } from '@capstan/toolkit';
 import type { RelayContext } from './context.js';
 import { policyRoutes } from './routes/policies.js';
 import { remoteRunRoutes } from './routes/remote-run.js';
@@ -63,6 +63,25 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
       ctx.metrics.received.inc({ kind });
       ctx.metrics.receivedBytes.inc({ kind }, a.bytes);
       ctx.spooled(kind, name);
+    },
+    // A relay below sends its files up in batches: each is spooled as its own PUT would be.
+    batch: {
+      maxFiles: ctx.config.http.max_batch_files,
+      maxBytes: ctx.config.http.max_batch_size,
+      take: (kind, files) => Promise.all(files.map(async (f) => {
+        try {
+          const a = await ctx.spool.accept(kind, f.name, [f.data], f.data.length, {
+            keepBytes: 1024 * 1024,
+            onWritten: (data) => ctx.written(kind, f.name, data),
+          });
+          ctx.metrics.received.inc({ kind });
+          ctx.metrics.receivedBytes.inc({ kind }, a.bytes);
+          ctx.spooled(kind, f.name);
+          return { file: f.name, status: 201 };
+        } catch (err) {
+          return batchResultOf(f.name, err);
+        }
+      })),
     },
   });
   // A full spool is temporary: tell clients when to come back (agents keep the file meanwhile).

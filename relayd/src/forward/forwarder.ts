@@ -18,6 +18,7 @@ import type { NodesSync } from '../data/sync.js';
 import type { Metrics } from '../metrics.js';
 
 import type { Upstream } from './upstream.js';
+import { BatchSender } from './batch.js';
 
 export interface ForwarderOptions {
   spool: Spool;
@@ -39,6 +40,8 @@ export interface ForwarderOptions {
   probeIntervalMs: number;
   /** How long one half of an OCS pair waits for the other (processing.ocs_pair_wait). */
   ocsPairWaitMs?: number;
+  /** Run logs sent up in batches ([upstream] batch_files, batch_size, batch_wait); absent or one file: a PUT each. */
+  batch?: { files: number; bytes: number; waitMs: number };
 }
 
 export type UpstreamState = 'unknown' | 'up' | 'down';
@@ -54,16 +57,21 @@ export class Forwarder {
   private lastContact: number | null = null;
   private probeTimer: NodeJS.Timeout | null = null;
   private stopped = false;
+  private readonly batches: BatchSender | null;
 
   constructor(private readonly o: ForwarderOptions) {
     this.processors = {} as Record<SpoolKind, SpoolProcessor>;
+    this.batches = o.batch && o.batch.files > 1
+      ? new BatchSender({ upstream: o.upstream, maxFiles: o.batch.files, maxBytes: o.batch.bytes, waitMs: o.batch.waitMs, slots: o.concurrency, log: o.log })
+      : null;
     // The concurrency bound is for the upstream as a whole (the Pool's connections), shared by kinds.
     for (const kind of SPOOL_KINDS) {
       const p = new SpoolProcessor({
         kind,
         spool: o.spool,
         log: o.log,
-        concurrency: o.concurrency,
+        // Batched run logs: enough forwards in flight to fill a batch on every connection.
+        concurrency: kind === 'reports' && this.batches ? this.batches.capacity : o.concurrency,
         catchupIntervalMs: o.catchupIntervalMs,
         retryMinMs: o.retryMinMs,
         retryMaxMs: o.retryMaxMs,
@@ -92,7 +100,13 @@ export class Forwarder {
       : null;
     const cached = this.recent.take(`${kind}/${name}`);
     try {
-      await this.o.upstream.forward(kind, name, path, signal, cached);
+      if (kind === 'reports' && this.batches) {
+        const size = cached?.length ?? (await stat(path)).size;
+        if (this.batches.takes(size)) await this.batches.send(name, path, size, cached, signal);
+        else await this.o.upstream.forward(kind, name, path, signal, cached);
+      } else {
+        await this.o.upstream.forward(kind, name, path, signal, cached);
+      }
       if (pair) {
         await this.o.upstream.forward(kind, pair.sign, `${dir}/${pair.sign}`, signal, this.recent.take(`${kind}/${pair.sign}`));
         await this.o.spool.remove(kind, pair.sign);
@@ -208,5 +222,6 @@ export class Forwarder {
     this.stopped = true;
     if (this.probeTimer) clearTimeout(this.probeTimer);
     await Promise.all(SPOOL_KINDS.map((k) => this.processors[k].stop(graceMs)));
+    this.batches?.close();
   }
 }

@@ -14,7 +14,8 @@ import { X509Certificate } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
 import type { TLSSocket } from 'node:tls';
 import { buildConnector, Pool } from 'undici';
-import { capstanError } from '@capstan/shared/errors';
+import { BATCH_CONTENT_TYPE, BATCH_PATH, readBatchAnswer, type BatchResult } from '@capstan/shared/batch';
+import { capstanError, type CapstanError } from '@capstan/shared/errors';
 import { userAgent, HEADER_PROTOCOL, PROTOCOL_VERSION, type SpoolKind } from '@capstan/shared/protocol';
 
 export interface UpstreamTls {
@@ -123,10 +124,7 @@ export class Upstream {
       });
     } catch (err) {
       if (fh) await fh.close().catch(() => {});
-      throw capstanError('ERR_UPSTREAM', `upstream unreachable: ${(err as Error).message}`, {
-        cause: err,
-        details: { unreachable: true, cause: (err as { code?: string }).code ?? (err as Error).name },
-      });
+      throw unreachable(err);
     }
     if (res.statusCode >= 200 && res.statusCode < 300) {
       // The answer's body is not needed: drained without decoding it (the connection is reused).
@@ -134,11 +132,40 @@ export class Upstream {
       return;
     }
     const text = await res.body.text().catch(() => '');
-    const detail = upstreamErrorCode(text);
-    if (res.statusCode === 408 || res.statusCode === 429 || res.statusCode >= 500) {
-      throw capstanError('ERR_UPSTREAM', `upstream answered ${res.statusCode}${detail}`, { details: { status: res.statusCode } });
+    throw fateOf(res.statusCode, upstreamErrorCode(text));
+  }
+
+  /**
+   * POST files as one batch (shared/src/batch.ts): one result per file, in order, or a throw for
+   * the whole batch: ERR_UPSTREAM when it is worth sending again as it is (unreachable, 408, 429,
+   * 5xx), else `BatchesUnsupported`: the upstream does not know the route (404, 405: an older
+   * relay or server), or takes no such batch (another 4xx: smaller limits than this relay's), or
+   * answered something that is no batch answer. Its files then go up one PUT each.
+   */
+  async sendBatch(kind: SpoolKind, body: Buffer, names: readonly string[], signal?: AbortSignal): Promise<BatchResult[]> {
+    let res;
+    try {
+      res = await this.pool.request({
+        method: 'POST',
+        path: `${this.basePath}${BATCH_PATH}/${kind}`,
+        headers: { ...FORWARD_HEADERS, 'content-type': BATCH_CONTENT_TYPE, 'content-length': String(body.length) },
+        body,
+        signal,
+      });
+    } catch (err) {
+      throw unreachable(err);
     }
-    throw capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${res.statusCode}${detail}`, { details: { status: res.statusCode } });
+    const text = await res.body.text().catch(() => '');
+    const status = res.statusCode;
+    if (status === 408 || status === 429 || status >= 500) throw fateOf(status, upstreamErrorCode(text));
+    if (status === 200) {
+      try {
+        return readBatchAnswer(JSON.parse(text), names);
+      } catch (err) {
+        throw new BatchesUnsupported(status, `its answer is not a batch answer (${(err as Error).message})`);
+      }
+    }
+    throw new BatchesUnsupported(status, upstreamErrorCode(text).trim() || 'no batch route');
   }
 
   /** Is the upstream answering at all? `GET /uuid` (every relay and the server answer it). */
@@ -199,6 +226,32 @@ export function connectOptionsFor(tls: UpstreamTls | undefined, timeoutMs = 10_0
   }
   if (tls?.caPem) return { ca: tls.caPem, timeout: timeoutMs };
   return { timeout: timeoutMs };
+}
+
+/** The upstream does not take this batch (it answered the batch route with this status): PUTs then. */
+export class BatchesUnsupported extends Error {
+  constructor(readonly status: number, readonly why: string) {
+    super(`upstream answered ${status} to a batch (${why}): sending one PUT per file`);
+  }
+}
+
+function unreachable(err: unknown): CapstanError {
+  return capstanError('ERR_UPSTREAM', `upstream unreachable: ${(err as Error).message}`, {
+    cause: err,
+    details: { unreachable: true, cause: (err as { code?: string }).code ?? (err as Error).name },
+  });
+}
+
+/**
+ * A file's fate from the upstream's status (RUDDER forwards everything as retryable, which keeps
+ * files that can never succeed spinning): 408, 429 and 5xx are worth a retry; any other 4xx is
+ * the file's own fault. `detail` is the upstream's ` <code>: <message>`, or empty.
+ */
+export function fateOf(status: number, detail: string): CapstanError {
+  if (status === 408 || status === 429 || status >= 500) {
+    return capstanError('ERR_UPSTREAM', `upstream answered ${status}${detail}`, { details: { status } });
+  }
+  return capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${status}${detail}`, { details: { status } });
 }
 
 function upstreamErrorCode(text: string): string {

@@ -3,8 +3,8 @@
  * upstream may be the server itself), /metrics, and the admin API behind the bearer token.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
-import { isCapstanError, type Logger, type SpoolKind } from '@capstan/shared';
-import { bodyPace, installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type Spool } from '@capstan/toolkit';
+import { isCapstanError, type BatchResult, type Logger, type SpoolKind } from '@capstan/shared';
+import { bodyPace, installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type BatchUpload, type Spool } from '@capstan/toolkit';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';
@@ -54,6 +54,8 @@ export interface ServerAppDeps {
    * so that ingesting them needs no read (see AcceptOptions.onWritten).
    */
   runLogsInMemory?: { keepBytes: number; onWritten: (name: string, data: Buffer) => void };
+  /** How the files of an upload batch (`POST /batch/<kind>`) are taken (ingest/batch.ts); absent: no batch route. */
+  takeBatch?: (kind: SpoolKind, files: BatchUpload[]) => Promise<BatchResult[]>;
   /** Prometheus metrics for GET /metrics (absent: no route). */
   metrics?: ServerMetrics;
   /** The lifecycle policy and last sweep, for GET /api/1/lifecycle. */
@@ -135,6 +137,14 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       return typeof keep === 'function' ? keep(kind, req) : (keep ?? 0);
     },
     ...(inMemory && { onWritten: (kind: SpoolKind, name: string, data: Buffer) => (kind === 'reports' ? inMemory.onWritten(name, data) : undefined) }),
+    ...(deps.takeBatch && {
+      batch: {
+        maxFiles: deps.config.http.max_batch_files,
+        maxBytes: deps.config.http.max_batch_size,
+        take: deps.takeBatch,
+        ...(uploadMetrics && { onRefused: (kind: SpoolKind, code: string) => uploadMetrics.onRefused(kind, code) }),
+      },
+    }),
   });
   app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
   // Relays route by this list (accepted nodes); agent-facing like /uuid.

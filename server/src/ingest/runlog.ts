@@ -102,6 +102,8 @@ export class RunLogIngest {
   private readonly parallel: number;
   /** Batches being written, and a wake-up for close() when one ends. */
   private writing = 0;
+  /** Run logs in the batches being written. */
+  private writingRuns = 0;
   private written: (() => void) | null = null;
   /** Run logs started and not yet waiting in a batch: while there are none, a batch cannot grow. */
   private preparing = 0;
@@ -121,6 +123,11 @@ export class RunLogIngest {
   /** How many run logs may usefully be in flight: enough to fill a batch while the previous one commits. */
   get inFlightHint(): number {
     return (this.parallel + 1) * this.batchSize;
+  }
+
+  /** Run logs being ingested: prepared, waiting for their batch, or being written. */
+  get pending(): number {
+    return this.preparing + this.batch.length + this.writingRuns;
   }
 
   /** Ingest the spooled file at `path`; `data`, when given, is its content (no read needed). */
@@ -172,6 +179,7 @@ export class RunLogIngest {
     this.stats.batches++;
     this.stats.runs += items.length;
     this.writing++;
+    this.writingRuns += items.length;
     void this.deps.store.insertRuns(items.map((w) => w.run)).then(
       (results) => {
         results.forEach((r, i) => (r.ok ? items[i]!.resolve(r.result) : items[i]!.reject(r.error)));
@@ -181,6 +189,7 @@ export class RunLogIngest {
       },
     ).finally(() => {
       this.writing--;
+      this.writingRuns -= items.length;
       this.written?.();
       this.schedule();
     });

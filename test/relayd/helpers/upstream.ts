@@ -2,9 +2,12 @@
  * A stand-in upstream for relay tests: a real HTTP server on loopback that records the sha256 of
  * every PUT body by path, answers with a status the test chooses (per request, so a test can
  * make a file fail permanently or transiently), and can be stopped and restarted on the same port
- * to play an outage. It also answers GET /uuid, the relay's probe.
+ * to play an outage. It also answers GET /uuid, the relay's probe, and takes upload batches
+ * (`POST /batch/<kind>`) as the server does, each file answered as its PUT would be, unless told
+ * to play an upstream that knows none (`batches: false`: 404).
  */
 import { createHash } from 'node:crypto';
+import { decodeBatch } from '@capstan/shared';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -22,10 +25,12 @@ export class CountingUpstream {
   readonly counts = new Map<string, number>();
   inFlight = 0;
   maxInFlight = 0;
+  /** Batch requests received, and the files in each. */
+  readonly batches: number[] = [];
   private server: Server | null = null;
   port = 0;
 
-  constructor(private answer: Answer = () => 201) {}
+  constructor(private answer: Answer = () => 201, private readonly opts: { batches?: boolean } = {}) {}
 
   setAnswer(a: Answer): void {
     this.answer = a;
@@ -44,6 +49,7 @@ export class CountingUpstream {
     this.inFlight++;
     this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
     try {
+      if (req.method === 'POST' && path.startsWith('/batch/')) return await this.batch(req, res, path.slice('/batch/'.length));
       const h = createHash('sha256');
       let bytes = 0;
       for await (const c of req as AsyncIterable<Buffer>) {
@@ -61,6 +67,31 @@ export class CountingUpstream {
     } finally {
       this.inFlight--;
     }
+  }
+
+  private async batch(req: IncomingMessage, res: ServerResponse, kind: string): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const c of req as AsyncIterable<Buffer>) chunks.push(c);
+    if (this.opts.batches === false) {
+      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'ERR_NOT_FOUND', message: 'no route' } }));
+      return;
+    }
+    const files = decodeBatch(Buffer.concat(chunks), 10_000);
+    this.batches.push(files.length);
+    const results = [];
+    for (const f of files) {
+      const path = `/${kind}/${f.name}`;
+      const status = await this.answer(req, path);
+      if (status >= 200 && status < 300) {
+        const sha256 = createHash('sha256').update(f.body).digest('hex');
+        this.received.push({ path, sha256, bytes: f.body.byteLength });
+        this.counts.set(sha256, (this.counts.get(sha256) ?? 0) + 1);
+        results.push({ file: f.name, status });
+      } else {
+        results.push({ file: f.name, status, error: { code: status === 400 ? 'ERR_BAD_REQUEST' : 'ERR_UPSTREAM', message: 'as the test asked' } });
+      }
+    }
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ data: { files: results } }));
   }
 
   /** Listen on `port` (0 = any free port; a restart reuses the previous one). */

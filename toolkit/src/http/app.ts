@@ -11,6 +11,7 @@ import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
 import type { Accepted, Spool } from '../spool/spool.js';
 import { receiveUpload } from '../spool/upload.js';
 import { pacedBody, PerClient, serverOptions, type BodyPace, type HttpLimits } from './limits.js';
+import { installBatchRoute, type BatchRouteOptions } from './batch.js';
 import type { ListenerTls } from './tls.js';
 
 /** The coded error Node's HTTP parser's refusals become (they never reach a route). */
@@ -225,6 +226,11 @@ export interface UploadRouteOptions {
   answer?: (kind: SpoolKind, name: string, accepted: Accepted, req: FastifyRequest) => Promise<Record<string, unknown> | undefined>;
   /** A kept body is durable in tmp/ and about to appear in incoming/ (see AcceptOptions.onWritten). */
   onWritten?: (kind: SpoolKind, name: string, data: Buffer) => void;
+  /**
+   * `POST /batch/<kind>` too (http/batch.ts), with the same per-file limit, pace and per-client
+   * count as a PUT: how this program takes a batch's files, and the batch's own limits.
+   */
+  batch?: Omit<BatchRouteOptions, 'maxFileBytes' | 'pace' | 'perClient'>;
 }
 
 /** `PUT /reports/<file>`, `PUT /inventories/<file>` (and `/inventory-updates/<file>`): 2xx means the bytes are on disk. */
@@ -252,4 +258,5 @@ export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptio
       return reply.code(201).send({ data: { ...more, file: name, bytes: accepted.bytes, sha256: accepted.sha256 } });
     });
   }
+  if (opts.batch) installBatchRoute(app, { ...opts.batch, maxFileBytes: opts.maxBytes, perClient, ...(pace && { pace }) });
 }

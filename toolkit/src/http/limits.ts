@@ -26,6 +26,10 @@ export const HTTP_LIMITS_SCHEMA = {
    * at least that of every relay below it. 0: no limit.
    */
   max_uploads_per_client: { type: 'integer', default: 32, min: 0, max: 100000 },
+  /** Most files in one upload batch (`POST /batch/<kind>`, what relays send up); more → 413 ERR_BATCH_TOO_LARGE. */
+  max_batch_files: { type: 'integer', default: 256, min: 1, max: 65535 },
+  /** Largest upload batch body, held in memory while its files are taken; larger → 413 ERR_BATCH_TOO_LARGE. */
+  max_batch_size: { type: 'size', default: '16MiB', min: 1024 },
 } as const;
 
 export interface HttpLimits {
@@ -35,6 +39,8 @@ export interface HttpLimits {
   readonly min_upload_rate: number;
   readonly upload_rate_grace: number;
   readonly max_uploads_per_client: number;
+  readonly max_batch_files: number;
+  readonly max_batch_size: number;
 }
 
 /**

@@ -11,11 +11,13 @@
  *   sizes.ts         the sizes of files in incoming/ known for sure
  *   housekeeping.ts  failed/ bounds and retention, stale partial uploads
  */
-import { readdir, stat, unlink } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
+import { open, readdir, rm, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
 import { Admission } from './admission.js';
 import { DirSync } from './dir-sync.js';
+import { asSpoolFull } from './admission.js';
 import { FailedFiles, sweepOld } from './housekeeping.js';
 import { assertPlainName, makeSpoolDirs, namesByAge, oldestIn, spoolDirs, type SpoolDirs } from './layout.js';
 import { adoptFree, Recycler } from './recycle.js';
@@ -190,6 +192,31 @@ export class Spool {
     this.sizes.forget(`${kind}/${name}`);
     if (moved.size !== undefined) this.admission.left(moved.size);
     await this.failed.added(moved);
+  }
+
+  /**
+   * Keep bytes that were never spooled (a run log the server took straight from a batch, and
+   * refused) in failed/ with a one-line reason, durably before this resolves: written to tmp/,
+   * fdatasync'd, renamed into failed/, the directory fsync'd.
+   */
+  async failBuffer(kind: SpoolKind, name: string, data: Uint8Array, reason: string): Promise<void> {
+    assertPlainName(name);
+    const tmp = `${this.dirs.tmp}/${randomUUID()}.part`;
+    try {
+      const fh = await open(tmp, 'wx', 0o640);
+      try {
+        await fh.writeFile(data);
+        await fh.datasync();
+      } finally {
+        await fh.close();
+      }
+      const moved = await this.failed.move(tmp, kind, name, reason);
+      await this.dirSync.sync(this.dirs.failed[kind]);
+      await this.failed.added(moved);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw asSpoolFull(err);
+    }
   }
 
   /**
