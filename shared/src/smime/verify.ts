@@ -85,12 +85,28 @@ function format(message: string, cause?: unknown): CapstanError {
   return capstanError('ERR_SMIME_FORMAT', message, { cause });
 }
 
+/**
+ * Pinned certificates already parsed, by their PEM text: the root verifies every run log of a
+ * node against the same one, and parsing it (PEM, DER, key import) was a tenth of each
+ * verification. Bounded; the oldest entry goes first. A certificate that does not parse is not
+ * kept (it fails again, with its error).
+ */
+const PARSED = new Map<string, ParsedCertificate[]>();
+const PARSED_MAX = 4096;
+
+function pinned(pem: string): ParsedCertificate[] {
+  let certs = PARSED.get(pem);
+  if (certs) return certs;
+  const split = parseCertificates(pem);
+  certs = (split.length > 0 ? split : [pem]).map(parseCertificate);
+  if (PARSED.size >= PARSED_MAX) PARSED.delete(PARSED.keys().next().value!);
+  PARSED.set(pem, certs);
+  return certs;
+}
+
 function verifyMessage(input: Buffer, certsPem: string[], maxBytes: number, allowSha1: boolean): VerifiedContent {
   checkSize(input, maxBytes);
-  const certs = certsPem.flatMap((p) => {
-    const split = parseCertificates(p);
-    return (split.length > 0 ? split : [p]).map(parseCertificate);
-  });
+  const certs = certsPem.flatMap(pinned);
 
   const { content, der } = unwrapMime(input);
   const signedData = parseSignedData(der);
