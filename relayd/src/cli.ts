@@ -12,7 +12,7 @@ import { pino } from 'pino';
 import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions } from '@capstan/shared/log';
 import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP } from '@capstan/shared/protocol';
-import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
+import { configErrorText, EXIT_CODES_HELP, isConfigError, usageErrorsExit2 } from '@capstan/shared/usage';
 import { sdAssign, startWatchdog } from '@capstan/toolkit';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import { startRelay, type RelayHandle } from './daemon.js';
@@ -34,11 +34,6 @@ interface Flags {
   test?: boolean;
   identity?: boolean;
 }
-
-const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX' || err.code === 'ERR_PLAINTEXT_LISTEN');
-/** A configuration error for stderr: codes other than the generic ones lead the line. */
-const configMessage = (err: unknown) =>
-  isCapstanError(err) ? (err.code.startsWith('ERR_CONFIG') ? err.message : `${err.code}: ${err.message}`) : String(err);
 
 /** Everything `--test` checks: the file itself, then every file it names. */
 async function checkFiles(c: RelaydConfig): Promise<void> {
@@ -83,7 +78,7 @@ const program = new Command('capstan-relayd')
       config = load();
       if (flags.test) await checkFiles(config);
     } catch (err) {
-      process.stderr.write(`capstan-relayd: ${configMessage(err)}\n`);
+      process.stderr.write(`capstan-relayd: ${configErrorText(err)}\n`);
       process.exit(EXIT_CONFIG);
     }
     if (flags.test) {
