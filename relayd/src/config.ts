@@ -5,13 +5,14 @@
  */
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
+import { DEFAULT_RELAYD_LISTEN, DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
 import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
 
 export const RELAYD_SCHEMA = {
   general: {
     /** This relay's node id, answered by GET /uuid. */
     node_id: { type: 'string', default: 'root' },
-    listen: { type: 'listen', default: '127.0.0.1:3030' },
+    listen: { type: 'listen', default: DEFAULT_RELAYD_LISTEN },
     /** RUDDER's nodeslist.json: nodes below this relay. Empty → every node is forwarded. */
     nodes_list_file: { type: 'string', default: '', optional: true },
     /**
@@ -83,7 +84,7 @@ export const RELAYD_SCHEMA = {
     recycle_size: { type: 'size', default: '64MiB' },
   },
   upstream: {
-    url: { type: 'url', default: 'http://127.0.0.1:3031' },
+    url: { type: 'url', default: `http://${DEFAULT_SERVER_LISTEN}` },
     timeout: { type: 'duration', default: '30s', min: 1 },
     /** Files forwarded at the same time (connections kept alive to the upstream). */
     concurrency: { type: 'integer', default: 8, min: 1, max: 256 },

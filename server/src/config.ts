@@ -1,12 +1,12 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { capstanError, DEFAULT_SERVER_LISTEN, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
 import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
 export const SERVER_SCHEMA = {
   general: {
-    listen: { type: 'listen', default: '127.0.0.1:3031' },
+    listen: { type: 'listen', default: DEFAULT_SERVER_LISTEN },
     /** Database (SQLite), spool, admin token and keys live here. */
     data_dir: { type: 'string', default: '/var/lib/capstan/server' },
     /** The root's own node id, answered by GET /uuid. */

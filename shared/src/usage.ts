@@ -7,7 +7,7 @@
  * alike, and word it alike on stderr.
  */
 import { isCapstanError } from './errors.js';
-import { EXIT_CONFIG } from './protocol.js';
+import { EXIT_CONFIG, EXIT_OK } from './protocol.js';
 
 interface UsageCommand {
   exitOverride(fn: (err: { exitCode: number }) => void): unknown;
@@ -17,7 +17,7 @@ interface UsageCommand {
 /** Call on the top command before its subcommands are made: they inherit both settings. */
 export function usageErrorsExit2(program: UsageCommand, name: string, exit: (code: number) => never): void {
   // Help and --version keep exit code 0; everything else commander refuses is a usage error.
-  program.exitOverride((err) => exit(err.exitCode === 0 ? 0 : EXIT_CONFIG));
+  program.exitOverride((err) => exit(err.exitCode === EXIT_OK ? EXIT_OK : EXIT_CONFIG));
   program.configureOutput({ outputError: (text, write) => write(`${name}: ${text}`) });
 }
 

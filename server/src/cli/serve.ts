@@ -5,7 +5,7 @@
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { pino } from 'pino';
-import { EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP, EXIT_UNAVAILABLE, isCapstanError, isConfigError, logOptions } from '@capstan/shared';
+import { DEFAULT_SERVER_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP, EXIT_UNAVAILABLE, isCapstanError, isConfigError, logOptions } from '@capstan/shared';
 import { loadListenerTls, sdAssign, startWatchdog } from '@capstan/toolkit';
 import { startServer } from '../server.js';
 import { checkDatabase, isDatabaseUnavailable } from '../store/check.js';
@@ -48,7 +48,7 @@ async function testAndExit(config: ServerConfig): Promise<never> {
 
 export function serveCommand(program: Command): void {
   storeOptions(program.command('serve').description('run the server'))
-    .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:3031)')
+    .option('--listen <host:port>', `address to listen on (default ${DEFAULT_SERVER_LISTEN})`)
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--test', 'check the configuration and that the database is reachable, then exit (2: configuration, 3: database)')
     .action(async (flags: CommonFlags & { test?: boolean }) => {

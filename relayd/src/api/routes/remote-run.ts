@@ -26,8 +26,6 @@ import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/re
 import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
 import { RELAY_ROLE } from '@capstan/shared/identity/token';
 
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
-
 export const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
 const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 const MAX_FORM = 1024 * 1024;

@@ -26,7 +26,6 @@ import type { RelayConn, RelayHub } from '../../remote-run/relay-links.js';
 import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
 import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
 
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 export interface RemoteRunDeps {
