@@ -3,20 +3,14 @@
  * The worker (and the SSH code behind it) is loaded only by relays that bootstrap.
  */
 import { join } from 'node:path';
-import type { Logger } from '@capstan/shared/log';
 import type { RelaydConfig } from '../config.js';
-import type { Upstream } from '../forward/upstream.js';
 import { ensureRelayKey } from '../identity/own.js';
-import type { RelayBootstrapper } from './worker.js';
+import type { RelayBootstrapOptions, RelayBootstrapper } from './worker.js';
 
-export interface BootstrapperParts {
-  upstream: Upstream;
-  log: Logger;
+export interface BootstrapperParts extends Pick<RelayBootstrapOptions, 'upstream' | 'log' | 'auth' | 'refused'> {
   /** Where this relay listens, as a URL, and the address it bound (a wildcard names no host). */
   url: string;
   address: string;
-  auth?: () => Promise<Record<string, string>>;
-  refused?: () => void;
 }
 
 export async function relayBootstrapper(config: RelaydConfig, o: BootstrapperParts): Promise<RelayBootstrapper> {
