@@ -9,7 +9,6 @@
  */
 import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/conn-hub';
 
-export { responseConn } from '@capstan/toolkit/remote-run/conn-hub';
 /** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
 export type PeerConn = LineConn;
 
