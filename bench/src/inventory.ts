@@ -14,7 +14,7 @@
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { addressKey, versionKey } from '@capstan/shared';
-import { loadPostgres, loadSqlite, type Timing } from './registry.js';
+import { loadPostgres, loadSqlite, time, type Timing } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
 export interface InventoryBenchOptions {
@@ -129,19 +129,6 @@ export async function loadInventoryPostgres(c: pg.Client, n: number): Promise<vo
   }
   await c.query('CREATE INDEX node_inventory_packages_idx ON node_inventory USING gin (packages)');
   await c.query('VACUUM ANALYZE');
-}
-
-async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
-  await fn();
-  const ms: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    const t0 = process.hrtime.bigint();
-    await fn();
-    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  ms.sort((a, b) => a - b);
-  const round = (x: number) => Math.round(x * 10) / 10;
-  return { median_ms: round(ms[Math.floor(ms.length / 2)]!), max_ms: round(ms[ms.length - 1]!) };
 }
 
 const CASES: Record<string, string> = {

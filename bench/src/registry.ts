@@ -154,7 +154,8 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
   await c.query('VACUUM ANALYZE');
 }
 
-async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
+/** `fn` run `rounds` times after one warm-up: the median and the worst. */
+export async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
   await fn(); // warm-up: statement caches, page cache
   const ms: number[] = [];
   for (let r = 0; r < rounds; r++) {
