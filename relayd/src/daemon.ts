@@ -24,14 +24,12 @@ import type { JwksCache } from './identity/jwks.js';
 import { needsRelayToken, RelayToken } from './identity/own.js';
 import { Metrics, relaySources } from './metrics.js';
 import { providerForwardRoutes, providerHost } from './providers/host.js';
-import { Reloader } from './reload.js';
+import { Reloader, SystemStatus } from './system.js';
 import { RemoteRun } from './remote-run/dispatch.js';
 import { UpstreamLink } from './remote-run/link.js';
 import { Hub } from './remote-run/listeners.js';
-import { endRevokedTokens, endUnlistedRelays } from './remote-run/revocation.js';
 import { startRetention } from './retention.js';
 import { lockSpool } from './spool/lock.js';
-import { SystemStatus } from './status.js';
 import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';
 
 export interface RelayHooks {
@@ -99,8 +97,8 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const sync = upstreamNodesSync(config, upstream, log, () => {
     forwarder?.nodesChanged();
     const list = sync?.current;
-    if (list && config.identity.require_relay_token) endUnlistedRelays(hub, list, log);
-    if (list) endRevokedTokens(hub, list, log);
+    if (list && config.identity.require_relay_token) hub.endUnlistedRelays(list, log);
+    if (list) hub.endRevokedTokens(list, log);
     retainPublishedKeys(sync, keyring);
   });
   await sync?.load();
