@@ -13,7 +13,7 @@ import { pino } from 'pino';
 import { complianceLine } from '@capstan/shared/compliance/compute';
 import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions, type Logger } from '@capstan/shared/log';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH } from '@capstan/shared/protocol';
+import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_OK } from '@capstan/shared/protocol';
 import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
 import { loadAgentConfig, type AgentConfig } from './config.js';
 import { ensureIdentity } from './identity/state.js';
@@ -64,7 +64,7 @@ function testConfig(flags: Flags): never {
     }
   }
   process.stdout.write('configuration ok\n');
-  process.exit(0);
+  process.exit(EXIT_OK);
 }
 
 /** What a run says, and exits with, when the server will not serve this node yet, or at all. */

@@ -1,6 +1,7 @@
 /** capstan-agent's configuration schema (see packaging/etc/capstan/agent.toml). */
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
+import { DEFAULT_RELAYD_LISTEN } from '@capstan/shared/protocol';
 import { DEFAULT_MAX_DIFF_BYTES } from '@capstan/shared/runlog/diff';
 
 export const AGENT_SCHEMA = {
@@ -8,7 +9,7 @@ export const AGENT_SCHEMA = {
     /** Node id, key, certificate, cached policy and the outbox live here (kept 0700). */
     state_dir: { type: 'string', default: '/var/lib/capstan/agent' },
     /** The relay (or server) this node talks to. */
-    relay: { type: 'url', default: 'http://127.0.0.1:3030' },
+    relay: { type: 'url', default: `http://${DEFAULT_RELAYD_LISTEN}` },
     /** RSA key size for the node key made on first run. */
     key_bits: { type: 'integer', default: 2048, min: 2048, max: 8192 },
     /**

@@ -11,7 +11,6 @@
  * - `GET /api/1/compliance/nodes?format=csv` over HTTP on the real route: wall time, bytes, and
  *   the process's peak RSS growth while it streams.
  */
-import { randomBytes } from 'node:crypto';
 import { get } from 'node:http';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -19,13 +18,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import Database from 'better-sqlite3';
-import pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { loadSqlite, loadPostgres, type Timing } from './registry.js';
-import { openStore, type ChangeQuery, type Store } from './store.js';
+import { withPostgres, withSqlite, withSqliteStore, type ChangeQuery, type Store } from './store.js';
 
 export interface ChangesBenchOptions {
   nodes?: number;
@@ -176,10 +174,7 @@ export async function benchChanges(opts: ChangesBenchOptions = {}): Promise<Chan
   const rounds = opts.rounds ?? 5;
   const log = opts.log ?? (() => undefined);
   const results: ChangesBenchResult[] = [];
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-changes-'));
-  try {
-    const path = join(dir, 'capstan.db');
-    await (await openStore({ sqlitePath: path })).close();
+  await withSqlite('capstan-bench-changes-', async (path, dir) => {
     loadSqlite(path, n);
     const t0 = Date.now();
     const db = new Database(path);
@@ -201,50 +196,37 @@ export async function benchChanges(opts: ChangesBenchOptions = {}): Promise<Chan
     }
     const loadMs = Date.now() - t0;
     log(`sqlite: ${count} changes loaded in ${loadMs} ms`);
-    const store = await openStore({ sqlitePath: path });
-    try {
+    await withSqliteStore(path, async (store) => {
       const queries = await measureQueries(store, rounds, n);
       for (const [k, v] of Object.entries(queries)) log(`sqlite changes ${k}: ${v.median_ms} ms (${v.total} matching)`);
       const exp = await measureExport(store, dir);
       log(`sqlite compliance CSV export: ${exp.ms} ms, ${exp.lines} lines, RSS +${exp.rss_growth_mb} MB (anonymous +${exp.anon_rss_growth_mb} MB)`);
       results.push({ store: 'sqlite', nodes: n, changes: count, load_ms: loadMs, bytes_per_change: bytes === null ? null : Math.round(bytes / count), queries, export_csv: exp });
-    } finally {
-      await store.close();
-    }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    });
+  });
 
   if (opts.databaseUrl) {
-    const schema = `capstan_bench_${randomBytes(4).toString('hex')}`;
-    const admin = new pg.Client({ connectionString: opts.databaseUrl });
-    await admin.connect();
-    const pdir = await mkdtemp(join(tmpdir(), 'capstan-bench-changes-'));
-    try {
-      const store = await openStore({ databaseUrl: opts.databaseUrl, schema, poolSize: 4 });
+    await withPostgres(opts.databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 4 }, async (store, admin) => {
+      await loadPostgres(admin, n);
+      const t0 = Date.now();
+      await admin.query(historySql('postgres', days, runsPerDay, perRun));
+      await admin.query('VACUUM ANALYZE changes');
+      const loadMs = Date.now() - t0;
+      const { rows } = await admin.query(`SELECT count(*) AS c, pg_total_relation_size('changes') AS b FROM changes`);
+      const count = Number(rows[0].c);
+      log(`postgres: ${count} changes loaded in ${loadMs} ms`);
+      const queries = await measureQueries(store, rounds, n);
+      for (const [k, v] of Object.entries(queries)) log(`postgres changes ${k}: ${v.median_ms} ms (${v.total} matching)`);
+      // The export's server keeps its data directory (spool, keys) in a temporary one.
+      const pdir = await mkdtemp(join(tmpdir(), 'capstan-bench-changes-'));
       try {
-        await admin.query(`SET search_path = ${schema}`);
-        await loadPostgres(admin, n);
-        const t0 = Date.now();
-        await admin.query(historySql('postgres', days, runsPerDay, perRun));
-        await admin.query('VACUUM ANALYZE changes');
-        const loadMs = Date.now() - t0;
-        const { rows } = await admin.query(`SELECT count(*) AS c, pg_total_relation_size('changes') AS b FROM changes`);
-        const count = Number(rows[0].c);
-        log(`postgres: ${count} changes loaded in ${loadMs} ms`);
-        const queries = await measureQueries(store, rounds, n);
-        for (const [k, v] of Object.entries(queries)) log(`postgres changes ${k}: ${v.median_ms} ms (${v.total} matching)`);
         const exp = await measureExport(store, pdir);
         log(`postgres compliance CSV export: ${exp.ms} ms, ${exp.lines} lines, RSS +${exp.rss_growth_mb} MB (anonymous +${exp.anon_rss_growth_mb} MB)`);
         results.push({ store: 'postgres', nodes: n, changes: count, load_ms: loadMs, bytes_per_change: Math.round(Number(rows[0].b) / count), queries, export_csv: exp });
       } finally {
-        await store.close();
+        await rm(pdir, { recursive: true, force: true });
       }
-    } finally {
-      await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
-      await admin.end();
-      await rm(pdir, { recursive: true, force: true });
-    }
+    });
   }
   return results;
 }

@@ -8,8 +8,6 @@
  * The fleet is the registry bench's (loadSqlite) plus a week of changes (the changes bench's
  * generator, one repairing run per node and day), 10 directives, 20 dynamic groups and 3 rules.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { silentLogger } from '@capstan/shared';
@@ -22,7 +20,7 @@ import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { historySql } from './changes.js';
 import { loadSqlite } from './registry.js';
-import { openStore } from './store.js';
+import { openStore, withSqlite } from './store.js';
 
 export interface ConsoleBenchOptions {
   nodes?: number;
@@ -69,10 +67,7 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
   const n = opts.nodes ?? 100_000;
   const rounds = opts.rounds ?? 5;
   const log = opts.log ?? (() => undefined);
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-console-'));
-  try {
-    const path = join(dir, 'capstan.db');
-    await (await openStore({ sqlitePath: path })).close();
+  return withSqlite('capstan-bench-console-', async (path, dir) => {
     const t0 = Date.now();
     loadSqlite(path, n);
     const db = new Database(path);
@@ -170,7 +165,5 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
         note: `${r.calls} calls, slowest ${r.slowest} (${r.slowest_ms} ms), max ${r.max_ms} ms`,
       }))],
     };
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }

@@ -11,15 +11,11 @@
  * - a three-clause OS + package + fact query,
  * and the storage the queryable inventory takes per node (tables and indexes of migration 15).
  */
-import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { addressKey, versionKey } from '@capstan/shared';
-import { loadPostgres, loadSqlite, type Timing } from './registry.js';
-import { openStore, type Store } from './store.js';
+import { loadPostgres, loadSqlite, time, type Timing } from './registry.js';
+import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
 export interface InventoryBenchOptions {
   nodes?: number;
@@ -135,19 +131,6 @@ export async function loadInventoryPostgres(c: pg.Client, n: number): Promise<vo
   await c.query('VACUUM ANALYZE');
 }
 
-async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
-  await fn();
-  const ms: number[] = [];
-  for (let r = 0; r < rounds; r++) {
-    const t0 = process.hrtime.bigint();
-    await fn();
-    ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
-  }
-  ms.sort((a, b) => a - b);
-  const round = (x: number) => Math.round(x * 10) / 10;
-  return { median_ms: round(ms[Math.floor(ms.length / 2)]!), max_ms: round(ms[ms.length - 1]!) };
-}
-
 const CASES: Record<string, string> = {
   'package version': 'package:pkg-0007 < 2.0',
   'os + package + fact': 'os.name = debian and package:pkg-0500 >= 2.0 and fact:role = web',
@@ -179,10 +162,7 @@ export async function benchInventory(opts: InventoryBenchOptions = {}): Promise<
   perNode = Math.round(perNode / 200);
 
   if (!opts.skipSqlite) {
-    const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-inventory-'));
-    try {
-      const path = join(dir, 'capstan.db');
-      await (await openStore({ sqlitePath: path })).close();
+    await withSqlite('capstan-bench-inventory-', async (path) => {
       const t0 = Date.now();
       loadSqlite(path, n);
       loadInventorySqlite(path, n);
@@ -193,40 +173,22 @@ export async function benchInventory(opts: InventoryBenchOptions = {}): Promise<
       const bytes = (db.prepare(`SELECT sum(pgsize) AS b FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name IN (${list}))`)
         .get(...INDEX_TABLES) as { b: number }).b;
       db.close();
-      const store = await openStore({ sqlitePath: path });
-      try {
-        results.push({ store: 'sqlite', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries: await measure(store, rounds, log, 'sqlite'), index_bytes_per_node: Math.round(bytes / n) });
-      } finally {
-        await store.close();
-      }
-    } finally {
-      await rm(dir, { recursive: true, force: true });
-    }
+      const queries = await withSqliteStore(path, (store) => measure(store, rounds, log, 'sqlite'));
+      results.push({ store: 'sqlite', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries, index_bytes_per_node: Math.round(bytes / n) });
+    });
   }
 
   if (opts.databaseUrl) {
-    const schema = `capstan_bench_inv_${randomBytes(4).toString('hex')}`;
-    const admin = new pg.Client({ connectionString: opts.databaseUrl });
-    await admin.connect();
-    try {
-      const store = await openStore({ databaseUrl: opts.databaseUrl, schema, poolSize: 2 });
-      try {
-        await admin.query(`SET search_path = ${schema}`);
-        const t0 = Date.now();
-        await loadPostgres(admin, n);
-        await loadInventoryPostgres(admin, n);
-        const loadMs = Date.now() - t0;
-        log(`postgres: ${n} nodes with inventories loaded in ${loadMs} ms`);
-        const { rows } = await admin.query(`SELECT sum(pg_total_relation_size(r)) AS b FROM unnest($2::text[]) AS t, to_regclass(format('%I.%I', $1::text, t)) AS r WHERE r IS NOT NULL`, [schema, INDEX_TABLES]);
-        const bytes = Number((rows[0] as { b: string }).b);
-        results.push({ store: 'postgres', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries: await measure(store, rounds, log, 'postgres'), index_bytes_per_node: Math.round(bytes / n) });
-      } finally {
-        await store.close();
-      }
-    } finally {
-      await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
-      await admin.end();
-    }
+    await withPostgres(opts.databaseUrl, { schemaPrefix: 'capstan_bench_inv_', poolSize: 2 }, async (store, admin, schema) => {
+      const t0 = Date.now();
+      await loadPostgres(admin, n);
+      await loadInventoryPostgres(admin, n);
+      const loadMs = Date.now() - t0;
+      log(`postgres: ${n} nodes with inventories loaded in ${loadMs} ms`);
+      const { rows } = await admin.query(`SELECT sum(pg_total_relation_size(r)) AS b FROM unnest($2::text[]) AS t, to_regclass(format('%I.%I', $1::text, t)) AS r WHERE r IS NOT NULL`, [schema, INDEX_TABLES]);
+      const bytes = Number((rows[0] as { b: string }).b);
+      results.push({ store: 'postgres', nodes: n, packages_per_node: perNode, pool_pairs: NAMES * 3, load_ms: loadMs, queries: await measure(store, rounds, log, 'postgres'), index_bytes_per_node: Math.round(bytes / n) });
+    });
   }
   return results;
 }

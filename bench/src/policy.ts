@@ -4,13 +4,10 @@
  * static and dynamic groups is saved, and then timed: the first generation of every node, a
  * second pass with nothing to change, and one directive change reaching its rule's nodes.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { loadSqlite } from './registry.js';
-import { openStore } from './store.js';
+import { withSqlite, withSqliteStore } from './store.js';
 
 export interface PolicyBenchResult {
   nodes: number;
@@ -28,13 +25,9 @@ export const POLICY_TARGET_MS = 10_000;
 export async function benchPolicy(opts: { nodes?: number; log?: (line: string) => void } = {}): Promise<PolicyBenchResult> {
   const nodes = opts.nodes ?? 100_000;
   const log = opts.log ?? (() => undefined);
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-policy-bench-'));
-  try {
-    const path = join(dir, 'capstan.db');
-    await (await openStore({ sqlitePath: path })).close();
+  return withSqlite('capstan-policy-bench-', async (path) => {
     loadSqlite(path, nodes);
-    const store = await openStore({ sqlitePath: path });
-    try {
+    return withSqliteStore(path, async (store) => {
       const at = new Date().toISOString();
       for (let d = 0; d < 10; d++) {
         await store.putPolicyObject('directive', `d${d}`, { id: `d${d}`, name: `d${d}`, method: 'file_content', mode: 'enforce', params: { path: `/etc/capstan-${d}`, content: `value ${d}\n` } }, at);
@@ -61,10 +54,6 @@ export async function benchPolicy(opts: { nodes?: number; log?: (line: string) =
         directive_change_ms: Math.round(change.stats.ms), directive_change_nodes: change.stats.changed,
         target_ms: POLICY_TARGET_MS, ok: first.ms <= POLICY_TARGET_MS,
       };
-    } finally {
-      await store.close();
-    }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    });
+  });
 }

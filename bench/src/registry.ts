@@ -9,14 +9,11 @@
  * query is run `rounds` times after one warm-up; the median and the worst are reported.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { RUN_STATES } from '@capstan/shared';
 import { complianceClock } from '@capstan/server/registry/compliance';
-import { NODE_COLUMNS, openStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
+import { NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {
   /** Nodes in the registry (default 100,000). */
@@ -157,7 +154,8 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
   await c.query('VACUUM ANALYZE');
 }
 
-async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
+/** `fn` run `rounds` times after one warm-up: the median and the worst. */
+export async function time(rounds: number, fn: () => Promise<unknown>): Promise<Timing> {
   await fn(); // warm-up: statement caches, page cache
   const ms: number[] = [];
   for (let r = 0; r < rounds; r++) {
@@ -219,44 +217,22 @@ export async function benchRegistry(opts: RegistryBenchOptions = {}): Promise<Re
   const log = opts.log ?? (() => undefined);
   const results: RegistryBenchResult[] = [];
 
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-bench-registry-'));
-  try {
-    const path = join(dir, 'capstan.db');
-    (await openStore({ sqlitePath: path })).close();
+  await withSqlite('capstan-bench-registry-', async (path) => {
     const t0 = Date.now();
     loadSqlite(path, n);
     const loadMs = Date.now() - t0;
     log(`sqlite: ${n} nodes loaded in ${loadMs} ms`);
-    const store = await openStore({ sqlitePath: path });
-    try {
-      results.push(await measure(store, 'sqlite', n, rounds, loadMs, log));
-    } finally {
-      await store.close();
-    }
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
+    results.push(await withSqliteStore(path, (store) => measure(store, 'sqlite', n, rounds, loadMs, log)));
+  });
 
   if (opts.databaseUrl) {
-    const schema = `capstan_bench_${randomBytes(4).toString('hex')}`;
-    const admin = new pg.Client({ connectionString: opts.databaseUrl });
-    await admin.connect();
-    try {
-      const store = await openStore({ databaseUrl: opts.databaseUrl, schema, poolSize: 2 });
-      try {
-        await admin.query(`SET search_path = ${schema}`);
-        const t0 = Date.now();
-        await loadPostgres(admin, n);
-        const loadMs = Date.now() - t0;
-        log(`postgres: ${n} nodes loaded in ${loadMs} ms`);
-        results.push(await measure(store, 'postgres', n, rounds, loadMs, log));
-      } finally {
-        await store.close();
-      }
-    } finally {
-      await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).catch(() => undefined);
-      await admin.end();
-    }
+    await withPostgres(opts.databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 2 }, async (store, admin) => {
+      const t0 = Date.now();
+      await loadPostgres(admin, n);
+      const loadMs = Date.now() - t0;
+      log(`postgres: ${n} nodes loaded in ${loadMs} ms`);
+      results.push(await measure(store, 'postgres', n, rounds, loadMs, log));
+    });
   }
   return results;
 }

@@ -11,8 +11,8 @@ import { Command } from 'commander';
 import { pino } from 'pino';
 import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions } from '@capstan/shared/log';
-import { CAPSTAN_VERSION, EXIT_CONFIG, EXIT_CRASH, EXIT_STARTUP } from '@capstan/shared/protocol';
-import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
+import { CAPSTAN_VERSION, DEFAULT_RELAYD_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP } from '@capstan/shared/protocol';
+import { configErrorText, EXIT_CODES_HELP, isConfigError, usageErrorsExit2 } from '@capstan/shared/usage';
 import { sdAssign, startWatchdog } from '@capstan/toolkit';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import { startRelay, type RelayHandle } from './daemon.js';
@@ -35,11 +35,6 @@ interface Flags {
   identity?: boolean;
 }
 
-const isConfigError = (err: unknown) => isCapstanError(err) && (err.code === 'ERR_CONFIG' || err.code === 'ERR_CONFIG_SYNTAX' || err.code === 'ERR_PLAINTEXT_LISTEN');
-/** A configuration error for stderr: codes other than the generic ones lead the line. */
-const configMessage = (err: unknown) =>
-  isCapstanError(err) ? (err.code.startsWith('ERR_CONFIG') ? err.message : `${err.code}: ${err.message}`) : String(err);
-
 /** Everything `--test` checks: the file itself, then every file it names. */
 async function checkFiles(c: RelaydConfig): Promise<void> {
   await NodesList.load(c.general.node_id, c.general.nodes_list_file);
@@ -53,7 +48,7 @@ const program = new Command('capstan-relayd')
   .version(CAPSTAN_VERSION, '-V, --version')
   .addHelpText('after', `\n${EXIT_CODES_HELP}.`)
   .option('-c, --config <file>', 'TOML configuration file')
-  .option('--listen <host:port>', 'address to listen on (default 127.0.0.1:3030)')
+  .option('--listen <host:port>', `address to listen on (default ${DEFAULT_RELAYD_LISTEN})`)
   .option('--spool-dir <dir>', 'spool directory')
   .option('--upstream <url>', 'upstream relay or server URL')
   .option('--node-id <id>', "this relay's node id")
@@ -83,18 +78,18 @@ const program = new Command('capstan-relayd')
       config = load();
       if (flags.test) await checkFiles(config);
     } catch (err) {
-      process.stderr.write(`capstan-relayd: ${configMessage(err)}\n`);
+      process.stderr.write(`capstan-relayd: ${configErrorText(err)}\n`);
       process.exit(EXIT_CONFIG);
     }
     if (flags.test) {
       process.stdout.write('configuration ok\n');
-      process.exit(0);
+      process.exit(EXIT_OK);
     }
     if (flags.identity) {
       try {
         const pair = await ensureRelayKey(config);
         process.stdout.write(`${JSON.stringify({ node_id: config.general.node_id, certificate: pair.certPem, certificate_file: pair.certPath, key_file: pair.keyPath })}\n`);
-        process.exit(0);
+        process.exit(EXIT_OK);
       } catch (err) {
         process.stderr.write(`capstan-relayd: ${isCapstanError(err) ? err.message : String(err)}\n`);
         process.exit(EXIT_STARTUP);
@@ -117,14 +112,14 @@ const program = new Command('capstan-relayd')
     let stopWatchdog = () => {};
     let stopping = false;
     const stop = (signal: string) => {
-      if (stopping) process.exit(0);
+      if (stopping) process.exit(EXIT_OK);
       stopping = true;
       log.info({ signal }, 'stopping');
       stopWatchdog();
       // STOPPING=1: systemd shows "deactivating" and does not take the wait for a hang.
       const told = sdAssign(process.env, ['STOPPING=1', 'STATUS=stopping']);
       Promise.all([handle.close(), told]).then(
-        () => process.exit(0),
+        () => process.exit(EXIT_OK),
         (err: unknown) => {
           log.error({ err }, 'error while stopping');
           process.exit(EXIT_CRASH);

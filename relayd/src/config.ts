@@ -5,13 +5,14 @@
  */
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
-import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
+import { DEFAULT_RELAYD_LISTEN, DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
+import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
 
 export const RELAYD_SCHEMA = {
   general: {
     /** This relay's node id, answered by GET /uuid. */
     node_id: { type: 'string', default: 'root' },
-    listen: { type: 'listen', default: '127.0.0.1:3030' },
+    listen: { type: 'listen', default: DEFAULT_RELAYD_LISTEN },
     /** RUDDER's nodeslist.json: nodes below this relay. Empty → every node is forwarded. */
     nodes_list_file: { type: 'string', default: '', optional: true },
     /**
@@ -52,19 +53,9 @@ export const RELAYD_SCHEMA = {
     directory: { type: 'string', default: '/var/spool/capstan/relayd' },
     /** Largest upload accepted by PUT /reports and /inventories. */
     max_file_size: { type: 'size', default: '64MiB', min: 1 },
-    /** Refuse uploads (507) when the spool's file system would keep less than this free. */
-    min_free_space: { type: 'size', default: '256MiB' },
     /** Refuse uploads (507) when the files waiting in incoming/ would exceed this; 0 = no quota. */
     max_size: { type: 'size', default: '0' },
-    /** Partial uploads older than this are removed (all of them at start). */
-    tmp_retention: { type: 'duration', default: '1h' },
-    /** Files refused for good are kept in failed/ this long for an admin to look at. */
-    failed_retention: { type: 'duration', default: '7d' },
-    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
-    failed_max_files: { type: 'integer', default: 10000, min: 0 },
-    failed_max_size: { type: 'size', default: '1GiB' },
-    /** How often failed/ and tmp/ are cleaned. */
-    cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
+    ...SPOOL_SCHEMA,
     /**
      * Threads that write uploads of up to 1 MiB to disk (larger ones stream); 0: the event loop's
      * pool. Off by default on relays: they take ~50 µs of event-loop time off each upload, but
@@ -83,7 +74,7 @@ export const RELAYD_SCHEMA = {
     recycle_size: { type: 'size', default: '64MiB' },
   },
   upstream: {
-    url: { type: 'url', default: 'http://127.0.0.1:3031' },
+    url: { type: 'url', default: `http://${DEFAULT_SERVER_LISTEN}` },
     timeout: { type: 'duration', default: '30s', min: 1 },
     /** Files forwarded at the same time (connections kept alive to the upstream). */
     concurrency: { type: 'integer', default: 8, min: 1, max: 256 },
@@ -106,10 +97,7 @@ export const RELAYD_SCHEMA = {
     probe_interval: { type: 'duration', default: '2s', min: 10 },
   },
   processing: {
-    /** How often the spool is listed to catch what inotify missed and retries that are due. */
-    catchup_interval: { type: 'duration', default: '10s', min: 10 },
-    retry_min: { type: 'duration', default: '1s', min: 1 },
-    retry_max: { type: 'duration', default: '5m', min: 1 },
+    ...RETRY_SCHEMA,
     /**
      * A RUDDER agent's OCS inventory and its `.sign` are two uploads forwarded as one pair: a half
      * still alone after this long goes to failed/ (ERR_OCS_UNPAIRED).

@@ -5,6 +5,9 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
+import type { Spool } from '@capstan/toolkit';
+import type { NodesList } from './data/nodes.js';
+import type { UpstreamState } from './forward/forwarder.js';
 
 export interface SpoolGauges {
   depth(): Promise<Record<SpoolKind, number>>;
@@ -22,6 +25,33 @@ export interface MetricsSources {
   spoolUsage(): { bytes: number; quota: number } | null;
   /** Delivered files kept in free/ for reuse, and uploads that reused one since start. */
   recycling(): { files: number; bytes: number; reused: number };
+}
+
+/** The sources of a running relay, read at each scrape. */
+export function relaySources(p: {
+  spool: Spool;
+  /** The node list routing uses now. */
+  nodes: () => NodesList;
+  hub: { readonly size: number };
+  /** The upstream's state as the forwarder sees it; null before there is a forwarder. */
+  upstream: () => UpstreamState | null;
+}): MetricsSources {
+  const { spool } = p;
+  return {
+    spool: {
+      depth: () => spool.depth(),
+      oldest: async () => Object.fromEntries(await Promise.all(SPOOL_KINDS.map(async (k) => [k, await spool.oldest(k)]))) as Record<SpoolKind, number | null>,
+    },
+    managedNodes: () => p.nodes().neighbours().length,
+    subNodes: () => p.nodes().size,
+    upstreamUp: () => {
+      const state = p.upstream();
+      return state === 'unknown' || state === null ? null : state === 'up';
+    },
+    agentConnections: () => p.hub.size,
+    spoolUsage: () => spool.usage,
+    recycling: () => spool.recycling,
+  };
 }
 
 export class Metrics {

@@ -19,8 +19,6 @@ async function readPem(path: string, what: string): Promise<string> {
   }
 }
 
-export type { ListenerTls };
-
 /** The listener's TLS options, or null for plain HTTP (loopback, or tls.allow_plaintext). */
 export function loadListenerTls(c: RelaydConfig): Promise<ListenerTls | null> {
   return loadSharedListenerTls(c.tls);

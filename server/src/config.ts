@@ -1,12 +1,12 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
-import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA } from '@capstan/toolkit';
+import { capstanError, DEFAULT_SERVER_LISTEN, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
+import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
 export const SERVER_SCHEMA = {
   general: {
-    listen: { type: 'listen', default: '127.0.0.1:3031' },
+    listen: { type: 'listen', default: DEFAULT_SERVER_LISTEN },
     /** Database (SQLite), spool, admin token and keys live here. */
     data_dir: { type: 'string', default: '/var/lib/capstan/server' },
     /** The root's own node id, answered by GET /uuid. */
@@ -47,19 +47,8 @@ export const SERVER_SCHEMA = {
     /** Accept run logs, inventories and renewal requests signed with SHA-1 (old agents); logged at start. */
     allow_sha1: { type: 'boolean', default: false },
   },
-  spool: {
-    /** Refuse uploads (507 ERR_SPOOL_FULL) when the data directory's file system would keep less than this free. */
-    min_free_space: { type: 'size', default: '256MiB' },
-    /** Files refused by the ingest are kept in failed/ this long for an admin to look at. */
-    failed_retention: { type: 'duration', default: '7d' },
-    /** At most this many files and bytes in failed/: past either, the oldest go first (0: no bound). */
-    failed_max_files: { type: 'integer', default: 10000, min: 0 },
-    failed_max_size: { type: 'size', default: '1GiB' },
-    /** Partial uploads older than this are removed. */
-    tmp_retention: { type: 'duration', default: '1h' },
-    /** How often failed/ and tmp/ are cleaned. */
-    cleanup_interval: { type: 'duration', default: '1h', min: 1000 },
-  },
+  /** The spool in the data directory. */
+  spool: SPOOL_SCHEMA,
   processing: {
     /** Run logs and inventories ingested at the same time. */
     concurrency: { type: 'integer', default: 4, min: 1, max: 64 },
@@ -79,9 +68,7 @@ export const SERVER_SCHEMA = {
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
     recycle_files: { type: 'integer', default: 1024, min: 0, max: 1_000_000 },
     recycle_size: { type: 'size', default: '64MiB' },
-    catchup_interval: { type: 'duration', default: '10s', min: 10 },
-    retry_min: { type: 'duration', default: '1s', min: 1 },
-    retry_max: { type: 'duration', default: '5m', min: 1 },
+    ...RETRY_SCHEMA,
   },
   enrollment: {
     /** Comma-separated globs (`*`, `?`): nodes whose id matches are accepted on their first inventory. */

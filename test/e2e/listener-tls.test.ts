@@ -4,30 +4,12 @@
  * loopback in plain HTTP unless tls.allow_plaintext says so. Before, both said "configuration ok"
  * to `--listen 0.0.0.0:3031` without a certificate, and the server had no TLS at all.
  */
-import { execFileSync } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import tls from 'node:tls';
 import t from 'tap';
 import { Agent } from 'undici';
 import { BIN, runProgram, startProgram, programDir } from '../helpers/programs.js';
-
-function haveOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version']);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-function makeCerts(dir: string): void {
-  const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Capstan test CA');
-  run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=server');
-  execFileSync('sh', ['-c', 'printf "subjectAltName=IP:127.0.0.1,DNS:localhost\\n" > ext.cnf'], { cwd: dir });
-  run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'ext.cnf');
-}
+import { handshake, haveOpenssl, makeCerts } from '../helpers/certs.js';
 
 const serverArgs = (dir: string, ...more: string[]) => ['serve', '--data-dir', join(dir, 'data'), '--log-level', 'warn', ...more];
 const relayArgs = (dir: string, ...more: string[]) => ['--spool-dir', join(dir, 'spool'), '--upstream', 'http://127.0.0.1:9', '--log-level', 'warn', ...more];
@@ -68,7 +50,7 @@ if (!haveOpenssl()) {
 } else {
   t.test('the server speaks TLS 1.2+ from [tls], and --test accepts a TLS listener off loopback', async (t) => {
     const dir = programDir(t);
-    makeCerts(dir);
+    makeCerts(dir, 'server');
     const toml = `[tls]\ncert_file = "${join(dir, 'server.pem')}"\nkey_file = "${join(dir, 'server.key')}"\n`;
     await writeFile(join(dir, 'tls.toml'), toml);
     t.equal((await runProgram(BIN.server, [...serverArgs(dir, '--listen', '0.0.0.0:0', '--config', join(dir, 'tls.toml')), '--test'])).code, 0);
@@ -81,14 +63,7 @@ if (!haveOpenssl()) {
     t.match(server.url, /^https:\/\/127\.0\.0\.1:\d+$/);
     const port = Number(new URL(server.url).port);
     for (const version of ['TLSv1', 'TLSv1.1', 'TLSv1.2', 'TLSv1.3'] as const) {
-      const got = await new Promise<string | null>((resolve) => {
-        const s = tls.connect({ host: '127.0.0.1', port, minVersion: version, maxVersion: version, ciphers: 'DEFAULT@SECLEVEL=0', rejectUnauthorized: false }, () => {
-          const p = s.getProtocol();
-          s.end();
-          resolve(p);
-        });
-        s.on('error', () => resolve(null));
-      });
+      const got = (await handshake(port, version)).protocol;
       t.equal(got, version === 'TLSv1' || version === 'TLSv1.1' ? null : version, `${version}`);
     }
     // A client that checks the certificate against the CA gets the admin API over it.

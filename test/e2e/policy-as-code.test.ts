@@ -5,7 +5,6 @@
  * with the config id the plan announced. The CLI reaches the server over HTTP only, as from
  * another machine: its URL and token come from the environment.
  */
-import { spawn } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
@@ -13,23 +12,9 @@ import { BIN, ROOT, runProgram, startProgram, programDir } from '../helpers/prog
 
 const CAPSTAN = resolve(ROOT, 'server/dist/admin-cli/cli.js');
 
-function capstan(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((res, rej) => {
-    const proc = spawn(process.execPath, [CAPSTAN, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '', HOME: '/nonexistent', ...env } });
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      rej(new Error(`capstan ${args.join(' ')} timed out: ${stderr}`));
-    }, 30_000);
-    proc.once('exit', (code) => {
-      clearTimeout(timer);
-      res({ code, stdout, stderr });
-    });
-  });
-}
+/** `capstan` with only the environment given (no token file found in a home directory). */
+const capstan = (args: string[], env: Record<string, string>) =>
+  runProgram(CAPSTAN, args, 30_000, { PATH: process.env.PATH ?? '', HOME: '/nonexistent', ...env });
 
 t.test('policy diff names the nodes a change reaches; apply makes it so, once; the node runs it', async (t) => {
   const dir = programDir(t);

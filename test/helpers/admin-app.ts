@@ -1,6 +1,8 @@
 /**
- * The server's HTTP app in process on a real SQLite store, with the policy generator and key, and
- * an admin client that goes through `inject` (no socket): what the admin API tests start from.
+ * What the admin API tests start from: the server's HTTP app in process on a real SQLite store,
+ * with the policy generator and key, and an admin client that goes through `inject` (no socket);
+ * or the whole server in process on port 0 (its sweeps, runners and relay links too), with an
+ * admin client over HTTP.
  */
 import { join } from 'node:path';
 import type { Test } from 'tap';
@@ -10,8 +12,9 @@ import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
+import { startServer } from '@capstan/server/server';
 import { openStore } from '@capstan/server/store/index';
-import { programDir } from './programs.js';
+import { adminClient, programDir } from './programs.js';
 
 export const ADMIN_TOKEN = 'z'.repeat(32);
 
@@ -52,4 +55,24 @@ export async function adminApp(t: Test, opts: { overrides?: Record<string, unkno
   const api = (method: string, url: string, body?: unknown, headers: Record<string, string> = {}, auth?: string) =>
     send(method, url, body === undefined ? undefined : JSON.stringify(body), headers, auth);
   return { dir, config, store, spool, key, generator, app, api, send };
+}
+
+/**
+ * The whole server in process, listening on port 0 in the test's directory, with the jobs sweep
+ * fast and the lifecycle sweep out of the way; `api` calls its admin API with the admin token.
+ * `close` may be called by the test before its teardown does.
+ */
+export async function serverWithApi(t: Test, overrides: Record<string, unknown> | ((dir: string) => Record<string, unknown>) = {}) {
+  const dir = programDir(t);
+  const config = loadServerConfig({
+    overrides: {
+      'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',
+      ...(typeof overrides === 'function' ? overrides(dir) : overrides),
+    },
+  });
+  const server = await startServer(config, silentLogger);
+  let closing: Promise<void> | null = null;
+  const close = () => (closing ??= server.close());
+  t.teardown(close);
+  return { dir, server, api: adminClient(server.url, server.adminToken), close };
 }

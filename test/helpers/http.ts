@@ -18,6 +18,20 @@ export function collectEvents<E = { type: string; id?: string }>(res: IncomingMe
   res.on('error', () => {});
 }
 
+/** The JSON lines a streamed body carries (a remote-run listen connection), parsed as they come. */
+export async function* jsonEvents<E = any>(body: AsyncIterable<Buffer | string>): AsyncGenerator<E> {
+  let buf = '';
+  for await (const chunk of body) {
+    buf += chunk.toString();
+    let nl: number;
+    while ((nl = buf.indexOf('\n')) !== -1) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      yield JSON.parse(line) as E;
+    }
+  }
+}
+
 /** An answer's status and its `error.code` (undefined when the body is not a coded error). */
 export async function statusAndCode(res: Response): Promise<{ status: number; code: string | undefined }> {
   const text = await res.text();

@@ -97,10 +97,10 @@ export interface Ran {
   stderr: string;
 }
 
-/** Run a one-shot command (the agent, admin verbs) to completion. */
-export function runProgram(bin: string, args: string[], timeoutMs = 60_000): Promise<Ran> {
+/** Run a one-shot command (the agent, admin verbs) to completion; `env` replaces the environment. */
+export function runProgram(bin: string, args: string[], timeoutMs = 60_000, env?: NodeJS.ProcessEnv): Promise<Ran> {
   return new Promise((res, rej) => {
-    const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
     let stdout = '';
     let stderr = '';
     proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

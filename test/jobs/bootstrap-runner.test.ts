@@ -8,39 +8,19 @@
 import { createServer, type Socket } from 'node:net';
 import { generateKeyPairSync } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { silentLogger } from '@capstan/shared';
-import { loadServerConfig } from '@capstan/server/config';
-import { startServer } from '@capstan/server/server';
 import { openStore } from '@capstan/server/store/index';
 import { join } from 'node:path';
-import { waitFor, programDir } from '../helpers/programs.js';
+import { waitFor } from '../helpers/programs.js';
+import { serverWithApi } from '../helpers/admin-app.js';
 
 const KEY = generateKeyPairSync('rsa', { modulusLength: 2048, privateKeyEncoding: { type: 'pkcs1', format: 'pem' }, publicKeyEncoding: { type: 'spki', format: 'pem' } }).privateKey;
 
 async function setup(t: Test) {
-  const dir = programDir(t);
-  const config = loadServerConfig({
-    overrides: {
-      'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',
-      'bootstrap.connect_timeout': '60s', 'bootstrap.package_dir': dir,
-    },
-  });
-  const server = await startServer(config, silentLogger);
-  let closed = false;
-  t.teardown(() => (closed ? undefined : server.close()));
-  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> => {
-    const res = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${server.adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { body: JSON.stringify(body) }),
-    });
-    const text = await res.text();
-    return { status: res.status, json: text ? JSON.parse(text) : null };
-  };
+  const { dir, server, api, close } = await serverWithApi(t, (dir) => ({ 'bootstrap.connect_timeout': '60s', 'bootstrap.package_dir': dir }));
   t.equal((await api('POST', '/api/1/managers', { id: 'lab', type: 'static', config: { hosts: [{ hostname: 'h1', address: '127.0.0.1' }] } })).status, 201);
   t.equal((await api('POST', '/api/1/managers/lab/poll')).status, 200);
   const nodeId = (await server.store.listNodes({ page: 1, per_page: 10 })).data[0]!.id;
-  return { dir, server, api, nodeId, close: async () => { closed = true; await server.close(); } };
+  return { dir, server, api, nodeId, close };
 }
 
 t.test('stopping the server ends a connection in progress at once and fails no task for it', async (t) => {

@@ -8,31 +8,12 @@
  */
 import http from 'node:http';
 import t, { type Test } from 'tap';
-import { createNodeIdentity, silentLogger } from '@capstan/shared';
-import { loadServerConfig } from '@capstan/server/config';
-import { startServer, type ServerHandle } from '@capstan/server/server';
-import { waitFor, programDir } from '../helpers/programs.js';
+import { createNodeIdentity } from '@capstan/shared';
+import type { ServerHandle } from '@capstan/server/server';
+import { waitFor } from '../helpers/programs.js';
 import { collectEvents } from '../helpers/http.js';
+import { serverWithApi } from '../helpers/admin-app.js';
 import { inventory } from '../server/store-suite.js';
-
-async function setup(t: Test, overrides: Record<string, string> = {}) {
-  const dir = programDir(t);
-  const config = loadServerConfig({
-    overrides: { 'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h', ...overrides },
-  });
-  const server = await startServer(config, silentLogger);
-  t.teardown(() => server.close());
-  const api = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: any }> => {
-    const res = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${server.adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { body: JSON.stringify(body) }),
-    });
-    const text = await res.text();
-    return { status: res.status, json: text ? JSON.parse(text) : null };
-  };
-  return { server, api };
-}
 
 /** A node as an agent registers it, accepted (or not). */
 async function node(server: ServerHandle, id: string, accept = true): Promise<void> {
@@ -97,17 +78,17 @@ async function linkRelay(t: Test, server: ServerHandle, id: string) {
   };
 }
 
-const task = async (api: Awaited<ReturnType<typeof setup>>['api'], job: string, nodeId: string) =>
+const task = async (api: Awaited<ReturnType<typeof serverWithApi>>['api'], job: string, nodeId: string) =>
   ((await api('GET', `/api/1/jobs/${job}`)).json.data.tasks as Array<Record<string, unknown>>).find((x) => x.node_id === nodeId);
 
-const taskIs = (api: Awaited<ReturnType<typeof setup>>['api'], job: string, nodeId: string, state: string) =>
+const taskIs = (api: Awaited<ReturnType<typeof serverWithApi>>['api'], job: string, nodeId: string, state: string) =>
   waitFor(async () => {
     const x = await task(api, job, nodeId);
     return x?.state === state ? x : undefined;
   }, `task ${nodeId} ${state}`, 10_000);
 
 t.test('targets: none is 400 ERR_JOB_NO_TARGETS, unknown static nodes 400, unrunnable nodes fail at once with their reason', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   t.match(await api('POST', '/api/1/jobs', { name: 'empty', type: 'run' }), { status: 400, json: { error: { code: 'ERR_JOB_NO_TARGETS' } } });
   t.match(await api('POST', '/api/1/jobs', { name: 'typo', type: 'run', nodes: ['nope'] }), { status: 400, json: { error: { code: 'ERR_JOB_UNKNOWN_NODES' } } });
   t.match(await api('POST', '/api/1/jobs', { name: 'x', type: 'reboot', nodes: ['a'] }), { status: 400, json: { error: { code: 'ERR_BAD_REQUEST' } } });
@@ -141,7 +122,7 @@ t.test('targets: none is 400 ERR_JOB_NO_TARGETS, unknown static nodes 400, unrun
 });
 
 t.test('a selector targets the nodes its manager holds, narrowed by its filters; discovered nodes without agent fail no_agent', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   const at = new Date().toISOString();
   await server.store.managers.createManager({ id: 'm1', name: 'fleet', type: 'static', provider: 'elsewhere', spec: {} }, at);
   await server.store.managers.createManager({ id: 'm2', name: 'other', type: 'static', provider: 'elsewhere', spec: {} }, at);
@@ -171,7 +152,7 @@ t.test('a selector targets the nodes its manager holds, narrowed by its filters;
 });
 
 t.test('a job waits pending until a relay links, then its run reaches the relay and the events become transitions', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   for (const id of ['a', 'b', 'c', 'd', 'e']) await node(server, id);
   const job = (await api('POST', '/api/1/jobs', { name: 'run it', type: 'run', nodes: ['a', 'b', 'c', 'd', 'e'], conditions: ['from_job'], keep_output: true })).json.data;
   t.match((await api('GET', `/api/1/jobs/${job.id}`)).json.data.progress, { pending: 5 }, 'no relay linked: the tasks wait');
@@ -211,7 +192,7 @@ t.test('a job waits pending until a relay links, then its run reaches the relay 
 });
 
 t.test('a task whose relay vanished after taking it is aborted at the job timeout, not left hanging', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   await node(server, 'n1');
   const relay = await linkRelay(t, server, 'relay-1');
   const started = Date.now();
@@ -231,7 +212,7 @@ t.test('a task whose relay vanished after taking it is aborted at the job timeou
 });
 
 t.test('a relay that takes a run and never answers fails its tasks after answer_wait', async (t) => {
-  const { server, api } = await setup(t, { 'jobs.answer_wait': '300ms' });
+  const { server, api } = await serverWithApi(t, { 'jobs.answer_wait': '300ms' });
   await node(server, 'n1');
   const relay = await linkRelay(t, server, 'relay-1');
   const job = (await api('POST', '/api/1/jobs', { name: 'silent', type: 'run', nodes: ['n1'] })).json.data;
@@ -240,7 +221,7 @@ t.test('a relay that takes a run and never answers fails its tasks after answer_
 });
 
 t.test('cancel aborts the tasks not final yet; later events change nothing', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   for (const id of ['a', 'b', 'c']) await node(server, id);
   const relay = await linkRelay(t, server, 'relay-1');
   const job = (await api('POST', '/api/1/jobs', { name: 'to cancel', type: 'run', nodes: ['a', 'b', 'c'] })).json.data;
@@ -264,7 +245,7 @@ t.test('cancel aborts the tasks not final yet; later events change nothing', asy
 });
 
 t.test('an inventory job asks the agents for their inventory (force_inventory)', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   await node(server, 'a');
   const relay = await linkRelay(t, server, 'relay-1');
   await api('POST', '/api/1/jobs', { name: 'inv', type: 'inventory', nodes: ['a'] });
@@ -274,7 +255,7 @@ t.test('an inventory job asks the agents for their inventory (force_inventory)',
 });
 
 t.test('a big job goes down as several run events, each shorter than a relay reads (64 KiB), every node once', async (t) => {
-  const { server, api } = await setup(t);
+  const { server, api } = await serverWithApi(t);
   const ids = Array.from({ length: 500 }, (_, i) => `${String(i).padStart(4, '0')}-${'n'.repeat(140)}`);
   for (const id of ids) await node(server, id);
   const relay = await linkRelay(t, server, 'relay-1');
@@ -289,7 +270,7 @@ t.test('a big job goes down as several run events, each shorter than a relay rea
 });
 
 t.test('finished jobs are deleted after jobs.retention, running ones are kept', async (t) => {
-  const { server, api } = await setup(t, { 'jobs.retention': '1s' });
+  const { server, api } = await serverWithApi(t, { 'jobs.retention': '1s' });
   await node(server, 'ok');
   await node(server, 'pend', false);
   const ended = (await api('POST', '/api/1/jobs', { name: 'ends at once', type: 'run', nodes: ['pend'] })).json.data;

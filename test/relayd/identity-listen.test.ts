@@ -22,6 +22,7 @@ import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
 import { programDir } from '../helpers/programs.js';
+import { jsonEvents } from '../helpers/http.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { jti: string; iat: number; exp: number };
 
@@ -73,18 +74,11 @@ async function readLines(url: string, token: string, stop: (ev: any) => boolean)
   // reset: no keep-alive socket left behind to hold up the relay's close.
   const res = await request(url, { headers: { authorization: `Bearer ${token}` }, signal: ac.signal, bodyTimeout: 0, reset: true });
   const events: any[] = [];
-  let buf = '';
-  for await (const chunk of res.body) {
-    buf += chunk.toString();
-    let nl: number;
-    while ((nl = buf.indexOf('\n')) !== -1) {
-      const ev = JSON.parse(buf.slice(0, nl));
-      buf = buf.slice(nl + 1);
-      events.push(ev);
-      if (stop(ev)) {
-        ac.abort();
-        return { events, ended: false };
-      }
+  for await (const ev of jsonEvents(res.body)) {
+    events.push(ev);
+    if (stop(ev)) {
+      ac.abort();
+      return { events, ended: false };
     }
   }
   return { events, ended: true };
@@ -156,18 +150,26 @@ async function serverRelayAgent(t: Test) {
   return { srv, relay, id, keeper, ac, tokenFile };
 }
 
+/**
+ * The agent's token keeper as a listener's auth, counting the renewals the listener asks for
+ * (after a 401 or a bye). Without renewalDue it is an agent that never renews on its own.
+ */
+function keeperAuth(keeper: TokenKeeper, renewals: number[], o: { renewsOnItsOwn: boolean }): ListenAuth {
+  return {
+    current: () => keeper.current(),
+    renew: async () => {
+      renewals.push(Date.now());
+      return keeper.renew();
+    },
+    ...(o.renewsOnItsOwn && { renewalDue: (token: string) => keeper.renewalDue(token) }),
+  };
+}
+
 t.test('capstan-agent listen renews its token while connected and reconnects with the new one, before the relay ends it', async (t) => {
   const s = await serverRelayAgent(t);
   const connections: string[] = [];
   const renewals: number[] = [];
-  const auth: ListenAuth = {
-    current: () => s.keeper.current(),
-    renew: async () => {
-      renewals.push(Date.now());
-      return s.keeper.renew();
-    },
-    renewalDue: (token) => s.keeper.renewalDue(token),
-  };
+  const auth = keeperAuth(s.keeper, renewals, { renewsOnItsOwn: true });
   const byes: unknown[] = [];
   const info = ((o: unknown, msg?: string) => void (msg === 'identity token renewed; reconnecting with it' && byes.push(o))) as typeof silentLogger.info;
   const log = { ...silentLogger, info };
@@ -188,13 +190,7 @@ t.test('a listener that does not renew on its own is ended at expiry, renews by 
   const tokens: string[] = [];
   const renewals: number[] = [];
   // No renewalDue: like an agent whose clock runs behind, it would keep the token until the relay says.
-  const auth: ListenAuth = {
-    current: () => s.keeper.current(),
-    renew: async () => {
-      renewals.push(Date.now());
-      return s.keeper.renew();
-    },
-  };
+  const auth = keeperAuth(s.keeper, renewals, { renewsOnItsOwn: false });
   void listen({
     relay: s.relay.url, nodeId: s.id.nodeId, log: silentLogger, auth, signal: s.ac.signal, run: async () => 0,
     onConnected: () => void readFile(s.tokenFile, 'utf8').then((tok) => tokens.push(tok.trim())),

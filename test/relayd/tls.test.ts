@@ -2,9 +2,8 @@
  * TLS on the agent-facing listener (1.2 and 1.3 accepted, 1.0 and 1.1 refused by the server's
  * alert), certificates reloaded without dropping connections, and the upstream authenticated by a
  * pinned certificate (host name not checked, any other certificate refused) or by a CA.
- * Certificates are made here with openssl.
+ * Certificates are made with openssl (helpers/certs.ts).
  */
-import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { copyFile, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -15,39 +14,7 @@ import { createNodeIdentity } from '@capstan/shared';
 import { runName, until } from './helpers/upstream.js';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
-
-function haveOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version']);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
-/** A CA, a server certificate it signs for 127.0.0.1, and two unrelated self-signed ones. */
-function makeCerts(dir: string): void {
-  const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
-  run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Capstan test CA');
-  run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=relay');
-  execFileSync('sh', ['-c', 'printf "subjectAltName=IP:127.0.0.1,DNS:localhost\\n" > ext.cnf'], { cwd: dir });
-  run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.pem', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.pem', '-days', '2', '-extfile', 'ext.cnf');
-  for (const n of ['other', 'renewed']) {
-    run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${n}.key`, '-out', `${n}.pem`, '-days', '2', '-subj', `/CN=${n}`, '-addext', 'subjectAltName=IP:127.0.0.1');
-  }
-}
-
-function handshake(port: number, version: 'TLSv1' | 'TLSv1.1' | 'TLSv1.2' | 'TLSv1.3'): Promise<{ protocol: string | null; error?: string; fingerprint?: string }> {
-  return new Promise((resolve) => {
-    // SECLEVEL=0 lets the client offer TLS 1.0/1.1 at all: the refusal must come from the relay.
-    const s = tls.connect({ host: '127.0.0.1', port, minVersion: version, maxVersion: version, ciphers: 'DEFAULT@SECLEVEL=0', rejectUnauthorized: false }, () => {
-      const out = { protocol: s.getProtocol(), fingerprint: s.getPeerCertificate().fingerprint256 };
-      s.end();
-      resolve(out);
-    });
-    s.on('error', (err: NodeJS.ErrnoException) => resolve({ protocol: null, error: err.code }));
-  });
-}
+import { handshake, haveOpenssl, makeCerts } from '../helpers/certs.js';
 
 if (!haveOpenssl()) {
   t.comment('skipping: openssl is not installed, no certificates to test with');
@@ -55,7 +22,7 @@ if (!haveOpenssl()) {
 } else {
   t.test('the listener speaks TLS 1.2 and 1.3 and refuses 1.0 and 1.1', async (t) => {
     const dir = programDir(t);
-    makeCerts(dir);
+    makeCerts(dir, 'relay', ['other', 'renewed']);
     const r = await startTestRelay(t, { 'tls.cert_file': join(dir, 'server.pem'), 'tls.key_file': join(dir, 'server.key') }, { dir });
     t.match(r.url, /^https:/);
     const port = r.handle.port;
@@ -78,7 +45,7 @@ if (!haveOpenssl()) {
 
   t.test('reload swaps the certificate for new connections and keeps open ones', async (t) => {
     const dir = programDir(t);
-    makeCerts(dir);
+    makeCerts(dir, 'relay', ['other', 'renewed']);
     await copyFile(join(dir, 'server.pem'), join(dir, 'live.pem'));
     await copyFile(join(dir, 'server.key'), join(dir, 'live.key'));
     const r = await startTestRelay(t, { 'tls.cert_file': join(dir, 'live.pem'), 'tls.key_file': join(dir, 'live.key') }, { dir });
@@ -113,7 +80,7 @@ if (!haveOpenssl()) {
 
   t.test('the upstream is authenticated by a pinned certificate or a CA', async (t) => {
     const dir = programDir(t);
-    makeCerts(dir);
+    makeCerts(dir, 'relay', ['other', 'renewed']);
     const root = await startTestRelay(t, { 'tls.cert_file': join(dir, 'server.pem'), 'tls.key_file': join(dir, 'server.key') }, { dir: join(dir, 'root') });
     const rootIncoming = join(dir, 'root', 'spool', 'incoming', 'reports');
     // The root forwards nowhere useful: files simply wait in its spool, where the test sees them.

@@ -6,24 +6,21 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { compressSync, createNodeIdentity, formatReport, isTransient, runLogFileName, signSmime, type NodeIdentity } from '@capstan/shared';
-import { openStore, type Store } from '@capstan/server/store/index';
+import type { Store } from '@capstan/server/store/index';
 import { RunLogIngest } from '@capstan/server/ingest/runlog';
 import { complianceClock } from '@capstan/server/registry/compliance';
-import { programDir } from '../helpers/programs.js';
+import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
 
-const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const ids = Array.from({ length: 6 }, (_, i) => `11111111-2222-4333-8444-${String(i).padStart(12, '0')}`);
 const keys = new Map(ids.map((id) => [id, createNodeIdentity(id)]));
 
 async function setup(t: Test, opts: { batchSize?: number; batchWindowMs?: number } = {}) {
-  const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
-  t.teardown(() => store.close());
+  const { dir, store } = await ingestStore(t);
   for (const id of ids) {
     const k = keys.get(id)!;
     await store.createNode({ id, hostname: `${id}.example.com`, certificate: k.certPem, certificate_fingerprint: 'f'.repeat(64) });
   }
-  const ingest = new RunLogIngest({ store, limits: LIMITS, workers: 2, batchSize: opts.batchSize ?? 4, batchWindowMs: opts.batchWindowMs ?? 50 });
+  const ingest = new RunLogIngest({ store, limits: INGEST_LIMITS, workers: 2, batchSize: opts.batchSize ?? 4, batchWindowMs: opts.batchWindowMs ?? 50 });
   t.teardown(() => ingest.close());
   let n = 0;
   const file = async (nodeId: string, signer: NodeIdentity, second = 0, directive = 'd1') => {

@@ -7,24 +7,20 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { compressSync, createNodeIdentity, formatReport, inventoryFileName, runLogFileName, signSmime, silentLogger, type NodeIdentity } from '@capstan/shared';
-import { openStore } from '@capstan/server/store/index';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
 import { enrollmentRules } from '@capstan/server/registry/enrollment';
 import { Sweeper, sweep, type LifecyclePolicy } from '@capstan/server/registry/lifecycle';
-import { programDir } from '../helpers/programs.js';
+import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
 
-const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const SECRET = 'correct horse battery staple';
 const ids = ['10000000-0000-4000-8000-000000000001', '10000000-0000-4000-8000-000000000002', 'lab-0003'];
 const identities = new Map<string, NodeIdentity>(ids.map((id) => [id, createNodeIdentity(id)]));
 
 async function setup(t: Test, clock = () => new Date('2024-05-01T10:00:00Z')) {
-  const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
-  t.teardown(() => store.close());
+  const { dir, store } = await ingestStore(t);
   const deps: IngestDeps = {
-    store, limits: LIMITS, now: clock,
+    store, limits: INGEST_LIMITS, now: clock,
     enrollment: enrollmentRules({ auto_accept_node_ids: 'lab-*', auto_accept_hostnames: '', secret: SECRET }),
   };
   let n = 0;

@@ -6,12 +6,10 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, inventoryFileName, runLogFileName, signSmime, type NodeIdentity } from '@capstan/shared';
-import { openStore } from '@capstan/server/store/index';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
-import { programDir } from '../helpers/programs.js';
+import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
 
-const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const NODE = '11111111-2222-4333-8444-555555555555';
 const OTHER = '99999999-2222-4333-8444-555555555555';
 const node = createNodeIdentity(NODE);
@@ -26,10 +24,8 @@ function inventory(nodeId: string, cert: string, extra: Record<string, unknown> 
 }
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
-  const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
-  t.teardown(() => store.close());
-  const deps: IngestDeps = { store, limits: LIMITS };
+  const { dir, store } = await ingestStore(t);
+  const deps: IngestDeps = { store, limits: INGEST_LIMITS };
   let n = 0;
   const put = async (name: string, body: Buffer) => {
     const path = join(dir, `${n++}-${name}`);
@@ -113,11 +109,9 @@ t.test('another key claiming a pending node is a conflict: refused, recorded, an
 t.test('a run dated beyond the allowed clock skew is refused and shows on the node; genuine runs still move it', async (t) => {
   // One signed run dated years ahead used to become the node's last run and compliance base for
   // good: later genuine runs changed neither, and retention never removed it.
-  const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
-  t.teardown(() => store.close());
+  const { dir, store } = await ingestStore(t);
   const now = new Date('2026-06-01T12:00:00Z');
-  const deps: IngestDeps = { store, limits: { ...LIMITS, maxClockSkewMs: 5 * 60_000 }, now: () => now };
+  const deps: IngestDeps = { store, limits: { ...INGEST_LIMITS, maxClockSkewMs: 5 * 60_000 }, now: () => now };
   await store.createNode({ id: NODE, hostname: 'web1', certificate: node.certPem });
   const send = async (start: Date) => {
     const stamp = `${start.toISOString().slice(0, 19)}+00:00`;

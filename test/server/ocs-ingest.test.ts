@@ -7,13 +7,11 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { openStore } from '@capstan/server/store/index';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import type { IngestDeps } from '@capstan/server/ingest/runlog';
 import { ocsName, ocsXml, rudderNode, signOcs, type OcsOptions, type RudderNode } from '../helpers/ocs.js';
-import { programDir } from '../helpers/programs.js';
+import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
 
-const LIMITS = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
 const ID = '3b1f6a2e-8c4d-4e5f-9a0b-1c2d3e4f5a6b';
 const OTHER_ID = '4c2a7b3f-9d5e-4f6a-8b1c-2d3e4f5a6b7c';
 const node = rudderNode(ID);
@@ -21,10 +19,8 @@ const impostor = rudderNode(ID); // same node id, another key
 const other = rudderNode(OTHER_ID);
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
-  const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
-  t.teardown(() => store.close());
-  const deps: IngestDeps = { store, limits: LIMITS };
+  const { dir, store } = await ingestStore(t);
+  const deps: IngestDeps = { store, limits: INGEST_LIMITS };
   let n = 0;
   /** Write the pair as the spool would hold it and ingest it; `signer` signs, `xmlNode` is described. */
   const send = async (signer: RudderNode, xmlNode: RudderNode, o: OcsOptions & { nameId?: string; sign?: Buffer } = {}) => {

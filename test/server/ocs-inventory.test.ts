@@ -13,19 +13,11 @@ import { ocsPairReady } from '@capstan/toolkit';
 import { DEFAULT_OCS_LIMITS, readOcsInventory } from '../../server/src/ingest/ocs.js';
 import { certificateKey, parseSignFile, sameKey, verifyOcsSignature } from '../../server/src/ingest/ocs-signature.js';
 import { ocsXml, rudderNode, signOcs } from '../helpers/ocs.js';
+import { thrownCode } from '../helpers/thrown.js';
 
 const ID = '0f3e8c7a-5b1d-4c2e-9a6f-2d4b8e1c7a90';
 const node = rudderNode(ID);
 const other = rudderNode(ID);
-
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (err) {
-    return (err as { code?: string }).code ?? `uncoded ${String(err)}`;
-  }
-  return undefined;
-}
 
 t.test('an OCS inventory maps onto Capstan\'s inventory fields', async (t) => {
   const { doc, publicKey } = readOcsInventory(ocsXml(node, { policyServer: 'relay-1' }));
@@ -73,25 +65,25 @@ t.test('missing fields are refused with ERR_OCS_INVALID', async (t) => {
       // No OS name anywhere: OPERATINGSYSTEM gone and HARDWARE/OSNAME removed.
       ? Buffer.from(ocsXml(node, { omit: [omit] }).toString().replace(/<OSNAME>.*?<\/OSNAME>/, ''))
       : ocsXml(node, { omit: [omit] });
-    t.equal(codeOf(() => readOcsInventory(xml)), 'ERR_OCS_INVALID', omit);
+    t.equal(thrownCode(() => readOcsInventory(xml)), 'ERR_OCS_INVALID', omit);
   }
-  t.equal(codeOf(() => readOcsInventory(Buffer.from('<REQUEST><CONTENT></CONTENT></REQUEST>'))), 'ERR_OCS_INVALID', 'no RUDDER section');
-  t.equal(codeOf(() => readOcsInventory(Buffer.from('<NOTREQUEST/>'))), 'ERR_OCS_INVALID', 'no REQUEST');
+  t.equal(thrownCode(() => readOcsInventory(Buffer.from('<REQUEST><CONTENT></CONTENT></REQUEST>'))), 'ERR_OCS_INVALID', 'no RUDDER section');
+  t.equal(thrownCode(() => readOcsInventory(Buffer.from('<NOTREQUEST/>'))), 'ERR_OCS_INVALID', 'no REQUEST');
 });
 
 t.test('malformed XML is refused with ERR_OCS_INVALID', async (t) => {
   for (const xml of ['', 'not xml at all', '<REQUEST><CONTENT></REQUEST>', '<REQUEST><A></B></REQUEST>', '<REQUEST>']) {
-    t.equal(codeOf(() => readOcsInventory(Buffer.from(xml))), 'ERR_OCS_INVALID', JSON.stringify(xml));
+    t.equal(thrownCode(() => readOcsInventory(Buffer.from(xml))), 'ERR_OCS_INVALID', JSON.stringify(xml));
   }
   const cut = ocsXml(node);
-  t.equal(codeOf(() => readOcsInventory(cut.subarray(0, cut.length / 2))), 'ERR_OCS_INVALID', 'a truncated inventory');
+  t.equal(thrownCode(() => readOcsInventory(cut.subarray(0, cut.length / 2))), 'ERR_OCS_INVALID', 'a truncated inventory');
 });
 
 t.test('a DOCTYPE (XXE, entity expansion) is refused before parsing', async (t) => {
   const xxe = `<?xml version="1.0"?><!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]><REQUEST><CONTENT><RUDDER><UUID>&x;</UUID></RUDDER></CONTENT></REQUEST>`;
-  t.equal(codeOf(() => readOcsInventory(Buffer.from(xxe))), 'ERR_OCS_DOCTYPE', 'external entity');
+  t.equal(thrownCode(() => readOcsInventory(Buffer.from(xxe))), 'ERR_OCS_DOCTYPE', 'external entity');
   const lol = `<!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]><REQUEST>&b;</REQUEST>`;
-  t.equal(codeOf(() => readOcsInventory(Buffer.from(lol))), 'ERR_OCS_DOCTYPE', 'billion laughs');
+  t.equal(thrownCode(() => readOcsInventory(Buffer.from(lol))), 'ERR_OCS_DOCTYPE', 'billion laughs');
   // Without a DOCTYPE an undeclared entity is left as text, never looked up.
   const { doc } = readOcsInventory(Buffer.from(ocsXml(node).toString().replace('<NAME>web1</NAME>', '<NAME>&x;web1</NAME>')));
   t.equal(doc.hostname, '&x;web1');
@@ -99,25 +91,25 @@ t.test('a DOCTYPE (XXE, entity expansion) is refused before parsing', async (t) 
 
 t.test('depth, size and element count are bounded and configurable', async (t) => {
   const deep = (n: number) => Buffer.from(`<REQUEST>${'<A>'.repeat(n)}${'</A>'.repeat(n)}</REQUEST>`);
-  t.equal(codeOf(() => readOcsInventory(deep(100_000))), 'ERR_OCS_TOO_DEEP', 'a depth bomb');
-  t.equal(codeOf(() => readOcsInventory(deep(20), { ...DEFAULT_OCS_LIMITS, maxDepth: 16 })), 'ERR_OCS_TOO_DEEP');
+  t.equal(thrownCode(() => readOcsInventory(deep(100_000))), 'ERR_OCS_TOO_DEEP', 'a depth bomb');
+  t.equal(thrownCode(() => readOcsInventory(deep(20), { ...DEFAULT_OCS_LIMITS, maxDepth: 16 })), 'ERR_OCS_TOO_DEEP');
   // A real inventory (5 deep) passes the default; a small limit refuses it.
-  t.equal(codeOf(() => readOcsInventory(ocsXml(node))), undefined);
-  t.equal(codeOf(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxDepth: 3 })), 'ERR_OCS_TOO_DEEP');
-  t.equal(codeOf(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxBytes: 1000 })), 'ERR_OCS_TOO_LARGE', 'size');
-  t.equal(codeOf(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxElements: 40 })), 'ERR_OCS_TOO_LARGE', 'elements');
+  t.equal(thrownCode(() => readOcsInventory(ocsXml(node))), undefined);
+  t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxDepth: 3 })), 'ERR_OCS_TOO_DEEP');
+  t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxBytes: 1000 })), 'ERR_OCS_TOO_LARGE', 'size');
+  t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxElements: 40 })), 'ERR_OCS_TOO_LARGE', 'elements');
   const wide = Buffer.from(`<REQUEST>${'<A/>'.repeat(2000)}</REQUEST>`);
-  t.equal(codeOf(() => readOcsInventory(wide, { ...DEFAULT_OCS_LIMITS, maxElements: 1000 })), 'ERR_OCS_TOO_LARGE');
+  t.equal(thrownCode(() => readOcsInventory(wide, { ...DEFAULT_OCS_LIMITS, maxElements: 1000 })), 'ERR_OCS_TOO_LARGE');
 });
 
 t.test('the .sign verifies as RUDDER checks it: SHA-512 RSA over the uncompressed XML', async (t) => {
   const xml = ocsXml(node);
   const sign = signOcs(xml, node, { hashValue: true });
-  t.equal(codeOf(() => verifyOcsSignature(xml, parseSignFile(sign), node.certPem)), undefined, 'good signature');
-  t.equal(codeOf(() => verifyOcsSignature(xml, parseSignFile(signOcs(xml, node)), node.certPem)), undefined, 'without hash_value');
-  t.equal(codeOf(() => verifyOcsSignature(xml, parseSignFile(sign), other.certPem)), 'ERR_OCS_SIGNATURE', 'another key');
+  t.equal(thrownCode(() => verifyOcsSignature(xml, parseSignFile(sign), node.certPem)), undefined, 'good signature');
+  t.equal(thrownCode(() => verifyOcsSignature(xml, parseSignFile(signOcs(xml, node)), node.certPem)), undefined, 'without hash_value');
+  t.equal(thrownCode(() => verifyOcsSignature(xml, parseSignFile(sign), other.certPem)), 'ERR_OCS_SIGNATURE', 'another key');
   const altered = Buffer.from(xml.toString().replace('web1', 'web2'));
-  t.equal(codeOf(() => verifyOcsSignature(altered, parseSignFile(signOcs(xml, node)), node.certPem)), 'ERR_OCS_SIGNATURE', 'altered XML');
+  t.equal(thrownCode(() => verifyOcsSignature(altered, parseSignFile(signOcs(xml, node)), node.certPem)), 'ERR_OCS_SIGNATURE', 'altered XML');
   const err = (() => {
     try {
       verifyOcsSignature(altered, parseSignFile(sign), node.certPem);
@@ -135,7 +127,7 @@ t.test('malformed .sign files are refused with ERR_OCS_SIGNATURE', async (t) => 
     good.replace(/digest=.*/, 'digest=zz'), good.replace(/digest=.*/, 'digest='), good.replace(/digest=.*\n/, ''),
     `${good}hash_value=abc\n`, 'x'.repeat(70_000),
   ];
-  for (const c of cases) t.equal(codeOf(() => parseSignFile(Buffer.from(c))), 'ERR_OCS_SIGNATURE', JSON.stringify(c.slice(0, 40)));
+  for (const c of cases) t.equal(thrownCode(() => parseSignFile(Buffer.from(c))), 'ERR_OCS_SIGNATURE', JSON.stringify(c.slice(0, 40)));
 });
 
 t.test('the two uploads are paired: the inventory takes its .sign, a lone half waits then fails', async (t) => {

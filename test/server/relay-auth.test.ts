@@ -11,30 +11,17 @@
 import http from 'node:http';
 import { connect } from 'node:net';
 import t, { type Test } from 'tap';
-import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, RELAY_ROLE, silentLogger } from '@capstan/shared';
-import { loadServerConfig } from '@capstan/server/config';
-import { startServer, type ServerHandle } from '@capstan/server/server';
-import { waitFor, programDir } from '../helpers/programs.js';
+import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, RELAY_ROLE } from '@capstan/shared';
+import type { ServerHandle } from '@capstan/server/server';
+import { waitFor } from '../helpers/programs.js';
+import { serverWithApi } from '../helpers/admin-app.js';
 import { collectEvents, statusAndCode } from '../helpers/http.js';
 import { inventory } from './store-suite.js';
 
 const cert = (id: string) => createNodeIdentity(id, { bits: 1024 }).certPem;
 
 async function setup(t: Test, overrides: Record<string, unknown> = {}) {
-  const dir = programDir(t);
-  const config = loadServerConfig({
-    overrides: { 'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h', ...overrides },
-  });
-  const server = await startServer(config, silentLogger);
-  t.teardown(() => server.close());
-  const admin = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${server.url}${path}`, {
-      method,
-      headers: { authorization: `Bearer ${server.adminToken}`, ...(body !== undefined && { 'content-type': 'application/json' }) },
-      ...(body !== undefined && { body: JSON.stringify(body) }),
-    });
-    return { status: res.status, json: (await res.json()) as any };
-  };
+  const { server, api: admin } = await serverWithApi(t, overrides);
   // Two relays and an agent, registered as an admin does it.
   for (const id of ['relay-1', 'relay-2']) t.equal((await admin('POST', '/api/1/nodes', { id, hostname: `${id}.lan`, certificate: cert(id), relay: true })).status, 201);
   await server.store.upsertFromInventory(inventory('agent-1'));

@@ -4,20 +4,12 @@ import t from 'tap';
 import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
 import { compressionSuffix, inventoryFileName, isValidNodeId, parseInventoryName, parseRunInfo, runLogFileName, type Compression } from '@capstan/shared';
+import { thrownCode } from '../helpers/thrown.js';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const absent = fixturesAbsent(RUDDER);
 const E745 = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 const COMPRESSIONS: [string, Compression][] = [['', 'none'], ['.gz', 'gzip'], ['.zip', 'zip'], ['.zst', 'zstd']];
-
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (err) {
-    return (err as { code?: string }).code ?? `uncoded ${String(err)}`;
-  }
-  return undefined;
-}
 
 /** Node ids as RUDDER makes them (UUIDs, root) and as the charset allows. */
 const nodeIdArb = fc.oneof(
@@ -78,8 +70,8 @@ t.test('names that are not run logs or could escape a directory are rejected wit
     '2018-08-24T15:55:01+00:00@root.log.davfs.tmp123', '2018-08-24T15:55:01+00:00@root.LOG', '2018-08-24T15:55:01+00:00@root.gz',
     `${'2'.repeat(256)}.log`,
   ];
-  for (const name of bad) t.equal(codeOf(() => parseRunInfo(name)), 'ERR_RUNINFO_NAME', JSON.stringify(name));
-  t.equal(codeOf(() => parseRunInfo(undefined as unknown as string)), 'ERR_RUNINFO_NAME', 'not a string');
+  for (const name of bad) t.equal(thrownCode(() => parseRunInfo(name)), 'ERR_RUNINFO_NAME', JSON.stringify(name));
+  t.equal(thrownCode(() => parseRunInfo(undefined as unknown as string)), 'ERR_RUNINFO_NAME', 'not a string');
 });
 
 t.test('the fuzz crash inputs of relayd are rejected as names, not crashes', { skip: absent }, async (t) => {
@@ -88,7 +80,7 @@ t.test('the fuzz crash inputs of relayd are rejected as names, not crashes', { s
   t.equal(files.length, 2);
   for (const file of files) {
     const name = fs.readFileSync(path.join(dir, file), 'utf8');
-    t.equal(codeOf(() => parseRunInfo(name)), 'ERR_RUNINFO_NAME', JSON.stringify(name));
+    t.equal(thrownCode(() => parseRunInfo(name)), 'ERR_RUNINFO_NAME', JSON.stringify(name));
   }
 });
 
@@ -113,9 +105,9 @@ t.test('runLogFileName writes v1 UTC names, with `_` for `:` on request', async 
   t.equal(runLogFileName('root', date, 'none'), '2018-08-24T15:55:01+00:00@root.log');
   t.equal(runLogFileName(E745, date, 'zstd'), `2018-08-24T15:55:01+00:00@${E745}.log.zst`);
   t.equal(runLogFileName('root', date, 'gzip', { underscore: true }), '2018-08-24T15_55_01+00_00@root.log.gz');
-  t.equal(codeOf(() => runLogFileName('../x', date, 'none')), 'ERR_RUNINFO_NAME');
-  t.equal(codeOf(() => runLogFileName('root', new Date(Number.NaN), 'none')), 'ERR_RUNINFO_NAME');
-  t.equal(codeOf(() => runLogFileName('root', new Date('+010000-01-01T00:00:00Z'), 'none')), 'ERR_RUNINFO_NAME');
+  t.equal(thrownCode(() => runLogFileName('../x', date, 'none')), 'ERR_RUNINFO_NAME');
+  t.equal(thrownCode(() => runLogFileName('root', new Date(Number.NaN), 'none')), 'ERR_RUNINFO_NAME');
+  t.equal(thrownCode(() => runLogFileName('root', new Date('+010000-01-01T00:00:00Z'), 'none')), 'ERR_RUNINFO_NAME');
 });
 
 t.test('written run-log names parse back to the same node, second and compression', async (t) => {
@@ -161,9 +153,9 @@ t.test('invalid inventory names are rejected with ERR_INVENTORY_NAME', async (t)
     'root_2024-03-05T12:00:00+00:00.ocs.zst', 'root_2024-03-05T12:00:00+00:00.ocs.gz.sign', 'root_2024-03-05T12:00:00+00:00.ocs.xml',
     'web1-e745a140-40bc-4b86-b6dc-084488fc906b.ocs', 'root_2024-03-05T12:00:00+02:00.ocs',
   ];
-  for (const name of bad) t.equal(codeOf(() => parseInventoryName(name)), 'ERR_INVENTORY_NAME', JSON.stringify(name));
-  t.equal(codeOf(() => inventoryFileName('a.b', new Date(), 'none')), 'ERR_INVENTORY_NAME');
-  t.equal(codeOf(() => inventoryFileName('root', new Date(), 'zip' as 'none')), 'ERR_INVENTORY_NAME');
+  for (const name of bad) t.equal(thrownCode(() => parseInventoryName(name)), 'ERR_INVENTORY_NAME', JSON.stringify(name));
+  t.equal(thrownCode(() => inventoryFileName('a.b', new Date(), 'none')), 'ERR_INVENTORY_NAME');
+  t.equal(thrownCode(() => inventoryFileName('root', new Date(), 'zip' as 'none')), 'ERR_INVENTORY_NAME');
 });
 
 t.test('written inventory names parse back to the same node, second and compression', async (t) => {

@@ -5,6 +5,7 @@ import t from 'tap';
 import { fixturesAbsent } from '../helpers/programs.js';
 import fc from 'fast-check';
 import { CapstanError, countByType, formatReport, isCompleteRun, parseRunInfo, parseRunLog, DEFAULT_RUNLOG_LIMITS, type Report, type RunLog } from '@capstan/shared';
+import { thrownCode } from '../helpers/thrown.js';
 
 const RUDDER = path.resolve(import.meta.dirname, '../../../shared/conformance/rudder');
 const absent = fixturesAbsent(RUDDER);
@@ -31,15 +32,6 @@ function reports(text: string | Buffer): Report[] {
   return parseRunLog(text, INFO).reports;
 }
 
-function codeOf(fn: () => unknown): string | undefined {
-  try {
-    fn();
-  } catch (err) {
-    return (err as { code?: string }).code ?? `uncoded ${String(err)}`;
-  }
-  return undefined;
-}
-
 function parseFixture(file: string, nodeId?: string): RunLog {
   const info = parseRunInfo(path.basename(file));
   return parseRunLog(fs.readFileSync(file), { node_id: nodeId ?? info.nodeId, timestamp: info.timestamp });
@@ -61,7 +53,7 @@ t.test('the four RUDDER run logs parse exactly to their reference JSON', { skip:
 
 t.test('a run log whose reports name another node than its file is inconsistent', { skip: absent }, async (t) => {
   const file = path.join(RUNLOGS, '2018-08-24T15_55_01+00_00@e745a140-40bc-4b86-b6dc-084488fc906c.log');
-  t.equal(codeOf(() => parseFixture(file)), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => parseFixture(file)), 'ERR_RUNLOG_INCONSISTENT');
 });
 
 t.test('the 2017 run log parses like its 2018 sibling without the broken line', { skip: absent }, async (t) => {
@@ -79,11 +71,11 @@ t.test('the CRLF S/MIME content parses as root and is inconsistent for another n
   t.equal(log.reports.length, 71);
   t.equal(isCompleteRun(log), true);
   t.ok(log.reports.every((r) => !r.msg.includes('\r') && !r.key_value.includes('\r')), 'no CR left in fields');
-  t.equal(codeOf(() => parseRunLog(text, { ...INFO, node_id: 'e745a140-40bc-4b86-b6dc-084488fc906b' })), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => parseRunLog(text, { ...INFO, node_id: 'e745a140-40bc-4b86-b6dc-084488fc906b' })), 'ERR_RUNLOG_INCONSISTENT');
 });
 
 t.test('a pre-6.0 log without line timestamps is rejected with a coded error', { skip: absent }, async (t) => {
-  t.equal(codeOf(() => parseRunLog(fs.readFileSync(path.join(RUDDER, 'files/gz/normal.log')), INFO)), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => parseRunLog(fs.readFileSync(path.join(RUDDER, 'files/gz/normal.log')), INFO)), 'ERR_RUNLOG_INCONSISTENT');
 });
 
 t.test('a report line maps to its fields, with relayd defaults for empty report id and key', async (t) => {
@@ -117,7 +109,7 @@ t.test('a report with an unreadable start time or line time is skipped', async (
   for (const start of ['2018-02-30 15:55:01+00:00', '2018-08-24T15:55:01+00:00', '2018-08-24 15:55:01', 'yesterday']) {
     t.same(reports(`${line({ start, msg: 'bad' })}\n${line()}\n`), [report()], start);
   }
-  t.equal(codeOf(() => reports(`${line({ ts: '2018-08-24T15:55:01+00:00x' })}\n`)), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => reports(`${line({ ts: '2018-08-24T15:55:01+00:00x' })}\n`)), 'ERR_RUNLOG_INCONSISTENT');
 });
 
 t.test('a report cut short anywhere before its message is skipped', async (t) => {
@@ -133,7 +125,7 @@ t.test('a report cut short anywhere before its message is skipped', async (t) =>
 t.test('line stamps with impossible offsets or fractions are not timestamps', async (t) => {
   for (const ts of ['2019-05-11T12:58:13+24:00', '2019-05-11T12:58:13+01:60', '2019-05-11T12:58:13+0100', '2019-05-11T12:58:13.+00:00',
     '2019-05-11T12:58:13.1234567891+00:00', '2019-05-11T12:58:13*00:00', '2019-05-11X12:58:13+00:00', '2019-05-11T12-58-13+00:00']) {
-    t.equal(codeOf(() => reports(`${line({ ts })}\n`)), 'ERR_RUNLOG_INCONSISTENT', ts);
+    t.equal(thrownCode(() => reports(`${line({ ts })}\n`)), 'ERR_RUNLOG_INCONSISTENT', ts);
   }
   t.equal(reports(`${line({ ts: '2016-12-31T23:59:60+00:00' })}\n`)[0]!.execution_datetime, '2016-12-31T23:59:60+00:00',
     'a leap second is kept, as chrono does');
@@ -214,11 +206,11 @@ t.test('invalid UTF-8 bytes become U+FFFD', async (t) => {
 });
 
 t.test('empty input, no report and a foreign node id are coded errors', async (t) => {
-  t.equal(codeOf(() => reports('')), 'ERR_RUNLOG_EMPTY');
-  t.equal(codeOf(() => reports(Buffer.alloc(0))), 'ERR_RUNLOG_EMPTY');
-  t.equal(codeOf(() => reports('\n\n')), 'ERR_RUNLOG_INCONSISTENT');
-  t.equal(codeOf(() => reports(`${TS} R: [INFO] only logs\n`)), 'ERR_RUNLOG_INCONSISTENT');
-  t.equal(codeOf(() => reports(`${line()}\n${line({ node: 'other' })}\n`)), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => reports('')), 'ERR_RUNLOG_EMPTY');
+  t.equal(thrownCode(() => reports(Buffer.alloc(0))), 'ERR_RUNLOG_EMPTY');
+  t.equal(thrownCode(() => reports('\n\n')), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => reports(`${TS} R: [INFO] only logs\n`)), 'ERR_RUNLOG_INCONSISTENT');
+  t.equal(thrownCode(() => reports(`${line()}\n${line({ node: 'other' })}\n`)), 'ERR_RUNLOG_INCONSISTENT');
 });
 
 t.test('config id comes from the first control start or end; a run without start is partial', async (t) => {
@@ -242,20 +234,20 @@ t.test('countByType counts any event type, including __proto__', async (t) => {
 
 t.test('size, line length and report count limits raise their codes', async (t) => {
   const text = `${line()}\n${line()}\n`;
-  t.equal(codeOf(() => parseRunLog(text, INFO, { maxBytes: text.length - 1 })), 'ERR_RUNLOG_TOO_LARGE');
-  t.equal(codeOf(() => parseRunLog(Buffer.from(text), INFO, { maxBytes: text.length - 1 })), 'ERR_RUNLOG_TOO_LARGE');
+  t.equal(thrownCode(() => parseRunLog(text, INFO, { maxBytes: text.length - 1 })), 'ERR_RUNLOG_TOO_LARGE');
+  t.equal(thrownCode(() => parseRunLog(Buffer.from(text), INFO, { maxBytes: text.length - 1 })), 'ERR_RUNLOG_TOO_LARGE');
   t.equal(parseRunLog(text, INFO, { maxBytes: text.length }).reports.length, 2);
   // 'é' is two bytes in UTF-8: the limit counts bytes, not characters
   const wide = `${line({ msg: 'é'.repeat(100) })}\n`;
   const lineBytes = Buffer.byteLength(wide) - 1;
-  t.equal(codeOf(() => parseRunLog(wide, INFO, { maxLineBytes: lineBytes - 1 })), 'ERR_RUNLOG_LINE_TOO_LONG');
+  t.equal(thrownCode(() => parseRunLog(wide, INFO, { maxLineBytes: lineBytes - 1 })), 'ERR_RUNLOG_LINE_TOO_LONG');
   t.equal(parseRunLog(wide, INFO, { maxLineBytes: lineBytes }).reports.length, 1);
-  t.equal(codeOf(() => parseRunLog(`garbage ${'x'.repeat(100)}\n${line()}\n`, INFO, { maxLineBytes: 100 })), 'ERR_RUNLOG_LINE_TOO_LONG');
-  t.equal(codeOf(() => parseRunLog(text, INFO, { maxReports: 1 })), 'ERR_RUNLOG_TOO_MANY_REPORTS');
-  t.equal(codeOf(() => parseRunLog(`${TS} R: [INFO] log\n${line()}\n`, INFO, { maxReports: 1 })), 'ERR_RUNLOG_TOO_MANY_REPORTS');
+  t.equal(thrownCode(() => parseRunLog(`garbage ${'x'.repeat(100)}\n${line()}\n`, INFO, { maxLineBytes: 100 })), 'ERR_RUNLOG_LINE_TOO_LONG');
+  t.equal(thrownCode(() => parseRunLog(text, INFO, { maxReports: 1 })), 'ERR_RUNLOG_TOO_MANY_REPORTS');
+  t.equal(thrownCode(() => parseRunLog(`${TS} R: [INFO] log\n${line()}\n`, INFO, { maxReports: 1 })), 'ERR_RUNLOG_TOO_MANY_REPORTS');
   t.equal(parseRunLog(text, INFO, { maxReports: 2 }).reports.length, 2);
   const logs = `${TS} R: [INFO] log\n`.repeat(5);
-  t.equal(codeOf(() => parseRunLog(`${line()}\n${logs}${line()}\n`, INFO, { maxReports: 3 })), 'ERR_RUNLOG_TOO_MANY_REPORTS',
+  t.equal(thrownCode(() => parseRunLog(`${line()}\n${logs}${line()}\n`, INFO, { maxReports: 3 })), 'ERR_RUNLOG_TOO_MANY_REPORTS',
     'log entries past the limit count even though they are not kept');
   t.same(parseRunLog(`${line()}\n${logs}`, INFO, { maxReports: 1 }).reports, [report()],
     'trailing log entries past the limit are still ignored, not an error');
@@ -306,7 +298,7 @@ t.test('formatReport refuses reports that would read back differently', async (t
     ['start time not RFC 3339', { start_datetime: START }],
     ['line time not RFC 3339', { execution_datetime: 'now' }],
   ];
-  for (const [name, fields] of bad) t.equal(codeOf(() => formatReport(report(fields))), 'ERR_INTERNAL', name);
+  for (const [name, fields] of bad) t.equal(thrownCode(() => formatReport(report(fields))), 'ERR_INTERNAL', name);
 });
 
 /** Text built from the run-log grammar's own tokens, to reach its corners more often than random strings. */

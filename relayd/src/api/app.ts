@@ -3,7 +3,7 @@
  * Agent-facing: uploads, /uuid, the remote-run connection. RUDDER's relay API: system/*,
  * shared-files, shared-folder, remote-run triggers. /metrics for Prometheus.
  */
-import type { Server as HttpsServer, ServerOptions as HttpsOptions } from 'node:https';
+import type { ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
@@ -15,8 +15,6 @@ import { sharedFilesRoutes } from './routes/shared-files.js';
 import { sharedFolderRoutes } from './routes/shared-folder.js';
 import { systemRoutes } from './routes/system.js';
 import { identityRoutes } from '../identity/routes.js';
-
-export type { RelayContext } from './context.js';
 
 export interface BuildOptions {
   /** TLS for the listener (cert, key, minVersion); absent → plain HTTP. */
@@ -126,5 +124,3 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
   });
   return app;
 }
-
-export type { HttpsServer };

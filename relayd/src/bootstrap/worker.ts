@@ -16,6 +16,7 @@ import { readFile, rename, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { bootstrapOverSsh, type AgentPackage, type BootstrapStep } from '@capstan/toolkit/bootstrap/ssh';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
+import { Slots } from '@capstan/toolkit/slots';
 import { openWithKey, sealedTaskAad } from '@capstan/toolkit/bootstrap/seal';
 import {
   RELAY_BOOTSTRAP_PATH, type RelayBootstrapAnswer, type RelayBootstrapEvent, type RelayBootstrapTask, type SealedTaskSecrets,
@@ -49,42 +50,33 @@ class Stopped extends Error {}
 const DEB_NAME = /^capstan-agent_[^_/]+_([a-z0-9-]+)\.deb$/;
 
 export class RelayBootstrapper {
-  private timer: NodeJS.Timeout | null = null;
-  private running = 0;
-  private claiming: Promise<void> | null = null;
-  private stopped = false;
-  private readonly inFlight = new Set<Promise<void>>();
-  private readonly abort = new AbortController();
+  /** Claims never overlap; a kick during one waits for the next poll (each claim is a call upstream). */
+  private readonly slots: Slots;
   /** Downloads by URL (bootstrap.package_url at the server), each checked against its sha256 once. */
   private readonly byUrl = new Map<string, AgentPackages>();
   private readonly base: string;
 
   constructor(private readonly o: RelayBootstrapOptions) {
     this.base = `${RELAY_BOOTSTRAP_PATH}/${encodeURIComponent(o.relayId)}`;
+    this.slots = new Slots({
+      slots: o.concurrency,
+      pass: (free) => this.claim(free),
+      passFailed: (err) => this.o.log.warn({ err }, 'bootstrap tasks not fetched (tried again at the next poll)'),
+      whileBusy: 'skip',
+    });
   }
 
   start(): void {
-    this.timer = setInterval(() => this.kick(), this.o.pollMs);
-    this.timer.unref();
-    this.kick();
+    this.slots.start(this.o.pollMs);
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearInterval(this.timer);
-    this.abort.abort();
-    await this.claiming;
-    await Promise.allSettled([...this.inFlight]);
+  stop(): Promise<void> {
+    return this.slots.stop();
   }
 
-  /** Claim tasks for the free slots; claims never overlap. */
+  /** Claim tasks for the free slots. */
   kick(): void {
-    if (this.stopped || this.claiming || this.running >= this.o.concurrency) return;
-    this.claiming = this.claim()
-      .catch((err: unknown) => this.o.log.warn({ err }, 'bootstrap tasks not fetched (tried again at the next poll)'))
-      .finally(() => {
-        this.claiming = null;
-      });
+    this.slots.kick();
   }
 
   /** One call with the relay's token; a 401 renews the token and tries once more. */
@@ -112,22 +104,13 @@ export class RelayBootstrapper {
     return data;
   }
 
-  private async claim(): Promise<void> {
-    const free = this.o.concurrency - this.running;
+  private async claim(free: number): Promise<void> {
     if (free <= 0) return;
     const agentUrl = this.o.agentUrl();
     const tasks = await this.json<RelayBootstrapTask[]>('POST', '/claim', { limit: free, ...(agentUrl && { agent_url: agentUrl }) });
     if (!Array.isArray(tasks)) throw capstanError('ERR_UPSTREAM', 'upstream sent no task list');
     for (const task of tasks) {
-      this.running++;
-      const p = this.run(task)
-        .catch((err: unknown) => this.o.log.error({ err, job: task.job_id, nodeId: task.node_id }, 'bootstrap task failed unexpectedly'))
-        .finally(() => {
-          this.running--;
-          this.inFlight.delete(p);
-          this.kick();
-        });
-      this.inFlight.add(p);
+      this.slots.run(() => this.run(task), (err) => this.o.log.error({ err, job: task.job_id, nodeId: task.node_id }, 'bootstrap task failed unexpectedly'));
     }
   }
 
@@ -156,7 +139,7 @@ export class RelayBootstrapper {
         remoteTmp: task.remote_tmp,
         connectTimeoutMs: task.connect_timeout_ms,
         commandTimeoutMs: task.command_timeout_ms,
-        signal: this.abort.signal,
+        signal: this.slots.signal,
       }, {
         step: async (step: BootstrapStep, message: string) => {
           if (!(await this.report(task, { step: step as 'connect', message })).in_progress) throw new Stopped();
@@ -170,7 +153,7 @@ export class RelayBootstrapper {
       log.info({ arch: outcome.arch, hostKey: outcome.hostKey.fingerprint }, 'agent installed');
       await this.report(task, { installed: { os: outcome.os, arch: outcome.arch } });
     } catch (err) {
-      if (err instanceof Stopped || this.stopped) return;
+      if (err instanceof Stopped || this.slots.stopped) return;
       const code = (err as { code?: string }).code;
       const known = typeof code === 'string' && Object.hasOwn(ERROR_CODES, code);
       if (!known) log.warn({ err }, 'bootstrap failed');

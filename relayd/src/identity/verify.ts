@@ -3,7 +3,6 @@
  * an unknown kid), audience, nbf/exp with a small clock skew, and that the token's node is the node
  * the request is about. No node database: everything needed is in the token and the public keys.
  */
-import type { FastifyRequest } from 'fastify';
 import { tokenKeyId, verifyNodeToken, type NodeClaims, type NodeRole } from '@capstan/shared/identity/token';
 import { capstanError } from '@capstan/shared/errors';
 import type { JwksCache } from './jwks.js';
@@ -32,15 +31,5 @@ export function nodeTokenVerifier(jwks: JwksCache, clockSkewSeconds: number, clo
       if (!jwks.has(tokenKeyId(token))) await jwks.refresh();
       return verifyNodeToken(token, jwks.keys, { nodeId, role, clockSkewSeconds, now: clock() });
     },
-  };
-}
-
-/**
- * A preHandler requiring a valid token of the node `getNodeId(req)` names (undefined: any
- * accepted node's token, for paths without a node).
- */
-export function requireNodeToken<R extends FastifyRequest>(verifier: NodeTokenVerifier, getNodeId: (req: R) => string | undefined): (req: R) => Promise<void> {
-  return async (req) => {
-    await verifier.verify(req.headers.authorization, getNodeId(req));
   };
 }

@@ -7,9 +7,10 @@
  * One connection per node: a newer one replaces an older one (an agent that reconnects after a
  * network change must not be shadowed by its own half-dead previous socket).
  */
+import type { Logger } from '@capstan/shared/log';
 import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/conn-hub';
+import type { NodesList } from '../data/nodes.js';
 
-export { responseConn, socketConn } from '@capstan/toolkit/remote-run/conn-hub';
 /** Where a peer's event lines go: a streamed HTTP response, or an upgraded raw socket. */
 export type PeerConn = LineConn;
 
@@ -42,6 +43,36 @@ export class Hub extends ConnHub<Peer> {
 
   all(): Peer[] {
     return [...this.peers.values()];
+  }
+
+  /**
+   * A forced renewal at the server shows in the synced list as `tokens-after`: connections opened
+   * with a token issued before it end (`bye` token_expired: the agent or sub-relay renews by
+   * signed request and comes back), and the token itself is refused from now on
+   * (Routing.tokensAfter). Tokens are checked without state when a connection opens; the synced
+   * list is where the server's later decisions show, so each new one is applied here.
+   */
+  endRevokedTokens(list: NodesList, log: Logger): void {
+    for (const p of this.all()) {
+      if (p.iat !== undefined && p.iat < list.tokensAfter(p.id)) {
+        log.info({ node: p.id }, 'remote-run connection ended: its token was revoked by a forced renewal');
+        this.end(p.id, 'token_expired');
+      }
+    }
+  }
+
+  /**
+   * Sub-relays are trusted by token, checked without state; the synced list is where a
+   * revocation shows (the server lists registered relays as such): a linked sub-relay it no
+   * longer names as a relay is cut off with a `bye`, and relinking is refused (Routing.relayListed).
+   */
+  endUnlistedRelays(list: NodesList, log: Logger): void {
+    for (const p of this.relays()) {
+      if (list.isRelay(p.id) === false) {
+        log.warn({ relay: p.id }, 'sub-relay no longer a registered relay upstream: link ended');
+        this.end(p.id, 'not_a_relay');
+      }
+    }
   }
 
   /** Resolve with the peer once `id` is connected, or null after `ms`. */

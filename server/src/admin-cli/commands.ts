@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { CAPSTAN_VERSION, capstanError } from '@capstan/shared';
+import { CAPSTAN_VERSION, capstanError, DEFAULT_SERVER_LISTEN } from '@capstan/shared';
 import { ApiClient } from './client.js';
 import { bashCompletion, zshCompletion } from './completion.js';
 import { int, type CliIo, type VerbFn, type Verbs } from './kit.js';
@@ -31,7 +31,7 @@ interface Globals {
 }
 
 /** The server's default listener (`general.listen` in server.toml). */
-export const DEFAULT_URL = 'http://127.0.0.1:3031';
+export const DEFAULT_URL = `http://${DEFAULT_SERVER_LISTEN}`;
 /** Where the first start of a packaged server writes its admin token. */
 export const SERVER_TOKEN_FILE = '/var/lib/capstan/server/admin.token';
 

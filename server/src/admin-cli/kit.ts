@@ -6,6 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parse as parseToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared';
+import { collect, int } from '../cli/args.js';
 import type { ApiClient } from './client.js';
 import type { Column, Format } from './output.js';
 
@@ -34,11 +35,7 @@ export interface Verbs {
 }
 
 export const enc = encodeURIComponent;
-export const collect = (v: string, prev: string[] = []) => [...prev, v];
-export const int = (name: string) => (v: string) => {
-  if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
-  return Number(v);
-};
+export { collect, int };
 export function keyValue(v: string): [string, string] {
   const i = v.indexOf('=');
   if (i <= 0) throw new InvalidArgumentError(`expected key=value, got ${JSON.stringify(v)}`);

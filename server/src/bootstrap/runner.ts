@@ -21,6 +21,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { capstanError, type Logger } from '@capstan/shared';
 import { bootstrapOverSsh, isBootstrapError, type AgentPackage, type BootstrapStep, type SshCredential } from '@capstan/toolkit/bootstrap/ssh';
 import { sealedTaskAad, sealToCertificate } from '@capstan/toolkit/bootstrap/seal';
+import { Slots } from '@capstan/toolkit/slots';
 import type { RelayBootstrapAnswer, RelayBootstrapEvent, RelayBootstrapTask, SealedTaskSecrets } from '@capstan/toolkit/bootstrap/relay';
 import { chooseCredential, openCredential } from './credentials.js';
 import type { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
@@ -96,76 +97,53 @@ export function agentConfigText(o: { relayUrl: string; secret: string; installRo
 class Stopped extends Error {}
 
 export class BootstrapRunner {
-  private timer: NodeJS.Timeout | null = null;
-  private running = 0;
-  private passing: Promise<void> | null = null;
-  private again = false;
-  private stopped = false;
-  private readonly inFlight = new Set<Promise<void>>();
-  /** Ends every SSH connection when the server stops, rather than waiting out command_timeout. */
-  private readonly abort = new AbortController();
+  /**
+   * Passes never overlap; a kick during one (a job created, a task ended) passes again after it.
+   * Its signal ends every SSH connection when the server stops, rather than waiting out
+   * command_timeout.
+   */
+  private readonly slots: Slots;
   private readonly now: () => Date;
 
   constructor(private readonly o: BootstrapRunnerOptions) {
     this.now = o.now ?? (() => new Date());
-  }
-
-  start(): void {
-    this.timer = setInterval(() => {
-      this.kick();
-      void this.o.store.bootstrap.deleteEnrolTokensBefore(this.now().toISOString(), 1000).catch((err: unknown) => this.o.log.warn({ err }, 'expired enrol tokens not deleted'));
-    }, this.o.sweepIntervalMs);
-    this.timer.unref();
-    this.kick();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearInterval(this.timer);
-    this.abort.abort();
-    await this.passing;
-    await Promise.allSettled([...this.inFlight]);
-  }
-
-  /** Take pending bootstrap tasks, up to the free slots. Passes never overlap. */
-  kick(): void {
-    if (this.stopped) return;
-    if (this.passing) {
-      this.again = true;
-      return;
-    }
-    this.passing = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.pass();
-        } catch (err) {
-          this.o.log.warn({ err }, 'bootstrap dispatch failed (retried at the next sweep)');
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.passing = null;
+    this.slots = new Slots({
+      slots: o.settings.concurrency,
+      pass: (free) => this.pass(free),
+      passFailed: (err) => this.o.log.warn({ err }, 'bootstrap dispatch failed (retried at the next sweep)'),
+      whileBusy: 'rerun',
     });
   }
 
-  private async pass(): Promise<void> {
-    const free = this.o.settings.concurrency - this.running;
+  start(): void {
+    this.slots.start(this.o.sweepIntervalMs, () => {
+      this.kick();
+      void this.o.store.bootstrap.deleteEnrolTokensBefore(this.now().toISOString(), 1000).catch((err: unknown) => this.o.log.warn({ err }, 'expired enrol tokens not deleted'));
+    });
+  }
+
+  stop(): Promise<void> {
+    return this.slots.stop();
+  }
+
+  /** Take pending bootstrap tasks, up to the free slots. */
+  kick(): void {
+    this.slots.kick();
+  }
+
+  private async pass(free: number): Promise<void> {
     if (free <= 0 || this.stopped) return;
     const work = await this.o.store.jobs.pendingWork(free, 'bootstrap');
     for (const { job, nodes } of work) {
       const claimed = await this.o.store.jobs.claimTasks(job.id, nodes, { at: this.now().toISOString(), relay: 'server', message: 'bootstrapping from the server' });
       for (const node of claimed) {
-        this.running++;
-        const p = this.task(job, node)
-          .catch((err: unknown) => this.o.log.error({ err, job: job.id, nodeId: node }, 'bootstrap task failed unexpectedly'))
-          .finally(() => {
-            this.running--;
-            this.inFlight.delete(p);
-            this.kick();
-          });
-        this.inFlight.add(p);
+        this.slots.run(() => this.task(job, node), (err) => this.o.log.error({ err, job: job.id, nodeId: node }, 'bootstrap task failed unexpectedly'));
       }
     }
+  }
+
+  private get stopped(): boolean {
+    return this.slots.stopped;
   }
 
   /**
@@ -261,7 +239,7 @@ export class BootstrapRunner {
         remoteTmp: settings.remote_tmp,
         connectTimeoutMs: settings.connect_timeout,
         commandTimeoutMs: settings.command_timeout,
-        signal: this.abort.signal,
+        signal: this.slots.signal,
       }, {
         step,
         hostKey: async (algorithm, fingerprint) => {
@@ -357,9 +335,8 @@ export class BootstrapRunner {
         if (err instanceof Stopped || this.stopped) return;
         await this.fail(jobId, nodeId, err, log);
       })
-      .catch((err: unknown) => log.error({ err }, 'bootstrap enrol wait failed unexpectedly'))
-      .finally(() => this.inFlight.delete(p));
-    this.inFlight.add(p);
+      .catch((err: unknown) => log.error({ err }, 'bootstrap enrol wait failed unexpectedly'));
+    this.slots.track(p);
     return { in_progress: true };
   }
 

@@ -18,7 +18,7 @@ import { PrepareWorkerPool } from './pool.js';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
 import { clockSkew } from '../store/rules.js';
 
-export { runStart, type IngestLimits };
+export { runStart };
 
 export interface IngestDeps {
   store: Store;

@@ -26,6 +26,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@capstan/shared';
+import { Slots } from '@capstan/toolkit/slots';
 import type { JobRecord, Store } from '../store/store.js';
 import type { TaskState } from './states.js';
 import type { RelayHub } from '../remote-run/relay-links.js';
@@ -104,53 +105,39 @@ export function eventBatches(nodes: string[], maxBytes = MAX_EVENT_NODE_BYTES): 
 export class JobRunner {
   private readonly channels = new Map<string, Channel>();
   private readonly tracked = new Map<string, Tracked>();
-  private timer: NodeJS.Timeout | null = null;
-  private dispatching: Promise<void> | null = null;
-  private again = false;
+  /** Dispatch passes never overlap; a kick during one (a job created, a relay linked) passes again after it. */
+  private readonly passes: Slots;
   private sweeping = false;
-  private stopped = false;
   private readonly now: () => Date;
 
   constructor(private readonly o: RunnerOptions) {
     this.now = o.now ?? (() => new Date());
+    // Dispatch only hands tasks to the relays: nothing runs here to count.
+    this.passes = new Slots({
+      slots: Infinity,
+      pass: () => this.dispatch(),
+      passFailed: (err) => this.o.log.warn({ err }, 'job dispatch failed (retried at the next sweep)'),
+      whileBusy: 'rerun',
+    });
     o.hub.on('relay', () => this.kick());
   }
 
   start(): void {
-    this.timer = setInterval(() => void this.sweep(), this.o.sweepIntervalMs);
-    this.timer.unref();
-    this.kick();
+    this.passes.start(this.o.sweepIntervalMs, () => void this.sweep());
   }
 
   async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearInterval(this.timer);
+    const passes = this.passes.stop();
     for (const ch of this.channels.values()) {
       if (ch.timer) clearTimeout(ch.timer);
       ch.abort?.();
     }
-    await this.dispatching;
+    await passes;
   }
 
-  /** Dispatch what is pending now (a job was created, a relay linked). Passes never overlap. */
+  /** Dispatch what is pending now (a job was created, a relay linked). */
   kick(): void {
-    if (this.stopped) return;
-    if (this.dispatching) {
-      this.again = true;
-      return;
-    }
-    this.dispatching = (async () => {
-      do {
-        this.again = false;
-        try {
-          await this.dispatch();
-        } catch (err) {
-          this.o.log.warn({ err }, 'job dispatch failed (retried at the next sweep)');
-        }
-      } while (this.again && !this.stopped);
-    })().finally(() => {
-      this.dispatching = null;
-    });
+    this.passes.kick();
   }
 
   /** One sweep: abort timed-out tasks, delete expired jobs, dispatch what is still pending. */
@@ -187,7 +174,7 @@ export class JobRunner {
   private async dispatch(): Promise<void> {
     for (;;) {
       const relays = this.o.hub.all().map((r) => r.id);
-      if (relays.length === 0 || this.stopped) return;
+      if (relays.length === 0 || this.passes.stopped) return;
       const work = await this.o.store.jobs.pendingWork(BATCH);
       if (work.length === 0) return;
       let claimedAny = false;

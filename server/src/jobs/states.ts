@@ -77,12 +77,6 @@ export const REASONS = {
   aborted: ['cancelled', 'timeout'],
 } as const satisfies Record<TaskState, readonly string[]>;
 
-export type TaskReason = (typeof REASONS)[TaskState][number];
-
-export function isTaskState(s: unknown): s is TaskState {
-  return typeof s === 'string' && (TASK_STATES as readonly string[]).includes(s);
-}
-
 export function isFinal(s: TaskState): boolean {
   return FINAL_STATES.has(s);
 }

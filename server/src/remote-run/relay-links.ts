@@ -10,7 +10,6 @@
  */
 import { ConnHub, type LineConn } from '@capstan/toolkit/remote-run/conn-hub';
 
-export { socketConn } from '@capstan/toolkit/remote-run/conn-hub';
 export type RelayConn = LineConn;
 
 export interface LinkedRelay {

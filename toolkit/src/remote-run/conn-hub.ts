@@ -179,6 +179,19 @@ export function listenRequest(req: IncomingMessage): { id: string; relay: boolea
   }
 }
 
+/**
+ * The same connection without an upgrade: the listen request answered 200, its body the stream
+ * of event lines, kept open. Idle for hours by design: no socket timeout, and keep-alive probes
+ * and heartbeats keep middleboxes from dropping it.
+ */
+export function acceptStream(req: IncomingMessage, res: ServerResponse): LineConn {
+  req.socket.setTimeout(0);
+  req.socket.setNoDelay(true);
+  req.socket.setKeepAlive(true, 60_000);
+  res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+  return responseConn(res);
+}
+
 /** Switch the socket to the line protocol (101) and give it back as a connection. */
 export function acceptUpgrade(socket: Duplex, head: Buffer): LineConn {
   if (head.length > 0) socket.unshift(head);

@@ -4,3 +4,4 @@ export * from './upload.js';
 export * from './recent.js';
 export * from './ocs-pair.js';
 export { startSpoolCleanup, type SpoolCleanupOptions, type SweepableSpool } from './housekeeping.js';
+export * from './schema.js';

@@ -25,7 +25,6 @@ import { KnownSizes } from './sizes.js';
 import { IN_MEMORY_MAX, Writes, type Accepted, type AcceptOptions, type Body } from './write.js';
 import { SpoolWriter } from './writer.js';
 
-export { assertPlainName } from './layout.js';
 export type { Accepted, AcceptOptions } from './write.js';
 
 export interface SpoolOptions {

@@ -21,12 +21,9 @@ import type { RelayContext } from '../context.js';
 import { readBody, rudderText, sendText } from '../rudder-text.js';
 import type { Run, RunEvent } from '../../remote-run/dispatch.js';
 import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
-import { responseConn } from '../../remote-run/listeners.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
+import { acceptStream, acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
 import { tokenDeadline, tokenIssuedAt } from '../../identity/routes.js';
 import { RELAY_ROLE } from '@capstan/shared/identity/token';
-
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
 
 export const CONDITION_RE = /^[a-zA-Z0-9][a-zA-Z0-9_]*$/;
 const NODE_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
@@ -148,22 +145,17 @@ export function remoteRunRoutes(app: FastifyInstance, ctx: RelayContext): void {
       return sendText(reply.header('retry-after', '30'), 503, 'too many remote-run connections');
     }
     reply.hijack();
-    const res = reply.raw;
-    // Idle for hours by design: no socket timeout, heartbeats keep middleboxes from dropping it.
-    req.raw.socket.setTimeout(0);
-    req.raw.socket.setNoDelay(true);
-    req.raw.socket.setKeepAlive(true, 60_000);
-    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    const conn = acceptStream(req.raw, reply.raw);
     const until = tokenDeadline(req.raw);
     const iat = tokenIssuedAt(req.raw);
     const added = rr.hub.add({
-      id: node, relay: req.query.relay === '1', since: Date.now(), conn: responseConn(res), ...(until !== undefined && { until }), ...(iat !== undefined && { iat }),
+      id: node, relay: req.query.relay === '1', since: Date.now(), conn, ...(until !== undefined && { until }), ...(iat !== undefined && { iat }),
     });
     if (!added) {
-      res.end(eventLine({ type: 'bye', reason: 'full' }));
+      conn.end(eventLine({ type: 'bye', reason: 'full' }));
       return;
     }
-    res.write(eventLine({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat }));
+    conn.write(eventLine({ type: 'hello', node, relay: ctx.config.general.node_id, heartbeat_ms: ctx.config.remote_run.heartbeat }));
     ctx.log.debug({ node }, 'remote-run connection');
   });
 

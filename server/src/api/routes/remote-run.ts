@@ -23,10 +23,9 @@ import { capstanError, errorBody, isCapstanError, type Logger } from '@capstan/s
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import type { JobRunner } from '../../jobs/runner.js';
 import type { RelayConn, RelayHub } from '../../remote-run/relay-links.js';
-import { acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
+import { acceptStream, acceptUpgrade, listenRequest, refuseUpgrade } from '@capstan/toolkit/remote-run/conn-hub';
 import { eventLine, jsonLines } from '@capstan/shared/remote-run/protocol';
 
-export { UPGRADE_PROTOCOL } from '@capstan/toolkit/remote-run/conn-hub';
 const RELAY_ID_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
 
 export interface RemoteRunDeps {
@@ -67,19 +66,7 @@ export function remoteRunRoutes(app: FastifyInstance, deps: RemoteRunDeps): void
     if (req.query.relay !== '1') throw capstanError('ERR_NOT_FOUND', 'agents hold their remote-run connection to a relay');
     const grant = authorize ? await authorize(req.headers.authorization, id) : undefined;
     reply.hijack();
-    const res = reply.raw;
-    req.raw.socket.setTimeout(0);
-    req.raw.socket.setNoDelay(true);
-    req.raw.socket.setKeepAlive(true, 60_000);
-    res.writeHead(200, { 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
-    link(id, {
-      write: (l) => void res.write(l),
-      end: (l) => void res.end(l),
-      get closed() {
-        return res.destroyed || res.writableEnded;
-      },
-      onClose: (fn) => void res.once('close', fn),
-    }, grant?.until);
+    link(id, acceptStream(req.raw, reply.raw), grant?.until);
   });
 
   app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
