@@ -1,5 +1,5 @@
 /** Row ↔ record for jobs, shared by both backends (see jobs-types.ts). */
-import { TASK_STATES, type TaskState } from '../jobs/states.js';
+import { TASK_STATES, type TaskState } from './jobs/states.js';
 import type { NodeFilter } from './store.js';
 import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './jobs-types.js';
 

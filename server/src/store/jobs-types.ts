@@ -3,7 +3,7 @@
  * task. Transitions are checked against server/src/jobs/states.ts inside the store's transaction,
  * so a refused one changes nothing and two writers racing on one task cannot both win.
  */
-import type { TaskState } from '../jobs/states.js';
+import type { TaskState } from './jobs/states.js';
 import type { NodeFilter, Page } from './store.js';
 
 export type JobType = 'run' | 'inventory' | 'bootstrap';

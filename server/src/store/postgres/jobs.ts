@@ -5,7 +5,7 @@
  * timeout sweep takes its batch with `SKIP LOCKED`, like the lifecycle sweep.
  */
 import type pg from 'pg';
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../../jobs/states.js';
+import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
 import { storeError } from '../errors.js';
 import { inTransaction } from './tx.js';
 import type {

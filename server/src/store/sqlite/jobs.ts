@@ -4,7 +4,7 @@
  * and its update cannot be split by another writer.
  */
 import type Database from 'better-sqlite3';
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../../jobs/states.js';
+import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
 import { storeError } from '../errors.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
