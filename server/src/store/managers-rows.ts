@@ -1,6 +1,24 @@
 /** Rows shared by both backends for managers and their links to nodes. */
 import type { NodeListRow, NodeRecord } from './store.js';
+import type { ManagerRecord } from './managers-types.js';
 import { hasAgent } from './query.js';
+import type { RowCodec } from './row-codec.js';
+
+export const MANAGER_COLUMNS = 'id, name, type, provider, spec, created_at, updated_at, last_poll_at, last_poll_error';
+
+export function managerFromRow(r: Record<string, unknown>, codec: RowCodec): ManagerRecord {
+  return {
+    id: r.id as string,
+    name: r.name as string,
+    type: r.type as ManagerRecord['type'],
+    provider: r.provider as string,
+    spec: codec.json(r.spec) as Record<string, unknown>,
+    created_at: codec.time(r.created_at)!,
+    updated_at: codec.time(r.updated_at)!,
+    last_poll_at: codec.time(r.last_poll_at),
+    last_poll_error: (r.last_poll_error as string | null) ?? null,
+  };
+}
 
 export interface LinkRow {
   node_id: string;

@@ -3,8 +3,10 @@
  * values, the row as JSON (text in SQLite, jsonb in Postgres). Tags come back sorted by key and
  * groups sorted, so both backends (jsonb reorders keys) answer the same.
  */
-import type { NodeRecord } from './store.js';
+import type { HistoryEntry, NodeRecord, RunRecord } from './store.js';
 import { NODE_COLUMNS } from './query.js';
+import type { RowCodec } from './row-codec.js';
+import { rowOutcomes, type BaseCache } from './run-codec.js';
 
 type Column = (typeof NODE_COLUMNS)[number];
 
@@ -38,4 +40,56 @@ export function nodeToColumns(n: NodeRecord): Record<Column, unknown> {
     else out[c] = n[c as keyof NodeRecord];
   }
   return out;
+}
+
+const TIME_COLUMNS: ReadonlySet<string> = new Set([
+  'created_at', 'updated_at', 'accepted_at', 'last_inventory_at', 'last_run_at', 'last_contact_at', 'state_changed_at', 'conflict_at', 'clock_skew_at',
+]);
+
+/** A `nodes` row (SELECT_NODE: with its certificate) as a record. */
+export function nodeFromRow(row: Record<string, unknown>, codec: RowCodec): NodeRecord {
+  return nodeFromColumns(row, (v, c) => (TIME_COLUMNS.has(c) ? codec.time(v) : (v ?? null)), codec.json);
+}
+
+export function historyFromRow(row: Record<string, unknown>, codec: RowCodec): HistoryEntry {
+  return {
+    id: Number(row.id),
+    node_id: row.node_id as string,
+    at: codec.time(row.at)!,
+    field: row.field as HistoryEntry['field'],
+    from: (row.from_value as string | null) ?? null,
+    to: row.to_value as string,
+    cause: row.cause as string,
+  };
+}
+
+/** A `runs` row (RUN_COLUMNS, with its base's outcomes) as a record. */
+export function runFromRow(row: Record<string, unknown>, bases: BaseCache, codec: RowCodec): RunRecord {
+  return {
+    id: Number(row.id),
+    node_id: row.node_id as string,
+    started_at: row.started_at as string,
+    config_id: (row.config_id as string | null) ?? null,
+    complete: codec.bool(row.complete),
+    report_count: Number(row.report_count),
+    counts: codec.json(row.counts) as RunRecord['counts'],
+    outcomes: rowOutcomes(row, bases),
+    file_name: row.file_name as string,
+    sha256: row.sha256 as string,
+    received_at: codec.time(row.received_at)!,
+  };
+}
+
+/** Named parameters for writing a whole node row (better-sqlite3 binds `@name` from an object). */
+export function nodeParams(n: NodeRecord): Record<string, unknown> {
+  const cols = nodeToColumns(n);
+  const p: Record<string, unknown> = {};
+  for (const c of NODE_COLUMNS) p[c] = cols[c];
+  return p;
+}
+
+/** Positional values for writing a whole node row, in NODE_COLUMNS order (node-pg binds `$n`). */
+export function nodeValues(n: NodeRecord): unknown[] {
+  const cols = nodeToColumns(n);
+  return NODE_COLUMNS.map((c) => cols[c]);
 }

@@ -1,28 +1,19 @@
 /** Named admins and the audit log on PostgreSQL (see ../admins-types.ts). */
-import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
-import { storeError } from '../errors.js';
 import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from '../admins-types.js';
 import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from '../admins-rows.js';
+import type { PostgresDb } from './db.js';
 
 type Row = Record<string, unknown>;
 /** Postgres text cannot hold U+0000: no stored name has one. */
 const impossible = (s: string) => s.includes('\u0000');
 
 export class PostgresAdminStore implements AdminStore {
-  constructor(private readonly pool: () => pg.Pool) {}
-
-  private async q(what: string, text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
-    try {
-      return await this.pool().query<Row>(text, values);
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
+  constructor(private readonly db: PostgresDb) {}
 
   async createAdmin(a: AdminInsert): Promise<AdminRecord> {
     // One statement: a revoked row of the same name is replaced, a live one is left alone.
-    const r = await this.q('create admin', `INSERT INTO admins (name, role, token_digest, created_at, expires_at, revoked_at, last_used_at)
+    const r = await this.db.query<Row>('create admin', `INSERT INTO admins (name, role, token_digest, created_at, expires_at, revoked_at, last_used_at)
       VALUES ($1, $2, $3, $4, $5, NULL, NULL)
       ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role, token_digest = EXCLUDED.token_digest, created_at = EXCLUDED.created_at,
         expires_at = EXCLUDED.expires_at, revoked_at = NULL, last_used_at = NULL
@@ -33,38 +24,38 @@ export class PostgresAdminStore implements AdminStore {
   }
 
   async listAdmins(): Promise<AdminRecord[]> {
-    return (await this.q('list admins', `SELECT ${ADMIN_COLUMNS} FROM admins ORDER BY name COLLATE "C"`, [])).rows.map(adminFromRow);
+    return (await this.db.query<Row>('list admins', `SELECT ${ADMIN_COLUMNS} FROM admins ORDER BY name COLLATE "C"`, [])).rows.map(adminFromRow);
   }
 
   async getAdmin(name: string): Promise<AdminRecord | null> {
     if (impossible(name)) return null;
-    const r = await this.q('get admin', `SELECT ${ADMIN_COLUMNS} FROM admins WHERE name = $1`, [name]);
+    const r = await this.db.query<Row>('get admin', `SELECT ${ADMIN_COLUMNS} FROM admins WHERE name = $1`, [name]);
     return r.rows[0] ? adminFromRow(r.rows[0]) : null;
   }
 
   async adminByDigest(digest: string): Promise<(AdminRecord & { token_digest: string }) | null> {
     if (impossible(digest)) return null;
-    const r = await this.q('find admin', `SELECT ${ADMIN_COLUMNS}, token_digest FROM admins WHERE token_digest = $1`, [digest]);
+    const r = await this.db.query<Row>('find admin', `SELECT ${ADMIN_COLUMNS}, token_digest FROM admins WHERE token_digest = $1`, [digest]);
     return r.rows[0] ? { ...adminFromRow(r.rows[0]), token_digest: String(r.rows[0].token_digest) } : null;
   }
 
   async revokeAdmin(name: string, at: string): Promise<boolean> {
     if (impossible(name)) return false;
-    return ((await this.q('revoke admin', 'UPDATE admins SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL', [at, name])).rowCount ?? 0) > 0;
+    return ((await this.db.query<Row>('revoke admin', 'UPDATE admins SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL', [at, name])).rowCount ?? 0) > 0;
   }
 
   async replaceToken(name: string, digest: string): Promise<AdminRecord | null> {
     if (impossible(name)) return null;
-    const r = await this.q('replace admin token', `UPDATE admins SET token_digest = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING ${ADMIN_COLUMNS}`, [digest, name]);
+    const r = await this.db.query<Row>('replace admin token', `UPDATE admins SET token_digest = $1 WHERE name = $2 AND revoked_at IS NULL RETURNING ${ADMIN_COLUMNS}`, [digest, name]);
     return r.rows[0] ? adminFromRow(r.rows[0]) : null;
   }
 
   async touchAdmin(name: string, at: string): Promise<void> {
-    await this.q('touch admin', 'UPDATE admins SET last_used_at = $1 WHERE name = $2', [at, name]);
+    await this.db.query<Row>('touch admin', 'UPDATE admins SET last_used_at = $1 WHERE name = $2', [at, name]);
   }
 
   async insertAudit(r: AuditInsert): Promise<void> {
-    await this.q('record audit', `INSERT INTO audit_log (at, admin, role, action, target, method, path, address, status, error)
+    await this.db.query<Row>('record audit', `INSERT INTO audit_log (at, admin, role, action, target, method, path, address, status, error)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
     [r.at, r.admin, r.role, r.action, r.target, r.method, r.path, r.address, r.status, r.error].map((v) => (typeof v === 'string' ? v.replaceAll('\u0000', '') : v)));
   }
@@ -73,22 +64,22 @@ export class PostgresAdminStore implements AdminStore {
     for (const v of [q.admin, q.action, q.target]) if (v !== undefined && impossible(v)) return { rows: [], total: 0 };
     const values: unknown[] = [];
     const where = auditWhere(q, (v) => (values.push(v), `$${values.length}`));
-    const total = Number((await this.q('count audit', `SELECT count(*) AS n FROM audit_log ${where}`, values)).rows[0]!.n);
+    const total = Number((await this.db.query<Row>('count audit', `SELECT count(*) AS n FROM audit_log ${where}`, values)).rows[0]!.n);
     const n = values.length;
-    const r = await this.q('list audit', `SELECT ${AUDIT_COLUMNS} FROM audit_log ${where} ORDER BY at DESC, id DESC LIMIT $${n + 1} OFFSET $${n + 2}`,
+    const r = await this.db.query<Row>('list audit', `SELECT ${AUDIT_COLUMNS} FROM audit_log ${where} ORDER BY at DESC, id DESC LIMIT $${n + 1} OFFSET $${n + 2}`,
       [...values, q.per_page, (q.page - 1) * q.per_page]);
     return { rows: r.rows.map(auditFromRow), total };
   }
 
   async deleteAuditBefore(before: string, limit: number): Promise<number> {
-    const r = await this.q('delete audit', 'DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)', [before, limit]);
+    const r = await this.db.query<Row>('delete audit', 'DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)', [before, limit]);
     return r.rowCount ?? 0;
   }
 
   async trimAudit(keep: number, limit: number): Promise<number> {
-    const edge = await this.q('trim audit', 'SELECT id FROM audit_log ORDER BY id DESC LIMIT 1 OFFSET $1', [keep]);
+    const edge = await this.db.query<Row>('trim audit', 'SELECT id FROM audit_log ORDER BY id DESC LIMIT 1 OFFSET $1', [keep]);
     if (!edge.rows[0]) return 0;
-    const r = await this.q('trim audit', 'DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE id <= $1 ORDER BY id LIMIT $2)', [edge.rows[0].id, limit]);
+    const r = await this.db.query<Row>('trim audit', 'DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE id <= $1 ORDER BY id LIMIT $2)', [edge.rows[0].id, limit]);
     return r.rowCount ?? 0;
   }
 }

@@ -1,108 +1,83 @@
 /** Bootstrap credentials, host keys and enrollment tokens on PostgreSQL (see ../bootstrap-types.ts). */
-import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
-import { storeError } from '../errors.js';
 import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from '../bootstrap-types.js';
+import { credentialFromRow, hostKeyFromRow, publicCredential } from '../bootstrap-rows.js';
+import type { PostgresDb } from './db.js';
+import { postgresRows } from './rows.js';
 
 type Row = Record<string, unknown>;
-const iso = (v: unknown): string => (v instanceof Date ? v.toISOString() : new Date(String(v)).toISOString());
 const utc = (s: string) => new Date(s).toISOString();
 const CREDENTIAL_COLUMNS = 'id, "user", port, selectors, fingerprint, has_password, sealed, created_at';
-
-function credentialFromRow(r: Row): SealedCredential {
-  return {
-    id: String(r.id),
-    user: String(r.user),
-    port: Number(r.port),
-    selectors: (typeof r.selectors === 'string' ? JSON.parse(r.selectors) : r.selectors) as string[],
-    fingerprint: (r.fingerprint as string | null) ?? null,
-    has_password: r.has_password === true,
-    created_at: iso(r.created_at),
-    sealed: String(r.sealed),
-  };
-}
-
-const publicCredential = ({ sealed: _s, ...c }: SealedCredential): CredentialRecord => c;
-
-function hostKeyFromRow(r: Row): HostKeyRecord {
-  return { node_id: String(r.node_id), algorithm: String(r.algorithm), fingerprint: String(r.fingerprint), pinned_at: iso(r.pinned_at), job_id: (r.job_id as string | null) ?? null };
-}
+const asCredential = (r: Row) => credentialFromRow(r, postgresRows);
+const asHostKey = (r: Row) => hostKeyFromRow(r, postgresRows);
 
 /** Postgres text cannot hold U+0000: no stored id has one. */
 const impossible = (s: string) => s.includes('\u0000');
 
 export class PostgresBootstrapStore implements BootstrapStore {
-  constructor(private readonly pool: () => pg.Pool) {}
-
-  private async q(what: string, text: string, values: unknown[]): Promise<pg.QueryResult<Row>> {
-    try {
-      return await this.pool().query<Row>(text, values);
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
+  constructor(private readonly db: PostgresDb) {}
 
   async createCredential(c: SealedCredential): Promise<CredentialRecord> {
-    const r = await this.q('create credential', `INSERT INTO ssh_credentials (${CREDENTIAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    const r = await this.db.query<Row>('create credential', `INSERT INTO ssh_credentials (${CREDENTIAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
       ON CONFLICT (id) DO NOTHING RETURNING ${CREDENTIAL_COLUMNS}`,
     [c.id, c.user, c.port, JSON.stringify(c.selectors), c.fingerprint, c.has_password, c.sealed, utc(c.created_at)]);
     if (r.rowCount === 0) throw capstanError('ERR_CONFLICT', `credential ${c.id} exists`);
-    return publicCredential(credentialFromRow(r.rows[0]!));
+    return publicCredential(asCredential(r.rows[0]!));
   }
 
   async listCredentials(): Promise<CredentialRecord[]> {
-    const r = await this.q('list credentials', `SELECT ${CREDENTIAL_COLUMNS} FROM ssh_credentials ORDER BY id`, []);
-    return r.rows.map((x) => publicCredential(credentialFromRow(x)));
+    const r = await this.db.query<Row>('list credentials', `SELECT ${CREDENTIAL_COLUMNS} FROM ssh_credentials ORDER BY id`, []);
+    return r.rows.map((x) => publicCredential(asCredential(x)));
   }
 
   async getSealedCredential(id: string): Promise<SealedCredential | null> {
     if (impossible(id)) return null;
-    const r = await this.q('get credential', `SELECT ${CREDENTIAL_COLUMNS} FROM ssh_credentials WHERE id = $1`, [id]);
-    return r.rows[0] ? credentialFromRow(r.rows[0]) : null;
+    const r = await this.db.query<Row>('get credential', `SELECT ${CREDENTIAL_COLUMNS} FROM ssh_credentials WHERE id = $1`, [id]);
+    return r.rows[0] ? asCredential(r.rows[0]) : null;
   }
 
   async deleteCredential(id: string): Promise<boolean> {
     if (impossible(id)) return false;
-    return ((await this.q('delete credential', 'DELETE FROM ssh_credentials WHERE id = $1', [id])).rowCount ?? 0) > 0;
+    return ((await this.db.query<Row>('delete credential', 'DELETE FROM ssh_credentials WHERE id = $1', [id])).rowCount ?? 0) > 0;
   }
 
   async getHostKey(nodeId: string): Promise<HostKeyRecord | null> {
     if (impossible(nodeId)) return null;
-    const r = await this.q('get host key', 'SELECT * FROM node_host_keys WHERE node_id = $1', [nodeId]);
-    return r.rows[0] ? hostKeyFromRow(r.rows[0]) : null;
+    const r = await this.db.query<Row>('get host key', 'SELECT * FROM node_host_keys WHERE node_id = $1', [nodeId]);
+    return r.rows[0] ? asHostKey(r.rows[0]) : null;
   }
 
   async pinHostKey(key: HostKeyRecord): Promise<HostKeyRecord> {
-    await this.q('pin host key', `INSERT INTO node_host_keys (node_id, algorithm, fingerprint, pinned_at, job_id) VALUES ($1, $2, $3, $4, $5)
+    await this.db.query<Row>('pin host key', `INSERT INTO node_host_keys (node_id, algorithm, fingerprint, pinned_at, job_id) VALUES ($1, $2, $3, $4, $5)
       ON CONFLICT (node_id) DO NOTHING`, [key.node_id, key.algorithm, key.fingerprint, utc(key.pinned_at), key.job_id]);
     return (await this.getHostKey(key.node_id))!;
   }
 
   async clearHostKey(nodeId: string): Promise<boolean> {
     if (impossible(nodeId)) return false;
-    return ((await this.q('clear host key', 'DELETE FROM node_host_keys WHERE node_id = $1', [nodeId])).rowCount ?? 0) > 0;
+    return ((await this.db.query<Row>('clear host key', 'DELETE FROM node_host_keys WHERE node_id = $1', [nodeId])).rowCount ?? 0) > 0;
   }
 
   async putEnrolToken(t: EnrolTokenInsert): Promise<void> {
-    await this.q('put enrol token', 'INSERT INTO enrol_tokens (digest, job_id, node_id, expires_at) VALUES ($1, $2, $3, $4)', [t.digest, t.job_id, t.node_id, utc(t.expires_at)]);
+    await this.db.query<Row>('put enrol token', 'INSERT INTO enrol_tokens (digest, job_id, node_id, expires_at) VALUES ($1, $2, $3, $4)', [t.digest, t.job_id, t.node_id, utc(t.expires_at)]);
   }
 
   async useEnrolToken(digest: string, at: string, usedBy: string): Promise<EnrolTokenUse | null> {
     if (impossible(digest) || impossible(usedBy)) return null;
     // One conditional update: of two inventories racing with one token, one wins.
-    const r = await this.q('use enrol token', `UPDATE enrol_tokens SET used_at = $2, used_by = $3
+    const r = await this.db.query<Row>('use enrol token', `UPDATE enrol_tokens SET used_at = $2, used_by = $3
       WHERE digest = $1 AND used_at IS NULL AND expires_at > $2 RETURNING job_id, node_id`, [digest, utc(at), usedBy]);
     return r.rows[0] ? { job_id: String(r.rows[0].job_id), node_id: String(r.rows[0].node_id) } : null;
   }
 
   async enrolledBy(jobId: string, nodeId: string): Promise<string | null> {
     if (impossible(jobId) || impossible(nodeId)) return null;
-    const r = await this.q('enrol token state', 'SELECT used_by FROM enrol_tokens WHERE job_id = $1 AND node_id = $2 AND used_at IS NOT NULL', [jobId, nodeId]);
+    const r = await this.db.query<Row>('enrol token state', 'SELECT used_by FROM enrol_tokens WHERE job_id = $1 AND node_id = $2 AND used_at IS NOT NULL', [jobId, nodeId]);
     return r.rows[0] ? String(r.rows[0].used_by) : null;
   }
 
   async deleteEnrolTokensBefore(before: string, limit: number): Promise<number> {
-    const r = await this.q('delete enrol tokens', 'DELETE FROM enrol_tokens WHERE digest IN (SELECT digest FROM enrol_tokens WHERE expires_at < $1 LIMIT $2)', [utc(before), limit]);
+    const r = await this.db.query<Row>('delete enrol tokens', 'DELETE FROM enrol_tokens WHERE digest IN (SELECT digest FROM enrol_tokens WHERE expires_at < $1 LIMIT $2)', [utc(before), limit]);
     return r.rowCount ?? 0;
   }
 }

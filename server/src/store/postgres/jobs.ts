@@ -6,35 +6,22 @@
  */
 import type pg from 'pg';
 import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
-import { storeError } from '../errors.js';
-import { inTransaction } from './tx.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
 import { JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
 import type { Page } from '../store.js';
+import type { PostgresDb, Queryable as Q } from './db.js';
 
-type Q = pg.Pool | pg.PoolClient;
 const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');
 const utc = (s: string) => new Date(s).toISOString();
 
 export class PostgresJobStore implements JobStore {
-  constructor(private readonly pool: () => pg.Pool) {}
+  constructor(private readonly db: PostgresDb) {}
 
+  /** One statement on `c`; its errors are coded by the read or transaction around it. */
   private async q<R extends pg.QueryResultRow = Row>(c: Q, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
     return c.query<R>(text, values);
-  }
-
-  private async tx<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool(), what, fn);
-  }
-
-  private async read<T>(what: string, fn: (c: Q) => Promise<T>): Promise<T> {
-    try {
-      return await fn(this.pool());
-    } catch (err) {
-      throw storeError(what, err);
-    }
   }
 
   private async job(c: Q, id: string): Promise<JobRecord | null> {
@@ -60,7 +47,7 @@ export class PostgresJobStore implements JobStore {
       return why ? [{ n, ...why }] : [];
     });
     for (const f of fails) checkTransition('pending', 'failed', f.reason);
-    return this.tx('create job', async (c) => {
+    return this.db.tx('create job', async (c) => {
       const at = utc(job.created_at);
       await this.q(c, `INSERT INTO jobs (${JOB_COLUMNS}) VALUES ($1, $2, $3, 'running', $4, $5, $6, $7, $8, $9, NULL)`, [
         job.id, job.name, job.type, specJson(job), JSON.stringify(job.conditions), job.keep_output, job.timeout_ms, at, utc(job.deadline_at),
@@ -86,11 +73,11 @@ export class PostgresJobStore implements JobStore {
 
   async getJob(id: string): Promise<JobRecord | null> {
     if (id.includes('\u0000')) return null;
-    return this.read('get job', (c) => this.job(c, id));
+    return this.db.read('get job', (c) => this.job(c, id));
   }
 
   async listJobs(page: number, perPage: number, state?: JobState): Promise<Page<JobRecord>> {
-    return this.read('list jobs', async (c) => {
+    return this.db.read('list jobs', async (c) => {
       const where = state ? 'WHERE state = $1' : '';
       const args: unknown[] = state ? [state] : [];
       const total = Number((await this.q<{ n: string }>(c, `SELECT count(*) AS n FROM jobs ${where}`, args)).rows[0]!.n);
@@ -107,13 +94,13 @@ export class PostgresJobStore implements JobStore {
 
   async listTasks(jobId: string): Promise<TaskRecord[]> {
     if (jobId.includes('\u0000')) return [];
-    return this.read('list tasks', async (c) =>
+    return this.db.read('list tasks', async (c) =>
       (await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 ORDER BY node_id`, [jobId])).rows.map(taskFromRow));
   }
 
   async getTask(jobId: string, nodeId: string): Promise<TaskRecord | null> {
     if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return null;
-    return this.read('get task', async (c) => {
+    return this.db.read('get task', async (c) => {
       const r = await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 AND node_id = $2`, [jobId, nodeId]);
       return r.rows[0] ? taskFromRow(r.rows[0]) : null;
     });
@@ -121,14 +108,14 @@ export class PostgresJobStore implements JobStore {
 
   async taskHistory(jobId: string, nodeId: string): Promise<TaskTransition[]> {
     if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return [];
-    return this.read('task history', async (c) =>
+    return this.db.read('task history', async (c) =>
       (await this.q(c, 'SELECT at, from_state, to_state, reason, message FROM job_task_transitions WHERE job_id = $1 AND node_id = $2 ORDER BY id', [jobId, nodeId]))
         .rows.map(transitionFromRow));
   }
 
   async transition(jobId: string, nodeId: string, t: TransitionInput): Promise<TaskRecord | null> {
     if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return null;
-    return this.tx('task transition', async (c) => {
+    return this.db.tx('task transition', async (c) => {
       const r = await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 AND node_id = $2 FOR UPDATE`, [jobId, nodeId]);
       if (!r.rows[0]) return null;
       const cur = taskFromRow(r.rows[0]);
@@ -152,7 +139,7 @@ export class PostgresJobStore implements JobStore {
   async claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]> {
     if (jobId.includes('\u0000') || nodeIds.length === 0) return [];
     checkTransition('pending', 'scheduled', 'dispatched');
-    return this.tx('claim tasks', async (q) => {
+    return this.db.tx('claim tasks', async (q) => {
       const at = utc(c.at);
       // Only rows still pending are taken; another server claiming the same ones waits on the row
       // locks and then finds them scheduled (the WHERE is re-checked), so no task is sent twice.
@@ -169,7 +156,7 @@ export class PostgresJobStore implements JobStore {
   }
 
   async pendingWork(limit: number, kind: JobKind = 'remote-run', host = 'server'): Promise<PendingWork[]> {
-    return this.read('pending tasks', async (c) => {
+    return this.db.read('pending tasks', async (c) => {
       const byHost = kind === 'bootstrap' ? ` AND ${bootstrapHostCondition('$2')}` : '';
       const rows = await this.q<{ job_id: string; node_id: string }>(c, `SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
         WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)}${byHost} ORDER BY j.created_at, t.job_id, t.node_id LIMIT $1`, kind === 'bootstrap' ? [limit, host] : [limit]);
@@ -185,7 +172,7 @@ export class PostgresJobStore implements JobStore {
   }
 
   async setTaskStep(jobId: string, nodeId: string, step: string, message: string, at: string): Promise<boolean> {
-    return this.read('task step', async (c) => (await this.q(c, `UPDATE job_tasks SET step = $3, message = $4, updated_at = $5
+    return this.db.read('task step', async (c) => (await this.q(c, `UPDATE job_tasks SET step = $3, message = $4, updated_at = $5
       WHERE job_id = $1 AND node_id = $2 AND state = 'in_progress'`, [jobId, nodeId, step, message, utc(at)])).rowCount! > 0);
   }
 
@@ -200,7 +187,7 @@ export class PostgresJobStore implements JobStore {
 
   async cancelJob(id: string, at: string): Promise<JobRecord | null> {
     if (id.includes('\u0000')) return null;
-    return this.tx('cancel job', async (c) => {
+    return this.db.tx('cancel job', async (c) => {
       // Tasks first, then the job: the order every transition locks in, so the two never deadlock.
       const tasks = await this.q<{ job_id: string; node_id: string; state: TaskState }>(c,
         `SELECT job_id, node_id, state FROM job_tasks WHERE job_id = $1 AND state IN (${NON_FINAL_SQL}) ORDER BY node_id FOR UPDATE`, [id]);
@@ -215,7 +202,7 @@ export class PostgresJobStore implements JobStore {
   }
 
   async expireTasks(now: string, limit: number): Promise<number> {
-    return this.tx('expire tasks', async (c) => {
+    return this.db.tx('expire tasks', async (c) => {
       const when = utc(now);
       const tasks = await this.q<{ job_id: string; node_id: string; state: TaskState }>(c, `SELECT t.job_id, t.node_id, t.state FROM job_tasks t
         WHERE t.state IN (${NON_FINAL_SQL}) AND t.job_id IN (SELECT id FROM jobs WHERE state = 'running' AND deadline_at <= $1)
@@ -230,7 +217,7 @@ export class PostgresJobStore implements JobStore {
   }
 
   async deleteJobsBefore(before: string, limit: number): Promise<number> {
-    return this.read('delete old jobs', async (c) =>
+    return this.db.read('delete old jobs', async (c) =>
       (await this.q(c, "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> 'running' AND finished_at < $1 LIMIT $2)", [utc(before), limit])).rowCount ?? 0);
   }
 }

@@ -6,8 +6,6 @@
  */
 import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
-import { storeError } from '../errors.js';
-import { inTransaction } from './tx.js';
 import type {
   CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
 } from '../managers-types.js';
@@ -16,69 +14,46 @@ import { NODE_COLUMNS, SELECT_NODE } from '../query.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../rules.js';
 import { toUtcIso } from '../time.js';
-import { iso, nodeFromRow, nodeValues } from './rows.js';
+import { nodeFromRow, nodeValues } from '../records.js';
+import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from '../managers-rows.js';
+import type { PostgresDb, Queryable as Q } from './db.js';
+import { postgresRows } from './rows.js';
 
 export interface PostgresNodeWriter {
   saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void>;
 }
 
-type Q = pg.Pool | pg.PoolClient;
 type Row = Record<string, unknown>;
-const COLUMNS = 'id, name, type, provider, spec, created_at, updated_at, last_poll_at, last_poll_error';
 const INSERT_ROW = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const LINK = `INSERT INTO node_managers (node_id, manager_id, first_seen_at, last_seen_at) VALUES ($1, $2, $3, $3)
   ON CONFLICT (node_id, manager_id) DO UPDATE SET last_seen_at = excluded.last_seen_at`;
 
-function managerFromRow(r: Row): ManagerRecord {
-  return {
-    id: r.id as string,
-    name: r.name as string,
-    type: r.type as ManagerRecord['type'],
-    provider: r.provider as string,
-    spec: r.spec as Record<string, unknown>,
-    created_at: iso(r.created_at)!,
-    updated_at: iso(r.updated_at)!,
-    last_poll_at: iso(r.last_poll_at),
-    last_poll_error: (r.last_poll_error as string | null) ?? null,
-  };
-}
-
+const asManager = (r: Row) => managerFromRow(r, postgresRows);
+const asNode = (r: Row) => nodeFromRow(r, postgresRows);
 const noNul = (s: string) => !s.includes('\u0000');
 
 export class PostgresManagerStore implements ManagerStore {
-  constructor(private readonly pool: () => pg.Pool, private readonly nodes: PostgresNodeWriter) {}
-
-  private async tx<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool(), what, fn);
-  }
-
-  private async read<T>(what: string, fn: (c: Q) => Promise<T>): Promise<T> {
-    try {
-      return await fn(this.pool());
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
+  constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodeWriter) {}
 
   private async manager(c: Q, id: string, lock = false): Promise<ManagerRecord | null> {
     if (!noNul(id)) return null;
     const r = await c.query<Row>(`SELECT ${COLUMNS} FROM managers WHERE id = $1${lock ? ' FOR UPDATE' : ''}`, [id]);
-    return r.rows[0] ? managerFromRow(r.rows[0]) : null;
+    return r.rows[0] ? asManager(r.rows[0]) : null;
   }
 
   async listManagers(provider?: string): Promise<ManagerRecord[]> {
-    return this.read('list managers', async (c) => (provider === undefined
+    return this.db.read('list managers', async (c) => (provider === undefined
       ? await c.query<Row>(`SELECT ${COLUMNS} FROM managers ORDER BY id`)
-      : await c.query<Row>(`SELECT ${COLUMNS} FROM managers WHERE provider = $1 ORDER BY id`, [provider])).rows.map(managerFromRow));
+      : await c.query<Row>(`SELECT ${COLUMNS} FROM managers WHERE provider = $1 ORDER BY id`, [provider])).rows.map(asManager));
   }
 
   async getManager(id: string): Promise<ManagerRecord | null> {
-    return this.read('get manager', (c) => this.manager(c, id));
+    return this.db.read('get manager', (c) => this.manager(c, id));
   }
 
   async createManager(m: ManagerInsert, atRaw: string): Promise<ManagerRecord> {
     const at = toUtcIso(atRaw, 'at');
-    return this.tx('create manager', async (c) => {
+    return this.db.tx('create manager', async (c) => {
       const rec = managerFromInsert(m, at);
       const r = await c.query(`INSERT INTO managers (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $6, NULL, NULL) ON CONFLICT (id) DO NOTHING`,
         [rec.id, rec.name, rec.type, rec.provider, JSON.stringify(rec.spec), at]);
@@ -90,7 +65,7 @@ export class PostgresManagerStore implements ManagerStore {
   async updateManager(id: string, m: Omit<ManagerInsert, 'id' | 'type'>, atRaw: string): Promise<ManagerRecord | null> {
     const at = toUtcIso(atRaw, 'at');
     if (!noNul(id)) return null;
-    return this.tx('update manager', async (c) => {
+    return this.db.tx('update manager', async (c) => {
       const r = await c.query('UPDATE managers SET name = $1, provider = $2, spec = $3, updated_at = $4 WHERE id = $5',
         [m.name, m.provider, JSON.stringify(m.spec), at, id]);
       return r.rowCount === 0 ? null : this.manager(c, id);
@@ -99,12 +74,12 @@ export class PostgresManagerStore implements ManagerStore {
 
   async deleteManager(id: string): Promise<boolean> {
     if (!noNul(id)) return false;
-    return this.tx('delete manager', async (c) => ((await c.query('DELETE FROM managers WHERE id = $1', [id])).rowCount ?? 0) > 0);
+    return this.db.tx('delete manager', async (c) => ((await c.query('DELETE FROM managers WHERE id = $1', [id])).rowCount ?? 0) > 0);
   }
 
   async exclusiveNodes(id: string): Promise<string[]> {
     if (!noNul(id)) return [];
-    return this.read('exclusive nodes', async (c) => (await c.query<{ node_id: string }>(`SELECT l.node_id FROM node_managers l
+    return this.db.read('exclusive nodes', async (c) => (await c.query<{ node_id: string }>(`SELECT l.node_id FROM node_managers l
       WHERE l.manager_id = $1 AND NOT EXISTS (SELECT 1 FROM node_managers o WHERE o.node_id = l.node_id AND o.manager_id <> l.manager_id)
       ORDER BY l.node_id`, [id])).rows.map((r) => r.node_id));
   }
@@ -112,7 +87,7 @@ export class PostgresManagerStore implements ManagerStore {
   async linkNode(nodeId: string, managerId: string, atRaw: string): Promise<boolean> {
     const at = toUtcIso(atRaw, 'at');
     if (!noNul(nodeId) || !noNul(managerId)) return false;
-    return this.tx('link node', async (c) => {
+    return this.db.tx('link node', async (c) => {
       const r = await c.query(`INSERT INTO node_managers (node_id, manager_id, first_seen_at, last_seen_at)
         SELECT n.id, m.id, $3, $3 FROM nodes n, managers m WHERE n.id = $1 AND m.id = $2
         ON CONFLICT (node_id, manager_id) DO UPDATE SET last_seen_at = excluded.last_seen_at`, [nodeId, managerId, at]);
@@ -123,7 +98,7 @@ export class PostgresManagerStore implements ManagerStore {
   async applyDiscovery(managerId: string, instances: DiscoveredInstance[], atRaw: string): Promise<DiscoverySummary> {
     const at = toUtcIso(atRaw, 'at');
     const cause = `discovery (manager ${managerId})`;
-    return this.tx('apply discovery', async (c) => {
+    return this.db.tx('apply discovery', async (c) => {
       // Polls are applied one at a time across servers: two managers seeing one new instance
       // would otherwise both insert it and one would fail on the cloud-identity index. Polls are
       // minutes apart and short; ingest does not take this lock.
@@ -135,7 +110,7 @@ export class PostgresManagerStore implements ManagerStore {
       for (const inst of instances) {
         const r = await c.query<Row>(`${SELECT_NODE} WHERE n.source_id = $1 AND n.region = $2 AND n.account_id = $3 FOR NO KEY UPDATE OF n`,
           [inst.source_id, inst.region, inst.account_id]);
-        const known = r.rows[0] ? nodeFromRow(r.rows[0]) : null;
+        const known = r.rows[0] ? asNode(r.rows[0]) : null;
         const next = known ? rediscovered(known, inst, at) : discoveredNode(inst, manager, at);
         if (next !== known) await this.nodes.saveNode(c, next, known, at, cause);
         if (!known) summary.created++;
@@ -154,7 +129,7 @@ export class PostgresManagerStore implements ManagerStore {
         }
         const r = await c.query<Row>(`${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, [h.node_id]);
         if (!r.rows[0]) continue;
-        const node = nodeFromRow(r.rows[0]);
+        const node = asNode(r.rows[0]);
         const next = disappeared(node, at);
         if (next !== node) {
           await this.nodes.saveNode(c, next, node, at, cause);
@@ -169,13 +144,13 @@ export class PostgresManagerStore implements ManagerStore {
   async recordPoll(id: string, atRaw: string, error: string | null): Promise<void> {
     const at = toUtcIso(atRaw, 'at');
     if (!noNul(id)) return;
-    await this.tx('record poll', (c) => c.query('UPDATE managers SET last_poll_at = $1, last_poll_error = $2 WHERE id = $3', [at, error, id]));
+    await this.db.tx('record poll', (c) => c.query('UPDATE managers SET last_poll_at = $1, last_poll_error = $2 WHERE id = $3', [at, error, id]));
   }
 
   async adoptDiscovered(nodeId: string, identity: CloudIdentity, atRaw: string): Promise<boolean> {
     const at = toUtcIso(atRaw, 'at');
     if (![nodeId, identity.source_id, identity.region, identity.account_id].every(noNul)) return false;
-    return this.tx('adopt discovered node', async (c) => {
+    return this.db.tx('adopt discovered node', async (c) => {
       // Not while a poll is applied: it could miss the row moving to its new id and insert it again.
       await c.query("SELECT pg_advisory_xact_lock(hashtext('capstan.discovery'))");
       if ((await c.query('SELECT 1 FROM nodes WHERE id = $1', [nodeId])).rowCount) return false;
@@ -183,7 +158,7 @@ export class PostgresManagerStore implements ManagerStore {
         AND n.last_inventory_at IS NULL AND n.certificate_fingerprint IS NULL FOR UPDATE OF n`,
       [identity.source_id, identity.region, identity.account_id]);
       if (!r.rows[0]) return false;
-      const old = nodeFromRow(r.rows[0]);
+      const old = asNode(r.rows[0]);
       const next = adopted(old, nodeId, at);
       await c.query('UPDATE nodes SET source_id = NULL, account_id = NULL WHERE id = $1', [old.id]);
       await c.query(INSERT_ROW, nodeValues(next));

@@ -14,7 +14,7 @@
  *
  * Hot statements are named, so node-pg prepares them once per connection.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient, parseFilter, versionKey, type FilterExpr } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
@@ -28,9 +28,6 @@ import {
   clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, worstNodesSql, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
-import { storeError } from '../errors.js';
-import { inTransaction } from './tx.js';
-import { poolConfig } from './connection.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
 import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
@@ -53,25 +50,18 @@ import {
 } from '../inventory-index.js';
 import { globToLike } from '../filter-sql.js';
 import { PostgresAdminStore } from './admins.js';
-import { historyFromRow, iso, nodeFromRow, nodeValues, runFromRow } from './rows.js';
+import { iso, postgresRows } from './rows.js';
+import { PostgresDb, type PostgresDbOptions, type Queryable as Q } from './db.js';
+import { historyFromRow, nodeFromRow, nodeValues, runFromRow } from '../records.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
-export interface PostgresStoreOptions {
-  url: string;
-  poolSize?: number;
-  /** Keep the registry in this schema (created by migrate() if missing); default: the search_path. */
-  schema?: string;
-  now?: () => Date;
-  /** Told about connections that fail while idle in the pool (the next query reports it too). */
-  onIdleError?: (err: Error) => void;
+export interface PostgresStoreOptions extends PostgresDbOptions {
   /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
   onMaintenance?: (message: string, err?: unknown) => void;
   /** Memory for decoded node-day bases (store/run-codec.ts). */
   runBaseCacheBytes?: number;
 }
-
-type Q = pg.Pool | pg.PoolClient;
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
@@ -79,53 +69,32 @@ const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 /** Postgres text cannot hold U+0000, so no stored id has one: answer "absent" without asking. */
 const impossibleId = (id: string) => id.includes('\u0000');
-// A plain identifier: it goes into the connection's search_path and into CREATE SCHEMA.
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 export class PostgresStore implements Store {
-  private readonly pool: pg.Pool;
-  private readonly schema: string | undefined;
-  private readonly now: () => Date;
+  private readonly db: PostgresDb;
   private readonly onMaintenance: (message: string, err?: unknown) => void;
   private readonly skippedPartitions = new Set<string>();
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
-  private closed = false;
   readonly identity: PostgresIdentityStore;
-  readonly jobs = new PostgresJobStore(() => this.pool);
-  readonly bootstrap = new PostgresBootstrapStore(() => this.pool);
-  readonly admins = new PostgresAdminStore(() => this.pool);
-  readonly managers: PostgresManagerStore = new PostgresManagerStore(() => this.pool, this);
+  readonly jobs: PostgresJobStore;
+  readonly bootstrap: PostgresBootstrapStore;
+  readonly admins: PostgresAdminStore;
+  readonly managers: PostgresManagerStore;
 
   constructor(opts: PostgresStoreOptions) {
-    if (opts.schema !== undefined && !SCHEMA_NAME.test(opts.schema)) {
-      throw capstanError('ERR_CONFIG', 'database schema must be a lower-case identifier');
-    }
-    this.schema = opts.schema;
+    this.db = new PostgresDb(opts);
     this.bases = new BaseCache(opts.runBaseCacheBytes);
-    this.now = opts.now ?? (() => new Date());
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
-    this.pool = new pg.Pool(poolConfig(opts.url, opts.poolSize ?? 10, opts.schema));
-    // Without a listener, an idle connection dropped by the server would crash the process.
-    this.pool.on('error', (err) => opts.onIdleError?.(err));
-    this.identity = new PostgresIdentityStore(this.pool);
-  }
-
-  private async query<R extends pg.QueryResultRow>(what: string, q: Q, config: pg.QueryConfig): Promise<pg.QueryResult<R>> {
-    try {
-      return await q.query<R>(config);
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
-
-  /** Run `fn` in one transaction on one connection; a connection that broke is not reused. */
-  private async tx<T>(what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool, what, fn);
+    this.identity = new PostgresIdentityStore(this.db);
+    this.jobs = new PostgresJobStore(this.db);
+    this.bootstrap = new PostgresBootstrapStore(this.db);
+    this.admins = new PostgresAdminStore(this.db);
+    this.managers = new PostgresManagerStore(this.db, this);
   }
 
   private dialect(values: unknown[], prepared?: { groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.now, ...prepared };
+    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.db.now, ...prepared };
   }
 
   /**
@@ -153,7 +122,7 @@ export class PostgresStore implements Store {
     const packageIds = new Map<string, number[]>();
     for (const [k, a] of atoms) {
       const sqlOp = a.op === null ? null : a.op === '!=' ? '<>' : a.op;
-      const { rows } = await this.query('packageIds', this.pool, {
+      const { rows } = await this.db.query('packageIds', this.db.pool, {
         text: `SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM package_versions WHERE name = $1${sqlOp ? ` AND version_key ${sqlOp} $2` : ''}`,
         values: sqlOp ? [a.name, a.key] : [a.name],
       });
@@ -165,18 +134,18 @@ export class PostgresStore implements Store {
   /** The policy groups, when these filters name a group (see query.ts groupCondition). */
   private async groupsFor(filters: readonly CheckedFilter[]): Promise<Map<string, PolicyGroupDef> | undefined> {
     if (!needsGroups(filters)) return undefined;
-    const { rows } = await this.query('policyGroups', this.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
+    const { rows } = await this.db.query('policyGroups', this.db.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
     return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })));
   }
 
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
-    const { rows } = await this.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, values: [id] });
-    return rows[0] ? nodeFromRow(rows[0]) : null;
+    const { rows } = await this.db.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, values: [id] });
+    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
   }
 
   private async history(what: string, c: pg.PoolClient, entries: HistoryInsert[]): Promise<void> {
     if (entries.length === 0) return;
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'history_insert',
       text: `INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
         SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])`,
@@ -189,8 +158,8 @@ export class PostgresStore implements Store {
   /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
   async saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void> {
     const what = 'saveNode';
-    if (prev) await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
-    else await this.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
+    if (prev) await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+    else await this.db.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
     await this.sets(what, c, next, prev);
     await this.history(what, c, transitions(prev, next, at, cause));
   }
@@ -198,9 +167,9 @@ export class PostgresStore implements Store {
   private async sets(what: string, c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null): Promise<void> {
     if (!prev || prev.certificate !== next.certificate) {
       if (next.certificate === null) {
-        await this.query(what, c, { name: 'certificate_delete', text: 'DELETE FROM node_certificates WHERE node_id = $1', values: [next.id] });
+        await this.db.query(what, c, { name: 'certificate_delete', text: 'DELETE FROM node_certificates WHERE node_id = $1', values: [next.id] });
       } else {
-        await this.query(what, c, {
+        await this.db.query(what, c, {
           name: 'certificate_upsert',
           text: `INSERT INTO node_certificates (node_id, certificate) VALUES ($1, $2)
             ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`,
@@ -209,37 +178,35 @@ export class PostgresStore implements Store {
       }
     }
     if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
-      if (prev) await this.query(what, c, { text: 'DELETE FROM node_tags WHERE node_id = $1', values: [next.id] });
+      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_tags WHERE node_id = $1', values: [next.id] });
       const tags = Object.entries(next.tags);
       if (tags.length) {
-        await this.query(what, c, {
+        await this.db.query(what, c, {
           text: 'INSERT INTO node_tags (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
           values: [next.id, tags.map(([k]) => k), tags.map(([, v]) => v)],
         });
       }
     }
     if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
-      if (prev) await this.query(what, c, { text: 'DELETE FROM node_groups WHERE node_id = $1', values: [next.id] });
+      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_groups WHERE node_id = $1', values: [next.id] });
       if (next.groups.length) {
-        await this.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
+        await this.db.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
       }
     }
   }
 
   async migrate(): Promise<void> {
-    await this.tx('migrate', (c) => migratePostgres(c, this.schema));
+    await this.db.tx('migrate', (c) => migratePostgres(c, this.db.schema));
   }
 
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
-    await this.pool.end();
+    await this.db.close();
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {
     if (impossibleId(id)) return null;
-    const { rows } = await this.query('getNode', this.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
-    return rows[0] ? nodeFromRow(rows[0]) : null;
+    const { rows } = await this.db.query('getNode', this.db.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
+    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
   }
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
@@ -251,7 +218,7 @@ export class PostgresStore implements Store {
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
     // the totals row even when the page is past the end.
-    const { rows } = await this.query('listNodes', this.pool, {
+    const { rows } = await this.db.query('listNodes', this.db.pool, {
       text: `SELECT t.totals, p.* FROM
           (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
              FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
@@ -260,8 +227,8 @@ export class PostgresStore implements Store {
     });
     const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
     const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
-    const nodes = rows.filter((r) => r.id !== null).map(nodeFromRow);
-    const links = nodes.length === 0 ? [] : (await this.query<LinkRow>('listNodes', this.pool, {
+    const nodes = rows.filter((r) => r.id !== null).map((r) => nodeFromRow(r, postgresRows));
+    const links = nodes.length === 0 ? [] : (await this.db.query<LinkRow>('listNodes', this.db.pool, {
       name: 'node_managers_of', text: 'SELECT node_id, manager_id FROM node_managers WHERE node_id = ANY($1)', values: [nodes.map((n) => n.id)],
     })).rows;
     return {
@@ -274,16 +241,16 @@ export class PostgresStore implements Store {
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
     const { receivedAt, document } = checkInventory(inv);
     const what = 'upsertFromInventory';
-    return this.tx(what, async (c) => {
+    return this.db.tx(what, async (c) => {
       let revoked = false;
       if (inv.auto_accept) {
-        const r = await this.query(what, c, { name: 'revoked_get', text: 'SELECT 1 FROM revoked_certificates WHERE fingerprint = $1', values: [inv.certificate_fingerprint] });
+        const r = await this.db.query(what, c, { name: 'revoked_get', text: 'SELECT 1 FROM revoked_certificates WHERE fingerprint = $1', values: [inv.certificate_fingerprint] });
         revoked = (r.rowCount ?? 0) > 0;
       }
       const auto = !!inv.auto_accept && !revoked;
       // Two first inventories of one node may race: the loser of the insert merges instead.
       const fresh = nodeFromInventory(inv, auto);
-      const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh) });
+      const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh) });
       let next = fresh;
       let known: NodeRecord | null = null;
       if (ins.rowCount === 0) {
@@ -291,14 +258,14 @@ export class PostgresStore implements Store {
         // Deleted between our insert attempt and the lock: retrying registers it afresh.
         if (!known) throw capstanError('ERR_STORE', `node ${inv.id} was deleted concurrently`);
         next = mergeInventory(known, inv, auto);
-        await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+        await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
       }
       await this.sets(what, c, next, known);
       await this.history(what, c, transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      const written = await this.query(what, c, {
+      const written = await this.db.query(what, c, {
         name: 'inventory_upsert',
         text: `INSERT INTO inventories (node_id, received_at, document) VALUES ($1, $2, $3)
           ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
@@ -312,7 +279,7 @@ export class PostgresStore implements Store {
 
   /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
   async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex, at: string): Promise<void> {
-    const { rows: old } = await this.query(what, c, {
+    const { rows: old } = await this.db.query(what, c, {
       name: 'inventory_before',
       text: `SELECT ni.os_kernel,
           (SELECT coalesce(json_agg(json_build_object('name', pv.name, 'version', pv.version)), '[]') FROM package_versions pv WHERE pv.id = ANY(ni.packages)) AS packages,
@@ -325,7 +292,7 @@ export class PostgresStore implements Store {
       const o = old[0] as { os_kernel: string | null; packages: IndexedBefore['packages']; addresses: string[] };
       const changes = diffInventory({ packages: o.packages, addresses: o.addresses, kernel: o.os_kernel }, ix).slice(0, MAX_CHANGES_PER_INVENTORY);
       if (changes.length > 0) {
-        await this.query(what, c, {
+        await this.db.query(what, c, {
           name: 'inventory_changes_add',
           text: `INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value)
             SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[])`,
@@ -339,13 +306,13 @@ export class PostgresStore implements Store {
     const versions = pk.map((p) => p.version);
     let ids: number[] = [];
     if (pk.length > 0) {
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         name: 'package_versions_add',
         text: `INSERT INTO package_versions (name, version, version_key)
           SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (name, version) DO NOTHING`,
         values: [names, versions, pk.map((p) => p.key)],
       });
-      const { rows } = await this.query(what, c, {
+      const { rows } = await this.db.query(what, c, {
         name: 'package_versions_ids',
         text: `SELECT coalesce(array_agg(pv.id ORDER BY pv.id), '{}') AS ids FROM package_versions pv
           JOIN unnest($1::text[], $2::text[]) AS u(name, version) ON pv.name = u.name AND pv.version = u.version`,
@@ -353,7 +320,7 @@ export class PostgresStore implements Store {
       });
       ids = (rows[0] as { ids: number[] }).ids;
     }
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'node_inventory_upsert',
       text: `INSERT INTO node_inventory (node_id, fqdn, os_kernel, arch, os_version_key, cpus, memory, packages)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer[])
@@ -361,17 +328,17 @@ export class PostgresStore implements Store {
           os_version_key = excluded.os_version_key, cpus = excluded.cpus, memory = excluded.memory, packages = excluded.packages`,
       values: [nodeId, ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, ids],
     });
-    await this.query(what, c, { name: 'node_addresses_clear', text: 'DELETE FROM node_addresses WHERE node_id = $1', values: [nodeId] });
+    await this.db.query(what, c, { name: 'node_addresses_clear', text: 'DELETE FROM node_addresses WHERE node_id = $1', values: [nodeId] });
     if (ix.addresses.length > 0) {
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         name: 'node_addresses_add',
         text: 'INSERT INTO node_addresses (address, node_id) SELECT a, $1 FROM unnest($2::text[]) AS a',
         values: [nodeId, ix.addresses],
       });
     }
-    await this.query(what, c, { name: 'node_facts_clear', text: 'DELETE FROM node_facts WHERE node_id = $1', values: [nodeId] });
+    await this.db.query(what, c, { name: 'node_facts_clear', text: 'DELETE FROM node_facts WHERE node_id = $1', values: [nodeId] });
     if (ix.facts.length > 0) {
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         name: 'node_facts_add',
         text: 'INSERT INTO node_facts (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
         values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
@@ -382,7 +349,7 @@ export class PostgresStore implements Store {
   async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
     if (impossibleId(nodeId)) return { data: [], total: 0 };
-    const { rows } = await this.query('inventoryHistory', this.pool, {
+    const { rows } = await this.db.query('inventoryHistory', this.db.pool, {
       name: 'inventory_history',
       text: `SELECT at, kind, name, from_value AS "from", to_value AS "to", count(*) OVER () AS total FROM inventory_changes WHERE node_id = $1
         ORDER BY id DESC LIMIT $2 OFFSET $3`,
@@ -390,7 +357,7 @@ export class PostgresStore implements Store {
     });
     let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
     if (rows.length === 0 && offset > 0) {
-      const r = await this.query('inventoryHistory', this.pool, { name: 'inventory_history_count', text: 'SELECT count(*) AS c FROM inventory_changes WHERE node_id = $1', values: [nodeId] });
+      const r = await this.db.query('inventoryHistory', this.db.pool, { name: 'inventory_history_count', text: 'SELECT count(*) AS c FROM inventory_changes WHERE node_id = $1', values: [nodeId] });
       total = Number((r.rows[0] as { c: string }).c);
     }
     const data = (rows as Array<InventoryChangeRecord & { at: Date | string; total: string }>).map(({ total: _t, at, ...r }) => ({ at: iso(at)!, ...r }));
@@ -402,7 +369,7 @@ export class PostgresStore implements Store {
     softwarePattern(nameGlob); // the same checks as SQLite's
     const like = globToLike(nameGlob);
     // One GIN probe per matching version: a glob names a few packages, never the whole pool.
-    const { rows } = await this.query('listSoftware', this.pool, {
+    const { rows } = await this.db.query('listSoftware', this.db.pool, {
       name: 'software_list',
       text: `WITH v AS (
           SELECT pv.name, pv.version, pv.version_key, (SELECT count(*) FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id]) AS nodes
@@ -414,7 +381,7 @@ export class PostgresStore implements Store {
     const data = (rows as Array<{ name: string; version: string; nodes: number; total: string }>).map(({ total: _t, ...r }) => r);
     let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
     if (rows.length === 0 && offset > 0) {
-      const c = await this.query('listSoftware', this.pool, {
+      const c = await this.db.query('listSoftware', this.db.pool, {
         name: 'software_count',
         text: `SELECT count(*) AS c FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\' AND EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id])`,
         values: [like],
@@ -426,7 +393,7 @@ export class PostgresStore implements Store {
 
   async getProperties(nodeId: string): Promise<Record<string, string> | null> {
     if (impossibleId(nodeId)) return null;
-    const { rows } = await this.query('getProperties', this.pool, {
+    const { rows } = await this.db.query('getProperties', this.db.pool, {
       name: 'properties_get',
       text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
       values: [nodeId],
@@ -439,13 +406,13 @@ export class PostgresStore implements Store {
     const props = checkProperties(properties);
     if (impossibleId(nodeId)) return null;
     const what = 'setProperties';
-    return this.tx(what, async (c) => {
-      const known = await this.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
+    return this.db.tx(what, async (c) => {
+      const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
       if ((known.rowCount ?? 0) === 0) return null;
-      await this.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      await this.db.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
       const keys = Object.keys(props);
       if (keys.length > 0) {
-        await this.query(what, c, {
+        await this.db.query(what, c, {
           name: 'properties_add',
           text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
           values: [nodeId, keys, keys.map((k) => props[k]!)],
@@ -457,26 +424,26 @@ export class PostgresStore implements Store {
 
   async createNode(input: NodeCreate): Promise<NodeRecord> {
     const n = checkNodeCreate(input);
-    const now = this.now().toISOString();
+    const now = this.db.now().toISOString();
     const node = manualNode(n, now);
     const what = 'createNode';
     try {
-      return await this.tx(what, async (c) => {
+      return await this.db.tx(what, async (c) => {
         const address = node.manager === 'manual' ? node.address : null;
         const key = address === null ? null : addressKey(address);
         if (address !== null) {
           // Two admins adding the same address at once: the second waits and sees the first.
-          await this.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
-          const { rows } = await this.query(what, c, {
+          await this.db.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
+          const { rows } = await this.db.query(what, c, {
             name: 'address_owner',
             text: `SELECT id FROM nodes WHERE lower(address) = lower($1) UNION ALL SELECT node_id FROM node_addresses WHERE address = $2 LIMIT 1`,
             values: [address, key ?? ''],
           });
           if (rows.length > 0) throw addressTaken(address, (rows[0] as { id: string }).id);
         }
-        const ins = await this.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
+        const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
         if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
-        if (key !== null) await this.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
+        if (key !== null) await this.db.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
         await this.sets(what, c, node, null);
         await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
         return node;
@@ -519,7 +486,7 @@ export class PostgresStore implements Store {
     const when = toUtcIso(at, 'at');
     if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
     if (impossibleId(id)) return false;
-    const r = await this.query('recordClockSkew', this.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
+    const r = await this.db.query('recordClockSkew', this.db.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
     return (r.rowCount ?? 0) > 0;
   }
 
@@ -527,12 +494,12 @@ export class PostgresStore implements Store {
   private async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
     const when = toUtcIso(at, 'at');
     if (impossibleId(id)) return null;
-    return this.tx(what, async (c) => {
+    return this.db.tx(what, async (c) => {
       const node = await this.lockNode(what, c, id);
       if (!node) return null;
       const next = change(node);
       if (next !== node) {
-        await this.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+        await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
         await this.sets(what, c, next, node);
         await this.history(what, c, transitions(node, next, when, cause));
       }
@@ -541,26 +508,26 @@ export class PostgresStore implements Store {
   }
 
   async deleteNode(id: string, at?: string): Promise<boolean> {
-    const when = toUtcIso(at ?? this.now().toISOString(), 'at');
+    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
     if (impossibleId(id)) return false;
     // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
-    return this.tx('deleteNode', async (c) => {
+    return this.db.tx('deleteNode', async (c) => {
       const node = await this.lockNode('deleteNode', c, id);
       if (!node) return false;
       if (node.certificate_fingerprint) {
-        await this.query('deleteNode', c, {
+        await this.db.query('deleteNode', c, {
           text: 'INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
           values: [node.certificate_fingerprint, id, when],
         });
       }
-      const res = await this.query('deleteNode', c, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
+      const res = await this.db.query('deleteNode', c, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
       return (res.rowCount ?? 0) > 0;
     });
   }
 
   async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
     if (impossibleId(nodeId)) return null;
-    const { rows } = await this.query('getInventory', this.pool, {
+    const { rows } = await this.db.query('getInventory', this.db.pool, {
       name: 'inventory_get', text: 'SELECT received_at, document FROM inventories WHERE node_id = $1', values: [nodeId],
     });
     return rows[0] ? { received_at: new Date(rows[0].received_at).toISOString(), inventory: rows[0].document } : null;
@@ -569,19 +536,19 @@ export class PostgresStore implements Store {
   async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
     const { limit, offset } = checkPaging(page, perPage);
     if (impossibleId(nodeId)) return { data: [], total: 0 };
-    const { rows } = await this.query('getHistory', this.pool, {
+    const { rows } = await this.db.query('getHistory', this.db.pool, {
       name: 'history_list',
       text: `SELECT t.total, h.* FROM (SELECT count(*) AS total FROM node_history WHERE node_id = $1) t
         LEFT JOIN LATERAL (SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
           WHERE node_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3) h ON true`,
       values: [nodeId, limit, offset],
     });
-    return { data: rows.filter((r) => r.id !== null).map(historyFromRow), total: Number(rows[0]?.total ?? 0) };
+    return { data: rows.filter((r) => r.id !== null).map((r) => historyFromRow(r, postgresRows)), total: Number(rows[0]?.total ?? 0) };
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
     const checked = checkRun(run);
-    return this.tx('insertRun', (c) => this.runTx(c, run, checked));
+    return this.db.tx('insertRun', (c) => this.runTx(c, run, checked));
   }
 
   async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
@@ -603,7 +570,7 @@ export class PostgresStore implements Store {
     // Node rows are locked in id order, so two batches on other connections cannot deadlock.
     todo.sort((a, b) => (runs[a]!.node_id < runs[b]!.node_id ? -1 : runs[a]!.node_id > runs[b]!.node_id ? 1 : a - b));
     try {
-      const results = await this.tx('insertRuns', async (c) => {
+      const results = await this.db.tx('insertRuns', async (c) => {
         const r: InsertRunResult[] = [];
         for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!));
         return r;
@@ -634,7 +601,7 @@ export class PostgresStore implements Store {
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
-      const ins = await this.query<{ id: string }>(what, c, {
+      const ins = await this.db.query<{ id: string }>(what, c, {
         name: 'run_insert',
         text: `INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete, report_count,
             counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
@@ -644,7 +611,7 @@ export class PostgresStore implements Store {
           counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, stored.log, stored.outcomes, stored.base_id],
       });
       if (ins.rowCount === 0) {
-        const dup = await this.query<{ id: string }>(what, c, {
+        const dup = await this.db.query<{ id: string }>(what, c, {
           name: 'run_find', text: 'SELECT id FROM runs WHERE node_id = $1 AND started_at_utc = $2', values: [run.node_id, startedUtc],
         });
         return { inserted: false, reason: 'duplicate', id: Number(dup.rows[0]!.id) };
@@ -653,7 +620,7 @@ export class PostgresStore implements Store {
       if (changes.length > 0) await this.insertChanges(c, run, id, startedUtc, changes);
       await this.relabelNext(c, run, startedUtc);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      await this.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
+      await this.db.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
       await this.history(what, c, transitions(node, next, receivedAt, 'run'));
       const receivedS = epochS(receivedAt);
       let written = false;
@@ -662,7 +629,7 @@ export class PostgresStore implements Store {
         // number, so only the base run moves (one statement instead of a recomputation).
         // One round trip: the steady-state update, and (read from the snapshot before it) the base
         // run's start, for when it did not apply. `present` tells a node without a row yet.
-        const same = await this.query<{ updated: string; present: boolean; started: Date | null }>(what, c, {
+        const same = await this.db.query<{ updated: string; present: boolean; started: Date | null }>(what, c, {
           name: 'compliance_same',
           text: `WITH u AS (UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5,
                 answered_s = GREATEST(coalesce(answered_s, 0), $8)
@@ -695,7 +662,7 @@ export class PostgresStore implements Store {
       }
       // Any run is an answer: an incomplete or back-filled one too.
       if (!written) {
-        await this.query(what, c, {
+        await this.db.query(what, c, {
           name: 'compliance_answered',
           text: 'UPDATE node_compliance SET answered_s = GREATEST(coalesce(answered_s, 0), $2) WHERE node_id = $1',
           values: [run.node_id, receivedS],
@@ -714,14 +681,14 @@ export class PostgresStore implements Store {
     const what = 'insertRun';
     const day = runDay(startedUtc);
     const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
-    const find = () => this.query<{ id: string }>(what, c, {
+    const find = () => this.db.query<{ id: string }>(what, c, {
       name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
     });
     let found = (await find()).rows[0];
     let texts: BaseTexts | undefined;
     if (!found) {
       const row = encodeBase({ log, outcomes: json });
-      const ins = await this.query<{ id: string }>(what, c, {
+      const ins = await this.db.query<{ id: string }>(what, c, {
         name: 'run_base_insert',
         text: `INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES ($1, $2, $3, $4)
           ON CONFLICT (node_id, day) DO NOTHING RETURNING id`,
@@ -733,7 +700,7 @@ export class PostgresStore implements Store {
     const id = Number(found!.id);
     texts ??= this.bases.get(id);
     if (!texts) {
-      const { rows } = await this.query<BaseRow>(what, c, {
+      const { rows } = await this.db.query<BaseRow>(what, c, {
         name: 'run_base_get', text: 'SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = $1', values: [id],
       });
       texts = decodeBase(rows[0]!);
@@ -747,7 +714,7 @@ export class PostgresStore implements Store {
     const { limit, offset } = checkPaging(page, perPage);
     const { from, to } = runRange(range);
     if (impossibleId(nodeId)) return { data: [], total: 0 };
-    const { rows } = await this.query('listRuns', this.pool, {
+    const { rows } = await this.db.query('listRuns', this.db.pool, {
       name: 'runs_list',
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
       text: `SELECT t.total, r.* FROM
@@ -759,13 +726,13 @@ export class PostgresStore implements Store {
            ORDER BY x.started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
       values: [nodeId, limit, offset, from, to],
     });
-    return { data: rows.filter((r) => r.id !== null).map((r) => runFromRow(r, this.bases)), total: Number(rows[0]?.total ?? 0) };
+    return { data: rows.filter((r) => r.id !== null).map((r) => runFromRow(r, this.bases, postgresRows)), total: Number(rows[0]?.total ?? 0) };
   }
 
   /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
   private async runLog(runId: number): Promise<{ raw: Buffer } | { text: Buffer } | null> {
     if (!Number.isSafeInteger(runId)) return null;
-    const { rows } = await this.query<{ log_compressed: Buffer; base_id: string | null; base_log: Buffer | null; base_outcomes: Buffer | null }>('getRunLog', this.pool, {
+    const { rows } = await this.db.query<{ log_compressed: Buffer; base_id: string | null; base_log: Buffer | null; base_outcomes: Buffer | null }>('getRunLog', this.db.pool, {
       name: 'run_log',
       text: `SELECT r.log_compressed, r.base_id, b.log_compressed AS base_log, b.outcomes_packed AS base_outcomes
         FROM runs r LEFT JOIN run_bases b ON b.id = r.base_id WHERE r.id = $1`,
@@ -795,18 +762,18 @@ export class PostgresStore implements Store {
 
   async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
     const what = 'reindexInventories';
-    const { rows } = await this.query(what, this.pool, {
+    const { rows } = await this.db.query(what, this.db.pool, {
       text: `SELECT i.node_id FROM inventories i WHERE i.node_id > $1
         AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id) ORDER BY i.node_id LIMIT $2`,
       values: [after, limit],
     });
     const ids = rows.map((r) => r.node_id as string);
-    const indexed = await this.tx(what, async (c) => {
+    const indexed = await this.db.tx(what, async (c) => {
       let n = 0;
       for (const id of ids) {
         // The node's row is what an arriving inventory locks too: one of the two indexes it.
         if (!(await this.lockNode(what, c, id))) continue;
-        const { rows: doc } = await this.query(what, c, {
+        const { rows: doc } = await this.db.query(what, c, {
           text: `SELECT received_at, document FROM inventories i WHERE node_id = $1
             AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id)`,
           values: [id],
@@ -822,9 +789,9 @@ export class PostgresStore implements Store {
 
   async compactRuns(limit: number): Promise<CompactProgress> {
     const what = 'compactRuns';
-    const cur = await this.query<{ v: string }>(what, this.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
+    const cur = await this.db.query<{ v: string }>(what, this.db.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
     const cursor = Number(cur.rows[0]?.v ?? 0);
-    const { rows } = await this.query<Record<string, unknown>>(what, this.pool, {
+    const { rows } = await this.db.query<Record<string, unknown>>(what, this.db.pool, {
       text: `SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed FROM runs
         WHERE id > $1 AND base_id IS NULL ORDER BY id LIMIT $2`,
       values: [cursor, limit],
@@ -832,7 +799,7 @@ export class PostgresStore implements Store {
     const texts = await Promise.all(rows.map((r) => decompress(r.log_compressed as Buffer, 'zstd', { maxBytes: 256 * 1024 * 1024 }).catch(() => null)));
     const last = rows.length ? Number(rows[rows.length - 1]!.id) : cursor;
     let converted = 0;
-    await this.tx(what, async (c) => {
+    await this.db.tx(what, async (c) => {
       for (const [i, r] of rows.entries()) {
         const text = texts[i];
         if (!text) continue;
@@ -840,24 +807,24 @@ export class PostgresStore implements Store {
         if (!(await this.lockNode(what, c, r.node_id as string))) continue;
         const started = iso(r.started_at_utc)!;
         const s = await this.againstBase(c, r.node_id as string, started, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
-        const u = await this.query(what, c, {
+        const u = await this.db.query(what, c, {
           text: `UPDATE runs SET log_compressed = $1, outcomes_packed = $2, outcomes = $3, base_id = $4
             WHERE id = $5 AND started_at_utc = $6 AND base_id IS NULL`,
           values: [s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id, r.started_at_utc],
         });
         converted += u.rowCount ?? 0;
       }
-      await this.query(what, c, { text: "UPDATE registry_counters SET value = GREATEST(value, $1) WHERE name = 'runs_compacted_through'", values: [last] });
+      await this.db.query(what, c, { text: "UPDATE registry_counters SET value = GREATEST(value, $1) WHERE name = 'runs_compacted_through'", values: [last] });
     });
     // The highest id, not a count of what is left: counting would scan the table at every batch.
-    const max = await this.query<{ n: string }>(what, this.pool, { text: 'SELECT coalesce(max(id), 0) AS n FROM runs' });
+    const max = await this.db.query<{ n: string }>(what, this.db.pool, { text: 'SELECT coalesce(max(id), 0) AS n FROM runs' });
     return { converted, skipped: rows.length - converted, through_id: last, max_id: Number(max.rows[0]!.n), done: rows.length < limit };
   }
 
   // --- compliance ---------------------------------------------------------------------------
 
   private async expectations(c: Q, nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
-    const { rows } = await this.query<{ components: ExpectedComponent[] }>('expectations', c, {
+    const { rows } = await this.db.query<{ components: ExpectedComponent[] }>('expectations', c, {
       name: 'expectations_get', text: 'SELECT components FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
     });
     return rows[0] ? rows[0].components : null;
@@ -865,7 +832,7 @@ export class PostgresStore implements Store {
 
   /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
   private async expectationsSetS(c: Q, nodeId: string, configId: string): Promise<number | null> {
-    const { rows } = await this.query<{ set_at: Date }>('expectations', c, {
+    const { rows } = await this.db.query<{ set_at: Date }>('expectations', c, {
       name: 'expectations_set_at', text: 'SELECT set_at FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
     });
     return rows[0] ? Math.floor(rows[0].set_at.getTime() / 1000) : null;
@@ -874,14 +841,14 @@ export class PostgresStore implements Store {
   /** The next run's changes labelled again against this one (SqliteStore.relabelNext). */
   private async relabelNext(c: pg.PoolClient, run: RunInsert, startedUtc: string): Promise<void> {
     const what = 'relabelNext';
-    const next = await this.query<{ id: string; config_id: string | null }>(what, c, {
+    const next = await this.db.query<{ id: string; config_id: string | null }>(what, c, {
       name: 'run_next_config',
       text: 'SELECT id, config_id FROM runs WHERE node_id = $1 AND started_at_utc > $2 ORDER BY started_at_utc LIMIT 1',
       values: [run.node_id, startedUtc],
     });
     const n = next.rows[0];
     if (!n) return;
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'changes_relabel', text: 'UPDATE changes SET label = $1 WHERE node_id = $2 AND run_id = $3', values: [labelFor(run.config_id ?? null, n.config_id), run.node_id, n.id],
     });
   }
@@ -889,14 +856,14 @@ export class PostgresStore implements Store {
   /** A run's changes, labelled as SqliteStore.insertChanges says. */
   private async insertChanges(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
     const what = 'insertChanges';
-    const prev = await this.query<{ config_id: string | null }>(what, c, {
+    const prev = await this.db.query<{ config_id: string | null }>(what, c, {
       name: 'run_previous_config',
       text: 'SELECT config_id FROM runs WHERE node_id = $1 AND started_at_utc < $2 ORDER BY started_at_utc DESC LIMIT 1',
       values: [run.node_id, startedUtc],
     });
     const label = labelFor(prev.rows[0] === undefined ? undefined : prev.rows[0].config_id, run.config_id ?? null);
     const col = <K extends keyof ChangeInput>(k: K) => changes.map((ch) => ch[k]);
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'changes_insert',
       text: `INSERT INTO changes (node_id, run_id, run_started_at, label, config_id, at, rule_id, directive_id, component, key_value,
           event_type, message, diff, diff_truncated)
@@ -910,7 +877,7 @@ export class PostgresStore implements Store {
   private async writeCompliance(c: pg.PoolClient, input: ComplianceInput, at: string): Promise<void> {
     const { counts, directives } = complianceRows(input);
     const what = 'writeCompliance';
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'compliance_upsert',
       text: `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
           computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
@@ -927,7 +894,7 @@ export class PostgresStore implements Store {
     });
     // Two statements whatever changed (no read first): the rows no longer reported go, and the
     // new or changed ones are written; an unchanged row is left alone (no dead tuple).
-    await this.query(what, c, {
+    await this.db.query(what, c, {
       name: 'compliance_directives_prune',
       text: `DELETE FROM node_compliance_directives x WHERE x.node_id = $1
         AND NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::text[]) AS g(rule_id, directive_id)
@@ -935,7 +902,7 @@ export class PostgresStore implements Store {
       values: [input.nodeId, directives.map((d) => d.rule_id), directives.map((d) => d.directive_id)],
     });
     if (directives.length) {
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         name: 'compliance_directives_upsert',
         text: `INSERT INTO node_compliance_directives AS x (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
           SELECT $1, * FROM unnest($2::text[], $3::text[], ${COUNT_COLUMNS.map((_, i) => `$${i + 4}::int[]`).join(', ')})
@@ -952,7 +919,7 @@ export class PostgresStore implements Store {
     const when = toUtcIso(at, 'at');
     const keep = checkKeepLast(opts.keep_last_s);
     if (impossibleId(nodeId)) return false;
-    return this.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when, keep));
+    return this.db.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when, keep));
   }
 
   /** setExpectations' work, inside the caller's transaction on `c`. */
@@ -966,18 +933,18 @@ export class PostgresStore implements Store {
       // Judged by its current policy: nothing to recompute when the same policy is written again.
       const stored = node.policy_config_id === configId ? await this.expectations(c, nodeId, configId) : null;
       const same = stored !== null && JSON.stringify(stored) === checked.json;
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         text: `INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES ($1, $2, $3, $4)
           ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`,
         values: [nodeId, configId, when, checked.json],
       });
       // Keep this config's and the previous policy's: a node may still run the previous one.
-      await this.query(what, c, {
+      await this.db.query(what, c, {
         text: 'DELETE FROM node_expectations WHERE node_id = $1 AND config_id NOT IN ($2, $3)',
         values: [nodeId, configId, node.policy_config_id ?? configId],
       });
-      await this.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
-      const { rows } = await this.query(what, c, {
+      await this.db.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
+      const { rows } = await this.db.query(what, c, {
         text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
             applying_since_s, answered_s, keep_last_s
           FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
@@ -1010,14 +977,14 @@ export class PostgresStore implements Store {
   async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
     if (impossibleId(nodeId)) return null;
     // One snapshot: the run row and the expectations it is judged against must agree.
-    return this.tx('getComplianceBase', async (c) => {
+    return this.db.tx('getComplianceBase', async (c) => {
       await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      const node = (await this.query('getComplianceBase', c, {
+      const node = (await this.db.query('getComplianceBase', c, {
         text: `SELECT n.policy_config_id, ${complianceClassSql} AS class FROM nodes n WHERE n.id = $1`, values: [nodeId],
       })).rows[0];
       if (!node) return null;
       const policy = (node.policy_config_id as string | null) ?? null;
-      const { rows } = await this.query('getComplianceBase', c, {
+      const { rows } = await this.db.query('getComplianceBase', c, {
         text: `SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
           FROM node_compliance WHERE node_id = $1`, values: [nodeId],
       });
@@ -1045,7 +1012,7 @@ export class PostgresStore implements Store {
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
     const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
-    const { rows } = await this.query('complianceSummary', this.pool, {
+    const { rows } = await this.db.query('complianceSummary', this.db.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
         GROUP BY 1`,
@@ -1064,7 +1031,7 @@ export class PostgresStore implements Store {
     }
     const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
     values.push(limit);
-    const { rows } = await this.query('complianceNodes', this.pool, {
+    const { rows } = await this.db.query('complianceNodes', this.db.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
           ${timeAdjustedColumns('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -1075,7 +1042,7 @@ export class PostgresStore implements Store {
   }
 
   async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
-    const { rows } = await this.query('worstNodes', this.pool, {
+    const { rows } = await this.db.query('worstNodes', this.db.pool, {
       text: worstNodesSql((i) => `$${i}`, complianceClassSql),
       values: [...clockParams(clock), limit],
     });
@@ -1084,7 +1051,7 @@ export class PostgresStore implements Store {
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
-    const { rows } = await this.query('complianceByRule', this.pool, {
+    const { rows } = await this.db.query('complianceByRule', this.db.pool, {
       text: `SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id
           JOIN node_compliance t ON t.node_id = x.node_id
@@ -1110,7 +1077,7 @@ export class PostgresStore implements Store {
     const { limit, offset } = checkPaging(page, perPage);
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
-    const { rows } = await this.query('listChanges', this.pool, {
+    const { rows } = await this.db.query('listChanges', this.db.pool, {
       text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1}) l) t
         LEFT JOIN LATERAL (SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC
           LIMIT $${values.length + 1} OFFSET $${values.length + 2}) r ON true`,
@@ -1123,7 +1090,7 @@ export class PostgresStore implements Store {
   async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
-    const { rows } = await this.query('changesHistogram', this.pool, {
+    const { rows } = await this.db.query('changesHistogram', this.db.pool, {
       text: `SELECT date_trunc('${by}', c.at AT TIME ZONE 'UTC') AS at,
           count(*) FILTER (WHERE c.label = 'intentional') AS intentional, count(*) FILTER (WHERE c.label = 'corrective') AS corrective
         FROM changes c ${where} GROUP BY 1 ORDER BY 1`,
@@ -1134,7 +1101,7 @@ export class PostgresStore implements Store {
 
   async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
     const keep = checkKeepLast(seconds)!;
-    const res = await this.query('setKeepLast', this.pool, {
+    const res = await this.db.query('setKeepLast', this.db.pool, {
       text: 'UPDATE node_compliance SET keep_last_s = $1 WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1',
       values: [keep, nodeIds.filter((id) => !impossibleId(id))],
     });
@@ -1143,12 +1110,12 @@ export class PostgresStore implements Store {
 
   async deleteChangesBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    const res = await this.query('deleteChangesBefore', this.pool, {
+    const res = await this.db.query('deleteChangesBefore', this.db.pool, {
       text: 'DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
       values: [b, limit],
     });
     // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
-    const inv = await this.query('deleteChangesBefore', this.pool, {
+    const inv = await this.db.query('deleteChangesBefore', this.db.pool, {
       text: 'DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < $1 ORDER BY at LIMIT $2 FOR UPDATE SKIP LOCKED)',
       values: [b, limit],
     });
@@ -1159,7 +1126,7 @@ export class PostgresStore implements Store {
 
   async markUnreachable(before: string, at: string, limit: number): Promise<number> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.query<{ n: string }>('markUnreachable', this.pool, {
+    const { rows } = await this.db.query<{ n: string }>('markUnreachable', this.db.pool, {
       text: `WITH picked AS (
           SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
@@ -1176,7 +1143,7 @@ export class PostgresStore implements Store {
 
   async markMissing(before: string, at: string, limit: number): Promise<number> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.query<{ n: string }>('markMissing', this.pool, {
+    const { rows } = await this.db.query<{ n: string }>('markMissing', this.db.pool, {
       text: `WITH picked AS (
           SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)}) AND last_contact_at < $1
           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
@@ -1199,8 +1166,8 @@ export class PostgresStore implements Store {
 
   async purgeNodes(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    return this.tx('purgeNodes', async (c) => {
-      const { rows } = await this.query<{ n: string }>('purgeNodes', c, {
+    return this.db.tx('purgeNodes', async (c) => {
+      const { rows } = await this.db.query<{ n: string }>('purgeNodes', c, {
         text: `WITH picked AS (
             SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < $1
             ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
@@ -1217,9 +1184,9 @@ export class PostgresStore implements Store {
   async deleteRunsBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
     // Whole days first (no row-by-row delete at all), then what lies outside the day partitions.
-    let deleted = await dropExpiredPartitions(this.pool, new Date(b), this.onMaintenance, (c, n) => this.bump(c, 'deleted_runs', n));
-    deleted += await this.tx('deleteRunsBefore', async (c) => {
-      const res = await this.query('deleteRunsBefore', c, {
+    let deleted = await dropExpiredPartitions(this.db.pool, new Date(b), this.onMaintenance, (c, n) => this.bump(c, 'deleted_runs', n));
+    deleted += await this.db.tx('deleteRunsBefore', async (c) => {
+      const res = await this.db.query('deleteRunsBefore', c, {
         text: `DELETE FROM runs WHERE (id, started_at_utc) IN (
           SELECT id, started_at_utc FROM runs WHERE started_at_utc < $1 ORDER BY started_at_utc LIMIT $2)`,
         values: [b, limit],
@@ -1228,7 +1195,7 @@ export class PostgresStore implements Store {
       await this.bump(c, 'deleted_runs', n);
       // Then the bases of days no run refers to any more (a base serves only runs of its day).
       if (n < limit) {
-        await this.query('deleteRunsBefore', c, {
+        await this.db.query('deleteRunsBefore', c, {
           text: `DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ($1::timestamptz AT TIME ZONE 'UTC')::date AND NOT EXISTS (
               SELECT 1 FROM runs r WHERE r.node_id = x.node_id AND r.started_at_utc >= x.day::timestamp AT TIME ZONE 'UTC'
                 AND r.started_at_utc < (x.day + 1)::timestamp AT TIME ZONE 'UTC')
@@ -1243,7 +1210,7 @@ export class PostgresStore implements Store {
 
   async pruneHistory(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    const res = await this.query('pruneHistory', this.pool, {
+    const res = await this.db.query('pruneHistory', this.db.pool, {
       text: 'DELETE FROM node_history WHERE id IN (SELECT id FROM node_history WHERE at < $1 ORDER BY id LIMIT $2)',
       values: [b, limit],
     });
@@ -1251,15 +1218,15 @@ export class PostgresStore implements Store {
   }
 
   async prepareRunStorage(now: Date): Promise<void> {
-    await dayPartitions(this.pool, this.schema, now, this.onMaintenance, this.skippedPartitions);
+    await dayPartitions(this.db.pool, this.db.schema, now, this.onMaintenance, this.skippedPartitions);
   }
 
   private async bump(c: pg.PoolClient, name: string, by: number): Promise<void> {
-    if (by > 0) await this.query('counters', c, { text: 'UPDATE registry_counters SET value = value + $2 WHERE name = $1', values: [name, by] });
+    if (by > 0) await this.db.query('counters', c, { text: 'UPDATE registry_counters SET value = value + $2 WHERE name = $1', values: [name, by] });
   }
 
   async counts(): Promise<RegistryCounts> {
-    const { rows } = await this.query<{ k: string; col: string; c: string }>('counts', this.pool, {
+    const { rows } = await this.db.query<{ k: string; col: string; c: string }>('counts', this.db.pool, {
       text: `SELECT 'status' AS col, status AS k, count(*) AS c FROM nodes GROUP BY status
         UNION ALL SELECT 'state', state, count(*) FROM nodes GROUP BY state
         UNION ALL SELECT 'accepted', accepted, count(*) FROM nodes GROUP BY accepted
@@ -1273,7 +1240,7 @@ export class PostgresStore implements Store {
     };
   }
   async listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]> {
-    const { rows } = await this.query('listPolicyObjects', this.pool, {
+    const { rows } = await this.db.query('listPolicyObjects', this.db.pool, {
       text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 ORDER BY id', values: [kind],
     });
     return rows.map(policyFromRow);
@@ -1281,7 +1248,7 @@ export class PostgresStore implements Store {
 
   async getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null> {
     if (impossibleId(id)) return null;
-    const { rows } = await this.query('getPolicyObject', this.pool, {
+    const { rows } = await this.db.query('getPolicyObject', this.db.pool, {
       text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id],
     });
     return rows[0] ? policyFromRow(rows[0]) : null;
@@ -1292,7 +1259,7 @@ export class PostgresStore implements Store {
     const json = policyBodyJson(body);
     const when = toUtcIso(at, 'at');
     // xmax = 0 only on a freshly inserted row: tells created from replaced in one statement.
-    const { rows } = await this.query('putPolicyObject', this.pool, {
+    const { rows } = await this.db.query('putPolicyObject', this.db.pool, {
       text: `INSERT INTO policy_objects (kind, id, body, updated_at) VALUES ($1, $2, $3::jsonb, $4)
         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
         RETURNING (xmax = 0) AS created`,
@@ -1303,13 +1270,13 @@ export class PostgresStore implements Store {
 
   async deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean> {
     if (impossibleId(id)) return false;
-    const res = await this.query('deletePolicyObject', this.pool, { text: 'DELETE FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id] });
+    const res = await this.db.query('deletePolicyObject', this.db.pool, { text: 'DELETE FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id] });
     return (res.rowCount ?? 0) > 0;
   }
 
   async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
     if (impossibleId(nodeId)) return null;
-    const { rows } = await this.query('getPolicyBundle', this.pool, {
+    const { rows } = await this.db.query('getPolicyBundle', this.db.pool, {
       name: 'bundle_get', text: 'SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = $1', values: [nodeId],
     });
     const r = rows[0];
@@ -1320,7 +1287,7 @@ export class PostgresStore implements Store {
     checkBundleRecord(b);
     const when = toUtcIso(b.generated_at, 'generated_at');
     // INSERT … SELECT from nodes: an unknown node inserts nothing instead of failing on the key.
-    const res = await this.query('putPolicyBundle', this.pool, {
+    const res = await this.db.query('putPolicyBundle', this.db.pool, {
       text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
         SELECT id, $2, $3, $4 FROM nodes WHERE id = $1
         ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
@@ -1333,18 +1300,18 @@ export class PostgresStore implements Store {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
     const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)));
-    const { rows } = await this.query('listNodeIds', this.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
+    const { rows } = await this.db.query('listNodeIds', this.db.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
     if (impossibleId(nodeId) || configId.includes('\u0000')) return null;
-    return this.expectations(this.pool, nodeId, configId);
+    return this.expectations(this.db.pool, nodeId, configId);
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
     const ids = nodeIds.filter((id) => !impossibleId(id));
-    const { rows } = await this.query('policyConfigIds', this.pool, {
+    const { rows } = await this.db.query('policyConfigIds', this.db.pool, {
       text: 'SELECT node_id, config_id FROM policy_bundles WHERE node_id = ANY($1::text[])', values: [ids],
     });
     return new Map(rows.map((r) => [r.node_id as string, r.config_id as string]));
@@ -1355,14 +1322,14 @@ export class PostgresStore implements Store {
       checkBundleRecord(it.bundle);
       return { ...it, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected: checkExpectations(it.bundle.config_id, it.expected) };
     });
-    return this.tx('putPolicies', async (c) => {
+    return this.db.tx('putPolicies', async (c) => {
       let n = 0;
       for (const it of checked) {
         if (impossibleId(it.bundle.node_id)) continue;
         if (!(await this.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
         n++;
         if (it.expectationsOnly) continue;
-        await this.query('putPolicies', c, {
+        await this.db.query('putPolicies', c, {
           name: 'bundle_put',
           text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ($1, $2, $3, $4)
             ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
@@ -1375,7 +1342,7 @@ export class PostgresStore implements Store {
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
     if (impossibleId(nodeId)) return false;
-    const res = await this.query('deletePolicyBundle', this.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
+    const res = await this.db.query('deletePolicyBundle', this.db.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
     return (res.rowCount ?? 0) > 0;
   }
 }

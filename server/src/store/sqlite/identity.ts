@@ -3,45 +3,16 @@
  * rest of the store: two processes on one file serialise on the write lock, so `initKeyring`
  * stores one keyring however many start at once.
  */
-import type Database from 'better-sqlite3';
-import { storeError } from '../errors.js';
 import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from '../identity.js';
+import { KEY_COLUMNS, keyRecord, keyRow } from '../identity-rows.js';
+import type { SqliteDb } from './db.js';
+import { sqliteRows } from './rows.js';
 
-const KEY_COLUMNS = 'kid, alg, active, created_at, retired_at, max_exp';
-
-function keyRow(r: Record<string, unknown>): IdentityKeyRow {
-  return {
-    kid: r.kid as string,
-    alg: r.alg as string,
-    active: r.active === 1,
-    created_at: r.created_at as string,
-    retired_at: (r.retired_at as string | null) ?? null,
-    max_exp: Number(r.max_exp),
-  };
-}
-
-function keyRecord(r: Record<string, unknown>): IdentityKeyRecord {
-  return { ...keyRow(r), public_jwk: r.public_jwk as string, sealed_private: r.sealed_private as string };
-}
+const asKeyRow = (r: Record<string, unknown>) => keyRow(r, sqliteRows);
+const asKeyRecord = (r: Record<string, unknown>) => keyRecord(r, sqliteRows);
 
 export class SqliteIdentityStore implements IdentityStore {
-  constructor(private readonly db: Database.Database) {}
-
-  private write<T>(what: string, fn: () => T): T {
-    try {
-      return this.db.transaction(fn).immediate();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
-
-  private read<T>(what: string, fn: () => T): T {
-    try {
-      return fn();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
+  constructor(private readonly db: SqliteDb) {}
 
   private insertKey(k: IdentityKeyRecord): void {
     this.db.prepare(`INSERT INTO identity_keys (kid, alg, active, public_jwk, sealed_private, created_at, retired_at, max_exp)
@@ -56,7 +27,7 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   async initKeyring(initial: () => IdentityInitial): Promise<boolean> {
-    return this.write('identity keyring initialisation', () => {
+    return this.db.write('identity keyring initialisation', () => {
       if (this.db.prepare('SELECT 1 FROM identity_keys LIMIT 1').get()) return false;
       const init = initial();
       for (const k of init.keys) this.insertKey(k);
@@ -66,52 +37,52 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   async listKeys(): Promise<IdentityKeyRow[]> {
-    return this.read('identity key list', () =>
-      (this.db.prepare(`SELECT ${KEY_COLUMNS} FROM identity_keys ORDER BY created_at, kid`).all() as Record<string, unknown>[]).map(keyRow));
+    return this.db.read('identity key list', () =>
+      (this.db.prepare(`SELECT ${KEY_COLUMNS} FROM identity_keys ORDER BY created_at, kid`).all() as Record<string, unknown>[]).map(asKeyRow));
   }
 
   async getKey(kid: string): Promise<IdentityKeyRow | null> {
-    return this.read('identity key read', () => {
+    return this.db.read('identity key read', () => {
       const r = this.db.prepare(`SELECT ${KEY_COLUMNS} FROM identity_keys WHERE kid = ?`).get(kid) as Record<string, unknown> | undefined;
-      return r ? keyRow(r) : null;
+      return r ? asKeyRow(r) : null;
     });
   }
 
   async allKeys(): Promise<IdentityKeyRecord[]> {
-    return this.read('identity key list', () =>
-      (this.db.prepare(`SELECT ${KEY_COLUMNS}, public_jwk, sealed_private FROM identity_keys ORDER BY created_at, kid`).all() as Record<string, unknown>[]).map(keyRecord));
+    return this.db.read('identity key list', () =>
+      (this.db.prepare(`SELECT ${KEY_COLUMNS}, public_jwk, sealed_private FROM identity_keys ORDER BY created_at, kid`).all() as Record<string, unknown>[]).map(asKeyRecord));
   }
 
   async activeKey(): Promise<IdentityKeyRecord | null> {
-    return this.read('active identity key read', () => {
+    return this.db.read('active identity key read', () => {
       const r = this.db.prepare(`SELECT ${KEY_COLUMNS}, public_jwk, sealed_private FROM identity_keys WHERE active = 1`).get() as Record<string, unknown> | undefined;
-      return r ? keyRecord(r) : null;
+      return r ? asKeyRecord(r) : null;
     });
   }
 
   async publishedKeys(nowSec: number): Promise<string[]> {
-    return this.read('JWKS read', () =>
+    return this.db.read('JWKS read', () =>
       (this.db.prepare('SELECT public_jwk FROM identity_keys WHERE active = 1 OR max_exp > ? ORDER BY created_at, kid').all(nowSec) as { public_jwk: string }[]).map((r) => r.public_jwk));
   }
 
   async addActiveKey(key: Omit<IdentityKeyRecord, 'active' | 'retired_at' | 'max_exp'>): Promise<void> {
-    this.write('identity key rotation', () => {
+    this.db.write('identity key rotation', () => {
       this.db.prepare('UPDATE identity_keys SET active = 0, retired_at = ? WHERE active = 1').run(key.created_at);
       this.insertKey({ ...key, active: true, retired_at: null, max_exp: 0 });
     });
   }
 
   async deleteKey(kid: string): Promise<boolean> {
-    return this.write('identity key deletion', () => this.db.prepare('DELETE FROM identity_keys WHERE kid = ?').run(kid).changes > 0);
+    return this.db.write('identity key deletion', () => this.db.prepare('DELETE FROM identity_keys WHERE kid = ?').run(kid).changes > 0);
   }
 
   async nodesUsingKey(kid: string, nowSec: number): Promise<number> {
-    return this.read('identity key use count', () =>
+    return this.db.read('identity key use count', () =>
       (this.db.prepare('SELECT count(*) AS n FROM identity_tokens WHERE kid = ? AND exp > ?').get(kid, nowSec) as { n: number }).n);
   }
 
   async recordToken(t: Omit<IdentityTokenRow, 'forced_after'>): Promise<boolean> {
-    return this.write('node token record', () => {
+    return this.db.write('node token record', () => {
       const n = this.upsertToken({ ...t, forced_after: 0 });
       this.db.prepare('UPDATE identity_keys SET max_exp = max(max_exp, ?) WHERE kid = ?').run(t.exp, t.kid);
       return n > 0;
@@ -119,7 +90,7 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   async getToken(nodeId: string): Promise<IdentityTokenRow | null> {
-    return this.read('node token read', () => {
+    return this.db.read('node token read', () => {
       const r = this.db.prepare('SELECT node_id, kid, jti, iat, exp, forced_after FROM identity_tokens WHERE node_id = ?').get(nodeId) as IdentityTokenRow | undefined;
       return r ?? null;
     });
@@ -127,7 +98,7 @@ export class SqliteIdentityStore implements IdentityStore {
 
   async forceRenewal(nodeIds: string[], atSec: number): Promise<number> {
     if (nodeIds.length === 0) return 0;
-    return this.write('forced renewal', () => {
+    return this.db.write('forced renewal', () => {
       const st = this.db.prepare(`INSERT INTO identity_tokens (node_id, kid, jti, iat, exp, forced_after)
         SELECT ?, '', '', 0, 0, ? WHERE EXISTS (SELECT 1 FROM nodes WHERE id = ?)
         ON CONFLICT (node_id) DO UPDATE SET forced_after = excluded.forced_after`);
@@ -138,14 +109,14 @@ export class SqliteIdentityStore implements IdentityStore {
   }
 
   async forcedRenewals(sinceSec: number): Promise<Map<string, number>> {
-    return this.read('forced renewals read', () => {
+    return this.db.read('forced renewals read', () => {
       const rows = this.db.prepare('SELECT node_id, forced_after FROM identity_tokens WHERE forced_after > ?').all(sinceSec) as Array<{ node_id: string; forced_after: number }>;
       return new Map(rows.map((r) => [r.node_id, r.forced_after]));
     });
   }
 
   async rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean> {
-    return this.write('renewal nonce check', () => {
+    return this.db.write('renewal nonce check', () => {
       this.db.prepare('DELETE FROM identity_nonces WHERE until < ?').run(nowSec);
       const { n } = this.db.prepare('SELECT count(*) AS n FROM identity_nonces').get() as { n: number };
       if (n >= MAX_NONCES) return false;

@@ -1,2 +1,2 @@
-// The embedded backend; see sqlite-store.ts for its durability and locking choices.
+// The embedded backend; see db.ts for its durability and locking choices.
 export { SqliteStore, type SqliteStoreOptions } from './sqlite-store.js';

@@ -3,9 +3,7 @@
  * text order is time order. Every write is one IMMEDIATE transaction: the read of a task's state
  * and its update cannot be split by another writer.
  */
-import type Database from 'better-sqlite3';
 import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
-import { storeError } from '../errors.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from '../jobs-types.js';
@@ -13,132 +11,115 @@ import {
   JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
 } from '../jobs-rows.js';
 import type { Page } from '../store.js';
+import type { SqliteDb } from './db.js';
 
 const utc = (s: string) => new Date(s).toISOString();
 const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');
 
 export class SqliteJobStore implements JobStore {
-  constructor(private readonly db: () => Database.Database) {}
+  constructor(private readonly db: SqliteDb) {}
 
-  private write<T>(what: string, fn: (db: Database.Database) => T): T {
-    const db = this.db();
-    try {
-      return db.transaction(() => fn(db)).immediate();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
-
-  private read<T>(what: string, fn: (db: Database.Database) => T): T {
-    const db = this.db();
-    try {
-      return db.transaction(() => fn(db)).deferred();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
-
-  private job(db: Database.Database, id: string): JobRecord | null {
-    const row = db.prepare(`SELECT ${JOB_COLUMNS} FROM jobs WHERE id = ?`).get(id) as Row | undefined;
+  private job(id: string): JobRecord | null {
+    const row = this.db.prepare(`SELECT ${JOB_COLUMNS} FROM jobs WHERE id = ?`).get(id) as Row | undefined;
     if (!row) return null;
-    const counts = db.prepare('SELECT state, count(*) AS n FROM job_tasks WHERE job_id = ? GROUP BY state').all(id) as Array<{ state: string; n: number }>;
+    const counts = this.db.prepare('SELECT state, count(*) AS n FROM job_tasks WHERE job_id = ? GROUP BY state').all(id) as Array<{ state: string; n: number }>;
     return jobFromRow(row, progressFrom(counts));
   }
 
-  private record(db: Database.Database, jobId: string, nodeId: string, at: string, from: TaskState | null, to: TaskState, reason: string, message: string | null): void {
-    db.prepare('INSERT INTO job_task_transitions (job_id, node_id, at, from_state, to_state, reason, message) VALUES (?, ?, ?, ?, ?, ?, ?)')
+  private record(jobId: string, nodeId: string, at: string, from: TaskState | null, to: TaskState, reason: string, message: string | null): void {
+    this.db.prepare('INSERT INTO job_task_transitions (job_id, node_id, at, from_state, to_state, reason, message) VALUES (?, ?, ?, ?, ?, ?, ?)')
       .run(jobId, nodeId, at, from, to, reason, message);
   }
 
   /** A running job whose tasks are all final is finished. */
-  private maybeFinish(db: Database.Database, jobId: string, at: string): void {
-    const left = db.prepare(`SELECT count(*) AS n FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).get(jobId) as { n: number };
-    if (left.n === 0) db.prepare("UPDATE jobs SET state = 'finished', finished_at = ? WHERE id = ? AND state = 'running'").run(at, jobId);
+  private maybeFinish(jobId: string, at: string): void {
+    const left = this.db.prepare(`SELECT count(*) AS n FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).get(jobId) as { n: number };
+    if (left.n === 0) this.db.prepare("UPDATE jobs SET state = 'finished', finished_at = ? WHERE id = ? AND state = 'running'").run(at, jobId);
   }
 
   async createJob(job: JobInsert, nodeIds: string[], failed?: ReadonlyMap<string, { reason: string; message: string }>): Promise<JobRecord> {
-    return this.write('create job', (db) => {
+    return this.db.write('create job', () => {
       const at = utc(job.created_at);
-      db.prepare(`INSERT INTO jobs (${JOB_COLUMNS}) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, NULL)`).run(
+      this.db.prepare(`INSERT INTO jobs (${JOB_COLUMNS}) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, NULL)`).run(
         job.id, job.name, job.type, specJson(job), JSON.stringify(job.conditions), job.keep_output ? 1 : 0, job.timeout_ms, at, utc(job.deadline_at),
       );
-      const ins = db.prepare("INSERT INTO job_tasks (job_id, node_id, state, reason, updated_at) VALUES (?, ?, 'pending', 'created', ?)");
-      const fail = db.prepare("UPDATE job_tasks SET state = 'failed', reason = ?, message = ? WHERE job_id = ? AND node_id = ?");
+      const ins = this.db.prepare("INSERT INTO job_tasks (job_id, node_id, state, reason, updated_at) VALUES (?, ?, 'pending', 'created', ?)");
+      const fail = this.db.prepare("UPDATE job_tasks SET state = 'failed', reason = ?, message = ? WHERE job_id = ? AND node_id = ?");
       for (const n of new Set(nodeIds)) {
         ins.run(job.id, n, at);
-        this.record(db, job.id, n, at, null, 'pending', 'created', null);
+        this.record(job.id, n, at, null, 'pending', 'created', null);
         const why = failed?.get(n);
         if (!why) continue;
         checkTransition('pending', 'failed', why.reason);
         fail.run(why.reason, why.message, job.id, n);
-        this.record(db, job.id, n, at, 'pending', 'failed', why.reason, why.message);
+        this.record(job.id, n, at, 'pending', 'failed', why.reason, why.message);
       }
-      this.maybeFinish(db, job.id, at);
-      return this.job(db, job.id)!;
+      this.maybeFinish(job.id, at);
+      return this.job(job.id)!;
     });
   }
 
   async getJob(id: string): Promise<JobRecord | null> {
-    return this.read('get job', (db) => this.job(db, id));
+    return this.db.read('get job', () => this.job(id));
   }
 
   async listJobs(page: number, perPage: number, state?: JobState): Promise<Page<JobRecord>> {
-    return this.read('list jobs', (db) => {
+    return this.db.read('list jobs', () => {
       const where = state ? 'WHERE state = ?' : '';
       const args = state ? [state] : [];
-      const total = (db.prepare(`SELECT count(*) AS n FROM jobs ${where}`).get(...args) as { n: number }).n;
-      const rows = db.prepare(`SELECT id FROM jobs ${where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`)
+      const total = (this.db.prepare(`SELECT count(*) AS n FROM jobs ${where}`).get(...args) as { n: number }).n;
+      const rows = this.db.prepare(`SELECT id FROM jobs ${where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?`)
         .all(...args, perPage, (page - 1) * perPage) as Array<{ id: string }>;
-      return { total, data: rows.map((r) => this.job(db, r.id)!) };
+      return { total, data: rows.map((r) => this.job(r.id)!) };
     });
   }
 
   async listTasks(jobId: string): Promise<TaskRecord[]> {
-    return this.read('list tasks', (db) =>
-      (db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? ORDER BY node_id`).all(jobId) as Row[]).map(taskFromRow));
+    return this.db.read('list tasks', () =>
+      (this.db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? ORDER BY node_id`).all(jobId) as Row[]).map(taskFromRow));
   }
 
   async getTask(jobId: string, nodeId: string): Promise<TaskRecord | null> {
-    return this.read('get task', (db) => {
-      const r = db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row | undefined;
+    return this.db.read('get task', () => {
+      const r = this.db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row | undefined;
       return r ? taskFromRow(r) : null;
     });
   }
 
   async taskHistory(jobId: string, nodeId: string): Promise<TaskTransition[]> {
-    return this.read('task history', (db) =>
-      (db.prepare('SELECT at, from_state, to_state, reason, message FROM job_task_transitions WHERE job_id = ? AND node_id = ? ORDER BY id')
+    return this.db.read('task history', () =>
+      (this.db.prepare('SELECT at, from_state, to_state, reason, message FROM job_task_transitions WHERE job_id = ? AND node_id = ? ORDER BY id')
         .all(jobId, nodeId) as Row[]).map(transitionFromRow));
   }
 
   async transition(jobId: string, nodeId: string, t: TransitionInput): Promise<TaskRecord | null> {
-    return this.write('task transition', (db) => {
-      const r = db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row | undefined;
+    return this.db.write('task transition', () => {
+      const r = this.db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row | undefined;
       if (!r) return null;
       const cur = taskFromRow(r);
       if (t.expect && !t.expect.includes(cur.state)) return null;
       checkTransition(cur.state, t.to, t.reason);
       const at = utc(t.at);
-      db.prepare(`UPDATE job_tasks SET state = ?, reason = ?, message = ?, relay = coalesce(?, relay), exit_code = coalesce(?, exit_code),
+      this.db.prepare(`UPDATE job_tasks SET state = ?, reason = ?, message = ?, relay = coalesce(?, relay), exit_code = coalesce(?, exit_code),
         output = coalesce(?, output), updated_at = ? WHERE job_id = ? AND node_id = ?`).run(
         t.to, t.reason, t.message ?? null, t.relay ?? null, t.exit_code ?? null, t.output ?? null, at, jobId, nodeId,
       );
-      this.record(db, jobId, nodeId, at, cur.state, t.to, t.reason, t.message ?? null);
-      if (isFinal(t.to)) this.maybeFinish(db, jobId, at);
-      return taskFromRow(db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row);
+      this.record(jobId, nodeId, at, cur.state, t.to, t.reason, t.message ?? null);
+      if (isFinal(t.to)) this.maybeFinish(jobId, at);
+      return taskFromRow(this.db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row);
     });
   }
 
   async claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]> {
-    return this.write('claim tasks', (db) => {
+    return this.db.write('claim tasks', () => {
       const at = utc(c.at);
       checkTransition('pending', 'scheduled', 'dispatched');
-      const upd = db.prepare(`UPDATE job_tasks SET state = 'scheduled', reason = 'dispatched', message = ?, relay = ?, updated_at = ?
+      const upd = this.db.prepare(`UPDATE job_tasks SET state = 'scheduled', reason = 'dispatched', message = ?, relay = ?, updated_at = ?
         WHERE job_id = ? AND node_id = ? AND state = 'pending'`);
       const claimed: string[] = [];
       for (const n of nodeIds) {
         if (upd.run(c.message, c.relay, at, jobId, n).changes === 0) continue;
-        this.record(db, jobId, n, at, 'pending', 'scheduled', 'dispatched', c.message);
+        this.record(jobId, n, at, 'pending', 'scheduled', 'dispatched', c.message);
         claimed.push(n);
       }
       return claimed;
@@ -146,58 +127,58 @@ export class SqliteJobStore implements JobStore {
   }
 
   async pendingWork(limit: number, kind: JobKind = 'remote-run', host = 'server'): Promise<PendingWork[]> {
-    return this.read('pending tasks', (db) => {
+    return this.db.read('pending tasks', () => {
       const byHost = kind === 'bootstrap' ? ` AND ${bootstrapHostCondition('?')}` : '';
       const args = kind === 'bootstrap' ? [host, limit] : [limit];
-      const rows = db.prepare(`SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
+      const rows = this.db.prepare(`SELECT t.job_id, t.node_id FROM job_tasks t JOIN jobs j ON j.id = t.job_id
         WHERE t.state = 'pending' AND j.state = 'running' AND ${kindCondition(kind)}${byHost} ORDER BY j.created_at, t.job_id, t.node_id LIMIT ?`).all(...args) as Array<{ job_id: string; node_id: string }>;
       const byJob = new Map<string, string[]>();
       for (const r of rows) byJob.set(r.job_id, [...(byJob.get(r.job_id) ?? []), r.node_id]);
-      return [...byJob].map(([id, nodes]) => ({ job: this.job(db, id)!, nodes }));
+      return [...byJob].map(([id, nodes]) => ({ job: this.job(id)!, nodes }));
     });
   }
 
   async setTaskStep(jobId: string, nodeId: string, step: string, message: string, at: string): Promise<boolean> {
-    return this.write('task step', (db) => db.prepare(`UPDATE job_tasks SET step = ?, message = ?, updated_at = ?
+    return this.db.write('task step', () => this.db.prepare(`UPDATE job_tasks SET step = ?, message = ?, updated_at = ?
       WHERE job_id = ? AND node_id = ? AND state = 'in_progress'`).run(step, message, utc(at), jobId, nodeId).changes > 0);
   }
 
   /** Abort these (non-final) tasks with one reason. */
-  private abortTasks(db: Database.Database, tasks: Array<{ job_id: string; node_id: string; state: TaskState }>, reason: 'cancelled' | 'timeout', at: string, message: string): void {
-    const upd = db.prepare("UPDATE job_tasks SET state = 'aborted', reason = ?, message = ?, updated_at = ? WHERE job_id = ? AND node_id = ?");
+  private abortTasks(tasks: Array<{ job_id: string; node_id: string; state: TaskState }>, reason: 'cancelled' | 'timeout', at: string, message: string): void {
+    const upd = this.db.prepare("UPDATE job_tasks SET state = 'aborted', reason = ?, message = ?, updated_at = ? WHERE job_id = ? AND node_id = ?");
     for (const task of tasks) {
       checkTransition(task.state, 'aborted', reason);
       upd.run(reason, message, at, task.job_id, task.node_id);
-      this.record(db, task.job_id, task.node_id, at, task.state, 'aborted', reason, message);
+      this.record(task.job_id, task.node_id, at, task.state, 'aborted', reason, message);
     }
   }
 
   async cancelJob(id: string, at: string): Promise<JobRecord | null> {
-    return this.write('cancel job', (db) => {
-      const job = this.job(db, id);
+    return this.db.write('cancel job', () => {
+      const job = this.job(id);
       if (!job) return null;
       if (job.state !== 'running') return job;
       const when = utc(at);
-      const tasks = db.prepare(`SELECT job_id, node_id, state FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).all(id) as Array<{ job_id: string; node_id: string; state: TaskState }>;
-      this.abortTasks(db, tasks, 'cancelled', when, 'the job was cancelled');
-      db.prepare("UPDATE jobs SET state = 'cancelled', finished_at = ? WHERE id = ?").run(when, id);
-      return this.job(db, id);
+      const tasks = this.db.prepare(`SELECT job_id, node_id, state FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).all(id) as Array<{ job_id: string; node_id: string; state: TaskState }>;
+      this.abortTasks(tasks, 'cancelled', when, 'the job was cancelled');
+      this.db.prepare("UPDATE jobs SET state = 'cancelled', finished_at = ? WHERE id = ?").run(when, id);
+      return this.job(id);
     });
   }
 
   async expireTasks(now: string, limit: number): Promise<number> {
-    return this.write('expire tasks', (db) => {
+    return this.db.write('expire tasks', () => {
       const when = utc(now);
-      const tasks = db.prepare(`SELECT t.job_id, t.node_id, t.state FROM job_tasks t JOIN jobs j ON j.id = t.job_id
+      const tasks = this.db.prepare(`SELECT t.job_id, t.node_id, t.state FROM job_tasks t JOIN jobs j ON j.id = t.job_id
         WHERE j.state = 'running' AND j.deadline_at <= ? AND t.state IN (${NON_FINAL_SQL}) LIMIT ?`).all(when, limit) as Array<{ job_id: string; node_id: string; state: TaskState }>;
-      this.abortTasks(db, tasks, 'timeout', when, 'the job timed out before the task ended');
-      for (const j of new Set(tasks.map((t) => t.job_id))) this.maybeFinish(db, j, when);
+      this.abortTasks(tasks, 'timeout', when, 'the job timed out before the task ended');
+      for (const j of new Set(tasks.map((t) => t.job_id))) this.maybeFinish(j, when);
       return tasks.length;
     });
   }
 
   async deleteJobsBefore(before: string, limit: number): Promise<number> {
-    return this.write('delete old jobs', (db) =>
-      db.prepare("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> 'running' AND finished_at < ? LIMIT ?)").run(utc(before), limit).changes);
+    return this.db.write('delete old jobs', () =>
+      this.db.prepare("DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE state <> 'running' AND finished_at < ? LIMIT ?)").run(utc(before), limit).changes);
   }
 }

@@ -1,18 +1,7 @@
 /**
- * The embedded registry: better-sqlite3 on one file, WAL mode.
- *
- * Durability: `synchronous = FULL`. The ingest deletes a run log from its spool once its batch's
- * insertRuns resolves, so a committed run must survive a power cut; in WAL mode NORMAL only syncs
- * at checkpoints and could lose the last commits while their spool files are already gone, which
- * breaks "nothing accepted with 2xx is ever lost". FULL costs one fsync of the WAL per commit,
- * which the ingest shares among the run logs of a batch (group commit, ingest/runlog.ts).
- *
- * Every write is an IMMEDIATE transaction: it takes the write lock before its first read, so a
- * second process on the same file waits (busy_timeout) instead of failing with SQLITE_BUSY
- * when a deferred transaction tries to upgrade a stale snapshot. The lifecycle sweep writes in
- * batches of a bounded size, each its own transaction, so the ingest waits for one batch at most.
+ * The embedded registry: the Store on one SQLite file (sqlite/db.ts has its durability and
+ * locking choices).
  */
-import Database from 'better-sqlite3';
 import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
@@ -45,17 +34,15 @@ import { SqliteBootstrapStore } from './bootstrap.js';
 import { SqliteJobStore } from './jobs.js';
 import { SqliteManagerStore } from './managers.js';
 import { SqliteAdminStore } from './admins.js';
-import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from './rows.js';
+import { sqliteRows } from './rows.js';
+import { SqliteDb, type SqliteDbOptions } from './db.js';
+import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from '../records.js';
 import { listRows, type LinkRow } from '../managers-rows.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
 
-export interface SqliteStoreOptions {
-  path: string;
-  /** How long a writer waits for another process's lock before giving up (ms). */
-  busyTimeoutMs?: number;
-  now?: () => Date;
+export interface SqliteStoreOptions extends SqliteDbOptions {
   /** Memory for decoded node-day bases (store/run-codec.ts). */
   runBaseCacheBytes?: number;
 }
@@ -86,98 +73,57 @@ const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join('
 const POLICY_CHUNK = 500;
 
 export class SqliteStore implements Store {
-  private readonly db: Database.Database;
-  private readonly now: () => Date;
-  /** Statements are compiled once per SQL text; listNodes builds a handful of variants. */
-  private readonly statements = new Map<string, Database.Statement>();
+  private readonly db: SqliteDb;
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
   readonly identity: SqliteIdentityStore;
-  readonly jobs = new SqliteJobStore(() => this.db);
-  readonly bootstrap = new SqliteBootstrapStore(() => this.db);
-  readonly admins = new SqliteAdminStore(() => this.db);
-  readonly managers: SqliteManagerStore = new SqliteManagerStore(() => this.db, this);
+  readonly jobs: SqliteJobStore;
+  readonly bootstrap: SqliteBootstrapStore;
+  readonly admins: SqliteAdminStore;
+  readonly managers: SqliteManagerStore;
 
   constructor(opts: SqliteStoreOptions) {
-    const timeout = opts.busyTimeoutMs ?? 5000;
-    this.now = opts.now ?? (() => new Date());
     this.bases = new BaseCache(opts.runBaseCacheBytes);
-    try {
-      this.db = new Database(opts.path, { timeout });
-      this.db.pragma('journal_mode = WAL');
-      this.db.pragma('synchronous = FULL');
-      this.db.pragma('foreign_keys = ON');
-      this.db.pragma(`busy_timeout = ${timeout}`);
-      // A filtered list over 100,000 nodes scans the whole nodes table: with SQLite's 2 MB
-      // default cache every scan goes through read() calls (measured: 60 → 33 ms per list).
-      this.db.pragma('cache_size = -65536');
-      this.db.pragma('mmap_size = 1073741824');
-    } catch (err) {
-      throw capstanError('ERR_STARTUP', `cannot open database ${opts.path}`, { cause: err });
-    }
+    this.db = new SqliteDb(opts);
     this.identity = new SqliteIdentityStore(this.db);
-  }
-
-  private stmt(sql: string): Database.Statement {
-    let s = this.statements.get(sql);
-    if (!s) {
-      s = this.db.prepare(sql);
-      // Filtered list queries vary with the request; keep the cache from growing without bound.
-      if (this.statements.size > 500) this.statements.clear();
-      this.statements.set(sql, s);
-    }
-    return s;
-  }
-
-  /** Run `fn` in a write transaction, turning database failures into coded errors. */
-  private write<T>(what: string, fn: () => T): T {
-    try {
-      return this.db.transaction(fn).immediate();
-    } catch (err) {
-      throw storeError(what, err);
-    }
-  }
-
-  private read<T>(what: string, fn: () => T): T {
-    try {
-      return this.db.transaction(fn).deferred();
-    } catch (err) {
-      throw storeError(what, err);
-    }
+    this.jobs = new SqliteJobStore(this.db);
+    this.bootstrap = new SqliteBootstrapStore(this.db);
+    this.admins = new SqliteAdminStore(this.db);
+    this.managers = new SqliteManagerStore(this.db, this);
   }
 
   private dialect(values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
-    const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.now };
+    const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.db.now };
     if (needsGroups(filters)) {
-      const rows = this.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
+      const rows = this.db.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
       d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
     }
     return d;
   }
 
   private node(id: string): NodeRecord | null {
-    const row = this.stmt(`${SELECT_NODE} WHERE n.id = ?`).get(id) as Record<string, unknown> | undefined;
-    return row ? nodeFromRow(row) : null;
+    const row = this.db.stmt(`${SELECT_NODE} WHERE n.id = ?`).get(id) as Record<string, unknown> | undefined;
+    return row ? nodeFromRow(row, sqliteRows) : null;
   }
 
   /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
   saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): void {
-    this.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
+    this.db.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
     this.sets(next, prev);
     this.history(transitions(prev, next, at, cause));
   }
 
   private history(entries: HistoryInsert[]): void {
-    const ins = this.stmt(INSERT_HISTORY);
+    const ins = this.db.stmt(INSERT_HISTORY);
     for (const h of entries) ins.run(h.node_id, h.at, h.field, h.from, h.to, h.cause);
   }
 
   /** Write the certificate (kept beside the row) when it changed. */
   private certificate(next: NodeRecord, prev: NodeRecord | null): void {
     if (prev && prev.certificate === next.certificate) return;
-    if (next.certificate === null) this.stmt('DELETE FROM node_certificates WHERE node_id = ?').run(next.id);
+    if (next.certificate === null) this.db.stmt('DELETE FROM node_certificates WHERE node_id = ?').run(next.id);
     else {
-      this.stmt(`INSERT INTO node_certificates (node_id, certificate) VALUES (?, ?)
+      this.db.stmt(`INSERT INTO node_certificates (node_id, certificate) VALUES (?, ?)
         ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`).run(next.id, next.certificate);
     }
   }
@@ -186,31 +132,27 @@ export class SqliteStore implements Store {
   private sets(next: NodeRecord, prev: NodeRecord | null): void {
     this.certificate(next, prev);
     if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
-      if (prev) this.stmt('DELETE FROM node_tags WHERE node_id = ?').run(next.id);
-      const ins = this.stmt('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
+      if (prev) this.db.stmt('DELETE FROM node_tags WHERE node_id = ?').run(next.id);
+      const ins = this.db.stmt('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
       for (const [k, v] of Object.entries(next.tags)) ins.run(next.id, k, v);
     }
     if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
-      if (prev) this.stmt('DELETE FROM node_groups WHERE node_id = ?').run(next.id);
-      const ins = this.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
+      if (prev) this.db.stmt('DELETE FROM node_groups WHERE node_id = ?').run(next.id);
+      const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
       for (const g of next.groups) ins.run(next.id, g);
     }
   }
 
   async migrate(): Promise<void> {
-    try {
-      migrateSqlite(this.db, this.now);
-    } catch (err) {
-      throw storeError('migrate', err);
-    }
+    migrateSqlite(this.db);
   }
 
   async close(): Promise<void> {
-    if (this.db.open) this.db.close();
+    this.db.close();
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {
-    return this.read('getNode', () => this.node(id));
+    return this.db.read('getNode', () => this.node(id));
   }
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
@@ -221,13 +163,13 @@ export class SqliteStore implements Store {
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
-    return this.read('listNodes', () => {
-      const counted = this.stmt(`SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
+    return this.db.read('listNodes', () => {
+      const counted = this.db.stmt(`SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
         .all(...values) as Array<{ status: string; c: number }>;
       const totals = { unknown: 0, reachable: 0, unreachable: 0 };
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
-      const rows = this.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
-      const nodes = rows.map(nodeFromRow);
+      const rows = this.db.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
+      const nodes = rows.map((r) => nodeFromRow(r, sqliteRows));
       // The page's manager links, in one statement (a page is at most a few hundred ids).
       const links = nodes.length === 0 ? [] : this.db.prepare(
         `SELECT node_id, manager_id FROM node_managers WHERE node_id IN (${nodes.map(() => '?').join(', ')})`,
@@ -238,19 +180,19 @@ export class SqliteStore implements Store {
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
     const { receivedAt, document } = checkInventory(inv);
-    return this.write('upsertFromInventory', () => {
+    return this.db.write('upsertFromInventory', () => {
       const known = this.node(inv.id);
       const revoked = !!inv.auto_accept &&
-        !!this.stmt('SELECT 1 FROM revoked_certificates WHERE fingerprint = ?').get(inv.certificate_fingerprint);
+        !!this.db.stmt('SELECT 1 FROM revoked_certificates WHERE fingerprint = ?').get(inv.certificate_fingerprint);
       const auto = !!inv.auto_accept && !revoked;
       const next = known ? mergeInventory(known, inv, auto) : nodeFromInventory(inv, auto);
-      this.stmt(known ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
+      this.db.stmt(known ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
       this.sets(next, known);
       this.history(transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
       if (known && isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
-      const { changes } = this.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
+      const { changes } = this.db.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
         WHERE excluded.received_at >= inventories.received_at`).run(inv.id, receivedAt, document);
       if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
@@ -260,21 +202,21 @@ export class SqliteStore implements Store {
 
   /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
   writeIndex(nodeId: string, ix: InventoryIndex, at: string): void {
-    const get = this.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
-    const add = this.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
+    const get = this.db.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
+    const add = this.db.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
     const ids = ix.packages.map((pk) => {
       const row = get.get(pk.name, pk.version) as { id: number } | undefined;
       return row ? row.id : Number(add.run(pk.name, pk.version, pk.key).lastInsertRowid);
     }).sort((a, b) => a - b);
-    const old = this.stmt('SELECT key, package_ids, os_kernel FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string; os_kernel: string | null } | undefined;
+    const old = this.db.stmt('SELECT key, package_ids, os_kernel FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string; os_kernel: string | null } | undefined;
     if (old) {
       // What changed since the last inventory, kept like changes (retention.changes).
       const before: IndexedBefore = {
-        packages: this.stmt('SELECT name, version FROM package_versions WHERE id IN (SELECT value FROM json_each(?))').all(old.package_ids) as IndexedBefore['packages'],
-        addresses: (this.stmt('SELECT address FROM node_addresses WHERE node_id = ?').all(nodeId) as Array<{ address: string }>).map((r) => r.address),
+        packages: this.db.stmt('SELECT name, version FROM package_versions WHERE id IN (SELECT value FROM json_each(?))').all(old.package_ids) as IndexedBefore['packages'],
+        addresses: (this.db.stmt('SELECT address FROM node_addresses WHERE node_id = ?').all(nodeId) as Array<{ address: string }>).map((r) => r.address),
         kernel: old.os_kernel,
       };
-      const ins = this.stmt('INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value) VALUES (?, ?, ?, ?, ?, ?)');
+      const ins = this.db.stmt('INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value) VALUES (?, ?, ?, ?, ?, ?)');
       for (const c of diffInventory(before, ix).slice(0, MAX_CHANGES_PER_INVENTORY)) ins.run(nodeId, at, c.kind, c.name, c.from, c.to);
     }
     const cols = [ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, JSON.stringify(ids)];
@@ -283,47 +225,47 @@ export class SqliteStore implements Store {
     if (old) {
       key = old.key;
       before = JSON.parse(old.package_ids) as number[];
-      this.stmt(`UPDATE node_inventory SET fqdn = ?, os_kernel = ?, arch = ?, os_version_key = ?, cpus = ?, memory = ?, package_ids = ?
+      this.db.stmt(`UPDATE node_inventory SET fqdn = ?, os_kernel = ?, arch = ?, os_version_key = ?, cpus = ?, memory = ?, package_ids = ?
         WHERE key = ?`).run(...cols, key);
     } else {
-      key = Number(this.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
+      key = Number(this.db.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(...cols, nodeId).lastInsertRowid);
-      this.stmt('UPDATE nodes SET inventory_key = ? WHERE id = ?').run(key, nodeId);
+      this.db.stmt('UPDATE nodes SET inventory_key = ? WHERE id = ?').run(key, nodeId);
     }
     // Only what changed since the last inventory is written: most inventories change nothing.
     const now = new Set(ids);
     const was = new Set(before);
-    const del = this.stmt('DELETE FROM node_packages WHERE package_id = ? AND node_key = ?');
+    const del = this.db.stmt('DELETE FROM node_packages WHERE package_id = ? AND node_key = ?');
     for (const id of before) if (!now.has(id)) del.run(id, key);
-    const ins = this.stmt('INSERT OR IGNORE INTO node_packages (package_id, node_key) VALUES (?, ?)');
+    const ins = this.db.stmt('INSERT OR IGNORE INTO node_packages (package_id, node_key) VALUES (?, ?)');
     for (const id of ids) if (!was.has(id)) ins.run(id, key);
-    this.stmt('DELETE FROM node_addresses WHERE node_id = ?').run(nodeId);
-    const addr = this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
+    this.db.stmt('DELETE FROM node_addresses WHERE node_id = ?').run(nodeId);
+    const addr = this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
     for (const a of ix.addresses) addr.run(a, nodeId);
-    this.stmt('DELETE FROM node_facts WHERE node_id = ?').run(nodeId);
-    const fact = this.stmt('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
+    this.db.stmt('DELETE FROM node_facts WHERE node_id = ?').run(nodeId);
+    const fact = this.db.stmt('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
     for (const f of ix.facts) fact.run(nodeId, f.path, f.value, f.num);
   }
 
   async createNode(input: NodeCreate): Promise<NodeRecord> {
     const n = checkNodeCreate(input);
-    const now = this.now().toISOString();
+    const now = this.db.now().toISOString();
     const node = manualNode(n, now);
-    return this.write('createNode', () => {
-      if (node.source_id !== null && this.stmt('SELECT 1 FROM nodes WHERE source_id = ? AND region = ? AND account_id = ?')
+    return this.db.write('createNode', () => {
+      if (node.source_id !== null && this.db.stmt('SELECT 1 FROM nodes WHERE source_id = ? AND region = ? AND account_id = ?')
         .get(node.source_id, node.region, node.account_id)) {
         throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
       }
       const address = node.manager === 'manual' ? node.address : null;
       const key = address === null ? null : addressKey(address);
       if (address !== null) {
-        const owner = this.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
+        const owner = this.db.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
           .get(address, key ?? '') as { id: string } | undefined;
         if (owner) throw addressTaken(address, owner.id);
       }
-      const { changes } = this.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
+      const { changes } = this.db.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
       if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
-      if (key !== null) this.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
+      if (key !== null) this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
       this.sets(node, null);
       this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
       return node;
@@ -357,18 +299,18 @@ export class SqliteStore implements Store {
   async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
     const when = toUtcIso(at, 'at');
     if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
-    return this.write('recordClockSkew', () => this.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
+    return this.db.write('recordClockSkew', () => this.db.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
   }
 
   /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
   private update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
     const when = toUtcIso(at, 'at');
-    return this.write(what, () => {
+    return this.db.write(what, () => {
       const node = this.node(id);
       if (!node) return null;
       const next = change(node);
       if (next !== node) {
-        this.stmt(UPDATE_NODE).run(nodeParams(next));
+        this.db.stmt(UPDATE_NODE).run(nodeParams(next));
         this.sets(next, node);
         this.history(transitions(node, next, when, cause));
       }
@@ -378,9 +320,9 @@ export class SqliteStore implements Store {
 
   async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
-    return this.read('inventoryHistory', () => {
-      const total = (this.stmt('SELECT count(*) AS c FROM inventory_changes WHERE node_id = ?').get(nodeId) as { c: number }).c;
-      const data = this.stmt(`SELECT at, kind, name, from_value AS "from", to_value AS "to" FROM inventory_changes WHERE node_id = ?
+    return this.db.read('inventoryHistory', () => {
+      const total = (this.db.stmt('SELECT count(*) AS c FROM inventory_changes WHERE node_id = ?').get(nodeId) as { c: number }).c;
+      const data = this.db.stmt(`SELECT at, kind, name, from_value AS "from", to_value AS "to" FROM inventory_changes WHERE node_id = ?
         ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as InventoryChangeRecord[];
       return { data, total };
     });
@@ -389,11 +331,11 @@ export class SqliteStore implements Store {
   async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
     const { limit, offset } = checkPaging(page, perPage);
     const pattern = softwarePattern(nameGlob);
-    return this.read('listSoftware', () => {
+    return this.db.read('listSoftware', () => {
       // GLOB is case-sensitive, as package names are; the pattern's own brackets are escaped.
-      const total = (this.stmt('SELECT count(*) AS c FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)')
+      const total = (this.db.stmt('SELECT count(*) AS c FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)')
         .get(pattern) as { c: number }).c;
-      const rows = this.stmt(`SELECT pv.name, pv.version, (SELECT count(*) FROM node_packages np WHERE np.package_id = pv.id) AS nodes
+      const rows = this.db.stmt(`SELECT pv.name, pv.version, (SELECT count(*) FROM node_packages np WHERE np.package_id = pv.id) AS nodes
         FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)
         ORDER BY pv.name, pv.version_key, pv.version LIMIT ? OFFSET ?`).all(pattern, limit, offset) as Array<{ name: string; version: string; nodes: number }>;
       return { data: rows, total };
@@ -401,58 +343,58 @@ export class SqliteStore implements Store {
   }
 
   async getProperties(nodeId: string): Promise<Record<string, string> | null> {
-    return this.read('getProperties', () => {
-      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
-      const rows = this.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
+    return this.db.read('getProperties', () => {
+      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      const rows = this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
       return Object.fromEntries(rows.map((r) => [r.key, r.value]));
     });
   }
 
   async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
     const props = checkProperties(properties);
-    return this.write('setProperties', () => {
-      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
-      this.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
-      const ins = this.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
+    return this.db.write('setProperties', () => {
+      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      this.db.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
+      const ins = this.db.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
       for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
       return props;
     });
   }
 
   async deleteNode(id: string, at?: string): Promise<boolean> {
-    const when = toUtcIso(at ?? this.now().toISOString(), 'at');
+    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
     // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
-    return this.write('deleteNode', () => {
+    return this.db.write('deleteNode', () => {
       const node = this.node(id);
       if (!node) return false;
       if (node.certificate_fingerprint) {
-        this.stmt('INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
+        this.db.stmt('INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
           .run(node.certificate_fingerprint, id, when);
       }
-      return this.stmt('DELETE FROM nodes WHERE id = ?').run(id).changes > 0;
+      return this.db.stmt('DELETE FROM nodes WHERE id = ?').run(id).changes > 0;
     });
   }
 
   async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
-    const row = this.read('getInventory', () =>
-      this.stmt('SELECT received_at, document FROM inventories WHERE node_id = ?').get(nodeId)) as
+    const row = this.db.read('getInventory', () =>
+      this.db.stmt('SELECT received_at, document FROM inventories WHERE node_id = ?').get(nodeId)) as
       { received_at: string; document: string } | undefined;
     return row ? { received_at: row.received_at, inventory: JSON.parse(row.document) } : null;
   }
 
   async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
     const { limit, offset } = checkPaging(page, perPage);
-    return this.read('getHistory', () => {
-      const { n } = this.stmt('SELECT count(*) AS n FROM node_history WHERE node_id = ?').get(nodeId) as { n: number };
-      const rows = this.stmt(`SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
+    return this.db.read('getHistory', () => {
+      const { n } = this.db.stmt('SELECT count(*) AS n FROM node_history WHERE node_id = ?').get(nodeId) as { n: number };
+      const rows = this.db.stmt(`SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
         WHERE node_id = ? ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map(historyFromRow), total: n };
+      return { data: rows.map((r) => historyFromRow(r, sqliteRows)), total: n };
     });
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
     const checked = checkRun(run);
-    return this.write('insertRun', () => this.runTx(run, checked));
+    return this.db.write('insertRun', () => this.runTx(run, checked));
   }
 
   async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
@@ -465,8 +407,8 @@ export class SqliteStore implements Store {
         return { ok: false, error };
       }
     });
-    const each = this.db.transaction((run: RunInsert, c: ReturnType<typeof checkRun>) => this.runTx(run, c));
-    return this.write('insertRuns', () => runs.map((run, i): RunBatchResult => {
+    const each = this.db.savepoint((run: RunInsert, c: ReturnType<typeof checkRun>) => this.runTx(run, c));
+    return this.db.write('insertRuns', () => runs.map((run, i): RunBatchResult => {
       const c = checked[i]!;
       if ('ok' in c) return c;
       try {
@@ -485,13 +427,13 @@ export class SqliteStore implements Store {
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
-      const ins = this.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
+      const ins = this.db.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
           report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id, started_at_utc) DO NOTHING`)
         .run(run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete ? 1 : 0, run.report_count,
           counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, stored.log, stored.outcomes, stored.base_id);
       if (ins.changes === 0) {
-        const dup = this.stmt('SELECT id FROM runs WHERE node_id = ? AND started_at_utc = ?')
+        const dup = this.db.stmt('SELECT id FROM runs WHERE node_id = ? AND started_at_utc = ?')
           .get(run.node_id, startedUtc) as { id: number };
         return { inserted: false, reason: 'duplicate', id: dup.id };
       }
@@ -499,7 +441,7 @@ export class SqliteStore implements Store {
       if (changes.length > 0) this.insertChanges(run, id, startedUtc, changes);
       this.relabelNext(run, startedUtc);
       const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      this.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
+      this.db.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
       this.history(transitions(node, next, receivedAt, 'run'));
       const receivedS = epochS(receivedAt);
       let written = false;
@@ -507,12 +449,12 @@ export class SqliteStore implements Store {
         // Steady state: the same config reporting the same outcomes as last time changes no
         // number, so only the base run and the answer time move (one statement instead of a
         // recomputation; the time marks stay right: same config as the base run's).
-        const same = this.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?,
+        const same = this.db.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?,
             answered_s = max(coalesce(answered_s, 0), ?)
           WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ?`)
           .run(id, run.started_at, startedUtc, receivedAt, receivedS, run.node_id, startedUtc, run.config_id ?? null, packed);
         written = same.changes > 0;
-        const cur = written ? undefined : this.stmt('SELECT run_started_utc, applying_since_s, answered_s, keep_last_s FROM node_compliance WHERE node_id = ?')
+        const cur = written ? undefined : this.db.stmt('SELECT run_started_utc, applying_since_s, answered_s, keep_last_s FROM node_compliance WHERE node_id = ?')
           .get(run.node_id) as Record<string, unknown> | undefined;
         // Only the newest complete run decides compliance; a back-filled older one does not.
         if (!written && (!cur || cur.run_started_utc === null || (cur.run_started_utc as string) <= startedUtc)) {
@@ -532,7 +474,7 @@ export class SqliteStore implements Store {
         }
       }
       // Any run is an answer: an incomplete or back-filled one too.
-      if (!written) this.stmt('UPDATE node_compliance SET answered_s = max(coalesce(answered_s, 0), ?) WHERE node_id = ?').run(receivedS, run.node_id);
+      if (!written) this.db.stmt('UPDATE node_compliance SET answered_s = max(coalesce(answered_s, 0), ?) WHERE node_id = ?').run(receivedS, run.node_id);
       return { inserted: true, id };
     }
   }
@@ -544,18 +486,18 @@ export class SqliteStore implements Store {
   private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): { base_id: number; log: Buffer; outcomes: Buffer } {
     const day = runDay(startedUtc);
     const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
-    const found = this.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
+    const found = this.db.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
     let id: number;
     let texts: BaseTexts | undefined;
     if (found === undefined) {
       texts = { log, outcomes: json };
       const row = encodeBase(texts);
-      id = Number(this.stmt('INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES (?, ?, ?, ?)')
+      id = Number(this.db.stmt('INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES (?, ?, ?, ?)')
         .run(nodeId, day, row.log_compressed, row.outcomes_packed).lastInsertRowid);
       this.bases.set(id, texts);
     } else {
       id = found;
-      texts = this.bases.texts(id, () => this.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(id) as BaseRow | undefined);
+      texts = this.bases.texts(id, () => this.db.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(id) as BaseRow | undefined);
     }
     const enc = encodeRun(texts!, log, json);
     return { base_id: id, log: enc.log, outcomes: enc.outcomes };
@@ -566,24 +508,24 @@ export class SqliteStore implements Store {
     const { from, to } = runRange(range);
     const where = `node_id = ?${from ? ' AND started_at_utc >= ?' : ''}${to ? ' AND started_at_utc < ?' : ''}`;
     const values = [nodeId, ...(from ? [from] : []), ...(to ? [to] : [])];
-    return this.read('listRuns', () => {
-      const { n } = this.stmt(`SELECT count(*) AS n FROM runs WHERE ${where}`).get(...values) as { n: number };
+    return this.db.read('listRuns', () => {
+      const { n } = this.db.stmt(`SELECT count(*) AS n FROM runs WHERE ${where}`).get(...values) as { n: number };
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
-      const rows = this.stmt(`SELECT ${RUN_COLUMNS.map((c) => `r.${c}`).join(', ')}, r.outcomes_packed, r.base_id, b.outcomes_packed AS base_outcomes
+      const rows = this.db.stmt(`SELECT ${RUN_COLUMNS.map((c) => `r.${c}`).join(', ')}, r.outcomes_packed, r.base_id, b.outcomes_packed AS base_outcomes
         FROM runs r LEFT JOIN run_bases b ON b.id = r.base_id WHERE ${where.replace(/started_at_utc/g, 'r.started_at_utc').replace('node_id', 'r.node_id')}
         ORDER BY r.started_at_utc DESC LIMIT ? OFFSET ?`).all(...values, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map((r) => runFromRow(r, this.bases)), total: n };
+      return { data: rows.map((r) => runFromRow(r, this.bases, sqliteRows)), total: n };
     });
   }
 
   /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
   private runLog(runId: number): { raw: Buffer } | { text: Buffer } | null {
     if (!Number.isSafeInteger(runId)) return null;
-    return this.read('getRunLog', () => {
-      const row = this.stmt('SELECT log_compressed, base_id FROM runs WHERE id = ?').get(runId) as { log_compressed: Buffer; base_id: number | null } | undefined;
+    return this.db.read('getRunLog', () => {
+      const row = this.db.stmt('SELECT log_compressed, base_id FROM runs WHERE id = ?').get(runId) as { log_compressed: Buffer; base_id: number | null } | undefined;
       if (!row) return null;
       if (row.base_id === null) return { raw: row.log_compressed };
-      const base = this.bases.texts(row.base_id, () => this.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(row.base_id) as BaseRow | undefined);
+      const base = this.bases.texts(row.base_id, () => this.db.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(row.base_id) as BaseRow | undefined);
       if (!base) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
       return { text: decodeRunLog(base, row.log_compressed) };
     });
@@ -603,12 +545,12 @@ export class SqliteStore implements Store {
   }
 
   async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
-    const rows = this.read('reindexInventories', () => this.stmt(`SELECT i.node_id, i.received_at, i.document FROM inventories i
+    const rows = this.db.read('reindexInventories', () => this.db.stmt(`SELECT i.node_id, i.received_at, i.document FROM inventories i
       JOIN nodes n ON n.id = i.node_id WHERE n.inventory_key IS NULL AND i.node_id > ? ORDER BY i.node_id LIMIT ?`).all(after, limit)) as
       Array<{ node_id: string; received_at: string; document: string }>;
     let indexed = 0;
-    this.write('reindexInventories', () => {
-      const still = this.stmt('SELECT 1 FROM nodes WHERE id = ? AND inventory_key IS NULL');
+    this.db.write('reindexInventories', () => {
+      const still = this.db.stmt('SELECT 1 FROM nodes WHERE id = ? AND inventory_key IS NULL');
       for (const r of rows) {
         if (!still.get(r.node_id)) continue;
         this.writeIndex(r.node_id, indexInventory(JSON.parse(r.document) as Record<string, unknown>), r.received_at);
@@ -621,38 +563,38 @@ export class SqliteStore implements Store {
   async compactRuns(limit: number): Promise<CompactProgress> {
     // Read and decompressed outside the write transaction (zstd of a page of runs is async);
     // each row is converted only if it is still whole when written.
-    const cursor = this.read('compactRuns', () => Number(this.stmt("SELECT value FROM registry_counters WHERE name = 'runs_compacted_through'").pluck().get() ?? 0));
-    const rows = this.read('compactRuns', () => this.stmt(`SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed
+    const cursor = this.db.read('compactRuns', () => Number(this.db.stmt("SELECT value FROM registry_counters WHERE name = 'runs_compacted_through'").pluck().get() ?? 0));
+    const rows = this.db.read('compactRuns', () => this.db.stmt(`SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed
       FROM runs WHERE id > ? AND base_id IS NULL ORDER BY id LIMIT ?`).all(cursor, limit)) as Array<Record<string, unknown>>;
     const texts = await Promise.all(rows.map((r) => decompress(r.log_compressed as Buffer, 'zstd', { maxBytes: 256 * 1024 * 1024 }).catch(() => null)));
     let converted = 0;
     const last = rows.length ? (rows[rows.length - 1]!.id as number) : cursor;
-    this.write('compactRuns', () => {
-      const upd = this.stmt('UPDATE runs SET log_compressed = ?, outcomes_packed = ?, outcomes = ?, base_id = ? WHERE id = ? AND base_id IS NULL');
+    this.db.write('compactRuns', () => {
+      const upd = this.db.stmt('UPDATE runs SET log_compressed = ?, outcomes_packed = ?, outcomes = ?, base_id = ? WHERE id = ? AND base_id IS NULL');
       rows.forEach((r, i) => {
         const text = texts[i];
         if (!text) return;
         const s = this.againstBase(r.node_id as string, r.started_at_utc as string, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
         converted += upd.run(s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id).changes;
       });
-      this.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);
+      this.db.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);
     });
     // The highest id, not a count of what is left: counting would scan the table at every batch.
-    const maxId = this.read('compactRuns', () => Number(this.stmt('SELECT coalesce(max(id), 0) FROM runs').pluck().get()));
+    const maxId = this.db.read('compactRuns', () => Number(this.db.stmt('SELECT coalesce(max(id), 0) FROM runs').pluck().get()));
     return { converted, skipped: rows.length - converted, through_id: last, max_id: maxId, done: rows.length < limit };
   }
 
   // --- compliance ---------------------------------------------------------------------------
 
   private expectations(nodeId: string, configId: string): ExpectedComponent[] | null {
-    const row = this.stmt('SELECT components FROM node_expectations WHERE node_id = ? AND config_id = ?').get(nodeId, configId) as
+    const row = this.db.stmt('SELECT components FROM node_expectations WHERE node_id = ? AND config_id = ?').get(nodeId, configId) as
       { components: string } | undefined;
     return row ? (JSON.parse(row.components) as ExpectedComponent[]) : null;
   }
 
   /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
   private expectationsSetS(nodeId: string, configId: string): number | null {
-    const at = this.stmt('SELECT set_at FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
+    const at = this.db.stmt('SELECT set_at FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
     return at === undefined ? null : epochS(at);
   }
 
@@ -667,16 +609,16 @@ export class SqliteStore implements Store {
    * against this run's config id.
    */
   private relabelNext(run: RunInsert, startedUtc: string): void {
-    const next = this.stmt('SELECT id, config_id FROM runs WHERE node_id = ? AND started_at_utc > ? ORDER BY started_at_utc LIMIT 1')
+    const next = this.db.stmt('SELECT id, config_id FROM runs WHERE node_id = ? AND started_at_utc > ? ORDER BY started_at_utc LIMIT 1')
       .get(run.node_id, startedUtc) as { id: number; config_id: string | null } | undefined;
-    if (next) this.stmt('UPDATE changes SET label = ? WHERE node_id = ? AND run_id = ?').run(labelFor(run.config_id ?? null, next.config_id), run.node_id, next.id);
+    if (next) this.db.stmt('UPDATE changes SET label = ? WHERE node_id = ? AND run_id = ?').run(labelFor(run.config_id ?? null, next.config_id), run.node_id, next.id);
   }
 
   private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
-    const prev = this.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
+    const prev = this.db.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
       .get(run.node_id, startedUtc) as { config_id: string | null } | undefined;
     const label = labelFor(prev === undefined ? undefined : prev.config_id, run.config_id ?? null);
-    const ins = this.stmt(`INSERT INTO changes (node_id, run_id, run_started_at, at, rule_id, directive_id, component, key_value,
+    const ins = this.db.stmt(`INSERT INTO changes (node_id, run_id, run_started_at, at, rule_id, directive_id, component, key_value,
         event_type, message, label, config_id, diff, diff_truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     for (const c of changes) {
       ins.run(run.node_id, runId, run.started_at, c.at, c.rule_id, c.directive_id, c.component, c.key_value, c.event_type,
@@ -687,14 +629,14 @@ export class SqliteStore implements Store {
   private writeCompliance(input: ComplianceInput, at: string): void {
     const { counts, directives } = complianceRows(input);
     const m = input.marks;
-    this.stmt(UPSERT_COMPLIANCE)
+    this.db.stmt(UPSERT_COMPLIANCE)
       .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
         UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
         ...COUNT_COLUMNS.map((c) => counts[c]));
-    const stored = this.stmt(SELECT_DIRECTIVE_ROWS).raw(true).all(input.nodeId) as unknown[][];
+    const stored = this.db.stmt(SELECT_DIRECTIVE_ROWS).raw(true).all(input.nodeId) as unknown[][];
     const { upsert, remove } = directiveChangesRaw(stored, directives);
-    const del = this.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
+    const del = this.db.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
     for (const r of remove) del.run(input.nodeId, r.rule_id, r.directive_id);
     // Multi-row statements: one call into SQLite per chunk instead of one per directive.
     for (let i = 0; i < upsert.length; i += DIRECTIVE_CHUNK) {
@@ -704,14 +646,14 @@ export class SqliteStore implements Store {
         values.push(input.nodeId, d.rule_id, d.directive_id);
         for (const c of COUNT_COLUMNS) values.push(d.counts[c]);
       }
-      this.stmt(upsertDirectivesSql(part.length)).run(values);
+      this.db.stmt(upsertDirectivesSql(part.length)).run(values);
     }
   }
 
   async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts: { keep_last_s?: number } = {}): Promise<boolean> {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
-    return this.write('setExpectations', () => this.expectationsTx(nodeId, configId, checked, when, opts.keep_last_s));
+    return this.db.write('setExpectations', () => this.expectationsTx(nodeId, configId, checked, when, opts.keep_last_s));
   }
 
   /** setExpectations' work, inside the caller's write transaction. */
@@ -719,15 +661,15 @@ export class SqliteStore implements Store {
     {
       // Only the previous policy's config id is needed: reading the whole node (and its
       // certificate) was a third of a 100,000-node generation.
-      const node = this.stmt('SELECT policy_config_id FROM nodes WHERE id = ?').get(nodeId) as { policy_config_id: string | null } | undefined;
+      const node = this.db.stmt('SELECT policy_config_id FROM nodes WHERE id = ?').get(nodeId) as { policy_config_id: string | null } | undefined;
       if (!node) return false;
-      this.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES (?, ?, ?, ?)
+      this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES (?, ?, ?, ?)
         ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`)
         .run(nodeId, configId, when, checked.json);
       // Keep this config's and the previous policy's: a node may still run the previous one.
       const keep = node.policy_config_id ?? configId;
-      this.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);
-      this.stmt('UPDATE nodes SET policy_config_id = ? WHERE id = ?').run(configId, nodeId);
+      this.db.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);
+      this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id = ?').run(configId, nodeId);
       this.recompute(nodeId, configId, node.policy_config_id, checked.items, when, keepLastS);
       return true;
     }
@@ -738,7 +680,7 @@ export class SqliteStore implements Store {
    * that policy's expectations, with its time marks moved on (compliance-rows nextMarks).
    */
   private recompute(nodeId: string, configId: string, previous: string | null, items: ExpectedComponent[], when: string, keepLastS?: number): void {
-    const cur = this.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
+    const cur = this.db.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
       FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
     const hasRun = cur !== undefined && cur.run_id !== null;
     const marks = nextMarks(marksFromRow(cur), {
@@ -760,11 +702,11 @@ export class SqliteStore implements Store {
   }
 
   async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
-    return this.read('getComplianceBase', () => {
+    return this.db.read('getComplianceBase', () => {
       const node = this.node(nodeId);
       if (!node) return null;
-      const cls = this.stmt(`SELECT ${complianceClassSql} AS class FROM nodes n WHERE n.id = ?`).pluck().get(nodeId) as string;
-      const cur = this.stmt(`SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
+      const cls = this.db.stmt(`SELECT ${complianceClassSql} AS class FROM nodes n WHERE n.id = ?`).pluck().get(nodeId) as string;
+      const cur = this.db.stmt(`SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
         FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
       const policy = node.policy_config_id;
       const hasRun = cur !== undefined && cur.run_id !== null;
@@ -790,7 +732,7 @@ export class SqliteStore implements Store {
       scope.push('n.id IN (SELECT value FROM json_each(?))');
     }
     const where = filterWhere(checked, this.dialect(values, checked), scope);
-    const rows = this.read('complianceSummary', () => this.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
+    const rows = this.db.read('complianceSummary', () => this.db.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
         count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
       GROUP BY 1`).all(...values)) as Record<string, unknown>[];
@@ -809,7 +751,7 @@ export class SqliteStore implements Store {
     values.push(limit);
     // Walking the primary key in order reads one page per call (the acceptance index, which the
     // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
-    const rows = this.read('complianceNodes', () => this.stmt(`SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at,
+    const rows = this.db.read('complianceNodes', () => this.db.stmt(`SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at,
         n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedColumns('t', 't')}
       FROM nodes n INDEXED BY sqlite_autoindex_nodes_1 CROSS JOIN ${clockSubquery('?', '?')} LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
       ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
@@ -817,14 +759,14 @@ export class SqliteStore implements Store {
   }
 
   async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
-    const rows = this.read('worstNodes', () => this.stmt(worstNodesSql(() => '?', complianceClassSql))
+    const rows = this.db.read('worstNodes', () => this.db.stmt(worstNodesSql(() => '?', complianceClassSql))
       .all(...clockParams(clock), limit)) as Record<string, unknown>[];
     return rows.map(nodeComplianceFromRow);
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
-    const rows = this.read('complianceByRule', () => this.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
+    const rows = this.db.read('complianceByRule', () => this.db.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id
         JOIN node_compliance t ON t.node_id = x.node_id
       WHERE n.accepted = 'accepted' AND ${complianceClassSql} = 'agent'
@@ -841,10 +783,10 @@ export class SqliteStore implements Store {
 
   async markUnreachable(before: string, at: string, limit: number): Promise<number> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    return this.write('markUnreachable', () => {
-      const ids = this.stmt(`SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
+    return this.db.write('markUnreachable', () => {
+      const ids = this.db.stmt(`SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
         .pluck().all(b, limit) as string[];
-      const upd = this.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
+      const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const id of ids) {
         upd.run(when, id);
         this.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
@@ -855,10 +797,10 @@ export class SqliteStore implements Store {
 
   async markMissing(before: string, at: string, limit: number): Promise<number> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    return this.write('markMissing', () => {
-      const rows = this.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)})
+    return this.db.write('markMissing', () => {
+      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)})
         AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
-      const upd = this.stmt(`UPDATE nodes SET state = '${MISSING}', status = 'unreachable', state_changed_at = ?,
+      const upd = this.db.stmt(`UPDATE nodes SET state = '${MISSING}', status = 'unreachable', state_changed_at = ?,
         updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const r of rows) {
         upd.run(when, when, r.id);
@@ -872,10 +814,10 @@ export class SqliteStore implements Store {
 
   async purgeNodes(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    return this.write('purgeNodes', () => {
-      const ids = this.stmt(`SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < ?
+    return this.db.write('purgeNodes', () => {
+      const ids = this.db.stmt(`SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < ?
         ORDER BY id LIMIT ?`).pluck().all(b, limit) as string[];
-      const del = this.stmt('DELETE FROM nodes WHERE id = ?');
+      const del = this.db.stmt('DELETE FROM nodes WHERE id = ?');
       for (const id of ids) del.run(id);
       this.bump('purged_nodes', ids.length);
       return ids.length;
@@ -884,13 +826,13 @@ export class SqliteStore implements Store {
 
   async deleteRunsBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    return this.write('deleteRunsBefore', () => {
-      const { changes } = this.stmt(`DELETE FROM runs WHERE id IN (
+    return this.db.write('deleteRunsBefore', () => {
+      const { changes } = this.db.stmt(`DELETE FROM runs WHERE id IN (
         SELECT id FROM runs WHERE started_at_utc < ? ORDER BY started_at_utc LIMIT ?)`).run(b, limit);
       this.bump('deleted_runs', changes);
       // Then the bases of days no run refers to any more (a base serves only runs of its day).
       if (changes < limit) {
-        this.stmt(`DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ? AND NOT EXISTS (
+        this.db.stmt(`DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ? AND NOT EXISTS (
             SELECT 1 FROM runs r WHERE r.node_id = x.node_id AND r.started_at_utc >= x.day AND r.started_at_utc < x.day || 'T99')
           LIMIT ?)`).run(runDay(b), limit - changes);
       }
@@ -900,8 +842,8 @@ export class SqliteStore implements Store {
 
   async pruneHistory(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    return this.write('pruneHistory', () =>
-      this.stmt('DELETE FROM node_history WHERE id IN (SELECT id FROM node_history WHERE at < ? ORDER BY id LIMIT ?)').run(b, limit).changes);
+    return this.db.write('pruneHistory', () =>
+      this.db.stmt('DELETE FROM node_history WHERE id IN (SELECT id FROM node_history WHERE at < ? ORDER BY id LIMIT ?)').run(b, limit).changes);
   }
 
   async prepareRunStorage(_now: Date): Promise<void> {
@@ -909,17 +851,17 @@ export class SqliteStore implements Store {
   }
 
   private bump(name: string, by: number): void {
-    if (by > 0) this.stmt('UPDATE registry_counters SET value = value + ? WHERE name = ?').run(by, name);
+    if (by > 0) this.db.stmt('UPDATE registry_counters SET value = value + ? WHERE name = ?').run(by, name);
   }
 
   async counts(): Promise<RegistryCounts> {
-    return this.read('counts', () => {
+    return this.db.read('counts', () => {
       const group = (col: string) => Object.fromEntries(
-        (this.stmt(`SELECT ${col} AS k, count(*) AS c FROM nodes GROUP BY ${col} ORDER BY ${col}`).all() as Array<{ k: string; c: number }>)
+        (this.db.stmt(`SELECT ${col} AS k, count(*) AS c FROM nodes GROUP BY ${col} ORDER BY ${col}`).all() as Array<{ k: string; c: number }>)
           .map((r) => [r.k, r.c]),
       );
       const counters = Object.fromEntries(
-        (this.stmt('SELECT name, value FROM registry_counters').all() as Array<{ name: string; value: number }>).map((r) => [r.name, r.value]),
+        (this.db.stmt('SELECT name, value FROM registry_counters').all() as Array<{ name: string; value: number }>).map((r) => [r.name, r.value]),
       );
       return {
         by_status: group('status'), by_state: group('state'), by_acceptance: group('accepted'),
@@ -928,14 +870,14 @@ export class SqliteStore implements Store {
     });
   }
   async listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]> {
-    const rows = this.read('listPolicyObjects', () =>
-      this.stmt('SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = ? ORDER BY id').all(kind)) as Array<Record<string, string>>;
+    const rows = this.db.read('listPolicyObjects', () =>
+      this.db.stmt('SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = ? ORDER BY id').all(kind)) as Array<Record<string, string>>;
     return rows.map(policyFromRow);
   }
 
   async getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null> {
-    const row = this.read('getPolicyObject', () =>
-      this.stmt('SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = ? AND id = ?').get(kind, id)) as Record<string, string> | undefined;
+    const row = this.db.read('getPolicyObject', () =>
+      this.db.stmt('SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = ? AND id = ?').get(kind, id)) as Record<string, string> | undefined;
     return row ? policyFromRow(row) : null;
   }
 
@@ -943,30 +885,30 @@ export class SqliteStore implements Store {
     checkPolicyKey(kind, id);
     const json = policyBodyJson(body);
     const when = toUtcIso(at, 'at');
-    return this.write('putPolicyObject', () => {
-      const existed = this.stmt('SELECT 1 FROM policy_objects WHERE kind = ? AND id = ?').get(kind, id) !== undefined;
-      this.stmt(`INSERT INTO policy_objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
+    return this.db.write('putPolicyObject', () => {
+      const existed = this.db.stmt('SELECT 1 FROM policy_objects WHERE kind = ? AND id = ?').get(kind, id) !== undefined;
+      this.db.stmt(`INSERT INTO policy_objects (kind, id, body, updated_at) VALUES (?, ?, ?, ?)
         ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at`).run(kind, id, json, when);
       return !existed;
     });
   }
 
   async deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean> {
-    return this.write('deletePolicyObject', () => this.stmt('DELETE FROM policy_objects WHERE kind = ? AND id = ?').run(kind, id).changes > 0);
+    return this.db.write('deletePolicyObject', () => this.db.stmt('DELETE FROM policy_objects WHERE kind = ? AND id = ?').run(kind, id).changes > 0);
   }
 
   async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
-    const row = this.read('getPolicyBundle', () =>
-      this.stmt('SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = ?').get(nodeId)) as PolicyBundleRecord | undefined;
+    const row = this.db.read('getPolicyBundle', () =>
+      this.db.stmt('SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = ?').get(nodeId)) as PolicyBundleRecord | undefined;
     return row ?? null;
   }
 
   async putPolicyBundle(b: PolicyBundleRecord): Promise<boolean> {
     checkBundleRecord(b);
     const when = toUtcIso(b.generated_at, 'generated_at');
-    return this.write('putPolicyBundle', () => {
-      if (!this.stmt('SELECT 1 FROM nodes WHERE id = ?').get(b.node_id)) return false;
-      this.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES (?, ?, ?, ?)
+    return this.db.write('putPolicyBundle', () => {
+      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(b.node_id)) return false;
+      this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES (?, ?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
         .run(b.node_id, b.config_id, when, b.bundle);
       return true;
@@ -977,20 +919,20 @@ export class SqliteStore implements Store {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
     const where = filterWhere(checked, this.dialect(values, checked));
-    const rows = this.read('listNodeIds', () => this.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
+    const rows = this.db.read('listNodeIds', () => this.db.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
     return rows.map((r) => r.id);
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
-    return this.read('getExpectations', () => this.expectations(nodeId, configId));
+    return this.db.read('getExpectations', () => this.expectations(nodeId, configId));
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
     const out = new Map<string, string>();
-    this.read('policyConfigIds', () => {
+    this.db.read('policyConfigIds', () => {
       for (let i = 0; i < nodeIds.length; i += 500) {
         const chunk = nodeIds.slice(i, i + 500);
-        const rows = this.stmt(`SELECT node_id, config_id FROM policy_bundles WHERE node_id IN (${chunk.map(() => '?').join(', ')})`).all(...chunk) as Array<{ node_id: string; config_id: string }>;
+        const rows = this.db.stmt(`SELECT node_id, config_id FROM policy_bundles WHERE node_id IN (${chunk.map(() => '?').join(', ')})`).all(...chunk) as Array<{ node_id: string; config_id: string }>;
         for (const r of rows) out.set(r.node_id, r.config_id);
       }
     });
@@ -1017,7 +959,7 @@ export class SqliteStore implements Store {
       if (!expected) byConfig.set(it.bundle.config_id, (expected = checkExpectations(it.bundle.config_id, it.expected)));
       return { bundle: it.bundle, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected, expectationsOnly: it.expectationsOnly === true };
     });
-    return this.write('putPolicies', () => {
+    return this.db.write('putPolicies', () => {
       let n = 0;
       for (let i = 0; i < checked.length; i += POLICY_CHUNK) n += this.putPolicyChunk(checked.slice(i, i + POLICY_CHUNK));
       return n;
@@ -1028,16 +970,16 @@ export class SqliteStore implements Store {
     // Last write wins for a node named twice, as one statement per item would have it.
     const byNode = new Map(chunk.map((it) => [it.bundle.node_id, it]));
     const ids = JSON.stringify([...byNode.keys()]);
-    const previous = new Map((this.stmt('SELECT id, policy_config_id FROM nodes WHERE id IN (SELECT value FROM json_each(?))').all(ids) as
+    const previous = new Map((this.db.stmt('SELECT id, policy_config_id FROM nodes WHERE id IN (SELECT value FROM json_each(?))').all(ids) as
       Array<{ id: string; policy_config_id: string | null }>).map((r) => [r.id, r.policy_config_id]));
     const stored = new Map<string, Map<string, string>>();
-    for (const r of this.stmt('SELECT node_id, config_id, components FROM node_expectations WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as
+    for (const r of this.db.stmt('SELECT node_id, config_id, components FROM node_expectations WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as
       Array<{ node_id: string; config_id: string; components: string }>) {
       let m = stored.get(r.node_id);
       if (!m) stored.set(r.node_id, (m = new Map()));
       m.set(r.config_id, r.components);
     }
-    const withRow = new Set(this.stmt('SELECT node_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').pluck().all(ids) as string[]);
+    const withRow = new Set(this.db.stmt('SELECT node_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').pluck().all(ids) as string[]);
 
     const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
     const expectationRows: unknown[] = [];
@@ -1062,16 +1004,16 @@ export class SqliteStore implements Store {
       }
     }
     if (live.length === 0) return 0;
-    this.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components)
+    this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
       ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`).run(JSON.stringify(expectationRows));
     if (gone.length) {
-      this.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));
+      this.db.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));
     }
     for (const [configId, nodes] of byConfig) {
-      this.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
+      this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
     }
-    this.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
+    this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
       ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
       .run(JSON.stringify(live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
@@ -1092,9 +1034,9 @@ export class SqliteStore implements Store {
     const { limit, offset } = checkPaging(page, perPage);
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
-    return this.read('listChanges', () => {
-      const { n } = this.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1})`).get(...values) as { n: number };
-      const rows = this.stmt(`SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC LIMIT ? OFFSET ?`)
+    return this.db.read('listChanges', () => {
+      const { n } = this.db.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1})`).get(...values) as { n: number };
+      const rows = this.db.stmt(`SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC LIMIT ? OFFSET ?`)
         .all(...values, limit, offset) as Record<string, unknown>[];
       return { data: rows.map(changeFromRow), total: Math.min(n, CHANGES_COUNT_LIMIT), total_capped: n > CHANGES_COUNT_LIMIT };
     });
@@ -1105,7 +1047,7 @@ export class SqliteStore implements Store {
     const where = this.changeWhere(q, values);
     // ISO text: the first 13 characters are the hour, the first 10 the day.
     const bucket = by === 'hour' ? "substr(c.at, 1, 13) || ':00:00.000Z'" : "substr(c.at, 1, 10) || 'T00:00:00.000Z'";
-    const rows = this.read('changesHistogram', () => this.stmt(`SELECT ${bucket} AS at,
+    const rows = this.db.read('changesHistogram', () => this.db.stmt(`SELECT ${bucket} AS at,
         sum(c.label = 'intentional') AS intentional, sum(c.label = 'corrective') AS corrective
       FROM changes c ${where} GROUP BY 1 ORDER BY 1`).all(...values)) as Array<Record<string, unknown>>;
     return rows.map((r) => ({ at: r.at as string, intentional: Number(r.intentional), corrective: Number(r.corrective) }));
@@ -1113,20 +1055,20 @@ export class SqliteStore implements Store {
 
   async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
     const keep = checkKeepLast(seconds)!;
-    return this.write('setKeepLast', () => this.stmt(`UPDATE node_compliance SET keep_last_s = ?
+    return this.db.write('setKeepLast', () => this.db.stmt(`UPDATE node_compliance SET keep_last_s = ?
       WHERE node_id IN (SELECT value FROM json_each(?)) AND keep_last_s <> ?`).run(keep, JSON.stringify(nodeIds), keep).changes);
   }
 
   async deleteChangesBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');
-    return this.write('deleteChangesBefore', () =>
-      this.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes
+    return this.db.write('deleteChangesBefore', () =>
+      this.db.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes
       // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
-      + this.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
+      + this.db.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
   }
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
-    return this.write('deletePolicyBundle', () => this.stmt('DELETE FROM policy_bundles WHERE node_id = ?').run(nodeId).changes > 0);
+    return this.db.write('deletePolicyBundle', () => this.db.stmt('DELETE FROM policy_bundles WHERE node_id = ?').run(nodeId).changes > 0);
   }
 }
 
