@@ -6,7 +6,7 @@
 import { capstanError, silentLogger } from '@capstan/shared';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
-import { checkInstance } from '../store/discovery-rules.js';
+import { checkInstance } from '../store/managers/discovery.js';
 import { NODE_STATES } from '../store/rules.js';
 import { NodeRegistry } from '../registry/nodes.js';
 

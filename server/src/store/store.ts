@@ -8,18 +8,18 @@
  * re-parse the stored log.
  */
 import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks, RunOutcome } from '@capstan/shared';
-import type { BootstrapStore } from './bootstrap-types.js';
-import type { IdentityStore } from './identity.js';
-import type { JobStore } from './jobs-types.js';
-import type { ManagerStore } from './managers-types.js';
-import type { AdminStore } from './admins-types.js';
+import type { BootstrapStore } from './bootstrap/types.js';
+import type { IdentityStore } from './identity/types.js';
+import type { JobStore } from './jobs/types.js';
+import type { ManagerStore } from './managers/types.js';
+import type { AdminStore } from './admins/types.js';
 import type { NodeChange } from './rules.js';
 
-export type * from './bootstrap-types.js';
-export type * from './identity.js';
-export type * from './jobs-types.js';
-export type * from './managers-types.js';
-export type * from './admins-types.js';
+export type * from './bootstrap/types.js';
+export type * from './identity/types.js';
+export type * from './jobs/types.js';
+export type * from './managers/types.js';
+export type * from './admins/types.js';
 export type { NodeChange };
 export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
 
@@ -449,15 +449,15 @@ export interface PolicyWrite {
 export interface Store {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
-  /** Node identity: keyring, node tokens, renewal nonces (./identity.ts). */
+  /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */
   readonly identity: IdentityStore;
-  /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (./jobs-types.ts). */
+  /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (./jobs/types.ts). */
   readonly jobs: JobStore;
-  /** Managers (discovery sources) and the nodes they hold (./managers-types.ts). */
+  /** Managers (discovery sources) and the nodes they hold (./managers/types.ts). */
   readonly managers: ManagerStore;
-  /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap-types.ts). */
+  /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap/types.ts). */
   readonly bootstrap: BootstrapStore;
-  /** Named admins and the audit log (./admins-types.ts). */
+  /** Named admins and the audit log (./admins/types.ts). */
   readonly admins: AdminStore;
   close(): Promise<void>;
 

@@ -41,19 +41,19 @@ import {
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { migratePostgres } from './migrate.js';
-import { PostgresIdentityStore } from './identity.js';
-import { PostgresBootstrapStore } from './bootstrap.js';
-import { PostgresJobStore } from './jobs.js';
-import { PostgresManagerStore } from './managers.js';
+import { PostgresIdentityStore } from '../identity/postgres.js';
+import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
+import { PostgresJobStore } from '../jobs/postgres.js';
+import { PostgresManagerStore } from '../managers/postgres.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
 import { globToLike } from '../filter-sql.js';
-import { PostgresAdminStore } from './admins.js';
+import { PostgresAdminStore } from '../admins/postgres.js';
 import { iso, postgresRows } from './rows.js';
 import { PostgresDb, type PostgresDbOptions, type Queryable as Q } from './db.js';
 import { historyFromRow, nodeFromRow, nodeValues, runFromRow } from '../records.js';
-import { listRows, type LinkRow } from '../managers-rows.js';
+import { listRows, type LinkRow } from '../managers/rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
 export interface PostgresStoreOptions extends PostgresDbOptions {

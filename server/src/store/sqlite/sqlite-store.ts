@@ -29,15 +29,15 @@ import {
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { migrateSqlite } from './migrate.js';
-import { SqliteIdentityStore } from './identity.js';
-import { SqliteBootstrapStore } from './bootstrap.js';
-import { SqliteJobStore } from './jobs.js';
-import { SqliteManagerStore } from './managers.js';
-import { SqliteAdminStore } from './admins.js';
+import { SqliteIdentityStore } from '../identity/sqlite.js';
+import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
+import { SqliteJobStore } from '../jobs/sqlite.js';
+import { SqliteManagerStore } from '../managers/sqlite.js';
+import { SqliteAdminStore } from '../admins/sqlite.js';
 import { sqliteRows } from './rows.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from '../records.js';
-import { listRows, type LinkRow } from '../managers-rows.js';
+import { listRows, type LinkRow } from '../managers/rows.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';

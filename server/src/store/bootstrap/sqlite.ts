@@ -1,9 +1,9 @@
-/** Bootstrap credentials, host keys and enrollment tokens on SQLite (see ../bootstrap-types.ts). */
+/** Bootstrap credentials, host keys and enrollment tokens on SQLite (see types.ts). */
 import { capstanError } from '@capstan/shared';
-import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from '../bootstrap-types.js';
-import { credentialFromRow, hostKeyFromRow, publicCredential } from '../bootstrap-rows.js';
-import type { SqliteDb } from './db.js';
-import { sqliteRows } from './rows.js';
+import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from './types.js';
+import { credentialFromRow, hostKeyFromRow, publicCredential } from './rows.js';
+import type { SqliteDb } from '../sqlite/db.js';
+import { sqliteRows } from '../sqlite/rows.js';
 
 type Row = Record<string, unknown>;
 const utc = (s: string) => new Date(s).toISOString();

@@ -1,15 +1,15 @@
 /**
- * The identity tables on PostgreSQL (see ../identity.ts). Changes to the keyring (first key,
+ * The identity tables on PostgreSQL (see types.ts). Changes to the keyring (first key,
  * rotation) take a transaction-scoped advisory lock named after the schema, so servers sharing
  * the database serialise there: two first starts store one keyring, two rotations one after the
  * other (the partial unique index on `active` is the backstop). Nonces rely on the primary key:
  * the same nonce presented to two servers at once is inserted by one of them only.
  */
 import type pg from 'pg';
-import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from '../identity.js';
-import { KEY_COLUMNS, keyRecord, keyRow } from '../identity-rows.js';
-import type { PostgresDb } from './db.js';
-import { postgresRows } from './rows.js';
+import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from './types.js';
+import { KEY_COLUMNS, keyRecord, keyRow } from './rows.js';
+import type { PostgresDb } from '../postgres/db.js';
+import { postgresRows } from '../postgres/rows.js';
 
 const LOCK = "SELECT pg_advisory_xact_lock(hashtext('capstan.identity:' || current_schema()))";
 const asKeyRow = (r: Record<string, unknown>) => keyRow(r, postgresRows);

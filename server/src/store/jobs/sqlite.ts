@@ -1,17 +1,17 @@
 /**
- * Jobs on SQLite (see jobs-types.ts). Times are stored as ISO 8601 UTC with milliseconds, so
+ * Jobs on SQLite (see types.ts). Times are stored as ISO 8601 UTC with milliseconds, so
  * text order is time order. Every write is one IMMEDIATE transaction: the read of a task's state
  * and its update cannot be split by another writer.
  */
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
+import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from './states.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
-} from '../jobs-types.js';
+} from './types.js';
 import {
   JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
-} from '../jobs-rows.js';
+} from './rows.js';
 import type { Page } from '../store.js';
-import type { SqliteDb } from './db.js';
+import type { SqliteDb } from '../sqlite/db.js';
 
 const utc = (s: string) => new Date(s).toISOString();
 const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');

@@ -1,15 +1,15 @@
 /**
- * What a provider's poll does to nodes, as pure functions (like rules.ts), so both backends apply
+ * What a provider's poll does to nodes, as pure functions (like ../rules.ts), so both backends apply
  * the same lifecycle: the cloud's state is the node's state (`terminated` is final, `stopped`
  * makes it unreachable), a held node the poll no longer sees is `missing`.
  */
 import { randomUUID } from 'node:crypto';
 import { capstanError } from '@capstan/shared';
-import type { DiscoveredInstance, ManagerInsert, ManagerRecord } from './managers-types.js';
-import type { NodeRecord } from './store.js';
-import { manualNode, MISSING, TERMINATED, withState } from './rules.js';
-import { MAX_TAGS } from './input.js';
-import { toUtcIso } from './time.js';
+import type { DiscoveredInstance, ManagerInsert, ManagerRecord } from './types.js';
+import type { NodeRecord } from '../store.js';
+import { manualNode, MISSING, TERMINATED, withState } from '../rules.js';
+import { MAX_TAGS } from '../input.js';
+import { toUtcIso } from '../time.js';
 
 const TAG_KEY = /^[^=\u0000-\u001f\u007f]{1,128}$/;
 const NO_CONTROL = /^[^\u0000-\u001f\u007f]{0,256}$/;

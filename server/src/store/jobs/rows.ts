@@ -1,7 +1,7 @@
-/** Row ↔ record for jobs, shared by both backends (see jobs-types.ts). */
-import { TASK_STATES, type TaskState } from './jobs/states.js';
-import type { NodeFilter } from './store.js';
-import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './jobs-types.js';
+/** Row ↔ record for jobs, shared by both backends (see types.ts). */
+import { TASK_STATES, type TaskState } from './states.js';
+import type { NodeFilter } from '../store.js';
+import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './types.js';
 
 export type Row = Record<string, unknown>;
 

@@ -1,12 +1,12 @@
 /**
- * The identity tables on SQLite (see ../identity.ts). Writes are IMMEDIATE transactions like the
+ * The identity tables on SQLite (see types.ts). Writes are IMMEDIATE transactions like the
  * rest of the store: two processes on one file serialise on the write lock, so `initKeyring`
  * stores one keyring however many start at once.
  */
-import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from '../identity.js';
-import { KEY_COLUMNS, keyRecord, keyRow } from '../identity-rows.js';
-import type { SqliteDb } from './db.js';
-import { sqliteRows } from './rows.js';
+import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from './types.js';
+import { KEY_COLUMNS, keyRecord, keyRow } from './rows.js';
+import type { SqliteDb } from '../sqlite/db.js';
+import { sqliteRows } from '../sqlite/rows.js';
 
 const asKeyRow = (r: Record<string, unknown>) => keyRow(r, sqliteRows);
 const asKeyRecord = (r: Record<string, unknown>) => keyRecord(r, sqliteRows);

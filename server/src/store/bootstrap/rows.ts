@@ -1,6 +1,6 @@
-/** Bootstrap rows to records, for both backends (see bootstrap-types.ts). */
-import type { CredentialRecord, HostKeyRecord, SealedCredential } from './bootstrap-types.js';
-import type { RowCodec } from './row-codec.js';
+/** Bootstrap rows to records, for both backends (see types.ts). */
+import type { CredentialRecord, HostKeyRecord, SealedCredential } from './types.js';
+import type { RowCodec } from '../row-codec.js';
 
 type Row = Record<string, unknown>;
 

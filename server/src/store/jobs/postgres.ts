@@ -1,17 +1,17 @@
 /**
- * Jobs on PostgreSQL (see jobs-types.ts). A transition locks its task row (`FOR UPDATE`) before
+ * Jobs on PostgreSQL (see types.ts). A transition locks its task row (`FOR UPDATE`) before
  * checking the state machine, so two server processes (a relay event on one, a cancel or the
  * timeout sweep on another) serialise on the task and the loser sees the winner's state. The
  * timeout sweep takes its batch with `SKIP LOCKED`, like the lifecycle sweep.
  */
 import type pg from 'pg';
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from '../jobs/states.js';
+import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from './states.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
-} from '../jobs-types.js';
-import { JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from '../jobs-rows.js';
+} from './types.js';
+import { JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from './rows.js';
 import type { Page } from '../store.js';
-import type { PostgresDb, Queryable as Q } from './db.js';
+import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
 
 const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');
 const utc = (s: string) => new Date(s).toISOString();

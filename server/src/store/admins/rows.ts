@@ -1,6 +1,6 @@
 /** What the two backends share about admins and the audit log: row mapping and the audit filter. */
-import type { AdminRecord, AdminRole, AuditQuery, AuditRecord } from './admins-types.js';
-import { toUtcIso } from './time.js';
+import type { AdminRecord, AdminRole, AuditQuery, AuditRecord } from './types.js';
+import { toUtcIso } from '../time.js';
 
 type Row = Record<string, unknown>;
 

@@ -1,8 +1,8 @@
-/** Named admins and the audit log on SQLite (see ../admins-types.ts). */
+/** Named admins and the audit log on SQLite (see types.ts). */
 import { capstanError } from '@capstan/shared';
-import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from '../admins-types.js';
-import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from '../admins-rows.js';
-import type { SqliteDb } from './db.js';
+import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from './types.js';
+import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from './rows.js';
+import type { SqliteDb } from '../sqlite/db.js';
 
 type Row = Record<string, unknown>;
 

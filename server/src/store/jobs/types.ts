@@ -1,10 +1,10 @@
 /**
  * Jobs in the store (both backends): a job, its per-node tasks and every transition of every
- * task. Transitions are checked against server/src/jobs/states.ts inside the store's transaction,
+ * task. Transitions are checked against states.ts inside the store's transaction,
  * so a refused one changes nothing and two writers racing on one task cannot both win.
  */
-import type { TaskState } from './jobs/states.js';
-import type { NodeFilter, Page } from './store.js';
+import type { TaskState } from './states.js';
+import type { NodeFilter, Page } from '../store.js';
 
 export type JobType = 'run' | 'inventory' | 'bootstrap';
 /** Which pending tasks a dispatcher takes: relays run `run`/`inventory`, the bootstrap runner its own. */

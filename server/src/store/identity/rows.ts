@@ -1,6 +1,6 @@
-/** Identity rows to records, for both backends (see identity.ts). */
-import type { IdentityKeyRecord, IdentityKeyRow } from './identity.js';
-import type { RowCodec } from './row-codec.js';
+/** Identity rows to records, for both backends (see types.ts). */
+import type { IdentityKeyRecord, IdentityKeyRow } from './types.js';
+import type { RowCodec } from '../row-codec.js';
 
 export const KEY_COLUMNS = 'kid, alg, active, created_at, retired_at, max_exp';
 

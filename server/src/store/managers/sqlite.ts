@@ -1,20 +1,20 @@
 /**
- * Managers on SQLite (see managers-types.ts). Node writes go through the main store's saveNode
+ * Managers on SQLite (see types.ts). Node writes go through the main store's saveNode
  * (row, tags, groups, certificate and history alike), inside this store's IMMEDIATE transaction.
  */
 import { capstanError } from '@capstan/shared';
 import type {
   CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
-} from '../managers-types.js';
-import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from '../discovery-rules.js';
+} from './types.js';
+import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
 import { NODE_COLUMNS, SELECT_NODE } from '../query.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { nodeFromRow, nodeParams } from '../records.js';
-import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from '../managers-rows.js';
-import type { SqliteDb } from './db.js';
-import { sqliteRows } from './rows.js';
+import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
+import type { SqliteDb } from '../sqlite/db.js';
+import { sqliteRows } from '../sqlite/rows.js';
 
 /** What the main store lends: writing a node changed by a rule (inside the caller's transaction). */
 export interface SqliteNodeWriter {

@@ -1,5 +1,5 @@
 /**
- * Managers on PostgreSQL (see managers-types.ts and sqlite/managers.ts, its twin). Applying a
+ * Managers on PostgreSQL (see types.ts and sqlite.ts, its twin). Applying a
  * poll takes a transaction-level advisory lock (polls are applied one at a time, as SQLite's
  * IMMEDIATE transactions do) and its manager row; nodes are locked as read (FOR NO KEY UPDATE)
  * and written through the main store's saveNode.
@@ -8,16 +8,16 @@ import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
 import type {
   CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
-} from '../managers-types.js';
-import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from '../discovery-rules.js';
+} from './types.js';
+import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
 import { NODE_COLUMNS, SELECT_NODE } from '../query.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { nodeFromRow, nodeValues } from '../records.js';
-import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from '../managers-rows.js';
-import type { PostgresDb, Queryable as Q } from './db.js';
-import { postgresRows } from './rows.js';
+import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
+import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
+import { postgresRows } from '../postgres/rows.js';
 
 export interface PostgresNodeWriter {
   saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void>;

@@ -1,9 +1,9 @@
-/** Bootstrap credentials, host keys and enrollment tokens on PostgreSQL (see ../bootstrap-types.ts). */
+/** Bootstrap credentials, host keys and enrollment tokens on PostgreSQL (see types.ts). */
 import { capstanError } from '@capstan/shared';
-import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from '../bootstrap-types.js';
-import { credentialFromRow, hostKeyFromRow, publicCredential } from '../bootstrap-rows.js';
-import type { PostgresDb } from './db.js';
-import { postgresRows } from './rows.js';
+import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from './types.js';
+import { credentialFromRow, hostKeyFromRow, publicCredential } from './rows.js';
+import type { PostgresDb } from '../postgres/db.js';
+import { postgresRows } from '../postgres/rows.js';
 
 type Row = Record<string, unknown>;
 const utc = (s: string) => new Date(s).toISOString();
