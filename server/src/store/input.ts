@@ -8,13 +8,33 @@ import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertF
 import { packOutcomes } from './outcomes.js';
 import { toUtcIso } from './time.js';
 
-export function refuseNul(fields: Record<string, unknown>): void {
-  for (const [name, value] of Object.entries(fields)) {
-    if (typeof value === 'string' && value.includes('\u0000')) {
-      throw capstanError('ERR_BAD_REQUEST', `${name} contains a NUL character`);
-    }
+/**
+ * Refuse U+0000 anywhere in `value`: its strings, and the keys and items of its objects, arrays
+ * and maps, however deep (Buffers, dates and functions are not text). PostgreSQL cannot store it
+ * in text, and SQLite can: refused here, it is refused alike by both. `path` names the value in
+ * the error; the fields of an object are named by their path from it.
+ */
+export function refuseNul(value: unknown, path = '', depth = 0): void {
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `${path || 'a value'} contains a NUL character`);
+    return;
+  }
+  if (value === null || typeof value !== 'object' || depth >= MAX_DEPTH) return;
+  const entries = Array.isArray(value) ? value.entries() : value instanceof Map ? value.entries() : isPlain(value) ? Object.entries(value) : [];
+  for (const [k, v] of entries) {
+    const name = path ? `${path}.${String(k)}` : String(k);
+    refuseNul(k, path, depth + 1);
+    refuseNul(v, name, depth + 1);
   }
 }
+
+/** Deeper than this, a value is not what a caller hands the store; the database has the last word. */
+const MAX_DEPTH = 32;
+
+const isPlain = (v: object) => {
+  const proto = Object.getPrototypeOf(v) as unknown;
+  return proto === Object.prototype || proto === null;
+};
 
 /**
  * Serialise a document for a JSON column; a value JSON cannot carry is bad input, not a store
@@ -130,7 +150,6 @@ export function checkGroups(groups: unknown): string[] {
 
 /** A manual or discovered node, checked alike for both backends. */
 export function checkNodeCreate(n: NodeCreate): NodeCreate {
-  refuseNul({ id: n.id, hostname: n.hostname, certificate: n.certificate, certificate_fingerprint: n.certificate_fingerprint });
   const out: NodeCreate = { ...n };
   for (const f of ['name', 'address', 'manager', 'region', 'source_id', 'account_id', 'state'] as const) {
     if (n[f] !== undefined && n[f] !== null) text(n[f], f, 255);

@@ -14,6 +14,7 @@ import type { JobStore } from './jobs/types.js';
 import type { ManagerStore } from './managers/types.js';
 import type { AdminStore } from './admins/types.js';
 import type { NodeChange } from './rules.js';
+import { CHECKED, lookup, REFUSE, type NulRules } from './guard.js';
 
 export type * from './bootstrap/types.js';
 export type * from './identity/types.js';
@@ -446,7 +447,7 @@ export interface PolicyWrite {
   expectationsOnly?: boolean;
 }
 
-export interface Store {
+export interface Store extends RegistryStore {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */
@@ -460,7 +461,10 @@ export interface Store {
   /** Named admins and the audit log (./admins/types.ts). */
   readonly admins: AdminStore;
   close(): Promise<void>;
+}
 
+/** Nodes, their inventories, runs, compliance, changes, policies and the lifecycle sweep. */
+export interface RegistryStore {
   getNode(id: string): Promise<NodeRecord | null>;
   listNodes(q: NodeListQuery): Promise<NodePage>;
   /**
@@ -632,3 +636,61 @@ export interface Store {
    */
   putPolicies(items: PolicyWrite[]): Promise<number>;
 }
+
+/** How each registry method treats U+0000 (guard.ts). */
+export const REGISTRY_NUL: NulRules<RegistryStore> = {
+  getNode: lookup([0], () => null),
+  listNodes: REFUSE,
+  upsertFromInventory: CHECKED,
+  createNode: REFUSE,
+  changeNode: lookup([0], () => null),
+  setAcceptance: lookup([0], () => null),
+  setState: lookup([0], () => null),
+  updateNode: lookup([0], () => null),
+  deleteNode: lookup([0], () => false),
+  getInventory: lookup([0], () => null),
+  getHistory: lookup([0], () => ({ data: [], total: 0 })),
+  recordContact: lookup([0], () => null),
+  recordClockSkew: lookup([0], () => false),
+  insertRun: CHECKED,
+  insertRuns: CHECKED,
+  listRuns: lookup([0], () => ({ data: [], total: 0 })),
+  getRunLog: REFUSE,
+  getRunLogText: REFUSE,
+  compactRuns: REFUSE,
+  reindexInventories: REFUSE,
+  setExpectations: lookup([0], () => false),
+  getComplianceBase: lookup([0], () => null),
+  complianceSummary: lookup([2]),
+  complianceByRule: REFUSE,
+  complianceNodes: REFUSE,
+  worstNodes: REFUSE,
+  listChanges: REFUSE,
+  changesHistogram: REFUSE,
+  setKeepLast: lookup([0]),
+  deleteChangesBefore: REFUSE,
+  markUnreachable: REFUSE,
+  markMissing: REFUSE,
+  purgeNodes: REFUSE,
+  deleteRunsBefore: REFUSE,
+  pruneHistory: REFUSE,
+  prepareRunStorage: REFUSE,
+  counts: REFUSE,
+  listPolicyObjects: lookup([0], () => []),
+  getPolicyObject: lookup([0, 1], () => null),
+  putPolicyObject: REFUSE,
+  deletePolicyObject: lookup([0, 1], () => false),
+  getPolicyBundle: lookup([0], () => null),
+  putPolicyBundle: REFUSE,
+  deletePolicyBundle: lookup([0], () => false),
+  listNodeIds: REFUSE,
+  inventoryHistory: lookup([0], () => ({ data: [], total: 0 })),
+  listSoftware: REFUSE,
+  getProperties: lookup([0], () => null),
+  setProperties: lookup([0], () => null),
+  getExpectations: lookup([0, 1], () => null),
+  policyConfigIds: lookup([0]),
+  // The generator's batches: every bundle and expectation is checked (checkBundleRecord,
+  // checkExpectations) by each dialect before anything is written.
+  putPolicies: CHECKED,
+};

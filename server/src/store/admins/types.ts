@@ -4,6 +4,7 @@
  * log is append-only for the API; the lifecycle sweep deletes what is older than
  * `retention.audit` and what is above `retention.audit_max_rows`.
  */
+import { lookup, REFUSE, STRIP, type NulRules } from '../guard.js';
 
 export type AdminRole = 'admin' | 'operator' | 'viewer';
 export const ADMIN_ROLES: readonly AdminRole[] = ['viewer', 'operator', 'admin'];
@@ -81,3 +82,18 @@ export interface AdminStore {
   /** Delete up to `limit` of the oldest records beyond the newest `keep`; returns how many. */
   trimAudit(keep: number, limit: number): Promise<number>;
 }
+
+/** How each admins method treats U+0000 (guard.ts). */
+export const ADMINS_NUL: NulRules<AdminStore> = {
+  createAdmin: REFUSE,
+  listAdmins: REFUSE,
+  getAdmin: lookup([0], () => null),
+  adminByDigest: lookup([0], () => null),
+  revokeAdmin: lookup([0], () => false),
+  replaceToken: lookup([0], () => null),
+  touchAdmin: lookup([0], () => undefined),
+  insertAudit: STRIP,
+  listAudit: lookup([0], () => ({ rows: [], total: 0 })),
+  deleteAuditBefore: REFUSE,
+  trimAudit: REFUSE,
+};

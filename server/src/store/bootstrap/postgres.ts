@@ -11,9 +11,6 @@ const CREDENTIAL_COLUMNS = 'id, "user", port, selectors, fingerprint, has_passwo
 const asCredential = (r: Row) => credentialFromRow(r, postgresRows);
 const asHostKey = (r: Row) => hostKeyFromRow(r, postgresRows);
 
-/** Postgres text cannot hold U+0000: no stored id has one. */
-const impossible = (s: string) => s.includes('\u0000');
-
 export class PostgresBootstrapStore implements BootstrapStore {
   constructor(private readonly db: PostgresDb) {}
 
@@ -31,18 +28,15 @@ export class PostgresBootstrapStore implements BootstrapStore {
   }
 
   async getSealedCredential(id: string): Promise<SealedCredential | null> {
-    if (impossible(id)) return null;
     const r = await this.db.query<Row>('get credential', `SELECT ${CREDENTIAL_COLUMNS} FROM ssh_credentials WHERE id = $1`, [id]);
     return r.rows[0] ? asCredential(r.rows[0]) : null;
   }
 
   async deleteCredential(id: string): Promise<boolean> {
-    if (impossible(id)) return false;
     return ((await this.db.query<Row>('delete credential', 'DELETE FROM ssh_credentials WHERE id = $1', [id])).rowCount ?? 0) > 0;
   }
 
   async getHostKey(nodeId: string): Promise<HostKeyRecord | null> {
-    if (impossible(nodeId)) return null;
     const r = await this.db.query<Row>('get host key', 'SELECT * FROM node_host_keys WHERE node_id = $1', [nodeId]);
     return r.rows[0] ? asHostKey(r.rows[0]) : null;
   }
@@ -54,7 +48,6 @@ export class PostgresBootstrapStore implements BootstrapStore {
   }
 
   async clearHostKey(nodeId: string): Promise<boolean> {
-    if (impossible(nodeId)) return false;
     return ((await this.db.query<Row>('clear host key', 'DELETE FROM node_host_keys WHERE node_id = $1', [nodeId])).rowCount ?? 0) > 0;
   }
 
@@ -63,7 +56,6 @@ export class PostgresBootstrapStore implements BootstrapStore {
   }
 
   async useEnrolToken(digest: string, at: string, usedBy: string): Promise<EnrolTokenUse | null> {
-    if (impossible(digest) || impossible(usedBy)) return null;
     // One conditional update: of two inventories racing with one token, one wins.
     const r = await this.db.query<Row>('use enrol token', `UPDATE enrol_tokens SET used_at = $2, used_by = $3
       WHERE digest = $1 AND used_at IS NULL AND expires_at > $2 RETURNING job_id, node_id`, [digest, utc(at), usedBy]);
@@ -71,7 +63,6 @@ export class PostgresBootstrapStore implements BootstrapStore {
   }
 
   async enrolledBy(jobId: string, nodeId: string): Promise<string | null> {
-    if (impossible(jobId) || impossible(nodeId)) return null;
     const r = await this.db.query<Row>('enrol token state', 'SELECT used_by FROM enrol_tokens WHERE job_id = $1 AND node_id = $2 AND used_at IS NOT NULL', [jobId, nodeId]);
     return r.rows[0] ? String(r.rows[0].used_by) : null;
   }

@@ -2,6 +2,7 @@
  * Bootstrap in the store (both backends, migration 10): SSH credentials (sealed), host keys
  * pinned per node, and the enrollment tokens of bootstrap tasks (docs/bootstrap.md).
  */
+import { lookup, REFUSE, type NulRules } from '../guard.js';
 
 export interface CredentialRecord {
   id: string;
@@ -66,3 +67,18 @@ export interface BootstrapStore {
   /** Delete tokens that expired before `before`; returns how many. */
   deleteEnrolTokensBefore(before: string, limit: number): Promise<number>;
 }
+
+/** How each bootstrap method treats U+0000 (guard.ts). */
+export const BOOTSTRAP_NUL: NulRules<BootstrapStore> = {
+  createCredential: REFUSE,
+  listCredentials: REFUSE,
+  getSealedCredential: lookup([0], () => null),
+  deleteCredential: lookup([0], () => false),
+  getHostKey: lookup([0], () => null),
+  pinHostKey: REFUSE,
+  clearHostKey: lookup([0], () => false),
+  putEnrolToken: REFUSE,
+  useEnrolToken: lookup([0, 2], () => null),
+  enrolledBy: lookup([0, 1], () => null),
+  deleteEnrolTokensBefore: REFUSE,
+};

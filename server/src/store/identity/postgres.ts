@@ -87,7 +87,6 @@ export class PostgresIdentityStore implements IdentityStore {
   }
 
   async getToken(nodeId: string): Promise<IdentityTokenRow | null> {
-    if (nodeId.includes('\u0000')) return null;
     const { rows } = await this.db.query('node token read', 'SELECT node_id, kid, jti, iat, exp, forced_after FROM identity_tokens WHERE node_id = $1', [nodeId]);
     const r = rows[0];
     return r ? { node_id: r.node_id, kid: r.kid, jti: r.jti, iat: Number(r.iat), exp: Number(r.exp), forced_after: Number(r.forced_after) } : null;
@@ -107,7 +106,6 @@ export class PostgresIdentityStore implements IdentityStore {
   }
 
   async rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean> {
-    if (nonce.includes('\u0000')) return false;
     return this.db.tx('renewal nonce check', async (c) => {
       await c.query('DELETE FROM identity_nonces WHERE until < $1', [nowSec]);
       const { rows } = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM identity_nonces');

@@ -4,6 +4,7 @@
  * keys only as the sealed text the identity service hands it (server/src/identity/seal.ts); it
  * never sees a key in clear.
  */
+import { lookup, REFUSE, type NulRules } from '../guard.js';
 
 export interface IdentityKeyRow {
   kid: string;
@@ -72,3 +73,22 @@ export interface IdentityStore {
   /** Remember a renewal nonce until `untilSec`; false when any server saw it already (a replay) or too many are kept. */
   rememberNonce(nonce: string, untilSec: number, nowSec: number): Promise<boolean>;
 }
+
+/** How each identity method treats U+0000 (guard.ts). */
+export const IDENTITY_NUL: NulRules<IdentityStore> = {
+  initKeyring: REFUSE,
+  listKeys: REFUSE,
+  getKey: lookup([0], () => null),
+  allKeys: REFUSE,
+  activeKey: REFUSE,
+  publishedKeys: REFUSE,
+  addActiveKey: REFUSE,
+  deleteKey: lookup([0], () => false),
+  nodesUsingKey: lookup([0], () => 0),
+  recordToken: REFUSE,
+  getToken: lookup([0], () => null),
+  forceRenewal: lookup([0]),
+  forcedRenewals: REFUSE,
+  // A nonce no server could have stored is not remembered: the renewal is refused as a replay.
+  rememberNonce: lookup([0], () => false),
+};

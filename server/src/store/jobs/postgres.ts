@@ -72,7 +72,6 @@ export class PostgresJobStore implements JobStore {
   }
 
   async getJob(id: string): Promise<JobRecord | null> {
-    if (id.includes('\u0000')) return null;
     return this.db.read('get job', (c) => this.job(c, id));
   }
 
@@ -93,13 +92,11 @@ export class PostgresJobStore implements JobStore {
   }
 
   async listTasks(jobId: string): Promise<TaskRecord[]> {
-    if (jobId.includes('\u0000')) return [];
     return this.db.read('list tasks', async (c) =>
       (await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 ORDER BY node_id`, [jobId])).rows.map(taskFromRow));
   }
 
   async getTask(jobId: string, nodeId: string): Promise<TaskRecord | null> {
-    if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return null;
     return this.db.read('get task', async (c) => {
       const r = await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 AND node_id = $2`, [jobId, nodeId]);
       return r.rows[0] ? taskFromRow(r.rows[0]) : null;
@@ -107,14 +104,12 @@ export class PostgresJobStore implements JobStore {
   }
 
   async taskHistory(jobId: string, nodeId: string): Promise<TaskTransition[]> {
-    if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return [];
     return this.db.read('task history', async (c) =>
       (await this.q(c, 'SELECT at, from_state, to_state, reason, message FROM job_task_transitions WHERE job_id = $1 AND node_id = $2 ORDER BY id', [jobId, nodeId]))
         .rows.map(transitionFromRow));
   }
 
   async transition(jobId: string, nodeId: string, t: TransitionInput): Promise<TaskRecord | null> {
-    if (jobId.includes('\u0000') || nodeId.includes('\u0000')) return null;
     return this.db.tx('task transition', async (c) => {
       const r = await this.q(c, `SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = $1 AND node_id = $2 FOR UPDATE`, [jobId, nodeId]);
       if (!r.rows[0]) return null;
@@ -137,7 +132,7 @@ export class PostgresJobStore implements JobStore {
   }
 
   async claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]> {
-    if (jobId.includes('\u0000') || nodeIds.length === 0) return [];
+    if (nodeIds.length === 0) return [];
     checkTransition('pending', 'scheduled', 'dispatched');
     return this.db.tx('claim tasks', async (q) => {
       const at = utc(c.at);
@@ -145,7 +140,7 @@ export class PostgresJobStore implements JobStore {
       // locks and then finds them scheduled (the WHERE is re-checked), so no task is sent twice.
       const r = await this.q<{ node_id: string }>(q, `UPDATE job_tasks SET state = 'scheduled', reason = 'dispatched', message = $3, relay = $4, updated_at = $5
         WHERE job_id = $1 AND node_id = ANY($2::text[]) AND state = 'pending' RETURNING node_id`,
-        [jobId, nodeIds.filter((n) => !n.includes('\u0000')), c.message, c.relay, at]);
+        [jobId, nodeIds, c.message, c.relay, at]);
       const claimed = r.rows.map((x) => x.node_id).sort();
       if (claimed.length > 0) {
         await this.q(q, `INSERT INTO job_task_transitions (job_id, node_id, at, from_state, to_state, reason, message)
@@ -186,7 +181,6 @@ export class PostgresJobStore implements JobStore {
   }
 
   async cancelJob(id: string, at: string): Promise<JobRecord | null> {
-    if (id.includes('\u0000')) return null;
     return this.db.tx('cancel job', async (c) => {
       // Tasks first, then the job: the order every transition locks in, so the two never deadlock.
       const tasks = await this.q<{ job_id: string; node_id: string; state: TaskState }>(c,

@@ -3,6 +3,7 @@
  * task. Transitions are checked against states.ts inside the store's transaction,
  * so a refused one changes nothing and two writers racing on one task cannot both win.
  */
+import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { TaskState } from './states.js';
 import type { NodeFilter, Page } from '../store.js';
 
@@ -141,3 +142,20 @@ export interface JobStore {
   /** Delete finished or cancelled jobs that ended before `before` (tasks and history with them). */
   deleteJobsBefore(before: string, limit: number): Promise<number>;
 }
+
+/** How each jobs method treats U+0000 (guard.ts). */
+export const JOBS_NUL: NulRules<JobStore> = {
+  createJob: REFUSE,
+  getJob: lookup([0], () => null),
+  listJobs: REFUSE,
+  listTasks: lookup([0], () => []),
+  getTask: lookup([0, 1], () => null),
+  taskHistory: lookup([0, 1], () => []),
+  transition: lookup([0, 1], () => null),
+  claimTasks: lookup([0, 1], () => []),
+  pendingWork: lookup([2], () => []),
+  setTaskStep: lookup([0, 1], () => false),
+  cancelJob: lookup([0], () => null),
+  expireTasks: REFUSE,
+  deleteJobsBefore: REFUSE,
+};

@@ -30,13 +30,11 @@ const LINK = `INSERT INTO node_managers (node_id, manager_id, first_seen_at, las
 
 const asManager = (r: Row) => managerFromRow(r, postgresRows);
 const asNode = (r: Row) => nodeFromRow(r, postgresRows);
-const noNul = (s: string) => !s.includes('\u0000');
 
 export class PostgresManagerStore implements ManagerStore {
   constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodeWriter) {}
 
   private async manager(c: Q, id: string, lock = false): Promise<ManagerRecord | null> {
-    if (!noNul(id)) return null;
     const r = await c.query<Row>(`SELECT ${COLUMNS} FROM managers WHERE id = $1${lock ? ' FOR UPDATE' : ''}`, [id]);
     return r.rows[0] ? asManager(r.rows[0]) : null;
   }
@@ -64,7 +62,6 @@ export class PostgresManagerStore implements ManagerStore {
 
   async updateManager(id: string, m: Omit<ManagerInsert, 'id' | 'type'>, atRaw: string): Promise<ManagerRecord | null> {
     const at = toUtcIso(atRaw, 'at');
-    if (!noNul(id)) return null;
     return this.db.tx('update manager', async (c) => {
       const r = await c.query('UPDATE managers SET name = $1, provider = $2, spec = $3, updated_at = $4 WHERE id = $5',
         [m.name, m.provider, JSON.stringify(m.spec), at, id]);
@@ -73,12 +70,10 @@ export class PostgresManagerStore implements ManagerStore {
   }
 
   async deleteManager(id: string): Promise<boolean> {
-    if (!noNul(id)) return false;
     return this.db.tx('delete manager', async (c) => ((await c.query('DELETE FROM managers WHERE id = $1', [id])).rowCount ?? 0) > 0);
   }
 
   async exclusiveNodes(id: string): Promise<string[]> {
-    if (!noNul(id)) return [];
     return this.db.read('exclusive nodes', async (c) => (await c.query<{ node_id: string }>(`SELECT l.node_id FROM node_managers l
       WHERE l.manager_id = $1 AND NOT EXISTS (SELECT 1 FROM node_managers o WHERE o.node_id = l.node_id AND o.manager_id <> l.manager_id)
       ORDER BY l.node_id`, [id])).rows.map((r) => r.node_id));
@@ -86,7 +81,6 @@ export class PostgresManagerStore implements ManagerStore {
 
   async linkNode(nodeId: string, managerId: string, atRaw: string): Promise<boolean> {
     const at = toUtcIso(atRaw, 'at');
-    if (!noNul(nodeId) || !noNul(managerId)) return false;
     return this.db.tx('link node', async (c) => {
       const r = await c.query(`INSERT INTO node_managers (node_id, manager_id, first_seen_at, last_seen_at)
         SELECT n.id, m.id, $3, $3 FROM nodes n, managers m WHERE n.id = $1 AND m.id = $2
@@ -143,13 +137,11 @@ export class PostgresManagerStore implements ManagerStore {
 
   async recordPoll(id: string, atRaw: string, error: string | null): Promise<void> {
     const at = toUtcIso(atRaw, 'at');
-    if (!noNul(id)) return;
     await this.db.tx('record poll', (c) => c.query('UPDATE managers SET last_poll_at = $1, last_poll_error = $2 WHERE id = $3', [at, error, id]));
   }
 
   async adoptDiscovered(nodeId: string, identity: CloudIdentity, atRaw: string): Promise<boolean> {
     const at = toUtcIso(atRaw, 'at');
-    if (![nodeId, identity.source_id, identity.region, identity.account_id].every(noNul)) return false;
     return this.db.tx('adopt discovered node', async (c) => {
       // Not while a poll is applied: it could miss the row moving to its new id and insert it again.
       await c.query("SELECT pg_advisory_xact_lock(hashtext('capstan.discovery'))");

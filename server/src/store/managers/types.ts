@@ -3,6 +3,8 @@
  * static host list — and the nodes they hold. The store keeps a manager's spec as given after
  * validation (server/src/providers/spec.ts); credentials are only ever *references* there.
  */
+import { capstanError } from '@capstan/shared';
+import { lookup, REFUSE, type NulRules } from '../guard.js';
 
 export type ManagerType = 'aws-ec2' | 'azure-vm' | 'gcp' | 'static';
 
@@ -76,3 +78,19 @@ export interface ManagerStore {
    */
   adoptDiscovered(nodeId: string, identity: CloudIdentity, at: string): Promise<boolean>;
 }
+
+/** How each managers method treats U+0000 (guard.ts). */
+export const MANAGERS_NUL: NulRules<ManagerStore> = {
+  listManagers: lookup([0], () => []),
+  getManager: lookup([0], () => null),
+  createManager: REFUSE,
+  updateManager: lookup([0], () => null),
+  deleteManager: lookup([0], () => false),
+  exclusiveNodes: lookup([0], () => []),
+  linkNode: lookup([0, 1], () => false),
+  applyDiscovery: lookup([0], (managerId: string) => {
+    throw capstanError('ERR_NOT_FOUND', `manager ${managerId} is unknown`);
+  }),
+  recordPoll: lookup([0], () => undefined),
+  adoptDiscovered: lookup([0, 1], () => false),
+};

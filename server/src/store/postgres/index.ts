@@ -1,2 +1,34 @@
-// The shared-database backend; see postgres-store.ts for its locking choices.
-export { PostgresStore, type PostgresStoreOptions } from './postgres-store.js';
+/** The PostgreSQL backend: the Store on one database shared by several server processes. */
+import { PostgresAdminStore } from '../admins/postgres.js';
+import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
+import { ComposedStore } from '../facade.js';
+import { PostgresIdentityStore } from '../identity/postgres.js';
+import { PostgresJobStore } from '../jobs/postgres.js';
+import { PostgresManagerStore } from '../managers/postgres.js';
+import { PostgresDb, type PostgresDbOptions } from './db.js';
+import { migratePostgres } from './migrate.js';
+import { PostgresRegistry } from './postgres-store.js';
+
+export interface PostgresStoreOptions extends PostgresDbOptions {
+  /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
+  onMaintenance?: (message: string, err?: unknown) => void;
+  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  runBaseCacheBytes?: number;
+}
+
+export class PostgresStore extends ComposedStore {
+  constructor(opts: PostgresStoreOptions) {
+    const db = new PostgresDb(opts);
+    const registry = new PostgresRegistry(db, opts);
+    super({
+      registry,
+      identity: new PostgresIdentityStore(db),
+      jobs: new PostgresJobStore(db),
+      managers: new PostgresManagerStore(db, registry),
+      bootstrap: new PostgresBootstrapStore(db),
+      admins: new PostgresAdminStore(db),
+      migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
+      close: () => db.close(),
+    });
+  }
+}

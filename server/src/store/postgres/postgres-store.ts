@@ -1,5 +1,6 @@
 /**
- * The registry on PostgreSQL, for several server processes sharing one database.
+ * The registry on PostgreSQL: nodes, runs, compliance, changes, policies and the lifecycle sweep,
+ * for several server processes sharing one database.
  *
  * Concurrency: every read-modify-write of a node locks its row first (`FOR NO KEY UPDATE`,
  * which does not block the foreign-key checks of other runs' inserts). Two processes ingesting
@@ -20,7 +21,7 @@ import type {
   Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
-  RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -30,7 +31,7 @@ import {
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun } from '../input.js';
 import {
   checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, packageAtomKey, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
   type PolicyGroupDef,
@@ -40,57 +41,30 @@ import {
   transitions, applyChange, type HistoryInsert, type NodeChange,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
-import { migratePostgres } from './migrate.js';
-import { PostgresIdentityStore } from '../identity/postgres.js';
-import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
-import { PostgresJobStore } from '../jobs/postgres.js';
-import { PostgresManagerStore } from '../managers/postgres.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
 import { globToLike } from '../filter-sql.js';
-import { PostgresAdminStore } from '../admins/postgres.js';
 import { iso, postgresRows } from './rows.js';
-import { PostgresDb, type PostgresDbOptions, type Queryable as Q } from './db.js';
+import type { PostgresDb, Queryable as Q } from './db.js';
 import { historyFromRow, nodeFromRow, nodeValues, runFromRow } from '../records.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
-
-export interface PostgresStoreOptions extends PostgresDbOptions {
-  /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
-  onMaintenance?: (message: string, err?: unknown) => void;
-  /** Memory for decoded node-day bases (store/run-codec.ts). */
-  runBaseCacheBytes?: number;
-}
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
-/** Postgres text cannot hold U+0000, so no stored id has one: answer "absent" without asking. */
-const impossibleId = (id: string) => id.includes('\u0000');
 
-export class PostgresStore implements Store {
-  private readonly db: PostgresDb;
-  private readonly onMaintenance: (message: string, err?: unknown) => void;
-  private readonly skippedPartitions = new Set<string>();
+export class PostgresRegistry implements RegistryStore {
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
-  readonly identity: PostgresIdentityStore;
-  readonly jobs: PostgresJobStore;
-  readonly bootstrap: PostgresBootstrapStore;
-  readonly admins: PostgresAdminStore;
-  readonly managers: PostgresManagerStore;
+  private readonly skippedPartitions = new Set<string>();
+  private readonly onMaintenance: (message: string, err?: unknown) => void;
 
-  constructor(opts: PostgresStoreOptions) {
-    this.db = new PostgresDb(opts);
+  constructor(private readonly db: PostgresDb, opts: { runBaseCacheBytes?: number; onMaintenance?: (message: string, err?: unknown) => void } = {}) {
     this.bases = new BaseCache(opts.runBaseCacheBytes);
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
-    this.identity = new PostgresIdentityStore(this.db);
-    this.jobs = new PostgresJobStore(this.db);
-    this.bootstrap = new PostgresBootstrapStore(this.db);
-    this.admins = new PostgresAdminStore(this.db);
-    this.managers = new PostgresManagerStore(this.db, this);
   }
 
   private dialect(values: unknown[], prepared?: { groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }): Dialect {
@@ -195,16 +169,7 @@ export class PostgresStore implements Store {
     }
   }
 
-  async migrate(): Promise<void> {
-    await this.db.tx('migrate', (c) => migratePostgres(c, this.db.schema));
-  }
-
-  async close(): Promise<void> {
-    await this.db.close();
-  }
-
   async getNode(id: string): Promise<NodeRecord | null> {
-    if (impossibleId(id)) return null;
     const { rows } = await this.db.query('getNode', this.db.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
     return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
   }
@@ -348,7 +313,6 @@ export class PostgresStore implements Store {
 
   async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
-    if (impossibleId(nodeId)) return { data: [], total: 0 };
     const { rows } = await this.db.query('inventoryHistory', this.db.pool, {
       name: 'inventory_history',
       text: `SELECT at, kind, name, from_value AS "from", to_value AS "to", count(*) OVER () AS total FROM inventory_changes WHERE node_id = $1
@@ -392,7 +356,6 @@ export class PostgresStore implements Store {
   }
 
   async getProperties(nodeId: string): Promise<Record<string, string> | null> {
-    if (impossibleId(nodeId)) return null;
     const { rows } = await this.db.query('getProperties', this.db.pool, {
       name: 'properties_get',
       text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
@@ -404,7 +367,6 @@ export class PostgresStore implements Store {
 
   async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
     const props = checkProperties(properties);
-    if (impossibleId(nodeId)) return null;
     const what = 'setProperties';
     return this.db.tx(what, async (c) => {
       const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
@@ -460,7 +422,6 @@ export class PostgresStore implements Store {
 
   /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
   async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    if (change.kind === 'state') refuseNul({ state: change.state });
     const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
     return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
   }
@@ -485,7 +446,6 @@ export class PostgresStore implements Store {
   async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
     const when = toUtcIso(at, 'at');
     if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
-    if (impossibleId(id)) return false;
     const r = await this.db.query('recordClockSkew', this.db.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
     return (r.rowCount ?? 0) > 0;
   }
@@ -493,7 +453,6 @@ export class PostgresStore implements Store {
   /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
   private async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
     const when = toUtcIso(at, 'at');
-    if (impossibleId(id)) return null;
     return this.db.tx(what, async (c) => {
       const node = await this.lockNode(what, c, id);
       if (!node) return null;
@@ -509,7 +468,6 @@ export class PostgresStore implements Store {
 
   async deleteNode(id: string, at?: string): Promise<boolean> {
     const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
-    if (impossibleId(id)) return false;
     // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
     return this.db.tx('deleteNode', async (c) => {
       const node = await this.lockNode('deleteNode', c, id);
@@ -526,7 +484,6 @@ export class PostgresStore implements Store {
   }
 
   async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
-    if (impossibleId(nodeId)) return null;
     const { rows } = await this.db.query('getInventory', this.db.pool, {
       name: 'inventory_get', text: 'SELECT received_at, document FROM inventories WHERE node_id = $1', values: [nodeId],
     });
@@ -535,7 +492,6 @@ export class PostgresStore implements Store {
 
   async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
     const { limit, offset } = checkPaging(page, perPage);
-    if (impossibleId(nodeId)) return { data: [], total: 0 };
     const { rows } = await this.db.query('getHistory', this.db.pool, {
       name: 'history_list',
       text: `SELECT t.total, h.* FROM (SELECT count(*) AS total FROM node_history WHERE node_id = $1) t
@@ -713,7 +669,6 @@ export class PostgresStore implements Store {
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
     const { limit, offset } = checkPaging(page, perPage);
     const { from, to } = runRange(range);
-    if (impossibleId(nodeId)) return { data: [], total: 0 };
     const { rows } = await this.db.query('listRuns', this.db.pool, {
       name: 'runs_list',
       // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
@@ -918,7 +873,6 @@ export class PostgresStore implements Store {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
     const keep = checkKeepLast(opts.keep_last_s);
-    if (impossibleId(nodeId)) return false;
     return this.db.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when, keep));
   }
 
@@ -975,7 +929,6 @@ export class PostgresStore implements Store {
   }
 
   async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
-    if (impossibleId(nodeId)) return null;
     // One snapshot: the run row and the expectations it is judged against must agree.
     return this.db.tx('getComplianceBase', async (c) => {
       await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
@@ -1103,7 +1056,7 @@ export class PostgresStore implements Store {
     const keep = checkKeepLast(seconds)!;
     const res = await this.db.query('setKeepLast', this.db.pool, {
       text: 'UPDATE node_compliance SET keep_last_s = $1 WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1',
-      values: [keep, nodeIds.filter((id) => !impossibleId(id))],
+      values: [keep, nodeIds],
     });
     return res.rowCount ?? 0;
   }
@@ -1247,7 +1200,6 @@ export class PostgresStore implements Store {
   }
 
   async getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null> {
-    if (impossibleId(id)) return null;
     const { rows } = await this.db.query('getPolicyObject', this.db.pool, {
       text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id],
     });
@@ -1269,13 +1221,11 @@ export class PostgresStore implements Store {
   }
 
   async deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean> {
-    if (impossibleId(id)) return false;
     const res = await this.db.query('deletePolicyObject', this.db.pool, { text: 'DELETE FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id] });
     return (res.rowCount ?? 0) > 0;
   }
 
   async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
-    if (impossibleId(nodeId)) return null;
     const { rows } = await this.db.query('getPolicyBundle', this.db.pool, {
       name: 'bundle_get', text: 'SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = $1', values: [nodeId],
     });
@@ -1305,14 +1255,12 @@ export class PostgresStore implements Store {
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
-    if (impossibleId(nodeId) || configId.includes('\u0000')) return null;
     return this.expectations(this.db.pool, nodeId, configId);
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
-    const ids = nodeIds.filter((id) => !impossibleId(id));
     const { rows } = await this.db.query('policyConfigIds', this.db.pool, {
-      text: 'SELECT node_id, config_id FROM policy_bundles WHERE node_id = ANY($1::text[])', values: [ids],
+      text: 'SELECT node_id, config_id FROM policy_bundles WHERE node_id = ANY($1::text[])', values: [nodeIds],
     });
     return new Map(rows.map((r) => [r.node_id as string, r.config_id as string]));
   }
@@ -1325,7 +1273,6 @@ export class PostgresStore implements Store {
     return this.db.tx('putPolicies', async (c) => {
       let n = 0;
       for (const it of checked) {
-        if (impossibleId(it.bundle.node_id)) continue;
         if (!(await this.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
         n++;
         if (it.expectationsOnly) continue;
@@ -1341,7 +1288,6 @@ export class PostgresStore implements Store {
   }
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
-    if (impossibleId(nodeId)) return false;
     const res = await this.db.query('deletePolicyBundle', this.db.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
     return (res.rowCount ?? 0) > 0;
   }

@@ -1,2 +1,32 @@
-// The embedded backend; see db.ts for its durability and locking choices.
-export { SqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
+/** The embedded backend: the Store on one SQLite file (db.ts has its durability and locking choices). */
+import { SqliteAdminStore } from '../admins/sqlite.js';
+import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
+import { ComposedStore } from '../facade.js';
+import { SqliteIdentityStore } from '../identity/sqlite.js';
+import { SqliteJobStore } from '../jobs/sqlite.js';
+import { SqliteManagerStore } from '../managers/sqlite.js';
+import { SqliteDb, type SqliteDbOptions } from './db.js';
+import { migrateSqlite } from './migrate.js';
+import { SqliteRegistry } from './sqlite-store.js';
+
+export interface SqliteStoreOptions extends SqliteDbOptions {
+  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  runBaseCacheBytes?: number;
+}
+
+export class SqliteStore extends ComposedStore {
+  constructor(opts: SqliteStoreOptions) {
+    const db = new SqliteDb(opts);
+    const registry = new SqliteRegistry(db, opts.runBaseCacheBytes);
+    super({
+      registry,
+      identity: new SqliteIdentityStore(db),
+      jobs: new SqliteJobStore(db),
+      managers: new SqliteManagerStore(db, registry),
+      bootstrap: new SqliteBootstrapStore(db),
+      admins: new SqliteAdminStore(db),
+      migrate: async () => migrateSqlite(db),
+      close: async () => db.close(),
+    });
+  }
+}

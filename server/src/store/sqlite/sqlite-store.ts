@@ -1,13 +1,13 @@
 /**
- * The embedded registry: the Store on one SQLite file (sqlite/db.ts has its durability and
- * locking choices).
+ * The registry on one SQLite file: nodes, runs, compliance, changes, policies and the lifecycle
+ * sweep (db.ts has the durability and locking choices).
  */
 import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
   Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
-  RunInsert, RunRange, RunRecord, Store, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -19,7 +19,7 @@ import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labe
 import { storeError } from '../errors.js';
 import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun, refuseNul } from '../input.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun } from '../input.js';
 import {
   checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
 } from '../query.js';
@@ -28,24 +28,13 @@ import {
   applyChange, type HistoryInsert, type NodeChange,
 } from '../rules.js';
 import { runRange, toUtcIso } from '../time.js';
-import { migrateSqlite } from './migrate.js';
-import { SqliteIdentityStore } from '../identity/sqlite.js';
-import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
-import { SqliteJobStore } from '../jobs/sqlite.js';
-import { SqliteManagerStore } from '../managers/sqlite.js';
-import { SqliteAdminStore } from '../admins/sqlite.js';
 import { sqliteRows } from './rows.js';
-import { SqliteDb, type SqliteDbOptions } from './db.js';
+import type { SqliteDb } from './db.js';
 import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from '../records.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
-
-export interface SqliteStoreOptions extends SqliteDbOptions {
-  /** Memory for decoded node-day bases (store/run-codec.ts). */
-  runBaseCacheBytes?: number;
-}
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
@@ -72,24 +61,12 @@ const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join('
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
 
-export class SqliteStore implements Store {
-  private readonly db: SqliteDb;
+export class SqliteRegistry implements RegistryStore {
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
-  readonly identity: SqliteIdentityStore;
-  readonly jobs: SqliteJobStore;
-  readonly bootstrap: SqliteBootstrapStore;
-  readonly admins: SqliteAdminStore;
-  readonly managers: SqliteManagerStore;
 
-  constructor(opts: SqliteStoreOptions) {
-    this.bases = new BaseCache(opts.runBaseCacheBytes);
-    this.db = new SqliteDb(opts);
-    this.identity = new SqliteIdentityStore(this.db);
-    this.jobs = new SqliteJobStore(this.db);
-    this.bootstrap = new SqliteBootstrapStore(this.db);
-    this.admins = new SqliteAdminStore(this.db);
-    this.managers = new SqliteManagerStore(this.db, this);
+  constructor(private readonly db: SqliteDb, runBaseCacheBytes?: number) {
+    this.bases = new BaseCache(runBaseCacheBytes);
   }
 
   private dialect(values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
@@ -141,14 +118,6 @@ export class SqliteStore implements Store {
       const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
       for (const g of next.groups) ins.run(next.id, g);
     }
-  }
-
-  async migrate(): Promise<void> {
-    migrateSqlite(this.db);
-  }
-
-  async close(): Promise<void> {
-    this.db.close();
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {
@@ -274,7 +243,6 @@ export class SqliteStore implements Store {
 
   /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
   async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    if (change.kind === 'state') refuseNul({ state: change.state });
     const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
     return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
   }

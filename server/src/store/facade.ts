@@ -1,0 +1,41 @@
+/**
+ * The Store callers use, made of one dialect's parts. Each part answers for one subject and
+ * each of its methods is reached through that subject's U+0000 rule (guard.ts), so both
+ * backends treat it alike and no method can be added without saying how.
+ */
+import { ADMINS_NUL, type AdminStore } from './admins/types.js';
+import { BOOTSTRAP_NUL, type BootstrapStore } from './bootstrap/types.js';
+import { guard } from './guard.js';
+import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
+import { JOBS_NUL, type JobStore } from './jobs/types.js';
+import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
+import { REGISTRY_NUL, type RegistryStore, type Store } from './store.js';
+
+/** What one dialect's store is made of. */
+export interface StoreParts {
+  registry: RegistryStore;
+  identity: IdentityStore;
+  jobs: JobStore;
+  managers: ManagerStore;
+  bootstrap: BootstrapStore;
+  admins: AdminStore;
+  migrate(): Promise<void>;
+  close(): Promise<void>;
+}
+
+// The class has the Store's members through this interface: the constructor sets them from the parts.
+export interface ComposedStore extends Store {}
+
+export class ComposedStore {
+  constructor(parts: StoreParts) {
+    Object.assign(this, guard(parts.registry, REGISTRY_NUL), {
+      identity: guard(parts.identity, IDENTITY_NUL),
+      jobs: guard(parts.jobs, JOBS_NUL),
+      managers: guard(parts.managers, MANAGERS_NUL),
+      bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
+      admins: guard(parts.admins, ADMINS_NUL),
+      migrate: () => parts.migrate(),
+      close: () => parts.close(),
+    });
+  }
+}
