@@ -24,7 +24,7 @@ import { createJob, parseJobRequest } from './jobs/create.js';
 import { startServer } from './server.js';
 import { checkDatabase, isDatabaseUnavailable } from './store/check.js';
 import { openStore } from './store/index.js';
-import { isFilterKey } from './store/query.js';
+import { isFilterKey } from './store/nodes/filters/query.js';
 import type { NodeFilter, NodeRecord, SortField, Store } from './store/store.js';
 import { table } from './table.js';
 import { NodeRegistry, nodeEffects } from './registry/nodes.js';

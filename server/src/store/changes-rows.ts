@@ -4,7 +4,7 @@
  */
 import { capstanError, zeroCounts, type ComplianceCounts } from '@capstan/shared';
 import { countsFromRow } from './compliance-rows.js';
-import { HAS_AGENT_SQL, type Dialect } from './query.js';
+import { HAS_AGENT_SQL, type Dialect } from './nodes/filters/query.js';
 import { toUtcIso } from './time.js';
 import {
   CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord, type ComplianceAggregate, type NodeClass, type NodeComplianceRow,

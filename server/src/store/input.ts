@@ -36,6 +36,13 @@ const isPlain = (v: object) => {
   return proto === Object.prototype || proto === null;
 };
 
+/** Paging values come from query strings; reject nonsense instead of computing negative offsets. */
+export function checkPaging(page: number, perPage: number): { limit: number; offset: number } {
+  if (!Number.isSafeInteger(page) || page < 1) throw capstanError('ERR_BAD_REQUEST', 'page must be an integer ≥ 1');
+  if (!Number.isSafeInteger(perPage) || perPage < 1) throw capstanError('ERR_BAD_REQUEST', 'per_page must be an integer ≥ 1');
+  return { limit: perPage, offset: (page - 1) * perPage };
+}
+
 /**
  * Serialise a document for a JSON column; a value JSON cannot carry is bad input, not a store
  * failure. `nul: false` for columns that are jsonb in Postgres, which refuses an escaped

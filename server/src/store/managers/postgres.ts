@@ -10,11 +10,11 @@ import type {
   CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
 } from './types.js';
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
-import { NODE_COLUMNS, SELECT_NODE } from '../query.js';
+import { NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../rules.js';
 import { toUtcIso } from '../time.js';
-import { nodeFromRow, nodeValues } from '../records.js';
+import { nodeFromRow, nodeValues } from '../nodes/records.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
 import { postgresRows } from '../postgres/rows.js';

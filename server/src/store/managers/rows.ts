@@ -1,7 +1,7 @@
 /** Rows shared by both backends for managers and their links to nodes. */
 import type { NodeListRow, NodeRecord } from '../store.js';
 import type { ManagerRecord } from './types.js';
-import { hasAgent } from '../query.js';
+import { hasAgent } from '../nodes/filters/query.js';
 import type { RowCodec } from '../row-codec.js';
 
 export const MANAGER_COLUMNS = 'id, name, type, provider, spec, created_at, updated_at, last_poll_at, last_poll_error';

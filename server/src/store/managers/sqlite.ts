@@ -7,11 +7,11 @@ import type {
   CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
 } from './types.js';
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
-import { NODE_COLUMNS, SELECT_NODE } from '../query.js';
+import { NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../rules.js';
 import { toUtcIso } from '../time.js';
-import { nodeFromRow, nodeParams } from '../records.js';
+import { nodeFromRow, nodeParams } from '../nodes/records.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import type { SqliteDb } from '../sqlite/db.js';
 import { sqliteRows } from '../sqlite/rows.js';

@@ -16,9 +16,9 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import type pg from 'pg';
-import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient, parseFilter, versionKey, type FilterExpr } from '@capstan/shared';
+import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
   NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
   RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
@@ -29,13 +29,11 @@ import {
   clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, epochS, marksFromRow, nextMarks, timeAdjustedSums, worstNodesSql, type ComplianceInput,
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
-import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
+import { UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun } from '../input.js';
-import {
-  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, packageAtomKey, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
-  type PolicyGroupDef,
-} from '../query.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPaging, checkPatch, checkRun } from '../input.js';
+import { checkFilters, filterWhere, orderBy } from '../nodes/filters/query.js';
+import { postgresDialect } from '../nodes/filters/postgres.js';
 import {
   acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, applyChange, type HistoryInsert, type NodeChange,
@@ -44,10 +42,10 @@ import { runRange, toUtcIso } from '../time.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
 } from '../inventory-index.js';
-import { globToLike } from '../filter-sql.js';
+import { globToLike } from '../nodes/filters/sql.js';
 import { iso, postgresRows } from './rows.js';
 import type { PostgresDb, Queryable as Q } from './db.js';
-import { historyFromRow, nodeFromRow, nodeValues, runFromRow } from '../records.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, RUN_COLUMNS, runFromRow, SELECT_NODE } from '../nodes/records.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
@@ -65,51 +63,6 @@ export class PostgresRegistry implements RegistryStore {
   constructor(private readonly db: PostgresDb, opts: { runBaseCacheBytes?: number; onMaintenance?: (message: string, err?: unknown) => void } = {}) {
     this.bases = new BaseCache(opts.runBaseCacheBytes);
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
-  }
-
-  private dialect(values: unknown[], prepared?: { groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }): Dialect {
-    return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: this.db.now, ...prepared };
-  }
-
-  /**
-   * What the filters' SQL needs looked up first: the policy groups when a filter names a group,
-   * and the package-version ids of each package comparison in an expression (a bound array the
-   * planner can estimate, where a subquery's array would be guessed at 200 rows and joined by a
-   * nested loop even when a third of the fleet matches).
-   */
-  private async prepare(filters: readonly CheckedFilter[]): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
-    const groups = await this.groupsFor(filters);
-    const atoms = new Map<string, { name: string; op: string | null; key: string | null }>();
-    const walk = (e: FilterExpr): void => {
-      if (e.kind === 'and' || e.kind === 'or') {
-        e.items.forEach(walk);
-      } else if (e.kind === 'not') {
-        walk(e.expr);
-      } else if ((e.kind === 'has' || e.kind === 'compare') && e.field === 'package') {
-        const op = e.kind === 'compare' ? e.op : null;
-        const key = e.kind === 'compare' ? versionKey(e.value.text) : null;
-        atoms.set(packageAtomKey(e.key!, op, key), { name: e.key!, op, key });
-      }
-    };
-    for (const f of filters) if (f.key === 'q') f.values.forEach((v) => walk(parseFilter(v)));
-    if (atoms.size === 0) return { ...(groups && { groups }) };
-    const packageIds = new Map<string, number[]>();
-    for (const [k, a] of atoms) {
-      const sqlOp = a.op === null ? null : a.op === '!=' ? '<>' : a.op;
-      const { rows } = await this.db.query('packageIds', this.db.pool, {
-        text: `SELECT coalesce(array_agg(id ORDER BY id), '{}') AS ids FROM package_versions WHERE name = $1${sqlOp ? ` AND version_key ${sqlOp} $2` : ''}`,
-        values: sqlOp ? [a.name, a.key] : [a.name],
-      });
-      packageIds.set(k, (rows[0] as { ids: number[] }).ids);
-    }
-    return { ...(groups && { groups }), packageIds };
-  }
-
-  /** The policy groups, when these filters name a group (see query.ts groupCondition). */
-  private async groupsFor(filters: readonly CheckedFilter[]): Promise<Map<string, PolicyGroupDef> | undefined> {
-    if (!needsGroups(filters)) return undefined;
-    const { rows } = await this.db.query('policyGroups', this.db.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
-    return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })));
   }
 
   private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
@@ -178,7 +131,7 @@ export class PostgresRegistry implements RegistryStore {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values, await this.prepare(filters));
+    const d = await postgresDialect(this.db, values, filters);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
@@ -964,7 +917,7 @@ export class PostgresRegistry implements RegistryStore {
       values.push(nodeIds);
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
-    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked), scope);
     const { rows } = await this.db.query('complianceSummary', this.db.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -982,7 +935,7 @@ export class PostgresRegistry implements RegistryStore {
       values.push(after);
       scope.push(`n.id > $${values.length}`);
     }
-    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)), scope);
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked), scope);
     values.push(limit);
     const { rows } = await this.db.query('complianceNodes', this.db.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
@@ -1022,14 +975,14 @@ export class PostgresRegistry implements RegistryStore {
 
   // --- changes ------------------------------------------------------------------------------
 
-  private changeWhere(q: ChangeQuery, values: unknown[]): string {
-    return changeWhere(q, this.dialect(values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
+  private async changeWhere(q: ChangeQuery, values: unknown[]): Promise<string> {
+    return changeWhere(q, await postgresDialect(this.db, values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
   }
 
   async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage> {
     const { limit, offset } = checkPaging(page, perPage);
     const values: unknown[] = [];
-    const where = this.changeWhere(q, values);
+    const where = await this.changeWhere(q, values);
     const { rows } = await this.db.query('listChanges', this.db.pool, {
       text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1}) l) t
         LEFT JOIN LATERAL (SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC
@@ -1042,7 +995,7 @@ export class PostgresRegistry implements RegistryStore {
 
   async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
     const values: unknown[] = [];
-    const where = this.changeWhere(q, values);
+    const where = await this.changeWhere(q, values);
     const { rows } = await this.db.query('changesHistogram', this.db.pool, {
       text: `SELECT date_trunc('${by}', c.at AT TIME ZONE 'UTC') AS at,
           count(*) FILTER (WHERE c.label = 'intentional') AS intentional, count(*) FILTER (WHERE c.label = 'corrective') AS corrective
@@ -1249,7 +1202,7 @@ export class PostgresRegistry implements RegistryStore {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values, await this.prepare(checked)));
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked));
     const { rows } = await this.db.query('listNodeIds', this.db.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }

@@ -4,9 +4,9 @@
  */
 import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ChangeRecord, ComplianceAggregate, ComplianceBase, ComplianceClock,
+  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock,
   ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
-  NodePatch, NodeRecord, NodeTimeMarks, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
+  NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
   RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
@@ -17,12 +17,11 @@ import {
 } from '../compliance-rows.js';
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
-import { packOutcomes, UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
+import { UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPatch, checkRun } from '../input.js';
-import {
-  checkFilters, checkPaging, filterWhere, needsGroups, NODE_COLUMNS, orderBy, nodePage, policyGroupMap, RUN_COLUMNS, SELECT_NODE, type CheckedFilter, type Dialect,
-} from '../query.js';
+import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPaging, checkPatch, checkRun } from '../input.js';
+import { checkFilters, filterWhere, orderBy } from '../nodes/filters/query.js';
+import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import {
   acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   applyChange, type HistoryInsert, type NodeChange,
@@ -30,7 +29,7 @@ import {
 import { runRange, toUtcIso } from '../time.js';
 import { sqliteRows } from './rows.js';
 import type { SqliteDb } from './db.js';
-import { historyFromRow, nodeFromRow, nodeParams, runFromRow } from '../records.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, RUN_COLUMNS, runFromRow, SELECT_NODE } from '../nodes/records.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
@@ -67,15 +66,6 @@ export class SqliteRegistry implements RegistryStore {
 
   constructor(private readonly db: SqliteDb, runBaseCacheBytes?: number) {
     this.bases = new BaseCache(runBaseCacheBytes);
-  }
-
-  private dialect(values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
-    const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: this.db.now };
-    if (needsGroups(filters)) {
-      const rows = this.db.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
-      d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
-    }
-    return d;
   }
 
   private node(id: string): NodeRecord | null {
@@ -128,7 +118,7 @@ export class SqliteRegistry implements RegistryStore {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = checkFilters(q);
     const values: unknown[] = [];
-    const d = this.dialect(values, filters);
+    const d = sqliteDialect(this.db, values, filters);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
@@ -699,7 +689,7 @@ export class SqliteRegistry implements RegistryStore {
       values.push(JSON.stringify(nodeIds));
       scope.push('n.id IN (SELECT value FROM json_each(?))');
     }
-    const where = filterWhere(checked, this.dialect(values, checked), scope);
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
     const rows = this.db.read('complianceSummary', () => this.db.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
         count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -715,7 +705,7 @@ export class SqliteRegistry implements RegistryStore {
       values.push(after);
       scope.push('n.id > ?');
     }
-    const where = filterWhere(checked, this.dialect(values, checked), scope);
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
     values.push(limit);
     // Walking the primary key in order reads one page per call (the acceptance index, which the
     // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
@@ -886,7 +876,7 @@ export class SqliteRegistry implements RegistryStore {
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
     const checked = checkFilters({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, this.dialect(values, checked));
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked));
     const rows = this.db.read('listNodeIds', () => this.db.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
     return rows.map((r) => r.id);
   }
@@ -992,7 +982,7 @@ export class SqliteRegistry implements RegistryStore {
   // --- changes ------------------------------------------------------------------------------
 
   private changeWhere(q: ChangeQuery, values: unknown[]): string {
-    return changeWhere(q, this.dialect(values), (ids) => {
+    return changeWhere(q, sqliteDialect(this.db, values), (ids) => {
       values.push(JSON.stringify(ids));
       return '(SELECT value FROM json_each(?))';
     });

@@ -1,51 +1,14 @@
 /**
- * Pieces of the list queries that both backends must build identically, so that one test suite
- * can hold them to the same answers: the column lists, the node filters (checked once here, then
- * turned into one WHERE clause with the dialect's placeholders) and the sort order.
+ * The node filters of list queries, which both backends must build identically so that one test
+ * suite can hold them to the same answers: checked once here, then turned into one WHERE clause
+ * with the dialect's placeholders (sqlite.ts, postgres.ts), and the sort order.
  */
 import { capstanError, FILTER_LIMITS, parseFilter } from '@capstan/shared';
-import { compileFilter } from './filter-sql.js';
+import { compileFilter } from './sql.js';
 import {
   SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField,
-} from './store.js';
-import { toUtcIso } from './time.js';
-
-/** Every column of `nodes`, in one order both backends read and write them in. The certificate
- * lives in `node_certificates` (migration 2) and is joined in as `certificate`. */
-export const NODE_COLUMNS = [
-  'id', 'hostname', 'status', 'state', 'accepted', 'certificate_fingerprint',
-  'os_name', 'os_version', 'agent_version', 'policy_server', 'created_at', 'updated_at',
-  'accepted_at', 'last_inventory_at', 'last_run_at', 'last_config_id',
-  // added by migration 2
-  'name', 'address', 'manager', 'region', 'source_id', 'account_id', 'tags_json', 'groups_json',
-  'last_contact_at', 'state_changed_at', 'policy_config_id',
-  // added by migration 9 (0/1)
-  'relay',
-  // added by migration 12
-  'conflict_certificate', 'conflict_fingerprint', 'conflict_at',
-  // added by migration 13
-  'clock_skew', 'clock_skew_at',
-] as const;
-
-/** A node row with its certificate, as every read of whole nodes selects it. */
-export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate
-  FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id`;
-
-/**
- * One page of a node list: the page is cut from `nodes` alone, and only its rows get their
- * certificate; joining first would carry 100,000 certificates through the sort of a deep page.
- */
-export function nodePage(where: string, order: string, limit: string, offset: string): string {
-  return `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate FROM (
-    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')} FROM nodes n ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
-    LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
-}
-
-/** The columns of `runs` a RunRecord is made of (everything but the log itself). */
-export const RUN_COLUMNS = [
-  'id', 'node_id', 'started_at', 'config_id', 'complete', 'report_count', 'counts', 'outcomes',
-  'file_name', 'sha256', 'received_at',
-] as const;
+} from '../../store.js';
+import { toUtcIso } from '../../time.js';
 
 /** The escape character used in every LIKE pattern we build (`ESCAPE '\'`). */
 export const LIKE_ESCAPE = '\\';
@@ -65,13 +28,6 @@ const likeEscape = (text: string) => text.replace(/[\\%_]/g, (c) => LIKE_ESCAPE 
 export function hostnamePrefixPattern(prefix: string): string {
   const bare = prefix.endsWith('*') ? prefix.slice(0, -1) : prefix;
   return likeEscape(bare) + '%';
-}
-
-/** Paging values come from query strings; reject nonsense instead of computing negative offsets. */
-export function checkPaging(page: number, perPage: number): { limit: number; offset: number } {
-  if (!Number.isSafeInteger(page) || page < 1) throw capstanError('ERR_BAD_REQUEST', 'page must be an integer ≥ 1');
-  if (!Number.isSafeInteger(perPage) || perPage < 1) throw capstanError('ERR_BAD_REQUEST', 'per_page must be an integer ≥ 1');
-  return { limit: perPage, offset: (page - 1) * perPage };
 }
 
 // `id` (exact node ids) lets the policy generator test one node against a group's filter.

@@ -1,12 +1,49 @@
 /**
- * NodeRecord ↔ `nodes` columns, shared by both backends: the record carries tags and groups as
+ * The `nodes` columns and how a NodeRecord maps to them, shared by both backends (also the
+ * history and run rows, which both read the same way). The record carries tags and groups as
  * values, the row as JSON (text in SQLite, jsonb in Postgres). Tags come back sorted by key and
  * groups sorted, so both backends (jsonb reorders keys) answer the same.
  */
-import type { HistoryEntry, NodeRecord, RunRecord } from './store.js';
-import { NODE_COLUMNS } from './query.js';
-import type { RowCodec } from './row-codec.js';
-import { rowOutcomes, type BaseCache } from './run-codec.js';
+import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
+import type { RowCodec } from '../row-codec.js';
+import { rowOutcomes, type BaseCache } from '../run-codec.js';
+
+/** Every column of `nodes`, in one order both backends read and write them in. The certificate
+ * lives in `node_certificates` (migration 2) and is joined in as `certificate`. */
+export const NODE_COLUMNS = [
+  'id', 'hostname', 'status', 'state', 'accepted', 'certificate_fingerprint',
+  'os_name', 'os_version', 'agent_version', 'policy_server', 'created_at', 'updated_at',
+  'accepted_at', 'last_inventory_at', 'last_run_at', 'last_config_id',
+  // added by migration 2
+  'name', 'address', 'manager', 'region', 'source_id', 'account_id', 'tags_json', 'groups_json',
+  'last_contact_at', 'state_changed_at', 'policy_config_id',
+  // added by migration 9 (0/1)
+  'relay',
+  // added by migration 12
+  'conflict_certificate', 'conflict_fingerprint', 'conflict_at',
+  // added by migration 13
+  'clock_skew', 'clock_skew_at',
+] as const;
+
+/** A node row with its certificate, as every read of whole nodes selects it. */
+export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate
+  FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id`;
+
+/**
+ * One page of a node list: the page is cut from `nodes` alone, and only its rows get their
+ * certificate; joining first would carry 100,000 certificates through the sort of a deep page.
+ */
+export function nodePage(where: string, order: string, limit: string, offset: string): string {
+  return `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate FROM (
+    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')} FROM nodes n ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
+    LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
+}
+
+/** The columns of `runs` a RunRecord is made of (everything but the log itself). */
+export const RUN_COLUMNS = [
+  'id', 'node_id', 'started_at', 'config_id', 'complete', 'report_count', 'counts', 'outcomes',
+  'file_name', 'sha256', 'received_at',
+] as const;
 
 type Column = (typeof NODE_COLUMNS)[number];
 
