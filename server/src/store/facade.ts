@@ -9,7 +9,13 @@ import { guard } from './guard.js';
 import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
 import { JOBS_NUL, type JobStore } from './jobs/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
-import { REGISTRY_NUL, type RegistryStore, type Store } from './store.js';
+import { CHANGES_NUL } from './changes/types.js';
+import { COMPLIANCE_NUL } from './compliance/types.js';
+import { INVENTORY_NUL, NODES_NUL } from './nodes/types.js';
+import { POLICY_NUL } from './policy/types.js';
+import { RUNS_NUL } from './runs/types.js';
+import type { RegistryStore, Store } from './store.js';
+import { SWEEP_NUL } from './sweep/types.js';
 
 /** What one dialect's store is made of. */
 export interface StoreParts {
@@ -28,7 +34,7 @@ export interface ComposedStore extends Store {}
 
 export class ComposedStore {
   constructor(parts: StoreParts) {
-    Object.assign(this, guard(parts.registry, REGISTRY_NUL), {
+    Object.assign(this, guard(parts.registry, { ...NODES_NUL, ...INVENTORY_NUL, ...RUNS_NUL, ...COMPLIANCE_NUL, ...CHANGES_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
       identity: guard(parts.identity, IDENTITY_NUL),
       jobs: guard(parts.jobs, JOBS_NUL),
       managers: guard(parts.managers, MANAGERS_NUL),

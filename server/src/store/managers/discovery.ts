@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { capstanError } from '@capstan/shared';
 import type { DiscoveredInstance, ManagerInsert, ManagerRecord } from './types.js';
 import type { NodeRecord } from '../store.js';
-import { manualNode, MISSING, TERMINATED, withState } from '../rules.js';
+import { manualNode, MISSING, TERMINATED, withState } from '../nodes/rules.js';
 import { MAX_TAGS } from '../input.js';
 import { toUtcIso } from '../time.js';
 

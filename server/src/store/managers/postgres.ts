@@ -12,7 +12,7 @@ import type {
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
 import { NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
-import { transitions } from '../rules.js';
+import { transitions } from '../nodes/rules.js';
 import { toUtcIso } from '../time.js';
 import { nodeFromRow, nodeValues } from '../nodes/records.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';

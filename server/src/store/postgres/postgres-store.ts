@@ -37,7 +37,7 @@ import { postgresDialect } from '../nodes/filters/postgres.js';
 import {
   acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
   transitions, applyChange, type HistoryInsert, type NodeChange,
-} from '../rules.js';
+} from '../nodes/rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import {
   addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,

@@ -25,7 +25,7 @@ import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import {
   acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
   applyChange, type HistoryInsert, type NodeChange,
-} from '../rules.js';
+} from '../nodes/rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { sqliteRows } from './rows.js';
 import type { SqliteDb } from './db.js';

@@ -11,8 +11,8 @@
 import { capstanError } from '@capstan/shared';
 import type {
   Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory,
-} from './store.js';
-import { parseRfc3339, toUtcIso } from './time.js';
+} from './types.js';
+import { parseRfc3339, toUtcIso } from '../time.js';
 
 /** The state a node starts in when nothing says otherwise: agent and manual nodes run. */
 export const DEFAULT_STATE = 'running';
