@@ -11,7 +11,7 @@ import { JOBS_NUL, type JobStore } from './jobs/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
 import { CHANGES_NUL } from './changes/types.js';
 import { COMPLIANCE_NUL } from './compliance/types.js';
-import { INVENTORY_NUL, NODES_NUL } from './nodes/types.js';
+import { INVENTORY_NUL, NODES_NUL, type InventoryStore, type NodeStore } from './nodes/types.js';
 import { POLICY_NUL } from './policy/types.js';
 import { RUNS_NUL } from './runs/types.js';
 import type { RegistryStore, Store } from './store.js';
@@ -19,6 +19,8 @@ import { SWEEP_NUL } from './sweep/types.js';
 
 /** What one dialect's store is made of. */
 export interface StoreParts {
+  nodes: NodeStore;
+  inventory: InventoryStore;
   registry: RegistryStore;
   identity: IdentityStore;
   jobs: JobStore;
@@ -34,7 +36,7 @@ export interface ComposedStore extends Store {}
 
 export class ComposedStore {
   constructor(parts: StoreParts) {
-    Object.assign(this, guard(parts.registry, { ...NODES_NUL, ...INVENTORY_NUL, ...RUNS_NUL, ...COMPLIANCE_NUL, ...CHANGES_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
+    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.registry, { ...RUNS_NUL, ...COMPLIANCE_NUL, ...CHANGES_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
       identity: guard(parts.identity, IDENTITY_NUL),
       jobs: guard(parts.jobs, JOBS_NUL),
       managers: guard(parts.managers, MANAGERS_NUL),

@@ -35,10 +35,10 @@ export interface Page<T> {
   total: number;
 }
 
-/** Nodes, their inventories, runs, compliance, changes, policies and the lifecycle sweep. */
-export interface RegistryStore extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, PolicyStore, SweepStore {}
+/** Runs, compliance, changes, policies and the lifecycle sweep. */
+export interface RegistryStore extends RunStore, ComplianceStore, ChangeStore, PolicyStore, SweepStore {}
 
-export interface Store extends RegistryStore {
+export interface Store extends NodeStore, InventoryStore, RegistryStore {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */

@@ -2,7 +2,7 @@
  * Managers on PostgreSQL (see types.ts and sqlite.ts, its twin). Applying a
  * poll takes a transaction-level advisory lock (polls are applied one at a time, as SQLite's
  * IMMEDIATE transactions do) and its manager row; nodes are locked as read (FOR NO KEY UPDATE)
- * and written through the main store's saveNode.
+ * and written through the nodes part's saveNode (nodes/postgres.ts).
  */
 import type pg from 'pg';
 import { capstanError } from '@capstan/shared';

@@ -1,5 +1,5 @@
 /**
- * Managers on SQLite (see types.ts). Node writes go through the main store's saveNode
+ * Managers on SQLite (see types.ts). Node writes go through the nodes part's saveNode (nodes/sqlite.ts)
  * (row, tags, groups, certificate and history alike), inside this store's IMMEDIATE transaction.
  */
 import { capstanError } from '@capstan/shared';
@@ -16,7 +16,7 @@ import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import type { SqliteDb } from '../sqlite/db.js';
 import { sqliteRows } from '../sqlite/rows.js';
 
-/** What the main store lends: writing a node changed by a rule (inside the caller's transaction). */
+/** What the nodes part lends: writing a node changed by a rule (inside the caller's transaction). */
 export interface SqliteNodeWriter {
   saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): void;
 }

@@ -5,6 +5,8 @@ import { ComposedStore } from '../facade.js';
 import { PostgresIdentityStore } from '../identity/postgres.js';
 import { PostgresJobStore } from '../jobs/postgres.js';
 import { PostgresManagerStore } from '../managers/postgres.js';
+import { PostgresInventory } from '../nodes/inventory/postgres.js';
+import { PostgresNodes } from '../nodes/postgres.js';
 import { PostgresDb, type PostgresDbOptions } from './db.js';
 import { migratePostgres } from './migrate.js';
 import { PostgresRegistry } from './postgres-store.js';
@@ -19,12 +21,15 @@ export interface PostgresStoreOptions extends PostgresDbOptions {
 export class PostgresStore extends ComposedStore {
   constructor(opts: PostgresStoreOptions) {
     const db = new PostgresDb(opts);
-    const registry = new PostgresRegistry(db, opts);
+    const nodes = new PostgresNodes(db);
+    const registry = new PostgresRegistry(db, nodes, opts);
     super({
+      nodes,
+      inventory: new PostgresInventory(db, nodes),
       registry,
       identity: new PostgresIdentityStore(db),
       jobs: new PostgresJobStore(db),
-      managers: new PostgresManagerStore(db, registry),
+      managers: new PostgresManagerStore(db, nodes),
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),
       migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),

@@ -16,12 +16,9 @@
  * Hot statements are named, so node-pg prepares them once per connection.
  */
 import type pg from 'pg';
-import { addressKey, capstanError, compressSync, decompress, isCapstanError, isTransient } from '@capstan/shared';
+import { capstanError, compressSync, decompress, isTransient } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock,
-  ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
-  NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert,
-  RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  ChangeBucket, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock, ExpectedComponent, InsertRunResult, NodeComplianceRow, NodeFilter, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -31,27 +28,17 @@ import {
 import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPaging, checkPatch, checkRun } from '../input.js';
-import { checkFilters, filterWhere, orderBy } from '../nodes/filters/query.js';
+import { checkExpectations, checkKeepLast, checkPaging, checkRun } from '../input.js';
+import { checkFilters, filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
-import {
-  acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES,
-  transitions, applyChange, type HistoryInsert, type NodeChange,
-} from '../nodes/rules.js';
+import { LIVE_STATES, MISSING, PURGEABLE_STATES } from '../nodes/rules.js';
 import { runRange, toUtcIso } from '../time.js';
-import {
-  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
-} from '../inventory-index.js';
-import { globToLike } from '../nodes/filters/sql.js';
 import { iso, postgresRows } from './rows.js';
 import type { PostgresDb, Queryable as Q } from './db.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, RUN_COLUMNS, runFromRow, SELECT_NODE } from '../nodes/records.js';
-import { listRows, type LinkRow } from '../managers/rows.js';
+import type { PostgresNodes } from '../nodes/postgres.js';
+import { RUN_COLUMNS, runFromRow } from '../nodes/records.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 
-const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
-const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
-const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
 export class PostgresRegistry implements RegistryStore {
@@ -60,399 +47,9 @@ export class PostgresRegistry implements RegistryStore {
   private readonly skippedPartitions = new Set<string>();
   private readonly onMaintenance: (message: string, err?: unknown) => void;
 
-  constructor(private readonly db: PostgresDb, opts: { runBaseCacheBytes?: number; onMaintenance?: (message: string, err?: unknown) => void } = {}) {
+  constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodes, opts: { runBaseCacheBytes?: number; onMaintenance?: (message: string, err?: unknown) => void } = {}) {
     this.bases = new BaseCache(opts.runBaseCacheBytes);
     this.onMaintenance = opts.onMaintenance ?? (() => undefined);
-  }
-
-  private async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
-    const { rows } = await this.db.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, values: [id] });
-    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
-  }
-
-  private async history(what: string, c: pg.PoolClient, entries: HistoryInsert[]): Promise<void> {
-    if (entries.length === 0) return;
-    await this.db.query(what, c, {
-      name: 'history_insert',
-      text: `INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
-        SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])`,
-      values: [entries.map((h) => h.node_id), entries.map((h) => h.at), entries.map((h) => h.field),
-        entries.map((h) => h.from), entries.map((h) => h.to), entries.map((h) => h.cause)],
-    });
-  }
-
-  /** Rewrite the certificate (kept beside the row) and the filterable copies of tags and groups when they changed. */
-  /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
-  async saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void> {
-    const what = 'saveNode';
-    if (prev) await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
-    else await this.db.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
-    await this.sets(what, c, next, prev);
-    await this.history(what, c, transitions(prev, next, at, cause));
-  }
-
-  private async sets(what: string, c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null): Promise<void> {
-    if (!prev || prev.certificate !== next.certificate) {
-      if (next.certificate === null) {
-        await this.db.query(what, c, { name: 'certificate_delete', text: 'DELETE FROM node_certificates WHERE node_id = $1', values: [next.id] });
-      } else {
-        await this.db.query(what, c, {
-          name: 'certificate_upsert',
-          text: `INSERT INTO node_certificates (node_id, certificate) VALUES ($1, $2)
-            ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`,
-          values: [next.id, next.certificate],
-        });
-      }
-    }
-    if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
-      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_tags WHERE node_id = $1', values: [next.id] });
-      const tags = Object.entries(next.tags);
-      if (tags.length) {
-        await this.db.query(what, c, {
-          text: 'INSERT INTO node_tags (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
-          values: [next.id, tags.map(([k]) => k), tags.map(([, v]) => v)],
-        });
-      }
-    }
-    if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
-      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_groups WHERE node_id = $1', values: [next.id] });
-      if (next.groups.length) {
-        await this.db.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
-      }
-    }
-  }
-
-  async getNode(id: string): Promise<NodeRecord | null> {
-    const { rows } = await this.db.query('getNode', this.db.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
-    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
-  }
-
-  async listNodes(q: NodeListQuery): Promise<NodePage> {
-    const { limit, offset } = checkPaging(q.page, q.per_page);
-    const filters = checkFilters(q);
-    const values: unknown[] = [];
-    const d = await postgresDialect(this.db, values, filters);
-    const where = filterWhere(filters, d);
-    const order = orderBy(q.sort, q.order, d);
-    // One statement, so the totals and the page describe one snapshot; the lateral join keeps
-    // the totals row even when the page is past the end.
-    const { rows } = await this.db.query('listNodes', this.db.pool, {
-      text: `SELECT t.totals, p.* FROM
-          (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
-             FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
-        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`)}) p ON true`,
-      values: [...values, limit, offset],
-    });
-    const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
-    const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
-    const nodes = rows.filter((r) => r.id !== null).map((r) => nodeFromRow(r, postgresRows));
-    const links = nodes.length === 0 ? [] : (await this.db.query<LinkRow>('listNodes', this.db.pool, {
-      name: 'node_managers_of', text: 'SELECT node_id, manager_id FROM node_managers WHERE node_id = ANY($1)', values: [nodes.map((n) => n.id)],
-    })).rows;
-    return {
-      data: listRows(nodes, links),
-      total: totals.unknown + totals.reachable + totals.unreachable,
-      totals,
-    };
-  }
-
-  async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
-    const { receivedAt, document } = checkInventory(inv);
-    const what = 'upsertFromInventory';
-    return this.db.tx(what, async (c) => {
-      let revoked = false;
-      if (inv.auto_accept) {
-        const r = await this.db.query(what, c, { name: 'revoked_get', text: 'SELECT 1 FROM revoked_certificates WHERE fingerprint = $1', values: [inv.certificate_fingerprint] });
-        revoked = (r.rowCount ?? 0) > 0;
-      }
-      const auto = !!inv.auto_accept && !revoked;
-      // Two first inventories of one node may race: the loser of the insert merges instead.
-      const fresh = nodeFromInventory(inv, auto);
-      const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh) });
-      let next = fresh;
-      let known: NodeRecord | null = null;
-      if (ins.rowCount === 0) {
-        known = await this.lockNode(what, c, inv.id);
-        // Deleted between our insert attempt and the lock: retrying registers it afresh.
-        if (!known) throw capstanError('ERR_STORE', `node ${inv.id} was deleted concurrently`);
-        next = mergeInventory(known, inv, auto);
-        await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
-      }
-      await this.sets(what, c, next, known);
-      await this.history(what, c, transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
-      // A conflicting certificate's inventory is not the node's: only the conflict is kept.
-      if (known && isCertificateConflict(known, inv)) return next;
-      // Keep only the newest document; an older one arriving late is dropped.
-      const written = await this.db.query(what, c, {
-        name: 'inventory_upsert',
-        text: `INSERT INTO inventories (node_id, received_at, document) VALUES ($1, $2, $3)
-          ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
-          WHERE excluded.received_at >= inventories.received_at`,
-        values: [inv.id, receivedAt, document],
-      });
-      if ((written.rowCount ?? 0) > 0) await this.writeIndex(what, c, inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
-      return next;
-    });
-  }
-
-  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
-  async writeIndex(what: string, c: pg.PoolClient, nodeId: string, ix: InventoryIndex, at: string): Promise<void> {
-    const { rows: old } = await this.db.query(what, c, {
-      name: 'inventory_before',
-      text: `SELECT ni.os_kernel,
-          (SELECT coalesce(json_agg(json_build_object('name', pv.name, 'version', pv.version)), '[]') FROM package_versions pv WHERE pv.id = ANY(ni.packages)) AS packages,
-          (SELECT coalesce(array_agg(a.address), '{}') FROM node_addresses a WHERE a.node_id = ni.node_id) AS addresses
-        FROM node_inventory ni WHERE ni.node_id = $1`,
-      values: [nodeId],
-    });
-    if (old.length > 0) {
-      // What changed since the last inventory, kept like changes (retention.changes).
-      const o = old[0] as { os_kernel: string | null; packages: IndexedBefore['packages']; addresses: string[] };
-      const changes = diffInventory({ packages: o.packages, addresses: o.addresses, kernel: o.os_kernel }, ix).slice(0, MAX_CHANGES_PER_INVENTORY);
-      if (changes.length > 0) {
-        await this.db.query(what, c, {
-          name: 'inventory_changes_add',
-          text: `INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value)
-            SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[])`,
-          values: [nodeId, at, changes.map((x) => x.kind), changes.map((x) => x.name), changes.map((x) => x.from), changes.map((x) => x.to)],
-        });
-      }
-    }
-    // Sorted, so that two servers adding the same new versions lock them in one order.
-    const pk = [...ix.packages].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : a.version < b.version ? -1 : a.version > b.version ? 1 : 0));
-    const names = pk.map((p) => p.name);
-    const versions = pk.map((p) => p.version);
-    let ids: number[] = [];
-    if (pk.length > 0) {
-      await this.db.query(what, c, {
-        name: 'package_versions_add',
-        text: `INSERT INTO package_versions (name, version, version_key)
-          SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) ON CONFLICT (name, version) DO NOTHING`,
-        values: [names, versions, pk.map((p) => p.key)],
-      });
-      const { rows } = await this.db.query(what, c, {
-        name: 'package_versions_ids',
-        text: `SELECT coalesce(array_agg(pv.id ORDER BY pv.id), '{}') AS ids FROM package_versions pv
-          JOIN unnest($1::text[], $2::text[]) AS u(name, version) ON pv.name = u.name AND pv.version = u.version`,
-        values: [names, versions],
-      });
-      ids = (rows[0] as { ids: number[] }).ids;
-    }
-    await this.db.query(what, c, {
-      name: 'node_inventory_upsert',
-      text: `INSERT INTO node_inventory (node_id, fqdn, os_kernel, arch, os_version_key, cpus, memory, packages)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer[])
-        ON CONFLICT (node_id) DO UPDATE SET fqdn = excluded.fqdn, os_kernel = excluded.os_kernel, arch = excluded.arch,
-          os_version_key = excluded.os_version_key, cpus = excluded.cpus, memory = excluded.memory, packages = excluded.packages`,
-      values: [nodeId, ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, ids],
-    });
-    await this.db.query(what, c, { name: 'node_addresses_clear', text: 'DELETE FROM node_addresses WHERE node_id = $1', values: [nodeId] });
-    if (ix.addresses.length > 0) {
-      await this.db.query(what, c, {
-        name: 'node_addresses_add',
-        text: 'INSERT INTO node_addresses (address, node_id) SELECT a, $1 FROM unnest($2::text[]) AS a',
-        values: [nodeId, ix.addresses],
-      });
-    }
-    await this.db.query(what, c, { name: 'node_facts_clear', text: 'DELETE FROM node_facts WHERE node_id = $1', values: [nodeId] });
-    if (ix.facts.length > 0) {
-      await this.db.query(what, c, {
-        name: 'node_facts_add',
-        text: 'INSERT INTO node_facts (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
-        values: [nodeId, ix.facts.map((f) => f.path), ix.facts.map((f) => f.value), ix.facts.map((f) => f.num)],
-      });
-    }
-  }
-
-  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    const { rows } = await this.db.query('inventoryHistory', this.db.pool, {
-      name: 'inventory_history',
-      text: `SELECT at, kind, name, from_value AS "from", to_value AS "to", count(*) OVER () AS total FROM inventory_changes WHERE node_id = $1
-        ORDER BY id DESC LIMIT $2 OFFSET $3`,
-      values: [nodeId, limit, offset],
-    });
-    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
-    if (rows.length === 0 && offset > 0) {
-      const r = await this.db.query('inventoryHistory', this.db.pool, { name: 'inventory_history_count', text: 'SELECT count(*) AS c FROM inventory_changes WHERE node_id = $1', values: [nodeId] });
-      total = Number((r.rows[0] as { c: string }).c);
-    }
-    const data = (rows as Array<InventoryChangeRecord & { at: Date | string; total: string }>).map(({ total: _t, at, ...r }) => ({ at: iso(at)!, ...r }));
-    return { data, total };
-  }
-
-  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    softwarePattern(nameGlob); // the same checks as SQLite's
-    const like = globToLike(nameGlob);
-    // One GIN probe per matching version: a glob names a few packages, never the whole pool.
-    const { rows } = await this.db.query('listSoftware', this.db.pool, {
-      name: 'software_list',
-      text: `WITH v AS (
-          SELECT pv.name, pv.version, pv.version_key, (SELECT count(*) FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id]) AS nodes
-          FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\')
-        SELECT name, version, nodes::int AS nodes, count(*) OVER () AS total FROM v WHERE nodes > 0
-        ORDER BY name, version_key, version LIMIT $2 OFFSET $3`,
-      values: [like, limit, offset],
-    });
-    const data = (rows as Array<{ name: string; version: string; nodes: number; total: string }>).map(({ total: _t, ...r }) => r);
-    let total = rows.length > 0 ? Number((rows[0] as { total: string }).total) : 0;
-    if (rows.length === 0 && offset > 0) {
-      const c = await this.db.query('listSoftware', this.db.pool, {
-        name: 'software_count',
-        text: `SELECT count(*) AS c FROM package_versions pv WHERE pv.name LIKE $1 ESCAPE '\\' AND EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.packages @> ARRAY[pv.id])`,
-        values: [like],
-      });
-      total = Number((c.rows[0] as { c: string }).c);
-    }
-    return { data, total };
-  }
-
-  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
-    const { rows } = await this.db.query('getProperties', this.db.pool, {
-      name: 'properties_get',
-      text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
-      values: [nodeId],
-    });
-    if (rows.length === 0) return null;
-    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, r.value]));
-  }
-
-  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
-    const props = checkProperties(properties);
-    const what = 'setProperties';
-    return this.db.tx(what, async (c) => {
-      const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
-      if ((known.rowCount ?? 0) === 0) return null;
-      await this.db.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
-      const keys = Object.keys(props);
-      if (keys.length > 0) {
-        await this.db.query(what, c, {
-          name: 'properties_add',
-          text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
-          values: [nodeId, keys, keys.map((k) => props[k]!)],
-        });
-      }
-      return props;
-    });
-  }
-
-  async createNode(input: NodeCreate): Promise<NodeRecord> {
-    const n = checkNodeCreate(input);
-    const now = this.db.now().toISOString();
-    const node = manualNode(n, now);
-    const what = 'createNode';
-    try {
-      return await this.db.tx(what, async (c) => {
-        const address = node.manager === 'manual' ? node.address : null;
-        const key = address === null ? null : addressKey(address);
-        if (address !== null) {
-          // Two admins adding the same address at once: the second waits and sees the first.
-          await this.db.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
-          const { rows } = await this.db.query(what, c, {
-            name: 'address_owner',
-            text: `SELECT id FROM nodes WHERE lower(address) = lower($1) UNION ALL SELECT node_id FROM node_addresses WHERE address = $2 LIMIT 1`,
-            values: [address, key ?? ''],
-          });
-          if (rows.length > 0) throw addressTaken(address, (rows[0] as { id: string }).id);
-        }
-        const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
-        if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
-        if (key !== null) await this.db.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
-        await this.sets(what, c, node, null);
-        await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
-        return node;
-      });
-    } catch (err) {
-      // The cloud identity is unique: a second row for one instance is the same node again.
-      const cause = (err as { cause?: { code?: string; constraint?: string } }).cause;
-      if (isCapstanError(err) && cause?.code === '23505' && cause.constraint === 'nodes_cloud_idx') {
-        throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
-      }
-      throw err;
-    }
-  }
-
-  /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
-  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
-    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
-  }
-
-  // The four changes by name (tests and tools call them so): the one update above.
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
-  }
-
-  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'state', state }, at, cause);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'contact' }, at, cause);
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
-  }
-
-  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
-    const when = toUtcIso(at, 'at');
-    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
-    const r = await this.db.query('recordClockSkew', this.db.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
-    return (r.rowCount ?? 0) > 0;
-  }
-
-  /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
-  private async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
-    const when = toUtcIso(at, 'at');
-    return this.db.tx(what, async (c) => {
-      const node = await this.lockNode(what, c, id);
-      if (!node) return null;
-      const next = change(node);
-      if (next !== node) {
-        await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
-        await this.sets(what, c, next, node);
-        await this.history(what, c, transitions(node, next, when, cause));
-      }
-      return next;
-    });
-  }
-
-  async deleteNode(id: string, at?: string): Promise<boolean> {
-    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
-    // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
-    return this.db.tx('deleteNode', async (c) => {
-      const node = await this.lockNode('deleteNode', c, id);
-      if (!node) return false;
-      if (node.certificate_fingerprint) {
-        await this.db.query('deleteNode', c, {
-          text: 'INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
-          values: [node.certificate_fingerprint, id, when],
-        });
-      }
-      const res = await this.db.query('deleteNode', c, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
-      return (res.rowCount ?? 0) > 0;
-    });
-  }
-
-  async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
-    const { rows } = await this.db.query('getInventory', this.db.pool, {
-      name: 'inventory_get', text: 'SELECT received_at, document FROM inventories WHERE node_id = $1', values: [nodeId],
-    });
-    return rows[0] ? { received_at: new Date(rows[0].received_at).toISOString(), inventory: rows[0].document } : null;
-  }
-
-  async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    const { rows } = await this.db.query('getHistory', this.db.pool, {
-      name: 'history_list',
-      text: `SELECT t.total, h.* FROM (SELECT count(*) AS total FROM node_history WHERE node_id = $1) t
-        LEFT JOIN LATERAL (SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
-          WHERE node_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3) h ON true`,
-      values: [nodeId, limit, offset],
-    });
-    return { data: rows.filter((r) => r.id !== null).map((r) => historyFromRow(r, postgresRows)), total: Number(rows[0]?.total ?? 0) };
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
@@ -506,7 +103,7 @@ export class PostgresRegistry implements RegistryStore {
     const { startedUtc, receivedAt, counts, packed, changes } = checked;
     const what = 'insertRun';
     {
-      const node = await this.lockNode(what, c, run.node_id);
+      const node = await this.nodes.lockNode(what, c, run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
@@ -528,9 +125,7 @@ export class PostgresRegistry implements RegistryStore {
       const id = Number(ins.rows[0]!.id);
       if (changes.length > 0) await this.insertChanges(c, run, id, startedUtc, changes);
       await this.relabelNext(c, run, startedUtc);
-      const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      await this.db.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
-      await this.history(what, c, transitions(node, next, receivedAt, 'run'));
+      await this.nodes.runStored(what, c, node, startedUtc, run.config_id ?? null, receivedAt);
       const receivedS = epochS(receivedAt);
       let written = false;
       if (run.complete) {
@@ -668,33 +263,6 @@ export class PostgresRegistry implements RegistryStore {
     return log.text;
   }
 
-  async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
-    const what = 'reindexInventories';
-    const { rows } = await this.db.query(what, this.db.pool, {
-      text: `SELECT i.node_id FROM inventories i WHERE i.node_id > $1
-        AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id) ORDER BY i.node_id LIMIT $2`,
-      values: [after, limit],
-    });
-    const ids = rows.map((r) => r.node_id as string);
-    const indexed = await this.db.tx(what, async (c) => {
-      let n = 0;
-      for (const id of ids) {
-        // The node's row is what an arriving inventory locks too: one of the two indexes it.
-        if (!(await this.lockNode(what, c, id))) continue;
-        const { rows: doc } = await this.db.query(what, c, {
-          text: `SELECT received_at, document FROM inventories i WHERE node_id = $1
-            AND NOT EXISTS (SELECT 1 FROM node_inventory ni WHERE ni.node_id = i.node_id)`,
-          values: [id],
-        });
-        if (!doc[0]) continue;
-        await this.writeIndex(what, c, id, indexInventory(doc[0].document as Record<string, unknown>), new Date(doc[0].received_at).toISOString());
-        n++;
-      }
-      return n;
-    });
-    return { indexed, last: ids.at(-1) ?? after, done: ids.length < limit };
-  }
-
   async compactRuns(limit: number): Promise<CompactProgress> {
     const what = 'compactRuns';
     const cur = await this.db.query<{ v: string }>(what, this.db.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
@@ -712,7 +280,7 @@ export class PostgresRegistry implements RegistryStore {
         const text = texts[i];
         if (!text) continue;
         // The node's row lock orders this with the ingest's runs of the same node.
-        if (!(await this.lockNode(what, c, r.node_id as string))) continue;
+        if (!(await this.nodes.lockNode(what, c, r.node_id as string))) continue;
         const started = iso(r.started_at_utc)!;
         const s = await this.againstBase(c, r.node_id as string, started, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
         const u = await this.db.query(what, c, {
@@ -835,7 +403,7 @@ export class PostgresRegistry implements RegistryStore {
   ): Promise<boolean> {
     const what = 'setExpectations';
     {
-      const node = await this.lockNode(what, c, nodeId);
+      const node = await this.nodes.lockNode(what, c, nodeId);
       if (!node) return false;
       // Judged by its current policy: nothing to recompute when the same policy is written again.
       const stored = node.policy_config_id === configId ? await this.expectations(c, nodeId, configId) : null;
@@ -1197,14 +765,6 @@ export class PostgresRegistry implements RegistryStore {
       values: [b.node_id, b.config_id, when, b.bundle],
     });
     return (res.rowCount ?? 0) > 0;
-  }
-
-  async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
-    const checked = checkFilters({ filters });
-    const values: unknown[] = [];
-    const where = filterWhere(checked, await postgresDialect(this.db, values, checked));
-    const { rows } = await this.db.query('listNodeIds', this.db.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
-    return rows.map((r) => r.id as string);
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {

@@ -5,6 +5,8 @@ import { ComposedStore } from '../facade.js';
 import { SqliteIdentityStore } from '../identity/sqlite.js';
 import { SqliteJobStore } from '../jobs/sqlite.js';
 import { SqliteManagerStore } from '../managers/sqlite.js';
+import { SqliteInventory } from '../nodes/inventory/sqlite.js';
+import { SqliteNodes } from '../nodes/sqlite.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { migrateSqlite } from './migrate.js';
 import { SqliteRegistry } from './sqlite-store.js';
@@ -17,12 +19,15 @@ export interface SqliteStoreOptions extends SqliteDbOptions {
 export class SqliteStore extends ComposedStore {
   constructor(opts: SqliteStoreOptions) {
     const db = new SqliteDb(opts);
-    const registry = new SqliteRegistry(db, opts.runBaseCacheBytes);
+    const nodes = new SqliteNodes(db);
+    const registry = new SqliteRegistry(db, nodes, opts.runBaseCacheBytes);
     super({
+      nodes,
+      inventory: new SqliteInventory(db, nodes),
       registry,
       identity: new SqliteIdentityStore(db),
       jobs: new SqliteJobStore(db),
-      managers: new SqliteManagerStore(db, registry),
+      managers: new SqliteManagerStore(db, nodes),
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
       migrate: async () => migrateSqlite(db),

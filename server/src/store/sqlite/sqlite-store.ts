@@ -2,12 +2,9 @@
  * The registry on one SQLite file: nodes, runs, compliance, changes, policies and the lifecycle
  * sweep (db.ts has the durability and locking choices).
  */
-import { addressKey, capstanError, compressSync, decompress } from '@capstan/shared';
+import { capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
-  Acceptance, ChangeBucket, InventoryChangeRecord, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock,
-  ExpectedComponent, HistoryEntry, InsertRunResult, NodeComplianceRow, NodeCreate, NodeFilter, NodeListQuery, NodePage,
-  NodePatch, NodeRecord, NodeUpsertFromInventory, Page, RegistryCounts, RuleComplianceRow, RunBatchResult,
-  RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  ChangeBucket, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock, ExpectedComponent, InsertRunResult, NodeComplianceRow, NodeFilter, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
 } from '../store.js';
 import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
@@ -19,24 +16,16 @@ import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labe
 import { storeError } from '../errors.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
 import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkInventory, checkKeepLast, checkNodeCreate, checkPaging, checkPatch, checkRun } from '../input.js';
-import { checkFilters, filterWhere, orderBy } from '../nodes/filters/query.js';
+import { checkExpectations, checkKeepLast, checkPaging, checkRun } from '../input.js';
+import { checkFilters, filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
-import {
-  acceptCause, afterRun, AFTER_RUN_FIELDS, isCertificateConflict, LIVE_STATES, manualNode, mergeInventory, MISSING, nodeFromInventory, PURGEABLE_STATES, transitions,
-  applyChange, type HistoryInsert, type NodeChange,
-} from '../nodes/rules.js';
+import { LIVE_STATES, MISSING, PURGEABLE_STATES, type HistoryInsert } from '../nodes/rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { sqliteRows } from './rows.js';
 import type { SqliteDb } from './db.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, RUN_COLUMNS, runFromRow, SELECT_NODE } from '../nodes/records.js';
-import { listRows, type LinkRow } from '../managers/rows.js';
-import {
-  addressTaken, checkProperties, diffInventory, indexInventory, MAX_CHANGES_PER_INVENTORY, softwarePattern, type IndexedBefore, type InventoryIndex,
-} from '../inventory-index.js';
+import type { SqliteNodes } from '../nodes/sqlite.js';
+import { RUN_COLUMNS, runFromRow } from '../nodes/records.js';
 
-const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
-const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
     computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
@@ -54,8 +43,6 @@ function upsertDirectivesSql(rows: number): string {
     VALUES ${Array.from({ length: rows }, () => `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`).join(', ')}
     ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 }
-const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
-const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
@@ -64,290 +51,8 @@ export class SqliteRegistry implements RegistryStore {
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
 
-  constructor(private readonly db: SqliteDb, runBaseCacheBytes?: number) {
+  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes, runBaseCacheBytes?: number) {
     this.bases = new BaseCache(runBaseCacheBytes);
-  }
-
-  private node(id: string): NodeRecord | null {
-    const row = this.db.stmt(`${SELECT_NODE} WHERE n.id = ?`).get(id) as Record<string, unknown> | undefined;
-    return row ? nodeFromRow(row, sqliteRows) : null;
-  }
-
-  /** For the managers store: write a node changed by a rule, inside the caller's transaction. */
-  saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): void {
-    this.db.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
-    this.sets(next, prev);
-    this.history(transitions(prev, next, at, cause));
-  }
-
-  private history(entries: HistoryInsert[]): void {
-    const ins = this.db.stmt(INSERT_HISTORY);
-    for (const h of entries) ins.run(h.node_id, h.at, h.field, h.from, h.to, h.cause);
-  }
-
-  /** Write the certificate (kept beside the row) when it changed. */
-  private certificate(next: NodeRecord, prev: NodeRecord | null): void {
-    if (prev && prev.certificate === next.certificate) return;
-    if (next.certificate === null) this.db.stmt('DELETE FROM node_certificates WHERE node_id = ?').run(next.id);
-    else {
-      this.db.stmt(`INSERT INTO node_certificates (node_id, certificate) VALUES (?, ?)
-        ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`).run(next.id, next.certificate);
-    }
-  }
-
-  /** Rewrite the filterable copies of tags and groups when they changed. */
-  private sets(next: NodeRecord, prev: NodeRecord | null): void {
-    this.certificate(next, prev);
-    if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
-      if (prev) this.db.stmt('DELETE FROM node_tags WHERE node_id = ?').run(next.id);
-      const ins = this.db.stmt('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
-      for (const [k, v] of Object.entries(next.tags)) ins.run(next.id, k, v);
-    }
-    if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
-      if (prev) this.db.stmt('DELETE FROM node_groups WHERE node_id = ?').run(next.id);
-      const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
-      for (const g of next.groups) ins.run(next.id, g);
-    }
-  }
-
-  async getNode(id: string): Promise<NodeRecord | null> {
-    return this.db.read('getNode', () => this.node(id));
-  }
-
-  async listNodes(q: NodeListQuery): Promise<NodePage> {
-    const { limit, offset } = checkPaging(q.page, q.per_page);
-    const filters = checkFilters(q);
-    const values: unknown[] = [];
-    const d = sqliteDialect(this.db, values, filters);
-    const where = filterWhere(filters, d);
-    const order = orderBy(q.sort, q.order, d);
-    // Totals and page in one read transaction, so they describe the same snapshot.
-    return this.db.read('listNodes', () => {
-      const counted = this.db.stmt(`SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
-        .all(...values) as Array<{ status: string; c: number }>;
-      const totals = { unknown: 0, reachable: 0, unreachable: 0 };
-      for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
-      const rows = this.db.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
-      const nodes = rows.map((r) => nodeFromRow(r, sqliteRows));
-      // The page's manager links, in one statement (a page is at most a few hundred ids).
-      const links = nodes.length === 0 ? [] : this.db.prepare(
-        `SELECT node_id, manager_id FROM node_managers WHERE node_id IN (${nodes.map(() => '?').join(', ')})`,
-      ).all(...nodes.map((n) => n.id)) as LinkRow[];
-      return { data: listRows(nodes, links), total: totals.unknown + totals.reachable + totals.unreachable, totals };
-    });
-  }
-
-  async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
-    const { receivedAt, document } = checkInventory(inv);
-    return this.db.write('upsertFromInventory', () => {
-      const known = this.node(inv.id);
-      const revoked = !!inv.auto_accept &&
-        !!this.db.stmt('SELECT 1 FROM revoked_certificates WHERE fingerprint = ?').get(inv.certificate_fingerprint);
-      const auto = !!inv.auto_accept && !revoked;
-      const next = known ? mergeInventory(known, inv, auto) : nodeFromInventory(inv, auto);
-      this.db.stmt(known ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
-      this.sets(next, known);
-      this.history(transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
-      // A conflicting certificate's inventory is not the node's: only the conflict is kept.
-      if (known && isCertificateConflict(known, inv)) return next;
-      // Keep only the newest document; an older one arriving late is dropped.
-      const { changes } = this.db.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
-        ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document
-        WHERE excluded.received_at >= inventories.received_at`).run(inv.id, receivedAt, document);
-      if (changes > 0) this.writeIndex(inv.id, indexInventory(inv.inventory as Record<string, unknown>), receivedAt);
-      return next;
-    });
-  }
-
-  /** The queryable copy of a node's newest inventory (migration 15), inside the caller's transaction. */
-  writeIndex(nodeId: string, ix: InventoryIndex, at: string): void {
-    const get = this.db.stmt('SELECT id FROM package_versions WHERE name = ? AND version = ?');
-    const add = this.db.stmt('INSERT INTO package_versions (name, version, version_key) VALUES (?, ?, ?)');
-    const ids = ix.packages.map((pk) => {
-      const row = get.get(pk.name, pk.version) as { id: number } | undefined;
-      return row ? row.id : Number(add.run(pk.name, pk.version, pk.key).lastInsertRowid);
-    }).sort((a, b) => a - b);
-    const old = this.db.stmt('SELECT key, package_ids, os_kernel FROM node_inventory WHERE node_id = ?').get(nodeId) as { key: number; package_ids: string; os_kernel: string | null } | undefined;
-    if (old) {
-      // What changed since the last inventory, kept like changes (retention.changes).
-      const before: IndexedBefore = {
-        packages: this.db.stmt('SELECT name, version FROM package_versions WHERE id IN (SELECT value FROM json_each(?))').all(old.package_ids) as IndexedBefore['packages'],
-        addresses: (this.db.stmt('SELECT address FROM node_addresses WHERE node_id = ?').all(nodeId) as Array<{ address: string }>).map((r) => r.address),
-        kernel: old.os_kernel,
-      };
-      const ins = this.db.stmt('INSERT INTO inventory_changes (node_id, at, kind, name, from_value, to_value) VALUES (?, ?, ?, ?, ?, ?)');
-      for (const c of diffInventory(before, ix).slice(0, MAX_CHANGES_PER_INVENTORY)) ins.run(nodeId, at, c.kind, c.name, c.from, c.to);
-    }
-    const cols = [ix.fqdn, ix.os_kernel, ix.arch, ix.os_version_key, ix.cpus, ix.memory, JSON.stringify(ids)];
-    let key: number;
-    let before: number[] = [];
-    if (old) {
-      key = old.key;
-      before = JSON.parse(old.package_ids) as number[];
-      this.db.stmt(`UPDATE node_inventory SET fqdn = ?, os_kernel = ?, arch = ?, os_version_key = ?, cpus = ?, memory = ?, package_ids = ?
-        WHERE key = ?`).run(...cols, key);
-    } else {
-      key = Number(this.db.stmt(`INSERT INTO node_inventory (fqdn, os_kernel, arch, os_version_key, cpus, memory, package_ids, node_id)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`).run(...cols, nodeId).lastInsertRowid);
-      this.db.stmt('UPDATE nodes SET inventory_key = ? WHERE id = ?').run(key, nodeId);
-    }
-    // Only what changed since the last inventory is written: most inventories change nothing.
-    const now = new Set(ids);
-    const was = new Set(before);
-    const del = this.db.stmt('DELETE FROM node_packages WHERE package_id = ? AND node_key = ?');
-    for (const id of before) if (!now.has(id)) del.run(id, key);
-    const ins = this.db.stmt('INSERT OR IGNORE INTO node_packages (package_id, node_key) VALUES (?, ?)');
-    for (const id of ids) if (!was.has(id)) ins.run(id, key);
-    this.db.stmt('DELETE FROM node_addresses WHERE node_id = ?').run(nodeId);
-    const addr = this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)');
-    for (const a of ix.addresses) addr.run(a, nodeId);
-    this.db.stmt('DELETE FROM node_facts WHERE node_id = ?').run(nodeId);
-    const fact = this.db.stmt('INSERT INTO node_facts (node_id, path, value, num) VALUES (?, ?, ?, ?)');
-    for (const f of ix.facts) fact.run(nodeId, f.path, f.value, f.num);
-  }
-
-  async createNode(input: NodeCreate): Promise<NodeRecord> {
-    const n = checkNodeCreate(input);
-    const now = this.db.now().toISOString();
-    const node = manualNode(n, now);
-    return this.db.write('createNode', () => {
-      if (node.source_id !== null && this.db.stmt('SELECT 1 FROM nodes WHERE source_id = ? AND region = ? AND account_id = ?')
-        .get(node.source_id, node.region, node.account_id)) {
-        throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
-      }
-      const address = node.manager === 'manual' ? node.address : null;
-      const key = address === null ? null : addressKey(address);
-      if (address !== null) {
-        const owner = this.db.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
-          .get(address, key ?? '') as { id: string } | undefined;
-        if (owner) throw addressTaken(address, owner.id);
-      }
-      const { changes } = this.db.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
-      if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
-      if (key !== null) this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
-      this.sets(node, null);
-      this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
-      return node;
-    });
-  }
-
-  /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
-  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
-    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
-  }
-
-  // The four changes by name (tests and tools call them so): the one update above.
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
-  }
-
-  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'state', state }, at, cause);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'contact' }, at, cause);
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
-  }
-
-  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
-    const when = toUtcIso(at, 'at');
-    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
-    return this.db.write('recordClockSkew', () => this.db.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
-  }
-
-  /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
-  private update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
-    const when = toUtcIso(at, 'at');
-    return this.db.write(what, () => {
-      const node = this.node(id);
-      if (!node) return null;
-      const next = change(node);
-      if (next !== node) {
-        this.db.stmt(UPDATE_NODE).run(nodeParams(next));
-        this.sets(next, node);
-        this.history(transitions(node, next, when, cause));
-      }
-      return next;
-    });
-  }
-
-  async inventoryHistory(nodeId: string, page: number, perPage: number): Promise<Page<InventoryChangeRecord>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    return this.db.read('inventoryHistory', () => {
-      const total = (this.db.stmt('SELECT count(*) AS c FROM inventory_changes WHERE node_id = ?').get(nodeId) as { c: number }).c;
-      const data = this.db.stmt(`SELECT at, kind, name, from_value AS "from", to_value AS "to" FROM inventory_changes WHERE node_id = ?
-        ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as InventoryChangeRecord[];
-      return { data, total };
-    });
-  }
-
-  async listSoftware(nameGlob: string, page: number, perPage: number): Promise<Page<{ name: string; version: string; nodes: number }>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    const pattern = softwarePattern(nameGlob);
-    return this.db.read('listSoftware', () => {
-      // GLOB is case-sensitive, as package names are; the pattern's own brackets are escaped.
-      const total = (this.db.stmt('SELECT count(*) AS c FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)')
-        .get(pattern) as { c: number }).c;
-      const rows = this.db.stmt(`SELECT pv.name, pv.version, (SELECT count(*) FROM node_packages np WHERE np.package_id = pv.id) AS nodes
-        FROM package_versions pv WHERE pv.name GLOB ? AND EXISTS (SELECT 1 FROM node_packages np WHERE np.package_id = pv.id)
-        ORDER BY pv.name, pv.version_key, pv.version LIMIT ? OFFSET ?`).all(pattern, limit, offset) as Array<{ name: string; version: string; nodes: number }>;
-      return { data: rows, total };
-    });
-  }
-
-  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
-    return this.db.read('getProperties', () => {
-      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
-      const rows = this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
-      return Object.fromEntries(rows.map((r) => [r.key, r.value]));
-    });
-  }
-
-  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
-    const props = checkProperties(properties);
-    return this.db.write('setProperties', () => {
-      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
-      this.db.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
-      const ins = this.db.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
-      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
-      return props;
-    });
-  }
-
-  async deleteNode(id: string, at?: string): Promise<boolean> {
-    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
-    // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
-    return this.db.write('deleteNode', () => {
-      const node = this.node(id);
-      if (!node) return false;
-      if (node.certificate_fingerprint) {
-        this.db.stmt('INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
-          .run(node.certificate_fingerprint, id, when);
-      }
-      return this.db.stmt('DELETE FROM nodes WHERE id = ?').run(id).changes > 0;
-    });
-  }
-
-  async getInventory(nodeId: string): Promise<{ received_at: string; inventory: unknown } | null> {
-    const row = this.db.read('getInventory', () =>
-      this.db.stmt('SELECT received_at, document FROM inventories WHERE node_id = ?').get(nodeId)) as
-      { received_at: string; document: string } | undefined;
-    return row ? { received_at: row.received_at, inventory: JSON.parse(row.document) } : null;
-  }
-
-  async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
-    const { limit, offset } = checkPaging(page, perPage);
-    return this.db.read('getHistory', () => {
-      const { n } = this.db.stmt('SELECT count(*) AS n FROM node_history WHERE node_id = ?').get(nodeId) as { n: number };
-      const rows = this.db.stmt(`SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
-        WHERE node_id = ? ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map((r) => historyFromRow(r, sqliteRows)), total: n };
-    });
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
@@ -381,7 +86,7 @@ export class SqliteRegistry implements RegistryStore {
   private runTx(run: RunInsert, checked: ReturnType<typeof checkRun>): InsertRunResult {
     const { startedUtc, receivedAt, counts, packed, changes } = checked;
     {
-      const node = this.node(run.node_id);
+      const node = this.nodes.node(run.node_id);
       if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
       const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
         : { base_id: null, log: run.log_compressed!, outcomes: packed };
@@ -398,9 +103,7 @@ export class SqliteRegistry implements RegistryStore {
       const id = Number(ins.lastInsertRowid);
       if (changes.length > 0) this.insertChanges(run, id, startedUtc, changes);
       this.relabelNext(run, startedUtc);
-      const next = afterRun(node, startedUtc, run.config_id ?? null, receivedAt);
-      this.db.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
-      this.history(transitions(node, next, receivedAt, 'run'));
+      this.nodes.runStored(node, startedUtc, run.config_id ?? null, receivedAt);
       const receivedS = epochS(receivedAt);
       let written = false;
       if (run.complete) {
@@ -500,22 +203,6 @@ export class SqliteRegistry implements RegistryStore {
     if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
     if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
     return log.text;
-  }
-
-  async reindexInventories(limit: number, after = ''): Promise<{ indexed: number; last: string; done: boolean }> {
-    const rows = this.db.read('reindexInventories', () => this.db.stmt(`SELECT i.node_id, i.received_at, i.document FROM inventories i
-      JOIN nodes n ON n.id = i.node_id WHERE n.inventory_key IS NULL AND i.node_id > ? ORDER BY i.node_id LIMIT ?`).all(after, limit)) as
-      Array<{ node_id: string; received_at: string; document: string }>;
-    let indexed = 0;
-    this.db.write('reindexInventories', () => {
-      const still = this.db.stmt('SELECT 1 FROM nodes WHERE id = ? AND inventory_key IS NULL');
-      for (const r of rows) {
-        if (!still.get(r.node_id)) continue;
-        this.writeIndex(r.node_id, indexInventory(JSON.parse(r.document) as Record<string, unknown>), r.received_at);
-        indexed++;
-      }
-    });
-    return { indexed, last: rows.at(-1)?.node_id ?? after, done: rows.length < limit };
   }
 
   async compactRuns(limit: number): Promise<CompactProgress> {
@@ -661,7 +348,7 @@ export class SqliteRegistry implements RegistryStore {
 
   async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
     return this.db.read('getComplianceBase', () => {
-      const node = this.node(nodeId);
+      const node = this.nodes.node(nodeId);
       if (!node) return null;
       const cls = this.db.stmt(`SELECT ${complianceClassSql} AS class FROM nodes n WHERE n.id = ?`).pluck().get(nodeId) as string;
       const cur = this.db.stmt(`SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
@@ -747,7 +434,7 @@ export class SqliteRegistry implements RegistryStore {
       const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const id of ids) {
         upd.run(when, id);
-        this.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
+        this.nodes.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
       }
       return ids.length;
     });
@@ -764,7 +451,7 @@ export class SqliteRegistry implements RegistryStore {
         upd.run(when, when, r.id);
         const h: HistoryInsert[] = [{ node_id: r.id, at: when, field: 'state', from: r.state, to: MISSING, cause: 'silence' }];
         if (r.status !== 'unreachable') h.push({ node_id: r.id, at: when, field: 'status', from: r.status, to: 'unreachable', cause: 'silence' });
-        this.history(h);
+        this.nodes.history(h);
       }
       return rows.length;
     });
@@ -871,14 +558,6 @@ export class SqliteRegistry implements RegistryStore {
         .run(b.node_id, b.config_id, when, b.bundle);
       return true;
     });
-  }
-
-  async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
-    const checked = checkFilters({ filters });
-    const values: unknown[] = [];
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked));
-    const rows = this.db.read('listNodeIds', () => this.db.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
-    return rows.map((r) => r.id);
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
