@@ -4,4 +4,4 @@
  */
 export { openStore, type ChangeQuery, type NodeFilter, type NodeListQuery, type Store } from '@capstan/server/store/index';
 export { NODE_COLUMNS } from '@capstan/server/store/nodes/records';
-export { packOutcomes } from '@capstan/server/store/outcomes';
+export { packOutcomes } from '@capstan/server/store/runs/outcomes';

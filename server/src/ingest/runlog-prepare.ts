@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog } from '@capstan/shared';
-import { packOutcomes } from '../store/outcomes.js';
+import { packOutcomes } from '../store/runs/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunInsert } from '../store/store.js';
 import type { OcsLimits } from './ocs.js';

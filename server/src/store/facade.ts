@@ -9,8 +9,8 @@ import { guard } from './guard.js';
 import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
 import { JOBS_NUL, type JobStore } from './jobs/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
-import { CHANGES_NUL } from './changes/types.js';
-import { COMPLIANCE_NUL } from './compliance/types.js';
+import { CHANGES_NUL, type ChangeStore } from './changes/types.js';
+import { COMPLIANCE_NUL, type ComplianceStore } from './compliance/types.js';
 import { INVENTORY_NUL, NODES_NUL, type InventoryStore, type NodeStore } from './nodes/types.js';
 import { POLICY_NUL } from './policy/types.js';
 import { RUNS_NUL } from './runs/types.js';
@@ -21,6 +21,8 @@ import { SWEEP_NUL } from './sweep/types.js';
 export interface StoreParts {
   nodes: NodeStore;
   inventory: InventoryStore;
+  compliance: ComplianceStore;
+  changes: ChangeStore;
   registry: RegistryStore;
   identity: IdentityStore;
   jobs: JobStore;
@@ -36,7 +38,8 @@ export interface ComposedStore extends Store {}
 
 export class ComposedStore {
   constructor(parts: StoreParts) {
-    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.registry, { ...RUNS_NUL, ...COMPLIANCE_NUL, ...CHANGES_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
+    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.compliance, COMPLIANCE_NUL), guard(parts.changes, CHANGES_NUL),
+      guard(parts.registry, { ...RUNS_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
       identity: guard(parts.identity, IDENTITY_NUL),
       jobs: guard(parts.jobs, JOBS_NUL),
       managers: guard(parts.managers, MANAGERS_NUL),

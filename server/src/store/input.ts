@@ -5,7 +5,7 @@
  */
 import { capstanError } from '@capstan/shared';
 import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
-import { packOutcomes } from './outcomes.js';
+import { packOutcomes } from './runs/outcomes.js';
 import { toUtcIso } from './time.js';
 
 /**

@@ -1,12 +1,12 @@
 /** Row ↔ record for jobs, shared by both backends (see types.ts). */
 import { TASK_STATES, type TaskState } from './states.js';
 import type { NodeFilter } from '../store.js';
+import { isoOf } from '../time.js';
 import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './types.js';
 
 export type Row = Record<string, unknown>;
 
-const iso = (v: unknown): string => (v instanceof Date ? v.toISOString() : String(v));
-const isoOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : iso(v));
+const isoOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : isoOf(v));
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
 
 export function emptyProgress(): JobProgress {
@@ -40,8 +40,8 @@ export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
     keep_output: r.keep_output === true || r.keep_output === 1,
     timeout_ms: Number(r.timeout_ms),
     ...(spec.bootstrap && { bootstrap: spec.bootstrap }),
-    created_at: iso(r.created_at),
-    deadline_at: iso(r.deadline_at),
+    created_at: isoOf(r.created_at),
+    deadline_at: isoOf(r.deadline_at),
     finished_at: isoOrNull(r.finished_at),
     progress,
   };
@@ -58,13 +58,13 @@ export function taskFromRow(r: Row): TaskRecord {
     exit_code: r.exit_code === null || r.exit_code === undefined ? null : Number(r.exit_code),
     output: (r.output as string | null) ?? null,
     step: (r.step as string | null) ?? null,
-    updated_at: iso(r.updated_at),
+    updated_at: isoOf(r.updated_at),
   };
 }
 
 export function transitionFromRow(r: Row): TaskTransition {
   return {
-    at: iso(r.at),
+    at: isoOf(r.at),
     from: (r.from_state as TaskState | null) ?? null,
     to: r.to_state as TaskState,
     reason: String(r.reason),

@@ -6,7 +6,7 @@
  */
 import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
 import type { RowCodec } from '../row-codec.js';
-import { rowOutcomes, type BaseCache } from '../run-codec.js';
+import { rowOutcomes, type BaseCache } from '../runs/run-codec.js';
 
 /** Every column of `nodes`, in one order both backends read and write them in. The certificate
  * lives in `node_certificates` (migration 2) and is joined in as `certificate`. */

@@ -1,6 +1,8 @@
 /** The PostgreSQL backend: the Store on one database shared by several server processes. */
 import { PostgresAdminStore } from '../admins/postgres.js';
 import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
+import { PostgresChanges } from '../changes/postgres.js';
+import { PostgresCompliance } from '../compliance/postgres.js';
 import { ComposedStore } from '../facade.js';
 import { PostgresIdentityStore } from '../identity/postgres.js';
 import { PostgresJobStore } from '../jobs/postgres.js';
@@ -22,10 +24,14 @@ export class PostgresStore extends ComposedStore {
   constructor(opts: PostgresStoreOptions) {
     const db = new PostgresDb(opts);
     const nodes = new PostgresNodes(db);
-    const registry = new PostgresRegistry(db, nodes, opts);
+    const compliance = new PostgresCompliance(db, nodes);
+    const changes = new PostgresChanges(db);
+    const registry = new PostgresRegistry(db, nodes, compliance, changes, opts);
     super({
       nodes,
       inventory: new PostgresInventory(db, nodes),
+      compliance,
+      changes,
       registry,
       identity: new PostgresIdentityStore(db),
       jobs: new PostgresJobStore(db),

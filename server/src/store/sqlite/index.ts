@@ -1,6 +1,8 @@
 /** The embedded backend: the Store on one SQLite file (db.ts has its durability and locking choices). */
 import { SqliteAdminStore } from '../admins/sqlite.js';
 import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
+import { SqliteChanges } from '../changes/sqlite.js';
+import { SqliteCompliance } from '../compliance/sqlite.js';
 import { ComposedStore } from '../facade.js';
 import { SqliteIdentityStore } from '../identity/sqlite.js';
 import { SqliteJobStore } from '../jobs/sqlite.js';
@@ -20,10 +22,14 @@ export class SqliteStore extends ComposedStore {
   constructor(opts: SqliteStoreOptions) {
     const db = new SqliteDb(opts);
     const nodes = new SqliteNodes(db);
-    const registry = new SqliteRegistry(db, nodes, opts.runBaseCacheBytes);
+    const compliance = new SqliteCompliance(db, nodes);
+    const changes = new SqliteChanges(db);
+    const registry = new SqliteRegistry(db, nodes, compliance, changes, opts.runBaseCacheBytes);
     super({
       nodes,
       inventory: new SqliteInventory(db, nodes),
+      compliance,
+      changes,
       registry,
       identity: new SqliteIdentityStore(db),
       jobs: new SqliteJobStore(db),

@@ -4,45 +4,22 @@
  */
 import { capstanError, compressSync, decompress } from '@capstan/shared';
 import type {
-  ChangeBucket, ChangeInput, ChangeQuery, ComplianceAggregate, ComplianceBase, ComplianceClock, ExpectedComponent, InsertRunResult, NodeComplianceRow, NodeFilter, Page, RegistryCounts, RuleComplianceRow, RunBatchResult, RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite, ChangePage,
+  ExpectedComponent, InsertRunResult, Page, RegistryCounts, RunBatchResult, RunInsert, RunRange, RunRecord, RegistryStore, CompactProgress, PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite,
 } from '../store.js';
-import { CHANGES_COUNT_LIMIT } from '../store.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson } from '../policy-rows.js';
-import {
-  clockParams, clockSubquery, COUNT_COLUMNS, timeAdjustedColumns, complianceRows, countsFromRow, DIRECTIVE_ROW_COLUMNS, directiveChangesRaw, epochS, marksFromRow, nextMarks, worstNodesSql,
-  timeAdjustedSums, type ComplianceInput,
-} from '../compliance-rows.js';
-import { aggregateFromRows, changeFromRow, changeWhere, complianceClassSql, labelFor, nodeComplianceFromRow } from '../changes-rows.js';
 import { storeError } from '../errors.js';
-import { UNPACKED_PLACEHOLDER, unpackOutcomes, packedOrNull } from '../outcomes.js';
-import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../run-codec.js';
-import { checkExpectations, checkKeepLast, checkPaging, checkRun } from '../input.js';
-import { checkFilters, filterWhere } from '../nodes/filters/query.js';
-import { sqliteDialect } from '../nodes/filters/sqlite.js';
+import { UNPACKED_PLACEHOLDER, unpackOutcomes } from '../runs/outcomes.js';
+import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from '../runs/run-codec.js';
+import { checkExpectations, checkPaging, checkRun } from '../input.js';
 import { LIVE_STATES, MISSING, PURGEABLE_STATES, type HistoryInsert } from '../nodes/rules.js';
 import { runRange, toUtcIso } from '../time.js';
 import { sqliteRows } from './rows.js';
 import type { SqliteDb } from './db.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
+import type { SqliteCompliance } from '../compliance/sqlite.js';
+import type { SqliteChanges } from '../changes/sqlite.js';
 import { RUN_COLUMNS, runFromRow } from '../nodes/records.js';
 
-const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-    computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
-  ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
-    run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
-    computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
-    applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
-    ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`;
-const SELECT_DIRECTIVE_ROWS = `SELECT ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`;
-/** Directive rows per multi-row upsert; the statement text of each size is built once. */
-const DIRECTIVE_CHUNK = 32;
-const UPSERT_DIRECTIVES: string[] = [];
-function upsertDirectivesSql(rows: number): string {
-  return (UPSERT_DIRECTIVES[rows] ??= `INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})
-    VALUES ${Array.from({ length: rows }, () => `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`).join(', ')}
-    ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
-}
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
@@ -51,7 +28,13 @@ export class SqliteRegistry implements RegistryStore {
   /** Decoded node-day bases (store/run-codec.ts). */
   private readonly bases: BaseCache;
 
-  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes, runBaseCacheBytes?: number) {
+  constructor(
+    private readonly db: SqliteDb,
+    private readonly nodes: SqliteNodes,
+    private readonly compliance: SqliteCompliance,
+    private readonly changes: SqliteChanges,
+    runBaseCacheBytes?: number,
+  ) {
     this.bases = new BaseCache(runBaseCacheBytes);
   }
 
@@ -101,41 +84,9 @@ export class SqliteRegistry implements RegistryStore {
         return { inserted: false, reason: 'duplicate', id: dup.id };
       }
       const id = Number(ins.lastInsertRowid);
-      if (changes.length > 0) this.insertChanges(run, id, startedUtc, changes);
-      this.relabelNext(run, startedUtc);
+      this.changes.runStored(run, id, startedUtc, changes);
       this.nodes.runStored(node, startedUtc, run.config_id ?? null, receivedAt);
-      const receivedS = epochS(receivedAt);
-      let written = false;
-      if (run.complete) {
-        // Steady state: the same config reporting the same outcomes as last time changes no
-        // number, so only the base run and the answer time move (one statement instead of a
-        // recomputation; the time marks stay right: same config as the base run's).
-        const same = this.db.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?,
-            answered_s = max(coalesce(answered_s, 0), ?)
-          WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ?`)
-          .run(id, run.started_at, startedUtc, receivedAt, receivedS, run.node_id, startedUtc, run.config_id ?? null, packed);
-        written = same.changes > 0;
-        const cur = written ? undefined : this.db.stmt('SELECT run_started_utc, applying_since_s, answered_s, keep_last_s FROM node_compliance WHERE node_id = ?')
-          .get(run.node_id) as Record<string, unknown> | undefined;
-        // Only the newest complete run decides compliance; a back-filled older one does not.
-        if (!written && (!cur || cur.run_started_utc === null || (cur.run_started_utc as string) <= startedUtc)) {
-          const policy = node.policy_config_id;
-          this.writeCompliance({
-            nodeId: run.node_id,
-            run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
-            outcomes: run.outcomes,
-            outcomesPacked: packed,
-            expected: policy === null ? null : this.expectations(run.node_id, policy),
-            marks: nextMarks(marksFromRow(cur), {
-              kind: 'run', received_s: receivedS, run_config_id: run.config_id ?? null, policy_config_id: policy,
-              policy_set_s: policy === null ? null : this.expectationsSetS(run.node_id, policy),
-            }),
-          }, receivedAt);
-          written = true;
-        }
-      }
-      // Any run is an answer: an incomplete or back-filled one too.
-      if (!written) this.db.stmt('UPDATE node_compliance SET answered_s = max(coalesce(answered_s, 0), ?) WHERE node_id = ?').run(receivedS, run.node_id);
+      this.compliance.runStored(node, run, id, startedUtc, receivedAt, packed);
       return { inserted: true, id };
     }
   }
@@ -230,201 +181,6 @@ export class SqliteRegistry implements RegistryStore {
   }
 
   // --- compliance ---------------------------------------------------------------------------
-
-  private expectations(nodeId: string, configId: string): ExpectedComponent[] | null {
-    const row = this.db.stmt('SELECT components FROM node_expectations WHERE node_id = ? AND config_id = ?').get(nodeId, configId) as
-      { components: string } | undefined;
-    return row ? (JSON.parse(row.components) as ExpectedComponent[]) : null;
-  }
-
-  /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
-  private expectationsSetS(nodeId: string, configId: string): number | null {
-    const at = this.db.stmt('SELECT set_at FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
-    return at === undefined ? null : epochS(at);
-  }
-
-  /**
-   * A run's changes, labelled: intentional when the run's config id differs from the node's
-   * previous run's (by start time: a back-filled run is compared with the run before it), or
-   * when the node has no run before it; corrective otherwise.
-   */
-  /**
-   * A run stored after a later one of the same node (the relay forwarded them out of order, or
-   * one was back-filled) is that later run's predecessor now: its changes are labelled again
-   * against this run's config id.
-   */
-  private relabelNext(run: RunInsert, startedUtc: string): void {
-    const next = this.db.stmt('SELECT id, config_id FROM runs WHERE node_id = ? AND started_at_utc > ? ORDER BY started_at_utc LIMIT 1')
-      .get(run.node_id, startedUtc) as { id: number; config_id: string | null } | undefined;
-    if (next) this.db.stmt('UPDATE changes SET label = ? WHERE node_id = ? AND run_id = ?').run(labelFor(run.config_id ?? null, next.config_id), run.node_id, next.id);
-  }
-
-  private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
-    const prev = this.db.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
-      .get(run.node_id, startedUtc) as { config_id: string | null } | undefined;
-    const label = labelFor(prev === undefined ? undefined : prev.config_id, run.config_id ?? null);
-    const ins = this.db.stmt(`INSERT INTO changes (node_id, run_id, run_started_at, at, rule_id, directive_id, component, key_value,
-        event_type, message, label, config_id, diff, diff_truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`);
-    for (const c of changes) {
-      ins.run(run.node_id, runId, run.started_at, c.at, c.rule_id, c.directive_id, c.component, c.key_value, c.event_type,
-        c.message, label, run.config_id ?? null, c.diff, c.diff_truncated ? 1 : 0);
-    }
-  }
-
-  private writeCompliance(input: ComplianceInput, at: string): void {
-    const { counts, directives } = complianceRows(input);
-    const m = input.marks;
-    this.db.stmt(UPSERT_COMPLIANCE)
-      .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
-        input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
-        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
-        ...COUNT_COLUMNS.map((c) => counts[c]));
-    const stored = this.db.stmt(SELECT_DIRECTIVE_ROWS).raw(true).all(input.nodeId) as unknown[][];
-    const { upsert, remove } = directiveChangesRaw(stored, directives);
-    const del = this.db.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
-    for (const r of remove) del.run(input.nodeId, r.rule_id, r.directive_id);
-    // Multi-row statements: one call into SQLite per chunk instead of one per directive.
-    for (let i = 0; i < upsert.length; i += DIRECTIVE_CHUNK) {
-      const part = upsert.slice(i, i + DIRECTIVE_CHUNK);
-      const values: unknown[] = [];
-      for (const d of part) {
-        values.push(input.nodeId, d.rule_id, d.directive_id);
-        for (const c of COUNT_COLUMNS) values.push(d.counts[c]);
-      }
-      this.db.stmt(upsertDirectivesSql(part.length)).run(values);
-    }
-  }
-
-  async setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts: { keep_last_s?: number } = {}): Promise<boolean> {
-    const checked = checkExpectations(configId, items);
-    const when = toUtcIso(at, 'at');
-    return this.db.write('setExpectations', () => this.expectationsTx(nodeId, configId, checked, when, opts.keep_last_s));
-  }
-
-  /** setExpectations' work, inside the caller's write transaction. */
-  private expectationsTx(nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, keepLastS?: number): boolean {
-    {
-      // Only the previous policy's config id is needed: reading the whole node (and its
-      // certificate) was a third of a 100,000-node generation.
-      const node = this.db.stmt('SELECT policy_config_id FROM nodes WHERE id = ?').get(nodeId) as { policy_config_id: string | null } | undefined;
-      if (!node) return false;
-      this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES (?, ?, ?, ?)
-        ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`)
-        .run(nodeId, configId, when, checked.json);
-      // Keep this config's and the previous policy's: a node may still run the previous one.
-      const keep = node.policy_config_id ?? configId;
-      this.db.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);
-      this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id = ?').run(configId, nodeId);
-      this.recompute(nodeId, configId, node.policy_config_id, checked.items, when, keepLastS);
-      return true;
-    }
-  }
-
-  /**
-   * A node's compliance after its policy became `configId` (from `previous`): judged against
-   * that policy's expectations, with its time marks moved on (compliance-rows nextMarks).
-   */
-  private recompute(nodeId: string, configId: string, previous: string | null, items: ExpectedComponent[], when: string, keepLastS?: number): void {
-    const cur = this.db.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
-      FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
-    const hasRun = cur !== undefined && cur.run_id !== null;
-    const marks = nextMarks(marksFromRow(cur), {
-      kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
-      run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
-    });
-    if (hasRun) {
-      this.writeCompliance({
-        nodeId,
-        run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-        ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
-        expected: items,
-        marks,
-      }, when);
-    } else {
-      this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when);
-    }
-  }
-
-  async getComplianceBase(nodeId: string): Promise<ComplianceBase | null> {
-    return this.db.read('getComplianceBase', () => {
-      const node = this.nodes.node(nodeId);
-      if (!node) return null;
-      const cls = this.db.stmt(`SELECT ${complianceClassSql} AS class FROM nodes n WHERE n.id = ?`).pluck().get(nodeId) as string;
-      const cur = this.db.stmt(`SELECT run_id, run_started_at, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
-        FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
-      const policy = node.policy_config_id;
-      const hasRun = cur !== undefined && cur.run_id !== null;
-      return {
-        node_id: nodeId,
-        run: hasRun ? { id: cur.run_id as number, started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null } : null,
-        policy_config_id: policy,
-        expected: policy === null ? null : this.expectations(nodeId, policy),
-        outcomes: hasRun ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
-        marks: marksFromRow(cur) ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 },
-        relay: cls === 'relay',
-        has_agent: cls !== 'agentless',
-      };
-    });
-  }
-
-  async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
-    const checked = checkFilters({ filters });
-    const values: unknown[] = [...clockParams(clock)];
-    const scope = ["n.accepted = 'accepted'"];
-    if (nodeIds) {
-      values.push(JSON.stringify(nodeIds));
-      scope.push('n.id IN (SELECT value FROM json_each(?))');
-    }
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
-    const rows = this.db.read('complianceSummary', () => this.db.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
-        count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
-      FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
-      GROUP BY 1`).all(...values)) as Record<string, unknown>[];
-    return aggregateFromRows(rows);
-  }
-
-  async complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters: NodeFilter[] = []): Promise<NodeComplianceRow[]> {
-    const checked = checkFilters({ filters });
-    const values: unknown[] = [...clockParams(clock)];
-    const scope = ["n.accepted = 'accepted'"];
-    if (after !== null) {
-      values.push(after);
-      scope.push('n.id > ?');
-    }
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
-    values.push(limit);
-    // Walking the primary key in order reads one page per call (the acceptance index, which the
-    // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).
-    const rows = this.db.read('complianceNodes', () => this.db.stmt(`SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at,
-        n.policy_config_id, ${complianceClassSql} AS class, ${timeAdjustedColumns('t', 't')}
-      FROM nodes n INDEXED BY sqlite_autoindex_nodes_1 CROSS JOIN ${clockSubquery('?', '?')} LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
-      ORDER BY n.id LIMIT ?`).all(...values)) as Record<string, unknown>[];
-    return rows.map(nodeComplianceFromRow);
-  }
-
-  async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
-    const rows = this.db.read('worstNodes', () => this.db.stmt(worstNodesSql(() => '?', complianceClassSql))
-      .all(...clockParams(clock), limit)) as Record<string, unknown>[];
-    return rows.map(nodeComplianceFromRow);
-  }
-
-  async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
-    const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
-    const rows = this.db.read('complianceByRule', () => this.db.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
-      FROM ${clockSubquery('?', '?')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id
-        JOIN node_compliance t ON t.node_id = x.node_id
-      WHERE n.accepted = 'accepted' AND ${complianceClassSql} = 'agent'
-      GROUP BY ${keys} ORDER BY ${keys}`).all(...clockParams(clock))) as Record<string, unknown>[];
-    return rows.map((r) => ({
-      rule_id: r.rule_id as string,
-      ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
-      nodes: Number(r.nodes),
-      counts: countsFromRow(r),
-    }));
-  }
-
-  // --- lifecycle sweep ----------------------------------------------------------------------
 
   async markUnreachable(before: string, at: string, limit: number): Promise<number> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
@@ -560,10 +316,6 @@ export class SqliteRegistry implements RegistryStore {
     });
   }
 
-  async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
-    return this.db.read('getExpectations', () => this.expectations(nodeId, configId));
-  }
-
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
     const out = new Map<string, string>();
     this.db.read('policyConfigIds', () => {
@@ -654,47 +406,11 @@ export class SqliteRegistry implements RegistryStore {
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
       ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
       .run(JSON.stringify(live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
-    for (const r of recompute) this.recompute(r.nodeId, r.configId, r.previous, r.items, r.when);
+    for (const r of recompute) this.compliance.recompute(r.nodeId, r.configId, r.previous, r.items, r.when);
     return live.length;
   }
 
   // --- changes ------------------------------------------------------------------------------
-
-  private changeWhere(q: ChangeQuery, values: unknown[]): string {
-    return changeWhere(q, sqliteDialect(this.db, values), (ids) => {
-      values.push(JSON.stringify(ids));
-      return '(SELECT value FROM json_each(?))';
-    });
-  }
-
-  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage> {
-    const { limit, offset } = checkPaging(page, perPage);
-    const values: unknown[] = [];
-    const where = this.changeWhere(q, values);
-    return this.db.read('listChanges', () => {
-      const { n } = this.db.stmt(`SELECT count(*) AS n FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1})`).get(...values) as { n: number };
-      const rows = this.db.stmt(`SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC LIMIT ? OFFSET ?`)
-        .all(...values, limit, offset) as Record<string, unknown>[];
-      return { data: rows.map(changeFromRow), total: Math.min(n, CHANGES_COUNT_LIMIT), total_capped: n > CHANGES_COUNT_LIMIT };
-    });
-  }
-
-  async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
-    const values: unknown[] = [];
-    const where = this.changeWhere(q, values);
-    // ISO text: the first 13 characters are the hour, the first 10 the day.
-    const bucket = by === 'hour' ? "substr(c.at, 1, 13) || ':00:00.000Z'" : "substr(c.at, 1, 10) || 'T00:00:00.000Z'";
-    const rows = this.db.read('changesHistogram', () => this.db.stmt(`SELECT ${bucket} AS at,
-        sum(c.label = 'intentional') AS intentional, sum(c.label = 'corrective') AS corrective
-      FROM changes c ${where} GROUP BY 1 ORDER BY 1`).all(...values)) as Array<Record<string, unknown>>;
-    return rows.map((r) => ({ at: r.at as string, intentional: Number(r.intentional), corrective: Number(r.corrective) }));
-  }
-
-  async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
-    const keep = checkKeepLast(seconds)!;
-    return this.db.write('setKeepLast', () => this.db.stmt(`UPDATE node_compliance SET keep_last_s = ?
-      WHERE node_id IN (SELECT value FROM json_each(?)) AND keep_last_s <> ?`).run(keep, JSON.stringify(nodeIds), keep).changes);
-  }
 
   async deleteChangesBefore(before: string, limit: number): Promise<number> {
     const b = toUtcIso(before, 'before');

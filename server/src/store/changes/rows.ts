@@ -1,23 +1,13 @@
-/**
- * What both backends share for changes and compliance exports: the change label, the filter
- * SQL of a change query, the node classes compliance sums apart, and the row decoders.
- */
-import { capstanError, zeroCounts, type ComplianceCounts } from '@capstan/shared';
-import { countsFromRow } from './compliance-rows.js';
-import { HAS_AGENT_SQL, type Dialect } from './nodes/filters/query.js';
-import { toUtcIso } from './time.js';
-import {
-  CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord, type ComplianceAggregate, type NodeClass, type NodeComplianceRow,
-  type NodeStatus,
-} from './store.js';
+/** What both backends share for changes: the change label, the filter SQL of a change query, the row decoder. */
+import { capstanError } from '@capstan/shared';
+import type { Dialect } from '../nodes/filters/query.js';
+import { isoOf, toUtcIso } from '../time.js';
+import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord } from './types.js';
 
 /** See ChangeRecord.label: `previous` is the config id of the node's run before this one (undefined: none). */
 export function labelFor(previous: string | null | undefined, current: string | null): ChangeLabel {
   return previous === undefined || previous !== current ? 'intentional' : 'corrective';
 }
-
-/** A node's class for compliance, in SQL over `nodes n`. */
-export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
 
 /** Most ids a query string may name in one change filter (node, rule, directive, group). */
 export const MAX_FILTER_IDS = 10_000;
@@ -44,8 +34,6 @@ export function changeWhere(q: ChangeQuery, d: Dialect, idList: (ids: string[]) 
   return parts.length ? `WHERE ${parts.join(' AND ')}` : '';
 }
 
-const isoOf = (v: unknown): string => (v instanceof Date ? v.toISOString() : String(v));
-
 export function changeFromRow(r: Record<string, unknown>): ChangeRecord {
   return {
     id: Number(r.id),
@@ -64,38 +52,4 @@ export function changeFromRow(r: Record<string, unknown>): ChangeRecord {
     diff: (r.diff as string | null) ?? null,
     diff_truncated: r.diff_truncated === true || r.diff_truncated === 1,
   };
-}
-
-export function nodeComplianceFromRow(r: Record<string, unknown>): NodeComplianceRow {
-  return {
-    node_id: r.node_id as string,
-    hostname: r.hostname as string,
-    class: r.class as NodeClass,
-    status: r.status as NodeStatus,
-    state: r.state as string,
-    last_run_at: r.last_run_at === null ? null : isoOf(r.last_run_at),
-    policy_config_id: (r.policy_config_id as string | null) ?? null,
-    counts: countsFromRow(r),
-  };
-}
-
-/** A compliance summary from its rows grouped by node class. */
-export function aggregateFromRows(rows: Array<Record<string, unknown>>): ComplianceAggregate {
-  const out: ComplianceAggregate = {
-    nodes: 0, nodes_with_data: 0, counts: zeroCounts(),
-    relays: { nodes: 0, counts: zeroCounts() }, agentless: { nodes: 0, counts: zeroCounts() },
-  };
-  for (const r of rows) {
-    const counts: ComplianceCounts = countsFromRow(r);
-    if (r.class === 'agent') {
-      out.nodes = Number(r.nodes);
-      out.nodes_with_data = Number(r.with_data);
-      out.counts = counts;
-    } else if (r.class === 'relay') {
-      out.relays = { nodes: Number(r.nodes), counts };
-    } else {
-      out.agentless = { nodes: Number(r.nodes), counts };
-    }
-  }
-  return out;
 }

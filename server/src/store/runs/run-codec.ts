@@ -9,7 +9,7 @@
  * mostly one or two.
  */
 import { zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared';
-import type { RunSummaryOutcome } from './store.js';
+import type { RunSummaryOutcome } from '../store.js';
 import { unpackOutcomes } from './outcomes.js';
 
 /** The plain texts of a base: the run log, and the outcomes' JSON. */

@@ -6,8 +6,12 @@
  * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
  * moment without a sweep rewriting rows.
  */
-import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
-import type { ComplianceClock, ExpectedComponent, RunSummaryOutcome } from './store.js';
+import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
+import { HAS_AGENT_SQL } from '../nodes/filters/query.js';
+import type { NodeStatus } from '../nodes/types.js';
+import type { RunSummaryOutcome } from '../runs/types.js';
+import { isoOf } from '../time.js';
+import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow } from './types.js';
 
 export interface ComplianceInput {
   nodeId: string;
@@ -166,4 +170,41 @@ export function worstNodesSql(ph: (i: number) => string, classSql: string): stri
     WHERE n.accepted = 'accepted') s
   WHERE s.class = 'agent' AND (${total}) > 0
   ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${ph(3)}`;
+}
+
+/** A node's class for compliance, in SQL over `nodes n`: relays and nodes without an agent are summed apart. */
+export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
+
+export function nodeComplianceFromRow(r: Record<string, unknown>): NodeComplianceRow {
+  return {
+    node_id: r.node_id as string,
+    hostname: r.hostname as string,
+    class: r.class as NodeClass,
+    status: r.status as NodeStatus,
+    state: r.state as string,
+    last_run_at: r.last_run_at === null ? null : isoOf(r.last_run_at),
+    policy_config_id: (r.policy_config_id as string | null) ?? null,
+    counts: countsFromRow(r),
+  };
+}
+
+/** A compliance summary from its rows grouped by node class. */
+export function aggregateFromRows(rows: Array<Record<string, unknown>>): ComplianceAggregate {
+  const out: ComplianceAggregate = {
+    nodes: 0, nodes_with_data: 0, counts: zeroCounts(),
+    relays: { nodes: 0, counts: zeroCounts() }, agentless: { nodes: 0, counts: zeroCounts() },
+  };
+  for (const r of rows) {
+    const counts: ComplianceCounts = countsFromRow(r);
+    if (r.class === 'agent') {
+      out.nodes = Number(r.nodes);
+      out.nodes_with_data = Number(r.with_data);
+      out.counts = counts;
+    } else if (r.class === 'relay') {
+      out.relays = { nodes: Number(r.nodes), counts };
+    } else {
+      out.agentless = { nodes: Number(r.nodes), counts };
+    }
+  }
+  return out;
 }

@@ -13,7 +13,7 @@
  */
 import { inflateRawSync } from 'node:zlib';
 import { isZstdFrame, zstdCompress, zstdDecompressFrame } from '@capstan/shared';
-import type { RunSummaryOutcome } from './store.js';
+import type { RunSummaryOutcome } from '../store.js';
 
 /** What the old column holds for rows that have a packed form. */
 export const UNPACKED_PLACEHOLDER = '[]';
