@@ -13,7 +13,7 @@ import { CHANGES_NUL, type ChangeStore } from './changes/types.js';
 import { COMPLIANCE_NUL, type ComplianceStore } from './compliance/types.js';
 import { INVENTORY_NUL, NODES_NUL, type InventoryStore, type NodeStore } from './nodes/types.js';
 import { POLICY_NUL } from './policy/types.js';
-import { RUNS_NUL } from './runs/types.js';
+import { RUNS_NUL, type RunStore } from './runs/types.js';
 import type { RegistryStore, Store } from './store.js';
 import { SWEEP_NUL } from './sweep/types.js';
 
@@ -21,6 +21,7 @@ import { SWEEP_NUL } from './sweep/types.js';
 export interface StoreParts {
   nodes: NodeStore;
   inventory: InventoryStore;
+  runs: RunStore;
   compliance: ComplianceStore;
   changes: ChangeStore;
   registry: RegistryStore;
@@ -38,8 +39,8 @@ export interface ComposedStore extends Store {}
 
 export class ComposedStore {
   constructor(parts: StoreParts) {
-    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.compliance, COMPLIANCE_NUL), guard(parts.changes, CHANGES_NUL),
-      guard(parts.registry, { ...RUNS_NUL, ...POLICY_NUL, ...SWEEP_NUL }), {
+    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.runs, RUNS_NUL), guard(parts.compliance, COMPLIANCE_NUL), guard(parts.changes, CHANGES_NUL),
+      guard(parts.registry, { ...POLICY_NUL, ...SWEEP_NUL }), {
       identity: guard(parts.identity, IDENTITY_NUL),
       jobs: guard(parts.jobs, JOBS_NUL),
       managers: guard(parts.managers, MANAGERS_NUL),

@@ -35,10 +35,10 @@ export interface Page<T> {
   total: number;
 }
 
-/** Runs, policies and the lifecycle sweep. */
-export interface RegistryStore extends RunStore, PolicyStore, SweepStore {}
+/** Policies and the lifecycle sweep. */
+export interface RegistryStore extends PolicyStore, SweepStore {}
 
-export interface Store extends NodeStore, InventoryStore, ComplianceStore, ChangeStore, RegistryStore {
+export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, RegistryStore {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */

@@ -1,12 +1,11 @@
 /**
- * The `nodes` columns and how a NodeRecord maps to them, shared by both backends (also the
- * history and run rows, which both read the same way). The record carries tags and groups as
+ * The `nodes` columns and how a NodeRecord maps to them, shared by both backends (and the
+ * history rows, which both read the same way). The record carries tags and groups as
  * values, the row as JSON (text in SQLite, jsonb in Postgres). Tags come back sorted by key and
  * groups sorted, so both backends (jsonb reorders keys) answer the same.
  */
-import type { HistoryEntry, NodeRecord, RunRecord } from '../store.js';
+import type { HistoryEntry, NodeRecord } from './types.js';
 import type { RowCodec } from '../row-codec.js';
-import { rowOutcomes, type BaseCache } from '../runs/run-codec.js';
 
 /** Every column of `nodes`, in one order both backends read and write them in. The certificate
  * lives in `node_certificates` (migration 2) and is joined in as `certificate`. */
@@ -38,12 +37,6 @@ export function nodePage(where: string, order: string, limit: string, offset: st
     SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')} FROM nodes n ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
     LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
 }
-
-/** The columns of `runs` a RunRecord is made of (everything but the log itself). */
-export const RUN_COLUMNS = [
-  'id', 'node_id', 'started_at', 'config_id', 'complete', 'report_count', 'counts', 'outcomes',
-  'file_name', 'sha256', 'received_at',
-] as const;
 
 type Column = (typeof NODE_COLUMNS)[number];
 
@@ -97,23 +90,6 @@ export function historyFromRow(row: Record<string, unknown>, codec: RowCodec): H
     from: (row.from_value as string | null) ?? null,
     to: row.to_value as string,
     cause: row.cause as string,
-  };
-}
-
-/** A `runs` row (RUN_COLUMNS, with its base's outcomes) as a record. */
-export function runFromRow(row: Record<string, unknown>, bases: BaseCache, codec: RowCodec): RunRecord {
-  return {
-    id: Number(row.id),
-    node_id: row.node_id as string,
-    started_at: row.started_at as string,
-    config_id: (row.config_id as string | null) ?? null,
-    complete: codec.bool(row.complete),
-    report_count: Number(row.report_count),
-    counts: codec.json(row.counts) as RunRecord['counts'],
-    outcomes: rowOutcomes(row, bases),
-    file_name: row.file_name as string,
-    sha256: row.sha256 as string,
-    received_at: codec.time(row.received_at)!,
   };
 }
 

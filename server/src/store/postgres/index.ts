@@ -9,6 +9,7 @@ import { PostgresJobStore } from '../jobs/postgres.js';
 import { PostgresManagerStore } from '../managers/postgres.js';
 import { PostgresInventory } from '../nodes/inventory/postgres.js';
 import { PostgresNodes } from '../nodes/postgres.js';
+import { PostgresRuns } from '../runs/postgres.js';
 import { PostgresDb, type PostgresDbOptions } from './db.js';
 import { migratePostgres } from './migrate.js';
 import { PostgresRegistry } from './postgres-store.js';
@@ -26,10 +27,12 @@ export class PostgresStore extends ComposedStore {
     const nodes = new PostgresNodes(db);
     const compliance = new PostgresCompliance(db, nodes);
     const changes = new PostgresChanges(db);
-    const registry = new PostgresRegistry(db, nodes, compliance, changes, opts);
+    const registry = new PostgresRegistry(db, compliance, opts);
+    const runs = new PostgresRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes);
     super({
       nodes,
       inventory: new PostgresInventory(db, nodes),
+      runs,
       compliance,
       changes,
       registry,

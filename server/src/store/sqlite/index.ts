@@ -9,6 +9,7 @@ import { SqliteJobStore } from '../jobs/sqlite.js';
 import { SqliteManagerStore } from '../managers/sqlite.js';
 import { SqliteInventory } from '../nodes/inventory/sqlite.js';
 import { SqliteNodes } from '../nodes/sqlite.js';
+import { SqliteRuns } from '../runs/sqlite.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { migrateSqlite } from './migrate.js';
 import { SqliteRegistry } from './sqlite-store.js';
@@ -24,10 +25,12 @@ export class SqliteStore extends ComposedStore {
     const nodes = new SqliteNodes(db);
     const compliance = new SqliteCompliance(db, nodes);
     const changes = new SqliteChanges(db);
-    const registry = new SqliteRegistry(db, nodes, compliance, changes, opts.runBaseCacheBytes);
+    const registry = new SqliteRegistry(db, nodes, compliance);
+    const runs = new SqliteRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes);
     super({
       nodes,
       inventory: new SqliteInventory(db, nodes),
+      runs,
       compliance,
       changes,
       registry,
