@@ -5,26 +5,27 @@
  */
 import { ADMINS_NUL, type AdminStore } from './admins/types.js';
 import { BOOTSTRAP_NUL, type BootstrapStore } from './bootstrap/types.js';
+import { CHANGES_NUL, type ChangeStore } from './changes/types.js';
+import { COMPLIANCE_NUL, type ComplianceStore } from './compliance/types.js';
 import { guard } from './guard.js';
 import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
 import { JOBS_NUL, type JobStore } from './jobs/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
-import { CHANGES_NUL, type ChangeStore } from './changes/types.js';
-import { COMPLIANCE_NUL, type ComplianceStore } from './compliance/types.js';
 import { INVENTORY_NUL, NODES_NUL, type InventoryStore, type NodeStore } from './nodes/types.js';
-import { POLICY_NUL } from './policy/types.js';
+import { POLICY_NUL, type PolicyStore } from './policy/types.js';
 import { RUNS_NUL, type RunStore } from './runs/types.js';
-import type { RegistryStore, Store } from './store.js';
-import { SWEEP_NUL } from './sweep/types.js';
+import type { Store } from './store.js';
+import { SWEEP_NUL, type SweepStore } from './sweep/types.js';
 
-/** What one dialect's store is made of. */
+/** What one dialect's store is made of: one part per subject. */
 export interface StoreParts {
   nodes: NodeStore;
   inventory: InventoryStore;
   runs: RunStore;
   compliance: ComplianceStore;
   changes: ChangeStore;
-  registry: RegistryStore;
+  policy: PolicyStore;
+  sweep: SweepStore;
   identity: IdentityStore;
   jobs: JobStore;
   managers: ManagerStore;
@@ -39,15 +40,24 @@ export interface ComposedStore extends Store {}
 
 export class ComposedStore {
   constructor(parts: StoreParts) {
-    Object.assign(this, guard(parts.nodes, NODES_NUL), guard(parts.inventory, INVENTORY_NUL), guard(parts.runs, RUNS_NUL), guard(parts.compliance, COMPLIANCE_NUL), guard(parts.changes, CHANGES_NUL),
-      guard(parts.registry, { ...POLICY_NUL, ...SWEEP_NUL }), {
-      identity: guard(parts.identity, IDENTITY_NUL),
-      jobs: guard(parts.jobs, JOBS_NUL),
-      managers: guard(parts.managers, MANAGERS_NUL),
-      bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
-      admins: guard(parts.admins, ADMINS_NUL),
-      migrate: () => parts.migrate(),
-      close: () => parts.close(),
-    });
+    Object.assign(
+      this,
+      guard(parts.nodes, NODES_NUL),
+      guard(parts.inventory, INVENTORY_NUL),
+      guard(parts.runs, RUNS_NUL),
+      guard(parts.compliance, COMPLIANCE_NUL),
+      guard(parts.changes, CHANGES_NUL),
+      guard(parts.policy, POLICY_NUL),
+      guard(parts.sweep, SWEEP_NUL),
+      {
+        identity: guard(parts.identity, IDENTITY_NUL),
+        jobs: guard(parts.jobs, JOBS_NUL),
+        managers: guard(parts.managers, MANAGERS_NUL),
+        bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
+        admins: guard(parts.admins, ADMINS_NUL),
+        migrate: () => parts.migrate(),
+        close: () => parts.close(),
+      },
+    );
   }
 }

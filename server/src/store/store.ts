@@ -35,10 +35,7 @@ export interface Page<T> {
   total: number;
 }
 
-/** Policies and the lifecycle sweep. */
-export interface RegistryStore extends PolicyStore, SweepStore {}
-
-export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, RegistryStore {
+export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, PolicyStore, SweepStore {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */

@@ -1,4 +1,7 @@
-/** The PostgreSQL backend: the Store on one database shared by several server processes. */
+/**
+ * The PostgreSQL backend: the Store on one database shared by several server processes, made of
+ * one part per subject, each in its folder beside its SQLite twin.
+ */
 import { PostgresAdminStore } from '../admins/postgres.js';
 import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
 import { PostgresChanges } from '../changes/postgres.js';
@@ -9,15 +12,16 @@ import { PostgresJobStore } from '../jobs/postgres.js';
 import { PostgresManagerStore } from '../managers/postgres.js';
 import { PostgresInventory } from '../nodes/inventory/postgres.js';
 import { PostgresNodes } from '../nodes/postgres.js';
+import { PostgresPolicy } from '../policy/postgres.js';
 import { PostgresRuns } from '../runs/postgres.js';
+import { PostgresSweep } from '../sweep/postgres.js';
 import { PostgresDb, type PostgresDbOptions } from './db.js';
 import { migratePostgres } from './migrate.js';
-import { PostgresRegistry } from './postgres-store.js';
 
 export interface PostgresStoreOptions extends PostgresDbOptions {
   /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
   onMaintenance?: (message: string, err?: unknown) => void;
-  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  /** Memory for decoded node-day bases (runs/run-codec.ts). */
   runBaseCacheBytes?: number;
 }
 
@@ -27,15 +31,14 @@ export class PostgresStore extends ComposedStore {
     const nodes = new PostgresNodes(db);
     const compliance = new PostgresCompliance(db, nodes);
     const changes = new PostgresChanges(db);
-    const registry = new PostgresRegistry(db, compliance, opts);
-    const runs = new PostgresRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes);
     super({
       nodes,
       inventory: new PostgresInventory(db, nodes),
-      runs,
+      runs: new PostgresRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
       compliance,
       changes,
-      registry,
+      policy: new PostgresPolicy(db, compliance),
+      sweep: new PostgresSweep(db, opts.onMaintenance),
       identity: new PostgresIdentityStore(db),
       jobs: new PostgresJobStore(db),
       managers: new PostgresManagerStore(db, nodes),

@@ -1,4 +1,7 @@
-/** The embedded backend: the Store on one SQLite file (db.ts has its durability and locking choices). */
+/**
+ * The embedded backend: the Store on one SQLite file (db.ts has its durability and locking
+ * choices), made of one part per subject, each in its folder beside its PostgreSQL twin.
+ */
 import { SqliteAdminStore } from '../admins/sqlite.js';
 import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
 import { SqliteChanges } from '../changes/sqlite.js';
@@ -9,13 +12,14 @@ import { SqliteJobStore } from '../jobs/sqlite.js';
 import { SqliteManagerStore } from '../managers/sqlite.js';
 import { SqliteInventory } from '../nodes/inventory/sqlite.js';
 import { SqliteNodes } from '../nodes/sqlite.js';
+import { SqlitePolicy } from '../policy/sqlite.js';
 import { SqliteRuns } from '../runs/sqlite.js';
+import { SqliteSweep } from '../sweep/sqlite.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { migrateSqlite } from './migrate.js';
-import { SqliteRegistry } from './sqlite-store.js';
 
 export interface SqliteStoreOptions extends SqliteDbOptions {
-  /** Memory for decoded node-day bases (store/run-codec.ts). */
+  /** Memory for decoded node-day bases (runs/run-codec.ts). */
   runBaseCacheBytes?: number;
 }
 
@@ -25,15 +29,14 @@ export class SqliteStore extends ComposedStore {
     const nodes = new SqliteNodes(db);
     const compliance = new SqliteCompliance(db, nodes);
     const changes = new SqliteChanges(db);
-    const registry = new SqliteRegistry(db, nodes, compliance);
-    const runs = new SqliteRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes);
     super({
       nodes,
       inventory: new SqliteInventory(db, nodes),
-      runs,
+      runs: new SqliteRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
       compliance,
       changes,
-      registry,
+      policy: new SqlitePolicy(db, compliance),
+      sweep: new SqliteSweep(db, nodes),
       identity: new SqliteIdentityStore(db),
       jobs: new SqliteJobStore(db),
       managers: new SqliteManagerStore(db, nodes),

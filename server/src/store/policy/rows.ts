@@ -1,6 +1,7 @@
-/** Input checks both backends apply to policy objects and bundles before writing them. */
+/** What both backends share for policy objects and bundles: the input checks before writing, the row decoder. */
 import { capstanError } from '@capstan/shared';
-import type { PolicyBundleRecord, PolicyKind } from './store.js';
+import type { RowCodec } from '../row-codec.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord } from './types.js';
 
 const KINDS: ReadonlySet<string> = new Set(['directive', 'group', 'rule']);
 
@@ -21,4 +22,8 @@ export function checkBundleRecord(b: PolicyBundleRecord): void {
   for (const f of ['node_id', 'config_id', 'generated_at', 'bundle'] as const) {
     if (typeof b[f] !== 'string' || b[f].length === 0 || b[f].includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `bundle ${f} must be a non-empty string without NUL`);
   }
+}
+
+export function policyFromRow(r: Record<string, unknown>, codec: RowCodec): PolicyObjectRecord {
+  return { kind: r.kind as PolicyKind, id: r.id as string, body: codec.json(r.body) as Record<string, unknown>, updated_at: codec.time(r.updated_at)! };
 }
