@@ -73,7 +73,7 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
     // The store encodes this JSON against the node-day's base: made once, here, not again on the event loop.
     outcomes_json: json,
     sha256: createHash('sha256').update(raw).digest('hex'),
-    // The store keeps it against the node-day's base (store/run-codec.ts).
+    // The store keeps it against the node-day's base (store/runs/run-codec.ts).
     // A view into a larger buffer would cross to the main thread whole: copied to its own.
     log_text: verified.content.byteLength === verified.content.buffer.byteLength ? verified.content : Buffer.from(verified.content),
   };

@@ -69,7 +69,7 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
   return { receivedAt: toUtcIso(inv.received_at, 'received_at'), document: toJson(inv.inventory, 'inventory') };
 }
 
-/** A run ready to write: times normalised, summaries serialised (outcomes also packed, store/outcomes.ts). */
+/** A run ready to write: times normalised, summaries serialised (outcomes also packed, runs/outcomes.ts). */
 export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
   const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, ...fields } = run;
   refuseNul(fields);

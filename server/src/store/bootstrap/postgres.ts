@@ -2,8 +2,7 @@
 import { capstanError } from '@capstan/shared';
 import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from './types.js';
 import { credentialFromRow, hostKeyFromRow, publicCredential } from './rows.js';
-import type { PostgresDb } from '../postgres/db.js';
-import { postgresRows } from '../postgres/rows.js';
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
 
 type Row = Record<string, unknown>;
 const utc = (s: string) => new Date(s).toISOString();

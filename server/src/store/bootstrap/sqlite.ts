@@ -2,8 +2,7 @@
 import { capstanError } from '@capstan/shared';
 import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from './types.js';
 import { credentialFromRow, hostKeyFromRow, publicCredential } from './rows.js';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 
 type Row = Record<string, unknown>;
 const utc = (s: string) => new Date(s).toISOString();

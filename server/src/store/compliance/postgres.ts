@@ -4,8 +4,7 @@
  * runs and policies arrive under the node's row lock; aggregates apply the time states when read.
  */
 import type pg from 'pg';
-import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
-import { iso } from '../postgres/rows.js';
+import { iso, type PostgresDb, type Queryable as Q } from '../postgres/db.js';
 import { checkExpectations, checkKeepLast } from '../input.js';
 import { checkFilters, filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
@@ -15,8 +14,8 @@ import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outc
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
-  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, countsFromRow, epochS, marksFromRow,
-  nextMarks, nodeComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput,
+  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, marksFromRow, nextMarks,
+  nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
@@ -278,15 +277,8 @@ export class PostgresCompliance implements ComplianceStore {
         GROUP BY ${keys} ORDER BY ${keys}`,
       values: clockParams(clock),
     });
-    return rows.map((r) => ({
-      rule_id: r.rule_id as string,
-      ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
-      nodes: Number(r.nodes),
-      counts: countsFromRow(r),
-    }));
+    return rows.map((r) => ruleComplianceFromRow(r, by));
   }
-
-  // --- changes ------------------------------------------------------------------------------
 
   async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
     const keep = checkKeepLast(seconds)!;

@@ -6,19 +6,21 @@
  * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
  * moment without a sweep rewriting rows.
  */
-import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared';
+import {
+  computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks,
+} from '@capstan/shared';
 import { HAS_AGENT_SQL } from '../nodes/filters/query.js';
 import type { NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { isoOf } from '../time.js';
-import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 export interface ComplianceInput {
   nodeId: string;
   /** The node's last complete run; null when it has none (expected items are then all missing). */
   run: { id: number; started_at: string; started_utc: string; config_id: string | null } | null;
   outcomes: RunSummaryOutcome[];
-  /** `outcomes` already packed (store/outcomes.ts; the run insert has it): saves doing it again. */
+  /** `outcomes` already packed (runs/outcomes.ts; the run insert has it): saves doing it again. */
   outcomesPacked?: Buffer;
   expected: ExpectedComponent[] | null;
   /** The node's time marks to store with it. */
@@ -207,4 +209,14 @@ export function aggregateFromRows(rows: Array<Record<string, unknown>>): Complia
     }
   }
   return out;
+}
+
+/** A row of complianceByRule: per rule, or per (rule, directive). */
+export function ruleComplianceFromRow(r: Record<string, unknown>, by: 'rule' | 'directive'): RuleComplianceRow {
+  return {
+    rule_id: r.rule_id as string,
+    ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
+    nodes: Number(r.nodes),
+    counts: countsFromRow(r),
+  };
 }

@@ -13,8 +13,9 @@ import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outc
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
-  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, countsFromRow, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, epochS, marksFromRow, nextMarks, nodeComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput,
+  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
+  directiveChangesRaw, epochS, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  timeAdjustedSums, worstNodesSql, type ComplianceInput,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
@@ -141,7 +142,7 @@ export class SqliteCompliance implements ComplianceStore {
 
   /**
    * A node's compliance after its policy became `configId` (from `previous`): judged against
-   * that policy's expectations, with its time marks moved on (compliance-rows nextMarks).
+   * that policy's expectations, with its time marks moved on (rows.ts nextMarks).
    */
   recompute(nodeId: string, configId: string, previous: string | null, items: ExpectedComponent[], when: string, keepLastS?: number): void {
     const cur = this.db.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
@@ -239,15 +240,8 @@ export class SqliteCompliance implements ComplianceStore {
         JOIN node_compliance t ON t.node_id = x.node_id
       WHERE n.accepted = 'accepted' AND ${complianceClassSql} = 'agent'
       GROUP BY ${keys} ORDER BY ${keys}`).all(...clockParams(clock))) as Record<string, unknown>[];
-    return rows.map((r) => ({
-      rule_id: r.rule_id as string,
-      ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
-      nodes: Number(r.nodes),
-      counts: countsFromRow(r),
-    }));
+    return rows.map((r) => ruleComplianceFromRow(r, by));
   }
-
-  // --- lifecycle sweep ----------------------------------------------------------------------
 
   async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
     const keep = checkKeepLast(seconds)!;

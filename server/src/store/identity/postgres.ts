@@ -6,10 +6,11 @@
  * the same nonce presented to two servers at once is inserted by one of them only.
  */
 import type pg from 'pg';
-import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from './types.js';
+import {
+  MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow,
+} from './types.js';
 import { KEY_COLUMNS, keyRecord, keyRow } from './rows.js';
-import type { PostgresDb } from '../postgres/db.js';
-import { postgresRows } from '../postgres/rows.js';
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
 
 const LOCK = "SELECT pg_advisory_xact_lock(hashtext('capstan.identity:' || current_schema()))";
 const asKeyRow = (r: Record<string, unknown>) => keyRow(r, postgresRows);

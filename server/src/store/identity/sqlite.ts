@@ -3,10 +3,11 @@
  * rest of the store: two processes on one file serialise on the write lock, so `initKeyring`
  * stores one keyring however many start at once.
  */
-import { MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow } from './types.js';
+import {
+  MAX_NONCES, type IdentityInitial, type IdentityKeyRecord, type IdentityKeyRow, type IdentityStore, type IdentityTokenRow,
+} from './types.js';
 import { KEY_COLUMNS, keyRecord, keyRow } from './rows.js';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 
 const asKeyRow = (r: Record<string, unknown>) => keyRow(r, sqliteRows);
 const asKeyRecord = (r: Record<string, unknown>) => keyRecord(r, sqliteRows);

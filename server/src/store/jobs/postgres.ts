@@ -9,7 +9,10 @@ import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from './st
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from './types.js';
-import { JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row } from './rows.js';
+import {
+  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow,
+  type Row,
+} from './rows.js';
 import type { Page } from '../store.js';
 import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
 

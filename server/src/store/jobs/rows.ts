@@ -2,7 +2,9 @@
 import { TASK_STATES, type TaskState } from './states.js';
 import type { NodeFilter } from '../store.js';
 import { isoOf } from '../time.js';
-import type { BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition } from './types.js';
+import type {
+  BootstrapSpec, JobKind, JobProgress, JobRecord, JobState, JobType, NodeSelector, TaskRecord, TaskTransition,
+} from './types.js';
 
 export type Row = Record<string, unknown>;
 

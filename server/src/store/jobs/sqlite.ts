@@ -8,7 +8,8 @@ import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from './types.js';
 import {
-  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, type Row,
+  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow,
+  type Row,
 } from './rows.js';
 import type { Page } from '../store.js';
 import type { SqliteDb } from '../sqlite/db.js';

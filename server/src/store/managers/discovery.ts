@@ -1,5 +1,5 @@
 /**
- * What a provider's poll does to nodes, as pure functions (like ../rules.ts), so both backends apply
+ * What a provider's poll does to nodes, as pure functions (like ../nodes/rules.ts), so both backends apply
  * the same lifecycle: the cloud's state is the node's state (`terminated` is final, `stopped`
  * makes it unreachable), a held node the poll no longer sees is `missing`.
  */

@@ -6,18 +6,14 @@
  */
 import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
-import type {
-  CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
-} from './types.js';
+import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
-import { NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
+import { NODE_COLUMNS, nodeFromRow, nodeValues, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../nodes/rules.js';
 import { toUtcIso } from '../time.js';
-import { nodeFromRow, nodeValues } from '../nodes/records.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
-import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
-import { postgresRows } from '../postgres/rows.js';
+import { type PostgresDb, postgresRows, type Queryable as Q } from '../postgres/db.js';
 
 export interface PostgresNodeWriter {
   saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void>;

@@ -3,18 +3,14 @@
  * (row, tags, groups, certificate and history alike), inside this store's IMMEDIATE transaction.
  */
 import { capstanError } from '@capstan/shared';
-import type {
-  CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore,
-} from './types.js';
+import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
-import { NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
+import { NODE_COLUMNS, nodeFromRow, nodeParams, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { transitions } from '../nodes/rules.js';
 import { toUtcIso } from '../time.js';
-import { nodeFromRow, nodeParams } from '../nodes/records.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 
 /** What the nodes part lends: writing a node changed by a rule (inside the caller's transaction). */
 export interface SqliteNodeWriter {

@@ -6,9 +6,8 @@
  */
 import type pg from 'pg';
 import { addressKey, capstanError, isCapstanError } from '@capstan/shared';
-import type { PostgresDb } from '../postgres/db.js';
-import { postgresRows } from '../postgres/rows.js';
-import { checkNodeCreate, checkPaging, checkPatch } from '../input.js';
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
+import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
@@ -16,15 +15,17 @@ import { checkFilters, filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE } from './records.js';
-import { afterRun, AFTER_RUN_FIELDS, applyChange, manualNode, transitions, type HistoryInsert, type NodeChange } from './rules.js';
-import type { Acceptance, HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeStore } from './types.js';
+import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
 
 export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
-export class PostgresNodes implements NodeStore {
-  constructor(private readonly db: PostgresDb) {}
+export class PostgresNodes extends NodeChanges implements NodeStore {
+  constructor(private readonly db: PostgresDb) {
+    super();
+  }
 
   /** The node, its row locked until the caller's transaction ends (FOR NO KEY UPDATE). */
   async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
@@ -163,31 +164,8 @@ export class PostgresNodes implements NodeStore {
     }
   }
 
-  /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
-  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
-    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
-  }
-
-  // The four changes by name (tests and tools call them so): the one update above.
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
-  }
-
-  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'state', state }, at, cause);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'contact' }, at, cause);
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
-  }
-
   /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
-  private async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
+  protected async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
     const when = toUtcIso(at, 'at');
     return this.db.tx(what, async (c) => {
       const node = await this.lockNode(what, c, id);

@@ -9,9 +9,8 @@
  * missed its runs or its state is not running/unknown).
  */
 import { capstanError } from '@capstan/shared';
-import type {
-  Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory,
-} from './types.js';
+import type { Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory } from './types.js';
+import { checkPatch } from '../input.js';
 import { parseRfc3339, toUtcIso } from '../time.js';
 
 /** The state a node starts in when nothing says otherwise: agent and manual nodes run. */
@@ -295,6 +294,37 @@ export function applyChange(node: NodeRecord, change: NodeChange, at: string): N
     case 'state': return withState(node, change.state, at);
     case 'patch': return withPatch(node, change.patch, at);
     case 'contact': return afterContact(node, at);
+  }
+}
+
+/**
+ * The one node update and the four changes by name (tests and tools call them so), the same in
+ * both dialects: each dialect's `update` reads the node (PostgreSQL: locks its row), applies the
+ * rule and writes it back with its transitions, in one transaction.
+ */
+export abstract class NodeChanges {
+  /** Read, change with a rule of this file, write back and record the transitions if anything changed. */
+  protected abstract update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null | Promise<NodeRecord | null>;
+
+  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
+    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
+    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
+  }
+
+  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
+  }
+
+  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'state', state }, at, cause);
+  }
+
+  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'contact' }, at, cause);
+  }
+
+  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
+    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
   }
 }
 

@@ -4,9 +4,8 @@
  * (rules.ts) and writes it back with its transitions in one IMMEDIATE transaction.
  */
 import { addressKey, capstanError } from '@capstan/shared';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
-import { checkNodeCreate, checkPaging, checkPatch } from '../input.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
+import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
@@ -14,16 +13,18 @@ import { checkFilters, filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE } from './records.js';
-import { afterRun, AFTER_RUN_FIELDS, applyChange, manualNode, transitions, type HistoryInsert, type NodeChange } from './rules.js';
-import type { Acceptance, HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodePatch, NodeRecord, NodeStore } from './types.js';
+import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
 const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
-export class SqliteNodes implements NodeStore {
-  constructor(private readonly db: SqliteDb) {}
+export class SqliteNodes extends NodeChanges implements NodeStore {
+  constructor(private readonly db: SqliteDb) {
+    super();
+  }
 
   /** A node as stored, inside the caller's transaction. */
   node(id: string): NodeRecord | null {
@@ -132,31 +133,8 @@ export class SqliteNodes implements NodeStore {
     });
   }
 
-  /** The one node update: read, apply the change's rule (rules.ts applyChange), write back with its transitions. */
-  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
-    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
-  }
-
-  // The four changes by name (tests and tools call them so): the one update above.
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
-  }
-
-  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'state', state }, at, cause);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'contact' }, at, cause);
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
-  }
-
   /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
-  private update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
+  protected update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
     const when = toUtcIso(at, 'at');
     return this.db.write(what, () => {
       const node = this.node(id);

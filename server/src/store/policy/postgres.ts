@@ -2,8 +2,7 @@
  * Policy objects and generated bundles on PostgreSQL. A generation's batch sets each node's
  * expectations under its row lock (through the compliance part), then writes its bundle.
  */
-import type { PostgresDb } from '../postgres/db.js';
-import { postgresRows } from '../postgres/rows.js';
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';

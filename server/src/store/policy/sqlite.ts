@@ -4,8 +4,7 @@
  * expectations its last run is judged by (through the compliance part).
  */
 import type { ExpectedComponent } from '@capstan/shared';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
@@ -161,6 +160,4 @@ export class SqlitePolicy implements PolicyStore {
     for (const r of recompute) this.compliance.recompute(r.nodeId, r.configId, r.previous, r.items, r.when);
     return live.length;
   }
-
-  // --- changes ------------------------------------------------------------------------------
 }

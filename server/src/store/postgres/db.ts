@@ -1,12 +1,18 @@
 /**
  * The registry's PostgreSQL pool, and the one way every part of the PostgreSQL store reaches it:
  * one statement on the pool, or one transaction on one pooled connection. Every failure comes out
- * as a store error naming what was being done (errors.ts decides transient or refused).
+ * as a store error naming what was being done (errors.ts decides transient or refused). Rows come
+ * back through one codec (postgresRows).
+ *
+ * Per-connection settings go into the start-up packet's `options`, not into a query run on each
+ * new connection: such a query, queued by a `connect` listener while the pool hands the same
+ * connection to a caller, made node-pg run two queries on one client at once, which it warns
+ * about on every start (and pg 9 refuses).
  */
 import pg from 'pg';
 import { capstanError } from '@capstan/shared';
 import { storeError } from '../errors.js';
-import { poolConfig } from './connection.js';
+import type { RowCodec } from '../row-codec.js';
 
 /** Where a statement runs: the pool (one statement), or the connection of a transaction. */
 export type Queryable = pg.Pool | pg.PoolClient;
@@ -95,3 +101,38 @@ export class PostgresDb {
     await this.pool.end();
   }
 }
+
+/**
+ * `jit = off`: JIT compilation costs 100+ ms and pays off only for long analytic queries; the
+ * registry's are short, and a filter's estimated cost easily crosses jit_above_cost (measured: a
+ * 60 ms list took 180 ms). `search_path` when the store keeps its own schema (tests use one per run).
+ */
+function poolConfig(url: string, max: number, schema?: string): pg.PoolConfig {
+  const ours = ['-c jit=off', ...(schema !== undefined ? [`-c search_path=${schema}`] : [])].join(' ');
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch {
+    parsed = undefined;
+  }
+  if (!parsed || !/^postgres(ql)?:$/.test(parsed.protocol)) return { connectionString: url, max, options: ours };
+  // node-pg lets an `options` parameter in the URL win over the `options` field, so the two are
+  // merged here: ours first, the URL's after them (for the same setting, the last one counts).
+  const given = parsed.searchParams.get('options');
+  parsed.searchParams.set('options', given ? `${ours} ${given}` : ours);
+  return { connectionString: parsed.toString(), max };
+}
+
+/** A timestamp as ISO 8601 UTC text; null stays null. */
+export function iso(value: unknown): string | null {
+  if (value === null || value === undefined) return null;
+  return value instanceof Date ? value.toISOString() : new Date(String(value)).toISOString();
+}
+
+/** How rows come back from node-pg: timestamptz as Date, jsonb parsed; records carry ISO text. */
+export const postgresRows: RowCodec = {
+  time: iso,
+  // jsonb comes back parsed; JSON kept in a text column is parsed here.
+  json: (v) => (typeof v === 'string' ? JSON.parse(v) : v),
+  bool: (v) => v === true,
+};

@@ -8,8 +8,7 @@
  */
 import type pg from 'pg';
 import { capstanError, compressSync, decompress, isTransient } from '@capstan/shared';
-import type { PostgresDb } from '../postgres/db.js';
-import { iso, postgresRows } from '../postgres/rows.js';
+import { iso, type PostgresDb, postgresRows } from '../postgres/db.js';
 import { checkPaging, checkRun } from '../input.js';
 import type { PostgresChanges } from '../changes/postgres.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
@@ -113,7 +112,7 @@ export class PostgresRuns implements RunStore {
 
   /**
    * A run's log and outcomes against its node-day's base, made from this run when the day has
-   * none yet (store/run-codec.ts). The node's row is locked by the caller, so two servers never
+   * none yet (run-codec.ts). The node's row is locked by the caller, so two servers never
    * make the same node-day's base at once; ON CONFLICT is there all the same.
    */
   private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
@@ -231,6 +230,4 @@ export class PostgresRuns implements RunStore {
     const max = await this.db.query<{ n: string }>(what, this.db.pool, { text: 'SELECT coalesce(max(id), 0) AS n FROM runs' });
     return { converted, skipped: rows.length - converted, through_id: last, max_id: Number(max.rows[0]!.n), done: rows.length < limit };
   }
-
-  // --- compliance ---------------------------------------------------------------------------
 }

@@ -4,8 +4,7 @@
  * parts), all in the run's transaction; a batch shares one transaction, a savepoint per run.
  */
 import { capstanError, compressSync, decompress } from '@capstan/shared';
-import type { SqliteDb } from '../sqlite/db.js';
-import { sqliteRows } from '../sqlite/rows.js';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { storeError } from '../errors.js';
 import { checkPaging, checkRun } from '../input.js';
 import type { SqliteChanges } from '../changes/sqlite.js';
@@ -85,7 +84,7 @@ export class SqliteRuns implements RunStore {
 
   /**
    * A run's log and outcomes against its node-day's base, which is made from this run when the
-   * day has none yet (store/run-codec.ts).
+   * day has none yet (run-codec.ts).
    */
   private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): { base_id: number; log: Buffer; outcomes: Buffer } {
     const day = runDay(startedUtc);
@@ -171,6 +170,4 @@ export class SqliteRuns implements RunStore {
     const maxId = this.db.read('compactRuns', () => Number(this.db.stmt('SELECT coalesce(max(id), 0) FROM runs').pluck().get()));
     return { converted, skipped: rows.length - converted, through_id: last, max_id: maxId, done: rows.length < limit };
   }
-
-  // --- compliance ---------------------------------------------------------------------------
 }

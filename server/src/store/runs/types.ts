@@ -11,7 +11,8 @@ import type { Page } from '../store.js';
 /** One component's outcome in a run (shared compliance module). */
 export type RunSummaryOutcome = RunOutcome;
 
-export interface RunInsert {
+/** What a run is, as the ingest hands it over and as it is listed back. */
+export interface RunFields {
   node_id: string;
   /** The run's start time (first report's start datetime), ISO 8601 with offset as reported. */
   started_at: string;
@@ -24,6 +25,10 @@ export interface RunInsert {
   /** The file name it arrived under, and the sha256 hex of the bytes received. */
   file_name: string;
   sha256: string;
+  received_at: string;
+}
+
+export interface RunInsert extends RunFields {
   /**
    * The verified run log text (S/MIME stripped), compressed by the caller (zstd): stored as
    * given and returned as given by getRunLog. Either this or `log_text`.
@@ -31,12 +36,11 @@ export interface RunInsert {
   log_compressed?: Buffer;
   /**
    * The verified run log text itself: the store keeps it against the node-day's base (migration
-   * 16, store/run-codec.ts), ~5× smaller than compressed alone. The ingest gives this.
+   * 14, runs/run-codec.ts), ~5× smaller than compressed alone. The ingest gives this.
    */
   log_text?: Buffer;
-  received_at: string;
   /**
-   * `outcomes` already packed (store/outcomes.ts: the packed JSON of exactly `outcomes`), by a
+   * `outcomes` already packed (runs/outcomes.ts: the packed JSON of exactly `outcomes`), by a
    * caller that did it off the event loop (the ingest workers). Absent: the store packs them.
    */
   outcomes_packed?: Buffer;
@@ -61,18 +65,9 @@ export interface CompactProgress {
   done: boolean;
 }
 
-export interface RunRecord {
+/** A stored run (its log is read apart: getRunLog, getRunLogText). */
+export interface RunRecord extends RunFields {
   id: number;
-  node_id: string;
-  started_at: string;
-  config_id: string | null;
-  complete: boolean;
-  report_count: number;
-  counts: Record<string, number>;
-  outcomes: RunSummaryOutcome[];
-  file_name: string;
-  sha256: string;
-  received_at: string;
 }
 
 /** A time range on a run's start, `from` inclusive, `to` exclusive; RFC 3339. */

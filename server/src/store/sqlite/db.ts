@@ -17,6 +17,7 @@
 import Database from 'better-sqlite3';
 import { capstanError } from '@capstan/shared';
 import { storeError } from '../errors.js';
+import type { RowCodec } from '../row-codec.js';
 
 export interface SqliteDbOptions {
   path: string;
@@ -97,3 +98,13 @@ export class SqliteDb {
     if (this.handle.open) this.handle.close();
   }
 }
+
+/**
+ * How rows come back from SQLite: times as ISO text already (written in one spelling, time.ts),
+ * JSON as text, booleans as 0/1.
+ */
+export const sqliteRows: RowCodec = {
+  time: (v) => (v ?? null) as string | null,
+  json: (v) => JSON.parse(v as string),
+  bool: (v) => v === 1,
+};

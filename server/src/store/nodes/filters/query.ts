@@ -5,9 +5,7 @@
  */
 import { capstanError, FILTER_LIMITS, parseFilter } from '@capstan/shared';
 import { compileFilter } from './sql.js';
-import {
-  SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField,
-} from '../../store.js';
+import { SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField } from '../../store.js';
 import { toUtcIso } from '../../time.js';
 
 /** The escape character used in every LIKE pattern we build (`ESCAPE '\'`). */

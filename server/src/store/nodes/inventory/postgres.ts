@@ -5,8 +5,7 @@
  */
 import type pg from 'pg';
 import { capstanError } from '@capstan/shared';
-import type { PostgresDb } from '../../postgres/db.js';
-import { iso } from '../../postgres/rows.js';
+import { iso, type PostgresDb } from '../../postgres/db.js';
 import { checkInventory, checkPaging } from '../../input.js';
 import type { Page } from '../../store.js';
 import { nodeValues } from '../records.js';
