@@ -5,7 +5,7 @@
  * node's inventory: about 500 packages per node drawn from a shared pool of 3,000 (name,
  * version) pairs (1,000 package names, three versions each), OS and hardware, two addresses and
  * 20 facts. It is generated straight into the tables, in the order the indexes want it (the
- * ingest path writes the same rows, one inventory at a time: inventory-index.ts). Then, on each
+ * ingest path writes the same rows, one inventory at a time: store/nodes/inventory/indexing.ts). Then, on each
  * store, the median of a few rounds of a node-list page (per_page 100, with totals) for:
  * - a package-version query (`package:pkg-0007 < 2.0`),
  * - a three-clause OS + package + fact query,

@@ -12,8 +12,8 @@ import pg from 'pg';
 import { openStore, type Store } from '@capstan/server/store/index';
 
 export { openStore, type ChangeQuery, type NodeFilter, type NodeListQuery, type Store } from '@capstan/server/store/index';
-export { NODE_COLUMNS } from '@capstan/server/store/query';
-export { packOutcomes } from '@capstan/server/store/outcomes';
+export { NODE_COLUMNS } from '@capstan/server/store/nodes/records';
+export { packOutcomes } from '@capstan/server/store/runs/outcomes';
 
 /** An SQLite database at the current schema (`path`, in the temporary `dir`), removed after `fn`. */
 export async function withSqlite<T>(prefix: string, fn: (path: string, dir: string) => Promise<T>): Promise<T> {

@@ -20,7 +20,7 @@ export const SERVER_SCHEMA = {
     /** postgres://… to use PostgreSQL; empty → SQLite at <data_dir>/capstan.db. */
     url: { type: 'string', default: '', optional: true },
     pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
-    /** Decoded node-day bases of runs kept in memory per server process (store/run-codec.ts). */
+    /** Decoded node-day bases of runs kept in memory per server process (store/runs/run-codec.ts). */
     run_base_cache: { type: 'size', default: '64MiB', min: 0 },
   },
   limits: {

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { COMPLIANCE_STATES, zeroCounts } from '@capstan/shared';
-import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, directiveChangesRaw } from '@capstan/server/store/compliance-rows';
+import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, directiveChangesRaw } from '@capstan/server/store/compliance/rows';
 
 t.test('zeroCounts holds every state at 0, in order', async (t) => {
   const z = zeroCounts();

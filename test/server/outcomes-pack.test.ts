@@ -1,7 +1,7 @@
 import t from 'tap';
 import { deflateRawSync } from 'node:zlib';
 import { isZstdFrame } from '@capstan/shared';
-import { packOutcomes, packedOrNull, unpackOutcomes } from '@capstan/server/store/outcomes';
+import { packOutcomes, packedOrNull, unpackOutcomes } from '@capstan/server/store/runs/outcomes';
 import type { RunSummaryOutcome } from '@capstan/server/store/store';
 
 const outcomes = Array.from({ length: 80 }, (_, i) => ({

@@ -207,6 +207,43 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.same((await store.listNodes({ page: 1, per_page: 10 })).total, 1, 'nothing else was written');
   });
 
+  t.test('U+0000 gets one answer from every part of every backend: refused, not found, or dropped', async (t) => {
+    // SQLite stored what PostgreSQL refused, and PostgreSQL's side stores each had their own
+    // checks (or none, and a driver error): a side store's write could succeed on one backend only.
+    const { store } = await setup(t, backend);
+    const bad = { code: 'ERR_BAD_REQUEST', transient: false };
+    await store.createNode({ id: 'm1', hostname: 'h' });
+    await store.putPolicyBundle({ node_id: 'm1', config_id: 'c1', generated_at: '2024-05-01T10:00:00Z', bundle: '{}' });
+    await t.rejects(store.admins.createAdmin({ name: 'a\u0000', role: 'viewer', token_digest: FP('d'), created_at: '2024-05-01T10:00:00.000Z', expires_at: null }), bad);
+    await t.rejects(store.jobs.createJob({
+      id: 'j1', name: 'x', type: 'run', nodes: ['m1'], node_selectors: [], conditions: ['a\u0000'], keep_output: false, timeout_ms: 1000,
+      created_at: '2024-05-01T10:00:00Z', deadline_at: '2024-05-01T11:00:00Z',
+    }, ['m1']), bad);
+    await t.rejects(store.managers.createManager({ id: 'mg', name: 'x', type: 'static', provider: 'server', spec: { hosts: ['a\u0000'] } }, '2024-05-01T10:00:00Z'), bad);
+    await t.rejects(store.updateNode('m1', { tags: { env: 'a\u0000' } }, '2024-05-01T10:00:00Z'), bad);
+    // A name that cannot be stored names nothing.
+    t.equal(await store.jobs.getJob('j\u0000'), null);
+    t.same(await store.jobs.listTasks('j\u0000'), []);
+    t.equal(await store.managers.getManager('m\u0000'), null);
+    await t.rejects(store.managers.applyDiscovery('m\u0000', [], '2024-05-01T10:00:00Z'), { code: 'ERR_NOT_FOUND' });
+    t.equal(await store.identity.getKey('k\u0000'), null);
+    t.equal(await store.identity.rememberNonce('n\u0000', 2_000_000_000, 1_700_000_000), false);
+    t.equal(await store.bootstrap.getHostKey('m\u0000'), null);
+    t.equal(await store.admins.getAdmin('a\u0000'), null);
+    t.equal(await store.getPolicyObject('rule', 'r\u0000'), null);
+    t.equal(await store.getExpectations('m1', 'c\u0000'), null);
+    t.same(await store.getHistory('m\u0000', 1, 10), { data: [], total: 0 });
+    // From a list of names, those that cannot be stored are dropped.
+    t.same([...(await store.policyConfigIds(['m1', 'm\u0000']))], [['m1', 'c1']]);
+    t.equal(await store.identity.forceRenewal(['m1', 'm\u0000'], 1_700_000_000), 1);
+    // The audit log keeps every request: the character is dropped, the record kept.
+    await store.admins.insertAudit({
+      at: '2024-05-01T10:00:00.000Z', admin: null, role: null, action: 'nodes.get', target: null,
+      method: 'GET', path: '/api/1/nodes/a\u0000b', address: '127.0.0.1', status: 401, error: 'ERR_UNAUTHORIZED',
+    });
+    t.match((await store.admins.listAudit({ page: 1, per_page: 10 })).rows, [{ path: '/api/1/nodes/ab' }]);
+  });
+
   t.test('a run with the same node and start instant is a duplicate and writes nothing', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'n1', hostname: 'h' });

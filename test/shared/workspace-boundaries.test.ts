@@ -87,3 +87,18 @@ for (const ws of ['shared', 'toolkit', 'bench']) {
     t.same([...declared].filter((p) => !used.has(p)).sort(), [], 'declared but never imported');
   });
 }
+
+/**
+ * The server's store is the bottom room: the registry, jobs, policy and the API are built on it,
+ * so it imports none of them (it once reached up into jobs/ for the task states, which made the
+ * store's types depend on the job runner's folder).
+ */
+t.test('server: the store imports nothing from the rooms above it', async (t) => {
+  const store = join(ROOT, 'server', 'src', 'store');
+  const bad = specifiers('server')
+    .filter((x) => x.file.startsWith(`server${sep}src${sep}store${sep}`) && x.spec.startsWith('.'))
+    .map((x) => ({ ...x, to: resolve(ROOT, x.file, '..', x.spec) }))
+    .filter((x) => !x.to.startsWith(store + sep))
+    .map(({ file, spec }) => ({ file, spec }));
+  t.same(bad, [], 'every relative import stays inside server/src/store/');
+});

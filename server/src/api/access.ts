@@ -9,7 +9,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { capstanError, isCapstanError, type Logger } from '@capstan/shared';
 import { readJson } from '@capstan/toolkit';
-import type { AdminStore, AuditInsert } from '../store/admins-types.js';
+import type { AdminStore, AuditInsert } from '../store/admins/types.js';
 import { roleAllows, type Role } from './auth.js';
 
 export interface RouteAccess {

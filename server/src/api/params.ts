@@ -9,7 +9,7 @@
  * meaning (always a prefix).
  */
 import { capstanError } from '@capstan/shared';
-import { isFilterKey } from '../store/query.js';
+import { isFilterKey } from '../store/nodes/filters/query.js';
 import { parseRfc3339 } from '../store/time.js';
 import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../store/store.js';
 

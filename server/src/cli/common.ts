@@ -13,7 +13,7 @@ import { identitySettings } from '../identity/settings.js';
 import { PolicyGenerator } from '../policy/generate.js';
 import { NodeRegistry, nodeEffects } from '../registry/nodes.js';
 import { openStore } from '../store/index.js';
-import { isFilterKey } from '../store/query.js';
+import { isFilterKey } from '../store/nodes/filters/query.js';
 import type { NodeFilter, NodeRecord, Store } from '../store/store.js';
 
 export { collect, int } from './args.js';

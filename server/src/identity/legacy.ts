@@ -6,7 +6,7 @@
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import { capstanError } from '@capstan/shared';
-import type { IdentityTokenRow } from '../store/identity.js';
+import type { IdentityTokenRow } from '../store/identity/types.js';
 
 export interface LegacyKey {
   kid: string;

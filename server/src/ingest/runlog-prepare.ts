@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog } from '@capstan/shared';
-import { packOutcomes } from '../store/outcomes.js';
+import { packOutcomes } from '../store/runs/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunInsert } from '../store/store.js';
 import type { OcsLimits } from './ocs.js';
@@ -73,7 +73,7 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
     // The store encodes this JSON against the node-day's base: made once, here, not again on the event loop.
     outcomes_json: json,
     sha256: createHash('sha256').update(raw).digest('hex'),
-    // The store keeps it against the node-day's base (store/run-codec.ts).
+    // The store keeps it against the node-day's base (store/runs/run-codec.ts).
     // A view into a larger buffer would cross to the main thread whole: copied to its own.
     log_text: verified.content.byteLength === verified.content.buffer.byteLength ? verified.content : Buffer.from(verified.content),
   };

@@ -16,7 +16,7 @@ import type { EnrollmentRules } from '../registry/enrollment.js';
 import type { InsertRunResult, NodeRecord, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
-import { clockSkew } from '../store/rules.js';
+import { clockSkew } from '../store/nodes/rules.js';
 
 export { runStart };
 

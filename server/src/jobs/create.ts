@@ -13,7 +13,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { capstanError, parseDuration } from '@capstan/shared';
-import { checkFilters, hasAgent, isFilterKey } from '../store/query.js';
+import { checkFilters, hasAgent, isFilterKey } from '../store/nodes/filters/query.js';
 import type { BootstrapSpec, FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;

@@ -6,7 +6,7 @@
  * refused later by the node for a reason the admin could have been told about.
  */
 import { capstanError, isCapstanError, parseCondition, parseDuration, validateMethodParams, type Directive, type DirectiveMode } from '@capstan/shared';
-import { checkFilters, isFilterKey } from '../store/query.js';
+import { checkFilters, isFilterKey } from '../store/nodes/filters/query.js';
 import type { NodeFilter } from '../store/store.js';
 
 /** Ids travel in every report line, between `@@` separators: keep them to a safe alphabet. */

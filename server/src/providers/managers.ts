@@ -6,8 +6,8 @@
 import { capstanError, silentLogger } from '@capstan/shared';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
-import { checkInstance } from '../store/discovery-rules.js';
-import { NODE_STATES } from '../store/rules.js';
+import { checkInstance } from '../store/managers/discovery.js';
+import { NODE_STATES } from '../store/nodes/rules.js';
 import { NodeRegistry } from '../registry/nodes.js';
 
 /** The largest poll a relay may post (instances); larger accounts need narrower filters or managers. */

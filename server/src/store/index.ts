@@ -19,7 +19,7 @@ export interface OpenStoreOptions {
   poolSize?: number;
   /** Postgres only: keep the registry in this schema (tests use one per run). */
   schema?: string;
-  /** Memory for decoded node-day bases of runs (store/run-codec.ts); default 64 MiB. */
+  /** Memory for decoded node-day bases of runs (store/runs/run-codec.ts); default 64 MiB. */
   runBaseCacheBytes?: number;
   /** Clock for times the store stamps itself (manual node creation); tests pass a fixed one. */
   now?: () => Date;

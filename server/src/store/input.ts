@@ -5,15 +5,42 @@
  */
 import { capstanError } from '@capstan/shared';
 import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
-import { packOutcomes } from './outcomes.js';
+import { packOutcomes } from './runs/outcomes.js';
 import { toUtcIso } from './time.js';
 
-export function refuseNul(fields: Record<string, unknown>): void {
-  for (const [name, value] of Object.entries(fields)) {
-    if (typeof value === 'string' && value.includes('\u0000')) {
-      throw capstanError('ERR_BAD_REQUEST', `${name} contains a NUL character`);
-    }
+/**
+ * Refuse U+0000 anywhere in `value`: its strings, and the keys and items of its objects, arrays
+ * and maps, however deep (Buffers, dates and functions are not text). PostgreSQL cannot store it
+ * in text, and SQLite can: refused here, it is refused alike by both. `path` names the value in
+ * the error; the fields of an object are named by their path from it.
+ */
+export function refuseNul(value: unknown, path = '', depth = 0): void {
+  if (typeof value === 'string') {
+    if (value.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `${path || 'a value'} contains a NUL character`);
+    return;
   }
+  if (value === null || typeof value !== 'object' || depth >= MAX_DEPTH) return;
+  const entries = Array.isArray(value) ? value.entries() : value instanceof Map ? value.entries() : isPlain(value) ? Object.entries(value) : [];
+  for (const [k, v] of entries) {
+    const name = path ? `${path}.${String(k)}` : String(k);
+    refuseNul(k, path, depth + 1);
+    refuseNul(v, name, depth + 1);
+  }
+}
+
+/** Deeper than this, a value is not what a caller hands the store; the database has the last word. */
+const MAX_DEPTH = 32;
+
+const isPlain = (v: object) => {
+  const proto = Object.getPrototypeOf(v) as unknown;
+  return proto === Object.prototype || proto === null;
+};
+
+/** Paging values come from query strings; reject nonsense instead of computing negative offsets. */
+export function checkPaging(page: number, perPage: number): { limit: number; offset: number } {
+  if (!Number.isSafeInteger(page) || page < 1) throw capstanError('ERR_BAD_REQUEST', 'page must be an integer ≥ 1');
+  if (!Number.isSafeInteger(perPage) || perPage < 1) throw capstanError('ERR_BAD_REQUEST', 'per_page must be an integer ≥ 1');
+  return { limit: perPage, offset: (page - 1) * perPage };
 }
 
 /**
@@ -42,7 +69,7 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
   return { receivedAt: toUtcIso(inv.received_at, 'received_at'), document: toJson(inv.inventory, 'inventory') };
 }
 
-/** A run ready to write: times normalised, summaries serialised (outcomes also packed, store/outcomes.ts). */
+/** A run ready to write: times normalised, summaries serialised (outcomes also packed, runs/outcomes.ts). */
 export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
   const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, ...fields } = run;
   refuseNul(fields);
@@ -130,7 +157,6 @@ export function checkGroups(groups: unknown): string[] {
 
 /** A manual or discovered node, checked alike for both backends. */
 export function checkNodeCreate(n: NodeCreate): NodeCreate {
-  refuseNul({ id: n.id, hostname: n.hostname, certificate: n.certificate, certificate_fingerprint: n.certificate_fingerprint });
   const out: NodeCreate = { ...n };
   for (const f of ['name', 'address', 'manager', 'region', 'source_id', 'account_id', 'state'] as const) {
     if (n[f] !== undefined && n[f] !== null) text(n[f], f, 255);

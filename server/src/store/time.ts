@@ -53,3 +53,6 @@ export function runRange(range: { from?: string; to?: string }): { from: string 
     to: range.to === undefined ? null : toUtcIso(range.to, 'to'),
   };
 }
+
+/** A time as read back: a Date from node-pg, ISO text already from SQLite. */
+export const isoOf = (v: unknown): string => (v instanceof Date ? v.toISOString() : String(v));

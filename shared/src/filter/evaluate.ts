@@ -1,6 +1,6 @@
 /**
  * In-memory evaluation of a filter over one node, with the same meaning as the SQL the server
- * compiles (server/src/store/filter-sql.ts): every comparison with no value to compare (no
+ * compiles (server/src/store/nodes/filters/sql.ts): every comparison with no value to compare (no
  * fact, never ran) is false, and `not` is plain negation of that.
  */
 import { addressKey, type FilterExpr, type FilterValue } from './parse.js';

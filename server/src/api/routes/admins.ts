@@ -5,8 +5,8 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError, parseDuration } from '@capstan/shared';
 import { readJson } from '@capstan/toolkit';
-import type { AdminRecord, AdminRole, AdminStore } from '../../store/admins-types.js';
-import { ADMIN_ROLES } from '../../store/admins-types.js';
+import type { AdminRecord, AdminRole, AdminStore } from '../../store/admins/types.js';
+import { ADMIN_ROLES } from '../../store/admins/types.js';
 import { parseRfc3339 } from '../../store/time.js';
 import { BOOTSTRAP_ADMIN, newToken, tokenDigest } from '../auth.js';
 import { bodyObject, paging, single, timeParam, type Query } from '../params.js';

@@ -6,7 +6,7 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared';
 import { loadModel } from '../../policy/generate.js';
-import { MAX_FILTER_IDS } from '../../store/changes-rows.js';
+import { MAX_FILTER_IDS } from '../../store/changes/rows.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Store } from '../../store/store.js';
 import { exportFormat, sendRows } from '../export.js';
 import { paging, single, timeParam, type Query } from '../params.js';

@@ -4,8 +4,8 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog } from '@capstan/shared';
 import { readJson } from '@capstan/toolkit';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
-import { NODE_STATES } from '../../store/rules.js';
-import { checkProperties } from '../../store/inventory-index.js';
+import { NODE_STATES } from '../../store/nodes/rules.js';
+import { checkProperties } from '../../store/nodes/inventory/indexing.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
 import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 

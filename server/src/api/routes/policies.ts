@@ -18,7 +18,7 @@ import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES, parsePlanRequest, planPolicy } from
 import { listView } from './nodes.js';
 import { paging, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
-import { MAX_FILTER_VALUES } from '../../store/query.js';
+import { MAX_FILTER_VALUES } from '../../store/nodes/filters/query.js';
 
 /**
  * May this request fetch this node's policy? The node identity layer fills this with its check

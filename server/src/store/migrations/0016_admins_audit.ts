@@ -1,6 +1,6 @@
 /**
  * Version 16: named admins (hashed tokens, roles, expiry, revocation) and the audit log of every
- * write made through the admin API (see ../admins-types.ts).
+ * write made through the admin API (see ../admins/types.ts).
  */
 import type { Migration } from './index.js';
 

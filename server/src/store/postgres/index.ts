@@ -1,2 +1,51 @@
-// The shared-database backend; see postgres-store.ts for its locking choices.
-export { PostgresStore, type PostgresStoreOptions } from './postgres-store.js';
+/**
+ * The PostgreSQL backend: the Store on one database shared by several server processes, made of
+ * one part per subject, each in its folder beside its SQLite twin.
+ */
+import { PostgresAdminStore } from '../admins/postgres.js';
+import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
+import { PostgresChanges } from '../changes/postgres.js';
+import { PostgresCompliance } from '../compliance/postgres.js';
+import { ComposedStore } from '../facade.js';
+import { PostgresIdentityStore } from '../identity/postgres.js';
+import { PostgresJobStore } from '../jobs/postgres.js';
+import { PostgresManagerStore } from '../managers/postgres.js';
+import { PostgresInventory } from '../nodes/inventory/postgres.js';
+import { PostgresNodes } from '../nodes/postgres.js';
+import { PostgresPolicy } from '../policy/postgres.js';
+import { PostgresRuns } from '../runs/postgres.js';
+import { PostgresSweep } from '../sweep/postgres.js';
+import { PostgresDb, type PostgresDbOptions } from './db.js';
+import { migratePostgres } from './migrate.js';
+
+export interface PostgresStoreOptions extends PostgresDbOptions {
+  /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
+  onMaintenance?: (message: string, err?: unknown) => void;
+  /** Memory for decoded node-day bases (runs/run-codec.ts). */
+  runBaseCacheBytes?: number;
+}
+
+export class PostgresStore extends ComposedStore {
+  constructor(opts: PostgresStoreOptions) {
+    const db = new PostgresDb(opts);
+    const nodes = new PostgresNodes(db);
+    const compliance = new PostgresCompliance(db, nodes);
+    const changes = new PostgresChanges(db);
+    super({
+      nodes,
+      inventory: new PostgresInventory(db, nodes),
+      runs: new PostgresRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
+      compliance,
+      changes,
+      policy: new PostgresPolicy(db, compliance),
+      sweep: new PostgresSweep(db, opts.onMaintenance),
+      identity: new PostgresIdentityStore(db),
+      jobs: new PostgresJobStore(db),
+      managers: new PostgresManagerStore(db, nodes),
+      bootstrap: new PostgresBootstrapStore(db),
+      admins: new PostgresAdminStore(db),
+      migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
+      close: () => db.close(),
+    });
+  }
+}

@@ -1,2 +1,49 @@
-// The embedded backend; see sqlite-store.ts for its durability and locking choices.
-export { SqliteStore, type SqliteStoreOptions } from './sqlite-store.js';
+/**
+ * The embedded backend: the Store on one SQLite file (db.ts has its durability and locking
+ * choices), made of one part per subject, each in its folder beside its PostgreSQL twin.
+ */
+import { SqliteAdminStore } from '../admins/sqlite.js';
+import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
+import { SqliteChanges } from '../changes/sqlite.js';
+import { SqliteCompliance } from '../compliance/sqlite.js';
+import { ComposedStore } from '../facade.js';
+import { SqliteIdentityStore } from '../identity/sqlite.js';
+import { SqliteJobStore } from '../jobs/sqlite.js';
+import { SqliteManagerStore } from '../managers/sqlite.js';
+import { SqliteInventory } from '../nodes/inventory/sqlite.js';
+import { SqliteNodes } from '../nodes/sqlite.js';
+import { SqlitePolicy } from '../policy/sqlite.js';
+import { SqliteRuns } from '../runs/sqlite.js';
+import { SqliteSweep } from '../sweep/sqlite.js';
+import { SqliteDb, type SqliteDbOptions } from './db.js';
+import { migrateSqlite } from './migrate.js';
+
+export interface SqliteStoreOptions extends SqliteDbOptions {
+  /** Memory for decoded node-day bases (runs/run-codec.ts). */
+  runBaseCacheBytes?: number;
+}
+
+export class SqliteStore extends ComposedStore {
+  constructor(opts: SqliteStoreOptions) {
+    const db = new SqliteDb(opts);
+    const nodes = new SqliteNodes(db);
+    const compliance = new SqliteCompliance(db, nodes);
+    const changes = new SqliteChanges(db);
+    super({
+      nodes,
+      inventory: new SqliteInventory(db, nodes),
+      runs: new SqliteRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
+      compliance,
+      changes,
+      policy: new SqlitePolicy(db, compliance),
+      sweep: new SqliteSweep(db, nodes),
+      identity: new SqliteIdentityStore(db),
+      jobs: new SqliteJobStore(db),
+      managers: new SqliteManagerStore(db, nodes),
+      bootstrap: new SqliteBootstrapStore(db),
+      admins: new SqliteAdminStore(db),
+      migrate: async () => migrateSqlite(db),
+      close: async () => db.close(),
+    });
+  }
+}

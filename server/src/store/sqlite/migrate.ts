@@ -4,12 +4,13 @@
  * a migration, and a migration that fails leaves the previous schema intact (SQLite DDL is
  * transactional).
  */
-import type Database from 'better-sqlite3';
 import { capstanError } from '@capstan/shared';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../migrations/index.js';
+import type { SqliteDb } from './db.js';
 
-export function migrateSqlite(db: Database.Database, now: () => Date): void {
-  db.transaction(() => {
+export function migrateSqlite(store: SqliteDb): void {
+  const db = store.handle;
+  store.write('migrate', () => {
     db.exec('CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL) STRICT');
     const { v } = db.prepare('SELECT coalesce(max(version), 0) AS v FROM schema_version').get() as { v: number };
     if (v > LATEST_SCHEMA_VERSION) {
@@ -21,7 +22,7 @@ export function migrateSqlite(db: Database.Database, now: () => Date): void {
     for (const m of MIGRATIONS) {
       if (m.version <= v) continue;
       db.exec(m.sqlite);
-      record.run(m.version, now().toISOString());
+      record.run(m.version, store.now().toISOString());
     }
-  }).immediate();
+  });
 }

@@ -1,0 +1,99 @@
+/**
+ * Named admins and the audit log in the store (both backends, migration 16). An admin's token is
+ * never stored: only its sha256 digest, looked up when a request presents the token. The audit
+ * log is append-only for the API; the lifecycle sweep deletes what is older than
+ * `retention.audit` and what is above `retention.audit_max_rows`.
+ */
+import { lookup, REFUSE, STRIP, type NulRules } from '../guard.js';
+
+export type AdminRole = 'admin' | 'operator' | 'viewer';
+export const ADMIN_ROLES: readonly AdminRole[] = ['viewer', 'operator', 'admin'];
+
+export interface AdminRecord {
+  name: string;
+  role: AdminRole;
+  created_at: string;
+  expires_at: string | null;
+  revoked_at: string | null;
+  last_used_at: string | null;
+}
+
+export interface AdminInsert {
+  name: string;
+  role: AdminRole;
+  /** sha256 hex of the token. */
+  token_digest: string;
+  created_at: string;
+  expires_at: string | null;
+}
+
+export interface AuditInsert {
+  at: string;
+  /** Null when the caller was not authenticated (a 401). */
+  admin: string | null;
+  role: AdminRole | null;
+  action: string;
+  target: string | null;
+  method: string;
+  path: string;
+  address: string;
+  status: number;
+  /** The error code of a refused or failed request. */
+  error: string | null;
+}
+
+export interface AuditRecord extends AuditInsert {
+  id: number;
+}
+
+export interface AuditQuery {
+  from?: string;
+  to?: string;
+  admin?: string;
+  action?: string;
+  target?: string;
+  /** ok: status below 400; error: 400 and above. */
+  result?: 'ok' | 'error';
+  page: number;
+  per_page: number;
+}
+
+export interface AdminStore {
+  /**
+   * A new admin. ERR_CONFLICT when the name is taken by an admin not revoked; a revoked name may
+   * be given again (its row is replaced: the audit log keeps the history by name).
+   */
+  createAdmin(a: AdminInsert): Promise<AdminRecord>;
+  listAdmins(): Promise<AdminRecord[]>;
+  getAdmin(name: string): Promise<AdminRecord | null>;
+  /** The admin holding a token with this digest (revoked and expired ones too: the caller decides). */
+  adminByDigest(digest: string): Promise<(AdminRecord & { token_digest: string }) | null>;
+  /** Revoke; false when unknown or revoked already. */
+  revokeAdmin(name: string, at: string): Promise<boolean>;
+  /** Replace the token of an admin not revoked; null when there is none. */
+  replaceToken(name: string, digest: string): Promise<AdminRecord | null>;
+  touchAdmin(name: string, at: string): Promise<void>;
+
+  insertAudit(r: AuditInsert): Promise<void>;
+  /** Newest first. */
+  listAudit(q: AuditQuery): Promise<{ rows: AuditRecord[]; total: number }>;
+  /** Delete up to `limit` records older than `before`; returns how many. */
+  deleteAuditBefore(before: string, limit: number): Promise<number>;
+  /** Delete up to `limit` of the oldest records beyond the newest `keep`; returns how many. */
+  trimAudit(keep: number, limit: number): Promise<number>;
+}
+
+/** How each admins method treats U+0000 (guard.ts). */
+export const ADMINS_NUL: NulRules<AdminStore> = {
+  createAdmin: REFUSE,
+  listAdmins: REFUSE,
+  getAdmin: lookup([0], () => null),
+  adminByDigest: lookup([0], () => null),
+  revokeAdmin: lookup([0], () => false),
+  replaceToken: lookup([0], () => null),
+  touchAdmin: lookup([0], () => undefined),
+  insertAudit: STRIP,
+  listAudit: lookup([0], () => ({ rows: [], total: 0 })),
+  deleteAuditBefore: REFUSE,
+  trimAudit: REFUSE,
+};

@@ -1,0 +1,84 @@
+/** Changes on PostgreSQL: stored with their run, labelled against the node's previous run, listed and counted. */
+import type pg from 'pg';
+import type { PostgresDb } from '../postgres/db.js';
+import { checkPaging } from '../input.js';
+import { postgresDialect } from '../nodes/filters/postgres.js';
+import type { RunInsert } from '../runs/types.js';
+import { changeFromRow, changeWhere, labelFor } from './rows.js';
+import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
+
+export class PostgresChanges implements ChangeStore {
+  constructor(private readonly db: PostgresDb) {}
+
+  /** A stored run's changes, labelled, and the next run's labelled again: inside the run's transaction. */
+  async runStored(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
+    if (changes.length > 0) await this.insertChanges(c, run, runId, startedUtc, changes);
+    await this.relabelNext(c, run, startedUtc);
+  }
+
+  /** A run's changes, labelled as the SQLite part's insertChanges says. */
+  private async insertChanges(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
+    const what = 'insertChanges';
+    const prev = await this.db.query<{ config_id: string | null }>(what, c, {
+      name: 'run_previous_config',
+      text: 'SELECT config_id FROM runs WHERE node_id = $1 AND started_at_utc < $2 ORDER BY started_at_utc DESC LIMIT 1',
+      values: [run.node_id, startedUtc],
+    });
+    const label = labelFor(prev.rows[0] === undefined ? undefined : prev.rows[0].config_id, run.config_id ?? null);
+    const col = <K extends keyof ChangeInput>(k: K) => changes.map((ch) => ch[k]);
+    await this.db.query(what, c, {
+      name: 'changes_insert',
+      text: `INSERT INTO changes (node_id, run_id, run_started_at, label, config_id, at, rule_id, directive_id, component, key_value,
+          event_type, message, diff, diff_truncated)
+        SELECT $1, $2, $3, $4, $5, * FROM unnest($6::timestamptz[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+          $12::text[], $13::text[], $14::boolean[])`,
+      values: [run.node_id, runId, run.started_at, label, run.config_id ?? null, col('at'), col('rule_id'), col('directive_id'),
+        col('component'), col('key_value'), col('event_type'), col('message'), col('diff'), col('diff_truncated')],
+    });
+  }
+
+  /** The next run's changes labelled again against this one (see the SQLite part's relabelNext). */
+  private async relabelNext(c: pg.PoolClient, run: RunInsert, startedUtc: string): Promise<void> {
+    const what = 'relabelNext';
+    const next = await this.db.query<{ id: string; config_id: string | null }>(what, c, {
+      name: 'run_next_config',
+      text: 'SELECT id, config_id FROM runs WHERE node_id = $1 AND started_at_utc > $2 ORDER BY started_at_utc LIMIT 1',
+      values: [run.node_id, startedUtc],
+    });
+    const n = next.rows[0];
+    if (!n) return;
+    await this.db.query(what, c, {
+      name: 'changes_relabel', text: 'UPDATE changes SET label = $1 WHERE node_id = $2 AND run_id = $3', values: [labelFor(run.config_id ?? null, n.config_id), run.node_id, n.id],
+    });
+  }
+
+  private async changeWhere(q: ChangeQuery, values: unknown[]): Promise<string> {
+    return changeWhere(q, await postgresDialect(this.db, values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
+  }
+
+  async listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const values: unknown[] = [];
+    const where = await this.changeWhere(q, values);
+    const { rows } = await this.db.query('listChanges', this.db.pool, {
+      text: `SELECT t.total, r.* FROM (SELECT count(*) AS total FROM (SELECT 1 FROM changes c ${where} LIMIT ${CHANGES_COUNT_LIMIT + 1}) l) t
+        LEFT JOIN LATERAL (SELECT c.* FROM changes c ${where} ORDER BY c.at DESC, c.id DESC
+          LIMIT $${values.length + 1} OFFSET $${values.length + 2}) r ON true`,
+      values: [...values, limit, offset],
+    });
+    const total = Number(rows[0]?.total ?? 0);
+    return { data: rows.filter((r) => r.id !== null).map(changeFromRow), total: Math.min(total, CHANGES_COUNT_LIMIT), total_capped: total > CHANGES_COUNT_LIMIT };
+  }
+
+  async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
+    const values: unknown[] = [];
+    const where = await this.changeWhere(q, values);
+    const { rows } = await this.db.query('changesHistogram', this.db.pool, {
+      text: `SELECT date_trunc('${by}', c.at AT TIME ZONE 'UTC') AS at,
+          count(*) FILTER (WHERE c.label = 'intentional') AS intentional, count(*) FILTER (WHERE c.label = 'corrective') AS corrective
+        FROM changes c ${where} GROUP BY 1 ORDER BY 1`,
+      values,
+    });
+    return rows.map((r) => ({ at: new Date(`${(r.at as Date).toISOString().slice(0, 19)}Z`).toISOString(), intentional: Number(r.intentional), corrective: Number(r.corrective) }));
+  }
+}

@@ -1,0 +1,222 @@
+/**
+ * What both backends write for one node's compliance: the node row (counts of its last complete
+ * run against its current policy's expectations, with that run's outcomes kept so the node's
+ * detail survives the run's retention) and one row per (rule, directive), computed by the shared
+ * compliance module. The stored counts are the run's states; `applying` and `no_answer` are
+ * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
+ * moment without a sweep rewriting rows.
+ */
+import {
+  computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks,
+} from '@capstan/shared';
+import { HAS_AGENT_SQL } from '../nodes/filters/query.js';
+import type { NodeStatus } from '../nodes/types.js';
+import type { RunSummaryOutcome } from '../runs/types.js';
+import { isoOf } from '../time.js';
+import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
+
+export interface ComplianceInput {
+  nodeId: string;
+  /** The node's last complete run; null when it has none (expected items are then all missing). */
+  run: { id: number; started_at: string; started_utc: string; config_id: string | null } | null;
+  outcomes: RunSummaryOutcome[];
+  /** `outcomes` already packed (runs/outcomes.ts; the run insert has it): saves doing it again. */
+  outcomesPacked?: Buffer;
+  expected: ExpectedComponent[] | null;
+  /** The node's time marks to store with it. */
+  marks: NodeTimeMarks;
+}
+
+export interface ComplianceRows {
+  counts: ComplianceCounts;
+  directives: Array<{ rule_id: string; directive_id: string; counts: ComplianceCounts }>;
+}
+
+/** Epoch seconds of an ISO time. */
+export const epochS = (iso: string) => Math.floor(Date.parse(iso) / 1000);
+
+/**
+ * A node's time marks after `event` (shared NodeTimeMarks has their meaning); `cur` is what is
+ * stored (absent: no row yet). A complete run of the current policy ends `applying`; a new policy
+ * that the last complete run did not run starts it; the first policy of a node that never ran
+ * starts the wait for its answer.
+ */
+export function nextMarks(
+  cur: NodeTimeMarks | undefined,
+  event:
+    | { kind: 'run'; received_s: number; run_config_id: string | null; policy_config_id: string | null; policy_set_s: number | null }
+    | { kind: 'policy'; at_s: number; config_id: string; previous_config_id: string | null; run_config_id: string | null; keep_last_s?: number },
+): NodeTimeMarks {
+  const base: NodeTimeMarks = cur ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 };
+  if (event.kind === 'run') {
+    const applying = event.policy_config_id === null || event.run_config_id === event.policy_config_id
+      ? null
+      : base.applying_since_s ?? event.policy_set_s;
+    return { applying_since_s: applying, answered_s: Math.max(base.answered_s ?? 0, event.received_s), keep_last_s: base.keep_last_s };
+  }
+  const changed = event.previous_config_id !== event.config_id;
+  const applying = event.run_config_id === event.config_id ? null : changed ? event.at_s : base.applying_since_s ?? event.at_s;
+  return { applying_since_s: applying, answered_s: base.answered_s ?? event.at_s, keep_last_s: event.keep_last_s ?? base.keep_last_s };
+}
+
+/** The stored marks of a node_compliance row (SQLite integers, Postgres bigint strings). */
+export function marksFromRow(row: Record<string, unknown> | undefined): NodeTimeMarks | undefined {
+  if (!row) return undefined;
+  const n = (v: unknown) => (v === null || v === undefined ? null : Number(v));
+  return { applying_since_s: n(row.applying_since_s), answered_s: n(row.answered_s), keep_last_s: Number(row.keep_last_s ?? 0) };
+}
+
+export function complianceRows(input: ComplianceInput): ComplianceRows {
+  const result = computeCompliance(input.expected, input.outcomes);
+  return { counts: result.counts, directives: result.directives };
+}
+
+/** The count columns (the states a run decides), in one order for both backends. */
+export const COUNT_COLUMNS = RUN_STATES;
+
+/** Sum columns of an aggregate query back into counts (Postgres sums come back as strings). */
+export function countsFromRow(row: Record<string, unknown>): ComplianceCounts {
+  return Object.fromEntries(COMPLIANCE_STATES.map((c) => [c, Number(row[c] ?? 0)])) as ComplianceCounts;
+}
+
+/**
+ * The parameters of a time-adjusted aggregate, in the order `timeAdjustedSums` reads them (as
+ * the columns `p.silent_before` and `p.applying_after` of a one-row subquery `p`).
+ */
+export function clockParams(clock: ComplianceClock): [number, number] {
+  return [clock.now_s - clock.silence_s, clock.now_s - clock.applying_s];
+}
+
+/**
+ * `sum(...)` of every state for counts in `x` (node_compliance or node_compliance_directives)
+ * whose node's time marks are in `t` (node_compliance), with `p` the clock's one-row subquery:
+ * a silent node's expected items are all `no_answer`, an applying node's all `applying`, else
+ * the stored counts (shared nodeTimeState and overrideItems, in SQL). Expected items are every
+ * item but the unexpected ones, which an overriding state drops: they belong to the stale run.
+ */
+export function timeAdjustedSums(x = 'x', t = 't'): string {
+  return timeAdjusted(x, t, (e) => `coalesce(sum(${e}), 0)`);
+}
+
+/** timeAdjustedSums for one row (a node's own counts, no aggregate): `x` and `t` are then one node_compliance row. */
+export function timeAdjustedColumns(x = 'x', t = 't'): string {
+  return timeAdjusted(x, t, (e) => `coalesce(${e}, 0)`);
+}
+
+function timeAdjusted(x: string, t: string, wrap: (e: string) => string): string {
+  const noAnswer = `(${t}.answered_s IS NOT NULL AND ${t}.answered_s + ${t}.keep_last_s <= p.silent_before)`;
+  const applying = `(${t}.applying_since_s IS NOT NULL AND ${t}.applying_since_s > p.applying_after)`;
+  const expected = `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `${x}.${c}`).join(' + ')})`;
+  return [
+    ...RUN_STATES.map((c) => `${wrap(`CASE WHEN ${noAnswer} OR ${applying} THEN 0 ELSE ${x}.${c} END`)} AS ${c}`),
+    `${wrap(`CASE WHEN ${noAnswer} THEN 0 WHEN ${applying} THEN ${expected} ELSE 0 END`)} AS applying`,
+    `${wrap(`CASE WHEN ${noAnswer} THEN ${expected} ELSE 0 END`)} AS no_answer`,
+  ].join(', ');
+}
+
+/** The one-row subquery `p` of timeAdjustedSums, with two placeholders. */
+export const clockSubquery = (ph1: string, ph2: string) => `(SELECT CAST(${ph1} AS BIGINT) AS silent_before, CAST(${ph2} AS BIGINT) AS applying_after) p`;
+
+export type DirectiveRow = ComplianceRows['directives'][number];
+
+/**
+ * What to write to bring a node's stored directive rows to `next`: the rows that are new or whose
+ * counts changed, and the (rule, directive) keys that are gone. A run that changes a few
+ * components rewrites those directives only, not the node's ~80 rows (they were 14% of the
+ * server's CPU under ingest when every row was deleted and inserted again). The stored rows are
+ * read as arrays in the order of `DIRECTIVE_ROW_COLUMNS`: read as objects and compared by column
+ * name, they were a fifth of a steady-state SQLite insert.
+ */
+export const DIRECTIVE_ROW_COLUMNS = ['rule_id', 'directive_id', ...COUNT_COLUMNS] as const;
+
+export function directiveChangesRaw(
+  stored: unknown[][],
+  next: DirectiveRow[],
+): { upsert: DirectiveRow[]; remove: Array<{ rule_id: string; directive_id: string }> } {
+  if (stored.length === 0) return { upsert: next, remove: [] };
+  const old = new Map<string, unknown[]>();
+  for (const r of stored) old.set(`${r[0] as string}\u0000${r[1] as string}`, r);
+  const upsert: DirectiveRow[] = [];
+  const n = COUNT_COLUMNS.length;
+  for (const d of next) {
+    const k = `${d.rule_id}\u0000${d.directive_id}`;
+    const o = old.get(k);
+    if (o === undefined) {
+      upsert.push(d);
+      continue;
+    }
+    old.delete(k);
+    for (let i = 0; i < n; i++) {
+      if (Number(o[i + 2]) !== d.counts[COUNT_COLUMNS[i]!]) {
+        upsert.push(d);
+        break;
+      }
+    }
+  }
+  const remove = [...old.values()].map((r) => ({ rule_id: r[0] as string, directive_id: r[1] as string }));
+  return { upsert, remove };
+}
+
+/**
+ * The accepted nodes with an agent whose compliance is lowest (time states applied), worst
+ * first, ties by id; nodes without items are left out. `ph(i)` is the dialect's placeholder for
+ * the i-th parameter (1: silent_before, 2: applying_after, 3: limit). One pass over the
+ * compliance rows with a top-N sort: no index can order by a ratio decided at read time.
+ */
+export function worstNodesSql(ph: (i: number) => string, classSql: string): string {
+  const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
+  const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
+  return `SELECT * FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
+      ${classSql} AS class, ${timeAdjustedColumns('t', 't')}
+    FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN node_compliance t JOIN nodes n ON n.id = t.node_id
+    WHERE n.accepted = 'accepted') s
+  WHERE s.class = 'agent' AND (${total}) > 0
+  ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${ph(3)}`;
+}
+
+/** A node's class for compliance, in SQL over `nodes n`: relays and nodes without an agent are summed apart. */
+export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
+
+export function nodeComplianceFromRow(r: Record<string, unknown>): NodeComplianceRow {
+  return {
+    node_id: r.node_id as string,
+    hostname: r.hostname as string,
+    class: r.class as NodeClass,
+    status: r.status as NodeStatus,
+    state: r.state as string,
+    last_run_at: r.last_run_at === null ? null : isoOf(r.last_run_at),
+    policy_config_id: (r.policy_config_id as string | null) ?? null,
+    counts: countsFromRow(r),
+  };
+}
+
+/** A compliance summary from its rows grouped by node class. */
+export function aggregateFromRows(rows: Array<Record<string, unknown>>): ComplianceAggregate {
+  const out: ComplianceAggregate = {
+    nodes: 0, nodes_with_data: 0, counts: zeroCounts(),
+    relays: { nodes: 0, counts: zeroCounts() }, agentless: { nodes: 0, counts: zeroCounts() },
+  };
+  for (const r of rows) {
+    const counts: ComplianceCounts = countsFromRow(r);
+    if (r.class === 'agent') {
+      out.nodes = Number(r.nodes);
+      out.nodes_with_data = Number(r.with_data);
+      out.counts = counts;
+    } else if (r.class === 'relay') {
+      out.relays = { nodes: Number(r.nodes), counts };
+    } else {
+      out.agentless = { nodes: Number(r.nodes), counts };
+    }
+  }
+  return out;
+}
+
+/** A row of complianceByRule: per rule, or per (rule, directive). */
+export function ruleComplianceFromRow(r: Record<string, unknown>, by: 'rule' | 'directive'): RuleComplianceRow {
+  return {
+    rule_id: r.rule_id as string,
+    ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
+    nodes: Number(r.nodes),
+    counts: countsFromRow(r),
+  };
+}

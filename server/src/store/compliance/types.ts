@@ -1,0 +1,105 @@
+/**
+ * Compliance in the registry: per node, its last complete run's outcomes judged against what its
+ * current policy expects (the expectations the policy generator stores), kept up to date as runs
+ * and policies arrive; the time states (`applying`, `no_answer`) are decided when read.
+ */
+import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
+import { lookup, REFUSE, type NulRules } from '../guard.js';
+import type { NodeFilter, NodeStatus } from '../nodes/types.js';
+import type { RunSummaryOutcome } from '../runs/types.js';
+
+export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
+
+/** What compliance is computed from for one node: its base run's outcomes and what is expected. */
+export interface ComplianceBase {
+  node_id: string;
+  /** The node's last complete run, or null when it has none (then every expected item is missing). */
+  run: { id: number; started_at: string; config_id: string | null } | null;
+  policy_config_id: string | null;
+  /** The expectations of the node's current policy; null when it has none (received outcomes count as they are). */
+  expected: ExpectedComponent[] | null;
+  outcomes: RunSummaryOutcome[];
+  /** What decides `applying` and `no_answer` when read (shared nodeTimeState). */
+  marks: NodeTimeMarks;
+  relay: boolean;
+  has_agent: boolean;
+}
+
+/** The moment compliance is read at, and its windows: the time states are decided in the query. */
+export interface ComplianceClock extends ComplianceWindows {
+  now_s: number;
+}
+
+/** The kinds of node compliance is summed over apart: relays and nodes without an agent are not managed nodes. */
+export type NodeClass = 'agent' | 'relay' | 'agentless';
+
+/** Compliance summed over a set of nodes (or of one rule or directive over those nodes). */
+export interface ComplianceAggregate {
+  /** Accepted nodes with an agent in the set (not relays), and how many of them have compliance data. */
+  nodes: number;
+  nodes_with_data: number;
+  counts: ComplianceCounts;
+  /** Relays and accepted nodes without an agent in the set, counted apart. */
+  relays: { nodes: number; counts: ComplianceCounts };
+  agentless: { nodes: number; counts: ComplianceCounts };
+}
+
+export interface RuleComplianceRow {
+  rule_id: string;
+  directive_id?: string;
+  nodes: number;
+  counts: ComplianceCounts;
+}
+
+/** One node's compliance as the export lists it (time states applied). */
+export interface NodeComplianceRow {
+  node_id: string;
+  hostname: string;
+  class: NodeClass;
+  status: NodeStatus;
+  state: string;
+  last_run_at: string | null;
+  policy_config_id: string | null;
+  counts: ComplianceCounts;
+}
+
+export interface ComplianceStore {
+  /**
+   * Store what a node is expected to report for one config id (the policy generator calls this)
+   * and make that config the node's policy; compliance is recomputed. Returns false when the node
+   * is unknown. Only the expectations of this config and of the previous policy are kept.
+   */
+  setExpectations(nodeId: string, configId: string, items: ExpectedComponent[], at: string, opts?: { keep_last_s?: number }): Promise<boolean>;
+  /** The expectations stored for one config id of a node; null when none are. */
+  getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null>;
+  /** The inputs of one node's compliance; null when the node is unknown. */
+  getComplianceBase(nodeId: string): Promise<ComplianceBase | null>;
+  /**
+   * Compliance summed over the accepted nodes matching the filters (none: all accepted nodes),
+   * or over the nodes of `nodeIds`, with the time states of `clock`.
+   */
+  complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate>;
+  /** Compliance per rule, or per (rule, directive), over the accepted nodes with an agent. */
+  complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
+  /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
+  complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
+  /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
+  worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
+  /**
+   * Set how long these nodes' last compliance is kept once they are silent (their groups'
+   * expiration policy, seconds; 0: none). Nodes without compliance yet are skipped. Returns how many changed.
+   */
+  setKeepLast(nodeIds: string[], seconds: number): Promise<number>;
+}
+
+/** How each compliance method treats U+0000 (guard.ts). */
+export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
+  setExpectations: lookup([0], () => false),
+  getExpectations: lookup([0, 1], () => null),
+  getComplianceBase: lookup([0], () => null),
+  complianceSummary: lookup([2]),
+  complianceByRule: REFUSE,
+  complianceNodes: REFUSE,
+  worstNodes: REFUSE,
+  setKeepLast: lookup([0]),
+};

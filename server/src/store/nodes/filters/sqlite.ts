@@ -1,0 +1,16 @@
+/**
+ * Node filters on SQLite: `?` placeholders, LIKE (which folds ASCII case only), byte order
+ * without a collation; the policy groups are read when a filter names a group.
+ */
+import type { SqliteDb } from '../../sqlite/db.js';
+import { needsGroups, policyGroupMap, type CheckedFilter, type Dialect } from './query.js';
+
+/** The dialect for one statement: each value given to `param` is pushed onto `values`. */
+export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
+  const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: db.now };
+  if (needsGroups(filters)) {
+    const rows = db.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
+    d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
+  }
+  return d;
+}

@@ -1,0 +1,254 @@
+/**
+ * Nodes on PostgreSQL: the node rows with their certificates, the filterable copies of tags and
+ * groups, history, properties and listing. Every read-modify-write of a node locks its row first
+ * (`FOR NO KEY UPDATE`, which does not block the foreign-key checks of other runs' inserts), so
+ * two servers changing one node queue on it, and a node cannot be deleted between a check and a write.
+ */
+import type pg from 'pg';
+import { addressKey, capstanError, isCapstanError } from '@capstan/shared';
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
+import { checkNodeCreate, checkPaging } from '../input.js';
+import type { Page } from '../store.js';
+import { toUtcIso } from '../time.js';
+import { listRows, type LinkRow } from '../managers/rows.js';
+import { checkFilters, filterWhere, orderBy } from './filters/query.js';
+import { postgresDialect } from './filters/postgres.js';
+import { addressTaken, checkProperties } from './inventory/indexing.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE } from './records.js';
+import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
+
+export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
+export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
+const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
+
+export class PostgresNodes extends NodeChanges implements NodeStore {
+  constructor(private readonly db: PostgresDb) {
+    super();
+  }
+
+  /** The node, its row locked until the caller's transaction ends (FOR NO KEY UPDATE). */
+  async lockNode(what: string, c: pg.PoolClient, id: string): Promise<NodeRecord | null> {
+    const { rows } = await this.db.query(what, c, { name: 'node_lock', text: `${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, values: [id] });
+    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
+  }
+
+  /** Record transitions, inside the caller's transaction. */
+  async history(what: string, c: pg.PoolClient, entries: HistoryInsert[]): Promise<void> {
+    if (entries.length === 0) return;
+    await this.db.query(what, c, {
+      name: 'history_insert',
+      text: `INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
+        SELECT * FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[])`,
+      values: [entries.map((h) => h.node_id), entries.map((h) => h.at), entries.map((h) => h.field),
+        entries.map((h) => h.from), entries.map((h) => h.to), entries.map((h) => h.cause)],
+    });
+  }
+
+  /** Write a node changed by a rule (a new one when `prev` is null) with its transitions, inside the caller's transaction. */
+  async saveNode(c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null, at: string, cause: string): Promise<void> {
+    const what = 'saveNode';
+    if (prev) await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+    else await this.db.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
+    await this.sets(what, c, next, prev);
+    await this.history(what, c, transitions(prev, next, at, cause));
+  }
+
+  /** Rewrite the certificate (kept beside the row) and the filterable copies of tags and groups when they changed. */
+  async sets(what: string, c: pg.PoolClient, next: NodeRecord, prev: NodeRecord | null): Promise<void> {
+    if (!prev || prev.certificate !== next.certificate) {
+      if (next.certificate === null) {
+        await this.db.query(what, c, { name: 'certificate_delete', text: 'DELETE FROM node_certificates WHERE node_id = $1', values: [next.id] });
+      } else {
+        await this.db.query(what, c, {
+          name: 'certificate_upsert',
+          text: `INSERT INTO node_certificates (node_id, certificate) VALUES ($1, $2)
+            ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`,
+          values: [next.id, next.certificate],
+        });
+      }
+    }
+    if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
+      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_tags WHERE node_id = $1', values: [next.id] });
+      const tags = Object.entries(next.tags);
+      if (tags.length) {
+        await this.db.query(what, c, {
+          text: 'INSERT INTO node_tags (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
+          values: [next.id, tags.map(([k]) => k), tags.map(([, v]) => v)],
+        });
+      }
+    }
+    if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
+      if (prev) await this.db.query(what, c, { text: 'DELETE FROM node_groups WHERE node_id = $1', values: [next.id] });
+      if (next.groups.length) {
+        await this.db.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
+      }
+    }
+  }
+
+  async getNode(id: string): Promise<NodeRecord | null> {
+    const { rows } = await this.db.query('getNode', this.db.pool, { name: 'node_get', text: `${SELECT_NODE} WHERE n.id = $1`, values: [id] });
+    return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
+  }
+
+  async listNodes(q: NodeListQuery): Promise<NodePage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const filters = checkFilters(q);
+    const values: unknown[] = [];
+    const d = await postgresDialect(this.db, values, filters);
+    const where = filterWhere(filters, d);
+    const order = orderBy(q.sort, q.order, d);
+    // One statement, so the totals and the page describe one snapshot; the lateral join keeps
+    // the totals row even when the page is past the end.
+    const { rows } = await this.db.query('listNodes', this.db.pool, {
+      text: `SELECT t.totals, p.* FROM
+          (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
+             FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
+        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`)}) p ON true`,
+      values: [...values, limit, offset],
+    });
+    const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
+    const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
+    const nodes = rows.filter((r) => r.id !== null).map((r) => nodeFromRow(r, postgresRows));
+    const links = nodes.length === 0 ? [] : (await this.db.query<LinkRow>('listNodes', this.db.pool, {
+      name: 'node_managers_of', text: 'SELECT node_id, manager_id FROM node_managers WHERE node_id = ANY($1)', values: [nodes.map((n) => n.id)],
+    })).rows;
+    return {
+      data: listRows(nodes, links),
+      total: totals.unknown + totals.reachable + totals.unreachable,
+      totals,
+    };
+  }
+
+  async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [];
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked));
+    const { rows } = await this.db.query('listNodeIds', this.db.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
+    return rows.map((r) => r.id as string);
+  }
+
+  async createNode(input: NodeCreate): Promise<NodeRecord> {
+    const n = checkNodeCreate(input);
+    const now = this.db.now().toISOString();
+    const node = manualNode(n, now);
+    const what = 'createNode';
+    try {
+      return await this.db.tx(what, async (c) => {
+        const address = node.manager === 'manual' ? node.address : null;
+        const key = address === null ? null : addressKey(address);
+        if (address !== null) {
+          // Two admins adding the same address at once: the second waits and sees the first.
+          await this.db.query(what, c, { name: 'address_lock', text: 'SELECT pg_advisory_xact_lock(hashtext($1))', values: [key ?? address.toLowerCase()] });
+          const { rows } = await this.db.query(what, c, {
+            name: 'address_owner',
+            text: `SELECT id FROM nodes WHERE lower(address) = lower($1) UNION ALL SELECT node_id FROM node_addresses WHERE address = $2 LIMIT 1`,
+            values: [address, key ?? ''],
+          });
+          if (rows.length > 0) throw addressTaken(address, (rows[0] as { id: string }).id);
+        }
+        const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(node) });
+        if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+        if (key !== null) await this.db.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
+        await this.sets(what, c, node, null);
+        await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
+        return node;
+      });
+    } catch (err) {
+      // The cloud identity is unique: a second row for one instance is the same node again.
+      const cause = (err as { cause?: { code?: string; constraint?: string } }).cause;
+      if (isCapstanError(err) && cause?.code === '23505' && cause.constraint === 'nodes_cloud_idx') {
+        throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
+      }
+      throw err;
+    }
+  }
+
+  /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
+  protected async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
+    const when = toUtcIso(at, 'at');
+    return this.db.tx(what, async (c) => {
+      const node = await this.lockNode(what, c, id);
+      if (!node) return null;
+      const next = change(node);
+      if (next !== node) {
+        await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
+        await this.sets(what, c, next, node);
+        await this.history(what, c, transitions(node, next, when, cause));
+      }
+      return next;
+    });
+  }
+
+  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
+    const when = toUtcIso(at, 'at');
+    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
+    const r = await this.db.query('recordClockSkew', this.db.pool, { text: 'UPDATE nodes SET clock_skew = $2, clock_skew_at = $3 WHERE id = $1', values: [id, skewSeconds, when] });
+    return (r.rowCount ?? 0) > 0;
+  }
+
+  async deleteNode(id: string, at?: string): Promise<boolean> {
+    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
+    // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
+    return this.db.tx('deleteNode', async (c) => {
+      const node = await this.lockNode('deleteNode', c, id);
+      if (!node) return false;
+      if (node.certificate_fingerprint) {
+        await this.db.query('deleteNode', c, {
+          text: 'INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING',
+          values: [node.certificate_fingerprint, id, when],
+        });
+      }
+      const res = await this.db.query('deleteNode', c, { text: 'DELETE FROM nodes WHERE id = $1', values: [id] });
+      return (res.rowCount ?? 0) > 0;
+    });
+  }
+
+  async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const { rows } = await this.db.query('getHistory', this.db.pool, {
+      name: 'history_list',
+      text: `SELECT t.total, h.* FROM (SELECT count(*) AS total FROM node_history WHERE node_id = $1) t
+        LEFT JOIN LATERAL (SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
+          WHERE node_id = $1 ORDER BY id DESC LIMIT $2 OFFSET $3) h ON true`,
+      values: [nodeId, limit, offset],
+    });
+    return { data: rows.filter((r) => r.id !== null).map((r) => historyFromRow(r, postgresRows)), total: Number(rows[0]?.total ?? 0) };
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    const { rows } = await this.db.query('getProperties', this.db.pool, {
+      name: 'properties_get',
+      text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
+      values: [nodeId],
+    });
+    if (rows.length === 0) return null;
+    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, r.value]));
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    const what = 'setProperties';
+    return this.db.tx(what, async (c) => {
+      const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
+      if ((known.rowCount ?? 0) === 0) return null;
+      await this.db.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      const keys = Object.keys(props);
+      if (keys.length > 0) {
+        await this.db.query(what, c, {
+          name: 'properties_add',
+          text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
+          values: [nodeId, keys, keys.map((k) => props[k]!)],
+        });
+      }
+      return props;
+    });
+  }
+
+  /** A stored run's node fields (rules.ts afterRun) and their transitions, inside the run's transaction. */
+  async runStored(what: string, c: pg.PoolClient, node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): Promise<void> {
+    const next = afterRun(node, startedUtc, configId, receivedAt);
+    await this.db.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
+    await this.history(what, c, transitions(node, next, receivedAt, 'run'));
+  }
+}

@@ -1,0 +1,207 @@
+/**
+ * Nodes on SQLite: the node rows with their certificates, the filterable copies of tags and
+ * groups, history, properties and listing. Every change reads the node, applies its rule
+ * (rules.ts) and writes it back with its transitions in one IMMEDIATE transaction.
+ */
+import { addressKey, capstanError } from '@capstan/shared';
+import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
+import { checkNodeCreate, checkPaging } from '../input.js';
+import type { Page } from '../store.js';
+import { toUtcIso } from '../time.js';
+import { listRows, type LinkRow } from '../managers/rows.js';
+import { checkFilters, filterWhere, orderBy } from './filters/query.js';
+import { sqliteDialect } from './filters/sqlite.js';
+import { addressTaken, checkProperties } from './inventory/indexing.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE } from './records.js';
+import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
+
+const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
+const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
+const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
+const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
+
+export class SqliteNodes extends NodeChanges implements NodeStore {
+  constructor(private readonly db: SqliteDb) {
+    super();
+  }
+
+  /** A node as stored, inside the caller's transaction. */
+  node(id: string): NodeRecord | null {
+    const row = this.db.stmt(`${SELECT_NODE} WHERE n.id = ?`).get(id) as Record<string, unknown> | undefined;
+    return row ? nodeFromRow(row, sqliteRows) : null;
+  }
+
+  /**
+   * Write a node changed by a rule (a new one when `prev` is null) with its filterable copies and
+   * its transitions, inside the caller's transaction; `causes` overrides the cause of one field.
+   */
+  saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string, causes?: { accepted?: string }): void {
+    this.db.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
+    this.sets(next, prev);
+    this.history(transitions(prev, next, at, cause, causes));
+  }
+
+  /** Record transitions, inside the caller's transaction. */
+  history(entries: HistoryInsert[]): void {
+    const ins = this.db.stmt(INSERT_HISTORY);
+    for (const h of entries) ins.run(h.node_id, h.at, h.field, h.from, h.to, h.cause);
+  }
+
+  /** Write the certificate (kept beside the row) when it changed. */
+  private certificate(next: NodeRecord, prev: NodeRecord | null): void {
+    if (prev && prev.certificate === next.certificate) return;
+    if (next.certificate === null) this.db.stmt('DELETE FROM node_certificates WHERE node_id = ?').run(next.id);
+    else {
+      this.db.stmt(`INSERT INTO node_certificates (node_id, certificate) VALUES (?, ?)
+        ON CONFLICT (node_id) DO UPDATE SET certificate = excluded.certificate`).run(next.id, next.certificate);
+    }
+  }
+
+  /** Rewrite the filterable copies of tags and groups when they changed. */
+  private sets(next: NodeRecord, prev: NodeRecord | null): void {
+    this.certificate(next, prev);
+    if (!prev || JSON.stringify(prev.tags) !== JSON.stringify(next.tags)) {
+      if (prev) this.db.stmt('DELETE FROM node_tags WHERE node_id = ?').run(next.id);
+      const ins = this.db.stmt('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
+      for (const [k, v] of Object.entries(next.tags)) ins.run(next.id, k, v);
+    }
+    if (!prev || JSON.stringify(prev.groups) !== JSON.stringify(next.groups)) {
+      if (prev) this.db.stmt('DELETE FROM node_groups WHERE node_id = ?').run(next.id);
+      const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
+      for (const g of next.groups) ins.run(next.id, g);
+    }
+  }
+
+  async getNode(id: string): Promise<NodeRecord | null> {
+    return this.db.read('getNode', () => this.node(id));
+  }
+
+  async listNodes(q: NodeListQuery): Promise<NodePage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const filters = checkFilters(q);
+    const values: unknown[] = [];
+    const d = sqliteDialect(this.db, values, filters);
+    const where = filterWhere(filters, d);
+    const order = orderBy(q.sort, q.order, d);
+    // Totals and page in one read transaction, so they describe the same snapshot.
+    return this.db.read('listNodes', () => {
+      const counted = this.db.stmt(`SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
+        .all(...values) as Array<{ status: string; c: number }>;
+      const totals = { unknown: 0, reachable: 0, unreachable: 0 };
+      for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
+      const rows = this.db.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
+      const nodes = rows.map((r) => nodeFromRow(r, sqliteRows));
+      // The page's manager links, in one statement (a page is at most a few hundred ids).
+      const links = nodes.length === 0 ? [] : this.db.prepare(
+        `SELECT node_id, manager_id FROM node_managers WHERE node_id IN (${nodes.map(() => '?').join(', ')})`,
+      ).all(...nodes.map((n) => n.id)) as LinkRow[];
+      return { data: listRows(nodes, links), total: totals.unknown + totals.reachable + totals.unreachable, totals };
+    });
+  }
+
+  async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
+    const checked = checkFilters({ filters });
+    const values: unknown[] = [];
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked));
+    const rows = this.db.read('listNodeIds', () => this.db.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
+    return rows.map((r) => r.id);
+  }
+
+  async createNode(input: NodeCreate): Promise<NodeRecord> {
+    const n = checkNodeCreate(input);
+    const now = this.db.now().toISOString();
+    const node = manualNode(n, now);
+    return this.db.write('createNode', () => {
+      if (node.source_id !== null && this.db.stmt('SELECT 1 FROM nodes WHERE source_id = ? AND region = ? AND account_id = ?')
+        .get(node.source_id, node.region, node.account_id)) {
+        throw capstanError('ERR_NODE_EXISTS', `a node with cloud identity ${node.source_id}/${node.region}/${node.account_id} already exists`);
+      }
+      const address = node.manager === 'manual' ? node.address : null;
+      const key = address === null ? null : addressKey(address);
+      if (address !== null) {
+        const owner = this.db.stmt(`SELECT id FROM nodes WHERE lower(address) = lower(?) UNION ALL SELECT node_id FROM node_addresses WHERE address = ? LIMIT 1`)
+          .get(address, key ?? '') as { id: string } | undefined;
+        if (owner) throw addressTaken(address, owner.id);
+      }
+      const { changes } = this.db.stmt(`${INSERT_NODE} ON CONFLICT (id) DO NOTHING`).run(nodeParams(node));
+      if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
+      if (key !== null) this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
+      this.sets(node, null);
+      this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
+      return node;
+    });
+  }
+
+  /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
+  protected update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
+    const when = toUtcIso(at, 'at');
+    return this.db.write(what, () => {
+      const node = this.node(id);
+      if (!node) return null;
+      const next = change(node);
+      if (next !== node) {
+        this.db.stmt(UPDATE_NODE).run(nodeParams(next));
+        this.sets(next, node);
+        this.history(transitions(node, next, when, cause));
+      }
+      return next;
+    });
+  }
+
+  async recordClockSkew(id: string, skewSeconds: number, at: string): Promise<boolean> {
+    const when = toUtcIso(at, 'at');
+    if (!Number.isSafeInteger(skewSeconds)) throw capstanError('ERR_BAD_REQUEST', 'clock skew must be whole seconds');
+    return this.db.write('recordClockSkew', () => this.db.stmt('UPDATE nodes SET clock_skew = ?, clock_skew_at = ? WHERE id = ?').run(skewSeconds, when, id).changes > 0);
+  }
+
+  async deleteNode(id: string, at?: string): Promise<boolean> {
+    const when = toUtcIso(at ?? this.db.now().toISOString(), 'at');
+    // Runs, inventory, history and compliance go with it through ON DELETE CASCADE.
+    return this.db.write('deleteNode', () => {
+      const node = this.node(id);
+      if (!node) return false;
+      if (node.certificate_fingerprint) {
+        this.db.stmt('INSERT INTO revoked_certificates (fingerprint, node_id, revoked_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING')
+          .run(node.certificate_fingerprint, id, when);
+      }
+      return this.db.stmt('DELETE FROM nodes WHERE id = ?').run(id).changes > 0;
+    });
+  }
+
+  async getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    return this.db.read('getHistory', () => {
+      const { n } = this.db.stmt('SELECT count(*) AS n FROM node_history WHERE node_id = ?').get(nodeId) as { n: number };
+      const rows = this.db.stmt(`SELECT id, node_id, at, field, from_value, to_value, cause FROM node_history
+        WHERE node_id = ? ORDER BY id DESC LIMIT ? OFFSET ?`).all(nodeId, limit, offset) as Record<string, unknown>[];
+      return { data: rows.map((r) => historyFromRow(r, sqliteRows)), total: n };
+    });
+  }
+
+  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+    return this.db.read('getProperties', () => {
+      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      const rows = this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
+      return Object.fromEntries(rows.map((r) => [r.key, r.value]));
+    });
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+    const props = checkProperties(properties);
+    return this.db.write('setProperties', () => {
+      if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      this.db.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
+      const ins = this.db.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
+      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
+      return props;
+    });
+  }
+
+  /** A stored run's node fields (rules.ts afterRun) and their transitions, inside the run's transaction. */
+  runStored(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): void {
+    const next = afterRun(node, startedUtc, configId, receivedAt);
+    this.db.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
+    this.history(transitions(node, next, receivedAt, 'run'));
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * Policy objects and generated bundles on PostgreSQL. A generation's batch sets each node's
+ * expectations under its row lock (through the compliance part), then writes its bundle.
+ */
+import { type PostgresDb, postgresRows } from '../postgres/db.js';
+import type { PostgresCompliance } from '../compliance/postgres.js';
+import { checkExpectations } from '../input.js';
+import { toUtcIso } from '../time.js';
+import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
+
+export class PostgresPolicy implements PolicyStore {
+  constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance) {}
+
+  async listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]> {
+    const { rows } = await this.db.query('listPolicyObjects', this.db.pool, {
+      text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 ORDER BY id', values: [kind],
+    });
+    return rows.map((r) => policyFromRow(r, postgresRows));
+  }
+
+  async getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null> {
+    const { rows } = await this.db.query('getPolicyObject', this.db.pool, {
+      text: 'SELECT kind, id, body, updated_at FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id],
+    });
+    return rows[0] ? policyFromRow(rows[0], postgresRows) : null;
+  }
+
+  async putPolicyObject(kind: PolicyKind, id: string, body: Record<string, unknown>, at: string): Promise<boolean> {
+    checkPolicyKey(kind, id);
+    const json = policyBodyJson(body);
+    const when = toUtcIso(at, 'at');
+    // xmax = 0 only on a freshly inserted row: tells created from replaced in one statement.
+    const { rows } = await this.db.query('putPolicyObject', this.db.pool, {
+      text: `INSERT INTO policy_objects (kind, id, body, updated_at) VALUES ($1, $2, $3::jsonb, $4)
+        ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
+        RETURNING (xmax = 0) AS created`,
+      values: [kind, id, json, when],
+    });
+    return rows[0]?.created === true;
+  }
+
+  async deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean> {
+    const res = await this.db.query('deletePolicyObject', this.db.pool, { text: 'DELETE FROM policy_objects WHERE kind = $1 AND id = $2', values: [kind, id] });
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
+    const { rows } = await this.db.query('getPolicyBundle', this.db.pool, {
+      name: 'bundle_get', text: 'SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = $1', values: [nodeId],
+    });
+    const r = rows[0];
+    return r ? { node_id: r.node_id, config_id: r.config_id, generated_at: new Date(r.generated_at).toISOString(), bundle: r.bundle } : null;
+  }
+
+  async putPolicyBundle(b: PolicyBundleRecord): Promise<boolean> {
+    checkBundleRecord(b);
+    const when = toUtcIso(b.generated_at, 'generated_at');
+    // INSERT … SELECT from nodes: an unknown node inserts nothing instead of failing on the key.
+    const res = await this.db.query('putPolicyBundle', this.db.pool, {
+      text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
+        SELECT id, $2, $3, $4 FROM nodes WHERE id = $1
+        ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
+      values: [b.node_id, b.config_id, when, b.bundle],
+    });
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  async deletePolicyBundle(nodeId: string): Promise<boolean> {
+    const res = await this.db.query('deletePolicyBundle', this.db.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
+    return (res.rowCount ?? 0) > 0;
+  }
+
+  async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
+    const { rows } = await this.db.query('policyConfigIds', this.db.pool, {
+      text: 'SELECT node_id, config_id FROM policy_bundles WHERE node_id = ANY($1::text[])', values: [nodeIds],
+    });
+    return new Map(rows.map((r) => [r.node_id as string, r.config_id as string]));
+  }
+
+  async putPolicies(items: PolicyWrite[]): Promise<number> {
+    const checked = items.map((it) => {
+      checkBundleRecord(it.bundle);
+      return { ...it, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected: checkExpectations(it.bundle.config_id, it.expected) };
+    });
+    return this.db.tx('putPolicies', async (c) => {
+      let n = 0;
+      for (const it of checked) {
+        if (!(await this.compliance.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
+        n++;
+        if (it.expectationsOnly) continue;
+        await this.db.query('putPolicies', c, {
+          name: 'bundle_put',
+          text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ($1, $2, $3, $4)
+            ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
+          values: [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle],
+        });
+      }
+      return n;
+    });
+  }
+}

@@ -1,0 +1,29 @@
+/** What both backends share for policy objects and bundles: the input checks before writing, the row decoder. */
+import { capstanError } from '@capstan/shared';
+import type { RowCodec } from '../row-codec.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord } from './types.js';
+
+const KINDS: ReadonlySet<string> = new Set(['directive', 'group', 'rule']);
+
+export function checkPolicyKey(kind: PolicyKind, id: string): void {
+  if (!KINDS.has(kind)) throw capstanError('ERR_BAD_REQUEST', `unknown policy object kind ${String(kind)}`);
+  if (typeof id !== 'string' || id.length === 0 || id.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', 'policy object id must be a non-empty string without NUL');
+}
+
+/** The JSON text of a body; a NUL anywhere would be refused by PostgreSQL's jsonb. */
+export function policyBodyJson(body: Record<string, unknown>): string {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) throw capstanError('ERR_BAD_REQUEST', 'policy object body must be an object');
+  const text = JSON.stringify(body);
+  if (text.includes('\\u0000')) throw capstanError('ERR_BAD_REQUEST', 'policy object must not contain NUL characters');
+  return text;
+}
+
+export function checkBundleRecord(b: PolicyBundleRecord): void {
+  for (const f of ['node_id', 'config_id', 'generated_at', 'bundle'] as const) {
+    if (typeof b[f] !== 'string' || b[f].length === 0 || b[f].includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `bundle ${f} must be a non-empty string without NUL`);
+  }
+}
+
+export function policyFromRow(r: Record<string, unknown>, codec: RowCodec): PolicyObjectRecord {
+  return { kind: r.kind as PolicyKind, id: r.id as string, body: codec.json(r.body) as Record<string, unknown>, updated_at: codec.time(r.updated_at)! };
+}

@@ -1,0 +1,67 @@
+/** Policy objects (directives, groups, rules) and the bundles generated from them, one per node. */
+import type { ExpectedComponent } from '@capstan/shared';
+import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
+
+/** The three kinds of policy object the admin API manages. */
+export type PolicyKind = 'directive' | 'group' | 'rule';
+
+export interface PolicyObjectRecord {
+  kind: PolicyKind;
+  id: string;
+  /** The object as validated by the policy model (server/src/policy/model.ts). */
+  body: Record<string, unknown>;
+  updated_at: string;
+}
+
+/** A node's generated policy bundle (unsigned JSON text; signed when served). */
+export interface PolicyBundleRecord {
+  node_id: string;
+  config_id: string;
+  generated_at: string;
+  bundle: string;
+}
+
+/** One node's new bundle and the components it makes the node expected to report. */
+export interface PolicyWrite {
+  bundle: PolicyBundleRecord;
+  expected: ExpectedComponent[];
+  /**
+   * The stored bundle is this one already (same config id): set the expectations only, keeping
+   * the bundle and its generated_at (expectations written by an older server for the same content).
+   */
+  expectationsOnly?: boolean;
+}
+
+export interface PolicyStore {
+  listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]>;
+  getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null>;
+  /** Create or replace; returns true when it was created. */
+  putPolicyObject(kind: PolicyKind, id: string, body: Record<string, unknown>, at: string): Promise<boolean>;
+  deletePolicyObject(kind: PolicyKind, id: string): Promise<boolean>;
+  getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null>;
+  /** Store a node's bundle (replacing the previous); false when the node is unknown. */
+  putPolicyBundle(b: PolicyBundleRecord): Promise<boolean>;
+  deletePolicyBundle(nodeId: string): Promise<boolean>;
+  /** The config ids of the stored bundles of these nodes (absent: none stored). */
+  policyConfigIds(nodeIds: string[]): Promise<Map<string, string>>;
+  /**
+   * Store bundles and set their expectations (as setExpectations) in one transaction, for the
+   * generator's batches; nodes that are gone are skipped. Returns how many were stored.
+   */
+  putPolicies(items: PolicyWrite[]): Promise<number>;
+}
+
+/** How each policy method treats U+0000 (guard.ts). */
+export const POLICY_NUL: NulRules<PolicyStore> = {
+  listPolicyObjects: lookup([0], () => []),
+  getPolicyObject: lookup([0, 1], () => null),
+  putPolicyObject: REFUSE,
+  deletePolicyObject: lookup([0, 1], () => false),
+  getPolicyBundle: lookup([0], () => null),
+  putPolicyBundle: REFUSE,
+  deletePolicyBundle: lookup([0], () => false),
+  policyConfigIds: lookup([0]),
+  // The generator's batches: every bundle and expectation is checked (checkBundleRecord,
+  // checkExpectations) by each dialect before anything is written.
+  putPolicies: CHECKED,
+};

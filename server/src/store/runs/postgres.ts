@@ -1,0 +1,233 @@
+/**
+ * Runs on PostgreSQL: one row per run in day partitions (migration 2), its log and outcomes kept
+ * against its node-day's base (run-codec.ts). Storing a run locks its node's row first, so two
+ * servers ingesting the same run queue on it and the second one's `ON CONFLICT DO NOTHING` sees
+ * the first one's run: a duplicate. Storing a run also moves its node, its changes and its
+ * compliance (their parts), all in the run's transaction. Hot statements are named, so node-pg
+ * prepares them once per connection.
+ */
+import type pg from 'pg';
+import { capstanError, compressSync, decompress, isTransient } from '@capstan/shared';
+import { iso, type PostgresDb, postgresRows } from '../postgres/db.js';
+import { checkPaging, checkRun } from '../input.js';
+import type { PostgresChanges } from '../changes/postgres.js';
+import type { PostgresCompliance } from '../compliance/postgres.js';
+import type { PostgresNodes } from '../nodes/postgres.js';
+import type { Page } from '../store.js';
+import { runRange } from '../time.js';
+import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
+import { RUN_COLUMNS, runFromRow } from './rows.js';
+import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import type { CompactProgress, InsertRunResult, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
+
+export class PostgresRuns implements RunStore {
+  /** Decoded node-day bases (run-codec.ts). */
+  private readonly bases: BaseCache;
+
+  constructor(
+    private readonly db: PostgresDb,
+    private readonly nodes: PostgresNodes,
+    private readonly compliance: PostgresCompliance,
+    private readonly changes: PostgresChanges,
+    runBaseCacheBytes?: number,
+  ) {
+    this.bases = new BaseCache(runBaseCacheBytes);
+  }
+
+  async insertRun(run: RunInsert): Promise<InsertRunResult> {
+    const checked = checkRun(run);
+    return this.db.tx('insertRun', (c) => this.runTx(c, run, checked));
+  }
+
+  async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
+    // Bad input fails its own run before any SQL; the rest share one transaction (one WAL flush
+    // at commit). No savepoint per run (two more round trips each): when one run is refused the
+    // batch rolls back and its runs are stored again one transaction each, so only that one fails.
+    const out: RunBatchResult[] = new Array(runs.length);
+    const todo: number[] = [];
+    const checked = new Map<number, ReturnType<typeof checkRun>>();
+    runs.forEach((run, i) => {
+      try {
+        checked.set(i, checkRun(run));
+        todo.push(i);
+      } catch (error) {
+        out[i] = { ok: false, error };
+      }
+    });
+    if (todo.length === 0) return out;
+    // Node rows are locked in id order, so two batches on other connections cannot deadlock.
+    todo.sort((a, b) => (runs[a]!.node_id < runs[b]!.node_id ? -1 : runs[a]!.node_id > runs[b]!.node_id ? 1 : a - b));
+    try {
+      const results = await this.db.tx('insertRuns', async (c) => {
+        const r: InsertRunResult[] = [];
+        for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!));
+        return r;
+      });
+      todo.forEach((i, k) => (out[i] = { ok: true, result: results[k]! }));
+      return out;
+    } catch (err) {
+      // The database is down or the commit failed: the whole batch is retried later.
+      if (isTransient(err)) throw err;
+    }
+    for (const i of todo) {
+      try {
+        out[i] = { ok: true, result: await this.insertRun(runs[i]!) };
+      } catch (error) {
+        if (isTransient(error)) throw error;
+        out[i] = { ok: false, error };
+      }
+    }
+    return out;
+  }
+
+  /** insertRun's work, inside the caller's transaction. */
+  private async runTx(c: pg.PoolClient, run: RunInsert, checked: ReturnType<typeof checkRun>): Promise<InsertRunResult> {
+    const { startedUtc, receivedAt, counts, packed, changes } = checked;
+    const what = 'insertRun';
+    const node = await this.nodes.lockNode(what, c, run.node_id);
+    if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
+    const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
+      : { base_id: null, log: run.log_compressed!, outcomes: packed };
+    const ins = await this.db.query<{ id: string }>(what, c, {
+      name: 'run_insert',
+      text: `INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete, report_count,
+          counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+        ON CONFLICT (node_id, started_at_utc) DO NOTHING RETURNING id`,
+      values: [run.node_id, run.started_at, startedUtc, run.config_id ?? null, run.complete, run.report_count,
+        counts, UNPACKED_PLACEHOLDER, run.file_name, run.sha256, receivedAt, stored.log, stored.outcomes, stored.base_id],
+    });
+    if (ins.rowCount === 0) {
+      const dup = await this.db.query<{ id: string }>(what, c, {
+        name: 'run_find', text: 'SELECT id FROM runs WHERE node_id = $1 AND started_at_utc = $2', values: [run.node_id, startedUtc],
+      });
+      return { inserted: false, reason: 'duplicate', id: Number(dup.rows[0]!.id) };
+    }
+    const id = Number(ins.rows[0]!.id);
+    await this.changes.runStored(c, run, id, startedUtc, changes);
+    await this.nodes.runStored(what, c, node, startedUtc, run.config_id ?? null, receivedAt);
+    await this.compliance.runStored(what, c, node, run, id, startedUtc, receivedAt, packed);
+    return { inserted: true, id };
+  }
+
+  /**
+   * A run's log and outcomes against its node-day's base, made from this run when the day has
+   * none yet (run-codec.ts). The node's row is locked by the caller, so two servers never
+   * make the same node-day's base at once; ON CONFLICT is there all the same.
+   */
+  private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
+    const what = 'insertRun';
+    const day = runDay(startedUtc);
+    const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
+    const find = () => this.db.query<{ id: string }>(what, c, {
+      name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
+    });
+    let found = (await find()).rows[0];
+    let texts: BaseTexts | undefined;
+    if (!found) {
+      const row = encodeBase({ log, outcomes: json });
+      const ins = await this.db.query<{ id: string }>(what, c, {
+        name: 'run_base_insert',
+        text: `INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES ($1, $2, $3, $4)
+          ON CONFLICT (node_id, day) DO NOTHING RETURNING id`,
+        values: [nodeId, day, row.log_compressed, row.outcomes_packed],
+      });
+      found = ins.rows[0] ?? (await find()).rows[0];
+      if (ins.rows[0]) this.bases.set(Number(found!.id), (texts = { log, outcomes: json }));
+    }
+    const id = Number(found!.id);
+    texts ??= this.bases.get(id);
+    if (!texts) {
+      const { rows } = await this.db.query<BaseRow>(what, c, {
+        name: 'run_base_get', text: 'SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = $1', values: [id],
+      });
+      texts = decodeBase(rows[0]!);
+      this.bases.set(id, texts);
+    }
+    const enc = encodeRun(texts, log, json);
+    return { base_id: id, log: enc.log, outcomes: enc.outcomes };
+  }
+
+  async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const { from, to } = runRange(range);
+    const { rows } = await this.db.query('listRuns', this.db.pool, {
+      name: 'runs_list',
+      // (node_id, started_at_utc) is unique, so this order is total and paging is stable.
+      text: `SELECT t.total, r.* FROM
+          (SELECT count(*) AS total FROM runs WHERE node_id = $1
+             AND ($4::timestamptz IS NULL OR started_at_utc >= $4) AND ($5::timestamptz IS NULL OR started_at_utc < $5)) t
+        LEFT JOIN LATERAL (SELECT ${RUN_COLUMNS.map((c) => `x.${c}`).join(', ')}, x.outcomes_packed, x.base_id, b.outcomes_packed AS base_outcomes
+           FROM runs x LEFT JOIN run_bases b ON b.id = x.base_id WHERE x.node_id = $1
+             AND ($4::timestamptz IS NULL OR x.started_at_utc >= $4) AND ($5::timestamptz IS NULL OR x.started_at_utc < $5)
+           ORDER BY x.started_at_utc DESC LIMIT $2 OFFSET $3) r ON true`,
+      values: [nodeId, limit, offset, from, to],
+    });
+    return { data: rows.filter((r) => r.id !== null).map((r) => runFromRow(r, this.bases, postgresRows)), total: Number(rows[0]?.total ?? 0) };
+  }
+
+  /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
+  private async runLog(runId: number): Promise<{ raw: Buffer } | { text: Buffer } | null> {
+    if (!Number.isSafeInteger(runId)) return null;
+    const { rows } = await this.db.query<{ log_compressed: Buffer; base_id: string | null; base_log: Buffer | null; base_outcomes: Buffer | null }>('getRunLog', this.db.pool, {
+      name: 'run_log',
+      text: `SELECT r.log_compressed, r.base_id, b.log_compressed AS base_log, b.outcomes_packed AS base_outcomes
+        FROM runs r LEFT JOIN run_bases b ON b.id = r.base_id WHERE r.id = $1`,
+      values: [runId],
+    });
+    const row = rows[0];
+    if (!row) return null;
+    if (row.base_id === null) return { raw: row.log_compressed };
+    if (!row.base_log) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
+    const id = Number(row.base_id);
+    const base = this.bases.texts(id, () => ({ log_compressed: row.base_log!, outcomes_packed: row.base_outcomes! }))!;
+    return { text: decodeRunLog(base, row.log_compressed) };
+  }
+
+  async getRunLog(runId: number): Promise<Buffer | null> {
+    const log = await this.runLog(runId);
+    return log === null ? null : 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+  }
+
+  async getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null> {
+    const log = await this.runLog(runId);
+    if (log === null) return null;
+    if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
+    if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
+    return log.text;
+  }
+
+  async compactRuns(limit: number): Promise<CompactProgress> {
+    const what = 'compactRuns';
+    const cur = await this.db.query<{ v: string }>(what, this.db.pool, { text: "SELECT value AS v FROM registry_counters WHERE name = 'runs_compacted_through'" });
+    const cursor = Number(cur.rows[0]?.v ?? 0);
+    const { rows } = await this.db.query<Record<string, unknown>>(what, this.db.pool, {
+      text: `SELECT id, node_id, started_at_utc, log_compressed, outcomes, outcomes_packed FROM runs
+        WHERE id > $1 AND base_id IS NULL ORDER BY id LIMIT $2`,
+      values: [cursor, limit],
+    });
+    const texts = await Promise.all(rows.map((r) => decompress(r.log_compressed as Buffer, 'zstd', { maxBytes: 256 * 1024 * 1024 }).catch(() => null)));
+    const last = rows.length ? Number(rows[rows.length - 1]!.id) : cursor;
+    let converted = 0;
+    await this.db.tx(what, async (c) => {
+      for (const [i, r] of rows.entries()) {
+        const text = texts[i];
+        if (!text) continue;
+        // The node's row lock orders this with the ingest's runs of the same node.
+        if (!(await this.nodes.lockNode(what, c, r.node_id as string))) continue;
+        const started = iso(r.started_at_utc)!;
+        const s = await this.againstBase(c, r.node_id as string, started, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
+        const u = await this.db.query(what, c, {
+          text: `UPDATE runs SET log_compressed = $1, outcomes_packed = $2, outcomes = $3, base_id = $4
+            WHERE id = $5 AND started_at_utc = $6 AND base_id IS NULL`,
+          values: [s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id, r.started_at_utc],
+        });
+        converted += u.rowCount ?? 0;
+      }
+      await this.db.query(what, c, { text: "UPDATE registry_counters SET value = GREATEST(value, $1) WHERE name = 'runs_compacted_through'", values: [last] });
+    });
+    // The highest id, not a count of what is left: counting would scan the table at every batch.
+    const max = await this.db.query<{ n: string }>(what, this.db.pool, { text: 'SELECT coalesce(max(id), 0) AS n FROM runs' });
+    return { converted, skipped: rows.length - converted, through_id: last, max_id: Number(max.rows[0]!.n), done: rows.length < limit };
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * The lifecycle sweep and retention on SQLite: each call is one IMMEDIATE transaction over a
+ * bounded batch, so the ingest waits for one batch at most. Runs live in one table with a time
+ * index: retention deletes rows, then the node-day bases no run refers to any more.
+ */
+import type { SqliteDb } from '../sqlite/db.js';
+import { LIVE_STATES, MISSING, PURGEABLE_STATES, type HistoryInsert } from '../nodes/rules.js';
+import type { SqliteNodes } from '../nodes/sqlite.js';
+import { runDay } from '../runs/run-codec.js';
+import { toUtcIso } from '../time.js';
+import type { RegistryCounts, SweepStore } from './types.js';
+
+const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
+
+export class SqliteSweep implements SweepStore {
+  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes) {}
+
+  async markUnreachable(before: string, at: string, limit: number): Promise<number> {
+    const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
+    return this.db.write('markUnreachable', () => {
+      const ids = this.db.stmt(`SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
+        .pluck().all(b, limit) as string[];
+      const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
+      for (const id of ids) {
+        upd.run(when, id);
+        this.nodes.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
+      }
+      return ids.length;
+    });
+  }
+
+  async markMissing(before: string, at: string, limit: number): Promise<number> {
+    const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
+    return this.db.write('markMissing', () => {
+      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)})
+        AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
+      const upd = this.db.stmt(`UPDATE nodes SET state = '${MISSING}', status = 'unreachable', state_changed_at = ?,
+        updated_at = max(updated_at, ?) WHERE id = ?`);
+      for (const r of rows) {
+        upd.run(when, when, r.id);
+        const h: HistoryInsert[] = [{ node_id: r.id, at: when, field: 'state', from: r.state, to: MISSING, cause: 'silence' }];
+        if (r.status !== 'unreachable') h.push({ node_id: r.id, at: when, field: 'status', from: r.status, to: 'unreachable', cause: 'silence' });
+        this.nodes.history(h);
+      }
+      return rows.length;
+    });
+  }
+
+  async purgeNodes(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.db.write('purgeNodes', () => {
+      const ids = this.db.stmt(`SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < ?
+        ORDER BY id LIMIT ?`).pluck().all(b, limit) as string[];
+      const del = this.db.stmt('DELETE FROM nodes WHERE id = ?');
+      for (const id of ids) del.run(id);
+      this.bump('purged_nodes', ids.length);
+      return ids.length;
+    });
+  }
+
+  async deleteRunsBefore(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.db.write('deleteRunsBefore', () => {
+      const { changes } = this.db.stmt(`DELETE FROM runs WHERE id IN (
+        SELECT id FROM runs WHERE started_at_utc < ? ORDER BY started_at_utc LIMIT ?)`).run(b, limit);
+      this.bump('deleted_runs', changes);
+      // Then the bases of days no run refers to any more (a base serves only runs of its day).
+      if (changes < limit) {
+        this.db.stmt(`DELETE FROM run_bases WHERE id IN (SELECT x.id FROM run_bases x WHERE x.day < ? AND NOT EXISTS (
+            SELECT 1 FROM runs r WHERE r.node_id = x.node_id AND r.started_at_utc >= x.day AND r.started_at_utc < x.day || 'T99')
+          LIMIT ?)`).run(runDay(b), limit - changes);
+      }
+      return changes;
+    });
+  }
+
+  async pruneHistory(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.db.write('pruneHistory', () =>
+      this.db.stmt('DELETE FROM node_history WHERE id IN (SELECT id FROM node_history WHERE at < ? ORDER BY id LIMIT ?)').run(b, limit).changes);
+  }
+
+  async deleteChangesBefore(before: string, limit: number): Promise<number> {
+    const b = toUtcIso(before, 'before');
+    return this.db.write('deleteChangesBefore', () =>
+      this.db.stmt('DELETE FROM changes WHERE id IN (SELECT id FROM changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes
+      // Inventory changes are kept as long (GET /api/1/nodes/<id>/inventory/history).
+      + this.db.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
+  }
+
+  async prepareRunStorage(_now: Date): Promise<void> {
+    // One table, one time index: nothing to prepare ahead of time.
+  }
+
+  private bump(name: string, by: number): void {
+    if (by > 0) this.db.stmt('UPDATE registry_counters SET value = value + ? WHERE name = ?').run(by, name);
+  }
+
+  async counts(): Promise<RegistryCounts> {
+    return this.db.read('counts', () => {
+      const group = (col: string) => Object.fromEntries(
+        (this.db.stmt(`SELECT ${col} AS k, count(*) AS c FROM nodes GROUP BY ${col} ORDER BY ${col}`).all() as Array<{ k: string; c: number }>)
+          .map((r) => [r.k, r.c]),
+      );
+      const counters = Object.fromEntries(
+        (this.db.stmt('SELECT name, value FROM registry_counters').all() as Array<{ name: string; value: number }>).map((r) => [r.name, r.value]),
+      );
+      return {
+        by_status: group('status'), by_state: group('state'), by_acceptance: group('accepted'),
+        purged_nodes: Number(counters.purged_nodes ?? 0), deleted_runs: Number(counters.deleted_runs ?? 0),
+      };
+    });
+  }
+}

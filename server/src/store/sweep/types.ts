@@ -1,0 +1,45 @@
+/**
+ * The lifecycle sweep and retention: each call handles at most `limit` nodes or rows and returns
+ * how many it did, so the sweeper works in short transactions and ingestion is never stalled for long.
+ */
+import { REFUSE, type NulRules } from '../guard.js';
+
+/** Registry-wide counts for the lifecycle view and /metrics. */
+export interface RegistryCounts {
+  by_status: Record<string, number>;
+  by_state: Record<string, number>;
+  by_acceptance: Record<string, number>;
+  /** Totals since the database was created (kept in the database, so shared by every server process). */
+  purged_nodes: number;
+  deleted_runs: number;
+}
+
+export interface SweepStore {
+  /** status reachable → unreachable for nodes with no contact since `before`. */
+  markUnreachable(before: string, at: string, limit: number): Promise<number>;
+  /** state running/unknown → missing for contacted nodes silent since `before`. */
+  markMissing(before: string, at: string, limit: number): Promise<number>;
+  /** Delete nodes missing or terminated since before `before` (their runs and all go with them). */
+  purgeNodes(before: string, limit: number): Promise<number>;
+  /** Delete runs that started before `before` (a UTC midnight); Postgres drops whole day partitions. */
+  deleteRunsBefore(before: string, limit: number): Promise<number>;
+  /** Delete history entries older than `before`. */
+  pruneHistory(before: string, limit: number): Promise<number>;
+  /** Delete changes older than `before`. */
+  deleteChangesBefore(before: string, limit: number): Promise<number>;
+  /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
+  prepareRunStorage(now: Date): Promise<void>;
+  counts(): Promise<RegistryCounts>;
+}
+
+/** How each sweep method treats U+0000 (guard.ts). */
+export const SWEEP_NUL: NulRules<SweepStore> = {
+  markUnreachable: REFUSE,
+  markMissing: REFUSE,
+  purgeNodes: REFUSE,
+  deleteRunsBefore: REFUSE,
+  pruneHistory: REFUSE,
+  deleteChangesBefore: REFUSE,
+  prepareRunStorage: REFUSE,
+  counts: REFUSE,
+};
