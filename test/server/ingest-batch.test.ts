@@ -103,3 +103,31 @@ t.test('a batch the database cannot commit fails every run log of it as transien
     t.ok(isTransient(reason));
   }
 });
+
+t.test("a node-day's later runs are encoded against its base in the workers, and read back exactly", async (t) => {
+  const { store, ingest, file } = await setup(t);
+  // What the store is asked for and what it is handed, seen from outside.
+  const bases: Array<number | null> = [];
+  const against: Array<number | undefined> = [];
+  const getRunBase = store.getRunBase.bind(store);
+  const insertRuns = store.insertRuns.bind(store);
+  store.getRunBase = async (node, day) => {
+    const b = await getRunBase(node, day);
+    bases.push(b && b.id);
+    return b;
+  };
+  store.insertRuns = async (runs) => {
+    against.push(...runs.map((r) => r.against?.base_id));
+    return insertRuns(runs);
+  };
+  const first = await file(ids[0]!, keys.get(ids[0]!)!, 1);
+  await ingest.ingest(first.path, first.name);
+  const later = [await file(ids[0]!, keys.get(ids[0]!)!, 2), await file(ids[0]!, keys.get(ids[0]!)!, 3)];
+  for (const f of later) await ingest.ingest(f.path, f.name);
+  const base = await getRunBase(ids[0]!, '2026-01-01');
+  t.same(bases, [null, base!.id, base!.id], 'the first run has no base yet; the later ones are given it');
+  t.same(against, [undefined, base!.id, base!.id], 'and arrive encoded against it');
+  for (const r of (await store.listRuns(ids[0]!, 1, 10)).data) {
+    t.match((await store.getRunLogText(r.id, 1 << 20))!.toString(), /Start execution/, `run ${r.id} reads back`);
+  }
+});

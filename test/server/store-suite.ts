@@ -9,6 +9,7 @@ import type { Test } from 'tap';
 import { compressSync, decompress } from '@capstan/shared';
 import { LATEST_SCHEMA_VERSION } from '@capstan/server/store/index';
 import type { NodeUpsertFromInventory, RunInsert, Store } from '@capstan/server/store/index';
+import { encodeRun } from '@capstan/server/store/runs/run-codec';
 
 export interface Db {
   /** Another store on this test's database; like the server's start-up, it runs migrate(). */
@@ -483,6 +484,36 @@ function benchmark(t: Test, backend: Backend): void {
     await check(await db.open({ now: CLOCK }), 'fresh store');
     await t.rejects(store.getRunLogText(inserted[0]!.id, 100), { code: 'ERR_DECOMPRESSED_TOO_LARGE' });
     t.equal(await store.getRunLogText(inserted[4]!.id + 100, 1 << 20), null);
+  });
+
+  t.test('a run encoded against its base before it is stored is kept as given; against a stale base, encoded again', async (t) => {
+    const { db, store } = await setup(t, backend);
+    await store.createNode({ id: 'n1', hostname: 'h' });
+    t.equal(await store.getRunBase('n1', '2024-05-01'), null, 'no base before the day has a run');
+    const first = runText('n1', 'a', 1);
+    await store.insertRun(run('n1', '2024-05-01T10:00:00Z', { log_compressed: undefined, log_text: first }));
+    const base = await store.getRunBase('n1', '2024-05-01');
+    t.ok(base && base.log.equals(first), "the day's base is its first run");
+    t.ok(base!.log.buffer instanceof SharedArrayBuffer, 'in shared memory (for the ingest workers)');
+    const fresh = await (await db.open({ now: CLOCK })).getRunBase('n1', '2024-05-01');
+    t.same(fresh && { id: fresh.id, day: fresh.day, log: fresh.log.toString() }, { id: base!.id, day: '2024-05-01', log: first.toString() }, 'read from the database by another store');
+    t.equal(await store.getRunBase('n1', '2024-05-02'), null);
+    t.equal(await store.getRunBase('nobody', '2024-05-01'), null);
+
+    const outcomes = [{ rule_id: 'r1', directive_id: 'd1', component: 'File', outcome: 'result_success', count: 1 }] as RunInsert['outcomes'];
+    const json = Buffer.from(JSON.stringify(outcomes));
+    const second = runText('n1', 'b', 2);
+    const enc = encodeRun(base!, second, json);
+    const a = await store.insertRun(run('n1', '2024-05-01T11:00:00Z', { log_compressed: undefined, log_text: second, outcomes, outcomes_json: json, against: { base_id: base!.id, ...enc } }));
+    t.ok((await store.getRunLogText(a.id, 1 << 20))!.equals(second), 'pre-encoded: reads back exactly');
+    const third = runText('n1', 'c', 3);
+    // Bytes made against a base that is not the run's (another day's, or one retention removed):
+    // not used, the store encodes the run against its own.
+    const wrong = { base_id: base!.id + 1000, log: Buffer.from('garbage'), outcomes: Buffer.from('garbage') };
+    const b = await store.insertRun(run('n1', '2024-05-01T12:00:00Z', { log_compressed: undefined, log_text: third, outcomes, outcomes_json: json, against: wrong }));
+    t.ok((await store.getRunLogText(b.id, 1 << 20))!.equals(third), 'stale: encoded by the store, reads back exactly');
+    t.same((await store.listRuns('n1', 1, 10)).data.find((r) => r.id === b.id)!.outcomes, outcomes);
+    await t.rejects(store.insertRun(run('n1', '2024-05-01T13:00:00Z', { log_compressed: undefined, log_text: third, against: { base_id: 'x' } as never })), { code: 'ERR_BAD_REQUEST' });
   });
 
   t.test('retention removes a day with its base; a late run of that day makes a new one', async (t) => {

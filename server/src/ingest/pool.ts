@@ -56,6 +56,7 @@ export class PrepareWorkerPool {
           ...(reply.run.log_text ? { log_text: buf(reply.run.log_text) } : {}),
           ...(reply.run.outcomes_packed ? { outcomes_packed: buf(reply.run.outcomes_packed) } : {}),
           ...(reply.run.outcomes_json ? { outcomes_json: buf(reply.run.outcomes_json) } : {}),
+          ...(reply.run.against ? { against: { base_id: reply.run.against.base_id, log: buf(reply.run.against.log), outcomes: buf(reply.run.against.outcomes) } } : {}),
         });
       } else {
         const e = reply.error;

@@ -8,7 +8,8 @@ import { createHash } from 'node:crypto';
 import { decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog } from '@capstan/shared';
 import { packOutcomes } from '../store/runs/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
-import type { RunInsert } from '../store/store.js';
+import type { RunBase, RunInsert } from '../store/store.js';
+import { dayOf, encodeRun } from '../store/runs/run-codec.js';
 import type { OcsLimits } from './ocs.js';
 
 export interface IngestLimits {
@@ -36,6 +37,8 @@ export interface PrepareJob {
   timestamp: string;
   certificate: string;
   limits: IngestLimits;
+  /** The node's base for the day the run is of, when it has one: the run is encoded against it here. */
+  base?: RunBase;
 }
 
 /** A run ready to insert, but for the time it was received (the main thread sets it). */
@@ -59,9 +62,14 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
   });
   const { counts, outcomes } = summarize(log.reports);
   const json = Buffer.from(JSON.stringify(outcomes), 'utf8');
+  const started = runStart(log);
+  const text = verified.content;
+  // Against the day's base now, where the event loop would have done it while storing the run.
+  const base = job.base;
+  const against = base && dayOf(started) === base.day ? { base_id: base.id, ...encodeRun(base, text, json) } : undefined;
   return {
     node_id: job.nodeId,
-    started_at: runStart(log),
+    started_at: started,
     config_id: log.config_id,
     complete: isCompleteRun(log),
     report_count: log.reports.length,
@@ -75,6 +83,7 @@ export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
     sha256: createHash('sha256').update(raw).digest('hex'),
     // The store keeps it against the node-day's base (store/runs/run-codec.ts).
     // A view into a larger buffer would cross to the main thread whole: copied to its own.
-    log_text: verified.content.byteLength === verified.content.buffer.byteLength ? verified.content : Buffer.from(verified.content),
+    log_text: text.byteLength === text.buffer.byteLength ? text : Buffer.from(text),
+    ...(against && { against }),
   };
 }

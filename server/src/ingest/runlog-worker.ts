@@ -39,16 +39,17 @@ function toWorkerError(err: unknown): WorkerError {
  */
 function sharedBytes(run: PreparedRun): PreparedRun {
   const keys = (['log_text', 'outcomes_json', 'outcomes_packed', 'log_compressed'] as const).filter((k) => run[k]);
-  const total = keys.reduce((n, k) => n + run[k]!.length, 0);
-  const sab = Buffer.from(new SharedArrayBuffer(total));
-  const out: PreparedRun = { ...run };
+  const parts = [...keys.map((k) => run[k]!), ...(run.against ? [run.against.log, run.against.outcomes] : [])];
+  const sab = Buffer.from(new SharedArrayBuffer(parts.reduce((n, b) => n + b.length, 0)));
   let at = 0;
-  for (const k of keys) {
-    const b = run[k]!;
+  const move = (b: Buffer): Buffer => {
     b.copy(sab, at);
-    out[k] = sab.subarray(at, at + b.length);
     at += b.length;
-  }
+    return sab.subarray(at - b.length, at);
+  };
+  const out: PreparedRun = { ...run };
+  for (const k of keys) out[k] = move(run[k]!);
+  if (run.against) out.against = { base_id: run.against.base_id, log: move(run.against.log), outcomes: move(run.against.outcomes) };
   return out;
 }
 

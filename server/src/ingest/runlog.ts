@@ -13,10 +13,11 @@ import { readFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { capstanError, parseRunInfo } from '@capstan/shared';
 import type { EnrollmentRules } from '../registry/enrollment.js';
-import type { InsertRunResult, NodeRecord, RunInsert, Store } from '../store/store.js';
+import type { InsertRunResult, NodeTrust, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
 import { clockSkew } from '../store/nodes/rules.js';
+import { dayOf } from '../store/runs/run-codec.js';
 
 export { runStart };
 
@@ -29,12 +30,12 @@ export interface IngestDeps {
 }
 
 /** The node must be known and accepted, with a pinned certificate, before its run logs count. */
-export function requireAccepted(node: NodeRecord | null, nodeId: string): NodeRecord & { certificate: string } {
+export function requireAccepted<N extends NodeTrust>(node: N | null, nodeId: string): N & { certificate: string } {
   if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is unknown`);
   if (node.accepted === 'pending') throw capstanError('ERR_NODE_PENDING', `node ${nodeId} is pending acceptance`);
   if (node.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${nodeId} was refused`);
   if (!node.certificate) throw capstanError('ERR_CERTIFICATE', `node ${nodeId} has no pinned certificate`);
-  return node as NodeRecord & { certificate: string };
+  return node as N & { certificate: string };
 }
 
 /**
@@ -43,9 +44,16 @@ export function requireAccepted(node: NodeRecord | null, nodeId: string): NodeRe
  */
 async function jobFor(deps: IngestDeps, path: string, name: string, data?: Buffer): Promise<PrepareJob> {
   const info = parseRunInfo(name);
-  const node = requireAccepted(await deps.store.getNode(info.nodeId), info.nodeId);
+  const node = requireAccepted(await deps.store.getNodeTrust(info.nodeId), info.nodeId);
   const raw = data ?? await readFile(path);
-  return { raw, compression: info.compression, nodeId: info.nodeId, timestamp: info.timestamp, certificate: node.certificate, limits: deps.limits };
+  // The base of the day the name says the run is of, for the worker to encode the run against
+  // (off the event loop); a run of another day is encoded by the store.
+  const day = dayOf(info.timestamp);
+  const base = day === null ? null : await deps.store.getRunBase(info.nodeId, day);
+  return {
+    raw, compression: info.compression, nodeId: info.nodeId, timestamp: info.timestamp, certificate: node.certificate, limits: deps.limits,
+    ...(base && { base }),
+  };
 }
 
 /**

@@ -71,7 +71,7 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
 
 /** A run ready to write: times normalised, summaries serialised (outcomes also packed, runs/outcomes.ts). */
 export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
-  const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, ...fields } = run;
+  const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, against: _a, ...fields } = run;
   refuseNul(fields);
   // Postgres keeps it in an int4; no run comes near that many reports.
   if (!Number.isInteger(run.report_count) || run.report_count < 0 || run.report_count > 0x7fffffff) {
@@ -85,6 +85,10 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
   }
   if (run.outcomes_json !== undefined && !Buffer.isBuffer(run.outcomes_json)) {
     throw capstanError('ERR_BAD_REQUEST', 'outcomes_json must be a Buffer');
+  }
+  const a = run.against;
+  if (a !== undefined && (!Number.isSafeInteger(a.base_id) || !Buffer.isBuffer(a.log) || !Buffer.isBuffer(a.outcomes))) {
+    throw capstanError('ERR_BAD_REQUEST', 'against must be { base_id: integer, log: Buffer, outcomes: Buffer }');
   }
   return {
     startedUtc: toUtcIso(run.started_at, 'started_at'),

@@ -14,9 +14,9 @@ import { listRows, type LinkRow } from '../managers/rows.js';
 import { checkFilters, filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE } from './records.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
 import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
-import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
@@ -84,6 +84,11 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
         await this.db.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
       }
     }
+  }
+
+  async getNodeTrust(id: string): Promise<NodeTrust | null> {
+    const { rows } = await this.db.query('getNodeTrust', this.db.pool, { name: 'node_trust', text: TRUST.replace('?', '$1'), values: [id] });
+    return (rows[0] as NodeTrust | undefined) ?? null;
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {

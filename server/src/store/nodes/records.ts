@@ -106,3 +106,6 @@ export function nodeValues(n: NodeRecord): unknown[] {
   const cols = nodeToColumns(n);
   return NODE_COLUMNS.map((c) => cols[c]);
 }
+
+/** A node's acceptance and pinned certificate (NodeStore.getNodeTrust), `?` its id. */
+export const TRUST = 'SELECT n.accepted, nc.certificate FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id WHERE n.id = ?';

@@ -12,9 +12,9 @@ import { listRows, type LinkRow } from '../managers/rows.js';
 import { checkFilters, filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE } from './records.js';
+import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
 import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
-import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore } from './types.js';
+import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
@@ -71,6 +71,10 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
       const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
       for (const g of next.groups) ins.run(next.id, g);
     }
+  }
+
+  async getNodeTrust(id: string): Promise<NodeTrust | null> {
+    return this.db.read('getNodeTrust', () => (this.db.stmt(TRUST).get(id) as NodeTrust | undefined) ?? null);
   }
 
   async getNode(id: string): Promise<NodeRecord | null> {

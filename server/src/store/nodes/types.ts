@@ -196,8 +196,19 @@ export interface HistoryEntry {
   cause: string;
 }
 
+/** What a node's upload is checked against before its signature: its acceptance and pinned certificate. */
+export interface NodeTrust {
+  accepted: Acceptance;
+  certificate: string | null;
+}
+
 export interface NodeStore {
   getNode(id: string): Promise<NodeRecord | null>;
+  /**
+   * The two fields ingest checks before verifying a node's run log (one narrow read: the whole
+   * node, read again where the run is stored, cost a second full read per run log).
+   */
+  getNodeTrust(id: string): Promise<NodeTrust | null>;
   listNodes(q: NodeListQuery): Promise<NodePage>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
@@ -275,6 +286,7 @@ export interface InventoryStore {
 /** How each node method treats U+0000 (guard.ts). */
 export const NODES_NUL: NulRules<NodeStore> = {
   getNode: lookup([0], () => null),
+  getNodeTrust: lookup([0], () => null),
   listNodes: REFUSE,
   listNodeIds: REFUSE,
   createNode: REFUSE,

@@ -17,8 +17,8 @@ import type { Page } from '../store.js';
 import { runRange } from '../time.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
-import { BaseCache, decodeBase, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
-import type { CompactProgress, InsertRunResult, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
+import { BaseCache, decodeBase, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
 
 export class PostgresRuns implements RunStore {
   /** Decoded node-day bases (run-codec.ts). */
@@ -86,7 +86,7 @@ export class PostgresRuns implements RunStore {
     const what = 'insertRun';
     const node = await this.nodes.lockNode(what, c, run.node_id);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-    const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
+    const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against)
       : { base_id: null, log: run.log_compressed!, outcomes: packed };
     const ins = await this.db.query<{ id: string }>(what, c, {
       name: 'run_insert',
@@ -115,9 +115,12 @@ export class PostgresRuns implements RunStore {
    * none yet (run-codec.ts). The node's row is locked by the caller, so two servers never
    * make the same node-day's base at once; ON CONFLICT is there all the same.
    */
-  private async againstBase(c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
+  private async againstBase(
+    c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer, against?: RunInsert['against'],
+  ): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
     const what = 'insertRun';
     const day = runDay(startedUtc);
+    const nodeDay = { nodeId, day };
     const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
     const find = () => this.db.query<{ id: string }>(what, c, {
       name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
@@ -133,19 +136,33 @@ export class PostgresRuns implements RunStore {
         values: [nodeId, day, row.log_compressed, row.outcomes_packed],
       });
       found = ins.rows[0] ?? (await find()).rows[0];
-      if (ins.rows[0]) this.bases.set(Number(found!.id), (texts = { log, outcomes: json }));
+      if (ins.rows[0]) texts = this.bases.set(Number(found!.id), { log, outcomes: json }, nodeDay);
     }
     const id = Number(found!.id);
-    texts ??= this.bases.get(id);
-    if (!texts) {
-      const { rows } = await this.db.query<BaseRow>(what, c, {
-        name: 'run_base_get', text: 'SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = $1', values: [id],
-      });
-      texts = decodeBase(rows[0]!);
-      this.bases.set(id, texts);
-    }
-    const enc = encodeRun(texts, log, json);
-    return { base_id: id, log: enc.log, outcomes: enc.outcomes };
+    texts ??= this.bases.get(id) ?? this.bases.set(id, decodeBase(await this.baseRow(c, id)), nodeDay);
+    return encodeAgainst(id, texts, log, json, against);
+  }
+
+  private async baseRow(c: pg.PoolClient | pg.Pool, id: number): Promise<BaseRow> {
+    const { rows } = await this.db.query<BaseRow>('runBase', c, {
+      name: 'run_base_get', text: 'SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = $1', values: [id],
+    });
+    return rows[0]!;
+  }
+
+  async getRunBase(nodeId: string, day: string): Promise<RunBase | null> {
+    const known = this.bases.idOf(nodeId, day);
+    const cached = known === undefined ? undefined : this.bases.get(known);
+    if (cached) return { id: known!, day, log: cached.log, outcomes: cached.outcomes };
+    const { rows } = await this.db.query<{ id: string }>('getRunBase', this.db.pool, {
+      name: 'run_base_find', text: 'SELECT id FROM run_bases WHERE node_id = $1 AND day = $2', values: [nodeId, day],
+    });
+    if (!rows[0]) return null;
+    const id = Number(rows[0].id);
+    const row = await this.baseRow(this.db.pool, id);
+    if (!row) return null;
+    const texts = this.bases.get(id) ?? this.bases.set(id, decodeBase(row), { nodeId, day });
+    return { id, day, log: texts.log, outcomes: texts.outcomes };
   }
 
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {

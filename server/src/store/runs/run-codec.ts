@@ -11,6 +11,7 @@
 import { zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared';
 import type { RunSummaryOutcome } from '../store.js';
 import { unpackOutcomes } from './outcomes.js';
+import { parseRfc3339 } from '../time.js';
 
 /** The plain texts of a base: the run log, and the outcomes' JSON. */
 export interface BaseTexts {
@@ -37,6 +38,12 @@ const BASE_LEVEL = 3;
 /** The UTC day of a run's start (ISO 8601 UTC text): the node-day its base is for. */
 export const runDay = (startedUtc: string): string => startedUtc.slice(0, 10);
 
+/** The node-day of any RFC 3339 time (a run's start as reported, a file name's), null when it is none. */
+export function dayOf(time: string): string | null {
+  const ms = parseRfc3339(time);
+  return ms === undefined ? null : runDay(new Date(ms).toISOString());
+}
+
 export function encodeBase(t: BaseTexts): BaseRow {
   return { log_compressed: zstdCompressWithBase(t.log, NONE, BASE_LEVEL), outcomes_packed: zstdCompressWithBase(t.outcomes, NONE, BASE_LEVEL) };
 }
@@ -61,9 +68,27 @@ export function decodeRunOutcomes(base: BaseTexts, frame: Buffer): RunSummaryOut
   return JSON.parse(zstdDecompressWithBase(frame, base.outcomes, MAX_TEXT).toString('utf8')) as RunSummaryOutcome[];
 }
 
-/** Decoded bases, least recently used out first once `maxBytes` is exceeded. */
+/** `b` in shared memory: a copy unless it is there already (a worker thread's reply). */
+function inShared(b: Buffer): Buffer {
+  if (b.buffer instanceof SharedArrayBuffer) return b;
+  const s = Buffer.from(new SharedArrayBuffer(b.length));
+  b.copy(s);
+  return s;
+}
+
+interface CachedBase extends BaseTexts {
+  /** `<node id>\n<day>`, when known: the key of `ids`. */
+  nodeDay?: string;
+}
+
+/**
+ * Decoded bases, least recently used out first once `maxBytes` is exceeded, with the base id of
+ * each node-day they belong to. Their texts are kept in shared memory: the ingest hands them to
+ * its worker threads, which encode a run against them off the event loop (RunInsert.against).
+ */
 export class BaseCache {
-  private readonly map = new Map<number, BaseTexts>();
+  private readonly map = new Map<number, CachedBase>();
+  private readonly ids = new Map<string, number>();
   private bytes = 0;
   constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
 
@@ -76,28 +101,47 @@ export class BaseCache {
     return t;
   }
 
-  set(id: number, t: BaseTexts): void {
-    if (this.map.has(id)) return;
-    this.map.set(id, t);
-    this.bytes += t.log.length + t.outcomes.length;
+  /** The id of the base of `nodeId`'s runs on `day`, when it is cached. */
+  idOf(nodeId: string, day: string): number | undefined {
+    return this.ids.get(`${nodeId}\n${day}`);
+  }
+
+  set(id: number, t: BaseTexts, nodeDay?: { nodeId: string; day: string }): BaseTexts {
+    const had = this.map.get(id);
+    if (had) return had;
+    const entry: CachedBase = { log: inShared(t.log), outcomes: inShared(t.outcomes) };
+    if (nodeDay) {
+      entry.nodeDay = `${nodeDay.nodeId}\n${nodeDay.day}`;
+      this.ids.set(entry.nodeDay, id);
+    }
+    this.map.set(id, entry);
+    this.bytes += entry.log.length + entry.outcomes.length;
     for (const [k, v] of this.map) {
       if (this.bytes <= this.maxBytes) break;
       this.map.delete(k);
+      if (v.nodeDay !== undefined && this.ids.get(v.nodeDay) === k) this.ids.delete(v.nodeDay);
       this.bytes -= v.log.length + v.outcomes.length;
     }
+    return entry;
   }
 
   /** The base `id`, decoding `row` (when the cache does not have it). */
-  texts(id: number, row: () => BaseRow | undefined): BaseTexts | undefined {
-    let t = this.get(id);
-    if (!t) {
-      const r = row();
-      if (!r) return undefined;
-      t = decodeBase(r);
-      this.set(id, t);
-    }
-    return t;
+  texts(id: number, row: () => BaseRow | undefined, nodeDay?: { nodeId: string; day: string }): BaseTexts | undefined {
+    const t = this.get(id);
+    if (t) return t;
+    const r = row();
+    return r ? this.set(id, decodeBase(r), nodeDay) : undefined;
   }
+}
+
+/**
+ * The run's two texts against its base `id` with `texts`: what the caller encoded already when
+ * it was made against that very base (RunInsert.against), else encoded here.
+ */
+export function encodeAgainst(id: number, texts: BaseTexts, log: Buffer, outcomesJson: Buffer, against?: { base_id: number; log: Buffer; outcomes: Buffer }): { base_id: number; log: Buffer; outcomes: Buffer } {
+  if (against && against.base_id === id) return { base_id: id, log: against.log, outcomes: against.outcomes };
+  const enc = encodeRun(texts, log, outcomesJson);
+  return { base_id: id, log: enc.log, outcomes: enc.outcomes };
 }
 
 /**

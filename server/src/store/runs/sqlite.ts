@@ -14,8 +14,8 @@ import type { Page } from '../store.js';
 import { runRange } from '../time.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
-import { BaseCache, decodeRunLog, encodeBase, encodeRun, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
-import type { CompactProgress, InsertRunResult, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
+import { BaseCache, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
 
 export class SqliteRuns implements RunStore {
   /** Decoded node-day bases (run-codec.ts). */
@@ -63,7 +63,7 @@ export class SqliteRuns implements RunStore {
     const { startedUtc, receivedAt, counts, packed, changes } = checked;
     const node = this.nodes.node(run.node_id);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-    const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json)
+    const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against)
       : { base_id: null, log: run.log_compressed!, outcomes: packed };
     const ins = this.db.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
         report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
@@ -86,8 +86,11 @@ export class SqliteRuns implements RunStore {
    * A run's log and outcomes against its node-day's base, which is made from this run when the
    * day has none yet (run-codec.ts).
    */
-  private againstBase(nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer): { base_id: number; log: Buffer; outcomes: Buffer } {
+  private againstBase(
+    nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer, against?: RunInsert['against'],
+  ): { base_id: number; log: Buffer; outcomes: Buffer } {
     const day = runDay(startedUtc);
+    const nodeDay = { nodeId, day };
     const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
     const found = this.db.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
     let id: number;
@@ -97,13 +100,27 @@ export class SqliteRuns implements RunStore {
       const row = encodeBase(texts);
       id = Number(this.db.stmt('INSERT INTO run_bases (node_id, day, log_compressed, outcomes_packed) VALUES (?, ?, ?, ?)')
         .run(nodeId, day, row.log_compressed, row.outcomes_packed).lastInsertRowid);
-      this.bases.set(id, texts);
+      this.bases.set(id, texts, nodeDay);
     } else {
       id = found;
-      texts = this.bases.texts(id, () => this.db.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(id) as BaseRow | undefined);
+      texts = this.bases.texts(id, () => this.baseRow(id), nodeDay);
     }
-    const enc = encodeRun(texts!, log, json);
-    return { base_id: id, log: enc.log, outcomes: enc.outcomes };
+    return encodeAgainst(id, texts!, log, json, against);
+  }
+
+  private baseRow(id: number): BaseRow | undefined {
+    return this.db.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(id) as BaseRow | undefined;
+  }
+
+  async getRunBase(nodeId: string, day: string): Promise<RunBase | null> {
+    const known = this.bases.idOf(nodeId, day);
+    const cached = known === undefined ? undefined : this.bases.get(known);
+    if (cached) return { id: known!, day, log: cached.log, outcomes: cached.outcomes };
+    return this.db.read('getRunBase', () => {
+      const id = this.db.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
+      const texts = id === undefined ? undefined : this.bases.texts(id, () => this.baseRow(id), { nodeId, day });
+      return texts ? { id: id!, day, log: texts.log, outcomes: texts.outcomes } : null;
+    });
   }
 
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
@@ -128,7 +145,7 @@ export class SqliteRuns implements RunStore {
       const row = this.db.stmt('SELECT log_compressed, base_id FROM runs WHERE id = ?').get(runId) as { log_compressed: Buffer; base_id: number | null } | undefined;
       if (!row) return null;
       if (row.base_id === null) return { raw: row.log_compressed };
-      const base = this.bases.texts(row.base_id, () => this.db.stmt('SELECT log_compressed, outcomes_packed FROM run_bases WHERE id = ?').get(row.base_id) as BaseRow | undefined);
+      const base = this.bases.texts(row.base_id, () => this.baseRow(row.base_id!));
       if (!base) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
       return { text: decodeRunLog(base, row.log_compressed) };
     });

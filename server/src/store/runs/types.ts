@@ -50,8 +50,23 @@ export interface RunInsert extends RunFields {
    * base; absent, the store makes it.
    */
   outcomes_json?: Buffer;
+  /**
+   * `log_text` and `outcomes_json` already encoded against the node-day's base `base_id` (what
+   * runs/run-codec.ts encodeRun makes of them), by a caller that did it off the event loop (the
+   * ingest workers, given the base by getRunBase). Used when `base_id` is still the run's base
+   * when it is stored; otherwise the store encodes them itself.
+   */
+  against?: { base_id: number; log: Buffer; outcomes: Buffer };
   /** The changes the run reported; stored with the run, labelled by the store. */
   changes?: ChangeInput[];
+}
+
+/** A node-day's base (runs/run-codec.ts): its id, its day, and its two texts. */
+export interface RunBase {
+  id: number;
+  day: string;
+  log: Buffer;
+  outcomes: Buffer;
 }
 
 /** One batch of compactRuns: what it did, how far it has looked (run ids), and whether it is done. */
@@ -113,6 +128,12 @@ export interface RunStore {
    * database). A run whose log is not a zstd frame is left as it is.
    */
   compactRuns(limit: number): Promise<CompactProgress>;
+  /**
+   * The base of a node's runs on `day` (UTC, YYYY-MM-DD), null while that day has none: for the
+   * ingest to encode a run against it before the run is stored (RunInsert.against). Its texts
+   * are in shared memory, so handing them to a worker thread copies nothing.
+   */
+  getRunBase(nodeId: string, day: string): Promise<RunBase | null>;
 }
 
 /** How each run method treats U+0000 (guard.ts): a run's summary is checked by input.ts checkRun, run by run. */
@@ -123,4 +144,5 @@ export const RUNS_NUL: NulRules<RunStore> = {
   getRunLog: REFUSE,
   getRunLogText: REFUSE,
   compactRuns: REFUSE,
+  getRunBase: lookup([0], () => null),
 };
