@@ -6,7 +6,7 @@
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
 import { DEFAULT_RELAYD_LISTEN, DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
-import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
+import { checkHttpLimits, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
 
 export const RELAYD_SCHEMA = {
   general: {
@@ -227,6 +227,7 @@ export type RelaydConfig = ConfigOf<typeof RELAYD_SCHEMA>;
 /** Rules across keys: TLS needs both files and a non-loopback listener needs TLS; a pin and a CA are exclusive; retry bounds ordered. */
 export function checkRelaydConfig(c: RelaydConfig): RelaydConfig {
   checkListenerTlsConfig(c.tls, c.general.listen);
+  checkHttpLimits(c.http);
   if (c.upstream.pinned_cert_file !== '' && c.upstream.ca_file !== '') {
     throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file are exclusive');
   }

@@ -1,6 +1,6 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
 import { capstanError, DEFAULT_SERVER_LISTEN, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
-import { checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
+import { checkHttpLimits, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 
@@ -239,6 +239,7 @@ export type ServerConfig = ConfigOf<typeof SERVER_SCHEMA>;
 export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const config = loadConfig(SERVER_SCHEMA, opts);
   checkListenerTlsConfig(config.tls, config.general.listen);
+  checkHttpLimits(config.http);
   enrollmentRules(config.enrollment);
   identitySettings(config.identity);
   const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;

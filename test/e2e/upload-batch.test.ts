@@ -4,6 +4,7 @@
  * reason, and a batch that is itself wrong refused whole with a code.
  */
 import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import {
@@ -70,7 +71,7 @@ t.test('each file is answered as its PUT would be; run logs are stored before th
 });
 
 t.test('a batch that is itself wrong is refused whole, with a code', async (t) => {
-  const { url } = await server(t, '[http]\nmax_batch_files = 3\nmax_batch_size = "4KiB"\n');
+  const { url } = await server(t, '[http]\nmax_batch_files = 3\nmax_batch_size = "4KiB"\nmax_batch_memory = "4KiB"\n');
   const one = encodeBatch([runLog(node, 1)]);
   const bad = (await post(url, 'reports', Buffer.concat([one, Buffer.from([0, 5, 65])])));
   t.equal(bad.status, 400);
@@ -85,6 +86,28 @@ t.test('a batch that is itself wrong is refused whole, with a code', async (t) =
   t.same([kind.status, kind.json.error.code], [404, 'ERR_NOT_FOUND'], 'no such kind');
   const ok = await post(url, 'reports', one);
   t.equal(ok.status, 200, 'and the server still takes a good one');
+
+  // Two batches at once that do not fit in max_batch_memory together: the second waits its turn.
+  const half = encodeBatch([{ name: runLog(node, 30).name, body: Buffer.alloc(2500) }]);
+  let finish!: () => void;
+  const released = new Promise<void>((resolve) => (finish = resolve));
+  const slow = new Promise<number>((resolve, reject) => {
+    const req = request(`${url}/batch/reports`, { method: 'POST', headers: { 'content-type': BATCH_CONTENT_TYPE, 'content-length': half.length } }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    req.write(half.subarray(0, 10)); // held, unfinished, while the second comes
+    void released.then(() => req.end(half.subarray(10)));
+  });
+  // Until the server has the first one's head, the second may still be taken: ask until it is not.
+  const busy = await waitFor(async () => {
+    const r = await post(url, 'reports', encodeBatch([{ name: runLog(node, 31).name, body: Buffer.alloc(2500) }]));
+    return r.status === 503 ? r : undefined;
+  }, 'a batch refused while another holds the memory');
+  t.same(busy.json.error.code, 'ERR_BUSY', 'past max_batch_memory: come back later');
+  finish();
+  t.equal(await slow, 200, 'the first is taken');
 });
 
 t.test('past max_in_memory run logs are spooled first and ingested from incoming/; inventories are spooled', async (t) => {

@@ -99,3 +99,11 @@ t.test('a relay takes a batch from a relay below it: each file spooled and sent 
   const bad = await fetch(`${r.url}/batch/reports`, { method: 'POST', headers: { 'content-type': BATCH_CONTENT_TYPE }, body: Buffer.from([0, 9, 1]) });
   t.same([bad.status, ((await bad.json()) as { error: { code: string } }).error.code], [400, 'ERR_BATCH_FORMAT'], 'a malformed batch is refused whole');
 });
+
+t.test('batch memory smaller than one batch is a configuration error, at the relay and the server', async (t) => {
+  const { loadRelaydConfig } = await import('@capstan/relayd');
+  const { loadServerConfig } = await import('@capstan/server/config');
+  const overrides = { 'http.max_batch_size': '32MiB', 'http.max_batch_memory': '16MiB' };
+  t.throws(() => loadRelaydConfig({ overrides }), { code: 'ERR_CONFIG', message: 'http.max_batch_memory must be at least http.max_batch_size' });
+  t.throws(() => loadServerConfig({ overrides }), { code: 'ERR_CONFIG', message: 'http.max_batch_memory must be at least http.max_batch_size' });
+});

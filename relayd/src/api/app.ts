@@ -66,6 +66,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     batch: {
       maxFiles: ctx.config.http.max_batch_files,
       maxBytes: ctx.config.http.max_batch_size,
+      maxMemory: ctx.config.http.max_batch_memory,
       take: (kind, files) => Promise.all(files.map(async (f) => {
         try {
           const a = await ctx.spool.accept(kind, f.name, [f.data], f.data.length, {

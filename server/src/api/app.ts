@@ -141,6 +141,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       batch: {
         maxFiles: deps.config.http.max_batch_files,
         maxBytes: deps.config.http.max_batch_size,
+        maxMemory: deps.config.http.max_batch_memory,
         take: deps.takeBatch,
         ...(uploadMetrics && { onRefused: (kind: SpoolKind, code: string) => uploadMetrics.onRefused(kind, code) }),
       },

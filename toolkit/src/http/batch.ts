@@ -24,6 +24,8 @@ export interface BatchRouteOptions {
   maxFiles: number;
   /** Largest batch body ([http] max_batch_size). */
   maxBytes: number;
+  /** Batch bodies held at once, all requests together ([http] max_batch_memory). */
+  maxMemory: number;
   /** Largest file in it: the PUT's own limit. */
   maxFileBytes: number;
   pace?: BodyPace;
@@ -59,6 +61,8 @@ export function batchResultOf(name: string, err: unknown): BatchResult {
 
 export function installBatchRoute(app: FastifyInstance, opts: BatchRouteOptions): void {
   const perClient = opts.perClient ?? new PerClient(0);
+  /** Bytes of the batches being read or taken now. */
+  let held = 0;
   app.post<{ Params: { kind: string } }>(`${BATCH_PATH}/:kind`, async (req, reply) => {
     const kind = req.params.kind as SpoolKind;
     if (!SPOOL_KINDS.includes(kind)) throw capstanError('ERR_NOT_FOUND', `no batch route for ${req.params.kind}`);
@@ -69,7 +73,12 @@ export function installBatchRoute(app: FastifyInstance, opts: BatchRouteOptions)
     if (!/^\d{1,15}$/.test(header)) throw capstanError('ERR_BAD_REQUEST', 'Content-Length is not a number');
     const length = Number(header);
     if (length > opts.maxBytes) throw capstanError('ERR_BATCH_TOO_LARGE', `batch of ${length} bytes exceeds the limit of ${opts.maxBytes} ([http] max_batch_size)`);
+    if (held + length > opts.maxMemory) {
+      reply.header('retry-after', '5');
+      throw capstanError('ERR_BUSY', `batches of ${held} bytes are being taken already ([http] max_batch_memory): send again later`);
+    }
     const leave = perClient.enter(req.socket.remoteAddress);
+    held += length;
     let results: BatchResult[];
     try {
       const files = decodeBatch(await readShared(req, length, opts.pace), opts.maxFiles);
@@ -93,6 +102,7 @@ export function installBatchRoute(app: FastifyInstance, opts: BatchRouteOptions)
         got.forEach((r, j) => (results[at[j]!] = r));
       }
     } finally {
+      held -= length;
       leave();
     }
     return reply.code(200).send({ data: { files: results } });

@@ -30,6 +30,11 @@ export const HTTP_LIMITS_SCHEMA = {
   max_batch_files: { type: 'integer', default: 256, min: 1, max: 65535 },
   /** Largest upload batch body, held in memory while its files are taken; larger → 413 ERR_BATCH_TOO_LARGE. */
   max_batch_size: { type: 'size', default: '16MiB', min: 1024 },
+  /**
+   * Bytes of upload batches held in memory at once, all clients together; a batch that would go
+   * past it → 503 ERR_BUSY with Retry-After (the relay sends it again later).
+   */
+  max_batch_memory: { type: 'size', default: '128MiB', min: 1024 },
 } as const;
 
 export interface HttpLimits {
@@ -41,6 +46,14 @@ export interface HttpLimits {
   readonly max_uploads_per_client: number;
   readonly max_batch_files: number;
   readonly max_batch_size: number;
+  readonly max_batch_memory: number;
+}
+
+/** Rules across the [http] keys: a batch the size limit lets in must fit in the memory for batches. */
+export function checkHttpLimits(l: HttpLimits): void {
+  if (l.max_batch_memory < l.max_batch_size) {
+    throw capstanError('ERR_CONFIG', 'http.max_batch_memory must be at least http.max_batch_size');
+  }
 }
 
 /**
