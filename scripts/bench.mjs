@@ -229,6 +229,11 @@ try {
         { id: `steady.${kind}.p99`, name: `steady ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
         { id: `steady.${kind}.cpu.server`, name: `steady ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
         { id: `steady.${kind}.cpu.relay`, name: `steady ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+        ...['server', 'relay'].flatMap((p) => Object.entries(r.cpuSplitMs[p] ?? {}).map(([part, ms]) => ({
+          id: `steady.${kind}.cpu.${p}.${part}`,
+          name: `steady ${kind}: ${p} CPU per run log, ${{ mainUser: 'event loop, user', mainSys: 'event loop, kernel', otherUser: 'other threads, user', otherSys: 'other threads, kernel' }[part]}`,
+          value: ms, unit: 'ms',
+        }))),
         { id: `steady.${kind}.store`, name: `steady ${kind}: database growth per run log (tables + indexes)`, value: r.storeBytesPerRun, unit: 'B' },
       );
       step();

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { eachLimited, listNodes, registerNode } from '@capstan/bench/sim/admin';
-import { percentiles, procSample } from '@capstan/bench/sim/stats';
+import { cpuSplit, percentiles, procSample } from '@capstan/bench/sim/stats';
 import { Uploader } from '@capstan/bench/sim/upload';
 import { freshDatabase } from './postgres.mjs';
 import { programPaths, startProgram } from './programs.mjs';
@@ -187,6 +187,7 @@ export async function benchIngest(o) {
     let lastVisibleAt = 0;
     let putDoneAt = 0;
     const cpu0 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    const split0 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
 
     say(`ingest (${o.kind}): PUT ${n} run logs, ${o.putConcurrency ?? 64} at a time`);
     const t0 = performance.now();
@@ -229,6 +230,7 @@ export async function benchIngest(o) {
     await watch;
     await watcher.close();
     const cpu1 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    const split1 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
     if (visible < n) throw new Error(`only ${visible} of ${n} run logs visible after ${o.timeoutMs ?? 180_000} ms`);
 
     // The admin API must agree with the store: every node has its runs (at least its last).
@@ -239,6 +241,13 @@ export async function benchIngest(o) {
     if (withRun !== ours.size) throw new Error(`the API shows a run for ${withRun} of ${ours.size} nodes`);
 
     const seconds = (lastVisibleAt - t0) / 1000;
+    const splitPer = (/** @type {'server' | 'relay'} */ k) => {
+      const a = split0[k];
+      const b = split1[k];
+      if (!a || !b) return null;
+      const ms = (/** @type {keyof typeof a} */ f) => Math.round(((b[f] - a[f]) * 1e5) / n) / 100;
+      return { mainUser: ms('mainUser'), mainSys: ms('mainSys'), otherUser: ms('otherUser'), otherSys: ms('otherSys') };
+    };
     const cpu = (/** @type {'server' | 'relay'} */ k) => {
       const a = cpu0[k];
       const b = cpu1[k];
@@ -251,6 +260,8 @@ export async function benchIngest(o) {
       latencyMs: percentiles(latency),
       count: n,
       cpuSeconds: { server: cpu('server'), relay: cpu('relay') },
+      /** CPU per run log (ms), by thread (the event loop, the others) and mode (user, kernel). */
+      cpuSplitMs: { server: splitPer('server'), relay: splitPer('relay') },
       /** What the run logs added to the database, per run log (all tables and indexes). */
       storeBytesPerRun: Math.round((bytesAfter.total - bytesBefore.total) / n),
       storeTables: Object.fromEntries(Object.entries(bytesAfter.tables).map(([k, v]) => [k, Math.round((v - (bytesBefore.tables[k] ?? 0)) / n)])),

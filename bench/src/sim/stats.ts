@@ -3,7 +3,7 @@
  * process's memory and CPU read from /proc (Linux), so the figures come from the kernel's own
  * accounting of the real relay and server processes.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 export interface Percentiles {
   count: number;
@@ -56,6 +56,47 @@ export function procSample(pid: number): ProcSample | null {
       fileMb: mb(kb('RssFile') + kb('RssShmem')),
       cpuSeconds: Math.round((ticks / CLOCK_TICKS) * 100) / 100,
     };
+  } catch {
+    return null;
+  }
+}
+
+/** A process's CPU (seconds) by where it ran: its main thread, every other thread, each in user and kernel mode. */
+export interface CpuSplit {
+  mainUser: number;
+  mainSys: number;
+  otherUser: number;
+  otherSys: number;
+}
+
+/**
+ * CPU of a process's threads alive now (/proc/<pid>/task/<tid>/stat), the main thread (tid ==
+ * pid) apart: where a program's CPU goes, the event loop or worker threads, and user or kernel
+ * (fsync, writes, page faults). Threads that have exited are not counted: sample a program
+ * whose threads live as long as it does (the ingest workers, libuv's pool, V8's helpers).
+ */
+export function cpuSplit(pid: number): CpuSplit | null {
+  try {
+    const out: CpuSplit = { mainUser: 0, mainSys: 0, otherUser: 0, otherSys: 0 };
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      let stat: string;
+      try {
+        stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      } catch {
+        continue; // exited meanwhile
+      }
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      const user = Number(fields[11]) / CLOCK_TICKS;
+      const sys = Number(fields[12]) / CLOCK_TICKS;
+      if (Number(tid) === pid) {
+        out.mainUser += user;
+        out.mainSys += sys;
+      } else {
+        out.otherUser += user;
+        out.otherSys += sys;
+      }
+    }
+    return out;
   } catch {
     return null;
   }

@@ -50,8 +50,10 @@ export class PrepareWorkerPool {
           const a = u as Uint8Array;
           return Buffer.from(a.buffer, a.byteOffset, a.byteLength);
         };
+        const { changes_json: changes, ...wire } = reply.run;
         p.resolve({
-          ...reply.run,
+          ...wire,
+          changes: JSON.parse(changes) as PreparedRun['changes'],
           ...(reply.run.log_compressed ? { log_compressed: buf(reply.run.log_compressed) } : {}),
           ...(reply.run.log_text ? { log_text: buf(reply.run.log_text) } : {}),
           ...(reply.run.outcomes_packed ? { outcomes_packed: buf(reply.run.outcomes_packed) } : {}),
@@ -84,8 +86,9 @@ export class PrepareWorkerPool {
 
   prepare(job: PrepareJob): Promise<PreparedRun> {
     if (this.closed) return Promise.reject(capstanError('ERR_INTERNAL', 'ingest worker pool is closed', { transient: true }));
-    // Shared memory crosses to the worker without a copy; a plain buffer (a file read back) is
-    // serialized and copied at ~60 µs per 5 KB (runlog-worker.ts): one memcpy into shared memory is cheaper.
+    // Shared memory crosses to the worker as it is. A plain buffer would be copied into the
+    // message and out of it; a view into a larger buffer (a slice of a read) would carry the whole
+    // of that buffer. One copy into shared memory of its own bytes is the least.
     if (!(job.raw.buffer instanceof SharedArrayBuffer)) {
       const raw = new Uint8Array(new SharedArrayBuffer(job.raw.byteLength));
       raw.set(job.raw);

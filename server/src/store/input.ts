@@ -86,6 +86,9 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
   if (run.outcomes_json !== undefined && !Buffer.isBuffer(run.outcomes_json)) {
     throw capstanError('ERR_BAD_REQUEST', 'outcomes_json must be a Buffer');
   }
+  if (run.outcomes === undefined && run.outcomes_json === undefined) {
+    throw capstanError('ERR_BAD_REQUEST', 'a run needs its outcomes, or outcomes_json');
+  }
   const a = run.against;
   if (a !== undefined && (!Number.isSafeInteger(a.base_id) || !Buffer.isBuffer(a.log) || !Buffer.isBuffer(a.outcomes))) {
     throw capstanError('ERR_BAD_REQUEST', 'against must be { base_id: integer, log: Buffer, outcomes: Buffer }');
@@ -95,7 +98,7 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
     receivedAt: toUtcIso(run.received_at, 'received_at'),
     counts: toJson(run.counts, 'counts', { nul: false }),
     // Packed, outcomes no longer go into a jsonb column: a NUL in them is stored as sent.
-    packed: run.outcomes_packed ?? packOutcomes(toJson(run.outcomes, 'outcomes')),
+    packed: run.outcomes_packed ?? packOutcomes(run.outcomes_json ?? toJson(run.outcomes, 'outcomes')),
     changes: (run.changes ?? []).map((c) => checkChange(c, run.started_at)),
   };
 }

@@ -10,7 +10,7 @@ import { checkFilters, filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
-import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outcomes.js';
+import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
@@ -69,7 +69,7 @@ export class PostgresCompliance implements ComplianceStore {
         await this.writeCompliance(c, {
           nodeId: run.node_id,
           run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
-          outcomes: run.outcomes,
+          outcomes: runOutcomes(run),
           outcomesPacked: packed,
           expected: policy === null ? null : await this.expectations(c, run.node_id, policy),
           marks: nextMarks(row.present ? marksFromRow(row as unknown as Record<string, unknown>) : undefined, {

@@ -9,7 +9,7 @@ import { checkFilters, filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
-import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outcomes.js';
+import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
@@ -76,7 +76,7 @@ export class SqliteCompliance implements ComplianceStore {
         this.writeCompliance({
           nodeId: run.node_id,
           run: { id, started_at: run.started_at, started_utc: startedUtc, config_id: run.config_id ?? null },
-          outcomes: run.outcomes,
+          outcomes: runOutcomes(run),
           outcomesPacked: packed,
           expected: policy === null ? null : this.expectations(run.node_id, policy),
           marks: nextMarks(marksFromRow(cur), {

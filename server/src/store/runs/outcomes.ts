@@ -47,3 +47,8 @@ export function unpackOutcomes(packed: unknown, legacy: unknown): RunSummaryOutc
   }
   return (typeof legacy === 'string' ? JSON.parse(legacy) : legacy ?? []) as RunSummaryOutcome[];
 }
+
+/** A run's outcomes as objects: as given, or parsed from the JSON the ingest gave instead. */
+export function runOutcomes(run: { outcomes?: RunSummaryOutcome[]; outcomes_json?: Buffer }): RunSummaryOutcome[] {
+  return run.outcomes ?? (JSON.parse(run.outcomes_json!.toString('utf8')) as RunSummaryOutcome[]);
+}

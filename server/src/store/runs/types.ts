@@ -28,7 +28,13 @@ export interface RunFields {
   received_at: string;
 }
 
-export interface RunInsert extends RunFields {
+export interface RunInsert extends Omit<RunFields, 'outcomes'> {
+  /**
+   * The run's outcomes; or `outcomes_json` alone, which the store parses only when it needs them
+   * as objects (to compute compliance): the ingest workers hand over the JSON, since copying the
+   * objects across threads cost more than parsing them again.
+   */
+  outcomes?: RunSummaryOutcome[];
   /**
    * The verified run log text (S/MIME stripped), compressed by the caller (zstd): stored as
    * given and returned as given by getRunLog. Either this or `log_text`.
