@@ -105,15 +105,23 @@ export async function zstdDecompress(data: Buffer, maxBytes: number): Promise<Bu
  * than `maxBytes`.
  */
 export function zstdDecompressFrame(frame: Buffer, maxBytes: number): Buffer {
+  return sizedFrame(frame, maxBytes, (out) => (oneShot ??= new zstd.DCtx()).decompress(out, frame));
+}
+
+/**
+ * A frame that declares its content size, expanded by `expand` into a buffer of exactly that
+ * size: refused (ERR_DECOMPRESS) when empty, without a size, corrupt or short, and
+ * (ERR_DECOMPRESSED_TOO_LARGE) when it declares more than `maxBytes`.
+ */
+function sizedFrame(frame: Buffer, maxBytes: number, expand: (out: Buffer) => number): Buffer {
   if (frame.length === 0) throw corrupt('empty zstd stream');
   const size = safe(() => zstd.getFrameContentSize(frame));
   if (size === null || size === undefined) throw corrupt('zstd frame without a content size');
   if (size > maxBytes) throw tooLarge(maxBytes);
-  oneShot ??= new zstd.DCtx();
   const out = Buffer.allocUnsafe(size);
   let n: number;
   try {
-    n = oneShot.decompress(out, frame);
+    n = expand(out);
   } catch (err) {
     throw corrupt(`corrupt zstd frame: ${(err as Error).message}`);
   }
@@ -166,18 +174,5 @@ export function zstdCompressWithBase(data: Buffer, base: Buffer, level = 3): Buf
 
 /** The inverse of zstdCompressWithBase, refusing frames that would expand beyond `maxBytes`. */
 export function zstdDecompressWithBase(frame: Buffer, base: Buffer, maxBytes: number): Buffer {
-  if (frame.length === 0) throw corrupt('empty zstd stream');
-  const size = safe(() => zstd.getFrameContentSize(frame));
-  if (size === null || size === undefined) throw corrupt('zstd frame without a content size');
-  if (size > maxBytes) throw tooLarge(maxBytes);
-  dictDCtx ??= new zstd.DCtx();
-  const out = Buffer.allocUnsafe(size);
-  let n: number;
-  try {
-    n = dictDCtx.decompressUsingDict(out, frame, Buffer.concat([BASE_PREFIX, base]));
-  } catch (err) {
-    throw corrupt(`corrupt zstd frame: ${(err as Error).message}`);
-  }
-  if (n !== size) throw corrupt('zstd frame shorter than its declared size');
-  return out;
+  return sizedFrame(frame, maxBytes, (out) => (dictDCtx ??= new zstd.DCtx()).decompressUsingDict(out, frame, Buffer.concat([BASE_PREFIX, base])));
 }
