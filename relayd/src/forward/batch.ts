@@ -11,7 +11,7 @@
  * been upgraded or reconfigured).
  */
 import { readFile } from 'node:fs/promises';
-import { encodeBatch } from '@capstan/shared/batch';
+import { BATCH_MAX_NAME, encodeBatch } from '@capstan/shared/batch';
 import { type Logger } from '@capstan/shared/log';
 import { BatchesUnsupported, fateOf, type Upstream } from './upstream.js';
 
@@ -53,9 +53,10 @@ export class BatchSender {
 
   constructor(private readonly o: BatchSenderOptions) {}
 
-  /** Whether a file of `size` bytes goes in a batch now (else the caller PUTs it). */
-  takes(size: number): boolean {
-    return this.o.maxFiles > 1 && size <= this.o.maxBytes && Date.now() >= this.unsupportedUntil;
+  /** Whether a file of `size` bytes named `name` goes in a batch now (else the caller PUTs it). */
+  takes(name: string, size: number): boolean {
+    return this.o.maxFiles > 1 && size <= this.o.maxBytes && Date.now() >= this.unsupportedUntil
+      && Buffer.byteLength(name) <= BATCH_MAX_NAME;
   }
 
   /** Files the processor may hand over at once to keep every slot's batch full. */

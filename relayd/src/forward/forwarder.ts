@@ -102,7 +102,7 @@ export class Forwarder {
     try {
       if (kind === 'reports' && this.batches) {
         const size = cached?.length ?? (await stat(path)).size;
-        if (this.batches.takes(size)) await this.batches.send(name, path, size, cached, signal);
+        if (this.batches.takes(name, size)) await this.batches.send(name, path, size, cached, signal);
         else await this.o.upstream.forward(kind, name, path, signal, cached);
       } else {
         await this.o.upstream.forward(kind, name, path, signal, cached);
