@@ -13,16 +13,15 @@ import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseR
 import { loadIdentities, simNodeId } from '@capstan/bench/sim/identities';
 import { nodeProfile, signedRunLog } from '@capstan/bench/sim/runlog';
 import { percentiles } from '@capstan/bench/sim/stats';
-import { BIN, ROOT, startProgram, programDir } from '../helpers/programs.js';
+import { BIN, ROOT, startProgram, programCommand, programDir } from '../helpers/programs.js';
 
 const SIM = resolve(ROOT, 'bench/dist/sim/cli.js');
 
 function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((res, rej) => {
-    // tap puts its process tracker into every child through NODE_OPTIONS (re-added on each
-    // spawn, whatever env is passed), and under it a --cpu-prof profile of the programs the bench
-    // starts holds no samples of their work. `env -u` takes it out just before node starts.
-    const p = spawn('/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, ...args], {
+    // Without tap's NODE_OPTIONS (programCommand): under its process tracker a --cpu-prof
+    // profile of the programs the bench starts would hold no samples of their work.
+    const p = spawn(...programCommand(args[0]!, args.slice(1)), {
       cwd: ROOT,
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 
 const claims = (token: string) => {
   const [h, p] = token.trim().split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
@@ -135,9 +135,9 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
   const stateDir = join(dir, 'agent');
-  const env = { ...process.env, NODE_OPTIONS: `--import=${join(dir, 'clock-behind.mjs')}` };
+  const clockBehind = [`--import=${join(dir, 'clock-behind.mjs')}`];
   const agentRun = (cmd: string, args: string[] = []) => new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
-    const p = spawn(process.execPath, [BIN.agent, cmd, '--state-dir', stateDir, '--log-level', 'warn', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(...programCommand(BIN.agent, [cmd, '--state-dir', stateDir, '--log-level', 'warn', ...args], clockBehind), { stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -177,7 +177,7 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
 
   // The listener: its stored token is expired for the relay too; the 401 renews it and it connects.
   await waitFor(async () => (Date.now() / 1000 > c2.exp + 1 ? true : undefined), 'the second token to expire', 10_000);
-  const listener = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const listener = spawn(...programCommand(BIN.agent, ['listen', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], clockBehind), { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   listener.stdout.on('data', (d: Buffer) => (out += d.toString()));
   listener.stderr.on('data', (d: Buffer) => (out += d.toString()));

@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 import { startFakeEc2 } from '../providers/fake-ec2.js';
 
 // Inherited by the server: the manager names these variables, never the values.
@@ -81,7 +81,7 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
     const second = await runProgram(BIN.agent, ['run', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
     t.equal(second.code, 0, `agent ${name}: run once accepted (${second.code === 0 ? 'ok' : second.stderr})`);
     t.ok((await readFile(join(stateDir, 'identity.token'), 'utf8')).trim().length > 0, `agent ${name} holds a token`);
-    const proc = spawn(process.execPath, [BIN.agent, 'listen', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn(...programCommand(BIN.agent, ['listen', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'info']), { stdio: ['ignore', 'ignore', 'pipe'] });
     t.teardown(() => proc.kill('SIGKILL'));
     const log: string[] = [];
     proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));

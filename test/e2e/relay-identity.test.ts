@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 import { statusAndCode } from '../helpers/http.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number; jti: string; capstan_role?: string; capstan_node_id: string };
@@ -82,7 +82,7 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   const second = await runProgram(BIN.agent, ['run', ...agentArgs]);
   t.equal(second.code, 0, second.stderr);
   const agentToken = (await readFile(join(stateDir, 'identity.token'), 'utf8')).trim();
-  const listener = spawn(process.execPath, [BIN.agent, 'listen', ...agentArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const listener = spawn(...programCommand(BIN.agent, ['listen', ...agentArgs]), { stdio: ['ignore', 'ignore', 'pipe'] });
   const listenLog: string[] = [];
   listener.stderr!.on('data', (d: Buffer) => listenLog.push(d.toString()));
   t.teardown(() => listener.kill('SIGKILL'));

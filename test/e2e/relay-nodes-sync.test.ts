@@ -9,7 +9,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 
 interface Status {
   data: { nodes_list: { configured: boolean; nodes: number; synced?: { synced: boolean; nodes?: number; confirmed_at?: string } }; remote_run: { connections: number } };
@@ -47,7 +47,7 @@ t.test('a node accepted on the server is routable at a relay without a nodes_lis
 
   // Bug fixed: the relay answered 404 to the remote-run connection of a node accepted after its
   // last sync, for up to nodes_sync.interval. Now a miss asks the server again first.
-  const listener = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn'], { stdio: 'ignore' });
+  const listener = spawn(...programCommand(BIN.agent, ['listen', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn']), { stdio: 'ignore' });
   const listenerExit = new Promise<number | null>((resolve) => listener.once('exit', (code) => resolve(code)));
   t.teardown(() => void listener.kill('SIGTERM'));
   await waitFor(async () => ((await status()).data.remote_run.connections === 1 ? true : undefined), 'the newly accepted node to hold its remote-run connection');

@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 import { startRelayd } from '../relayd/helpers/proc.js';
 import { until } from '../relayd/helpers/upstream.js';
 
@@ -26,7 +26,7 @@ t.test('a trigger runs a listening agent within a second and streams its output'
   t.equal((await api('POST', '/api/1/nodes', { id: nodeId, hostname: 'remote-run.test', certificate })).status, 201);
   const relay = await startRelayd(['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'spool'), '--upstream', server.url, '--log-level', 'error']);
   t.teardown(() => relay.signal('SIGTERM'));
-  const agent = spawn(process.execPath, [BIN.agent, 'listen', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const agent = spawn(...programCommand(BIN.agent, ['listen', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'warn']), { stdio: ['ignore', 'pipe', 'pipe'] });
   const agentLog: string[] = [];
   agent.stdout!.on('data', (d: Buffer) => agentLog.push(d.toString()));
   agent.stderr!.on('data', (d: Buffer) => agentLog.push(d.toString()));

@@ -13,7 +13,7 @@ import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
 
 t.test('a sub-relay no longer registered is cut off at the next list sync and cannot link again', async (t) => {
   const dir = programDir(t);
@@ -77,7 +77,7 @@ t.test('a forced renewal of an agent ends its connection at the relay and refuse
   const second = await runProgram(BIN.agent, ['run', ...agentArgs]);
   t.equal(second.code, 0, second.stderr);
   const oldToken = (await readFile(join(stateDir, 'identity.token'), 'utf8')).trim();
-  const listener = spawn(process.execPath, [BIN.agent, 'listen', ...agentArgs], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const listener = spawn(...programCommand(BIN.agent, ['listen', ...agentArgs]), { stdio: ['ignore', 'ignore', 'pipe'] });
   t.teardown(() => listener.kill('SIGKILL'));
   await waitFor(async () => ((await relayStatus()).remote_run.connections === 1 ? true : undefined), 'the agent to connect');
   const listenUrl = `${relay.url}/remote-run/listen/${agentId}`;

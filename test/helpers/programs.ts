@@ -34,6 +34,18 @@ export function requiredInCi(why: false | string, fix = '.ci/run installs it'): 
   return why;
 }
 
+/**
+ * The command that starts a program as an admin's shell would: `node <bin> <args>` without tap's
+ * NODE_OPTIONS. tap puts its process tracker (an ES module loader hook) into the NODE_OPTIONS of
+ * every child, and puts it back on each spawn whatever env is passed: under it every program
+ * started ~0.2 s later and loaded each of its modules through the hook's thread. `env -u` takes
+ * it out just before node starts (env execs node: the pid is the program's, for signals). A test
+ * that needs a node option (a module that shifts the clock) passes it in `nodeArgs`.
+ */
+export function programCommand(bin: string, args: string[], nodeArgs: string[] = []): [string, string[]] {
+  return ['/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, ...nodeArgs, bin, ...args]];
+}
+
 export interface Running {
   url: string;
   proc: ChildProcess;
@@ -59,7 +71,7 @@ export function programDir(
 }
 
 export async function startProgram(bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {
-  const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   const stderr: string[] = [];
   proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
@@ -100,7 +112,7 @@ export interface Ran {
 /** Run a one-shot command (the agent, admin verbs) to completion; `env` replaces the environment. */
 export function runProgram(bin: string, args: string[], timeoutMs = 60_000, env?: NodeJS.ProcessEnv): Promise<Ran> {
   return new Promise((res, rej) => {
-    const proc = spawn(process.execPath, [bin, ...args], { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
+    const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
     let stdout = '';
     let stderr = '';
     proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));

@@ -4,7 +4,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
-import { BIN } from '../../helpers/programs.js';
+import { BIN, programCommand } from '../../helpers/programs.js';
 
 export interface RelayProc {
   url: string;
@@ -17,7 +17,7 @@ export interface RelayProc {
 }
 
 export async function startRelayd(args: string[], opts: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<RelayProc> {
-  const proc = spawn(process.execPath, [BIN.relayd, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env });
+  const proc = spawn(...programCommand(BIN.relayd, args), { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ?? process.env });
   const stdout: string[] = [];
   const stderr: string[] = [];
   proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
