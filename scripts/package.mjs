@@ -4,7 +4,10 @@
  * assembled from what `npm ci` and `tsc -b` left in the tree and built with Debian's dpkg-deb.
  * Nothing is downloaded. Layout, maintainer scripts and the admin's commands: packaging/README.md.
  *
- *   node scripts/package.mjs [--out <dir>] [agent|relayd|server ...]
+ *   node scripts/package.mjs [--out <dir>] [--compression xz|zstd|gzip|none] [agent|relayd|server ...]
+ *
+ * --compression: how dpkg-deb compresses the files (default xz, the smallest packages; zstd
+ * builds in a twentieth of the time, and every dpkg since Debian 12 and Ubuntu 21.10 reads it).
  *
  * Exit codes: 0 built, 1 the tree could not be packaged (the message says why), 2 bad arguments or
  * dpkg-deb missing.
@@ -22,6 +25,8 @@ import { copyPackage, dependencyClosure } from '../packaging/debian/bundle.mjs';
 
 const REPO = resolve(import.meta.dirname, '..');
 const PROGRAMS = ['agent', 'relayd', 'server'];
+/** dpkg-deb's -Z types. */
+const COMPRESSIONS = ['xz', 'zstd', 'gzip', 'none'];
 /** Used only when dpkg-shlibdeps (dpkg-dev) is absent: the C/C++ runtime a node-gyp addon links. */
 const SHLIBS_FALLBACK = 'libc6, libgcc-s1, libstdc++6';
 
@@ -29,11 +34,16 @@ class UsageError extends Error {}
 
 function main(argv) {
   let out = join(REPO, 'dist-deb');
+  let compression = 'xz';
   const programs = [];
+  const usage = `usage: package.mjs [--out <dir>] [--compression ${COMPRESSIONS.join('|')}] [${PROGRAMS.join('|')} ...]`;
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--out' && i + 1 < argv.length) out = resolve(argv[++i]);
-    else if (PROGRAMS.includes(argv[i])) programs.push(argv[i]);
-    else throw new UsageError(`unknown argument ${argv[i]} (usage: package.mjs [--out <dir>] [${PROGRAMS.join('|')} ...])`);
+    else if (argv[i] === '--compression' && i + 1 < argv.length) {
+      compression = argv[++i];
+      if (!COMPRESSIONS.includes(compression)) throw new UsageError(`--compression must be one of ${COMPRESSIONS.join(', ')} (${usage})`);
+    } else if (PROGRAMS.includes(argv[i])) programs.push(argv[i]);
+    else throw new UsageError(`unknown argument ${argv[i]} (${usage})`);
   }
   if (!which('dpkg-deb')) throw new UsageError("dpkg-deb not found: install Debian's dpkg");
 
@@ -41,7 +51,7 @@ function main(argv) {
   mkdirSync(out, { recursive: true });
   for (const program of programs.length > 0 ? programs : PROGRAMS) {
     const started = Date.now();
-    const deb = buildDeb(program, ctx, out);
+    const deb = buildDeb(program, { ...ctx, compression }, out);
     process.stdout.write(`${relative(process.cwd(), deb)}  ${Math.round(lstatSync(deb).size / 1024)} KiB  ${Date.now() - started} ms\n`);
   }
 }
@@ -123,7 +133,7 @@ function buildDeb(program, ctx, out) {
     normalize(root, ctx.epoch);
 
     const deb = join(out, `${pkgName}_${ctx.version}_${arch}.deb`);
-    const r = spawnSync('dpkg-deb', ['--root-owner-group', '-Zxz', '--build', root, deb], {
+    const r = spawnSync('dpkg-deb', ['--root-owner-group', `-Z${ctx.compression}`, '--build', root, deb], {
       encoding: 'utf8', env: { ...process.env, SOURCE_DATE_EPOCH: String(ctx.epoch) },
     });
     if (r.status !== 0) throw new Error(`dpkg-deb failed for ${pkgName}: ${r.stderr || r.error}`);

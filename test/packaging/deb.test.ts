@@ -127,7 +127,8 @@ async function packagingTests(): Promise<void> {
   const debs: Record<string, string> = {};
 
   t.test('npm run package builds one .deb per program', async (t) => {
-    const r = await run(process.execPath, [join(REPO, 'scripts/package.mjs'), '--out', DEBS], { cwd: REPO, env: ENV });
+    // zstd: the same packages as the release's xz, built in seconds instead of half a minute.
+    const r = await run(process.execPath, [join(REPO, 'scripts/package.mjs'), '--out', DEBS, '--compression', 'zstd'], { cwd: REPO, env: ENV });
     t.equal(r.code, 0, 'scripts/package.mjs exits 0', { stderr: r.stderr });
     const arch = (await run('dpkg', ['--print-architecture'])).stdout.trim();
     const nodeMajor = Number(process.versions.node.split('.')[0]);
