@@ -8,14 +8,13 @@
  * list, certificates, admin token and log level, as POST system/reload does.
  */
 import { Command } from 'commander';
-import { pino } from 'pino';
 import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions } from '@capstan/shared/log';
 import { CAPSTAN_VERSION, DEFAULT_RELAYD_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP } from '@capstan/shared/protocol';
 import { configErrorText, EXIT_CODES_HELP, isConfigError, usageErrorsExit2 } from '@capstan/shared/usage';
-import { sdAssign, startWatchdog } from '@capstan/toolkit';
+import { sdAssign, startWatchdog } from '@capstan/toolkit/systemd';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
-import { startRelay, type RelayHandle } from './daemon.js';
+import type { RelayHandle } from './daemon.js';
 import { ensureRelayKey } from './identity/own.js';
 import { NodesList } from './data/nodes.js';
 import { sdNotify } from './notify.js';
@@ -95,6 +94,8 @@ const program = new Command('capstan-relayd')
         process.exit(EXIT_STARTUP);
       }
     }
+    // The daemon is loaded only to run: --help, --test and --identity answer without it.
+    const [{ pino }, { startRelay }] = await Promise.all([import('pino'), import('./daemon.js')]);
     const log = pino(logOptions('capstan-relayd', config.log.level, pino.stdSerializers.err));
     let handle: RelayHandle;
     try {

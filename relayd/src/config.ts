@@ -6,7 +6,9 @@
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
 import { DEFAULT_RELAYD_LISTEN, DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
-import { checkHttpLimits, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
+import { checkHttpLimits, HTTP_LIMITS_SCHEMA } from '@capstan/toolkit/http/limits';
+import { checkListenerTlsConfig, LISTENER_TLS_SCHEMA } from '@capstan/toolkit/http/tls';
+import { RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit/spool/schema';
 
 export const RELAYD_SCHEMA = {
   general: {

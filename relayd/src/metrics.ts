@@ -5,7 +5,7 @@
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
-import type { Spool } from '@capstan/toolkit';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { NodesList } from './data/nodes.js';
 import type { UpstreamState } from './forward/forwarder.js';
 

@@ -4,7 +4,8 @@
  * fails is logged and the next one tries again.
  */
 import type { Logger } from '@capstan/shared/log';
-import { startSpoolCleanup, type Spool } from '@capstan/toolkit';
+import { startSpoolCleanup } from '@capstan/toolkit/spool/housekeeping';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import { SharedFilesStore } from './cache/shared-files.js';
 import type { RelaydConfig } from './config.js';
 

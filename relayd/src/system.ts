@@ -11,7 +11,7 @@ import { statfs } from 'node:fs/promises';
 import type { Server as HttpsServer } from 'node:https';
 import { isCapstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
-import type { Spool } from '@capstan/toolkit';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { RelayStatus } from './api/context.js';
 import type { RelaydConfig } from './config.js';
 import { NodesList } from './data/nodes.js';

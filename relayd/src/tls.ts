@@ -7,7 +7,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import type { SecureContextOptions } from 'node:tls';
 import { capstanError } from '@capstan/shared/errors';
-import { loadListenerTls as loadSharedListenerTls, type ListenerTls } from '@capstan/toolkit';
+import { loadListenerTls as loadSharedListenerTls, type ListenerTls } from '@capstan/toolkit/http/tls';
 import type { RelaydConfig } from './config.js';
 import type { UpstreamTls } from './forward/upstream.js';
 

@@ -8,7 +8,8 @@
  * start-up error, 4 the node or request was refused: unknown node, bad filter…).
  */
 import { Command } from 'commander';
-import { CAPSTAN_VERSION, EXIT_CODES_HELP, EXIT_CRASH, usageErrorsExit2 } from '@capstan/shared';
+import { CAPSTAN_VERSION, EXIT_CRASH } from '@capstan/shared/protocol';
+import { EXIT_CODES_HELP, usageErrorsExit2 } from '@capstan/shared/usage';
 import { changesCommand } from './cli/changes.js';
 import { compactRunsCommand } from './cli/compact-runs.js';
 import { credentialsCommand } from './cli/credentials.js';

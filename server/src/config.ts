@@ -1,6 +1,10 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { capstanError, DEFAULT_SERVER_LISTEN, loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared';
-import { checkHttpLimits, checkListenerTlsConfig, HTTP_LIMITS_SCHEMA, LISTENER_TLS_SCHEMA, RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit';
+import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
+import { DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
+import { checkHttpLimits, HTTP_LIMITS_SCHEMA } from '@capstan/toolkit/http/limits';
+import { checkListenerTlsConfig, LISTENER_TLS_SCHEMA } from '@capstan/toolkit/http/tls';
+import { RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit/spool/schema';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
 

@@ -8,8 +8,8 @@
  * hard cannot turn into a stream of aggregate queries over 100,000 nodes.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import { isCapstanError } from '@capstan/shared';
-import { type ProcessedEvent } from '@capstan/toolkit';
+import { isCapstanError } from '@capstan/shared/errors';
+import type { ProcessedEvent } from '@capstan/toolkit/spool/processor';
 import type { SweepResult } from './registry/lifecycle.js';
 import type { RegistryCounts } from './store/store.js';
 

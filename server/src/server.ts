@@ -4,8 +4,16 @@
  */
 import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
-import { capstanError, makeDir, parseListen, SPOOL_KINDS, type Logger, type SpoolKind } from '@capstan/shared';
-import { loadListenerTls, RecentBodies, Spool, SpoolProcessor, startSpoolCleanup, type ProcessedEvent } from '@capstan/toolkit';
+import { parseListen } from '@capstan/shared/config';
+import { makeDir } from '@capstan/shared/dir';
+import { capstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
+import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
+import { loadListenerTls } from '@capstan/toolkit/http/tls';
+import { startSpoolCleanup } from '@capstan/toolkit/spool/housekeeping';
+import { SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit/spool/processor';
+import { RecentBodies } from '@capstan/toolkit/spool/recent';
+import { Spool } from '@capstan/toolkit/spool/spool';
 import { buildApp } from './api/app.js';
 import { reindexInventories } from './ingest/reindex.js';
 import { Poller } from '@capstan/toolkit/providers/index';

@@ -2,8 +2,9 @@
  * What each workspace may import. `shared` is the contract and imports no other workspace;
  * `toolkit` (the daemons' spool, HTTP, providers…) may import shared; the three programs never
  * import each other, and the agent loads neither the toolkit nor shared's full index (its imports
- * are its load surface). `bench` (the benchmarks and the fleet simulator) may import every
- * workspace, through its package exports only, and nothing else imports it: what the programs
+ * are its load surface; the relay and server, too, import shared and the toolkit by subpath).
+ * `bench` (the benchmarks and the fleet simulator) may import every workspace, through its
+ * package exports only, and nothing else imports it: what the programs
  * ship holds no benchmark or simulator code. Every package a library or the bench imports is
  * declared in its own package.json.
  */
@@ -47,6 +48,11 @@ const packageOf = (spec: string) => (spec.startsWith('@') ? spec.split('/').slic
 const bare = (spec: string) => !spec.startsWith('.') && !spec.startsWith('node:');
 
 const NO_BENCH = 'the benchmarks and the simulator are not shipped: nothing imports @capstan/bench';
+/**
+ * The programs name the modules they use, never a library's whole index: a command line that
+ * prints its help or lists nodes then loads neither the S/MIME library nor the HTTP stack.
+ */
+const WHOLE_INDEX = (s: string) => (s === '@capstan/shared' || s === '@capstan/toolkit' ? `${s}'s modules are imported by subpath, not its whole index` : null);
 const RULES: Record<string, (spec: string) => string | null> = {
   shared: (s) => (/^@capstan\//.test(s) ? 'shared imports no other workspace' : null),
   toolkit: (s) => (/^@capstan\/(agent|relayd|server)(\/|$)/.test(s) ? 'toolkit imports no program' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
@@ -54,8 +60,8 @@ const RULES: Record<string, (spec: string) => string | null> = {
     /^@capstan\/(toolkit|relayd|server)(\/|$)/.test(s) ? 'the agent imports neither the toolkit nor another program'
       : s === '@capstan/shared' ? "the agent imports shared's modules by subpath, not its whole index"
         : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null,
-  relayd: (s) => (/^@capstan\/(agent|server)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
-  server: (s) => (/^@capstan\/(agent|relayd)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : null),
+  relayd: (s) => (/^@capstan\/(agent|server)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : WHOLE_INDEX(s)),
+  server: (s) => (/^@capstan\/(agent|relayd)(\/|$)/.test(s) ? 'programs never import each other' : /^@capstan\/bench(\/|$)/.test(s) ? NO_BENCH : WHOLE_INDEX(s)),
   // The bench may import every workspace (it measures them all), by package name.
   bench: () => null,
 };

@@ -5,7 +5,7 @@
  */
 import type { Logger } from '@capstan/shared/log';
 import type { SpoolKind } from '@capstan/shared/protocol';
-import type { Spool } from '@capstan/toolkit';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { RelaydConfig } from '../config.js';
 import type { NodesList } from '../data/nodes.js';
 import type { Upstream } from '../forward/upstream.js';

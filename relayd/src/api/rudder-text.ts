@@ -9,7 +9,7 @@ import { STATUS_CODES } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { CapstanError, capstanError, errorBody, isCapstanError, type ErrorCode } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
-import { requestBody } from '@capstan/toolkit';
+import { requestBody } from '@capstan/toolkit/http/app';
 
 /** The code an error status is answered with when the refusal has none of its own. */
 const CODE_FOR: Record<number, ErrorCode> = {

@@ -7,7 +7,7 @@
 import type { FastifyInstance } from 'fastify';
 import { RELAY_BOOTSTRAP_PATH } from '@capstan/toolkit/bootstrap/relay';
 import { capstanError } from '@capstan/shared/errors';
-import { readBody } from '@capstan/toolkit';
+import { readBody } from '@capstan/toolkit/http/app';
 import type { Upstream } from '../forward/upstream.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;

@@ -11,7 +11,11 @@
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
-import { checkUploadName, isUploadName, ocsPairReady, RecentBodies, SpoolProcessor, type ProcessedEvent, type Spool } from '@capstan/toolkit';
+import { ocsPairReady } from '@capstan/toolkit/spool/ocs-pair';
+import { SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit/spool/processor';
+import { RecentBodies } from '@capstan/toolkit/spool/recent';
+import type { Spool } from '@capstan/toolkit/spool/spool';
+import { checkUploadName, isUploadName } from '@capstan/toolkit/spool/upload';
 import { stat } from 'node:fs/promises';
 import type { NodesList } from '../data/nodes.js';
 import type { NodesSync } from '../data/sync.js';

@@ -18,7 +18,7 @@ import type { Duplex } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { capstanError, errorBody, isCapstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
-import { readBody } from '@capstan/toolkit';
+import { readBody } from '@capstan/toolkit/http/app';
 import type { Upstream } from '../forward/upstream.js';
 import type { JwksCache } from './jwks.js';
 import type { NodeTokenVerifier } from './verify.js';

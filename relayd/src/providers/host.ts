@@ -12,7 +12,7 @@ import type { FastifyInstance } from 'fastify';
 import { Poller, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import { capstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
-import { readBody } from '@capstan/toolkit';
+import { readBody } from '@capstan/toolkit/http/app';
 import type { Upstream } from '../forward/upstream.js';
 
 export const PROVIDERS_PATH = '/relay-api/1/providers';

@@ -5,7 +5,7 @@
 import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parse as parseToml } from 'smol-toml';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { collect, int } from '../cli/args.js';
 import type { ApiClient } from './client.js';
 import type { Column, Format } from './output.js';

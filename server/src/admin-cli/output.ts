@@ -3,7 +3,7 @@
  * CSV (RFC 4180, formula-safe like the API's exports) with `--csv`; and how a failure becomes a
  * line on stderr and an exit code. Pure functions: cli.ts writes and exits.
  */
-import { isCapstanError } from '@capstan/shared';
+import { isCapstanError } from '@capstan/shared/errors';
 import { csvLine } from '../api/export.js';
 import { table } from '../table.js';
 import { ApiFailure } from './client.js';

@@ -7,7 +7,7 @@
 import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 export const POLICY_KINDS = ['directives', 'groups', 'rules'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];

@@ -7,8 +7,9 @@
  * not in the table is refused to everyone (deny by default, and a test lists every route).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError, type Logger } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
+import { readJson } from '@capstan/toolkit/http/app';
 import type { AdminStore, AuditInsert } from '../store/admins/types.js';
 import { roleAllows, type Role } from './auth.js';
 

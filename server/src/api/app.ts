@@ -3,8 +3,16 @@
  * upstream may be the server itself), /metrics, and the admin API behind the bearer token.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
-import { isCapstanError, type BatchResult, type Logger, type SpoolKind } from '@capstan/shared';
-import { bodyPace, installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, type ListenerTls, installUploadRoutes, installVersionCheck, type BatchUpload, type Spool } from '@capstan/toolkit';
+import type { BatchResult } from '@capstan/shared/batch';
+import { isCapstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
+import type { SpoolKind } from '@capstan/shared/protocol';
+import { installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, installUploadRoutes } from '@capstan/toolkit/http/app';
+import type { BatchUpload } from '@capstan/toolkit/http/batch';
+import { bodyPace } from '@capstan/toolkit/http/limits';
+import type { ListenerTls } from '@capstan/toolkit/http/tls';
+import { installVersionCheck } from '@capstan/toolkit/http/version';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
 import type { Store } from '../store/store.js';

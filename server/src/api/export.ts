@@ -4,7 +4,7 @@
  */
 import { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 export type ExportFormat = 'json' | 'csv';
 

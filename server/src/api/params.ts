@@ -8,7 +8,7 @@
  * `tag:<key>=<value>` filters on a tag. The shorthand `hostname=<prefix>` keeps the first API's
  * meaning (always a prefix).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { isFilterKey } from '../store/nodes/filters/query.js';
 import { parseRfc3339 } from '../store/time.js';
 import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../store/store.js';

@@ -9,7 +9,7 @@
  * credential whose best match is the most specific wins, and two winning at the same level are
  * ambiguous (ERR_CREDENTIAL_AMBIGUOUS): an admin must make one of them more specific.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { sshFingerprint, type SshCredential } from '@capstan/toolkit/bootstrap/ssh';
 import type { KeySealer } from '../identity/seal.js';
 import type { CredentialRecord, NodeRecord, SealedCredential } from '../store/store.js';

@@ -18,7 +18,8 @@
  * server ends the SSH connections at once and leaves their tasks to that deadline.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { capstanError, type Logger } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
 import { bootstrapOverSsh, isBootstrapError, type AgentPackage, type BootstrapStep, type SshCredential } from '@capstan/toolkit/bootstrap/ssh';
 import { sealedTaskAad, sealToCertificate } from '@capstan/toolkit/bootstrap/seal';
 import { Slots } from '@capstan/toolkit/slots';

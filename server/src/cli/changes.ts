@@ -3,8 +3,8 @@
  * node, rule, directive, group, label and time; a table, each change with its diff, or the JSON.
  */
 import type { Command } from 'commander';
-import { capstanError, parseDuration } from '@capstan/shared';
-import { changeQuery } from '../api/routes/changes.js';
+import { parseDuration } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
 import { table } from '../table.js';
 import { collect, out, storeOptions, withStore, type CommonFlags } from './common.js';
 
@@ -29,6 +29,7 @@ export function changesCommand(program: Command): void {
     .option('--page <n>', 'page', (v: string) => Number(v), 1)
     .option('--per-page <n>', 'changes per page (at most 1000)', (v: string) => Number(v), 50)
     .action(async (flags: CommonFlags & { json?: boolean; node?: string[]; rule?: string[]; directive?: string[]; group?: string[]; label?: string; since?: string; until?: string; show?: boolean; page: number; perPage: number }) => {
+      const { changeQuery } = await import('../api/routes/changes.js');
       await withStore(flags, async (store) => {
         const q = await changeQuery(store, {
           ...(flags.node && { node: flags.node }), ...(flags.rule && { rule: flags.rule }), ...(flags.directive && { directive: flags.directive }),

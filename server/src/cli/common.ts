@@ -6,13 +6,14 @@
  */
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { capstanError, configErrorText, EXIT_CONFIG, EXIT_STARTUP, isCapstanError, silentLogger } from '@capstan/shared';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { silentLogger } from '@capstan/shared/log';
+import { EXIT_CONFIG, EXIT_STARTUP } from '@capstan/shared/protocol';
+import { configErrorText } from '@capstan/shared/usage';
 import { loadServerConfig, type ServerConfig } from '../config.js';
-import { NodeIdentity } from '../identity/service.js';
+import type { NodeIdentity } from '../identity/service.js';
 import { identitySettings } from '../identity/settings.js';
-import { PolicyGenerator } from '../policy/generate.js';
-import { NodeRegistry, nodeEffects } from '../registry/nodes.js';
-import { openStore } from '../store/index.js';
+import type { NodeRegistry } from '../registry/nodes.js';
 import { isFilterKey } from '../store/nodes/filters/query.js';
 import type { NodeFilter, NodeRecord, Store } from '../store/store.js';
 
@@ -55,6 +56,8 @@ export async function withStore(flags: CommonFlags, fn: (store: Store, config: S
   const config = configFrom(flags);
   let store: Store;
   try {
+    // What a verb needs is loaded when it runs, so `--help` and a usage error answer at once.
+    const { openStore } = await import('../store/index.js');
     store = await openStore(
       config.database.url ? { databaseUrl: config.database.url } : { sqlitePath: join(config.general.data_dir, 'capstan.db') },
     );
@@ -83,6 +86,7 @@ export async function withStore(flags: CommonFlags, fn: (store: Store, config: S
  * uses its refused token.
  */
 export async function withNodes(flags: CommonFlags, fn: (nodes: NodeRegistry, store: Store) => Promise<void>): Promise<void> {
+  const [{ PolicyGenerator }, { NodeRegistry, nodeEffects }] = await Promise.all([import('../policy/generate.js'), import('../registry/nodes.js')]);
   await withStore(flags, async (store) => {
     const generator = new PolicyGenerator({ store, log: silentLogger });
     const nodes = new NodeRegistry({ store, log: silentLogger }).on(nodeEffects({ store, touch: (id) => generator.touch(id) }));
@@ -97,6 +101,7 @@ export async function withNodes(flags: CommonFlags, fn: (nodes: NodeRegistry, st
 /** Open the identity keyring of the data directory, run one verb, close it. Coded 4xx → exit 4. */
 export async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdentity, store: Store) => Promise<void> | void): Promise<void> {
   const config = configFrom(flags);
+  const { NodeIdentity } = await import('../identity/service.js');
   await withStore(flags, async (store) => {
     const identity = await NodeIdentity.open({ dataDir: config.general.data_dir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity) });
     try {

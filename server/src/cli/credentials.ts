@@ -4,7 +4,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { parseCredentialRequest, sealCredential } from '../bootstrap/credentials.js';
 import { table } from '../table.js';
 import { collect, int, out, verb, withIdentity, withStore, type CommonFlags } from './common.js';

@@ -3,7 +3,7 @@
  * store; the running server takes its pending tasks at its next jobs sweep.
  */
 import type { Command } from 'commander';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { createJob, parseJobRequest } from '../jobs/create.js';
 import { table } from '../table.js';
 import { collect, configFrom, filterArg, out, verb, withStore, type CommonFlags } from './common.js';

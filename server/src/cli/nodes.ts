@@ -5,12 +5,15 @@
  */
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { capstanError } from '@capstan/shared';
-import { createBody, listView, patchBody } from '../api/routes/nodes.js';
+import { capstanError } from '@capstan/shared/errors';
+import { listView } from '../api/node-view.js';
 import { complianceClock, complianceSettings, complianceView, withPercent } from '../registry/compliance.js';
 import type { NodeRecord, SortField } from '../store/store.js';
 import { table } from '../table.js';
 import { CLI_CAUSE, collect, filterArg, int, mustNode, out, tagArgs, verb, withNodes, withStore, type CommonFlags } from './common.js';
+
+/** The API's checks of a node's create and patch bodies, loaded by the verbs that change a node. */
+const bodies = () => import('../api/routes/nodes.js');
 
 const NODE_TABLE: Array<[string, (n: NodeRecord) => unknown]> = [
   ['id', (n) => n.id], ['name', (n) => n.name], ['accepted', (n) => n.accepted], ['status', (n) => n.status],
@@ -114,6 +117,7 @@ function nodeVerbs(nodes: Command): void {
           throw capstanError('ERR_BAD_REQUEST', `cannot read --certificate ${flags.certificate}: ${err.message}`);
         }) : undefined;
         const tags = tagArgs(flags.tag ?? []);
+        const { createBody } = await bodies();
         const node = await registry.create(createBody({
           host: flags.host, ...(flags.name && { name: flags.name }), ...(flags.id && { id: flags.id }),
           ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
@@ -127,28 +131,28 @@ function nodeVerbs(nodes: Command): void {
   verb(nodes, 'set-relay <id> <on|off>', 'register an accepted node as a relay, or no longer (PATCH /api/1/nodes/<id> {relay})').action(async (id: string, value: string, flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
       if (value !== 'on' && value !== 'off') throw capstanError('ERR_BAD_REQUEST', 'set-relay takes on or off');
-      const node = await registry.patch(id, patchBody({ relay: value === 'on' }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ relay: value === 'on' }), { cause: CLI_CAUSE });
       out(flags, { data: listView(node) }, () => `${id} ${node.relay ? 'is a relay' : 'is no longer a relay'}\n`);
     });
   });
 
   verb(nodes, 'set-state <id> <state>', 'set a node\'s state; terminated is final (PATCH /api/1/nodes/<id>)').action(async (id: string, state: string, flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, patchBody({ state }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ state }), { cause: CLI_CAUSE });
       out(flags, { data: listView(node) }, () => `${id} ${node.state} (${node.status})\n`);
     });
   });
 
   verb(nodes, 'set-tags <id> [tags...]', 'replace a node\'s tags with these key=value pairs; none clears them (PATCH /api/1/nodes/<id> {tags})').action(async (id: string, tags: string[], flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, patchBody({ tags: tagArgs(tags) }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ tags: tagArgs(tags) }), { cause: CLI_CAUSE });
       out(flags, { data: listView(node) }, () => `${id} tags: ${Object.entries(node.tags).map(([k, v]) => `${k}=${v}`).join(' ') || '(none)'}\n`);
     });
   });
 
   verb(nodes, 'set-groups <id> [groups...]', 'replace a node\'s static groups; none clears them (PATCH /api/1/nodes/<id> {groups})').action(async (id: string, groups: string[], flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, patchBody({ groups }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ groups }), { cause: CLI_CAUSE });
       out(flags, { data: listView(node) }, () => `${id} groups: ${node.groups.join(' ') || '(none)'}\n`);
     });
   });

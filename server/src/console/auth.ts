@@ -6,7 +6,7 @@
  * the principal set on `req.principal` (what role checks and the audit trail read).
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { ResolveToken } from './principal.js';
 import { cookieValue, type ConsoleSignIns } from './signin.js';
 

@@ -6,7 +6,8 @@
  * each keep their own, and their points agree since they read the same registry.
  */
 import { appendFile, readFile, rename, writeFile } from 'node:fs/promises';
-import { percentages, type ComplianceCounts, type Logger } from '@capstan/shared';
+import { percentages, type ComplianceCounts } from '@capstan/shared/compliance/compute';
+import type { Logger } from '@capstan/shared/log';
 
 export interface HistoryPoint {
   /** ISO 8601 UTC. */

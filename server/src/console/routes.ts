@@ -5,8 +5,8 @@
  * api/params.ts): compliance over time and the worst nodes.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { capstanError } from '@capstan/shared/errors';
+import { readJson } from '@capstan/toolkit/http/app';
 import { bodyObject, intParam, timeParam, type Query } from '../api/params.js';
 import { complianceClock, type ComplianceSettings } from '../registry/compliance.js';
 import { withPercent } from '../registry/compliance.js';

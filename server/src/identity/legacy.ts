@@ -5,7 +5,7 @@
  */
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { IdentityTokenRow } from '../store/identity/types.js';
 
 export interface LegacyKey {

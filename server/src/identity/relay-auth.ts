@@ -14,7 +14,8 @@
  * A relay let in is a contact (registry/relay-contacts.ts: throttled to one write per relay per
  * minute), so registered relays become reachable like agents do.
  */
-import { capstanError, RELAY_ROLE, type NodeClaims } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { RELAY_ROLE, type NodeClaims } from '@capstan/shared/identity/claims';
 import type { RelayContacts } from '../registry/relay-contacts.js';
 import type { Store } from '../store/store.js';
 import type { NodeIdentity } from './service.js';

@@ -10,7 +10,7 @@
  */
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
 import { chmod, link, open, readFile, stat, unlink } from 'node:fs/promises';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 const VERSION = 'v1';
 const MIN_SECRET_CHARS = 32;

@@ -4,7 +4,15 @@
  * server's own node-facing routes (relays verify statelessly against the published JWKS).
  */
 import { join } from 'node:path';
-import { capstanError, checkRenewRequest, checkTokenRequestStamp, decompress, generateSigningKey, INVENTORY_TOKEN_FIELD, issueNodeToken, jwksOf, parseInventoryName, readSignedContentUnverified, RELAY_ROLE, verifyNodeToken, verifySmime, type Logger, type NodeClaims, type NodeRole, type SigningKey, type TokenAlg } from '@capstan/shared';
+import { decompress } from '@capstan/shared/envelope/codec';
+import { capstanError } from '@capstan/shared/errors';
+import { RELAY_ROLE, type NodeClaims, type NodeRole } from '@capstan/shared/identity/claims';
+import { generateSigningKey, jwksOf } from '@capstan/shared/identity/keyring';
+import { checkRenewRequest, checkTokenRequestStamp, INVENTORY_TOKEN_FIELD } from '@capstan/shared/identity/renew';
+import { issueNodeToken, verifyNodeToken, type SigningKey, type TokenAlg } from '@capstan/shared/identity/token';
+import type { Logger } from '@capstan/shared/log';
+import { parseInventoryName } from '@capstan/shared/runlog/name';
+import { readSignedContentUnverified, verifySmime } from '@capstan/shared/smime/verify';
 import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
 import { readLegacyIdentity, retireLegacyIdentity } from './legacy.js';
 import { KeySealer } from './seal.js';

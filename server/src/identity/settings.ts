@@ -1,5 +1,7 @@
 /** The [identity] section checked beyond its types: per-group TTLs and the key algorithm. */
-import { capstanError, parseDuration, type TokenAlg } from '@capstan/shared';
+import { parseDuration } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
+import type { TokenAlg } from '@capstan/shared/identity/token';
 
 export interface IdentitySettings {
   ttlMs: number;

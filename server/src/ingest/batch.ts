@@ -10,8 +10,13 @@
  *   `[processing] max_in_memory`: spooled, and retried from incoming/ as a PUT's file would be.
  * Inventories are spooled (their ingest waits on an OCS pair, and they are few).
  */
-import { isCapstanError, isTransient, type BatchResult, type Logger, type SpoolKind } from '@capstan/shared';
-import { batchResultOf, type BatchUpload, type ProcessedEvent, type Spool } from '@capstan/toolkit';
+import type { BatchResult } from '@capstan/shared/batch';
+import { isCapstanError, isTransient } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
+import type { SpoolKind } from '@capstan/shared/protocol';
+import { batchResultOf, type BatchUpload } from '@capstan/toolkit/http/batch';
+import type { ProcessedEvent } from '@capstan/toolkit/spool/processor';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { RunLogIngest } from './runlog.js';
 
 export interface BatchTakerDeps {

@@ -4,7 +4,8 @@
  * ingest workers with the parse. A run reporting more changes than `maxPerRun` keeps the first
  * ones and one more entry saying how many were left out, so the store stays bounded per run.
  */
-import { CHANGE_EVENT_TYPES, DIFF_EVENT_TYPE, parseDiffMessage, type Report } from '@capstan/shared';
+import { CHANGE_EVENT_TYPES, DIFF_EVENT_TYPE, parseDiffMessage } from '@capstan/shared/runlog/diff';
+import type { Report } from '@capstan/shared/runlog/report';
 import type { ChangeInput } from '../store/store.js';
 
 export interface ChangeLimits {

@@ -5,7 +5,12 @@
  * key can never take over a node id.
  */
 import { readFile } from 'node:fs/promises';
-import { type InventoryInfo, capstanError, certificateFingerprint, certificateNodeId, decompress, INVENTORY_TOKEN_FIELD, parseInventoryName, readSignedContentUnverified, verifySmime } from '@capstan/shared';
+import { decompress } from '@capstan/shared/envelope/codec';
+import { capstanError } from '@capstan/shared/errors';
+import { INVENTORY_TOKEN_FIELD } from '@capstan/shared/identity/renew';
+import { type InventoryInfo, parseInventoryName } from '@capstan/shared/runlog/name';
+import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
+import { readSignedContentUnverified, verifySmime } from '@capstan/shared/smime/verify';
 import { autoAcceptCause, MIN_SECRET_LENGTH, SECRET_FIELD } from '../registry/enrollment.js';
 import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';

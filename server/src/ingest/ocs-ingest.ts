@@ -13,8 +13,11 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, decompress, isCapstanError, isTransient, type InventoryInfo } from '@capstan/shared';
-import { ocsPairReady, type Spool } from '@capstan/toolkit';
+import { decompress } from '@capstan/shared/envelope/codec';
+import { capstanError, isCapstanError, isTransient } from '@capstan/shared/errors';
+import type { InventoryInfo } from '@capstan/shared/runlog/name';
+import { ocsPairReady } from '@capstan/toolkit/spool/ocs-pair';
+import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { NodeRecord } from '../store/store.js';
 import type { InventoryDoc } from './inventory.js';
 import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';

@@ -8,7 +8,7 @@
  * made for another file is then named as such rather than as a bad signature.
  */
 import { createHash, createPublicKey, verify, X509Certificate, type KeyObject } from 'node:crypto';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 /** Larger than any real `.sign` (a 8192-bit key's digest is 2 KiB of hex, short_pubkey about as much). */
 export const MAX_SIGN_FILE_BYTES = 64 * 1024;

@@ -7,7 +7,7 @@
  * and nothing outside the document is ever read.
  */
 import { XMLParser, XMLValidator } from 'fast-xml-parser';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { InventoryDoc } from './inventory.js';
 
 export interface OcsLimits {

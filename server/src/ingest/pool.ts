@@ -9,7 +9,7 @@
  * dies fails its jobs with a transient error (the spooled files are retried) and is replaced.
  */
 import { Worker } from 'node:worker_threads';
-import { CapstanError, capstanError } from '@capstan/shared';
+import { CapstanError, capstanError } from '@capstan/shared/errors';
 import type { PrepareJob, PreparedRun } from './runlog-prepare.js';
 import type { WorkerReply, WorkerRequest } from './runlog-worker.js';
 

@@ -4,7 +4,7 @@
  * dynamic groups see every node at once instead of after each node's next inventory (which an
  * agent sends unchanged only once a day). Nothing to do on a database that has none: one query.
  */
-import type { Logger } from '@capstan/shared';
+import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
 
 export interface Reindexer {

@@ -5,7 +5,11 @@
  * HTTP, files and the database; it is also what the in-process path calls directly.
  */
 import { createHash } from 'node:crypto';
-import { decompress, isCompleteRun, parseRunLog, summarize, verifySmime, type RunInfo, type RunLog } from '@capstan/shared';
+import { summarize } from '@capstan/shared/compliance/compute';
+import { decompress } from '@capstan/shared/envelope/codec';
+import type { RunInfo } from '@capstan/shared/runlog/name';
+import { isCompleteRun, parseRunLog, type RunLog } from '@capstan/shared/runlog/parse';
+import { verifySmime } from '@capstan/shared/smime/verify';
 import { packOutcomes } from '../store/runs/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
 import type { RunBase, RunInsert } from '../store/store.js';

@@ -4,7 +4,7 @@
  * CapstanError's code) and are rebuilt on the other side (pool.ts).
  */
 import { parentPort } from 'node:worker_threads';
-import { isCapstanError } from '@capstan/shared';
+import { isCapstanError } from '@capstan/shared/errors';
 import { prepareRunLog, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
 
 export interface WorkerRequest {

@@ -11,7 +11,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
-import { capstanError, parseRunInfo } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { parseRunInfo } from '@capstan/shared/runlog/name';
 import type { EnrollmentRules } from '../registry/enrollment.js';
 import type { InsertRunResult, NodeTrust, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';

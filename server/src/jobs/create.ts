@@ -12,7 +12,8 @@
  *   not run instead of hiding it.
  */
 import { randomUUID } from 'node:crypto';
-import { capstanError, parseDuration } from '@capstan/shared';
+import { parseDuration } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
 import { checkFilters, hasAgent, isFilterKey } from '../store/nodes/filters/query.js';
 import type { BootstrapSpec, FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
 

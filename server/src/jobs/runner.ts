@@ -25,7 +25,7 @@
  * and forgot its channels.
  */
 import { randomUUID } from 'node:crypto';
-import type { Logger } from '@capstan/shared';
+import type { Logger } from '@capstan/shared/log';
 import { Slots } from '@capstan/toolkit/slots';
 import type { JobRecord, Store } from '../store/store.js';
 import type { TaskState } from '../store/jobs/states.js';

@@ -8,7 +8,9 @@
  * node's inventory or acceptance change regenerates that node alone. A node whose effective
  * directives did not change keeps its bundle, generated_at and ETag untouched.
  */
-import { bundleExpectations, computeConfigId, type BundleDirective, type Directive, type Logger } from '@capstan/shared';
+import { bundleExpectations } from '@capstan/shared/compliance/compute';
+import type { Logger } from '@capstan/shared/log';
+import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
 import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type RuleDef } from './model.js';

@@ -17,7 +17,9 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, randomBytes } f
 import { readFileSync, statSync } from 'node:fs';
 import { chmod, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { capstanError, endorseKey, policyKeyId, type KeyEndorsement } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { policyKeyId } from '@capstan/shared/policy/bundle';
+import { endorseKey, type KeyEndorsement } from '@capstan/shared/policy/keys';
 
 export interface PolicyKey {
   privateKeyPem: string;

@@ -5,7 +5,11 @@
  * filter through the node list's own filter checks, so nothing the server accepts can be
  * refused later by the node for a reason the admin could have been told about.
  */
-import { capstanError, isCapstanError, parseCondition, parseDuration, validateMethodParams, type Directive, type DirectiveMode } from '@capstan/shared';
+import { parseDuration } from '@capstan/shared/config';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import type { Directive, DirectiveMode } from '@capstan/shared/policy/bundle';
+import { parseCondition } from '@capstan/shared/policy/condition';
+import { validateMethodParams } from '@capstan/shared/policy/methods';
 import { checkFilters, isFilterKey } from '../store/nodes/filters/query.js';
 import type { NodeFilter } from '../store/store.js';
 

@@ -6,7 +6,8 @@
  * bundle code (PolicyGenerator.preview), so the plan says what the generation will do.
  * Nothing is written: the client applies the changes with the usual PUT and DELETE calls.
  */
-import { capstanError, computeConfigId, isCapstanError, type BundleDirective, type Directive } from '@capstan/shared';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { PolicyKind, Store } from '../store/store.js';
 import { loadModel, type PolicyGenerator, type PolicyModel } from './generate.js';
 import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';

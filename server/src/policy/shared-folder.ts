@@ -13,8 +13,8 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/toolkit';
+import { capstanError } from '@capstan/shared/errors';
+import { hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/toolkit/http/shared-folder';
 
 type Req = FastifyRequest<{ Querystring: Record<string, string | undefined> }>;
 

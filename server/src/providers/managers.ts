@@ -3,7 +3,8 @@
  * server's own poller or from a relay), and deleting a manager with the admin's explicit choice
  * for the nodes only it holds.
  */
-import { capstanError, silentLogger } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { silentLogger } from '@capstan/shared/log';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
 import { checkInstance } from '../store/managers/discovery.js';

@@ -7,7 +7,7 @@
  * - `no_answer`: no run for `lifecycle.missed_runs` × `run_interval`, plus the keep-last duration
  *   of the node's groups (`compliance_expiration` on a policy group).
  */
-import { computeCompliance, groupItems, nodeTimeState, overrideItems, percentages, tally, type ComplianceCounts } from '@capstan/shared';
+import { computeCompliance, groupItems, nodeTimeState, overrideItems, percentages, tally, type ComplianceCounts } from '@capstan/shared/compliance/compute';
 import type { ComplianceBase, ComplianceClock } from '../store/store.js';
 
 export interface ComplianceSettings {

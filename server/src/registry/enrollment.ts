@@ -9,7 +9,7 @@
  * hostnames match case-insensitively. The secret is compared in constant time and never logged.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 export interface EnrollmentConfig {
   auto_accept_node_ids: string;

@@ -14,7 +14,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
-import type { Logger } from '@capstan/shared';
+import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
 
 export interface LifecyclePolicy {

@@ -6,7 +6,8 @@
  * renewed, its remote-run link ended). The admin API, the command line, relay contacts and
  * providers all come through here, so a change has the same effects whoever makes it.
  */
-import { capstanError, type Logger } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../store/store.js';
 
 export type NodeChangeKind = 'accept' | 'refuse' | 'create' | 'patch' | 'state' | 'properties' | 'remove' | 'contact';

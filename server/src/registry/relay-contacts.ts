@@ -26,7 +26,7 @@
  * link counts as linked until the link's socket fails (heartbeats are written to it) or its
  * token expires (the hub ends the link then).
  */
-import type { Logger } from '@capstan/shared';
+import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
 
 /** At most one write per relay this often from the authorizer (a busy relay makes many requests). */

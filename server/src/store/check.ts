@@ -3,9 +3,7 @@
  * created or migrated (SQLite: a database file not made yet is fine, the first start makes it).
  */
 import { access } from 'node:fs/promises';
-import Database from 'better-sqlite3';
-import pg from 'pg';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 /** The URL as it may be printed: no password. */
 export function shownUrl(url: string): string {
@@ -40,6 +38,8 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 /** What was checked, for the ok line; a coded ERR_STORE naming the database when unreachable. */
 export async function checkDatabase(opts: { databaseUrl?: string; sqlitePath: string; timeoutMs: number }): Promise<string> {
   if (opts.databaseUrl) {
+    // Each driver is loaded for the database it checks: a command line starts faster without the other.
+    const { default: pg } = await import('pg');
     const client = new pg.Client({ connectionString: opts.databaseUrl, connectionTimeoutMillis: opts.timeoutMs });
     // An unreachable server is reported by connect(); without a listener a late socket error would throw.
     client.on('error', () => undefined);
@@ -55,6 +55,7 @@ export async function checkDatabase(opts: { databaseUrl?: string; sqlitePath: st
     }
   }
   if (!(await access(opts.sqlitePath).then(() => true, () => false))) return `database ${opts.sqlitePath} will be made at the first start`;
+  const { default: Database } = await import('better-sqlite3');
   try {
     const db = new Database(opts.sqlitePath, { readonly: true, fileMustExist: true, timeout: opts.timeoutMs });
     try {

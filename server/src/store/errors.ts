@@ -4,7 +4,7 @@
  * retry (ERR_STORE, transient); a value the database refuses (a constraint, an invalid byte
  * sequence) will be refused again, and retrying it forever would wedge the spool (permanent).
  */
-import { capstanError, isCapstanError } from '@capstan/shared';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
 
 // Postgres SQLSTATE classes 22 (data exception) and 23 (integrity constraint); SQLite's
 // equivalents. Everything else (connections, locks, disk, bugs) counts as transient.

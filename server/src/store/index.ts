@@ -4,14 +4,11 @@
  * is handed out, so a database too new for this code stops the start-up (ERR_STARTUP) instead
  * of failing later, request by request.
  */
-import { capstanError } from '@capstan/shared';
-import { PostgresStore } from './postgres/index.js';
-import { SqliteStore } from './sqlite/index.js';
+import { capstanError } from '@capstan/shared/errors';
 import type { Store } from './store.js';
 
 export type * from './store.js';
 export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
-export { PostgresStore, SqliteStore };
 
 export interface OpenStoreOptions {
   sqlitePath?: string;
@@ -31,7 +28,9 @@ export interface OpenStoreOptions {
 
 export async function openStore(opts: OpenStoreOptions): Promise<Store> {
   let store: Store;
+  // Each dialect (and its driver) is loaded when it is opened: one process uses one.
   if (opts.databaseUrl) {
+    const { PostgresStore } = await import('./postgres/index.js');
     store = new PostgresStore({
       url: opts.databaseUrl,
       ...(opts.poolSize !== undefined && { poolSize: opts.poolSize }),
@@ -42,6 +41,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
     });
   } else if (opts.sqlitePath) {
+    const { SqliteStore } = await import('./sqlite/index.js');
     store = new SqliteStore({
       path: opts.sqlitePath, ...(opts.now && { now: opts.now }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),

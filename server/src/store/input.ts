@@ -3,7 +3,7 @@
  * any SQL runs. Bad input gets a permanent ERR_BAD_REQUEST here; letting the database refuse it
  * would give each backend its own answer (Postgres refuses U+0000 in text, SQLite stores it).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
 import { packOutcomes } from './runs/outcomes.js';
 import { toUtcIso } from './time.js';

@@ -5,7 +5,7 @@
  * text in SQLite, and both backends agree to the millisecond (Postgres would keep microseconds,
  * SQLite text would keep whatever it got; we drop sub-millisecond digits in both).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 // RFC 3339, plus the space separator and `+hhmm` offsets that RUDDER reports use in practice.
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:?\d{2})$/;

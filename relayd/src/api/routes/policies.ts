@@ -20,7 +20,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Client } from 'undici';
 import { capstanError } from '@capstan/shared/errors';
 import { userAgent } from '@capstan/shared/protocol';
-import { etagMatches } from '@capstan/toolkit';
+import { etagMatches } from '@capstan/toolkit/http/app';
 import { changesQuery, type ChangesAnswer } from '@capstan/toolkit/policy/changes';
 import { NODE_ID, PolicyCache, PolicyHints, type CachedPolicy } from '../../cache/policies.js';
 import type { RelayContext } from '../context.js';

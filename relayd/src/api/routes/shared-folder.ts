@@ -22,7 +22,7 @@ import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { isCapstanError } from '@capstan/shared/errors';
-import { hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/toolkit';
+import { hashFile, resolveSharedFile, sharedFolderHashQuery, sharedFolderSegments } from '@capstan/toolkit/http/shared-folder';
 import { SharedFolderCache, type CachedFile } from '../../cache/shared-folder.js';
 import type { RelayContext } from '../context.js';
 import { rudderText, sendText } from '../rudder-text.js';

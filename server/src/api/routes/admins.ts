@@ -3,8 +3,9 @@
  * revoke, new token, whoami, and GET /api/1/audit. Who may call which is in ../access.ts.
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError, parseDuration } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { parseDuration } from '@capstan/shared/config';
+import { capstanError } from '@capstan/shared/errors';
+import { readJson } from '@capstan/toolkit/http/app';
 import type { AdminRecord, AdminRole, AdminStore } from '../../store/admins/types.js';
 import { ADMIN_ROLES } from '../../store/admins/types.js';
 import { parseRfc3339 } from '../../store/time.js';

@@ -8,8 +8,8 @@
  *   DELETE /api/1/nodes/<id>/host-key         clear the pin (after a legitimate key change)
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { capstanError } from '@capstan/shared/errors';
+import { readJson } from '@capstan/toolkit/http/app';
 import { parseCredentialRequest, sealCredential } from '../../bootstrap/credentials.js';
 import type { KeySealer } from '../../identity/seal.js';
 import type { Store } from '../../store/store.js';

@@ -4,7 +4,7 @@
  * corrective (drift repaired), with the diff its agent sent. Newest first; histogram for graphs.
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { loadModel } from '../../policy/generate.js';
 import { MAX_FILTER_IDS } from '../../store/changes/rows.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Store } from '../../store/store.js';

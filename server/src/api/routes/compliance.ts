@@ -8,7 +8,8 @@
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { MAX_AGE_LIMIT_S, type AggregateCache } from '../../console/cache.js';
-import { capstanError, COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/shared';
+import { COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/shared/compliance/compute';
+import { capstanError } from '@capstan/shared/errors';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
 import { loadModel } from '../../policy/generate.js';
 import type { NodeComplianceRow, Store } from '../../store/store.js';

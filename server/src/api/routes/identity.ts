@@ -12,8 +12,11 @@
  *   POST   /api/1/groups/<group>/identity/renew  the same for every node of the group
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, HEADER_TOKEN_REQUEST, isCapstanError, RELAY_ROLE, type Logger } from '@capstan/shared';
-import { readBody, type UploadRouteOptions } from '@capstan/toolkit';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { RELAY_ROLE } from '@capstan/shared/identity/claims';
+import { HEADER_TOKEN_REQUEST } from '@capstan/shared/identity/renew';
+import type { Logger } from '@capstan/shared/log';
+import { readBody, type UploadRouteOptions } from '@capstan/toolkit/http/app';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
 import type { RelayContacts } from '../../registry/relay-contacts.js';
 

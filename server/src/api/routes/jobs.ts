@@ -7,8 +7,8 @@
  *   POST /api/1/jobs/<id>/cancel            abort the tasks not final yet
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { capstanError } from '@capstan/shared/errors';
+import { readJson } from '@capstan/toolkit/http/app';
 import { createJob, parseJobRequest, type JobLimits } from '../../jobs/create.js';
 import type { JobRunner } from '../../jobs/runner.js';
 import type { JobState, Store } from '../../store/store.js';

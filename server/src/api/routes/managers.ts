@@ -13,8 +13,8 @@
  *   POST /relay-api/1/providers/<relay-id>/managers/<id>/discovery   {instances} | {error}
  */
 import type { FastifyInstance } from 'fastify';
-import { capstanError } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { capstanError } from '@capstan/shared/errors';
+import { readJson } from '@capstan/toolkit/http/app';
 import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { Store } from '../../store/store.js';
 import type { NodeRegistry } from '../../registry/nodes.js';

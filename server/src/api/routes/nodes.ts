@@ -1,12 +1,17 @@
 /** Admin API: the node registry under /api/1/nodes. */
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { capstanError, certificateFingerprint, certificateNodeId, decompress, parseRunInfo, parseRunLog } from '@capstan/shared';
-import { readJson } from '@capstan/toolkit';
+import { decompress } from '@capstan/shared/envelope/codec';
+import { capstanError } from '@capstan/shared/errors';
+import { parseRunInfo } from '@capstan/shared/runlog/name';
+import { parseRunLog } from '@capstan/shared/runlog/parse';
+import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
+import { readJson } from '@capstan/toolkit/http/app';
 import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
 import { NODE_STATES } from '../../store/nodes/rules.js';
 import { checkProperties } from '../../store/nodes/inventory/indexing.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
+import { listView } from '../node-view.js';
 import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
@@ -19,12 +24,6 @@ export async function mustGet(store: Store, id: string): Promise<NodeRecord> {
   const node = await store.getNode(id);
   if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${id} is unknown`);
   return node;
-}
-
-/** Nodes as the API shows them: the certificates (pinned, conflicting) only on the single-node view. */
-export function listView(n: NodeRecord): Omit<NodeRecord, 'certificate' | 'conflict_certificate'> {
-  const { certificate: _omit, conflict_certificate: _other, ...rest } = n;
-  return rest;
 }
 
 /** POST /api/1/nodes/<id>/accept: `{fingerprint?}`, the certificate to pin (required when the node sent two). */

@@ -7,15 +7,16 @@
  *   GET /policies/<node-id>/rules, the signed bundle with its config id as ETag.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError, signBundle, type PolicyBundle } from '@capstan/shared';
-import { etagMatches, readJson } from '@capstan/toolkit';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { signBundle, type PolicyBundle } from '@capstan/shared/policy/bundle';
+import { etagMatches, readJson } from '@capstan/toolkit/http/app';
 import { changesQuery } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, Store } from '../../store/store.js';
 import type { PolicyGenerator } from '../../policy/generate.js';
 import type { PolicyKeyring } from '../../policy/key.js';
 import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
 import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES, parsePlanRequest, planPolicy } from '../../policy/plan.js';
-import { listView } from './nodes.js';
+import { listView } from '../node-view.js';
 import { paging, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 import { MAX_FILTER_VALUES } from '../../store/nodes/filters/query.js';

@@ -18,7 +18,7 @@
  */
 import { createHash, X509Certificate } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
-import { etagMatches } from '@capstan/toolkit';
+import { etagMatches } from '@capstan/toolkit/http/app';
 import type { NodeRecord, Store } from '../../store/store.js';
 
 export const RELAY_NODES_PATH = '/rudder/relay-api/1/nodes';

@@ -19,7 +19,8 @@
 import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
-import { capstanError, errorBody, isCapstanError, type Logger } from '@capstan/shared';
+import { capstanError, errorBody, isCapstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import type { JobRunner } from '../../jobs/runner.js';
 import type { RelayConn, RelayHub } from '../../remote-run/relay-links.js';

@@ -1,5 +1,5 @@
 /** Bootstrap credentials, host keys and enrollment tokens on PostgreSQL (see types.ts). */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { BootstrapStore, CredentialRecord, EnrolTokenInsert, EnrolTokenUse, HostKeyRecord, SealedCredential } from './types.js';
 import { credentialFromRow, hostKeyFromRow, publicCredential } from './rows.js';
 import { type PostgresDb, postgresRows } from '../postgres/db.js';

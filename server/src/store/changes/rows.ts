@@ -1,5 +1,5 @@
 /** What both backends share for changes: the change label, the filter SQL of a change query, the row decoder. */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { Dialect } from '../nodes/filters/query.js';
 import { isoOf, toUtcIso } from '../time.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord } from './types.js';

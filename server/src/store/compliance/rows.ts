@@ -6,9 +6,7 @@
  * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
  * moment without a sweep rewriting rows.
  */
-import {
-  computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks,
-} from '@capstan/shared';
+import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { HAS_AGENT_SQL } from '../nodes/filters/query.js';
 import type { NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';

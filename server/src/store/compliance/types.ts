@@ -3,12 +3,12 @@
  * current policy expects (the expectations the policy generator stores), kept up to date as runs
  * and policies arrive; the time states (`applying`, `no_answer`) are decided when read.
  */
-import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
+import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter, NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 
-export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared';
+export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared/compliance/compute';
 
 /** What compliance is computed from for one node: its base run's outcomes and what is expected. */
 export interface ComplianceBase {

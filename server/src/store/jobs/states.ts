@@ -14,7 +14,7 @@
  * abort here has nothing to clean up on the node (a run already started there simply finishes
  * and its outcome is ignored), so it is final at once and can never be stuck (VMClarity #427).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 
 export const TASK_STATES = ['pending', 'scheduled', 'in_progress', 'done', 'failed', 'aborted'] as const;
 export type TaskState = (typeof TASK_STATES)[number];

@@ -4,7 +4,7 @@
  * makes it unreachable), a held node the poll no longer sees is `missing`.
  */
 import { randomUUID } from 'node:crypto';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { DiscoveredInstance, ManagerInsert, ManagerRecord } from './types.js';
 import type { NodeRecord } from '../store.js';
 import { manualNode, MISSING, TERMINATED, withState } from '../nodes/rules.js';

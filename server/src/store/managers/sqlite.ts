@@ -2,7 +2,7 @@
  * Managers on SQLite (see types.ts). Node writes go through the nodes part's saveNode (nodes/sqlite.ts)
  * (row, tags, groups, certificate and history alike), inside this store's IMMEDIATE transaction.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
 import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
 import { NODE_COLUMNS, nodeFromRow, nodeParams, SELECT_NODE } from '../nodes/records.js';

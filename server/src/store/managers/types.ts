@@ -3,7 +3,7 @@
  * static host list — and the nodes they hold. The store keeps a manager's spec as given after
  * validation (server/src/providers/spec.ts); credentials are only ever *references* there.
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 
 export type ManagerType = 'aws-ec2' | 'azure-vm' | 'gcp' | 'static';

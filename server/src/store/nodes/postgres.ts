@@ -5,7 +5,8 @@
  * two servers changing one node queue on it, and a node cannot be deleted between a check and a write.
  */
 import type pg from 'pg';
-import { addressKey, capstanError, isCapstanError } from '@capstan/shared';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { addressKey } from '@capstan/shared/filter/parse';
 import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';

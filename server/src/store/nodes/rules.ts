@@ -8,7 +8,7 @@
  * reachability (unknown until first contact, reachable while it sends, unreachable when it has
  * missed its runs or its state is not running/unknown).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory } from './types.js';
 import { checkPatch } from '../input.js';
 import { parseRfc3339, toUtcIso } from '../time.js';

@@ -3,7 +3,8 @@
  * groups, history, properties and listing. Every change reads the node, applies its rule
  * (rules.ts) and writes it back with its transitions in one IMMEDIATE transaction.
  */
-import { addressKey, capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { addressKey } from '@capstan/shared/filter/parse';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';

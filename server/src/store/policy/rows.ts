@@ -1,5 +1,5 @@
 /** What both backends share for policy objects and bundles: the input checks before writing, the row decoder. */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import type { RowCodec } from '../row-codec.js';
 import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord } from './types.js';
 

@@ -3,7 +3,7 @@
  * expectations set-based, and recomputes a node's compliance only when this write changes the
  * expectations its last run is judged by (through the compliance part).
  */
-import type { ExpectedComponent } from '@capstan/shared';
+import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
 import { checkExpectations } from '../input.js';

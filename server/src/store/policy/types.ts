@@ -1,5 +1,5 @@
 /** Policy objects (directives, groups, rules) and the bundles generated from them, one per node. */
-import type { ExpectedComponent } from '@capstan/shared';
+import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 
 /** The three kinds of policy object the admin API manages. */

@@ -10,7 +10,7 @@
  * about on every start (and pg 9 refuses).
  */
 import pg from 'pg';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { storeError } from '../errors.js';
 import type { RowCodec } from '../row-codec.js';
 

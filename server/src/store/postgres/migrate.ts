@@ -5,7 +5,7 @@
  * Without the lock, two concurrent `CREATE TABLE IF NOT EXISTS` can still collide.
  */
 import type pg from 'pg';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../migrations/index.js';
 
 export async function migratePostgres(c: pg.PoolClient, schema: string | undefined): Promise<void> {

@@ -12,7 +12,7 @@
  * zstd bytes against the deflate ones of its compliance row, so compliance is recomputed once.
  */
 import { inflateRawSync } from 'node:zlib';
-import { isZstdFrame, zstdCompress, zstdDecompressFrame } from '@capstan/shared';
+import { isZstdFrame, zstdCompress, zstdDecompressFrame } from '@capstan/shared/envelope/zstd';
 import type { RunSummaryOutcome } from '../store.js';
 
 /** What the old column holds for rows that have a packed form. */

@@ -7,7 +7,8 @@
  * prepares them once per connection.
  */
 import type pg from 'pg';
-import { capstanError, compressSync, decompress, isTransient } from '@capstan/shared';
+import { compressSync, decompress } from '@capstan/shared/envelope/codec';
+import { capstanError, isTransient } from '@capstan/shared/errors';
 import { iso, type PostgresDb, postgresRows } from '../postgres/db.js';
 import { checkPaging, checkRun } from '../input.js';
 import type { PostgresChanges } from '../changes/postgres.js';

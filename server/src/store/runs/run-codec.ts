@@ -8,7 +8,7 @@
  * the ingest encodes every run of a node-day against the same base, and a page of runs reads
  * mostly one or two.
  */
-import { zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared';
+import { zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared/envelope/zstd';
 import type { RunSummaryOutcome } from '../store.js';
 import { unpackOutcomes } from './outcomes.js';
 import { parseRfc3339 } from '../time.js';

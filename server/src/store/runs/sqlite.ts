@@ -3,7 +3,8 @@
  * (run-codec.ts). Storing a run also moves its node, its changes and its compliance (their
  * parts), all in the run's transaction; a batch shares one transaction, a savepoint per run.
  */
-import { capstanError, compressSync, decompress } from '@capstan/shared';
+import { compressSync, decompress } from '@capstan/shared/envelope/codec';
+import { capstanError } from '@capstan/shared/errors';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { storeError } from '../errors.js';
 import { checkPaging, checkRun } from '../input.js';

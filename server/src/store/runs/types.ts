@@ -3,7 +3,7 @@
  * limits its ingest): the verified run log, kept against its node-day's base (run-codec.ts), plus
  * its parsed summary. Report-level reads decompress and re-parse the stored log.
  */
-import type { RunOutcome } from '@capstan/shared';
+import type { RunOutcome } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 import type { ChangeInput } from '../changes/types.js';
 import type { Page } from '../store.js';

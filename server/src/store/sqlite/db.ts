@@ -15,7 +15,7 @@
  * Reads are DEFERRED transactions: the statements of one read see one snapshot.
  */
 import Database from 'better-sqlite3';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { storeError } from '../errors.js';
 import type { RowCodec } from '../row-codec.js';
 

@@ -4,7 +4,7 @@
  * a migration, and a migration that fails leaves the previous schema intact (SQLite DDL is
  * transactional).
  */
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { LATEST_SCHEMA_VERSION, MIGRATIONS } from '../migrations/index.js';
 import type { SqliteDb } from './db.js';
 

@@ -3,7 +3,8 @@
  * index on lower(column) serves them), byte order with COLLATE "C"; what the filters need is
  * looked up before the statement is built.
  */
-import { parseFilter, versionKey, type FilterExpr } from '@capstan/shared';
+import { parseFilter, type FilterExpr } from '@capstan/shared/filter/parse';
+import { versionKey } from '@capstan/shared/filter/version';
 import type { PostgresDb } from '../../postgres/db.js';
 import { needsGroups, packageAtomKey, policyGroupMap, type CheckedFilter, type Dialect, type PolicyGroupDef } from './query.js';
 

@@ -3,7 +3,8 @@
  * suite can hold them to the same answers: checked once here, then turned into one WHERE clause
  * with the dialect's placeholders (sqlite.ts, postgres.ts), and the sort order.
  */
-import { capstanError, FILTER_LIMITS, parseFilter } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { FILTER_LIMITS, parseFilter } from '@capstan/shared/filter/parse';
 import { compileFilter } from './sql.js';
 import { SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField } from '../../store.js';
 import { toUtcIso } from '../../time.js';

@@ -4,7 +4,8 @@
  * so `not` is plain negation and the SQL agrees with evaluateFilter() on nodes lacking a value.
  * Every literal is a bound parameter: nothing the user typed becomes SQL text.
  */
-import { versionKey, type FilterExpr } from '@capstan/shared';
+import type { FilterExpr } from '@capstan/shared/filter/parse';
+import { versionKey } from '@capstan/shared/filter/version';
 import { groupCondition, packageAtomKey, type Dialect } from './query.js';
 
 const LIKE_ESCAPE = '\\';

@@ -3,7 +3,10 @@
  * in the same way for both stores: OS and hardware, package (name, version) pairs with their
  * version keys, interface addresses as keys, and the flattened facts.
  */
-import { addressKey, capstanError, compareVersions, factNumber, flattenFacts, versionKey } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
+import { factNumber, flattenFacts } from '@capstan/shared/filter/evaluate';
+import { addressKey } from '@capstan/shared/filter/parse';
+import { compareVersions, versionKey } from '@capstan/shared/filter/version';
 
 export interface InventoryIndex {
   fqdn: string | null;

@@ -4,7 +4,7 @@
  * is written under its node's row lock, like every other change of the node.
  */
 import type pg from 'pg';
-import { capstanError } from '@capstan/shared';
+import { capstanError } from '@capstan/shared/errors';
 import { iso, type PostgresDb } from '../../postgres/db.js';
 import { checkInventory, checkPaging } from '../../input.js';
 import type { Page } from '../../store.js';
