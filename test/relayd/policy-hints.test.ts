@@ -17,7 +17,7 @@ import { programDir } from '../helpers/programs.js';
 
 const CHANGES = '/rudder/relay-api/1/policies/changes';
 
-async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 5000): Promise<T> {
+async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await probe();

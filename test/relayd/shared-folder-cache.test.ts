@@ -63,11 +63,11 @@ async function fakeUpstream(t: { teardown: (fn: () => unknown) => void }) {
   return { files, gets, heads, state, url: `http://127.0.0.1:${port}`, stop, restart: () => start(port), release, held: () => waiters.length };
 }
 
-async function until(what: string, cond: () => boolean, ms = 5000): Promise<void> {
+async function until(what: string, cond: () => boolean, ms = 20_000): Promise<void> {
   const end = Date.now() + ms;
   while (!cond()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 2));
   }
 }
 
