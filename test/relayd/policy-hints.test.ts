@@ -108,15 +108,17 @@ t.test('a hint makes the relay revalidate a policy max_age would have served fro
   const fresh = await until('the new policy at the relay', async () => {
     const r = await get('"c1"');
     return r.status === 200 ? r : null;
-  }, 1000);
-  t.ok(Date.now() - t0 < 1000, `new policy served ${Date.now() - t0} ms after the hint`);
+  });
+  // Without the hint the copy would be served for max_age (1 h): anything near that is a miss.
+  // The time itself is printed, not bounded tightly: on a loaded machine it measures the load.
+  t.ok(Date.now() - t0 < 15_000, `new policy served ${Date.now() - t0} ms after the hint, not at max_age`);
   t.equal(fresh.headers.get('etag'), '"c2"');
   t.equal(await fresh.text(), '{"policy":"v2"}');
   t.equal((await get('"c2"')).status, 304, 'and cached again');
   await until('the next poll with the new cursor', async () => up.held() && up.state.polls.at(-1) === 'aaaaaaaaaaaa.1');
 });
 
-t.test('server → relay → sub-relay: changing a directive reaches the sub-relay within a second', async (t) => {
+t.test('server → relay → sub-relay: changing a directive reaches the sub-relay by the change feeds, not max_age', async (t) => {
   const dir = programDir(t);
   const srv = await startServer(
     loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent', 'identity.require_token': false } }),
@@ -162,8 +164,8 @@ t.test('server → relay → sub-relay: changing a directive reaches the sub-rel
   const fresh = await until('the new config id at the sub-relay', async () => {
     const r = await get(etag1);
     return r.status === 200 ? r : null;
-  }, 1000);
-  t.ok(Date.now() - t0 < 1000, `sub-relay serves the new policy ${Date.now() - t0} ms after the change`);
+  });
+  t.ok(Date.now() - t0 < 15_000, `sub-relay serves the new policy ${Date.now() - t0} ms after the change, not at max_age (1 h)`);
   t.not(fresh.headers.get('etag'), etag1, 'a new config id');
   const signed = (await fresh.json()) as { policy: string };
   t.match(JSON.parse(Buffer.from(signed.policy, 'base64').toString()), { node_id: 'n1', directives: [{ params: { content: 'v2\n' } }] });
