@@ -45,10 +45,12 @@ async function api(base, token, method, path, body) {
 const stopAll = () => {
   for (const c of children) c.kill('SIGTERM');
 };
-process.on('SIGINT', () => {
-  stopAll();
-  process.exit(0);
-});
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(signal, () => {
+    stopAll();
+    process.exit(0);
+  });
+}
 
 try {
   const serverUrl = await start('server', ['serve', '--listen', '127.0.0.1:3031', '--data-dir', resolve(dir, 'server'), '--log-level', 'warn']);
@@ -95,6 +97,8 @@ try {
     if (status.data?.remote_run?.relays?.includes(relay.node_id)) break;
     await new Promise((r) => setTimeout(r, 100));
   }
+  // The node's own OS, as its inventory reported it, for the filter example below.
+  const osName = (await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}`)).data?.os_name ?? 'debian';
   console.log(`
 The web console: open ${serverUrl}/ in a browser and sign in with the admin token,
 the one line in ${resolve(dir, 'server/admin.token')}
@@ -112,7 +116,7 @@ Look at the result from a shell:
 The same with the admin CLI, from any machine that reaches the server (docs/cli.md):
   export CAPSTAN_URL=${serverUrl} CAPSTAN_TOKEN=$TOKEN
   node server/bin/capstan.js nodes list
-  node server/bin/capstan.js nodes list -q 'os.name = ${'${OS}'}'   # the filter language, docs/filters.md
+  node server/bin/capstan.js nodes list -q 'os.name = ${osName}'   # the filter language, docs/filters.md
   node server/bin/capstan.js compliance rules
   node server/bin/capstan.js changes list
   node server/bin/capstan.js policy export -d ./policy && node server/bin/capstan.js policy diff -f ./policy
