@@ -3,13 +3,33 @@
 // relay (it links to the server for jobs, with its own relay token), enrolls and accepts the agent,
 // runs it, prints the curl commands that show the result, and keeps the server and relay running
 // until Ctrl-C. State lives in ./.quickstart (delete it to start over).
+//
+// Options (`npm start -- --dir /tmp/qs --server-listen 127.0.0.1:0`):
+//   --dir DIR               where the state lives (./.quickstart)
+//   --server-listen ADDR    the server's address (127.0.0.1:3031; port 0 picks a free one)
+//   --relay-listen ADDR     the relay's address (127.0.0.1:3030)
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createInterface } from 'node:readline';
+import { parseArgs } from 'node:util';
 
 const root = resolve(import.meta.dirname, '..');
-const dir = resolve(root, '.quickstart');
+/** @type {{ dir: string, 'server-listen': string, 'relay-listen': string }} */
+let opts;
+try {
+  opts = parseArgs({
+    options: {
+      dir: { type: 'string', default: resolve(root, '.quickstart') },
+      'server-listen': { type: 'string', default: '127.0.0.1:3031' },
+      'relay-listen': { type: 'string', default: '127.0.0.1:3030' },
+    },
+  }).values;
+} catch (err) {
+  console.error(`quick start: ${err.message}\nusage: npm start -- [--dir DIR] [--server-listen ADDR] [--relay-listen ADDR]`);
+  process.exit(2);
+}
+const dir = resolve(opts.dir);
 mkdirSync(dir, { recursive: true });
 const bin = (p) => resolve(root, p, 'dist/cli.js');
 const children = [];
@@ -53,7 +73,7 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 }
 
 try {
-  const serverUrl = await start('server', ['serve', '--listen', '127.0.0.1:3031', '--data-dir', resolve(dir, 'server'), '--log-level', 'warn']);
+  const serverUrl = await start('server', ['serve', '--listen', opts['server-listen'], '--data-dir', resolve(dir, 'server'), '--log-level', 'warn']);
   const token = readFileSync(resolve(dir, 'server/admin.token'), 'utf8').trim();
   // The relay links to the server so that jobs reach the nodes behind it: what only a relay may
   // do, with its own token. An admin registers it as a relay with the certificate it made.
@@ -66,7 +86,7 @@ try {
   const registered = await api(serverUrl, token, 'POST', '/api/1/nodes', { id: relay.node_id, hostname: 'localhost', certificate: relay.certificate, relay: true });
   if (!registered.data && registered.error?.code !== 'ERR_NODE_EXISTS') throw new Error(`registering the relay: ${JSON.stringify(registered)}`);
   console.log(`relay ${relay.node_id} is registered as a relay`);
-  const relayUrl = await start('relayd', [...relayArgs, '--listen', '127.0.0.1:3030', '--log-level', 'warn']);
+  const relayUrl = await start('relayd', [...relayArgs, '--listen', opts['relay-listen'], '--log-level', 'warn']);
   const agentArgs = ['run', '--relay', relayUrl, '--state-dir', resolve(dir, 'agent'), '--log-level', 'warn'];
 
   console.log(`server ${serverUrl}, relay ${relayUrl}, data in ${dir}`);
