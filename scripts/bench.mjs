@@ -171,6 +171,8 @@ try {
       { id: `ingest.${kind}.put`, name: `ingest ${kind}: relay accepted (2xx) during the run`, value: r.putPhasePerSec, unit: 'PUT/s' },
       { id: `ingest.${kind}.cpu.server`, name: `ingest ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
       { id: `ingest.${kind}.cpu.relay`, name: `ingest ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+      { id: `ingest.${kind}.cpu.harness`, name: `ingest ${kind}: the load's CPU per run log (uploads, watcher: the bench process)`, value: per(r.cpuSeconds.harness), unit: 'ms' },
+      { id: `ingest.${kind}.cores`, name: `ingest ${kind}: cores busy over the window (server + relay + load)`, value: r.coresBusy, unit: 'cores' },
       { id: `ingest.${kind}.rss.server`, name: `ingest ${kind}: server peak RSS`, value: r.peakRssMb.server, unit: 'MB' },
       { id: `ingest.${kind}.rss.relay`, name: `ingest ${kind}: relay peak RSS`, value: r.peakRssMb.relay, unit: 'MB' },
       { id: `ingest.${kind}.store`, name: `ingest ${kind}: database growth per run log (tables + indexes)`, value: r.storeBytesPerRun, unit: 'B' },
@@ -229,6 +231,8 @@ try {
         { id: `steady.${kind}.p99`, name: `steady ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
         { id: `steady.${kind}.cpu.server`, name: `steady ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
         { id: `steady.${kind}.cpu.relay`, name: `steady ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+        { id: `steady.${kind}.cpu.harness`, name: `steady ${kind}: the load's CPU per run log (uploads, watcher: the bench process)`, value: per(r.cpuSeconds.harness), unit: 'ms' },
+        { id: `steady.${kind}.cores`, name: `steady ${kind}: cores busy over the window (server + relay + load)`, value: r.coresBusy, unit: 'cores' },
         ...['server', 'relay'].flatMap((p) => Object.entries(r.cpuSplitMs[p] ?? {}).map(([part, ms]) => ({
           id: `steady.${kind}.cpu.${p}.${part}`,
           name: `steady ${kind}: ${p} CPU per run log, ${{ mainUser: 'event loop, user', mainSys: 'event loop, kernel', otherUser: 'other threads, user', otherSys: 'other threads, kernel' }[part]}`,

@@ -187,6 +187,8 @@ export async function benchIngest(o) {
     let lastVisibleAt = 0;
     let putDoneAt = 0;
     const cpu0 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    // This process is the load: the uploads, their signatures already made, and the watcher.
+    const harness0 = process.cpuUsage();
     const split0 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
 
     say(`ingest (${o.kind}): PUT ${n} run logs, ${o.putConcurrency ?? 64} at a time`);
@@ -230,6 +232,7 @@ export async function benchIngest(o) {
     await watch;
     await watcher.close();
     const cpu1 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    const harness = process.cpuUsage(harness0);
     const split1 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
     if (visible < n) throw new Error(`only ${visible} of ${n} run logs visible after ${o.timeoutMs ?? 180_000} ms`);
 
@@ -259,7 +262,12 @@ export async function benchIngest(o) {
       putPhasePerSec: Math.round(n / ((putDoneAt - t0) / 1000)),
       latencyMs: percentiles(latency),
       count: n,
-      cpuSeconds: { server: cpu('server'), relay: cpu('relay') },
+      cpuSeconds: { server: cpu('server'), relay: cpu('relay'), harness: Math.round((harness.user + harness.system) / 1e4) / 100 },
+      /** The machine's cores busy over the window: server, relay and harness CPU per second of it. */
+      coresBusy: (() => {
+        const all = [cpu('server'), cpu('relay'), (harness.user + harness.system) / 1e6];
+        return all.some((x) => x === null) ? null : Math.round((all.reduce((a, b) => (a ?? 0) + (b ?? 0), 0) / seconds) * 100) / 100;
+      })(),
       /** CPU per run log (ms), by thread (the event loop, the others) and mode (user, kernel). */
       cpuSplitMs: { server: splitPer('server'), relay: splitPer('relay') },
       /** What the run logs added to the database, per run log (all tables and indexes). */
