@@ -16,7 +16,8 @@
  * --day-hours H (1: the storage benchmark's simulated hours, scaled to the day; 24 for all of it),
  * --storage-before (also measure runs stored whole, as before migration 14),
  * --rounds N (3: next runs each node sends in the steady state, five minutes apart).
- * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout.
+ * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout;
+ * CAPSTAN_BENCH_SERVER_CONFIG=<file.toml> starts the end-to-end server with that configuration.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';

@@ -11,7 +11,7 @@
  * set), so the figure never rests on the store read alone.
  */
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { eachLimited, listNodes, registerNode } from '@capstan/bench/sim/admin';
@@ -142,7 +142,9 @@ export async function benchIngest(o) {
   const started = [];
   let failed = false;
   try {
-    const server = await startProgram(bins.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn', ...(db ? ['--database', db.url] : [])], { nodeFlags: prof(`${o.kind}-server`) });
+    // CAPSTAN_BENCH_SERVER_CONFIG: a server configuration to measure (e.g. another [processing] batch_window).
+    const serverConfig = process.env.CAPSTAN_BENCH_SERVER_CONFIG ? ['--config', resolve(process.env.CAPSTAN_BENCH_SERVER_CONFIG)] : [];
+    const server = await startProgram(bins.server, ['serve', ...serverConfig, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn', ...(db ? ['--database', db.url] : [])], { nodeFlags: prof(`${o.kind}-server`) });
     started.push(server);
     // Every upload comes from this one address, where a fleet's come from many: no per-address limit.
     await writeFile(join(dir, 'relayd.toml'), '[http]\nmax_uploads_per_client = 0\n');
