@@ -8,7 +8,7 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
-import { createServer, connect } from 'node:net';
+import { connect } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
@@ -33,13 +33,7 @@ export async function sshdSkipReason(): Promise<string | undefined> {
   return undefined;
 }
 
-export async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const port = (srv.address() as { port: number }).port;
-  await new Promise<void>((r) => srv.close(() => r()));
-  return port;
-}
+export { freePort } from './ports.js';
 
 /** Resolves once something answers the SSH banner on the port. */
 function banner(port: number): Promise<boolean> {

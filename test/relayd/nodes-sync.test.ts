@@ -7,13 +7,13 @@
  */
 import { createServer, type Server } from 'node:http';
 import { createHash } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { put, startTestRelay } from './helpers/relay.js';
 import { runName, until } from './helpers/upstream.js';
 import { programDir } from '../helpers/programs.js';
+import { listenOn } from '../helpers/ports.js';
 
 const NODES = '/rudder/relay-api/1/nodes';
 
@@ -72,8 +72,7 @@ class ListUpstream {
     this.server.on('connection', (socket) => {
       if (this.isDown) socket.destroy();
     });
-    await new Promise<void>((r) => this.server!.listen(port, '127.0.0.1', () => r()));
-    this.port = (this.server.address() as AddressInfo).port;
+    this.port = await listenOn(this.server, port);
     return this;
   }
 

@@ -4,11 +4,11 @@
  * serves the stale copy when the upstream is down, and never answers a refusal from the cache.
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import t from 'tap';
 import { startTestRelay } from './helpers/relay.js';
 import { testTokens } from './helpers/tokens.js';
 import { programDir } from '../helpers/programs.js';
+import { listenOn } from '../helpers/ports.js';
 
 // Relays require the node's token on policy downloads: tokens of a test keyring the relays have cached.
 const keys = testTokens(programDir(t));
@@ -27,7 +27,7 @@ async function fakeServer(t: { teardown: (fn: () => unknown) => void }) {
         if (req.headers['if-none-match'] === state.etag) return void res.writeHead(304, { etag: state.etag }).end();
         res.writeHead(200, { etag: state.etag, 'content-type': 'application/json' }).end(state.body);
       });
-      server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      resolve(listenOn(server, port));
     });
   const port = await start();
   const stop = () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r())));

@@ -15,6 +15,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { listenOn } from '../helpers/ports.js';
 
 const PREFIX = '/rudder/relay-api/1/shared-folder/';
 const sha = (b: Buffer | string, alg = 'sha256') => createHash(alg).update(b).digest('hex');
@@ -50,7 +51,7 @@ async function fakeUpstream(t: { teardown: (fn: () => unknown) => void }) {
         if (state.hold) waiters.push(send);
         else send();
       });
-      server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      resolve(listenOn(server, port));
     });
   const port = await start();
   const stop = () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r())));

@@ -9,7 +9,7 @@
 import { createHash } from 'node:crypto';
 import { decodeBatch } from '@capstan/shared';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { listenOn } from '../../helpers/ports.js';
 
 export interface Received {
   path: string;
@@ -100,11 +100,7 @@ export class CountingUpstream {
       this.handle(req, res).catch(() => res.destroy());
     });
     this.server.keepAliveTimeout = 5_000;
-    await new Promise<void>((resolve, reject) => {
-      this.server!.once('error', reject);
-      this.server!.listen(port, '127.0.0.1', () => resolve());
-    });
-    this.port = (this.server.address() as AddressInfo).port;
+    this.port = await listenOn(this.server, port);
     return this;
   }
 
@@ -118,13 +114,7 @@ export class CountingUpstream {
 }
 
 /** A port that was free a moment ago (for an upstream that starts after its relay). */
-export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+export { freePort } from '../../helpers/ports.js';
 
 export const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
