@@ -30,7 +30,12 @@ try {
   process.exit(2);
 }
 const dir = resolve(opts.dir);
-mkdirSync(dir, { recursive: true });
+try {
+  mkdirSync(dir, { recursive: true });
+} catch (err) {
+  console.error(`quick start: cannot make ${dir}: ${err.code ?? err.message}`);
+  process.exit(1);
+}
 const bin = (p) => resolve(root, p, 'dist/cli.js');
 const children = [];
 
