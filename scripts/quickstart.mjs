@@ -67,6 +67,16 @@ async function api(base, token, method, path, body) {
   return res.json();
 }
 
+/** Polls `probe` every 100 ms until it returns something truthy; gives up after 60 s, saying what it waited for. */
+async function until(what, probe) {
+  const end = Date.now() + 60_000;
+  for (;;) {
+    if (await probe()) return;
+    if (Date.now() > end) throw new Error(`gave up waiting for ${what} after 60 s`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 const stopAll = () => {
   for (const c of children) c.kill('SIGTERM');
 };
@@ -97,11 +107,7 @@ try {
   console.log(`server ${serverUrl}, relay ${relayUrl}, data in ${dir}`);
   agent(agentArgs);
   const nodeId = readFileSync(resolve(dir, 'agent/node-id'), 'utf8').trim();
-  for (let i = 0; i < 100; i++) {
-    const node = await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}`);
-    if (node.data) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await until('the node to reach the server', async () => (await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}`)).data);
   const accepted = await api(serverUrl, token, 'POST', `/api/1/nodes/${nodeId}/accept`);
   console.log(`node ${nodeId} is ${accepted.data?.accepted ?? JSON.stringify(accepted)}`);
   // A first policy, as an admin would write it: one directive, a group with this node, a rule.
@@ -112,16 +118,8 @@ try {
   await api(serverUrl, token, 'POST', '/api/1/rules', { id: 'quickstart', name: 'Quick start', directives: ['quickstart-motd'], groups: ['quickstart'] });
   console.log(`policy: rule "quickstart" keeps ${motd} managed`);
   agent(agentArgs);
-  for (let i = 0; i < 100; i++) {
-    const runs = await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}/runs`);
-    if (runs.total > 0) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  for (let i = 0; i < 100; i++) {
-    const status = await api(serverUrl, token, 'GET', '/api/1/system/status');
-    if (status.data?.remote_run?.relays?.includes(relay.node_id)) break;
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  await until('its run to reach the server', async () => (await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}/runs`)).total > 0);
+  await until('the relay to link to the server', async () => (await api(serverUrl, token, 'GET', '/api/1/system/status')).data?.remote_run?.relays?.includes(relay.node_id));
   // The node's own OS, as its inventory reported it, for the filter example below.
   const osName = (await api(serverUrl, token, 'GET', `/api/1/nodes/${nodeId}`)).data?.os_name ?? 'debian';
   console.log(`
