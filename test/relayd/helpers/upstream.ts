@@ -113,7 +113,7 @@ export class CountingUpstream {
   }
 }
 
-/** A port that was free a moment ago (for an upstream that starts after its relay). */
+/** A free port no other test can take meanwhile (helpers/ports.ts), for an upstream that starts after its relay. */
 export { freePort } from '../../helpers/ports.js';
 
 export const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
