@@ -29,6 +29,10 @@ try {
   console.error(`quick start: ${err.message}\nusage: npm start -- [--dir DIR] [--server-listen ADDR] [--relay-listen ADDR]`);
   process.exit(2);
 }
+if (opts.dir === '' || opts['server-listen'] === '' || opts['relay-listen'] === '') {
+  console.error('quick start: --dir, --server-listen and --relay-listen take a value\nusage: npm start -- [--dir DIR] [--server-listen ADDR] [--relay-listen ADDR]');
+  process.exit(2);
+}
 const dir = resolve(opts.dir);
 try {
   mkdirSync(dir, { recursive: true });

@@ -267,8 +267,9 @@ export async function benchIngest(o) {
       cpuSeconds: { server: cpu('server'), relay: cpu('relay'), harness: Math.round((harness.user + harness.system) / 1e4) / 100 },
       /** The machine's cores busy over the window: server, relay and harness CPU per second of it. */
       coresBusy: (() => {
-        const all = [cpu('server'), cpu('relay'), (harness.user + harness.system) / 1e6];
-        return all.some((x) => x === null) ? null : Math.round((all.reduce((a, b) => (a ?? 0) + (b ?? 0), 0) / seconds) * 100) / 100;
+        const server = cpu('server');
+        const relay = cpu('relay');
+        return server === null || relay === null ? null : Math.round(((server + relay + (harness.user + harness.system) / 1e6) / seconds) * 100) / 100;
       })(),
       /** CPU per run log (ms), by thread (the event loop, the others) and mode (user, kernel). */
       cpuSplitMs: { server: splitPer('server'), relay: splitPer('relay') },

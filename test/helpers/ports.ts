@@ -18,14 +18,20 @@ function ephemeralLow(): number {
   }
 }
 
+/** One listen: null once listening, else its error (both listeners removed either way, for a retry). */
 function tryListen(server: Server, port: number, host: string): Promise<NodeJS.ErrnoException | null> {
   return new Promise((resolve) => {
-    const onError = (err: NodeJS.ErrnoException) => resolve(err);
-    server.once('error', onError);
-    server.listen(port, host, () => {
+    const onError = (err: NodeJS.ErrnoException) => {
+      server.off('listening', onListening);
+      resolve(err);
+    };
+    const onListening = () => {
       server.off('error', onError);
       resolve(null);
-    });
+    };
+    server.once('error', onError);
+    server.once('listening', onListening);
+    server.listen(port, host);
   });
 }
 
