@@ -18,7 +18,7 @@ const fleet = await prepareFleet({ nodes: Number(values.nodes), reports: Number(
 const dir = await mkdtemp(join(tmpdir(), 'capstan-breakdown-'));
 try {
   const breakdown = values.module ? (await import(values.module)).floorBreakdown : floorBreakdown;
-  const b = await breakdown({ kind: 'sqlite', dir, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities });
+  const b = await breakdown({ kind: 'sqlite', dir, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities });
   console.log(JSON.stringify({ load: loadavg()[0].toFixed(1), ...b.usPerRunLog, reports: b.avgReports }));
 } finally {
   await rm(dir, { recursive: true, force: true });

@@ -19,9 +19,9 @@
  * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout;
  * CAPSTAN_BENCH_SERVER_CONFIG=<file.toml> starts the end-to-end server with that configuration.
  */
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
 import { execFileSync } from 'node:child_process';
-import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
+import { cpus, loadavg, release, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { EXTERNAL, runExternal } from '../bench/lib/external.mjs';
@@ -125,7 +125,15 @@ const results = {
 const figures = results.figures;
 const kinds = /** @type {const} */ (['sqlite', 'postgres']);
 
-const work = await mkdtemp(join(tmpdir(), 'capstan-bench-'));
+// The programs' spools and databases live in a directory of their own, as they do on a host
+// (/var/lib/capstan…), not in the system temp dir: on ext4 without a journal a new file's inode is
+// found by skipping every inode freed in the last minutes in its directory's group, and /tmp is
+// where every test and tool on the machine creates and deletes thousands of files. Measured on
+// the 2-core machine of docs/capacity.md: 36 µs of kernel CPU per create in a quiet directory,
+// 680 µs in /tmp minutes after a few benchmark runs. CAPSTAN_BENCH_WORK moves it.
+const workRoot = process.env.CAPSTAN_BENCH_WORK || join(CACHE_DIR, 'work');
+await mkdir(workRoot, { recursive: true });
+const work = await mkdtemp(join(workRoot, 'capstan-bench-'));
 try {
   progress(`preparing ${nodes} node identities and signed run logs`);
   const fleet = await prepareFleet({ nodes, reports, steady: only.has('steady') || only.has('profile'), rounds, progress });
@@ -211,17 +219,17 @@ try {
         figures.push({ id: 'steady.reference', name: 'reference pipeline (bench/reference-pipeline.mjs), one thread, SQLite', value: ref.runLogsPerSec, unit: 'run logs/s' });
         figures.push({ id: 'steady.reference.cpu', name: 'reference pipeline: CPU per run log', value: ref.cpuUsPerRunLog, unit: 'µs' });
         for (const [stage, us] of Object.entries(ref.usPerRunLog)) figures.push({ id: `steady.reference.${stage}`, name: `reference pipeline, CPU per run log: ${stage}`, value: us, unit: 'µs' });
-        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities });
+        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities });
         results.sections.steady.breakdown = b;
         for (const [stage, us] of Object.entries(b.usPerRunLog)) figures.push({ id: `steady.stage.${stage}`, name: `capstan, CPU per run log (next runs, ${kind}): ${stage}`, value: us, unit: 'µs' });
       }
       progress(`steady state floor (${kind})`);
-      const f = await benchFloor({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities, progress });
+      const f = await benchFloor({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities, progress });
       results.sections.steady[`floor_${kind}`] = f;
       figures.push({ id: `steady.floor.${kind}`, name: `steady state floor: ingestRunLog in one process, next runs, ${kind}`, value: f.runLogsPerSec, unit: 'run logs/s' });
       await settle();
       progress(`steady state end to end (${kind})`);
-      const r = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: fleet.files, identities: fleet.identities, progress });
+      const r = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities, progress });
       results.sections.steady[kind] = r;
       const per = (/** @type {number | null} */ x) => (x === null ? null : Math.round((x * 1000 * 100) / r.count) / 100);
       figures.push(
@@ -252,7 +260,7 @@ try {
     const profiles = join(CACHE_DIR, 'profiles', results.date.replace(/[:.]/g, '-'));
     const r = await benchIngest({
       kind: 'sqlite', dir: work, identities: fleet.identities, profileDir: profiles, progress,
-      ...(steady ? { files: fleet.next, warmFiles: fleet.files } : { files: fleet.files }),
+      ...(steady ? { files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle] } : { files: fleet.files }),
     });
     const window = { fromUs: r.windowUs.from, toUs: r.windowUs.to };
     results.sections.profile.sqlite = {

@@ -20,7 +20,9 @@ const SIGN_WORKER = new URL(import.meta.resolve('@capstan/bench/sim/sign-worker'
  * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, rounds?: number, progress?: (msg: string) => void }} o
  *   `rounds`: how many next runs each node sends in the steady state (default 3: a measured
  *   window of three thousand run logs for a thousand nodes, long enough that filling and draining
- *   the pipeline are not most of it).
+ *   the pipeline are not most of it). One more round, `settle`, goes before them unmeasured: a
+ *   relay in a fleet's steady state has taken that load before, and keeps the spool files its
+ *   bursts needed (free/, recycle_files); a relay meeting its first burst creates them.
  */
 export async function prepareFleet(o) {
   const say = o.progress ?? (() => undefined);
@@ -39,18 +41,21 @@ export async function prepareFleet(o) {
   const bytes = files.reduce((s, f) => s + f.body.length, 0);
   /** @type {typeof files} */
   let next = [];
+  /** @type {typeof files} */
+  let settle = [];
   if (o.steady) {
     // Each node's next runs, five minutes apart: same policy, about 2 % of components repaired.
-    const rounds = o.rounds ?? 3;
+    // Round 1 settles the programs (not measured); rounds 2 to rounds + 1 are measured.
+    const rounds = (o.rounds ?? 3) + 1;
     for (let k = 1; k <= rounds; k++) {
-      say(`signing ${o.nodes} next run logs (steady state, round ${k} of ${rounds})`);
+      say(`signing ${o.nodes} next run logs (steady state, round ${k} of ${rounds}${k === 1 ? ', not measured' : ''})`);
       const more = await runInWorkers(
         SIGN_WORKER,
         identities.map((id) => ({ kind: 'run', id, startedAtMs: startedAtMs + k * 300_000, run: k, reports: o.reports, mix: STEADY_MIX })),
         availableParallelism(),
       );
-      next.push(...more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) })));
+      (k === 1 ? settle : next).push(...more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) })));
     }
   }
-  return { identities, files, next, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
+  return { identities, files, settle, next, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
 }

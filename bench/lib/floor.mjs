@@ -63,8 +63,8 @@ export async function benchFloor(o) {
     }
     const ingest = new RunLogIngest({ store, limits, ...batch });
     if (o.warmFiles) {
-      // Steady state: each node's first run is in before the clock starts.
-      say(`floor (${o.kind}): first runs of ${o.warmFiles.length} nodes (not measured)`);
+      // Steady state: each node's first run and a settling round are in before the clock starts.
+      say(`floor (${o.kind}): ${o.warmFiles.length} earlier run logs (first runs and a settling round, not measured)`);
       for (const f of o.warmFiles) await writeFile(join(inDir, f.name), f.body);
       await eachLimited(o.warmFiles, Math.max(config.processing.concurrency, ingest.inFlightHint), (f) => ingest.ingest(join(inDir, f.name), f.name));
     }
@@ -105,7 +105,7 @@ export async function benchFloor(o) {
  * The insert is timed in a fresh store, in batches of the server's batch size (one transaction
  * each) as ingest does it, and again with the runs marked incomplete, for which the store writes
  * no per-directive compliance rows: the difference is what those rows cost. With `warmFiles`
- * (steady state), those first runs are inserted before the clock starts, so the timed runs are
+ * (steady state), those earlier runs are inserted before the clock starts, so the timed runs are
  * next runs against their node-day's base and last compliance, as a fleet sends them; without,
  * every timed run would be its node's first (new base, new compliance rows).
  * @param {{ kind: 'sqlite' | 'postgres', dir: string, files: { nodeId: string, name: string, body: Buffer }[],

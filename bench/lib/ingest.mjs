@@ -160,11 +160,11 @@ export async function benchIngest(o) {
     const watcher = await runWatcher(o.kind, db ? db.url : join(dir, 'server', 'capstan.db'));
     if (o.warmFiles) {
       // Steady state: every node has reported once before the measured run logs go out.
-      say(`ingest (${o.kind}): first runs of ${o.warmFiles.length} nodes (not measured)`);
+      say(`ingest (${o.kind}): ${o.warmFiles.length} earlier run logs (first runs and a settling round, not measured)`);
       const up = new Uploader(relay.url, { sockets: o.putConcurrency ?? 64, timeoutMs: 60_000 });
       await eachLimited(o.warmFiles, o.putConcurrency ?? 64, async (f) => {
         const r = await up.put('reports', f.name, f.body);
-        if (r.status < 200 || r.status >= 300) throw new Error(`first run refused: ${r.code ?? r.status}`);
+        if (r.status < 200 || r.status >= 300) throw new Error(`earlier run refused: ${r.code ?? r.status}`);
       });
       up.close();
       let seen = 0;
@@ -174,7 +174,7 @@ export async function benchIngest(o) {
         seen += rows.length;
         if (rows.length === 0) await new Promise((r) => setTimeout(r, 50));
       }
-      if (seen < o.warmFiles.length) throw new Error(`only ${seen} first runs visible`);
+      if (seen < o.warmFiles.length) throw new Error(`only ${seen} of ${o.warmFiles.length} earlier run logs visible`);
     }
     const storeBytes = () => (db ? pgBytes(db.url) : sqliteBytes(join(dir, 'server', 'capstan.db')));
     const bytesBefore = await storeBytes();

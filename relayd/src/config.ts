@@ -70,10 +70,13 @@ export const RELAYD_SCHEMA = {
      * Forwarded files kept in free/ (at most this many, and recycle_size bytes) and overwritten by
      * the next uploads, instead of a create and an unlink per file: on ext4 that churn made inode
      * allocation the relay's largest kernel cost (relay bench: 117-126 µs of kernel CPU per file
-     * instead of 283-1,059). 0: unlink. Released first when disk space runs short.
+     * instead of 283-1,059). 0: unlink. Released first when disk space runs short. Sized for the
+     * bursts a relay takes (a backlog after an upstream outage, a fleet's runs arriving faster
+     * than the upstream takes them): a burst larger than the pool creates files, and a pool too
+     * small to take them back unlinks them, which is what makes the next creates slow.
      */
-    recycle_files: { type: 'integer', default: 1024, min: 0, max: 1_000_000 },
-    recycle_size: { type: 'size', default: '64MiB' },
+    recycle_files: { type: 'integer', default: 4096, min: 0, max: 1_000_000 },
+    recycle_size: { type: 'size', default: '256MiB' },
   },
   upstream: {
     url: { type: 'url', default: `http://${DEFAULT_SERVER_LISTEN}` },

@@ -70,8 +70,8 @@ export const SERVER_SCHEMA = {
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
-    recycle_files: { type: 'integer', default: 1024, min: 0, max: 1_000_000 },
-    recycle_size: { type: 'size', default: '64MiB' },
+    recycle_files: { type: 'integer', default: 4096, min: 0, max: 1_000_000 },
+    recycle_size: { type: 'size', default: '256MiB' },
     ...RETRY_SCHEMA,
   },
   enrollment: {

@@ -50,10 +50,10 @@ export interface SpoolOptions {
   writerThreads?: number;
   /**
    * Delivered files kept in free/ to be overwritten by the next uploads instead of creating and
-   * deleting a file each time (recycle.ts), at most this many; 0: unlink them. Default 1024.
+   * deleting a file each time (recycle.ts), at most this many; 0: unlink them. Default 4096.
    */
   recycleFiles?: number;
-  /** ... and at most this many bytes together (default 64 MiB). Released when disk space runs short. */
+  /** ... and at most this many bytes together (default 256 MiB). Released when disk space runs short. */
   recycleBytes?: number;
   /**
    * Bounds on failed/ (all kinds together): past either, the oldest failed files (and their
@@ -77,8 +77,8 @@ export class Spool {
   constructor(opts: SpoolOptions) {
     this.root = opts.root;
     this.dirs = spoolDirs(this.root);
-    const recycleFiles = opts.recycleFiles ?? 1024;
-    this.recycler = recycleFiles > 0 ? new Recycler(this.dirs.free, recycleFiles, opts.recycleBytes ?? 64 * 1024 * 1024, IN_MEMORY_MAX) : null;
+    const recycleFiles = opts.recycleFiles ?? 4096;
+    this.recycler = recycleFiles > 0 ? new Recycler(this.dirs.free, recycleFiles, opts.recycleBytes ?? 256 * 1024 * 1024, IN_MEMORY_MAX) : null;
     this.admission = new Admission({
       root: this.root,
       maxFileBytes: opts.maxFileBytes,
