@@ -20,9 +20,10 @@ const SIGN_WORKER = new URL(import.meta.resolve('@capstan/bench/sim/sign-worker'
  * @param {{ nodes: number, reports: number, seed?: string, cacheDir?: string, steady?: boolean, rounds?: number, progress?: (msg: string) => void }} o
  *   `rounds`: how many next runs each node sends in the steady state (default 3: a measured
  *   window of three thousand run logs for a thousand nodes, long enough that filling and draining
- *   the pipeline are not most of it). One more round, `settle`, goes before them unmeasured: a
- *   relay in a fleet's steady state has taken that load before, and keeps the spool files its
- *   bursts needed (free/, recycle_files); a relay meeting its first burst creates them.
+ *   the pipeline are not most of it). Rounds before them, `settle`, go unmeasured, so that with
+ *   the first runs as many run logs go before the measured window as into it: a relay in a
+ *   fleet's steady state has taken that load before, and keeps the spool files such a burst
+ *   needs (free/, recycle_files), where a relay meeting its first burst creates them.
  */
 export async function prepareFleet(o) {
   const say = o.progress ?? (() => undefined);
@@ -45,16 +46,17 @@ export async function prepareFleet(o) {
   let settle = [];
   if (o.steady) {
     // Each node's next runs, five minutes apart: same policy, about 2 % of components repaired.
-    // Round 1 settles the programs (not measured); rounds 2 to rounds + 1 are measured.
-    const rounds = (o.rounds ?? 3) + 1;
+    // The first `settling` rounds settle the programs (not measured); the `o.rounds` after them are measured.
+    const settling = Math.max(1, (o.rounds ?? 3) - 1);
+    const rounds = (o.rounds ?? 3) + settling;
     for (let k = 1; k <= rounds; k++) {
-      say(`signing ${o.nodes} next run logs (steady state, round ${k} of ${rounds}${k === 1 ? ', not measured' : ''})`);
+      say(`signing ${o.nodes} next run logs (steady state, round ${k} of ${rounds}${k <= settling ? ', not measured' : ''})`);
       const more = await runInWorkers(
         SIGN_WORKER,
         identities.map((id) => ({ kind: 'run', id, startedAtMs: startedAtMs + k * 300_000, run: k, reports: o.reports, mix: STEADY_MIX })),
         availableParallelism(),
       );
-      (k === 1 ? settle : next).push(...more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) })));
+      (k <= settling ? settle : next).push(...more.map((f, i) => ({ nodeId: identities[i].nodeId, name: f.name, body: Buffer.from(f.body) })));
     }
   }
   return { identities, files, settle, next, startedAtMs, avgCompressedBytes: Math.round(bytes / files.length) };
