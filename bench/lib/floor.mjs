@@ -63,8 +63,8 @@ export async function benchFloor(o) {
     }
     const ingest = new RunLogIngest({ store, limits, ...batch });
     if (o.warmFiles) {
-      // Steady state: each node's first run and a settling round are in before the clock starts.
-      say(`floor (${o.kind}): ${o.warmFiles.length} earlier run logs (first runs and a settling round, not measured)`);
+      // Steady state: each node's first run and the settling rounds are in before the clock starts.
+      say(`floor (${o.kind}): ${o.warmFiles.length} earlier run logs (first runs and settling rounds, not measured)`);
       for (const f of o.warmFiles) await writeFile(join(inDir, f.name), f.body);
       await eachLimited(o.warmFiles, Math.max(config.processing.concurrency, ingest.inFlightHint), (f) => ingest.ingest(join(inDir, f.name), f.name));
     }
