@@ -138,6 +138,8 @@ try {
   progress(`preparing ${nodes} node identities and signed run logs`);
   const fleet = await prepareFleet({ nodes, reports, steady: only.has('steady') || only.has('profile'), rounds, progress });
   results.input = { avgCompressedBytes: fleet.avgCompressedBytes };
+  // The steady state's run logs before its measured window: first runs, then the settling rounds.
+  const warm = [...fleet.files, ...fleet.settle];
   step();
 
   // --- floor -------------------------------------------------------------------------------------
@@ -219,17 +221,17 @@ try {
         figures.push({ id: 'steady.reference', name: 'reference pipeline (bench/reference-pipeline.mjs), one thread, SQLite', value: ref.runLogsPerSec, unit: 'run logs/s' });
         figures.push({ id: 'steady.reference.cpu', name: 'reference pipeline: CPU per run log', value: ref.cpuUsPerRunLog, unit: 'µs' });
         for (const [stage, us] of Object.entries(ref.usPerRunLog)) figures.push({ id: `steady.reference.${stage}`, name: `reference pipeline, CPU per run log: ${stage}`, value: us, unit: 'µs' });
-        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities });
+        const b = await floorBreakdown({ kind, dir: work, files: fleet.next, warmFiles: warm, identities: fleet.identities });
         results.sections.steady.breakdown = b;
         for (const [stage, us] of Object.entries(b.usPerRunLog)) figures.push({ id: `steady.stage.${stage}`, name: `capstan, CPU per run log (next runs, ${kind}): ${stage}`, value: us, unit: 'µs' });
       }
       progress(`steady state floor (${kind})`);
-      const f = await benchFloor({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities, progress });
+      const f = await benchFloor({ kind, dir: work, files: fleet.next, warmFiles: warm, identities: fleet.identities, progress });
       results.sections.steady[`floor_${kind}`] = f;
       figures.push({ id: `steady.floor.${kind}`, name: `steady state floor: ingestRunLog in one process, next runs, ${kind}`, value: f.runLogsPerSec, unit: 'run logs/s' });
       await settle();
       progress(`steady state end to end (${kind})`);
-      const r = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle], identities: fleet.identities, progress });
+      const r = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: warm, identities: fleet.identities, progress });
       results.sections.steady[kind] = r;
       const per = (/** @type {number | null} */ x) => (x === null ? null : Math.round((x * 1000 * 100) / r.count) / 100);
       figures.push(
@@ -260,7 +262,7 @@ try {
     const profiles = join(CACHE_DIR, 'profiles', results.date.replace(/[:.]/g, '-'));
     const r = await benchIngest({
       kind: 'sqlite', dir: work, identities: fleet.identities, profileDir: profiles, progress,
-      ...(steady ? { files: fleet.next, warmFiles: [...fleet.files, ...fleet.settle] } : { files: fleet.files }),
+      ...(steady ? { files: fleet.next, warmFiles: warm } : { files: fleet.files }),
     });
     const window = { fromUs: r.windowUs.from, toUs: r.windowUs.to };
     results.sections.profile.sqlite = {

@@ -43,7 +43,7 @@ export async function prepareFleet(o) {
   /** @type {typeof files} */
   let next = [];
   /** @type {typeof files} */
-  let settle = [];
+  const settle = [];
   if (o.steady) {
     // Each node's next runs, five minutes apart: same policy, about 2 % of components repaired.
     // The first `settling` rounds settle the programs (not measured); the `o.rounds` after them are measured.

@@ -159,7 +159,7 @@ export async function benchIngest(o) {
 
     const watcher = await runWatcher(o.kind, db ? db.url : join(dir, 'server', 'capstan.db'));
     if (o.warmFiles) {
-      // Steady state: every node has reported once before the measured run logs go out.
+      // Steady state: every node has reported before the measured run logs go out (its first run, the settling rounds).
       say(`ingest (${o.kind}): ${o.warmFiles.length} earlier run logs (first runs and settling rounds, not measured)`);
       const up = new Uploader(relay.url, { sockets: o.putConcurrency ?? 64, timeoutMs: 60_000 });
       await eachLimited(o.warmFiles, o.putConcurrency ?? 64, async (f) => {
