@@ -123,8 +123,9 @@ export class RunLogIngest {
 
   constructor(opts: RunLogIngestOptions) {
     this.deps = opts;
-    this.pool = new PrepareWorkerPool(opts.workers || availableParallelism());
     this.batchSize = opts.batchSize ?? 64;
+    // Each worker may hold a batch's worth: it prepares the next batch while this one commits (pool.ts).
+    this.pool = new PrepareWorkerPool(opts.workers || availableParallelism(), this.batchSize);
     this.windowMs = opts.batchWindowMs ?? 50;
     this.parallel = Math.max(1, opts.parallelBatches ?? 1);
   }

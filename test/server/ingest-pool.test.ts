@@ -1,0 +1,41 @@
+/**
+ * The ingest's worker pool (server/src/ingest/pool.ts): bounded work per worker, every job settled.
+ */
+import t from 'tap';
+import { PrepareWorkerPool } from '@capstan/server/ingest/pool';
+import { INGEST_LIMITS } from '../helpers/ingest.js';
+
+const job = (i: number) => ({
+  // Not a zstd frame: each job fails in the worker, quickly and with a coded error.
+  raw: new Uint8Array(Buffer.from(`not a run log ${i}`)),
+  compression: 'zstd' as const,
+  nodeId: '11111111-2222-4333-8444-000000000000',
+  timestamp: '2026-01-01T12:00:00+00:00',
+  certificate: '',
+  limits: INGEST_LIMITS,
+});
+
+t.test('sizes are positive integers', async (t) => {
+  t.throws(() => new PrepareWorkerPool(0), RangeError);
+  t.throws(() => new PrepareWorkerPool(1, 0), RangeError);
+  t.throws(() => new PrepareWorkerPool(1, 1.5), RangeError);
+});
+
+t.test('a burst larger than the workers hold waits its turn and every job settles', async (t) => {
+  const pool = new PrepareWorkerPool(1, 3);
+  t.teardown(() => pool.close());
+  const jobs = Array.from({ length: 30 }, (_, i) => pool.prepare(job(i)));
+  t.equal(pool.pending, 30, 'all 30 pending: with the worker or queued');
+  const settled = await Promise.allSettled(jobs);
+  t.equal(settled.filter((s) => s.status === 'rejected').length, 30, 'each refused');
+  const codes = new Set(settled.map((s) => (s as PromiseRejectedResult).reason?.code));
+  t.equal(codes.size, 1, 'with one coded error', { codes: [...codes] });
+  t.match([...codes][0], /^ERR_/);
+  t.equal(pool.pending, 0, 'nothing left outstanding');
+});
+
+t.test('a closed pool refuses new jobs with a transient error', async (t) => {
+  const pool = new PrepareWorkerPool(1, 64);
+  await pool.close();
+  await t.rejects(pool.prepare(job(0)), { code: 'ERR_INTERNAL', transient: true });
+});
