@@ -58,6 +58,11 @@ export const SERVER_SCHEMA = {
     concurrency: { type: 'integer', default: 4, min: 1, max: 64 },
     /** Threads verifying, decompressing and parsing run logs; 0: one per core. */
     workers: { type: 'integer', default: 0, min: 0, max: 64 },
+    /**
+     * Run logs handed to each worker ahead of its work: up to batch_size of them (it prepares the
+     * next batch while one commits), and beyond two at most this many bytes as received.
+     */
+    worker_hold_size: { type: 'size', default: '4MiB', min: 0 },
     /** Most run logs stored in one transaction (one commit and one fsync for all of them). */
     batch_size: { type: 'integer', default: 64, min: 1, max: 1000 },
     /** Longest a run log waits for its batch to fill (it is written at once when nothing else is coming). */

@@ -130,6 +130,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const runLogs = new RunLogIngest({
     ...deps,
     workers: config.processing.workers,
+    workerHoldBytes: config.processing.worker_hold_size,
     batchSize: config.processing.batch_size,
     batchWindowMs: config.processing.batch_window,
     // PostgreSQL: a few batches at once, each on its own connection (the rest serve the API).

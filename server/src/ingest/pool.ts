@@ -10,6 +10,10 @@
  * enough to prepare the next batch meanwhile. With two each (one being prepared, one waiting)
  * they prepared four run logs and idled for the rest of every commit: the steady bench measured
  * the server's two cores 1.6 busy, p99 to visible 1.6–1.8 s; with 64 each, 1.7–1.8 busy, 1.1–1.2 s.
+ * What a worker holds is bounded in bytes too (`perWorkerBytes`, `[processing] worker_hold_size`,
+ * of run logs as received; two jobs whatever their size): its prepared runs, their logs
+ * decompressed, wait in the port for the event loop, and 64 large run logs would be that many
+ * times their expanded size.
  * A worker that dies fails its jobs with a transient error (the spooled files are retried) and
  * is replaced.
  */
@@ -27,7 +31,15 @@ interface Pending {
 interface Slot {
   worker: Worker;
   jobs: Map<number, Pending>;
+  /** Bytes of the run logs in `jobs`, as received (compressed). */
+  bytes: number;
 }
+
+/** `[processing] worker_hold_size`'s default. */
+const DEFAULT_PER_WORKER_BYTES = 4 * 1024 * 1024;
+
+/** Jobs a worker takes whatever their size (one being prepared, one waiting), within `perWorker`. */
+const MIN_PER_WORKER = 2;
 
 const WORKER_URL = new URL('./runlog-worker.js', import.meta.url);
 
@@ -37,18 +49,20 @@ export class PrepareWorkerPool {
   private nextId = 1;
   private closed = false;
 
-  constructor(readonly size: number, private readonly perWorker = 2) {
+  constructor(readonly size: number, private readonly perWorker = MIN_PER_WORKER, private readonly perWorkerBytes: number = DEFAULT_PER_WORKER_BYTES) {
     if (!Number.isInteger(perWorker) || perWorker < 1) throw new RangeError('jobs per worker must be a positive integer');
+    if (!(perWorkerBytes >= 0)) throw new RangeError('bytes per worker must be a number of bytes ([processing] worker_hold_size)');
     if (!Number.isInteger(size) || size < 1) throw new RangeError('worker pool size must be a positive integer');
   }
 
   private spawn(): Slot {
-    const slot: Slot = { worker: new Worker(WORKER_URL), jobs: new Map() };
+    const slot: Slot = { worker: new Worker(WORKER_URL), jobs: new Map(), bytes: 0 };
     slot.worker.unref();
     slot.worker.on('message', (reply: WorkerReply) => {
       const p = slot.jobs.get(reply.id);
       if (!p) return;
       slot.jobs.delete(reply.id);
+      slot.bytes -= p.job.raw.byteLength;
       if (slot.jobs.size === 0) slot.worker.unref();
       if (reply.ok) {
         // Buffers arrive as plain Uint8Arrays (structured clone); the store wants Buffers.
@@ -81,6 +95,7 @@ export class PrepareWorkerPool {
         p.reject(capstanError('ERR_INTERNAL', 'ingest worker stopped', { cause: err, transient: true }));
       }
       slot.jobs.clear();
+      slot.bytes = 0;
       if (this.closed) return;
       this.slots[i] = this.spawn();
       this.pump();
@@ -108,6 +123,11 @@ export class PrepareWorkerPool {
     });
   }
 
+  /** What each worker holds: jobs handed to it and not answered yet, and their bytes as received. */
+  get held(): Array<{ jobs: number; bytes: number }> {
+    return this.slots.map((s) => ({ jobs: s.jobs.size, bytes: s.bytes }));
+  }
+
   /** Jobs waiting for a worker or being prepared. */
   get pending(): number {
     return this.queue.length + this.slots.reduce((n, s) => n + s.jobs.size, 0);
@@ -115,13 +135,18 @@ export class PrepareWorkerPool {
 
   private pump(): void {
     while (this.queue.length > 0) {
-      // The least busy worker below its limit.
+      // The least busy worker below its limits.
+      const size = this.queue[0]!.job.raw.byteLength;
       let best: Slot | null = null;
-      for (const s of this.slots) if (s.jobs.size < this.perWorker && (!best || s.jobs.size < best.jobs.size)) best = s;
+      for (const s of this.slots) {
+        const room = s.jobs.size < this.perWorker && (s.jobs.size < MIN_PER_WORKER || s.bytes + size <= this.perWorkerBytes);
+        if (room && (!best || s.jobs.size < best.jobs.size)) best = s;
+      }
       if (!best) return;
       const p = this.queue.shift()!;
       const id = this.nextId++;
       best.jobs.set(id, p);
+      best.bytes += size;
       if (best.jobs.size === 1) best.worker.ref();
       best.worker.postMessage({ id, job: p.job } satisfies WorkerRequest);
     }

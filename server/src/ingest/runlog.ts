@@ -84,6 +84,8 @@ export async function ingestRunLog(deps: IngestDeps, path: string, name: string)
 export interface RunLogIngestOptions extends IngestDeps {
   /** Worker threads for the CPU work; 0: one per core. */
   workers?: number;
+  /** Bytes of run logs (as received) each worker holds ahead of its work, beyond two (pool.ts); default 4 MiB. */
+  workerHoldBytes?: number;
   /** Most run logs in one transaction. */
   batchSize?: number;
   /** Longest a run log waits for its batch to fill before the batch is written anyway (ms). */
@@ -125,7 +127,7 @@ export class RunLogIngest {
     this.deps = opts;
     this.batchSize = opts.batchSize ?? 64;
     // Each worker may hold a batch's worth: it prepares the next batch while this one commits (pool.ts).
-    this.pool = new PrepareWorkerPool(opts.workers || availableParallelism(), this.batchSize);
+    this.pool = new PrepareWorkerPool(opts.workers || availableParallelism(), Math.max(2, this.batchSize), opts.workerHoldBytes);
     this.windowMs = opts.batchWindowMs ?? 50;
     this.parallel = Math.max(1, opts.parallelBatches ?? 1);
   }
