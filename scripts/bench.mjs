@@ -309,7 +309,9 @@ try {
     await settle();
     const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
-      : b.id === 'relay' || b.id === 'console' ? { log: progress } : {};
+      // The relay's spool in the work directory, as the end-to-end relay's (see `workRoot`).
+      : b.id === 'relay' ? { log: progress, dir: work }
+      : b.id === 'console' ? { log: progress } : {};
     const r = await runExternal(b, opts);
     results.sections.external[b.id] = { status: r.status, ...(r.reason && { reason: r.reason }), ms: r.ms };
     if (r.status !== 'ok') figures.push({ id: b.id, name: b.title, value: null, unit: '', note: `${r.status}: ${r.reason}` });
