@@ -12,7 +12,7 @@ import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { certificateFingerprint, decompress, parseRunInfo, parseRunLog, summarize, verifySmime, isCompleteRun } from '@capstan/shared';
 import { eachLimited } from '@capstan/bench/sim/admin';
-import { openStore, packOutcomes } from '@capstan/bench/store';
+import { openRegistry, packOutcomes } from '@capstan/bench/store';
 import { loadServerConfig } from '@capstan/server/config';
 import { RunLogIngest, runStart } from '@capstan/server/ingest/runlog';
 import { prepareRunLog } from '@capstan/server/ingest/runlog-prepare';
@@ -24,11 +24,11 @@ import { freshSchema, PG_URL } from './postgres.mjs';
  */
 async function open(o) {
   if (o.kind === 'sqlite') {
-    const store = await openStore({ sqlitePath: join(o.dir, `floor-${Date.now()}.db`) });
+    const store = await openRegistry({ sqlitePath: join(o.dir, `floor-${Date.now()}.db`) });
     return { store, drop: async () => undefined };
   }
   const s = freshSchema();
-  const store = await openStore({ databaseUrl: PG_URL, schema: s.schema, poolSize: loadServerConfig({}).database.pool_size });
+  const store = await openRegistry({ databaseUrl: PG_URL, schema: s.schema, poolSize: loadServerConfig({}).database.pool_size });
   return { store, drop: s.drop };
 }
 

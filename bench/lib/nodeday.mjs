@@ -27,7 +27,7 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { compressSync, parseRunLog, runLogFileName, summarize } from '@capstan/shared';
 import { nodeProfile, prng, runLogText } from '@capstan/bench/sim/runlog';
-import { openStore, packOutcomes } from '@capstan/bench/store';
+import { openRegistry, packOutcomes } from '@capstan/bench/store';
 import { DEFAULT_CHANGE_LIMITS, extractChanges } from '@capstan/server/ingest/changes';
 
 const MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: 0.2 });
@@ -126,11 +126,11 @@ export async function benchNodeDay(o) {
     if (!o.databaseUrl) throw new Error('postgres needs databaseUrl');
     admin = new pg.Client({ connectionString: o.databaseUrl });
     await admin.connect();
-    store = await openStore({ databaseUrl: o.databaseUrl, schema, poolSize: 2 });
+    store = await openRegistry({ databaseUrl: o.databaseUrl, schema, poolSize: 2 });
     await store.prepareRunStorage(new Date(day0 - DAY));
   } else {
     dir = await mkdtemp(join(tmpdir(), 'capstan-nodeday-'));
-    store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+    store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   }
   const sizes = async () => (admin ? pgSizes(admin, schema) : sqliteSizes(join(dir, 'capstan.db')));
   try {

@@ -72,7 +72,7 @@ export async function freshDatabase(url = PG_URL) {
   };
 }
 
-/** A schema name for an in-process store (openStore creates it), dropped afterwards. */
+/** A schema name for an in-process store (openRegistry creates it), dropped afterwards. */
 export function freshSchema(url = PG_URL) {
   const schema = `capstan_bench_${randomBytes(6).toString('hex')}`;
   return {

@@ -24,6 +24,7 @@ import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { loadSqlite, loadPostgres, type Timing } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type ChangeQuery, type Store } from './store.js';
+import { composeDomain } from '@capstan/server/domain';
 
 export interface ChangesBenchOptions {
   nodes?: number;
@@ -129,7 +130,7 @@ async function measureExport(store: Store, dir: string): Promise<ChangesBenchRes
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), now: () => new Date(END) });
+  const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), now: () => new Date(END) });
   await app.listen({ host: '127.0.0.1', port: 0 });
   try {
     const { port } = app.server.address() as AddressInfo;

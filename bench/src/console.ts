@@ -16,11 +16,11 @@ import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { ComplianceHistory } from '@capstan/server/console/history';
 import { ConsoleSignIns } from '@capstan/server/console/signin';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { historySql } from './changes.js';
 import { loadSqlite } from './registry.js';
-import { openStore, withSqlite } from './store.js';
+import { openRegistry, withSqlite } from './store.js';
+import { composeDomain } from '@capstan/server/domain';
 
 export interface ConsoleBenchOptions {
   nodes?: number;
@@ -78,7 +78,7 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
     } finally {
       db.close();
     }
-    const store = await openStore({ sqlitePath: path });
+    const store = await openRegistry({ sqlitePath: path });
     const at = new Date(NOW).toISOString();
     for (let d = 0; d < 10; d++) {
       await store.putPolicyObject('directive', `directive-${d}`, { id: `directive-${d}`, name: `Directive ${d}`, method: 'file_content', mode: 'enforce', params: { path: `/etc/app-${d}.conf`, content: 'x\n' } }, at);
@@ -102,9 +102,10 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
       summary: async () => summary,
     });
     for (let k = 0; k < 7 * 144; k++, clock += 600_000) await history.record();
+    const key = await ensurePolicyKey(dir);
     const app = buildApp({
-      config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), now: () => new Date(NOW),
-      policy: { store, generator: new PolicyGenerator({ store, log: silentLogger }), key: await ensurePolicyKey(dir) },
+      config, store, domain: composeDomain({ store, log: silentLogger, key }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), now: () => new Date(NOW),
+      policy: { key },
       console: { signIns, assets: new Map(), history },
     });
     const s = signIns.create(TOKEN);

@@ -9,9 +9,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 
-export { openStore, type ChangeQuery, type NodeFilter, type NodeListQuery, type Store } from '@capstan/server/store/index';
+export { openRegistry } from '@capstan/server/registry/open';
+export { type ChangeQuery, type NodeFilter, type NodeListQuery, type Store } from '@capstan/server/store/index';
 export { NODE_COLUMNS } from '@capstan/server/store/nodes/records';
 export { packOutcomes } from '@capstan/server/store/runs/outcomes';
 
@@ -20,7 +22,7 @@ export async function withSqlite<T>(prefix: string, fn: (path: string, dir: stri
   const dir = await mkdtemp(join(tmpdir(), prefix));
   try {
     const path = join(dir, 'capstan.db');
-    await (await openStore({ sqlitePath: path })).close();
+    await (await openRegistry({ sqlitePath: path })).close();
     return await fn(path, dir);
   } finally {
     await rm(dir, { recursive: true, force: true });
@@ -29,7 +31,7 @@ export async function withSqlite<T>(prefix: string, fn: (path: string, dir: stri
 
 /** The store on an SQLite database loaded behind its back (in bulk), closed after `fn`. */
 export async function withSqliteStore<T>(path: string, fn: (store: Store) => Promise<T>): Promise<T> {
-  const store = await openStore({ sqlitePath: path });
+  const store = await openRegistry({ sqlitePath: path });
   try {
     return await fn(store);
   } finally {
@@ -50,7 +52,7 @@ export async function withPostgres<T>(
   const admin = new pg.Client({ connectionString: databaseUrl });
   await admin.connect();
   try {
-    const store = await openStore({ databaseUrl, schema, poolSize: o.poolSize });
+    const store = await openRegistry({ databaseUrl, schema, poolSize: o.poolSize });
     try {
       await admin.query(`SET search_path = ${schema}`);
       return await fn(store, admin, schema);

@@ -17,7 +17,7 @@ import { Spool } from '@capstan/toolkit/spool/spool';
 import { buildApp } from './api/app.js';
 import { reindexInventories } from './ingest/reindex.js';
 import { Poller } from '@capstan/toolkit/providers/index';
-import { applyPoll, recordToSpec } from './providers/managers.js';
+import { recordToSpec } from './providers/managers.js';
 import { ensureAdminToken } from './api/auth.js';
 import { ComplianceHistory } from './console/history.js';
 import { ConsoleSignIns, ensureConsoleSecret } from './console/signin.js';
@@ -30,7 +30,9 @@ import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
+import { JobService } from './jobs/service.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
+import { CredentialService } from './bootstrap/service.js';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
 import { RelayHub } from './remote-run/relay-links.js';
 import { RunLogIngest, type IngestDeps } from './ingest/runlog.js';
@@ -38,9 +40,12 @@ import { batchTaker } from './ingest/batch.js';
 import { ServerMetrics } from './metrics.js';
 import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
-import { NodeRegistry, nodeEffects } from './registry/nodes.js';
-import { openStore } from './store/index.js';
-import { PolicyGenerator } from './policy/generate.js';
+import { openRegistry } from './registry/open.js';
+import { composeDomain } from './domain.js';
+import { systemActor } from './audit/actor.js';
+
+/** Polls this server makes itself act as `discovery`. */
+const DISCOVERY = systemActor('discovery');
 import { ensurePolicyKey } from './policy/key.js';
 import type { Store } from './store/store.js';
 
@@ -67,7 +72,7 @@ export interface ServerHandle {
 export async function startServer(config: ServerConfig, log: Logger): Promise<ServerHandle> {
   const dataDir = config.general.data_dir;
   await makeDir(dataDir, 0o750);
-  const store = await openStore(
+  const store = await openRegistry(
     config.database.url
       ? {
           databaseUrl: config.database.url,
@@ -93,7 +98,6 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const adminToken = await ensureAdminToken(dataDir);
   const consoleParts = config.console.enabled ? await startConsole(config, store, log, !!listenerTls) : null;
   const policyKey = await ensurePolicyKey(dataDir);
-  const generator = new PolicyGenerator({ store, log });
   const spool = new Spool({
     root: join(dataDir, 'spool'),
     maxFileBytes: config.limits.max_body_size,
@@ -108,9 +112,15 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // Today's run storage exists before the first run arrives (Postgres day partitions).
   await store.prepareRunStorage(new Date());
 
+  // The one door for node changes (API, CLI, ingest, relay contacts, discovery, the sweep), each
+  // recorded in the audit log with who acted; what follows a change is wired to it below.
+  const relayHub = new RelayHub(config.jobs.heartbeat);
+  const domain = composeDomain({ store, log, key: policyKey, links: relayHub });
+  const { nodes, generator } = domain;
   if (config.signatures.allow_sha1) log.warn('SHA-1 signatures are accepted on run logs, inventories and renewal requests ([signatures] allow_sha1)');
   const deps: IngestDeps = {
     store,
+    nodes,
     limits: {
       maxDecompressedBytes: config.limits.max_decompressed_size,
       maxReports: config.limits.max_reports,
@@ -163,9 +173,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
           // A RUDDER agent's OCS inventory is verified with the `.sign` uploaded beside it.
           const node = await handleOcsUpload(spool, name, config.limits.ocs_pair_wait, (data) => processors.inventories.prompt(data),
             (ocsSignature) => ingestInventory(deps, path, name, { ocsSignature })) ?? await ingestInventory(deps, path, name);
+          // Dynamic groups follow the inventory (and an auto-accepted node gets its policy now):
+          // the registry's effects regenerate the node's policy.
           log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
-          // Dynamic groups follow the inventory (and an auto-accepted node gets its policy now).
-          generator.touch(node.id);
         }
       },
     });
@@ -182,10 +192,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
   });
   const policy = lifecyclePolicy(config);
-  const sweeper = new Sweeper({ store, policy, intervalMs: config.lifecycle.sweep_interval, log });
+  const sweeper = new Sweeper({ store, nodes, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));
   // Jobs reach the nodes through the relays that link here (remote-run, outbound from them).
-  const relayHub = new RelayHub(config.jobs.heartbeat);
   const jobs = new JobRunner({
     store, hub: relayHub, log,
     sweepIntervalMs: config.jobs.sweep_interval,
@@ -216,7 +225,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     ? new Poller({
       managers: async () => (await store.managers.listManagers('server')).map(recordToSpec),
       report: async (spec, outcome, at) => {
-        const summary = await applyPoll(store, spec.id, outcome, at);
+        const summary = await domain.managers.poll(spec.id, outcome, DISCOVERY, at);
         if (summary) log.debug({ manager: spec.id, ...summary }, 'discovery poll applied');
       },
       refreshMs: config.providers.refresh_interval,
@@ -224,11 +233,9 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     })
     : null;
 
-  // The one door for node changes (API, relay contacts, providers): what follows a change is wired here.
-  const nodes = new NodeRegistry({ store, log }).on(nodeEffects({ store, touch: (id) => generator.touch(id), links: relayHub }));
   const app = buildApp({
     config,
-    nodes,
+    domain,
     ...(listenerTls ? { https: listenerTls } : {}),
     store,
     spool,
@@ -254,16 +261,19 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       },
     }),
     // Policy downloads need a valid token of the node, unless turned off.
-    policy: { store, generator, key: policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
+    policy: { key: policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: {
-      store, runner: jobs,
-      ...(bootstrap && { bootstrap }),
-      limits: {
-        defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
-        bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
-      },
+      store,
+      service: new JobService({
+        store, audit: domain.audit,
+        kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },
+        limits: {
+          defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
+          bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
+        },
+      }),
     },
-    bootstrap: { sealer: identity.keySealer },
+    bootstrap: { credentials: new CredentialService({ store, sealer: identity.keySealer, audit: domain.audit }) },
     ...(bootstrap && { bootstrapRunner: bootstrap }),
     remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
     ...(consoleParts && { console: consoleParts }),

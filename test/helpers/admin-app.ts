@@ -10,10 +10,10 @@ import { silentLogger } from '@capstan/shared';
 import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
-import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { composeDomain } from '@capstan/server/domain';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { startServer } from '@capstan/server/server';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { adminClient, programDir } from './programs.js';
 
 export const ADMIN_TOKEN = 'z'.repeat(32);
@@ -30,13 +30,14 @@ export interface Answer {
 export async function adminApp(t: Test, opts: { overrides?: Record<string, unknown>; maxPlanBytes?: number } = {}) {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...opts.overrides } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const key = await ensurePolicyKey(dir);
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const policy = { store, generator, key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }) };
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: ADMIN_TOKEN, status: async () => ({}), policy });
+  const domain = composeDomain({ store, log: silentLogger, key });
+  const generator = domain.generator;
+  const policy = { key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }) };
+  const app = buildApp({ config, store, domain, spool, log: silentLogger, adminToken: ADMIN_TOKEN, status: async () => ({}), policy });
   t.teardown(async () => {
     await app.close();
     await store.close();

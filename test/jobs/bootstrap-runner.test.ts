@@ -8,7 +8,7 @@
 import { createServer, type Socket } from 'node:net';
 import { generateKeyPairSync } from 'node:crypto';
 import t, { type Test } from 'tap';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { join } from 'node:path';
 import { waitFor } from '../helpers/programs.js';
 import { serverWithApi } from '../helpers/admin-app.js';
@@ -38,7 +38,7 @@ t.test('stopping the server ends a connection in progress at once and fails no t
   const started = Date.now();
   await close();
   t.ok(Date.now() - started < 20_000, `stopped in ${Date.now() - started} ms, well within connect_timeout (60 s)`);
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   t.match(await store.jobs.getTask(job, nodeId), { state: 'in_progress', step: 'connect' }, 'left to the job\'s deadline, not failed as unreachable');
 });

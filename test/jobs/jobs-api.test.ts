@@ -14,11 +14,12 @@ import { waitFor } from '../helpers/programs.js';
 import { collectEvents } from '../helpers/http.js';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { inventory } from '../server/store-suite.js';
+import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
 /** A node as an agent registers it, accepted (or not). */
 async function node(server: ServerHandle, id: string, accept = true): Promise<void> {
   await server.store.upsertFromInventory(inventory(id));
-  if (accept) await server.store.setAcceptance(id, 'accepted', new Date().toISOString());
+  if (accept) await setAcceptance(server.store, id, 'accepted', new Date().toISOString());
 }
 
 interface RunEvent {
@@ -99,7 +100,7 @@ t.test('targets: none is 400 ERR_JOB_NO_TARGETS, unknown static nodes 400, unrun
   await node(server, 'ok');
   await node(server, 'pend', false);
   await node(server, 'term');
-  await server.store.setState('term', 'terminated', new Date().toISOString());
+  await setState(server.store, 'term', 'terminated', new Date().toISOString());
   await server.store.createNode({ id: 'manual', hostname: 'manual.example.com' });
   const created = await api('POST', '/api/1/jobs', { name: 'mixed', type: 'run', nodes: ['ok', 'pend', 'term', 'manual', 'ok'] });
   t.equal(created.status, 201);
@@ -127,8 +128,8 @@ t.test('a selector targets the nodes its manager holds, narrowed by its filters;
   await server.store.managers.createManager({ id: 'm1', name: 'fleet', type: 'static', provider: 'elsewhere', spec: {} }, at);
   await server.store.managers.createManager({ id: 'm2', name: 'other', type: 'static', provider: 'elsewhere', spec: {} }, at);
   for (const id of ['web1', 'web2', 'db1', 'other1']) await node(server, id);
-  await server.store.updateNode('web1', { tags: { role: 'web' } }, at);
-  await server.store.updateNode('web2', { tags: { role: 'web' } }, at);
+  await updateNode(server.store, 'web1', { tags: { role: 'web' } }, at);
+  await updateNode(server.store, 'web2', { tags: { role: 'web' } }, at);
   await server.store.createNode({ id: 'bare', hostname: 'bare.example.com', tags: { role: 'web' } });
   // A relay a selector matches fails no_agent like a bare instance (it has a certificate, no agent).
   await server.store.createNode({ id: 'relay-9', hostname: 'relay-9.example.com', certificate: createNodeIdentity('relay-9', { bits: 1024 }).certPem, relay: true, tags: { role: 'relay' } });

@@ -5,7 +5,7 @@
  * state takes only its own reasons.
  */
 import t from 'tap';
-import { checkTransition, FINAL_STATES, isLegal, REASONS, TASK_STATES, type TaskState } from '@capstan/server/store/jobs/states';
+import { checkTransition, FINAL_STATES, isLegal, REASONS, TASK_STATES, type TaskState } from '@capstan/server/jobs/states';
 
 // The specification, written out independently of the module's table.
 const LEGAL = new Set([

@@ -11,6 +11,10 @@ import { applyPoll, recordToSpec, specToStored } from '@capstan/server/providers
 import { sqliteBackend } from './backends.js';
 import { startFakeEc2, type Ec2Fixture } from './fake-ec2.js';
 import { programDir } from '../helpers/programs.js';
+import { registryOn, TEST_ADMIN } from '../helpers/node-changes.js';
+import { systemActor } from '@capstan/server/audit/actor';
+
+const DISCOVERY = systemActor('discovery');
 
 process.env.CAPSTAN_TEST_AWS_KEY = 'AKIDTESTFAKE';
 process.env.CAPSTAN_TEST_AWS_SECRET = 'fake-secret-for-the-local-endpoint';
@@ -105,7 +109,7 @@ t.test('polls into the registry: states by instance, a change at the next poll, 
   const store = await sqliteBackend(t);
   const spec = manager(ec2.url);
   const rec = await store.managers.createManager({ id: spec.id, name: spec.name, type: spec.type, provider: spec.provider, spec: specToStored(spec) }, '2026-01-01T00:00:00Z');
-  const poll = async (at: string) => applyPoll(store, rec.id, { instances: await discover(recordToSpec(rec)) }, new Date(at));
+  const poll = async (at: string) => applyPoll(store, registryOn(store), rec.id, { instances: await discover(recordToSpec(rec)) }, new Date(at), DISCOVERY);
 
   t.same(await poll('2026-01-01T10:00:00Z'), { created: 6, updated: 0, unchanged: 0, missing: 0 });
   const node = async (src: string) => (await store.listNodes({ page: 1, per_page: 50, filters: [{ key: 'managed_by', values: ['aws-prod'] }] }))
@@ -126,7 +130,7 @@ t.test('polls into the registry: states by instance, a change at the next poll, 
   t.match(await node('i-api3'), { state: 'missing' });
   t.match(await node('i-old'), { state: 'terminated' });
   // A failed poll keeps the nodes as they are and records the cloud's error.
-  await applyPoll(store, rec.id, { error: 'aws-ec2 eu-west-1: AuthFailure' }, new Date('2026-01-01T10:10:00Z'));
+  await applyPoll(store, registryOn(store), rec.id, { error: 'aws-ec2 eu-west-1: AuthFailure' }, new Date('2026-01-01T10:10:00Z'), DISCOVERY);
   t.match(await store.managers.getManager('aws-prod'), { last_poll_error: /AuthFailure/, last_poll_at: '2026-01-01T10:10:00.000Z' });
   t.match(await node('i-web2'), { state: 'running' });
 });
@@ -137,7 +141,7 @@ t.test('a poll posted with the filters of before (a relay not refreshed yet) is 
   await store.managers.createManager({ id: spec.id, name: spec.name, type: spec.type, provider: 'relay-1', spec: specToStored(spec) }, '2026-01-01T00:00:00Z');
   const inst = (id: string, region: string, tags: Record<string, string> = {}) =>
     ({ source_id: id, region, account_id: '111122223333', hostname: id, address: null, state: 'running', tags });
-  const summary = await applyPoll(store, spec.id, { instances: [inst('i-1', 'eu-west-1'), inst('i-2', 'us-east-1'), inst('i-3', 'eu-west-1', { scratch: 'yes' })] }, new Date('2026-01-01T10:00:00Z'));
+  const summary = await applyPoll(store, registryOn(store), spec.id, { instances: [inst('i-1', 'eu-west-1'), inst('i-2', 'us-east-1'), inst('i-3', 'eu-west-1', { scratch: 'yes' })] }, new Date('2026-01-01T10:00:00Z'), DISCOVERY);
   t.same(summary, { created: 1, updated: 0, unchanged: 0, missing: 0 });
   t.same((await store.listNodes({ page: 1, per_page: 10 })).data.map((n) => n.source_id), ['i-1']);
 });

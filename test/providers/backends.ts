@@ -10,14 +10,15 @@ import { join } from 'node:path';
 import type { Test } from 'tap';
 import pg from 'pg';
 import { requiredInCi, programDir } from '../helpers/programs.js';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 
 export type Open = (t: Test, opts?: { now?: () => Date }) => Promise<Store>;
 
 export const sqliteBackend: Open = async (t, opts = {}) => {
   // Its own temp dir: programDir(t) would empty the test's fixture dir on a second call.
   const dir = mkdtempSync(join(tmpdir(), 'capstan-providers-'));
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db'), ...opts });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db'), ...opts });
   t.teardown(async () => {
     await store.close();
     rmSync(dir, { recursive: true, force: true });
@@ -40,7 +41,7 @@ export async function postgresBackend(): Promise<Open | string> {
   }
   return async (t, opts = {}) => {
     const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
-    const store = await openStore({ databaseUrl: url, schema, poolSize: 4, ...opts });
+    const store = await openRegistry({ databaseUrl: url, schema, poolSize: 4, ...opts });
     t.teardown(async () => {
       await store.close();
       const a = new pg.Client({ connectionString: url });

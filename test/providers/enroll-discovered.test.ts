@@ -11,13 +11,14 @@ import { ingestInventory } from '@capstan/server/ingest/inventory';
 import type { IngestDeps } from '@capstan/server/ingest/runlog';
 import { sqliteBackend } from './backends.js';
 import { INGEST_LIMITS } from '../helpers/ingest.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const CLOCK = () => new Date('2026-01-01T10:00:00Z');
 
 async function setup(t: Test) {
   const dir = t.testdir();
   const store = await sqliteBackend(t, { now: CLOCK });
-  const deps: IngestDeps = { store, limits: INGEST_LIMITS, now: CLOCK };
+  const deps: IngestDeps = { store, nodes: registryOn(store), limits: INGEST_LIMITS, now: CLOCK };
   await store.managers.createManager({ id: 'aws', name: 'aws', type: 'aws-ec2', provider: 'server', spec: {} }, '2026-01-01T09:00:00Z');
   await store.managers.applyDiscovery('aws', [
     { source_id: 'i-1', region: 'eu-west-1', account_id: '111122223333', hostname: 'ip-10-0-0-1', address: '10.0.0.1', state: 'running', tags: { env: 'prod' } },

@@ -4,12 +4,15 @@
  * and an agent adopting a discovered row. Not named `.test.ts`.
  */
 import type { Test } from 'tap';
-import type { DiscoveredInstance, ManagerInsert, NodeFilter, Store } from '@capstan/server/store/index';
+import type { DiscoveredInstance, DiscoverySummary, ManagerInsert, NodeFilter, Store } from '@capstan/server/store/index';
 import type { Open } from './backends.js';
 
 const AT = '2026-01-01T10:00:00.000Z';
 const LATER = '2026-01-01T10:05:00.000Z';
 const PEM = '-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n';
+
+/** A poll's counts, without the nodes it moved. */
+const counts = (s: DiscoverySummary) => ({ created: s.created, updated: s.updated, unchanged: s.unchanged, missing: s.missing });
 
 export function manager(id: string, over: Partial<ManagerInsert> = {}): ManagerInsert {
   return { id, name: `Manager ${id}`, type: 'aws-ec2', provider: 'server', spec: { poll_interval: '5m', regions: ['eu-west-1'] }, ...over };
@@ -90,7 +93,8 @@ export function managersStoreSuite(t: Test, open: Open): void {
       instance('i-3', { state: 'terminated' }),
       instance('i-1', { region: 'us-east-1', address: null }),
     ], AT);
-    t.same(first, { created: 4, updated: 0, unchanged: 0, missing: 0 });
+    t.same(counts(first), { created: 4, updated: 0, unchanged: 0, missing: 0 });
+    t.same(first.changed.map((c) => c.change), ['created', 'created', 'created', 'created'], 'each new node is named for the registry to record');
     const all = (await store.listNodes({ page: 1, per_page: 10, sort: 'hostname' })).data;
     const by = (src: string, region = 'eu-west-1') => all.find((n) => n.source_id === src && n.region === region)!;
     t.match(by('i-1'), { state: 'running', status: 'unknown', manager: 'm1', accepted: 'accepted', tags: { env: 'prod' }, managers: ['m1'], has_agent: false });
@@ -104,7 +108,8 @@ export function managersStoreSuite(t: Test, open: Open): void {
       instance('i-2', { state: 'running' }),
       instance('i-3', { state: 'running' }),
     ], LATER);
-    t.same(second, { created: 0, updated: 2, unchanged: 1, missing: 1 });
+    t.same(counts(second), { created: 0, updated: 2, unchanged: 1, missing: 1 });
+    t.same(second.changed.map((c) => [c.change, c.before?.state, c.after.state]).sort(), [['missing', 'running', 'missing'], ['updated', 'running', 'stopped'], ['updated', 'stopped', 'running']], 'each moved node, before and after');
     t.match(await store.getNode(by('i-1').id), { state: 'stopped', status: 'unreachable', state_changed_at: LATER });
     t.match(await store.getNode(by('i-2').id), { state: 'running', status: 'unknown' });
     t.match(await store.getNode(by('i-3').id), { state: 'terminated' }, 'terminated stays terminated');
@@ -125,7 +130,7 @@ export function managersStoreSuite(t: Test, open: Open): void {
     const rows = (await store.listNodes({ page: 1, per_page: 10 })).data;
     t.equal(rows.length, 1);
     t.same(rows[0]!.managers, ['m1', 'm2']);
-    t.same(await store.managers.applyDiscovery('m2', [], LATER), { created: 0, updated: 0, unchanged: 0, missing: 0 });
+    t.same(await store.managers.applyDiscovery('m2', [], LATER), { created: 0, updated: 0, unchanged: 0, missing: 0, changed: [] });
     const after = (await store.listNodes({ page: 1, per_page: 10 })).data[0]!;
     t.same(after.managers, ['m1']);
     t.equal(after.state, 'running', 'm1 still holds it, so it is not missing');
@@ -153,6 +158,6 @@ export function managersStoreSuite(t: Test, open: Open): void {
     t.ok(history.some((h) => h.cause === 'discovery (manager m1)'), 'the discovery history moved with it');
     t.equal(await store.managers.adoptDiscovered('agent-2', identity, LATER), false, 'a row with an agent is never taken over');
     // The next poll finds the same row by its cloud identity.
-    t.same(await store.managers.applyDiscovery('m1', [instance('i-1', { tags: { env: 'prod' } })], LATER), { created: 0, updated: 0, unchanged: 1, missing: 0 });
+    t.same(await store.managers.applyDiscovery('m1', [instance('i-1', { tags: { env: 'prod' } })], LATER), { created: 0, updated: 0, unchanged: 1, missing: 0, changed: [] });
   });
 }

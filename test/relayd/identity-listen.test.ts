@@ -23,6 +23,7 @@ import { testTokens } from './helpers/tokens.js';
 import { until } from './helpers/upstream.js';
 import { programDir } from '../helpers/programs.js';
 import { jsonEvents } from '../helpers/http.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { jti: string; iat: number; exp: number };
 
@@ -139,7 +140,7 @@ async function serverRelayAgent(t: Test) {
   const stateDir = join(dir, 'agent');
   const id = await ensureIdentity(stateDir, 1024);
   await srv.store.createNode({ id: id.nodeId, hostname: 'listener.test', certificate: id.certPem });
-  await srv.store.setAcceptance(id.nodeId, 'accepted', new Date().toISOString());
+  await setAcceptance(srv.store, id.nodeId, 'accepted', new Date().toISOString());
   const relay = await startTestRelay(t, {
     'upstream.url': srv.url, 'identity.clock_skew': '0s', 'identity.jwks_min_refresh': '0s', 'remote_run.heartbeat': '100ms',
   }, { dir: join(dir, 'relay') });

@@ -16,6 +16,7 @@ import { protectedNode } from '@capstan/relayd/identity/routes';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 async function setup(t: Test) {
   const dir = programDir(t);
@@ -42,7 +43,7 @@ async function setup(t: Test) {
   for (const id of ['node-a', 'node-b']) {
     nodes[id] = createNodeIdentity(id);
     await srv.store.createNode({ id, hostname: `${id}.example`, certificate: nodes[id]!.certPem });
-    await srv.store.setAcceptance(id, 'accepted', new Date().toISOString());
+    await setAcceptance(srv.store, id, 'accepted', new Date().toISOString());
   }
   const relay = await startTestRelay(t, overrides, { dir: relayDir });
   const renew = async (url: string, id: string) => {

@@ -12,6 +12,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 t.test('a cached policy goes to its own node only', async (t) => {
   const dir = programDir(t);
@@ -26,7 +27,7 @@ t.test('a cached policy goes to its own node only', async (t) => {
   for (const id of ['node-a', 'node-b']) {
     nodes[id] = createNodeIdentity(id);
     await srv.store.createNode({ id, hostname: `${id}.example`, certificate: nodes[id]!.certPem });
-    await srv.store.setAcceptance(id, 'accepted', new Date().toISOString());
+    await setAcceptance(srv.store, id, 'accepted', new Date().toISOString());
   }
   const admin = async (path: string, body: unknown) => {
     const res = await request(`${srv.url}${path}`, { method: 'POST', headers: { authorization: `Bearer ${srv.adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });

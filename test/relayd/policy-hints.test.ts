@@ -14,6 +14,7 @@ import { startServer } from '@capstan/server/server';
 import { startTestRelay } from './helpers/relay.js';
 import { PolicyHints } from '@capstan/relayd/cache/policies';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const CHANGES = '/rudder/relay-api/1/policies/changes';
 
@@ -126,7 +127,7 @@ t.test('server → relay → sub-relay: changing a directive reaches the sub-rel
   );
   t.teardown(() => srv.close());
   await srv.store.createNode({ id: 'n1', hostname: 'n1.example' });
-  await srv.store.setAcceptance('n1', 'accepted', new Date().toISOString());
+  await setAcceptance(srv.store, 'n1', 'accepted', new Date().toISOString());
   const admin = async (method: string, path: string, body: unknown) => {
     const r = await fetch(`${srv.url}${path}`, { method, headers: { authorization: `Bearer ${srv.adminToken}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
     t.ok(r.status < 300, `${method} ${path} → ${r.status}`);

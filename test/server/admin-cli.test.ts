@@ -16,6 +16,7 @@ import { bashCompletion, zshCompletion } from '../../server/src/admin-cli/comple
 import { errorLine, EXIT, exitCodeOf, progressBar, renderList, renderObject } from '../../server/src/admin-cli/output.js';
 import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
 import { requiredInCi, programDir } from '../helpers/programs.js';
+import { composeDomain } from '@capstan/server/domain';
 
 class Exit extends Error {
   constructor(readonly code: number) {
@@ -280,16 +281,16 @@ t.test('--ca-file: a server certified by a private CA is trusted with it, refuse
 
 t.test('admins, whoami and audit against the real server: roles, a refusal, the record', async (t) => {
   const { loadServerConfig } = await import('@capstan/server/config');
-  const { openStore } = await import('@capstan/server/store/index');
+  const { openRegistry } = await import('@capstan/server/registry/open');
   const { buildApp } = await import('@capstan/server/api/app');
   const { silentLogger } = await import('@capstan/shared');
   const { Spool } = await import('@capstan/toolkit');
   const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const ADMIN = 'admin-token-'.padEnd(40, 'a');
-  const app = buildApp({ config: loadServerConfig({ overrides: { 'general.data_dir': dir } }), store, spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}) });
+  const app = buildApp({ config: loadServerConfig({ overrides: { 'general.data_dir': dir } }), store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: ADMIN, status: async () => ({}) });
   await app.listen({ host: '127.0.0.1', port: 0 });
   t.teardown(async () => {
     await app.close();

@@ -7,10 +7,12 @@ import type { AuditInsert } from '@capstan/server/store/index';
 import { lifecyclePolicy, sweep } from '@capstan/server/registry/lifecycle';
 import { loadServerConfig } from '@capstan/server/config';
 import { setup, type Backend } from './store-suite.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const audit = (at: string, over: Partial<AuditInsert> = {}): AuditInsert => ({
   at, admin: 'alice', role: 'operator', action: 'node.accept', target: 'n1', method: 'POST',
-  path: '/api/1/nodes/n1/accept', address: '127.0.0.1', status: 200, error: null, ...over,
+  path: '/api/1/nodes/n1/accept', address: '127.0.0.1', status: 200, error: null,
+  actor_kind: 'admin', actor: over.admin === undefined ? 'alice' : over.admin, before: null, after: null, ...over,
 });
 
 export function adminsStoreSuite(t: Test, backend: Backend): void {
@@ -69,11 +71,11 @@ export function adminsStoreSuite(t: Test, backend: Backend): void {
     for (let i = 0; i < 10; i++) await a.insertAudit(audit(`2023-01-0${i < 9 ? i + 1 : 9}T08:00:00.000Z`));
     for (let i = 0; i < 1005; i++) await a.insertAudit(audit(new Date(Date.UTC(2024, 4, 1, 8, 0, i)).toISOString(), { target: `n${i}` }));
     const config = loadServerConfig({ overrides: { 'retention.audit': '365d', 'retention.audit_max_rows': '1000', 'retention.batch_size': '3' } });
-    const r = await sweep(store, lifecyclePolicy(config), new Date('2024-06-01T00:00:00Z'));
+    const r = await sweep(store, registryOn(store), lifecyclePolicy(config), new Date('2024-06-01T00:00:00Z'));
     t.equal(r.audit_deleted, 15, '10 by age, then 5 oldest beyond the cap');
     const left = await a.listAudit({ page: 1, per_page: 1000 });
     t.equal(left.total, 1000);
     t.equal(left.rows.at(-1)!.target, 'n5', 'the oldest kept is the 6th of the recent ones');
-    t.equal((await sweep(store, lifecyclePolicy(config), new Date('2024-06-01T00:00:00Z'))).audit_deleted, 0);
+    t.equal((await sweep(store, registryOn(store), lifecyclePolicy(config), new Date('2024-06-01T00:00:00Z'))).audit_deleted, 0);
   });
 }

@@ -11,6 +11,7 @@ import { jsonDepth } from '@capstan/toolkit';
 import { loadServerConfig } from '@capstan/server/config';
 import { MAX_PER_PAGE } from '@capstan/server/api/params';
 import { inventory, run } from './store-suite.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 
 async function setup(t: Test, overrides: Record<string, unknown> = {}) {
@@ -77,7 +78,7 @@ t.test('query parameters are checked by type on every admin route; one page boun
   // per_page above 200 while the documented bound is 1000.
   const { api, store } = await setup(t);
   await store.upsertFromInventory(inventory('n1'));
-  await store.setAcceptance('n1', 'accepted', '2024-05-01T08:00:00Z');
+  await setAcceptance(store, 'n1', 'accepted', '2024-05-01T08:00:00Z');
   await store.insertRun(run('n1', '2024-05-01T10:00:00Z'));
   const status = async (url: string, method = 'GET') => {
     const r = await api(method, url);

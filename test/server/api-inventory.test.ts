@@ -7,6 +7,7 @@
 import t, { type Test } from 'tap';
 import { adminApp } from '../helpers/admin-app.js';
 import { inventory } from './store-suite.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 
 async function setup(t: Test) {
@@ -15,7 +16,7 @@ async function setup(t: Test) {
     await store.upsertFromInventory(inventory(id, {
       inventory: { node_id: id, packages: pkgs, interfaces: [{ name: 'eth0', addresses: [{ address: id === 'n1' ? '10.0.0.1' : '10.0.0.2' }] }] },
     }));
-    await store.setAcceptance(id, 'accepted', '2024-05-01T10:01:00Z');
+    await setAcceptance(store, id, 'accepted', '2024-05-01T10:01:00Z');
   }
   return { api, generator };
 }

@@ -10,23 +10,26 @@ import { Spool, type ProcessedEvent } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
 import { ServerMetrics } from '@capstan/server/metrics';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { lifecyclePolicy } from '@capstan/server/registry/lifecycle';
 import { zeroCounts } from '@capstan/shared';
 import { inventory, run } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'x'.repeat(32);
 
 async function setup(t: Test) {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db'), now: () => new Date('2024-05-01T08:00:00Z') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db'), now: () => new Date('2024-05-01T08:00:00Z') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts() });
   const app = buildApp({
-    config, store, spool, log: silentLogger, adminToken: TOKEN, metrics,
+    config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, metrics,
     lifecycle: { policy: lifecyclePolicy(config), last: () => null },
     status: async () => ({}),
     // Compliance is read at a fixed time, shortly after the runs below.
@@ -116,7 +119,7 @@ t.test('POST nodes by address and by id; PATCH state and fields; terminated is f
   const hist = await api('GET', `/api/1/nodes/${id}/history?per_page=2`);
   t.equal(hist.json.total, 6);
   const line = (h: { field: string; from: string | null; to: string; cause: string }) => `${h.field}:${h.from}→${h.to}:${h.cause}`;
-  t.same(hist.json.data.map(line), ['state:stopped→terminated:admin', 'status:unknown→unreachable:admin'], 'newest first');
+  t.same(hist.json.data.map(line), ['state:stopped→terminated:admin admin', 'status:unknown→unreachable:admin admin'], 'newest first, the admin who acted named');
   t.same((await api('GET', `/api/1/nodes/${id}/history?page=2&per_page=4`)).json.data.map(line), [
     'state:null→running:added by an admin', 'accepted:null→accepted:added by an admin',
   ]);
@@ -141,7 +144,7 @@ t.test('DELETE removes the node and revokes its certificate; pending and refused
 t.test('changes: filtered, paged, as CSV, and counted per hour; compliance exports as CSV', async (t) => {
   const { app, api, store } = await setup(t);
   await store.upsertFromInventory(inventory('n1', { hostname: 'h1' }));
-  await store.setAcceptance('n1', 'accepted', '2024-05-01T08:30:00Z');
+  await setAcceptance(store, 'n1', 'accepted', '2024-05-01T08:30:00Z');
   await store.setExpectations('n1', 'c1', [{ rule_id: 'r1', directive_id: 'd1', component: 'File' }], '2024-05-01T09:00:00Z');
   const repaired = (at: string, message: string) => ({
     rule_id: 'r1', directive_id: 'd1', component: 'File', key_value: '/etc/motd', event_type: 'result_repaired', message, at,
@@ -191,7 +194,7 @@ t.test('changes: filtered, paged, as CSV, and counted per hour; compliance expor
 t.test('runs by time range; compliance per node, global, per rule and per directive; lifecycle; metrics', async (t) => {
   const { api, store, metrics } = await setup(t);
   await store.upsertFromInventory(inventory('n1', { hostname: 'h1' }));
-  await store.setAcceptance('n1', 'accepted', '2024-05-01T08:30:00Z');
+  await setAcceptance(store, 'n1', 'accepted', '2024-05-01T08:30:00Z');
   await store.setExpectations('n1', 'c1', [{ rule_id: 'r1', directive_id: 'd1', component: 'File' }, { rule_id: 'r1', directive_id: 'd2', component: 'Pkg' }], '2024-05-01T09:00:00Z');
   for (const h of [10, 11, 12]) {
     await store.insertRun(run('n1', `2024-05-01T${h}:00:00Z`, {

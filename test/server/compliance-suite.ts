@@ -10,6 +10,7 @@ import { computeCompliance, percentages, zeroCounts, type ComplianceCounts } fro
 import { complianceClock, complianceView } from '@capstan/server/registry/compliance';
 import type { ChangeInput, ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const E = (rule_id: string, directive_id: string, component: string) => ({ rule_id, directive_id, component });
 const O = (rule_id: string, directive_id: string, component: string, outcome: string, count = 1) => ({ rule_id, directive_id, component, outcome, count });
@@ -21,7 +22,7 @@ const at = (iso: string): ComplianceClock => complianceClock(SETTINGS, new Date(
 /** An accepted node with an agent (it sent an inventory). */
 async function agentNode(store: Store, id: string): Promise<void> {
   await store.upsertFromInventory(inventory(id, { received_at: '2024-05-01T08:00:00Z' }));
-  await store.setAcceptance(id, 'accepted', '2024-05-01T08:00:00Z');
+  await setAcceptance(store, id, 'accepted', '2024-05-01T08:00:00Z');
 }
 
 const change = (over: Partial<ChangeInput> = {}): ChangeInput => ({

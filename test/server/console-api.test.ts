@@ -17,9 +17,10 @@ import { ComplianceHistory } from '@capstan/server/console/history';
 import type { Principal } from '@capstan/server/console/principal';
 import { ConsoleSignIns, COOKIE_NAME, ensureConsoleSecret } from '@capstan/server/console/signin';
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'a'.repeat(40);
 const VIEWER = 'v'.repeat(40);
@@ -27,7 +28,7 @@ const VIEWER = 'v'.repeat(40);
 async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {}) {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const secret = await ensureConsoleSecret(join(dir, 'console.secret'));
@@ -42,7 +43,7 @@ async function setup(t: Test, opts: { now?: () => number; secure?: boolean } = {
   const resolveToken = async (tok: string): Promise<Principal | null> =>
     (tok === TOKEN ? { name: 'admin', role: 'admin' } : tok === VIEWER ? { name: 'vera', role: 'viewer' } : null);
   const app = buildApp({
-    config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), resolveToken,
+    config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), resolveToken,
     console: { signIns, assets: await loadAssets(CONSOLE_DIR), history },
   });
   t.teardown(async () => {

@@ -10,7 +10,8 @@ import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { evaluateFilter, flattenFacts, type FilterSubject } from '@capstan/shared';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 import { inventory } from './store-suite.js';
 
@@ -39,7 +40,7 @@ async function addFleet(store: Store, fleet: NodeSpec[]): Promise<void> {
       interfaces: [{ name: 'eth0', addresses: n.addresses.map((address) => ({ family: address.includes(':') ? 'IPv6' : 'IPv4', address })) }],
     };
     await store.upsertFromInventory(inventory(n.id, { hostname: n.hostname, os_name: n.os.name, os_version: n.os.version, inventory: doc, received_at: n.receivedAt }));
-    if (Object.keys(n.tags).length || n.groups.length) await store.updateNode(n.id, { tags: n.tags, groups: n.groups }, n.receivedAt);
+    if (Object.keys(n.tags).length || n.groups.length) await updateNode(store, n.id, { tags: n.tags, groups: n.groups }, n.receivedAt);
     await store.setProperties(n.id, n.properties);
   }
 }
@@ -130,7 +131,7 @@ const TABLE: Array<[string, string[]]> = [
 async function backends(t: Test): Promise<Array<[string, () => Promise<Store>]>> {
   const dir = programDir(t);
   let n = 0;
-  const list: Array<[string, () => Promise<Store>]> = [['sqlite', () => openStore({ sqlitePath: join(dir, `f${n++}.db`), now: () => NOW })]];
+  const list: Array<[string, () => Promise<Store>]> = [['sqlite', () => openRegistry({ sqlitePath: join(dir, `f${n++}.db`), now: () => NOW })]];
   const why = await pgUnavailable();
   if (why) {
     t.comment(`PostgreSQL part skipped: ${why}`);
@@ -138,7 +139,7 @@ async function backends(t: Test): Promise<Array<[string, () => Promise<Store>]>>
     list.push(['postgres', async () => {
       const schema = `capstan_filter_${randomBytes(6).toString('hex')}`;
       t.teardown(() => pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
-      return openStore({ databaseUrl: PG_URL, schema, poolSize: 2, now: () => NOW });
+      return openRegistry({ databaseUrl: PG_URL, schema, poolSize: 2, now: () => NOW });
     }]);
   }
   return list;
@@ -201,6 +202,7 @@ t.test('filter expressions select the same nodes on both stores', async (t) => {
 
 import { parseFilter } from '@capstan/shared';
 import { programDir } from '../helpers/programs.js';
+import { updateNode } from '../helpers/node-changes.js';
 const parseQ = (q: string) => parseFilter(q);
 
 // Random fleets drawn from small domains, so that expressions often hit.

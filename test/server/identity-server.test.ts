@@ -15,20 +15,22 @@ import { authorizeNodeToken } from '@capstan/server/api/routes/identity';
 import { loadServerConfig } from '@capstan/server/config';
 import { NodeIdentity } from '@capstan/server/identity/service';
 import { identitySettings } from '@capstan/server/identity/settings';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'x'.repeat(32);
 
 async function setup(t: Test, overrides: Record<string, string> = {}) {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...overrides } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const clock = { now: new Date('2026-11-22T12:00:00Z') };
   const identity = await NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), clock: () => clock.now });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), identity });
+  const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), identity });
   t.teardown(async () => {
     await app.close();
     await store.close();
@@ -41,7 +43,7 @@ async function setup(t: Test, overrides: Record<string, string> = {}) {
   const node = async (id: string, accepted: 'accepted' | 'pending' | 'refused' = 'accepted', groups: string[] = []) => {
     const nid = createNodeIdentity(id);
     await store.createNode({ id, hostname: `${id}.example`, certificate: nid.certPem, region: 'dc1', groups });
-    await store.setAcceptance(id, accepted, clock.now.toISOString());
+    await setAcceptance(store, id, accepted, clock.now.toISOString());
     return nid;
   };
   const renew = async (body: Buffer) => {
@@ -177,7 +179,7 @@ t.test('configuration: a TTL of 0 is refused, per group and overall', async (t) 
 t.test('the keyring is in the registry database with its private keys sealed; a wrong or missing secret stops the start', async (t) => {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   const open = (over: { secretFile?: string } = {}) => NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), ...over });
   const first = await open();
@@ -202,11 +204,11 @@ t.test('the keyring is in the registry database with its private keys sealed; a 
 t.test('an old identity.db is imported once (keys sealed, node tokens kept) and renamed', async (t) => {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   const nid = createNodeIdentity('n1');
   await store.createNode({ id: 'n1', hostname: 'n1.example', certificate: nid.certPem });
-  await store.setAcceptance('n1', 'accepted', new Date().toISOString());
+  await setAcceptance(store, 'n1', 'accepted', new Date().toISOString());
   // The file as servers before migration 4 wrote it.
   const oldKey = generateSigningKey();
   const token = await issueNodeToken({ key: oldKey, nodeId: 'n1', group: 'default', ttlSeconds: 3600 });
@@ -233,7 +235,7 @@ t.test('an old identity.db is imported once (keys sealed, node tokens kept) and 
 t.test('an old identity.db that cannot be read stops the start with ERR_STARTUP, naming it', async (t) => {
   const dir = programDir(t, { 'identity.db': 'not a database, just text long enough to not be empty'.repeat(20) });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   await t.rejects(NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity) }),
     { code: 'ERR_STARTUP', message: /cannot import the old identity state .*identity\.db/ });

@@ -10,6 +10,7 @@ import type { Store } from '@capstan/server/store/index';
 import { RunLogIngest } from '@capstan/server/ingest/runlog';
 import { complianceClock } from '@capstan/server/registry/compliance';
 import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const ids = Array.from({ length: 6 }, (_, i) => `11111111-2222-4333-8444-${String(i).padStart(12, '0')}`);
 const keys = new Map(ids.map((id) => [id, createNodeIdentity(id)]));
@@ -20,7 +21,7 @@ async function setup(t: Test, opts: { batchSize?: number; batchWindowMs?: number
     const k = keys.get(id)!;
     await store.createNode({ id, hostname: `${id}.example.com`, certificate: k.certPem, certificate_fingerprint: 'f'.repeat(64) });
   }
-  const ingest = new RunLogIngest({ store, limits: INGEST_LIMITS, workers: 2, batchSize: opts.batchSize ?? 4, batchWindowMs: opts.batchWindowMs ?? 50 });
+  const ingest = new RunLogIngest({ store, nodes: registryOn(store), limits: INGEST_LIMITS, workers: 2, batchSize: opts.batchSize ?? 4, batchWindowMs: opts.batchWindowMs ?? 50 });
   t.teardown(() => ingest.close());
   let n = 0;
   const file = async (nodeId: string, signer: NodeIdentity, second = 0, directive = 'd1') => {

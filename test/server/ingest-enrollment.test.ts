@@ -12,6 +12,8 @@ import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
 import { enrollmentRules } from '@capstan/server/registry/enrollment';
 import { Sweeper, sweep, type LifecyclePolicy } from '@capstan/server/registry/lifecycle';
 import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const SECRET = 'correct horse battery staple';
 const ids = ['10000000-0000-4000-8000-000000000001', '10000000-0000-4000-8000-000000000002', 'lab-0003'];
@@ -20,7 +22,7 @@ const identities = new Map<string, NodeIdentity>(ids.map((id) => [id, createNode
 async function setup(t: Test, clock = () => new Date('2024-05-01T10:00:00Z')) {
   const { dir, store } = await ingestStore(t);
   const deps: IngestDeps = {
-    store, limits: INGEST_LIMITS, now: clock,
+    store, nodes: registryOn(store), limits: INGEST_LIMITS, now: clock,
     enrollment: enrollmentRules({ auto_accept_node_ids: 'lab-*', auto_accept_hostnames: '', secret: SECRET }),
   };
   let n = 0;
@@ -66,7 +68,7 @@ t.test('a deleted node that sends again is pending, not silently accepted; refus
   await t.rejects(sendRun(ids[2]!), { code: 'ERR_NODE_UNKNOWN' }, 'its runs are refused at once');
   t.equal((await sendInventory(ids[2]!)).accepted, 'pending', 'the rule matches, the revoked certificate does not pass');
   await t.rejects(sendRun(ids[2]!, 1), { code: 'ERR_NODE_PENDING' });
-  await store.setAcceptance(ids[2]!, 'refused', '2024-05-01T10:00:00Z');
+  await setAcceptance(store, ids[2]!, 'refused', '2024-05-01T10:00:00Z');
   await t.rejects(sendInventory(ids[2]!, { enrollment_secret: SECRET }), { code: 'ERR_NODE_REFUSED' });
   await t.rejects(sendRun(ids[2]!, 2), { code: 'ERR_NODE_REFUSED' });
   t.equal((await store.getNode(ids[2]!))!.accepted, 'refused');
@@ -81,13 +83,13 @@ t.test('a sweep marks, purges and trims by the policy; the sweeper stops after i
     runIntervalMs: 5 * 60_000, missedRuns: 3, missingAfterMs: 86_400_000, purgeAfterMs: 30 * 86_400_000,
     runsRetentionMs: 7 * 86_400_000, historyRetentionMs: 90 * 86_400_000, changesRetentionMs: 90 * 86_400_000, batchSize: 2, purgeBatchSize: 1,
   };
-  t.match(await sweep(store, policy, new Date('2024-05-01T10:14:00Z')), { unreachable: 0, missing: 0 });
-  t.match(await sweep(store, policy, new Date('2024-05-01T10:16:00Z')), { unreachable: 1, missing: 0 }, 'three missed runs');
-  t.match(await sweep(store, policy, new Date('2024-05-02T10:01:00Z')), { missing: 1 });
-  t.match(await sweep(store, policy, new Date('2024-05-09T00:00:00Z')), { runs_deleted: 1, runs_before: '2024-05-02T00:00:00.000Z' });
-  t.match(await sweep(store, policy, new Date('2024-06-02T10:02:00Z')), { purged: 1 });
+  t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-01T10:14:00Z')), { unreachable: 0, missing: 0 });
+  t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-01T10:16:00Z')), { unreachable: 1, missing: 0 }, 'three missed runs');
+  t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-02T10:01:00Z')), { missing: 1 });
+  t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-09T00:00:00Z')), { runs_deleted: 1, runs_before: '2024-05-02T00:00:00.000Z' });
+  t.match(await sweep(store, registryOn(store), policy, new Date('2024-06-02T10:02:00Z')), { purged: 1 });
   t.equal(await store.getNode(ids[2]!), null);
-  const sweeper = new Sweeper({ store, policy, intervalMs: 3_600_000, log: silentLogger, now: () => now });
+  const sweeper = new Sweeper({ store, nodes: registryOn(store), policy, intervalMs: 3_600_000, log: silentLogger, now: () => now });
   sweeper.start();
   now = new Date('2024-06-03T00:00:00Z');
   const r = await sweeper.runOnce();

@@ -9,6 +9,8 @@ import { compressSync, createNodeIdentity, formatReport, inventoryFileName, runL
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog, type IngestDeps } from '@capstan/server/ingest/runlog';
 import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const NODE = '11111111-2222-4333-8444-555555555555';
 const OTHER = '99999999-2222-4333-8444-555555555555';
@@ -25,7 +27,7 @@ function inventory(nodeId: string, cert: string, extra: Record<string, unknown> 
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
   const { dir, store } = await ingestStore(t);
-  const deps: IngestDeps = { store, limits: INGEST_LIMITS };
+  const deps: IngestDeps = { store, nodes: registryOn(store), limits: INGEST_LIMITS };
   let n = 0;
   const put = async (name: string, body: Buffer) => {
     const path = join(dir, `${n++}-${name}`);
@@ -61,7 +63,7 @@ t.test('a first inventory registers the node as pending with the certificate it 
 t.test('once accepted, only the pinned key counts', async (t) => {
   const { store, sendInventory, sendRun } = await setup(t);
   await sendInventory(node, inventory(NODE, node.certPem));
-  await store.setAcceptance(NODE, 'accepted', new Date().toISOString());
+  await setAcceptance(store, NODE, 'accepted', new Date().toISOString());
   t.same(await sendRun(node), { inserted: true, runId: 1 });
   t.equal((await sendRun(node)).inserted, false, 'the same run again is a duplicate');
   await t.rejects(sendRun(impostor, NODE, 5), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' }, 'another key claiming the node id');
@@ -84,7 +86,7 @@ t.test('inventories that lie about who they are are refused', async (t) => {
 t.test('a refused node stays refused', async (t) => {
   const { store, sendInventory, sendRun } = await setup(t);
   await sendInventory(node, inventory(NODE, node.certPem));
-  await store.setAcceptance(NODE, 'refused', new Date().toISOString());
+  await setAcceptance(store, NODE, 'refused', new Date().toISOString());
   await t.rejects(sendInventory(node, inventory(NODE, node.certPem)), { code: 'ERR_NODE_REFUSED' });
   await t.rejects(sendRun(node), { code: 'ERR_NODE_REFUSED' });
 });
@@ -100,8 +102,8 @@ t.test('another key claiming a pending node is a conflict: refused, recorded, an
   t.not(n.conflict_fingerprint, n.certificate_fingerprint);
   t.match((await store.getHistory(NODE, 1, 10)).data[0], { field: 'certificate', from: n.certificate_fingerprint, to: n.conflict_fingerprint });
   // The admin chooses the genuine certificate: its runs are stored, the impostor's refused.
-  await t.rejects(store.setAcceptance(NODE, 'accepted', new Date().toISOString()), { code: 'ERR_CERTIFICATE_CONFLICT' });
-  await store.setAcceptance(NODE, 'accepted', new Date().toISOString(), 'admin', n.certificate_fingerprint!);
+  await t.rejects(setAcceptance(store, NODE, 'accepted', new Date().toISOString()), { code: 'ERR_CERTIFICATE_CONFLICT' });
+  await setAcceptance(store, NODE, 'accepted', new Date().toISOString(), 'admin', n.certificate_fingerprint!);
   t.match(await sendRun(node), { inserted: true });
   await t.rejects(sendRun(impostor, NODE, 7), { code: 'ERR_SMIME_SIGNER_NOT_FOUND' });
 });
@@ -111,7 +113,7 @@ t.test('a run dated beyond the allowed clock skew is refused and shows on the no
   // good: later genuine runs changed neither, and retention never removed it.
   const { dir, store } = await ingestStore(t);
   const now = new Date('2026-06-01T12:00:00Z');
-  const deps: IngestDeps = { store, limits: { ...INGEST_LIMITS, maxClockSkewMs: 5 * 60_000 }, now: () => now };
+  const deps: IngestDeps = { store, nodes: registryOn(store), limits: { ...INGEST_LIMITS, maxClockSkewMs: 5 * 60_000 }, now: () => now };
   await store.createNode({ id: NODE, hostname: 'web1', certificate: node.certPem });
   const send = async (start: Date) => {
     const stamp = `${start.toISOString().slice(0, 19)}+00:00`;

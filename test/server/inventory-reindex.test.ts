@@ -6,7 +6,8 @@
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { silentLogger } from '@capstan/shared';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { reindexInventories } from '@capstan/server/ingest/reindex';
 import { pgUnavailable, PG_URL } from './pg.js';
 import { postgresAt, sqliteAt } from '../helpers/old-schema.js';
@@ -59,7 +60,7 @@ t.test('SQLite: inventories stored at version 14 become queryable', async (t) =>
     db.prepare(INVENTORY_SQL(() => '?')).run(id, AT, JSON.stringify(doc(id)));
   }
   db.close();
-  const store = await openStore({ sqlitePath: path });
+  const store = await openRegistry({ sqlitePath: path });
   t.teardown(() => store.close());
   await check(t, store, 'sqlite');
 });
@@ -72,7 +73,7 @@ t.test('PostgreSQL: inventories stored at version 14 become queryable', async (t
     await c.query(NODE_SQL((i) => `$${i}`), [id, AT]);
     await c.query(INVENTORY_SQL((i) => `$${i}`), [id, AT, JSON.stringify(doc(id))]);
   }
-  const store = await openStore({ databaseUrl: PG_URL, schema });
+  const store = await openRegistry({ databaseUrl: PG_URL, schema });
   t.teardown(() => store.close());
   await check(t, store, 'postgres');
 });

@@ -11,6 +11,8 @@ import { ingestInventory } from '@capstan/server/ingest/inventory';
 import type { IngestDeps } from '@capstan/server/ingest/runlog';
 import { ocsName, ocsXml, rudderNode, signOcs, type OcsOptions, type RudderNode } from '../helpers/ocs.js';
 import { INGEST_LIMITS, ingestStore } from '../helpers/ingest.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { registryOn } from '../helpers/node-changes.js';
 
 const ID = '3b1f6a2e-8c4d-4e5f-9a0b-1c2d3e4f5a6b';
 const OTHER_ID = '4c2a7b3f-9d5e-4f6a-8b1c-2d3e4f5a6b7c';
@@ -20,7 +22,7 @@ const other = rudderNode(OTHER_ID);
 
 async function setup(t: { testdir: () => string; teardown: (f: () => unknown) => void }) {
   const { dir, store } = await ingestStore(t);
-  const deps: IngestDeps = { store, limits: INGEST_LIMITS };
+  const deps: IngestDeps = { store, nodes: registryOn(store), limits: INGEST_LIMITS };
   let n = 0;
   /** Write the pair as the spool would hold it and ingest it; `signer` signs, `xmlNode` is described. */
   const send = async (signer: RudderNode, xmlNode: RudderNode, o: OcsOptions & { nameId?: string; sign?: Buffer } = {}) => {
@@ -38,7 +40,7 @@ t.test('an OCS pair registers a pending node with its AGENT_CERT; once accepted 
   const n = await send(node, node);
   t.match(n, { id: ID, accepted: 'pending', hostname: 'web1', os_name: 'debian', os_version: '12', policy_server: 'root' });
   t.equal(n.certificate?.trim(), node.certPem.trim());
-  await store.setAcceptance(ID, 'accepted', new Date().toISOString());
+  await setAcceptance(store, ID, 'accepted', new Date().toISOString());
   t.match(await send(node, node, { hostname: 'web2' }), { hostname: 'web2', accepted: 'accepted' }, 'an update with the pinned key');
   // The impostor describes itself truthfully (its own certificate): the pinned one decides.
   await t.rejects(send(impostor, impostor, { hostname: 'evil' }), { code: 'ERR_OCS_SIGNATURE' });
@@ -66,7 +68,7 @@ t.test('identity mismatches are refused with their codes', async (t) => {
 t.test('a refused node\'s OCS inventories stay refused; a half read alone is a coded error', async (t) => {
   const { store, deps, dir, send } = await setup(t);
   await send(node, node);
-  await store.setAcceptance(ID, 'refused', new Date().toISOString());
+  await setAcceptance(store, ID, 'refused', new Date().toISOString());
   await t.rejects(send(node, node), { code: 'ERR_NODE_REFUSED' });
   const base = ocsName(OTHER_ID);
   await writeFile(join(dir, `${base}.sign`), 'x');

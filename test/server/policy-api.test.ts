@@ -12,11 +12,13 @@ import { capstanError, silentLogger, systemExpectations, verifyBundle, policyKey
 import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { updateNode } from '../helpers/node-changes.js';
+import { composeDomain } from '@capstan/server/domain';
 
 
 async function setup(t: Test) {
@@ -184,7 +186,7 @@ t.test('a rule change reaches its nodes signed, with a config id that follows co
 
   // A node leaving the dynamic group (admin renames it… here: its tag) loses the rule, and a
   // node left with no rule gets an empty bundle rather than keeping its last one forever.
-  await store.updateNode('n3', { tags: { env: 'dev' } }, new Date().toISOString());
+  await updateNode(store, 'n3', { tags: { env: 'dev' } }, new Date().toISOString());
   await api('PUT', '/api/1/groups/web', { id: 'web', filter: [{ key: 'hostname', values: ['nothing*'] }] });
   const empty = verifyBundle((await api('GET', '/policies/n3/rules')).json, pinned, 'n3');
   t.same(empty.directives, []);
@@ -213,17 +215,18 @@ t.test('a node changing (inventory, acceptance) is regenerated alone', async (t)
 t.test('with node tokens required, the shared folder answers only a request with a valid token of some node', async (t) => {
   const dir = programDir(t, { shared: { 'motd.txt': 'hello\n' } });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
-  const generator = new PolicyGenerator({ store, log: silentLogger });
+  const key = await ensurePolicyKey(dir);
+  const domain = composeDomain({ store, log: silentLogger, key });
   const asked: Array<string | undefined> = [];
   // What the server wires in with identity.require_token (authorizeNodeToken); here a stand-in.
   const authorizeNode = async (req: { headers: Record<string, unknown> }, nodeId: string | undefined) => {
     asked.push(nodeId);
     if (req.headers.authorization !== 'Bearer good') throw capstanError('ERR_TOKEN_INVALID', 'a node token is required');
   };
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), sharedFolder: join(dir, 'shared'), authorizeNode } });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), domain, policy: { key, sharedFolder: join(dir, 'shared'), authorizeNode } });
   t.teardown(async () => {
     await app.close();
     await store.close();
@@ -246,11 +249,12 @@ t.test('with node tokens required, the shared folder answers only a request with
 t.test('the shared folder is served by the server, with RUDDER hash semantics and no escapes', async (t) => {
   const dir = programDir(t, { shared: { 'motd.txt': 'hello\n', sub: { 'a.conf': 'x' } }, 'secret.txt': 'no' });
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key: await ensurePolicyKey(dir), sharedFolder: join(dir, 'shared') } });
+  const key = await ensurePolicyKey(dir);
+  const domain = composeDomain({ store, log: silentLogger, key });
+  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), domain, policy: { key, sharedFolder: join(dir, 'shared') } });
   t.teardown(async () => {
     await app.close();
     await store.close();

@@ -8,14 +8,15 @@ import t from 'tap';
 import { silentLogger } from '@capstan/shared';
 import { benchPolicy } from '@capstan/bench/policy';
 import { bundleJson, PolicyGenerator } from '@capstan/server/policy/generate';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
 const AT = '2024-05-01T08:00:00Z';
 
 t.test('one rule change regenerates only the nodes of its groups', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   for (let i = 0; i < 30; i++) await store.createNode({ id: `n${i}`, hostname: `${i % 3 === 0 ? 'web' : 'db'}-${i}` });
   const gen = new PolicyGenerator({ store, log: silentLogger });
@@ -60,7 +61,7 @@ t.test('benchPolicy runs on a small fleet and generates every accepted node', as
 });
 
 t.test('touched nodes are regenerated in batches, and settled() waits for them', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   for (let i = 0; i < 50; i++) await store.createNode({ id: `n${i}`, hostname: `web-${i}` });
   await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
@@ -71,7 +72,7 @@ t.test('touched nodes are regenerated in batches, and settled() waits for them',
   gen.touch('n0'); // a repeat costs nothing more
   await gen.settled();
   t.equal((await store.policyConfigIds(Array.from({ length: 50 }, (_, i) => `n${i}`))).size, 50);
-  await store.updateNode('n7', { name: 'renamed' }, AT);
+  await updateNode(store, 'n7', { name: 'renamed' }, AT);
   await store.createNode({ id: 'x1', hostname: 'db-1' });
   gen.touch('x1');
   await gen.settled();
@@ -79,7 +80,7 @@ t.test('touched nodes are regenerated in batches, and settled() waits for them',
 });
 
 t.test('a group with a node list and a filter holds both; a reordered rule reaches its nodes with a new config id', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n0', hostname: 'web-0' });
   await store.createNode({ id: 'n1', hostname: 'db-1' });
@@ -107,13 +108,13 @@ t.test('a group with a node list and a filter holds both; a reordered rule reach
   t.equal((await store.getPolicyBundle('n1'))!.config_id, first, 'the same order again: the same config id');
 
   // Accepting the pending node brings it in through the list (and its hostname matches too).
-  await store.setAcceptance('p1', 'accepted', AT);
+  await setAcceptance(store, 'p1', 'accepted', AT);
   t.match(await gen.nodeChanged('p1'), { changed: 1 });
   t.same(await order('p1'), ['a', 'b']);
 });
 
 t.test('the periodic check picks up membership no event announces (a state set by a provider)', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n1', hostname: 'a' });
   await store.createNode({ id: 'n2', hostname: 'b' });
@@ -123,7 +124,7 @@ t.test('the periodic check picks up membership no event announces (a state set b
   const gen = new PolicyGenerator({ store, log: silentLogger });
   t.match(await gen.regenerateAll(), { changed: 0 });
   // No touch: the store changes under the generator, as the lifecycle sweep or a provider does.
-  await store.setState('n1', 'stopped', AT, 'provider says so');
+  await setState(store, 'n1', 'stopped', AT, 'provider says so');
   const periodic = gen.every(10);
   t.teardown(() => periodic.stop());
   const deadline = Date.now() + 10_000;
@@ -140,7 +141,7 @@ t.test('a bundle is stored as JSON.stringify of {node_id, config_id, generated_a
 });
 
 t.test('expectations an older server wrote for an unchanged policy are brought up to date, bundles untouched', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   const ids = Array.from({ length: 6 }, (_, i) => `n${i}`);
   for (const id of ids) await store.createNode({ id, hostname: `web-${id}` });

@@ -10,22 +10,23 @@ import { followEndorsements, silentLogger, verifyBundle } from '@capstan/shared'
 import { Spool } from '@capstan/toolkit';
 import { buildApp } from '@capstan/server/api/app';
 import { loadServerConfig } from '@capstan/server/config';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey, POLICY_KEY_CHAIN_FILE, POLICY_KEY_FILE } from '@capstan/server/policy/key';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'z'.repeat(32);
 
 t.test('rotation through the API: endorsed chain, new signatures, new ETags', async (t) => {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const key = await ensurePolicyKey(dir);
-  const generator = new PolicyGenerator({ store, log: silentLogger });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { store, generator, key } });
+  const domain = composeDomain({ store, log: silentLogger, key });
+  const app = buildApp({ config, store, domain, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { key } });
   t.teardown(async () => {
     await app.close();
     await store.close();

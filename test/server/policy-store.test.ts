@@ -13,11 +13,13 @@ import fc from 'fast-check';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { complianceClock } from '@capstan/server/registry/compliance';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import type { ExpectedComponent, RunInsert } from '@capstan/server/store/store';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const NODES = ['n1', 'n2', 'n3', 'n4'];
 /** Compliance as read a minute after `at` (time states included). */
@@ -64,13 +66,13 @@ t.test('batched policy writes leave compliance exactly as one-by-one writes do',
   await fc.assert(
     fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 25 }), async (ops) => {
       round++;
-      const batched = await openStore({ sqlitePath: join(dir, `batched-${round}.db`) });
-      const single = await openStore({ sqlitePath: join(dir, `single-${round}.db`) });
+      const batched = await openRegistry({ sqlitePath: join(dir, `batched-${round}.db`) });
+      const single = await openRegistry({ sqlitePath: join(dir, `single-${round}.db`) });
       try {
         for (const s of [batched, single]) {
           for (const n of NODES) {
             await s.upsertFromInventory(inventory(n, { received_at: '2024-05-01T08:00:00Z' }));
-            await s.setAcceptance(n, 'accepted', '2024-05-01T08:00:00Z');
+            await setAcceptance(s, n, 'accepted', '2024-05-01T08:00:00Z');
           }
         }
         let minute = 0;
@@ -116,7 +118,7 @@ t.test('batched policy writes leave compliance exactly as one-by-one writes do',
 });
 
 t.test('a batch naming unknown nodes stores the others and counts only them', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await store.createNode({ id: 'n1', hostname: 'n1' });
   const at = '2024-05-01T08:00:00Z';
@@ -159,7 +161,7 @@ async function repairScenario(t: Test, store: Store) {
 }
 
 t.test('old expectations of an unchanged policy are repaired, on SQLite', async (t) => {
-  const store = await openStore({ sqlitePath: join(programDir(t), 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
   t.teardown(() => store.close());
   await repairScenario(t, store);
 });
@@ -172,7 +174,7 @@ t.test('old expectations of an unchanged policy are repaired, on PostgreSQL', as
     return;
   }
   const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
-  const store = await openStore({ databaseUrl: PG_URL, schema, poolSize: 2 });
+  const store = await openRegistry({ databaseUrl: PG_URL, schema, poolSize: 2 });
   t.teardown(async () => {
     await store.close();
     await pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));

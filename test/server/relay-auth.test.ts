@@ -17,6 +17,7 @@ import { waitFor } from '../helpers/programs.js';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { collectEvents, statusAndCode } from '../helpers/http.js';
 import { inventory } from './store-suite.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const cert = (id: string) => createNodeIdentity(id, { bits: 1024 }).certPem;
 
@@ -25,7 +26,7 @@ async function setup(t: Test, overrides: Record<string, unknown> = {}) {
   // Two relays and an agent, registered as an admin does it.
   for (const id of ['relay-1', 'relay-2']) t.equal((await admin('POST', '/api/1/nodes', { id, hostname: `${id}.lan`, certificate: cert(id), relay: true })).status, 201);
   await server.store.upsertFromInventory(inventory('agent-1'));
-  await server.store.setAcceptance('agent-1', 'accepted', new Date().toISOString());
+  await setAcceptance(server.store, 'agent-1', 'accepted', new Date().toISOString());
   const token = async (id: string) => (await server.identity.issue((await server.store.getNode(id))!)).token;
   return { server, admin, token };
 }

@@ -16,7 +16,7 @@ function harness(unreachableAfterMs = 15 * 60_000) {
   const log: Logger = { ...silentLogger, warn: ((_o: unknown, msg?: string) => void warnings.push(msg ?? '')) as Logger['warn'] };
   const contacts = new RelayContacts({
     store: {
-      recordContact: async (id, at, cause) => {
+      recordContact: async (id, at, _actor, cause) => {
         if (failing) throw capstanError('ERR_STORE', 'database down');
         writes.push([id, at, cause ?? '']);
         return null;

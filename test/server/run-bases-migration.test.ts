@@ -11,7 +11,8 @@ import t, { type Test } from 'tap';
 import { deflateRawSync } from 'node:zlib';
 import Database from 'better-sqlite3';
 import { compressSync } from '@capstan/shared';
-import { openStore, type RunRecord, type Store } from '@capstan/server/store/index';
+import { type RunRecord, type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { nodeProfile, runLogText } from '@capstan/bench/sim/runlog';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
 import { pgUnavailable, PG_URL } from './pg.js';
@@ -101,7 +102,7 @@ t.test('SQLite: a version 13 database upgrades, compacts with progress, and read
   for (const r of runs) db.prepare(INSERT_RUN(() => '?')).run(...runValues(r, (b) => (b ? 1 : 0)));
   db.close();
 
-  let store = await openStore({ sqlitePath: path });
+  let store = await openRegistry({ sqlitePath: path });
   await readAll(t, store, runs, 'migrated');
   await store.close();
 
@@ -111,7 +112,7 @@ t.test('SQLite: a version 13 database upgrades, compacts with progress, and read
   t.ok(lines.length >= 3, 'progress after every batch');
   t.match(lines.at(-1), /^converted 23 runs, left 1 as they were; through run id 24 of 24$/);
 
-  store = await openStore({ sqlitePath: path });
+  store = await openRegistry({ sqlitePath: path });
   await readAll(t, store, runs, 'compacted');
   const check = new Database(path, { readonly: true });
   t.equal(check.prepare('SELECT count(*) FROM runs WHERE base_id IS NULL').pluck().get(), 1, 'only the opaque run stays whole');
@@ -128,7 +129,7 @@ t.test('PostgreSQL: a version 13 database upgrades, compacts, and reads back ide
   for (const node of NODES) await c.query(NODE_SQL((i) => `$${i}`), nodeArgs(node));
   for (const r of runs) await c.query(INSERT_RUN((i) => `$${i}`), runValues(r, (b) => b));
 
-  const store = await openStore({ databaseUrl: PG_URL, schema });
+  const store = await openRegistry({ databaseUrl: PG_URL, schema });
   t.teardown(() => store.close());
   await readAll(t, store, runs, 'migrated');
   let converted = 0;
@@ -139,7 +140,7 @@ t.test('PostgreSQL: a version 13 database upgrades, compacts, and reads back ide
   }
   t.equal(converted, 23);
   await readAll(t, store, runs, 'compacted');
-  const other = await openStore({ databaseUrl: PG_URL, schema });
+  const other = await openRegistry({ databaseUrl: PG_URL, schema });
   t.teardown(() => other.close());
   await readAll(t, other, runs, 'compacted, another server');
   const { rows } = await c.query('SELECT count(*)::int AS n FROM run_bases');

@@ -16,8 +16,11 @@ import { NodeIdentity } from '@capstan/server/identity/service';
 import { identitySettings } from '@capstan/server/identity/settings';
 import { ingestInventory } from '@capstan/server/ingest/inventory';
 import { ingestRunLog } from '@capstan/server/ingest/runlog';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { requiredInCi, programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
+import { registryOn } from '../helpers/node-changes.js';
+import { composeDomain } from '@capstan/server/domain';
 
 const noOpenssl = requiredInCi(spawnSync('openssl', ['version']).status === 0 ? false : 'openssl CLI not available', 'install Debian\'s openssl');
 const NODE = '21111111-2222-4333-8444-555555555555';
@@ -63,7 +66,7 @@ t.test('verifySmime refuses SHA-1 unless allowed, and MD5 always', { skip: noOpe
 
 t.test('run logs and inventories signed with SHA-1 are refused by default, stored with allow_sha1', { skip: noOpenssl }, async (t) => {
   const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'db.sqlite') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'db.sqlite') });
   t.teardown(() => store.close());
   const limits = { maxDecompressedBytes: 1 << 20, maxReports: 1000, maxLineBytes: 65536 };
   let n = 0;
@@ -76,17 +79,17 @@ t.test('run logs and inventories signed with SHA-1 are refused by default, store
     node_id: NODE, hostname: 'old', certificate: node.certPem, agent_version: '0.1.0', policy_server: 'root', os: { name: 'debian', version: '9', kernel: '4.9', arch: 'x86_64' },
   });
   const invName = inventoryFileName(NODE, new Date(Date.UTC(2026, 0, 1)), 'zstd');
-  await t.rejects(ingestInventory({ store, limits }, put(invName, opensslSign(t, inv, node, 'sha1')), invName), { code: 'ERR_SMIME_WEAK_DIGEST' });
+  await t.rejects(ingestInventory({ store, nodes: registryOn(store), limits }, put(invName, opensslSign(t, inv, node, 'sha1')), invName), { code: 'ERR_SMIME_WEAK_DIGEST' });
   t.equal(await store.getNode(NODE), null, 'nothing registered');
-  t.equal((await ingestInventory({ store, limits: { ...limits, allowSha1: true } }, put(invName, opensslSign(t, inv, node, 'sha1')), invName)).accepted, 'pending');
-  await store.setAcceptance(NODE, 'accepted', new Date().toISOString());
+  t.equal((await ingestInventory({ store, nodes: registryOn(store), limits: { ...limits, allowSha1: true } }, put(invName, opensslSign(t, inv, node, 'sha1')), invName)).accepted, 'pending');
+  await setAcceptance(store, NODE, 'accepted', new Date().toISOString());
 
   const first = runText(0);
-  await t.rejects(ingestRunLog({ store, limits }, put(first.name, opensslSign(t, first.text, node, 'sha1')), first.name), { code: 'ERR_SMIME_WEAK_DIGEST' });
+  await t.rejects(ingestRunLog({ store, nodes: registryOn(store), limits }, put(first.name, opensslSign(t, first.text, node, 'sha1')), first.name), { code: 'ERR_SMIME_WEAK_DIGEST' });
   t.equal((await store.listRuns(NODE, 1, 10)).total, 0);
-  t.match(await ingestRunLog({ store, limits: { ...limits, allowSha1: true } }, put(first.name, opensslSign(t, first.text, node, 'sha1')), first.name), { inserted: true });
+  t.match(await ingestRunLog({ store, nodes: registryOn(store), limits: { ...limits, allowSha1: true } }, put(first.name, opensslSign(t, first.text, node, 'sha1')), first.name), { inserted: true });
   const second = runText(1);
-  t.match(await ingestRunLog({ store, limits }, put(second.name, opensslSign(t, second.text, node, 'sha256')), second.name), { inserted: true }, 'SHA-256 as ever');
+  t.match(await ingestRunLog({ store, nodes: registryOn(store), limits }, put(second.name, opensslSign(t, second.text, node, 'sha256')), second.name), { inserted: true }, 'SHA-256 as ever');
 });
 
 t.test('a renewal request signed with SHA-1 is refused by default, accepted with allow_sha1', { skip: noOpenssl }, async (t) => {
@@ -94,13 +97,13 @@ t.test('a renewal request signed with SHA-1 is refused by default, accepted with
     const dir = programDir(t);
     const config = loadServerConfig({ overrides: { 'general.data_dir': dir, 'signatures.allow_sha1': allow } });
     t.equal(config.signatures.allow_sha1, allow);
-    const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+    const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
     const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
     await spool.init();
     const identity = await NodeIdentity.open({
       dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
     });
-    const app = buildApp({ config, store, spool, log: silentLogger, adminToken: 'x'.repeat(32), status: async () => ({}), identity });
+    const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: 'x'.repeat(32), status: async () => ({}), identity });
     t.teardown(async () => {
       await app.close();
       await store.close();

@@ -7,11 +7,13 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import Database from 'better-sqlite3';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
 import { complianceClock } from '@capstan/server/registry/compliance';
 import { CLOCK, inventory, run } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const CLK = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 }, new Date('2024-05-01T10:11:00Z'));
 
@@ -21,7 +23,7 @@ type Open = (t: Test) => Promise<Store & { sql?: (q: string) => Promise<void> }>
 
 const sqlite: Open = async (t) => {
   const path = join(programDir(t), 'capstan.db');
-  const store = await openStore({ sqlitePath: path, now: CLOCK });
+  const store = await openRegistry({ sqlitePath: path, now: CLOCK });
   t.teardown(() => store.close());
   return Object.assign(store, {
     sql: async (q: string) => {
@@ -38,7 +40,7 @@ const sqlite: Open = async (t) => {
 const postgres: Open = async (t) => {
   const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
   await pgAdmin((c) => c.query(`CREATE SCHEMA ${schema}`));
-  const store = await openStore({ databaseUrl: PG_URL, schema, poolSize: 2, now: CLOCK });
+  const store = await openRegistry({ databaseUrl: PG_URL, schema, poolSize: 2, now: CLOCK });
   t.teardown(async () => {
     await store.close();
     await pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
@@ -56,7 +58,7 @@ const postgres: Open = async (t) => {
 async function accepted(store: Store, ...ids: string[]): Promise<void> {
   for (const id of ids) {
     await store.upsertFromInventory(inventory(id));
-    await store.setAcceptance(id, 'accepted', '2024-05-01T10:01:00Z');
+    await setAcceptance(store, id, 'accepted', '2024-05-01T10:01:00Z');
   }
 }
 

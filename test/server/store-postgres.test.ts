@@ -8,7 +8,8 @@ import { randomBytes } from 'node:crypto';
 import t from 'tap';
 import { requiredInCi } from '../helpers/programs.js';
 import pg from 'pg';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
 import { adminsStoreSuite } from './admins-store-suite.js';
@@ -70,7 +71,7 @@ if (reason !== undefined) {
         dialect: 'postgres',
         schema,
         async open(opts = {}) {
-          const s = await openStore({ databaseUrl: url, schema, poolSize: 4, ...opts });
+          const s = await openRegistry({ databaseUrl: url, schema, poolSize: 4, ...opts });
           stores.push(s);
           return s;
         },
@@ -112,11 +113,11 @@ if (reason !== undefined) {
   });
 
   t.test('a bad schema name is a configuration error', async (t) => {
-    await t.rejects(openStore({ databaseUrl: url, schema: 'x; DROP TABLE nodes' }), { code: 'ERR_CONFIG' });
+    await t.rejects(openRegistry({ databaseUrl: url, schema: 'x; DROP TABLE nodes' }), { code: 'ERR_CONFIG' });
   });
 
   t.test('an unreachable database is a transient ERR_STORE', async (t) => {
-    await t.rejects(openStore({ databaseUrl: 'postgres://postgres@127.0.0.1:1/none', schema: 'capstan_test_none' }),
+    await t.rejects(openRegistry({ databaseUrl: 'postgres://postgres@127.0.0.1:1/none', schema: 'capstan_test_none' }),
       { code: 'ERR_STORE', transient: true });
   });
 }

@@ -2,7 +2,8 @@
 import { join } from 'node:path';
 import t from 'tap';
 import Database from 'better-sqlite3';
-import { openStore, type Store } from '@capstan/server/store/index';
+import { type Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { registrySuite } from './registry-suite.js';
 import { identitySuite } from './identity-store-suite.js';
 import { adminsStoreSuite } from './admins-store-suite.js';
@@ -21,7 +22,7 @@ const backend: Backend = {
     return {
       dialect: 'sqlite',
       async open(opts = {}) {
-        const s = await openStore({ sqlitePath: path, ...opts });
+        const s = await openRegistry({ sqlitePath: path, ...opts });
         stores.push(s);
         return s;
       },
@@ -45,7 +46,7 @@ bootstrapStoreSuite(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(programDir(t), 'capstan.db');
-  const store = await openStore({ sqlitePath: path });
+  const store = await openRegistry({ sqlitePath: path });
   t.teardown(() => store.close());
   const db = new Database(path, { readonly: true });
   t.teardown(() => db.close());
@@ -53,6 +54,6 @@ t.test('the database file is in WAL mode, so readers never wait for the ingest',
 });
 
 t.test('a path that cannot be opened is a start-up error', async (t) => {
-  await t.rejects(openStore({ sqlitePath: join(programDir(t), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
-  await t.rejects(openStore({}), { code: 'ERR_CONFIG' });
+  await t.rejects(openRegistry({ sqlitePath: join(programDir(t), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
+  await t.rejects(openRegistry({}), { code: 'ERR_CONFIG' });
 });

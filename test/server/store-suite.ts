@@ -10,6 +10,7 @@ import { compressSync, decompress } from '@capstan/shared';
 import { LATEST_SCHEMA_VERSION } from '@capstan/server/store/index';
 import type { NodeUpsertFromInventory, RunInsert, Store } from '@capstan/server/store/index';
 import { encodeRun } from '@capstan/server/store/runs/run-codec';
+import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
 export interface Db {
   /** Another store on this test's database; like the server's start-up, it runs migrate(). */
@@ -80,7 +81,7 @@ export function storeSuite(t: Test, backend: Backend): void {
     await store.upsertFromInventory(inventory('n1'));
     const renewed = await store.upsertFromInventory(inventory('n1', { certificate: PEM('B'), certificate_fingerprint: FP('b'), received_at: '2024-05-01T11:00:00Z' }));
     t.match(renewed, { certificate: PEM('A'), conflict_certificate: PEM('B') }, 'another certificate does not replace the first');
-    const accepted = await store.setAcceptance('n1', 'accepted', '2024-05-01T11:30:00+00:00', 'admin', FP('b'));
+    const accepted = await setAcceptance(store, 'n1', 'accepted', '2024-05-01T11:30:00+00:00', 'admin', FP('b'));
     t.match(accepted, { accepted: 'accepted', accepted_at: '2024-05-01T11:30:00.000Z', certificate: PEM('B') });
     const later = await store.upsertFromInventory(inventory('n1', {
       hostname: 'renamed', certificate: PEM('EVIL'), certificate_fingerprint: FP('e'), received_at: '2024-05-01T12:00:00Z',
@@ -88,17 +89,17 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.match(later, { accepted: 'accepted', certificate: PEM('B'), certificate_fingerprint: FP('b'), hostname: 'renamed' });
     t.same(await store.getNode('n1'), later);
     // Accepting again keeps the original acceptance time.
-    t.equal((await store.setAcceptance('n1', 'accepted', '2024-06-01T00:00:00Z'))!.accepted_at, '2024-05-01T11:30:00.000Z');
+    t.equal((await setAcceptance(store, 'n1', 'accepted', '2024-06-01T00:00:00Z'))!.accepted_at, '2024-05-01T11:30:00.000Z');
   });
 
   t.test('refusing, then accepting a refused node; unknown ids answer null', async (t) => {
     const { store } = await setup(t, backend);
     await store.upsertFromInventory(inventory('n1'));
-    t.match(await store.setAcceptance('n1', 'refused', '2024-05-01T11:00:00Z'), { accepted: 'refused', accepted_at: null });
+    t.match(await setAcceptance(store, 'n1', 'refused', '2024-05-01T11:00:00Z'), { accepted: 'refused', accepted_at: null });
     t.match(await store.getNode('n1'), { accepted: 'refused' });
-    t.match(await store.setAcceptance('n1', 'accepted', '2024-05-01T12:00:00Z'), { accepted: 'accepted', accepted_at: '2024-05-01T12:00:00.000Z' });
-    t.equal(await store.setAcceptance('ghost', 'accepted', '2024-05-01T12:00:00Z'), null);
-    t.equal(await store.setState('ghost', 'stopped', '2024-05-01T12:00:00Z'), null);
+    t.match(await setAcceptance(store, 'n1', 'accepted', '2024-05-01T12:00:00Z'), { accepted: 'accepted', accepted_at: '2024-05-01T12:00:00.000Z' });
+    t.equal(await setAcceptance(store, 'ghost', 'accepted', '2024-05-01T12:00:00Z'), null);
+    t.equal(await setState(store, 'ghost', 'stopped', '2024-05-01T12:00:00Z'), null);
   });
 
   t.test('an older inventory arriving late proves contact but rolls nothing back', async (t) => {
@@ -192,7 +193,7 @@ export function storeSuite(t: Test, backend: Backend): void {
     await t.rejects(store.upsertFromInventory(inventory('n1', { inventory: { big: 1n } })), bad);
     await t.rejects(store.createNode({ id: 'm\u0000', hostname: 'h' }), bad);
     await store.createNode({ id: 'm1', hostname: 'h' });
-    await t.rejects(store.setState('m1', 'x\u0000', '2024-05-01T10:00:00Z'), bad);
+    await t.rejects(setState(store, 'm1', 'x\u0000', '2024-05-01T10:00:00Z'), bad);
     await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { file_name: 'a\u0000' })), bad);
     await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { counts: { 'result\u0000': 1 } })), bad);
     await t.rejects(store.insertRun(run('m1', '2024-05-01T10:00:00Z', { report_count: -1 })), bad);
@@ -203,7 +204,7 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.getNode('m\u0000'), null);
     t.equal(await store.getInventory('m\u0000'), null);
     t.equal(await store.deleteNode('m\u0000'), false);
-    t.equal(await store.setAcceptance('m\u0000', 'accepted', '2024-05-01T10:00:00Z'), null);
+    t.equal(await setAcceptance(store, 'm\u0000', 'accepted', '2024-05-01T10:00:00Z'), null);
     t.same(await store.listRuns('m\u0000', 1, 10), { data: [], total: 0 });
     t.same((await store.listNodes({ page: 1, per_page: 10 })).total, 1, 'nothing else was written');
   });
@@ -221,7 +222,7 @@ export function storeSuite(t: Test, backend: Backend): void {
       created_at: '2024-05-01T10:00:00Z', deadline_at: '2024-05-01T11:00:00Z',
     }, ['m1']), bad);
     await t.rejects(store.managers.createManager({ id: 'mg', name: 'x', type: 'static', provider: 'server', spec: { hosts: ['a\u0000'] } }, '2024-05-01T10:00:00Z'), bad);
-    await t.rejects(store.updateNode('m1', { tags: { env: 'a\u0000' } }, '2024-05-01T10:00:00Z'), bad);
+    await t.rejects(updateNode(store, 'm1', { tags: { env: 'a\u0000' } }, '2024-05-01T10:00:00Z'), bad);
     // A name that cannot be stored names nothing.
     t.equal(await store.jobs.getJob('j\u0000'), null);
     t.same(await store.jobs.listTasks('j\u0000'), []);
@@ -239,7 +240,7 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.identity.forceRenewal(['m1', 'm\u0000'], 1_700_000_000), 1);
     // The audit log keeps every request: the character is dropped, the record kept.
     await store.admins.insertAudit({
-      at: '2024-05-01T10:00:00.000Z', admin: null, role: null, action: 'nodes.get', target: null,
+      at: '2024-05-01T10:00:00.000Z', admin: null, role: null, actor_kind: 'admin', actor: null, before: null, after: null, action: 'nodes.get', target: null,
       method: 'GET', path: '/api/1/nodes/a\u0000b', address: '127.0.0.1', status: 401, error: 'ERR_UNAUTHORIZED',
     });
     t.match((await store.admins.listAudit({ page: 1, per_page: 10 })).rows, [{ path: '/api/1/nodes/ab' }]);
@@ -312,16 +313,16 @@ export function storeSuite(t: Test, backend: Backend): void {
   t.test('state drives reachability: contact cannot revive a stopped node', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'm1', hostname: 'h' });
-    t.match(await store.setState('m1', 'stopped', '2024-05-01T09:00:00Z'), { state: 'stopped', status: 'unreachable' });
-    t.match(await store.setState('m1', 'running', '2024-05-01T09:01:00Z'), { status: 'unknown' }, 'never contacted: back to unknown');
+    t.match(await setState(store, 'm1', 'stopped', '2024-05-01T09:00:00Z'), { state: 'stopped', status: 'unreachable' });
+    t.match(await setState(store, 'm1', 'running', '2024-05-01T09:01:00Z'), { status: 'unknown' }, 'never contacted: back to unknown');
     await store.upsertFromInventory(inventory('n1'));
-    await store.setAcceptance('n1', 'accepted', '2024-05-01T10:00:00Z');
+    await setAcceptance(store, 'n1', 'accepted', '2024-05-01T10:00:00Z');
     // The registry made `terminated` final, so this case (written for the walking skeleton with
     // terminated → running) now stops the node instead; registry-suite.ts covers terminated.
-    await store.setState('n1', 'stopped', '2024-05-01T10:01:00Z');
+    await setState(store, 'n1', 'stopped', '2024-05-01T10:01:00Z');
     await store.insertRun(run('n1', '2024-05-01T10:02:00Z'));
     t.match(await store.getNode('n1'), { status: 'unreachable', last_run_at: '2024-05-01T10:02:00.000Z' });
-    t.match(await store.setState('n1', 'running', '2024-05-01T10:03:00Z'), { status: 'unreachable' }, 'waits for the next contact');
+    t.match(await setState(store, 'n1', 'running', '2024-05-01T10:03:00Z'), { status: 'unreachable' }, 'waits for the next contact');
     await store.insertRun(run('n1', '2024-05-01T10:04:00Z'));
     t.match(await store.getNode('n1'), { status: 'reachable' });
   });

@@ -12,9 +12,10 @@ import fc from 'fast-check';
 import { bundleExpectations, computeCompliance, isCompleteRun, parseRunLog, summarize, type BundleDirective } from '@capstan/shared';
 import { RunLogWriter } from '@capstan/agent/runlog/write';
 import { complianceClock, complianceView } from '@capstan/server/registry/compliance';
-import { openStore } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from '../server/store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 
 const METHODS: Array<[string, (i: number) => Record<string, unknown>]> = [
   ['file_content', (i) => ({ path: `/etc/app${i}.conf`, content: 'x' })],
@@ -33,7 +34,7 @@ const extraArb = fc.record({ type: fc.constantFrom(...ENFORCE, ...AUDIT, 'log_in
 
 t.test('the agent and the server agree on every run', async (t) => {
   const dir = programDir(t);
-  const store = await openStore({ sqlitePath: join(dir, 'capstan.db') });
+  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   t.teardown(() => store.close());
   let round = 0;
   await fc.assert(fc.asyncProperty(
@@ -72,7 +73,7 @@ t.test('the agent and the server agree on every run', async (t) => {
 
       // The server: parse what was written, store it, judge it against the node's expectations.
       await store.upsertFromInventory(inventory(nodeId, { received_at: '2024-05-01T09:00:00Z' }));
-      await store.setAcceptance(nodeId, 'accepted', '2024-05-01T09:00:00Z');
+      await setAcceptance(store, nodeId, 'accepted', '2024-05-01T09:00:00Z');
       await store.setExpectations(nodeId, `cfg-${round}`, expected, '2024-05-01T09:30:00Z');
       const log = parseRunLog(w.text(), { node_id: nodeId, timestamp: startedAt.toISOString() });
       const { counts, outcomes } = summarize(log.reports);

@@ -7,10 +7,10 @@
  * not in the table is refused to everyone (deny by default, and a test lists every route).
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { capstanError, isCapstanError } from '@capstan/shared/errors';
-import type { Logger } from '@capstan/shared/log';
+import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
-import type { AdminStore, AuditInsert } from '../store/admins/types.js';
+import type { Actor } from '../audit/actor.js';
+import type { AuditLog } from '../audit/log.js';
 import { roleAllows, type Role } from './auth.js';
 
 export interface RouteAccess {
@@ -150,9 +150,8 @@ export async function checkAccess(req: FastifyRequest): Promise<void> {
 const fallbackAction = (req: FastifyRequest) => `unlisted.${req.method.toLowerCase()}`;
 
 export interface AuditDeps {
-  admins: AdminStore;
-  log: Logger;
-  now?: () => Date;
+  /** The domain's audit log: the one writer of records (audit/log.ts). */
+  audit: AuditLog;
 }
 
 /** The error code of an error answer (`{"error":{"code"}}`), if any. */
@@ -177,39 +176,33 @@ function replyTarget(payload: unknown, field: string): string | null {
 }
 
 /**
- * Record every write (any method but GET and HEAD) once, whatever its result, before its answer
- * leaves: in the store (GET /api/1/audit) and as one JSON log line with `audit: true`.
+ * Record every write (any method but GET and HEAD) before its answer leaves: each change the
+ * domain made for it (with the object before and after), or, when it made none (a refused
+ * request, a plan), the request itself; with its status and error code.
  */
 export function installAudit(app: FastifyInstance, deps: AuditDeps): void {
-  const now = deps.now ?? (() => new Date());
   app.addHook('onSend', async (req, reply, payload) => {
     if (req.method === 'GET' || req.method === 'HEAD') return payload;
     const a = accessOf(req);
-    const params = (req.params ?? {}) as Record<string, string | undefined>;
     const status = reply.statusCode;
-    let target: string | null = null;
-    const t = a?.target;
-    if (t && 'param' in t) target = params[t.param] ?? null;
-    else if (t && status < 300) target = replyTarget(payload, t.reply);
-    const rec: AuditInsert = {
-      at: now().toISOString(),
-      admin: req.principal?.name ?? null,
-      role: req.principal?.role ?? null,
-      action: a?.action ?? fallbackAction(req),
-      target,
-      method: req.method,
-      path: req.url.length > 2048 ? req.url.slice(0, 2048) : req.url,
-      address: req.ip,
-      status,
-      error: status >= 400 ? errorCode(payload) : null,
+    const error = status >= 400 ? errorCode(payload) : null;
+    const actor: Actor = req.actor ?? {
+      kind: 'admin', name: req.principal?.name ?? '', ...(req.principal && { role: req.principal.role }),
+      request: { method: req.method, path: req.url.length > 2048 ? req.url.slice(0, 2048) : req.url, address: req.ip },
     };
-    deps.log.info({ audit: true, ...rec }, 'audit');
-    try {
-      await deps.admins.insertAudit(rec);
-    } catch (err) {
-      // The change is made already: its answer still goes out; the log line above is the record.
-      deps.log.error({ err: isCapstanError(err) ? { code: err.code, message: err.message } : err }, 'cannot store audit record');
+    const changes = actor.pending ?? [];
+    delete actor.pending;
+    if (changes.length === 0) {
+      const params = (req.params ?? {}) as Record<string, string | undefined>;
+      let target: string | null = null;
+      const t = a?.target;
+      if (t && 'param' in t) target = params[t.param] ?? null;
+      else if (t && status < 300) target = replyTarget(payload, t.reply);
+      changes.push({ action: a?.action ?? fallbackAction(req), target });
     }
+    // An unauthenticated request has no admin: the record says so (admin null).
+    const who = req.principal ? actor : { ...actor, name: '' };
+    for (const c of changes) await deps.audit.write(who, c, status, error);
     return payload;
   });
 }

@@ -15,7 +15,7 @@ import { installVersionCheck } from '@capstan/toolkit/http/version';
 import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { ServerConfig } from '../config.js';
 import type { ServerMetrics } from '../metrics.js';
-import type { Store } from '../store/store.js';
+import type { Store } from '../reads.js';
 import { adminAuthentication } from '../console/auth.js';
 import { AggregateCache } from '../console/cache.js';
 import type { ComplianceHistory } from '../console/history.js';
@@ -29,7 +29,7 @@ import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { relayAuthorizer } from '../identity/relay-auth.js';
 import { RelayContacts } from '../registry/relay-contacts.js';
-import { NodeRegistry, nodeEffects } from '../registry/nodes.js';
+import type { Domain } from '../domain.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
 import { complianceSettings } from '../registry/compliance.js';
@@ -70,8 +70,12 @@ export interface ServerAppDeps {
   lifecycle?: LifecycleView;
   /** Node identity tokens and the keyring (absent: no identity routes). */
   identity?: NodeIdentity;
-  /** Policy model, generation and signing (absent: no policy routes). */
-  policy?: PolicyRouteDeps;
+  /**
+   * The policy routes' settings (absent: no policy routes): the signing key, how a node's
+   * download is authorized, the shared folder, the plan's size limit. The model, its
+   * generation and the bundles are the domain's.
+   */
+  policy?: Omit<PolicyRouteDeps, 'service' | 'bundles' | 'reads'>;
   /** The clock compliance is read with (time states); the system clock when absent. */
   now?: () => Date;
   /** Jobs (absent: no job routes). */
@@ -81,7 +85,7 @@ export interface ServerAppDeps {
   /** Runs bootstrap tasks, its own and those relays claim (absent: [bootstrap] enabled = false). */
   bootstrapRunner?: BootstrapRunner;
   /** Managers: admin routes always; how server-hosted managers are polled. */
-  managers?: Omit<ManagerRouteDeps, 'store'>;
+  managers?: Omit<ManagerRouteDeps, 'store' | 'service'>;
   /** The remote-run link relays hold to the server (absent: no such endpoints). */
   remoteRun?: RemoteRunDeps;
   /**
@@ -92,10 +96,10 @@ export interface ServerAppDeps {
   /** The web console: sign-ins, its built files, compliance history (absent: no console, bearer tokens only). */
   console?: { signIns: ConsoleSignIns; assets: Map<string, Asset>; history: ComplianceHistory | null };
   /**
-   * The one door for node changes, its listeners wired by the caller (server.ts). Absent: one is
-   * made here with the effects this app's own deps allow (policy regeneration, relay links).
+   * The domain over `store` (domain.ts): the one door for node changes with its effects, the
+   * policy's, and the audit log they write.
    */
-  nodes?: NodeRegistry;
+  domain: Domain;
 }
 
 declare module 'fastify' {
@@ -164,11 +168,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     // Fresh (not the JWKS route's short-lived copy): a deletion by another server shows at once.
     ...(identity && { keys: async () => (await identity.jwks(true)).keys.map((k) => k.kid as string).sort() }),
   });
-  const nodes = deps.nodes ?? new NodeRegistry({ store: deps.store, log: deps.log }).on(nodeEffects({
-    store: deps.store,
-    ...(deps.policy && { touch: (id: string) => deps.policy!.generator.touch(id) }),
-    ...(deps.remoteRun && { links: deps.remoteRun.hub }),
-  }));
+  const nodes = deps.domain.nodes;
   // A relay sends no inventory and no run: its renewals, its requests and its link are its
   // contacts, so that it is reachable while linked and not `unknown` forever.
   const relayContacts = new RelayContacts({
@@ -184,7 +184,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType()).send(await metrics.text()));
   }
 
-  const policy = deps.policy;
+  const bundles = deps.domain.bundles;
+  const policy: PolicyRouteDeps | null = deps.policy && bundles ? { ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
   if (policy) policyNodeRoutes(app, policy);
   // What only a relay may do needs a relay's own token, unless identity.require_relay_token is off.
   const authorizeRelay = deps.config.identity.require_relay_token ? relayAuthorizer(deps.identity, deps.store, relayContacts) : undefined;
@@ -199,7 +200,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     });
   }
   // Relays fetch the managers they host and post what they discover (outbound from the relay).
-  managerRelayRoutes(app, deps.store, authorizeRelay);
+  managerRelayRoutes(app, deps.store, deps.domain.managers, authorizeRelay);
   // …and run the bootstrap of the nodes those managers hold (outbound from the relay too).
   bootstrapRelayRoutes(app, { ...(deps.bootstrapRunner && { runner: deps.bootstrapRunner }), ...(authorizeRelay && { authorizeRelay }) });
 
@@ -221,7 +222,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { signIns: consoleDeps.signIns }) }));
     admin.addHook('onRequest', checkAccess);
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
-    installAudit(admin, { admins: deps.store.admins, log: deps.log });
+    installAudit(admin, { audit: deps.domain.audit });
     adminRoutes(admin, { admins: deps.store.admins });
     if (policy) {
       policyAdminRoutes(admin, policy);
@@ -233,7 +234,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
     if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
-    managerAdminRoutes(admin, { store: deps.store, nodes, ...deps.managers });
+    managerAdminRoutes(admin, { store: deps.store, service: deps.domain.managers, ...deps.managers });
     // A forced renewal ends the links the renewed relays hold: they reconnect with a new token.
     const links = deps.remoteRun?.hub;
     if (deps.identity) identityAdminRoutes(admin, deps.identity, links && ((ids) => {

@@ -14,7 +14,7 @@ import { randomBytes, timingSafeEqual, createHash } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '@capstan/shared/log';
-import type { AdminRole, AdminStore } from '../store/admins/types.js';
+import type { AdminRole, AdminStore } from '../reads.js';
 
 export type Role = AdminRole;
 

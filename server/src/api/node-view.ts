@@ -2,7 +2,7 @@
  * Nodes as the API and the command line list them. Kept apart from the node routes so that a
  * command line listing nodes loads this, not the routes' certificate and run-log handling.
  */
-import type { NodeRecord } from '../store/store.js';
+import type { NodeRecord } from '../reads.js';
 
 /** A node without its certificates (pinned, conflicting): those are on the single-node view only. */
 export function listView(n: NodeRecord): Omit<NodeRecord, 'certificate' | 'conflict_certificate'> {

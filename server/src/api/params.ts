@@ -9,9 +9,9 @@
  * meaning (always a prefix).
  */
 import { capstanError } from '@capstan/shared/errors';
-import { isFilterKey } from '../store/nodes/filters/query.js';
-import { parseRfc3339 } from '../store/time.js';
-import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../store/store.js';
+import { isFilterKey } from '../registry/filters.js';
+import { parseRfc3339 } from '../reads.js';
+import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../reads.js';
 
 export type Query = Record<string, string | string[] | undefined>;
 

@@ -5,7 +5,7 @@
  * the steps connect, verify, copy, install (toolkit/src/bootstrap/ssh.ts, the part a relay can run
  * too), enrol (here: waiting for the agent's first inventory carrying this task's secret, which
  * the inventory ingest uses once to join the node's row and accept it) and done. Failures end the
- * task `failed` with a reason naming the coded error (REASONS in store/jobs/states.ts).
+ * task `failed` with a reason naming the coded error (REASONS in jobs/states.ts).
  *
  * Nodes whose manager a relay hosts are that relay's (store pendingWork's `host`): the relay claims
  * them (claimForRelay: the same preparation, the secrets sealed to its certificate), runs the same

@@ -14,16 +14,21 @@ import { loadServerConfig, type ServerConfig } from '../config.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { identitySettings } from '../identity/settings.js';
 import type { NodeRegistry } from '../registry/nodes.js';
-import { isFilterKey } from '../store/nodes/filters/query.js';
-import type { NodeFilter, NodeRecord, Store } from '../store/store.js';
+import type { Actor } from '../audit/actor.js';
+import { BOOTSTRAP_ADMIN } from '../api/auth.js';
+import { isFilterKey } from '../registry/filters.js';
+import type { NodeFilter, NodeRecord, Store } from '../reads.js';
 
 export { collect, int } from './args.js';
 
 /** The request was refused: unknown node, bad filter, a conflict. */
 export const EXIT_REFUSED = 4;
 
-/** Who made a change, in the node's history and the audit log. */
-export const CLI_CAUSE = 'admin (command line)';
+/**
+ * Who makes a change from this command line, in the node's history and the audit log: the
+ * bootstrap admin (whoever can open the server's database is the server's admin), at the console.
+ */
+export const CLI_ACTOR: Actor = { kind: 'admin', name: BOOTSTRAP_ADMIN, role: 'admin', request: { method: 'CLI', path: 'capstan-server', address: 'local' } };
 
 export interface CommonFlags {
   config?: string;
@@ -57,8 +62,8 @@ export async function withStore(flags: CommonFlags, fn: (store: Store, config: S
   let store: Store;
   try {
     // What a verb needs is loaded when it runs, so `--help` and a usage error answer at once.
-    const { openStore } = await import('../store/index.js');
-    store = await openStore(
+    const { openRegistry } = await import('../registry/open.js');
+    store = await openRegistry(
       config.database.url ? { databaseUrl: config.database.url } : { sqlitePath: join(config.general.data_dir, 'capstan.db') },
     );
   } catch (err) {
@@ -86,10 +91,9 @@ export async function withStore(flags: CommonFlags, fn: (store: Store, config: S
  * uses its refused token.
  */
 export async function withNodes(flags: CommonFlags, fn: (nodes: NodeRegistry, store: Store) => Promise<void>): Promise<void> {
-  const [{ PolicyGenerator }, { NodeRegistry, nodeEffects }] = await Promise.all([import('../policy/generate.js'), import('../registry/nodes.js')]);
+  const { composeDomain } = await import('../domain.js');
   await withStore(flags, async (store) => {
-    const generator = new PolicyGenerator({ store, log: silentLogger });
-    const nodes = new NodeRegistry({ store, log: silentLogger }).on(nodeEffects({ store, touch: (id) => generator.touch(id) }));
+    const { nodes, generator } = composeDomain({ store, log: silentLogger });
     try {
       await fn(nodes, store);
     } finally {

@@ -8,9 +8,9 @@ import type { Command } from 'commander';
 import { capstanError } from '@capstan/shared/errors';
 import { listView } from '../api/node-view.js';
 import { complianceClock, complianceSettings, complianceView, withPercent } from '../registry/compliance.js';
-import type { NodeRecord, SortField } from '../store/store.js';
+import type { NodeRecord, SortField } from '../reads.js';
 import { table } from '../table.js';
-import { CLI_CAUSE, collect, filterArg, int, mustNode, out, tagArgs, verb, withNodes, withStore, type CommonFlags } from './common.js';
+import { CLI_ACTOR, collect, filterArg, int, mustNode, out, tagArgs, verb, withNodes, withStore, type CommonFlags } from './common.js';
 
 /** The API's checks of a node's create and patch bodies, loaded by the verbs that change a node. */
 const bodies = () => import('../api/routes/nodes.js');
@@ -74,7 +74,7 @@ function nodeVerbs(nodes: Command): void {
             next[kv.slice(0, i)] = kv.slice(i + 1);
           }
           for (const k of flags.unset ?? []) delete next[k];
-          props = await registry.setProperties(id, next, { cause: CLI_CAUSE });
+          props = await registry.setProperties(id, next, CLI_ACTOR);
         }
         out(flags, { data: props }, () => table([['property', (r) => r[0]], ['value', (r) => r[1]]], Object.entries(props!)));
       });
@@ -95,8 +95,8 @@ function nodeVerbs(nodes: Command): void {
     cmd.action(async (id: string, flags: CommonFlags & { fingerprint?: string }) => {
       await withNodes(flags, async (registry) => {
         const updated = acceptance === 'accepted'
-          ? await registry.accept(id, { cause: CLI_CAUSE, ...(flags.fingerprint !== undefined && { fingerprint: flags.fingerprint }) })
-          : await registry.refuse(id, { cause: CLI_CAUSE });
+          ? await registry.accept(id, CLI_ACTOR, { ...(flags.fingerprint !== undefined && { fingerprint: flags.fingerprint }) })
+          : await registry.refuse(id, CLI_ACTOR);
         out(flags, { data: listView(updated) }, () => `${id} ${acceptance}\n`);
       });
     });
@@ -123,7 +123,7 @@ function nodeVerbs(nodes: Command): void {
           ...(flags.tag && { tags }), ...(flags.group && { groups: flags.group }),
           ...(certificate !== undefined && { certificate }), ...(flags.relay && { relay: true }),
           ...(flags.policyServer !== undefined && { policy_server: flags.policyServer }),
-        }), { cause: CLI_CAUSE });
+        }), CLI_ACTOR);
         out(flags, { data: listView(node) }, () => `${node.id} added${node.relay ? ' as a relay' : ''}\n`);
       });
     });
@@ -131,35 +131,35 @@ function nodeVerbs(nodes: Command): void {
   verb(nodes, 'set-relay <id> <on|off>', 'register an accepted node as a relay, or no longer (PATCH /api/1/nodes/<id> {relay})').action(async (id: string, value: string, flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
       if (value !== 'on' && value !== 'off') throw capstanError('ERR_BAD_REQUEST', 'set-relay takes on or off');
-      const node = await registry.patch(id, (await bodies()).patchBody({ relay: value === 'on' }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ relay: value === 'on' }), CLI_ACTOR);
       out(flags, { data: listView(node) }, () => `${id} ${node.relay ? 'is a relay' : 'is no longer a relay'}\n`);
     });
   });
 
   verb(nodes, 'set-state <id> <state>', 'set a node\'s state; terminated is final (PATCH /api/1/nodes/<id>)').action(async (id: string, state: string, flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, (await bodies()).patchBody({ state }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ state }), CLI_ACTOR);
       out(flags, { data: listView(node) }, () => `${id} ${node.state} (${node.status})\n`);
     });
   });
 
   verb(nodes, 'set-tags <id> [tags...]', 'replace a node\'s tags with these key=value pairs; none clears them (PATCH /api/1/nodes/<id> {tags})').action(async (id: string, tags: string[], flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, (await bodies()).patchBody({ tags: tagArgs(tags) }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ tags: tagArgs(tags) }), CLI_ACTOR);
       out(flags, { data: listView(node) }, () => `${id} tags: ${Object.entries(node.tags).map(([k, v]) => `${k}=${v}`).join(' ') || '(none)'}\n`);
     });
   });
 
   verb(nodes, 'set-groups <id> [groups...]', 'replace a node\'s static groups; none clears them (PATCH /api/1/nodes/<id> {groups})').action(async (id: string, groups: string[], flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      const node = await registry.patch(id, (await bodies()).patchBody({ groups }), { cause: CLI_CAUSE });
+      const node = await registry.patch(id, (await bodies()).patchBody({ groups }), CLI_ACTOR);
       out(flags, { data: listView(node) }, () => `${id} groups: ${node.groups.join(' ') || '(none)'}\n`);
     });
   });
 
   verb(nodes, 'delete <id>', 'delete a node, its runs, and revoke its certificate (DELETE /api/1/nodes/<id>)').action(async (id: string, flags: CommonFlags) => {
     await withNodes(flags, async (registry) => {
-      await registry.remove(id, { cause: CLI_CAUSE });
+      await registry.remove(id, CLI_ACTOR);
       out(flags, { data: { id, deleted: true } }, () => `${id} deleted\n`);
     });
   });

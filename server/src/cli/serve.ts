@@ -11,7 +11,7 @@ import { DEFAULT_SERVER_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP, 
 import { isConfigError } from '@capstan/shared/usage';
 import { loadListenerTls } from '@capstan/toolkit/http/tls';
 import { sdAssign, startWatchdog } from '@capstan/toolkit/systemd';
-import { checkDatabase, isDatabaseUnavailable } from '../store/check.js';
+import { checkDatabase, isDatabaseUnavailable } from '../registry/open.js';
 import type { ServerConfig } from '../config.js';
 import { configFrom, storeOptions, type CommonFlags } from './common.js';
 

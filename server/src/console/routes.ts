@@ -10,7 +10,7 @@ import { readJson } from '@capstan/toolkit/http/app';
 import { bodyObject, intParam, timeParam, type Query } from '../api/params.js';
 import { complianceClock, type ComplianceSettings } from '../registry/compliance.js';
 import { withPercent } from '../registry/compliance.js';
-import type { Store } from '../store/store.js';
+import type { Reads } from '../reads.js';
 import { maybeCached } from '../api/routes/compliance.js';
 import type { AggregateCache } from './cache.js';
 import type { ComplianceHistory } from './history.js';
@@ -100,7 +100,7 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
 }
 
 export interface ConsoleReadDeps {
-  store: Store;
+  store: Reads;
   settings: ComplianceSettings;
   history: ComplianceHistory | null;
   cache?: AggregateCache;

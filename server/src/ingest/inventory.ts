@@ -16,6 +16,7 @@ import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
 import { verifiedOcs } from './ocs-ingest.js';
+import { nodeActor } from '../audit/actor.js';
 
 export interface InventoryDoc {
   node_id: string;
@@ -128,9 +129,10 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   // An agent on an instance a manager discovered: its first inventory takes over that row
   // (pending again, so acceptance goes as for any newcomer) instead of making a second node.
   const cloud = known ? null : (bootstrap?.identity ?? cloudIdentity(doc));
-  if (cloud) await deps.store.managers.adoptDiscovered(info.nodeId, cloud, receivedAt);
+  const actor = nodeActor(info.nodeId);
+  if (cloud) await deps.nodes.adoptDiscovered(info.nodeId, cloud, receivedAt, actor);
   const fingerprint = certificateFingerprint(doc.certificate);
-  const node = await deps.store.upsertFromInventory({
+  const node = await deps.nodes.recordInventory({
     id: info.nodeId,
     hostname: doc.hostname,
     certificate: doc.certificate,
@@ -143,7 +145,7 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     received_at: receivedAt,
     sent_at: info.timestamp,
     auto_accept: autoAccept,
-  });
+  }, actor);
   // Another key claiming a node that is not accepted yet: recorded for the admin, and the file
   // goes to failed/ with this reason (the node's own certificate stays pinned).
   if (node.conflict_fingerprint === fingerprint && node.certificate_fingerprint !== fingerprint) {

@@ -17,13 +17,16 @@ import type { EnrollmentRules } from '../registry/enrollment.js';
 import type { InsertRunResult, NodeTrust, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
-import { clockSkew } from '../store/nodes/rules.js';
+import { clockSkew } from '../registry/rules.js';
+import type { NodeRegistry } from '../registry/nodes.js';
 import { dayOf } from '../store/runs/run-codec.js';
 
 export { runStart };
 
 export interface IngestDeps {
   store: Store;
+  /** The door for node changes: inventories register and refresh nodes through it. */
+  nodes: NodeRegistry;
   limits: IngestLimits;
   now?: () => Date;
   /** Auto-accept rules applied to inventories of new or pending nodes; none: every node waits for an admin. */
@@ -67,7 +70,7 @@ async function toInsert(deps: IngestDeps, run: PreparedRun, name: string): Promi
   const skew = clockSkew(run.started_at, receivedAt);
   const allowed = deps.limits.maxClockSkewMs ?? DEFAULT_MAX_CLOCK_SKEW_MS;
   if (skew !== null && skew * 1000 > allowed) {
-    await deps.store.recordClockSkew(run.node_id, skew, receivedAt);
+    await deps.nodes.recordClockSkew(run.node_id, skew, receivedAt);
     throw capstanError('ERR_RUN_IN_FUTURE', `run started at ${run.started_at}, ${skew} s ahead of the server's clock (more than [limits] max_clock_skew): check the node's clock`, {
       details: { clock_skew: skew },
     });

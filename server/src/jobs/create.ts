@@ -14,7 +14,8 @@
 import { randomUUID } from 'node:crypto';
 import { parseDuration } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
-import { checkFilters, hasAgent, isFilterKey } from '../store/nodes/filters/query.js';
+import { checkFilters, isFilterKey } from '../registry/filters.js';
+import { hasAgent } from '../store/nodes/filters/query.js';
 import type { BootstrapSpec, FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;

@@ -28,7 +28,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from '@capstan/shared/log';
 import { Slots } from '@capstan/toolkit/slots';
 import type { JobRecord, Store } from '../store/store.js';
-import type { TaskState } from '../store/jobs/states.js';
+import type { TaskState } from './states.js';
 import type { RelayHub } from '../remote-run/relay-links.js';
 
 export interface RunnerOptions {

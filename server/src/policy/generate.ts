@@ -38,7 +38,7 @@ const BATCH = 2000;
 /** Above this many nodes, a group's whole membership is listed once instead of probed by id. */
 const PROBE_LIMIT = 2000;
 
-export async function loadModel(store: Store): Promise<PolicyModel> {
+export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
   const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
   return {
     directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),

@@ -10,7 +10,7 @@ import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { Directive, DirectiveMode } from '@capstan/shared/policy/bundle';
 import { parseCondition } from '@capstan/shared/policy/condition';
 import { validateMethodParams } from '@capstan/shared/policy/methods';
-import { checkFilters, isFilterKey } from '../store/nodes/filters/query.js';
+import { checkFilters, isFilterKey } from '../registry/filters.js';
 import type { NodeFilter } from '../store/store.js';
 
 /** Ids travel in every report line, between `@@` separators: keep them to a safe alphabet. */

@@ -4,12 +4,12 @@
  * for the nodes only it holds.
  */
 import { capstanError } from '@capstan/shared/errors';
-import { silentLogger } from '@capstan/shared/log';
 import { applyFilters, checkManager, type DiscoveredInstance, type DiscoveryFilters, type ManagerSpec } from '@capstan/toolkit/providers/index';
 import type { DiscoverySummary, ManagerRecord, Store } from '../store/store.js';
-import { checkInstance } from '../store/managers/discovery.js';
-import { NODE_STATES } from '../store/nodes/rules.js';
-import { NodeRegistry } from '../registry/nodes.js';
+import { checkInstance } from './discovery.js';
+import { NODE_STATES } from '../registry/rules.js';
+import type { NodeRegistry } from '../registry/nodes.js';
+import type { Actor } from '../audit/actor.js';
 
 /** The largest poll a relay may post (instances); larger accounts need narrower filters or managers. */
 export const MAX_INSTANCES_PER_POLL = 100_000;
@@ -43,8 +43,14 @@ export function managerView(r: ManagerRecord): Record<string, unknown> {
 
 export { checkManager };
 
-/** One poll's outcome, from the server's poller or posted by the relay hosting the manager. */
-export async function applyPoll(store: Store, managerId: string, outcome: { instances: unknown[] } | { error: string }, at: Date): Promise<DiscoverySummary | null> {
+/** What a poll did, in counts (the nodes it moved are in the audit log and their history). */
+export type PollSummary = Omit<DiscoverySummary, 'changed'>;
+
+/**
+ * One poll's outcome, from the server's poller or posted by the relay hosting the manager (the
+ * `actor`); the nodes it moves go through the registry.
+ */
+export async function applyPoll(store: Store, nodes: NodeRegistry, managerId: string, outcome: { instances: unknown[] } | { error: string }, at: Date, actor: Actor): Promise<PollSummary | null> {
   if ('error' in outcome) {
     await store.managers.recordPoll(managerId, at.toISOString(), String(outcome.error).slice(0, 1000));
     return null;
@@ -56,7 +62,8 @@ export async function applyPoll(store: Store, managerId: string, outcome: { inst
   const manager = await store.managers.getManager(managerId);
   const filters = (manager?.spec as { filters?: DiscoveryFilters } | undefined)?.filters;
   const instances = filters ? applyFilters(filters, checked) : checked;
-  return store.managers.applyDiscovery(managerId, instances, at.toISOString());
+  const { changed: _changed, ...counts } = await nodes.applyDiscovery(managerId, instances, at.toISOString(), actor);
+  return counts;
 }
 
 export type NodesChoice = { kind: 'keep' } | { kind: 'delete' } | { kind: 'state'; state: string };
@@ -85,7 +92,7 @@ export interface DeleteOutcome {
  * deleted and ERR_MANAGER_NODES_CHOICE says how many wait — never a silent reassignment.
  */
 /** `nodes`: the node registry the exclusive nodes' deletion or state change goes through (its effects follow). */
-export async function deleteManager(store: Store, id: string, choice: NodesChoice | null, at: Date, nodes?: NodeRegistry): Promise<DeleteOutcome> {
+export async function deleteManager(store: Store, nodes: NodeRegistry, id: string, choice: NodesChoice | null, at: Date, actor: Actor): Promise<DeleteOutcome> {
   const manager = await store.managers.getManager(id);
   if (!manager) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${id} is unknown`);
   const exclusive = await store.managers.exclusiveNodes(id);
@@ -94,18 +101,17 @@ export async function deleteManager(store: Store, id: string, choice: NodesChoic
       { details: { nodes: exclusive.length } });
   }
   const when = at.toISOString();
-  const registry = nodes ?? new NodeRegistry({ store, log: silentLogger });
   const skipped: string[] = [];
   if (choice?.kind === 'delete') {
     for (const n of exclusive) {
-      await registry.remove(n, { at: when, cause: `manager ${id} deleted` }).catch((err: { code?: string }) => {
+      await nodes.remove(n, actor, { at: when }).catch((err: { code?: string }) => {
         if (err.code !== 'ERR_NODE_UNKNOWN') throw err;
       });
     }
   } else if (choice?.kind === 'state') {
     for (const n of exclusive) {
       try {
-        await registry.setState(n, choice.state, { at: when, cause: `manager ${id} deleted` });
+        await nodes.setState(n, choice.state, actor, { at: when, why: `manager ${id} deleted` });
       } catch (err) {
         if ((err as { code?: string }).code !== 'ERR_NODE_TERMINATED') throw err;
         skipped.push(n);

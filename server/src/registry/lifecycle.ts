@@ -16,6 +16,8 @@ import { EventEmitter } from 'node:events';
 import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
+import { systemActor } from '../audit/actor.js';
+import type { NodeRegistry } from './nodes.js';
 
 export interface LifecyclePolicy {
   runIntervalMs: number;
@@ -85,8 +87,14 @@ export interface SweepSignal {
   stopped: boolean;
 }
 
-/** One sweep at `now`. */
-export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal: SweepSignal = { stopped: false }): Promise<SweepResult> {
+/** The sweep acts as the server itself: its node changes are recorded as `sweep`'s. */
+const SWEEP = systemActor('sweep');
+
+/**
+ * One sweep at `now`. Node changes go through the registry (`nodes`), so each moved node is
+ * audited and its policy follows; retention deletes rows in bulk.
+ */
+export async function sweep(store: Store, nodes: NodeRegistry, p: LifecyclePolicy, now: Date, signal: SweepSignal = { stopped: false }): Promise<SweepResult> {
   const batches = async (limit: number, step: () => Promise<number>): Promise<number> => {
     let total = 0;
     for (let i = 0; i < MAX_BATCHES && !signal.stopped; i++) {
@@ -102,9 +110,9 @@ export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal:
   const ago = (ms: number) => new Date(now.getTime() - ms).toISOString();
   const cutoff = runsCutoff(now, p.runsRetentionMs).toISOString();
   await store.prepareRunStorage(now);
-  const unreachable = await batches(p.batchSize, () => store.markUnreachable(ago(p.runIntervalMs * p.missedRuns), at, p.batchSize));
-  const missing = await batches(p.batchSize, () => store.markMissing(ago(p.missingAfterMs), at, p.batchSize));
-  const purged = await batches(p.purgeBatchSize, () => store.purgeNodes(ago(p.purgeAfterMs), p.purgeBatchSize));
+  const unreachable = await batches(p.batchSize, () => nodes.sweepStep('unreachable', () => store.markUnreachable(ago(p.runIntervalMs * p.missedRuns), at, p.batchSize), at, SWEEP));
+  const missing = await batches(p.batchSize, () => nodes.sweepStep('missing', () => store.markMissing(ago(p.missingAfterMs), at, p.batchSize), at, SWEEP));
+  const purged = await batches(p.purgeBatchSize, () => nodes.sweepStep('purge', () => store.purgeNodes(ago(p.purgeAfterMs), p.purgeBatchSize), at, SWEEP));
   const runsDeleted = await batches(p.batchSize, () => store.deleteRunsBefore(cutoff, p.batchSize));
   const historyPruned = await batches(p.batchSize, () => store.pruneHistory(ago(p.historyRetentionMs), p.batchSize));
   const changesDeleted = await batches(p.batchSize, () => store.deleteChangesBefore(ago(p.changesRetentionMs), p.batchSize));
@@ -120,6 +128,8 @@ export async function sweep(store: Store, p: LifecyclePolicy, now: Date, signal:
 
 export interface SweeperOptions {
   store: Store;
+  /** The node registry the sweep's node changes go through. */
+  nodes: NodeRegistry;
   policy: LifecyclePolicy;
   intervalMs: number;
   log: Logger;
@@ -152,7 +162,7 @@ export class Sweeper extends EventEmitter {
     if (this.running) return this.running;
     this.running = (async () => {
       try {
-        const r = await sweep(this.o.store, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
+        const r = await sweep(this.o.store, this.o.nodes, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
         this.last = r;
         const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted + r.audit_deleted;
         if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');

@@ -1,7 +1,7 @@
 /**
  * Contacts of relay nodes. An agent is heard from through its inventories and runs; a relay
  * sends neither, so without this a registered relay would stay `unknown` forever. A relay's
- * contact is recorded (store.recordContact: the agents' rule, rules.ts afterContact — last contact,
+ * contact is recorded (the registry's recordContact: the agents' rule, rules.ts afterContact — last contact,
  * reachable, missing → running) when:
  * - it renews its token by signed request (checked against its pinned certificate);
  * - the relay authorizer lets it in at a relay-only endpoint (identity/relay-auth.ts: its
@@ -27,7 +27,8 @@
  * token expires (the hub ends the link then).
  */
 import type { Logger } from '@capstan/shared/log';
-import type { Store } from '../store/store.js';
+import type { NodeRegistry } from './nodes.js';
+import { relayActor } from '../audit/actor.js';
 
 /** At most one write per relay this often from the authorizer (a busy relay makes many requests). */
 export const THROTTLE_MS = 60_000;
@@ -41,7 +42,8 @@ export const MIN_BEAT_MS = 250;
 export const MAX_REMEMBERED = 20_000;
 
 export interface RelayContactOptions {
-  store: Pick<Store, 'recordContact'>;
+  /** The node registry (nodes.ts): contacts go through its door like every node change. */
+  store: Pick<NodeRegistry, 'recordContact'>;
   log: Logger;
   /** A node is marked unreachable after this long without contact (run_interval × missed_runs). */
   unreachableAfterMs: number;
@@ -90,7 +92,7 @@ export class RelayContacts {
     const now = this.clock();
     this.remember(id, now);
     try {
-      await this.o.store.recordContact(id, new Date(now).toISOString(), cause);
+      await this.o.store.recordContact(id, new Date(now).toISOString(), relayActor(id), cause);
       return undefined;
     } catch (err) {
       return err;

@@ -5,12 +5,16 @@
  * of failing later, request by request.
  */
 import { capstanError } from '@capstan/shared/errors';
+import type { StoreRules } from './rules.js';
 import type { Store } from './store.js';
 
 export type * from './store.js';
+export type * from './rules.js';
 export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
 
 export interface OpenStoreOptions {
+  /** The domain's rules the store applies in its transactions (server/src/registry/open.ts gives them). */
+  rules: StoreRules;
   sqlitePath?: string;
   databaseUrl?: string;
   poolSize?: number;
@@ -33,6 +37,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
     const { PostgresStore } = await import('./postgres/index.js');
     store = new PostgresStore({
       url: opts.databaseUrl,
+      rules: opts.rules,
       ...(opts.poolSize !== undefined && { poolSize: opts.poolSize }),
       ...(opts.schema !== undefined && { schema: opts.schema }),
       ...(opts.now && { now: opts.now }),
@@ -43,7 +48,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
   } else if (opts.sqlitePath) {
     const { SqliteStore } = await import('./sqlite/index.js');
     store = new SqliteStore({
-      path: opts.sqlitePath, ...(opts.now && { now: opts.now }),
+      path: opts.sqlitePath, rules: opts.rules, ...(opts.now && { now: opts.now }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
     });
   } else {

@@ -6,9 +6,9 @@ import type { FastifyInstance } from 'fastify';
 import { parseDuration } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
-import type { AdminRecord, AdminRole, AdminStore } from '../../store/admins/types.js';
-import { ADMIN_ROLES } from '../../store/admins/types.js';
-import { parseRfc3339 } from '../../store/time.js';
+import type { AdminRecord, AdminRole, AdminStore } from '../../reads.js';
+import { ADMIN_ROLES } from '../../reads.js';
+import { parseRfc3339 } from '../../reads.js';
 import { BOOTSTRAP_ADMIN, newToken, tokenDigest } from '../auth.js';
 import { bodyObject, paging, single, timeParam, type Query } from '../params.js';
 

@@ -10,26 +10,24 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
-import { parseCredentialRequest, sealCredential } from '../../bootstrap/credentials.js';
-import type { KeySealer } from '../../identity/seal.js';
-import type { Store } from '../../store/store.js';
+import type { CredentialService } from '../../bootstrap/service.js';
+import type { Reads } from '../../reads.js';
+import { actorOf } from '../actor.js';
 
 export interface BootstrapRouteDeps {
-  store: Store;
-  sealer: KeySealer;
-  now?: () => Date;
+  store: Reads;
+  /** The door for credentials and pinned host keys (bootstrap/service.ts). */
+  credentials: CredentialService;
 }
 
 /** A credential body holds a private key: more than the usual JSON limit is never needed. */
 const MAX_CREDENTIAL_BYTES = 128 * 1024;
 
 export function bootstrapRoutes(app: FastifyInstance, deps: BootstrapRouteDeps): void {
-  const { store } = deps;
-  const now = deps.now ?? (() => new Date());
+  const { store, credentials } = deps;
 
   app.post('/api/1/credentials', async (req, reply) => {
-    const body = parseCredentialRequest(await readJson(req, MAX_CREDENTIAL_BYTES));
-    const created = await store.bootstrap.createCredential(await sealCredential(body, deps.sealer, now()));
+    const created = await credentials.create(await readJson(req, MAX_CREDENTIAL_BYTES), actorOf(req));
     return reply.code(201).send({ data: created });
   });
 
@@ -45,7 +43,7 @@ export function bootstrapRoutes(app: FastifyInstance, deps: BootstrapRouteDeps):
   });
 
   app.delete<{ Params: { id: string } }>('/api/1/credentials/:id', async (req, reply) => {
-    if (!(await store.bootstrap.deleteCredential(req.params.id))) throw capstanError('ERR_CREDENTIAL_UNKNOWN', `credential ${req.params.id} is unknown`);
+    await credentials.delete(req.params.id, actorOf(req));
     return reply.code(204).send();
   });
 
@@ -56,7 +54,7 @@ export function bootstrapRoutes(app: FastifyInstance, deps: BootstrapRouteDeps):
   });
 
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id/host-key', async (req, reply) => {
-    if (!(await store.bootstrap.clearHostKey(req.params.id))) throw capstanError('ERR_NOT_FOUND', `no host key is pinned for node ${req.params.id}`);
+    await credentials.clearHostKey(req.params.id, actorOf(req));
     return reply.code(204).send();
   });
 }

@@ -6,8 +6,8 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { loadModel } from '../../policy/generate.js';
-import { MAX_FILTER_IDS } from '../../store/changes/rows.js';
-import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Store } from '../../store/store.js';
+import { MAX_FILTER_IDS } from '../../reads.js';
+import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
 import { paging, single, timeParam, type Query } from '../params.js';
 import type { AggregateCache } from '../../console/cache.js';
@@ -28,7 +28,7 @@ const list = (q: Query, name: string): string[] | undefined => {
 const KNOWN = ['from', 'to', 'node', 'rule', 'directive', 'group', 'label', 'page', 'per_page', 'format', 'by', 'diff', 'max_age'];
 
 /** A change query from the query string; `group` (a policy group) becomes its members. */
-export async function changeQuery(store: Store, q: Query): Promise<ChangeQuery> {
+export async function changeQuery(store: Reads, q: Query): Promise<ChangeQuery> {
   const unknown = Object.keys(q).filter((k) => !KNOWN.includes(k));
   if (unknown.length) bad(`unknown parameter ${unknown[0]}`);
   const label = single(q, 'label');
@@ -57,7 +57,7 @@ export async function changeQuery(store: Store, q: Query): Promise<ChangeQuery> 
   };
 }
 
-export function changeRoutes(app: FastifyInstance, store: Store, cache?: AggregateCache): void {
+export function changeRoutes(app: FastifyInstance, store: Reads, cache?: AggregateCache): void {
   app.get<{ Querystring: Query }>('/api/1/changes', async (req, reply) => {
     if (req.query.max_age !== undefined) bad('max_age is taken by the histogram, not by the list of changes');
     const format = exportFormat(req);

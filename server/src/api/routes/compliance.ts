@@ -12,13 +12,13 @@ import { COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/
 import { capstanError } from '@capstan/shared/errors';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
 import { loadModel } from '../../policy/generate.js';
-import type { NodeComplianceRow, Store } from '../../store/store.js';
+import type { NodeComplianceRow, Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
 import { filtersFrom, intParam, type Query } from '../params.js';
 import { mustGet } from './nodes.js';
 
 export interface ComplianceRouteDeps {
-  store: Store;
+  store: Reads;
   settings: ComplianceSettings;
   now?: () => Date;
   /** Recent copies of the fleet-wide aggregates, for requests that allow one (`max_age`). */

@@ -9,25 +9,22 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
-import { createJob, parseJobRequest, type JobLimits } from '../../jobs/create.js';
-import type { JobRunner } from '../../jobs/runner.js';
-import type { JobState, Store } from '../../store/store.js';
+import { parseJobRequest } from '../../jobs/create.js';
+import type { JobService } from '../../jobs/service.js';
+import type { JobState, Reads } from '../../reads.js';
+import { actorOf } from '../actor.js';
 import { paging, single, type Query } from '../params.js';
 
 export interface JobRouteDeps {
-  store: Store;
-  runner: JobRunner;
-  /** Takes bootstrap jobs at once (absent: [bootstrap] enabled = false). */
-  bootstrap?: { kick(): void };
-  limits: JobLimits;
-  now?: () => Date;
+  store: Reads;
+  /** The door for jobs (jobs/service.ts): creating and cancelling them. */
+  service: JobService;
 }
 
 const JOB_STATES: readonly JobState[] = ['running', 'finished', 'cancelled'];
 
 export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   const { store } = deps;
-  const now = deps.now ?? (() => new Date());
   const mustGet = async (id: string) => {
     const job = await store.jobs.getJob(id);
     if (!job) throw capstanError('ERR_JOB_UNKNOWN', `job ${id} is unknown`);
@@ -35,11 +32,8 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   };
 
   app.post('/api/1/jobs', async (req, reply) => {
-    const request = parseJobRequest(await readJson(req), deps.limits);
-    const job = await createJob(store, request, deps.limits, now());
-    if (job.type === 'bootstrap') deps.bootstrap?.kick();
-    else deps.runner.kick();
-    return reply.code(201).send({ data: job });
+    const request = parseJobRequest(await readJson(req), deps.service.limits);
+    return reply.code(201).send({ data: await deps.service.create(request, actorOf(req)) });
   });
 
   app.get<{ Querystring: Query }>('/api/1/jobs', async (req) => {
@@ -65,8 +59,6 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
   });
 
   app.post<{ Params: { id: string } }>('/api/1/jobs/:id/cancel', async (req) => {
-    const job = await store.jobs.cancelJob(req.params.id, now().toISOString());
-    if (!job) throw capstanError('ERR_JOB_UNKNOWN', `job ${req.params.id} is unknown`);
-    return { data: job };
+    return { data: await deps.service.cancel(req.params.id, actorOf(req)) };
   });
 }

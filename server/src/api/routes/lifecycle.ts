@@ -1,7 +1,7 @@
 /** Admin API: registry counts and what the lifecycle sweep did (GET /api/1/lifecycle). */
 import type { FastifyInstance } from 'fastify';
 import type { LifecyclePolicy, SweepResult } from '../../registry/lifecycle.js';
-import type { Store } from '../../store/store.js';
+import type { Reads } from '../../reads.js';
 import type { AggregateCache } from '../../console/cache.js';
 import type { Query } from '../params.js';
 import { maybeCached } from './compliance.js';
@@ -11,7 +11,7 @@ export interface LifecycleView {
   last: () => SweepResult | null;
 }
 
-export function lifecycleRoutes(app: FastifyInstance, store: Store, view: LifecycleView | undefined, cache?: AggregateCache): void {
+export function lifecycleRoutes(app: FastifyInstance, store: Reads, view: LifecycleView | undefined, cache?: AggregateCache): void {
   app.get<{ Querystring: Query }>('/api/1/lifecycle', async (req, reply) => {
     // max_age (the console's dashboard): counts up to that old will do.
     const counts = await maybeCached({ ...(cache && { cache }) }, req.query, reply, 'counts', () => store.counts());

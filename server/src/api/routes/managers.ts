@@ -16,11 +16,13 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
 import { driverFor, PROVIDER_ID, type ManagerSpec } from '@capstan/toolkit/providers/index';
-import type { Store } from '../../store/store.js';
-import type { NodeRegistry } from '../../registry/nodes.js';
+import type { Reads } from '../../reads.js';
+import type { ManagerService } from '../../providers/service.js';
+import { relayActor } from '../../audit/actor.js';
+import { actorOf } from '../actor.js';
 import type { RelayAuthorizer } from '../../identity/relay-auth.js';
 import {
-  applyPoll, checkManager, deleteManager, managerView, parseNodesChoice, recordToSpec, specToStored, MAX_INSTANCES_PER_POLL,
+  managerView, parseNodesChoice, recordToSpec, MAX_INSTANCES_PER_POLL,
 } from '../../providers/managers.js';
 
 export const RELAY_PROVIDERS_PATH = '/relay-api/1/providers';
@@ -28,60 +30,35 @@ export const RELAY_PROVIDERS_PATH = '/relay-api/1/providers';
 const MAX_DISCOVERY_BYTES = MAX_INSTANCES_PER_POLL * 1024;
 
 export interface ManagerRouteDeps {
-  store: Store;
-  /** Node changes (a deleted manager's nodes) go through the registry. */
-  nodes?: NodeRegistry;
+  store: Reads;
+  /** The door for managers (providers/service.ts). */
+  service: ManagerService;
   /** Poll a server-hosted manager now (absent: the server hosts no providers). */
   pollNow?: (id: string) => Promise<void>;
   /** Where `env` credential references of server-hosted managers are read. */
   env?: NodeJS.ProcessEnv;
 }
 
-async function mustGet(store: Store, id: string) {
+async function mustGet(store: Reads, id: string) {
   const m = await store.managers.getManager(id);
   if (!m) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${id} is unknown`);
   return m;
 }
 
-/** A manager hosted by a relay names one an admin registered (a typo would never be polled). */
-async function checkProvider(store: Store, provider: string): Promise<void> {
-  if (provider === 'server') return;
-  const node = await store.getNode(provider);
-  if (!node?.relay) {
-    throw capstanError('ERR_MANAGER_INVALID', `provider ${provider} is not a registered relay (register it with POST /api/1/nodes and "relay": true, or use "server")`, {
-      details: { field: 'provider' },
-    });
-  }
-}
-
 export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps): void {
-  const { store } = deps;
-  const now = () => new Date().toISOString();
+  const { store, service } = deps;
 
   app.get('/api/1/managers', async () => ({ data: (await store.managers.listManagers()).map(managerView) }));
 
-  app.post('/api/1/managers', async (req, reply) => {
-    const s = checkManager(await readJson(req));
-    await checkProvider(store, s.provider);
-    const m = await store.managers.createManager({ id: s.id, name: s.name, type: s.type, provider: s.provider, spec: specToStored(s) }, now());
-    return reply.code(201).send({ data: managerView(m) });
-  });
+  app.post('/api/1/managers', async (req, reply) => reply.code(201).send({ data: managerView(await service.create(await readJson(req), actorOf(req))) }));
 
   app.get<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => ({ data: managerView(await mustGet(store, req.params.id)) }));
 
-  app.put<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => {
-    const s = checkManager(await readJson(req), req.params.id);
-    const old = await mustGet(store, req.params.id);
-    if (s.provider !== old.provider) await checkProvider(store, s.provider);
-    if (old.type !== s.type) throw capstanError('ERR_CONFLICT', `manager ${old.id} is of type ${old.type}; a type never changes (create another manager)`);
-    const m = await store.managers.updateManager(s.id, { name: s.name, provider: s.provider, spec: specToStored(s) }, now());
-    if (!m) throw capstanError('ERR_MANAGER_UNKNOWN', `manager ${req.params.id} is unknown`);
-    return { data: managerView(m) };
-  });
+  app.put<{ Params: { id: string } }>('/api/1/managers/:id', async (req) => ({ data: managerView(await service.update(req.params.id, await readJson(req), actorOf(req))) }));
 
   app.delete<{ Params: { id: string }; Querystring: { nodes?: string } }>('/api/1/managers/:id', async (req) => {
     const choice = parseNodesChoice(req.query.nodes);
-    return { data: await deleteManager(store, req.params.id, choice, new Date(), deps.nodes) };
+    return { data: await service.delete(req.params.id, choice, actorOf(req)) };
   });
 
   app.post<{ Params: { id: string } }>('/api/1/managers/:id/test', async (req) => {
@@ -107,7 +84,7 @@ export function managerAdminRoutes(app: FastifyInstance, deps: ManagerRouteDeps)
   });
 }
 
-export function managerRelayRoutes(app: FastifyInstance, store: Store, authorizeRelay?: RelayAuthorizer): void {
+export function managerRelayRoutes(app: FastifyInstance, store: Reads, service: ManagerService, authorizeRelay?: RelayAuthorizer): void {
   const relayId = async (id: string, authorization: string | string[] | undefined) => {
     if (!PROVIDER_ID.test(id) || id === 'server') throw capstanError('ERR_BAD_REQUEST', 'invalid relay id');
     if (authorizeRelay) await authorizeRelay(authorization, id);
@@ -131,6 +108,6 @@ export function managerRelayRoutes(app: FastifyInstance, store: Store, authorize
     else if (Array.isArray(body.instances)) outcome = { instances: body.instances };
     else throw capstanError('ERR_BAD_REQUEST', 'body must be {instances: [...]} or {error: "..."}');
     // The server's clock, like every contact time: a relay's clock is not trusted for lifecycle times.
-    return { data: await applyPoll(store, m.id, outcome, new Date()) };
+    return { data: await service.poll(m.id, outcome, relayActor(relay)) };
   });
 }

@@ -7,10 +7,11 @@ import { parseRunInfo } from '@capstan/shared/runlog/name';
 import { parseRunLog } from '@capstan/shared/runlog/parse';
 import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
 import { readJson } from '@capstan/toolkit/http/app';
-import type { NodeCreate, NodePatch, NodeRecord, Store } from '../../store/store.js';
-import { NODE_STATES } from '../../store/nodes/rules.js';
-import { checkProperties } from '../../store/nodes/inventory/indexing.js';
+import type { NodeCreate, NodePatch, NodeRecord, Reads } from '../../reads.js';
+import { NODE_STATES } from '../../registry/rules.js';
+import { checkProperties } from '../../registry/open.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
+import { actorOf } from '../actor.js';
 import { listView } from '../node-view.js';
 import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
@@ -20,7 +21,7 @@ const HOST = /^[A-Za-z0-9][A-Za-z0-9.:_-]{0,252}$/;
 /** Largest decompressed run log re-read for `reports=true` (the ingest limit bounds what is stored). */
 const MAX_REREAD_BYTES = 512 * 1024 * 1024;
 
-export async function mustGet(store: Store, id: string): Promise<NodeRecord> {
+export async function mustGet(store: Reads, id: string): Promise<NodeRecord> {
   const node = await store.getNode(id);
   if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${id} is unknown`);
   return node;
@@ -121,7 +122,7 @@ export function patchBody(raw: unknown): NodePatch {
   return patch;
 }
 
-export function nodeRoutes(app: FastifyInstance, store: Store, nodes: NodeRegistry): void {
+export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegistry): void {
   app.get<{ Querystring: Query }>('/api/1/nodes', async (req) => {
     const q = nodeListQuery(req.query);
     const res = await store.listNodes(q);
@@ -139,25 +140,25 @@ export function nodeRoutes(app: FastifyInstance, store: Store, nodes: NodeRegist
   // Changes go through the registry (registry/nodes.ts), which carries out their effects.
   app.post<{ Params: { id: string } }>('/api/1/nodes/:id/accept', async (req) => {
     const fingerprint = acceptBody(await readJson(req));
-    return { data: listView(await nodes.accept(req.params.id, { ...(fingerprint !== undefined && { fingerprint }) })) };
+    return { data: listView(await nodes.accept(req.params.id, actorOf(req), { ...(fingerprint !== undefined && { fingerprint }) })) };
   });
 
   app.post<{ Params: { id: string } }>('/api/1/nodes/:id/refuse', async (req) => {
-    return { data: listView(await nodes.refuse(req.params.id)) };
+    return { data: listView(await nodes.refuse(req.params.id, actorOf(req))) };
   });
 
   app.post('/api/1/nodes', async (req, reply) => {
-    const node = await nodes.create(createBody(await readJson(req)));
+    const node = await nodes.create(createBody(await readJson(req)), actorOf(req));
     return reply.code(201).send({ data: listView(node) });
   });
 
   app.patch<{ Params: { id: string } }>('/api/1/nodes/:id', async (req) => {
     const patch = patchBody(await readJson(req));
-    return { data: listView(await nodes.patch(req.params.id, patch)) };
+    return { data: listView(await nodes.patch(req.params.id, patch, actorOf(req))) };
   });
 
   app.delete<{ Params: { id: string } }>('/api/1/nodes/:id', async (req, reply) => {
-    await nodes.remove(req.params.id);
+    await nodes.remove(req.params.id, actorOf(req));
     return reply.code(204).send();
   });
 
@@ -176,7 +177,7 @@ export function nodeRoutes(app: FastifyInstance, store: Store, nodes: NodeRegist
     return { data: props };
   });
   app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
-    return { data: await nodes.setProperties(req.params.id, checkProperties(await readJson(req))) };
+    return { data: await nodes.setProperties(req.params.id, checkProperties(await readJson(req)), actorOf(req)) };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/inventory', async (req) => {

@@ -8,18 +8,18 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
-import { signBundle, type PolicyBundle } from '@capstan/shared/policy/bundle';
 import { etagMatches, readJson } from '@capstan/toolkit/http/app';
 import { changesQuery } from '@capstan/toolkit/policy/changes';
-import type { PolicyKind, Store } from '../../store/store.js';
-import type { PolicyGenerator } from '../../policy/generate.js';
+import type { Reads } from '../../reads.js';
+import type { BundleServer } from '../../policy/bundles.js';
+import { parsePolicyObject, POLICY_PLURAL, type PolicyService } from '../../policy/service.js';
+import { actorOf } from '../actor.js';
 import type { PolicyKeyring } from '../../policy/key.js';
-import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, checkId, parseDirective, parseGroup, parseRule } from '../../policy/model.js';
-import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES, parsePlanRequest, planPolicy } from '../../policy/plan.js';
+import { checkId } from '../../policy/model.js';
+import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES } from '../../policy/plan.js';
 import { listView } from '../node-view.js';
 import { paging, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
-import { MAX_FILTER_VALUES } from '../../store/nodes/filters/query.js';
 
 /**
  * May this request fetch this node's policy? The node identity layer fills this with its check
@@ -28,52 +28,18 @@ import { MAX_FILTER_VALUES } from '../../store/nodes/filters/query.js';
 export type AuthorizeNode = (req: FastifyRequest, nodeId: string | undefined) => Promise<void>;
 
 export interface PolicyRouteDeps {
-  store: Store;
-  generator: PolicyGenerator;
+  /** The door for policy changes (policy/service.ts): saves, deletes, plans. */
+  service: PolicyService;
+  /** Signed bundles for the nodes (policy/bundles.ts). */
+  bundles: BundleServer;
+  /** What the routes read: node records for the membership views. */
+  reads: Pick<Reads, 'getNode' | 'listNodes' | 'getPolicyBundle'>;
   key: PolicyKeyring;
   authorizeNode?: AuthorizeNode;
   /** `[policy] shared_folder`: served at /rudder/relay-api/1/shared-folder/ (empty: every file 404). */
   sharedFolder?: string;
   /** `[policy] max_plan_size`: the largest body of POST /api/1/policy/plan (default 16 MiB). */
   maxPlanBytes?: number;
-}
-
-const PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
-
-const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
-
-/** A rule may only name directives and groups that exist. */
-async function checkRefs(store: Store, rule: { directives: string[]; groups: string[] }): Promise<void> {
-  for (const [kind, ids] of [['directive', rule.directives], ['group', rule.groups]] as const) {
-    const known = new Set((await store.listPolicyObjects(kind)).map((o) => o.id));
-    if (kind === 'group') BUILTIN_GROUP_IDS.forEach((id) => known.add(id));
-    const missing = ids.filter((i) => !known.has(i));
-    if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${PLURAL[kind]}: ${missing.join(', ')}`, { details: { field: PLURAL[kind] } });
-  }
-}
-
-/**
- * A static group may only name nodes the registry knows (as a job's static nodes): an unknown id
- * is a typo that would silently leave the node it meant out of the group's rules.
- */
-async function checkGroupNodes(store: Store, group: { nodes?: string[] }): Promise<void> {
-  const ids = group.nodes ?? [];
-  const missing: string[] = [];
-  for (let i = 0; i < ids.length; i += MAX_FILTER_VALUES) {
-    const chunk = ids.slice(i, i + MAX_FILTER_VALUES);
-    const known = new Set(await store.listNodeIds([{ key: 'id', values: chunk }]));
-    missing.push(...chunk.filter((id) => !known.has(id)));
-  }
-  if (missing.length) {
-    const shown = missing.slice(0, 10).join(', ') + (missing.length > 10 ? ` and ${missing.length - 10} more` : '');
-    throw capstanError('ERR_BAD_REQUEST', `group names unknown nodes: ${shown}`, { details: { field: 'nodes' } });
-  }
-}
-
-/** Rules naming a directive or group: such an object cannot be deleted from under them. */
-async function referencedBy(store: Store, kind: 'directive' | 'group', id: string): Promise<string[]> {
-  const field = kind === 'directive' ? 'directives' : 'groups';
-  return (await store.listPolicyObjects('rule')).filter((r) => (r.body[field] as string[]).includes(id)).map((r) => r.id);
 }
 
 /**
@@ -90,13 +56,8 @@ async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>)
   }
 }
 
-function parse(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
-  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId) : parseRule(body, pathId);
-  return obj as unknown as Record<string, unknown>;
-}
-
 export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
-  const { store, generator } = deps;
+  const { service } = deps;
 
   // A new active policy key, endorsed by the previous one. Bundles are signed when served, so
   // the next fetch of every node carries the new signature and the endorsement chain.
@@ -109,75 +70,30 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
   app.post<{ Querystring: { max_nodes?: string } }>('/api/1/policy/plan', async (req, reply) => namingField(reply, async () => {
     const max = req.query.max_nodes === undefined ? DEFAULT_PLAN_NODES : Number(req.query.max_nodes);
     if (!(max >= 1 && max <= MAX_PLAN_NODES)) throw capstanError('ERR_BAD_REQUEST', `max_nodes must be an integer from 1 to ${MAX_PLAN_NODES}`);
-    const plan = parsePlanRequest(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024));
-    for (const [i, g] of plan.groups.entries()) {
-      try {
-        await checkGroupNodes(store, g);
-      } catch (err) {
-        if (isCapstanError(err)) throw capstanError('ERR_BAD_REQUEST', `groups[${i}]: ${err.message}`, { details: { field: `groups[${i}].nodes` } });
-        throw err;
-      }
-    }
-    return reply.send({ data: await planPolicy(store, generator, plan, max) });
+    return reply.send({ data: await service.plan(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024), max) });
   }));
 
   for (const kind of ['directive', 'group', 'rule'] as const) {
-    const base = `/api/1/${PLURAL[kind]}`;
-    const view = (o: { body: Record<string, unknown>; updated_at: string }) => ({ ...o.body, updated_at: o.updated_at });
-
-    // The built-in groups are listed first, marked `builtin: true`.
-    const builtins = kind === 'group' ? BUILTIN_GROUPS.map((g) => ({ ...g, builtin: true })) : [];
-
+    const base = `/api/1/${POLICY_PLURAL[kind]}`;
     app.get(base, async () => {
-      const list = [...builtins, ...(await store.listPolicyObjects(kind)).map(view)];
+      const list = await service.list(kind);
       return { data: list, total: list.length };
     });
+    app.get<{ Params: { id: string } }>(`${base}/:id`, async (req) => ({ data: await service.get(kind, req.params.id) }));
 
-    app.get<{ Params: { id: string } }>(`${base}/:id`, async (req) => {
-      const builtin = builtins.find((g) => g.id === req.params.id);
-      if (builtin) return { data: builtin };
-      const o = await store.getPolicyObject(kind, req.params.id);
-      if (!o) throw notFound(kind, req.params.id);
-      return { data: view(o) };
-    });
-
-    const save = async (body: Record<string, unknown>, mustExist: boolean | null) => {
-      const id = body.id as string;
-      // References are checked inside the generator's queue, so a concurrent delete cannot slip between.
-      const { result, stats } = await generator.change(kind, id, async () => {
-        if (kind === 'rule') await checkRefs(store, body as { directives: string[]; groups: string[] });
-        if (kind === 'group') await checkGroupNodes(store, body as { nodes?: string[] });
-        const exists = (await store.getPolicyObject(kind, id)) !== null;
-        if (mustExist === false && exists) throw capstanError('ERR_CONFLICT', `${kind} ${id} already exists`);
-        if (mustExist === true && !exists) throw notFound(kind, id);
-        await store.putPolicyObject(kind, id, body, new Date().toISOString());
-        return store.getPolicyObject(kind, id);
-      });
-      return { data: view(result!), regenerated: { nodes: stats.nodes, changed: stats.changed } };
-    };
-
-    app.post(base, async (req, reply) => namingField(reply, async () => reply.code(201).send(await save(parse(kind, await readJson(req)), false))));
+    const answer = (r: Awaited<ReturnType<PolicyService['save']>>) => ({ data: r.object, regenerated: r.regenerated });
+    app.post(base, async (req, reply) => namingField(reply, async () =>
+      reply.code(201).send(answer(await service.save(kind, parsePolicyObject(kind, await readJson(req)), actorOf(req), false)))));
 
     // PUT replaces the whole object, creating it when absent (201) — the path names the id.
     app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => namingField(reply, async () => {
       checkId(req.params.id);
-      const body = parse(kind, await readJson(req), req.params.id);
-      const existed = (await store.getPolicyObject(kind, req.params.id)) !== null;
-      const out = await save(body, null);
-      return reply.code(existed ? 200 : 201).send(out);
+      const r = await service.save(kind, parsePolicyObject(kind, await readJson(req), req.params.id), actorOf(req), null);
+      return reply.code(r.created ? 201 : 200).send(answer(r));
     }));
 
     app.delete<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => {
-      const id = req.params.id;
-      if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be deleted`);
-      const { result } = await generator.change(kind, id, async () => {
-        if (kind !== 'rule') {
-          const rules = await referencedBy(store, kind, id);
-          if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
-        }
-        return store.deletePolicyObject(kind, id);
-      });
-      if (!result) throw notFound(kind, id);
+      await service.delete(kind, req.params.id, actorOf(req));
       return reply.code(204).send();
     });
   }
@@ -185,12 +101,13 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
 
 
 /** GET /api/1/groups/<id>/nodes and GET /api/1/nodes/<id>/policy: membership as the generator sees it. */
-export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRouteDeps, 'store' | 'generator'>): void {
-  const { store, generator } = deps;
+export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRouteDeps, 'reads' | 'service'>): void {
+  const { reads: store } = deps;
+  const generator = deps.service.generator;
   app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/groups/:id/nodes', async (req) => {
     const { page, per_page } = paging(req.query, 100);
     const ids = await generator.groupMembers(req.params.id);
-    if (ids === null) throw notFound('group', req.params.id);
+    if (ids === null) throw capstanError('ERR_NOT_FOUND', `group ${req.params.id} does not exist`);
     const slice = ids.slice((page - 1) * per_page, page * per_page);
     const nodes = slice.length === 0 ? [] : (await store.listNodes({ filters: [{ key: 'id', values: slice }], sort: 'id', page: 1, per_page: slice.length })).data;
     return { data: nodes.map(listView), total: ids.length, page, per_page };
@@ -204,7 +121,8 @@ export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRo
 }
 
 export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
-  const { store, generator, key } = deps;
+  const { key, bundles } = deps;
+  const generator = deps.service.generator;
   const authorize = deps.authorizeNode ?? (async () => undefined);
 
   // Behind the same switch as policy downloads (identity.require_token): a token of any node.
@@ -229,25 +147,10 @@ export function policyNodeRoutes(app: FastifyInstance, deps: PolicyRouteDeps): v
   });
 
   app.get<{ Params: { id: string } }>('/policies/:id/rules', async (req, reply) => {
-    const nodeId = req.params.id;
-    await authorize(req, nodeId);
-    const node = await store.getNode(nodeId);
-    // Unknown, pending and refused nodes get nothing, and cannot tell which they are.
-    if (!node || node.accepted !== 'accepted') throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
-    let rec = await store.getPolicyBundle(nodeId);
-    // Accepted outside this process (CLI, another server): generate it now rather than 404.
-    if (!rec) {
-      await generator.nodeChanged(nodeId);
-      rec = await store.getPolicyBundle(nodeId);
-    }
-    if (!rec) throw capstanError('ERR_NOT_FOUND', `no policy for node ${nodeId}`);
-    // The signing key is part of the ETag: after a rotation, caches must not keep answering 304
-    // for a copy signed by the old key (an agent that pins only the new key would refuse it).
-    const k = key.current();
-    const etag = `"${rec.config_id}.${k.keyId.slice(0, 8)}"`;
-    reply.header('etag', etag).header('cache-control', 'no-cache');
-    if (etagMatches(req.headers['if-none-match'], etag)) return reply.code(304).send();
-    const bundle = JSON.parse(rec.bundle) as PolicyBundle;
-    return reply.type('application/json').send(JSON.stringify(signBundle(bundle, k.privateKeyPem, { includePublicKey: true, endorsements: k.endorsements })));
+    await authorize(req, req.params.id);
+    const answer = await bundles.forNode(req.params.id);
+    reply.header('etag', answer.etag).header('cache-control', 'no-cache');
+    if (etagMatches(req.headers['if-none-match'], answer.etag)) return reply.code(304).send();
+    return reply.type('application/json').send(answer.text());
   });
 }

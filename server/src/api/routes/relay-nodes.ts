@@ -19,7 +19,7 @@
 import { createHash, X509Certificate } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { etagMatches } from '@capstan/toolkit/http/app';
-import type { NodeRecord, Store } from '../../store/store.js';
+import type { NodeRecord, Reads } from '../../reads.js';
 
 export const RELAY_NODES_PATH = '/rudder/relay-api/1/nodes';
 
@@ -59,7 +59,7 @@ export interface NodesListEntry {
 }
 
 /** Every accepted node, by id; a node without a known policy server is under this server (`rootId`). */
-export async function acceptedNodesList(store: Store, rootId: string): Promise<Record<string, NodesListEntry>> {
+export async function acceptedNodesList(store: Reads, rootId: string): Promise<Record<string, NodesListEntry>> {
   const out: Record<string, NodesListEntry> = {};
   // Every forced renewal ever made (one row per node at most): old ones only repeat what expiry says.
   const forced = await store.identity.forcedRenewals(0);
@@ -82,7 +82,7 @@ export async function acceptedNodesList(store: Store, rootId: string): Promise<R
 }
 
 export interface RelayNodesDeps {
-  store: Store;
+  store: Reads;
   rootId: string;
   /** The key ids the JWKS publishes, sorted (absent: no identity, no `keys`). */
   keys?: () => Promise<string[]>;

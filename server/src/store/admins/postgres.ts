@@ -49,9 +49,10 @@ export class PostgresAdminStore implements AdminStore {
   }
 
   async insertAudit(r: AuditInsert): Promise<void> {
-    await this.db.query<Row>('record audit', `INSERT INTO audit_log (at, admin, role, action, target, method, path, address, status, error)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-    [r.at, r.admin, r.role, r.action, r.target, r.method, r.path, r.address, r.status, r.error]);
+    await this.db.query<Row>('record audit', `INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+    [r.at, r.admin, r.role, r.actor_kind, r.actor, r.action, r.target, r.method, r.path, r.address, r.status, r.error,
+      r.before === null || r.before === undefined ? null : JSON.stringify(r.before), r.after === null || r.after === undefined ? null : JSON.stringify(r.after)]);
   }
 
   async listAudit(q: AuditQuery): Promise<{ rows: AuditRecord[]; total: number }> {

@@ -9,7 +9,10 @@ export const isoOrNull = (v: unknown): string | null =>
   v === null || v === undefined ? null : v instanceof Date ? v.toISOString() : new Date(String(v)).toISOString();
 
 export const ADMIN_COLUMNS = 'name, role, created_at, expires_at, revoked_at, last_used_at';
-export const AUDIT_COLUMNS = 'id, at, admin, role, action, target, method, path, address, status, error';
+export const AUDIT_COLUMNS = 'id, at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state';
+
+/** before/after as stored: JSON text (SQLite) or jsonb (PostgreSQL, parsed by the driver). */
+const json = (v: unknown): unknown => (v === null || v === undefined ? null : typeof v === 'string' ? JSON.parse(v) : v);
 
 export function adminFromRow(r: Row): AdminRecord {
   return {
@@ -28,6 +31,8 @@ export function auditFromRow(r: Row): AuditRecord {
     at: isoOrNull(r.at)!,
     admin: (r.admin as string | null) ?? null,
     role: (r.role as AdminRole | null) ?? null,
+    actor_kind: (r.actor_kind as AuditRecord['actor_kind'] | null) ?? 'admin',
+    actor: (r.actor as string | null) ?? (r.admin as string | null) ?? null,
     action: String(r.action),
     target: (r.target as string | null) ?? null,
     method: String(r.method),
@@ -35,6 +40,8 @@ export function auditFromRow(r: Row): AuditRecord {
     address: String(r.address),
     status: Number(r.status),
     error: (r.error as string | null) ?? null,
+    before: json(r.before_state),
+    after: json(r.after_state),
   };
 }
 
@@ -44,6 +51,7 @@ export function auditWhere(q: AuditQuery, param: (v: unknown) => string): string
   if (q.from !== undefined) where.push(`at >= ${param(toUtcIso(q.from, 'from'))}`);
   if (q.to !== undefined) where.push(`at < ${param(toUtcIso(q.to, 'to'))}`);
   if (q.admin !== undefined) where.push(`admin = ${param(q.admin)}`);
+  if (q.actor !== undefined) where.push(`actor = ${param(q.actor)}`);
   if (q.action !== undefined) where.push(`action = ${param(q.action)}`);
   if (q.target !== undefined) where.push(`target = ${param(q.target)}`);
   if (q.result === 'ok') where.push('status < 400');

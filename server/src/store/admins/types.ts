@@ -1,5 +1,5 @@
 /**
- * Named admins and the audit log in the store (both backends, migration 16). An admin's token is
+ * Named admins and the audit log in the store (both backends, migrations 16 and 17). An admin's token is
  * never stored: only its sha256 digest, looked up when a request presents the token. The audit
  * log is append-only for the API; the lifecycle sweep deletes what is older than
  * `retention.audit` and what is above `retention.audit_max_rows`.
@@ -27,11 +27,17 @@ export interface AdminInsert {
   expires_at: string | null;
 }
 
+/** Who made a recorded change (server/src/audit/actor.ts). */
+export type AuditActorKind = 'admin' | 'node' | 'relay' | 'system';
+
 export interface AuditInsert {
   at: string;
-  /** Null when the caller was not authenticated (a 401). */
+  /** The admin who acted; null when the caller was not authenticated (a 401) or was not an admin. */
   admin: string | null;
   role: AdminRole | null;
+  /** What kind of actor made the change, and its name (an admin's, a node's id, `sweep`). */
+  actor_kind: AuditActorKind;
+  actor: string | null;
   action: string;
   target: string | null;
   method: string;
@@ -40,6 +46,9 @@ export interface AuditInsert {
   status: number;
   /** The error code of a refused or failed request. */
   error: string | null;
+  /** The object before and after the change (null: it did not exist / no longer exists, or not recorded). */
+  before: unknown;
+  after: unknown;
 }
 
 export interface AuditRecord extends AuditInsert {
@@ -50,6 +59,8 @@ export interface AuditQuery {
   from?: string;
   to?: string;
   admin?: string;
+  /** Any actor by name: an admin, a node or relay id, or a part of the server (`sweep`). */
+  actor?: string;
   action?: string;
   target?: string;
   /** ok: status below 400; error: 400 and above. */

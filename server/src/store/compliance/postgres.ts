@@ -6,7 +6,7 @@
 import type pg from 'pg';
 import { iso, type PostgresDb, type Queryable as Q } from '../postgres/db.js';
 import { checkExpectations, checkKeepLast } from '../input.js';
-import { checkFilters, filterWhere } from '../nodes/filters/query.js';
+import { filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
@@ -222,14 +222,14 @@ export class PostgresCompliance implements ComplianceStore {
   }
 
   async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
-    const checked = checkFilters({ filters });
+    const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
     if (nodeIds) {
       values.push(nodeIds);
       scope.push(`n.id = ANY($${values.length}::text[])`);
     }
-    const where = filterWhere(checked, await postgresDialect(this.db, values, checked), scope);
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     const { rows } = await this.db.query('complianceSummary', this.db.pool, {
       text: `SELECT ${complianceClassSql} AS class, count(*) AS nodes, count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
         FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -240,14 +240,14 @@ export class PostgresCompliance implements ComplianceStore {
   }
 
   async complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters: NodeFilter[] = []): Promise<NodeComplianceRow[]> {
-    const checked = checkFilters({ filters });
+    const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
     if (after !== null) {
       values.push(after);
       scope.push(`n.id > $${values.length}`);
     }
-    const where = filterWhere(checked, await postgresDialect(this.db, values, checked), scope);
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     values.push(limit);
     const { rows } = await this.db.query('complianceNodes', this.db.pool, {
       text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,

@@ -5,7 +5,7 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import { checkExpectations, checkKeepLast } from '../input.js';
-import { checkFilters, filterWhere } from '../nodes/filters/query.js';
+import { filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
@@ -193,14 +193,14 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
-    const checked = checkFilters({ filters });
+    const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
     if (nodeIds) {
       values.push(JSON.stringify(nodeIds));
       scope.push('n.id IN (SELECT value FROM json_each(?))');
     }
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     const rows = this.db.read('complianceSummary', () => this.db.stmt(`SELECT ${complianceClassSql} AS class, count(*) AS nodes,
         count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
@@ -209,14 +209,14 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   async complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters: NodeFilter[] = []): Promise<NodeComplianceRow[]> {
-    const checked = checkFilters({ filters });
+    const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
     if (after !== null) {
       values.push(after);
       scope.push('n.id > ?');
     }
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked), scope);
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     values.push(limit);
     // Walking the primary key in order reads one page per call (the acceptance index, which the
     // planner prefers, sorted every accepted node for each page: 40 s for 100,000 nodes).

@@ -5,7 +5,8 @@
  * timeout sweep takes its batch with `SKIP LOCKED`, like the lifecycle sweep.
  */
 import type pg from 'pg';
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from './states.js';
+import type { TaskRules } from '../rules.js';
+import type { TaskState } from './types.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from './types.js';
@@ -16,11 +17,15 @@ import {
 import type { Page } from '../store.js';
 import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
 
-const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');
 const utc = (s: string) => new Date(s).toISOString();
 
 export class PostgresJobStore implements JobStore {
-  constructor(private readonly db: PostgresDb) {}
+  /** The states a task is still moving in, as an SQL list (the rules say which). */
+  private readonly nonFinalSql: string;
+
+  constructor(private readonly db: PostgresDb, private readonly rules: TaskRules) {
+    this.nonFinalSql = rules.nonFinal.map((s) => `'${s}'`).join(', ');
+  }
 
   /** One statement on `c`; its errors are coded by the read or transaction around it. */
   private async q<R extends pg.QueryResultRow = Row>(c: Q, text: string, values: unknown[] = []): Promise<pg.QueryResult<R>> {
@@ -41,7 +46,7 @@ export class PostgresJobStore implements JobStore {
 
   private async maybeFinish(c: Q, jobId: string, at: string): Promise<void> {
     await this.q(c, `UPDATE jobs SET state = 'finished', finished_at = $2 WHERE id = $1 AND state = 'running'
-      AND NOT EXISTS (SELECT 1 FROM job_tasks WHERE job_id = $1 AND state IN (${NON_FINAL_SQL}))`, [jobId, at]);
+      AND NOT EXISTS (SELECT 1 FROM job_tasks WHERE job_id = $1 AND state IN (${this.nonFinalSql}))`, [jobId, at]);
   }
 
   async createJob(job: JobInsert, nodeIds: string[], failed?: ReadonlyMap<string, { reason: string; message: string }>): Promise<JobRecord> {
@@ -49,7 +54,7 @@ export class PostgresJobStore implements JobStore {
       const why = failed?.get(n);
       return why ? [{ n, ...why }] : [];
     });
-    for (const f of fails) checkTransition('pending', 'failed', f.reason);
+    for (const f of fails) this.rules.checkTransition('pending', 'failed', f.reason);
     return this.db.tx('create job', async (c) => {
       const at = utc(job.created_at);
       await this.q(c, `INSERT INTO jobs (${JOB_COLUMNS}) VALUES ($1, $2, $3, 'running', $4, $5, $6, $7, $8, $9, NULL)`, [
@@ -118,14 +123,14 @@ export class PostgresJobStore implements JobStore {
       if (!r.rows[0]) return null;
       const cur = taskFromRow(r.rows[0]);
       if (t.expect && !t.expect.includes(cur.state)) return null;
-      checkTransition(cur.state, t.to, t.reason);
+      this.rules.checkTransition(cur.state, t.to, t.reason);
       const at = utc(t.at);
       const u = await this.q(c, `UPDATE job_tasks SET state = $3, reason = $4, message = $5, relay = coalesce($6, relay), exit_code = coalesce($7, exit_code),
         output = coalesce($8, output), updated_at = $9 WHERE job_id = $1 AND node_id = $2 RETURNING ${TASK_COLUMNS}`, [
         jobId, nodeId, t.to, t.reason, t.message ?? null, t.relay ?? null, t.exit_code ?? null, t.output ?? null, at,
       ]);
       await this.record(c, jobId, nodeId, at, cur.state, t.to, t.reason, t.message ?? null);
-      if (isFinal(t.to)) {
+      if (this.rules.isFinal(t.to)) {
         // The job row is locked before counting, so two last tasks ending together finish it once.
         await this.q(c, 'SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE', [jobId]);
         await this.maybeFinish(c, jobId, at);
@@ -136,7 +141,7 @@ export class PostgresJobStore implements JobStore {
 
   async claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]> {
     if (nodeIds.length === 0) return [];
-    checkTransition('pending', 'scheduled', 'dispatched');
+    this.rules.checkTransition('pending', 'scheduled', 'dispatched');
     return this.db.tx('claim tasks', async (q) => {
       const at = utc(c.at);
       // Only rows still pending are taken; another server claiming the same ones waits on the row
@@ -176,7 +181,7 @@ export class PostgresJobStore implements JobStore {
 
   private async abortTasks(c: Q, tasks: Array<{ job_id: string; node_id: string; state: TaskState }>, reason: 'cancelled' | 'timeout', at: string, message: string): Promise<void> {
     for (const task of tasks) {
-      checkTransition(task.state, 'aborted', reason);
+      this.rules.checkTransition(task.state, 'aborted', reason);
       await this.q(c, "UPDATE job_tasks SET state = 'aborted', reason = $3, message = $4, updated_at = $5 WHERE job_id = $1 AND node_id = $2",
         [task.job_id, task.node_id, reason, message, at]);
       await this.record(c, task.job_id, task.node_id, at, task.state, 'aborted', reason, message);
@@ -187,7 +192,7 @@ export class PostgresJobStore implements JobStore {
     return this.db.tx('cancel job', async (c) => {
       // Tasks first, then the job: the order every transition locks in, so the two never deadlock.
       const tasks = await this.q<{ job_id: string; node_id: string; state: TaskState }>(c,
-        `SELECT job_id, node_id, state FROM job_tasks WHERE job_id = $1 AND state IN (${NON_FINAL_SQL}) ORDER BY node_id FOR UPDATE`, [id]);
+        `SELECT job_id, node_id, state FROM job_tasks WHERE job_id = $1 AND state IN (${this.nonFinalSql}) ORDER BY node_id FOR UPDATE`, [id]);
       const locked = await this.q<{ state: string }>(c, 'SELECT state FROM jobs WHERE id = $1 FOR UPDATE', [id]);
       if (!locked.rows[0]) return null;
       if (locked.rows[0].state !== 'running') return this.job(c, id);
@@ -202,7 +207,7 @@ export class PostgresJobStore implements JobStore {
     return this.db.tx('expire tasks', async (c) => {
       const when = utc(now);
       const tasks = await this.q<{ job_id: string; node_id: string; state: TaskState }>(c, `SELECT t.job_id, t.node_id, t.state FROM job_tasks t
-        WHERE t.state IN (${NON_FINAL_SQL}) AND t.job_id IN (SELECT id FROM jobs WHERE state = 'running' AND deadline_at <= $1)
+        WHERE t.state IN (${this.nonFinalSql}) AND t.job_id IN (SELECT id FROM jobs WHERE state = 'running' AND deadline_at <= $1)
         ORDER BY t.job_id, t.node_id LIMIT $2 FOR UPDATE SKIP LOCKED`, [when, limit]);
       await this.abortTasks(c, tasks.rows, 'timeout', when, 'the job timed out before the task ended');
       for (const j of new Set(tasks.rows.map((t) => t.job_id))) {

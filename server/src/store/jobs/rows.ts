@@ -1,5 +1,5 @@
 /** Row ↔ record for jobs, shared by both backends (see types.ts). */
-import { TASK_STATES, type TaskState } from './states.js';
+import { TASK_STATES, type TaskState } from './types.js';
 import type { NodeFilter } from '../store.js';
 import { isoOf } from '../time.js';
 import type {

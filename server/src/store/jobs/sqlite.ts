@@ -3,7 +3,8 @@
  * text order is time order. Every write is one IMMEDIATE transaction: the read of a task's state
  * and its update cannot be split by another writer.
  */
-import { checkTransition, isFinal, NON_FINAL_STATES, type TaskState } from './states.js';
+import type { TaskRules } from '../rules.js';
+import type { TaskState } from './types.js';
 import type {
   JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
 } from './types.js';
@@ -15,10 +16,14 @@ import type { Page } from '../store.js';
 import type { SqliteDb } from '../sqlite/db.js';
 
 const utc = (s: string) => new Date(s).toISOString();
-const NON_FINAL_SQL = NON_FINAL_STATES.map((s) => `'${s}'`).join(', ');
 
 export class SqliteJobStore implements JobStore {
-  constructor(private readonly db: SqliteDb) {}
+  /** The states a task is still moving in, as an SQL list (the rules say which). */
+  private readonly nonFinalSql: string;
+
+  constructor(private readonly db: SqliteDb, private readonly rules: TaskRules) {
+    this.nonFinalSql = rules.nonFinal.map((s) => `'${s}'`).join(', ');
+  }
 
   private job(id: string): JobRecord | null {
     const row = this.db.prepare(`SELECT ${JOB_COLUMNS} FROM jobs WHERE id = ?`).get(id) as Row | undefined;
@@ -34,7 +39,7 @@ export class SqliteJobStore implements JobStore {
 
   /** A running job whose tasks are all final is finished. */
   private maybeFinish(jobId: string, at: string): void {
-    const left = this.db.prepare(`SELECT count(*) AS n FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).get(jobId) as { n: number };
+    const left = this.db.prepare(`SELECT count(*) AS n FROM job_tasks WHERE job_id = ? AND state IN (${this.nonFinalSql})`).get(jobId) as { n: number };
     if (left.n === 0) this.db.prepare("UPDATE jobs SET state = 'finished', finished_at = ? WHERE id = ? AND state = 'running'").run(at, jobId);
   }
 
@@ -51,7 +56,7 @@ export class SqliteJobStore implements JobStore {
         this.record(job.id, n, at, null, 'pending', 'created', null);
         const why = failed?.get(n);
         if (!why) continue;
-        checkTransition('pending', 'failed', why.reason);
+        this.rules.checkTransition('pending', 'failed', why.reason);
         fail.run(why.reason, why.message, job.id, n);
         this.record(job.id, n, at, 'pending', 'failed', why.reason, why.message);
       }
@@ -99,14 +104,14 @@ export class SqliteJobStore implements JobStore {
       if (!r) return null;
       const cur = taskFromRow(r);
       if (t.expect && !t.expect.includes(cur.state)) return null;
-      checkTransition(cur.state, t.to, t.reason);
+      this.rules.checkTransition(cur.state, t.to, t.reason);
       const at = utc(t.at);
       this.db.prepare(`UPDATE job_tasks SET state = ?, reason = ?, message = ?, relay = coalesce(?, relay), exit_code = coalesce(?, exit_code),
         output = coalesce(?, output), updated_at = ? WHERE job_id = ? AND node_id = ?`).run(
         t.to, t.reason, t.message ?? null, t.relay ?? null, t.exit_code ?? null, t.output ?? null, at, jobId, nodeId,
       );
       this.record(jobId, nodeId, at, cur.state, t.to, t.reason, t.message ?? null);
-      if (isFinal(t.to)) this.maybeFinish(jobId, at);
+      if (this.rules.isFinal(t.to)) this.maybeFinish(jobId, at);
       return taskFromRow(this.db.prepare(`SELECT ${TASK_COLUMNS} FROM job_tasks WHERE job_id = ? AND node_id = ?`).get(jobId, nodeId) as Row);
     });
   }
@@ -114,7 +119,7 @@ export class SqliteJobStore implements JobStore {
   async claimTasks(jobId: string, nodeIds: string[], c: { at: string; relay: string; message: string }): Promise<string[]> {
     return this.db.write('claim tasks', () => {
       const at = utc(c.at);
-      checkTransition('pending', 'scheduled', 'dispatched');
+      this.rules.checkTransition('pending', 'scheduled', 'dispatched');
       const upd = this.db.prepare(`UPDATE job_tasks SET state = 'scheduled', reason = 'dispatched', message = ?, relay = ?, updated_at = ?
         WHERE job_id = ? AND node_id = ? AND state = 'pending'`);
       const claimed: string[] = [];
@@ -148,7 +153,7 @@ export class SqliteJobStore implements JobStore {
   private abortTasks(tasks: Array<{ job_id: string; node_id: string; state: TaskState }>, reason: 'cancelled' | 'timeout', at: string, message: string): void {
     const upd = this.db.prepare("UPDATE job_tasks SET state = 'aborted', reason = ?, message = ?, updated_at = ? WHERE job_id = ? AND node_id = ?");
     for (const task of tasks) {
-      checkTransition(task.state, 'aborted', reason);
+      this.rules.checkTransition(task.state, 'aborted', reason);
       upd.run(reason, message, at, task.job_id, task.node_id);
       this.record(task.job_id, task.node_id, at, task.state, 'aborted', reason, message);
     }
@@ -160,7 +165,7 @@ export class SqliteJobStore implements JobStore {
       if (!job) return null;
       if (job.state !== 'running') return job;
       const when = utc(at);
-      const tasks = this.db.prepare(`SELECT job_id, node_id, state FROM job_tasks WHERE job_id = ? AND state IN (${NON_FINAL_SQL})`).all(id) as Array<{ job_id: string; node_id: string; state: TaskState }>;
+      const tasks = this.db.prepare(`SELECT job_id, node_id, state FROM job_tasks WHERE job_id = ? AND state IN (${this.nonFinalSql})`).all(id) as Array<{ job_id: string; node_id: string; state: TaskState }>;
       this.abortTasks(tasks, 'cancelled', when, 'the job was cancelled');
       this.db.prepare("UPDATE jobs SET state = 'cancelled', finished_at = ? WHERE id = ?").run(when, id);
       return this.job(id);
@@ -171,7 +176,7 @@ export class SqliteJobStore implements JobStore {
     return this.db.write('expire tasks', () => {
       const when = utc(now);
       const tasks = this.db.prepare(`SELECT t.job_id, t.node_id, t.state FROM job_tasks t JOIN jobs j ON j.id = t.job_id
-        WHERE j.state = 'running' AND j.deadline_at <= ? AND t.state IN (${NON_FINAL_SQL}) LIMIT ?`).all(when, limit) as Array<{ job_id: string; node_id: string; state: TaskState }>;
+        WHERE j.state = 'running' AND j.deadline_at <= ? AND t.state IN (${this.nonFinalSql}) LIMIT ?`).all(when, limit) as Array<{ job_id: string; node_id: string; state: TaskState }>;
       this.abortTasks(tasks, 'timeout', when, 'the job timed out before the task ended');
       for (const j of new Set(tasks.map((t) => t.job_id))) this.maybeFinish(j, when);
       return tasks.length;

@@ -1,10 +1,9 @@
 /**
  * Jobs in the store (both backends): a job, its per-node tasks and every transition of every
- * task. Transitions are checked against states.ts inside the store's transaction,
+ * task. Transitions are checked by the domain's state machine (server/src/jobs/states.ts) inside the store's transaction,
  * so a refused one changes nothing and two writers racing on one task cannot both win.
  */
 import { lookup, REFUSE, type NulRules } from '../guard.js';
-import type { TaskState } from './states.js';
 import type { NodeFilter, Page } from '../store.js';
 
 export type JobType = 'run' | 'inventory' | 'bootstrap';
@@ -44,6 +43,10 @@ export interface JobInsert {
   /** created_at + timeout: non-final tasks are aborted (reason timeout) after it. */
   deadline_at: string;
 }
+
+/** A task's states (the domain's state machine, server/src/jobs/states.ts, says how they follow). */
+export const TASK_STATES = ['pending', 'scheduled', 'in_progress', 'done', 'failed', 'aborted'] as const;
+export type TaskState = (typeof TASK_STATES)[number];
 
 export type JobProgress = Record<TaskState, number> & { total: number };
 

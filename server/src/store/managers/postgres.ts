@@ -7,10 +7,10 @@
 import type pg from 'pg';
 import { capstanError } from '@capstan/shared/errors';
 import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
-import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
+import { managerFromInsert } from './rows.js';
+import type { StoreRules } from '../rules.js';
 import { NODE_COLUMNS, nodeFromRow, nodeValues, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
-import { transitions } from '../nodes/rules.js';
 import { toUtcIso } from '../time.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import { type PostgresDb, postgresRows, type Queryable as Q } from '../postgres/db.js';
@@ -28,7 +28,7 @@ const asManager = (r: Row) => managerFromRow(r, postgresRows);
 const asNode = (r: Row) => nodeFromRow(r, postgresRows);
 
 export class PostgresManagerStore implements ManagerStore {
-  constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodeWriter) {}
+  constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodeWriter, private readonly rules: StoreRules) {}
 
   private async manager(c: Q, id: string, lock = false): Promise<ManagerRecord | null> {
     const r = await c.query<Row>(`SELECT ${COLUMNS} FROM managers WHERE id = $1${lock ? ' FOR UPDATE' : ''}`, [id]);
@@ -95,17 +95,18 @@ export class PostgresManagerStore implements ManagerStore {
       await c.query("SELECT pg_advisory_xact_lock(hashtext('capstan.discovery'))");
       const manager = await this.manager(c, managerId, true);
       if (!manager) throw capstanError('ERR_NOT_FOUND', `manager ${managerId} is unknown`);
-      const summary: DiscoverySummary = { created: 0, updated: 0, unchanged: 0, missing: 0 };
+      const summary: DiscoverySummary = { created: 0, updated: 0, unchanged: 0, missing: 0, changed: [] };
       const seen = new Set<string>();
       for (const inst of instances) {
         const r = await c.query<Row>(`${SELECT_NODE} WHERE n.source_id = $1 AND n.region = $2 AND n.account_id = $3 FOR NO KEY UPDATE OF n`,
           [inst.source_id, inst.region, inst.account_id]);
         const known = r.rows[0] ? asNode(r.rows[0]) : null;
-        const next = known ? rediscovered(known, inst, at) : discoveredNode(inst, manager, at);
+        const next = known ? this.rules.discovery.rediscovered(known, inst, at) : this.rules.discovery.discoveredNode(inst, manager, at);
         if (next !== known) await this.nodes.saveNode(c, next, known, at, cause);
         if (!known) summary.created++;
         else if (next !== known) summary.updated++;
         else summary.unchanged++;
+        if (next !== known) summary.changed.push({ change: known ? 'updated' : 'created', before: known, after: next });
         await c.query(LINK, [next.id, managerId, at]);
         seen.add(next.id);
       }
@@ -120,10 +121,11 @@ export class PostgresManagerStore implements ManagerStore {
         const r = await c.query<Row>(`${SELECT_NODE} WHERE n.id = $1 FOR NO KEY UPDATE OF n`, [h.node_id]);
         if (!r.rows[0]) continue;
         const node = asNode(r.rows[0]);
-        const next = disappeared(node, at);
+        const next = this.rules.discovery.disappeared(node, at);
         if (next !== node) {
           await this.nodes.saveNode(c, next, node, at, cause);
           summary.missing++;
+          summary.changed.push({ change: 'missing', before: node, after: next });
         }
       }
       await c.query('UPDATE managers SET last_poll_at = $1, last_poll_error = NULL WHERE id = $2', [at, managerId]);
@@ -147,14 +149,14 @@ export class PostgresManagerStore implements ManagerStore {
       [identity.source_id, identity.region, identity.account_id]);
       if (!r.rows[0]) return false;
       const old = asNode(r.rows[0]);
-      const next = adopted(old, nodeId, at);
+      const next = this.rules.discovery.adopted(old, nodeId, at);
       await c.query('UPDATE nodes SET source_id = NULL, account_id = NULL WHERE id = $1', [old.id]);
       await c.query(INSERT_ROW, nodeValues(next));
       for (const table of ['node_tags', 'node_groups', 'node_history', 'node_managers', 'node_host_keys']) {
         await c.query(`UPDATE ${table} SET node_id = $1 WHERE node_id = $2`, [nodeId, old.id]);
       }
       await c.query('DELETE FROM nodes WHERE id = $1', [old.id]);
-      for (const h of transitions(old, next, at, `agent enrolled on discovered node ${old.id}`)) {
+      for (const h of this.rules.nodes.transitions(old, next, at, `agent enrolled on discovered node ${old.id}`)) {
         await c.query('INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES ($1, $2, $3, $4, $5, $6)',
           [nodeId, h.at, h.field, h.from, h.to, h.cause]);
       }

@@ -1,6 +1,6 @@
 /** Rows shared by both backends for managers and their links to nodes. */
 import type { NodeListRow, NodeRecord } from '../store.js';
-import type { ManagerRecord } from './types.js';
+import type { ManagerInsert, ManagerRecord } from './types.js';
 import { hasAgent } from '../nodes/filters/query.js';
 import type { RowCodec } from '../row-codec.js';
 
@@ -38,4 +38,9 @@ export function listRows(nodes: NodeRecord[], links: LinkRow[]): NodeListRow[] {
     managers: (by.get(n.id) ?? []).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0)),
     has_agent: hasAgent(n),
   }));
+}
+
+/** A new manager's record. */
+export function managerFromInsert(m: ManagerInsert, at: string): ManagerRecord {
+  return { ...m, created_at: at, updated_at: at, last_poll_at: null, last_poll_error: null };
 }

@@ -4,10 +4,10 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
-import { adopted, disappeared, discoveredNode, managerFromInsert, rediscovered } from './discovery.js';
+import { managerFromInsert } from './rows.js';
+import type { StoreRules } from '../rules.js';
 import { NODE_COLUMNS, nodeFromRow, nodeParams, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
-import { transitions } from '../nodes/rules.js';
 import { toUtcIso } from '../time.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
@@ -24,7 +24,7 @@ const asNode = (r: Row) => nodeFromRow(r, sqliteRows);
 const INSERT_ROW = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 
 export class SqliteManagerStore implements ManagerStore {
-  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodeWriter) {}
+  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodeWriter, private readonly rules: StoreRules) {}
 
   private manager(id: string): ManagerRecord | null {
     const r = this.db.prepare(`SELECT ${COLUMNS} FROM managers WHERE id = ?`).get(id) as Row | undefined;
@@ -87,7 +87,7 @@ export class SqliteManagerStore implements ManagerStore {
     return this.db.write('apply discovery', () => {
       const manager = this.manager(managerId);
       if (!manager) throw capstanError('ERR_NOT_FOUND', `manager ${managerId} is unknown`);
-      const summary: DiscoverySummary = { created: 0, updated: 0, unchanged: 0, missing: 0 };
+      const summary: DiscoverySummary = { created: 0, updated: 0, unchanged: 0, missing: 0, changed: [] };
       const byCloud = this.db.prepare(`${SELECT_NODE} WHERE n.source_id = ? AND n.region = ? AND n.account_id = ?`);
       const link = this.db.prepare(`INSERT INTO node_managers (node_id, manager_id, first_seen_at, last_seen_at) VALUES (?, ?, ?, ?)
         ON CONFLICT (node_id, manager_id) DO UPDATE SET last_seen_at = excluded.last_seen_at`);
@@ -95,11 +95,12 @@ export class SqliteManagerStore implements ManagerStore {
       for (const inst of instances) {
         const row = byCloud.get(inst.source_id, inst.region, inst.account_id) as Row | undefined;
         const known = row ? asNode(row) : null;
-        const next = known ? rediscovered(known, inst, at) : discoveredNode(inst, manager, at);
+        const next = known ? this.rules.discovery.rediscovered(known, inst, at) : this.rules.discovery.discoveredNode(inst, manager, at);
         if (next !== known) this.nodes.saveNode(next, known, at, cause);
         if (!known) summary.created++;
         else if (next !== known) summary.updated++;
         else summary.unchanged++;
+        if (next !== known) summary.changed.push({ change: known ? 'updated' : 'created', before: known, after: next });
         link.run(next.id, managerId, at, at);
         seen.add(next.id);
       }
@@ -116,10 +117,11 @@ export class SqliteManagerStore implements ManagerStore {
         const row = this.db.prepare(`${SELECT_NODE} WHERE n.id = ?`).get(h.node_id) as Row | undefined;
         if (!row) continue;
         const node = asNode(row);
-        const next = disappeared(node, at);
+        const next = this.rules.discovery.disappeared(node, at);
         if (next !== node) {
           this.nodes.saveNode(next, node, at, cause);
           summary.missing++;
+          summary.changed.push({ change: 'missing', before: node, after: next });
         }
       }
       this.db.prepare('UPDATE managers SET last_poll_at = ?, last_poll_error = NULL WHERE id = ?').run(at, managerId);
@@ -141,7 +143,7 @@ export class SqliteManagerStore implements ManagerStore {
         .get(identity.source_id, identity.region, identity.account_id) as Row | undefined;
       if (!row) return false;
       const old = asNode(row);
-      const next = adopted(old, nodeId, at);
+      const next = this.rules.discovery.adopted(old, nodeId, at);
       // The cloud identity is unique: free it on the old row before the new row takes it.
       this.db.prepare('UPDATE nodes SET source_id = NULL, account_id = NULL WHERE id = ?').run(old.id);
       this.db.prepare(INSERT_ROW).run(nodeParams(next));
@@ -150,7 +152,7 @@ export class SqliteManagerStore implements ManagerStore {
       }
       this.db.prepare('DELETE FROM nodes WHERE id = ?').run(old.id);
       const ins = this.db.prepare('INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)');
-      for (const h of transitions(old, next, at, `agent enrolled on discovered node ${old.id}`)) ins.run(nodeId, h.at, h.field, h.from, h.to, h.cause);
+      for (const h of this.rules.nodes.transitions(old, next, at, `agent enrolled on discovered node ${old.id}`)) ins.run(nodeId, h.at, h.field, h.from, h.to, h.cause);
       return true;
     });
   }

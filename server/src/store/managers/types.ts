@@ -5,6 +5,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import { lookup, REFUSE, type NulRules } from '../guard.js';
+import type { NodeRecord } from '../nodes/types.js';
 
 export type ManagerType = 'aws-ec2' | 'azure-vm' | 'gcp' | 'static';
 
@@ -42,6 +43,8 @@ export interface DiscoverySummary {
   unchanged: number;
   /** Nodes this manager held that the poll no longer saw: now `missing`. */
   missing: number;
+  /** Each node the poll created or moved, before and after (the registry records and announces them). */
+  changed: Array<{ change: 'created' | 'updated' | 'missing'; before: NodeRecord | null; after: NodeRecord }>;
 }
 
 /** The cloud identity an agent's inventory carries (instance metadata). */

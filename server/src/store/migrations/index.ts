@@ -20,6 +20,7 @@ import { futureRuns } from './0013_future_runs.js';
 import { runBases } from './0014_run_bases.js';
 import { inventory } from './0015_inventory.js';
 import { adminsAudit } from './0016_admins_audit.js';
+import { auditChanges } from './0017_audit_changes.js';
 
 export interface Migration {
   version: number;
@@ -30,7 +31,7 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
-  inventory, adminsAudit,
+  inventory, adminsAudit, auditChanges,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

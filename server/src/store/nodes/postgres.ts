@@ -12,20 +12,23 @@ import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
-import { checkFilters, filterWhere, orderBy } from './filters/query.js';
+import { filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
-import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
-import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
+import { NodeChanges } from './changes.js';
+import type { StoreRules } from '../rules.js';
+import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
-const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
 export class PostgresNodes extends NodeChanges implements NodeStore {
-  constructor(private readonly db: PostgresDb) {
-    super();
+  private readonly updateAfterRun: string;
+
+  constructor(private readonly db: PostgresDb, readonly storeRules: StoreRules) {
+    super(storeRules.nodes);
+    this.updateAfterRun = `UPDATE nodes SET ${storeRules.nodes.afterRunFields.map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
   }
 
   /** The node, its row locked until the caller's transaction ends (FOR NO KEY UPDATE). */
@@ -52,7 +55,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     if (prev) await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
     else await this.db.query(what, c, { name: 'node_insert', text: INSERT_NODE, values: nodeValues(next) });
     await this.sets(what, c, next, prev);
-    await this.history(what, c, transitions(prev, next, at, cause));
+    await this.history(what, c, this.rules.transitions(prev, next, at, cause));
   }
 
   /** Rewrite the certificate (kept beside the row) and the filterable copies of tags and groups when they changed. */
@@ -99,9 +102,9 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
-    const filters = checkFilters(q);
+    const filters = this.storeRules.filters.check(q);
     const values: unknown[] = [];
-    const d = await postgresDialect(this.db, values, filters);
+    const d = await postgresDialect(this.db, values, filters, this.storeRules.filters.check);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
@@ -127,9 +130,9 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
-    const checked = checkFilters({ filters });
+    const checked = this.storeRules.filters.check({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, await postgresDialect(this.db, values, checked));
+    const where = filterWhere(checked, await postgresDialect(this.db, values, checked, this.storeRules.filters.check));
     const { rows } = await this.db.query('listNodeIds', this.db.pool, { text: `SELECT n.id FROM nodes n ${where}`, values });
     return rows.map((r) => r.id as string);
   }
@@ -137,7 +140,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   async createNode(input: NodeCreate): Promise<NodeRecord> {
     const n = checkNodeCreate(input);
     const now = this.db.now().toISOString();
-    const node = manualNode(n, now);
+    const node = this.rules.manualNode(n, now);
     const what = 'createNode';
     try {
       return await this.db.tx(what, async (c) => {
@@ -157,7 +160,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
         if (ins.rowCount === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
         if (key !== null) await this.db.query(what, c, { name: 'address_add', text: 'INSERT INTO node_addresses (address, node_id) VALUES ($1, $2)', values: [key, node.id] });
         await this.sets(what, c, node, null);
-        await this.history(what, c, transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
+        await this.history(what, c, this.rules.transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
         return node;
       });
     } catch (err) {
@@ -170,7 +173,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     }
   }
 
-  /** Lock, change with a rule from rules.ts, write back and record the transitions if anything changed. */
+  /** Lock, change with a rule of the domain, write back and record the transitions if anything changed. */
   protected async update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): Promise<NodeRecord | null> {
     const when = toUtcIso(at, 'at');
     return this.db.tx(what, async (c) => {
@@ -180,7 +183,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
       if (next !== node) {
         await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
         await this.sets(what, c, next, node);
-        await this.history(what, c, transitions(node, next, when, cause));
+        await this.history(what, c, this.rules.transitions(node, next, when, cause));
       }
       return next;
     });
@@ -251,10 +254,10 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     });
   }
 
-  /** A stored run's node fields (rules.ts afterRun) and their transitions, inside the run's transaction. */
+  /** A stored run's node fields (the domain's afterRun rule) and their transitions, inside the run's transaction. */
   async runStored(what: string, c: pg.PoolClient, node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): Promise<void> {
-    const next = afterRun(node, startedUtc, configId, receivedAt);
-    await this.db.query(what, c, { name: 'node_after_run', text: UPDATE_AFTER_RUN, values: [next.id, ...AFTER_RUN_FIELDS.map((f) => next[f])] });
-    await this.history(what, c, transitions(node, next, receivedAt, 'run'));
+    const next = this.rules.afterRun(node, startedUtc, configId, receivedAt);
+    await this.db.query(what, c, { name: 'node_after_run', text: this.updateAfterRun, values: [next.id, ...this.rules.afterRunFields.map((f) => next[f])] });
+    await this.history(what, c, this.rules.transitions(node, next, receivedAt, 'run'));
   }
 }

@@ -1,7 +1,7 @@
 /**
  * Nodes on SQLite: the node rows with their certificates, the filterable copies of tags and
  * groups, history, properties and listing. Every change reads the node, applies its rule
- * (rules.ts) and writes it back with its transitions in one IMMEDIATE transaction.
+ * (the domain's, store/rules.ts) and writes it back with its transitions in one IMMEDIATE transaction.
  */
 import { capstanError } from '@capstan/shared/errors';
 import { addressKey } from '@capstan/shared/filter/parse';
@@ -10,21 +10,24 @@ import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
-import { checkFilters, filterWhere, orderBy } from './filters/query.js';
+import { filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
-import { afterRun, AFTER_RUN_FIELDS, manualNode, NodeChanges, transitions, type HistoryInsert } from './rules.js';
-import type { HistoryEntry, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
+import { NodeChanges } from './changes.js';
+import type { StoreRules } from '../rules.js';
+import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
-const UPDATE_AFTER_RUN = `UPDATE nodes SET ${AFTER_RUN_FIELDS.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
 export class SqliteNodes extends NodeChanges implements NodeStore {
-  constructor(private readonly db: SqliteDb) {
-    super();
+  private readonly updateAfterRun: string;
+
+  constructor(private readonly db: SqliteDb, readonly storeRules: StoreRules) {
+    super(storeRules.nodes);
+    this.updateAfterRun = `UPDATE nodes SET ${storeRules.nodes.afterRunFields.map((c) => `${c} = ?`).join(', ')} WHERE id = ?`;
   }
 
   /** A node as stored, inside the caller's transaction. */
@@ -40,7 +43,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   saveNode(next: NodeRecord, prev: NodeRecord | null, at: string, cause: string, causes?: { accepted?: string }): void {
     this.db.stmt(prev ? UPDATE_NODE : INSERT_NODE).run(nodeParams(next));
     this.sets(next, prev);
-    this.history(transitions(prev, next, at, cause, causes));
+    this.history(this.rules.transitions(prev, next, at, cause, causes));
   }
 
   /** Record transitions, inside the caller's transaction. */
@@ -84,9 +87,9 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
-    const filters = checkFilters(q);
+    const filters = this.storeRules.filters.check(q);
     const values: unknown[] = [];
-    const d = sqliteDialect(this.db, values, filters);
+    const d = sqliteDialect(this.db, values, filters, this.storeRules.filters.check);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
@@ -106,9 +109,9 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   }
 
   async listNodeIds(filters: NodeFilter[]): Promise<string[]> {
-    const checked = checkFilters({ filters });
+    const checked = this.storeRules.filters.check({ filters });
     const values: unknown[] = [];
-    const where = filterWhere(checked, sqliteDialect(this.db, values, checked));
+    const where = filterWhere(checked, sqliteDialect(this.db, values, checked, this.storeRules.filters.check));
     const rows = this.db.read('listNodeIds', () => this.db.stmt(`SELECT n.id FROM nodes n ${where}`).all(...values)) as Array<{ id: string }>;
     return rows.map((r) => r.id);
   }
@@ -116,7 +119,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   async createNode(input: NodeCreate): Promise<NodeRecord> {
     const n = checkNodeCreate(input);
     const now = this.db.now().toISOString();
-    const node = manualNode(n, now);
+    const node = this.rules.manualNode(n, now);
     return this.db.write('createNode', () => {
       if (node.source_id !== null && this.db.stmt('SELECT 1 FROM nodes WHERE source_id = ? AND region = ? AND account_id = ?')
         .get(node.source_id, node.region, node.account_id)) {
@@ -133,12 +136,12 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
       if (changes === 0) throw capstanError('ERR_NODE_EXISTS', `node ${n.id} already exists`);
       if (key !== null) this.db.stmt('INSERT INTO node_addresses (address, node_id) VALUES (?, ?)').run(key, node.id);
       this.sets(node, null);
-      this.history(transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
+      this.history(this.rules.transitions(null, node, now, node.manager === 'manual' ? 'added by an admin' : `added by ${node.manager}`));
       return node;
     });
   }
 
-  /** Read, change with a rule from rules.ts, write back and record the transitions if anything changed. */
+  /** Read, change with a rule of the domain, write back and record the transitions if anything changed. */
   protected update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null {
     const when = toUtcIso(at, 'at');
     return this.db.write(what, () => {
@@ -148,7 +151,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
       if (next !== node) {
         this.db.stmt(UPDATE_NODE).run(nodeParams(next));
         this.sets(next, node);
-        this.history(transitions(node, next, when, cause));
+        this.history(this.rules.transitions(node, next, when, cause));
       }
       return next;
     });
@@ -203,10 +206,10 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
     });
   }
 
-  /** A stored run's node fields (rules.ts afterRun) and their transitions, inside the run's transaction. */
+  /** A stored run's node fields (the domain's afterRun rule) and their transitions, inside the run's transaction. */
   runStored(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): void {
-    const next = afterRun(node, startedUtc, configId, receivedAt);
-    this.db.stmt(UPDATE_AFTER_RUN).run(...AFTER_RUN_FIELDS.map((f) => next[f]), next.id);
-    this.history(transitions(node, next, receivedAt, 'run'));
+    const next = this.rules.afterRun(node, startedUtc, configId, receivedAt);
+    this.db.stmt(this.updateAfterRun).run(...this.rules.afterRunFields.map((f) => next[f]), next.id);
+    this.history(this.rules.transitions(node, next, receivedAt, 'run'));
   }
 }

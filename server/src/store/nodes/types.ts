@@ -1,13 +1,11 @@
 /**
  * Nodes in the registry: one row per node (its acceptance, state and status, certificate, tags
  * and groups), its history of transitions, an admin's properties, and its newest inventory with
- * the queryable copy the filter language reads. How a node changes is decided by rules.ts.
+ * the queryable copy the filter language reads. How a node changes is decided by the domain
+ * (server/src/registry/rules.ts), whose rules the store applies (../rules.ts).
  */
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 import type { Page } from '../store.js';
-import type { NodeChange } from './rules.js';
-
-export type { NodeChange };
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
 export type NodeStatus = 'unknown' | 'reachable' | 'unreachable';
@@ -146,6 +144,20 @@ export type FilterKey =
  * nodes that match none of the values. `name`, `hostname` and `region` values ending in `*` are
  * prefixes; `last_run` values are `<from>..<to>` ranges (either end may be empty).
  */
+/** One node change as the store applies it (changeNode): which rule decides the next record. */
+export type NodeChange =
+  | { kind: 'acceptance'; accepted: Acceptance; fingerprint?: string }
+  | { kind: 'state'; state: string }
+  | { kind: 'patch'; patch: NodePatch }
+  | { kind: 'contact' };
+
+/** A filter after checking (registry/filters.ts): its values ORed, one per key. */
+export interface CheckedFilter {
+  key: FilterKey;
+  values: string[];
+  exclude: boolean;
+}
+
 export interface NodeFilter {
   key: FilterKey;
   values: string[];
@@ -185,6 +197,8 @@ export interface NodePage extends Page<NodeListRow> {
 }
 
 /** One recorded transition of a node's acceptance, state or status. */
+export type HistoryInsert = Omit<HistoryEntry, 'id'>;
+
 export interface HistoryEntry {
   id: number;
   node_id: string;
@@ -202,7 +216,8 @@ export interface NodeTrust {
   certificate: string | null;
 }
 
-export interface NodeStore {
+/** What callers may read of nodes. */
+export interface NodeReads {
   getNode(id: string): Promise<NodeRecord | null>;
   /**
    * The two fields ingest checks before verifying a node's run log (one narrow read: the whole
@@ -212,33 +227,32 @@ export interface NodeStore {
   listNodes(q: NodeListQuery): Promise<NodePage>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /** Transitions of one node, newest first. */
+  getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
+  /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
+  getProperties(nodeId: string): Promise<Record<string, string> | null>;
+}
+
+/**
+ * Node writes: the node registry (server/src/registry/nodes.ts) is their only caller outside the
+ * store, so every change has its effects and its audit record; each applies the domain's rules.
+ */
+export interface NodeWrites {
   /** Manual creation by an admin (no agent yet): accepted, status unknown. ERR_NODE_EXISTS if the id or cloud identity exists. */
   createNode(n: NodeCreate): Promise<NodeRecord>;
   /**
-   * One change of a node by its rule (rules.ts applyChange: acceptance, state, an admin's patch,
+   * One change of a node by its rule (the domain's applyChange: acceptance, state, an admin's patch,
    * a contact), read, applied and written back with its transitions in one transaction. Returns
-   * the node afterwards, null when unknown. The four methods below are this with a fixed kind.
-   * Callers outside the store go through the node registry (registry/nodes.ts), which announces
-   * the change to its listeners.
+   * the node afterwards, null when unknown.
+   * - acceptance: pending|refused → accepted (pins the current certificate) or → refused. A node
+   *   with a certificate conflict is accepted only with `fingerprint` naming one of its two
+   *   certificates (ERR_CERTIFICATE_CONFLICT without; ERR_CERTIFICATE for another one), which is
+   *   then pinned; a fingerprint given without a conflict must be the node's.
+   * - state: ERR_NODE_TERMINATED when the node is terminated and `state` is another.
+   * - patch: an admin's change (state and descriptive fields).
+   * - contact: neither an inventory nor a run (last_contact_at, reachable, missing → running).
    */
   changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null>;
-  /**
-   * pending|refused → accepted (pins the current certificate) or → refused. Returns null when
-   * unknown. A node with a certificate conflict is accepted only with `fingerprint` naming one of
-   * its two certificates (ERR_CERTIFICATE_CONFLICT without; ERR_CERTIFICATE for another one),
-   * which is then pinned; a fingerprint given without a conflict must be the node's.
-   */
-  setAcceptance(id: string, accepted: Acceptance, at: string, cause?: string, fingerprint?: string): Promise<NodeRecord | null>;
-  /** ERR_NODE_TERMINATED when the node is terminated and `state` is another. Returns null when unknown. */
-  setState(id: string, state: string, at: string, cause?: string): Promise<NodeRecord | null>;
-  /** An admin's change (state and descriptive fields) in one transaction. Returns null when unknown. */
-  updateNode(id: string, patch: NodePatch, at: string, cause?: string): Promise<NodeRecord | null>;
-  /**
-   * A contact at `at` (server clock) that is neither an inventory nor a run (rules.ts
-   * afterContact: last_contact_at, reachable, missing → running), in one transaction with its
-   * transitions. Returns the node afterwards, null when unknown.
-   */
-  recordContact(id: string, at: string, cause?: string): Promise<NodeRecord | null>;
   /**
    * The clock skew seen on an upload that was refused for it (a run dated in the future), so the
    * node shows why; `at` is the server's time. Returns false when the node is unknown.
@@ -249,13 +263,11 @@ export interface NodeStore {
    * the same certificate is never auto-accepted again. Returns false when unknown.
    */
   deleteNode(id: string, at?: string): Promise<boolean>;
-  /** Transitions of one node, newest first. */
-  getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
-  /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
-  getProperties(nodeId: string): Promise<Record<string, string> | null>;
   /** Replace a node's properties (checkProperties first); null when the node is unknown. */
   setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null>;
 }
+
+export interface NodeStore extends NodeReads, NodeWrites {}
 
 /** A node's inventories: the newest document as sent, its queryable copy, and what changed between them. */
 export interface InventoryStore {
@@ -291,10 +303,6 @@ export const NODES_NUL: NulRules<NodeStore> = {
   listNodeIds: REFUSE,
   createNode: REFUSE,
   changeNode: lookup([0], () => null),
-  setAcceptance: lookup([0], () => null),
-  setState: lookup([0], () => null),
-  updateNode: lookup([0], () => null),
-  recordContact: lookup([0], () => null),
   recordClockSkew: lookup([0], () => false),
   deleteNode: lookup([0], () => false),
   getHistory: lookup([0], () => ({ data: [], total: 0 })),

@@ -7,6 +7,7 @@ import { PostgresBootstrapStore } from '../bootstrap/postgres.js';
 import { PostgresChanges } from '../changes/postgres.js';
 import { PostgresCompliance } from '../compliance/postgres.js';
 import { ComposedStore } from '../facade.js';
+import type { StoreRules } from '../rules.js';
 import { PostgresIdentityStore } from '../identity/postgres.js';
 import { PostgresJobStore } from '../jobs/postgres.js';
 import { PostgresManagerStore } from '../managers/postgres.js';
@@ -23,12 +24,14 @@ export interface PostgresStoreOptions extends PostgresDbOptions {
   onMaintenance?: (message: string, err?: unknown) => void;
   /** Memory for decoded node-day bases (runs/run-codec.ts). */
   runBaseCacheBytes?: number;
+  /** The domain's rules the store applies (../rules.ts). */
+  rules: StoreRules;
 }
 
 export class PostgresStore extends ComposedStore {
   constructor(opts: PostgresStoreOptions) {
     const db = new PostgresDb(opts);
-    const nodes = new PostgresNodes(db);
+    const nodes = new PostgresNodes(db, opts.rules);
     const compliance = new PostgresCompliance(db, nodes);
     const changes = new PostgresChanges(db);
     super({
@@ -38,10 +41,10 @@ export class PostgresStore extends ComposedStore {
       compliance,
       changes,
       policy: new PostgresPolicy(db, compliance),
-      sweep: new PostgresSweep(db, opts.onMaintenance),
+      sweep: new PostgresSweep(db, opts.rules.nodes, opts.onMaintenance),
       identity: new PostgresIdentityStore(db),
-      jobs: new PostgresJobStore(db),
-      managers: new PostgresManagerStore(db, nodes),
+      jobs: new PostgresJobStore(db, opts.rules.tasks),
+      managers: new PostgresManagerStore(db, nodes, opts.rules),
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),
       migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),

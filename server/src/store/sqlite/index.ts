@@ -7,6 +7,7 @@ import { SqliteBootstrapStore } from '../bootstrap/sqlite.js';
 import { SqliteChanges } from '../changes/sqlite.js';
 import { SqliteCompliance } from '../compliance/sqlite.js';
 import { ComposedStore } from '../facade.js';
+import type { StoreRules } from '../rules.js';
 import { SqliteIdentityStore } from '../identity/sqlite.js';
 import { SqliteJobStore } from '../jobs/sqlite.js';
 import { SqliteManagerStore } from '../managers/sqlite.js';
@@ -21,12 +22,14 @@ import { migrateSqlite } from './migrate.js';
 export interface SqliteStoreOptions extends SqliteDbOptions {
   /** Memory for decoded node-day bases (runs/run-codec.ts). */
   runBaseCacheBytes?: number;
+  /** The domain's rules the store applies (../rules.ts). */
+  rules: StoreRules;
 }
 
 export class SqliteStore extends ComposedStore {
   constructor(opts: SqliteStoreOptions) {
     const db = new SqliteDb(opts);
-    const nodes = new SqliteNodes(db);
+    const nodes = new SqliteNodes(db, opts.rules);
     const compliance = new SqliteCompliance(db, nodes);
     const changes = new SqliteChanges(db);
     super({
@@ -38,8 +41,8 @@ export class SqliteStore extends ComposedStore {
       policy: new SqlitePolicy(db, compliance),
       sweep: new SqliteSweep(db, nodes),
       identity: new SqliteIdentityStore(db),
-      jobs: new SqliteJobStore(db),
-      managers: new SqliteManagerStore(db, nodes),
+      jobs: new SqliteJobStore(db, opts.rules.tasks),
+      managers: new SqliteManagerStore(db, nodes, opts.rules),
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
       migrate: async () => migrateSqlite(db),

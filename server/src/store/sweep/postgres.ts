@@ -7,10 +7,10 @@
  */
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
-import { LIVE_STATES, MISSING, PURGEABLE_STATES } from '../nodes/rules.js';
+import type { NodeRules } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
-import type { RegistryCounts, SweepStore } from './types.js';
+import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
@@ -19,64 +19,63 @@ export class PostgresSweep implements SweepStore {
   /** Days given up on (their runs stay in the default partition): not retried, not logged again. */
   private readonly skippedPartitions = new Set<string>();
 
-  constructor(private readonly db: PostgresDb, onMaintenance?: (message: string, err?: unknown) => void) {
+  constructor(private readonly db: PostgresDb, private readonly rules: NodeRules, onMaintenance?: (message: string, err?: unknown) => void) {
     this.onMaintenance = onMaintenance ?? (() => undefined);
   }
 
-  async markUnreachable(before: string, at: string, limit: number): Promise<number> {
+  async markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.db.query<{ n: string }>('markUnreachable', this.db.pool, {
+    const { rows } = await this.db.query<{ id: string; state: string }>('markUnreachable', this.db.pool, {
       text: `WITH picked AS (
           SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
           UPDATE nodes n SET status = 'unreachable', updated_at = GREATEST(n.updated_at, $2)
-          FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id),
+          FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id, n.state),
         h AS (
           INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
           SELECT id, $2, 'status', 'reachable', 'unreachable', 'missed runs' FROM upd ORDER BY id)
-        SELECT count(*) AS n FROM upd`,
+        SELECT id, state FROM upd ORDER BY id`,
       values: [b, when, limit],
     });
-    return Number(rows[0]!.n);
+    return rows.map((r) => ({ id: r.id, before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
   }
 
-  async markMissing(before: string, at: string, limit: number): Promise<number> {
+  async markMissing(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.db.query<{ n: string }>('markMissing', this.db.pool, {
+    const { rows } = await this.db.query<{ id: string; old_state: string; old_status: string }>('markMissing', this.db.pool, {
       text: `WITH picked AS (
-          SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)}) AND last_contact_at < $1
+          SELECT id, state, status FROM nodes WHERE state IN (${inList(this.rules.liveStates)}) AND last_contact_at < $1
           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
-          UPDATE nodes n SET state = '${MISSING}', status = 'unreachable', state_changed_at = $2,
+          UPDATE nodes n SET state = '${this.rules.missing}', status = 'unreachable', state_changed_at = $2,
             updated_at = GREATEST(n.updated_at, $2)
           FROM picked p WHERE n.id = p.id RETURNING n.id, p.state AS old_state, p.status AS old_status),
         h AS (
           INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
           SELECT id, $2, field, from_value, to_value, 'silence' FROM (
-            SELECT id, 1 AS o, 'state' AS field, old_state AS from_value, '${MISSING}' AS to_value FROM upd
+            SELECT id, 1 AS o, 'state' AS field, old_state AS from_value, '${this.rules.missing}' AS to_value FROM upd
             UNION ALL
             SELECT id, 2, 'status', old_status, 'unreachable' FROM upd WHERE old_status <> 'unreachable') e
           ORDER BY id, o)
-        SELECT count(*) AS n FROM upd`,
+        SELECT id, old_state, old_status FROM upd ORDER BY id`,
       values: [b, when, limit],
     });
-    return Number(rows[0]!.n);
+    return rows.map((r) => ({ id: r.id, before: { state: r.old_state, status: r.old_status }, after: { state: this.rules.missing, status: 'unreachable' } }));
   }
 
-  async purgeNodes(before: string, limit: number): Promise<number> {
+  async purgeNodes(before: string, limit: number): Promise<SweptNode[]> {
     const b = toUtcIso(before, 'before');
     return this.db.tx('purgeNodes', async (c) => {
-      const { rows } = await this.db.query<{ n: string }>('purgeNodes', c, {
+      const { rows } = await this.db.query<{ id: string; state: string; status: string }>('purgeNodes', c, {
         text: `WITH picked AS (
-            SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < $1
+            SELECT id FROM nodes WHERE state IN (${inList(this.rules.purgeable)}) AND state_changed_at < $1
             ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
-          del AS (DELETE FROM nodes n USING picked WHERE n.id = picked.id RETURNING n.id)
-          SELECT count(*) AS n FROM del`,
+          del AS (DELETE FROM nodes n USING picked WHERE n.id = picked.id RETURNING n.id, n.state, n.status)
+          SELECT id, state, status FROM del ORDER BY id`,
         values: [b, limit],
       });
-      const n = Number(rows[0]!.n);
-      await this.bump(c, 'purged_nodes', n);
-      return n;
+      await this.bump(c, 'purged_nodes', rows.length);
+      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: null }));
     });
   }
 

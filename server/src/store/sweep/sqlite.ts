@@ -4,57 +4,57 @@
  * index: retention deletes rows, then the node-day bases no run refers to any more.
  */
 import type { SqliteDb } from '../sqlite/db.js';
-import { LIVE_STATES, MISSING, PURGEABLE_STATES, type HistoryInsert } from '../nodes/rules.js';
+import type { HistoryInsert } from '../nodes/types.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
 import { runDay } from '../runs/run-codec.js';
 import { toUtcIso } from '../time.js';
-import type { RegistryCounts, SweepStore } from './types.js';
+import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
 export class SqliteSweep implements SweepStore {
   constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes) {}
 
-  async markUnreachable(before: string, at: string, limit: number): Promise<number> {
+  async markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markUnreachable', () => {
-      const ids = this.db.stmt(`SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
-        .pluck().all(b, limit) as string[];
+      const rows = this.db.stmt(`SELECT id, state FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
+        .all(b, limit) as Array<{ id: string; state: string }>;
       const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
-      for (const id of ids) {
+      for (const { id } of rows) {
         upd.run(when, id);
         this.nodes.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
       }
-      return ids.length;
+      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
     });
   }
 
-  async markMissing(before: string, at: string, limit: number): Promise<number> {
+  async markMissing(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markMissing', () => {
-      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(LIVE_STATES)})
+      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(this.nodes.rules.liveStates)})
         AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
-      const upd = this.db.stmt(`UPDATE nodes SET state = '${MISSING}', status = 'unreachable', state_changed_at = ?,
+      const upd = this.db.stmt(`UPDATE nodes SET state = '${this.nodes.rules.missing}', status = 'unreachable', state_changed_at = ?,
         updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const r of rows) {
         upd.run(when, when, r.id);
-        const h: HistoryInsert[] = [{ node_id: r.id, at: when, field: 'state', from: r.state, to: MISSING, cause: 'silence' }];
+        const h: HistoryInsert[] = [{ node_id: r.id, at: when, field: 'state', from: r.state, to: this.nodes.rules.missing, cause: 'silence' }];
         if (r.status !== 'unreachable') h.push({ node_id: r.id, at: when, field: 'status', from: r.status, to: 'unreachable', cause: 'silence' });
         this.nodes.history(h);
       }
-      return rows.length;
+      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: { state: this.nodes.rules.missing, status: 'unreachable' } }));
     });
   }
 
-  async purgeNodes(before: string, limit: number): Promise<number> {
+  async purgeNodes(before: string, limit: number): Promise<SweptNode[]> {
     const b = toUtcIso(before, 'before');
     return this.db.write('purgeNodes', () => {
-      const ids = this.db.stmt(`SELECT id FROM nodes WHERE state IN (${inList(PURGEABLE_STATES)}) AND state_changed_at < ?
-        ORDER BY id LIMIT ?`).pluck().all(b, limit) as string[];
+      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(this.nodes.rules.purgeable)}) AND state_changed_at < ?
+        ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
       const del = this.db.stmt('DELETE FROM nodes WHERE id = ?');
-      for (const id of ids) del.run(id);
-      this.bump('purged_nodes', ids.length);
-      return ids.length;
+      for (const r of rows) del.run(r.id);
+      this.bump('purged_nodes', rows.length);
+      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: null }));
     });
   }
 

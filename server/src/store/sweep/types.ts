@@ -14,13 +14,20 @@ export interface RegistryCounts {
   deleted_runs: number;
 }
 
+/** One node a sweep step moved: its state and status before, and after (null: purged). */
+export interface SweptNode {
+  id: string;
+  before: { state: string; status: string };
+  after: { state: string; status: string } | null;
+}
+
 export interface SweepStore {
-  /** status reachable → unreachable for nodes with no contact since `before`. */
-  markUnreachable(before: string, at: string, limit: number): Promise<number>;
-  /** state running/unknown → missing for contacted nodes silent since `before`. */
-  markMissing(before: string, at: string, limit: number): Promise<number>;
-  /** Delete nodes missing or terminated since before `before` (their runs and all go with them). */
-  purgeNodes(before: string, limit: number): Promise<number>;
+  /** status reachable → unreachable for nodes with no contact since `before`; the nodes moved. */
+  markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]>;
+  /** state running/unknown → missing for contacted nodes silent since `before`; the nodes moved. */
+  markMissing(before: string, at: string, limit: number): Promise<SweptNode[]>;
+  /** Delete nodes missing or terminated since before `before` (their runs and all go with them); the nodes deleted. */
+  purgeNodes(before: string, limit: number): Promise<SweptNode[]>;
   /** Delete runs that started before `before` (a UTC midnight); Postgres drops whole day partitions. */
   deleteRunsBefore(before: string, limit: number): Promise<number>;
   /** Delete history entries older than `before`. */

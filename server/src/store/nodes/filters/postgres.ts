@@ -6,11 +6,15 @@
 import { parseFilter, type FilterExpr } from '@capstan/shared/filter/parse';
 import { versionKey } from '@capstan/shared/filter/version';
 import type { PostgresDb } from '../../postgres/db.js';
+import type { FilterRules } from '../../rules.js';
 import { needsGroups, packageAtomKey, policyGroupMap, type CheckedFilter, type Dialect, type PolicyGroupDef } from './query.js';
 
-/** The dialect for one statement over `filters`: each value given to `param` is pushed onto `values`. */
-export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = []): Promise<Dialect> {
-  const prepared = await prepare(db, filters);
+/**
+ * The dialect for one statement over `filters`: each value given to `param` is pushed onto
+ * `values`. Policy groups are read when `filters` name a group (their filters checked with `check`).
+ */
+export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check']): Promise<Dialect> {
+  const prepared = await prepare(db, filters, check);
   return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: db.now, ...prepared };
 }
 
@@ -20,8 +24,8 @@ export async function postgresDialect(db: PostgresDb, values: unknown[], filters
  * planner can estimate, where a subquery's array would be guessed at 200 rows and joined by a
  * nested loop even when a third of the fleet matches).
  */
-async function prepare(db: PostgresDb, filters: readonly CheckedFilter[]): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
-  const groups = await groupsFor(db, filters);
+async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?: FilterRules['check']): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
+  const groups = check ? await groupsFor(db, filters, check) : undefined;
   const atoms = new Map<string, { name: string; op: string | null; key: string | null }>();
   const walk = (e: FilterExpr): void => {
     if (e.kind === 'and' || e.kind === 'or') {
@@ -49,8 +53,8 @@ async function prepare(db: PostgresDb, filters: readonly CheckedFilter[]): Promi
 }
 
 /** The policy groups, when these filters name a group (see query.ts groupCondition). */
-async function groupsFor(db: PostgresDb, filters: readonly CheckedFilter[]): Promise<Map<string, PolicyGroupDef> | undefined> {
+async function groupsFor(db: PostgresDb, filters: readonly CheckedFilter[], check: FilterRules['check']): Promise<Map<string, PolicyGroupDef> | undefined> {
   if (!needsGroups(filters)) return undefined;
   const { rows } = await db.query('policyGroups', db.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
-  return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })));
+  return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })), check);
 }

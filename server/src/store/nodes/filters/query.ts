@@ -1,21 +1,20 @@
 /**
  * The node filters of list queries, which both backends must build identically so that one test
  * suite can hold them to the same answers: checked once here, then turned into one WHERE clause
- * with the dialect's placeholders (sqlite.ts, postgres.ts), and the sort order.
+ * with the dialect's placeholders (sqlite.ts, postgres.ts), and the sort order. The filters come
+ * checked by the domain's rules (server/src/registry/filters.ts).
  */
 import { capstanError } from '@capstan/shared/errors';
-import { FILTER_LIMITS, parseFilter } from '@capstan/shared/filter/parse';
+import { parseFilter } from '@capstan/shared/filter/parse';
 import { compileFilter } from './sql.js';
-import { SORT_FIELDS, type FilterKey, type NodeFilter, type NodeListQuery, type NodeRecord, type SortField } from '../../store.js';
+import { SORT_FIELDS, type CheckedFilter, type NodeFilter, type NodeRecord, type SortField } from '../../store.js';
+
+export type { CheckedFilter };
+import type { FilterRules } from '../../rules.js';
 import { toUtcIso } from '../../time.js';
 
 /** The escape character used in every LIKE pattern we build (`ESCAPE '\'`). */
 export const LIKE_ESCAPE = '\\';
-
-// Limits on what one list request may ask for: every value becomes a bound parameter.
-export const MAX_FILTERS = 32;
-export const MAX_FILTER_VALUES = 100;
-export const MAX_FILTER_VALUE_LENGTH = 512;
 
 const likeEscape = (text: string) => text.replace(/[\\%_]/g, (c) => LIKE_ESCAPE + c);
 
@@ -29,34 +28,12 @@ export function hostnamePrefixPattern(prefix: string): string {
   return likeEscape(bare) + '%';
 }
 
-// `id` (exact node ids) lets the policy generator test one node against a group's filter.
-// `managed_by` (manager ids, via node_managers) and `has_agent` (true/false) come from the managers.
-// `relay` (true/false): the nodes registered as relays.
-// `q`: an expression of the filter language (docs/filters.md); several are ORed.
-const PLAIN_KEYS = new Set(['q', 'id', 'name', 'hostname', 'region', 'state', 'status', 'manager', 'group', 'accepted', 'last_run', 'managed_by', 'has_agent', 'relay']);
-const ENUMS: Record<string, Set<string>> = {
-  status: new Set(['unknown', 'reachable', 'unreachable']),
-  accepted: new Set(['pending', 'accepted', 'refused']),
-  has_agent: new Set(['true', 'false']),
-  relay: new Set(['true', 'false']),
-};
-
-/** A filter after checking: its values ORed, one per key. */
-export interface CheckedFilter {
-  key: FilterKey;
-  values: string[];
-  exclude: boolean;
-}
-
 function bad(message: string): never {
   throw capstanError('ERR_BAD_REQUEST', message);
 }
 
-export function isFilterKey(key: string): key is FilterKey {
-  return PLAIN_KEYS.has(key) || (key.startsWith('tag:') && key.length > 4 && key.length <= 132);
-}
-
 /** `<from>..<to>`, either end may be empty; the ends become ISO UTC (from inclusive, to exclusive). */
+/** (Parsed here, where the range is compiled; the domain's checks use it too.) */
 export function parseRange(value: string): { from: string | null; to: string | null } {
   const i = value.indexOf('..');
   if (i < 0) bad(`last_run must be a range <from>..<to> (either end may be empty), got "${value}"`);
@@ -65,50 +42,6 @@ export function parseRange(value: string): { from: string | null; to: string | n
   const range = { from: end(from, 'start'), to: end(to, 'end') };
   if (range.from === null && range.to === null) bad('last_run range needs at least one end');
   return range;
-}
-
-/**
- * Check the filters of a list query and merge them per key. Values of one key are ORed, so two
- * include filters on a key become one; an include and an exclude filter on the same key cannot be
- * meant (which would win?) and answer ERR_FILTER_CONFLICT. The legacy shorthands are filters too.
- */
-export function checkFilters(q: Pick<NodeListQuery, 'filters' | 'accepted' | 'status' | 'hostname'>): CheckedFilter[] {
-  const all: NodeFilter[] = [...(q.filters ?? [])];
-  if (q.accepted !== undefined) all.push({ key: 'accepted', values: [q.accepted] });
-  if (q.status !== undefined) all.push({ key: 'status', values: [q.status] });
-  if (q.hostname !== undefined && q.hostname !== '' && q.hostname !== '*') {
-    all.push({ key: 'hostname', values: [q.hostname.endsWith('*') ? q.hostname : `${q.hostname}*`] });
-  }
-  if (all.length > MAX_FILTERS) bad(`at most ${MAX_FILTERS} filters`);
-  const byKey = new Map<string, CheckedFilter>();
-  for (const f of all) {
-    if (!f || typeof f !== 'object' || typeof f.key !== 'string' || !isFilterKey(f.key)) {
-      bad(`unknown filter key ${JSON.stringify((f as { key?: unknown })?.key)}`);
-    }
-    if (!Array.isArray(f.values) || f.values.length === 0) bad(`filter ${f.key} needs at least one value`);
-    if (f.values.length > MAX_FILTER_VALUES) bad(`filter ${f.key} has more than ${MAX_FILTER_VALUES} values`);
-    if (f.exclude !== undefined && typeof f.exclude !== 'boolean') bad(`filter ${f.key}: exclude must be true or false`);
-    for (const v of f.values) {
-      if (typeof v !== 'string') bad(`filter ${f.key}: values must be strings`);
-      const max = f.key === 'q' ? FILTER_LIMITS.maxLength : MAX_FILTER_VALUE_LENGTH;
-      if (v.length > max) bad(`filter ${f.key}: a value is longer than ${max}`);
-      if (v.includes('\u0000') || f.key.includes('\u0000')) bad(`filter ${f.key} contains a NUL character`);
-      const allowed = ENUMS[f.key];
-      if (allowed && !allowed.has(v)) bad(`${f.key} must be one of ${[...allowed].join(', ')}`);
-      if (f.key === 'last_run') parseRange(v);
-      if (f.key === 'q') parseFilter(v);
-    }
-    const exclude = f.exclude ?? false;
-    const seen = byKey.get(f.key);
-    if (!seen) {
-      byKey.set(f.key, { key: f.key, values: [...new Set(f.values)], exclude });
-    } else if (seen.exclude !== exclude) {
-      throw capstanError('ERR_FILTER_CONFLICT', `filter ${f.key} is both included and excluded`);
-    } else {
-      seen.values = [...new Set([...seen.values, ...f.values])];
-    }
-  }
-  return [...byKey.values()];
 }
 
 /** How a backend spells what differs: placeholders, case-insensitive LIKE, byte-order collation. */
@@ -140,10 +73,10 @@ export function packageAtomKey(name: string, op: string | null, key: string | nu
   return `${name}\u0000${op ?? ''}\u0000${key ?? ''}`;
 }
 
-/** What a `group` filter needs of a policy group. */
+/** What a `group` filter needs of a policy group: its static nodes, its filter as checked. */
 export interface PolicyGroupDef {
   nodes?: string[];
-  filter?: NodeFilter[];
+  filter?: CheckedFilter[];
 }
 
 /** A policy group's filter naming a group naming a group…: followed this deep, no further. */
@@ -154,12 +87,20 @@ export function needsGroups(filters: readonly CheckedFilter[]): boolean {
   return filters.some((f) => f.key === 'group' || (f.key === 'q' && f.values.some((v) => /group/i.test(v))));
 }
 
-/** Policy group bodies (as stored) → what a `group` filter needs; a malformed one is left out. */
-export function policyGroupMap(bodies: Array<{ id: string; body: Record<string, unknown> }>): Map<string, PolicyGroupDef> {
+/**
+ * Policy group bodies (as stored) → what a `group` filter needs, their filters checked by the
+ * domain's rule; a malformed one is left out.
+ */
+export function policyGroupMap(bodies: Array<{ id: string; body: Record<string, unknown> }>, check: FilterRules['check']): Map<string, PolicyGroupDef> {
   const out = new Map<string, PolicyGroupDef>();
   for (const { id, body } of bodies) {
     const nodes = Array.isArray(body.nodes) ? (body.nodes as string[]) : undefined;
-    const filter = Array.isArray(body.filter) ? (body.filter as NodeFilter[]) : undefined;
+    let filter: CheckedFilter[] | undefined;
+    try {
+      filter = Array.isArray(body.filter) ? check({ filters: body.filter as NodeFilter[] }) : undefined;
+    } catch {
+      continue;
+    }
     out.set(id, { ...(nodes && { nodes }), ...(filter && { filter }) });
   }
   return out;
@@ -180,7 +121,7 @@ export function groupCondition(groupId: string, d: Dialect): string {
   const parts: string[] = [];
   if (def.nodes?.length) parts.push(`n.id IN (${def.nodes.map((id) => d.param(id)).join(', ')})`);
   if (def.filter) {
-    const conds = filterConditions(checkFilters({ filters: def.filter }), { ...d, depth: depth + 1 });
+    const conds = filterConditions(def.filter, { ...d, depth: depth + 1 });
     parts.push(conds.length ? `(${conds.join(' AND ')}) IS TRUE` : '1 = 1');
   }
   if (parts.length === 0) return registry;

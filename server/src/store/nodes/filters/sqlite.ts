@@ -3,14 +3,18 @@
  * without a collation; the policy groups are read when a filter names a group.
  */
 import type { SqliteDb } from '../../sqlite/db.js';
+import type { FilterRules } from '../../rules.js';
 import { needsGroups, policyGroupMap, type CheckedFilter, type Dialect } from './query.js';
 
-/** The dialect for one statement: each value given to `param` is pushed onto `values`. */
-export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = []): Dialect {
+/**
+ * The dialect for one statement: each value given to `param` is pushed onto `values`. Policy
+ * groups are read when `filters` name a group (their filters checked with `check`).
+ */
+export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check']): Dialect {
   const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: db.now };
-  if (needsGroups(filters)) {
+  if (check && needsGroups(filters)) {
     const rows = db.stmt("SELECT id, body FROM policy_objects WHERE kind = 'group'").all() as Array<{ id: string; body: string }>;
-    d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })));
+    d.groups = policyGroupMap(rows.map((r) => ({ id: r.id, body: JSON.parse(r.body) as Record<string, unknown> })), check);
   }
   return d;
 }

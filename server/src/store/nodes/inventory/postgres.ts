@@ -9,7 +9,6 @@ import { iso, type PostgresDb } from '../../postgres/db.js';
 import { checkInventory, checkPaging } from '../../input.js';
 import type { Page } from '../../store.js';
 import { nodeValues } from '../records.js';
-import { acceptCause, isCertificateConflict, mergeInventory, nodeFromInventory, transitions } from '../rules.js';
 import { INSERT_NODE, UPDATE_NODE, type PostgresNodes } from '../postgres.js';
 import type { InventoryChangeRecord, InventoryStore, NodeRecord, NodeUpsertFromInventory } from '../types.js';
 import { globToLike } from '../filters/sql.js';
@@ -31,7 +30,7 @@ export class PostgresInventory implements InventoryStore {
       }
       const auto = !!inv.auto_accept && !revoked;
       // Two first inventories of one node may race: the loser of the insert merges instead.
-      const fresh = nodeFromInventory(inv, auto);
+      const fresh = this.nodes.rules.nodeFromInventory(inv, auto);
       const ins = await this.db.query(what, c, { name: 'node_insert_new', text: `${INSERT_NODE} ON CONFLICT (id) DO NOTHING`, values: nodeValues(fresh) });
       let next = fresh;
       let known: NodeRecord | null = null;
@@ -39,13 +38,13 @@ export class PostgresInventory implements InventoryStore {
         known = await this.nodes.lockNode(what, c, inv.id);
         // Deleted between our insert attempt and the lock: retrying registers it afresh.
         if (!known) throw capstanError('ERR_STORE', `node ${inv.id} was deleted concurrently`);
-        next = mergeInventory(known, inv, auto);
+        next = this.nodes.rules.mergeInventory(known, inv, auto);
         await this.db.query(what, c, { name: 'node_update', text: UPDATE_NODE, values: nodeValues(next) });
       }
       await this.nodes.sets(what, c, next, known);
-      await this.nodes.history(what, c, transitions(known, next, receivedAt, 'inventory', acceptCause(inv, auto, revoked)));
+      await this.nodes.history(what, c, this.nodes.rules.transitions(known, next, receivedAt, 'inventory', this.nodes.rules.acceptCause(inv, auto, revoked)));
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
-      if (known && isCertificateConflict(known, inv)) return next;
+      if (known && this.nodes.rules.isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
       const written = await this.db.query(what, c, {
         name: 'inventory_upsert',

@@ -5,7 +5,6 @@
 import type { SqliteDb } from '../../sqlite/db.js';
 import { checkInventory, checkPaging } from '../../input.js';
 import type { Page } from '../../store.js';
-import { isCertificateConflict, mergeInventory, nodeFromInventory, acceptCause } from '../rules.js';
 import type { SqliteNodes } from '../sqlite.js';
 import type { InventoryChangeRecord, InventoryStore, NodeRecord, NodeUpsertFromInventory } from '../types.js';
 import {
@@ -22,10 +21,10 @@ export class SqliteInventory implements InventoryStore {
       const revoked = !!inv.auto_accept &&
         !!this.db.stmt('SELECT 1 FROM revoked_certificates WHERE fingerprint = ?').get(inv.certificate_fingerprint);
       const auto = !!inv.auto_accept && !revoked;
-      const next = known ? mergeInventory(known, inv, auto) : nodeFromInventory(inv, auto);
-      this.nodes.saveNode(next, known, receivedAt, 'inventory', acceptCause(inv, auto, revoked));
+      const next = known ? this.nodes.rules.mergeInventory(known, inv, auto) : this.nodes.rules.nodeFromInventory(inv, auto);
+      this.nodes.saveNode(next, known, receivedAt, 'inventory', this.nodes.rules.acceptCause(inv, auto, revoked));
       // A conflicting certificate's inventory is not the node's: only the conflict is kept.
-      if (known && isCertificateConflict(known, inv)) return next;
+      if (known && this.nodes.rules.isCertificateConflict(known, inv)) return next;
       // Keep only the newest document; an older one arriving late is dropped.
       const { changes } = this.db.stmt(`INSERT INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)
         ON CONFLICT (node_id) DO UPDATE SET received_at = excluded.received_at, document = excluded.document

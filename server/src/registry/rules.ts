@@ -9,9 +9,9 @@
  * missed its runs or its state is not running/unknown).
  */
 import { capstanError } from '@capstan/shared/errors';
-import type { Acceptance, HistoryEntry, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory } from './types.js';
-import { checkPatch } from '../input.js';
-import { parseRfc3339, toUtcIso } from '../time.js';
+import type { Acceptance, HistoryInsert, NodeChange, NodeCreate, NodePatch, NodeRecord, NodeStatus, NodeUpsertFromInventory } from '../store/store.js';
+import type { NodeRules } from '../store/rules.js';
+import { parseRfc3339, toUtcIso } from '../store/time.js';
 
 /** The state a node starts in when nothing says otherwise: agent and manual nodes run. */
 export const DEFAULT_STATE = 'running';
@@ -277,54 +277,12 @@ export function afterContact(node: NodeRecord, atRaw: string): NodeRecord {
   return next;
 }
 
-/**
- * One node change as the store applies it (Store.changeNode): which rule above decides the next
- * record. Each backend has one update that reads the node, applies this, and writes it back with
- * its transitions.
- */
-export type NodeChange =
-  | { kind: 'acceptance'; accepted: Acceptance; fingerprint?: string }
-  | { kind: 'state'; state: string }
-  | { kind: 'patch'; patch: NodePatch }
-  | { kind: 'contact' };
-
 export function applyChange(node: NodeRecord, change: NodeChange, at: string): NodeRecord {
   switch (change.kind) {
     case 'acceptance': return withAcceptance(node, change.accepted, at, change.fingerprint);
     case 'state': return withState(node, change.state, at);
     case 'patch': return withPatch(node, change.patch, at);
     case 'contact': return afterContact(node, at);
-  }
-}
-
-/**
- * The one node update and the four changes by name (tests and tools call them so), the same in
- * both dialects: each dialect's `update` reads the node (PostgreSQL: locks its row), applies the
- * rule and writes it back with its transitions, in one transaction.
- */
-export abstract class NodeChanges {
-  /** Read, change with a rule of this file, write back and record the transitions if anything changed. */
-  protected abstract update(what: string, id: string, at: string, cause: string, change: (n: NodeRecord) => NodeRecord): NodeRecord | null | Promise<NodeRecord | null>;
-
-  async changeNode(id: string, change: NodeChange, at: string, cause: string): Promise<NodeRecord | null> {
-    const c = change.kind === 'patch' ? { kind: 'patch' as const, patch: checkPatch(change.patch) } : change;
-    return this.update(`changeNode ${change.kind}`, id, at, cause, (node) => applyChange(node, c, at));
-  }
-
-  async setAcceptance(id: string, accepted: Acceptance, at: string, cause = 'admin', fingerprint?: string): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'acceptance', accepted, ...(fingerprint !== undefined && { fingerprint }) }, at, cause);
-  }
-
-  async setState(id: string, state: string, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'state', state }, at, cause);
-  }
-
-  async recordContact(id: string, at: string, cause = 'contact'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'contact' }, at, cause);
-  }
-
-  async updateNode(id: string, patch: NodePatch, at: string, cause = 'admin'): Promise<NodeRecord | null> {
-    return this.changeNode(id, { kind: 'patch', patch }, at, cause);
   }
 }
 
@@ -355,7 +313,6 @@ function chooseCertificate(node: NodeRecord, fingerprint: string | undefined): N
   throw capstanError('ERR_CERTIFICATE', `fingerprint ${fp} is neither of the certificates of node ${node.id} (${both.join(', ')})`);
 }
 
-export type HistoryInsert = Omit<HistoryEntry, 'id'>;
 const TRACKED = ['accepted', 'state', 'status'] as const;
 
 /**
@@ -393,3 +350,19 @@ export function acceptCause(inv: NodeUpsertFromInventory, auto: boolean, revoked
   if (revoked) return { accepted: 'inventory (certificate revoked by a deletion: not auto-accepted)' };
   return {};
 }
+
+/** What the store applies in its transactions (store/rules.ts). */
+export const NODE_RULES: NodeRules = {
+  liveStates: LIVE_STATES,
+  missing: MISSING,
+  purgeable: PURGEABLE_STATES,
+  afterRunFields: AFTER_RUN_FIELDS,
+  manualNode,
+  nodeFromInventory,
+  mergeInventory,
+  isCertificateConflict,
+  acceptCause,
+  afterRun,
+  applyChange,
+  transitions,
+};

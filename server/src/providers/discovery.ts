@@ -1,15 +1,15 @@
 /**
- * What a provider's poll does to nodes, as pure functions (like ../nodes/rules.ts), so both backends apply
+ * What a provider's poll does to nodes, as pure functions (like ../registry/rules.ts), so both backends apply
  * the same lifecycle: the cloud's state is the node's state (`terminated` is final, `stopped`
  * makes it unreachable), a held node the poll no longer sees is `missing`.
  */
 import { randomUUID } from 'node:crypto';
 import { capstanError } from '@capstan/shared/errors';
-import type { DiscoveredInstance, ManagerInsert, ManagerRecord } from './types.js';
-import type { NodeRecord } from '../store.js';
-import { manualNode, MISSING, TERMINATED, withState } from '../nodes/rules.js';
-import { MAX_TAGS } from '../input.js';
-import { toUtcIso } from '../time.js';
+import type { DiscoveredInstance, ManagerRecord, NodeRecord } from '../store/store.js';
+import type { DiscoveryRules } from '../store/rules.js';
+import { MAX_TAGS } from '../store/input.js';
+import { toUtcIso } from '../store/time.js';
+import { manualNode, MISSING, TERMINATED, withState } from '../registry/rules.js';
 
 const TAG_KEY = /^[^=\u0000-\u001f\u007f]{1,128}$/;
 const NO_CONTROL = /^[^\u0000-\u001f\u007f]{0,256}$/;
@@ -97,6 +97,5 @@ export function adopted(node: NodeRecord, nodeId: string, atRaw: string): NodeRe
   return { ...node, id: nodeId, accepted: 'pending', accepted_at: null, certificate: null, certificate_fingerprint: null, updated_at: at };
 }
 
-export function managerFromInsert(m: ManagerInsert, at: string): ManagerRecord {
-  return { ...m, created_at: at, updated_at: at, last_poll_at: null, last_poll_error: null };
-}
+/** What the store applies when a poll's outcome is written (its transactions call these). */
+export const DISCOVERY_RULES: DiscoveryRules = { discoveredNode, rediscovered, disappeared, adopted };

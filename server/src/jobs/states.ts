@@ -15,9 +15,10 @@
  * and its outcome is ignored), so it is final at once and can never be stuck (VMClarity #427).
  */
 import { capstanError } from '@capstan/shared/errors';
+import { TASK_STATES, type TaskState } from '../store/jobs/types.js';
+import type { TaskRules } from '../store/rules.js';
 
-export const TASK_STATES = ['pending', 'scheduled', 'in_progress', 'done', 'failed', 'aborted'] as const;
-export type TaskState = (typeof TASK_STATES)[number];
+export { TASK_STATES, type TaskState };
 
 export const FINAL_STATES: ReadonlySet<TaskState> = new Set(['done', 'failed', 'aborted']);
 export const NON_FINAL_STATES: readonly TaskState[] = TASK_STATES.filter((s) => !FINAL_STATES.has(s));
@@ -92,3 +93,6 @@ export function checkTransition(from: TaskState, to: TaskState, reason: string):
     throw capstanError('ERR_JOB_TRANSITION', `${reason} is not a reason for ${to} (allowed: ${REASONS[to].join(', ')})`);
   }
 }
+
+/** What the store applies when it moves a task (its transactions call these). */
+export const TASK_RULES: TaskRules = { nonFinal: NON_FINAL_STATES, isFinal, checkTransition };

@@ -1,0 +1,49 @@
+/**
+ * The domain made whole over one store: the audit log, the node registry with the effects of a
+ * node change, the policy generator, the door for policy changes, managers, and the signed bundles. The
+ * server, the command line and the tests compose it here, so that a change has the same effects
+ * and the same audit record whichever of them made it.
+ */
+import type { Logger } from '@capstan/shared/log';
+import { AuditLog } from './audit/log.js';
+import { BundleServer } from './policy/bundles.js';
+import { PolicyGenerator } from './policy/generate.js';
+import type { PolicyKeyring } from './policy/key.js';
+import { PolicyService } from './policy/service.js';
+import { ManagerService } from './providers/service.js';
+import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
+import type { Store } from './store/store.js';
+
+export interface Domain {
+  audit: AuditLog;
+  nodes: NodeRegistry;
+  generator: PolicyGenerator;
+  policy: PolicyService;
+  /** Managers (discovery sources) and their polls. */
+  managers: ManagerService;
+  /** Signed bundles (absent without a policy key: the command line has none). */
+  bundles: BundleServer | null;
+}
+
+export interface DomainDeps {
+  store: Store;
+  log: Logger;
+  /** The policy signing key; bundles are served only with one. */
+  key?: PolicyKeyring;
+  /** The remote-run links relays hold (the server's): a relay's link ends when it may no longer hold one. */
+  links?: NodeEffectDeps['links'];
+  now?: () => Date;
+}
+
+export function composeDomain(deps: DomainDeps): Domain {
+  const { store, log } = deps;
+  const now = deps.now ? { now: deps.now } : {};
+  const audit = new AuditLog({ admins: store.admins, log, ...now });
+  const generator = new PolicyGenerator({ store, log, ...(deps.now && { clock: deps.now }) });
+  const nodes = new NodeRegistry({ store, log, audit, ...now })
+    .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }));
+  const policy = new PolicyService({ store, generator, audit, log, ...now });
+  const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
+  const managers = new ManagerService({ store, nodes, audit, ...now });
+  return { audit, nodes, generator, policy, managers, bundles };
+}

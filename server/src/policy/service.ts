@@ -1,0 +1,154 @@
+/**
+ * The door for policy changes: saving and deleting directives, groups and rules with the rules
+ * that keep the model whole (a rule names only what exists, a static group only known nodes,
+ * nothing is deleted from under a rule, the built-in groups never change), the regeneration of
+ * the nodes a change reaches, and the audit record of who changed what, before and after. The
+ * admin API and policy as code (`capstan policy apply`) come through here alike.
+ */
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
+import type { PolicyKind, PolicyObjectRecord, Store } from '../store/store.js';
+import type { Actor } from '../audit/actor.js';
+import type { AuditLog } from '../audit/log.js';
+import { MAX_FILTER_VALUES } from '../registry/filters.js';
+import type { GenerationStats, PolicyGenerator } from './generate.js';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule } from './model.js';
+import { parsePlanRequest, planPolicy, type Plan } from './plan.js';
+
+export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
+
+const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
+
+/** An object as the API shows it: its body and when it was last saved; built-in groups marked. */
+export type PolicyView = Record<string, unknown>;
+
+const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView => ({ ...o.body, updated_at: o.updated_at });
+
+/** Check a body as its kind's POST (or PUT, with the id of the path) would. */
+export function parsePolicyObject(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
+  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId) : parseRule(body, pathId);
+  return obj as unknown as Record<string, unknown>;
+}
+
+export interface PolicyServiceDeps {
+  store: Store;
+  generator: PolicyGenerator;
+  audit?: AuditLog;
+  log: Logger;
+  now?: () => Date;
+}
+
+export class PolicyService {
+  private readonly now: () => Date;
+
+  constructor(private readonly deps: PolicyServiceDeps) {
+    this.now = deps.now ?? (() => new Date());
+  }
+
+  get generator(): PolicyGenerator {
+    return this.deps.generator;
+  }
+
+  /** Every object of a kind; groups begin with the built-in ones. */
+  async list(kind: PolicyKind): Promise<PolicyView[]> {
+    const builtins = kind === 'group' ? BUILTIN_GROUPS.map((g) => ({ ...g, builtin: true })) : [];
+    return [...builtins, ...(await this.deps.store.listPolicyObjects(kind)).map(view)];
+  }
+
+  async get(kind: PolicyKind, id: string): Promise<PolicyView> {
+    if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) return { ...BUILTIN_GROUPS.find((g) => g.id === id)!, builtin: true };
+    const o = await this.deps.store.getPolicyObject(kind, id);
+    if (!o) throw notFound(kind, id);
+    return view(o);
+  }
+
+  /**
+   * Save a checked object (parsePolicyObject) and regenerate the nodes it reaches before
+   * answering. `mustExist`: true to update only, false to create only, null for either.
+   */
+  async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null): Promise<{ object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'> }> {
+    const id = body.id as string;
+    const { store } = this.deps;
+    let before: PolicyObjectRecord | null = null;
+    // The checks run inside the generator's queue, so a concurrent delete cannot slip between.
+    const { result, stats } = await this.deps.generator.change(kind, id, async () => {
+      if (kind === 'rule') await this.checkRefs(body as { directives: string[]; groups: string[] });
+      if (kind === 'group') await this.checkGroupNodes(body as { nodes?: string[] });
+      before = await store.getPolicyObject(kind, id);
+      if (mustExist === false && before) throw capstanError('ERR_CONFLICT', `${kind} ${id} already exists`);
+      if (mustExist === true && !before) throw notFound(kind, id);
+      await store.putPolicyObject(kind, id, body, this.now().toISOString());
+      return store.getPolicyObject(kind, id);
+    });
+    const was = before as PolicyObjectRecord | null;
+    await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: was?.body ?? null, after: result!.body });
+    return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
+  }
+
+  async delete(kind: PolicyKind, id: string, actor: Actor): Promise<void> {
+    if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be deleted`);
+    const { store } = this.deps;
+    let before: PolicyObjectRecord | null = null;
+    const { result } = await this.deps.generator.change(kind, id, async () => {
+      if (kind !== 'rule') {
+        const rules = await this.referencedBy(kind, id);
+        if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
+      }
+      before = await store.getPolicyObject(kind, id);
+      return store.deletePolicyObject(kind, id);
+    });
+    if (!result) throw notFound(kind, id);
+    await this.deps.audit?.record(actor, { action: `${kind}.delete`, target: id, before: (before as PolicyObjectRecord | null)?.body ?? null, after: null });
+  }
+
+  /**
+   * What making the server match a desired set of objects would change, and for which nodes
+   * (policy/plan.ts). Writes nothing; the static groups' nodes are checked as a save would.
+   */
+  async plan(body: unknown, maxNodes: number): Promise<Plan> {
+    const plan = parsePlanRequest(body);
+    for (const [i, g] of plan.groups.entries()) {
+      try {
+        await this.checkGroupNodes(g);
+      } catch (err) {
+        if (isCapstanError(err)) throw capstanError('ERR_BAD_REQUEST', `groups[${i}]: ${err.message}`, { details: { field: `groups[${i}].nodes` } });
+        throw err;
+      }
+    }
+    return planPolicy(this.deps.store, this.deps.generator, plan, maxNodes);
+  }
+
+  /** A rule may only name directives and groups that exist. */
+  private async checkRefs(rule: { directives: string[]; groups: string[] }): Promise<void> {
+    for (const [kind, ids] of [['directive', rule.directives], ['group', rule.groups]] as const) {
+      const known = new Set((await this.deps.store.listPolicyObjects(kind)).map((o) => o.id));
+      if (kind === 'group') BUILTIN_GROUP_IDS.forEach((id) => known.add(id));
+      const missing = ids.filter((i) => !known.has(i));
+      if (missing.length) throw capstanError('ERR_BAD_REQUEST', `rule names unknown ${POLICY_PLURAL[kind]}: ${missing.join(', ')}`, { details: { field: POLICY_PLURAL[kind] } });
+    }
+  }
+
+  /**
+   * A static group may only name nodes the registry knows (as a job's static nodes): an unknown id
+   * is a typo that would silently leave the node it meant out of the group's rules.
+   */
+  private async checkGroupNodes(group: { nodes?: string[] }): Promise<void> {
+    const ids = group.nodes ?? [];
+    const missing: string[] = [];
+    for (let i = 0; i < ids.length; i += MAX_FILTER_VALUES) {
+      const chunk = ids.slice(i, i + MAX_FILTER_VALUES);
+      const known = new Set(await this.deps.store.listNodeIds([{ key: 'id', values: chunk }]));
+      missing.push(...chunk.filter((id) => !known.has(id)));
+    }
+    if (missing.length) {
+      const shown = missing.slice(0, 10).join(', ') + (missing.length > 10 ? ` and ${missing.length - 10} more` : '');
+      throw capstanError('ERR_BAD_REQUEST', `group names unknown nodes: ${shown}`, { details: { field: 'nodes' } });
+    }
+  }
+
+  /** Rules naming a directive or group: such an object cannot be deleted from under them. */
+  private async referencedBy(kind: 'directive' | 'group', id: string): Promise<string[]> {
+    const field = kind === 'directive' ? 'directives' : 'groups';
+    return (await this.deps.store.listPolicyObjects('rule')).filter((r) => (r.body[field] as string[]).includes(id)).map((r) => r.id);
+  }
+}

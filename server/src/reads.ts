@@ -1,0 +1,32 @@
+/**
+ * What the admin API's routes, the console and the command lines may read of the registry: the
+ * store's read half, and nothing that writes. Every change goes through the domain (registry/,
+ * policy/, jobs/, providers/, identity/, admins via audit/), which records who made it; a route
+ * holding only these cannot write beside it. The types the reads answer with come from here too,
+ * so that no route or command line imports the store.
+ */
+import type { AdminStore, BootstrapStore, IdentityStore, JobStore, ManagerStore, Store } from './store/store.js';
+
+export type * from './store/store.js';
+export { CHANGE_LABELS, CHANGES_COUNT_LIMIT, SORT_FIELDS } from './store/store.js';
+export { MAX_FILTER_IDS } from './store/changes/rows.js';
+export { ADMIN_ROLES } from './store/admins/types.js';
+export { parseRfc3339 } from './store/time.js';
+
+/** The root store's reads. */
+type RootReads = Pick<Store,
+  | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'getHistory' | 'getProperties'
+  | 'getInventory' | 'inventoryHistory' | 'listSoftware'
+  | 'listRuns' | 'getRunLog' | 'getRunLogText' | 'getRunBase'
+  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes'
+  | 'listChanges' | 'changesHistogram'
+  | 'listPolicyObjects' | 'getPolicyObject' | 'getPolicyBundle' | 'policyConfigIds'
+  | 'counts'>;
+
+export interface Reads extends RootReads {
+  readonly identity: Pick<IdentityStore, 'listKeys' | 'getKey' | 'allKeys' | 'activeKey' | 'publishedKeys' | 'nodesUsingKey' | 'getToken' | 'forcedRenewals'>;
+  readonly jobs: Pick<JobStore, 'getJob' | 'listJobs' | 'listTasks' | 'getTask' | 'taskHistory'>;
+  readonly managers: Pick<ManagerStore, 'listManagers' | 'getManager' | 'exclusiveNodes'>;
+  readonly bootstrap: Pick<BootstrapStore, 'listCredentials' | 'getHostKey' | 'enrolledBy'>;
+  readonly admins: Pick<AdminStore, 'listAdmins' | 'getAdmin' | 'listAudit'>;
+}

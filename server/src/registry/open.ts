@@ -1,0 +1,21 @@
+/**
+ * Opening the registry database with the domain's rules: the store applies them inside its
+ * transactions (store/rules.ts) and decides nothing itself. Every program and test that opens
+ * the store comes through here, so the rules are the same whoever writes.
+ */
+import { openStore, type OpenStoreOptions, type Store, type StoreRules } from '../store/index.js';
+import { FILTER_RULES } from './filters.js';
+import { NODE_RULES } from './rules.js';
+import { TASK_RULES } from '../jobs/states.js';
+import { DISCOVERY_RULES } from '../providers/discovery.js';
+
+export const STORE_RULES: StoreRules = { nodes: NODE_RULES, filters: FILTER_RULES, tasks: TASK_RULES, discovery: DISCOVERY_RULES };
+
+export function openRegistry(opts: Omit<OpenStoreOptions, 'rules'>): Promise<Store> {
+  return openStore({ ...opts, rules: STORE_RULES });
+}
+
+/** `serve --test`: is the database reachable, at a schema this code reads (nothing is created or migrated)? */
+export { checkDatabase, isDatabaseUnavailable } from '../store/check.js';
+/** An admin's node properties, checked at the door (the store checks them again). */
+export { checkProperties } from '../store/nodes/inventory/indexing.js';
