@@ -20,7 +20,7 @@ export interface FilterSubject {
   addresses: string[];
   /** name → installed versions */
   packages: Record<string, string[]>;
-  /** Flattened facts (flattenFacts): dotted path → text. */
+  /** The node data `fact:` reads, flattened (policy/data.ts indexedFacts): dotted path → text. */
   facts: Record<string, string>;
   properties: Record<string, string>;
   tags: Record<string, string>;
