@@ -103,9 +103,9 @@ class StrictContext extends Mustache.Context {
     }
     const [first, ...rest] = name.split('.');
     let ctx: StrictContext | undefined = this;
-    while (ctx && child(ctx.view, first!) === undefined) ctx = ctx.parent as StrictContext | undefined;
+    let value: unknown;
+    while (ctx && (value = child(ctx.view, first!)) === undefined) ctx = ctx.parent as StrictContext | undefined;
     if (!ctx) fail(st, 'ERR_TEMPLATE', `${name} is not defined`, undefined, { name });
-    let value = child(ctx.view, first!);
     for (const seg of rest) {
       if (value instanceof SecretRef) fail(st, 'ERR_TEMPLATE', `${name}: ${value.name} is a secret, it has no fields`, undefined, { name });
       value = child(value, seg);
