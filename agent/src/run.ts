@@ -23,6 +23,8 @@ import { TokenKeeper } from './identity/token.js';
 import { Outbox, type FlushResult } from './queue/outbox.js';
 import { RelayClient } from './queue/upload.js';
 import { RunLogWriter } from './runlog/write.js';
+import { nodeData } from '@capstan/shared/policy/data';
+import { Redactor } from '@capstan/shared/policy/secrets';
 import { applyDirectives, defaultIdentities, nodeConditionEnv } from './policy/apply.js';
 import { fetchPolicy } from './policy/fetch.js';
 import { reportPolicy } from './policy/report.js';
@@ -146,7 +148,9 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
     else log.warn(fields, 'policy not refreshed');
   }
 
-  const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock });
+  // Every secret the run opens is taken out of whatever it writes (docs/policy.md, Secrets).
+  const redactor = new Redactor();
+  const w = new RunLogWriter({ nodeId: id.nodeId, configId: policy.bundle?.config_id ?? 'none', startedAt, clock, redact: (s) => redactor.redact(s) });
   // No policy yet (404) is the normal state of a new node, not worth a warning in every run.
   if (policy.problem && !policy.problem.refused && policy.problem.code !== 'ERR_NOT_FOUND') {
     // An agent log line, as RUDDER captures them: the server attaches it to the next report.
@@ -160,7 +164,12 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
     await applyDirectives(policy.bundle.directives, {
       writer: w,
       forceAudit: opts.audit ?? false,
-      conditionEnv: nodeConditionEnv(defaultIdentities(id.nodeId, inv.fqdn as string | undefined), inv, env),
+      conditionEnv: nodeConditionEnv(defaultIdentities(id.nodeId, inv.fqdn as string | undefined), nodeData(inv, {
+        id: id.nodeId, hostname: String(inv.hostname ?? ''), relay: policyServer, properties: policy.bundle.properties ?? {},
+      }), env),
+      nodeKeyPem: id.keyPem,
+      bundleSecrets: policy.bundle.secrets,
+      redactor,
       ctx: {
         dryRun: opts.dryRun ?? false,
         log,
@@ -174,7 +183,7 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
         },
         fetchShared: (path, sha256) => fetchShared(config.agent.relay, path, config.agent.timeout, auth, { sha256 }),
       },
-      onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`) : undefined,
+      onOutcome: opts.onOutcome ? (d, o, type) => opts.onOutcome!(redactor.redact(`${type}\t${d.rule_id}/${d.id}\t${o.component} ${o.key}: ${o.message}`)) : undefined,
     });
   }
   w.end();

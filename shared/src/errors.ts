@@ -111,6 +111,18 @@ export const ERROR_CODES = {
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
   ERR_ARCHIVE_INVALID: { status: 400 },
+  /** A template that does not parse, names a value that is not defined, or uses a partial (the message names it and its line). */
+  ERR_TEMPLATE: { status: 400 },
+  /** A template or its rendering beyond a limit (`details.limit`: size, output, depth, iterations, steps). */
+  ERR_TEMPLATE_LIMIT: { status: 400 },
+  /** A technique that is not valid; `details.field` is where (`calls[2].params.path`). */
+  ERR_TECHNIQUE_INVALID: { status: 400 },
+  /** A sealed secret that does not open with the node's key, is malformed, or is used but not carried. */
+  ERR_SECRET: { status: 400 },
+  /** Properties beyond their limits or with a bad name; `details.field` is where. */
+  ERR_PROPERTIES_INVALID: { status: 400 },
+  /** Two policy groups of equal priority set one property path to different values: the node's policy is not generated. */
+  ERR_PROPERTY_CONFLICT: { status: 409 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },

@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { computeConfigId, decompress, parseDiffMessage, parseRunLog, signBundle, silentLogger, verifySmime, type BundleDirective } from '@capstan/shared';
+import { computeConfigId, decompress, parseDiffMessage, parseRunLog, sealForNode, secretMarker, signBundle, silentLogger, verifySmime, type BundleDirective, type TechniqueCall } from '@capstan/shared';
 import { loadAgentConfig } from '@capstan/agent/config';
 import { runAgent } from '@capstan/agent/run';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
@@ -232,4 +232,33 @@ t.test('capstan-agent run --dry-run: a would-be repair is audit_noncompliant wit
   const bad = await runProgram(BIN.agent, ['run', '--dry-run', '--relay', relay.url, '--state-dir', state, '--log-level', 'silent']);
   t.equal(bad.code, 4, 'a directory file_absent refuses to remove is an error');
   t.match(bad.stdout, /^result_error\tr\/bad\t/m);
+});
+
+t.test('a whole run: a technique, properties read by a condition, a secret sealed to the node', async (t) => {
+  const dir = programDir(t, {});
+  const relay = await fakeRelay();
+  t.teardown(relay.close);
+  const config = loadAgentConfig({ overrides: { 'agent.relay': relay.url, 'agent.state_dir': join(dir, 'state') } });
+  const first = await runAgent(config, silentLogger);
+  const certPem = await readFile(join(dir, 'state', 'agent.cert'), 'utf8');
+  const SECRET = 'Tr0ub4dor&3';
+  const secrets = { db_pw: sealForNode(SECRET, certPem) };
+  const calls: TechniqueCall[] = [
+    { id: 'conf', component: 'App config', method: 'file_content', params: { path: join(dir, 'app.conf'), content: `pw=${secretMarker('db_pw')}\n` } },
+    { id: 'stamp', component: 'Stamp', method: 'file_content', params: { path: join(dir, 'stamp'), content: 'x' }, if: "repaired('conf')", condition: "fact('node.properties.tier') == 'gold'" },
+    { id: 'bad', component: 'Fails', method: 'command_check', params: { command: join(dir, `missing-${secretMarker('db_pw')}`) } },
+  ];
+  const directives: BundleDirective[] = [{ id: 'app', name: 'App', method: 'technique', technique: { id: 'app', version: '1.0' }, params: {}, calls, mode: 'enforce', rule_id: 'r' }];
+  const extra = { properties: { tier: 'gold' }, secrets };
+  relay.serve(JSON.stringify(signBundle({ node_id: first.nodeId, config_id: computeConfigId(directives, extra), generated_at: new Date().toISOString(), directives, ...extra }, serverKey, { includePublicKey: true })));
+  const r = await runAgent(config, silentLogger);
+  t.equal(await readFile(join(dir, 'app.conf'), 'utf8'), `pw=${SECRET}\n`, 'the secret, opened with the node key');
+  t.equal(await readFile(join(dir, 'stamp'), 'utf8'), 'x', 'the if held and the condition read node.properties');
+  const log = await lastRun(relay, first.nodeId, certPem);
+  t.same(log.reports.filter((x) => x.directive_id === 'app').map((x) => `${x.component}=${x.event_type}`),
+    ['App config=result_repaired', 'App config=log_info', 'Stamp=result_repaired', 'Stamp=log_info', 'Fails=audit_error']);
+  const up = relay.uploads.filter((u) => u.kind === 'reports').at(-1)!;
+  const text = verifySmime(await decompress(up.body, 'zstd', { maxBytes: 1 << 20 }), [certPem]).content;
+  t.notOk(text.includes(SECRET), 'the run log the relay receives never holds the secret');
+  t.equal(r.compliance.missing + r.compliance.unexpected, 0, 'the run reports what the policy expects');
 });

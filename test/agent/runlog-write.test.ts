@@ -1,7 +1,7 @@
 import { chmod, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { parseRunLog } from '@capstan/shared';
+import { parseRunLog, Redactor } from '@capstan/shared';
 import { RunLogWriter } from '@capstan/agent/runlog/write';
 import { selfChecks } from '@capstan/agent/checks';
 
@@ -20,6 +20,18 @@ t.test('the run log the agent writes parses back as RUDDER reads it', async (t) 
   t.equal(log.reports[0]!.start_datetime, '2026-11-22T10:00:00+00:00');
   t.equal(log.reports[2]!.execution_datetime, '2026-11-22T10:00:03+00:00');
   t.same(w.reportCounts, { control: 2, result_repaired: 1 });
+});
+
+t.test('every line written after a secret is opened has its value redacted, log lines included', async (t) => {
+  const redactor = new Redactor();
+  const w = new RunLogWriter({ nodeId: NODE, configId: 'cfg-7', startedAt: new Date(0), clock: () => new Date(0), redact: (s) => redactor.redact(s) });
+  redactor.add('pa55word');
+  w.log('warning', 'could not use pa55word');
+  w.start();
+  w.add({ policy: 'Common', event_type: 'result_error', rule_id: 'r', directive_id: 'd', component: 'pa55word', key_value: 'k pa55word', msg: 'failed: pa55word' });
+  w.end();
+  t.notOk(w.text().includes('pa55word'));
+  t.equal(w.text().match(/\*{8}/g)?.length, 4);
 });
 
 t.test('self-checks repair a node key readable by others, then report success', async (t) => {

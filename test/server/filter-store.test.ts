@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
-import { evaluateFilter, flattenFacts, type FilterSubject } from '@capstan/shared';
+import { evaluateFilter, indexedFacts, type FilterSubject } from '@capstan/shared';
 import { type Store } from '@capstan/server/store/index';
 import { openRegistry } from '@capstan/server/registry/open';
 import { PG_URL, pgAdmin, pgUnavailable } from './pg.js';
@@ -32,13 +32,16 @@ interface NodeSpec {
   receivedAt: string;
 }
 
+/** The inventory document a node sends. */
+const docOf = (n: NodeSpec) => ({
+  node_id: n.id, hostname: n.hostname, fqdn: `${n.hostname}.example.com`, os: n.os, cpus: { count: n.cpus, model: 'x' },
+  memory: { total: n.memory }, packages: n.packages, facts: n.facts, disks: [{ device: '/dev/sda1', mount: '/', size: n.memory * 8 }],
+  interfaces: [{ name: 'eth0', addresses: n.addresses.map((address) => ({ family: address.includes(':') ? 'IPv6' : 'IPv4', address })) }],
+});
+
 async function addFleet(store: Store, fleet: NodeSpec[]): Promise<void> {
   for (const n of fleet) {
-    const doc = {
-      node_id: n.id, hostname: n.hostname, fqdn: `${n.hostname}.example.com`, os: n.os, cpus: { count: n.cpus, model: 'x' },
-      memory: { total: n.memory }, packages: n.packages, facts: n.facts,
-      interfaces: [{ name: 'eth0', addresses: n.addresses.map((address) => ({ family: address.includes(':') ? 'IPv6' : 'IPv4', address })) }],
-    };
+    const doc = docOf(n);
     await store.upsertFromInventory(inventory(n.id, { hostname: n.hostname, os_name: n.os.name, os_version: n.os.version, inventory: doc, received_at: n.receivedAt }));
     if (Object.keys(n.tags).length || n.groups.length) await updateNode(store, n.id, { tags: n.tags, groups: n.groups }, n.receivedAt);
     await store.setProperties(n.id, n.properties);
@@ -54,7 +57,7 @@ async function subjects(store: Store, fleet: NodeSpec[]): Promise<FilterSubject[
     out.push({
       id: n.id, hostname: n.hostname, fqdn: `${n.hostname}.example.com`, os_name: n.os.name, os_version: n.os.version,
       os_kernel: n.os.kernel, arch: n.os.arch, cpus: n.cpus, memory: n.memory, addresses: n.addresses, packages,
-      facts: Object.fromEntries(flattenFacts(n.facts)), properties: n.properties, tags: n.tags,
+      facts: Object.fromEntries(indexedFacts(docOf(n))), properties: n.properties, tags: n.tags,
       state: row.state, status: row.status, manager: row.manager, accepted: row.accepted, groups: n.groups,
       last_run_at: row.last_run_at, last_inventory_at: row.last_inventory_at,
     });
@@ -112,7 +115,14 @@ const TABLE: Array<[string, string[]]> = [
   ['fact:role = "web%"', ['web_2']],
   ['fact:rack.row >= 3', ['web-1']],
   ['fact:rack', ['web-1']],
-  ['fact:disks.1.size > 1000', ['db-1']],
+  // Facts read the node data (shared/src/policy/data.ts): the inventory, custom facts hoisted.
+  ['fact:disks.0.size >= 137438953472', ['db-1']],
+  ['fact:disks.1.size > 1000', []],
+  ['fact:facts.disks.1.size > 1000', ['db-1']],
+  ['fact:os.name = rocky', ['db-1']],
+  ['fact:facts.role = web', ['web-1']],
+  ['fact:interfaces.0.addresses.0.address = 10.1.2.3', ['web-1']],
+  ['fact:packages', []],
   ['fact:"odd%_key" = "it\'s \\"q\\""', ['web-1']],
   ['property:owner = alice', ['web-1']],
   ['property:owner = "o\'brien\\\\x"', ['db-1']],

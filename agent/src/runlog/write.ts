@@ -12,6 +12,8 @@ export interface RunContext {
   /** The run's start, shared by every report (RUDDER's ExecutionTimeStamp). */
   startedAt: Date;
   clock: () => Date;
+  /** Applied to every message, key and component written: takes every secret opened in the run out. */
+  redact?: (text: string) => string;
 }
 
 export type ReportInput = Pick<Report, 'policy' | 'event_type' | 'rule_id' | 'directive_id' | 'component' | 'key_value' | 'msg'>;
@@ -28,7 +30,9 @@ export class RunLogWriter {
 
   constructor(private readonly ctx: RunContext) {}
 
-  add(r: ReportInput): void {
+  add(input: ReportInput): void {
+    const x = this.ctx.redact;
+    const r = x ? { ...input, msg: x(input.msg), key_value: x(input.key_value), component: x(input.component) } : input;
     const report: Report = {
       ...r,
       node_id: this.ctx.nodeId,
@@ -47,7 +51,7 @@ export class RunLogWriter {
    */
   log(level: 'info' | 'warning' | 'error', msg: string): void {
     const tag = level === 'info' ? '    info' : level === 'warning' ? ' warning' : '   error';
-    const oneLine = msg.replace(/[\r\n]+/g, ' ');
+    const oneLine = (this.ctx.redact ? this.ctx.redact(msg) : msg).replace(/[\r\n]+/g, ' ');
     this.lines.push(`${rfc3339(this.ctx.clock())} ${tag}: ${oneLine}`);
   }
 

@@ -15,6 +15,8 @@
  * The compliance percentage is RUDDER's: (success + repaired + audit compliant + not applicable)
  * over every item, applying and no answer included: an item in those states is never compliant.
  */
+import type { TechniqueCall } from '../policy/bundle.js';
+import { callComponents } from '../policy/calls.js';
 import { expectedComponents } from '../policy/methods.js';
 import { systemExpectations } from '../policy/system.js';
 
@@ -127,14 +129,19 @@ export function summarize(reports: Iterable<OutcomeReport>): { counts: Record<st
   return { counts, outcomes: [...outcomes.values()] };
 }
 
-/** What a policy bundle's directives make a node report on: the self-check, then each directive's components. */
+/**
+ * What a policy bundle's directives make a node report on: the self-check, then each directive's
+ * components; a technique's directive, each of its calls' (calls.ts), whether or not its result
+ * conditions let the call run (a call that does not run reports not applicable).
+ */
 export function bundleExpectations(
-  directives: ReadonlyArray<{ id: string; rule_id: string; method: string; params: Record<string, unknown> }>,
+  directives: ReadonlyArray<{ id: string; rule_id: string; method: string; params: Record<string, unknown>; calls?: readonly TechniqueCall[] }>,
 ): ExpectedComponent[] {
   return [
     ...systemExpectations(),
     ...directives.flatMap((d) =>
-      expectedComponents(d.method, d.params).map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
+      (d.calls ? d.calls.flatMap(callComponents) : expectedComponents(d.method, d.params))
+        .map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
   ];
 }
 

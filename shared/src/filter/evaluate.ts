@@ -20,7 +20,7 @@ export interface FilterSubject {
   addresses: string[];
   /** name → installed versions */
   packages: Record<string, string[]>;
-  /** Flattened facts (flattenFacts): dotted path → text. */
+  /** The node data `fact:` reads, flattened (policy/data.ts indexedFacts): dotted path → text. */
   facts: Record<string, string>;
   properties: Record<string, string>;
   tags: Record<string, string>;
@@ -43,7 +43,8 @@ export const FACT_LIMITS = { maxLeaves: 2000, maxDepth: 16, maxPathLength: 255, 
 
 /**
  * Facts as dotted paths to leaves (`a.b.0.c`); arrays are indexed. Leaves beyond the limits are
- * left out of querying (the document keeps them).
+ * left out of querying (the document keeps them), and so are keys no path can name (empty, or
+ * holding a dot): `fact:a.b` must mean what a condition's `fact('a.b')` means (policy/data.ts).
  */
 export function flattenFacts(facts: unknown): Array<[string, string]> {
   const out: Array<[string, string]> = [];
@@ -51,7 +52,7 @@ export function flattenFacts(facts: unknown): Array<[string, string]> {
     if (out.length >= FACT_LIMITS.maxLeaves || path.length > FACT_LIMITS.maxPathLength) return;
     if (v !== null && typeof v === 'object' && depth < FACT_LIMITS.maxDepth) {
       const entries = Array.isArray(v) ? v.map((x, i) => [String(i), x] as const) : Object.entries(v);
-      for (const [k, x] of entries) walk(x, path === '' ? k : `${path}.${k}`, depth + 1);
+      for (const [k, x] of entries) if (k !== '' && !k.includes('.')) walk(x, path === '' ? k : `${path}.${k}`, depth + 1);
       return;
     }
     if (path === '' || v === undefined) return;

@@ -6,7 +6,9 @@
  */
 import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
 import { capstanError } from '../errors.js';
+import { parseCondition } from './condition.js';
 import type { KeyEndorsement } from './keys.js';
+import { isSealed, SECRET_LIMITS, SECRET_NAME, type SealedSecret } from './secrets.js';
 
 export type DirectiveMode = 'enforce' | 'audit';
 
@@ -19,9 +21,33 @@ export interface Directive {
   condition?: string;
 }
 
-/** A directive as a node receives it: tagged with the rule that brought it. */
+/**
+ * One method call of a technique as a node receives it: loops expanded, parameters rendered.
+ * `component` is what its reports are filed under; `if` is a result condition (condition.ts).
+ */
+export interface TechniqueCall {
+  id: string;
+  component: string;
+  method: string;
+  params: Record<string, unknown>;
+  condition?: string;
+  if?: string;
+  mode?: DirectiveMode;
+}
+
+/** The `method` of a directive that instantiates a technique; its `calls` are what runs. */
+export const TECHNIQUE_METHOD = 'technique';
+
+/**
+ * A directive as a node receives it: tagged with the rule that brought it. A technique's
+ * directive carries `technique`, `calls` and, in `params`, the instance's parameter values.
+ * `secrets`: the sealed secrets its rendered params use (see also the bundle's).
+ */
 export interface BundleDirective extends Directive {
   rule_id: string;
+  technique?: { id: string; version: string };
+  calls?: TechniqueCall[];
+  secrets?: Record<string, SealedSecret>;
 }
 
 export interface PolicyBundle {
@@ -29,7 +55,14 @@ export interface PolicyBundle {
   config_id: string;
   generated_at: string;
   directives: BundleDirective[];
+  /** The node's effective properties that are not secret: what conditions read as `node.properties`. */
+  properties?: Record<string, unknown>;
+  /** Sealed secrets any directive's rendered params may use (secrets.ts). */
+  secrets?: Record<string, SealedSecret>;
 }
+
+/** Most calls one technique directive may expand to (loops included). */
+export const MAX_BUNDLE_CALLS = 2000;
 
 export interface SignedBundle {
   policy: string;
@@ -60,8 +93,13 @@ export function canonicalJson(v: unknown): string {
  * while newly generated ones got the new one under the same id. Key order inside objects does
  * not count (canonical JSON).
  */
-export function computeConfigId(directives: BundleDirective[]): string {
-  return createHash('sha256').update(canonicalJson(directives)).digest('hex').slice(0, 16);
+export function computeConfigId(directives: BundleDirective[], extra: Pick<PolicyBundle, 'properties' | 'secrets'> = {}): string {
+  // Without properties or secrets the hash is the directives' alone, as it always was: an
+  // upgraded server gives unchanged nodes their old config ids. Sealing is randomised, so a server
+  // keeps a node's sealed value until its plaintext or the node's key changes.
+  const has = (o?: object) => o !== undefined && Object.keys(o).length > 0;
+  const content = has(extra.properties) || has(extra.secrets) ? { directives, properties: extra.properties, secrets: extra.secrets } : directives;
+  return createHash('sha256').update(canonicalJson(content)).digest('hex').slice(0, 16);
 }
 
 /** The key id of a policy public key: first 16 hex of the sha256 of its SPKI DER. */
@@ -95,7 +133,49 @@ function checkDirective(d: unknown, i: number): BundleDirective {
   if (x.mode !== 'enforce' && x.mode !== 'audit') throw bad(`directives[${i}].mode must be enforce or audit`);
   if (!x.params || typeof x.params !== 'object' || Array.isArray(x.params)) throw bad(`directives[${i}].params must be an object`);
   if (x.condition !== undefined && typeof x.condition !== 'string') throw bad(`directives[${i}].condition must be a string`);
+  if (x.secrets !== undefined) checkSecrets(x.secrets, `directives[${i}].secrets`);
+  if (x.method === TECHNIQUE_METHOD) checkTechniqueDirective(x, `directives[${i}]`);
   return x as unknown as BundleDirective;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => !!v && typeof v === 'object' && !Array.isArray(v);
+
+function checkSecrets(v: unknown, where: string): void {
+  if (!isObject(v)) throw bad(`${where} must be an object`);
+  const entries = Object.entries(v);
+  if (entries.length > SECRET_LIMITS.maxSecrets) throw bad(`${where} holds more than ${SECRET_LIMITS.maxSecrets} secrets`);
+  for (const [name, sealed] of entries) {
+    if (!SECRET_NAME.test(name) || !isSealed(sealed)) throw bad(`${where}.${name} must be a sealed secret under a property name`);
+  }
+}
+
+/** A technique's directive: its technique's id and version, and calls each shaped as TechniqueCall. */
+function checkTechniqueDirective(x: Record<string, unknown>, where: string): void {
+  const t = x.technique as Record<string, unknown> | undefined;
+  if (!isObject(t) || typeof t.id !== 'string' || typeof t.version !== 'string') throw bad(`${where}.technique must be {id, version}`);
+  if (!Array.isArray(x.calls) || x.calls.length === 0 || x.calls.length > MAX_BUNDLE_CALLS) throw bad(`${where}.calls must be a list of 1 to ${MAX_BUNDLE_CALLS} calls`);
+  const ids = new Set<string>();
+  x.calls.forEach((c: unknown, j) => {
+    const at = `${where}.calls[${j}]`;
+    if (!isObject(c)) throw bad(`${at} must be an object`);
+    for (const f of ['id', 'component', 'method'] as const) {
+      if (typeof c[f] !== 'string' || (c[f] as string).length === 0) throw bad(`${at}.${f} must be a non-empty string`);
+    }
+    if (ids.has(c.id as string)) throw bad(`${at}.id ${c.id as string} is not unique`);
+    ids.add(c.id as string);
+    if (!isObject(c.params)) throw bad(`${at}.params must be an object`);
+    if (c.mode !== undefined && c.mode !== 'enforce' && c.mode !== 'audit') throw bad(`${at}.mode must be enforce or audit`);
+    if (c.condition !== undefined && typeof c.condition !== 'string') throw bad(`${at}.condition must be a string`);
+    if (c.if !== undefined) {
+      if (typeof c.if !== 'string') throw bad(`${at}.if must be a string`);
+      // Parsed here so that an agent never meets a result condition it cannot read mid-run.
+      try {
+        parseCondition(c.if, { results: true });
+      } catch (err) {
+        throw bad(`${at}.if: ${(err as Error).message}`);
+      }
+    }
+  });
 }
 
 /**
@@ -123,5 +203,7 @@ export function verifyBundle(signed: unknown, pinned: { keyId: string; publicKey
   if (typeof b.config_id !== 'string' || typeof b.node_id !== 'string') throw bad('bundle needs node_id and config_id');
   if (b.node_id !== nodeId) throw capstanError('ERR_POLICY_NODE_MISMATCH', `bundle is for node ${b.node_id}, not ${nodeId}`);
   b.directives.forEach(checkDirective);
+  if (b.properties !== undefined && !isObject(b.properties)) throw bad('bundle properties must be an object');
+  if (b.secrets !== undefined) checkSecrets(b.secrets, 'secrets');
   return b as unknown as PolicyBundle;
 }

@@ -5,11 +5,21 @@
  * `&&`, `||`, `!`, parentheses, and comparisons `==`, `!=`, `=~` between a function and a literal.
  * Parsed once into a tree (the server validates conditions when a directive is saved; the agent
  * evaluates them); a syntax error is ERR_CONDITION_SYNTAX with the position, never a crash.
+ *
+ * A technique call's `if` is a result condition: the same language plus repaired(call),
+ * error(call), kept(call), ok(call) and skipped(call) over the outcomes of the calls before it.
+ * `resultCondition` is the one function that decides it, for the agent that runs the calls and
+ * for the server that checks what a run reported.
  */
 import { capstanError } from '../errors.js';
 
 export type Literal = string | number | boolean;
-export type FnName = 'identity' | 'has_file' | 'has_directory' | 'has_command' | 'fact';
+export type NodeFn = 'identity' | 'has_file' | 'has_directory' | 'has_command' | 'fact';
+export type ResultFn = 'repaired' | 'error' | 'kept' | 'ok' | 'skipped';
+export type FnName = NodeFn | ResultFn;
+
+/** What a call came to: success without change, a change, an error, or not run (condition or `if` false). */
+export type CallOutcome = 'kept' | 'repaired' | 'error' | 'skipped';
 
 export type Condition =
   | { op: 'and' | 'or'; left: Condition; right: Condition }
@@ -27,7 +37,9 @@ export interface ConditionEnv {
   fact(path: string): unknown;
 }
 
-const FNS = new Set<FnName>(['identity', 'has_file', 'has_directory', 'has_command', 'fact']);
+const NODE_FNS = new Set<string>(['identity', 'has_file', 'has_directory', 'has_command', 'fact']);
+export const RESULT_FNS: ReadonlySet<string> = new Set<ResultFn>(['repaired', 'error', 'kept', 'ok', 'skipped']);
+const isResultFn = (fn: FnName): fn is ResultFn => RESULT_FNS.has(fn);
 export const MAX_CONDITION_LENGTH = 4096;
 const MAX_DEPTH = 64;
 
@@ -80,7 +92,12 @@ function tokenize(src: string): Tok[] {
   return out;
 }
 
-export function parseCondition(src: string): Condition {
+export interface ParseOptions {
+  /** Allow the result functions (a technique call's `if`); elsewhere they are a syntax error. */
+  results?: boolean;
+}
+
+export function parseCondition(src: string, opts: ParseOptions = {}): Condition {
   if (typeof src !== 'string') throw capstanError('ERR_CONDITION_SYNTAX', 'condition must be a string');
   if (src.length > MAX_CONDITION_LENGTH) throw capstanError('ERR_CONDITION_SYNTAX', `condition longer than ${MAX_CONDITION_LENGTH}`);
   const toks = tokenize(src);
@@ -118,7 +135,8 @@ export function parseCondition(src: string): Condition {
   const call = (): Condition => {
     const name = peek();
     if (name?.t !== 'ident') syntax('expected a function such as has_file(…)', at());
-    if (!FNS.has(name.v as FnName)) syntax(`unknown function ${name.v}`, name.pos);
+    if (RESULT_FNS.has(name.v) && !opts.results) syntax(`${name.v}() reads a call's result: only a technique call's if takes it`, name.pos);
+    if (!NODE_FNS.has(name.v) && !RESULT_FNS.has(name.v)) syntax(`unknown function ${name.v}`, name.pos);
     p++;
     if (!eat('(')) syntax("expected '('", at());
     const arg = peek();
@@ -158,7 +176,25 @@ function checkRegex(re: string, pos: number): void {
   }
 }
 
-function callValue(fn: FnName, arg: string, env: ConditionEnv): unknown {
+/** The outcomes of the calls run so far: a call's id (or a loop's id, for all its items) → its outcome. */
+export type Outcomes = ReadonlyMap<string, CallOutcome>;
+
+function resultValue(fn: ResultFn, outcome: CallOutcome | undefined): boolean {
+  switch (fn) {
+    case 'repaired': return outcome === 'repaired';
+    case 'error': return outcome === 'error';
+    case 'kept': return outcome === 'kept';
+    case 'ok': return outcome === 'kept' || outcome === 'repaired';
+    case 'skipped': return outcome === 'skipped';
+  }
+}
+
+/** A function's value; `unknown` stands for a node function asked without a node to ask. */
+const UNKNOWN = Symbol('unknown');
+
+function callValue(fn: FnName, arg: string, env: ConditionEnv | null, outcomes: Outcomes | null): unknown {
+  if (isResultFn(fn)) return resultValue(fn, outcomes?.get(arg));
+  if (env === null) return UNKNOWN;
   switch (fn) {
     case 'identity': {
       const re = new RegExp(arg);
@@ -175,24 +211,66 @@ function callValue(fn: FnName, arg: string, env: ConditionEnv): unknown {
   }
 }
 
-export function evaluateCondition(c: Condition, env: ConditionEnv): boolean {
+/** Kleene's three-valued logic: null is "depends on what the node would answer". */
+function evaluate3(c: Condition, env: ConditionEnv | null, outcomes: Outcomes | null): boolean | null {
   switch (c.op) {
-    case 'and':
-      return evaluateCondition(c.left, env) && evaluateCondition(c.right, env);
-    case 'or':
-      return evaluateCondition(c.left, env) || evaluateCondition(c.right, env);
-    case 'not':
-      return !evaluateCondition(c.expr, env);
+    case 'and': {
+      const l = evaluate3(c.left, env, outcomes);
+      if (l === false) return false;
+      const r = evaluate3(c.right, env, outcomes);
+      return r === false ? false : l === null || r === null ? null : true;
+    }
+    case 'or': {
+      const l = evaluate3(c.left, env, outcomes);
+      if (l === true) return true;
+      const r = evaluate3(c.right, env, outcomes);
+      return r === true ? true : l === null || r === null ? null : false;
+    }
+    case 'not': {
+      const v = evaluate3(c.expr, env, outcomes);
+      return v === null ? null : !v;
+    }
     case 'call': {
-      const v = callValue(c.fn, c.arg, env);
+      const v = callValue(c.fn, c.arg, env, outcomes);
+      if (v === UNKNOWN) return null;
       return v !== undefined && v !== null && v !== false && v !== '' && v !== 0;
     }
     case 'cmp': {
-      const v = callValue(c.fn, c.arg, env);
+      const v = callValue(c.fn, c.arg, env, outcomes);
+      if (v === UNKNOWN) return null;
       if (c.cmp === '=~') return v !== undefined && v !== null && new RegExp(String(c.value)).test(String(v));
       // Facts are often strings holding numbers ("12"): compare as text when the literal is text.
       const same = typeof c.value === 'string' ? String(v) === c.value : v === c.value || String(v) === String(c.value);
       return c.cmp === '==' ? same : !same;
     }
+  }
+}
+
+/** A node condition on the node: true or false. Result functions, if any, see no outcome. */
+export function evaluateCondition(c: Condition, env: ConditionEnv): boolean {
+  return evaluate3(c, env, null) === true;
+}
+
+/**
+ * A technique call's `if` (a result condition) over the outcomes of the calls before it: the one
+ * decision the agent acts on and the server checks reports against. With the node's `env` the
+ * answer is true or false; without it (the server, which cannot ask the node) a condition that
+ * depends on a node function answers null, "either is right".
+ */
+export function resultCondition(cond: Condition | string, outcomes: Outcomes, env?: ConditionEnv): boolean | null {
+  const tree = typeof cond === 'string' ? parseCondition(cond, { results: true }) : cond;
+  return evaluate3(tree, env ?? null, outcomes);
+}
+
+/** The call ids a condition's result functions name, in order of appearance. */
+export function resultRefs(c: Condition): string[] {
+  switch (c.op) {
+    case 'and':
+    case 'or':
+      return [...resultRefs(c.left), ...resultRefs(c.right)];
+    case 'not':
+      return resultRefs(c.expr);
+    default:
+      return isResultFn(c.fn) ? [c.arg] : [];
   }
 }

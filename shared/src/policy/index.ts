@@ -3,3 +3,8 @@ export * from './condition.js';
 export * from './methods.js';
 export * from './system.js';
 export * from './keys.js';
+export * from './data.js';
+export * from './template.js';
+export * from './secrets.js';
+export * from './technique.js';
+export * from './calls.js';

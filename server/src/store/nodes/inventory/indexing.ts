@@ -1,11 +1,13 @@
 /**
  * What the filter language reads of an inventory (migration 15), computed once per inventory
  * in the same way for both stores: OS and hardware, package (name, version) pairs with their
- * version keys, interface addresses as keys, and the flattened facts.
+ * version keys, interface addresses as keys, and the node data `fact:<path>` reads, flattened
+ * (the whole inventory but its packages, custom facts also at the top level: policy/data.ts).
  */
 import { capstanError } from '@capstan/shared/errors';
-import { factNumber, flattenFacts } from '@capstan/shared/filter/evaluate';
+import { factNumber } from '@capstan/shared/filter/evaluate';
 import { addressKey } from '@capstan/shared/filter/parse';
+import { indexedFacts } from '@capstan/shared/policy/data';
 import { compareVersions, versionKey } from '@capstan/shared/filter/version';
 
 export interface InventoryIndex {
@@ -62,7 +64,7 @@ export function indexInventory(doc: Record<string, unknown>): InventoryIndex {
     memory: count(memory) ?? count((memory as Record<string, unknown> | null)?.total),
     packages,
     addresses: [...addresses],
-    facts: flattenFacts(doc.facts ?? {}).map(([path, value]) => ({ path, value, num: factNumber(value) })),
+    facts: indexedFacts(doc).map(([path, value]) => ({ path, value, num: factNumber(value) })),
   };
 }
 
