@@ -23,6 +23,9 @@ function joined(cur: string | null, before: string[], after: string[]): string {
 /** A line as compared: without a CR line end and surrounding blanks. */
 const bare = (l: string) => l.replace(/\r$/, '').trim();
 
+/** The line end lines written into a file get: CR LF when its first line ends so. */
+const crOf = (lines: string[]) => (lines[0]?.endsWith('\r') ? '\r' : '');
+
 /**
  * The block between its markers, once: an existing pair is replaced in place (later pairs are
  * removed), a new block goes after the last line matching insert_after, before the first line
@@ -46,11 +49,15 @@ export function editBlock(cur: string | null, p: FileBlockParams, path: string):
     }
   });
   if (open >= 0) throw capstanError('ERR_FILE_MARKERS', `${path}: block ${p.name} begins on line ${open + 1} and never ends`);
-  const block = p.state === 'present' ? [p.marker_begin, ...p.lines, p.marker_end] : [];
+  const cr = crOf(lines);
+  const block = p.state === 'present' ? [p.marker_begin, ...p.lines, p.marker_end].map((l) => `${l}${cr}`) : [];
   const out = [...lines];
   if (pairs.length > 0) {
     for (const [b, e] of pairs.slice(1).reverse()) out.splice(b, e - b + 1);
-    out.splice(pairs[0]![0], pairs[0]![1] - pairs[0]![0] + 1, ...block);
+    const [b, e] = pairs[0]!;
+    const noCr = (ls: string[]) => ls.map((l) => l.replace(/\r$/, '')).join('\n');
+    // The same block with another line end (the last line of a file without a final newline) is the same block.
+    if (noCr(out.slice(b, e + 1)) !== noCr(block)) out.splice(b, e - b + 1, ...block);
   } else if (p.state === 'present') {
     let at = out.length;
     if (p.insert_after !== undefined) {
@@ -101,6 +108,7 @@ export function editKeyValues(cur: string | null, p: FileKeyValueParams, path: s
   if (p.insert_before !== undefined) stop = matchingLines(lines, p.insert_before, `insert_before on ${path}`)[0] ?? lines.length;
   const seen = new Set<string>();
   const out: string[] = [];
+  const cr = crOf(lines);
   for (const line of lines.slice(0, stop)) {
     const kl = keyLine(line, p);
     const n = kl === null ? undefined : norm(kl.key);
@@ -109,10 +117,10 @@ export function editKeyValues(cur: string | null, p: FileKeyValueParams, path: s
     else {
       seen.add(n);
       const w = wanted.get(n)!;
-      out.push(kl.value === w.v ? line : `${kl.indent}${w.k}${p.separator}${w.v}`);
+      out.push(kl.value === w.v ? line : `${kl.indent}${w.k}${p.separator}${w.v}${cr}`);
     }
   }
-  const missing = [...wanted.entries()].filter(([n]) => !seen.has(n)).map(([, w]) => `${w.k}${p.separator}${w.v}`);
+  const missing = [...wanted.entries()].filter(([n]) => !seen.has(n)).map(([, w]) => `${w.k}${p.separator}${w.v}${cr}`);
   if (cur === null && missing.length === 0) return null;
   return joined(cur, lines, [...out, ...missing, ...lines.slice(stop)]);
 }
@@ -128,14 +136,16 @@ export function editIni(cur: string | null, p: IniValueParams): string | null {
   if (cur === null && p.state === 'absent') return null;
   const lines = splitLines(cur ?? '');
   const core = separatorCore(p.separator);
+  const cr = crOf(lines);
+  const setting = `${p.key}${p.separator}${p.value}${cr}`;
   const headers = lines.flatMap((l, i) => (SECTION.test(l.replace(/\r$/, '')) ? [i] : []));
   let start = 0;
   if (p.section !== '') {
     const h = headers.find((i) => SECTION.exec(lines[i]!.replace(/\r$/, ''))![1]!.trim() === p.section);
     if (h === undefined) {
       if (p.state === 'absent') return cur;
-      const gap = lines.length > 0 && bare(lines[lines.length - 1]!) !== '' ? [''] : [];
-      return joined(cur, lines, [...lines, ...gap, `[${p.section}]`, `${p.key}${p.separator}${p.value}`]);
+      const gap = lines.length > 0 && bare(lines[lines.length - 1]!) !== '' ? [cr] : [];
+      return joined(cur, lines, [...lines, ...gap, `[${p.section}]${cr}`, setting]);
     }
     start = h + 1;
   }
@@ -154,14 +164,14 @@ export function editIni(cur: string | null, p: IniValueParams): string | null {
       found = true;
       const t = bare(line);
       const value = t.slice(t.indexOf(core) + core.length).trim();
-      region.push(value === p.value ? line : `${line.slice(0, line.length - line.trimStart().length)}${p.key}${p.separator}${p.value}`);
+      region.push(value === p.value ? line : `${line.slice(0, line.length - line.trimStart().length)}${setting}`);
     }
   }
   if (p.state === 'present' && !found) {
     // After the section's last non-blank line, so the blank line before the next section stays.
     let at = region.length;
     while (at > 0 && bare(region[at - 1]!) === '') at--;
-    region.splice(at, 0, `${p.key}${p.separator}${p.value}`);
+    region.splice(at, 0, setting);
   }
   return joined(cur, lines, [...lines.slice(0, start), ...region, ...lines.slice(end)]);
 }
