@@ -25,17 +25,25 @@ const CRON_FIELDS = [
   { what: 'day of week', min: 0, max: 7, names: ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'] },
 ];
 
-/** One of crontab(5)'s five time fields: lists of `*`, N or N-M, each with an optional /step; a name stands alone. */
+/**
+ * One of crontab(5)'s five time fields: lists of `*`, N or N-M, each with an optional /step after
+ * `*` or a range. Month and weekday names stand for their numbers anywhere a number may (cron's
+ * parser takes them in ranges and lists, whatever older manuals say).
+ */
 function cronFieldOk(s: string, f: (typeof CRON_FIELDS)[number]): boolean {
-  if (f.names?.includes(s.toLowerCase())) return true;
-  const num = (x: string) => /^\d{1,2}$/.test(x) && Number(x) >= f.min && Number(x) <= f.max;
+  const num = (x: string): number | null => {
+    const named = f.names?.indexOf(x.toLowerCase()) ?? -1;
+    if (named >= 0) return named + f.min;
+    return /^\d{1,2}$/.test(x) && Number(x) >= f.min && Number(x) <= f.max ? Number(x) : null;
+  };
   return s.split(',').every((item) => {
     const [range, step, extra] = item.split('/');
     if (extra !== undefined || (step !== undefined && (!/^\d{1,2}$/.test(step) || Number(step) < 1))) return false;
     if (range === '*') return true;
     const [a, b, more] = range!.split('-');
-    // A step follows * or a range only, as crontab(5) has it.
-    return more === undefined && num(a!) && (b === undefined ? step === undefined : num(b) && Number(b) >= Number(a));
+    const [x, y] = [num(a!), b === undefined ? null : num(b)];
+    if (more !== undefined || x === null) return false;
+    return b === undefined ? step === undefined : y !== null && y >= x;
   });
 }
 
