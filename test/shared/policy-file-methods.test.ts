@@ -95,6 +95,16 @@ t.test('every file-writing method: good parameters pass, each bad one names its 
   }
 });
 
+t.test('every file-writing method takes show_diff, a boolean, and names it when refused', async (t) => {
+  for (const [method, c] of Object.entries(CASES)) {
+    const spec = METHOD_SPECS.get(method)!;
+    const { show_diff: _, ...good } = c.good;
+    t.equal(spec.validate(good).show_diff, undefined, `${method}: absent stays absent`);
+    for (const v of [true, false]) t.equal(spec.validate({ ...good, show_diff: v }).show_diff, v, `${method}: ${v}`);
+    t.throws(() => validateMethodParams(method, { ...good, show_diff: 'false' }), { code: 'ERR_METHOD_PARAMS', details: { field: 'show_diff' } }, `${method}: "false"`);
+  }
+});
+
 t.test('defaults: each named file in its usual place, the rest as documented', async (t) => {
   const v = (m: string, p: Record<string, unknown>) => METHOD_SPECS.get(m)!.validate(p);
   t.match(v('cron_entry', { name: 'x', schedule: '@daily', user: 'root', command: 'true' }), { path: '/etc/cron.d/x', env: {} });

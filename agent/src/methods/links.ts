@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { makeDir } from '@capstan/shared/dir';
 import { capstanError } from '@capstan/shared/errors';
 import { symlinkAbsentSpec, symlinkPresentSpec, timezoneSpec } from '@capstan/shared/policy/methods';
-import { converge, type Method, type MethodContext, type ParamsOf } from './types.js';
+import { converge, unlessHidden, type Method, type MethodContext, type ParamsOf } from './types.js';
 import { convergeParts, filePart, kindOf, lstatOrNull, type Part, type Undo } from './write.js';
 
 async function makeLink(path: string, target: string): Promise<void> {
@@ -62,7 +62,7 @@ export function linkPart(path: string, target: string, force: boolean): Part {
 export const symlinkPresent: Method<ParamsOf<typeof symlinkPresentSpec>> = {
   ...symlinkPresentSpec,
   apply: async (p, ctx) => [
-    await convergeParts(ctx, 'Symlink', p.path, [linkPart(p.path, p.target, p.force)], { ok: `${p.path} links to ${p.target}`, repaired: `${p.path} now links to ${p.target}` }),
+    await convergeParts(ctx, 'Symlink', p.path, [linkPart(p.path, p.target, p.force)], { ok: `${p.path} links to ${p.target}`, repaired: `${p.path} now links to ${p.target}` }, { show_diff: p.show_diff }),
   ],
 };
 
@@ -84,7 +84,7 @@ export const symlinkAbsent: Method<ParamsOf<typeof symlinkAbsentSpec>> = {
         },
         () => rm(p.path, { force: true }),
         { ok: `${p.path} is not a link`, repaired: `link ${p.path} was removed` },
-        async () => `deleted link ${p.path} (→ ${await look()})\n`,
+        unlessHidden(p, async () => `deleted link ${p.path} (→ ${await look()})\n`),
       ),
     ];
   },
@@ -105,6 +105,6 @@ export const timezone: Method<ParamsOf<typeof timezoneSpec>> = {
     const file = p.timezone_file ?? ((await lstatOrNull('/etc/timezone')) ? '/etc/timezone' : '');
     const parts = [linkPart(p.localtime, zone, true)];
     if (file !== '') parts.push(filePart({ path: file, want: () => `${p.name}\n` }, ctx));
-    return [await convergeParts(ctx, 'Timezone', p.name, parts, { ok: `the time zone is ${p.name}`, repaired: `the time zone was set to ${p.name}` })];
+    return [await convergeParts(ctx, 'Timezone', p.name, parts, { ok: `the time zone is ${p.name}`, repaired: `the time zone was set to ${p.name}` }, { show_diff: p.show_diff })];
   },
 };

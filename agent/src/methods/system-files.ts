@@ -26,7 +26,7 @@ export const cronEntry: Method<ParamsOf<typeof cronEntrySpec>> = {
   apply: async (p, ctx) => [
     await convergeParts(
       ctx, 'Cron entry', p.name, [filePart({ path: p.path, want: () => cronFile(p), mode: 0o644, owner: 0, group: 0 }, ctx)],
-      { ok: `cron entry ${p.name} is in place`, repaired: `cron entry ${p.name} was written` },
+      { ok: `cron entry ${p.name} is in place`, repaired: `cron entry ${p.name} was written` }, { show_diff: p.show_diff },
     ),
   ],
 };
@@ -121,6 +121,7 @@ export const sshAuthorizedKey: Method<ParamsOf<typeof sshAuthorizedKeySpec>> = {
         present
           ? { ok: `${p.user} has the key`, repaired: `the key was authorized for ${p.user}` }
           : { ok: `${p.user} does not have the key`, repaired: `the key was removed for ${p.user}` },
+        { show_diff: p.show_diff },
       ),
     ];
   },

@@ -6,7 +6,7 @@
  *
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
-import { paramError, str, type MethodSpec } from '../methods.js';
+import { paramError, showDiff, str, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { SYSTEM_FILE_SPECS } from './system-files.js';
 import { bool, line, named, one, oneOf, optLine, record, regex, sharedPath, text, writerParams, type WriterParams } from './writer.js';
 
@@ -208,7 +208,7 @@ export const fileReplaceSpec: MethodSpec<FileReplaceParams> = {
   components: (p) => one('File replace', `${p.path}: ${p.pattern}`),
 };
 
-export interface SymlinkParams {
+export interface SymlinkParams extends ShowDiffParam {
   path: string;
   target: string;
   force: boolean;
@@ -220,14 +220,14 @@ export const symlinkPresentSpec: MethodSpec<SymlinkParams> = {
     const m = 'symlink_present';
     const target = str(m, p, 'target');
     if (target.length > 4096) paramError(m, 'target', 'must be at most 4096 characters');
-    return { path: str(m, p, 'path', { absolute: true }).replace(/(.)\/+$/, '$1'), target, force: bool(m, p, 'force', false) };
+    return { path: str(m, p, 'path', { absolute: true }).replace(/(.)\/+$/, '$1'), target, force: bool(m, p, 'force', false), ...showDiff(m, p) };
   },
   components: (p) => one('Symlink', p.path),
 };
 
-export const symlinkAbsentSpec: MethodSpec<{ path: string }> = {
+export const symlinkAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
   name: 'symlink_absent',
-  validate: (p) => ({ path: str('symlink_absent', p, 'path', { absolute: true }).replace(/(.)\/+$/, '$1') }),
+  validate: (p) => ({ path: str('symlink_absent', p, 'path', { absolute: true }).replace(/(.)\/+$/, '$1'), ...showDiff('symlink_absent', p) }),
   components: (p) => one('Symlink absent', p.path),
 };
 

@@ -7,7 +7,7 @@
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
 import { createHash } from 'node:crypto';
-import { paramError, str, strList, type MethodSpec } from '../methods.js';
+import { paramError, showDiff, str, strList, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { ACCOUNT_NAME, bool, line, named, one, oneOf, optLine, pgpPublicKey, record, text, writerParams, type WriterParams } from './writer.js';
 
 type P = Record<string, unknown>;
@@ -61,7 +61,7 @@ export function cronSchedule(m: string, p: P): string {
   return fields.join(' ');
 }
 
-export interface CronEntryParams {
+export interface CronEntryParams extends ShowDiffParam {
   name: string;
   path: string;
   schedule: string;
@@ -82,7 +82,7 @@ export const cronEntrySpec: MethodSpec<CronEntryParams> = {
     }, 32) ?? {};
     return {
       name, path: where(m, p, `/etc/cron.d/${name}`), schedule: cronSchedule(m, p),
-      user: named(m, p, 'user', ACCOUNT_NAME, 'a user name'), command: line(m, p, 'command'), env,
+      user: named(m, p, 'user', ACCOUNT_NAME, 'a user name'), command: line(m, p, 'command'), env, ...showDiff(m, p),
     };
   },
   components: (p) => one('Cron entry', p.name),
@@ -118,7 +118,7 @@ export function parseSshPublicKey(text: string): SshPublicKey | null {
 /** `SHA256:<base64>`, as `ssh-keygen -l` prints it. */
 export const sshFingerprint = (blob: string) => `SHA256:${createHash('sha256').update(Buffer.from(blob, 'base64')).digest('base64').replace(/=+$/, '')}`;
 
-export interface SshAuthorizedKeyParams {
+export interface SshAuthorizedKeyParams extends ShowDiffParam {
   user: string;
   key: SshPublicKey;
   options?: string;
@@ -149,7 +149,7 @@ export const sshAuthorizedKeySpec: MethodSpec<SshAuthorizedKeyParams> = {
     const options = sshOptions(m, p);
     return {
       user: named(m, p, 'user', ACCOUNT_NAME, 'a user name'), key, state, exclusive,
-      ...(options !== undefined ? { options } : {}), ...(p.path !== undefined ? { path: str(m, p, 'path', { absolute: true }) } : {}),
+      ...(options !== undefined ? { options } : {}), ...(p.path !== undefined ? { path: str(m, p, 'path', { absolute: true }) } : {}), ...showDiff(m, p),
     };
   },
   components: (p) => one('SSH authorized key', `${p.user}: ${sshFingerprint(p.key.blob)}`),
@@ -158,7 +158,7 @@ export const sshAuthorizedKeySpec: MethodSpec<SshAuthorizedKeyParams> = {
 /** sudo skips files in sudoers.d whose names hold a dot or end in ~: such a name would never apply. */
 export const SUDOERS_NAME = /^[A-Za-z0-9_-]{1,64}$/;
 
-export interface SudoersFileParams extends Pick<WriterParams, 'show_diff'> {
+export interface SudoersFileParams extends ShowDiffParam {
   name: string;
   path: string;
   content: string;
@@ -171,8 +171,7 @@ export const sudoersFileSpec: MethodSpec<SudoersFileParams> = {
     const name = named(m, p, 'name', SUDOERS_NAME, '1 to 64 letters, digits, _ or - (sudo ignores names with a dot)');
     const content = text(m, p, 'content', 1024 * 1024);
     if (content.trim() === '') paramError(m, 'content', 'must not be empty');
-    const { show_diff } = writerParams(m, { show_diff: p.show_diff });
-    return { name, path: where(m, p, `/etc/sudoers.d/${name}`), content, ...(show_diff !== undefined ? { show_diff } : {}) };
+    return { name, path: where(m, p, `/etc/sudoers.d/${name}`), content, ...showDiff(m, p) };
   },
   components: (p) => one('Sudoers file', p.name),
 };
@@ -206,7 +205,7 @@ export const systemdUnitFileSpec: MethodSpec<SystemdUnitFileParams> = {
 
 export const ZONE_NAME = /^[A-Za-z0-9_+-]{1,64}(?:\/[A-Za-z0-9_+-]{1,64}){0,3}$/;
 
-export interface TimezoneParams {
+export interface TimezoneParams extends ShowDiffParam {
   name: string;
   zoneinfo: string;
   localtime: string;
@@ -223,7 +222,7 @@ export const timezoneSpec: MethodSpec<TimezoneParams> = {
     const localtime = p.localtime === undefined ? '/etc/localtime' : str(m, p, 'localtime', { absolute: true });
     let timezone_file: string | undefined;
     if (p.timezone_file !== undefined) timezone_file = p.timezone_file === '' ? '' : str(m, p, 'timezone_file', { absolute: true });
-    return { name, zoneinfo, localtime, ...(timezone_file !== undefined ? { timezone_file } : {}) };
+    return { name, zoneinfo, localtime, ...(timezone_file !== undefined ? { timezone_file } : {}), ...showDiff(m, p) };
   },
   components: (p) => one('Timezone', p.name),
 };
@@ -241,7 +240,7 @@ function list(m: string, p: P, field: string, re: RegExp, what: string, opts: { 
   return items;
 }
 
-export interface AptRepositoryParams extends Pick<WriterParams, 'show_diff'> {
+export interface AptRepositoryParams extends ShowDiffParam {
   name: string;
   path: string;
   types: string[];
@@ -273,11 +272,9 @@ export const aptRepositorySpec: MethodSpec<AptRepositoryParams> = {
     const key = pgpPublicKey(m, p, 'key');
     if (key === undefined && p.signed_by === undefined) paramError(m, 'key', 'or signed_by is required: a repository is checked against its own key');
     const signed_by = p.signed_by === undefined ? `/etc/apt/keyrings/${name}.asc` : str(m, p, 'signed_by', { absolute: true });
-    const { show_diff } = writerParams(m, { show_diff: p.show_diff });
     return {
       name, path: where(m, p, `/etc/apt/sources.list.d/${name}.sources`), types, uris, suites, components, architectures,
-      ...(key !== undefined ? { key } : {}), signed_by, enabled: bool(m, p, 'enabled', true), update: bool(m, p, 'update', true),
-      ...(show_diff !== undefined ? { show_diff } : {}),
+      ...(key !== undefined ? { key } : {}), signed_by, enabled: bool(m, p, 'enabled', true), update: bool(m, p, 'update', true), ...showDiff(m, p),
     };
   },
   components: (p) => one('APT repository', p.name),
@@ -287,7 +284,7 @@ export const aptRepositorySpec: MethodSpec<AptRepositoryParams> = {
 const YUM_MANAGED = ['name', 'baseurl', 'mirrorlist', 'metalink', 'enabled', 'gpgcheck', 'gpgkey', 'priority'];
 const YUM_URL = /^(?:https?|ftp|file):\/\/\S+$/;
 
-export interface YumRepositoryParams extends Pick<WriterParams, 'show_diff'> {
+export interface YumRepositoryParams extends ShowDiffParam {
   name: string;
   path: string;
   description: string;
@@ -324,13 +321,12 @@ export const yumRepositorySpec: MethodSpec<YumRepositoryParams> = {
       if ((typeof v !== 'string' && typeof v !== 'number') || /[\r\n\0]/.test(String(v))) paramError(m, at, 'must be a string, number or boolean on one line');
       return String(v);
     }, 64) ?? {};
-    const { show_diff } = writerParams(m, { show_diff: p.show_diff });
     return {
       name, path: where(m, p, `/etc/yum.repos.d/${name}.repo`), description: optLine(m, p, 'description', { max: 256 }) ?? name,
       baseurl, ...(mirrorlist ? { mirrorlist } : {}), ...(metalink ? { metalink } : {}),
       enabled: bool(m, p, 'enabled', true), gpgcheck: bool(m, p, 'gpgcheck', true), ...(gpgkey ? { gpgkey } : {}),
       key_path: p.key_path === undefined ? `/etc/pki/rpm-gpg/RPM-GPG-KEY-${name}` : str(m, p, 'key_path', { absolute: true }),
-      ...(priority !== undefined ? { priority: priority as number } : {}), options, ...(show_diff !== undefined ? { show_diff } : {}),
+      ...(priority !== undefined ? { priority: priority as number } : {}), options, ...showDiff(m, p),
     };
   },
   components: (p) => one('YUM repository', p.name),
