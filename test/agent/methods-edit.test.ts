@@ -224,9 +224,13 @@ t.test('a validate command refusing the candidate is an error, and the old file 
   const good = await applyMethod('file_key_value', { path, separator: ' = ', values: { ok: 2 }, validate }, 'enforce');
   t.equal(good.status, 'repaired', 'a candidate the checker accepts is installed');
   t.equal(await readFile(path, 'utf8'), 'ok = 2\n');
+  // The candidate the checker sees is the file to be: beside it, with its content and final mode.
+  const seen = ['sh', '-c', 'test "$(dirname "$1")" = "$2" && test "$(stat -c %a "$1")" = 640 && grep -qx "ok = 3" "$1" || { echo "candidate $1 not ready" >&2; exit 4; }', 'check', '%s', dir];
+  t.equal((await applyMethod('file_from_template', { path, content: 'ok = 3\n', mode: '0640', validate: seen }, 'enforce')).status, 'repaired');
+  t.equal(await readFile(path, 'utf8'), 'ok = 3\n');
   const missing = await applyMethod('file_from_template', { path, content: 'x\n', validate: ['/nonexistent/checker', '%s'] }, 'enforce');
   t.match(missing, { status: 'error', code: 'ERR_FILE_VALIDATE' }, 'a checker that cannot run refuses too');
-  t.equal(await readFile(path, 'utf8'), 'ok = 2\n');
+  t.equal(await readFile(path, 'utf8'), 'ok = 3\n');
 });
 
 t.test('mode, owner and group converge with the content, by name or id', async (t) => {

@@ -171,7 +171,8 @@ async function planFile(t: FileTarget, ctx: MethodContext): Promise<PartPlan> {
 }
 
 async function setMeta(path: string, m: { mode: number; uid?: number; gid?: number }): Promise<void> {
-  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+  // O_NONBLOCK: a FIFO raced into the path since the look must not hang the run.
+  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
     if (m.uid !== undefined || m.gid !== undefined) await fh.chown(m.uid ?? -1, m.gid ?? -1);
     await fh.chmod(m.mode); // after chown, which clears set-id bits
