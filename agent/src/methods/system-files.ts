@@ -11,7 +11,8 @@ import {
 } from '@capstan/shared/policy/methods';
 import { splitLines } from './edit.js';
 import { run, type Method, type MethodContext, type ParamsOf } from './types.js';
-import { convergeParts, dirPart, filePart, passwdEntry } from './write.js';
+import { passwdEntry } from './accounts.js';
+import { convergeParts, dirPart, filePart } from './write.js';
 
 const header = (method: string, name: string) => `# Managed by Capstan (${method} ${name}): changes made here are overwritten.\n`;
 

@@ -17,6 +17,7 @@ import { dirname } from 'node:path';
 import { makeDir } from '@capstan/shared/dir';
 import { capstanError } from '@capstan/shared/errors';
 import type { Account } from '@capstan/shared/policy/methods';
+import { resolveGid, resolveUid } from './accounts.js';
 import { contentDiff, contentOf, modeLine, octal, ownerLine, ownerText, readContent } from './diff.js';
 import { converge, run, type MethodContext, type Outcome } from './types.js';
 
@@ -24,37 +25,6 @@ import { converge, run, type MethodContext, type Outcome } from './types.js';
 export const MAX_EDIT_SIZE = 4 * 1024 * 1024;
 /** What a refused candidate's checker said, at most (its end: where the error usually is). */
 export const MAX_CHECKER_OUTPUT = 2048;
-
-export interface PasswdEntry {
-  name: string;
-  uid: number;
-  gid: number;
-  home: string;
-}
-
-/** `name:x:uid:gid:gecos:home:shell` lines of passwd(5) (group(5) lines have the id in the same column). */
-async function accountLines(file: string): Promise<string[][]> {
-  const text = await readFile(file, 'utf8').catch(() => '');
-  return text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => l.split(':'));
-}
-
-export async function passwdEntry(user: string): Promise<PasswdEntry> {
-  const f = (await accountLines('/etc/passwd')).find((x) => x[0] === user && /^\d+$/.test(x[2] ?? '') && /^\d+$/.test(x[3] ?? ''));
-  if (!f) throw capstanError('ERR_ACCOUNT_UNKNOWN', `user ${user} is not in /etc/passwd`);
-  return { name: user, uid: Number(f[2]), gid: Number(f[3]), home: f[5] ?? '' };
-}
-
-/** A uid: a number is one already; a name is looked up in /etc/passwd. */
-export async function resolveUid(a: Account): Promise<number> {
-  return typeof a === 'number' ? a : (await passwdEntry(a)).uid;
-}
-
-export async function resolveGid(a: Account): Promise<number> {
-  if (typeof a === 'number') return a;
-  const f = (await accountLines('/etc/group')).find((x) => x[0] === a && /^\d+$/.test(x[2] ?? ''));
-  if (!f) throw capstanError('ERR_ACCOUNT_UNKNOWN', `group ${a} is not in /etc/group`);
-  return Number(f[2]);
-}
 
 export async function lstatOrNull(path: string): Promise<Stats | null> {
   return lstat(path).catch((err: NodeJS.ErrnoException) => {

@@ -1,19 +1,20 @@
 /**
  * Parameter schemas of the file-writing methods (docs/policy.md, "File-writing methods"): a file
  * from a server-rendered template, managed blocks, key/value and INI settings, regex replacement
- * and symbolic links here; cron, SSH keys, sudoers, systemd units, the time zone and package
- * repositories in ./system-files.ts. The agent's side is agent/src/methods/{edit,links,system-files,repos}.ts.
+ * and symbolic links here; cron, SSH keys, sudoers, systemd units and the time zone in
+ * ./system-files.ts; package repositories in ./repos.ts. The agent's side is in
+ * agent/src/methods/ (write.ts, edit-methods.ts, links.ts, system-files.ts, repos.ts).
  *
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
 import { paramError, showDiff, str, type MethodSpec, type ShowDiffParam } from '../methods.js';
+import { REPO_SPECS } from './repos.js';
 import { SYSTEM_FILE_SPECS } from './system-files.js';
 import { bool, line, named, one, oneOf, optLine, record, regex, sharedPath, text, writerParams, type WriterParams } from './writer.js';
 
 export * from './writer.js';
 export * from './system-files.js';
-
-type P = Record<string, unknown>;
+export * from './repos.js';
 
 export interface FileFromTemplateParams extends WriterParams {
   path: string;
@@ -233,5 +234,5 @@ export const symlinkAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
 
 export const FILE_METHOD_SPECS: ReadonlyArray<MethodSpec<any>> = [
   fileFromTemplateSpec, fileBlockPresentSpec, fileKeyValueSpec, iniValueSpec, fileReplaceSpec, symlinkPresentSpec, symlinkAbsentSpec,
-  ...SYSTEM_FILE_SPECS,
+  ...SYSTEM_FILE_SPECS, ...REPO_SPECS,
 ];
