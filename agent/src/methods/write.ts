@@ -60,9 +60,8 @@ export interface FileTarget {
   want: (cur: string | null) => string | null | Promise<string | null>;
   /** Whether `want` edits the current text (it is then read, bounded, and must be UTF-8). */
   edits?: boolean;
-  /** The mode wanted; undefined: an existing file keeps its own, a new one gets newMode (0644). */
+  /** The mode wanted; undefined: an existing file keeps its own, a new one gets 0644. */
   mode?: number;
-  newMode?: number;
   owner?: Account;
   group?: Account;
   /** argv of a checker, `%s` standing for the candidate's path. */
@@ -106,7 +105,7 @@ async function planFile(t: FileTarget, ctx: MethodContext): Promise<PartPlan> {
     if (uid !== undefined && st.uid !== uid) drift.push(`${t.path} owner is uid ${st.uid}, not ${uid}`);
     if (gid !== undefined && st.gid !== gid) drift.push(`${t.path} group is gid ${st.gid}, not ${gid}`);
   }
-  const newMode = t.mode ?? (st ? st.mode & 0o7777 : (t.newMode ?? 0o644));
+  const newMode = t.mode ?? (st ? st.mode & 0o7777 : 0o644);
   return {
     drift,
     describe: async () => {
