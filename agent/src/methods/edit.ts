@@ -78,19 +78,25 @@ interface KeyLine {
   value: string;
 }
 
-/** A setting line's key (its first key_fields fields, or what is before the separator) and value; null for others. */
-function keyLine(line: string, p: FileKeyValueParams): KeyLine | null {
-  const s = line.replace(/\r$/, '');
-  const t = s.trimStart();
-  if (t === '' || t.startsWith(p.comment)) return null;
-  const indent = s.slice(0, s.length - t.length);
+/**
+ * The reader of setting lines: a line's key (its first key_fields fields, or what is before the
+ * separator) and value; null for blank lines, comments and lines without a separator.
+ */
+function keyLines(p: FileKeyValueParams): (line: string) => KeyLine | null {
   const core = separatorCore(p.separator);
-  if (core === '') {
-    const m = new RegExp(`^(\\S+(?:[ \\t]+\\S+){${p.key_fields - 1}})(?:[ \\t]+(.*))?$`).exec(t);
-    return m ? { indent, key: m[1]!, value: (m[2] ?? '').trim() } : null;
-  }
-  const at = t.indexOf(core);
-  return at < 0 ? null : { indent, key: t.slice(0, at).trim(), value: t.slice(at + core.length).trim() };
+  const fields = new RegExp(`^(\\S+(?:[ \\t]+\\S+){${p.key_fields - 1}})(?:[ \\t]+(.*))?$`);
+  return (line) => {
+    const s = line.replace(/\r$/, '');
+    const t = s.trimStart();
+    if (t === '' || t.startsWith(p.comment)) return null;
+    const indent = s.slice(0, s.length - t.length);
+    if (core === '') {
+      const m = fields.exec(t);
+      return m ? { indent, key: m[1]!, value: (m[2] ?? '').trim() } : null;
+    }
+    const at = t.indexOf(core);
+    return at < 0 ? null : { indent, key: t.slice(0, at).trim(), value: t.slice(at + core.length).trim() };
+  };
 }
 
 /**
@@ -109,8 +115,9 @@ export function editKeyValues(cur: string | null, p: FileKeyValueParams, path: s
   const seen = new Set<string>();
   const out: string[] = [];
   const cr = crOf(lines);
+  const keyLine = keyLines(p);
   for (const line of lines.slice(0, stop)) {
-    const kl = keyLine(line, p);
+    const kl = keyLine(line);
     const n = kl === null ? undefined : norm(kl.key);
     if (kl === null || n === undefined || (!absent.has(n) && !wanted.has(n))) out.push(line);
     else if (absent.has(n) || seen.has(n)) continue;
