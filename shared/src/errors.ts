@@ -123,6 +123,27 @@ export const ERROR_CODES = {
   ERR_PROPERTIES_INVALID: { status: 400 },
   /** Two policy groups of equal priority set one property path to different values: the node's policy is not generated. */
   ERR_PROPERTY_CONFLICT: { status: 409 },
+  // file-writing methods on the node (docs/policy.md): reported as the directive's result_error
+  /** The directive's `validate` command (or visudo) refused the candidate file; the old file is kept. */
+  ERR_FILE_VALIDATE: { status: 400 },
+  /** The managed path is a symbolic link: a method that writes files never writes through one. */
+  ERR_FILE_SYMLINK: { status: 409 },
+  /** A directory or special file is where a file or link belongs (or a non-link where symlink_absent looks). */
+  ERR_FILE_TYPE: { status: 409 },
+  /** A file an editing method would read is over its size limit. */
+  ERR_FILE_TOO_LARGE: { status: 413 },
+  /** A file an editing method would edit is not UTF-8 text (NUL bytes or invalid sequences). */
+  ERR_FILE_NOT_TEXT: { status: 415 },
+  /** A managed block's begin and end markers do not pair up in the file. */
+  ERR_FILE_MARKERS: { status: 409 },
+  /** The file an editing method edits in place (file_replace) does not exist. */
+  ERR_FILE_MISSING: { status: 404 },
+  /** A directive's regular expression ran longer than its time bound on the file. */
+  ERR_REGEX_TIMEOUT: { status: 400 },
+  /** A user or group name that /etc/passwd or /etc/group does not hold. */
+  ERR_ACCOUNT_UNKNOWN: { status: 400 },
+  /** A command a method runs after writing (daemon-reload, apt-get update, rpm --import) failed. */
+  ERR_COMMAND_FAILED: { status: 500 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },

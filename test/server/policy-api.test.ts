@@ -103,6 +103,21 @@ const METHOD_CASES: Record<string, { good: Record<string, unknown>; bad: Array<[
     bad: [[{ creates: undefined }, 'params.creates'], [{ creates: undefined, unless: { command: '' } }, 'params.unless.command'], [{ unless: 'x' }, 'params.unless']],
   },
   sysctl_value: { good: { key: 'net.ipv4.ip_forward', value: 1 }, bad: [[{ key: 'forward' }, 'params.key'], [{ value: true }, 'params.value']] },
+  // The file-writing methods (every field of theirs: test/shared/policy-file-methods.test.ts).
+  file_from_template: { good: { path: '/etc/app.conf', template: 'x={{x}}\n', owner: 'app' }, bad: [[{ template: undefined }, 'params.template'], [{ validate: ['check'] }, 'params.validate']] },
+  file_block_present: { good: { path: '/etc/hosts', name: 'cluster', block: '10.0.0.1 db' }, bad: [[{ insert_after: '(' }, 'params.insert_after']] },
+  file_key_value: { good: { path: '/etc/ssh/sshd_config', values: { PermitRootLogin: 'no' } }, bad: [[{ values: { 'a b': 1 } }, 'params.values.a b']] },
+  ini_value: { good: { path: '/etc/x.ini', section: 's', key: 'k', value: 'v' }, bad: [[{ key: 'a=b' }, 'params.key']] },
+  file_replace: { good: { path: '/etc/x', pattern: '^a$', replacement: 'b' }, bad: [[{ pattern: 'a*' }, 'params.pattern']] },
+  symlink_present: { good: { path: '/etc/x', target: '/etc/y' }, bad: [[{ force: 1 }, 'params.force']] },
+  symlink_absent: { good: { path: '/etc/x' }, bad: [[{ path: 'x' }, 'params.path']] },
+  cron_entry: { good: { name: 'backup', schedule: '@daily', user: 'root', command: '/usr/local/bin/backup' }, bad: [[{ schedule: '* *' }, 'params.schedule']] },
+  ssh_authorized_key: { good: { user: 'deploy', key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHcVNLFBvL/ljhXuvEz2PodKMZFUDw+Ej2tC10OzNKKJ' }, bad: [[{ key: 'ssh-ed25519 AAAA' }, 'params.key']] },
+  sudoers_file: { good: { name: 'deploy', content: 'deploy ALL=(root) NOPASSWD: /usr/bin/true\n' }, bad: [[{ name: 'a.b' }, 'params.name']] },
+  systemd_unit_file: { good: { unit: 'app.service', content: '[Service]\n' }, bad: [[{ unit: 'app' }, 'params.unit']] },
+  timezone: { good: { name: 'Europe/Paris' }, bad: [[{ name: '../x' }, 'params.name']] },
+  apt_repository: { good: { name: 'x', uris: 'https://x.example/debian', suites: 'stable', components: 'main', signed_by: '/etc/apt/keyrings/x.asc' }, bad: [[{ signed_by: 'x.asc' }, 'params.signed_by']] },
+  yum_repository: { good: { name: 'x', baseurl: 'https://x.example/el9' }, bad: [[{ priority: 0 }, 'params.priority']] },
 };
 
 t.test('every method: good parameters are saved, each bad one is a 400 naming its field', async (t) => {

@@ -154,9 +154,13 @@ async function names(file: string): Promise<Map<number, string>> {
   return idNames(await readFile(file, 'utf8').catch(() => ''));
 }
 
-/** `owner root:root → app:app` (user:group; a number where the id has no name). */
-export async function ownerLine(before: { uid: number; gid: number }, after: { uid: number; gid: number }): Promise<string> {
+/** `app:app` (user:group; a number where the id has no name). */
+export async function ownerText(o: { uid: number; gid: number }): Promise<string> {
   const [users, groups] = await Promise.all([names('/etc/passwd'), names('/etc/group')]);
-  const fmt = (o: { uid: number; gid: number }) => `${users.get(o.uid) ?? o.uid}:${groups.get(o.gid) ?? o.gid}`;
-  return `owner ${fmt(before)} → ${fmt(after)}\n`;
+  return `${users.get(o.uid) ?? o.uid}:${groups.get(o.gid) ?? o.gid}`;
+}
+
+/** `owner root:root → app:app`. */
+export async function ownerLine(before: { uid: number; gid: number }, after: { uid: number; gid: number }): Promise<string> {
+  return `owner ${await ownerText(before)} → ${await ownerText(after)}\n`;
 }

@@ -18,6 +18,8 @@ export interface Outcome {
   message: string;
   /** What the change changed (or would change), capped: written as a diff report after the outcome's report. */
   diff?: ReportDiff;
+  /** The error code of an `error` outcome that came from a coded error (not written to the run log). */
+  code?: string;
 }
 
 export interface MethodContext {
@@ -102,7 +104,8 @@ export async function converge(
     if (after !== null) return { component, key, status: 'error', message: `repair did not converge: ${after}` };
     return { component, key, status: 'repaired', message: `${words.repaired} (${drift})`, ...withDiff };
   } catch (err) {
-    return { component, key, status: 'error', message: (err as Error).message };
+    const code = (err as { code?: unknown }).code;
+    return { component, key, status: 'error', message: (err as Error).message, ...(typeof code === 'string' && code.startsWith('ERR_') ? { code } : {}) };
   }
 }
 

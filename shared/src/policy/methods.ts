@@ -4,6 +4,10 @@
  * and computes the components it expects for compliance, with exactly the agent's rules.
  */
 import { capstanError } from '../errors.js';
+import { FILE_METHOD_SPECS } from './specs/files.js';
+
+// The file-writing methods' specs, imported through this module (it and they import each other).
+export * from './specs/files.js';
 
 export interface Component {
   component: string;
@@ -29,7 +33,7 @@ export function paramError(method: string, field: string, what: string): never {
   throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`, { details: { method: name, field: [...under, field].join('.') } });
 }
 
-function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
+export function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
   const v = p[field];
   if (typeof v !== 'string' || v.length === 0) paramError(method, field, 'must be a non-empty string');
   if (v.includes('\0')) paramError(method, field, 'must not contain NUL');
@@ -37,25 +41,25 @@ function str(method: string, p: Record<string, unknown>, field: string, opts: { 
   return v;
 }
 
-function optStr(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string | undefined {
+export function optStr(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string | undefined {
   return p[field] === undefined ? undefined : str(method, p, field, opts);
 }
 
-function mode(method: string, p: Record<string, unknown>, field = 'mode'): number | undefined {
+export function mode(method: string, p: Record<string, unknown>, field = 'mode'): number | undefined {
   const v = p[field];
   if (v === undefined) return undefined;
   if (typeof v !== 'string' || !/^0?[0-7]{3,4}$/.test(v)) paramError(method, field, 'must be an octal mode such as "0644"');
   return parseInt(v, 8);
 }
 
-function strList(method: string, p: Record<string, unknown>, field: string): string[] {
+export function strList(method: string, p: Record<string, unknown>, field: string): string[] {
   const v = p[field];
   if (v === undefined) return [];
   if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' || x.includes('\0'))) paramError(method, field, 'must be a list of strings');
   return v as string[];
 }
 
-function id(method: string, p: Record<string, unknown>, field: string): number | undefined {
+export function id(method: string, p: Record<string, unknown>, field: string): number | undefined {
   const v = p[field];
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) paramError(method, field, 'must be a numeric id');
@@ -67,7 +71,7 @@ function id(method: string, p: Record<string, unknown>, field: string): number |
  * of the run log (no diff report); absent or true leaves the agent's default (diffs, except for
  * secret files, which are never shown).
  */
-function showDiff(method: string, p: Record<string, unknown>): { show_diff?: boolean } {
+export function showDiff(method: string, p: Record<string, unknown>): { show_diff?: boolean } {
   const v = p.show_diff;
   if (v === undefined) return {};
   if (typeof v !== 'boolean') paramError(method, 'show_diff', 'must be true or false');
@@ -278,6 +282,7 @@ export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
   [
     fileContentSpec, fileLinePresentSpec, fileAbsentSpec, filePermissionsSpec, directoryPresentSpec, fileFromSharedFolderSpec,
     archiveFromSharedFolderSpec, packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
+    ...FILE_METHOD_SPECS,
   ].map((m) => [m.name, m as MethodSpec<any>]),
 );
 
