@@ -21,6 +21,9 @@ export interface CvssScore {
 /** Base metrics and their values, per version (CVSS v3.1 §2, v4.0 §2). */
 const V3_BASE: Record<string, string> = { AV: 'NALP', AC: 'LH', PR: 'NLH', UI: 'NR', S: 'UC', C: 'HLN', I: 'HLN', A: 'HLN' };
 const V4_BASE: Record<string, string> = { AV: 'NALP', AC: 'LH', AT: 'NP', PR: 'NLH', UI: 'NPA', VC: 'HLN', VI: 'HLN', VA: 'HLN', SC: 'HLN', SI: 'HLN', SA: 'HLN' };
+/** The other metrics each version defines (temporal, threat, environmental, supplemental): allowed, not scored. */
+const V3_OTHER = new Set(['E', 'RL', 'RC', 'CR', 'IR', 'AR', 'MAV', 'MAC', 'MPR', 'MUI', 'MS', 'MC', 'MI', 'MA']);
+const V4_OTHER = new Set(['E', 'CR', 'IR', 'AR', 'MAV', 'MAC', 'MAT', 'MPR', 'MUI', 'MVC', 'MVI', 'MVA', 'MSC', 'MSI', 'MSA', 'S', 'AU', 'R', 'V', 'RE', 'U']);
 /** A vector is short; anything longer is not one. */
 const MAX_VECTOR = 512;
 
@@ -45,6 +48,7 @@ export function cvssScore(vector: string): CvssScore {
     const [k, v, extra] = part.split(':');
     if (!k || !v || extra !== undefined) bad(`malformed metric ${JSON.stringify(part)}`);
     if (seen.has(k!)) bad(`metric ${k} repeated`);
+    if (!Object.hasOwn(base, k!) && !(version === '4.0' ? V4_OTHER : V3_OTHER).has(k!)) bad(`unknown metric ${k}`);
     seen.set(k!, v!);
   }
   for (const [k, values] of Object.entries(base)) {

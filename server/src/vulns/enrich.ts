@@ -15,7 +15,16 @@ import { pipeline, Transform } from 'node:stream';
 import zlib from 'node:zlib';
 import { capstanError } from '@capstan/shared/errors';
 
-export const ENRICH_LIMITS = { maxKevBytes: 64 * 1024 * 1024, maxKevEntries: 200_000, maxEpssBytes: 256 * 1024 * 1024, maxEpssRows: 2_000_000, maxLine: 1024 } as const;
+export interface EnrichLimits {
+  maxKevBytes: number;
+  maxKevEntries: number;
+  maxEpssBytes: number;
+  maxEpssRows: number;
+  maxLine: number;
+}
+
+/** The KEV catalogue is ~1.5 MB for ~1,300 CVEs; an EPSS day ~10 MB for ~250,000. */
+export const ENRICH_LIMITS: Readonly<EnrichLimits> = { maxKevBytes: 64 * 1024 * 1024, maxKevEntries: 200_000, maxEpssBytes: 256 * 1024 * 1024, maxEpssRows: 2_000_000, maxLine: 1024 };
 
 export interface KevEntry {
   dateAdded: string;
@@ -46,7 +55,7 @@ async function readBounded(path: string, max: number): Promise<Buffer> {
 }
 
 /** CISA's `known_exploited_vulnerabilities.json`: CVE id → when added, when due. */
-export async function readKev(path: string, limits: Partial<typeof ENRICH_LIMITS> = {}): Promise<Kev> {
+export async function readKev(path: string, limits: Partial<EnrichLimits> = {}): Promise<Kev> {
   const lim = { ...ENRICH_LIMITS, ...limits };
   let doc: unknown;
   try {
@@ -104,7 +113,7 @@ function limiter(max: number, path: string): Transform {
  * FIRST's daily EPSS file (`epss_scores-YYYY-MM-DD.csv`, or its `.gz` as published):
  * `#model_version:…,score_date:…`, then `cve,epss,percentile`, then one row per CVE.
  */
-export async function readEpss(path: string, limits: Partial<typeof ENRICH_LIMITS> = {}): Promise<Epss> {
+export async function readEpss(path: string, limits: Partial<EnrichLimits> = {}): Promise<Epss> {
   const lim = { ...ENRICH_LIMITS, ...limits };
   const head = Buffer.alloc(2);
   const fh = await open(path, 'r');
@@ -123,6 +132,9 @@ export async function readEpss(path: string, limits: Partial<typeof ENRICH_LIMIT
   let header = false;
   let rows = 0;
   const lines = createInterface({ input: text, crlfDelay: Infinity });
+  // Once the loop below has stopped (a limit, a bad header), tearing the pipeline down makes it
+  // report a premature close on the interface: nobody is reading any more, so it is dropped.
+  lines.on('error', () => {});
   try {
     for await (const line of lines) {
       if (line.length > lim.maxLine) {
@@ -158,7 +170,8 @@ export async function readEpss(path: string, limits: Partial<typeof ENRICH_LIMIT
     if ((err as { code?: string }).code === 'Z_DATA_ERROR' || (err as { code?: string }).code === 'Z_BUF_ERROR') throw capstanError('ERR_DECOMPRESS', `${path}: corrupt gzip`);
     throw err;
   } finally {
-    raw.destroy();
+    lines.close();
+    text.destroy();
   }
   if (!header) throw capstanError('ERR_EPSS_INVALID', `${path}: no cve,epss,percentile header`);
   return out;

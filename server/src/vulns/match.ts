@@ -104,23 +104,45 @@ type Outcome = { match: Match } | { unevaluated: Unevaluated };
 /** One (ecosystem, name): its entries and what each version seen so far gives. */
 class Bucket {
   entries: Entry[] = [];
-  private cache = new Map<string, Outcome[]>();
+  /**
+   * Installed version → outcomes, per (via, mode): a short list scanned in place, because a
+   * fleet has a handful of versions of a package and comparing a few strings (the same string
+   * objects, mostly) costs less than a hash lookup's hops through memory; a map past that.
+   */
+  private keys: Array<string[] | undefined> = [];
+  private vals: Array<Outcome[][] | undefined> = [];
+  private more: Array<Map<string, Outcome[]> | undefined> = [];
+  private cached = 0;
+  /** Versions kept in the scanned list; then in a map. */
+  static SHORT = 8;
   /** Distinct versions remembered per package; beyond it the memo restarts (bounded memory). */
   static MAX_CACHED = 256;
 
   constructor(readonly family: Family) {}
 
   invalidate(): void {
-    this.cache.clear();
+    this.keys = [];
+    this.vals = [];
+    this.more = [];
+    this.cached = 0;
   }
 
   outcomes(compared: string, via: Match['via'], mode: Mode): Outcome[] {
-    const key = `${via}\u0000${mode}\u0000${compared}`;
-    let out = this.cache.get(key);
-    if (out) return out;
-    out = this.compute(compared, via, mode);
-    if (this.cache.size >= Bucket.MAX_CACHED) this.cache.clear();
-    this.cache.set(key, out);
+    const slot = (via === 'name' ? 0 : 2) + (mode === 'exact' ? 0 : 1);
+    const keys = this.keys[slot];
+    if (keys) {
+      for (let i = 0; i < keys.length; i++) if (keys[i] === compared) return this.vals[slot]![i]!;
+      const hit = this.more[slot]?.get(compared);
+      if (hit) return hit;
+    }
+    const out = this.compute(compared, via, mode);
+    if (this.cached >= Bucket.MAX_CACHED) this.invalidate();
+    this.cached++;
+    const k = (this.keys[slot] ??= []);
+    if (k.length < Bucket.SHORT) {
+      k.push(compared);
+      (this.vals[slot] ??= []).push(out);
+    } else (this.more[slot] ??= new Map()).set(compared, out);
     return out;
   }
 
@@ -128,9 +150,13 @@ class Bucket {
     const base = versionOrder(this.family);
     const order: Order | null = base && mode === 'no-epoch' ? withoutEpochs : base;
     const out: Outcome[] = [];
+    const matched = new Set<string>();
     for (const e of this.entries) {
       const v = evaluate(e.compiled, compared, order);
       if (v.affected) {
+        // One outcome per advisory: a second entry of it for this package adds nothing.
+        if (matched.has(e.advisory.id)) continue;
+        matched.add(e.advisory.id);
         const m: Match = {
           advisory: e.advisory.id, cves: e.cves, ecosystem: e.affected.ecosystem, release: e.affected.eco!.release,
           name: e.affected.name, via, compared, fixed: v.listed ? null : v.fixed, severity: e.severity,
@@ -153,16 +179,12 @@ function withoutEpochs(a: string, b: string): number {
   return compareRpmVersions(`${x.version}-${x.release}`, `${y.version}-${y.release}`);
 }
 
-/** The names and version a package is looked up with, in its family. */
-function lookups(p: NodePackage, family: Family): { names: Array<[string, Match['via']]>; compared: string; mode: Mode } {
-  if (family === 'rpm') {
-    const names: Array<[string, Match['via']]> = [[p.name, 'name']];
-    if (p.source && p.source !== p.name) names.push([p.source, 'source']);
-    if (p.epoch === undefined) return { names, compared: p.version, mode: 'no-epoch' };
-    return { names, compared: p.epoch && !/^0*$/.test(p.epoch) ? `${p.epoch}:${p.version}` : p.version, mode: 'exact' };
-  }
-  const source = p.source && p.source !== p.name;
-  return { names: [[source ? p.source! : p.name, source ? 'source' : 'name']], compared: family === 'deb' ? p.source_version ?? p.version : p.version, mode: 'exact' };
+/** The version a package is compared with, in its family: source version (deb), epoch:version-release (rpm). */
+function comparedVersion(p: NodePackage, family: Family): string {
+  if (family === 'deb') return p.source_version ?? p.version;
+  const e = p.epoch;
+  if (family === 'rpm' && e !== undefined && e !== '0' && e !== '' && !/^0+$/.test(e)) return `${e}:${p.version}`;
+  return p.version;
 }
 
 export class VulnIndex {
@@ -225,21 +247,35 @@ export class VulnIndex {
 }
 
 function collect(maps: Array<Map<string, Bucket>>, family: Family, p: NodePackage, out: Pick<NodeMatch, 'findings' | 'unevaluated'>): void {
-  const { names, compared, mode } = lookups(p, family);
+  const hasSource = p.source !== undefined && p.source !== p.name;
+  // deb and apk feeds name the source package; rpm entries name binaries (and sometimes sources).
+  const bySource = family !== 'rpm' && hasSource;
+  const names = family === 'rpm' && hasSource ? 2 : 1;
+  // An rpm package without an epoch (older agents) is compared with epochs left out.
+  const mode: Mode = family === 'rpm' && p.epoch === undefined ? 'no-epoch' : 'exact';
+  let compared: string | null = null;
+  let buckets = 0;
   let seen: Set<string> | null = null;
-  for (const [name, via] of names) {
+  const start = out.findings.length;
+  for (let n = 0; n < names; n++) {
+    const name = n === 1 || bySource ? p.source! : p.name;
+    const via: Match['via'] = n === 1 || bySource ? 'source' : 'name';
     for (const map of maps) {
       const bucket = map.get(name);
       if (!bucket) continue;
-      for (const o of bucket.outcomes(compared, via, mode)) {
+      compared ??= comparedVersion(p, family);
+      const outcomes = bucket.outcomes(compared, via, mode);
+      // One finding per (advisory, package): only a second bucket (another name or release key) can repeat one.
+      if (++buckets === 2) seen = new Set(out.findings.slice(start).map((f) => f.match.advisory));
+      for (const o of outcomes) {
         if ('unevaluated' in o) {
           out.unevaluated.push(o.unevaluated);
           continue;
         }
-        // One finding per (advisory, package): a second entry or name for it adds nothing.
-        seen ??= new Set();
-        if (seen.has(o.match.advisory)) continue;
-        seen.add(o.match.advisory);
+        if (seen) {
+          if (seen.has(o.match.advisory)) continue;
+          seen.add(o.match.advisory);
+        }
         out.findings.push({ package: p.name, version: p.version, match: o.match });
       }
     }
@@ -263,17 +299,24 @@ export function nodesAffectedBy(advisory: Advisory, holders: Iterable<PackageHol
   const one = new VulnIndex();
   one.add(advisory);
   const out = new Map<string, NodeMatch>();
-  const ecos = new Map<string, Ecosystem | null>();
+  // What each (os name, version, Pro) looks up, worked out once: a fleet has a few of them.
+  const byOs = new Map<string, Map<string, { eco: Ecosystem; maps: Array<Map<string, Bucket>> } | null>>();
   for (const h of holders) {
-    const osKey = `${h.os.name}\u0000${h.os.version}\u0000${h.ubuntu_pro === true}`;
-    let eco = ecos.get(osKey);
-    if (eco === undefined) ecos.set(osKey, (eco = nodeEcosystem(h.os.name, h.os.version, { ubuntuPro: h.ubuntu_pro === true })));
-    if (!eco) continue;
-    const maps = one.mapsFor(eco);
-    if (!maps.length) continue;
-    const acc: NodeMatch = out.get(h.node) ?? { node: h.node, ecosystem: eco.key, findings: [], unevaluated: [] };
-    collect(maps, eco.family, h.package, acc);
-    if ((acc.findings.length || acc.unevaluated.length) && !out.has(h.node)) out.set(h.node, acc);
+    const osName = h.ubuntu_pro === true ? `${h.os.name}\u0000pro` : h.os.name;
+    let versions = byOs.get(osName);
+    if (!versions) byOs.set(osName, (versions = new Map()));
+    let seen = versions.get(h.os.version);
+    if (seen === undefined) {
+      const eco = nodeEcosystem(h.os.name, h.os.version, { ubuntuPro: h.ubuntu_pro === true });
+      const maps = eco ? one.mapsFor(eco) : [];
+      versions.set(h.os.version, (seen = eco && maps.length ? { eco, maps } : null));
+    }
+    if (!seen) continue;
+    let acc = out.get(h.node);
+    const fresh = !acc;
+    acc ??= { node: h.node, ecosystem: seen.eco.key, findings: [], unevaluated: [] };
+    collect(seen.maps, seen.eco.family, h.package, acc);
+    if (fresh && (acc.findings.length || acc.unevaluated.length)) out.set(h.node, acc);
   }
   return out;
 }
