@@ -112,7 +112,7 @@ export async function benchVulns(opts: VulnsBenchOptions = {}) {
   const indexMb = mb(process.memoryUsage().heapUsed - heap0);
   log(`vulns: ${count} advisories indexed in ${Math.round(buildMs)} ms`);
 
-  // Nodes are made a thousand at a time before the clock starts (the server reads inventories
+  // Nodes are made a hundred at a time before the clock starts (the server reads inventories
   // from its store; making them here is not matching), then matched with both clocks running:
   // wall time, and this process's CPU time, which other work on the machine does not inflate.
   let matchMs = 0;
@@ -120,7 +120,7 @@ export async function benchVulns(opts: VulnsBenchOptions = {}) {
   let findings = 0;
   let packages = 0;
   let worstNodeMs = 0;
-  const BATCH = 1000;
+  const BATCH = 100;
   for (let start = 0; start < nodes; start += BATCH) {
     const batch: NodeInput[] = [];
     for (let i = start; i < Math.min(nodes, start + BATCH); i++) batch.push(makeNode(i, perNode, pool));

@@ -1,8 +1,8 @@
 /**
  * Which of a node's packages the advisories affect, and why. The index holds each advisory's
- * affected entries by (ecosystem, package name), so matching a node costs two map lookups per
+ * affected entries by (ecosystem, package name), so matching a node costs a lookup or two per
  * package; what one installed version gives against one package's entries is computed once
- * and shared by every node with that version (a fleet has few versions of each package).
+ * and shared by every node with that version (bucket.ts).
  *
  * Names and versions, per family (docs/vulnerabilities.md, *Package names*):
  * - deb (Debian, Ubuntu): feeds name source packages with source versions; an inventory's
@@ -20,10 +20,12 @@
  * Incremental work: `match` answers one node (a new inventory); `nodesAffectedBy` answers one
  * advisory for the rows of the nodes that have one of its packages (a new or changed advisory).
  */
-import { compareRpmVersions, parseEvr } from '@capstan/shared/filter/rpm-version';
+import { Bucket, type Match, type Mode, type Unevaluated } from './bucket.js';
 import { lookupKeys, nodeEcosystem, versionOrder, type Ecosystem, type Family } from './ecosystems.js';
-import { cveIds, pickSeverity, type Advisory, type Affected, type Severity } from './osv.js';
-import { compileEntry, evaluate, type CompiledEntry, type Order, type RangeReason } from './ranges.js';
+import { cveIds, pickSeverity, type Advisory } from './osv.js';
+import { compileEntry } from './ranges.js';
+
+export type { Match, Unevaluated } from './bucket.js';
 
 export interface NodePackage {
   name: string;
@@ -42,29 +44,6 @@ export interface NodeInput {
   ubuntu_pro?: boolean;
 }
 
-/** Why an advisory affects a package at an installed version: shared by every node with that version. */
-export interface Match {
-  advisory: string;
-  cves: string[];
-  /** The affected entry's ecosystem as the feed wrote it, and the release it applies to ('' = every release). */
-  ecosystem: string;
-  release: string;
-  /** The feed's package name that matched, and whether it is the package's own name or its source's. */
-  name: string;
-  via: 'name' | 'source';
-  /** The version compared with the feed's: source version (deb), epoch:version-release (rpm). */
-  compared: string;
-  /** Matched by the entry's `versions` list. */
-  listed?: true;
-  /** The range interval it falls in, bounds as the feed wrote them. */
-  range?: RangeReason;
-  /** The first version that fixes it, when the feed gives one. */
-  fixed: string | null;
-  severity: Severity | null;
-  /** A caveat on this match (an epoch the inventory did not give). */
-  note?: string;
-}
-
 export interface Finding {
   /** The installed package (binary) and its installed version. */
   package: string;
@@ -74,13 +53,6 @@ export interface Finding {
   muted?: { mute: string; reason: string; expires: string | null };
 }
 
-export interface Unevaluated {
-  advisory: string;
-  package: string;
-  ecosystem: string;
-  why: string;
-}
-
 export interface NodeMatch {
   node: string;
   /** The node's ecosystem key, or null when its OS is not one Capstan matches. */
@@ -88,95 +60,6 @@ export interface NodeMatch {
   findings: Finding[];
   /** Entries for its packages that could not be decided (no order for their ranges). */
   unevaluated: Unevaluated[];
-}
-
-interface Entry {
-  advisory: Advisory;
-  affected: Affected;
-  compiled: CompiledEntry;
-  cves: string[];
-  severity: Severity | null;
-}
-
-type Mode = 'exact' | 'no-epoch';
-type Outcome = { match: Match } | { unevaluated: Unevaluated };
-
-/** One (ecosystem, name): its entries and what each version seen so far gives. */
-class Bucket {
-  entries: Entry[] = [];
-  /**
-   * Installed version → outcomes, per (via, mode): a short list scanned in place, because a
-   * fleet has a handful of versions of a package and comparing a few strings (the same string
-   * objects, mostly) costs less than a hash lookup's hops through memory; a map past that.
-   */
-  private keys: Array<string[] | undefined> = [];
-  private vals: Array<Outcome[][] | undefined> = [];
-  private more: Array<Map<string, Outcome[]> | undefined> = [];
-  private cached = 0;
-  /** Versions kept in the scanned list; then in a map. */
-  static SHORT = 8;
-  /** Distinct versions remembered per package; beyond it the memo restarts (bounded memory). */
-  static MAX_CACHED = 256;
-
-  constructor(readonly family: Family) {}
-
-  invalidate(): void {
-    this.keys = [];
-    this.vals = [];
-    this.more = [];
-    this.cached = 0;
-  }
-
-  outcomes(compared: string, via: Match['via'], mode: Mode): Outcome[] {
-    const slot = (via === 'name' ? 0 : 2) + (mode === 'exact' ? 0 : 1);
-    const keys = this.keys[slot];
-    if (keys) {
-      for (let i = 0; i < keys.length; i++) if (keys[i] === compared) return this.vals[slot]![i]!;
-      const hit = this.more[slot]?.get(compared);
-      if (hit) return hit;
-    }
-    const out = this.compute(compared, via, mode);
-    if (this.cached >= Bucket.MAX_CACHED) this.invalidate();
-    this.cached++;
-    const k = (this.keys[slot] ??= []);
-    if (k.length < Bucket.SHORT) {
-      k.push(compared);
-      (this.vals[slot] ??= []).push(out);
-    } else (this.more[slot] ??= new Map()).set(compared, out);
-    return out;
-  }
-
-  private compute(compared: string, via: Match['via'], mode: Mode): Outcome[] {
-    const base = versionOrder(this.family);
-    const order: Order | null = base && mode === 'no-epoch' ? withoutEpochs : base;
-    const out: Outcome[] = [];
-    const matched = new Set<string>();
-    for (const e of this.entries) {
-      const v = evaluate(e.compiled, compared, order);
-      if (v.affected) {
-        // One outcome per advisory: a second entry of it for this package adds nothing.
-        if (matched.has(e.advisory.id)) continue;
-        matched.add(e.advisory.id);
-        const m: Match = {
-          advisory: e.advisory.id, cves: e.cves, ecosystem: e.affected.ecosystem, release: e.affected.eco!.release,
-          name: e.affected.name, via, compared, fixed: v.listed ? null : v.fixed, severity: e.severity,
-        };
-        if (v.listed) m.listed = true;
-        else m.range = v.range;
-        if (mode === 'no-epoch') m.note = 'the inventory gives no epoch: compared without epochs';
-        out.push({ match: Object.freeze(m) });
-      } else if (v.unevaluated) {
-        out.push({ unevaluated: { advisory: e.advisory.id, package: e.affected.name, ecosystem: e.affected.ecosystem, why: v.unevaluated } });
-      }
-    }
-    return out;
-  }
-}
-
-function withoutEpochs(a: string, b: string): number {
-  const x = parseEvr(a);
-  const y = parseEvr(b);
-  return compareRpmVersions(`${x.version}-${x.release}`, `${y.version}-${y.release}`);
 }
 
 /** The version a package is compared with, in its family: source version (deb), epoch:version-release (rpm). */
