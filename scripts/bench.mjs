@@ -9,7 +9,7 @@
  *                beside the reference pipeline (bench/reference-pipeline.mjs) and its stages
  *   profile      the same on SQLite with both programs under --cpu-prof: where the time goes
  *   storage      bytes per node-day: a simulated day of N nodes' runs into both stores
- *   relay, registry, agent, policy, changes, console, inventory   the package benchmarks (bench/src/), when they exist
+ *   relay, registry, agent, policy, changes, console, inventory, vulns   the package benchmarks (bench/src/), when they exist
  *
  * Options: --nodes N (1000), --reports N (100), --only floor,ingest,…, --no-postgres, --out DIR,
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
@@ -52,7 +52,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory,vulns] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -311,7 +311,7 @@ try {
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       // The relay's spool in the work directory, as the end-to-end relay's (see `workRoot`).
       : b.id === 'relay' ? { log: progress, dir: work }
-      : b.id === 'console' ? { log: progress } : {};
+      : b.id === 'console' || b.id === 'vulns' ? { log: progress } : {};
     const r = await runExternal(b, opts);
     results.sections.external[b.id] = { status: r.status, ...(r.reason && { reason: r.reason }), ms: r.ms };
     if (r.status !== 'ok') figures.push({ id: b.id, name: b.title, value: null, unit: '', note: `${r.status}: ${r.reason}` });

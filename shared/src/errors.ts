@@ -222,6 +222,23 @@ export const ERROR_CODES = {
   ERR_UNREACHABLE: { status: 502, transient: true },
   /** The server's answer is not the API's: invalid JSON, an error without a code; exit 1 (4 for a 4xx). */
   ERR_BAD_ANSWER: { status: 502 },
+  // vulnerability feeds (docs/vulnerabilities.md): a bad entry is skipped and counted, the import goes on
+  /** An OSV entry that is not JSON, or not the OSV schema (the message names the field). */
+  ERR_OSV_INVALID: { status: 400 },
+  /** An OSV entry (a file or a zip member) over the per-entry size limit: skipped unread. */
+  ERR_OSV_TOO_LARGE: { status: 413 },
+  /** A feed over its total size or entry count limit: the import stops there. */
+  ERR_FEED_TOO_LARGE: { status: 413 },
+  /** A feed source that is not a .json file, a .zip of them or a directory. */
+  ERR_FEED_SOURCE: { status: 400 },
+  /** A CISA KEV catalogue that is not its JSON, or an entry without a CVE id. */
+  ERR_KEV_INVALID: { status: 400 },
+  /** An EPSS file without its header, or a row that is not `cve,epss,percentile`. */
+  ERR_EPSS_INVALID: { status: 400 },
+  /** A CVSS vector that does not have every base metric once with a valid value. */
+  ERR_CVSS_VECTOR: { status: 400 },
+  /** A vulnerability mute without a target, a reason or a valid expiry. */
+  ERR_MUTE_INVALID: { status: 400 },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },

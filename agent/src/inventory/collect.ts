@@ -118,27 +118,65 @@ export function parseDefaultRoute(text: string): { interface: string; gateway: s
   return null;
 }
 
+export interface InstalledPackage {
+  name: string;
+  version: string;
+  /** The source package (deb: dpkg's source:Package; rpm: the source RPM's name), when not `name`. */
+  source?: string;
+  /** deb: the source version, when not `version` (binNMUs, binaries with their own epoch or version). */
+  source_version?: string;
+  /** rpm: the epoch, '0' when the package has none (its `version` is version-release without it). */
+  epoch?: string;
+}
+
+/**
+ * Vulnerability feeds name source packages at source versions (Debian's and Ubuntu's), and RPM
+ * feeds compare epoch:version-release: what the inventory needs besides the binary's name and
+ * version (docs/vulnerabilities.md, *Package names*). Measured on a Debian 12 host: 637 of 789
+ * installed packages are named otherwise than their source (libssl3 from openssl), 66 have
+ * another version than it, 9 of them an epoch the source has not (bsdutils 1:2.38.1-5+deb12u3
+ * from util-linux 2.38.1-5+deb12u3).
+ */
+export const DPKG_FORMAT = '${Package}\t${Version}\t${db:Status-Status}\t${source:Package}\t${source:Version}\n';
+export const RPM_FORMAT = '%{NAME}\t%{VERSION}-%{RELEASE}\t%|EPOCH?{%{EPOCH}}:{0}|\t%{SOURCERPM}\n';
+
+export function parseDpkgLine(l: string): InstalledPackage | null {
+  const [name, version, status, source, sourceVersion] = l.split('\t');
+  if (!name || !version || status !== 'installed') return null;
+  const p: InstalledPackage = { name, version };
+  if (source && source !== name) p.source = source;
+  if (sourceVersion && sourceVersion !== version) p.source_version = sourceVersion;
+  return p;
+}
+
+export function parseRpmLine(l: string): InstalledPackage | null {
+  const [name, version, epoch, sourceRpm] = l.split('\t');
+  if (!name || !version) return null;
+  const p: InstalledPackage = { name, version };
+  if (epoch !== undefined && /^\d+$/.test(epoch)) p.epoch = epoch;
+  // openssl-3.0.7-27.el9.src.rpm → openssl (gpg-pubkey and the like have none: "(none)").
+  const m = /^(.+)-[^-]+-[^-]+\.(?:no)?src\.rpm$/.exec(sourceRpm ?? '');
+  if (m && m[1] !== name) p.source = m[1]!;
+  return p;
+}
+
+export function parseApkLine(l: string): InstalledPackage | null {
+  const m = /^(.+)-([^-]+-r\d+)$/.exec(l);
+  return m ? { name: m[1]!, version: m[2]! } : null;
+}
+
 /** Installed packages from whichever package manager the host has. */
-async function packages(): Promise<Array<{ name: string; version: string }>> {
-  const tries: Array<[string, string[], (line: string) => { name: string; version: string } | null]> = [
-    ['dpkg-query', ['-W', '-f', '${Package}\t${Version}\t${db:Status-Status}\n'], (l) => {
-      const [name, version, status] = l.split('\t');
-      return name && version && status === 'installed' ? { name, version } : null;
-    }],
-    ['rpm', ['-qa', '--qf', '%{NAME}\t%{VERSION}-%{RELEASE}\n'], (l) => {
-      const [name, version] = l.split('\t');
-      return name && version ? { name, version } : null;
-    }],
-    ['apk', ['info', '-v'], (l) => {
-      const m = /^(.+)-([^-]+-r\d+)$/.exec(l);
-      return m ? { name: m[1]!, version: m[2]! } : null;
-    }],
+async function packages(): Promise<InstalledPackage[]> {
+  const tries: Array<[string, string[], (line: string) => InstalledPackage | null]> = [
+    ['dpkg-query', ['-W', '-f', DPKG_FORMAT], parseDpkgLine],
+    ['rpm', ['-qa', '--qf', RPM_FORMAT], parseRpmLine],
+    ['apk', ['info', '-v'], parseApkLine],
   ];
   let lastErr: unknown = null;
   for (const [cmd, args, parse] of tries) {
     try {
       const out = await run(cmd, args, 30_000);
-      return out.split('\n').map(parse).filter((p): p is { name: string; version: string } => p !== null);
+      return out.split('\n').map(parse).filter((p): p is InstalledPackage => p !== null);
     } catch (err) {
       lastErr = err;
     }
