@@ -11,6 +11,7 @@ import { PolicyGenerator } from './policy/generate.js';
 import type { PolicyKeyring } from './policy/key.js';
 import { PolicyService } from './policy/service.js';
 import { ManagerService } from './providers/service.js';
+import { AdminService } from './admins/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
 import type { Store } from './store/store.js';
 
@@ -21,6 +22,8 @@ export interface Domain {
   policy: PolicyService;
   /** Managers (discovery sources) and their polls. */
   managers: ManagerService;
+  /** Named admins and their tokens. */
+  admins: AdminService;
   /** Signed bundles (absent without a policy key: the command line has none). */
   bundles: BundleServer | null;
 }
@@ -42,8 +45,9 @@ export function composeDomain(deps: DomainDeps): Domain {
   const generator = new PolicyGenerator({ store, log, ...(deps.now && { clock: deps.now }) });
   const nodes = new NodeRegistry({ store, log, audit, ...now })
     .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }));
-  const policy = new PolicyService({ store, generator, audit, log, ...now });
+  const policy = new PolicyService({ store, generator, audit, log, ...(deps.key && { key: deps.key }), ...now });
   const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
   const managers = new ManagerService({ store, nodes, audit, ...now });
-  return { audit, nodes, generator, policy, managers, bundles };
+  const admins = new AdminService({ store, audit, ...now });
+  return { audit, nodes, generator, policy, managers, admins, bundles };
 }

@@ -107,7 +107,9 @@ export async function withIdentity(flags: CommonFlags, fn: (identity: NodeIdenti
   const config = configFrom(flags);
   const { NodeIdentity } = await import('../identity/service.js');
   await withStore(flags, async (store) => {
-    const identity = await NodeIdentity.open({ dataDir: config.general.data_dir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity) });
+    const { AuditLog } = await import('../audit/log.js');
+    const audit = new AuditLog({ admins: store.admins, log: silentLogger });
+    const identity = await NodeIdentity.open({ dataDir: config.general.data_dir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity), audit });
     try {
       await fn(identity, store);
     } finally {
