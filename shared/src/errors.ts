@@ -111,6 +111,8 @@ export const ERROR_CODES = {
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
   ERR_ARCHIVE_INVALID: { status: 400 },
+  /** A host tool a method runs (useradd, apt-get, dnf, systemctl, mount, modprobe, …) failed, timed out or is missing. */
+  ERR_METHOD_TOOL: { status: 500 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },

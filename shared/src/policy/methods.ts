@@ -4,6 +4,8 @@
  * and computes the components it expects for compliance, with exactly the agent's rules.
  */
 import { capstanError } from '../errors.js';
+import { ACCOUNT_SPECS } from './specs/accounts.js';
+import { SYSTEM_SPECS } from './specs/system.js';
 
 export interface Component {
   component: string;
@@ -29,7 +31,7 @@ export function paramError(method: string, field: string, what: string): never {
   throw capstanError('ERR_METHOD_PARAMS', `${method}: ${field} ${what}`, { details: { method: name, field: [...under, field].join('.') } });
 }
 
-function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
+export function str(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string {
   const v = p[field];
   if (typeof v !== 'string' || v.length === 0) paramError(method, field, 'must be a non-empty string');
   if (v.includes('\0')) paramError(method, field, 'must not contain NUL');
@@ -37,7 +39,7 @@ function str(method: string, p: Record<string, unknown>, field: string, opts: { 
   return v;
 }
 
-function optStr(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string | undefined {
+export function optStr(method: string, p: Record<string, unknown>, field: string, opts: { absolute?: boolean } = {}): string | undefined {
   return p[field] === undefined ? undefined : str(method, p, field, opts);
 }
 
@@ -48,14 +50,14 @@ function mode(method: string, p: Record<string, unknown>, field = 'mode'): numbe
   return parseInt(v, 8);
 }
 
-function strList(method: string, p: Record<string, unknown>, field: string): string[] {
+export function strList(method: string, p: Record<string, unknown>, field: string): string[] {
   const v = p[field];
   if (v === undefined) return [];
   if (!Array.isArray(v) || v.some((x) => typeof x !== 'string' || x.includes('\0'))) paramError(method, field, 'must be a list of strings');
   return v as string[];
 }
 
-function id(method: string, p: Record<string, unknown>, field: string): number | undefined {
+export function id(method: string, p: Record<string, unknown>, field: string): number | undefined {
   const v = p[field];
   if (v === undefined) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) paramError(method, field, 'must be a numeric id');
@@ -67,7 +69,7 @@ function id(method: string, p: Record<string, unknown>, field: string): number |
  * of the run log (no diff report); absent or true leaves the agent's default (diffs, except for
  * secret files, which are never shown).
  */
-function showDiff(method: string, p: Record<string, unknown>): { show_diff?: boolean } {
+export function showDiff(method: string, p: Record<string, unknown>): { show_diff?: boolean } {
   const v = p.show_diff;
   if (v === undefined) return {};
   if (typeof v !== 'boolean') paramError(method, 'show_diff', 'must be true or false');
@@ -79,7 +81,7 @@ export interface ShowDiffParam {
   show_diff?: boolean;
 }
 
-const one = (component: string, key: string): Component[] => [{ component, key }];
+export const one = (component: string, key: string): Component[] => [{ component, key }];
 
 export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number } & ShowDiffParam> = {
   name: 'file_content',
@@ -188,31 +190,37 @@ export const archiveFromSharedFolderSpec: MethodSpec<ArchiveParams> = {
 
 const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
 
+/**
+ * `version`: absent (any version will do), `"latest"` (upgrade whenever the package manager has a
+ * newer candidate), or a version to hold exactly, older or newer than the installed one.
+ */
 export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
   name: 'package_present',
   validate: (p) => {
     const name = str('package_present', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_present', 'name', 'is not a package name');
     const version = optStr('package_present', p, 'version');
-    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version');
+    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version (nor "latest")');
     return { name, version };
   },
   components: (p) => one('Package present', p.name),
 };
 
-export const packageAbsentSpec: MethodSpec<{ name: string }> = {
+/** `purge`: configuration files go too (apt-get purge, apk del --purge; rpm removes them anyway). */
+export const packageAbsentSpec: MethodSpec<{ name: string; purge: boolean }> = {
   name: 'package_absent',
   validate: (p) => {
     const name = str('package_absent', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_absent', 'name', 'is not a package name');
-    return { name };
+    if (p.purge !== undefined && typeof p.purge !== 'boolean') paramError('package_absent', 'purge', 'must be true or false');
+    return { name, purge: p.purge === true };
   },
   components: (p) => one('Package absent', p.name),
 };
 
-const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
+export const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
 
-function serviceSpec(name: 'service_running' | 'service_enabled', component: string): MethodSpec<{ name: string }> {
+export function serviceSpec(name: string, component: string): MethodSpec<{ name: string }> {
   return {
     name,
     validate: (p) => {
@@ -278,6 +286,7 @@ export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
   [
     fileContentSpec, fileLinePresentSpec, fileAbsentSpec, filePermissionsSpec, directoryPresentSpec, fileFromSharedFolderSpec,
     archiveFromSharedFolderSpec, packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
+    ...ACCOUNT_SPECS, ...SYSTEM_SPECS,
   ].map((m) => [m.name, m as MethodSpec<any>]),
 );
 
