@@ -34,20 +34,21 @@ function wantedGid(p: UserPresentParams, db: AccountsDb): number | undefined {
 }
 
 /**
- * The shadow field to write for the wanted hash and lock state (null: it stays), and the lock to
- * set with usermod -L / -U (null: none). A new account counts as having no hash and no lock mark:
- * useradd leaves it locked with no password (`!`), which is what `locked: true` alone wants.
+ * The shadow field to write for the wanted hash and lock state (null: it stays), the lock to set
+ * with usermod -L / -U when the field stays (null: none), and the lock change either way. A new
+ * account counts as having no hash and no lock mark: useradd leaves it locked with no password
+ * (`!`), which is what `locked: true` alone wants.
  */
-function passwordField(p: UserPresentParams, current: string | undefined): { field: string | null; locked: boolean | null } {
+function passwordField(p: UserPresentParams, current: string | undefined): { field: string | null; usermod: boolean | null; lock: boolean | null } {
   const cur = current ?? '';
   const curLocked = cur.startsWith('!');
   const bare = cur.replace(/^!+/, '');
-  if (p.password_hash !== undefined && bare !== p.password_hash) return { field: `${(p.locked ?? curLocked) ? '!' : ''}${p.password_hash}`, locked: null };
+  const lock = current !== undefined && p.locked !== undefined && p.locked !== curLocked ? p.locked : null;
+  if (p.password_hash !== undefined && bare !== p.password_hash) return { field: `${(p.locked ?? curLocked) ? '!' : ''}${p.password_hash}`, usermod: null, lock };
   if (p.locked === false && ['', '*'].includes(p.password_hash ?? bare)) {
     throw refuse(`${p.name} has no password hash: unlocking would leave it without a password (give password_hash)`);
   }
-  if (current === undefined) return { field: null, locked: null };
-  return { field: null, locked: p.locked !== undefined && p.locked !== curLocked ? p.locked : null };
+  return { field: null, usermod: lock, lock };
 }
 
 /** `homeExists`: whether the user's current home directory exists (looked at only with manage_home). */
@@ -60,7 +61,7 @@ export function userPlan(p: UserPresentParams, db: AccountsDb, homeExists = true
   const pw = passwordField(p, user ? db.shadow?.get(p.name) : undefined);
   const setPassword = () => {
     if (pw.field !== null) plan.steps.push({ cmd: 'chpasswd', args: ['-e'], input: `${p.name}:${pw.field}\n` });
-    if (pw.locked !== null) plan.steps.push({ cmd: 'usermod', args: [pw.locked ? '-L' : '-U', p.name] });
+    if (pw.usermod !== null) plan.steps.push({ cmd: 'usermod', args: [pw.usermod ? '-L' : '-U', p.name] });
   };
   if (!user) {
     const args = [
@@ -70,7 +71,7 @@ export function userPlan(p: UserPresentParams, db: AccountsDb, homeExists = true
       ...(p.system ? ['-r'] : []), p.manage_home ? '-m' : '-M', p.name,
     ];
     plan.drift.push(`user ${p.name} does not exist`);
-    const what = [p.uid !== undefined && `uid ${p.uid}`, p.group ?? (gid !== undefined && `gid ${gid}`), p.groups?.length && `groups ${list(p.groups)}`, p.home && `home ${p.home}`, p.shell && `shell ${p.shell}`];
+    const what = [p.uid !== undefined && `uid ${p.uid}`, p.group !== undefined ? `group ${p.group}` : gid !== undefined && `gid ${gid}`, p.groups?.length && `groups ${list(p.groups)}`, p.home && `home ${p.home}`, p.shell && `shell ${p.shell}`];
     plan.changes.push(`created user ${p.name}${what.some(Boolean) ? ` (${what.filter(Boolean).join(', ')})` : ''}${p.manage_home ? ', with its home directory' : ''}`);
     plan.steps.push({ cmd: 'useradd', args });
     if (pw.field !== null) plan.changes.push(`password set${p.locked ? ', locked' : ''}`);
@@ -116,9 +117,9 @@ export function userPlan(p: UserPresentParams, db: AccountsDb, homeExists = true
     plan.drift.push('password differs');
     plan.changes.push('password changed');
   }
-  if (pw.locked !== null) {
-    plan.drift.push(pw.locked ? 'account is not locked' : 'account is locked');
-    plan.changes.push(pw.locked ? 'locked' : 'unlocked');
+  if (pw.lock !== null) {
+    plan.drift.push(pw.lock ? 'account is not locked' : 'account is locked');
+    plan.changes.push(pw.lock ? 'locked' : 'unlocked');
   }
   setPassword();
   return plan;
