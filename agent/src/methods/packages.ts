@@ -6,7 +6,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import { packageAbsentSpec, packagePresentSpec } from '@capstan/shared/policy/methods';
-import { onPath, tool } from './tool.js';
+import { onPath, tool, toolError } from './tool.js';
 import { converge, run, type Method, type MethodContext, type ParamsOf } from './types.js';
 
 type Family = 'dpkg' | 'rpm' | 'apk';
@@ -67,8 +67,10 @@ export async function upgradeCandidate(family: Family, name: string, have: strin
     return candidate === undefined || candidate === '(none)' || candidate === have ? null : candidate;
   }
   if (family === 'rpm') {
-    // Exit 0 with an "Available Upgrades" list that names the package, or with nothing.
-    const r = await tool('dnf', ['-q', 'list', '--upgrades', name], ctx);
+    // An "Available Upgrades" list naming the package, or exit 1 with "No matching Packages to list".
+    const r = await run('dnf', ['-q', 'list', '--upgrades', name], ctx);
+    if (r.code === 1 && /No matching Packages/i.test(r.stderr)) return null;
+    if (r.code !== 0) throw toolError('dnf', r);
     const line = r.stdout.split('\n').map((l) => l.trim().split(/\s+/)).find(([n]) => n !== undefined && (n === name || n.startsWith(`${name}.`)));
     return line?.[1] ?? null;
   }

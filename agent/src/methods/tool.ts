@@ -47,11 +47,14 @@ export function lastLine(text: string, secret?: string): string {
  */
 export async function tool(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' | 'commandTimeoutMs'>, opts: ToolOptions = {}): Promise<RunResult> {
   const r = await run(cmd, args, opts.env ? { ...ctx, env: { ...ctx.env, ...opts.env } } : ctx, { input: opts.input });
-  if (r.code !== 0) {
-    const said = lastLine(r.stderr, opts.secret) || lastLine(r.stdout, opts.secret);
-    throw capstanError('ERR_METHOD_TOOL', `${cmd} ${r.code === 127 && r.stdout === '' ? 'could not run' : `exited ${r.code}`}${said ? `: ${said}` : ''}`);
-  }
+  if (r.code !== 0) throw toolError(cmd, r, opts.secret);
   return r;
+}
+
+/** ERR_METHOD_TOOL for a tool that did not exit 0: its code and what it said last. */
+export function toolError(cmd: string, r: RunResult, secret?: string) {
+  const said = lastLine(r.stderr, secret) || lastLine(r.stdout, secret);
+  return capstanError('ERR_METHOD_TOOL', `${cmd} ${r.code === 127 && r.stdout === '' ? 'could not run' : `exited ${r.code}`}${said ? `: ${said}` : ''}`);
 }
 
 /** A text file's content, or null when it does not exist. */
