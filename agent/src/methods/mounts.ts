@@ -4,6 +4,7 @@
  * (`mount <path>` mounts what fstab says, `mount -o remount <path>` applies its options).
  */
 import { realpath, stat } from 'node:fs/promises';
+import { capstanError } from '@capstan/shared/errors';
 // The registry first: the specs module below takes its helpers from it (see its header).
 import '@capstan/shared/policy/methods';
 import { mountAbsentSpec, mountPresentSpec, type MountParams } from '@capstan/shared/policy/specs/system';
@@ -79,6 +80,8 @@ async function mountPresentOutcome(p: MountParams, ctx: MethodContext): Promise<
     ctx, 'Mount present', p.path,
     async () => driftOf(p, await look(p)),
     async () => {
+      // Nothing is written for a mount that cannot be made.
+      if (!(await stat(p.path).catch(() => null))) throw capstanError('ERR_METHOD_TOOL', `mount point ${p.path} does not exist (a directory_present directive before this one makes it)`);
       const s = await look(p);
       if (s.next !== s.fstab) await writeText(FSTAB, s.next);
       if (s.mount && !s.same) await tool('umount', [p.path], ctx);
