@@ -193,7 +193,9 @@ async function removeCgroup(path: string): Promise<void> {
 
 export async function throwawayRoot(t: Test, opts: RootOptions = {}): Promise<Root> {
   if (opts.systemd && opts.network === 'host') throw new Error('a systemd root has a network of its own');
-  const dir = programDir(t);
+  // t.testdir() empties the test's directory: a test that made one already (with programDir, so
+  // that this teardown runs before it is removed) keeps it, and each root gets a directory in it.
+  const dir = await mkdtemp(join(existsSync(t.testdirName) ? t.testdirName : programDir(t), 'root-'));
   for (const d of ['upper', 'work', 'merged']) await mkdir(join(dir, d));
   const own = opts.systemd ? ownCgroup() : null;
   const cgroup = own && join(own, `capstan-root-${randomBytes(6).toString('hex')}`);
