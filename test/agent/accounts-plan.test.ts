@@ -61,7 +61,9 @@ t.test('what cannot be done is refused with a reason before anything runs', asyn
 t.test('a home that is gone is made again with manage_home; a moved one is moved with usermod -m', async (t) => {
   t.same(userPlan(user({ manage_home: true }), db(), false).steps, [{ home: '/srv/app', user: 'app' }]);
   t.same(userPlan(user({ manage_home: true }), db(), true).steps, []);
-  t.same(userPlan(user({ manage_home: true, home: '/home/app' }), db(), true).steps, [{ cmd: 'usermod', args: ['-d', '/home/app', '-m', 'app'] }]);
+  t.same(userPlan(user({ manage_home: true, home: '/home/app' }), db(), true).steps, [
+    { cmd: 'usermod', args: ['-d', '/home/app', '-m', 'app'] }, { home: '/home/app', user: 'app' },
+  ], 'and made when there was nothing to move');
   t.same(userPlan(user({ home: '/home/app' }), db(), false).steps, [{ cmd: 'usermod', args: ['-d', '/home/app', 'app'] }], 'without manage_home the directory is not touched');
 });
 

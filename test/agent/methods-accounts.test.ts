@@ -51,6 +51,7 @@ if (why !== undefined) {
       { method: 'user_present', params: changed },
       { method: 'user_present', params: changed },
       { method: 'user_present', params: { name: 'app', locked: false } },
+      { method: 'user_present', params: { name: 'app', home: '/srv/app2', manage_home: true } },
     ]);
     t.match(second[0], [{ status: 'noncompliant', message: 'shell /bin/bash ≠ /bin/sh, also in group audio, password differs, account is not locked', diff: { diff: 'shell /bin/bash → /bin/sh\ngroups -audio\npassword changed\nlocked\n' } }]);
     t.match(second[1], [{ status: 'repaired' }]);
@@ -58,6 +59,8 @@ if (why !== undefined) {
     t.match(second[3], [{ status: 'repaired', message: /account is locked/, diff: { diff: 'unlocked\n' } }]);
     t.equal((await line(root, '/etc/shadow', 'app')).split(':')[1], H2, 'the new hash, unlocked again');
     t.match(await line(root, '/etc/group', 'audio'), /:$/, 'groups_exclusive took app out of audio');
+    t.match(second[4], [{ status: 'repaired', diff: { diff: 'home /srv/app → /srv/app2\n' } }]);
+    t.equal((await root.sh('test ! -e /srv/app && stat -c %u /srv/app2/.bashrc')).stdout, '1500\n', 'manage_home moved the home with its files');
     noSecret(t, [...first, ...second]);
 
     const gone = await root.methods([
@@ -69,9 +72,9 @@ if (why !== undefined) {
       { method: 'group_absent', params: { name: 'apps' } },
     ]);
     t.match(gone[0], [{ status: 'error', message: /primary group of user app/ }], 'a primary group stays while its user does');
-    t.match(gone[1], [{ status: 'noncompliant', diff: { diff: 'deleted user app (uid 1500)\nremoved its home /srv/app\n' } }]);
+    t.match(gone[1], [{ status: 'noncompliant', diff: { diff: 'deleted user app (uid 1500)\nremoved its home /srv/app2\n' } }]);
     t.same(gone.slice(2).map((o) => o[0]!.status), ['repaired', 'success', 'repaired', 'success']);
-    t.equal((await root.exec('test', ['-e', '/srv/app'])).code, 1, 'remove_home removed the home');
+    t.equal((await root.exec('test', ['-e', '/srv/app2'])).code, 1, 'remove_home removed the home');
     t.equal(await line(root, '/etc/passwd', 'app'), '');
   });
 

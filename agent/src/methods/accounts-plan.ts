@@ -108,6 +108,7 @@ export function userPlan(p: UserPresentParams, db: AccountsDb, homeExists = true
     }
   }
   if (mod.length) plan.steps.push({ cmd: 'usermod', args: [...mod, p.name] });
+  if (p.manage_home && p.home !== undefined && p.home !== user.home) plan.steps.push({ home: p.home, user: p.name });
   if (p.manage_home && (p.home === undefined || p.home === user.home) && !homeExists) {
     plan.drift.push(`home ${user.home} does not exist`);
     plan.changes.push(`created home ${user.home}`);

@@ -4,7 +4,7 @@
  * groupmod, groupdel, gpasswd), run without a shell. What they change is planned from the
  * databases (accounts-plan.ts), so audit, dry run and enforce describe the same change.
  */
-import { chown, cp, lstat, mkdir, readdir } from 'node:fs/promises';
+import { cp, lchown, lstat, mkdir, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '@capstan/shared/errors';
 // The registry first: the specs module below takes its helpers from it (see its header).
@@ -24,14 +24,17 @@ const ETC = '/etc';
  * copied in, everything owned by the user and its primary group (as useradd -m makes it).
  */
 async function makeHome(home: string, user: string): Promise<void> {
+  // After usermod -d -m the home is there, moved; it is made only when there was none to move.
+  if (await stat(home).then((s) => s.isDirectory(), () => false)) return;
   const entry = (await readAccounts(ETC)).users.get(user);
   if (!entry) throw capstanError('ERR_METHOD_TOOL', `user ${user} vanished before its home was made`);
   await mkdir(home, { recursive: true, mode: 0o700 });
   await cp('/etc/skel', home, { recursive: true, errorOnExist: false, force: false }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ENOENT') throw err;
   });
+  // lchown: a link copied from /etc/skel is the user's, what it points to is not.
   const own = async (path: string): Promise<void> => {
-    await chown(path, entry.uid, entry.gid);
+    await lchown(path, entry.uid, entry.gid);
     if ((await lstat(path)).isDirectory()) for (const name of await readdir(path)) await own(join(path, name));
   };
   await own(home);
@@ -87,7 +90,7 @@ const made = (done: Plan | undefined, cmd: string) => done?.steps.some((s) => 'c
 
 const homeExists = async (db: AccountsDb, name: string) => {
   const home = db.users.get(name)?.home;
-  return home === undefined || (await lstat(home).then((s) => s.isDirectory(), () => false));
+  return home === undefined || (await stat(home).then((s) => s.isDirectory(), () => false));
 };
 
 export const userPresent: Method<ParamsOf<typeof userPresentSpec>> = accountMethod(
