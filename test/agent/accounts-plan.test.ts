@@ -49,13 +49,13 @@ t.test('a new password goes to chpasswd on stdin only, keeping the lock unless t
 });
 
 t.test('what cannot be done is refused with a reason before anything runs', async (t) => {
-  t.throws(() => userPlan(user({ group: 'nosuch' }), db()), { code: 'ERR_METHOD_PARAMS', message: /group nosuch does not exist/ });
-  t.throws(() => userPlan(user({ gid: 4242 }), db()), { code: 'ERR_METHOD_PARAMS', message: /no group has gid 4242/ });
-  t.throws(() => userPlan(user({ groups: ['nosuch'] }), db()), { code: 'ERR_METHOD_PARAMS' });
-  t.throws(() => userPlan(user({ name: 'root', locked: false }), db()), { code: 'ERR_METHOD_PARAMS', message: /without a password/ }, 'unlocking a hashless account');
-  t.throws(() => userPlan(user({ locked: true }), { ...db(), shadow: null }), { code: 'ERR_METHOD_TOOL' }, 'shadow unreadable');
-  t.throws(() => groupAbsentPlan({ name: 'apps' }, db()), { code: 'ERR_METHOD_PARAMS', message: /primary group of user app/ });
-  t.throws(() => groupPlan(groupPresentSpec.validate({ name: 'ops', members: ['carol'] }), db()), { code: 'ERR_METHOD_PARAMS', message: /user carol does not exist/ });
+  t.throws(() => userPlan(user({ group: 'nosuch' }), db()), { code: 'ERR_METHOD_REFUSED', message: /group nosuch does not exist/ });
+  t.throws(() => userPlan(user({ gid: 4242 }), db()), { code: 'ERR_METHOD_REFUSED', message: /no group has gid 4242/ });
+  t.throws(() => userPlan(user({ groups: ['nosuch'] }), db()), { code: 'ERR_METHOD_REFUSED' });
+  t.throws(() => userPlan(user({ name: 'root', locked: false }), db()), { code: 'ERR_METHOD_REFUSED', message: /without a password/ }, 'unlocking a hashless account');
+  t.throws(() => userPlan(user({ locked: true }), { ...db(), shadow: null }), { code: 'ERR_METHOD_REFUSED' }, 'shadow unreadable');
+  t.throws(() => groupAbsentPlan({ name: 'apps' }, db()), { code: 'ERR_METHOD_REFUSED', message: /primary group of user app/ });
+  t.throws(() => groupPlan(groupPresentSpec.validate({ name: 'ops', members: ['carol'] }), db()), { code: 'ERR_METHOD_REFUSED', message: /user carol does not exist/ });
 });
 
 t.test('a home that is gone is made again with manage_home; a moved one is moved with usermod -m', async (t) => {

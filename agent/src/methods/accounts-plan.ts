@@ -19,7 +19,7 @@ export interface Plan {
   steps: Step[];
 }
 
-const refuse = (message: string) => capstanError('ERR_METHOD_PARAMS', message);
+const refuse = (message: string) => capstanError('ERR_METHOD_REFUSED', message);
 const list = (names: string[]) => names.join(', ');
 
 /** The primary gid the directive wants (undefined: not managed), checked against the group database. */
@@ -53,7 +53,7 @@ function passwordField(p: UserPresentParams, current: string | undefined): { fie
 
 /** `homeExists`: whether the user's current home directory exists (looked at only with manage_home). */
 export function userPlan(p: UserPresentParams, db: AccountsDb, homeExists = true): Plan {
-  if ((p.password_hash !== undefined || p.locked !== undefined) && db.shadow === null) throw capstanError('ERR_METHOD_TOOL', '/etc/shadow cannot be read (the agent runs as root)');
+  if ((p.password_hash !== undefined || p.locked !== undefined) && db.shadow === null) throw capstanError('ERR_METHOD_REFUSED', '/etc/shadow cannot be read: password and lock are not checked (the agent runs as root)');
   const gid = wantedGid(p, db);
   for (const g of p.groups ?? []) if (!db.groups.has(g)) throw refuse(`group ${g} does not exist (a group_present directive before this one makes it)`);
   const user = db.users.get(p.name);

@@ -27,7 +27,7 @@ async function makeHome(home: string, user: string): Promise<void> {
   // After usermod -d -m the home is there, moved; it is made only when there was none to move.
   if (await stat(home).then((s) => s.isDirectory(), () => false)) return;
   const entry = (await readAccounts(ETC)).users.get(user);
-  if (!entry) throw capstanError('ERR_METHOD_TOOL', `user ${user} vanished before its home was made`);
+  if (!entry) throw capstanError('ERR_METHOD_REFUSED', `user ${user} vanished before its home was made`);
   await mkdir(home, { recursive: true, mode: 0o700 });
   await cp('/etc/skel', home, { recursive: true, errorOnExist: false, force: false }).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ENOENT') throw err;

@@ -81,7 +81,7 @@ async function mountPresentOutcome(p: MountParams, ctx: MethodContext): Promise<
     async () => driftOf(p, await look(p)),
     async () => {
       // Nothing is written for a mount that cannot be made.
-      if (!(await stat(p.path).catch(() => null))) throw capstanError('ERR_METHOD_TOOL', `mount point ${p.path} does not exist (a directory_present directive before this one makes it)`);
+      if (!(await stat(p.path).catch(() => null))) throw capstanError('ERR_METHOD_REFUSED', `mount point ${p.path} does not exist (a directory_present directive before this one makes it)`);
       const s = await look(p);
       if (s.next !== s.fstab) await writeText(FSTAB, s.next);
       if (s.mount && !s.same) await tool('umount', [p.path], ctx);
