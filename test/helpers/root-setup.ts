@@ -33,7 +33,12 @@ function rpmSpec(name: string, version: string, release: string, extra: string):
   ].join('\n');
 }
 
-const rpmbuild = (spec: string) => `rpmbuild -bb --quiet --define '_topdir /srv/rpmbuild' --define '_tmppath /tmp' ${spec}`;
+/**
+ * rpmbuild with nothing to post-process (no brp-* scripts, no build-id links, no compression):
+ * the packages hold one text file each, and the scripts cost most of a build's time.
+ */
+const rpmbuild = (specs: string) =>
+  `rpmbuild -bb --quiet --define '_topdir /srv/rpmbuild' --define '_tmppath /tmp' --define '__os_install_post %{nil}' --define '_build_id_links none' --define '_binary_payload w0.ufdio' ${specs}`;
 
 /**
  * An RPM-family root: dpkg's and apt's front ends gone (the agent looks for dpkg-query first), an
@@ -91,12 +96,12 @@ export async function debRepo(root: Root, name: string, versions: string[]): Pro
 export async function rpmRepo(root: Root, name: string, versions: string[]): Promise<void> {
   const script = [
     'mkdir -p /srv/rpmbuild',
-    ...versions.flatMap((vr) => {
+    ...versions.map((vr) => {
       const [v, rel] = vr.split('-') as [string, string];
       const files = `%install\nmkdir -p %{buildroot}/usr/share/${name}\necho ${vr} > %{buildroot}/usr/share/${name}/VERSION\n%files\n/usr/share/${name}/VERSION\n`;
-      const spec = `/srv/rpmbuild/${name}-${vr}.spec`;
-      return [`printf '%s\\n' ${q(`${rpmSpec(name, v, rel, '')}\n${files}`)} > ${spec}`, rpmbuild(spec)];
+      return `printf '%s\\n' ${q(`${rpmSpec(name, v, rel, '')}\n${files}`)} > /srv/rpmbuild/${name}-${vr}.spec`;
     }),
+    rpmbuild(versions.map((vr) => `/srv/rpmbuild/${name}-${vr}.spec`).join(' ')),
     'mkdir -p /srv/rpmrepo && cp /srv/rpmbuild/RPMS/noarch/*.rpm /srv/rpmrepo/ && createrepo_c -q /srv/rpmrepo',
     'rm -f /etc/yum.repos.d/*',
     "printf '[capstan-test]\\nname=Capstan tests\\nbaseurl=file:///srv/rpmrepo\\ngpgcheck=0\\nenabled=1\\nmetadata_expire=0\\n' > /etc/yum.repos.d/capstan-test.repo",
