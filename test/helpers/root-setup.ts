@@ -66,6 +66,10 @@ export function familyScript(family: 'rpm'): string {
  * replaced by it alone (trusted, a flat file: repository), and its lists fetched.
  */
 export async function debRepo(root: Root, name: string, versions: string[]): Promise<void> {
+  // The root's dpkg database is the host's as it was when the root was made: one caught in the
+  // middle of an install (another apt-get on this machine) fails every package step after.
+  const audit = await root.exec('dpkg', ['--audit']);
+  if (audit.stdout.trim() !== '') throw new Error(`the host's dpkg database was mid-change when this root was made (is apt-get running on the host?):\n${audit.stdout}`);
   const script = [
     'export DEBIAN_FRONTEND=noninteractive',
     'mkdir -p /srv/debrepo /srv/debbuild',
