@@ -144,6 +144,10 @@ export const ERROR_CODES = {
   ERR_ACCOUNT_UNKNOWN: { status: 400 },
   /** A command a method runs after writing (daemon-reload, apt-get update, rpm --import) failed. */
   ERR_COMMAND_FAILED: { status: 500 },
+  /** A host tool a method runs (useradd, apt-get, dnf, systemctl, mount, modprobe, …) failed, timed out or is missing. */
+  ERR_METHOD_TOOL: { status: 500 },
+  /** A method will not act: something it needs is missing on the host, or acting would do harm. */
+  ERR_METHOD_REFUSED: { status: 409 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },
