@@ -29,6 +29,7 @@ import { NodeIdentity } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
+import { uploadNameOf } from '@capstan/toolkit/spool/ocs-pair';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
@@ -161,8 +162,10 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
           log.info({ file: name, runId: r.runId, duplicate: !r.inserted }, r.inserted ? 'run stored' : 'run already stored');
         } else {
           // A RUDDER agent's OCS inventory is verified with the `.sign` uploaded beside it.
+          // An OCS half kept as a candidate (`<name>~<8 hex>`) is read under its upload's name.
+          const upName = uploadNameOf(name);
           const node = await handleOcsUpload(spool, name, config.limits.ocs_pair_wait, (data) => processors.inventories.prompt(data),
-            (ocsSignature) => ingestInventory(deps, path, name, { ocsSignature })) ?? await ingestInventory(deps, path, name);
+            (ocsSignature) => ingestInventory(deps, path, upName, { ocsSignature })) ?? await ingestInventory(deps, path, upName);
           log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
           // Dynamic groups follow the inventory (and an auto-accepted node gets its policy now).
           generator.touch(node.id);

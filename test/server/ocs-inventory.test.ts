@@ -159,7 +159,7 @@ t.test('the two uploads are paired: the inventory takes its .sign, a lone half w
   const prompted: string[] = [];
   t.equal(await codeAsync(ocsPairReady(dir, `${base}.sign`, 60_000, (n) => prompted.push(n))), 'ERR_OCS_UNPAIRED waiting', 'the .sign goes with its inventory');
   t.same(prompted, [`${base}.gz`], 'and hurries the inventory\'s handler');
-  t.same(await ocsPairReady(dir, `${base}.gz`, 60_000), { data: `${base}.gz`, sign: `${base}.sign` });
+  t.same(await ocsPairReady(dir, `${base}.gz`, 60_000), { data: `${base}.gz`, signs: [`${base}.sign`], otherData: false });
 
   const lone = `${ID}_2026-11-25T11:00:00+00:00.ocs.sign`;
   await writeFile(join(dir, lone), 'z');

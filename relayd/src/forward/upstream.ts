@@ -247,11 +247,12 @@ function unreachable(err: unknown): CapstanError {
 
 /**
  * A file's fate from the upstream's status (RUDDER forwards everything as retryable, which keeps
- * files that can never succeed spinning): 408, 429 and 5xx are worth a retry; any other 4xx is
+ * files that can never succeed spinning): 408, 409, 429 and 5xx are worth a retry; any other 4xx is
  * the file's own fault. `detail` is the upstream's ` <code>: <message>`, or empty.
  */
 export function fateOf(status: number, detail: string): CapstanError {
-  if (status === 408 || status === 429 || status >= 500) {
+  // 409: the upstream holds other bytes under this name for now (ERR_SPOOL_CONFLICT): kept, sent again later.
+  if (status === 408 || status === 409 || status === 429 || status >= 500) {
     return capstanError('ERR_UPSTREAM', `upstream answered ${status}${detail}`, { details: { status } });
   }
   return capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${status}${detail}`, { details: { status } });
