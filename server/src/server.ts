@@ -29,6 +29,7 @@ import { NodeIdentity } from './identity/service.js';
 import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
+import { DecompressBudget } from '@capstan/shared/envelope/budget';
 import { uploadNameOf } from '@capstan/toolkit/spool/ocs-pair';
 import { JobRunner } from './jobs/runner.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
@@ -124,6 +125,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       allowSha1: config.signatures.allow_sha1,
       maxClockSkewMs: config.limits.max_clock_skew,
       ocs: { maxBytes: config.limits.ocs_max_size, maxDepth: config.limits.ocs_max_depth, maxElements: config.limits.ocs_max_elements },
+      // One budget for every decompression in flight, in this thread and the workers.
+      budget: new DecompressBudget(config.processing.decompress_budget).share,
     },
     enrollment: enrollmentRules(config.enrollment),
   };

@@ -13,14 +13,14 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { decompress } from '@capstan/shared/envelope/codec';
 import { capstanError, isCapstanError, isTransient } from '@capstan/shared/errors';
 import type { InventoryInfo } from '@capstan/shared/runlog/name';
 import { ocsPairReady, ocsWaiting, olderThan } from '@capstan/toolkit/spool/ocs-pair';
 import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { NodeRecord } from '../store/store.js';
 import type { InventoryDoc } from './inventory.js';
-import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';
+import { DEFAULT_OCS_LIMITS, readOcsInventory, type OcsLimits } from './ocs.js';
+import { decompressUpload } from './runlog-prepare.js';
 import { certificateKey, MAX_SIGN_FILE_BYTES, parseSignFile, sameKey, verifyOcsSignature } from './ocs-signature.js';
 import type { IngestDeps } from './runlog.js';
 
@@ -38,7 +38,15 @@ export async function verifiedOcs(deps: IngestDeps, path: string, info: Inventor
     throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${raw.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
   }
   // A gzip bomb stops at the smaller of the two limits (ERR_DECOMPRESSED_TOO_LARGE).
-  const xml = await decompress(raw, info.compression, { maxBytes: Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes) });
+  const { out: xml, release } = await decompressUpload(raw, info.compression, Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes), deps.limits);
+  try {
+    return await verifiedOcsXml(xml, signPath, known, limits);
+  } finally {
+    release();
+  }
+}
+
+async function verifiedOcsXml(xml: Buffer, signPath: string, known: NodeRecord | null, limits: OcsLimits): Promise<InventoryDoc> {
   const sig = parseSignFile(await readBounded(signPath, MAX_SIGN_FILE_BYTES));
   const { doc, publicKey } = readOcsInventory(xml, limits);
   if (publicKey !== undefined && !sameKey(publicKey, certificateKey(doc.certificate))) {
