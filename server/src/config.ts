@@ -78,17 +78,6 @@ export const SERVER_SCHEMA = {
      * then its file is retried later. At least limits.max_decompressed_size.
      */
     decompress_budget: { type: 'size', default: '256MiB', min: 1048576 },
-    /**
-     * Longest one run log's preparation (decompress, verify, parse) may take in a worker thread:
-     * past it the thread is stopped and the file counts as one that stalled ingest.
-     */
-    ingest_timeout: { type: 'duration', default: '60s', min: 1000 },
-    /**
-     * A file that was being ingested when ingest died (the server or a worker thread killed, a
-     * time-out) this many times is quarantined to failed/ (ERR_INGEST_QUARANTINED) instead of
-     * being tried again: a relay re-sending it after every restart cannot crash-loop the server.
-     */
-    ingest_max_crashes: { type: 'integer', default: 3, min: 1, max: 100 },
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
