@@ -246,6 +246,8 @@ export const ERROR_CODES = {
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },
+  /** An upload under the name of a file the spool holds with different bytes: the first is kept, never replaced. */
+  ERR_SPOOL_CONFLICT: { status: 409, transient: true },
   ERR_IO: { status: 500, transient: true },
   ERR_UPSTREAM: { status: 502, transient: true },
   ERR_UPSTREAM_REJECTED: { status: 502 },

@@ -92,7 +92,7 @@ t.test('tables, CSV and JSON of one list', async (t) => {
   const rows = [{ id: 'a', v: '=cmd()' }, { id: 'b,c', v: null }];
   const cols: Array<[string, (r: any) => unknown]> = [['id', (r) => r.id], ['value', (r) => r.v]];
   t.equal(renderList('table', cols, rows), 'ID   VALUE\na    =cmd()\nb,c  -\n');
-  t.equal(renderList('csv', cols, rows), 'id,value\r\na,"=cmd()"\r\n"b,c",\r\n', 'RFC 4180, a formula quoted');
+  t.equal(renderList('csv', cols, rows), 'id,value\r\na,"\'=cmd()"\r\n"b,c",\r\n', 'RFC 4180, a formula made text');
   t.same(JSON.parse(renderList('json', cols, rows, { data: rows, total: 9 })), { data: rows, total: 9 }, 'JSON is the API\'s answer');
   t.equal(renderObject('table', { id: 'n1', tags: { a: '1' } }), 'id    n1\ntags  {"a":"1"}\n');
   t.equal(progressBar({ total: 4, pending: 1, scheduled: 0, in_progress: 0, done: 2, failed: 1, aborted: 0 }, 8), '[######..] 3/4 pending 1 done 2 failed 1');

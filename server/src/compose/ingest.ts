@@ -9,6 +9,8 @@ import type { BatchResult } from '@capstan/shared/batch';
 import type { Logger } from '@capstan/shared/log';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
 import type { BatchUpload } from '@capstan/toolkit/http/batch';
+import { DecompressBudget } from '@capstan/shared/envelope/budget';
+import { uploadNameOf } from '@capstan/toolkit/spool/ocs-pair';
 import { SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit/spool/processor';
 import { RecentBodies } from '@capstan/toolkit/spool/recent';
 import { Spool } from '@capstan/toolkit/spool/spool';
@@ -51,6 +53,8 @@ export function ingestDeps(config: ServerConfig, store: Store, nodes: NodeRegist
       allowSha1: config.signatures.allow_sha1,
       maxClockSkewMs: l.max_clock_skew,
       ocs: { maxBytes: l.ocs_max_size, maxDepth: l.ocs_max_depth, maxElements: l.ocs_max_elements },
+      // One budget for every decompression in flight, in this thread and the workers.
+      budget: new DecompressBudget(config.processing.decompress_budget).share,
     },
     enrollment: enrollmentRules(config.enrollment),
   };
@@ -100,8 +104,10 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
     inventories: async (path, name) => {
       // A RUDDER agent's OCS inventory is verified with the `.sign` uploaded beside it. The
       // registry's effects regenerate the node's policy (dynamic groups follow the inventory).
+      // An OCS half kept as a candidate (`<name>~<8 hex>`) is read under its upload's name.
+      const upName = uploadNameOf(name);
       const node = await handleOcsUpload(spool, name, config.limits.ocs_pair_wait, (data) => processors.inventories.prompt(data),
-        (ocsSignature) => ingestInventory(deps, path, name, { ocsSignature })) ?? await ingestInventory(deps, path, name);
+        (ocsSignature) => ingestInventory(deps, path, upName, { ocsSignature })) ?? await ingestInventory(deps, path, upName);
       log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
     },
   };
