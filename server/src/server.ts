@@ -30,7 +30,7 @@ import { identitySettings } from './identity/settings.js';
 import { ingestInventory } from './ingest/inventory.js';
 import { handleOcsUpload } from './ingest/ocs-ingest.js';
 import { JobRunner } from './jobs/runner.js';
-import { JobService } from './jobs/service.js';
+import { JobService, jobLimits } from './jobs/service.js';
 import { BootstrapRunner } from './bootstrap/runner.js';
 import { CredentialService } from './bootstrap/service.js';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
@@ -267,10 +267,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
       service: new JobService({
         store, audit: domain.audit,
         kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },
-        limits: {
-          defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
-          bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
-        },
+        limits: jobLimits(config),
       }),
     },
     bootstrap: { credentials: new CredentialService({ store, sealer: identity.keySealer, audit: domain.audit }) },

@@ -11,41 +11,13 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { ApiFailure } from '../../server/src/admin-cli/client.js';
-import { buildProgram, filterParams, resolveToken, type CliIo } from '../../server/src/admin-cli/commands.js';
+import { buildProgram, filterParams, resolveToken } from '../../server/src/admin-cli/commands.js';
 import { bashCompletion, zshCompletion } from '../../server/src/admin-cli/completion.js';
 import { errorLine, EXIT, exitCodeOf, progressBar, renderList, renderObject } from '../../server/src/admin-cli/output.js';
 import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
 import { requiredInCi, programDir } from '../helpers/programs.js';
+import { capstan, Exit } from '../helpers/capstan.js';
 import { composeDomain } from '@capstan/server/domain';
-
-class Exit extends Error {
-  constructor(readonly code: number) {
-    super(`exit ${code}`);
-  }
-}
-
-/** Run `capstan <args>` in process; its output, errors and exit code. */
-async function capstan(args: string[], env: Record<string, string | undefined> = {}, isTTY = false): Promise<{ code: number; out: string; err: string }> {
-  let out = '';
-  let err = '';
-  const io: CliIo = {
-    out: (s) => void (out += s),
-    err: (s) => void (err += s),
-    env: { HOME: '/nonexistent', ...env },
-    isTTY,
-    exit: (code) => {
-      throw new Exit(code);
-    },
-    sleep: async () => undefined,
-  };
-  try {
-    await buildProgram(io).parseAsync(['node', 'capstan', ...args]);
-    return { code: -1, out, err };
-  } catch (e) {
-    if (e instanceof Exit) return { code: e.code, out, err };
-    throw e;
-  }
-}
 
 interface Seen {
   method: string;
