@@ -2,7 +2,7 @@
  * The admin CLI in process: `capstan <args>` (or another host's program) with its output, its
  * error lines and its exit code, nothing written to the test's own stdout.
  */
-import { buildProgram, REMOTE, type CliIo, type ProgramHost } from '../../server/src/admin-cli/commands.js';
+import { buildProgram, REMOTE, type CliIo, type ProgramHost } from '@capstan/server/admin-cli/commands';
 
 export class Exit extends Error {
   constructor(readonly code: number) {
