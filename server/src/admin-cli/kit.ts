@@ -44,6 +44,7 @@ export const int = (name: string) => (v: string) => {
   if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
   return Number(v);
 };
+
 export function keyValue(v: string): [string, string] {
   const i = v.indexOf('=');
   if (i <= 0) throw new InvalidArgumentError(`expected key=value, got ${JSON.stringify(v)}`);
