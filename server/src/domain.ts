@@ -1,8 +1,8 @@
 /**
  * The domain made whole over one store: the audit log, the node registry with the effects of a
- * node change, the policy generator, the door for policy changes, managers, and the signed bundles. The
- * server, the command line and the tests compose it here, so that a change has the same effects
- * and the same audit record whichever of them made it.
+ * node change, the policy generator, the door for policy changes, managers, and the signed
+ * bundles. The server, capstan-server's admin verbs (in process) and the tests compose it here,
+ * so that a change has the same effects and the same audit record whichever of them made it.
  */
 import type { Logger } from '@capstan/shared/log';
 import { AuditLog } from './audit/log.js';
@@ -24,7 +24,7 @@ export interface Domain {
   managers: ManagerService;
   /** Named admins and their tokens. */
   admins: AdminService;
-  /** Signed bundles (absent without a policy key: the command line has none). */
+  /** Signed bundles (absent without a policy key). */
   bundles: BundleServer | null;
 }
 

@@ -14,7 +14,7 @@ import type { ServerConfig } from '../config.js';
 import type { Domain } from '../domain.js';
 import type { NodeIdentity } from '../identity/service.js';
 import { JobRunner } from '../jobs/runner.js';
-import { JobService } from '../jobs/service.js';
+import { JobService, jobLimits } from '../jobs/service.js';
 import type { ServerMetrics } from '../metrics.js';
 import { recordToSpec } from '../providers/managers.js';
 import { lifecyclePolicy, Sweeper, type LifecyclePolicy } from '../registry/lifecycle.js';
@@ -84,10 +84,7 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
   const jobService = new JobService({
     store, audit: domain.audit,
     kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },
-    limits: {
-      defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
-      bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
-    },
+    limits: jobLimits(config),
   });
   return {
     policy, sweeper, jobs, bootstrap, jobService,
