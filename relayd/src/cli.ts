@@ -12,12 +12,11 @@ import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions } from '@capstan/shared/log';
 import { CAPSTAN_VERSION, DEFAULT_RELAYD_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP } from '@capstan/shared/protocol';
 import { configErrorText, EXIT_CODES_HELP, isConfigError, usageErrorsExit2 } from '@capstan/shared/usage';
-import { sdAssign, startWatchdog } from '@capstan/toolkit/systemd';
+import { runDaemon, sdNotify } from '@capstan/toolkit/systemd';
 import { loadRelaydConfig, type RelaydConfig } from './config.js';
 import type { RelayHandle } from './daemon.js';
 import { ensureRelayKey } from './identity/own.js';
 import { NodesList } from './data/nodes.js';
-import { sdNotify } from './notify.js';
 import { loadAdminToken, loadListenerTls, loadUpstreamTls } from './tls.js';
 
 interface Flags {
@@ -110,25 +109,6 @@ const program = new Command('capstan-relayd')
       process.stderr.write(`capstan-relayd: cannot start: ${(err as Error).message}\n`);
       process.exit(isConfigError(err) ? EXIT_CONFIG : EXIT_STARTUP);
     }
-    let stopWatchdog = () => {};
-    let stopping = false;
-    const stop = (signal: string) => {
-      if (stopping) process.exit(EXIT_OK);
-      stopping = true;
-      log.info({ signal }, 'stopping');
-      stopWatchdog();
-      // STOPPING=1: systemd shows "deactivating" and does not take the wait for a hang.
-      const told = sdAssign(process.env, ['STOPPING=1', 'STATUS=stopping']);
-      Promise.all([handle.close(), told]).then(
-        () => process.exit(EXIT_OK),
-        (err: unknown) => {
-          log.error({ err }, 'error while stopping');
-          process.exit(EXIT_CRASH);
-        },
-      );
-    };
-    process.on('SIGTERM', () => stop('SIGTERM'));
-    process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGHUP', () => {
       handle.reload().then(
         () => void sdNotify({ status: 'configuration reloaded' }),
@@ -136,16 +116,12 @@ const program = new Command('capstan-relayd')
       );
     });
 
-    // Only now, with the handlers in place (systemd may send SIGTERM as soon as it has READY=1):
-    // the chosen address on stdout for scripts and tests; READY=1 for Type=notify units.
-    process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
-    await sdNotify({ ready: true, status: `listening on ${handle.url}` });
+    // Signals, the address on stdout, READY=1 and the watchdog (toolkit/src/systemd.ts).
+    await runDaemon({ log, url: handle.url, close: () => handle.close(), stoppingStatus: 'stopping: finishing the uploads in flight', exit: (code) => process.exit(code) });
     const statusTimer = process.env.NOTIFY_SOCKET
       ? setInterval(() => void handle.statusLine().then((status) => sdNotify({ status })), 10_000)
       : null;
     statusTimer?.unref();
-    // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
-    if (!stopping) stopWatchdog = startWatchdog(process.env);
   });
 
 usageErrorsExit2(program, 'capstan-relayd', (code) => process.exit(code));

@@ -79,18 +79,15 @@ export async function startRelay(config: RelaydConfig, log: Logger, hooks: Relay
   }
 }
 
-async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool, unlock: () => Promise<void>): Promise<RelayHandle> {
-  // Nothing is being uploaded yet: every partial file is from a process that died mid-upload.
-  const swept = await spool.sweepTmp(-Infinity);
-  if (swept > 0) log.info({ removed: swept }, 'removed partial uploads left by a previous run');
-
+/**
+ * Where files go: the node lists (the configured file and the one synced from the upstream),
+ * routing by them, the forwarder that takes each spooled file upstream, and remote runs.
+ */
+async function routingAndForwarding(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool) {
   const myId = config.general.node_id;
   const nodesFile = await NodesList.load(myId, config.general.nodes_list_file);
-  const adminToken = await loadAdminToken(config);
-  const listenerTls = await loadListenerTls(config);
   const upstream = new Upstream({ url: config.upstream.url, timeoutMs: config.upstream.timeout, connections: config.upstream.concurrency, tls: await loadUpstreamTls(config) });
   const hub = new Hub(config.remote_run.heartbeat, config.remote_run.max_connections);
-
   // A sync that brings a different list reaches every part that acts on it; the parts made
   // below are there before the first sync (it starts once the relay listens).
   let forwarder: Forwarder | null = null;
@@ -117,7 +114,17 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const remoteRun = new RemoteRun({
     hub, nodes: routing.current, myId, log, metrics, connectWaitMs: config.remote_run.connect_wait, maxDurationMs: config.remote_run.max_duration,
   });
+  const jwks = await openJwks(config, upstream, log);
+  keyring = jwks;
+  retainPublishedKeys(sync, jwks);
+  return { upstream, hub, sync, routing, metrics, fwd, remoteRun, jwks };
+}
 
+/** The HTTP app over the relay's parts, with what it forwards upstream for the relays under it. */
+async function relayApp(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool, parts: Awaited<ReturnType<typeof routingAndForwarding>>) {
+  const { upstream, sync, routing, metrics, fwd, remoteRun, jwks, hub } = parts;
+  const adminToken = await loadAdminToken(config);
+  const listenerTls = await loadListenerTls(config);
   let app: ReturnType<typeof buildApp> | null = null;
   const reloader = new Reloader({
     config, routing, upstream, log, listenerTls: listenerTls !== null,
@@ -125,10 +132,6 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     reloadConfig: hooks.reloadConfig, setLogLevel: hooks.setLogLevel,
   }, adminToken);
   const status = new SystemStatus({ config, reloadConfig: hooks.reloadConfig, spool, forwarder: fwd, routing, hub });
-  const jwks = await openJwks(config, upstream, log);
-  keyring = jwks;
-  retainPublishedKeys(sync, jwks);
-
   const context: RelayContext = {
     config, log, spool, metrics, upstream, remoteRun,
     nodes: routing.current,
@@ -147,23 +150,33 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   const relayAuth = relayToken ? { auth: () => relayToken.authorization(), refused: () => relayToken.refused() } : {};
   if (relayToken) context.ownAuthorization = () => relayToken.authorization();
   app = buildApp(context, { ...(listenerTls ? { https: listenerTls } : {}), nodesList: () => sync?.served ?? null, refreshNodesList: () => sync?.refreshOnMiss() ?? null });
-  // Sub-relays' provider calls go up like everything else; this relay hosts its own managers.
+  // Sub-relays' provider and bootstrap calls go up like everything else.
   providerForwardRoutes(app, upstream, config.upstream.timeout);
+  bootstrapForwardRoutes(app, upstream, config.upstream.timeout);
+  return { app, context, reloader, status, relayToken, relayAuth, tls: listenerTls !== null };
+}
+
+async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool, unlock: () => Promise<void>): Promise<RelayHandle> {
+  // Nothing is being uploaded yet: every partial file is from a process that died mid-upload.
+  const swept = await spool.sweepTmp(-Infinity);
+  if (swept > 0) log.info({ removed: swept }, 'removed partial uploads left by a previous run');
+  const parts = await routingAndForwarding(config, log, hooks, spool);
+  const { upstream, sync, routing, fwd, remoteRun } = parts;
+  const { app, context, reloader, status, relayToken, relayAuth, tls } = await relayApp(config, log, hooks, spool, parts);
+  const myId = config.general.node_id;
+  // This relay hosts its own managers, and runs the bootstrap of their nodes.
   const providers = config.providers.enabled
     ? providerHost({ upstream, relayId: myId, refreshMs: config.providers.refresh_interval, timeoutMs: config.upstream.timeout, log, ...relayAuth })
     : null;
-  // Sub-relays' bootstrap calls go up too; this relay runs the bootstrap of its own managers' nodes.
-  bootstrapForwardRoutes(app, upstream, config.upstream.timeout);
   const listen = parseListen(config.general.listen)!;
   await app.listen({ host: listen.host, port: listen.port });
   const addr = app.server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-  const url = `${listenerTls ? 'https' : 'http'}://${host}:${addr.port}`;
+  const url = `${tls ? 'https' : 'http'}://${host}:${addr.port}`;
   const bootstrap = config.bootstrap.enabled ? await relayBootstrapper(config, { upstream, log, url, address: addr.address, ...relayAuth }) : null;
   // Not awaited: a hung upstream must not hold the start; a file that needs the list waits for it.
   void sync?.start();
   await fwd.start();
-
   const link = config.remote_run.link_upstream && config.remote_run.enabled
     ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat, ...relayAuth })
     : null;
@@ -174,9 +187,8 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   providers?.start();
   bootstrap?.start();
   const retention = await startRetention(config, spool, log);
-
   const nodes = routing.fileList;
-  log.info({ listen: `${host}:${addr.port}`, tls: !!listenerTls, upstream: config.upstream.url, spool: config.spool.directory, nodes: nodes.configured ? nodes.size : 'all' }, 'relayd started');
+  log.info({ listen: `${host}:${addr.port}`, tls, upstream: config.upstream.url, spool: config.spool.directory, nodes: nodes.configured ? nodes.size : 'all' }, 'relayd started');
 
   let closing: Promise<void> | null = null;
   return {
@@ -189,7 +201,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
     close() {
       closing ??= (async () => {
         retention.stop();
-        await closeListener(app!, config.processing.shutdown_grace);
+        await closeListener(app, config.processing.shutdown_grace);
         relayToken?.stop();
         await link?.stop();
         await providers?.stop();

@@ -8,7 +8,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { applyPatch } from 'diff';
 import { capDiff, TRUNCATED_LINE } from '@capstan/shared';
-import { contentDiff, contentOf, idNames, modeLine, ownerLine, readContent, SECRET_NOTE } from '@capstan/agent/methods/diff';
+import { contentDiff, contentOf, idNames, modeLine, ownerLine, readContent, LINK_NOTE, SECRET_NOTE } from '@capstan/agent/methods/diff';
 import { testDiffSettings } from '../helpers/diff.js';
 
 const MB = 1024 * 1024;
@@ -79,7 +79,8 @@ t.test('secret files: the note, and nothing of the content, whatever changed', a
   const after = c('root:$6$newhash:19001::::::\n');
   t.equal(await contentDiff('/etc/shadow', before, after, s), `${SECRET_NOTE}\n`);
   t.equal(await contentDiff('/etc/shadow', null, after, s), `created /etc/shadow\n${SECRET_NOTE}\n`);
-  t.equal(await contentDiff(join(dir, 'link-to-shadow'), before, after, s), `${SECRET_NOTE}\n`, 'a link is as secret as its target');
+  // A link is never read through: its diff is a note, whatever it points at (as secret as its target).
+  t.equal(await contentDiff(join(dir, 'link-to-shadow'), before, after, s), `${LINK_NOTE}\n`, 'a link shows nothing of its target');
 
   const pem = (kind: string) => `-----BEGIN ${kind}-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END ${kind}-----\n`;
   for (const kind of ['PRIVATE KEY', 'RSA PRIVATE KEY', 'EC PRIVATE KEY', 'OPENSSH PRIVATE KEY', 'ENCRYPTED PRIVATE KEY']) {

@@ -4,28 +4,15 @@
  */
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import type { Logger } from 'pino';
 import { isCapstanError } from '@capstan/shared/errors';
 import { logOptions } from '@capstan/shared/log';
-import { DEFAULT_SERVER_LISTEN, EXIT_CONFIG, EXIT_CRASH, EXIT_OK, EXIT_STARTUP, EXIT_UNAVAILABLE } from '@capstan/shared/protocol';
+import { DEFAULT_SERVER_LISTEN, EXIT_CONFIG, EXIT_OK, EXIT_STARTUP, EXIT_UNAVAILABLE } from '@capstan/shared/protocol';
 import { isConfigError } from '@capstan/shared/usage';
 import { loadListenerTls } from '@capstan/toolkit/http/tls';
-import { sdAssign, startWatchdog } from '@capstan/toolkit/systemd';
+import { runDaemon } from '@capstan/toolkit/systemd';
 import { checkDatabase, isDatabaseUnavailable } from '../registry/open.js';
 import type { ServerConfig } from '../config.js';
 import { configFrom, flagsOf } from './common.js';
-
-/** Tell systemd we are ready (Type=notify); outside systemd (no NOTIFY_SOCKET) there is nobody to tell. */
-async function notifyReady(log: Logger, status: string): Promise<void> {
-  if (!process.env.NOTIFY_SOCKET) return;
-  try {
-    const { default: notify } = await import('systemd-notify');
-    await notify({ ready: true, status });
-  } catch (err) {
-    // The systemd-notify binary may be missing; the unit then times out, which says why.
-    log.warn({ err }, 'cannot notify systemd');
-  }
-}
 
 /** `--test`: exits with what it found. */
 async function testAndExit(config: ServerConfig): Promise<never> {
@@ -69,33 +56,10 @@ export function serveCommand(program: Command): void {
         process.stderr.write(`capstan-server: cannot start: ${(err as Error).message}\n`);
         process.exit(isConfigError(err) ? EXIT_CONFIG : isDatabaseUnavailable(err) ? EXIT_UNAVAILABLE : EXIT_STARTUP);
       }
-      let stopWatchdog = () => {};
-      let stopping = false;
-      const stop = (signal: string) => {
-        if (stopping) {
-          // A second signal: the operator does not want to wait for the batch in flight.
-          log.warn({ signal }, 'stopping now');
-          process.exit(EXIT_CRASH);
-        }
-        stopping = true;
-        log.info({ signal }, 'stopping: finishing the files and sweep batch in flight');
-        stopWatchdog();
-        // STOPPING=1: systemd shows "deactivating" while the batch in flight finishes.
-        const told = sdAssign(process.env, ['STOPPING=1', 'STATUS=stopping: finishing the files and sweep batch in flight']);
-        Promise.all([handle.close(), told]).then(
-          () => process.exit(EXIT_OK),
-          (err: unknown) => {
-            log.error({ err }, 'stop failed');
-            process.exit(EXIT_CRASH);
-          },
-        );
-      };
-      // Handlers first: systemd may send SIGTERM as soon as it has READY=1.
-      process.on('SIGTERM', () => stop('SIGTERM'));
-      process.on('SIGINT', () => stop('SIGINT'));
-      process.stdout.write(`${JSON.stringify({ ready: true, url: handle.url })}\n`);
-      await notifyReady(log, `listening on ${handle.url}`);
-      // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
-      if (!stopping) stopWatchdog = startWatchdog(process.env);
+      // Signals, the address on stdout, READY=1 and the watchdog (toolkit/src/systemd.ts).
+      await runDaemon({
+        log, url: handle.url, close: () => handle.close(), exit: (code) => process.exit(code),
+        stoppingStatus: 'stopping: finishing the files and sweep batch in flight',
+      });
     });
 }
