@@ -64,13 +64,14 @@ export async function openServerHost(flags: CommonFlags): Promise<InjectClient> 
   }
   let identity: NodeIdentity | undefined;
   try {
-    identity = await NodeIdentity.open({ dataDir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity) }).catch((err: unknown) => {
-      throw unopened('the identity keyring', err);
-    });
     const key = await ensurePolicyKey(dataDir).catch((err: unknown) => {
       throw unopened('the policy key', err);
     });
     const domain = composeDomain({ store, log: silentLogger, key });
+    // Its rotations, deletions and forced renewals are recorded like the API's (audit/log.ts).
+    identity = await NodeIdentity.open({ dataDir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity), audit: domain.audit }).catch((err: unknown) => {
+      throw unopened('the identity keyring', err);
+    });
     // The admin of this process only: a token that exists in memory, never on disk or on the wire.
     const token = randomBytes(32).toString('base64url');
     const app = buildApp({
