@@ -42,6 +42,9 @@ import { enrollmentRules } from './registry/enrollment.js';
 import { lifecyclePolicy, Sweeper } from './registry/lifecycle.js';
 import { openRegistry } from './registry/open.js';
 import { composeDomain } from './domain.js';
+import { Dispatcher } from './notify/dispatch.js';
+import { smtpMailer } from './notify/senders.js';
+import { SubscriptionService } from './notify/service.js';
 import { systemActor } from './audit/actor.js';
 
 /** Polls this server makes itself act as `discovery`. */
@@ -62,6 +65,8 @@ export interface ServerHandle {
   identity: NodeIdentity;
   /** Jobs in flight and the relays linked for them. */
   jobs: JobRunner;
+  /** The notification loop (absent: [notifications] enabled = false). */
+  dispatcher: Dispatcher | null;
   /**
    * Graceful stop: no new connections or files, the files and the sweep batch in flight
    * finish, then the store closes.
@@ -115,7 +120,10 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // The one door for node changes (API, CLI, ingest, relay contacts, discovery, the sweep), each
   // recorded in the audit log with who acted; what follows a change is wired to it below.
   const relayHub = new RelayHub(config.jobs.heartbeat);
-  const domain = composeDomain({ store, log, key: policyKey, links: relayHub });
+  const domain = composeDomain({
+    store, log, key: policyKey, links: relayHub,
+    events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
+  });
   const { nodes, generator } = domain;
   if (config.signatures.allow_sha1) log.warn('SHA-1 signatures are accepted on run logs, inventories and renewal requests ([signatures] allow_sha1)');
   const deps: IngestDeps = {
@@ -191,6 +199,21 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   const identity = await NodeIdentity.open({
     dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
   });
+  // Events reach subscriptions from the outbox, beside the ingest (notify/dispatch.ts).
+  const mailer = await smtpMailer(config.smtp);
+  const subscriptions = new SubscriptionService({
+    store, sealer: identity.keySealer, audit: domain.audit, smtpConfigured: mailer !== null, defaultWindowMs: config.notifications.group_window,
+  });
+  const n = config.notifications;
+  const dispatcher = n.enabled
+    ? new Dispatcher({
+      store, sealer: identity.keySealer, mailer, log,
+      settings: {
+        pollMs: n.poll_interval, webhookTimeoutMs: n.webhook_timeout, maxAttempts: n.max_attempts, minBackoffMs: n.min_backoff,
+        maxBackoffMs: n.max_backoff, maxEvents: n.max_events, flapWindowMs: n.flap_window, flapThreshold: n.flap_threshold, concurrency: n.concurrency,
+      },
+    })
+    : null;
   const policy = lifecyclePolicy(config);
   const sweeper = new Sweeper({ store, nodes, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));
@@ -277,6 +300,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     ...(bootstrap && { bootstrapRunner: bootstrap }),
     remoteRun: { hub: relayHub, runner: jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
     ...(consoleParts && { console: consoleParts }),
+    subscriptions,
     managers: {
       // A manager created a moment ago is not in the poller's list yet: refresh first.
       ...(providers && { pollNow: async (id: string) => { await providers.refresh(); await providers.pollNow(id); } }),
@@ -296,6 +320,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     failedRetention: config.spool.failed_retention, tmpRetention: config.spool.tmp_retention, interval: config.spool.cleanup_interval, log,
   });
   sweeper.start();
+  dispatcher?.start();
   const reindexer = reindexInventories(store, log, () => {
     generator.regenerateAll().catch((err: unknown) => log.warn({ err }, 'regenerating policies after indexing stored inventories failed'));
   });
@@ -326,17 +351,22 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     metrics,
     identity,
     jobs,
+    dispatcher,
     close() {
       closing ??= (async () => {
         clearInterval(spoolTimer);
         // Linked relays hold connections app.close() would wait for: end them first.
         relayHub.close();
+        // Event streams and long-polls end now, or app.close() would wait for them.
+        domain.events.close();
         await jobs.stop();
         await bootstrap?.stop();
         await providers?.stop();
         await app.close();
         await consoleParts?.history?.stop();
         await sweeper.stop();
+        await dispatcher?.stop();
+        mailer?.close();
         await reindexer.stop();
         await catchUp;
         await periodicPolicies?.stop();

@@ -32,6 +32,10 @@ import { RelayContacts } from '../registry/relay-contacts.js';
 import type { Domain } from '../domain.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
+import { findingRoutes } from './routes/findings.js';
+import { eventRoutes } from './routes/events.js';
+import { subscriptionRoutes } from './routes/subscriptions.js';
+import type { SubscriptionService } from '../notify/service.js';
 import { complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
@@ -100,6 +104,8 @@ export interface ServerAppDeps {
    * policy's, and the audit log they write.
    */
   domain: Domain;
+  /** Subscriptions to the event stream (absent: no subscription routes; the command line has none). */
+  subscriptions?: SubscriptionService;
 }
 
 declare module 'fastify' {
@@ -231,6 +237,9 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     nodeRoutes(admin, deps.store, nodes);
     complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
     changeRoutes(admin, deps.store, aggregates);
+    findingRoutes(admin, deps.store);
+    eventRoutes(admin, deps.domain.events);
+    if (deps.subscriptions) subscriptionRoutes(admin, deps.store, deps.subscriptions);
     lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);
     if (deps.jobs) jobRoutes(admin, deps.jobs);
     if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
