@@ -5,7 +5,6 @@ import Database from 'better-sqlite3';
 import { type Store } from '@capstan/server/store/index';
 import { openRegistry } from '@capstan/server/registry/open';
 import { registrySuite } from './registry-suite.js';
-import { findingsSuite } from './findings-suite.js';
 import { identitySuite } from './identity-store-suite.js';
 import { adminsStoreSuite } from './admins-store-suite.js';
 import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
@@ -40,7 +39,6 @@ const backend: Backend = {
 };
 storeSuite(t, backend);
 registrySuite(t, backend);
-findingsSuite(t, backend);
 identitySuite(t, backend);
 adminsStoreSuite(t, backend);
 jobsStoreSuite(t, backend);
