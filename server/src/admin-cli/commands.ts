@@ -18,6 +18,7 @@ import { nodeVerbs } from './verbs/nodes.js';
 import { operationVerbs } from './verbs/operations.js';
 import { policyVerbs } from './verbs/policy.js';
 import { reportVerbs } from './verbs/reports.js';
+import { eventVerbs } from './verbs/events.js';
 
 export type { CliIo } from './kit.js';
 export { filterParams } from './kit.js';
@@ -107,7 +108,7 @@ export function buildProgram(io: CliIo): Command {
   const list = (fmt: Format, columns: Column[], answer: { data: unknown[] }) => io.out(renderList(fmt, columns, answer.data, answer));
   const show = (fmt: Format, answer: { data: Record<string, unknown> }) => io.out(renderObject(fmt, answer.data, answer));
   const verbs: Verbs = { io, act, list, show };
-  for (const add of [nodeVerbs, reportVerbs, policyVerbs, operationVerbs, adminVerbs]) add(program, verbs);
+  for (const add of [nodeVerbs, reportVerbs, eventVerbs, policyVerbs, operationVerbs, adminVerbs]) add(program, verbs);
 
   // Completion scripts are made from the command tree above, so they never lag a new verb.
   program.command('completion <shell>').description('print a completion script: bash or zsh')
