@@ -92,7 +92,7 @@ async function pgSizes(c, schema) {
 
 /** The audit report a failing node adds to every run, before the run's end (RUDDER's line format). */
 function auditLine(/** @type {string} */ nodeId, /** @type {Date} */ start) {
-  const t = start.toISOString().replace('.000Z', '+00:00');
+  const t = `${start.toISOString().slice(0, 19)}+00:00`;
   return `${t} R: @@Common@@audit_noncompliant@@audit-rule@@audit-telnet@@0@@Package absent@@telnetd@@${t.replace('T', ' ')}##${nodeId}@#Package telnetd is installed\n`;
 }
 

@@ -16,7 +16,7 @@
 import type { ComplianceItem } from '@capstan/shared/compliance/compute';
 import type { CloseReason, EventInsert, EventSeverity, FindingKind, FindingInput, OpenFinding } from '../store/store.js';
 import type { ReconcileInput, ReconcileResult } from '../store/rules.js';
-import { clip, event, MAX_LISTED, worse } from './types.js';
+import { clip, event, MAX_LISTED, MAX_NAMED, worse } from './types.js';
 
 export type ComplianceStateName = 'compliant' | 'non_compliant' | 'error';
 
@@ -128,6 +128,6 @@ function transitions(input: ReconcileInput, failing: Map<string, ComplianceItem>
   return event('compliance.changed', severity, input.node_id, input.at, {
     cause: input.run ? 'run' : 'policy', run_id: input.run?.id ?? null, from, to,
     rules: rules.slice(0, MAX_LISTED), rules_changed: rules.length,
-    because: because.slice(0, MAX_LISTED),
+    because: because.slice(0, MAX_NAMED), because_count: because.length,
   });
 }

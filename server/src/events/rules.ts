@@ -5,7 +5,7 @@
  */
 import type { EventRules } from '../store/rules.js';
 import { reconcile } from './findings.js';
-import { clip, event, MAX_LISTED } from './types.js';
+import { event, MAX_NAMED } from './types.js';
 
 export const EVENT_RULES: EventRules = {
   reconcile,
@@ -16,9 +16,8 @@ export const EVENT_RULES: EventRules = {
     return event('drift.repaired', 'warning', nodeId, run.started_utc, {
       run_id: run.id,
       count: changes.length,
-      changes: changes.slice(0, MAX_LISTED).map((c) => ({
-        rule_id: c.rule_id, directive_id: c.directive_id, component: c.component, key: c.key_value, message: clip(c.message),
-      })),
+      // The components, not the messages and diffs: GET /api/1/changes?node=…&from=… has them.
+      changes: changes.slice(0, MAX_NAMED).map((c) => ({ rule_id: c.rule_id, directive_id: c.directive_id, component: c.component, key: c.key_value })),
     });
   },
 

@@ -69,9 +69,9 @@ export class EventService {
     if (now.length > 0 || waitMs <= 0) return now;
     const until = Date.now() + Math.min(waitMs, this.maxWaitMs);
     return this.hold(async (waiter) => {
-      let after = q.after;
+      const after = q.after;
+      waiter.after = after;
       while (!this.closed && !signal?.aborted && Date.now() < until) {
-        waiter.after = Math.max(waiter.after === Number.MAX_SAFE_INTEGER ? after : waiter.after, after);
         await this.sleep(waiter, until - Date.now(), signal);
         const seen = this.last;
         const got = await this.read({ ...q, after }, limit);

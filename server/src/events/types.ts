@@ -20,8 +20,14 @@ export const atLeast = (s: EventSeverity, min: EventSeverity): boolean => RANK[s
 /** The worse of two severities. */
 export const worse = (a: EventSeverity, b: EventSeverity): EventSeverity => (RANK[a] >= RANK[b] ? a : b);
 
-/** Most items an event lists (changes repaired, nodes deployed, causes); the count says how many there were. */
+/** Most items an event lists (rules moved, nodes deployed); the count says how many there were. */
 export const MAX_LISTED = 20;
+
+/**
+ * Most components an event names (repairs, causes of a compliance change): enough to say what
+ * happened, while each run's events stay small (the changes and findings have them all).
+ */
+export const MAX_NAMED = 5;
 
 /** Longest text an event copies from a run log (a message): the finding or change has it whole. */
 export const MAX_EVENT_TEXT = 512;
