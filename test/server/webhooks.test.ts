@@ -196,6 +196,13 @@ t.test('subscriptions are checked at the door, and written down in the audit log
   t.equal(await bad({ id: 'x', kind: 'webhook', url: 'https://example.com/', filter: 'hostname =' }), 'ERR_FILTER_SYNTAX');
   t.equal(await bad({ id: 'x', kind: 'webhook', url: 'https://example.com/', secret: 'short' }), 'ERR_BAD_REQUEST');
   t.equal(await bad({ id: 'a b', kind: 'webhook', url: 'https://example.com/' }), 'ERR_BAD_REQUEST');
+  t.equal(await bad({ id: 'x', kind: 'webhook', url: 'https://example.com/', colour: 'red' }), 'ERR_BAD_REQUEST', 'an unknown field');
+  for (const body of [null, [], 'text', 42]) {
+    const r = await api('POST', '/api/1/subscriptions', body);
+    t.equal(r.json?.error?.code, 'ERR_BAD_REQUEST', `a body of ${JSON.stringify(body)}`);
+  }
+  t.equal((await api('GET', '/api/1/deliveries/abc')).status, 404);
+  t.equal((await api('GET', '/api/1/deliveries?state=lost')).json.error.code, 'ERR_BAD_REQUEST');
   t.equal((await api('POST', '/api/1/subscriptions', { id: 'ok', kind: 'webhook', url: 'https://example.com/h', min_severity: 'error' })).status, 201);
   t.equal(await bad({ id: 'ok', kind: 'webhook', url: 'https://example.com/' }), 'ERR_CONFLICT');
   t.match((await api('PATCH', '/api/1/subscriptions/ok', { enabled: false })).json.data, { enabled: false, min_severity: 'error' });

@@ -13,9 +13,12 @@ import type { Reads } from '../../reads.js';
 import type { DeliveryState } from '../../reads.js';
 import { subscriptionView, type SubscriptionRequest, type SubscriptionService } from '../../notify/service.js';
 import { actorOf } from '../actor.js';
-import { paging, single, type Query } from '../params.js';
+import { bodyObject, paging, single, type Query } from '../params.js';
 
 const unknownSub = (id: string) => capstanError('ERR_NOT_FOUND', `no subscription ${id}`);
+
+/** The fields a subscription body may carry (anything else is a typo the caller wants to hear about). */
+const FIELDS = ['id', 'name', 'kind', 'url', 'to', 'secret', 'types', 'min_severity', 'filter', 'group_window_ms', 'enabled'] as const;
 
 function deliveryId(v: string): number {
   if (!/^\d{1,15}$/.test(v)) throw capstanError('ERR_NOT_FOUND', `no delivery ${v}`);
@@ -29,7 +32,7 @@ export function subscriptionRoutes(app: FastifyInstance, store: Reads, service: 
   });
 
   app.post('/api/1/subscriptions', async (req, reply) =>
-    reply.code(201).send({ data: await service.create((await readJson(req)) as SubscriptionRequest, actorOf(req)) }));
+    reply.code(201).send({ data: await service.create(bodyObject(await readJson(req), FIELDS) as SubscriptionRequest, actorOf(req)) }));
 
   app.get<{ Params: { id: string } }>('/api/1/subscriptions/:id', async (req) => {
     const s = await store.notify.getSubscription(req.params.id);
@@ -38,7 +41,7 @@ export function subscriptionRoutes(app: FastifyInstance, store: Reads, service: 
   });
 
   app.patch<{ Params: { id: string } }>('/api/1/subscriptions/:id', async (req) =>
-    ({ data: await service.update(req.params.id, (await readJson(req)) as SubscriptionRequest, actorOf(req)) }));
+    ({ data: await service.update(req.params.id, bodyObject(await readJson(req), FIELDS) as SubscriptionRequest, actorOf(req)) }));
 
   app.delete<{ Params: { id: string } }>('/api/1/subscriptions/:id', async (req, reply) => {
     await service.remove(req.params.id, actorOf(req));
