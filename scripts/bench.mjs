@@ -15,7 +15,9 @@
  * --quick (a handful of nodes and no package benchmarks: what the smoke test runs),
  * --day-hours H (1: the storage benchmark's simulated hours, scaled to the day; 24 for all of it),
  * --storage-before (also measure runs stored whole, as before migration 14),
- * --rounds N (3: next runs each node sends in the steady state, five minutes apart).
+ * --rounds N (3: next runs each node sends in the steady state, five minutes apart),
+ * --webhook-never (steady: measured again beside a webhook subscription whose receiver never answers),
+ * --audit-failing P (storage: the share of nodes, in %, with an audit directive failing all day; 2).
  * CAPSTAN_BENCH_PROGRAMS=<checkout> runs the relay and server built in another checkout;
  * CAPSTAN_BENCH_SERVER_CONFIG=<file.toml> starts the end-to-end server with that configuration.
  */
@@ -48,11 +50,13 @@ const { values: args } = parseArgs({
     'day-hours': { type: 'string', default: '1' },
     'storage-before': { type: 'boolean', default: false },
     rounds: { type: 'string' },
+    'webhook-never': { type: 'boolean', default: false },
+    'audit-failing': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory,vulns] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory,vulns] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N] [--webhook-never] [--audit-failing P]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -66,6 +70,11 @@ const nodes = count(args.nodes ?? (args.quick ? '12' : '1000'), 'nodes', 100_000
 const reports = count(args.reports ?? '100', 'reports', 100_000);
 const dayHours = count(args['day-hours'] ?? '1', 'day-hours', 24);
 const rounds = count(args.rounds ?? (args.quick ? '1' : '3'), 'rounds', 100);
+const auditFailing = args['audit-failing'] === undefined ? 2 : Number(args['audit-failing']);
+if (!Number.isFinite(auditFailing) || auditFailing < 0 || auditFailing > 100) {
+  process.stderr.write('bench: --audit-failing must be a share in % from 0 to 100\n');
+  process.exit(2);
+}
 const only = new Set(args.only ? args.only.split(',') : args.quick ? ['floor', 'ingest', 'profile'] : ALL);
 for (const o of only) {
   if (!ALL.includes(o)) {
@@ -251,6 +260,18 @@ try {
         }))),
         { id: `steady.${kind}.store`, name: `steady ${kind}: database growth per run log (tables + indexes)`, value: r.storeBytesPerRun, unit: 'B' },
       );
+      if (args['webhook-never']) {
+        // The same again with a subscription to every event whose receiver never answers: the
+        // ratio is what a dead receiver costs the ingest (goal: within 5 %).
+        await settle();
+        progress(`steady state end to end (${kind}), a webhook that never answers`);
+        const w = await benchIngest({ kind, dir: work, files: fleet.next, warmFiles: warm, identities: fleet.identities, progress, webhook: 'never' });
+        results.sections.steady[`${kind}_webhook_never`] = w;
+        figures.push({
+          id: `steady.${kind}.webhook_never`, name: `steady state end to end (${kind}) beside a webhook receiver that never answers`, value: w.runLogsPerSec, unit: 'run logs/s',
+          floor: { id: `steady.${kind}`, value: r.runLogsPerSec, min: 0.95 },
+        });
+      }
       step();
     }
   }
@@ -287,16 +308,17 @@ try {
       await settle();
       for (const legacy of args['storage-before'] ? [true, false] : [false]) {
         progress(`storage (${kind}${legacy ? ', runs whole' : ''}): a simulated ${dayHours} h of ${nodes} nodes`);
-        const r = await benchNodeDay({ store: kind, nodes, hours: dayHours, legacy, ...(kind === 'postgres' && { databaseUrl: PG_URL }), progress });
+        const r = await benchNodeDay({ store: kind, nodes, hours: dayHours, legacy, auditFailing: auditFailing / 100, ...(kind === 'postgres' && { databaseUrl: PG_URL }), progress });
         const id = `storage.${kind}${legacy ? '.before' : ''}`;
         results.sections.storage[legacy ? `${kind}_before` : kind] = r;
-        const how = `${nodes} nodes, ${r.hours} h simulated${r.hours < 24 ? ', scaled to 24 h' : ''}${legacy ? ', runs stored whole (before)' : ''}`;
+        const how = `${nodes} nodes, ${auditFailing} % of them failing an audit directive all day, ${r.hours} h simulated${r.hours < 24 ? ', scaled to 24 h' : ''}${legacy ? ', runs stored whole (before)' : ''}`;
         figures.push({ id, name: `storage ${kind}: bytes per node-day (${how})`, value: r.bytes_per_node_day, unit: 'B', target: legacy ? null : { op: '<=', value: 1_000_000 } });
         figures.push({ id: `${id}.run`, name: `storage ${kind}${legacy ? ' (before)' : ''}: bytes per run log, all tables and indexes`, value: r.bytes_per_run, unit: 'B' });
         for (const [table, bytes] of Object.entries(r.per_table_per_node_day)) {
           if (bytes !== 0) figures.push({ id: `${id}.${table}`, name: `storage ${kind}${legacy ? ' (before)' : ''}, per node-day: ${table}`, value: bytes, unit: 'B' });
         }
         figures.push({ id: `${id}.state`, name: `storage ${kind}${legacy ? ' (before)' : ''}: per-node state rewritten in place (compliance, node row), growth per node`, value: r.state_growth_per_node, unit: 'B' });
+        figures.push({ id: `${id}.audit_findings`, name: `storage ${kind}: findings of the failing audit directive after the day (${r.audit_failing_nodes} nodes failing, each ${Math.round(288 * r.hours / 24)} runs)`, value: r.audit_findings, unit: 'findings' });
       }
       step();
     }

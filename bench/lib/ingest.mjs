@@ -10,6 +10,7 @@
  * and precise to the poll interval. At the end the admin API must agree (every node's last_run_at
  * set), so the figure never rests on the store read alone.
  */
+import { createServer } from 'node:http';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import Database from 'better-sqlite3';
@@ -97,6 +98,31 @@ async function sqliteBytes(path) {
 }
 
 /** Bytes of every table with its indexes and TOAST in the database's public schema. @param {string} url */
+/** A loopback HTTP server that reads each request and never answers it (stopped with the programs). */
+async function neverAnswering() {
+  /** @type {import('node:http').ServerResponse[]} */
+  const held = [];
+  let requests = 0;
+  const server = createServer((req, res) => {
+    requests++;
+    req.resume();
+    held.push(res);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', () => r(undefined)));
+  const { port } = /** @type {import('node:net').AddressInfo} */ (server.address());
+  return {
+    url: `http://127.0.0.1:${port}/never`,
+    get requests() {
+      return requests;
+    },
+    stop: () => new Promise((r) => {
+      for (const res of held) res.destroy();
+      server.closeAllConnections();
+      server.close(() => r(0));
+    }),
+  };
+}
+
 async function pgBytes(url) {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
@@ -127,6 +153,7 @@ async function pgBytes(url) {
  *   timeoutMs?: number,
  *   profileDir?: string,
  *   progress?: (m: string) => void,
+ *   webhook?: 'never',
  * }} o
  */
 export async function benchIngest(o) {
@@ -151,6 +178,18 @@ export async function benchIngest(o) {
     const relay = await startProgram(bins.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'], { nodeFlags: prof(`${o.kind}-relayd`) });
     started.push(relay);
     const admin = { url: server.url, token: (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim() };
+    if (o.webhook === 'never') {
+      // A subscription to every event, whose receiver takes each request and never answers: the
+      // server's sends hang until webhook_timeout, again and again, beside the ingest measured.
+      const hook = await neverAnswering();
+      started.push(hook);
+      const res = await fetch(`${admin.url}/api/1/subscriptions`, {
+        method: 'POST', headers: { authorization: `Bearer ${admin.token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ id: 'bench-never', kind: 'webhook', url: hook.url, group_window_ms: 0 }),
+      });
+      if (res.status !== 201) throw new Error(`subscription refused: ${res.status} ${await res.text()}`);
+      say(`ingest (${o.kind}): a webhook subscription whose receiver never answers (${hook.url})`);
+    }
 
     say(`ingest (${o.kind}): registering ${o.identities.length} accepted nodes through POST /api/1/nodes`);
     await eachLimited(o.identities, 16, async (id) => {

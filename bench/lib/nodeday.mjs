@@ -18,6 +18,11 @@
  * by its first run) are counted once, the rest scaled to 24 hours; the result says so.
  * `legacy: true` stores runs whole (the log zstd-compressed alone, as before migration 14), to
  * compare with the same input.
+ *
+ * `auditFailing` (a share, 0.02 for 2 %) of the nodes also audit one directive that fails every
+ * run, all day and the evening before: one finding each, opened before the measured day. Stored
+ * as a finding, it costs nothing per run; stored as a change per run (as before findings) it was
+ * a row per run. `findings_per_node` and the findings and events tables' growth show it.
  */
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
@@ -29,6 +34,7 @@ import { compressSync, parseRunLog, runLogFileName, summarize } from '@capstan/s
 import { nodeProfile, prng, runLogText } from '@capstan/bench/sim/runlog';
 import { openRegistry, packOutcomes } from '@capstan/bench/store';
 import { DEFAULT_CHANGE_LIMITS, extractChanges } from '@capstan/server/ingest/changes';
+import { extractFindings } from '@capstan/server/ingest/findings';
 
 const MIX = Object.freeze({ repaired: 0.02, error: 0.005, info: 0.2 });
 const DAY = 86_400_000;
@@ -43,6 +49,9 @@ function family(name) {
   if (name.startsWith('sqlite_autoindex_runs') || name.startsWith('runs_')) return 'runs';
   if (name.startsWith('sqlite_autoindex_run_bases') || name.startsWith('run_bases')) return 'run_bases';
   if (name.startsWith('changes')) return 'changes';
+  if (name.startsWith('findings')) return 'findings';
+  if (name.startsWith('events')) return 'events';
+  if (name.startsWith('deliveries') || name.startsWith('subscriptions')) return 'deliveries';
   if (name.startsWith('node_history')) return 'node_history';
   if (name.startsWith('sqlite_autoindex_node_compliance_directives') || name.startsWith('node_compliance_directives')) return 'node_compliance_directives';
   if (name.startsWith('sqlite_autoindex_node_compliance') || name.startsWith('node_compliance')) return 'node_compliance';
@@ -81,13 +90,25 @@ async function pgSizes(c, schema) {
   return t;
 }
 
+/** The audit report a failing node adds to every run, before the run's end (RUDDER's line format). */
+function auditLine(/** @type {string} */ nodeId, /** @type {Date} */ start) {
+  const t = `${start.toISOString().slice(0, 19)}+00:00`;
+  return `${t} R: @@Common@@audit_noncompliant@@audit-rule@@audit-telnet@@0@@Package absent@@telnetd@@${t.replace('T', ' ')}##${nodeId}@#Package telnetd is installed\n`;
+}
+
 /**
  * One node's run as the ingest would store it.
  * @param {{ nodeId: string, configId: string, directives: unknown[] }} profile
- * @param {Date} start @param {number} k @param {boolean} legacy
+ * @param {Date} start @param {number} k @param {boolean} legacy @param {boolean} [failing]
  */
-function runInsert(profile, start, k, legacy) {
-  const text = Buffer.from(runLogText(/** @type {any} */ (profile), start, k, MIX));
+function runInsert(profile, start, k, legacy, failing = false) {
+  let body = runLogText(/** @type {any} */ (profile), start, k, MIX);
+  if (failing) {
+    // Before the run's end report (the last line).
+    const end = body.lastIndexOf('\n', body.length - 2) + 1;
+    body = `${body.slice(0, end)}${auditLine(profile.nodeId, start)}${body.slice(end)}`;
+  }
+  const text = Buffer.from(body);
   const log = parseRunLog(text, { node_id: profile.nodeId, timestamp: start.toISOString() }, { maxBytes: 64 << 20, maxReports: 100_000, maxLineBytes: 1 << 20 });
   const { counts, outcomes } = summarize(log.reports);
   const startReport = log.reports.find((r) => r.event_type === 'control' && r.component === 'start') ?? log.reports[0];
@@ -100,6 +121,7 @@ function runInsert(profile, start, k, legacy) {
     counts,
     outcomes,
     changes: extractChanges(log.reports, DEFAULT_CHANGE_LIMITS),
+    findings: extractFindings(log.reports, DEFAULT_CHANGE_LIMITS),
     outcomes_packed: packOutcomes(JSON.stringify(outcomes)),
     // What the ingest hashes is the signed, compressed upload; any 32 bytes weigh the same.
     sha256: createHash('sha256').update(text).digest('hex'),
@@ -110,7 +132,7 @@ function runInsert(profile, start, k, legacy) {
 }
 
 /**
- * @param {{ store: 'sqlite' | 'postgres', nodes: number, hours?: number, legacy?: boolean, databaseUrl?: string, progress?: (m: string) => void }} o
+ * @param {{ store: 'sqlite' | 'postgres', nodes: number, hours?: number, legacy?: boolean, auditFailing?: number, databaseUrl?: string, progress?: (m: string) => void }} o
  */
 export async function benchNodeDay(o) {
   const hours = o.hours ?? 24;
@@ -138,10 +160,13 @@ export async function benchNodeDay(o) {
     const profiles = ids.map((id) => nodeProfile(id, 100, MIX));
     const rnd = prng(42);
     const splay = ids.map(() => Math.floor(rnd() * RUN_EVERY));
+    // Every nth node fails its audit directive, all day long.
+    const share = o.auditFailing ?? 0;
+    const failing = ids.map((_, i) => share > 0 && i % Math.round(1 / share) === 0);
     for (const id of ids) await store.createNode({ id, hostname: `${id.slice(0, 8)}.example.com` });
     // Each node has reported once already, the evening before.
     say(`${o.store}: first runs of ${o.nodes} nodes`);
-    await insertAll(store, profiles.map((p, i) => runInsert(p, new Date(day0 - RUN_EVERY * 2 + splay[i]), 0, !!o.legacy)));
+    await insertAll(store, profiles.map((p, i) => runInsert(p, new Date(day0 - RUN_EVERY * 2 + splay[i]), 0, !!o.legacy, failing[i])));
     if (admin) await admin.query(`VACUUM ANALYZE`).catch(() => undefined);
     const before = await sizes();
     const slots = Math.floor((hours * 3_600_000) / RUN_EVERY);
@@ -159,7 +184,7 @@ export async function benchNodeDay(o) {
           profiles[i] = { ...p, configId: `${p.configId.slice(0, 24)}-${k}`, directives: [...d.slice(0, -1), edited] };
         }
         const start = new Date(day0 + k * RUN_EVERY + splay[i] + Math.floor(rnd() * 2000));
-        batch.push(runInsert(profiles[i], start, k + 1, !!o.legacy));
+        batch.push(runInsert(profiles[i], start, k + 1, !!o.legacy, failing[i]));
         runs++;
         if (batch.length === BATCH) await insertAll(store, batch.splice(0));
       }
@@ -189,6 +214,8 @@ export async function benchNodeDay(o) {
       perDay += v;
     }
     const runsPerNodeDay = (slots * scale);
+    const openFindings = (await store.listFindings({ status: 'open', rule_ids: ['audit-rule'] }, 1, 1)).total;
+    const auditFindings = (await store.listFindings({ rule_ids: ['audit-rule'] }, 1, 1)).total;
     return {
       store: o.store,
       legacy: !!o.legacy,
@@ -200,6 +227,10 @@ export async function benchNodeDay(o) {
       per_table_per_node_day: perTable,
       state_growth_per_node: Math.round(state / o.nodes),
       runs_per_sec: Math.round(runs / ((performance.now() - t0) / 1000)),
+      audit_failing_nodes: failing.filter(Boolean).length,
+      // One finding per failing node, open all day, whatever the number of its runs.
+      audit_findings: auditFindings,
+      audit_findings_open: openFindings,
     };
   } finally {
     await store.close();

@@ -124,8 +124,12 @@ export const SERVER_SCHEMA = {
     runs: { type: 'duration', default: '7d', min: 86400000 },
     /** Lifecycle history entries are kept this long. */
     history: { type: 'duration', default: '90d', min: 86400000 },
-    /** Changes (repairs, audit findings, with their diffs) are kept this long: longer than runs. */
+    /** Changes (repairs, with their diffs) are kept this long: longer than runs. */
     changes: { type: 'duration', default: '90d', min: 86400000 },
+    /** Events (GET /api/1/events) are kept this long, and the deliveries of them that are done (delivered or dead). */
+    events: { type: 'duration', default: '30d', min: 86400000 },
+    /** Closed findings are kept this long after they closed; open ones are kept while open. */
+    findings: { type: 'duration', default: '90d', min: 86400000 },
     /** Audit records (every write through the admin API) are kept this long. */
     audit: { type: 'duration', default: '365d', min: 86400000 },
     /** At most this many audit records are kept: the oldest beyond it are deleted by the sweep (bounded space, about 300 bytes a record). */
@@ -243,6 +247,52 @@ export const SERVER_SCHEMA = {
     /** Recorded compliance is kept this long. */
     history_retention: { type: 'duration', default: '30d', min: 86400000 },
   },
+  events: {
+    /** Longest a GET /api/1/events long-poll waits for an event (its `wait` is capped here). */
+    max_wait: { type: 'duration', default: '60s', min: 1000 },
+    /** How often waiting readers (long-polls, Server-Sent Events streams) look for new events. */
+    poll_interval: { type: 'duration', default: '500ms', min: 50 },
+    /** Readers waiting at once (long-polls and streams together); beyond it ERR_TOO_MANY_READERS. */
+    max_readers: { type: 'integer', default: 100, min: 1, max: 10000 },
+  },
+  notifications: {
+    /** Deliver events to subscriptions (webhooks, e-mail) from this server. */
+    enabled: { type: 'boolean', default: true },
+    /** How often new events are collected into messages and due messages are sent. */
+    poll_interval: { type: 'duration', default: '1s', min: 50 },
+    /** A webhook request (connect, send, answer) taking longer fails and is retried. */
+    webhook_timeout: { type: 'duration', default: '10s', min: 100 },
+    /** Attempts before a message is given up (dead: listed, retried by hand). */
+    max_attempts: { type: 'integer', default: 10, min: 1, max: 1000 },
+    /** The first retry waits this long, each next one twice as long, up to max_backoff (± 20 %). */
+    min_backoff: { type: 'duration', default: '10s', min: 10 },
+    max_backoff: { type: 'duration', default: '1h', min: 10 },
+    /** A subscription's group window when it sets none: the first event of a message waits this long for others. */
+    group_window: { type: 'duration', default: '30s', min: 0 },
+    /** Most events in one message; a burst beyond it makes several. */
+    max_events: { type: 'integer', default: 1000, min: 1, max: 10000 },
+    /** Flap damping: a node with more than flap_threshold state changes within flap_window is held back. */
+    flap_window: { type: 'duration', default: '1h', min: 1000 },
+    flap_threshold: { type: 'integer', default: 6, min: 1, max: 10000 },
+    /** Messages this server sends at the same time. */
+    concurrency: { type: 'integer', default: 4, min: 1, max: 64 },
+  },
+  smtp: {
+    /** The SMTP server e-mail subscriptions are sent through; empty: e-mail subscriptions are refused. */
+    host: { type: 'string', default: '', optional: true },
+    port: { type: 'integer', default: 587, min: 1, max: 65535 },
+    /** true: TLS from the connection's start (port 465); false: STARTTLS when the server offers it. */
+    secure: { type: 'boolean', default: false },
+    /** Refuse to send unless the connection is encrypted (STARTTLS required when secure is false). */
+    require_tls: { type: 'boolean', default: false },
+    user: { type: 'string', default: '', optional: true },
+    /** A file holding the password (its first line); empty: no password. */
+    password_file: { type: 'string', default: '', optional: true },
+    /** The messages' From address. */
+    from: { type: 'string', default: 'capstan@localhost' },
+    /** Connecting, and each SMTP command, taking longer fails the message (retried). */
+    timeout: { type: 'duration', default: '30s', min: 100 },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -279,5 +329,7 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   if (config.processing.decompress_budget < config.limits.max_decompressed_size) {
     throw capstanError('ERR_CONFIG', 'processing.decompress_budget must be at least limits.max_decompressed_size');
   }
+  if (config.notifications.max_backoff < config.notifications.min_backoff) throw capstanError('ERR_CONFIG', 'notifications.max_backoff must be at least min_backoff');
+  if (config.smtp.user !== '' && config.smtp.host === '') throw capstanError('ERR_CONFIG', 'smtp.user needs smtp.host');
   return config;
 }

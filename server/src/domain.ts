@@ -14,6 +14,8 @@ import { ManagerService } from './providers/service.js';
 import { AdminService } from './admins/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
 import type { Store } from './store/store.js';
+import { EventService } from './events/service.js';
+import { adminActionEvent, deployedEvent, nodeEvents } from './events/sources.js';
 
 export interface Domain {
   audit: AuditLog;
@@ -26,6 +28,8 @@ export interface Domain {
   admins: AdminService;
   /** Signed bundles (absent without a policy key). */
   bundles: BundleServer | null;
+  /** The event stream: what the domain emits, and its readers. */
+  events: EventService;
 }
 
 export interface DomainDeps {
@@ -36,18 +40,34 @@ export interface DomainDeps {
   /** The remote-run links relays hold (the server's): a relay's link ends when it may no longer hold one. */
   links?: NodeEffectDeps['links'];
   now?: () => Date;
+  /** The event stream's reader settings ([events]); defaults when absent. */
+  events?: { pollMs?: number; maxWaitMs?: number; maxReaders?: number };
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
   const { store, log } = deps;
   const now = deps.now ? { now: deps.now } : {};
-  const audit = new AuditLog({ admins: store.admins, log, ...now });
-  const generator = new PolicyGenerator({ store, log, ...(deps.now && { clock: deps.now }) });
+  const events = new EventService({ store, log, ...deps.events });
+  const audit = new AuditLog({
+    admins: store.admins, log, ...now,
+    onRecord: (rec) => {
+      const e = adminActionEvent(rec);
+      return e ? events.emit([e]) : undefined;
+    },
+  });
+  const generator = new PolicyGenerator({
+    store, log, ...(deps.now && { clock: deps.now }),
+    onDeployed: (ids, at) => {
+      const e = deployedEvent(ids, at);
+      return e ? events.emit([e]) : undefined;
+    },
+  });
   const nodes = new NodeRegistry({ store, log, audit, ...now })
-    .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }));
+    .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }))
+    .on(nodeEvents(events));
   const policy = new PolicyService({ store, generator, audit, log, ...(deps.key && { key: deps.key }), ...now });
   const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
   const managers = new ManagerService({ store, nodes, audit, ...now });
   const admins = new AdminService({ store, audit, ...now });
-  return { audit, nodes, generator, policy, managers, admins, bundles };
+  return { audit, nodes, generator, policy, managers, admins, bundles, events };
 }

@@ -17,7 +17,9 @@ import { ensureAdminToken } from './api/auth.js';
 import { authorizeNodeToken } from './api/routes/identity.js';
 import { startConsole, type ConsoleParts } from './compose/console.js';
 import { ingestDeps, ingestPipeline, openSpool, type IngestPipeline } from './compose/ingest.js';
+import { notifications, type Notifications } from './compose/notify.js';
 import { operations, type Operations } from './compose/operations.js';
+import type { Dispatcher } from './notify/dispatch.js';
 import type { ServerConfig } from './config.js';
 import { composeDomain, type Domain } from './domain.js';
 import { NodeIdentity } from './identity/service.js';
@@ -44,6 +46,8 @@ export interface ServerHandle {
   identity: NodeIdentity;
   /** Jobs in flight and the relays linked for them. */
   jobs: JobRunner;
+  /** The notification loop (absent: [notifications] enabled = false). */
+  dispatcher: Dispatcher | null;
   /**
    * Graceful stop: no new connections or files, the files and the sweep batch in flight
    * finish, then the store closes.
@@ -85,6 +89,7 @@ interface Parts {
   metrics: ServerMetrics;
   ingest: IngestPipeline;
   ops: Operations;
+  notify: Notifications;
   console: ConsoleParts | null;
 }
 
@@ -102,7 +107,10 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   // The one door for node changes (API, CLI, ingest, relay contacts, discovery, the sweep), each
   // recorded in the audit log with who acted; a relay's link ends when it may no longer hold one.
   const hub = new RelayHub(config.jobs.heartbeat);
-  const domain = composeDomain({ store, log, key: policyKey, links: hub });
+  const domain = composeDomain({
+    store, log, key: policyKey, links: hub,
+    events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
+  });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
   const ingest = ingestPipeline(config, log, ingestDeps(config, store, domain.nodes), spool, metrics);
   // The keyring lives in the registry database, its private keys sealed with the secret file.
@@ -111,7 +119,9 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
     audit: domain.audit,
   });
   const ops = operations(config, log, store, domain, identity, hub, metrics);
-  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, console: consoleParts };
+  // Events reach subscriptions from the outbox, beside the ingest.
+  const notify = await notifications(config, log, store, domain, identity);
+  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts };
 }
 
 function app(config: ServerConfig, log: Logger, p: Parts) {
@@ -132,6 +142,7 @@ function app(config: ServerConfig, log: Logger, p: Parts) {
     ...(ops.bootstrap && { bootstrapRunner: ops.bootstrap }),
     remoteRun: { hub, runner: ops.jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },
     ...(p.console && { console: p.console }),
+    subscriptions: p.notify.subscriptions,
     managers: { ...(ops.pollNow && { pollNow: ops.pollNow }) },
   });
 }
@@ -155,19 +166,23 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   });
   const background = startBackground(config, log, p);
   ops.start();
+  p.notify.start();
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   log.info({ listen: `${host}:${addr.port}`, tls: !!p.tls, dataDir: config.general.data_dir, database: config.database.url ? 'postgresql' : 'sqlite' }, 'server started');
   let closing: Promise<void> | null = null;
   return {
     url: `${p.tls ? 'https' : 'http'}://${host}:${addr.port}`,
     port: addr.port, store, adminToken: p.adminToken, adminRoutes: server.adminRoutes, processors: ingest.processors,
-    sweeper: ops.sweeper, metrics: p.metrics, identity, jobs: ops.jobs,
+    sweeper: ops.sweeper, metrics: p.metrics, identity, jobs: ops.jobs, dispatcher: p.notify.dispatcher,
     close() {
       closing ??= (async () => {
         clearInterval(spoolTimer);
         // Linked relays hold connections the app's close would wait for: end them first.
         p.hub.close();
+        // Event streams and long polls end now, or the app's close would wait for them.
+        domain.events.close();
         await ops.stop();
+        await p.notify.stop();
         await server.close();
         await background.stop();
         await ingest.stop();

@@ -58,6 +58,10 @@ export const ERROR_CODES = {
   ERR_REQUEST_TIMEOUT: { status: 408, transient: true },
   /** One client address has http.max_uploads_per_client uploads in progress already. */
   ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
+  /** [events] max_readers long-polls and event streams are waiting already. */
+  ERR_TOO_MANY_READERS: { status: 429, transient: true },
+  /** A subscription's webhook URL or e-mail addresses cannot be used (or e-mail without an [smtp] host). */
+  ERR_SUBSCRIPTION_TARGET: { status: 400 },
   ERR_UNSUPPORTED_MEDIA: { status: 415 },
   /** An upload batch (`POST /batch/<kind>`) that does not frame exactly (shared/src/batch.ts). */
   ERR_BATCH_FORMAT: { status: 400 },

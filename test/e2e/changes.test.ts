@@ -14,7 +14,7 @@ interface Change {
   diff: string | null; run_id: number; at: string;
 }
 
-t.test('a repair is a change with its diff, corrective or intentional, and an audit shows the diff it would apply', async (t) => {
+t.test('a repair is a change with its diff, corrective or intentional; an audit is a finding with the diff it would apply', async (t) => {
   const dir = programDir(t);
   const { relay, api } = await serverAndRelay(t, dir);
   const target = join(dir, 'app.conf');
@@ -80,16 +80,17 @@ t.test('a repair is a change with its diff, corrective or intentional, and an au
   t.match(list[0], { label: 'intentional' });
   t.match(list[0]!.diff, /^\+listen 443$/m);
 
-  // Audit: the would-be diff, the file untouched, reported as an audit finding.
+  // Audit: the would-be diff, the file untouched: a finding, not a change.
   await writeFile(target, 'listen 22\nworkers 4\n');
   const audit = await agent(['--audit']);
   t.equal(await readFile(target, 'utf8'), 'listen 22\nworkers 4\n', 'audit touches nothing');
   t.match(audit.stdout, /1 non compliant/);
-  list = await changes(4);
-  t.match(list[0], { event_type: 'audit_noncompliant', label: 'corrective' });
-  t.match(list[0]!.diff, /^-listen 22$/m);
-  t.match(list[0]!.diff, /^\+listen 443$/m);
+  const finding = await waitFor(async () => (await api('GET', `/api/1/findings?node=${id}&status=open`)).json.data[0], 'the audit finding');
+  t.match(finding, { event_type: 'audit_noncompliant', kind: 'non_compliant', component: 'File content', key_value: target, runs: 1 });
+  t.match(finding.diff, /^-listen 22$/m);
+  t.match(finding.diff, /^\+listen 443$/m);
+  t.same((await api('GET', `/api/1/changes?node=${id}`)).json.total, 3, 'the audit run is no change');
   t.same((await api('GET', `/api/1/changes?node=${id}&label=intentional`)).json.total, 2);
   const hist = (await api('GET', '/api/1/changes/histogram?by=day')).json.data;
-  t.equal(hist.reduce((s: number, b: { total: number }) => s + b.total, 0), 4);
+  t.equal(hist.reduce((s: number, b: { total: number }) => s + b.total, 0), 3);
 });

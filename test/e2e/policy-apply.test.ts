@@ -67,16 +67,20 @@ t.test('an admin-written policy reaches the node signed, through a relay, and is
   t.match(byDirective('agent-self-check'), { rule_id: 'capstan-agent', counts: { success: 3, error: 0, unexpected: 0, missing: 0 } });
   t.equal(compliance.policy_config_id, config2);
 
-  // What each change changed, as the agent wrote it, through the relay into the server's changes.
+  // What each change changed, as the agent wrote it, through the relay into the server's changes;
+  // the audit run changed nothing: a finding, with the diff a repair would make.
   const changes = await waitFor(async () => {
     const rows = (await api('GET', `/api/1/changes?node=${idA}&directive=managed&format=json`)).json.data as Array<{ event_type: string; diff: string | null }>;
-    return rows?.length === 3 ? rows : undefined;
-  }, 'the three changes of node a');
+    return rows?.length === 2 ? rows : undefined;
+  }, 'the two changes of node a');
   t.same(changes.map((c) => [c.event_type, c.diff]), [
-    ['audit_noncompliant', `--- a${target}\n+++ b${target}\n@@ -1,1 +1,1 @@\n-edited by hand\n+second\n`],
     ['result_repaired', `--- a${target}\n+++ b${target}\n@@ -1,1 +1,1 @@\n-first\n+second\n`],
     ['result_repaired', `created ${target}\n--- /dev/null\n+++ b${target}\n@@ -0,0 +1,1 @@\n+first\n`],
   ], 'newest first, each with its diff');
+  const audited = (await api('GET', `/api/1/findings?node=${idA}&directive=managed`)).json.data as Array<{ event_type: string; diff: string | null }>;
+  t.same(audited.map((f) => [f.event_type, f.diff]), [
+    ['audit_noncompliant', `--- a${target}\n+++ b${target}\n@@ -1,1 +1,1 @@\n-edited by hand\n+second\n`],
+  ], 'the audit run is a finding');
 
   // A relay that keeps a policy cache and lies about it (served from its cache for an hour).
   const evil = await startProgram(BIN.relayd, ['--config', join(dir, 'relay-caching.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'evil'), '--upstream', server.url, '--log-level', 'warn']);

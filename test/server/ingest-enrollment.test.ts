@@ -81,7 +81,7 @@ t.test('a sweep marks, purges and trims by the policy; the sweeper stops after i
   await sendRun(ids[2]!);
   const policy: LifecyclePolicy = {
     runIntervalMs: 5 * 60_000, missedRuns: 3, missingAfterMs: 86_400_000, purgeAfterMs: 30 * 86_400_000,
-    runsRetentionMs: 7 * 86_400_000, historyRetentionMs: 90 * 86_400_000, changesRetentionMs: 90 * 86_400_000, batchSize: 2, purgeBatchSize: 1,
+    runsRetentionMs: 7 * 86_400_000, historyRetentionMs: 90 * 86_400_000, changesRetentionMs: 90 * 86_400_000, eventsRetentionMs: 30 * 86_400_000, findingsRetentionMs: 90 * 86_400_000, batchSize: 2, purgeBatchSize: 1,
   };
   t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-01T10:14:00Z')), { unreachable: 0, missing: 0 });
   t.match(await sweep(store, registryOn(store), policy, new Date('2024-05-01T10:16:00Z')), { unreachable: 1, missing: 0 }, 'three missed runs');

@@ -23,6 +23,7 @@ import { keyVerbs, managerVerbs } from './verbs/operations.js';
 import { policyVerbs } from './verbs/policy.js';
 import { changeVerbs, complianceVerbs } from './verbs/reports.js';
 import { lifecycleVerbs, softwareVerbs } from './verbs/fleet.js';
+import { eventVerbs } from './verbs/events.js';
 
 export type { CliIo } from './kit.js';
 export { filterParams } from './kit.js';
@@ -34,6 +35,7 @@ export const VERB_GROUPS = {
   lifecycle: lifecycleVerbs,
   compliance: complianceVerbs,
   changes: changeVerbs,
+  events: eventVerbs,
   policy: policyVerbs,
   jobs: jobVerbs,
   credentials: credentialVerbs,

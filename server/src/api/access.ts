@@ -77,6 +77,17 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/compliance/groups': view,
   'GET /api/1/changes': view,
   'GET /api/1/changes/histogram': view,
+  'GET /api/1/findings': view,
+  // The event stream, and who is told of it
+  'GET /api/1/events': view,
+  'GET /api/1/subscriptions': view,
+  'GET /api/1/subscriptions/:id': view,
+  'POST /api/1/subscriptions': admin('subscription.create', r('id')),
+  'PATCH /api/1/subscriptions/:id': admin('subscription.update', p('id')),
+  'DELETE /api/1/subscriptions/:id': admin('subscription.delete', p('id')),
+  'GET /api/1/deliveries': view,
+  'GET /api/1/deliveries/:id': view,
+  'POST /api/1/deliveries/:id/retry': operator('delivery.retry', p('id')),
   'GET /api/1/lifecycle': view,
   'GET /api/1/system/status': view,
   // The console's read endpoints

@@ -32,6 +32,10 @@ import { RelayContacts } from '../registry/relay-contacts.js';
 import type { Domain } from '../domain.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
+import { findingRoutes } from './routes/findings.js';
+import { eventRoutes } from './routes/events.js';
+import { subscriptionRoutes } from './routes/subscriptions.js';
+import type { SubscriptionService } from '../notify/service.js';
 import { complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
@@ -100,6 +104,8 @@ export interface ServerAppDeps {
    * policy's, and the audit log they write.
    */
   domain: Domain;
+  /** Subscriptions to the event stream (absent: no subscription routes; the command line has none). */
+  subscriptions?: SubscriptionService;
 }
 
 declare module 'fastify' {
@@ -250,6 +256,9 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   nodeRoutes(admin, store, domain.nodes);
   complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
   changeRoutes(admin, store, aggregates);
+  findingRoutes(admin, store);
+  eventRoutes(admin, domain.events);
+  if (deps.subscriptions) subscriptionRoutes(admin, store, deps.subscriptions);
   lifecycleRoutes(admin, store, deps.lifecycle, aggregates);
   if (deps.jobs) jobRoutes(admin, deps.jobs);
   if (deps.bootstrap) bootstrapRoutes(admin, { store, ...deps.bootstrap });

@@ -30,7 +30,13 @@ function bounded(v: unknown): unknown {
 export class AuditLog {
   private readonly now: () => Date;
 
-  constructor(private readonly deps: { admins: Pick<AdminStore, 'insertAudit'>; log: Logger; now?: () => Date }) {
+  constructor(private readonly deps: {
+    admins: Pick<AdminStore, 'insertAudit'>;
+    log: Logger;
+    now?: () => Date;
+    /** Told of each record once stored (the event stream's admin actions). */
+    onRecord?: (rec: AuditInsert) => void | Promise<void>;
+  }) {
     this.now = deps.now ?? (() => new Date());
   }
 
@@ -71,6 +77,8 @@ export class AuditLog {
       await this.deps.admins.insertAudit(rec);
     } catch (err) {
       this.deps.log.error({ err: isCapstanError(err) ? { code: err.code, message: err.message } : err }, 'cannot store audit record');
+      return;
     }
+    await this.deps.onRecord?.(rec);
   }
 }

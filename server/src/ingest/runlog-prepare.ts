@@ -12,6 +12,7 @@ import { isCompleteRun, parseRunLog, type RunLog } from '@capstan/shared/runlog/
 import { verifySmime } from '@capstan/shared/smime/verify';
 import { packOutcomes } from '../store/runs/outcomes.js';
 import { DEFAULT_CHANGE_LIMITS, extractChanges, type ChangeLimits } from './changes.js';
+import { extractFindings } from './findings.js';
 import type { RunBase, RunInsert } from '../store/store.js';
 import { dayOf, encodeRun } from '../store/runs/run-codec.js';
 import type { OcsLimits } from './ocs.js';
@@ -114,6 +115,7 @@ function prepareDecompressed(job: PrepareJob, raw: Buffer, signed: Buffer): Prep
     counts,
     outcomes,
     changes: extractChanges(log.reports, limits.changes ?? DEFAULT_CHANGE_LIMITS),
+    findings: extractFindings(log.reports, limits.changes ?? DEFAULT_CHANGE_LIMITS),
     // Packed here, off the event loop (~70 µs for 80 outcomes).
     outcomes_packed: packOutcomes(json),
     // The store encodes this JSON against the node-day's base: made once, here, not again on the event loop.

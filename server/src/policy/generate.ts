@@ -69,10 +69,14 @@ export class PolicyGenerator {
   /** Contents (config id and expected components) whose stored expectations were found current. */
   private readonly verified = new Set<string>();
 
-  constructor(deps: { store: Store; log: Logger; clock?: () => Date }) {
+  /** Told of the nodes whose bundle one generation changed (the event stream's policy.deployed). */
+  private readonly onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
+
+  constructor(deps: { store: Store; log: Logger; clock?: () => Date; onDeployed?: (nodeIds: string[], at: string) => void | Promise<void> }) {
     this.store = deps.store;
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
+    if (deps.onDeployed) this.onDeployed = deps.onDeployed;
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -303,6 +307,7 @@ export class PolicyGenerator {
     const cache = new Map<string, Content>();
     let changed = 0;
     let refreshed = 0;
+    const deployed: string[] = [];
     // In id order: every table written here is keyed by node id, so a batch fills neighbouring
     // pages instead of dirtying pages all over each index (and the WAL rewriting them per batch).
     const all = [...nodes].sort();
@@ -335,6 +340,7 @@ export class PolicyGenerator {
           if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) {
             changed++;
             this.changes.publish([nodeId]);
+            deployed.push(nodeId);
           }
           continue;
         }
@@ -370,10 +376,12 @@ export class PolicyGenerator {
         changed += moved.length;
         refreshed += writes.length - moved.length;
         this.changes.publish(moved.map((w) => w.bundle.node_id));
+        for (const w of moved) deployed.push(w.bundle.node_id);
       }
       for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
     }
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
+    if (deployed.length) await this.onDeployed?.(deployed, this.clock().toISOString());
     return changed;
   }
 

@@ -3,8 +3,8 @@
  * - status reachable → unreachable after `missed_runs` run intervals without contact;
  * - state running/unknown → missing after `missing_after` of silence (a contact brings it back);
  * - missing and terminated nodes purged `purge_after` their last state change (no pile-up);
- * - runs older than their retention deleted (Postgres: whole day partitions), old history, and
- *   changes older than theirs.
+ * - runs older than their retention deleted (Postgres: whole day partitions), old history,
+ *   changes, events (and the deliveries of them that are done) and closed findings older than theirs.
  *
  * Every step works in batches of a bounded size, each its own short transaction, and yields to
  * the event loop between batches, so ingestion in the same process keeps flowing; a step stops
@@ -27,6 +27,10 @@ export interface LifecyclePolicy {
   runsRetentionMs: number;
   historyRetentionMs: number;
   changesRetentionMs: number;
+  /** Events, and the deliveries done with them, are deleted after this. */
+  eventsRetentionMs: number;
+  /** Closed findings are deleted this long after they closed (open ones are kept). */
+  findingsRetentionMs: number;
   /** Audit records older than this are deleted (absent: kept). */
   auditRetentionMs?: number;
   /** At most this many audit records are kept (absent: no cap). */
@@ -39,7 +43,7 @@ export interface LifecyclePolicy {
 
 export interface LifecycleConfig {
   lifecycle: { run_interval: number; missed_runs: number; missing_after: number; purge_after: number; purge_batch_size: number };
-  retention: { runs: number; history: number; changes: number; audit?: number; audit_max_rows?: number; batch_size: number };
+  retention: { runs: number; history: number; changes: number; events: number; findings: number; audit?: number; audit_max_rows?: number; batch_size: number };
 }
 
 export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
@@ -51,6 +55,8 @@ export function lifecyclePolicy(c: LifecycleConfig): LifecyclePolicy {
     runsRetentionMs: c.retention.runs,
     historyRetentionMs: c.retention.history,
     changesRetentionMs: c.retention.changes,
+    eventsRetentionMs: c.retention.events,
+    findingsRetentionMs: c.retention.findings,
     ...(c.retention.audit !== undefined && { auditRetentionMs: c.retention.audit }),
     ...(c.retention.audit_max_rows !== undefined && { auditMaxRows: c.retention.audit_max_rows }),
     batchSize: c.retention.batch_size,
@@ -67,6 +73,10 @@ export interface SweepResult {
   runs_deleted: number;
   history_pruned: number;
   changes_deleted: number;
+  /** Events past retention.events, and deliveries done with before then. */
+  events_deleted: number;
+  /** Findings closed before retention.findings. */
+  findings_deleted: number;
   /** Audit records deleted by age or beyond the row cap. */
   audit_deleted: number;
   /** The cut-off of run retention: runs that started before it are gone. */
@@ -116,13 +126,17 @@ export async function sweep(store: Store, nodes: NodeRegistry, p: LifecyclePolic
   const runsDeleted = await batches(p.batchSize, () => store.deleteRunsBefore(cutoff, p.batchSize));
   const historyPruned = await batches(p.batchSize, () => store.pruneHistory(ago(p.historyRetentionMs), p.batchSize));
   const changesDeleted = await batches(p.batchSize, () => store.deleteChangesBefore(ago(p.changesRetentionMs), p.batchSize));
+  const eventsDeleted = await batches(p.batchSize, () => store.deleteEventsBefore(ago(p.eventsRetentionMs), p.batchSize))
+    + await batches(p.batchSize, () => store.notify.deleteDeliveriesBefore(ago(p.eventsRetentionMs), p.batchSize));
+  const findingsDeleted = await batches(p.batchSize, () => store.deleteClosedFindingsBefore(ago(p.findingsRetentionMs), p.batchSize));
   const auditRetention = p.auditRetentionMs;
   const auditCap = p.auditMaxRows;
   const auditDeleted = (auditRetention === undefined ? 0 : await batches(p.batchSize, () => store.admins.deleteAuditBefore(ago(auditRetention), p.batchSize)))
     + (auditCap === undefined ? 0 : await batches(p.batchSize, () => store.admins.trimAudit(auditCap, p.batchSize)));
   return {
     started_at: at, ms: Date.now() - t0, unreachable, missing, purged, runs_deleted: runsDeleted,
-    history_pruned: historyPruned, changes_deleted: changesDeleted, audit_deleted: auditDeleted, runs_before: cutoff,
+    history_pruned: historyPruned, changes_deleted: changesDeleted, events_deleted: eventsDeleted, findings_deleted: findingsDeleted,
+    audit_deleted: auditDeleted, runs_before: cutoff,
   };
 }
 
@@ -164,7 +178,8 @@ export class Sweeper extends EventEmitter {
       try {
         const r = await sweep(this.o.store, this.o.nodes, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
         this.last = r;
-        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted + r.audit_deleted;
+        const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted + r.events_deleted
+          + r.findings_deleted + r.audit_deleted;
         if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');
         else this.o.log.debug({ sweep: r }, 'lifecycle sweep');
         this.emit('sweep', r);

@@ -23,6 +23,8 @@ export interface NodeChanged {
   after: NodeRecord | null;
   at: string;
   actor: Actor;
+  /** A sweep's step: which, and what the store said of the node it moved. */
+  swept?: { step: 'unreachable' | 'missing' | 'purge'; node: SweptNode };
 }
 
 export type NodeListener = (e: NodeChanged) => void | Promise<void>;
@@ -164,7 +166,7 @@ export class NodeRegistry {
     const moved = await run();
     for (const n of moved) {
       await this.deps.audit?.record(actor, { action: `node.sweep.${step}`, target: n.id, before: sweptState(n.before), after: n.after && sweptState(n.after) });
-      await this.emit({ kind: 'sweep', id: n.id, before: null, after: null, at, actor });
+      await this.emit({ kind: 'sweep', id: n.id, before: null, after: null, at, actor, swept: { step, node: n } });
     }
     return moved.length;
   }

@@ -8,8 +8,9 @@ import { FILTER_RULES } from './filters.js';
 import { NODE_RULES } from './rules.js';
 import { TASK_RULES } from '../jobs/states.js';
 import { DISCOVERY_RULES } from '../providers/discovery.js';
+import { EVENT_RULES } from '../events/rules.js';
 
-export const STORE_RULES: StoreRules = { nodes: NODE_RULES, filters: FILTER_RULES, tasks: TASK_RULES, discovery: DISCOVERY_RULES };
+export const STORE_RULES: StoreRules = { nodes: NODE_RULES, filters: FILTER_RULES, tasks: TASK_RULES, discovery: DISCOVERY_RULES, events: EVENT_RULES };
 
 export function openRegistry(opts: Omit<OpenStoreOptions, 'rules'>): Promise<Store> {
   return openStore({ ...opts, rules: STORE_RULES });

@@ -8,6 +8,9 @@ import { BOOTSTRAP_NUL, type BootstrapStore } from './bootstrap/types.js';
 import { CHANGES_NUL, type ChangeStore } from './changes/types.js';
 import { COMPLIANCE_NUL, type ComplianceStore } from './compliance/types.js';
 import { guard } from './guard.js';
+import { EVENTS_NUL, type EventStore } from './events/types.js';
+import { FINDINGS_NUL, type FindingStore } from './findings/types.js';
+import { NOTIFY_NUL, type NotifyStore } from './notify/types.js';
 import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
 import { JOBS_NUL, type JobStore } from './jobs/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
@@ -24,6 +27,9 @@ export interface StoreParts {
   runs: RunStore;
   compliance: ComplianceStore;
   changes: ChangeStore;
+  events: EventStore;
+  findings: FindingStore;
+  notify: NotifyStore;
   policy: PolicyStore;
   sweep: SweepStore;
   identity: IdentityStore;
@@ -47,6 +53,8 @@ export class ComposedStore {
       guard(parts.runs, RUNS_NUL),
       guard(parts.compliance, COMPLIANCE_NUL),
       guard(parts.changes, CHANGES_NUL),
+      guard(parts.events, EVENTS_NUL),
+      guard(parts.findings, FINDINGS_NUL),
       guard(parts.policy, POLICY_NUL),
       guard(parts.sweep, SWEEP_NUL),
       {
@@ -55,6 +63,7 @@ export class ComposedStore {
         managers: guard(parts.managers, MANAGERS_NUL),
         bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
         admins: guard(parts.admins, ADMINS_NUL),
+        notify: guard(parts.notify, NOTIFY_NUL),
         migrate: () => parts.migrate(),
         close: () => parts.close(),
       },

@@ -71,7 +71,7 @@ export function checkInventory(inv: NodeUpsertFromInventory): { receivedAt: stri
 
 /** A run ready to write: times normalised, summaries serialised (outcomes also packed, runs/outcomes.ts). */
 export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: string; counts: string; packed: Buffer; changes: ChangeInput[] } {
-  const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, against: _a, ...fields } = run;
+  const { log_compressed: _log, log_text: _t, counts: _c, outcomes: _o, outcomes_packed: _p, outcomes_json: _j, changes: _ch, findings: _f, against: _a, ...fields } = run;
   refuseNul(fields);
   // Postgres keeps it in an int4; no run comes near that many reports.
   if (!Number.isInteger(run.report_count) || run.report_count < 0 || run.report_count > 0x7fffffff) {
@@ -86,6 +86,7 @@ export function checkRun(run: RunInsert): { startedUtc: string; receivedAt: stri
   if (run.outcomes_json !== undefined && !Buffer.isBuffer(run.outcomes_json)) {
     throw capstanError('ERR_BAD_REQUEST', 'outcomes_json must be a Buffer');
   }
+  if (run.findings !== undefined && !Array.isArray(run.findings)) throw capstanError('ERR_BAD_REQUEST', 'findings must be an array');
   if (run.outcomes === undefined && run.outcomes_json === undefined) {
     throw capstanError('ERR_BAD_REQUEST', 'a run needs its outcomes, or outcomes_json');
   }

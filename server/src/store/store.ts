@@ -8,6 +8,9 @@ import type { AdminStore } from './admins/types.js';
 import type { BootstrapStore } from './bootstrap/types.js';
 import type { ChangeStore } from './changes/types.js';
 import type { ComplianceStore } from './compliance/types.js';
+import type { EventStore } from './events/types.js';
+import type { FindingStore } from './findings/types.js';
+import type { NotifyStore } from './notify/types.js';
 import type { IdentityStore } from './identity/types.js';
 import type { JobStore } from './jobs/types.js';
 import type { ManagerStore } from './managers/types.js';
@@ -20,6 +23,9 @@ export type * from './admins/types.js';
 export type * from './bootstrap/types.js';
 export type * from './changes/types.js';
 export type * from './compliance/types.js';
+export type * from './events/types.js';
+export type * from './findings/types.js';
+export type * from './notify/types.js';
 export type * from './identity/types.js';
 export type * from './jobs/types.js';
 export type * from './managers/types.js';
@@ -29,13 +35,16 @@ export type * from './runs/types.js';
 export type * from './sweep/types.js';
 export { SORT_FIELDS } from './nodes/types.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT } from './changes/types.js';
+export { EVENT_SEVERITIES, MAX_EVENTS_READ } from './events/types.js';
+export { CLOSE_REASONS, FINDING_KINDS } from './findings/types.js';
+export { DELIVERY_STATES } from './notify/types.js';
 
 export interface Page<T> {
   data: T[];
   total: number;
 }
 
-export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, PolicyStore, SweepStore {
+export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceStore, ChangeStore, EventStore, FindingStore, PolicyStore, SweepStore {
   /** Create or migrate the schema (forward only). Idempotent. */
   migrate(): Promise<void>;
   /** Node identity: keyring, node tokens, renewal nonces (./identity/types.ts). */
@@ -48,5 +57,7 @@ export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceSt
   readonly bootstrap: BootstrapStore;
   /** Named admins and the audit log (./admins/types.ts). */
   readonly admins: AdminStore;
+  /** Subscriptions to the event stream and their outbox (./notify/types.ts). */
+  readonly notify: NotifyStore;
   close(): Promise<void>;
 }

@@ -1,7 +1,8 @@
 /**
- * Admin API: what the agents changed. Every `result_repaired` (and `audit_noncompliant`) report
- * is a change, labelled intentional (the node's config changed since its previous run) or
- * corrective (drift repaired), with the diff its agent sent. Newest first; histogram for graphs.
+ * Admin API: what the agents changed. Every `result_repaired` report is a change, labelled
+ * intentional (the node's config changed since its previous run) or corrective (drift repaired),
+ * with the diff its agent sent; an audit's non-compliance is a finding (routes/findings.ts).
+ * Newest first; histogram for graphs.
  */
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';

@@ -4,20 +4,26 @@ import type { PostgresDb } from '../postgres/db.js';
 import { checkPaging } from '../input.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { RunInsert } from '../runs/types.js';
+import type { StoreRules } from '../rules.js';
+import type { EventInsert } from '../events/types.js';
 import { changeFromRow, changeWhere, labelFor } from './rows.js';
-import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
+import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangeLabel, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
 
 export class PostgresChanges implements ChangeStore {
-  constructor(private readonly db: PostgresDb) {}
+  constructor(private readonly db: PostgresDb, private readonly rules: StoreRules) {}
 
-  /** A stored run's changes, labelled, and the next run's labelled again: inside the run's transaction. */
-  async runStored(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
-    if (changes.length > 0) await this.insertChanges(c, run, runId, startedUtc, changes);
+  /** A stored run's changes, labelled (drift repaired is an event, to `sink`), and the next run's labelled again: inside the run's transaction. */
+  async runStored(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[], sink: EventInsert[]): Promise<void> {
+    if (changes.length > 0) {
+      const label = await this.insertChanges(c, run, runId, startedUtc, changes);
+      const e = this.rules.events.repaired(run.node_id, { id: runId, started_utc: startedUtc }, changes, label);
+      if (e) sink.push(e);
+    }
     await this.relabelNext(c, run, startedUtc);
   }
 
   /** A run's changes, labelled as the SQLite part's insertChanges says. */
-  private async insertChanges(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<void> {
+  private async insertChanges(c: pg.PoolClient, run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): Promise<ChangeLabel> {
     const what = 'insertChanges';
     const prev = await this.db.query<{ config_id: string | null }>(what, c, {
       name: 'run_previous_config',
@@ -35,6 +41,7 @@ export class PostgresChanges implements ChangeStore {
       values: [run.node_id, runId, run.started_at, label, run.config_id ?? null, col('at'), col('rule_id'), col('directive_id'),
         col('component'), col('key_value'), col('event_type'), col('message'), col('diff'), col('diff_truncated')],
     });
+    return label;
   }
 
   /** The next run's changes labelled again against this one (see the SQLite part's relabelNext). */

@@ -3,15 +3,24 @@ import type { SqliteDb } from '../sqlite/db.js';
 import { checkPaging } from '../input.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { RunInsert } from '../runs/types.js';
+import type { StoreRules } from '../rules.js';
+import type { SqliteEvents } from '../events/sqlite.js';
 import { changeFromRow, changeWhere, labelFor } from './rows.js';
-import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
+import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangeLabel, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
 
 export class SqliteChanges implements ChangeStore {
-  constructor(private readonly db: SqliteDb) {}
+  constructor(private readonly db: SqliteDb, private readonly events: SqliteEvents, private readonly rules: StoreRules) {}
 
-  /** A stored run's changes, labelled, and the next run's labelled again: inside the run's transaction. */
+  /**
+   * A stored run's changes, labelled (drift repaired is an event too), and the next run's
+   * labelled again: inside the run's transaction.
+   */
   runStored(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
-    if (changes.length > 0) this.insertChanges(run, runId, startedUtc, changes);
+    if (changes.length > 0) {
+      const label = this.insertChanges(run, runId, startedUtc, changes);
+      const e = this.rules.events.repaired(run.node_id, { id: runId, started_utc: startedUtc }, changes, label);
+      if (e) this.events.write([e]);
+    }
     this.relabelNext(run, startedUtc);
   }
 
@@ -20,7 +29,7 @@ export class SqliteChanges implements ChangeStore {
    * previous run's (by start time: a back-filled run is compared with the run before it), or
    * when the node has no run before it; corrective otherwise.
    */
-  private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): void {
+  private insertChanges(run: RunInsert, runId: number, startedUtc: string, changes: ChangeInput[]): ChangeLabel {
     const prev = this.db.stmt('SELECT config_id FROM runs WHERE node_id = ? AND started_at_utc < ? ORDER BY started_at_utc DESC LIMIT 1')
       .get(run.node_id, startedUtc) as { config_id: string | null } | undefined;
     const label = labelFor(prev === undefined ? undefined : prev.config_id, run.config_id ?? null);
@@ -30,6 +39,7 @@ export class SqliteChanges implements ChangeStore {
       ins.run(run.node_id, runId, run.started_at, c.at, c.rule_id, c.directive_id, c.component, c.key_value, c.event_type,
         c.message, label, run.config_id ?? null, c.diff, c.diff_truncated ? 1 : 0);
     }
+    return label;
   }
 
   /**

@@ -1,11 +1,12 @@
 /**
- * Changes: what runs reported repairing (`result_repaired`) or finding different
- * (`audit_noncompliant`), one row each, labelled intentional or corrective when stored.
+ * Changes: what runs reported repairing (`result_repaired`), one row each, labelled intentional
+ * or corrective when stored. (Before findings, audit non-compliances were changes too: migration
+ * 18 turned them into findings.)
  */
 import type { Page } from '../store.js';
 import { REFUSE, type NulRules } from '../guard.js';
 
-/** A change a run reported (a `result_repaired`, or an `audit_noncompliant`), as ingest extracts it. */
+/** A change a run reported (a `result_repaired`), as ingest extracts it. */
 export interface ChangeInput {
   rule_id: string;
   directive_id: string;

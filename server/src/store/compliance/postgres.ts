@@ -9,20 +9,28 @@ import { checkExpectations, checkKeepLast } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
+import type { PostgresFindings } from '../findings/postgres.js';
+import type { PostgresEvents } from '../events/postgres.js';
+import type { EventInsert } from '../events/types.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
 import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
-  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, marksFromRow, nextMarks,
-  nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput,
+  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks,
+  nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
 } from './types.js';
 
 export class PostgresCompliance implements ComplianceStore {
-  constructor(private readonly db: PostgresDb, private readonly nodes: PostgresNodes) {}
+  constructor(
+    private readonly db: PostgresDb,
+    private readonly nodes: PostgresNodes,
+    private readonly findings: PostgresFindings,
+    private readonly events: PostgresEvents,
+  ) {}
 
   /** The expectations stored for one config id of a node. */
   private async expectations(c: Q, nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
@@ -40,8 +48,10 @@ export class PostgresCompliance implements ComplianceStore {
     return rows[0] ? Math.floor(rows[0].set_at.getTime() / 1000) : null;
   }
 
-  /** What a stored run does to its node's compliance, inside the run's transaction. */
-  async runStored(what: string, c: pg.PoolClient, node: NodeRecord, run: RunInsert, id: number, startedUtc: string, receivedAt: string, packed: Buffer): Promise<void> {
+  /** What a stored run does to its node's compliance, inside the run's transaction; the events it makes go to `sink`. */
+  async runStored(
+    what: string, c: pg.PoolClient, node: NodeRecord, run: RunInsert, id: number, startedUtc: string, receivedAt: string, packed: Buffer, sink: EventInsert[],
+  ): Promise<void> {
     const receivedS = epochS(receivedAt);
     let written = false;
     if (run.complete) {
@@ -52,11 +62,12 @@ export class PostgresCompliance implements ComplianceStore {
       const same = await this.db.query<{ updated: string; present: boolean; started: Date | null }>(what, c, {
         name: 'compliance_same',
         text: `WITH u AS (UPDATE node_compliance SET run_id = $2, run_started_at = $3, run_started_utc = $4, computed_at = $5,
-              answered_s = GREATEST(coalesce(answered_s, 0), $8)
+              answered_s = GREATEST(coalesce(answered_s, 0), $8), runs_seen = runs_seen + 1
             WHERE node_id = $1 AND run_id IS NOT NULL AND run_started_utc <= $4 AND config_id IS NOT DISTINCT FROM $6 AND outcomes_packed = $7
+              AND runs_seen > 0
             RETURNING 1)
           SELECT (SELECT count(*) FROM u) AS updated, x.node_id IS NOT NULL AS present, x.run_started_utc AS started,
-            x.applying_since_s, x.answered_s, x.keep_last_s
+            x.applying_since_s, x.answered_s, x.keep_last_s, x.run_id, x.run_started_utc, x.runs_seen, x.error, x.non_compliant
           FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
         values: [run.node_id, id, run.started_at, startedUtc, receivedAt, run.config_id ?? null, packed, receivedS],
       });
@@ -76,7 +87,7 @@ export class PostgresCompliance implements ComplianceStore {
             kind: 'run', received_s: receivedS, run_config_id: run.config_id ?? null, policy_config_id: policy,
             policy_set_s: policy === null ? null : await this.expectationsSetS(c, run.node_id, policy),
           }),
-        }, receivedAt);
+        }, receivedAt, findingContext(row.present ? row as unknown as Record<string, unknown> : undefined, { id, started_utc: startedUtc }, startedUtc, run.findings ?? []), sink);
         written = true;
       }
     }
@@ -90,24 +101,28 @@ export class PostgresCompliance implements ComplianceStore {
     }
   }
 
-  private async writeCompliance(c: pg.PoolClient, input: ComplianceInput, at: string): Promise<void> {
-    const { counts, directives } = complianceRows(input);
+  private async writeCompliance(c: pg.PoolClient, input: ComplianceInput, at: string, f: FindingContext, sink: EventInsert[]): Promise<void> {
+    const { counts, directives, items } = complianceRows(input);
     const what = 'writeCompliance';
     await this.db.query(what, c, {
       name: 'compliance_upsert',
       text: `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-          computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, ${COUNT_COLUMNS.map((_, i) => `$${i + 13}`).join(', ')})
+          computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')})
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, ${COUNT_COLUMNS.map((_, i) => `$${i + 14}`).join(', ')})
         ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
           run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
           computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
           applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
-          ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}`,
+          runs_seen = excluded.runs_seen, ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}`,
       values: [input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0, at,
         UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), input.marks.applying_since_s, input.marks.answered_s,
-        input.marks.keep_last_s, ...COUNT_COLUMNS.map((col) => counts[col])],
+        input.marks.keep_last_s, f.runs_seen, ...COUNT_COLUMNS.map((col) => counts[col])],
     });
+    // A node failing nowhere, before or now, has no finding to open or close (most runs).
+    if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
+      sink.push(...await this.findings.reconcile(c, { node_id: input.nodeId, run: f.run, at: f.at, items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen }));
+    }
     // Two statements whatever changed (no read first): the rows no longer reported go, and the
     // new or changed ones are written; an unchanged row is left alone (no dead tuple).
     await this.db.query(what, c, {
@@ -134,12 +149,17 @@ export class PostgresCompliance implements ComplianceStore {
     const checked = checkExpectations(configId, items);
     const when = toUtcIso(at, 'at');
     const keep = checkKeepLast(opts.keep_last_s);
-    return this.db.tx('setExpectations', (c) => this.expectationsTx(c, nodeId, configId, checked, when, keep));
+    return this.db.tx('setExpectations', async (c) => {
+      const sink: EventInsert[] = [];
+      const done = await this.expectationsTx(c, nodeId, configId, checked, when, sink, keep);
+      await this.events.write(c, sink);
+      return done;
+    });
   }
 
   /** setExpectations' work, inside the caller's transaction on `c`. */
   async expectationsTx(
-    c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, keepLastS?: number,
+    c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, sink: EventInsert[], keepLastS?: number,
   ): Promise<boolean> {
     const what = 'setExpectations';
     {
@@ -161,7 +181,7 @@ export class PostgresCompliance implements ComplianceStore {
       await this.db.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
       const { rows } = await this.db.query(what, c, {
         text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
-            applying_since_s, answered_s, keep_last_s
+            applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant
           FROM (SELECT 1) one LEFT JOIN node_compliance x ON x.node_id = $1`,
         values: [nodeId],
       });
@@ -181,9 +201,9 @@ export class PostgresCompliance implements ComplianceStore {
           ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
           expected: checked.items,
           marks,
-        }, when);
+        }, when, findingContext(cur, null, when, []), sink);
       } else {
-        await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items, marks }, when);
+        await this.writeCompliance(c, { nodeId, run: null, outcomes: [], expected: checked.items, marks }, when, findingContext(present ? cur : undefined, null, when, []), sink);
       }
       return true;
     }

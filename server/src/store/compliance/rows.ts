@@ -6,11 +6,12 @@
  * decided when read, from the node's time marks (`timeAdjustedSums`), so they are exact at any
  * moment without a sweep rewriting rows.
  */
-import { computeCompliance, COMPLIANCE_STATES, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared/compliance/compute';
+import { computeCompliance, COMPLIANCE_STATES, type ComplianceItem, COMPLIANT_STATES, RUN_STATES, zeroCounts, type ComplianceCounts, type NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { HAS_AGENT_SQL } from '../nodes/filters/query.js';
 import type { NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { isoOf } from '../time.js';
+import type { FindingInput } from '../findings/types.js';
 import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 export interface ComplianceInput {
@@ -26,6 +27,8 @@ export interface ComplianceInput {
 }
 
 export interface ComplianceRows {
+  /** Every item's state (what findings are decided from). */
+  items: ComplianceItem[];
   counts: ComplianceCounts;
   directives: Array<{ rule_id: string; directive_id: string; counts: ComplianceCounts }>;
 }
@@ -66,7 +69,7 @@ export function marksFromRow(row: Record<string, unknown> | undefined): NodeTime
 
 export function complianceRows(input: ComplianceInput): ComplianceRows {
   const result = computeCompliance(input.expected, input.outcomes);
-  return { counts: result.counts, directives: result.directives };
+  return { items: result.items, counts: result.counts, directives: result.directives };
 }
 
 /** The count columns (the states a run decides), in one order for both backends. */
@@ -216,5 +219,33 @@ export function ruleComplianceFromRow(r: Record<string, unknown>, by: 'rule' | '
     ...(by === 'directive' ? { directive_id: r.directive_id as string } : {}),
     nodes: Number(r.nodes),
     counts: countsFromRow(r),
+  };
+}
+
+/** What a compliance write needs to keep the node's findings (EventRules.reconcile), from the row it replaces. */
+export interface FindingContext {
+  /** The run deciding it; null for a policy change. */
+  run: { id: number; started_utc: string } | null;
+  at: string;
+  reports: readonly FindingInput[];
+  /** The node's runs_seen after the write: one more for a run. */
+  runs_seen: number;
+  /** The base run the open findings were last seen in, and runs_seen then. */
+  last_seen: { run_id: number | null; at: string | null; runs_seen: number };
+  /** Items failing in the row replaced: with none there and none now, findings are left alone. */
+  failing_before: number;
+}
+
+/** A FindingContext from the node_compliance row about to be replaced (`cur`: its run_id, run_started_utc, runs_seen, error, non_compliant). */
+export function findingContext(
+  cur: Record<string, unknown> | undefined, run: FindingContext['run'], at: string, reports: readonly FindingInput[],
+): FindingContext {
+  const seen = Number(cur?.runs_seen ?? 0);
+  const hasRun = cur !== undefined && cur.run_id !== null && cur.run_id !== undefined;
+  return {
+    run, at, reports,
+    runs_seen: run ? seen + 1 : seen,
+    last_seen: { run_id: hasRun ? Number(cur.run_id) : null, at: hasRun && cur.run_started_utc != null ? isoOf(cur.run_started_utc) : null, runs_seen: seen },
+    failing_before: Number(cur?.error ?? 0) + Number(cur?.non_compliant ?? 0),
   };
 }

@@ -8,27 +8,34 @@ import { checkExpectations, checkKeepLast } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
+import type { SqliteEvents } from '../events/sqlite.js';
+import type { SqliteFindings } from '../findings/sqlite.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
 import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, epochS, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
-  timeAdjustedSums, worstNodesSql, type ComplianceInput,
+  directiveChangesRaw, epochS, findingContext, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
 } from './types.js';
 
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
-    computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, ${COUNT_COLUMNS.join(', ')})
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
+    computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')})
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})
   ON CONFLICT (node_id) DO UPDATE SET run_id = excluded.run_id, run_started_at = excluded.run_started_at,
     run_started_utc = excluded.run_started_utc, config_id = excluded.config_id, expected = excluded.expected,
     computed_at = excluded.computed_at, outcomes = excluded.outcomes, outcomes_packed = excluded.outcomes_packed,
     applying_since_s = excluded.applying_since_s, answered_s = excluded.answered_s, keep_last_s = excluded.keep_last_s,
-    ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`;
+    runs_seen = excluded.runs_seen, ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`;
+/** What a compliance write reads of the row it replaces: the time marks, and the base run its findings were last seen in. */
+const SELECT_CURRENT = `SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s,
+  runs_seen, error, non_compliant FROM node_compliance WHERE node_id = ?`;
+/** The same for a run's write: no outcomes (the run brings its own). */
+const SELECT_MARKS = 'SELECT run_id, run_started_utc, applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant FROM node_compliance WHERE node_id = ?';
 const SELECT_DIRECTIVE_ROWS = `SELECT ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`;
 /** Directive rows per multi-row upsert; the statement text of each size is built once. */
 const DIRECTIVE_CHUNK = 32;
@@ -40,7 +47,12 @@ function upsertDirectivesSql(rows: number): string {
 }
 
 export class SqliteCompliance implements ComplianceStore {
-  constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes) {}
+  constructor(
+    private readonly db: SqliteDb,
+    private readonly nodes: SqliteNodes,
+    private readonly findings: SqliteFindings,
+    private readonly events: SqliteEvents,
+  ) {}
 
   /** The expectations stored for one config id of a node, inside the caller's transaction. */
   expectations(nodeId: string, configId: string): ExpectedComponent[] | null {
@@ -63,13 +75,14 @@ export class SqliteCompliance implements ComplianceStore {
       // Steady state: the same config reporting the same outcomes as last time changes no
       // number, so only the base run and the answer time move (one statement instead of a
       // recomputation; the time marks stay right: same config as the base run's).
+      // Its findings stay as they are: an open one's last sighting and run count are this row's
+      // (runs_seen > 0: a row from before findings goes through the full write once).
       const same = this.db.stmt(`UPDATE node_compliance SET run_id = ?, run_started_at = ?, run_started_utc = ?, computed_at = ?,
-          answered_s = max(coalesce(answered_s, 0), ?)
-        WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ?`)
+          answered_s = max(coalesce(answered_s, 0), ?), runs_seen = runs_seen + 1
+        WHERE node_id = ? AND run_id IS NOT NULL AND run_started_utc <= ? AND config_id IS ? AND outcomes_packed = ? AND runs_seen > 0`)
         .run(id, run.started_at, startedUtc, receivedAt, receivedS, run.node_id, startedUtc, run.config_id ?? null, packed);
       written = same.changes > 0;
-      const cur = written ? undefined : this.db.stmt('SELECT run_started_utc, applying_since_s, answered_s, keep_last_s FROM node_compliance WHERE node_id = ?')
-        .get(run.node_id) as Record<string, unknown> | undefined;
+      const cur = written ? undefined : this.db.stmt(SELECT_MARKS).get(run.node_id) as Record<string, unknown> | undefined;
       // Only the newest complete run decides compliance; a back-filled older one does not.
       if (!written && (!cur || cur.run_started_utc === null || (cur.run_started_utc as string) <= startedUtc)) {
         const policy = node.policy_config_id;
@@ -83,7 +96,7 @@ export class SqliteCompliance implements ComplianceStore {
             kind: 'run', received_s: receivedS, run_config_id: run.config_id ?? null, policy_config_id: policy,
             policy_set_s: policy === null ? null : this.expectationsSetS(run.node_id, policy),
           }),
-        }, receivedAt);
+        }, receivedAt, findingContext(cur, { id, started_utc: startedUtc }, startedUtc, run.findings ?? []));
         written = true;
       }
     }
@@ -91,14 +104,18 @@ export class SqliteCompliance implements ComplianceStore {
     if (!written) this.db.stmt('UPDATE node_compliance SET answered_s = max(coalesce(answered_s, 0), ?) WHERE node_id = ?').run(receivedS, run.node_id);
   }
 
-  private writeCompliance(input: ComplianceInput, at: string): void {
-    const { counts, directives } = complianceRows(input);
+  private writeCompliance(input: ComplianceInput, at: string, f: FindingContext): void {
+    const { counts, directives, items } = complianceRows(input);
     const m = input.marks;
     this.db.stmt(UPSERT_COMPLIANCE)
       .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
         input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
         UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
-        ...COUNT_COLUMNS.map((c) => counts[c]));
+        f.runs_seen, ...COUNT_COLUMNS.map((c) => counts[c]));
+    // A node failing nowhere, before or now, has no finding to open or close (most runs).
+    if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
+      this.events.write(this.findings.reconcile({ node_id: input.nodeId, run: f.run, at: f.at, items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen }));
+    }
     const stored = this.db.stmt(SELECT_DIRECTIVE_ROWS).raw(true).all(input.nodeId) as unknown[][];
     const { upsert, remove } = directiveChangesRaw(stored, directives);
     const del = this.db.stmt('DELETE FROM node_compliance_directives WHERE node_id = ? AND rule_id = ? AND directive_id = ?');
@@ -145,8 +162,7 @@ export class SqliteCompliance implements ComplianceStore {
    * that policy's expectations, with its time marks moved on (rows.ts nextMarks).
    */
   recompute(nodeId: string, configId: string, previous: string | null, items: ExpectedComponent[], when: string, keepLastS?: number): void {
-    const cur = this.db.stmt(`SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s
-      FROM node_compliance WHERE node_id = ?`).get(nodeId) as Record<string, unknown> | undefined;
+    const cur = this.db.stmt(SELECT_CURRENT).get(nodeId) as Record<string, unknown> | undefined;
     const hasRun = cur !== undefined && cur.run_id !== null;
     const marks = nextMarks(marksFromRow(cur), {
       kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
@@ -160,9 +176,9 @@ export class SqliteCompliance implements ComplianceStore {
         ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
         expected: items,
         marks,
-      }, when);
+      }, when, findingContext(cur, null, when, []));
     } else {
-      this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when);
+      this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when, findingContext(cur, null, when, []));
     }
   }
 

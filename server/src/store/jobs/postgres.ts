@@ -23,7 +23,7 @@ export class PostgresJobStore implements JobStore {
   /** The states a task is still moving in, as an SQL list (the rules say which). */
   private readonly nonFinalSql: string;
 
-  constructor(private readonly db: PostgresDb, private readonly rules: TaskRules) {
+  constructor(private readonly db: PostgresDb, private readonly rules: TaskRules, private readonly finished?: (c: pg.PoolClient, job: JobRecord, at: string) => Promise<void>) {
     this.nonFinalSql = rules.nonFinal.map((s) => `'${s}'`).join(', ');
   }
 
@@ -45,8 +45,12 @@ export class PostgresJobStore implements JobStore {
   }
 
   private async maybeFinish(c: Q, jobId: string, at: string): Promise<void> {
-    await this.q(c, `UPDATE jobs SET state = 'finished', finished_at = $2 WHERE id = $1 AND state = 'running'
+    const r = await this.q(c, `UPDATE jobs SET state = 'finished', finished_at = $2 WHERE id = $1 AND state = 'running'
       AND NOT EXISTS (SELECT 1 FROM job_tasks WHERE job_id = $1 AND state IN (${this.nonFinalSql}))`, [jobId, at]);
+    if ((r.rowCount ?? 0) > 0 && this.finished) {
+      const job = await this.job(c, jobId);
+      if (job) await this.finished(c as pg.PoolClient, job, at);
+    }
   }
 
   async createJob(job: JobInsert, nodeIds: string[], failed?: ReadonlyMap<string, { reason: string; message: string }>): Promise<JobRecord> {

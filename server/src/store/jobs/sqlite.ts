@@ -21,7 +21,7 @@ export class SqliteJobStore implements JobStore {
   /** The states a task is still moving in, as an SQL list (the rules say which). */
   private readonly nonFinalSql: string;
 
-  constructor(private readonly db: SqliteDb, private readonly rules: TaskRules) {
+  constructor(private readonly db: SqliteDb, private readonly rules: TaskRules, private readonly finished?: (job: JobRecord, at: string) => void) {
     this.nonFinalSql = rules.nonFinal.map((s) => `'${s}'`).join(', ');
   }
 
@@ -40,7 +40,10 @@ export class SqliteJobStore implements JobStore {
   /** A running job whose tasks are all final is finished. */
   private maybeFinish(jobId: string, at: string): void {
     const left = this.db.prepare(`SELECT count(*) AS n FROM job_tasks WHERE job_id = ? AND state IN (${this.nonFinalSql})`).get(jobId) as { n: number };
-    if (left.n === 0) this.db.prepare("UPDATE jobs SET state = 'finished', finished_at = ? WHERE id = ? AND state = 'running'").run(at, jobId);
+    if (left.n === 0 && this.db.prepare("UPDATE jobs SET state = 'finished', finished_at = ? WHERE id = ? AND state = 'running'").run(at, jobId).changes > 0) {
+      const job = this.finished && this.job(jobId);
+      if (job) this.finished!(job, at);
+    }
   }
 
   async createJob(job: JobInsert, nodeIds: string[], failed?: ReadonlyMap<string, { reason: string; message: string }>): Promise<JobRecord> {

@@ -255,9 +255,10 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   /** A stored run's node fields (the domain's afterRun rule) and their transitions, inside the run's transaction. */
-  async runStored(what: string, c: pg.PoolClient, node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): Promise<void> {
+  async runStored(what: string, c: pg.PoolClient, node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): Promise<NodeRecord> {
     const next = this.rules.afterRun(node, startedUtc, configId, receivedAt);
     await this.db.query(what, c, { name: 'node_after_run', text: this.updateAfterRun, values: [next.id, ...this.rules.afterRunFields.map((f) => next[f])] });
     await this.history(what, c, this.rules.transitions(node, next, receivedAt, 'run'));
+    return next;
   }
 }

@@ -207,9 +207,10 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   }
 
   /** A stored run's node fields (the domain's afterRun rule) and their transitions, inside the run's transaction. */
-  runStored(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): void {
+  runStored(node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): NodeRecord {
     const next = this.rules.afterRun(node, startedUtc, configId, receivedAt);
     this.db.stmt(this.updateAfterRun).run(...this.rules.afterRunFields.map((f) => next[f]), next.id);
     this.history(this.rules.transitions(node, next, receivedAt, 'run'));
+    return next;
   }
 }

@@ -4,13 +4,15 @@
  */
 import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
+import type { PostgresEvents } from '../events/postgres.js';
+import type { EventInsert } from '../events/types.js';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
 
 export class PostgresPolicy implements PolicyStore {
-  constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance) {}
+  constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance, private readonly events: PostgresEvents) {}
 
   async listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]> {
     const { rows } = await this.db.query('listPolicyObjects', this.db.pool, {
@@ -85,8 +87,9 @@ export class PostgresPolicy implements PolicyStore {
     });
     return this.db.tx('putPolicies', async (c) => {
       let n = 0;
+      const sink: EventInsert[] = [];
       for (const it of checked) {
-        if (!(await this.compliance.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when))) continue;
+        if (!(await this.compliance.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when, sink))) continue;
         n++;
         if (it.expectationsOnly) continue;
         await this.db.query('putPolicies', c, {
@@ -96,6 +99,8 @@ export class PostgresPolicy implements PolicyStore {
           values: [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle],
         });
       }
+      // Last: the events' lock is held from here to the commit only.
+      await this.events.write(c, sink);
       return n;
     });
   }

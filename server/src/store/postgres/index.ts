@@ -18,6 +18,9 @@ import { PostgresRuns } from '../runs/postgres.js';
 import { PostgresSweep } from '../sweep/postgres.js';
 import { PostgresDb, type PostgresDbOptions } from './db.js';
 import { migratePostgres } from './migrate.js';
+import { PostgresEvents } from '../events/postgres.js';
+import { PostgresFindings } from '../findings/postgres.js';
+import { PostgresNotify } from '../notify/postgres.js';
 
 export interface PostgresStoreOptions extends PostgresDbOptions {
   /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
@@ -32,18 +35,24 @@ export class PostgresStore extends ComposedStore {
   constructor(opts: PostgresStoreOptions) {
     const db = new PostgresDb(opts);
     const nodes = new PostgresNodes(db, opts.rules);
-    const compliance = new PostgresCompliance(db, nodes);
-    const changes = new PostgresChanges(db);
+    const events = new PostgresEvents(db, opts.rules);
+    const findings = new PostgresFindings(db, opts.rules);
+    const compliance = new PostgresCompliance(db, nodes, findings, events);
+    const changes = new PostgresChanges(db, opts.rules);
     super({
       nodes,
       inventory: new PostgresInventory(db, nodes),
-      runs: new PostgresRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
+      runs: new PostgresRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes),
       compliance,
       changes,
-      policy: new PostgresPolicy(db, compliance),
+      events,
+      findings,
+      notify: new PostgresNotify(db),
+      policy: new PostgresPolicy(db, compliance, events),
       sweep: new PostgresSweep(db, opts.rules.nodes, opts.onMaintenance),
       identity: new PostgresIdentityStore(db),
-      jobs: new PostgresJobStore(db, opts.rules.tasks),
+      // A job's last task and its job.finished event, in one transaction.
+      jobs: new PostgresJobStore(db, opts.rules.tasks, async (c, job, at) => void await events.write(c, [opts.rules.events.jobFinished(job, job.progress, at)])),
       managers: new PostgresManagerStore(db, nodes, opts.rules),
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),

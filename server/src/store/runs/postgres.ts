@@ -14,6 +14,9 @@ import { checkPaging, checkRun } from '../input.js';
 import type { PostgresChanges } from '../changes/postgres.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
+import type { PostgresEvents } from '../events/postgres.js';
+import type { EventInsert } from '../events/types.js';
+import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
@@ -30,6 +33,8 @@ export class PostgresRuns implements RunStore {
     private readonly nodes: PostgresNodes,
     private readonly compliance: PostgresCompliance,
     private readonly changes: PostgresChanges,
+    private readonly events: PostgresEvents,
+    private readonly rules: StoreRules,
     runBaseCacheBytes?: number,
   ) {
     this.bases = new BaseCache(runBaseCacheBytes);
@@ -37,7 +42,12 @@ export class PostgresRuns implements RunStore {
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
     const checked = checkRun(run);
-    return this.db.tx('insertRun', (c) => this.runTx(c, run, checked));
+    return this.db.tx('insertRun', async (c) => {
+      const sink: EventInsert[] = [];
+      const r = await this.runTx(c, run, checked, sink);
+      await this.events.write(c, sink);
+      return r;
+    });
   }
 
   async insertRuns(runs: RunInsert[]): Promise<RunBatchResult[]> {
@@ -61,7 +71,10 @@ export class PostgresRuns implements RunStore {
     try {
       const results = await this.db.tx('insertRuns', async (c) => {
         const r: InsertRunResult[] = [];
-        for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!));
+        const sink: EventInsert[] = [];
+        for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!, sink));
+        // Last: the events' lock is held from here to the commit, not for the batch.
+        await this.events.write(c, sink);
         return r;
       });
       todo.forEach((i, k) => (out[i] = { ok: true, result: results[k]! }));
@@ -82,7 +95,7 @@ export class PostgresRuns implements RunStore {
   }
 
   /** insertRun's work, inside the caller's transaction. */
-  private async runTx(c: pg.PoolClient, run: RunInsert, checked: ReturnType<typeof checkRun>): Promise<InsertRunResult> {
+  private async runTx(c: pg.PoolClient, run: RunInsert, checked: ReturnType<typeof checkRun>, sink: EventInsert[]): Promise<InsertRunResult> {
     const { startedUtc, receivedAt, counts, packed, changes } = checked;
     const what = 'insertRun';
     const node = await this.nodes.lockNode(what, c, run.node_id);
@@ -105,9 +118,11 @@ export class PostgresRuns implements RunStore {
       return { inserted: false, reason: 'duplicate', id: Number(dup.rows[0]!.id) };
     }
     const id = Number(ins.rows[0]!.id);
-    await this.changes.runStored(c, run, id, startedUtc, changes);
-    await this.nodes.runStored(what, c, node, startedUtc, run.config_id ?? null, receivedAt);
-    await this.compliance.runStored(what, c, node, run, id, startedUtc, receivedAt, packed);
+    await this.changes.runStored(c, run, id, startedUtc, changes, sink);
+    const after = await this.nodes.runStored(what, c, node, startedUtc, run.config_id ?? null, receivedAt);
+    const answered = this.rules.events.answering(node, after, receivedAt);
+    if (answered) sink.push(answered);
+    await this.compliance.runStored(what, c, node, run, id, startedUtc, receivedAt, packed, sink);
     return { inserted: true, id };
   }
 

@@ -11,6 +11,8 @@ import { checkPaging, checkRun } from '../input.js';
 import type { SqliteChanges } from '../changes/sqlite.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
+import type { SqliteEvents } from '../events/sqlite.js';
+import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
@@ -27,6 +29,8 @@ export class SqliteRuns implements RunStore {
     private readonly nodes: SqliteNodes,
     private readonly compliance: SqliteCompliance,
     private readonly changes: SqliteChanges,
+    private readonly events: SqliteEvents,
+    private readonly rules: StoreRules,
     runBaseCacheBytes?: number,
   ) {
     this.bases = new BaseCache(runBaseCacheBytes);
@@ -78,7 +82,9 @@ export class SqliteRuns implements RunStore {
     }
     const id = Number(ins.lastInsertRowid);
     this.changes.runStored(run, id, startedUtc, changes);
-    this.nodes.runStored(node, startedUtc, run.config_id ?? null, receivedAt);
+    const after = this.nodes.runStored(node, startedUtc, run.config_id ?? null, receivedAt);
+    const answered = this.rules.events.answering(node, after, receivedAt);
+    if (answered) this.events.write([answered]);
     this.compliance.runStored(node, run, id, startedUtc, receivedAt, packed);
     return { inserted: true, id };
   }

@@ -6,6 +6,7 @@
 import type { RunOutcome } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 import type { ChangeInput } from '../changes/types.js';
+import type { FindingInput } from '../findings/types.js';
 import type { Page } from '../store.js';
 
 /** One component's outcome in a run (shared compliance module). */
@@ -63,8 +64,10 @@ export interface RunInsert extends Omit<RunFields, 'outcomes'> {
    * when it is stored; otherwise the store encodes them itself.
    */
   against?: { base_id: number; log: Buffer; outcomes: Buffer };
-  /** The changes the run reported; stored with the run, labelled by the store. */
+  /** The changes the run reported (its repairs); stored with the run, labelled by the store. */
   changes?: ChangeInput[];
+  /** The run's failing reports (audit non-compliances, errors): what a finding this run opens says. */
+  findings?: FindingInput[];
 }
 
 /** A node-day's base (runs/run-codec.ts): its id, its day, and its two texts. */

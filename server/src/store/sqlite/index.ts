@@ -17,6 +17,9 @@ import { SqlitePolicy } from '../policy/sqlite.js';
 import { SqliteRuns } from '../runs/sqlite.js';
 import { SqliteSweep } from '../sweep/sqlite.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
+import { SqliteEvents } from '../events/sqlite.js';
+import { SqliteFindings } from '../findings/sqlite.js';
+import { SqliteNotify } from '../notify/sqlite.js';
 import { migrateSqlite } from './migrate.js';
 
 export interface SqliteStoreOptions extends SqliteDbOptions {
@@ -30,18 +33,24 @@ export class SqliteStore extends ComposedStore {
   constructor(opts: SqliteStoreOptions) {
     const db = new SqliteDb(opts);
     const nodes = new SqliteNodes(db, opts.rules);
-    const compliance = new SqliteCompliance(db, nodes);
-    const changes = new SqliteChanges(db);
+    const events = new SqliteEvents(db, opts.rules);
+    const findings = new SqliteFindings(db, opts.rules);
+    const compliance = new SqliteCompliance(db, nodes, findings, events);
+    const changes = new SqliteChanges(db, events, opts.rules);
     super({
       nodes,
       inventory: new SqliteInventory(db, nodes),
-      runs: new SqliteRuns(db, nodes, compliance, changes, opts.runBaseCacheBytes),
+      runs: new SqliteRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes),
+      events,
+      findings,
+      notify: new SqliteNotify(db),
       compliance,
       changes,
       policy: new SqlitePolicy(db, compliance),
       sweep: new SqliteSweep(db, nodes),
       identity: new SqliteIdentityStore(db),
-      jobs: new SqliteJobStore(db, opts.rules.tasks),
+      // A job's last task and its job.finished event, in one transaction.
+      jobs: new SqliteJobStore(db, opts.rules.tasks, (job, at) => events.write([opts.rules.events.jobFinished(job, job.progress, at)])),
       managers: new SqliteManagerStore(db, nodes, opts.rules),
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),

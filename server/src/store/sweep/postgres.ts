@@ -8,11 +8,14 @@
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import type { NodeRules } from '../rules.js';
-import { toUtcIso } from '../time.js';
+import { isoOf, toUtcIso } from '../time.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
+
+type Who = { hostname: string; policy_server: string | null; last_contact_at: Date | string | null };
+const who = (r: Who) => ({ hostname: r.hostname, policy_server: r.policy_server, last_contact_at: r.last_contact_at === null ? null : isoOf(r.last_contact_at) });
 
 export class PostgresSweep implements SweepStore {
   private readonly onMaintenance: (message: string, err?: unknown) => void;
@@ -25,31 +28,31 @@ export class PostgresSweep implements SweepStore {
 
   async markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.db.query<{ id: string; state: string }>('markUnreachable', this.db.pool, {
+    const { rows } = await this.db.query<{ id: string; state: string } & Who>('markUnreachable', this.db.pool, {
       text: `WITH picked AS (
           SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
           UPDATE nodes n SET status = 'unreachable', updated_at = GREATEST(n.updated_at, $2)
-          FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id, n.state),
+          FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id, n.state, n.hostname, n.policy_server, n.last_contact_at),
         h AS (
           INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
           SELECT id, $2, 'status', 'reachable', 'unreachable', 'missed runs' FROM upd ORDER BY id)
-        SELECT id, state FROM upd ORDER BY id`,
+        SELECT id, state, hostname, policy_server, last_contact_at FROM upd ORDER BY id`,
       values: [b, when, limit],
     });
-    return rows.map((r) => ({ id: r.id, before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
+    return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
   }
 
   async markMissing(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
-    const { rows } = await this.db.query<{ id: string; old_state: string; old_status: string }>('markMissing', this.db.pool, {
+    const { rows } = await this.db.query<{ id: string; old_state: string; old_status: string } & Who>('markMissing', this.db.pool, {
       text: `WITH picked AS (
           SELECT id, state, status FROM nodes WHERE state IN (${inList(this.rules.liveStates)}) AND last_contact_at < $1
           ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
           UPDATE nodes n SET state = '${this.rules.missing}', status = 'unreachable', state_changed_at = $2,
             updated_at = GREATEST(n.updated_at, $2)
-          FROM picked p WHERE n.id = p.id RETURNING n.id, p.state AS old_state, p.status AS old_status),
+          FROM picked p WHERE n.id = p.id RETURNING n.id, p.state AS old_state, p.status AS old_status, n.hostname, n.policy_server, n.last_contact_at),
         h AS (
           INSERT INTO node_history (node_id, at, field, from_value, to_value, cause)
           SELECT id, $2, field, from_value, to_value, 'silence' FROM (
@@ -57,25 +60,25 @@ export class PostgresSweep implements SweepStore {
             UNION ALL
             SELECT id, 2, 'status', old_status, 'unreachable' FROM upd WHERE old_status <> 'unreachable') e
           ORDER BY id, o)
-        SELECT id, old_state, old_status FROM upd ORDER BY id`,
+        SELECT id, old_state, old_status, hostname, policy_server, last_contact_at FROM upd ORDER BY id`,
       values: [b, when, limit],
     });
-    return rows.map((r) => ({ id: r.id, before: { state: r.old_state, status: r.old_status }, after: { state: this.rules.missing, status: 'unreachable' } }));
+    return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.old_state, status: r.old_status }, after: { state: this.rules.missing, status: 'unreachable' } }));
   }
 
   async purgeNodes(before: string, limit: number): Promise<SweptNode[]> {
     const b = toUtcIso(before, 'before');
     return this.db.tx('purgeNodes', async (c) => {
-      const { rows } = await this.db.query<{ id: string; state: string; status: string }>('purgeNodes', c, {
+      const { rows } = await this.db.query<{ id: string; state: string; status: string } & Who>('purgeNodes', c, {
         text: `WITH picked AS (
             SELECT id FROM nodes WHERE state IN (${inList(this.rules.purgeable)}) AND state_changed_at < $1
             ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED),
-          del AS (DELETE FROM nodes n USING picked WHERE n.id = picked.id RETURNING n.id, n.state, n.status)
-          SELECT id, state, status FROM del ORDER BY id`,
+          del AS (DELETE FROM nodes n USING picked WHERE n.id = picked.id RETURNING n.id, n.state, n.status, n.hostname, n.policy_server, n.last_contact_at)
+          SELECT id, state, status, hostname, policy_server, last_contact_at FROM del ORDER BY id`,
         values: [b, limit],
       });
       await this.bump(c, 'purged_nodes', rows.length);
-      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: null }));
+      return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.state, status: r.status }, after: null }));
     });
   }
 

@@ -12,28 +12,31 @@ import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
+type Who = { hostname: string; policy_server: string | null; last_contact_at: string | null };
+const who = (r: Who): Who => ({ hostname: r.hostname, policy_server: r.policy_server, last_contact_at: r.last_contact_at });
+
 export class SqliteSweep implements SweepStore {
   constructor(private readonly db: SqliteDb, private readonly nodes: SqliteNodes) {}
 
   async markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markUnreachable', () => {
-      const rows = this.db.stmt(`SELECT id, state FROM nodes WHERE status = 'reachable' AND last_contact_at < ? ORDER BY id LIMIT ?`)
-        .all(b, limit) as Array<{ id: string; state: string }>;
+      const rows = this.db.stmt(`SELECT id, state, hostname, policy_server, last_contact_at FROM nodes WHERE status = 'reachable' AND last_contact_at < ?
+        ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string } & Who>;
       const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const { id } of rows) {
         upd.run(when, id);
         this.nodes.history([{ node_id: id, at: when, field: 'status', from: 'reachable', to: 'unreachable', cause: 'missed runs' }]);
       }
-      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
+      return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.state, status: 'reachable' }, after: { state: r.state, status: 'unreachable' } }));
     });
   }
 
   async markMissing(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markMissing', () => {
-      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(this.nodes.rules.liveStates)})
-        AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
+      const rows = this.db.stmt(`SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes WHERE state IN (${inList(this.nodes.rules.liveStates)})
+        AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
       const upd = this.db.stmt(`UPDATE nodes SET state = '${this.nodes.rules.missing}', status = 'unreachable', state_changed_at = ?,
         updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const r of rows) {
@@ -42,19 +45,19 @@ export class SqliteSweep implements SweepStore {
         if (r.status !== 'unreachable') h.push({ node_id: r.id, at: when, field: 'status', from: r.status, to: 'unreachable', cause: 'silence' });
         this.nodes.history(h);
       }
-      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: { state: this.nodes.rules.missing, status: 'unreachable' } }));
+      return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.state, status: r.status }, after: { state: this.nodes.rules.missing, status: 'unreachable' } }));
     });
   }
 
   async purgeNodes(before: string, limit: number): Promise<SweptNode[]> {
     const b = toUtcIso(before, 'before');
     return this.db.write('purgeNodes', () => {
-      const rows = this.db.stmt(`SELECT id, state, status FROM nodes WHERE state IN (${inList(this.nodes.rules.purgeable)}) AND state_changed_at < ?
-        ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string }>;
+      const rows = this.db.stmt(`SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes
+        WHERE state IN (${inList(this.nodes.rules.purgeable)}) AND state_changed_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
       const del = this.db.stmt('DELETE FROM nodes WHERE id = ?');
       for (const r of rows) del.run(r.id);
       this.bump('purged_nodes', rows.length);
-      return rows.map((r) => ({ id: r.id, before: { state: r.state, status: r.status }, after: null }));
+      return rows.map((r) => ({ id: r.id, ...who(r), before: { state: r.state, status: r.status }, after: null }));
     });
   }
 

@@ -17,6 +17,10 @@ export interface RegistryCounts {
 /** One node a sweep step moved: its state and status before, and after (null: purged). */
 export interface SweptNode {
   id: string;
+  /** What an event about it says (events/sources.ts): its name, its relay, its last contact. */
+  hostname?: string;
+  policy_server?: string | null;
+  last_contact_at?: string | null;
   before: { state: string; status: string };
   after: { state: string; status: string } | null;
 }

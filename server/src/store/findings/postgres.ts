@@ -1,0 +1,75 @@
+/** Findings on PostgreSQL: opened and closed inside the compliance write's transaction (under the node's row lock). */
+import type pg from 'pg';
+import { postgresRows, type PostgresDb } from '../postgres/db.js';
+import { checkPaging } from '../input.js';
+import { postgresDialect } from '../nodes/filters/postgres.js';
+import type { ReconcileInput, StoreRules } from '../rules.js';
+import type { EventInsert } from '../events/types.js';
+import type { Page } from '../store.js';
+import { toUtcIso } from '../time.js';
+import { FINDING_SELECT, findingFromRow, findingText, findingWhere, OPEN_FINDINGS_SQL, openFromRow } from './rows.js';
+import type { FindingQuery, FindingRecord, FindingStore } from './types.js';
+
+export class PostgresFindings implements FindingStore {
+  constructor(private readonly db: PostgresDb, private readonly rules: StoreRules) {}
+
+  /** What a compliance write does to a node's findings, on the write's connection: the events to write. */
+  async reconcile(c: pg.PoolClient, input: Omit<ReconcileInput, 'open'>): Promise<EventInsert[]> {
+    const what = 'reconcileFindings';
+    const { rows } = await this.db.query(what, c, { name: 'findings_open', text: OPEN_FINDINGS_SQL('$1'), values: [input.node_id] });
+    const r = this.rules.events.reconcile({ ...input, open: rows.map(openFromRow) });
+    const runId = input.run?.id ?? null;
+    if (r.open.length) {
+      const t = r.open.map((o) => findingText(o.input));
+      const col = <K extends keyof (typeof t)[number]>(k: K) => t.map((x) => x[k]);
+      const ins = await this.db.query<{ id: string }>(what, c, {
+        name: 'findings_insert',
+        text: `INSERT INTO findings (node_id, rule_id, directive_id, component, key_value, kind, event_type, message, diff, diff_truncated,
+            first_seen_at, first_run_id, first_count)
+          SELECT $1, g.rule_id, g.directive_id, g.component, g.key_value, g.kind, g.event_type, g.message, g.diff, g.diff_truncated, $2, $3, $4
+          FROM unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::boolean[])
+            WITH ORDINALITY AS g(rule_id, directive_id, component, key_value, kind, event_type, message, diff, diff_truncated, n)
+          ORDER BY g.n RETURNING id`,
+        values: [input.node_id, input.at, runId, input.runs_seen, col('rule_id'), col('directive_id'), col('component'), col('key_value'),
+          r.open.map((o) => o.kind), col('event_type'), col('message'), col('diff'), col('diff_truncated')],
+      });
+      // Ids are handed out in the SELECT's order (ORDER BY g.n): the n-th id is the n-th finding's.
+      const ids = ins.rows.map((x) => Number(x.id)).sort((a, b) => a - b);
+      r.open.forEach((o, i) => (o.event.data.finding_id = ids[i]));
+    }
+    if (r.close.length) {
+      await this.db.query(what, c, {
+        name: 'findings_close',
+        text: `UPDATE findings f SET closed_at = $1, closed_run_id = $2, close_reason = g.reason, runs = g.runs, last_seen_at = $3, last_run_id = $4
+          FROM unnest($5::bigint[], $6::text[], $7::bigint[]) AS g(id, reason, runs) WHERE f.id = g.id`,
+        values: [input.at, runId, input.last_seen.at, input.last_seen.run_id, r.close.map((x) => x.id), r.close.map((x) => x.reason), r.close.map((x) => x.runs)],
+      });
+    }
+    for (const s of r.restate) {
+      await this.db.query(what, c, { name: 'findings_restate', text: 'UPDATE findings SET kind = $2, event_type = $3 WHERE id = $1', values: [s.id, s.kind, s.event_type] });
+    }
+    return [...r.open.map((o) => o.event), ...r.close.map((x) => x.event), ...r.events];
+  }
+
+  async listFindings(q: FindingQuery, page: number, perPage: number): Promise<Page<FindingRecord>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const checked = this.rules.filters.check({ filters: q.filters ?? [] });
+    const values: unknown[] = [];
+    const where = findingWhere(q, checked, await postgresDialect(this.db, values, checked, this.rules.filters.check),
+      (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`);
+    const total = await this.db.query('listFindings', this.db.pool, { text: `SELECT count(*) AS n FROM findings f ${where}`, values });
+    const { rows } = await this.db.query('listFindings', this.db.pool, {
+      text: `${FINDING_SELECT} ${where} ORDER BY f.id DESC LIMIT $${values.length + 1} OFFSET $${values.length + 2}`,
+      values: [...values, limit, offset],
+    });
+    return { data: rows.map((r) => findingFromRow(r, postgresRows)), total: Number(total.rows[0]!.n) };
+  }
+
+  async deleteClosedFindingsBefore(before: string, limit: number): Promise<number> {
+    const { rowCount } = await this.db.query('deleteClosedFindingsBefore', this.db.pool, {
+      text: `DELETE FROM findings WHERE id IN (SELECT id FROM findings WHERE closed_at IS NOT NULL AND closed_at < $1 ORDER BY closed_at LIMIT $2)`,
+      values: [toUtcIso(before, 'before'), limit],
+    });
+    return rowCount ?? 0;
+  }
+}
