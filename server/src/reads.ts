@@ -18,7 +18,7 @@ type RootReads = Pick<Store,
   | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'getHistory' | 'getProperties'
   | 'getInventory' | 'inventoryHistory' | 'listSoftware'
   | 'listRuns' | 'getRunLog' | 'getRunLogText' | 'getRunBase'
-  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes'
+  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes' | 'targetNodes'
   | 'listChanges' | 'changesHistogram'
   | 'listPolicyObjects' | 'getPolicyObject' | 'getPolicyBundle' | 'policyConfigIds'
   | 'counts'>;

@@ -75,6 +75,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/compliance/rules': view,
   'GET /api/1/compliance/directives': view,
   'GET /api/1/compliance/groups': view,
+  'GET /api/1/compliance/rules/:id/nodes': view,
   'GET /api/1/changes': view,
   'GET /api/1/changes/histogram': view,
   'GET /api/1/lifecycle': view,
@@ -89,6 +90,9 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   // recorded like every POST (a review pipeline's plans are in the audit log too).
   'POST /api/1/policy/plan': { role: 'viewer', action: 'policy.plan' },
   'POST /api/1/keys/policy/rotate': admin('policy_key.rotate'),
+  // What writing policy needs: the methods' parameters, an unsaved group's members.
+  'GET /api/1/methods': view,
+  'GET /api/1/policy/group-preview': view,
   // Node identity keys
   'GET /api/1/keys': view,
   'POST /api/1/keys/rotate': admin('key.rotate', r('kid')),

@@ -32,7 +32,7 @@ import { RelayContacts } from '../registry/relay-contacts.js';
 import type { Domain } from '../domain.js';
 import { complianceRoutes } from './routes/compliance.js';
 import { changeRoutes } from './routes/changes.js';
-import { complianceSettings } from '../registry/compliance.js';
+import { complianceClock, complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
 import { bootstrapRelayRoutes } from './routes/bootstrap-relay.js';
@@ -43,7 +43,7 @@ import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
-import { policyAdminRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
+import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -227,8 +227,9 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     if (policy) {
       policyAdminRoutes(admin, policy);
       policyMembershipRoutes(admin, policy);
+      policyAuthoringRoutes(admin, policy);
     }
-    nodeRoutes(admin, deps.store, nodes);
+    nodeRoutes(admin, deps.store, nodes, () => complianceClock(complianceSettings(deps.config), (deps.now ?? (() => new Date()))()));
     complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
     changeRoutes(admin, deps.store, aggregates);
     lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);

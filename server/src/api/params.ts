@@ -140,6 +140,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/compliance/directives': { format: FORMAT, max_age: 'integer' },
   'GET /api/1/compliance/groups': { format: FORMAT, max_age: 'integer' },
   'GET /api/1/compliance/history': { from: 'time', to: 'time' },
+  'GET /api/1/compliance/rules/:id/nodes': { ...PAGING, directive: 'text', state: 'text', order: ['asc', 'desc'] },
   'GET /api/1/lifecycle': { max_age: 'integer' },
   'GET /api/1/compliance/worst-nodes': { limit: 'integer', max_age: 'integer' },
   'GET /api/1/changes': 'own',
@@ -152,6 +153,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/nodes/:id/runs': { ...PAGING, reports: 'boolean', from: 'time', to: 'time' },
   'DELETE /api/1/keys/:kid': { force: 'boolean' },
   'POST /api/1/policy/plan': { max_nodes: 'integer' },
+  'GET /api/1/policy/group-preview': 'own',
   // The choice (keep, delete, state:<state>) is parsed by the route.
   'DELETE /api/1/managers/:id': { nodes: 'text' },
   'GET /api/1/admins': PAGING,
