@@ -10,6 +10,7 @@ import { BundleServer } from './policy/bundles.js';
 import { PolicyGenerator } from './policy/generate.js';
 import type { PolicyKeyring } from './policy/key.js';
 import { PolicyService } from './policy/service.js';
+import { ChangeRequestService } from './policy/reviews.js';
 import { ManagerService } from './providers/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
 import type { Store } from './store/store.js';
@@ -21,6 +22,8 @@ export interface Domain {
   policy: PolicyService;
   /** Managers (discovery sources) and their polls. */
   managers: ManagerService;
+  /** Change requests: proposed policy changes, reviewed, then deployed through `policy`. */
+  reviews: ChangeRequestService;
   /** Signed bundles (absent without a policy key: the command line has none). */
   bundles: BundleServer | null;
 }
@@ -33,6 +36,8 @@ export interface DomainDeps {
   /** The remote-run links relays hold (the server's): a relay's link ends when it may no longer hold one. */
   links?: NodeEffectDeps['links'];
   now?: () => Date;
+  /** `[policy] review_roles`: roles whose policy changes go through a change request. */
+  reviewRoles?: readonly string[];
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -42,8 +47,9 @@ export function composeDomain(deps: DomainDeps): Domain {
   const generator = new PolicyGenerator({ store, log, ...(deps.now && { clock: deps.now }) });
   const nodes = new NodeRegistry({ store, log, audit, ...now })
     .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }));
-  const policy = new PolicyService({ store, generator, audit, log, ...now });
+  const policy = new PolicyService({ store, generator, audit, log, ...now, ...(deps.reviewRoles && { reviewRoles: deps.reviewRoles }) });
+  const reviews = new ChangeRequestService({ store, policy, audit, ...now });
   const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
   const managers = new ManagerService({ store, nodes, audit, ...now });
-  return { audit, nodes, generator, policy, managers, bundles };
+  return { audit, nodes, generator, policy, managers, bundles, reviews };
 }

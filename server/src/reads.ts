@@ -5,7 +5,7 @@
  * holding only these cannot write beside it. The types the reads answer with come from here too,
  * so that no route or command line imports the store.
  */
-import type { AdminStore, BootstrapStore, IdentityStore, JobStore, ManagerStore, Store } from './store/store.js';
+import type { AdminStore, BootstrapStore, ChangeRequestStore, IdentityStore, JobStore, ManagerStore, Store } from './store/store.js';
 
 export type * from './store/store.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT, SORT_FIELDS } from './store/store.js';
@@ -29,4 +29,5 @@ export interface Reads extends RootReads {
   readonly managers: Pick<ManagerStore, 'listManagers' | 'getManager' | 'exclusiveNodes'>;
   readonly bootstrap: Pick<BootstrapStore, 'listCredentials' | 'getHostKey' | 'enrolledBy'>;
   readonly admins: Pick<AdminStore, 'listAdmins' | 'getAdmin' | 'listAudit'>;
+  readonly reviews: Pick<ChangeRequestStore, 'getChangeRequest' | 'listChangeRequests'>;
 }

@@ -115,7 +115,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
   // The one door for node changes (API, CLI, ingest, relay contacts, discovery, the sweep), each
   // recorded in the audit log with who acted; what follows a change is wired to it below.
   const relayHub = new RelayHub(config.jobs.heartbeat);
-  const domain = composeDomain({ store, log, key: policyKey, links: relayHub });
+  const domain = composeDomain({ store, log, key: policyKey, links: relayHub, reviewRoles: config.policy.review_roles });
   const { nodes, generator } = domain;
   if (config.signatures.allow_sha1) log.warn('SHA-1 signatures are accepted on run logs, inventories and renewal requests ([signatures] allow_sha1)');
   const deps: IngestDeps = {

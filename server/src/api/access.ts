@@ -92,6 +92,14 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'POST /api/1/keys/policy/rotate': admin('policy_key.rotate'),
   // What writing policy needs: the methods' parameters, an unsaved group's members.
   'GET /api/1/methods': view,
+  // Change requests: an operator may propose (an admin reviews and deploys); all steps audited.
+  'GET /api/1/change-requests': view,
+  'GET /api/1/change-requests/:id': view,
+  'GET /api/1/change-requests/:id/nodes/:node': view,
+  'POST /api/1/change-requests': operator('change_request.propose', r('id')),
+  'POST /api/1/change-requests/:id/approve': admin('change_request.approve', p('id')),
+  'POST /api/1/change-requests/:id/reject': admin('change_request.reject', p('id')),
+  'POST /api/1/change-requests/:id/deploy': admin('change_request.deploy', p('id')),
   'GET /api/1/policy/group-preview': view,
   // Node identity keys
   'GET /api/1/keys': view,

@@ -43,6 +43,7 @@ import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
+import { changeRequestRoutes } from './routes/change-requests.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 
 export interface ServerAppDeps {
@@ -211,7 +212,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   const consoleDeps = deps.console;
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
   const aggregates = new AggregateCache();
-  if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets });
+  if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets, reviewRoles: deps.config.policy.review_roles });
 
   app.register(async (admin) => {
     admin.addHook('onRoute', (o) => {
@@ -228,6 +229,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       policyAdminRoutes(admin, policy);
       policyMembershipRoutes(admin, policy);
       policyAuthoringRoutes(admin, policy);
+      changeRequestRoutes(admin, deps.domain.reviews);
     }
     nodeRoutes(admin, deps.store, nodes, () => complianceClock(complianceSettings(deps.config), (deps.now ?? (() => new Date()))()));
     complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });

@@ -154,6 +154,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'DELETE /api/1/keys/:kid': { force: 'boolean' },
   'POST /api/1/policy/plan': { max_nodes: 'integer' },
   'GET /api/1/policy/group-preview': 'own',
+  'GET /api/1/change-requests': { ...PAGING, status: ['open', 'approved', 'rejected', 'deployed'] },
   // The choice (keep, delete, state:<state>) is parsed by the route.
   'DELETE /api/1/managers/:id': { nodes: 'text' },
   'GET /api/1/admins': PAGING,

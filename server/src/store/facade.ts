@@ -16,6 +16,7 @@ import { POLICY_NUL, type PolicyStore } from './policy/types.js';
 import { RUNS_NUL, type RunStore } from './runs/types.js';
 import type { Store } from './store.js';
 import { SWEEP_NUL, type SweepStore } from './sweep/types.js';
+import { REVIEWS_NUL, type ChangeRequestStore } from './reviews/types.js';
 
 /** What one dialect's store is made of: one part per subject. */
 export interface StoreParts {
@@ -31,6 +32,7 @@ export interface StoreParts {
   managers: ManagerStore;
   bootstrap: BootstrapStore;
   admins: AdminStore;
+  reviews: ChangeRequestStore;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -55,6 +57,7 @@ export class ComposedStore {
         managers: guard(parts.managers, MANAGERS_NUL),
         bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
         admins: guard(parts.admins, ADMINS_NUL),
+        reviews: guard(parts.reviews, REVIEWS_NUL),
         migrate: () => parts.migrate(),
         close: () => parts.close(),
       },

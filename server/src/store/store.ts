@@ -15,6 +15,7 @@ import type { InventoryStore, NodeStore } from './nodes/types.js';
 import type { PolicyStore } from './policy/types.js';
 import type { RunStore } from './runs/types.js';
 import type { SweepStore } from './sweep/types.js';
+import type { ChangeRequestStore } from './reviews/types.js';
 
 export type * from './admins/types.js';
 export type * from './bootstrap/types.js';
@@ -27,6 +28,7 @@ export type * from './nodes/types.js';
 export type * from './policy/types.js';
 export type * from './runs/types.js';
 export type * from './sweep/types.js';
+export type * from './reviews/types.js';
 export { SORT_FIELDS } from './nodes/types.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT } from './changes/types.js';
 
@@ -48,5 +50,7 @@ export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceSt
   readonly bootstrap: BootstrapStore;
   /** Named admins and the audit log (./admins/types.ts). */
   readonly admins: AdminStore;
+  /** Change requests: proposed policy changes, their reviews and deployment (./reviews/types.ts). */
+  readonly reviews: ChangeRequestStore;
   close(): Promise<void>;
 }

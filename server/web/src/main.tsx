@@ -18,6 +18,7 @@ import { DirectiveEditPage, DirectivePage, DirectivesPage } from './pages/direct
 import { GroupEditPage, GroupPage, GroupsPage } from './pages/groups';
 import { ChangesPage } from './pages/changes';
 import { AuditPage } from './pages/audit';
+import { ChangeRequestPage, ChangeRequestsPage } from './pages/reviews';
 import { JobPage, JobsPage } from './pages/jobs';
 import { ManagersPage } from './pages/managers';
 import { ErrorBox, Loading } from './ui';
@@ -58,7 +59,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
 
 const NAV: Array<[string, string]> = [
   ['/', 'Dashboard'], ['/nodes', 'Nodes'], ['/pending', 'Pending'], ['/rules', 'Rules'], ['/directives', 'Directives'],
-  ['/groups', 'Groups'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
+  ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
 ];
 
 function Page() {
@@ -81,6 +82,8 @@ function Page() {
   else if ((r = m(/^\/groups\/([^/]+)$/))) page = <GroupPage id={decodeURIComponent(r[1]!)} params={params} />;
   else if (path === '/changes') page = <ChangesPage params={params} />;
   else if (path === '/audit') page = <AuditPage params={params} />;
+  else if (path === '/change-requests') page = <ChangeRequestsPage params={params} />;
+  else if ((r = m(/^\/change-requests\/([^/]+)$/))) page = <ChangeRequestPage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/jobs') page = <JobsPage params={params} />;
   else if ((r = m(/^\/jobs\/([^/]+)$/))) page = <JobPage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/managers') page = <ManagersPage />;

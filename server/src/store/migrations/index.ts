@@ -21,6 +21,7 @@ import { runBases } from './0014_run_bases.js';
 import { inventory } from './0015_inventory.js';
 import { adminsAudit } from './0016_admins_audit.js';
 import { auditChanges } from './0017_audit_changes.js';
+import { changeRequests } from './0018_change_requests.js';
 
 export interface Migration {
   version: number;
@@ -31,7 +32,7 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
-  inventory, adminsAudit, auditChanges,
+  inventory, adminsAudit, auditChanges, changeRequests,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
