@@ -5,11 +5,11 @@
  * and the newer object stays; a role in `[policy] review_roles` cannot save directly but its
  * reviewed request deploys; an operator proposes but does not approve; every step is audited.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { adminApp } from '../helpers/admin-app.js';
 import { inventory } from './store-suite.js';
 
-async function setup(t: Parameters<Parameters<typeof t.test>[1]>[0], overrides: Record<string, unknown> = {}) {
+async function setup(t: Test, overrides: Record<string, unknown> = {}) {
   const a = await adminApp(t, { overrides });
   await a.store.upsertFromInventory(inventory('web-1', { hostname: 'web-1' }));
   t.equal((await a.api('POST', '/api/1/nodes/web-1/accept')).status, 200);
