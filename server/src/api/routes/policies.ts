@@ -54,7 +54,9 @@ async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>)
   } catch (err) {
     const field = isCapstanError(err) ? err.details?.field : undefined;
     if (!isCapstanError(err) || typeof field !== 'string') throw err;
-    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field } });
+    // An expression's refusal keeps where it went wrong (a group's filter).
+    const position = typeof err.details?.position === 'number' ? { position: err.details.position } : {};
+    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field, ...position } });
   }
 }
 
