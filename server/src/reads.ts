@@ -11,6 +11,7 @@ export type * from './store/store.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT, SORT_FIELDS } from './store/store.js';
 export { MAX_FILTER_IDS } from './store/changes/rows.js';
 export { ADMIN_ROLES } from './store/admins/types.js';
+export { CHANGE_REQUEST_STATUSES } from './store/reviews/types.js';
 export { parseRfc3339 } from './store/time.js';
 
 /** The root store's reads. */

@@ -264,6 +264,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     policy: { key: policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size, ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}) },
     jobs: {
       store,
+      liveOutput: (jobId, nodeId) => jobs.liveOutput(jobId, nodeId),
       service: new JobService({
         store, audit: domain.audit,
         kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },

@@ -109,6 +109,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/jobs': view,
   'GET /api/1/jobs/:id': view,
   'GET /api/1/jobs/:id/tasks/:node': view,
+  'GET /api/1/jobs/:id/tasks/:node/output': view,
   'POST /api/1/jobs': operator('job.create', r('id')),
   'POST /api/1/jobs/:id/cancel': operator('job.cancel', p('id')),
   // SSH credentials of bootstrap jobs

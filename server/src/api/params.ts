@@ -146,6 +146,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/changes': 'own',
   'GET /api/1/changes/histogram': 'own',
   'GET /api/1/jobs': 'own',
+  'GET /api/1/jobs/:id/tasks/:node/output': { after: 'text' },
   'GET /api/1/nodes/:id/history': PAGING,
   'GET /api/1/nodes/:id/inventory/history': PAGING,
   'GET /api/1/groups/:id/nodes': PAGING,

@@ -11,7 +11,7 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
 import type { ChangeRequestService } from '../../policy/reviews.js';
-import { CHANGE_REQUEST_STATUSES, type ChangeRequestStatus } from '../../store/reviews/types.js';
+import { CHANGE_REQUEST_STATUSES, type ChangeRequestStatus } from '../../reads.js';
 import { actorOf } from '../actor.js';
 import { bodyObject, paging, single, type Query } from '../params.js';
 

@@ -135,6 +135,7 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
               ))}</tbody>
             </table>
           ))}</Show>
+          <p><a href={href('/nodes', { accepted: 'accepted', sort: 'compliance', order: 'asc' })}>Every node, worst first</a></p>
         </Section>
       </div>
       <Section title={`Changes and compliance, last ${range === '24h' ? '24 hours' : '7 days'}`} id="graphs" actions={

@@ -152,23 +152,31 @@ interface Task { state: string; reason: string | null; message: string | null; o
 
 const DONE = new Set(['done', 'failed', 'aborted']);
 
-/** "Run now": a remote-run job for this node, followed until its task ends, with its output. */
+/**
+ * "Run now": a remote-run job for this node, its output shown as it arrives (asked every second
+ * from the line already shown on), and its task's end.
+ */
 function RunNow({ id, name }: { id: string; name: string }) {
   const [job, setJob] = useState<string | null>(null);
   const [task, setTask] = useState<Task | null>(null);
+  const [lines, setLines] = useState<string[]>([]);
   const [error, setError] = useState<unknown>(null);
+  const running = job !== null && !(task && DONE.has(task.state));
   const poll = async () => {
     if (!job) return;
     try {
+      const out = (await get<{ data: { lines: string[]; next: number; final: boolean } }>(`/api/1/jobs/${enc(job)}/tasks/${enc(id)}/output?after=${lines.length}`)).data;
+      if (out.lines.length) setLines((l) => [...l, ...out.lines]);
       setTask((await get<{ data: Task }>(`/api/1/jobs/${enc(job)}/tasks/${enc(id)}`)).data);
     } catch (err) {
       setError(err);
     }
   };
-  useInterval(poll, job && !(task && DONE.has(task.state)) ? 1000 : null);
+  useInterval(poll, running ? 1000 : null);
   const start = async () => {
     setError(null);
     setTask(null);
+    setLines([]);
     try {
       const r = await post<{ data: { id: string } }>('/api/1/jobs', { name: `run now: ${name}`, type: 'run', nodes: [id], keep_output: true });
       setJob(r.data.id);
@@ -176,12 +184,11 @@ function RunNow({ id, name }: { id: string; name: string }) {
       setError(err);
     }
   };
-  const running = job !== null && !(task && DONE.has(task.state));
   return (
     <div class="run-now">
       <button type="button" onClick={start} disabled={running}>{running ? 'Running…' : 'Run now'}</button>
       {job && <span aria-live="polite"> {task ? <><Badge value={task.state} kind={`t-${task.state}`} />{task.step && ` ${task.step}`}{task.reason && <> <code>{task.reason}</code></>} {task.message}</> : 'asking the node…'} <a href={`#/jobs/${enc(job)}`}>the job</a></span>}
-      {task?.output && <pre class="output" aria-label="The run's output">{task.output}</pre>}
+      {lines.length > 0 && <pre class="output" aria-label="The run's output" aria-live="polite">{lines.join('\n')}</pre>}
       {error !== null && <ErrorBox error={error} />}
     </div>
   );

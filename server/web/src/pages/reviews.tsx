@@ -139,7 +139,8 @@ export function ChangeRequestPage({ id }: { id: string }) {
                 ))}</tbody>
               </table></div>
               {c.impact!.nodes_truncated && <p class="muted">The first {c.impact!.nodes.length} are listed.</p>}
-              {node ? <><h3>Directives of {node}, now and after the change</h3><NodeDiff cr={c.id} node={node} /></> : <p class="muted">Choose a node to see its directives before and after.</p>}
+              {node ? <><h3>Directives of {c.impact!.nodes.find((n) => n.node_id === node)?.hostname ?? node}, now and after the change</h3><NodeDiff cr={c.id} node={node} /></>
+                : <p class="muted">Choose a node to see its directives before and after.</p>}
             </>
           )}
         </Section>

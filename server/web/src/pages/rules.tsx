@@ -4,6 +4,7 @@
  * first, filterable by state. The agent's own checks (the built-in rule `capstan-agent`) have a
  * page too, though no admin defines them.
  */
+import { useState } from 'preact/hooks';
 import type { ListAnswer, WithPercent } from '../api';
 import { SYSTEM_RULE } from '@capstan/shared/policy/system';
 import { useCanWrite } from '../me';
@@ -115,8 +116,11 @@ export function RulePage({ id, params }: { id: string; params: URLSearchParams }
   const canWrite = useCanWrite();
   const builtin = id === SYSTEM_RULE;
   const rule = useGet<{ data: Rule }>(builtin ? null : `/api/1/rules/${enc(id)}`);
-  const comp = useGet<ListAnswer<RuleRow>>('/api/1/compliance/rules?max_age=60');
-  const dirs = useGet<ListAnswer<DirRow>>('/api/1/compliance/directives?max_age=60');
+  // Fleet-wide figures may be up to a minute old (as on the dashboard); Refresh asks for new ones.
+  const [maxAge, setMaxAge] = useState(60);
+  const [nonce, setNonce] = useState(0);
+  const comp = useGet<ListAnswer<RuleRow>>(`/api/1/compliance/rules?max_age=${maxAge}`, String(nonce));
+  const dirs = useGet<ListAnswer<DirRow>>(`/api/1/compliance/directives?max_age=${maxAge}`, String(nonce));
   const c = comp.data?.data.find((r) => r.rule_id === id);
   const directiveIds = builtin ? (dirs.data?.data.filter((d) => d.rule_id === id).map((d) => d.directive_id) ?? []) : (rule.data?.data.directives ?? []);
   if (rule.error) return <><h1>Rule {id}</h1><ErrorBox error={rule.error} /></>;
@@ -126,7 +130,8 @@ export function RulePage({ id, params }: { id: string; params: URLSearchParams }
       <h1>Rule {builtin ? id : (r?.name || id)} {builtin && <span class="badge">built in</span>}
         {canWrite && !builtin && r && <a class="button" href={`#/rules/${enc(id)}/edit`}>Edit</a>}</h1>
       {builtin && <p>The agent's own checks, reported on every run whatever the policy: its state directory, its node key, and which policy the run applied (or why a fresh one was refused). Every node with an agent is under it.</p>}
-      <p class="big"><Percent value={c?.compliance} /> <span class="muted">{c?.nodes ?? 0} nodes with an agent</span></p>
+      <p class="big"><Percent value={c?.compliance} /> <span class="muted">{c?.nodes ?? 0} node{c?.nodes === 1 ? '' : 's'} with an agent</span></p>
+      <p class="muted small">These figures may be up to a minute old; the nodes below are counted now. <button type="button" class="link" onClick={() => { setMaxAge(1); setNonce((n) => n + 1); }}>Refresh figures</button></p>
       <ComplianceBar counts={c?.counts} label="this rule" />
       <Section title="Directives" id="directives">
         <table class="compact">
