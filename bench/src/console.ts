@@ -17,7 +17,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { ComplianceHistory } from '@capstan/server/console/history';
 import { ConsoleSignIns } from '@capstan/server/console/signin';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
-import { historySql } from './changes.js';
+import { HISTORY_END, historySql } from './changes.js';
 import { loadSqlite } from './registry.js';
 import { openRegistry, withSqlite } from './store.js';
 import { composeDomain } from '@capstan/server/domain';
@@ -41,6 +41,7 @@ function pages(n: number): Record<string, string[]> {
   const ids = Array.from({ length: 50 }, (_, k) => nodeId(k));
   const dayAgo = new Date(Date.now() - 86_400_000).toISOString();
   const weekAgo = new Date(Date.now() - 7 * 86_400_000).toISOString();
+  const hist = (days: number) => `from=${enc(new Date(HISTORY_END - days * 86_400_000).toISOString())}&to=${enc(new Date(HISTORY_END).toISOString())}`;
   const dashboard = (from: string) => ['/api/1/compliance?max_age=60', '/api/1/lifecycle?max_age=60', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/worst-nodes?limit=8&max_age=60',
     `/api/1/changes/histogram?by=hour&from=${enc(from)}&max_age=60`, `/api/1/compliance/history?from=${enc(from)}`];
   const nodeList = (q: string, list: string[]) => [`/api/1/nodes?${q}&per_page=50&page=1`, `/api/1/compliance/nodes?filter=${enc(JSON.stringify({ key: 'id', values: list }))}`];
@@ -64,8 +65,10 @@ function pages(n: number): Record<string, string[]> {
     'directive form': ['/api/1/methods', '/api/1/directives/directive-4'],
     'group form, preview': [`/api/1/policy/group-preview?q=${enc('status = reachable and tag:env = prod')}`],
     'rule form': ['/api/1/directives', '/api/1/groups'],
-    changes: [`/api/1/changes?from=${enc(dayAgo)}&per_page=50&page=1`, `/api/1/changes/histogram?from=${enc(dayAgo)}&by=hour`],
-    'changes, 7 d': [`/api/1/changes?from=${enc(weekAgo)}&per_page=50&page=1`, `/api/1/changes/histogram?from=${enc(weekAgo)}&by=day`],
+    // The changes page over the generated week's last day and the whole week (it ends at HISTORY_END).
+    changes: [`/api/1/changes?${hist(1)}&per_page=50&page=1`, `/api/1/changes/histogram?${hist(1)}&by=hour`],
+    'changes, 7 d': [`/api/1/changes?${hist(7)}&per_page=50&page=1`, `/api/1/changes/histogram?${hist(7)}&by=day`],
+    'changes, one rule, corrective': [`/api/1/changes?${hist(7)}&rule=rule-1&label=corrective&per_page=50&page=1`, `/api/1/changes/histogram?${hist(7)}&rule=rule-1&label=corrective&by=day`],
     audit: ['/api/1/audit?per_page=50&page=1'],
     reviews: ['/api/1/change-requests?per_page=50&page=1'],
     groups: ['/api/1/groups', '/api/1/compliance/groups?max_age=60'],

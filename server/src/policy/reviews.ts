@@ -8,7 +8,7 @@
  * the audit log. Which roles must go through review is `[policy] review_roles` (service.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { capstanError } from '@capstan/shared/errors';
 import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
@@ -25,6 +25,12 @@ export const MAX_COMMENT = 10_000;
 
 const KINDS: readonly PolicyKind[] = ['directive', 'group', 'rule'];
 const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+
+/** The plan request a stored change set stands for (its objects were checked when it was proposed). */
+const requestOf = (c: ChangeSet): PlanRequest => ({
+  directives: c.directives as unknown as PlanRequest['directives'], groups: c.groups as unknown as PlanRequest['groups'],
+  rules: c.rules as unknown as PlanRequest['rules'], prune: false, deletes: c.delete,
+});
 
 /** What a change request proposes, as stored: objects checked as their save checks them. */
 export interface ChangeSet {
@@ -71,7 +77,10 @@ export function parseProposal(body: unknown): { title: string; description: stri
     title: text(title, 'title', MAX_TITLE, true),
     description: text(description, 'description', MAX_DESCRIPTION, false),
     request: { ...request, deletes },
-    changes: { directives: request.directives as never, groups: request.groups as never, rules: request.rules as never, delete: deletes },
+    changes: {
+      directives: request.directives as unknown as ChangeSet['directives'], groups: request.groups as unknown as ChangeSet['groups'],
+      rules: request.rules as unknown as ChangeSet['rules'], delete: deletes,
+    },
   };
 }
 
@@ -108,13 +117,7 @@ export class ChangeRequestService {
   async propose(body: unknown, actor: Actor): Promise<ChangeRequestView> {
     const p = parseProposal(body);
     // The impact is the plan's (policy/plan.ts), with the static groups' nodes checked.
-    let impact: Plan;
-    try {
-      impact = await this.deps.policy.planRequest(p.request, IMPACT_NODES);
-    } catch (err) {
-      if (isCapstanError(err)) throw err;
-      throw err;
-    }
+    const impact: Plan = await this.deps.policy.planRequest(p.request, IMPACT_NODES);
     const at = this.now().toISOString();
     const rec: ChangeRequestRecord = {
       id: randomUUID(), title: p.title, description: p.description, author: actor.name, status: 'open', created_at: at, updated_at: at,
@@ -159,8 +162,7 @@ export class ChangeRequestService {
     const c = r.changes as ChangeSet;
     // The plan's order: directives and groups before the rules naming them, rules deleted first.
     const before = await loadModel(this.deps.store);
-    const after = desiredModel(before, { directives: c.directives as never, groups: c.groups as never, rules: c.rules as never, prune: false, deletes: c.delete });
-    const { changes } = objectChanges(before, after);
+    const { changes } = objectChanges(before, desiredModel(before, requestOf(c)));
     for (const step of changes) {
       if (step.action === 'delete') await this.deps.policy.delete(step.kind, step.id, actor, { reviewed: true });
       else await this.deps.policy.save(step.kind, step.object!, actor, null, { reviewed: true });
@@ -180,7 +182,7 @@ export class ChangeRequestService {
     const r = await this.get(id);
     const c = r.changes as ChangeSet;
     const before = await loadModel(this.deps.store);
-    const after = desiredModel(before, { directives: c.directives as never, groups: c.groups as never, rules: c.rules as never, prune: false, deletes: c.delete });
+    const after = desiredModel(before, requestOf(c));
     const { changes } = objectChanges(before, after);
     const p = (await this.deps.policy.generator.preview(before, after, changes)).find((x) => x.node_id === nodeId);
     if (!p) return { node_id: nodeId, before: [], after: [], impact: null };
