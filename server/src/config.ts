@@ -72,6 +72,12 @@ export const SERVER_SCHEMA = {
      * it, a batch's run logs are spooled first and ingested from incoming/, as a PUT's are.
      */
     max_in_memory: { type: 'integer', default: 1024, min: 0, max: 100000 },
+    /**
+     * Bytes of decompressed run logs and inventories in flight at once, all of them together
+     * (worker threads, the batch path, OCS and JSON inventories): past it a decompression waits,
+     * then its file is retried later. At least limits.max_decompressed_size.
+     */
+    decompress_budget: { type: 'size', default: '256MiB', min: 1048576 },
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
@@ -278,5 +284,8 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const roles = ['admin', 'operator', 'viewer'];
   const wrong = config.policy.review_roles.find((r) => !roles.includes(r));
   if (wrong !== undefined) throw capstanError('ERR_CONFIG', `policy.review_roles: ${JSON.stringify(wrong)} is not a role (admin, operator, viewer)`);
+  if (config.processing.decompress_budget < config.limits.max_decompressed_size) {
+    throw capstanError('ERR_CONFIG', 'processing.decompress_budget must be at least limits.max_decompressed_size');
+  }
   return config;
 }

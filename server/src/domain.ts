@@ -1,8 +1,8 @@
 /**
  * The domain made whole over one store: the audit log, the node registry with the effects of a
- * node change, the policy generator, the door for policy changes, managers, and the signed bundles. The
- * server, the command line and the tests compose it here, so that a change has the same effects
- * and the same audit record whichever of them made it.
+ * node change, the policy generator, the door for policy changes, managers, and the signed
+ * bundles. The server, capstan-server's admin verbs (in process) and the tests compose it here,
+ * so that a change has the same effects and the same audit record whichever of them made it.
  */
 import type { Logger } from '@capstan/shared/log';
 import { AuditLog } from './audit/log.js';
@@ -12,6 +12,7 @@ import type { PolicyKeyring } from './policy/key.js';
 import { PolicyService } from './policy/service.js';
 import { ChangeRequestService } from './policy/reviews.js';
 import { ManagerService } from './providers/service.js';
+import { AdminService } from './admins/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
 import type { Store } from './store/store.js';
 
@@ -24,7 +25,9 @@ export interface Domain {
   managers: ManagerService;
   /** Change requests: proposed policy changes, reviewed, then deployed through `policy`. */
   reviews: ChangeRequestService;
-  /** Signed bundles (absent without a policy key: the command line has none). */
+  /** Named admins and their tokens. */
+  admins: AdminService;
+  /** Signed bundles (absent without a policy key). */
   bundles: BundleServer | null;
 }
 
@@ -47,9 +50,10 @@ export function composeDomain(deps: DomainDeps): Domain {
   const generator = new PolicyGenerator({ store, log, ...(deps.now && { clock: deps.now }) });
   const nodes = new NodeRegistry({ store, log, audit, ...now })
     .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }));
-  const policy = new PolicyService({ store, generator, audit, log, ...now, ...(deps.reviewRoles && { reviewRoles: deps.reviewRoles }) });
+  const policy = new PolicyService({ store, generator, audit, log, ...(deps.key && { key: deps.key }), ...now, ...(deps.reviewRoles && { reviewRoles: deps.reviewRoles }) });
   const reviews = new ChangeRequestService({ store, policy, audit, ...now });
   const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
   const managers = new ManagerService({ store, nodes, audit, ...now });
-  return { audit, nodes, generator, policy, managers, bundles, reviews };
+  const admins = new AdminService({ store, audit, ...now });
+  return { audit, nodes, generator, policy, managers, admins, bundles, reviews };
 }

@@ -150,6 +150,10 @@ export const ERROR_CODES = {
   ERR_ACCOUNT_UNKNOWN: { status: 400 },
   /** A command a method runs after writing (daemon-reload, apt-get update, rpm --import) failed. */
   ERR_COMMAND_FAILED: { status: 500 },
+  /** A host tool a method runs (useradd, apt-get, dnf, systemctl, mount, modprobe, …) failed, timed out or is missing. */
+  ERR_METHOD_TOOL: { status: 500 },
+  /** A method will not act: something it needs is missing on the host, or acting would do harm. */
+  ERR_METHOD_REFUSED: { status: 409 },
   // node identity tokens
   ERR_TOKEN_INVALID: { status: 401 },
   ERR_TOKEN_EXPIRED: { status: 401 },
@@ -248,6 +252,8 @@ export const ERROR_CODES = {
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },
+  /** An upload under the name of a file the spool holds with different bytes: the first is kept, never replaced. */
+  ERR_SPOOL_CONFLICT: { status: 409, transient: true },
   ERR_IO: { status: 500, transient: true },
   ERR_UPSTREAM: { status: 502, transient: true },
   ERR_UPSTREAM_REJECTED: { status: 502 },

@@ -3,7 +3,7 @@
  * report right after the change's report, read back here through the shared run-log parser.
  */
 import { createHash } from 'node:crypto';
-import { chmod, chown, readFile, stat, writeFile } from 'node:fs/promises';
+import { chmod, chown, readFile, stat, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { bundleExpectations, computeCompliance, countByType, summarize, isCompleteRun, parseDiffMessage, parseRunLog, silentLogger, TRUNCATED_LINE, type BundleDirective, type Report, type ReportDiff } from '@capstan/shared';
@@ -113,6 +113,34 @@ t.test('file_absent: a diff to /dev/null, a note for a link', async (t) => {
   const l = await run([{ id: 'link', method: 'file_absent', params: { path: link } }]);
   t.match(outcome(t, l.log.reports, 'link'), { type: 'result_repaired', diff: { diff: `deleted ${link} (a symbolic link)\n` } });
   t.notMatch(l.text, /kept/, 'nothing of what the link pointed to');
+});
+
+// A repair's diff read through a symbolic link at the managed path: a link to a root-only file
+// (the admin token, cloud credentials, sudoers) put its content into the run log, and so into
+// every viewer's GET /api/1/changes. Nothing read through a link (at the path or in the
+// directories above it) is shown, by any file method, in enforce, audit or dry runs.
+t.test('a link at the managed path, or above it: the change is reported without a byte of what it points to', async (t) => {
+  const SECRET = 'TOKEN-4f1d9a-root-only\n';
+  const cases: Array<[string, (path: string) => Omit<BundleDirective, 'rule_id' | 'name' | 'mode'>, Record<string, Buffer>?]> = [
+    ['file_content', (path) => ({ id: 'd', method: 'file_content', params: { path, content: 'public\n' } })],
+    ['file_line_present', (path) => ({ id: 'd', method: 'file_line_present', params: { path, line: 'public' } })],
+    ['file_from_shared_folder', (path) => ({ id: 'd', method: 'file_from_shared_folder', params: { source: 'p', path, sha256: sha('public\n') } }), { p: Buffer.from('public\n') }],
+  ];
+  for (const [method, directive, shared] of cases) {
+    for (const where of ['at the path', 'above it'] as const) {
+      for (const mode of ['audit', 'dry run', 'enforce'] as const) {
+        const dir = t.testdir({ root: { token: SECRET }, 'etc-real': {} });
+        const path = where === 'at the path' ? join(dir, 'app.conf') : join(dir, 'etc', 'token');
+        if (where === 'at the path') await symlink(join(dir, 'root', 'token'), path);
+        else await symlink(join(dir, 'root'), join(dir, 'etc'));
+        const r = await run([directive(path)], { audit: mode === 'audit', dryRun: mode === 'dry run', ...(shared && { shared }) });
+        const o = outcome(t, r.log.reports, 'd');
+        t.ok(o.diff, `${method} ${where}, ${mode}: a diff report`);
+        t.notMatch(r.text, /TOKEN-4f1d9a/, `${method} ${where}, ${mode}: nothing of the target's content`);
+        t.notMatch(r.text, new RegExp(sha(SECRET)), `${method} ${where}, ${mode}: nor its hash`);
+      }
+    }
+  }
 });
 
 t.test('file_permissions: mode and owner lines', async (t) => {

@@ -65,13 +65,13 @@ t.test('a repair is a change with its diff, corrective or intentional, and an au
   t.equal(node.summary.counts.repaired, 1);
 
   // The CLI shows the same change with its diff.
-  const cli = await runProgram(BIN.server, ['changes', '--node', id, '--label', 'corrective', '--since', '1h', '--show', '--data-dir', join(dir, 'server')]);
+  const cli = await runProgram(BIN.server, ['changes', 'list', '--node', id, '--label', 'corrective', '--from', '1h', '--show', '--data-dir', join(dir, 'server')]);
   t.equal(cli.code, 0, cli.stderr);
   t.match(cli.stdout, /corrective result_repaired/);
   t.match(cli.stdout, /^\s+\+listen 80$/m);
   t.match(cli.stdout, /1 changes\n$/);
-  const table = await runProgram(BIN.server, ['changes', '--node', id, '--data-dir', join(dir, 'server')]);
-  t.match(table.stdout, /^AT\s+NODE\s+LABEL/);
+  const table = await runProgram(BIN.server, ['changes', 'list', '--node', id, '--data-dir', join(dir, 'server')]);
+  t.match(table.stdout, /^AT\s+NODE_ID\s+RULE_ID\s+DIRECTIVE_ID\s+COMPONENT\s+LABEL/);
 
   // An edited directive: its next repair is intentional.
   t.equal((await api('PUT', '/api/1/directives/app', directive('listen 443\nworkers 4\n'))).status, 200);

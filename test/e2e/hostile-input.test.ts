@@ -249,7 +249,9 @@ async function wholeFilesOnly(target: Target): Promise<string[]> {
         if (n.endsWith('.reason')) continue;
         const body = await readFile(join(dir, n)).catch(() => null);
         if (!body) continue; // processed meanwhile
-        if (!target.acked.get(n)?.has(sha(body))) problems.push(`${where}/${kind}/${n}: not a body acknowledged under that name`);
+        // A refused file never replaces one kept under its name in failed/: it is kept as `<name>~<8 hex>`.
+        const name = where === 'failed' ? n.replace(/~[0-9a-f]{8}$/, '') : n;
+        if (!target.acked.get(name)?.has(sha(body))) problems.push(`${where}/${kind}/${n}: not a body acknowledged under that name`);
       }
     }
   }

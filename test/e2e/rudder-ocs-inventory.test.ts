@@ -22,7 +22,7 @@ async function put(base: string, path: string, body: Buffer): Promise<{ status: 
 }
 
 t.test('a RUDDER agent\'s OCS inventory enrols its node through a relay; hostile ones are refused', async (t) => {
-  const dir = programDir(t, { 'server.toml': '[limits]\nocs_max_size = "1MiB"\n[lifecycle]\nsweep_interval = "1h"\n' });
+  const dir = programDir(t, { 'server.toml': '[limits]\nocs_max_size = "1MiB"\n# A .sign that does not verify waits this long for another one (junk may have raced ahead).\nocs_pair_wait = "4s"\n[lifecycle]\nsweep_interval = "1h"\n' });
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
     '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
   t.teardown(() => server.stop());

@@ -1,7 +1,7 @@
 /**
- * `capstan-server nodes …` refuses what the API refuses: a state that does not exist, and
- * accepting a node with two certificates without choosing one (exit 4 with the code); the
- * pending list shows both fingerprints.
+ * `capstan-server nodes …` refuses what the API refuses, since it is the API's routes in process:
+ * a state that does not exist, and accepting a node with two certificates without choosing one
+ * (exit 4 with the code); the pending list shows both fingerprints.
  */
 import { join } from 'node:path';
 import t from 'tap';
@@ -30,8 +30,8 @@ t.test('set-state refuses unknown states; accept --fingerprint settles a certifi
 
   const pending = await cli('list', '--pending');
   t.equal(pending.code, 0, pending.stderr);
-  t.match(pending.stdout, /^ID\s+NAME\s+STATUS\s+FINGERPRINT\s+CONFLICT$/m);
-  t.match(pending.stdout, new RegExp(`^p1\\s+web-1\\s+reachable\\s+${'a'.repeat(64)}\\s+${'b'.repeat(64)}$`, 'm'));
+  t.match(pending.stdout, /^ID\s+HOSTNAME\s+FINGERPRINT\s+CONFLICT$/m);
+  t.match(pending.stdout, new RegExp(`^p1\\s+web-1\\s+${'a'.repeat(64)}\\s+${'b'.repeat(64)}$`, 'm'));
 
   const refused = await cli('accept', 'p1');
   t.equal(refused.code, 4);

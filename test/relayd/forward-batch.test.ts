@@ -70,6 +70,21 @@ t.test('an upstream that takes no batches is sent PUTs', async (t) => {
   t.same(up.batches, [], 'no batch was taken');
 });
 
+// An upstream answering the batch POST with 501 (a plain HTTP or WebDAV server: method not
+// implemented) was retried forever as a 5xx, and nothing reached it; 501 means "no batches here".
+for (const status of [501, 405]) {
+  t.test(`an upstream answering batches with ${status} is sent PUTs`, async (t) => {
+    const up = await new CountingUpstream(() => 201, { batches: status }).start();
+    t.teardown(() => up.stop());
+    const r = await startTestRelay(t, { 'upstream.url': up.url, 'upstream.concurrency': 1 });
+    const sent = await putMany(r.url, 0, 12);
+    await until(() => (up.received.length === 12 ? true : undefined), `all 12 files despite ${status} to batches`, 15_000);
+    t.same(new Set(up.received.map((x) => x.sha256)), sent, 'every file arrived');
+    t.ok(up.received.every((x) => x.path.startsWith('/reports/')), 'by PUT');
+    t.ok(up.refusedBatches >= 1 && up.refusedBatches <= 2, `batches were given up after ${up.refusedBatches}`);
+  });
+}
+
 t.test('batch_files = 1 sends one PUT per file', async (t) => {
   const up = await new CountingUpstream().start();
   t.teardown(() => up.stop());

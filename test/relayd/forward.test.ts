@@ -218,13 +218,19 @@ t.test('a RUDDER agent\'s OCS inventory waits for its .sign and goes up with it,
   t.same(await readdir(join(r.spool, 'failed', 'inventories')), [], 'nothing failed');
 });
 
-t.test('a half of an OCS pair still alone after processing.ocs_pair_wait goes to failed/', async (t) => {
+t.test('an OCS inventory still alone after processing.ocs_pair_wait goes to failed/; a lone .sign goes up alone', async (t) => {
   const up = await new CountingUpstream().start();
   t.teardown(() => up.stop());
-  const lone = `${NODE}_2026-11-25T11:00:00+00:00.ocs.sign`;
+  const lone = `${NODE}_2026-11-25T11:00:00+00:00.ocs.gz`;
   const r2 = await startTestRelay(t, { 'upstream.url': up.url, 'processing.ocs_pair_wait': '50ms', 'processing.retry_min': '20ms', 'processing.retry_max': '50ms' });
-  t.equal((await put(r2.url, 'inventories', lone, 'sig')).status, 201);
-  const reason = await until(() => readFile(join(r2.spool, 'failed', 'inventories', `${lone}.reason`), 'utf8').catch(() => undefined), 'the lone .sign in failed/');
+  t.equal((await put(r2.url, 'inventories', lone, 'inv')).status, 201);
+  const reason = await until(() => readFile(join(r2.spool, 'failed', 'inventories', `${lone}.reason`), 'utf8').catch(() => undefined), 'the lone inventory in failed/');
   t.match(reason, /ERR_OCS_UNPAIRED/);
   t.equal(up.received.length, 0, 'it was never forwarded');
+  // A .sign whose inventory is not (or no longer) at the relay: its inventory may be waiting at the
+  // root, which pairs them (junk raced ahead under the .sign's name must not strand the real one).
+  const sign = `${NODE}_2026-11-25T12:00:00+00:00.ocs.sign`;
+  t.equal((await put(r2.url, 'inventories', sign, 'sig')).status, 201);
+  await until(() => (up.received.length === 1 ? true : undefined), 'the lone .sign sent up');
+  t.equal(up.received[0]!.path, `/inventories/${sign}`);
 });

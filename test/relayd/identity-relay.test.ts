@@ -16,7 +16,7 @@ import { protectedNode } from '@capstan/relayd/identity/routes';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
-import { setAcceptance } from '../helpers/node-changes.js';
+import { setAcceptance, TEST_ADMIN } from '../helpers/node-changes.js';
 
 async function setup(t: Test) {
   const dir = programDir(t);
@@ -140,7 +140,7 @@ t.test('rotation: the relay refetches on the new kid and keeps accepting old tok
   const s = await setup(t);
   const oldToken = (await s.renew(s.relay.url, 'node-a')).json.data.token as string;
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', oldToken)).status, 200);
-  await s.srv.identity.rotate();
+  await s.srv.identity.rotate(TEST_ADMIN);
   const newToken = (await s.renew(s.relay.url, 'node-b')).json.data.token as string;
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', newToken)).status, 200, 'new kid fetched on first sight');
   t.equal((await s.get(s.relay.url, '/rudder/relay-api/1/shared-folder/motd', oldToken)).status, 200, 'old token still accepted');

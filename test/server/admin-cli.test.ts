@@ -11,41 +11,14 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { ApiFailure } from '../../server/src/admin-cli/client.js';
-import { buildProgram, filterParams, resolveToken, type CliIo } from '../../server/src/admin-cli/commands.js';
+import { buildProgram, filterParams, resolveToken } from '../../server/src/admin-cli/commands.js';
 import { bashCompletion, zshCompletion } from '../../server/src/admin-cli/completion.js';
 import { errorLine, EXIT, exitCodeOf, progressBar, renderList, renderObject } from '../../server/src/admin-cli/output.js';
 import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
 import { requiredInCi, programDir } from '../helpers/programs.js';
+import { capstan, Exit } from '../helpers/capstan.js';
 import { composeDomain } from '@capstan/server/domain';
-
-class Exit extends Error {
-  constructor(readonly code: number) {
-    super(`exit ${code}`);
-  }
-}
-
-/** Run `capstan <args>` in process; its output, errors and exit code. */
-async function capstan(args: string[], env: Record<string, string | undefined> = {}, isTTY = false): Promise<{ code: number; out: string; err: string }> {
-  let out = '';
-  let err = '';
-  const io: CliIo = {
-    out: (s) => void (out += s),
-    err: (s) => void (err += s),
-    env: { HOME: '/nonexistent', ...env },
-    isTTY,
-    exit: (code) => {
-      throw new Exit(code);
-    },
-    sleep: async () => undefined,
-  };
-  try {
-    await buildProgram(io).parseAsync(['node', 'capstan', ...args]);
-    return { code: -1, out, err };
-  } catch (e) {
-    if (e instanceof Exit) return { code: e.code, out, err };
-    throw e;
-  }
-}
+import { capstanError } from '@capstan/shared';
 
 interface Seen {
   method: string;
@@ -86,13 +59,17 @@ t.test('failures map to documented exit codes and one coded line', async (t) => 
   t.equal(errorLine(new ApiFailure('ERR_METHOD_PARAMS', 'path must be absolute', 400, { field: 'params.path' })),
     'capstan: ERR_METHOD_PARAMS: path must be absolute (field params.path)\n');
   t.same([EXIT.OK, EXIT.ERROR, EXIT.USAGE, EXIT.UNREACHABLE, EXIT.REFUSED, EXIT.UNAUTHORIZED, EXIT.NOT_FOUND, EXIT.CHANGES], [0, 1, 2, 3, 4, 5, 6, 7]);
+  // capstan-server's aliases: a server configuration that does not load is the caller's to fix.
+  t.equal(exitCodeOf(capstanError('ERR_CONFIG', 'general.listen must be host:port')), EXIT.USAGE);
+  t.equal(exitCodeOf(capstanError('ERR_CONFIG_SYNTAX', 'line 3')), EXIT.USAGE);
+  t.equal(errorLine(new ApiFailure('ERR_NODE_UNKNOWN', 'node x is unknown', 404), 'capstan-server'), 'capstan-server: ERR_NODE_UNKNOWN: node x is unknown\n');
 });
 
 t.test('tables, CSV and JSON of one list', async (t) => {
   const rows = [{ id: 'a', v: '=cmd()' }, { id: 'b,c', v: null }];
   const cols: Array<[string, (r: any) => unknown]> = [['id', (r) => r.id], ['value', (r) => r.v]];
   t.equal(renderList('table', cols, rows), 'ID   VALUE\na    =cmd()\nb,c  -\n');
-  t.equal(renderList('csv', cols, rows), 'id,value\r\na,"=cmd()"\r\n"b,c",\r\n', 'RFC 4180, a formula quoted');
+  t.equal(renderList('csv', cols, rows), 'id,value\r\na,"\'=cmd()"\r\n"b,c",\r\n', 'RFC 4180, a formula made text');
   t.same(JSON.parse(renderList('json', cols, rows, { data: rows, total: 9 })), { data: rows, total: 9 }, 'JSON is the API\'s answer');
   t.equal(renderObject('table', { id: 'n1', tags: { a: '1' } }), 'id    n1\ntags  {"a":"1"}\n');
   t.equal(progressBar({ total: 4, pending: 1, scheduled: 0, in_progress: 0, done: 2, failed: 1, aborted: 0 }, 8), '[######..] 3/4 pending 1 done 2 failed 1');
@@ -222,7 +199,7 @@ t.test('completion scripts name every verb; bash completes them', async (t) => {
   const program = buildProgram({ out() {}, err() {}, env: {}, isTTY: false, exit: () => { throw new Exit(0); }, sleep: async () => undefined });
   const bash = bashCompletion(program);
   const zsh = zshCompletion(program);
-  for (const verb of ['nodes', 'compliance', 'changes', 'rules', 'directives', 'groups', 'jobs', 'managers', 'keys', 'admins', 'audit', 'policy', 'completion']) {
+  for (const verb of ['nodes', 'software', 'lifecycle', 'compliance', 'changes', 'rules', 'directives', 'groups', 'jobs', 'credentials', 'managers', 'keys', 'admins', 'audit', 'policy', 'completion']) {
     t.match(bash, new RegExp(`\\b${verb}\\b`));
     t.match(zsh, new RegExp(`\\b${verb}\\b`));
   }

@@ -17,7 +17,7 @@ import { NodeIdentity } from '@capstan/server/identity/service';
 import { identitySettings } from '@capstan/server/identity/settings';
 import { openRegistry } from '@capstan/server/registry/open';
 import { programDir } from '../helpers/programs.js';
-import { setAcceptance } from '../helpers/node-changes.js';
+import { setAcceptance, TEST_ADMIN } from '../helpers/node-changes.js';
 import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'x'.repeat(32);
@@ -162,7 +162,7 @@ t.test('a retired key leaves the JWKS once its last token expired, and may then 
   const id = await s.node('n1');
   await s.renew(makeRenewRequest(id, 'n1', s.clock.now));
   const oldKid = (await s.identity.listKeys())[0]!.kid;
-  await s.identity.rotate();
+  await s.identity.rotate(TEST_ADMIN);
   s.clock.now = new Date(s.clock.now.getTime() + 3601_000);
   t.same((await s.jwks()).keys.map((k: { kid: string }) => k.kid), [(await s.identity.listKeys()).find((k) => k.active)!.kid]);
   t.match(await s.api('DELETE', `/api/1/keys/${oldKid}`), { status: 200, json: { data: { nodes: 0 } } });
@@ -299,5 +299,5 @@ t.test('with key_alg = "RS256" the keyring key is RSA and tokens are RS256; rota
   t.match((await s.jwks()).keys, [{ kty: 'RSA', alg: 'RS256', kid: key!.kid, use: 'sig' }]);
   t.notOk((await s.jwks()).keys.some((k: Record<string, unknown>) => 'd' in k || 'p' in k), 'no private part published');
   t.ok(await verifyNodeToken(token, await s.jwks(), { nodeId: 'n1', now: s.clock.now }));
-  t.match(await s.identity.rotate(), { alg: 'RS256', active: true });
+  t.match(await s.identity.rotate(TEST_ADMIN), { alg: 'RS256', active: true });
 });

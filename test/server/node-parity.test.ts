@@ -1,10 +1,10 @@
 /**
  * One door for node changes: each change made through the admin API and through
- * `capstan-server nodes …` (which writes the same database directly) leaves the same node
- * record, the same history and the same effects. A tag changed from the shell regenerates the
- * node's policy before the command returns (seen from outside, as the config id an agent gets:
- * it used to wait for the 15-minute regeneration sweep); a relay demoted from the shell has its
- * tokens renewed as through the API.
+ * `capstan-server nodes …` (the same verbs as `capstan`, in process on the same database) leaves
+ * the same node record, the same history and the same effects. A tag changed from the shell
+ * regenerates the node's policy before the command returns (seen from outside, as the config id
+ * an agent gets: it used to wait for the 15-minute regeneration sweep); a relay demoted from the
+ * shell has its tokens renewed as through the API.
  */
 import t from 'tap';
 import { createNodeIdentity, silentLogger } from '@capstan/shared';
@@ -60,7 +60,7 @@ t.test('API and command line: same records, history and effects for every node c
 
   // tags: the node joins the group, its policy is generated at once
   t.equal((await api('PATCH', '/api/1/nodes/a1', { tags: { env: 'prod' } })).status, 200);
-  await cli('set-tags', 'c1', 'env=prod');
+  await cli('tags', 'c1', 'env=prod');
   // Read from the store before any fetch (a fetch would generate a missing bundle itself).
   const stored = await server.store.getPolicyBundle('c1');
   t.ok(stored?.bundle.includes('"motd"'), 'command line: the rule reached the node before the command returned');
@@ -71,7 +71,7 @@ t.test('API and command line: same records, history and effects for every node c
   t.equal(prod.c1, prod.a1, 'the same policy either way');
   // and leaves it: the policy an agent fetches changes at once
   t.equal((await api('PATCH', '/api/1/nodes/a1', { tags: {} })).status, 200);
-  await cli('set-tags', 'c1');
+  await cli('tags', 'c1', '--remove', 'env');
   t.not(await configId('c1'), prod.c1, 'command line: the new policy is served when the command returns');
   await waitFor(async () => ((await configId('a1')) !== prod.a1 ? true : undefined), 'the API\'s regeneration');
   t.equal(await configId('c1'), await configId('a1'));
@@ -79,7 +79,7 @@ t.test('API and command line: same records, history and effects for every node c
 
   // groups, state
   t.equal((await api('PATCH', '/api/1/nodes/a1', { groups: ['g1'] })).status, 200);
-  await cli('set-groups', 'c1', 'g1');
+  await cli('groups', 'c1', 'g1');
   await same('a1', 'c1', 'groups');
   t.equal((await api('PATCH', '/api/1/nodes/a1', { state: 'stopped' })).status, 200);
   await cli('set-state', 'c1', 'stopped');

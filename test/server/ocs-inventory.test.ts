@@ -98,6 +98,16 @@ t.test('depth, size and element count are bounded and configurable', async (t) =
   t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxDepth: 3 })), 'ERR_OCS_TOO_DEEP');
   t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxBytes: 1000 })), 'ERR_OCS_TOO_LARGE', 'size');
   t.equal(thrownCode(() => readOcsInventory(ocsXml(node), { ...DEFAULT_OCS_LIMITS, maxElements: 40 })), 'ERR_OCS_TOO_LARGE', 'elements');
+  // ocs_max_depth = 16 admitted 17 levels (the parser's own bound is one off): the limit is the
+  // number of elements open at once, the REQUEST and a self-closing innermost one included.
+  for (const limit of [1, 2, 5, 16, 40]) {
+    const levels = (n: number, last: string) => Buffer.from(`${'<A x="a>b">'.repeat(n - 1)}${last}${'<!-- <A> --></A>'.repeat(n - 1)}`);
+    const lim = { ...DEFAULT_OCS_LIMITS, maxDepth: limit };
+    t.not(thrownCode(() => readOcsInventory(levels(limit, '<B>t</B>'), lim)), 'ERR_OCS_TOO_DEEP', `${limit} levels pass a limit of ${limit}`);
+    t.not(thrownCode(() => readOcsInventory(levels(limit, '<B/>'), lim)), 'ERR_OCS_TOO_DEEP', `${limit} levels (self-closing) pass`);
+    t.equal(thrownCode(() => readOcsInventory(levels(limit + 1, '<B>t</B>'), lim)), 'ERR_OCS_TOO_DEEP', `${limit + 1} levels are refused`);
+    t.equal(thrownCode(() => readOcsInventory(levels(limit + 1, '<B/>'), lim)), 'ERR_OCS_TOO_DEEP', `${limit + 1} levels (self-closing) are refused`);
+  }
   const wide = Buffer.from(`<REQUEST>${'<A/>'.repeat(2000)}</REQUEST>`);
   t.equal(thrownCode(() => readOcsInventory(wide, { ...DEFAULT_OCS_LIMITS, maxElements: 1000 })), 'ERR_OCS_TOO_LARGE');
 });
@@ -149,7 +159,7 @@ t.test('the two uploads are paired: the inventory takes its .sign, a lone half w
   const prompted: string[] = [];
   t.equal(await codeAsync(ocsPairReady(dir, `${base}.sign`, 60_000, (n) => prompted.push(n))), 'ERR_OCS_UNPAIRED waiting', 'the .sign goes with its inventory');
   t.same(prompted, [`${base}.gz`], 'and hurries the inventory\'s handler');
-  t.same(await ocsPairReady(dir, `${base}.gz`, 60_000), { data: `${base}.gz`, sign: `${base}.sign` });
+  t.same(await ocsPairReady(dir, `${base}.gz`, 60_000), { data: `${base}.gz`, signs: [`${base}.sign`], otherData: false });
 
   const lone = `${ID}_2026-11-25T11:00:00+00:00.ocs.sign`;
   await writeFile(join(dir, lone), 'z');

@@ -118,6 +118,24 @@ const METHOD_CASES: Record<string, { good: Record<string, unknown>; bad: Array<[
   timezone: { good: { name: 'Europe/Paris' }, bad: [[{ name: '../x' }, 'params.name']] },
   apt_repository: { good: { name: 'x', uris: 'https://x.example/debian', suites: 'stable', components: 'main', signed_by: '/etc/apt/keyrings/x.asc' }, bad: [[{ signed_by: 'x.asc' }, 'params.signed_by']] },
   yum_repository: { good: { name: 'x', baseurl: 'https://x.example/el9' }, bad: [[{ priority: 0 }, 'params.priority']] },
+  service_stopped: { good: { name: 'telnetd' }, bad: [[{ name: 'a;b' }, 'params.name']] },
+  service_disabled: { good: { name: 'telnetd.socket' }, bad: [[{ name: '' }, 'params.name']] },
+  service_restarted: { good: { name: 'nginx' }, bad: [[{ name: ['nginx'] }, 'params.name']] },
+  service_reloaded: { good: { name: 'nginx' }, bad: [[{ name: 'a b' }, 'params.name']] },
+  user_present: {
+    good: { name: 'app', uid: 1500, group: 'app', groups: ['docker'], shell: '/bin/bash', home: '/srv/app', manage_home: true, password_hash: '$y$j9T$salt$hash', locked: false },
+    bad: [[{ name: '-o' }, 'params.name'], [{ gid: 1500 }, 'params.group'], [{ groups: ['a:b'] }, 'params.groups[0]'], [{ password_hash: 'secret' }, 'params.password_hash'], [{ shell: 'bash' }, 'params.shell']],
+  },
+  user_absent: { good: { name: 'app', remove_home: true }, bad: [[{ remove_home: 'yes' }, 'params.remove_home']] },
+  group_present: { good: { name: 'ops', gid: 2000, members: ['alice'], members_exclusive: true }, bad: [[{ gid: -1 }, 'params.gid'], [{ members: 'alice' }, 'params.members']] },
+  group_absent: { good: { name: 'ops' }, bad: [[{ name: '1ops' }, 'params.name']] },
+  kernel_module_loaded: { good: { name: 'br_netfilter', persist: true }, bad: [[{ name: 'a/b' }, 'params.name'], [{ persist: 1 }, 'params.persist']] },
+  mount_present: {
+    good: { path: '/srv/data', device: 'UUID=3f0c', fstype: 'xfs', options: ['noatime'], pass: 2 },
+    bad: [[{ path: '/' }, 'params.path'], [{ fstype: 'X' }, 'params.fstype'], [{ options: ['a b'] }, 'params.options[0]'], [{ pass: 3 }, 'params.pass']],
+  },
+  mount_absent: { good: { path: '/srv/data' }, bad: [[{ path: 'srv' }, 'params.path']] },
+  hostname: { good: { name: 'web-01.example.org' }, bad: [[{ name: 'Web_01' }, 'params.name']] },
 };
 
 t.test('every method: good parameters are saved, each bad one is a 400 naming its field', async (t) => {

@@ -42,7 +42,7 @@ for (const writerThreads of [2, 0]) t.test(`accept writes the whole body or noth
   t.same(await readdir(join(spool.root, 'tmp')), [], 'no partial file left');
 });
 
-t.test('writer threads: many bodies at once are all written, a re-sent name replaces its copy, a failed write leaves nothing', async (t) => {
+t.test('writer threads: many bodies at once are all written, a re-sent name never replaces its copy, a failed write leaves nothing', async (t) => {
   const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20, maxIncomingBytes: 1 << 30, writerThreads: 2 });
   await spool.init();
   t.teardown(() => spool.close());
@@ -51,9 +51,12 @@ t.test('writer threads: many bodies at once are all written, a re-sent name repl
   for (const [i, a] of got.entries()) t.equal(a.sha256, createHash('sha256').update(bodies[i]!).digest('hex'), `f${i}`);
   t.equal((await spool.list('reports')).length, 200);
   t.equal(spool.usage!.bytes, bodies.reduce((n, b) => n + b.length, 0));
-  await spool.acceptBuffer('reports', 'f0.log', Buffer.from('again'));
-  t.equal(await readFile(join(spool.incomingDir('reports'), 'f0.log'), 'utf8'), 'again');
-  t.equal(spool.usage!.bytes, bodies.reduce((n, b) => n + b.length, 0) - 1000 + 5, 'the replaced copy no longer counts');
+  // Different bytes under a spooled name used to replace the acknowledged file.
+  await t.rejects(spool.acceptBuffer('reports', 'f0.log', Buffer.from('again')), { code: 'ERR_SPOOL_CONFLICT', statusCode: 409 });
+  t.same(await readFile(join(spool.incomingDir('reports'), 'f0.log')), bodies[0], 'the first copy is kept');
+  await spool.acceptBuffer('reports', 'f0.log', bodies[0]!);
+  t.equal(spool.usage!.bytes, bodies.reduce((n, b) => n + b.length, 0), 'a re-send of the same bytes is taken, and counted once');
+  t.same(await readdir(join(spool.root, 'tmp')), [], 'neither left anything in tmp/');
   // incoming/ gone: the rename fails, the client hears an error, nothing is left in tmp/.
   await rm(spool.incomingDir('inventories'), { recursive: true });
   await t.rejects(spool.acceptBuffer('inventories', 'n_2024-01-01T00:00:00+00:00.json', Buffer.from('{}')), { code: 'ENOENT' });
@@ -116,12 +119,10 @@ for (const writerThreads of [0, 2]) t.test(`recycling: a removed file is kept in
   t.same(await readdir(join(root, 'tmp')), []);
 });
 
-for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one name never leave old bytes in a reused file (writer threads: ${writerThreads})`, async (t) => {
+for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one name: the second is refused, no old bytes in a reused file (writer threads: ${writerThreads})`, async (t) => {
   const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20, writerThreads, recycleFiles: 4 });
   await spool.init();
   t.teardown(() => spool.close());
-  // The long copy finishes last but is renamed first... or not: either way the size of what is in
-  // place must be the one that counts when it is reused.
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   const long = Buffer.alloc(20_000, 'L');
@@ -130,11 +131,11 @@ for (const writerThreads of [0, 2]) t.test(`recycling: overlapped uploads of one
     yield Buffer.from('s');
   }
   const a = spool.accept('reports', 'x.log', slowShort(), 1);
-  const b = spool.acceptBuffer('reports', 'x.log', long);
-  await b;
+  await t.rejects(spool.acceptBuffer('reports', 'x.log', long), { code: 'ERR_SPOOL_CONFLICT' }, 'an upload of a name being received is refused');
   release();
   await a;
   const inPlace = await readFile(join(spool.incomingDir('reports'), 'x.log'));
+  t.equal(inPlace.toString(), 's');
   await spool.remove('reports', 'x.log');
   t.equal(spool.recycling.files, 1);
   t.equal(spool.recycling.bytes, inPlace.length, 'the pool counts the size of the file that was moved');

@@ -5,11 +5,18 @@
  * bounded in time and size; one that fails (syntax, exit status, time-out, too large, not an
  * object) is reported under `facts_errors` and the others still count. The facts are merged in
  * file-name order (a later file's top-level key wins) under the inventory's `facts`.
+ *
+ * The agent runs as root, so a source is trusted as sshd's StrictModes trusts a key file: it and
+ * every directory above it must be owned by root (or the agent's own user) and writable by no
+ * group or other user; a root-owned sticky directory (/tmp) above the facts directory is allowed,
+ * since nobody else can rename what root owns in it. A refused source is never read or run.
+ * An executable runs in a process group of its own, which is killed whole when it ends, so
+ * nothing it started in the background outlives it.
  */
-import { execFile } from 'node:child_process';
-import { constants } from 'node:fs';
-import { access, lstat, open, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { spawn } from 'node:child_process';
+import { constants, type Stats } from 'node:fs';
+import { access, lstat, open, readdir, realpath } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { parseTomlText } from '@capstan/shared/config';
 
 export interface FactsOptions {
@@ -48,14 +55,68 @@ async function readCapped(path: string, maxBytes: number): Promise<string> {
 
 function runExecutable(path: string, opts: FactsOptions): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(path, [], { timeout: opts.timeoutMs, killSignal: 'SIGKILL', maxBuffer: opts.maxBytes, env: { ...process.env, LC_ALL: 'C' } }, (err, stdout) => {
-      if (!err) return resolve(stdout);
-      const e = err as NodeJS.ErrnoException & { killed?: boolean; code?: unknown };
-      if (e.code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER') return reject(new Error(`printed more than ${opts.maxBytes} bytes`));
-      if (e.killed) return reject(new Error(`ran longer than ${opts.timeoutMs} ms`));
-      reject(new Error(typeof e.code === 'number' ? `exited with status ${e.code}` : (e.message.split('\n')[0] ?? 'failed')));
+    // detached: a process group of its own, so that its background children can be killed with it.
+    const child = spawn(path, [], { detached: true, stdio: ['ignore', 'pipe', 'ignore'], env: { ...process.env, LC_ALL: 'C' } });
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    let failure: Error | null = null;
+    let exitCode: number | null = null;
+    const killGroup = () => {
+      try {
+        if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // the group is gone already
+      }
+    };
+    const timer = setTimeout(() => {
+      failure ??= new Error(`ran longer than ${opts.timeoutMs} ms`);
+      killGroup();
+    }, opts.timeoutMs);
+    child.stdout.on('data', (c: Buffer) => {
+      bytes += c.length;
+      if (bytes > opts.maxBytes) {
+        failure ??= new Error(`printed more than ${opts.maxBytes} bytes`);
+        killGroup();
+      } else {
+        chunks.push(c);
+      }
+    });
+    child.on('error', (err) => {
+      failure ??= err;
+    });
+    // The leader ended: what it left running in its group ends too (and lets stdout close).
+    child.on('exit', (code) => {
+      exitCode = code;
+      killGroup();
+    });
+    child.on('close', () => {
+      clearTimeout(timer);
+      killGroup();
+      if (failure) return reject(new Error(failure.message.split('\n')[0] ?? 'failed'));
+      if (exitCode !== 0) return reject(new Error(exitCode === null ? 'killed by a signal' : `exited with status ${exitCode}`));
+      resolve(Buffer.concat(chunks).toString('utf8'));
     });
   });
+}
+
+/** Why `st` (of `path`) may not be trusted by a root agent, or null: owner and write bits. */
+function untrusted(path: string, st: Stats, stickyOk: boolean): string | null {
+  const me = process.geteuid?.() ?? 0;
+  if (st.uid !== 0 && st.uid !== me) return `${path} is owned by uid ${st.uid}, not root`;
+  if ((st.mode & 0o022) !== 0 && !(stickyOk && st.isDirectory() && (st.mode & 0o1000) !== 0)) {
+    return `${path} is writable by its group or others (mode ${(st.mode & 0o7777).toString(8).padStart(4, '0')})`;
+  }
+  return null;
+}
+
+/** Why the facts directory and the directories above it may not be trusted, or null. */
+async function untrustedChain(dir: string): Promise<string | null> {
+  const real = await realpath(dir);
+  for (let d = real; ; d = dirname(d)) {
+    const why = untrusted(d, await lstat(d), d !== real);
+    if (why) return why;
+    if (d === dirname(d)) return null;
+  }
 }
 
 async function isExecutable(path: string): Promise<boolean> {
@@ -73,6 +134,12 @@ export async function readFacts(opts: FactsOptions): Promise<FactsResult> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { facts, errors };
     return { facts, errors: { [opts.dir]: (err as Error).message } };
   }
+  try {
+    const why = await untrustedChain(opts.dir);
+    if (why) return { facts, errors: { [opts.dir]: `refused: ${why}` } };
+  } catch (err) {
+    return { facts, errors: { [opts.dir]: (err as Error).message } };
+  }
   for (const [i, name] of names.entries()) {
     if (i >= opts.maxFiles) {
       errors[name] = `skipped: more than ${opts.maxFiles} files in ${opts.dir}`;
@@ -82,6 +149,10 @@ export async function readFacts(opts: FactsOptions): Promise<FactsResult> {
     try {
       const st = await lstat(path);
       if (!st.isFile()) continue;
+      const isSource = name.endsWith('.json') || name.endsWith('.toml') || (await isExecutable(path));
+      if (!isSource) continue;
+      const why = untrusted(path, st, false);
+      if (why) throw new Error(`refused: ${why}`);
       let value: unknown;
       if (await isExecutable(path)) {
         value = JSON.parse(await runExecutable(path, opts));

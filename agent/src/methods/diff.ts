@@ -7,8 +7,8 @@
  * the content it is about to write), so enforce, audit and dry runs describe the same change.
  */
 import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { lstat, readFile, realpath } from 'node:fs/promises';
+import { constants as fsc } from 'node:fs';
+import { lstat, open, readFile, realpath } from 'node:fs/promises';
 import { isUtf8 } from 'node:buffer';
 import { basename, dirname, join, normalize } from 'node:path';
 import { createTwoFilesPatch, FILE_HEADERS_ONLY } from 'diff';
@@ -16,6 +16,27 @@ import { minimatch } from 'minimatch';
 
 /** What the diff report of a secret file says instead of its content. */
 export const SECRET_NOTE = 'content changed (secret file: diff not shown)';
+
+/**
+ * What it says for a path reached through a symbolic link (the file itself, or a directory above
+ * it): what the link points to may be any file root can read (an admin token, sudoers), and run
+ * logs reach every viewer of the changes. The repair replaces the link with a file of its own.
+ */
+export const LINK_NOTE = 'content changed (a symbolic link at the path or above it: diff not shown)';
+
+/**
+ * Whether `path` is reached through a symbolic link: the file itself, or any directory above it
+ * (the nearest one that exists, resolved, differs from how it is written).
+ */
+export async function throughLink(path: string): Promise<boolean> {
+  const plain = normalize(path);
+  if ((await lstat(plain).catch(() => null))?.isSymbolicLink()) return true;
+  for (let d = dirname(plain); ; d = dirname(d)) {
+    const real = await realpath(d).catch((err: NodeJS.ErrnoException) => (err.code === 'ENOENT' || err.code === 'ENOTDIR' ? null : d));
+    if (real !== null) return real !== d;
+    if (d === dirname(d)) return false;
+  }
+}
 
 export interface DiffSettings {
   /** Cap on one diff's text in UTF-8 bytes (`[methods] max_diff_bytes`). */
@@ -71,27 +92,43 @@ export interface Content {
   sha256: string;
   /** null: larger than maxFileSize, not kept. */
   data: Buffer | null;
+  /** Not a regular file (a symbolic link, a FIFO…): nothing of it was read. */
+  special?: string;
 }
 
 export function contentOf(data: Buffer, maxFileSize: number): Content {
   return { size: data.length, sha256: createHash('sha256').update(data).digest('hex'), data: data.length <= maxFileSize ? data : null };
 }
 
-/** A regular file's content (null when absent), streamed when it is too large to keep. */
+/**
+ * A regular file's content (null when absent), streamed when it is too large to keep. Never read
+ * through a link at the path (O_NOFOLLOW), nor from something that is no regular file (a FIFO
+ * would block): those give `special`, and no bytes.
+ */
 export async function readContent(path: string, maxFileSize: number): Promise<Content | null> {
-  const s = await lstat(path).catch((err: NodeJS.ErrnoException) => {
-    if (err.code === 'ENOENT') return null;
+  let fh;
+  try {
+    fh = await open(path, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return null;
+    if (code === 'ELOOP') return { size: 0, sha256: '', data: null, special: 'a symbolic link' };
     throw err;
-  });
-  if (s === null) return null;
-  if (s.size <= maxFileSize) return contentOf(await readFile(path), maxFileSize);
-  const hash = createHash('sha256');
-  let size = 0;
-  for await (const chunk of createReadStream(path)) {
-    hash.update(chunk as Buffer);
-    size += (chunk as Buffer).length;
   }
-  return { size, sha256: hash.digest('hex'), data: null };
+  try {
+    const s = await fh.stat();
+    if (!s.isFile()) return { size: 0, sha256: '', data: null, special: 'not a regular file' };
+    if (s.size <= maxFileSize) return contentOf(await fh.readFile(), maxFileSize);
+    const hash = createHash('sha256');
+    let size = 0;
+    for await (const chunk of fh.createReadStream({ autoClose: false })) {
+      hash.update(chunk as Buffer);
+      size += (chunk as Buffer).length;
+    }
+    return { size, sha256: hash.digest('hex'), data: null };
+  } finally {
+    await fh.close();
+  }
 }
 
 const isText = (c: Content) => c.data !== null && !c.data.includes(0) && isUtf8(c.data);
@@ -107,6 +144,8 @@ const side = (prefix: 'a' | 'b', path: string) => `${prefix}/${path.replace(/^\/
 export async function contentDiff(path: string, before: Content | null, after: Content | null, s: DiffSettings): Promise<string> {
   const head = before === null ? `created ${path}\n` : after === null ? `deleted ${path}\n` : '';
   const pem = (c: Content | null) => c?.data != null && PEM_PRIVATE_KEY.test(c.data.toString('latin1'));
+  // An edit (a line added) carries what it edits into `after`: through a link, neither side is shown.
+  if (before?.special !== undefined || (await throughLink(path))) return `${head}${LINK_NOTE}\n`;
   if (pem(before) || pem(after) || (await s.isSecret(path))) return `${head}${SECRET_NOTE}\n`;
   const sides = [before, after].filter((c): c is Content => c !== null);
   const note = (what: string) => `${head}${what}: ${before ? summary(before) : 'none'} → ${after ? summary(after) : 'none'}\n`;
@@ -127,6 +166,7 @@ export async function contentDiff(path: string, before: Content | null, after: C
  */
 export async function pendingContentNote(path: string, before: Content | null, sha256: string, s: DiffSettings): Promise<string> {
   const head = before === null ? `created ${path}\n` : '';
+  if (before?.special !== undefined || (await throughLink(path))) return `${head}${LINK_NOTE}\n`;
   if ((before?.data != null && PEM_PRIVATE_KEY.test(before.data.toString('latin1'))) || (await s.isSecret(path))) return `${head}${SECRET_NOTE}\n`;
   return `${head}content would be replaced (not downloaded in audit or dry runs): ${before ? summary(before) : 'none'} → sha256 ${sha256}\n`;
 }

@@ -11,7 +11,7 @@ import {
 } from '@capstan/shared/policy/methods';
 import { splitLines } from './edit.js';
 import { run, type Method, type MethodContext, type ParamsOf } from './types.js';
-import { passwdEntry } from './accounts.js';
+import { passwdEntry } from './owners.js';
 import { convergeParts, dirPart, filePart } from './write.js';
 
 const header = (method: string, name: string) => `# Managed by Capstan (${method} ${name}): changes made here are overwritten.\n`;

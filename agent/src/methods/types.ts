@@ -32,6 +32,8 @@ export interface MethodContext {
   commandTimeoutMs: number;
   /** Base directory of sysctl values (/proc/sys; a temporary tree in tests). */
   sysctlRoot: string;
+  /** Where `modules` (the loaded kernel modules) is read: /proc unless a test points elsewhere. */
+  procRoot?: string;
   /** How file changes are described (cap, secret paths). */
   diff: DiffSettings;
   /** Fetch a shared-folder file from the relay; resolves to its bytes. `sha256`: what the directive expects. */
@@ -60,10 +62,14 @@ export interface RunResult {
   stderr: string;
 }
 
-/** Run a command without a shell, bounded in time and output; never throws for a non-zero exit. */
-export function run(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' | 'commandTimeoutMs'>): Promise<RunResult> {
+/**
+ * Run a command without a shell, bounded in time and output; never throws for a non-zero exit.
+ * `input` is written to its standard input (secrets go there, never into the arguments, which
+ * every user of the host can read in /proc).
+ */
+export function run(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' | 'commandTimeoutMs'>, opts: { input?: string } = {}): Promise<RunResult> {
   return new Promise((resolve) => {
-    execFile(cmd, args, { env: ctx.env, timeout: ctx.commandTimeoutMs, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
+    const child = execFile(cmd, args, { env: ctx.env, timeout: ctx.commandTimeoutMs, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
       if (err && typeof (err as { code?: unknown }).code !== 'number') {
         const e = err as NodeJS.ErrnoException & { killed?: boolean };
         resolve({ code: 127, stdout: String(stdout ?? ''), stderr: e.killed ? `timed out after ${ctx.commandTimeoutMs} ms` : e.message });
@@ -71,6 +77,11 @@ export function run(cmd: string, args: string[], ctx: Pick<MethodContext, 'env' 
       }
       resolve({ code: err ? Number((err as { code: number }).code) : 0, stdout: String(stdout), stderr: String(stderr) });
     });
+    if (opts.input !== undefined) {
+      // A command that exits without reading it must not fail the run with EPIPE.
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(opts.input);
+    }
   });
 }
 

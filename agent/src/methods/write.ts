@@ -17,7 +17,7 @@ import { dirname } from 'node:path';
 import { makeDir } from '@capstan/shared/dir';
 import { capstanError } from '@capstan/shared/errors';
 import type { Account } from '@capstan/shared/policy/methods';
-import { resolveGid, resolveUid } from './accounts.js';
+import { resolveGid, resolveUid } from './owners.js';
 import { contentDiff, contentOf, modeLine, octal, ownerLine, ownerText, readContent } from './diff.js';
 import { converge, run, type MethodContext, type Outcome } from './types.js';
 

@@ -47,7 +47,9 @@ export class RelayClient {
       if (asks) await this.takeToken(text);
       return;
     }
-    const transient = res.status === 408 || res.status === 429 || res.status >= 500;
+    // 409: the relay holds other bytes under this file's name (someone raced ahead with it); the
+    // file stays queued and goes once that one has been delivered.
+    const transient = res.status === 408 || res.status === 409 || res.status === 429 || res.status >= 500;
     throw capstanError(transient ? 'ERR_UPSTREAM' : 'ERR_UPSTREAM_REJECTED', `relay answered ${res.status}: ${text.slice(0, 200)}`);
   }
 

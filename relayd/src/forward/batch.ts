@@ -5,7 +5,8 @@
  * full (files or bytes), when nothing else is on its way up (an idle relay adds no delay), or
  * `waitMs` after its first file. At most `slots` batches are in flight, one per connection.
  *
- * An upstream that does not take a batch (404 or 405 from an older relay or server, another 4xx
+ * An upstream that does not take a batch (404 or 405 from an older relay or server, 501 from a
+ * plain HTTP or WebDAV server, another 4xx
  * from one with smaller limits, an answer that is no batch answer) gets the files of that batch
  * one PUT each, and PUTs only for the next ten minutes; then batches are tried again (it may have
  * been upgraded or reconfigured).
@@ -39,7 +40,7 @@ interface Item {
   reject: (err: unknown) => void;
 }
 
-/** After a 404 or 405, PUTs only for this long. */
+/** After a 404, 405 or 501, PUTs only for this long. */
 const UNSUPPORTED_MS = 10 * 60_000;
 
 export class BatchSender {

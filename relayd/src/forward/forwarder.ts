@@ -11,7 +11,7 @@
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
-import { ocsPairReady } from '@capstan/toolkit/spool/ocs-pair';
+import { ocsPairReady, uploadNameOf } from '@capstan/toolkit/spool/ocs-pair';
 import { SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit/spool/processor';
 import { RecentBodies } from '@capstan/toolkit/spool/recent';
 import type { Spool } from '@capstan/toolkit/spool/spool';
@@ -82,7 +82,7 @@ export class Forwarder {
         handle: (path, name, signal) => this.handle(kind, path, name, signal),
         // Files someone dropped into incoming/ whose name is no run log or inventory stay where
         // they are, as with RUDDER's relayd: only what an upload could have put there is judged.
-        accepts: (name) => isUploadName(kind, name),
+        accepts: (name) => isUploadName(kind, uploadNameOf(name)),
       });
       p.on('processed', (e: ProcessedEvent) => this.account(e));
       this.processors[kind] = p;
@@ -90,7 +90,9 @@ export class Forwarder {
   }
 
   private async handle(kind: SpoolKind, path: string, name: string, signal: AbortSignal): Promise<void> {
-    const { nodeId } = checkUploadName(kind, name);
+    // An OCS half kept as a candidate (`<name>~<8 hex>`, ocs-pair.ts) goes up under its upload's name.
+    const upName = uploadNameOf(name);
+    const { nodeId } = checkUploadName(kind, upName);
     if (!this.o.nodes().accepts(nodeId)) {
       if (this.o.sync?.inUse()) {
         if (this.o.sync.refuseUnknown) await this.unknownToSyncedList(kind, nodeId, path);
@@ -99,8 +101,10 @@ export class Forwarder {
     // A RUDDER agent's inventory goes up with its signature, the inventory first (as the agent
     // sent them): the upstream verifies the two together.
     const dir = this.o.spool.incomingDir(kind);
+    // A lone `.sign` goes up alone: its inventory went up already (perhaps with junk raced ahead
+    // under the `.sign`'s name), and the root pairs what it holds.
     const pair = kind === 'inventories'
-      ? await ocsPairReady(dir, name, this.o.ocsPairWaitMs ?? 600_000, (data) => this.processors.inventories.prompt(data))
+      ? await ocsPairReady(dir, name, this.o.ocsPairWaitMs ?? 600_000, (data) => this.processors.inventories.prompt(data), Date.now(), 'alone')
       : null;
     const cached = this.recent.take(`${kind}/${name}`);
     try {
@@ -109,11 +113,15 @@ export class Forwarder {
         if (this.batches.takes(name, size)) await this.batches.send(name, path, size, cached, signal);
         else await this.o.upstream.forward(kind, name, path, signal, cached);
       } else {
-        await this.o.upstream.forward(kind, name, path, signal, cached);
+        await this.o.upstream.forward(kind, upName, path, signal, cached);
       }
-      if (pair) {
-        await this.o.upstream.forward(kind, pair.sign, `${dir}/${pair.sign}`, signal, this.recent.take(`${kind}/${pair.sign}`));
-        await this.o.spool.remove(kind, pair.sign);
+      if (pair && pair !== 'alone') {
+        // Every signature candidate goes up with it: the relay cannot tell junk from the real one.
+        for (const sign of pair.signs) {
+          await this.o.upstream.forward(kind, uploadNameOf(sign), `${dir}/${sign}`, signal, this.recent.take(`${kind}/${sign}`));
+        }
+        // Kept while another inventory candidate still needs them.
+        if (!pair.otherData) for (const sign of pair.signs) await this.o.spool.remove(kind, sign);
       }
     } catch (err) {
       if (isCapstanError(err) && err.details?.unreachable) this.markDown(err.message);

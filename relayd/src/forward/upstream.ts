@@ -138,8 +138,8 @@ export class Upstream {
   /**
    * POST files as one batch (shared/src/batch.ts): one result per file, in order, or a throw for
    * the whole batch: ERR_UPSTREAM when it is worth sending again as it is (unreachable, 408, 429,
-   * 5xx), else `BatchesUnsupported`: the upstream does not know the route (404, 405: an older
-   * relay or server), or takes no such batch (another 4xx: smaller limits than this relay's), or
+   * 5xx but 501), else `BatchesUnsupported`: the upstream does not know the route (404, 405: an older
+   * relay or server; 501: a server that implements no such method), or takes no such batch (another 4xx: smaller limits than this relay's), or
    * answered something that is no batch answer. Its files then go up one PUT each.
    */
   async sendBatch(kind: SpoolKind, body: Buffer, names: readonly string[], signal?: AbortSignal): Promise<BatchResult[]> {
@@ -157,6 +157,9 @@ export class Upstream {
     }
     const text = await res.body.text().catch(() => '');
     const status = res.statusCode;
+    // 501 is "method not implemented" (a plain HTTP or WebDAV server): no batches there, as a 404
+    // or 405 says, not an outage. Retried as a 5xx, nothing at all reached such an upstream.
+    if (status === 501) throw new BatchesUnsupported(status, 'the upstream does not implement the batch request');
     if (status === 408 || status === 429 || status >= 500) throw fateOf(status, upstreamErrorCode(text));
     if (status === 200) {
       try {
@@ -244,11 +247,12 @@ function unreachable(err: unknown): CapstanError {
 
 /**
  * A file's fate from the upstream's status (RUDDER forwards everything as retryable, which keeps
- * files that can never succeed spinning): 408, 429 and 5xx are worth a retry; any other 4xx is
+ * files that can never succeed spinning): 408, 409, 429 and 5xx are worth a retry; any other 4xx is
  * the file's own fault. `detail` is the upstream's ` <code>: <message>`, or empty.
  */
 export function fateOf(status: number, detail: string): CapstanError {
-  if (status === 408 || status === 429 || status >= 500) {
+  // 409: the upstream holds other bytes under this name for now (ERR_SPOOL_CONFLICT): kept, sent again later.
+  if (status === 408 || status === 409 || status === 429 || status >= 500) {
     return capstanError('ERR_UPSTREAM', `upstream answered ${status}${detail}`, { details: { status } });
   }
   return capstanError('ERR_UPSTREAM_REJECTED', `upstream refused the file with ${status}${detail}`, { details: { status } });

@@ -1,13 +1,13 @@
 /**
- * What every verb module of `capstan` shares: the process-free `io`, the `act` wrapper that turns
- * a verb into a call with a client and an exit code, and the argument helpers.
+ * What every verb module shares, in `capstan` and in `capstan-server`'s aliases alike: the
+ * process-free `io`, the `act` wrapper that turns a verb into calls on a transport and an exit
+ * code, and the argument helpers.
  */
 import { readFile } from 'node:fs/promises';
 import { type Command, InvalidArgumentError } from 'commander';
 import { parse as parseToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
-import { collect, int } from '../cli/args.js';
-import type { ApiClient } from './client.js';
+import type { ApiTransport } from './transport.js';
 import type { Column, Format } from './output.js';
 
 export interface CliIo {
@@ -22,11 +22,11 @@ export interface CliIo {
 }
 
 /** A verb's body: one or a few API calls; its result is the exit code (nothing: 0). */
-export type VerbFn<A extends unknown[]> = (api: ApiClient, fmt: Format, cmd: Command, ...args: A) => Promise<number | void>;
+export type VerbFn<A extends unknown[]> = (api: ApiTransport, fmt: Format, cmd: Command, ...args: A) => Promise<number | void>;
 
 export interface Verbs {
   io: CliIo;
-  /** Commander's action for a verb: a client, the output format, failures as a coded line and an exit code. */
+  /** Commander's action for a verb: a transport, the output format, failures as a coded line and an exit code. */
   act<A extends unknown[]>(fn: VerbFn<A>): (...args: unknown[]) => Promise<void>;
   /** A list answer as a table, CSV, or the API's JSON. */
   list(fmt: Format, columns: Column[], answer: { data: unknown[] }): void;
@@ -35,7 +35,16 @@ export interface Verbs {
 }
 
 export const enc = encodeURIComponent;
-export { collect, int };
+
+/** A repeatable option: each value appended. */
+export const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+/** A positive integer option; anything else is a usage error (exit 2), as commander's own. */
+export const int = (name: string) => (v: string) => {
+  if (!/^\d{1,9}$/.test(v) || Number(v) < 1) throw new InvalidArgumentError(`${name} must be a positive integer`);
+  return Number(v);
+};
+
 export function keyValue(v: string): [string, string] {
   const i = v.indexOf('=');
   if (i <= 0) throw new InvalidArgumentError(`expected key=value, got ${JSON.stringify(v)}`);
@@ -63,6 +72,15 @@ export const nodeFilters = (c: Command) => c
   .option('-q, --query <expression>', "a filter expression, e.g. 'os.name = debian and package:openssl < 3.0.11' (docs/filters.md)")
   .option('--filter <key=value>', 'include nodes matching (repeatable; name, hostname, region, tag:<k>, state, status, manager, group, …)', collect)
   .option('--exclude <key=value>', 'exclude nodes matching (repeatable)', collect);
+
+/** A file named on the command line (a token, a certificate, a key): unreadable is the caller's to fix (exit 2). */
+export async function readCliFile(path: string, what: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    throw capstanError('ERR_CLI_FILE', `cannot read ${what} ${path}: ${(err as Error).message}`);
+  }
+}
 
 /** A policy object or other request body from a TOML or JSON file. */
 export async function bodyFromFile(path: string): Promise<Record<string, unknown>> {

@@ -1,12 +1,14 @@
 /**
- * How `capstan` prints: a table by default (server/src/table.ts), the API's JSON with `--json`,
- * CSV (RFC 4180, formula-safe like the API's exports) with `--csv`; and how a failure becomes a
- * line on stderr and an exit code. Pure functions: cli.ts writes and exits.
+ * How `capstan` (and `capstan-server`'s aliases of its verbs) print: a table by default
+ * (server/src/table.ts), the API's JSON with `--json`, CSV (RFC 4180, formula-safe like the API's
+ * exports) with `--csv`; and how a failure becomes a line on stderr and an exit code. Pure
+ * functions: cli.ts writes and exits.
  */
 import { isCapstanError } from '@capstan/shared/errors';
+import { isConfigError } from '@capstan/shared/usage';
 import { csvLine } from '../api/export.js';
 import { table } from '../table.js';
-import { ApiFailure } from './client.js';
+import { ApiFailure } from './transport.js';
 
 export type Format = 'table' | 'json' | 'csv';
 export type Column = [header: string, pick: (row: any) => unknown];
@@ -20,7 +22,7 @@ export const EXIT = {
   /** An unexpected failure: a crash, or the server failed (5xx). */
   ERROR: 1,
   USAGE: 2,
-  /** No answer: connection refused, DNS, TLS, timeout. */
+  /** No answer: connection refused, DNS, TLS, timeout (in process: the store could not be opened). */
   UNREACHABLE: 3,
   /** The API refused the request (4xx other than those below): bad input, conflict. */
   REFUSED: 4,
@@ -37,8 +39,9 @@ export const EXIT_CODES_TEXT = 'Exit codes: 0 ok, 1 error (crash or server failu
 
 /** The exit code for a failure. */
 export function exitCodeOf(err: unknown): number {
-  // What the caller gave the CLI (a file it cannot read, a policy file it cannot use): usage.
-  if (isCapstanError(err) && (err.code === 'ERR_CLI_FILE' || err.code === 'ERR_POLICY_FILE')) return EXIT.USAGE;
+  // What the caller gave the CLI (a file it cannot read, a policy file it cannot use, a server
+  // configuration that does not load): usage.
+  if (isCapstanError(err) && (err.code === 'ERR_CLI_FILE' || err.code === 'ERR_POLICY_FILE' || isConfigError(err))) return EXIT.USAGE;
   if (!(err instanceof ApiFailure)) return EXIT.ERROR;
   if (err.status === 0) return EXIT.UNREACHABLE;
   if (err.status === 401 || err.status === 403) return EXIT.UNAUTHORIZED;
@@ -48,13 +51,13 @@ export function exitCodeOf(err: unknown): number {
 }
 
 /** The line on stderr for a failure: `capstan: ERR_CODE: message` (and the field it names). */
-export function errorLine(err: unknown): string {
+export function errorLine(err: unknown, program = 'capstan'): string {
   if (err instanceof ApiFailure) {
     const field = typeof err.details.field === 'string' ? ` (field ${err.details.field})` : '';
-    return `capstan: ${err.code}: ${err.message}${field}\n`;
+    return `${program}: ${err.code}: ${err.message}${field}\n`;
   }
-  if (isCapstanError(err)) return `capstan: ${err.code}: ${err.message}\n`;
-  return `capstan: ${(err as Error)?.message ?? String(err)}\n`;
+  if (isCapstanError(err)) return `${program}: ${err.code}: ${err.message}\n`;
+  return `${program}: ${(err as Error)?.message ?? String(err)}\n`;
 }
 
 export function csv(columns: readonly Column[], rows: readonly unknown[]): string {

@@ -3,8 +3,13 @@
  * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
  * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
  * Reading checks only the layout (the server checks the objects, with the same code as a save).
+ *
+ * Nothing inside the directory is followed: a symbolic link (a file or a kind directory) is
+ * refused, whether it points inside or out, and files are opened with O_NOFOLLOW, so neither a
+ * read nor an export (nor --force's removal) reaches anything outside the directory.
  */
-import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { constants as fsc } from 'node:fs';
+import { lstat, mkdir, open, readdir, rm } from 'node:fs/promises';
 import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
@@ -19,6 +24,42 @@ function fail(message: string): never {
   throw capstanError('ERR_POLICY_FILE', message);
 }
 
+/** What is at `path` without following a link; null when nothing is. A link is refused. */
+async function entry(path: string): Promise<import('node:fs').Stats | null> {
+  const st = await lstat(path).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return null;
+    fail(`cannot read ${path}: ${err.message}`);
+  });
+  if (st?.isSymbolicLink()) fail(`${path}: a symbolic link (links are not followed in a policy directory)`);
+  return st ?? null;
+}
+
+/** A policy file's text, read through a descriptor that refuses a link, at most MAX_POLICY_FILE bytes. */
+async function readPolicyFile(path: string): Promise<string> {
+  let fh;
+  try {
+    fh = await open(path, fsc.O_RDONLY | fsc.O_NOFOLLOW | fsc.O_NONBLOCK);
+  } catch (err) {
+    fail(`${path}: ${(err as NodeJS.ErrnoException).code === 'ELOOP' ? 'a symbolic link (links are not followed in a policy directory)' : (err as Error).message}`);
+  }
+  try {
+    const st = await fh.stat();
+    if (!st.isFile()) fail(`${path}: not a file`);
+    if (st.size > MAX_POLICY_FILE) fail(`${path}: larger than ${MAX_POLICY_FILE} bytes`);
+    const buf = Buffer.alloc(MAX_POLICY_FILE + 1);
+    let n = 0;
+    for (;;) {
+      const { bytesRead } = await fh.read(buf, n, buf.length - n, null);
+      if (bytesRead === 0) break;
+      n += bytesRead;
+      if (n > MAX_POLICY_FILE) fail(`${path}: larger than ${MAX_POLICY_FILE} bytes`);
+    }
+    return buf.subarray(0, n).toString('utf8');
+  } finally {
+    await fh.close();
+  }
+}
+
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
 export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
   const out: PolicyFiles = { directives: [], groups: [], rules: [] };
@@ -29,21 +70,20 @@ export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
     fail(`cannot read ${dir}: ${(err as Error).message}`);
   }
   const strays = top.filter((n) => !n.startsWith('.') && !(POLICY_KINDS as readonly string[]).includes(n));
-  for (const n of strays) if ((await stat(join(dir, n))).isDirectory()) fail(`${join(dir, n)}: unknown directory (expected ${POLICY_KINDS.join(', ')})`);
+  for (const n of strays) if ((await entry(join(dir, n)))?.isDirectory()) fail(`${join(dir, n)}: unknown directory (expected ${POLICY_KINDS.join(', ')})`);
   if (!POLICY_KINDS.some((k) => top.includes(k))) fail(`${dir} holds none of ${POLICY_KINDS.join('/, ')}/`);
   for (const kind of POLICY_KINDS) {
     if (!top.includes(kind)) continue;
     const sub = join(dir, kind);
+    if (!(await entry(sub))?.isDirectory()) fail(`${sub}: not a directory`);
     const seen = new Map<string, string>();
     for (const name of (await readdir(sub)).sort()) {
       if (name.startsWith('.')) continue;
       const path = join(sub, name);
       const ext = extname(name);
       if (ext !== '.toml' && ext !== '.json') fail(`${path}: not a .toml or .json file`);
-      const st = await stat(path);
-      if (!st.isFile()) fail(`${path}: not a file`);
-      if (st.size > MAX_POLICY_FILE) fail(`${path}: larger than ${MAX_POLICY_FILE} bytes`);
-      const text = await readFile(path, 'utf8');
+      await entry(path);
+      const text = await readPolicyFile(path);
       let obj: unknown;
       try {
         obj = ext === '.toml' ? parseToml(text) : JSON.parse(text);
@@ -76,18 +116,38 @@ export function fileText(obj: Record<string, unknown>, format: 'toml' | 'json'):
  * files are removed first.
  */
 export async function writePolicyDir(dir: string, files: PolicyFiles, format: 'toml' | 'json', force: boolean): Promise<number> {
+  // Every kind directory is checked before anything is removed: a link among them stops the
+  // export with nothing changed.
+  for (const kind of POLICY_KINDS) {
+    const st = await entry(join(dir, kind));
+    if (st && !st.isDirectory()) fail(`${join(dir, kind)}: not a directory`);
+  }
   for (const kind of POLICY_KINDS) {
     const sub = join(dir, kind);
     const present = (await readdir(sub).catch(() => [] as string[])).filter((n) => /\.(toml|json)$/.test(n));
     if (present.length && !force) fail(`${sub} already holds policy files: use --force to replace them`);
+    // rm removes a link itself, never its target.
     for (const n of present) await rm(join(sub, n));
   }
   let written = 0;
   for (const kind of POLICY_KINDS) {
     const sub = join(dir, kind);
     await mkdir(sub, { recursive: true });
+    await entry(sub);
     for (const obj of files[kind]) {
-      await writeFile(join(sub, `${String(obj.id)}.${format}`), fileText(obj, format));
+      const path = join(sub, `${String(obj.id)}.${format}`);
+      // A new file of its own: a link (or anything) put there meanwhile is refused, not followed.
+      let fh;
+      try {
+        fh = await open(path, fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL | fsc.O_NOFOLLOW, 0o644);
+      } catch (err) {
+        fail(`cannot write ${path}: ${(err as Error).message}`);
+      }
+      try {
+        await fh.writeFile(fileText(obj, format));
+      } finally {
+        await fh.close();
+      }
       written++;
     }
   }

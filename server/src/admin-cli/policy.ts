@@ -4,7 +4,7 @@
  * and, per node, the directives it would gain, see changed or lose), and applying that plan with
  * the usual PUT and DELETE calls in an order that keeps every reference valid.
  */
-import type { ApiClient } from './client.js';
+import type { ApiTransport } from './transport.js';
 import { readPolicyDir, type PolicyFiles } from './policy-files.js';
 import type { DirectiveRef as Ref, Plan, PlanChange } from '../policy/plan.js';
 
@@ -13,14 +13,14 @@ export type { NodeImpact, Plan, PlanChange } from '../policy/plan.js';
 
 const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
 
-export async function exportPolicy(api: ApiClient): Promise<PolicyFiles> {
+export async function exportPolicy(api: ApiTransport): Promise<PolicyFiles> {
   const out: PolicyFiles = { directives: [], groups: [], rules: [] };
   // The built-in groups (all nodes, …) are the server's, not the files': rules name them by id.
   for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
   return out;
 }
 
-export async function planFor(api: ApiClient, dir: string, prune: boolean, maxNodes?: number): Promise<Plan> {
+export async function planFor(api: ApiTransport, dir: string, prune: boolean, maxNodes?: number): Promise<Plan> {
   const files = await readPolicyDir(dir);
   const query = maxNodes === undefined ? {} : { max_nodes: maxNodes };
   return (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
@@ -51,7 +51,7 @@ export function planText(plan: Plan): string {
  * The plan's changes as one change request (POST /api/1/change-requests): its objects as the
  * plan will save them, its deletions by name; another admin approves and deploys it.
  */
-export async function proposePlan(api: ApiClient, plan: Plan, title: string, description?: string): Promise<{ id: string; status: string }> {
+export async function proposePlan(api: ApiTransport, plan: Plan, title: string, description?: string): Promise<{ id: string; status: string }> {
   const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], delete: [] };
   for (const c of plan.changes) {
     if (c.action === 'delete') (body.delete as unknown[]).push({ kind: c.kind, id: c.id });
@@ -61,7 +61,7 @@ export async function proposePlan(api: ApiClient, plan: Plan, title: string, des
 }
 
 /** Apply a plan's changes in order; `progress` hears each one done. */
-export async function applyPlan(api: ApiClient, plan: Plan, progress: (c: PlanChange) => void): Promise<void> {
+export async function applyPlan(api: ApiTransport, plan: Plan, progress: (c: PlanChange) => void): Promise<void> {
   for (const c of plan.changes) {
     const path = `/api/1/${PLURAL[c.kind]}/${encodeURIComponent(c.id)}`;
     if (c.action === 'delete') await api.call('DELETE', path);

@@ -43,8 +43,8 @@ import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
-import { changeRequestRoutes } from './routes/change-requests.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
+import { changeRequestRoutes } from './routes/change-requests.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -125,6 +125,39 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   installRawBodies(app);
   // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).
   installBodyPace(app, bodyPace(deps.config.http));
+  installJsonDepth(app, deps.config.limits.max_json_depth);
+  uploads(app, deps);
+  const policy = policyDeps(deps);
+  const relayContacts = agentFacing(app, deps, policy);
+  const resolveToken = deps.resolveToken ?? tokenResolver({ adminToken: deps.adminToken, admins: deps.store.admins, log: deps.log });
+  app.decorate('resolveToken', resolveToken);
+  const adminRouteKeys: string[] = [];
+  app.decorate('adminRoutes', adminRouteKeys);
+  if (deps.console) consolePublicRoutes(app, { signIns: deps.console.signIns, resolveToken, assets: deps.console.assets, reviewRoles: deps.config.policy.review_roles });
+  app.register(async (admin) => {
+    admin.addHook('onRoute', (o) => {
+      for (const m of [o.method].flat()) if (m !== 'HEAD') adminRouteKeys.push(`${m} ${o.url}`);
+    });
+    // Who is calling (a bearer token, or the console's sign-in cookie with its CSRF token on
+    // writes), then may they (access.ts), then the query.
+    admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(deps.console && { signIns: deps.console.signIns }) }));
+    admin.addHook('onRequest', checkAccess);
+    admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
+    installAudit(admin, { audit: deps.domain.audit });
+    adminApi(admin, deps, policy);
+  });
+  app.addHook('onClose', async () => relayContacts.stop());
+  return app;
+}
+
+/** The policy routes' deps, when this app serves policies (a key, and the domain's bundles). */
+function policyDeps(deps: ServerAppDeps): PolicyRouteDeps | null {
+  const bundles = deps.domain.bundles;
+  return deps.policy && bundles ? { ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
+}
+
+/** Agents' and relays' uploads (one by one and in batches), with the refusals counted by code. */
+function uploads(app: FastifyInstance, deps: ServerAppDeps): void {
   // Refused uploads by code: what anyone on the network is sending that the server turns away.
   const uploadMetrics = deps.metrics;
   if (uploadMetrics) {
@@ -133,15 +166,15 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       if (m) uploadMetrics.onRefused(m[1] === 'reports' ? 'reports' : 'inventories', isCapstanError(err) ? err.code : 'ERR_INTERNAL');
     });
   }
-  installJsonDepth(app, deps.config.limits.max_json_depth);
   // An agent talking to the server itself may get its node token in the answer to its inventory.
   const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
   const inMemory = deps.runLogsInMemory;
+  const http = deps.config.http;
   installUploadRoutes(app, {
     spool: deps.spool,
     maxBytes: deps.config.limits.max_body_size,
-    pace: bodyPace(deps.config.http),
-    maxPerClient: deps.config.http.max_uploads_per_client,
+    pace: bodyPace(http),
+    maxPerClient: http.max_uploads_per_client,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
     ...tokens,
     keepBytes: (kind, req) => {
@@ -152,44 +185,40 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     ...(inMemory && { onWritten: (kind: SpoolKind, name: string, data: Buffer) => (kind === 'reports' ? inMemory.onWritten(name, data) : undefined) }),
     ...(deps.takeBatch && {
       batch: {
-        maxFiles: deps.config.http.max_batch_files,
-        maxBytes: deps.config.http.max_batch_size,
-        maxMemory: deps.config.http.max_batch_memory,
-        take: deps.takeBatch,
+        maxFiles: http.max_batch_files, maxBytes: http.max_batch_size, maxMemory: http.max_batch_memory, take: deps.takeBatch,
         ...(uploadMetrics && { onRefused: (kind: SpoolKind, code: string) => uploadMetrics.onRefused(kind, code) }),
       },
     }),
   });
-  app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${deps.config.general.node_id}\n`));
-  // Relays route by this list (accepted nodes); agent-facing like /uuid.
-  const identity = deps.identity;
+}
+
+/**
+ * What agents and relays call besides uploads: /uuid, the accepted-nodes list relays route by,
+ * identity (JWKS, renewal), /metrics, policies, remote-run links, the managers and bootstrap
+ * tasks relays host. A relay sends no inventory and no run: its renewals, its requests and its
+ * link are its contacts (RelayContacts), so that it is reachable while linked.
+ */
+function agentFacing(app: FastifyInstance, deps: ServerAppDeps, policy: PolicyRouteDeps | null): RelayContacts {
+  const { identity, config } = deps;
+  app.get('/uuid', async (_req, reply) => reply.type('text/plain').send(`${config.general.node_id}\n`));
   relayNodesRoutes(app, {
     store: deps.store,
-    rootId: deps.config.general.node_id,
+    rootId: config.general.node_id,
     // Fresh (not the JWKS route's short-lived copy): a deletion by another server shows at once.
     ...(identity && { keys: async () => (await identity.jwks(true)).keys.map((k) => k.kid as string).sort() }),
   });
-  const nodes = deps.domain.nodes;
-  // A relay sends no inventory and no run: its renewals, its requests and its link are its
-  // contacts, so that it is reachable while linked and not `unknown` forever.
   const relayContacts = new RelayContacts({
-    store: nodes,
+    store: deps.domain.nodes,
     log: deps.log,
-    unreachableAfterMs: deps.config.lifecycle.run_interval * deps.config.lifecycle.missed_runs,
+    unreachableAfterMs: config.lifecycle.run_interval * config.lifecycle.missed_runs,
   });
-  app.addHook('onClose', async () => relayContacts.stop());
-  if (deps.identity) identityPublicRoutes(app, deps.identity, relayContacts);
+  if (identity) identityPublicRoutes(app, identity, relayContacts);
   const metrics = deps.metrics;
-  if (metrics) {
-    // Unauthenticated, like the relay's: counts only, no node names.
-    app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType()).send(await metrics.text()));
-  }
-
-  const bundles = deps.domain.bundles;
-  const policy: PolicyRouteDeps | null = deps.policy && bundles ? { ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
+  // Unauthenticated, like the relay's: counts only, no node names.
+  if (metrics) app.get('/metrics', async (_req, reply) => reply.type(metrics.contentType()).send(await metrics.text()));
   if (policy) policyNodeRoutes(app, policy);
   // What only a relay may do needs a relay's own token, unless identity.require_relay_token is off.
-  const authorizeRelay = deps.config.identity.require_relay_token ? relayAuthorizer(deps.identity, deps.store, relayContacts) : undefined;
+  const authorizeRelay = config.identity.require_relay_token ? relayAuthorizer(identity, deps.store, relayContacts) : undefined;
   if (deps.remoteRun) {
     remoteRunRoutes(app, { ...deps.remoteRun, ...(authorizeRelay && { authorizeRelay }) });
     const hub = deps.remoteRun.hub;
@@ -200,53 +229,40 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
       return hub.all().filter((r) => r.until !== undefined && r.until > now).map((r) => r.id);
     });
   }
-  // Relays fetch the managers they host and post what they discover (outbound from the relay).
+  // Relays fetch the managers they host and post what they discover (outbound from the relay)…
   managerRelayRoutes(app, deps.store, deps.domain.managers, authorizeRelay);
   // …and run the bootstrap of the nodes those managers hold (outbound from the relay too).
   bootstrapRelayRoutes(app, { ...(deps.bootstrapRunner && { runner: deps.bootstrapRunner }), ...(authorizeRelay && { authorizeRelay }) });
+  return relayContacts;
+}
 
-  const resolveToken = deps.resolveToken ?? tokenResolver({ adminToken: deps.adminToken, admins: deps.store.admins, log: deps.log });
-  app.decorate('resolveToken', resolveToken);
-  const adminRouteKeys: string[] = [];
-  app.decorate('adminRoutes', adminRouteKeys);
-  const consoleDeps = deps.console;
+/** The admin API's routes (behind authentication, the role check and the audit hook). */
+function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRouteDeps | null): void {
+  const { store, domain } = deps;
+  const settings = complianceSettings(deps.config);
+  const now = deps.now ? { now: deps.now } : {};
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
   const aggregates = new AggregateCache();
-  if (consoleDeps) consolePublicRoutes(app, { signIns: consoleDeps.signIns, resolveToken, assets: consoleDeps.assets, reviewRoles: deps.config.policy.review_roles });
-
-  app.register(async (admin) => {
-    admin.addHook('onRoute', (o) => {
-      for (const m of [o.method].flat()) if (m !== 'HEAD') adminRouteKeys.push(`${m} ${o.url}`);
-    });
-    // Who is calling (a bearer token, or the console's sign-in cookie with its CSRF token on
-    // writes), then may they (access.ts), then the query.
-    admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(consoleDeps && { signIns: consoleDeps.signIns }) }));
-    admin.addHook('onRequest', checkAccess);
-    admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
-    installAudit(admin, { audit: deps.domain.audit });
-    adminRoutes(admin, { admins: deps.store.admins });
-    if (policy) {
-      policyAdminRoutes(admin, policy);
-      policyMembershipRoutes(admin, policy);
-      policyAuthoringRoutes(admin, policy);
-      changeRequestRoutes(admin, deps.domain.reviews);
-    }
-    nodeRoutes(admin, deps.store, nodes, () => complianceClock(complianceSettings(deps.config), (deps.now ?? (() => new Date()))()));
-    complianceRoutes(admin, { store: deps.store, settings: complianceSettings(deps.config), cache: aggregates, ...(deps.now && { now: deps.now }) });
-    changeRoutes(admin, deps.store, aggregates);
-    lifecycleRoutes(admin, deps.store, deps.lifecycle, aggregates);
-    if (deps.jobs) jobRoutes(admin, deps.jobs);
-    if (deps.bootstrap) bootstrapRoutes(admin, { store: deps.store, ...deps.bootstrap });
-    managerAdminRoutes(admin, { store: deps.store, service: deps.domain.managers, ...deps.managers });
-    // A forced renewal ends the links the renewed relays hold: they reconnect with a new token.
-    const links = deps.remoteRun?.hub;
-    if (deps.identity) identityAdminRoutes(admin, deps.identity, links && ((ids) => {
-      for (const r of links.all()) if (ids === 'all' || ids.includes(r.id)) links.end(r.id, 'token_revoked');
-    }));
-    admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
-    consoleReadRoutes(admin, {
-      store: deps.store, settings: complianceSettings(deps.config), history: consoleDeps?.history ?? null, cache: aggregates, ...(deps.now && { now: deps.now }),
-    });
-  });
-  return app;
+  adminRoutes(admin, { admins: store.admins, service: domain.admins });
+  if (policy) {
+    policyAdminRoutes(admin, policy);
+    policyMembershipRoutes(admin, policy);
+    policyAuthoringRoutes(admin, policy);
+    changeRequestRoutes(admin, domain.reviews);
+  }
+  // The node list's compliance sort judges each node at the moment of the request.
+  nodeRoutes(admin, store, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
+  complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
+  changeRoutes(admin, store, aggregates);
+  lifecycleRoutes(admin, store, deps.lifecycle, aggregates);
+  if (deps.jobs) jobRoutes(admin, deps.jobs);
+  if (deps.bootstrap) bootstrapRoutes(admin, { store, ...deps.bootstrap });
+  managerAdminRoutes(admin, { store, service: domain.managers, ...deps.managers });
+  // A forced renewal ends the links the renewed relays hold: they reconnect with a new token.
+  const links = deps.remoteRun?.hub;
+  if (deps.identity) identityAdminRoutes(admin, deps.identity, links && ((ids) => {
+    for (const r of links.all()) if (ids === 'all' || ids.includes(r.id)) links.end(r.id, 'token_revoked');
+  }));
+  admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
+  consoleReadRoutes(admin, { store, settings, history: deps.console?.history ?? null, cache: aggregates, ...now });
 }

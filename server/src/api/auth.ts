@@ -33,7 +33,8 @@ declare module 'fastify' {
 }
 
 /** The bootstrap admin's name and role: no named admin may take the name. */
-export const BOOTSTRAP_ADMIN = 'admin';
+export { BOOTSTRAP_ADMIN, newToken, tokenDigest } from '../admins/tokens.js';
+import { BOOTSTRAP_ADMIN, tokenDigest } from '../admins/tokens.js';
 
 const RANK: Record<Role, number> = { viewer: 0, operator: 1, admin: 2 };
 
@@ -57,10 +58,6 @@ export async function ensureAdminToken(dataDir: string): Promise<string> {
 }
 
 /** A new admin token: 32 random bytes, base64url. */
-export const newToken = (): string => randomBytes(32).toString('base64url');
-
-/** What is stored of a token: sha256, hex (enough for 256 random bits: no salt or stretching needed). */
-export const tokenDigest = (token: string): string => createHash('sha256').update(token).digest('hex');
 
 export interface TokenResolverDeps {
   /** The bootstrap admin's token (admin.token). */

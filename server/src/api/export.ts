@@ -18,10 +18,21 @@ export function exportFormat(req: FastifyRequest<{ Querystring: Record<string, s
   return /\btext\/csv\b/.test(req.headers.accept ?? '') ? 'csv' : 'json';
 }
 
-/** One CSV field: quoted when it holds a comma, quote or line break; a leading =+-@ is quoted too (spreadsheet formulas). */
+/**
+ * Text a spreadsheet would take for a formula: a leading = + - @ (or their full-width forms),
+ * after any spaces, or a leading tab or carriage return. Quoting such a cell is not enough: the
+ * spreadsheet unquotes it and evaluates it.
+ */
+const FORMULA = /^[\s\u00a0]*[=+\-@\uFF1D\uFF0B\uFF0D\uFF20]|^[\t\r]/;
+
+/**
+ * One CSV field: quoted when it holds a comma, quote or line break; a string a spreadsheet would
+ * evaluate is prefixed with `'` (which makes it text) and quoted. Numbers are written as they are.
+ */
 export function csvField(v: unknown): string {
-  const s = v === null || v === undefined ? '' : String(v);
-  return /[",\r\n]|^[=+\-@\t]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
+  let s = v === null || v === undefined ? '' : String(v);
+  if (typeof v === 'string' && FORMULA.test(s)) s = `'${s}`;
+  return /[",\r\n]|^'/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 
 export const csvLine = (fields: readonly unknown[]) => `${fields.map(csvField).join(',')}\r\n`;

@@ -1,6 +1,6 @@
 /**
- * Nodes as the API and the command line list them. Kept apart from the node routes so that a
- * command line listing nodes loads this, not the routes' certificate and run-log handling.
+ * Nodes as the API lists them (node list, pending nodes, a group's members, the answers to node
+ * changes): shared by the node and policy routes.
  */
 import type { NodeRecord } from '../reads.js';
 

@@ -159,7 +159,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   // The choice (keep, delete, state:<state>) is parsed by the route.
   'DELETE /api/1/managers/:id': { nodes: 'text' },
   'GET /api/1/admins': PAGING,
-  'GET /api/1/audit': { ...PAGING, from: 'time', to: 'time', admin: 'text', action: 'text', target: 'text', result: ['ok', 'error'] },
+  'GET /api/1/audit': { ...PAGING, from: 'time', to: 'time', admin: 'text', actor: 'text', action: 'text', target: 'text', result: ['ok', 'error'] },
 };
 
 /** Check an admin request's query parameters against its route's list (see ADMIN_QUERIES). */

@@ -33,8 +33,15 @@ export const nodeActor = (id: string): Actor => ({ kind: 'node', name: id });
 /** A relay acting through its own token (contacts, discovery it hosts). */
 export const relayActor = (id: string): Actor => ({ kind: 'relay', name: id });
 
+/**
+ * The client address of the admin API's requests that `capstan-server`'s verbs make in process on
+ * the server host (cli/in-process.ts): no socket's address is ever this, so it marks them.
+ */
+export const COMMAND_LINE_ADDRESS = 'local';
+
 /** The words a node's history records as the cause of a change this actor made. */
 export function causeOf(actor: Actor, what?: string): string {
-  const who = actor.kind === 'admin' ? `admin ${actor.name}${actor.request?.method === 'CLI' ? ' (command line)' : ''}` : actor.kind === 'system' ? actor.name : `${actor.kind} ${actor.name}`;
+  const cli = actor.request?.address === COMMAND_LINE_ADDRESS ? ' (command line)' : '';
+  const who = actor.kind === 'admin' ? `admin ${actor.name}${cli}` : actor.kind === 'system' ? actor.name : `${actor.kind} ${actor.name}`;
   return what ? `${who}: ${what}` : who;
 }

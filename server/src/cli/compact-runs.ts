@@ -3,12 +3,14 @@
  * place, one transaction per batch (docs/capacity.md).
  */
 import type { Command } from 'commander';
-import { int, storeOptions, withStore, type CommonFlags } from './common.js';
+import { int } from '../admin-cli/kit.js';
+import { flagsOf, withStore } from './common.js';
 
 export function compactRunsCommand(program: Command): void {
-  storeOptions(program.command('compact-runs').description('convert runs stored before migration 14 to the node-day form, in place (docs/capacity.md)'))
+  program.command('compact-runs').description('convert runs stored before migration 14 to the node-day form, in place (docs/capacity.md)')
     .option('--batch <n>', 'runs per transaction', int('--batch'), 500)
-    .action(async (flags: CommonFlags & { batch: number }) => {
+    .action(async (_o: unknown, cmd: Command) => {
+      const flags = flagsOf<{ batch: number }>(cmd);
       // Resumable: the store remembers the last run looked at, so an interrupted run goes on from there.
       await withStore(flags, async (store) => {
         let done = 0;

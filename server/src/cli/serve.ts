@@ -13,7 +13,7 @@ import { loadListenerTls } from '@capstan/toolkit/http/tls';
 import { sdAssign, startWatchdog } from '@capstan/toolkit/systemd';
 import { checkDatabase, isDatabaseUnavailable } from '../registry/open.js';
 import type { ServerConfig } from '../config.js';
-import { configFrom, storeOptions, type CommonFlags } from './common.js';
+import { configFrom, flagsOf } from './common.js';
 
 /** Tell systemd we are ready (Type=notify); outside systemd (no NOTIFY_SOCKET) there is nobody to tell. */
 async function notifyReady(log: Logger, status: string): Promise<void> {
@@ -50,11 +50,12 @@ async function testAndExit(config: ServerConfig): Promise<never> {
 }
 
 export function serveCommand(program: Command): void {
-  storeOptions(program.command('serve').description('run the server'))
+  program.command('serve').description('run the server')
     .option('--listen <host:port>', `address to listen on (default ${DEFAULT_SERVER_LISTEN})`)
     .option('--log-level <level>', 'trace, debug, info, warn, error')
     .option('--test', 'check the configuration and that the database is reachable, then exit (2: configuration, 3: database)')
-    .action(async (flags: CommonFlags & { test?: boolean }) => {
+    .action(async (_o: unknown, cmd: Command) => {
+      const flags = flagsOf<{ test?: boolean }>(cmd);
       const config = configFrom(flags);
       if (flags.test) await testAndExit(config);
       // The server itself is loaded only to serve: the other verbs start in a fraction of the time.

@@ -16,6 +16,8 @@ import { readSignedContentUnverified, verifySmime } from '@capstan/shared/smime/
 import type { IdentityInitial, IdentityKeyRecord, IdentityKeyRow, NodeRecord, Store } from '../store/store.js';
 import { readLegacyIdentity, retireLegacyIdentity } from './legacy.js';
 import { KeySealer } from './seal.js';
+import type { Actor } from '../audit/actor.js';
+import type { AuditLog } from '../audit/log.js';
 
 type JWK = SigningKey['publicJwk'];
 
@@ -44,6 +46,8 @@ export interface IdentityOptions {
   clock?: () => Date;
   /** Accept SHA-1 signatures on renewal requests and inventories (`[signatures] allow_sha1`). */
   allowSha1?: boolean;
+  /** Where admins' changes to the keyring and forced renewals are recorded (audit/log.ts). */
+  audit?: AuditLog;
 }
 
 export interface KeyView extends IdentityKeyRow {
@@ -268,17 +272,19 @@ export class NodeIdentity {
   }
 
   /** The node gets a new token at its next contact: tokens issued until now are refused. */
-  async forceRenewal(nodeId: string): Promise<{ node_id: string; forced_at: string }> {
+  async forceRenewal(nodeId: string, actor: Actor): Promise<{ node_id: string; forced_at: string }> {
     const node = await this.o.store.getNode(nodeId);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${nodeId} is unknown`);
     // +1: a token issued in this same second is older than the request too.
     const at = this.nowSec() + 1;
     await this.o.store.identity.forceRenewal([nodeId], at);
-    return { node_id: nodeId, forced_at: new Date(at * 1000).toISOString() };
+    const forced = { node_id: nodeId, forced_at: new Date(at * 1000).toISOString() };
+    await this.o.audit?.record(actor, { action: 'node.identity.renew', target: nodeId, before: null, after: forced });
+    return forced;
   }
 
   /** Force renewal for every node of a group (by pages, sorted by id so none is skipped or repeated). */
-  async forceGroupRenewal(group: string): Promise<{ group: string; nodes: number; forced_at: string }> {
+  async forceGroupRenewal(group: string, actor: Actor): Promise<{ group: string; nodes: number; forced_at: string }> {
     const at = this.nowSec() + 1;
     let nodes = 0;
     // Bounded: MAX_GROUP_PAGES × 1000 nodes, far above any fleet this server is sized for.
@@ -289,7 +295,9 @@ export class NodeIdentity {
       if (res.data.length < 1000) break;
     }
     this.o.log.info({ group, nodes }, 'forced renewal of a group');
-    return { group, nodes, forced_at: new Date(at * 1000).toISOString() };
+    const forced = { group, nodes, forced_at: new Date(at * 1000).toISOString() };
+    await this.o.audit?.record(actor, { action: 'group.identity.renew', target: group, before: null, after: forced });
+    return forced;
   }
 
   async listKeys(): Promise<KeyView[]> {
@@ -302,17 +310,19 @@ export class NodeIdentity {
   }
 
   /** A new active key; the old one keeps verifying the tokens it signed until they expire. */
-  async rotate(alg: TokenAlg = this.o.alg): Promise<KeyView> {
+  async rotate(actor: Actor, alg: TokenAlg = this.o.alg): Promise<KeyView> {
     const key = generateSigningKey(alg);
     const { active: _a, retired_at: _r, max_exp: _m, ...row } = this.sealKey(key, this.clock().toISOString(), true);
     await this.o.store.identity.addActiveKey(row);
     this.jwksCopy = null;
     this.o.log.info({ kid: key.kid, alg }, 'signing key rotated');
-    return (await this.listKeys()).find((k) => k.kid === key.kid)!;
+    const view = (await this.listKeys()).find((k) => k.kid === key.kid)!;
+    await this.o.audit?.record(actor, { action: 'key.rotate', target: key.kid, before: null, after: view });
+    return view;
   }
 
   /** Delete a retired key; refused (409, with the node count) while it signs unexpired tokens, unless forced. */
-  async deleteKey(kid: string, force: boolean): Promise<{ kid: string; nodes: number }> {
+  async deleteKey(kid: string, force: boolean, actor: Actor): Promise<{ kid: string; nodes: number }> {
     const key = await this.o.store.identity.getKey(kid);
     if (!key) throw capstanError('ERR_NOT_FOUND', `no signing key ${kid}`);
     if (key.active) throw capstanError('ERR_CONFLICT', `key ${kid} is the active key: rotate first`, { details: { kid } });
@@ -323,6 +333,7 @@ export class NodeIdentity {
     await this.o.store.identity.deleteKey(kid);
     this.jwksCopy = null;
     this.o.log.warn({ kid, nodes }, 'signing key deleted');
+    await this.o.audit?.record(actor, { action: 'key.delete', target: kid, before: { ...key, sealed_private: undefined }, after: null });
     return { kid, nodes };
   }
 }

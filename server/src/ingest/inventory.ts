@@ -5,7 +5,6 @@
  * key can never take over a node id.
  */
 import { readFile } from 'node:fs/promises';
-import { decompress } from '@capstan/shared/envelope/codec';
 import { capstanError } from '@capstan/shared/errors';
 import { INVENTORY_TOKEN_FIELD } from '@capstan/shared/identity/renew';
 import { type InventoryInfo, parseInventoryName } from '@capstan/shared/runlog/name';
@@ -17,6 +16,7 @@ import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
 import { verifiedOcs } from './ocs-ingest.js';
 import { nodeActor } from '../audit/actor.js';
+import { decompressUpload } from './runlog-prepare.js';
 
 export interface InventoryDoc {
   node_id: string;
@@ -86,7 +86,15 @@ async function bootstrapEnrolment(
 /** A Capstan agent's inventory: S/MIME-signed JSON, compressed. */
 async function verifiedJson(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null): Promise<InventoryDoc> {
   const raw = await readFile(path);
-  const signed = await decompress(raw, info.compression, { maxBytes: deps.limits.maxDecompressedBytes });
+  const { out: signed, release } = await decompressUpload(raw, info.compression, deps.limits.maxDecompressedBytes, deps.limits);
+  try {
+    return verifiedJsonDecompressed(deps, signed, known);
+  } finally {
+    release();
+  }
+}
+
+function verifiedJsonDecompressed(deps: IngestDeps, signed: Buffer, known: NodeRecord | null): InventoryDoc {
   // Which certificate must have signed it: the pinned one, or for a newcomer the one it carries.
   let signer: string;
   if (known?.accepted === 'accepted' && known.certificate) {

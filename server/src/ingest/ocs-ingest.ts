@@ -13,14 +13,14 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { decompress } from '@capstan/shared/envelope/codec';
 import { capstanError, isCapstanError, isTransient } from '@capstan/shared/errors';
 import type { InventoryInfo } from '@capstan/shared/runlog/name';
-import { ocsPairReady } from '@capstan/toolkit/spool/ocs-pair';
+import { ocsPairReady, ocsWaiting, olderThan } from '@capstan/toolkit/spool/ocs-pair';
 import type { Spool } from '@capstan/toolkit/spool/spool';
 import type { NodeRecord } from '../store/store.js';
 import type { InventoryDoc } from './inventory.js';
-import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';
+import { DEFAULT_OCS_LIMITS, readOcsInventory, type OcsLimits } from './ocs.js';
+import { decompressUpload } from './runlog-prepare.js';
 import { certificateKey, MAX_SIGN_FILE_BYTES, parseSignFile, sameKey, verifyOcsSignature } from './ocs-signature.js';
 import type { IngestDeps } from './runlog.js';
 
@@ -38,7 +38,15 @@ export async function verifiedOcs(deps: IngestDeps, path: string, info: Inventor
     throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${raw.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
   }
   // A gzip bomb stops at the smaller of the two limits (ERR_DECOMPRESSED_TOO_LARGE).
-  const xml = await decompress(raw, info.compression, { maxBytes: Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes) });
+  const { out: xml, release } = await decompressUpload(raw, info.compression, Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes), deps.limits);
+  try {
+    return await verifiedOcsXml(xml, signPath, known, limits);
+  } finally {
+    release();
+  }
+}
+
+async function verifiedOcsXml(xml: Buffer, signPath: string, known: NodeRecord | null, limits: OcsLimits): Promise<InventoryDoc> {
   const sig = parseSignFile(await readBounded(signPath, MAX_SIGN_FILE_BYTES));
   const { doc, publicKey } = readOcsInventory(xml, limits);
   if (publicKey !== undefined && !sameKey(publicKey, certificateKey(doc.certificate))) {
@@ -51,8 +59,12 @@ export async function verifiedOcs(deps: IngestDeps, path: string, info: Inventor
 
 /**
  * The server's handler for one spooled inventory file when it is half of an OCS pair: waits for
- * the other half (ocsPairReady), ingests the pair through `ingest`, then removes the `.sign` — or
- * moves it to failed/ beside its inventory with the same reason. Null for any other file.
+ * the other half (ocsPairReady), then tries each `.sign` spooled for it (the upload's and its
+ * candidates: junk may have been spooled first under either name) until one verifies, ingests
+ * the pair through `ingest` and removes that `.sign`. When none verifies, the inventory waits for
+ * another `.sign` until `ocs_pair_wait` has passed since it arrived, then is refused; the
+ * signatures go to failed/ beside it unless another inventory candidate still waits for them.
+ * Null for any other file.
  */
 export async function handleOcsUpload<T>(
   spool: Spool, name: string, waitMs: number, prompt: (name: string) => void,
@@ -60,16 +72,27 @@ export async function handleOcsUpload<T>(
 ): Promise<T | null> {
   const dir = spool.incomingDir('inventories');
   const pair = await ocsPairReady(dir, name, waitMs, prompt);
-  if (!pair) return null;
-  try {
-    const out = await ingest(join(dir, pair.sign));
-    await spool.remove('inventories', pair.sign);
-    return out;
-  } catch (err) {
-    if (!isTransient(err)) {
-      const code = isCapstanError(err) ? err.code : 'ERR_INTERNAL';
-      await spool.fail('inventories', pair.sign, `${code}: ${(err as Error).message}`).catch(() => undefined);
+  if (!pair || pair === 'alone') return null;
+  let refusal: unknown = null;
+  for (const sign of pair.signs) {
+    try {
+      const out = await ingest(join(dir, sign));
+      await spool.remove('inventories', sign);
+      return out;
+    } catch (err) {
+      if (isTransient(err)) throw err;
+      refusal = err;
+      // Not the signature's fault: the inventory itself is refused, whichever signature.
+      if (!(isCapstanError(err) && err.code === 'ERR_OCS_SIGNATURE')) break;
     }
-    throw err;
   }
+  const code = isCapstanError(refusal) ? refusal.code : 'ERR_INTERNAL';
+  if (code === 'ERR_OCS_SIGNATURE' && !(await olderThan(dir, name, waitMs))) {
+    // Junk raced ahead under the `.sign`'s name: the real one is kept as a candidate when it comes.
+    throw ocsWaiting(`inventory ${name} waits for a signature that verifies it`);
+  }
+  if (!pair.otherData) {
+    for (const sign of pair.signs) await spool.fail('inventories', sign, `${code}: ${(refusal as Error).message}`).catch(() => undefined);
+  }
+  throw refusal;
 }

@@ -92,17 +92,59 @@ function prefixLength(mask: string | undefined): number | undefined {
   return bits;
 }
 
-/** Refuse what is never read: a DOCTYPE (entities, external subsets), over-large or over-full XML. */
+/**
+ * Refuse what is never read: a DOCTYPE (entities, external subsets), over-large, over-full or
+ * over-deep XML. The depth is counted here, as the elements open at once (a self-closing one
+ * included), because the parser's own bound (`maxNestedTags`) lets one level more through.
+ */
 function checkShape(xml: string, limits: OcsLimits): void {
   if (/<!DOCTYPE|<!ENTITY/i.test(xml)) throw capstanError('ERR_OCS_DOCTYPE', 'OCS inventory declares a DOCTYPE or an entity: refused, nothing in it is expanded');
   let elements = 0;
+  let depth = 0;
+  const tooDeep = () => capstanError('ERR_OCS_TOO_DEEP', `OCS inventory nests elements deeper than limits.ocs_max_depth (${limits.maxDepth})`);
   for (let i = xml.indexOf('<'); i >= 0; i = xml.indexOf('<', i + 1)) {
     const c = xml.charCodeAt(i + 1);
-    // A start tag: `<` then a name's first character (not `/`, `!` or `?`).
-    if ((c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 58) {
+    if (xml.startsWith('<!--', i)) {
+      i = skipTo(xml, '-->', i);
+    } else if (xml.startsWith('<![CDATA[', i)) {
+      i = skipTo(xml, ']]>', i);
+    } else if (c === 63 /* ? */ || c === 33 /* ! */) {
+      i = skipTo(xml, '>', i);
+    } else if (c === 47 /* / */) {
+      depth = Math.max(0, depth - 1);
+      i = skipTo(xml, '>', i);
+    } else if ((c >= 65 && c <= 90) || (c >= 97 && c <= 122) || c === 95 || c === 58) {
+      // A start tag: `<` then a name's first character.
       if (++elements > limits.maxElements) throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory has more than ${limits.maxElements} elements (limits.ocs_max_elements)`);
+      if (depth + 1 > limits.maxDepth) throw tooDeep();
+      const end = tagEnd(xml, i);
+      if (end < 0) return; // unterminated: the parser and validator say so
+      if (xml.charCodeAt(end - 1) !== 47 /* / */) depth++;
+      i = end;
     }
   }
+}
+
+/** Index of the last character of `end` after `from`, or the string's end. */
+function skipTo(xml: string, end: string, from: number): number {
+  const at = xml.indexOf(end, from + 1);
+  return at < 0 ? xml.length : at + end.length - 1;
+}
+
+/** Index of the `>` closing the start tag at `from`, quoted attribute values skipped; -1 if none. */
+function tagEnd(xml: string, from: number): number {
+  let quote = 0;
+  for (let i = from + 1; i < xml.length; i++) {
+    const c = xml.charCodeAt(i);
+    if (quote !== 0) {
+      if (c === quote) quote = 0;
+    } else if (c === 34 || c === 39) {
+      quote = c;
+    } else if (c === 62) {
+      return i;
+    }
+  }
+  return -1;
 }
 
 /** Parse OCS XML under the limits into its `REQUEST` element; coded errors for every refusal. */

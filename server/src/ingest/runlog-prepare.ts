@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { summarize } from '@capstan/shared/compliance/compute';
-import { decompress } from '@capstan/shared/envelope/codec';
+import { decompressBudgeted, DecompressBudget, type BudgetShare } from '@capstan/shared/envelope/budget';
 import type { RunInfo } from '@capstan/shared/runlog/name';
 import { isCompleteRun, parseRunLog, type RunLog } from '@capstan/shared/runlog/parse';
 import { verifySmime } from '@capstan/shared/smime/verify';
@@ -28,6 +28,30 @@ export interface IngestLimits {
   maxClockSkewMs?: number;
   /** `[limits] ocs_max_size`, `ocs_max_depth`, `ocs_max_elements` (RUDDER agents' inventories); the defaults when absent. */
   ocs?: OcsLimits;
+  /**
+   * `[processing] decompress_budget`, shared by every thread (envelope/budget.ts), and how long a
+   * decompression waits for room in it; absent: no common bound (tests, tools).
+   */
+  budget?: BudgetShare;
+  budgetWaitMs?: number;
+}
+
+/** How long a decompression waits for room in the budget by default. */
+export const DEFAULT_BUDGET_WAIT_MS = 30_000;
+
+/** This thread's view of the process's decompression budget (one per shared buffer). */
+const views = new WeakMap<SharedArrayBuffer, DecompressBudget>();
+export function budgetOf(limits: IngestLimits): DecompressBudget | undefined {
+  const share = limits.budget;
+  if (!share) return undefined;
+  let b = views.get(share.sab);
+  if (!b) views.set(share.sab, (b = new DecompressBudget(share.limitBytes, share)));
+  return b;
+}
+
+/** Decompress an upload within the budget; `release()` once its output is done with. */
+export function decompressUpload(raw: Buffer, compression: RunInfo['compression'], maxBytes: number, limits: IngestLimits) {
+  return decompressBudgeted(raw, compression, maxBytes, budgetOf(limits), limits.budgetWaitMs ?? DEFAULT_BUDGET_WAIT_MS);
 }
 
 /** The default of `[limits] max_clock_skew`. */
@@ -57,7 +81,17 @@ export function runStart(log: RunLog): string {
 export async function prepareRunLog(job: PrepareJob): Promise<PreparedRun> {
   const raw = Buffer.isBuffer(job.raw) ? job.raw : Buffer.from(job.raw.buffer, job.raw.byteOffset, job.raw.byteLength);
   const { limits } = job;
-  const signed = await decompress(raw, job.compression, { maxBytes: limits.maxDecompressedBytes });
+  const { out: signed, release } = await decompressUpload(raw, job.compression, limits.maxDecompressedBytes, limits);
+  try {
+    return prepareDecompressed(job, raw, signed);
+  } finally {
+    // The expanded text and what was parsed from it are garbage now (the run keeps its own copies).
+    release();
+  }
+}
+
+function prepareDecompressed(job: PrepareJob, raw: Buffer, signed: Buffer): PreparedRun {
+  const { limits } = job;
   const verified = verifySmime(signed, [job.certificate], { maxBytes: limits.maxDecompressedBytes, allowSha1: limits.allowSha1 === true });
   const log = parseRunLog(verified.content, { node_id: job.nodeId, timestamp: job.timestamp }, {
     maxBytes: limits.maxDecompressedBytes,

@@ -7,7 +7,16 @@ import { capstanError } from '@capstan/shared/errors';
 import type { JobRecord, Store } from '../store/store.js';
 import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
+import type { ServerConfig } from '../config.js';
 import { createJob, type JobLimits, type JobRequest } from './create.js';
+
+/** The limits of `[jobs]` and `[bootstrap]` a job request is checked against. */
+export function jobLimits(config: Pick<ServerConfig, 'jobs' | 'bootstrap'>): JobLimits {
+  return {
+    defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
+    bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
+  };
+}
 
 export interface JobServiceDeps {
   store: Store;

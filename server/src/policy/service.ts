@@ -14,6 +14,7 @@ import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
 import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule } from './model.js';
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
+import type { PolicyKeyring } from './key.js';
 
 export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
 
@@ -33,6 +34,8 @@ export function parsePolicyObject(kind: PolicyKind, body: unknown, pathId?: stri
 export interface PolicyServiceDeps {
   store: Store;
   generator: PolicyGenerator;
+  /** The policy signing key (absent on the command line, which signs nothing). */
+  key?: PolicyKeyring;
   audit?: AuditLog;
   log: Logger;
   now?: () => Date;
@@ -144,6 +147,17 @@ export class PolicyService {
       }
     }
     return planPolicy(this.deps.store, this.deps.generator, plan, maxNodes);
+  }
+
+  /**
+   * A new active policy key, endorsed by the previous one. Bundles are signed when served, so the
+   * next fetch of every node carries the new signature and the endorsement chain.
+   */
+  async rotateKey(actor: Actor): Promise<Awaited<ReturnType<PolicyKeyring['rotate']>>> {
+    if (!this.deps.key) throw capstanError('ERR_CONFLICT', 'this process holds no policy key');
+    const r = await this.deps.key.rotate();
+    await this.deps.audit?.record(actor, { action: 'policy_key.rotate', target: r.key_id, before: { key_id: r.previous_key_id }, after: { key_id: r.key_id } });
+    return r;
   }
 
   /** A rule may only name directives and groups that exist. */

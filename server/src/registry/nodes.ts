@@ -209,7 +209,7 @@ export class NodeRegistry {
   }
 }
 
-/** What the effects need; each absent one is skipped (the command line has no relay links). */
+/** What the effects need; each absent one is skipped (capstan-server's admin verbs hold no relay links). */
 export interface NodeEffectDeps {
   store: Store;
   /** Policy regeneration (PolicyGenerator.touch). */

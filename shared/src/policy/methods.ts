@@ -9,6 +9,8 @@ import { FILE_METHOD_SPECS } from './specs/files.js';
 
 // The file-writing methods' specs, imported through this module (it and they import each other).
 export * from './specs/files.js';
+import { ACCOUNT_SPECS } from './specs/accounts.js';
+import { SYSTEM_SPECS } from './specs/system.js';
 
 export interface Component {
   component: string;
@@ -90,7 +92,7 @@ export interface ShowDiffParam {
   show_diff?: boolean;
 }
 
-const one = (component: string, key: string): Component[] => [{ component, key }];
+export const one = (component: string, key: string): Component[] => [{ component, key }];
 
 export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number } & ShowDiffParam> = {
   name: 'file_content',
@@ -213,6 +215,10 @@ export const archiveFromSharedFolderSpec: MethodSpec<ArchiveParams> = {
 
 const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
 
+/**
+ * `version`: absent (any version will do), `"latest"` (upgrade whenever the package manager has a
+ * newer candidate), or a version to hold exactly, older or newer than the installed one.
+ */
 export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
   name: 'package_present',
   params: [dStr('name', 'The package name.', { required: true, example: 'nginx' }), dStr('version', 'An exact version (default: any installed version).', { example: '1.22.1-9' })],
@@ -221,27 +227,29 @@ export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> 
     const name = str('package_present', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_present', 'name', 'is not a package name');
     const version = optStr('package_present', p, 'version');
-    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version');
+    if (version !== undefined && !/^[A-Za-z0-9+.~:_-]{1,128}$/.test(version)) paramError('package_present', 'version', 'is not a version (nor "latest")');
     return { name, version };
   },
   components: (p) => one('Package present', p.name),
 };
 
-export const packageAbsentSpec: MethodSpec<{ name: string }> = {
+/** `purge`: configuration files go too (apt-get purge, apk del --purge; rpm removes them anyway). */
+export const packageAbsentSpec: MethodSpec<{ name: string; purge: boolean }> = {
   name: 'package_absent',
   params: [dStr('name', 'The package name.', { required: true, example: 'telnet' })],
   example: { name: 'telnet' },
   validate: (p) => {
     const name = str('package_absent', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_absent', 'name', 'is not a package name');
-    return { name };
+    if (p.purge !== undefined && typeof p.purge !== 'boolean') paramError('package_absent', 'purge', 'must be true or false');
+    return { name, purge: p.purge === true };
   },
   components: (p) => one('Package absent', p.name),
 };
 
-const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
+export const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
 
-function serviceSpec(name: 'service_running' | 'service_enabled', component: string): MethodSpec<{ name: string }> {
+export function serviceSpec(name: string, component: string): MethodSpec<{ name: string }> {
   return {
     name,
     params: [dStr('name', 'The systemd unit, such as nginx.service.', { required: true, example: 'nginx.service' })],
@@ -316,6 +324,7 @@ export const METHOD_SPECS: ReadonlyMap<string, MethodSpec<any>> = new Map(
     fileContentSpec, fileLinePresentSpec, fileAbsentSpec, filePermissionsSpec, directoryPresentSpec, fileFromSharedFolderSpec,
     archiveFromSharedFolderSpec, packagePresentSpec, packageAbsentSpec, serviceRunningSpec, serviceEnabledSpec, commandCheckSpec, commandRunSpec, sysctlValueSpec,
     ...FILE_METHOD_SPECS,
+    ...ACCOUNT_SPECS, ...SYSTEM_SPECS,
   ].map((m) => [m.name, m as MethodSpec<any>]),
 );
 

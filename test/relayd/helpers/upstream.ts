@@ -27,10 +27,13 @@ export class CountingUpstream {
   maxInFlight = 0;
   /** Batch requests received, and the files in each. */
   readonly batches: number[] = [];
+  /** Batch requests refused (`batches: false` or a status). */
+  refusedBatches = 0;
   private server: Server | null = null;
   port = 0;
 
-  constructor(private answer: Answer = () => 201, private readonly opts: { batches?: boolean } = {}) {}
+  /** `batches`: false answers every batch 404; a number answers it with that status (e.g. 501). */
+  constructor(private answer: Answer = () => 201, private readonly opts: { batches?: boolean | number } = {}) {}
 
   setAnswer(a: Answer): void {
     this.answer = a;
@@ -72,8 +75,11 @@ export class CountingUpstream {
   private async batch(req: IncomingMessage, res: ServerResponse, kind: string): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req as AsyncIterable<Buffer>) chunks.push(c);
-    if (this.opts.batches === false) {
-      res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { code: 'ERR_NOT_FOUND', message: 'no route' } }));
+    if (this.opts.batches === false || typeof this.opts.batches === 'number') {
+      const status = typeof this.opts.batches === 'number' ? this.opts.batches : 404;
+      this.refusedBatches++;
+      // A plain web server's answer: no JSON error envelope.
+      res.writeHead(status, { 'content-type': 'text/html' }).end(`<html><body>${status}</body></html>`);
       return;
     }
     const files = decodeBatch(Buffer.concat(chunks), 10_000);

@@ -1,10 +1,16 @@
 /**
- * Keeping the spool finite: failed/ bounded in files and bytes (oldest removed first as new ones
- * arrive) and aged out, stale partial uploads in tmp/ swept, and the timer that runs the
- * retention in the programs that own a spool.
+ * Keeping the spool finite: failed/ bounded in files and bytes and aged out, stale partial
+ * uploads in tmp/ swept, and the timer that runs the retention in the programs that own a spool.
+ *
+ * failed/ holds evidence (a forged run log) beside junk anyone can send. Past a bound, files go
+ * by fair share rather than by age alone: from the refusal code with the most files, within it
+ * from the node with the most, oldest first. A flood of one-byte uploads evicts its own kind,
+ * not the rare refusal beside it. A refused file never replaces one kept under its name.
  */
-import { lstat, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { link, lstat, readdir, readFile, rm, stat, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { parseInventoryName, parseRunInfo } from '@capstan/shared/runlog/name';
 import type { Logger } from '@capstan/shared/log';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
 
@@ -24,6 +30,21 @@ export async function sweepOld(dir: string, maxAgeMs: number, now: number, count
 
 const isFailedFile = (name: string) => !name.endsWith('.reason');
 
+/** The refusal code at the head of a reason line (`<date> ERR_…: message`), or '' when none. */
+const codeOf = (reason: string) => /^\S+ (ERR_[A-Z0-9_]+)/.exec(reason)?.[1] ?? '';
+
+/** The node a failed file's name claims (a run log or an inventory name), or '' when none. */
+function nodeOf(kind: SpoolKind, name: string): string {
+  const base = name.replace(/~[0-9a-f]{8}$/, '');
+  try {
+    return kind === 'reports' ? parseRunInfo(base).nodeId : parseInventoryName(base).nodeId;
+  } catch {
+    return '';
+  }
+}
+
+interface FailedEntry { kind: SpoolKind; name: string; size: number; mtimeMs: number }
+
 /**
  * failed/: permanently refused files kept with a one-line reason for an admin to look at. Anyone
  * who can upload can fill it with refused files; the bounds keep that finite.
@@ -35,6 +56,8 @@ export class FailedFiles {
   /** Failed files removed by the bounds since start. */
   private evicted = 0;
   private trimming: Promise<number> | null = null;
+  /** Refusal code of each failed file (`kind/name`) seen, so that a trim need not read every reason. */
+  private readonly codes = new Map<string, string>();
 
   constructor(
     private readonly dirs: Record<SpoolKind, string>,
@@ -56,16 +79,35 @@ export class FailedFiles {
 
   /**
    * Move `src` to failed/<kind>/<name> with a one-line reason beside it; the bytes are kept, never
-   * dropped. Returns the size moved and the size of the failed file it replaced (undefined: none);
-   * the caller settles its own accounts, then calls added().
+   * dropped. A name already taken there is not replaced: the file is kept as `<name>~<8 hex>`.
+   * Returns the size moved (`replaced` is always undefined: nothing is replaced); the caller
+   * settles its own accounts, then calls added().
    */
   async move(src: string, kind: SpoolKind, name: string, reason: string): Promise<{ size: number | undefined; replaced: number | undefined }> {
-    const dest = join(this.dirs[kind], name);
     const size = (await stat(src).catch(() => null))?.size;
-    const replaced = (await lstat(dest).catch(() => null))?.size;
-    await writeFile(`${dest}.reason`, `${new Date().toISOString()} ${reason.replace(/\s+/g, ' ')}\n`);
-    await rename(src, dest);
-    return { size, replaced };
+    const line = `${new Date().toISOString()} ${reason.replace(/\s+/g, ' ')}\n`;
+    for (let attempt = 0; ; attempt++) {
+      const file = attempt === 0 ? name : `${name}~${randomBytes(4).toString('hex')}`;
+      const dest = join(this.dirs[kind], file);
+      // The reason first, created exclusively: its name being free says the file's is too.
+      try {
+        await writeFile(`${dest}.reason`, line, { flag: 'wx' });
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST' && attempt < 16) continue;
+        throw err;
+      }
+      try {
+        // link + unlink: a rename that never replaces what is there.
+        await link(src, dest);
+      } catch (err) {
+        await rm(`${dest}.reason`, { force: true });
+        if ((err as NodeJS.ErrnoException).code === 'EEXIST' && attempt < 16) continue;
+        throw err;
+      }
+      await unlink(src);
+      this.codes.set(`${kind}/${file}`, codeOf(line));
+      return { size, replaced: undefined };
+    }
   }
 
   /** Count a file move() put in failed/, and trim failed/ when that takes it over its bounds. */
@@ -88,8 +130,8 @@ export class FailedFiles {
   }
 
   /** Every failed file (reasons excluded) with its kind, size and mtime. */
-  private async list(): Promise<Array<{ kind: SpoolKind; name: string; size: number; mtimeMs: number }>> {
-    const out: Array<{ kind: SpoolKind; name: string; size: number; mtimeMs: number }> = [];
+  private async list(): Promise<FailedEntry[]> {
+    const out: FailedEntry[] = [];
     for (const kind of SPOOL_KINDS) {
       const dir = this.dirs[kind];
       for (const name of await readdir(dir)) {
@@ -101,10 +143,24 @@ export class FailedFiles {
     return out;
   }
 
+  /** A failed file's refusal code, from the cache or its .reason. */
+  private async code(f: FailedEntry): Promise<string> {
+    const key = `${f.kind}/${f.name}`;
+    let code = this.codes.get(key);
+    if (code === undefined) {
+      code = codeOf(await readFile(join(this.dirs[f.kind], `${f.name}.reason`), 'utf8').catch(() => ''));
+      this.codes.set(key, code);
+    }
+    return code;
+  }
+
   private async count(): Promise<void> {
     const all = await this.list();
     this.files = all.length;
     this.bytes = all.reduce((n, f) => n + f.size, 0);
+    // Codes of files gone meanwhile (aged out, removed by hand) are forgotten.
+    const present = new Set(all.map((f) => `${f.kind}/${f.name}`));
+    for (const key of this.codes.keys()) if (!present.has(key)) this.codes.delete(key);
   }
 
   private over(): boolean {
@@ -124,19 +180,50 @@ export class FailedFiles {
     }
   }
 
-  /** One pass: list, remove the oldest beyond 90% of the bounds; returns how many went. */
+  /**
+   * One pass: list, then remove beyond 90% of the bounds by fair share (the code with the most
+   * files, within it the node with the most, its oldest first); returns how many went.
+   */
   private async trimPass(): Promise<number> {
-    const all = (await this.list()).sort((a, b) => a.mtimeMs - b.mtimeMs);
+    const all = await this.list();
     let files = all.length;
     let bytes = all.reduce((n, f) => n + f.size, 0);
     const files90 = Math.floor(this.maxFiles * 0.9);
     const bytes90 = Math.floor(this.maxBytes * 0.9);
-    let removed = 0;
+    const within = () => (this.maxFiles <= 0 || files <= files90) && (this.maxBytes <= 0 || bytes <= bytes90);
+    // code → node → files, oldest last (popped first).
+    const groups = new Map<string, { count: number; nodes: Map<string, FailedEntry[]> }>();
     for (const f of all) {
-      if ((this.maxFiles <= 0 || files <= files90) && (this.maxBytes <= 0 || bytes <= bytes90)) break;
+      const code = await this.code(f);
+      const g = groups.get(code) ?? { count: 0, nodes: new Map<string, FailedEntry[]>() };
+      groups.set(code, g);
+      const node = nodeOf(f.kind, f.name);
+      g.nodes.set(node, [...(g.nodes.get(node) ?? []), f]);
+      g.count++;
+    }
+    for (const g of groups.values()) for (const list of g.nodes.values()) list.sort((a, b) => b.mtimeMs - a.mtimeMs);
+    // Ties go to the group holding the oldest file.
+    const oldest = (list: FailedEntry[]) => list[list.length - 1]?.mtimeMs ?? Infinity;
+    const largest = <T>(entries: Iterable<[string, T]>, size: (v: T) => number, age: (v: T) => number): T | undefined => {
+      let best: T | undefined;
+      for (const [, v] of entries) {
+        if (size(v) === 0) continue;
+        if (best === undefined || size(v) > size(best) || (size(v) === size(best) && age(v) < age(best))) best = v;
+      }
+      return best;
+    };
+    const groupAge = (g: { nodes: Map<string, FailedEntry[]> }) => Math.min(...[...g.nodes.values()].map(oldest));
+    let removed = 0;
+    while (!within()) {
+      const g = largest(groups.entries(), (v) => v.count, groupAge);
+      if (!g) break;
+      const list = largest(g.nodes.entries(), (v) => v.length, oldest)!;
+      const f = list.pop()!;
+      g.count--;
       const path = join(this.dirs[f.kind], f.name);
       await rm(path, { force: true });
       await rm(`${path}.reason`, { force: true });
+      this.codes.delete(`${f.kind}/${f.name}`);
       files--;
       bytes -= f.size;
       removed++;

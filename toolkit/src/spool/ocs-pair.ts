@@ -7,17 +7,24 @@
  * A half that stays alone longer than the pair wait (`ocs_pair_wait`) is refused for good
  * (ERR_OCS_UNPAIRED, to failed/); until then it waits as a transient error marked `waiting`,
  * which the processor retries quietly (an expected state, not a failure).
+ *
+ * Anyone can upload under a RUDDER agent's names, so junk may be spooled first under either
+ * half's name. The spool never replaces it (place.ts): a different half arriving under a taken
+ * name is kept beside it as a candidate, `<name>~<8 hex of its sha256>` (candidateName), and the
+ * root tries each signature on each inventory, taking the pair that verifies.
  */
-import { stat } from 'node:fs/promises';
+import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError } from '@capstan/shared/errors';
 import { ocsPairNames } from '@capstan/shared/runlog/name';
 
 export interface OcsPair {
-  /** The inventory file's name (the one whose handler runs). */
+  /** The inventory file's spooled name (the one whose handler runs; maybe a candidate). */
   data: string;
-  /** Its `.sign` file's name, in the same directory. */
-  sign: string;
+  /** Its `.sign` files in the same directory: the upload's name and its candidates, in name order. */
+  signs: string[];
+  /** Whether other inventory files (candidates of it, or its .ocs/.ocs.gz twin) wait beside this one. */
+  otherData: boolean;
 }
 
 /** A half waiting for the other: retried quietly by the processor, never logged as a failure. */
@@ -34,14 +41,19 @@ async function mtime(path: string): Promise<number | null> {
 }
 
 /**
- * For a spooled OCS upload `name` in `dir`: the pair when this is the inventory and its signature
- * is there (the caller handles both, then removes the `.sign`). Throws a waiting error while the
- * other half may still come (for a `.sign` whose inventory is there, `prompt` is called with the
- * inventory's name so that its handler runs now rather than at its next retry), ERR_OCS_UNPAIRED
- * once `waitMs` has passed since this half arrived. Null for a name that is not an OCS upload.
+ * For a spooled OCS upload `name` in `dir` (an upload's name or a candidate's, see candidateName):
+ * the pair when this is the inventory and at least one signature is there (the caller tries them,
+ * then removes what was used). Throws a waiting error while the other half may still come (for a
+ * `.sign` whose inventory is there, `prompt` is called with each inventory file so that its
+ * handler runs now rather than at its next retry), ERR_OCS_UNPAIRED once `waitMs` has passed
+ * since this half arrived. A `.sign` with no inventory beside it gives `'alone'` when `loneSign`
+ * says so (a relay sends it up: its inventory may be waiting there), else waits. Null for a name
+ * that is not an OCS upload.
  */
-export async function ocsPairReady(dir: string, name: string, waitMs: number, prompt?: (name: string) => void, now = Date.now()): Promise<OcsPair | null> {
-  const names = ocsPairNames(name);
+export async function ocsPairReady(
+  dir: string, name: string, waitMs: number, prompt?: (name: string) => void, now = Date.now(), loneSign: 'wait' | 'alone' = 'wait',
+): Promise<OcsPair | 'alone' | null> {
+  const names = ocsPairNames(uploadNameOf(name));
   if (!names) return null;
   const own = await mtime(join(dir, name));
   if (own === null) {
@@ -49,17 +61,61 @@ export async function ocsPairReady(dir: string, name: string, waitMs: number, pr
     throw Object.assign(new Error(`${name} is gone`), { code: 'ENOENT' });
   }
   const tooOld = now - own > waitMs;
+  const datas = (await Promise.all(names.data.map((d) => withCandidates(dir, d)))).flat();
   if (names.isSign) {
-    for (const data of names.data) {
-      if ((await mtime(join(dir, data))) !== null) {
-        prompt?.(data);
-        throw waiting(`signature ${name} goes with ${data}`, data);
-      }
+    if (datas.length > 0) {
+      for (const data of datas) prompt?.(data);
+      throw waiting(`signature ${name} goes with ${datas.join(', ')}`, datas[0]);
     }
+    if (loneSign === 'alone') return 'alone';
     if (tooOld) throw capstanError('ERR_OCS_UNPAIRED', `signature ${name} came without its inventory (${names.data[0]}) within ocs_pair_wait`);
     throw waiting(`signature ${name} waits for its inventory`);
   }
-  if ((await mtime(join(dir, names.sign))) !== null) return { data: name, sign: names.sign };
+  const signs = await withCandidates(dir, names.sign);
+  if (signs.length > 0) return { data: name, signs, otherData: datas.some((d) => d !== name) };
   if (tooOld) throw capstanError('ERR_OCS_UNPAIRED', `inventory ${name} came without its signature (${names.sign}) within ocs_pair_wait`);
   throw waiting(`inventory ${name} waits for its signature ${names.sign}`);
+}
+
+/** Whether `name` in `dir` arrived more than `waitMs` ago (an OCS half no longer worth waiting for). */
+export async function olderThan(dir: string, name: string, waitMs: number, now = Date.now()): Promise<boolean> {
+  const t = await mtime(join(dir, name));
+  return t !== null && now - t > waitMs;
+}
+
+export { waiting as ocsWaiting };
+
+/** Candidates kept per OCS half name (beside the first), at most: past them, a conflict (409). */
+export const MAX_OCS_CANDIDATES = 4;
+
+/** `<name>~<8 hex>`: a candidate for an OCS half, named for its bytes (re-sending it is idempotent). */
+const CANDIDATE = /~[0-9a-f]{8}$/;
+
+/** The upload name a spooled file stands for: a candidate's name without its `~<8 hex>`. */
+export function uploadNameOf(name: string): string {
+  if (!CANDIDATE.test(name)) return name;
+  const base = name.slice(0, -9);
+  return ocsPairNames(base) ? base : name;
+}
+
+/**
+ * Where the spool keeps an OCS half that arrives under a name already holding different bytes:
+ * beside it, as a candidate (this path), so that junk raced ahead of a RUDDER agent's inventory or `.sign`
+ * cannot take the genuine half's place (the root pairs candidates by verifying them). Undefined
+ * for any other file, or when the name has MAX_OCS_CANDIDATES already (then a conflict).
+ */
+export async function candidateName(kind: string, dir: string, name: string, sha256: string): Promise<string | undefined> {
+  if (kind !== 'inventories' || !ocsPairNames(name)) return undefined;
+  const candidate = `${name}~${sha256.slice(0, 8)}`;
+  // Only looked at when the name is taken: a plain upload costs no listing.
+  if ((await mtime(join(dir, name))) === null) return join(dir, candidate);
+  const existing = (await readdir(dir).catch(() => [] as string[])).filter((n) => n.startsWith(`${name}~`) && CANDIDATE.test(n));
+  if (existing.includes(candidate)) return join(dir, candidate);
+  return existing.length < MAX_OCS_CANDIDATES ? join(dir, candidate) : undefined;
+}
+
+/** Every spooled file standing for upload `name` in `dir`: the name itself and its candidates. */
+export async function withCandidates(dir: string, name: string): Promise<string[]> {
+  const all = await readdir(dir).catch(() => [] as string[]);
+  return all.filter((n) => n === name || (n.startsWith(`${name}~`) && CANDIDATE.test(n))).sort();
 }

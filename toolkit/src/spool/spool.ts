@@ -14,6 +14,7 @@
 import { randomUUID } from 'node:crypto';
 import { open, readdir, rm, stat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { capstanError } from '@capstan/shared/errors';
 import { SPOOL_KINDS, type SpoolKind } from '@capstan/shared/protocol';
 import { Admission } from './admission.js';
 import { DirSync } from './dir-sync.js';
@@ -73,6 +74,8 @@ export class Spool {
   private readonly dirSync = new DirSync();
   private readonly sizes = new KnownSizes();
   private readonly failed: FailedFiles;
+  /** `kind/name` of the uploads being received: a second upload of a name waits for none, it is refused. */
+  private readonly receiving = new Set<string>();
 
   constructor(opts: SpoolOptions) {
     this.root = opts.root;
@@ -128,13 +131,27 @@ export class Spool {
 
   /**
    * Write a body into the spool. `declaredLength` is the request's Content-Length: more or fewer
-   * bytes than declared is an error and leaves nothing behind.
+   * bytes than declared is an error and leaves nothing behind. A file already spooled under the
+   * name is never replaced (place.ts): the same bytes are a success, different ones
+   * ERR_SPOOL_CONFLICT, or for an OCS half a candidate beside it (`accepted.path` says where).
    */
   async accept(kind: SpoolKind, name: string, body: Body, declaredLength: number, opts: AcceptOptions = {}): Promise<Accepted> {
     assertPlainName(name);
+    const key = `${kind}/${name}`;
+    // One upload of a name at a time: what it keeps in memory under the name, and the name it
+    // takes in incoming/, are then its own (write.ts, place.ts).
+    if (this.receiving.has(key)) throw capstanError('ERR_SPOOL_CONFLICT', `${name} is being received already`);
+    this.receiving.add(key);
+    try {
+      return await this.acceptOne(kind, name, key, body, declaredLength, opts);
+    } finally {
+      this.receiving.delete(key);
+    }
+  }
+
+  private async acceptOne(kind: SpoolKind, name: string, key: string, body: Body, declaredLength: number, opts: AcceptOptions): Promise<Accepted> {
     await this.admission.admit(declaredLength);
     const state = { renamed: false };
-    const key = `${kind}/${name}`;
     this.sizes.begin(key);
     // Memory for bodies held whole (kept for the caller, or on their way to a writer thread) is
     // bounded across uploads, so that a burst of thousands stays bounded.

@@ -12,14 +12,16 @@
  */
 import { createHash, randomUUID } from 'node:crypto';
 import {
-  closeSync, openSync, writevSync, constants as fsc, fdatasync as fsFdatasync, ftruncate as fsFtruncate, open as fsOpen, writev as fsWritev,
+  closeSync, lstatSync, openSync, writevSync, constants as fsc, fdatasync as fsFdatasync, ftruncate as fsFtruncate, open as fsOpen, writev as fsWritev,
 } from 'node:fs';
-import { rename, rm, stat, unlink } from 'node:fs/promises';
+import { rm, unlink } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import { capstanError } from '@capstan/shared/errors';
 import type { SpoolKind } from '@capstan/shared/protocol';
 import { asSpoolFull, type Admission } from './admission.js';
 import type { DirSync } from './dir-sync.js';
+import { candidateName } from './ocs-pair.js';
+import { asConflict, placeFile } from './place.js';
 import type { SpoolDirs } from './layout.js';
 import type { Recycler } from './recycle.js';
 import type { SpoolWriter } from './writer.js';
@@ -73,6 +75,11 @@ function skipBytes(bufs: Buffer[], n: number): Buffer[] {
   while (i < bufs.length && n >= bufs[i]!.length) n -= bufs[i++]!.length;
   if (i === bufs.length) return [];
   return [bufs[i]!.subarray(n), ...bufs.slice(i + 1)];
+}
+
+/** Nothing is spooled under this path yet (a stat without an exception for the usual ENOENT). */
+function nameFree(path: string): boolean {
+  return lstatSync(path, { throwIfNoEntry: false }) === undefined;
 }
 
 export class Writes {
@@ -148,22 +155,25 @@ export class Writes {
     // slice of a larger read buffer is copied, or keeping it would pin the whole buffer.
     const only = kept?.length === 1 ? kept[0]! : null;
     const data = only && only.byteOffset === 0 && only.buffer.byteLength === only.length ? only : kept ? Buffer.concat(kept, bytes) : undefined;
-    if (data) opts.onWritten?.(data);
     const dir = this.dirs.incoming[kind];
     const dest = `${dir}/${name}`;
-    // A re-sent file replaces its earlier copy: the quota must not count both.
-    const replaced = this.admission.maxIncomingBytes > 0 ? (await stat(dest).catch(() => null))?.size ?? 0 : 0;
+    const sha256 = hash.digest('hex');
+    // Handed over only while the name is free (no other upload of it runs: Spool.accept), so that
+    // bytes kept in memory under a name are always the bytes spooled under it.
+    if (data && nameFree(dest)) opts.onWritten?.(data);
+    let placed;
     try {
-      await rename(tmp, dest);
+      placed = await placeFile(tmp, dest, sha256, await candidateName(kind, dir, name, sha256));
     } catch (err) {
       await rm(tmp, { force: true });
-      throw err;
+      throw asConflict(err);
     }
     state.renamed = true;
-    this.admission.left(replaced);
-    await this.dirSync.sync(dir);
+    // A re-send of bytes already there: the quota must not count them twice.
+    if (placed.placed === 'same') this.admission.left(bytes);
+    else await this.dirSync.sync(dir);
     this.admission.written(bytes);
-    return { path: dest, bytes, sha256: hash.digest('hex'), ...(data ? { data } : {}) };
+    return { path: placed.path, bytes, sha256, ...(data ? { data } : {}) };
   }
 
   /**
@@ -191,22 +201,25 @@ export class Writes {
     // Handed over before the writer renames it into incoming/, so that a watcher seeing the file
     // at once finds its bytes in memory. Should the write fail, no file refers to them.
     const keep = declaredLength <= (opts.keepBytes ?? 0);
-    if (keep) opts.onWritten?.(data);
-    const dest = `${this.dirs.incoming[kind]}/${name}`;
-    let written: { sha256: string; replaced: number };
+    const dir = this.dirs.incoming[kind];
+    const dest = `${dir}/${name}`;
+    // See stream(): bytes kept in memory under a name are always the ones spooled under it.
+    if (keep && nameFree(dest)) opts.onWritten?.(data);
+    let written: { sha256: string; replaced: number; path: string };
+    const alt = kind === 'inventories' ? await candidateName(kind, dir, name, createHash('sha256').update(data).digest('hex')) : undefined;
     const reuse = this.recycler?.pool.take(declaredLength) ?? null;
     if (reuse) this.recycler!.reused++;
     try {
       written = reuse
-        ? await this.writer!.write(reuse.path, dest, data, reuse.size)
-        : await this.writer!.write(`${this.dirs.tmp}/${randomUUID()}.part`, dest, data);
+        ? await this.writer!.write(reuse.path, dest, data, reuse.size, alt)
+        : await this.writer!.write(`${this.dirs.tmp}/${randomUUID()}.part`, dest, data, undefined, alt);
     } catch (err) {
-      throw asSpoolFull(err);
+      throw asConflict(asSpoolFull(err));
     }
     state.renamed = true;
     this.admission.left(written.replaced);
     this.admission.written(bytes);
-    return { path: dest, bytes, sha256: written.sha256, ...(keep ? { data } : {}) };
+    return { path: written.path, bytes, sha256: written.sha256, ...(keep ? { data } : {}) };
   }
 
   /**

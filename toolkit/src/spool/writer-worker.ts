@@ -10,12 +10,16 @@ import {
 } from 'node:fs';
 import { dirname } from 'node:path';
 import { parentPort } from 'node:worker_threads';
+import { placeFileSync } from './place.js';
 
-/** `reusedSize`: `tmp` is a file from spool/free/ of that size, overwritten in place (recycle.ts). */
-export type WriterRequest = { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array; reusedSize?: number };
+/**
+ * `reusedSize`: `tmp` is a file from spool/free/ of that size, overwritten in place (recycle.ts).
+ * `alt`: where to keep the body when `dest` holds different bytes (place.ts); none: a conflict.
+ */
+export type WriterRequest = { op: 'write'; id: number; tmp: string; dest: string; data: Uint8Array; reusedSize?: number; alt?: string };
 
 export type WriterReply =
-  | { id: number; ok: true; sha256?: string; replaced?: number }
+  | { id: number; ok: true; sha256?: string; replaced?: number; path?: string }
   | { id: number; ok: false; code: string; message: string };
 
 const port = parentPort!;
@@ -33,7 +37,7 @@ function dirFd(dir: string): number {
   return fd;
 }
 
-function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: string; replaced: number } {
+function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: string; replaced: number; path: string } {
   const fd = openTarget(req);
   let ok = false;
   try {
@@ -48,20 +52,10 @@ function writeBody(req: Extract<WriterRequest, { op: 'write' }>): { sha256: stri
     if (!ok) rmSync(req.tmp, { force: true });
   }
   const sha256 = createHash('sha256').update(req.data).digest('hex');
-  // A re-sent file replaces its earlier copy: the caller's quota must not count both.
-  let replaced = 0;
-  try {
-    replaced = statSync(req.dest).size;
-  } catch {
-    // nothing there yet
-  }
-  try {
-    renameSync(req.tmp, req.dest);
-  } catch (err) {
-    rmSync(req.tmp, { force: true });
-    throw err;
-  }
-  return { sha256, replaced };
+  // Never over a file already there (place.ts); the same bytes again are a re-send, whose bytes
+  // the caller's quota already counts.
+  const { placed, path } = placeFileSync(req.tmp, req.dest, sha256, req.alt);
+  return { sha256, replaced: placed === 'same' ? req.data.length : 0, path };
 }
 
 /** The file to write: the reused one when it is still there, else a new one at that path. */
@@ -93,10 +87,10 @@ function drain(): void {
   const waiting: Array<{ reply: WriterReply; dir: string; dest: string; replaced: number }> = [];
   for (const req of items) {
     try {
-      const { sha256, replaced } = writeBody(req);
-      const dir = dirname(req.dest);
+      const { sha256, replaced, path } = writeBody(req);
+      const dir = dirname(path);
       renamedInto.add(dir);
-      waiting.push({ reply: { id: req.id, ok: true, sha256, replaced }, dir, dest: req.dest, replaced });
+      waiting.push({ reply: { id: req.id, ok: true, sha256, replaced, path }, dir, dest: path, replaced });
     } catch (err) {
       replies.push(failure(req.id, err));
     }
@@ -116,8 +110,8 @@ function drain(): void {
       replies.push(w.reply);
       continue;
     }
-    // Refused, so not left behind (the client hears an error and sends again) — unless it
-    // replaced a copy acknowledged before, whose name must stay.
+    // Refused, so not left behind (the client hears an error and sends again) — unless the same
+    // bytes were there already, acknowledged before: that name must stay.
     if (w.replaced === 0) rmSync(w.dest, { force: true });
     replies.push(failure(w.reply.id, err));
   }

@@ -50,14 +50,16 @@ export class SpoolWriter {
   }
 
   /**
-   * Write `data` to `tmp`, fdatasync, rename to `dest`, fsync its directory. With `reusedSize`,
+   * Write `data` to `tmp`, fdatasync, link to `dest` without replacing (place.ts; `alt` on a
+   * conflict), fsync its directory. `replaced` is the body's size when the same bytes were there. With `reusedSize`,
    * `tmp` is an existing file of that size to overwrite (spool/free/, recycle.ts), not a new one.
    */
-  write(tmp: string, dest: string, data: Uint8Array, reusedSize?: number): Promise<{ sha256: string; replaced: number }> {
-    const req: Omit<WriteRequest, 'id'> = reusedSize === undefined ? { op: 'write', tmp, dest, data } : { op: 'write', tmp, dest, data, reusedSize };
+  write(tmp: string, dest: string, data: Uint8Array, reusedSize?: number, alt?: string): Promise<{ sha256: string; replaced: number; path: string }> {
+    const req: Omit<WriteRequest, 'id'> = { op: 'write', tmp, dest, data, ...(reusedSize !== undefined && { reusedSize }), ...(alt !== undefined && { alt }) };
     return this.send(req).then((r) => ({
       sha256: r.sha256!,
       replaced: r.replaced ?? 0,
+      path: r.path ?? dest,
     }));
   }
 

@@ -7,6 +7,7 @@ import { EXIT, renderList, type Column } from '../output.js';
 import { bodyFromFile, enc, int, type Verbs } from '../kit.js';
 import { applyPlan, exportPolicy, planFor, planText, proposePlan } from '../policy.js';
 import { writePolicyDir } from '../policy-files.js';
+import { NODE_COLUMNS } from './nodes.js';
 
 const POLICY_COLUMNS: Record<string, Column[]> = {
   directives: [['id', (d) => d.id], ['name', (d) => d.name], ['method', (d) => d.method], ['mode', (d) => d.mode], ['condition', (d) => d.condition]],
@@ -16,7 +17,7 @@ const POLICY_COLUMNS: Record<string, Column[]> = {
 
 export function policyVerbs(program: Command, { act, list, show, io }: Verbs): void {
   for (const kind of ['rules', 'directives', 'groups'] as const) {
-    const c = program.command(kind).description(`${kind}: list, show, create, update, delete`);
+    const c = program.command(kind).description(`${kind}: list, show, create, update, delete${kind === 'groups' ? ', members' : ''}`);
     c.command('list').action(act(async (api, fmt) => list(fmt, POLICY_COLUMNS[kind]!, (await api.get(`/api/1/${kind}`)).body)));
     c.command('show <id>').action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/${kind}/${enc(id)}`)).body)));
     c.command('create <file>').description('create from a TOML or JSON file (the policy-as-code format)')
@@ -27,6 +28,11 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
       await api.call('DELETE', `/api/1/${kind}/${enc(id)}`);
       io.out(`deleted ${kind.slice(0, -1)} ${id}\n`);
     }));
+    if (kind === 'groups') {
+      c.command('members <id>').description('the group\'s accepted members, as the policy generator counts them')
+        .option('--limit <n>', 'at most this many nodes', int('--limit'), 1000)
+        .action(act(async (api, fmt, cmd, id: string) => list(fmt, NODE_COLUMNS, await api.all(`/api/1/groups/${enc(id)}/nodes`, {}, (cmd.opts() as { limit: number }).limit))));
+    }
   }
 
   // ---- change requests

@@ -28,7 +28,7 @@ const list = (q: Query, name: string): string[] | undefined => {
 const KNOWN = ['from', 'to', 'node', 'rule', 'directive', 'group', 'label', 'page', 'per_page', 'format', 'by', 'diff', 'max_age'];
 
 /** A change query from the query string; `group` (a policy group) becomes its members. */
-export async function changeQuery(store: Reads, q: Query): Promise<ChangeQuery> {
+async function changeQuery(store: Reads, q: Query): Promise<ChangeQuery> {
   const unknown = Object.keys(q).filter((k) => !KNOWN.includes(k));
   if (unknown.length) bad(`unknown parameter ${unknown[0]}`);
   const label = single(q, 'label');

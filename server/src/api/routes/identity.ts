@@ -19,6 +19,7 @@ import type { Logger } from '@capstan/shared/log';
 import { readBody, type UploadRouteOptions } from '@capstan/toolkit/http/app';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
 import type { RelayContacts } from '../../registry/relay-contacts.js';
+import { actorOf } from '../actor.js';
 
 /** Inventories read back for a token request at most this large (compressed); larger ones renew by request. */
 export const MAX_INVENTORY_TOKEN_BYTES = 4 * 1024 * 1024;
@@ -78,23 +79,23 @@ function withDetails(err: unknown, reply: FastifyReply): FastifyReply {
  */
 export function identityAdminRoutes(admin: FastifyInstance, identity: NodeIdentity, renewed?: (ids: string[] | 'all') => void): void {
   admin.get('/api/1/keys', async () => ({ data: await identity.listKeys() }));
-  admin.post('/api/1/keys/rotate', async (_req, reply) => reply.code(201).send({ data: await identity.rotate() }));
+  admin.post('/api/1/keys/rotate', async (req, reply) => reply.code(201).send({ data: await identity.rotate(actorOf(req)) }));
   admin.delete<{ Params: { kid: string }; Querystring: { force?: string } }>('/api/1/keys/:kid', async (req, reply) => {
     const force = req.query.force;
     if (force !== undefined && force !== 'true' && force !== 'false') throw capstanError('ERR_BAD_REQUEST', 'force must be true or false');
     try {
-      return { data: await identity.deleteKey(req.params.kid, force === 'true') };
+      return { data: await identity.deleteKey(req.params.kid, force === 'true', actorOf(req)) };
     } catch (err) {
       return withDetails(err, reply);
     }
   });
   admin.post<{ Params: { id: string } }>('/api/1/nodes/:id/identity/renew', async (req) => {
-    const data = await identity.forceRenewal(req.params.id);
+    const data = await identity.forceRenewal(req.params.id, actorOf(req));
     renewed?.([req.params.id]);
     return { data };
   });
   admin.post<{ Params: { group: string } }>('/api/1/groups/:group/identity/renew', async (req) => {
-    const data = await identity.forceGroupRenewal(req.params.group);
+    const data = await identity.forceGroupRenewal(req.params.group, actorOf(req));
     renewed?.('all');
     return { data };
   });

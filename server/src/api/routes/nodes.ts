@@ -55,7 +55,7 @@ function optionalBoolean(body: Record<string, unknown>, name: string): boolean |
  * certificate?}`; `relay: true` (with the certificate) registers a relay; `policy_server` names
  * the relay it is under (a sub-relay's upstream relay; default: the server).
  */
-export function createBody(raw: unknown): NodeCreate {
+function createBody(raw: unknown): NodeCreate {
   const body = bodyObject(raw, ['id', 'hostname', 'host', 'name', 'certificate', 'tags', 'groups', 'region', 'relay', 'policy_server']);
   const host = optionalString(body, 'host');
   if (host !== undefined && !HOST.test(host)) throw capstanError('ERR_BAD_REQUEST', 'host must be a DNS name or an IP address');
@@ -99,7 +99,7 @@ function policyServer(v: unknown): string | null {
 }
 
 /** PATCH /api/1/nodes/<id>: `{state?, name?, address?, region?, tags?, groups?, relay?, policy_server?}`. */
-export function patchBody(raw: unknown): NodePatch {
+function patchBody(raw: unknown): NodePatch {
   const body = bodyObject(raw, ['state', 'name', 'address', 'region', 'tags', 'groups', 'relay', 'policy_server']);
   if (Object.keys(body).length === 0) throw capstanError('ERR_BAD_REQUEST', 'nothing to change');
   const state = optionalString(body, 'state');

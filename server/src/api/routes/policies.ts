@@ -63,10 +63,9 @@ async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>)
 export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): void {
   const { service } = deps;
 
-  // A new active policy key, endorsed by the previous one. Bundles are signed when served, so
-  // the next fetch of every node carries the new signature and the endorsement chain.
-  app.post('/api/1/keys/policy/rotate', async () => {
-    const r = await deps.key.rotate();
+  // A new active policy key, endorsed by the previous one (policy/service.ts).
+  app.post('/api/1/keys/policy/rotate', async (req) => {
+    const r = await service.rotateKey(actorOf(req));
     return { data: { key_id: r.key_id, previous_key_id: r.previous_key_id, endorsement: r.endorsement } };
   });
   // Policy as code: what making the server match these objects would change, and for which

@@ -1,0 +1,99 @@
+/**
+ * `capstan nodes …`, what the registry holds of one node: history, runs, inventory and its
+ * history, properties, compliance, the policy that reaches it and why, the pinned SSH host key,
+ * the identity token.
+ */
+import type { Command } from 'commander';
+import type { Column } from '../output.js';
+import { collect, enc, int, keyValue, nodeFilters, type Verbs } from '../kit.js';
+import { fleetCompliance, nodeCompliance, timeArg } from './reports.js';
+
+/** An inventory for a table: objects one level flattened (`os.name`), lists counted. */
+export function inventoryFields(inv: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const put = (key: string, v: unknown) => {
+    out[key] = Array.isArray(v) ? `${v.length} entries` : v;
+  };
+  for (const [k, v] of Object.entries(inv)) {
+    if (k === 'certificate') continue;
+    if (v !== null && typeof v === 'object' && !Array.isArray(v)) for (const [k2, v2] of Object.entries(v)) put(`${k}.${k2}`, v2);
+    else put(k, v);
+  }
+  return out;
+}
+
+export function nodeRecordVerbs(nodes: Command, verbs: Verbs): void {
+  const { act, list, show, io } = verbs;
+  nodes.command('history <id>').description('transitions of acceptance, state and status, newest first')
+    .option('--limit <n>', 'at most', int('--limit'), 1000)
+    .action(act(async (api, fmt, cmd, id: string) => list(fmt, [['at', (h) => h.at], ['field', (h) => h.field], ['from', (h) => h.from], ['to', (h) => h.to], ['cause', (h) => h.cause]],
+      await api.all(`/api/1/nodes/${enc(id)}/history`, {}, (cmd.opts() as { limit: number }).limit))));
+  nodes.command('runs <id>').description('a node\'s runs, newest first')
+    .option('--from <when>', 'runs started since a duration ago (1d) or an RFC 3339 time').option('--to <when>', 'runs started before')
+    .option('--limit <n>', 'at most', int('--limit'), 20)
+    .action(act(async (api, fmt, cmd, id: string) => {
+      const o = cmd.opts() as { from?: string; to?: string; limit: number };
+      list(fmt, [['started_at', (r) => r.started_at], ['config_id', (r) => r.config_id], ['complete', (r) => r.complete], ['reports', (r) => r.report_count], ['counts', (r) => r.counts]],
+        await api.all(`/api/1/nodes/${enc(id)}/runs`, { from: o.from && timeArg(o.from), to: o.to && timeArg(o.to) }, o.limit));
+    }));
+
+  nodes.command('inventory <id>').description('the node\'s last inventory (lists counted; --json for all of it)')
+    .option('--packages', 'its packages instead: name, version')
+    .action(act(async (api, fmt, cmd, id: string) => {
+      const ans = (await api.get(`/api/1/nodes/${enc(id)}/inventory`)).body as { data: { received_at: string; inventory: Record<string, unknown> } };
+      const doc = ans.data.inventory;
+      if ((cmd.opts() as { packages?: boolean }).packages) {
+        const packages = Array.isArray(doc.packages) ? doc.packages : [];
+        return void list(fmt, [['name', (p) => p.name], ['version', (p) => p.version]], { data: packages });
+      }
+      if (fmt === 'json') return void show(fmt, ans);
+      show(fmt, { data: { received_at: ans.data.received_at, ...inventoryFields(doc) } });
+    }));
+  nodes.command('inventory-history <id>').description('what changed between its inventories: packages, addresses, kernel (newest first)')
+    .option('--limit <n>', 'at most', int('--limit'), 100)
+    .action(act(async (api, fmt, cmd, id: string) => list(fmt, [['at', (c) => c.at], ['kind', (c) => c.kind], ['name', (c) => c.name], ['from', (c) => c.from], ['to', (c) => c.to]],
+      await api.all(`/api/1/nodes/${enc(id)}/inventory/history`, {}, (cmd.opts() as { limit: number }).limit))));
+
+  nodes.command('properties <id>').description('a node\'s admin-set properties; --set and --unset change them (the others are kept)')
+    .option('-s, --set <key=value>', 'set a property (repeatable)', collect)
+    .option('-u, --unset <key>', 'remove a property (repeatable)', collect)
+    .action(act(async (api, fmt, cmd, id: string) => {
+      const o = cmd.opts() as { set?: string[]; unset?: string[] };
+      const path = `/api/1/nodes/${enc(id)}/properties`;
+      let ans = (await api.get(path)).body as { data: Record<string, string> };
+      if (o.set || o.unset) {
+        const next = { ...ans.data, ...Object.fromEntries((o.set ?? []).map(keyValue)) };
+        for (const k of o.unset ?? []) delete next[k];
+        // PUT replaces the whole map: what another admin set meanwhile is overwritten.
+        ans = (await api.call('PUT', path, { body: next })).body;
+      }
+      if (fmt === 'json') return void show(fmt, ans);
+      list(fmt, [['property', (r) => r[0]], ['value', (r) => r[1]]], { data: Object.entries(ans.data) });
+    }));
+
+  nodeFilters(nodes.command('compliance [id]').description('one node\'s compliance per rule and directive; without an id, every node\'s (as compliance nodes)'))
+    .action(act(async (api, fmt, cmd, id?: string) => (id === undefined
+      ? fleetCompliance(api, fmt, 'nodes', cmd.opts(), verbs)
+      : nodeCompliance(api, fmt, id, verbs))));
+
+  nodes.command('policy <id>').description('what applies to the node and why: its groups, each rule through which of them, the directives')
+    .action(act(async (api, fmt, _c, id: string) => {
+      const ans = (await api.get(`/api/1/nodes/${enc(id)}/policy`)).body;
+      if (fmt === 'json') return void show(fmt, ans);
+      const d = ans.data as { node_id: string; accepted: string; config_id: string | null; groups: string[]; rules: Array<{ id: string; via: string[]; directives: Array<Record<string, string>> }> };
+      const rows = d.rules.flatMap((r) => r.directives.map((x) => ({ rule_id: r.id, via: r.via.join(','), directive_id: x.id, method: x.method, mode: x.mode })));
+      if (fmt === 'table') io.out(`node ${d.node_id} (${d.accepted}), config ${d.config_id ?? 'none'}, groups: ${d.groups.join(', ') || '(none)'}\n\n`);
+      const columns: Column[] = [['rule_id', (r) => r.rule_id], ['via', (r) => r.via], ['directive_id', (r) => r.directive_id], ['method', (r) => r.method], ['mode', (r) => r.mode]];
+      list(fmt, columns, { data: rows });
+    }));
+
+  nodes.command('host-key <id>').description('the SSH host key a bootstrap pinned for the node')
+    .action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/nodes/${enc(id)}/host-key`)).body)));
+  nodes.command('clear-host-key <id>').description('forget the pinned SSH host key after a legitimate change: the next bootstrap pins the key it meets')
+    .action(act(async (api, _f, _c, id: string) => {
+      await api.call('DELETE', `/api/1/nodes/${enc(id)}/host-key`);
+      io.out(`cleared the host key of node ${id}\n`);
+    }));
+  nodes.command('identity <id>').description('the node\'s identity token as the server last issued it (force a renewal: keys renew <id>)')
+    .action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/nodes/${enc(id)}/identity`)).body)));
+}

@@ -1,0 +1,107 @@
+/**
+ * What the server runs beside ingest: the lifecycle sweep, the job runner (remote runs through
+ * the relays' links), the bootstrap runner (agents installed over SSH), the discovery poller of
+ * the managers it hosts, and the doors the API takes jobs and credentials through.
+ */
+import { join } from 'node:path';
+import type { Logger } from '@capstan/shared/log';
+import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
+import { Poller } from '@capstan/toolkit/providers/index';
+import { systemActor } from '../audit/actor.js';
+import { BootstrapRunner } from '../bootstrap/runner.js';
+import { CredentialService } from '../bootstrap/service.js';
+import type { ServerConfig } from '../config.js';
+import type { Domain } from '../domain.js';
+import type { NodeIdentity } from '../identity/service.js';
+import { JobRunner } from '../jobs/runner.js';
+import { JobService, jobLimits } from '../jobs/service.js';
+import type { ServerMetrics } from '../metrics.js';
+import { recordToSpec } from '../providers/managers.js';
+import { lifecyclePolicy, Sweeper, type LifecyclePolicy } from '../registry/lifecycle.js';
+import type { RelayHub } from '../remote-run/relay-links.js';
+import type { Store } from '../store/store.js';
+
+/** Polls this server makes itself act as `discovery`. */
+const DISCOVERY = systemActor('discovery');
+
+export interface Operations {
+  policy: LifecyclePolicy;
+  sweeper: Sweeper;
+  jobs: JobRunner;
+  bootstrap: BootstrapRunner | null;
+  jobService: JobService;
+  credentials: CredentialService;
+  /** Poll a server-hosted manager now (absent: the server hosts no providers). */
+  pollNow?: (id: string) => Promise<void>;
+  start(): void;
+  stop(): Promise<void>;
+}
+
+function bootstrapRunner(config: ServerConfig, store: Store, log: Logger, identity: NodeIdentity): BootstrapRunner | null {
+  if (!config.bootstrap.enabled) return null;
+  const b = config.bootstrap;
+  const dataDir = config.general.data_dir;
+  return new BootstrapRunner({
+    store, log, sealer: identity.keySealer,
+    packages: new AgentPackages({
+      dir: b.package_dir || join(dataDir, 'packages'),
+      url: b.package_url,
+      sha256: b.package_sha256,
+      maxBytes: b.max_package_size,
+      cacheDir: join(dataDir, 'packages', 'downloaded'),
+    }),
+    settings: b,
+    sweepIntervalMs: config.jobs.sweep_interval,
+    ...(b.package_url && { packageSource: { url: b.package_url, sha256: b.package_sha256.toLowerCase() } }),
+  });
+}
+
+export function operations(config: ServerConfig, log: Logger, store: Store, domain: Domain, identity: NodeIdentity, hub: RelayHub, metrics: ServerMetrics): Operations {
+  const policy = lifecyclePolicy(config);
+  const sweeper = new Sweeper({ store, nodes: domain.nodes, policy, intervalMs: config.lifecycle.sweep_interval, log });
+  sweeper.on('sweep', (r) => metrics.onSweep(r));
+  // Jobs reach the nodes through the relays that link here (remote-run, outbound from them).
+  const jobs = new JobRunner({
+    store, hub, log,
+    sweepIntervalMs: config.jobs.sweep_interval,
+    retentionMs: config.jobs.retention,
+    answerWaitMs: config.jobs.answer_wait,
+    maxOutputBytes: config.jobs.max_output,
+  });
+  const bootstrap = bootstrapRunner(config, store, log, identity);
+  // Managers whose provider is `server` are polled here; each poll goes to the registry.
+  const providers = config.providers.enabled
+    ? new Poller({
+      managers: async () => (await store.managers.listManagers('server')).map(recordToSpec),
+      report: async (spec, outcome, at) => {
+        const summary = await domain.managers.poll(spec.id, outcome, DISCOVERY, at);
+        if (summary) log.debug({ manager: spec.id, ...summary }, 'discovery poll applied');
+      },
+      refreshMs: config.providers.refresh_interval,
+      log,
+    })
+    : null;
+  const jobService = new JobService({
+    store, audit: domain.audit,
+    kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },
+    limits: jobLimits(config),
+  });
+  return {
+    policy, sweeper, jobs, bootstrap, jobService,
+    credentials: new CredentialService({ store, sealer: identity.keySealer, audit: domain.audit }),
+    // A manager created a moment ago is not in the poller's list yet: refresh first.
+    ...(providers && { pollNow: async (id: string) => { await providers.refresh(); await providers.pollNow(id); } }),
+    start() {
+      sweeper.start();
+      jobs.start();
+      bootstrap?.start();
+      providers?.start();
+    },
+    async stop() {
+      await jobs.stop();
+      await bootstrap?.stop();
+      await providers?.stop();
+      await sweeper.stop();
+    },
+  };
+}
