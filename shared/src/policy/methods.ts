@@ -221,7 +221,7 @@ const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
  */
 export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
   name: 'package_present',
-  params: [dStr('name', 'The package name.', { required: true, example: 'nginx' }), dStr('version', 'An exact version (default: any installed version).', { example: '1.22.1-9' })],
+  params: [dStr('name', 'The package name.', { required: true, example: 'nginx' }), dStr('version', 'An exact version, or "latest" (default: any installed version).', { example: '1.22.1-9' })],
   example: { name: 'nginx' },
   validate: (p) => {
     const name = str('package_present', p, 'name');
@@ -236,7 +236,7 @@ export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> 
 /** `purge`: configuration files go too (apt-get purge, apk del --purge; rpm removes them anyway). */
 export const packageAbsentSpec: MethodSpec<{ name: string; purge: boolean }> = {
   name: 'package_absent',
-  params: [dStr('name', 'The package name.', { required: true, example: 'telnet' })],
+  params: [dStr('name', 'The package name.', { required: true, example: 'telnet' }), dFlag('purge', 'Its configuration files go too (apt-get purge).', { default: false, example: true })],
   example: { name: 'telnet' },
   validate: (p) => {
     const name = str('package_absent', p, 'name');
