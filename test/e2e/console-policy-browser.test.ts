@@ -28,6 +28,16 @@ async function signIn(page: Page, url: string, token: string, hash = '#/'): Prom
   await page.locator('header .who').waitFor();
 }
 
+/** Press Tab until the focused element's label says `label` (at most 40 times); its id. */
+async function tabTo(page: Page, label: RegExp): Promise<string> {
+  for (let i = 0; i < 40; i++) {
+    await page.keyboard.press('Tab');
+    const text = await page.evaluate<string>(`(() => { const el = document.activeElement; const l = el && el.id ? document.querySelector('label[for="' + el.id + '"]') : null; return (l ? l.textContent : el ? el.textContent : '') || ''; })()`);
+    if (label.test(text)) return focused(page);
+  }
+  throw new Error(`no element labelled ${label} within 40 Tabs`);
+}
+
 /** The id of the element that has the focus. */
 const focused = (page: Page) => page.evaluate<string>('document.activeElement ? document.activeElement.id || document.activeElement.textContent || "" : ""');
 
@@ -108,13 +118,20 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await page.locator('#params').getByText(target).waitFor();
   t.equal((await api('POST', '/api/1/rules', { id: 'checks', name: 'Checks', directives: ['false-check'], groups: ['web'] })).status, 201);
 
-  // A rule, proposed for review.
+  // A rule, with the keyboard alone too: its choices are labelled checkboxes Tab reaches in order.
   await page.goto(`${server.url}/#/rules/new/edit`);
-  await page.getByLabel('Id', { exact: true }).fill('web-base');
-  await page.getByLabel('Name').fill('Web base');
-  await page.getByLabel('App config (app-conf)').check();
-  await page.getByLabel('Web servers (web)').check();
-  await page.getByRole('button', { name: 'Propose for review' }).click();
+  await page.getByLabel('Id', { exact: true }).focus();
+  await page.keyboard.type('web-base');
+  await page.keyboard.press('Tab');
+  t.equal(await focused(page), 'f-name', 'Tab: the rule\'s name');
+  await page.keyboard.type('Web base');
+  await tabTo(page, /^App config \(app-conf\)/);
+  await page.keyboard.press('Space');
+  await tabTo(page, /^Web servers \(web\)/);
+  await page.keyboard.press('Space');
+  t.ok(await page.getByLabel('App config (app-conf)').isChecked() && await page.getByLabel('Web servers (web)').isChecked(), 'checked from the keyboard');
+  await tabTo(page, /^Propose for review$/);
+  await page.keyboard.press('Enter');
   await page.getByRole('heading', { name: /Create rule web-base/ }).waitFor();
   const crUrl = page.url();
   await page.locator('#impact').getByText(node.hostname).waitFor();
@@ -197,5 +214,14 @@ t.test('admins build, review and deploy policy in the console; the agent applies
     return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
   });
   t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
+  // The new pages at a phone's width: nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const route of ['#/rules/checks', '#/directives/app-conf', '#/groups/new/edit', '#/directives/app-conf/edit', crUrl.slice(crUrl.indexOf('#')), '#/changes', '#/audit', '#/nodes?sort=compliance']) {
+    await page.goto(`${server.url}/${route}`);
+    await page.locator('main h1').first().waitFor();
+    await page.waitForLoadState('networkidle');
+    const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
+    t.ok(overflow <= 1, `${route} fits a phone's width (${overflow} px too wide)`);
+  }
   t.same([...problems, ...second.problems, ...viewer.problems], [], 'no Content-Security-Policy violation, no page error');
 });

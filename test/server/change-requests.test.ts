@@ -114,3 +114,18 @@ t.test('a bad proposal is refused naming the field', async (t) => {
   t.equal((await as('alice')('POST', '/api/1/change-requests', { title: 'nothing' })).code, 'ERR_BAD_REQUEST', 'a request changes something');
   t.equal((await as('alice')('POST', '/api/1/change-requests', { directives: [DIRECTIVE] })).json.error.field, 'title');
 });
+
+t.test('a request that no longer fits the policy is refused whole on deploy, nothing applied', async (t) => {
+  const { as, api } = await setup(t);
+  t.equal((await api('POST', '/api/1/directives', DIRECTIVE)).status, 201);
+  t.equal((await api('POST', '/api/1/groups', GROUP)).status, 201);
+  // The rule names a directive and group that exist now; the directive goes before the deploy.
+  const cr = (await as('alice')('POST', '/api/1/change-requests', { title: 'base', groups: [{ ...GROUP, name: 'Web (renamed)' }], rules: [RULE] })).json.data;
+  t.equal((await as('bob')('POST', `/api/1/change-requests/${cr.id}/approve`, {})).status, 200);
+  t.equal((await api('DELETE', '/api/1/directives/motd')).status, 204);
+  const refused = await as('bob')('POST', `/api/1/change-requests/${cr.id}/deploy`, {});
+  t.equal(refused.status, 400, JSON.stringify(refused.json));
+  t.equal(refused.code, 'ERR_BAD_REQUEST');
+  t.equal((await api('GET', '/api/1/groups/web')).json.data.name, 'Web', 'the group was not renamed: nothing of it applied');
+  t.equal((await api('GET', '/api/1/rules/base')).status, 404);
+});

@@ -160,6 +160,9 @@ export class ChangeRequestService {
       throw capstanError('ERR_CHANGE_STALE', `change request ${id} was made against other versions of ${r.stale.map((s) => `${s.kind} ${s.id}`).join(', ')}: propose it again`);
     }
     const c = r.changes as ChangeSet;
+    // The whole set is checked against today's model before anything is written (a rule naming a
+    // directive deleted since, a static member gone): refused whole, never applied in part.
+    await this.deps.policy.planRequest(requestOf(c), 1);
     // The plan's order: directives and groups before the rules naming them, rules deleted first.
     const before = await loadModel(this.deps.store);
     const { changes } = objectChanges(before, desiredModel(before, requestOf(c)));
