@@ -7,24 +7,14 @@
  *   POST /api/1/change-requests/<id>/approve|reject   {comment?}: another admin than its author
  *   POST /api/1/change-requests/<id>/deploy           apply exactly what was reviewed (409 ERR_CHANGE_STALE when its objects changed)
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
-import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import type { FastifyInstance } from 'fastify';
+import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
 import type { ChangeRequestService } from '../../policy/reviews.js';
 import { CHANGE_REQUEST_STATUSES, type ChangeRequestStatus } from '../../reads.js';
 import { actorOf } from '../actor.js';
 import { bodyObject, paging, single, type Query } from '../params.js';
-
-/** A refusal naming its field answers it as the policy routes do: `{"error": {"code", "message", "field"}}`. */
-async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
-  try {
-    return await fn();
-  } catch (err) {
-    const field = isCapstanError(err) ? err.details?.field : undefined;
-    if (!isCapstanError(err) || typeof field !== 'string') throw err;
-    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field } });
-  }
-}
+import { namingField } from './policies.js';
 
 export function changeRequestRoutes(app: FastifyInstance, reviews: ChangeRequestService): void {
   app.post('/api/1/change-requests', async (req, reply) => namingField(reply, async () =>

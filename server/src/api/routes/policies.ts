@@ -48,7 +48,7 @@ export interface PolicyRouteDeps {
  * Refused input names its field in the answer too: `{"error": {"code", "message", "field"}}`,
  * the field's path in the request body (`params.path`, `filter[0].key`, `directives`).
  */
-async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
+export async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
   try {
     return await fn();
   } catch (err) {
