@@ -46,7 +46,8 @@ export function usePolicySubmit(kind: Kind, existing: string | null) {
   const me = useContext(MeContext);
   const [state, setState] = useState<Submitted>({ error: null, fields: {} });
   const [busy, setBusy] = useState(false);
-  const mustReview = me?.review_required === true;
+  // An operator may propose a change, not save one (the API refuses it: only an admin saves).
+  const mustReview = me?.review_required === true || me?.role === 'operator';
   const fail = (err: unknown) => {
     const field = err instanceof ApiError ? err.field : undefined;
     setState({ error: field ? null : err, fields: field ? { [field]: err instanceof ApiError ? err.message : String(err) } : {} });
