@@ -53,7 +53,9 @@ export interface ChangesBenchResult {
 }
 
 /** The last day of the generated history ends here (so "the last 24 h" is a fixed window). */
-const END = Date.UTC(2026, 10, 25);
+/** When the generated week of changes ends (historySql). */
+export const HISTORY_END = Date.UTC(2026, 10, 25);
+const END = HISTORY_END;
 const DAY = 86_400_000;
 const TOKEN = 'bench-token-0123456789abcdef';
 

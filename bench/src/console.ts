@@ -17,7 +17,7 @@ import { loadServerConfig } from '@capstan/server/config';
 import { ComplianceHistory } from '@capstan/server/console/history';
 import { ConsoleSignIns } from '@capstan/server/console/signin';
 import { ensurePolicyKey } from '@capstan/server/policy/key';
-import { historySql } from './changes.js';
+import { HISTORY_END, historySql } from './changes.js';
 import { loadSqlite } from './registry.js';
 import { openRegistry, withSqlite } from './store.js';
 import { composeDomain } from '@capstan/server/domain';
@@ -41,6 +41,7 @@ function pages(n: number): Record<string, string[]> {
   const ids = Array.from({ length: 50 }, (_, k) => nodeId(k));
   const dayAgo = new Date(Date.now() - 86_400_000).toISOString();
   const weekAgo = new Date(Date.now() - 7 * 86_400_000).toISOString();
+  const hist = (days: number) => `from=${enc(new Date(HISTORY_END - days * 86_400_000).toISOString())}&to=${enc(new Date(HISTORY_END).toISOString())}`;
   const dashboard = (from: string) => ['/api/1/compliance?max_age=60', '/api/1/lifecycle?max_age=60', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/worst-nodes?limit=8&max_age=60',
     `/api/1/changes/histogram?by=hour&from=${enc(from)}&max_age=60`, `/api/1/compliance/history?from=${enc(from)}`];
   const nodeList = (q: string, list: string[]) => [`/api/1/nodes?${q}&per_page=50&page=1`, `/api/1/compliance/nodes?filter=${enc(JSON.stringify({ key: 'id', values: list }))}`];
@@ -49,13 +50,27 @@ function pages(n: number): Record<string, string[]> {
     'dashboard, 7 d': dashboard(weekAgo),
     'nodes, first page': nodeList('sort=name', ids),
     'nodes, filtered and sorted': nodeList(`status=reachable&${enc('tag:env')}=prod&region=${enc('eu-*')}&sort=last_run_at&order=desc`, ids),
+    'nodes, by compliance': nodeList('sort=compliance&order=asc', ids),
+    'nodes, filter language': nodeList(`q=${enc('status = reachable and tag:env = prod and os.version >= 12')}&sort=name`, ids),
     'nodes, deep page': [`/api/1/nodes?sort=name&per_page=50&page=${Math.max(1, Math.floor(n / 50) - 1)}`, nodeList('', ids)[1]!],
-    node: ['', '/compliance', '/runs?per_page=50', '/history?per_page=50', '/identity', '/inventory'].map((p) => `/api/1/nodes/${id}${p}`)
+    node: ['', '/compliance', '/runs?per_page=50', '/history?per_page=50', '/identity', '/inventory', '/policy', '/properties'].map((p) => `/api/1/nodes/${id}${p}`)
       .concat([`/api/1/changes?node=${id}&per_page=20`]),
     pending: ['/api/1/nodes/pending?per_page=50&page=1&sort=created_at', ...Array.from({ length: 50 }, (_, k) => `/api/1/nodes/${nodeId(k * 100 + 1)}/inventory`)],
     rules: ['/api/1/rules', '/api/1/compliance/rules?max_age=60'],
-    rule: ['/api/1/rules/rule-1', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/directives?max_age=60'],
+    rule: ['/api/1/rules/rule-1', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/directives?max_age=60', '/api/1/compliance/rules/rule-1/nodes?per_page=50&page=1'],
+    'rule, one directive, errors only': [`/api/1/compliance/rules/rule-1/nodes?directive=directive-4&state=error&per_page=50&page=1`],
+    'rule, a deep page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.floor(n / 50) - 1)}`],
     directives: ['/api/1/directives', '/api/1/compliance/directives?max_age=60'],
+    directive: ['/api/1/directives/directive-4', '/api/1/rules', '/api/1/compliance/directives?max_age=60'],
+    'directive form': ['/api/1/methods', '/api/1/directives/directive-4'],
+    'group form, preview': [`/api/1/policy/group-preview?q=${enc('status = reachable and tag:env = prod')}`],
+    'rule form': ['/api/1/directives', '/api/1/groups'],
+    // The changes page over the generated week's last day and the whole week (it ends at HISTORY_END).
+    changes: [`/api/1/changes?${hist(1)}&per_page=50&page=1`, `/api/1/changes/histogram?${hist(1)}&by=hour`],
+    'changes, 7 d': [`/api/1/changes?${hist(7)}&per_page=50&page=1`, `/api/1/changes/histogram?${hist(7)}&by=day`],
+    'changes, one rule, corrective': [`/api/1/changes?${hist(7)}&rule=rule-1&label=corrective&per_page=50&page=1`, `/api/1/changes/histogram?${hist(7)}&rule=rule-1&label=corrective&by=day`],
+    audit: ['/api/1/audit?per_page=50&page=1'],
+    reviews: ['/api/1/change-requests?per_page=50&page=1'],
     groups: ['/api/1/groups', '/api/1/compliance/groups?max_age=60'],
     group: ['/api/1/groups/g3', '/api/1/compliance/groups?max_age=60', `/api/1/nodes?filter=${enc(JSON.stringify({ key: 'group', values: ['g3'] }))}&per_page=50&page=1`],
     jobs: ['/api/1/jobs?per_page=50&page=1'],

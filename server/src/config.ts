@@ -174,6 +174,11 @@ export const SERVER_SCHEMA = {
      * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.
      */
     max_plan_size: { type: 'size', default: '16MiB', min: 1024 },
+    /**
+     * Admin roles whose policy changes must go through a change request reviewed by another
+     * admin (docs/policy.md, Change requests): their direct saves and deletes are refused.
+     */
+    review_roles: { type: 'strings', default: [] },
   },
   jobs: {
     /** A job's tasks not final after this long are aborted (reason timeout), unless the job sets its own `timeout`. */
@@ -326,6 +331,9 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
     throw capstanError('ERR_CONFIG', 'console.history_interval must be 0 (off) or at least 10s');
   }
   if (!config.bootstrap.install_root.startsWith('/')) throw capstanError('ERR_CONFIG', 'bootstrap.install_root must be an absolute path');
+  const roles = ['admin', 'operator', 'viewer'];
+  const wrong = config.policy.review_roles.find((r) => !roles.includes(r));
+  if (wrong !== undefined) throw capstanError('ERR_CONFIG', `policy.review_roles: ${JSON.stringify(wrong)} is not a role (admin, operator, viewer)`);
   if (config.processing.decompress_budget < config.limits.max_decompressed_size) {
     throw capstanError('ERR_CONFIG', 'processing.decompress_budget must be at least limits.max_decompressed_size');
   }

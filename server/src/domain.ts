@@ -10,6 +10,7 @@ import { BundleServer } from './policy/bundles.js';
 import { PolicyGenerator } from './policy/generate.js';
 import type { PolicyKeyring } from './policy/key.js';
 import { PolicyService } from './policy/service.js';
+import { ChangeRequestService } from './policy/reviews.js';
 import { ManagerService } from './providers/service.js';
 import { AdminService } from './admins/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
@@ -24,6 +25,8 @@ export interface Domain {
   policy: PolicyService;
   /** Managers (discovery sources) and their polls. */
   managers: ManagerService;
+  /** Change requests: proposed policy changes, reviewed, then deployed through `policy`. */
+  reviews: ChangeRequestService;
   /** Named admins and their tokens. */
   admins: AdminService;
   /** Signed bundles (absent without a policy key). */
@@ -42,6 +45,8 @@ export interface DomainDeps {
   now?: () => Date;
   /** The event stream's reader settings ([events]); defaults when absent. */
   events?: { pollMs?: number; maxWaitMs?: number; maxReaders?: number };
+  /** `[policy] review_roles`: roles whose policy changes go through a change request. */
+  reviewRoles?: readonly string[];
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -65,9 +70,10 @@ export function composeDomain(deps: DomainDeps): Domain {
   const nodes = new NodeRegistry({ store, log, audit, ...now })
     .on(nodeEffects({ store, touch: (id) => generator.touch(id), ...(deps.links && { links: deps.links }), ...now }))
     .on(nodeEvents(events));
-  const policy = new PolicyService({ store, generator, audit, log, ...(deps.key && { key: deps.key }), ...now });
+  const policy = new PolicyService({ store, generator, audit, log, ...(deps.key && { key: deps.key }), ...now, ...(deps.reviewRoles && { reviewRoles: deps.reviewRoles }) });
+  const reviews = new ChangeRequestService({ store, policy, audit, ...now });
   const bundles = deps.key ? new BundleServer({ store, generator, key: deps.key }) : null;
   const managers = new ManagerService({ store, nodes, audit, ...now });
   const admins = new AdminService({ store, audit, ...now });
-  return { audit, nodes, generator, policy, managers, admins, bundles, events };
+  return { audit, nodes, generator, policy, managers, admins, bundles, events, reviews };
 }

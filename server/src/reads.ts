@@ -5,12 +5,13 @@
  * holding only these cannot write beside it. The types the reads answer with come from here too,
  * so that no route or command line imports the store.
  */
-import type { AdminStore, BootstrapStore, IdentityStore, JobStore, ManagerStore, NotifyStore, Store } from './store/store.js';
+import type { AdminStore, BootstrapStore, ChangeRequestStore, IdentityStore, JobStore, ManagerStore, NotifyStore, Store } from './store/store.js';
 
 export type * from './store/store.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT, CLOSE_REASONS, DELIVERY_STATES, EVENT_SEVERITIES, FINDING_KINDS, MAX_EVENTS_READ, SORT_FIELDS } from './store/store.js';
 export { MAX_FILTER_IDS } from './store/changes/rows.js';
 export { ADMIN_ROLES } from './store/admins/types.js';
+export { CHANGE_REQUEST_STATUSES } from './store/reviews/types.js';
 export { parseRfc3339 } from './store/time.js';
 
 /** The root store's reads. */
@@ -18,7 +19,7 @@ type RootReads = Pick<Store,
   | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'getHistory' | 'getProperties'
   | 'getInventory' | 'inventoryHistory' | 'listSoftware'
   | 'listRuns' | 'getRunLog' | 'getRunLogText' | 'getRunBase'
-  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes'
+  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes' | 'targetNodes'
   | 'listChanges' | 'changesHistogram' | 'listFindings' | 'listEvents' | 'getEvents' | 'lastEventId'
   | 'listPolicyObjects' | 'getPolicyObject' | 'getPolicyBundle' | 'policyConfigIds'
   | 'counts'>;
@@ -30,4 +31,5 @@ export interface Reads extends RootReads {
   readonly bootstrap: Pick<BootstrapStore, 'listCredentials' | 'getHostKey' | 'enrolledBy'>;
   readonly admins: Pick<AdminStore, 'listAdmins' | 'getAdmin' | 'listAudit'>;
   readonly notify: Pick<NotifyStore, 'listSubscriptions' | 'getSubscription' | 'listDeliveries' | 'getDelivery'>;
+  readonly reviews: Pick<ChangeRequestStore, 'getChangeRequest' | 'listChangeRequests'>;
 }

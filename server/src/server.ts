@@ -108,7 +108,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   // recorded in the audit log with who acted; a relay's link ends when it may no longer hold one.
   const hub = new RelayHub(config.jobs.heartbeat);
   const domain = composeDomain({
-    store, log, key: policyKey, links: hub,
+    store, log, key: policyKey, links: hub, reviewRoles: config.policy.review_roles,
     events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
   });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
@@ -137,7 +137,7 @@ function app(config: ServerConfig, log: Logger, p: Parts) {
       key: p.policyKey, sharedFolder: config.policy.shared_folder, maxPlanBytes: config.policy.max_plan_size,
       ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}),
     },
-    jobs: { store: p.store, service: ops.jobService },
+    jobs: { store: p.store, service: ops.jobService, liveOutput: (jobId, nodeId) => ops.jobs.liveOutput(jobId, nodeId) },
     bootstrap: { credentials: ops.credentials },
     ...(ops.bootstrap && { bootstrapRunner: ops.bootstrap }),
     remoteRun: { hub, runner: ops.jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },

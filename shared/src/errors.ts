@@ -73,6 +73,12 @@ export const ERROR_CODES = {
   /** A write made with a console sign-in cookie without its X-CSRF-Token (or with another one). */
   ERR_CSRF: { status: 403 },
   ERR_CONFLICT: { status: 409 },
+  /** A policy change by a role that must go through review ([policy] review_roles): propose it as a change request. */
+  ERR_REVIEW_REQUIRED: { status: 403 },
+  /** A change request's objects changed since it was proposed: it cannot be deployed as reviewed. */
+  ERR_CHANGE_STALE: { status: 409 },
+  /** A change request is not in the state the step needs (approve an open one, deploy an approved one). */
+  ERR_CHANGE_REQUEST_STATE: { status: 409 },
   ERR_PEER_TOO_OLD: { status: 426 },
   ERR_PEER_TOO_NEW: { status: 400 },
   // compression envelopes

@@ -3,10 +3,9 @@
  * the admin token, see the pending node a real agent registered and accept it, run the agent,
  * and see the node's compliance and the change with its diff appear; a write without the CSRF
  * token is refused; no Content-Security-Policy violation; keyboard and phone width. A viewer
- * sees no accept or refuse button. The screenshots in docs/img/ come from here
- * (CAPSTAN_UPDATE_SCREENSHOTS=1).
+ * sees no accept or refuse button. (The screenshots in docs/img/ come from
+ * console-policy-browser.test.ts.)
  */
-import { mkdirSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
@@ -19,13 +18,12 @@ import { ConsoleSignIns, ensureConsoleSecret } from '@capstan/server/console/sig
 import { CONSOLE_DIR, loadAssets } from '@capstan/server/console/static';
 import { openRegistry } from '@capstan/server/registry/open';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
-import { BIN, ROOT, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
+import { BIN, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 import { inventory } from '../server/store-suite.js';
 import { composeDomain } from '@capstan/server/domain';
 
 const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
-const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs', 'img') : null;
 
 t.test('an admin signs in, accepts a pending node, and sees its compliance and its change with the diff', { skip }, async (t) => {
   const dir = programDir(t);
@@ -75,10 +73,6 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
   await changes.locator('.diff .da').filter({ hasText: '+listen 80' }).waitFor();
   await page.locator('#changes li', { hasText: 'intentional' }).first().waitFor();
   t.ok(await page.locator('time[title$=" UTC"]').count() > 0, 'times in the browser zone, UTC on hover');
-  if (SHOTS) {
-    mkdirSync(SHOTS, { recursive: true });
-    await page.screenshot({ path: join(SHOTS, 'console-node.png'), fullPage: true });
-  }
 
   // A write with the cookie but without the CSRF token is refused; the node stays accepted.
   const forged = await page.evaluate(async (nodeId) => {
@@ -106,7 +100,6 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
   await page.locator('#global .big .pct').filter({ hasText: '100%' }).waitFor();
   await page.locator('#worst-rules').getByRole('link', { name: 'base' }).waitFor();
   await page.locator('#graphs .chart canvas').first().waitFor();
-  if (SHOTS) await page.screenshot({ path: join(SHOTS, 'console-dashboard.png'), fullPage: true });
   await page.setViewportSize({ width: 390, height: 844 });
   for (const route of ['#/', `#/nodes/${id}`, '#/nodes']) {
     await page.goto(`${server.url}/${route}`);

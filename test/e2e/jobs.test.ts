@@ -110,6 +110,12 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
   }
   t.equal(c.runs(), 0, 'the agent not targeted did not run');
   t.match(job1.progress, { total: 2, done: 2 });
+  // The output as the console's "run now" reads it: from a line on, the stored output once final.
+  const stored = byNode(job1)[a.id].output as string;
+  const out = await api('GET', `/api/1/jobs/${job1.id}/tasks/${a.id}/output`);
+  t.match(out.json.data, { state: 'done', final: true, lines: stored.split('\n'), next: stored.split('\n').length });
+  t.same((await api('GET', `/api/1/jobs/${job1.id}/tasks/${a.id}/output?after=1`)).json.data.lines, stored.split('\n').slice(1), 'from line 1 on');
+  t.match(await api('GET', `/api/1/jobs/${job1.id}/tasks/${a.id}/output?after=-1`), { status: 400, json: { error: { code: 'ERR_BAD_REQUEST' } } });
 
   // Inventory: the agent sends its inventory although it is not due.
   const before = (await api('GET', `/api/1/nodes/${a.id}`)).json.data.last_inventory_at as string;

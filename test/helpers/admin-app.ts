@@ -34,7 +34,7 @@ export async function adminApp(t: Test, opts: { overrides?: Record<string, unkno
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
   await spool.init();
   const key = await ensurePolicyKey(dir);
-  const domain = composeDomain({ store, log: silentLogger, key });
+  const domain = composeDomain({ store, log: silentLogger, key, reviewRoles: config.policy.review_roles });
   const generator = domain.generator;
   const policy = { key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }) };
   const app = buildApp({ config, store, domain, spool, log: silentLogger, adminToken: ADMIN_TOKEN, status: async () => ({}), policy });

@@ -265,4 +265,40 @@ export function complianceSuite(t: Test, backend: Backend): void {
     await store.insertRun(run('n1', '2024-05-01T09:01:00Z', { config_id: 'v1', received_at: '2024-05-01T09:01:00Z', outcomes }));
     t.same((await store.complianceSummary([], at('2024-05-01T09:02:00Z'))).counts, computeCompliance(expected, outcomes).counts);
   });
+
+  t.test('a rule\'s nodes come worst first with their counts for that rule alone; the node list sorts by compliance', async (t) => {
+    const { store } = await setup(t, backend);
+    for (const id of ['ca', 'cb', 'cc']) await agentNode(store, id);
+    await store.upsertFromInventory(inventory('cd')); // pending: no compliance, sorts last
+    const expected = [E('r1', 'd1', 'File a'), E('r1', 'd1', 'File b'), E('r2', 'd2', 'Package p')];
+    const runOf = (id: string, a: string, b: string) => run(id, '2024-05-01T10:00:00Z', { config_id: 'cfg', received_at: '2024-05-01T10:00:05Z', outcomes: [
+      O('r1', 'd1', 'File a', a), O('r1', 'd1', 'File b', b), O('r2', 'd2', 'Package p', 'result_success'),
+    ] });
+    for (const [id, a, b] of [['ca', 'result_success', 'result_error'], ['cb', 'result_success', 'result_repaired'], ['cc', 'result_error', 'result_error']] as const) {
+      await store.setExpectations(id, 'cfg', expected, '2024-05-01T09:00:00Z');
+      await store.insertRun(runOf(id, a, b));
+    }
+    const now = at('2024-05-01T10:01:00Z');
+    const r1 = await store.targetNodes({ rule_id: 'r1', page: 1, per_page: 10 }, now);
+    t.same(r1.data.map((n) => [n.node_id, n.counts.success + n.counts.repaired, n.counts.error]), [['cc', 0, 2], ['ca', 1, 1], ['cb', 2, 0]], 'worst first, counted over r1 only');
+    t.equal(r1.total, 3);
+    t.same((await store.targetNodes({ rule_id: 'r1', order: 'desc', page: 1, per_page: 10 }, now)).data.map((n) => n.node_id), ['cb', 'ca', 'cc'], 'best first');
+    const failing = await store.targetNodes({ rule_id: 'r1', state: 'error', page: 1, per_page: 10 }, now);
+    t.same([failing.data.map((n) => n.node_id), failing.total], [['cc', 'ca'], 2], 'only the nodes with an error under it');
+    t.same((await store.targetNodes({ rule_id: 'r2', directive_id: 'd2', page: 1, per_page: 10 }, now)).data.map((n) => n.counts.success), [1, 1, 1], 'one directive');
+    const second = await store.targetNodes({ rule_id: 'r1', page: 2, per_page: 1 }, now);
+    t.same([second.data.map((n) => n.node_id), second.total], [['ca'], 3], 'paged, with the total');
+    t.same(await store.targetNodes({ rule_id: 'r1', page: 9, per_page: 1 }, now), { data: [], total: 3 }, 'past the end: the total still');
+    t.same(await store.targetNodes({ rule_id: 'nope', page: 1, per_page: 10 }, now), { data: [], total: 0 });
+
+    const c = now;
+    const sorted = await store.listNodes({ sort: 'compliance', compliance_at: { silent_before: c.now_s - c.silence_s, applying_after: c.now_s - c.applying_s }, page: 1, per_page: 10 });
+    t.same(sorted.data.map((n) => n.id), ['cc', 'ca', 'cb', 'cd'], 'the node list, worst first, no data last');
+    const desc = await store.listNodes({ sort: 'compliance', order: 'desc', page: 1, per_page: 10 });
+    t.same(desc.data.map((n) => n.id), ['cb', 'ca', 'cc', 'cd'], 'best first, no data still last');
+    // Silent past the missed runs: every item no answer, so it is as bad as the worst.
+    const late = at('2024-05-01T12:00:00Z');
+    const silent = await store.listNodes({ sort: 'compliance', compliance_at: { silent_before: late.now_s - late.silence_s, applying_after: late.now_s - late.applying_s }, page: 1, per_page: 10 });
+    t.same(silent.data.map((n) => n.id), ['ca', 'cb', 'cc', 'cd'], 'all silent: 0 each, then by id');
+  });
 }

@@ -47,6 +47,19 @@ export function planText(plan: Plan): string {
   return `${lines.join('\n')}\n`;
 }
 
+/**
+ * The plan's changes as one change request (POST /api/1/change-requests): its objects as the
+ * plan will save them, its deletions by name; another admin approves and deploys it.
+ */
+export async function proposePlan(api: ApiTransport, plan: Plan, title: string, description?: string): Promise<{ id: string; status: string }> {
+  const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], delete: [] };
+  for (const c of plan.changes) {
+    if (c.action === 'delete') (body.delete as unknown[]).push({ kind: c.kind, id: c.id });
+    else (body[PLURAL[c.kind]] as unknown[]).push(c.object);
+  }
+  return (await api.call('POST', '/api/1/change-requests', { body })).body.data as { id: string; status: string };
+}
+
 /** Apply a plan's changes in order; `progress` hears each one done. */
 export async function applyPlan(api: ApiTransport, plan: Plan, progress: (c: PlanChange) => void): Promise<void> {
   for (const c of plan.changes) {

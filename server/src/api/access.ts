@@ -75,6 +75,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/compliance/rules': view,
   'GET /api/1/compliance/directives': view,
   'GET /api/1/compliance/groups': view,
+  'GET /api/1/compliance/rules/:id/nodes': view,
   'GET /api/1/changes': view,
   'GET /api/1/changes/histogram': view,
   'GET /api/1/findings': view,
@@ -100,6 +101,17 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   // recorded like every POST (a review pipeline's plans are in the audit log too).
   'POST /api/1/policy/plan': { role: 'viewer', action: 'policy.plan' },
   'POST /api/1/keys/policy/rotate': admin('policy_key.rotate'),
+  // What writing policy needs: the methods' parameters, an unsaved group's members.
+  'GET /api/1/methods': view,
+  // Change requests: an operator may propose (an admin reviews and deploys); all steps audited.
+  'GET /api/1/change-requests': view,
+  'GET /api/1/change-requests/:id': view,
+  'GET /api/1/change-requests/:id/nodes/:node': view,
+  'POST /api/1/change-requests': operator('change_request.propose', r('id')),
+  'POST /api/1/change-requests/:id/approve': admin('change_request.approve', p('id')),
+  'POST /api/1/change-requests/:id/reject': admin('change_request.reject', p('id')),
+  'POST /api/1/change-requests/:id/deploy': admin('change_request.deploy', p('id')),
+  'GET /api/1/policy/group-preview': view,
   // Node identity keys
   'GET /api/1/keys': view,
   'POST /api/1/keys/rotate': admin('key.rotate', r('kid')),
@@ -108,6 +120,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/jobs': view,
   'GET /api/1/jobs/:id': view,
   'GET /api/1/jobs/:id/tasks/:node': view,
+  'GET /api/1/jobs/:id/tasks/:node/output': view,
   'POST /api/1/jobs': operator('job.create', r('id')),
   'POST /api/1/jobs/:id/cancel': operator('job.cancel', p('id')),
   // SSH credentials of bootstrap jobs

@@ -36,7 +36,7 @@ import { findingRoutes } from './routes/findings.js';
 import { eventRoutes } from './routes/events.js';
 import { subscriptionRoutes } from './routes/subscriptions.js';
 import type { SubscriptionService } from '../notify/service.js';
-import { complianceSettings } from '../registry/compliance.js';
+import { complianceClock, complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
 import { bootstrapRelayRoutes } from './routes/bootstrap-relay.js';
@@ -47,7 +47,8 @@ import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
-import { policyAdminRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
+import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
+import { changeRequestRoutes } from './routes/change-requests.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -138,7 +139,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   app.decorate('resolveToken', resolveToken);
   const adminRouteKeys: string[] = [];
   app.decorate('adminRoutes', adminRouteKeys);
-  if (deps.console) consolePublicRoutes(app, { signIns: deps.console.signIns, resolveToken, assets: deps.console.assets });
+  if (deps.console) consolePublicRoutes(app, { signIns: deps.console.signIns, resolveToken, assets: deps.console.assets, reviewRoles: deps.config.policy.review_roles });
   app.register(async (admin) => {
     admin.addHook('onRoute', (o) => {
       for (const m of [o.method].flat()) if (m !== 'HEAD') adminRouteKeys.push(`${m} ${o.url}`);
@@ -252,8 +253,11 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   if (policy) {
     policyAdminRoutes(admin, policy);
     policyMembershipRoutes(admin, policy);
+    policyAuthoringRoutes(admin, policy);
+    changeRequestRoutes(admin, domain.reviews);
   }
-  nodeRoutes(admin, store, domain.nodes);
+  // The node list's compliance sort judges each node at the moment of the request.
+  nodeRoutes(admin, store, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
   complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
   changeRoutes(admin, store, aggregates);
   findingRoutes(admin, store);

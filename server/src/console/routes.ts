@@ -23,13 +23,18 @@ export interface ConsoleRouteDeps {
   resolveToken: ResolveToken;
   /** The built console (static.ts loadAssets); empty: not built, `/` says how to build it. */
   assets: Map<string, Asset>;
+  /** `[policy] review_roles`: the console proposes these roles' policy changes instead of saving them. */
+  reviewRoles?: readonly string[];
 }
 
 /** Most worst nodes one request may ask for. */
 export const MAX_WORST_NODES = 100;
 
-function signInView(signIns: ConsoleSignIns, opened: Opened, p: Principal) {
-  return { name: p.name, role: p.role, expires_at: new Date(opened.exp).toISOString(), csrf_token: signIns.csrf(opened.sid) };
+function signInView(signIns: ConsoleSignIns, opened: Opened, p: Principal, reviewRoles: readonly string[]) {
+  return {
+    name: p.name, role: p.role, expires_at: new Date(opened.exp).toISOString(), csrf_token: signIns.csrf(opened.sid),
+    review_required: reviewRoles.includes(p.role),
+  };
 }
 
 function sendAsset(req: FastifyRequest, reply: FastifyReply, asset: Asset) {
@@ -46,6 +51,7 @@ function sendAsset(req: FastifyRequest, reply: FastifyReply, asset: Asset) {
 
 export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps): void {
   const { signIns, resolveToken, assets } = deps;
+  const reviewRoles = deps.reviewRoles ?? [];
 
   app.get('/', async (req, reply) => {
     const index = assets.get('/index.html');
@@ -72,7 +78,7 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
     if (!principal) throw capstanError('ERR_UNAUTHORIZED', 'invalid token');
     const s = signIns.create(body.token.trim());
     reply.header('set-cookie', signIns.setCookie(s)).header('cache-control', 'no-store');
-    return reply.code(201).send({ data: signInView(signIns, s, principal) });
+    return reply.code(201).send({ data: signInView(signIns, s, principal, reviewRoles) });
   });
 
   app.get('/console/sign-in', async (req, reply) => {
@@ -83,7 +89,7 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
       if (cookieValue(req.headers.cookie) !== undefined) reply.header('set-cookie', signIns.setCookie(null));
       throw capstanError('ERR_UNAUTHORIZED', 'not signed in');
     }
-    return { data: signInView(signIns, opened, principal) };
+    return { data: signInView(signIns, opened, principal, reviewRoles) };
   });
 
   // Sign out: a write like any other, so it needs the CSRF token too (no one signs you out from afar).

@@ -219,6 +219,15 @@ export class JobRunner {
     return this.channels.get(channelId)?.relay;
   }
 
+  /**
+   * The output lines of a task this process is running, as they arrive (the console's "run
+   * now"); null when it is not running here (finished: its output is stored with the task).
+   */
+  liveOutput(jobId: string, nodeId: string): string[] | null {
+    const tr = this.tracked.get(key(jobId, nodeId));
+    return tr ? [...tr.output] : null;
+  }
+
   /** The output stream of one channel. False when the channel is unknown (404). */
   async output(channelId: string, lines: AsyncIterable<string>, abort?: () => void): Promise<boolean> {
     const ch = this.channels.get(channelId);

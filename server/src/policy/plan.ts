@@ -22,6 +22,8 @@ export interface PlanRequest {
   rules: RuleDef[];
   /** Delete what the request does not name (otherwise it is left alone). */
   prune: boolean;
+  /** Objects to delete by name (a change request's deletions). */
+  deletes?: Array<{ kind: PolicyKind; id: string }>;
 }
 
 export type PlanAction = 'create' | 'update' | 'delete';
@@ -119,6 +121,7 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   for (const d of req.directives) next.directives.set(d.id, d);
   for (const g of req.groups) next.groups.set(g.id, g);
   for (const r of req.rules) next.rules.set(r.id, r);
+  for (const d of req.deletes ?? []) if (!(d.kind === 'group' && BUILTIN_GROUP_IDS.has(d.id))) modelMap(next, d.kind).delete(d.id);
   return next;
 }
 

@@ -13,7 +13,7 @@ import type { AuditLog } from '../audit/log.js';
 import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
 import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule } from './model.js';
-import { parsePlanRequest, planPolicy, type Plan } from './plan.js';
+import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
 
 export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
@@ -39,6 +39,17 @@ export interface PolicyServiceDeps {
   audit?: AuditLog;
   log: Logger;
   now?: () => Date;
+  /**
+   * Admin roles whose policy changes must go through a change request (`[policy] review_roles`):
+   * their direct saves and deletes are refused (ERR_REVIEW_REQUIRED); a deployed change request
+   * applies its objects as reviewed.
+   */
+  reviewRoles?: readonly string[];
+}
+
+/** How a change reaches the door: `reviewed` when a deployed change request applies it. */
+export interface ChangeOptions {
+  reviewed?: boolean;
 }
 
 export class PolicyService {
@@ -69,8 +80,20 @@ export class PolicyService {
    * Save a checked object (parsePolicyObject) and regenerate the nodes it reaches before
    * answering. `mustExist`: true to update only, false to create only, null for either.
    */
-  async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null): Promise<{ object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'> }> {
+  /** Whether this actor's direct changes must go through review (a change request). */
+  reviewRequired(actor: Actor): boolean {
+    return actor.kind === 'admin' && actor.role !== undefined && (this.deps.reviewRoles ?? []).includes(actor.role);
+  }
+
+  private checkReview(actor: Actor, opts: ChangeOptions, what: string): void {
+    if (!opts.reviewed && this.reviewRequired(actor)) {
+      throw capstanError('ERR_REVIEW_REQUIRED', `${actor.name} has role ${actor.role}, whose policy changes go through review: propose ${what} as a change request`);
+    }
+  }
+
+  async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null, opts: ChangeOptions = {}): Promise<{ object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'> }> {
     const id = body.id as string;
+    this.checkReview(actor, opts, `${kind} ${id}`);
     const { store } = this.deps;
     let before: PolicyObjectRecord | null = null;
     // The checks run inside the generator's queue, so a concurrent delete cannot slip between.
@@ -88,7 +111,8 @@ export class PolicyService {
     return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
   }
 
-  async delete(kind: PolicyKind, id: string, actor: Actor): Promise<void> {
+  async delete(kind: PolicyKind, id: string, actor: Actor, opts: ChangeOptions = {}): Promise<void> {
+    this.checkReview(actor, opts, `deleting ${kind} ${id}`);
     if (kind === 'group' && BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be deleted`);
     const { store } = this.deps;
     let before: PolicyObjectRecord | null = null;
@@ -109,7 +133,11 @@ export class PolicyService {
    * (policy/plan.ts). Writes nothing; the static groups' nodes are checked as a save would.
    */
   async plan(body: unknown, maxNodes: number): Promise<Plan> {
-    const plan = parsePlanRequest(body);
+    return this.planRequest(parsePlanRequest(body), maxNodes);
+  }
+
+  /** plan() of a request already parsed (a change request's). */
+  async planRequest(plan: PlanRequest, maxNodes: number): Promise<Plan> {
     for (const [i, g] of plan.groups.entries()) {
       try {
         await this.checkGroupNodes(g);

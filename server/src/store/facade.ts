@@ -19,6 +19,7 @@ import { POLICY_NUL, type PolicyStore } from './policy/types.js';
 import { RUNS_NUL, type RunStore } from './runs/types.js';
 import type { Store } from './store.js';
 import { SWEEP_NUL, type SweepStore } from './sweep/types.js';
+import { REVIEWS_NUL, type ChangeRequestStore } from './reviews/types.js';
 
 /** What one dialect's store is made of: one part per subject. */
 export interface StoreParts {
@@ -37,6 +38,7 @@ export interface StoreParts {
   managers: ManagerStore;
   bootstrap: BootstrapStore;
   admins: AdminStore;
+  reviews: ChangeRequestStore;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -64,6 +66,7 @@ export class ComposedStore {
         bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
         admins: guard(parts.admins, ADMINS_NUL),
         notify: guard(parts.notify, NOTIFY_NUL),
+        reviews: guard(parts.reviews, REVIEWS_NUL),
         migrate: () => parts.migrate(),
         close: () => parts.close(),
       },

@@ -18,6 +18,7 @@ import type { InventoryStore, NodeStore } from './nodes/types.js';
 import type { PolicyStore } from './policy/types.js';
 import type { RunStore } from './runs/types.js';
 import type { SweepStore } from './sweep/types.js';
+import type { ChangeRequestStore } from './reviews/types.js';
 
 export type * from './admins/types.js';
 export type * from './bootstrap/types.js';
@@ -33,6 +34,7 @@ export type * from './nodes/types.js';
 export type * from './policy/types.js';
 export type * from './runs/types.js';
 export type * from './sweep/types.js';
+export type * from './reviews/types.js';
 export { SORT_FIELDS } from './nodes/types.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT } from './changes/types.js';
 export { EVENT_SEVERITIES, MAX_EVENTS_READ } from './events/types.js';
@@ -59,5 +61,7 @@ export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceSt
   readonly admins: AdminStore;
   /** Subscriptions to the event stream and their outbox (./notify/types.ts). */
   readonly notify: NotifyStore;
+  /** Change requests: proposed policy changes, their reviews and deployment (./reviews/types.ts). */
+  readonly reviews: ChangeRequestStore;
   close(): Promise<void>;
 }

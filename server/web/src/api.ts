@@ -7,10 +7,16 @@ export interface Me {
   role: 'admin' | 'operator' | 'viewer';
   expires_at: string;
   csrf_token: string;
+  /** The role's policy changes must go through a change request (`[policy] review_roles`). */
+  review_required?: boolean;
 }
 
 export class ApiError extends Error {
-  constructor(readonly status: number, readonly code: string, message: string) {
+  /**
+   * `field`: the refused field's path in the request body (`params.path`); `position`: where a
+   * filter expression went wrong (ERR_FILTER_SYNTAX), as the API's error body gives them.
+   */
+  constructor(readonly status: number, readonly code: string, message: string, readonly field?: string, readonly position?: number) {
     super(message);
   }
 }
@@ -36,7 +42,9 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
     throw new ApiError(res.status, 'ERR_BAD_ANSWER', `the server answered ${res.status} with something other than JSON`);
   }
   if (!res.ok) {
-    const err = new ApiError(res.status, json?.error?.code ?? 'ERR_UNKNOWN', json?.error?.message ?? `HTTP ${res.status}`);
+    const e = json?.error;
+    const err = new ApiError(res.status, e?.code ?? 'ERR_UNKNOWN', e?.message ?? `HTTP ${res.status}`,
+      typeof e?.field === 'string' ? e.field : undefined, typeof e?.position === 'number' ? e.position : undefined);
     if (res.status === 401 && !path.startsWith('/console/sign-in')) onSignedOut();
     throw err;
   }
@@ -45,6 +53,7 @@ async function call<T>(method: string, path: string, body?: unknown): Promise<T>
 
 export const get = <T>(path: string) => call<T>('GET', path);
 export const post = <T>(path: string, body?: unknown) => call<T>('POST', path, body);
+export const put = <T>(path: string, body?: unknown) => call<T>('PUT', path, body);
 export const del = <T>(path: string) => call<T>('DELETE', path);
 
 /** A query string from pairs; repeated keys are kept (filters OR their values). */

@@ -13,7 +13,12 @@ import { Dashboard } from './pages/dashboard';
 import { NodesPage } from './pages/nodes';
 import { NodePage } from './pages/node';
 import { PendingPage } from './pages/pending';
-import { DirectivesPage, GroupPage, GroupsPage, RulePage, RulesPage } from './pages/policy';
+import { RuleEditPage, RulePage, RulesPage } from './pages/rules';
+import { DirectiveEditPage, DirectivePage, DirectivesPage } from './pages/directives';
+import { GroupEditPage, GroupPage, GroupsPage } from './pages/groups';
+import { ChangesPage } from './pages/changes';
+import { AuditPage } from './pages/audit';
+import { ChangeRequestPage, ChangeRequestsPage } from './pages/reviews';
 import { JobPage, JobsPage } from './pages/jobs';
 import { ManagersPage } from './pages/managers';
 import { ErrorBox, Loading } from './ui';
@@ -54,7 +59,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
 
 const NAV: Array<[string, string]> = [
   ['/', 'Dashboard'], ['/nodes', 'Nodes'], ['/pending', 'Pending'], ['/rules', 'Rules'], ['/directives', 'Directives'],
-  ['/groups', 'Groups'], ['/jobs', 'Jobs'], ['/managers', 'Managers'],
+  ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
 ];
 
 function Page() {
@@ -67,10 +72,18 @@ function Page() {
   else if ((r = m(/^\/nodes\/([^/]+)$/))) page = <NodePage id={decodeURIComponent(r[1]!)} params={params} />;
   else if (path === '/pending') page = <PendingPage params={params} />;
   else if (path === '/rules') page = <RulesPage />;
-  else if ((r = m(/^\/rules\/([^/]+)$/))) page = <RulePage id={decodeURIComponent(r[1]!)} />;
+  else if ((r = m(/^\/rules\/([^/]+)\/edit$/))) page = <RuleEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
+  else if ((r = m(/^\/rules\/([^/]+)$/))) page = <RulePage id={decodeURIComponent(r[1]!)} params={params} />;
   else if (path === '/directives') page = <DirectivesPage />;
+  else if ((r = m(/^\/directives\/([^/]+)\/edit$/))) page = <DirectiveEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
+  else if ((r = m(/^\/directives\/([^/]+)$/))) page = <DirectivePage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/groups') page = <GroupsPage />;
+  else if ((r = m(/^\/groups\/([^/]+)\/edit$/))) page = <GroupEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/groups\/([^/]+)$/))) page = <GroupPage id={decodeURIComponent(r[1]!)} params={params} />;
+  else if (path === '/changes') page = <ChangesPage params={params} />;
+  else if (path === '/audit') page = <AuditPage params={params} />;
+  else if (path === '/change-requests') page = <ChangeRequestsPage params={params} />;
+  else if ((r = m(/^\/change-requests\/([^/]+)$/))) page = <ChangeRequestPage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/jobs') page = <JobsPage params={params} />;
   else if ((r = m(/^\/jobs\/([^/]+)$/))) page = <JobPage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/managers') page = <ManagersPage />;

@@ -128,3 +128,38 @@ export function Facts({ items }: { items: Array<[string, ComponentChildren]> }) 
     </dl>
   );
 }
+
+/**
+ * A filter-language expression (docs/filters.md) as the API refused it: the message, and the
+ * expression with a mark under the position the API named (ERR_FILTER_SYNTAX).
+ */
+export function FilterError({ error, text }: { error: unknown; text: string }) {
+  const e = error as ApiError;
+  const at = typeof e?.position === 'number' ? Math.max(0, Math.min(e.position, text.length)) : null;
+  return (
+    <div class="error" role="alert" id="filter-error">
+      <p>{e?.code ? `${e.code}: ` : ''}{e?.message ?? String(error)}</p>
+      {at !== null && (
+        <pre class="caret" aria-label={`at character ${at + 1}`}>{text}{'\n'}{' '.repeat(at)}^</pre>
+      )}
+    </div>
+  );
+}
+
+/** A column header that sorts a list through the address (`sort`, `order`), with aria-sort. */
+export function SortHeader({ field, label, params, path, dflt = 'name', firstOrder = 'asc' }: {
+  field: string; label: string; params: URLSearchParams; path: string; dflt?: string; firstOrder?: 'asc' | 'desc';
+}) {
+  const sort = params.get('sort') ?? dflt;
+  const order = params.get('order') ?? 'asc';
+  const active = sort === field;
+  const next = new URLSearchParams(params);
+  next.set('sort', field);
+  next.set('order', active ? (order === 'asc' ? 'desc' : 'asc') : firstOrder);
+  next.delete('page');
+  return (
+    <th scope="col" aria-sort={active ? (order === 'asc' ? 'ascending' : 'descending') : undefined}>
+      <a href={`#${path}?${next}`}>{label}{active ? (order === 'asc' ? ' ▲' : ' ▼') : ''}</a>
+    </th>
+  );
+}

@@ -4,6 +4,7 @@
  * and computes the components it expects for compliance, with exactly the agent's rules.
  */
 import { capstanError } from '../errors.js';
+import { dFlag, dList, dMap, dNum, dStr, MODE, pathParam, SHOW_DIFF, type ParamDoc } from './params.js';
 import { FILE_METHOD_SPECS } from './specs/files.js';
 
 // The file-writing methods' specs, imported through this module (it and they import each other).
@@ -20,6 +21,12 @@ export interface MethodSpec<P> {
   name: string;
   /** Methods that never change anything report audit types even in enforce mode. */
   auditOnly?: boolean;
+  /**
+   * The parameters for people and forms (params.ts), and a minimal valid set of them; a test
+   * proves they agree with `validate`.
+   */
+  params?: readonly ParamDoc[];
+  example?: Record<string, unknown>;
   /** Check and type the parameters; throws ERR_METHOD_PARAMS naming the field (message and `details.field`). */
   validate: (params: Record<string, unknown>) => P;
   components: (params: P) => Component[];
@@ -89,6 +96,8 @@ export const one = (component: string, key: string): Component[] => [{ component
 
 export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?: number } & ShowDiffParam> = {
   name: 'file_content',
+  params: [pathParam(), dStr('content', 'The whole content of the file.', { required: true, multiline: true, example: 'listen 80\n' }), MODE, SHOW_DIFF],
+  example: { path: '/etc/app.conf', content: 'listen 80\n' },
   validate: (p) => {
     if (typeof p.content !== 'string') paramError('file_content', 'content', 'must be a string');
     return { path: str('file_content', p, 'path', { absolute: true }), content: p.content, mode: mode('file_content', p), ...showDiff('file_content', p) };
@@ -98,6 +107,8 @@ export const fileContentSpec: MethodSpec<{ path: string; content: string; mode?:
 
 export const fileLinePresentSpec: MethodSpec<{ path: string; line: string } & ShowDiffParam> = {
   name: 'file_line_present',
+  params: [pathParam(), dStr('line', 'A line the file must contain (appended when missing).', { required: true, example: 'vm.swappiness = 10' }), SHOW_DIFF],
+  example: { path: '/etc/app.conf', line: 'vm.swappiness = 10' },
   validate: (p) => {
     const line = str('file_line_present', p, 'line');
     if (/[\r\n]/.test(line)) paramError('file_line_present', 'line', 'must be a single line');
@@ -108,12 +119,16 @@ export const fileLinePresentSpec: MethodSpec<{ path: string; line: string } & Sh
 
 export const fileAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
   name: 'file_absent',
+  params: [pathParam('The file to remove'), SHOW_DIFF],
+  example: { path: '/etc/app.conf' },
   validate: (p) => ({ path: str('file_absent', p, 'path', { absolute: true }), ...showDiff('file_absent', p) }),
   components: (p) => one('File absent', p.path),
 };
 
 export const filePermissionsSpec: MethodSpec<{ path: string; mode?: number; owner?: number; group?: number } & ShowDiffParam> = {
   name: 'file_permissions',
+  params: [pathParam(), dStr('mode', 'Octal mode such as "0644" (mode, owner or group: at least one).', { example: '0640' }), dNum('owner', 'Owner\'s numeric id.', { example: 0 }), dNum('group', 'Group\'s numeric id.', { example: 0 }), SHOW_DIFF],
+  example: { path: '/etc/app.conf', mode: '0640' },
   validate: (p) => {
     const out = { path: str('file_permissions', p, 'path', { absolute: true }), mode: mode('file_permissions', p), owner: id('file_permissions', p, 'owner'), group: id('file_permissions', p, 'group'), ...showDiff('file_permissions', p) };
     if (out.mode === undefined && out.owner === undefined && out.group === undefined) paramError('file_permissions', 'mode', 'or owner or group is required');
@@ -124,12 +139,16 @@ export const filePermissionsSpec: MethodSpec<{ path: string; mode?: number; owne
 
 export const directoryPresentSpec: MethodSpec<{ path: string; mode?: number } & ShowDiffParam> = {
   name: 'directory_present',
+  params: [pathParam('The directory'), MODE, SHOW_DIFF],
+  example: { path: '/srv/app' },
   validate: (p) => ({ path: str('directory_present', p, 'path', { absolute: true }), mode: mode('directory_present', p), ...showDiff('directory_present', p) }),
   components: (p) => one('Directory', p.path),
 };
 
 export const fileFromSharedFolderSpec: MethodSpec<{ source: string; path: string; sha256: string; mode?: number } & ShowDiffParam> = {
   name: 'file_from_shared_folder',
+  params: [dStr('source', 'The file\'s path inside the server\'s shared folder.', { required: true, example: 'app/app.conf' }), pathParam(), dStr('sha256', 'sha256 of the file as served (64 hex digits): checked before it is written.', { required: true, example: '0'.repeat(64) }), MODE, SHOW_DIFF],
+  example: { source: 'app/app.conf', path: '/etc/app.conf', sha256: '0'.repeat(64) },
   validate: (p) => {
     const source = str('file_from_shared_folder', p, 'source');
     if (source.split('/').some((s) => s === '..' || s === '.' || s === '') || source.startsWith('/') || source.includes('\\')) {
@@ -165,6 +184,8 @@ export interface ArchiveParams extends ShowDiffParam {
  */
 export const archiveFromSharedFolderSpec: MethodSpec<ArchiveParams> = {
   name: 'archive_from_shared_folder',
+  params: [dStr('source', 'A .tar.gz or .tgz in the shared folder.', { required: true, example: 'app/tools-1.2.tar.gz' }), dStr('sha256', 'sha256 of the archive as served.', { required: true, example: '1'.repeat(64) }), dStr('sums_sha256', 'sha256 of the archive\'s SHA256SUMS file.', { required: true, example: '2'.repeat(64) }), dStr('target', 'The directory the bundle lands in, as <target>/<name>.', { required: true, example: '/opt/bundles' }), dStr('name', 'The bundle\'s name: the archive\'s top directory (default: the file name without .tar.gz).', { example: 'tools-1.2' }), dFlag('purge', 'Remove the bundles under target that no archive directive assigns.', { default: false, example: true }), SHOW_DIFF],
+  example: { source: 'app/tools-1.2.tar.gz', sha256: '1'.repeat(64), sums_sha256: '2'.repeat(64), target: '/opt/bundles' },
   validate: (p) => {
     const m = 'archive_from_shared_folder';
     const source = str(m, p, 'source');
@@ -200,6 +221,8 @@ const PKG_NAME = /^[A-Za-z0-9][A-Za-z0-9+._:-]{0,127}$/;
  */
 export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> = {
   name: 'package_present',
+  params: [dStr('name', 'The package name.', { required: true, example: 'nginx' }), dStr('version', 'An exact version, or "latest" (default: any installed version).', { example: '1.22.1-9' })],
+  example: { name: 'nginx' },
   validate: (p) => {
     const name = str('package_present', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_present', 'name', 'is not a package name');
@@ -213,6 +236,8 @@ export const packagePresentSpec: MethodSpec<{ name: string; version?: string }> 
 /** `purge`: configuration files go too (apt-get purge, apk del --purge; rpm removes them anyway). */
 export const packageAbsentSpec: MethodSpec<{ name: string; purge: boolean }> = {
   name: 'package_absent',
+  params: [dStr('name', 'The package name.', { required: true, example: 'telnet' }), dFlag('purge', 'Its configuration files go too (apt-get purge).', { default: false, example: true })],
+  example: { name: 'telnet' },
   validate: (p) => {
     const name = str('package_absent', p, 'name');
     if (!PKG_NAME.test(name)) paramError('package_absent', 'name', 'is not a package name');
@@ -227,6 +252,8 @@ export const UNIT = /^[A-Za-z0-9@:._-]{1,200}$/;
 export function serviceSpec(name: string, component: string): MethodSpec<{ name: string }> {
   return {
     name,
+    params: [dStr('name', 'The systemd unit, such as nginx.service.', { required: true, example: 'nginx.service' })],
+    example: { name: 'nginx.service' },
     validate: (p) => {
       const unit = str(name, p, 'name');
       if (!UNIT.test(unit)) paramError(name, 'name', 'is not a unit name');
@@ -249,6 +276,8 @@ export const commandKey = (c: CommandParams): string => [c.command, ...c.args].j
 
 export const commandCheckSpec: MethodSpec<CommandParams & { expect_exit: number }> = {
   name: 'command_check',
+  params: [dStr('command', 'The command (an absolute path, run without a shell).', { required: true, example: '/usr/bin/true' }), dList('args', 'Its arguments.', { example: ['-q'] }), dNum('expect_exit', 'The exit code that means compliant.', { default: 0, example: 0 })],
+  example: { command: '/usr/bin/true' },
   auditOnly: true,
   validate: (p) => {
     const e = p.expect_exit ?? 0;
@@ -260,6 +289,8 @@ export const commandCheckSpec: MethodSpec<CommandParams & { expect_exit: number 
 
 export const commandRunSpec: MethodSpec<CommandParams & { creates?: string; unless?: CommandParams }> = {
   name: 'command_run',
+  params: [dStr('command', 'The command (an absolute path, run without a shell).', { required: true, example: '/usr/local/bin/setup' }), dList('args', 'Its arguments.', { example: ['--quiet'] }), dStr('creates', 'Run only while this path does not exist (creates or unless: at least one).', { example: '/var/lib/app/done' }), dMap('unless', 'Run only when this command fails: {command, args}.', { example: { command: '/usr/bin/test', args: ['-f', '/var/lib/app/done'] }, fields: [dStr('command', 'The command.', { required: true }), dList('args', 'Its arguments.')] })],
+  example: { command: '/usr/local/bin/setup', creates: '/var/lib/app/done' },
   validate: (p) => {
     const base = cmd('command_run', p);
     const creates = optStr('command_run', p, 'creates', { absolute: true });
@@ -276,6 +307,8 @@ export const commandRunSpec: MethodSpec<CommandParams & { creates?: string; unle
 
 export const sysctlValueSpec: MethodSpec<{ key: string; value: string }> = {
   name: 'sysctl_value',
+  params: [dStr('key', 'A sysctl key such as net.ipv4.ip_forward.', { required: true, example: 'net.ipv4.ip_forward' }), dStr('value', 'Its value.', { required: true, example: '0' })],
+  example: { key: 'net.ipv4.ip_forward', value: '0' },
   validate: (p) => {
     const key = str('sysctl_value', p, 'key');
     if (!/^[a-z0-9_]+(\.[a-z0-9_*-]+)+$/i.test(key)) paramError('sysctl_value', 'key', 'is not a sysctl key such as net.ipv4.ip_forward');

@@ -5,7 +5,7 @@
 import { Command, Option } from 'commander';
 import { EXIT, renderList, type Column } from '../output.js';
 import { bodyFromFile, enc, int, type Verbs } from '../kit.js';
-import { applyPlan, exportPolicy, planFor, planText } from '../policy.js';
+import { applyPlan, exportPolicy, planFor, planText, proposePlan } from '../policy.js';
 import { writePolicyDir } from '../policy-files.js';
 import { NODE_COLUMNS } from './nodes.js';
 
@@ -35,6 +35,25 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
     }
   }
 
+  // ---- change requests
+  const cr = program.command('change-requests').description('proposed policy changes: list, show, approve, reject, deploy');
+  cr.command('list').addOption(new Option('--status <status>').choices(['open', 'approved', 'rejected', 'deployed']))
+    .action(act(async (api, fmt, cmd) => {
+      const status = (cmd.opts() as { status?: string }).status;
+      list(fmt, [['id', (c) => c.id], ['title', (c) => c.title], ['status', (c) => c.status], ['author', (c) => c.author], ['nodes', (c) => c.nodes_total], ['created_at', (c) => c.created_at]],
+        (await api.get('/api/1/change-requests', status ? { status } : {})).body);
+    }));
+  cr.command('show <id>').action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/change-requests/${enc(id)}`)).body)));
+  for (const verb of ['approve', 'reject'] as const) {
+    cr.command(`${verb} <id>`).option('-m, --comment <text>', 'the review\'s comment')
+      .action(act(async (api, fmt, cmd, id: string) => {
+        const comment = (cmd.opts() as { comment?: string }).comment;
+        show(fmt, (await api.call('POST', `/api/1/change-requests/${enc(id)}/${verb}`, { body: comment ? { comment } : {} })).body);
+      }));
+  }
+  cr.command('deploy <id>').description('apply exactly what was reviewed (refused when its objects changed since)')
+    .action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.call('POST', `/api/1/change-requests/${enc(id)}/deploy`, { body: {} })).body)));
+
   // ---- policy as code
   const policy = program.command('policy').description('policy as code: export, diff, apply a directory of TOML/JSON files');
   policy.command('export').description('write the server\'s directives, groups and rules, one file each')
@@ -62,12 +81,21 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
     }));
   planOptions(policy.command('apply').description('make the server match the directory (idempotent)'))
     .option('--dry-run', 'print the plan and change nothing')
+    .option('--propose', 'propose the changes as one change request for another admin to review, instead of applying them')
+    .option('--title <title>', 'the change request\'s title (--propose)')
+    .option('--description <text>', 'the change request\'s description (--propose)')
     .action(act(async (api, fmt, cmd) => {
-      const o = cmd.opts() as { dir: string; prune?: boolean; maxNodes?: number; dryRun?: boolean };
+      const o = cmd.opts() as { dir: string; prune?: boolean; maxNodes?: number; dryRun?: boolean; propose?: boolean; title?: string; description?: string };
       const plan = await planFor(api, o.dir, o.prune === true, o.maxNodes);
       if (fmt !== 'json') io.out(planText(plan));
       if (o.dryRun || plan.changes.length === 0) {
         if (fmt === 'json') io.out(`${JSON.stringify({ data: { ...plan, applied: [] } }, null, 2)}\n`);
+        return;
+      }
+      if (o.propose) {
+        const cr = await proposePlan(api, plan, o.title ?? `policy apply of ${o.dir}`, o.description);
+        if (fmt === 'json') io.out(`${JSON.stringify({ data: { ...plan, change_request: cr } }, null, 2)}\n`);
+        else io.out(`proposed change request ${cr.id} (${cr.status}): another admin approves it, then deploys it (capstan change-requests approve|deploy ${cr.id})\n`);
         return;
       }
       const applied: string[] = [];

@@ -8,13 +8,13 @@
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { MAX_AGE_LIMIT_S, type AggregateCache } from '../../console/cache.js';
-import { COMPLIANCE_STATES, percentages, type ComplianceCounts } from '@capstan/shared/compliance/compute';
+import { COMPLIANCE_STATES, percentages, type ComplianceCounts, type ComplianceState } from '@capstan/shared/compliance/compute';
 import { capstanError } from '@capstan/shared/errors';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
 import { loadModel } from '../../policy/generate.js';
 import type { NodeComplianceRow, Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
-import { filtersFrom, intParam, type Query } from '../params.js';
+import { filtersFrom, intParam, paging, single, type Query } from '../params.js';
 import { mustGet } from './nodes.js';
 
 export interface ComplianceRouteDeps {
@@ -80,6 +80,24 @@ export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps
         async function* () { yield rows; }, (r) => ({ ...r, ...withPercent(r.counts) }));
     });
   }
+
+  // A rule's nodes (or one directive's), each with its counts for that rule alone, worst first:
+  // the drill-down from a rule to the nodes that fail it. Always computed at the moment asked.
+  app.get<{ Params: { id: string }; Querystring: Query }>('/api/1/compliance/rules/:id/nodes', async (req) => {
+    const { page, per_page } = paging(req.query, 50);
+    const directive = single(req.query, 'directive');
+    const state = single(req.query, 'state');
+    if (state !== undefined && !(COMPLIANCE_STATES as readonly string[]).includes(state)) {
+      throw capstanError('ERR_BAD_REQUEST', `state must be one of ${COMPLIANCE_STATES.join(', ')}`);
+    }
+    const order = single(req.query, 'order');
+    if (order !== undefined && order !== 'asc' && order !== 'desc') throw capstanError('ERR_BAD_REQUEST', 'order must be asc or desc');
+    const res = await store.targetNodes({
+      rule_id: req.params.id, ...(directive !== undefined && { directive_id: directive }), ...(state !== undefined && { state: state as ComplianceState }),
+      ...(order !== undefined && { order }), page, per_page,
+    }, clock());
+    return { data: res.data.map((r) => ({ ...r, ...withPercent(r.counts) })), total: res.total, page, per_page };
+  });
 
   // Policy groups: every accepted member, in whatever state (RUDDER's group compliance).
   app.get<{ Querystring: Query }>('/api/1/compliance/groups', async (req, reply) => {

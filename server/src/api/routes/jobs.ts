@@ -19,6 +19,8 @@ export interface JobRouteDeps {
   store: Reads;
   /** The door for jobs (jobs/service.ts): creating and cancelling them. */
   service: JobService;
+  /** The output of tasks running in this process, as it arrives (jobs/runner.ts liveOutput). */
+  liveOutput?: (jobId: string, nodeId: string) => string[] | null;
 }
 
 const JOB_STATES: readonly JobState[] = ['running', 'finished', 'cancelled'];
@@ -56,6 +58,19 @@ export function jobRoutes(app: FastifyInstance, deps: JobRouteDeps): void {
     const task = await store.jobs.getTask(job.id, req.params.node);
     if (!task) throw capstanError('ERR_NOT_FOUND', `job ${job.id} has no task for node ${req.params.node}`);
     return { data: { ...task, transitions: await store.jobs.taskHistory(job.id, task.node_id) } };
+  });
+
+  // A task's output from line `after` on: while it runs here, the lines arrived so far (the
+  // console asks every second: the run's output as it comes); once final, the stored output.
+  app.get<{ Params: { id: string; node: string }; Querystring: Query }>('/api/1/jobs/:id/tasks/:node/output', async (req) => {
+    const job = await mustGet(req.params.id);
+    const task = await store.jobs.getTask(job.id, req.params.node);
+    if (!task) throw capstanError('ERR_NOT_FOUND', `job ${job.id} has no task for node ${req.params.node}`);
+    const after = single(req.query, 'after') === undefined ? 0 : Number(single(req.query, 'after'));
+    if (!Number.isSafeInteger(after) || after < 0) throw capstanError('ERR_BAD_REQUEST', 'after must be a line number from 0');
+    const final = ['done', 'failed', 'aborted'].includes(task.state);
+    const lines = final ? (task.output === null ? [] : task.output.split('\n')) : (deps.liveOutput?.(job.id, task.node_id) ?? []);
+    return { data: { state: task.state, final, lines: lines.slice(after), next: Math.max(after, lines.length) } };
   });
 
   app.post<{ Params: { id: string } }>('/api/1/jobs/:id/cancel', async (req) => {

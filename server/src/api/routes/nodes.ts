@@ -7,7 +7,7 @@ import { parseRunInfo } from '@capstan/shared/runlog/name';
 import { parseRunLog } from '@capstan/shared/runlog/parse';
 import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
 import { readJson } from '@capstan/toolkit/http/app';
-import type { NodeCreate, NodePatch, NodeRecord, Reads } from '../../reads.js';
+import type { ComplianceClock, NodeCreate, NodePatch, NodeRecord, Reads } from '../../reads.js';
 import { NODE_STATES } from '../../registry/rules.js';
 import { checkProperties } from '../../registry/open.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
@@ -122,9 +122,17 @@ function patchBody(raw: unknown): NodePatch {
   return patch;
 }
 
-export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegistry): void {
+/**
+ * `clock`: the moment compliance is judged at, for `sort=compliance` (registry/compliance.ts);
+ * absent, the stored counts are compared as they are.
+ */
+export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegistry, clock?: () => ComplianceClock): void {
   app.get<{ Querystring: Query }>('/api/1/nodes', async (req) => {
     const q = nodeListQuery(req.query);
+    if (q.sort === 'compliance' && clock) {
+      const c = clock();
+      q.compliance_at = { silent_before: c.now_s - c.silence_s, applying_after: c.now_s - c.applying_s };
+    }
     const res = await store.listNodes(q);
     return { data: res.data.map(listView), total: res.total, totals: res.totals, page: q.page, per_page: q.per_page };
   });

@@ -15,10 +15,12 @@ import type { BundleServer } from '../../policy/bundles.js';
 import { parsePolicyObject, POLICY_PLURAL, type PolicyService } from '../../policy/service.js';
 import { actorOf } from '../actor.js';
 import type { PolicyKeyring } from '../../policy/key.js';
-import { checkId } from '../../policy/model.js';
+import { checkId, parseGroup } from '../../policy/model.js';
+import { METHOD_SPECS } from '@capstan/shared/policy/methods';
+import { MAX_FILTER_VALUES } from '../../registry/filters.js';
 import { DEFAULT_PLAN_NODES, MAX_PLAN_NODES } from '../../policy/plan.js';
 import { listView } from '../node-view.js';
-import { paging, type Query } from '../params.js';
+import { intParam, paging, single, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 
 /**
@@ -33,7 +35,7 @@ export interface PolicyRouteDeps {
   /** Signed bundles for the nodes (policy/bundles.ts). */
   bundles: BundleServer;
   /** What the routes read: node records for the membership views. */
-  reads: Pick<Reads, 'getNode' | 'listNodes' | 'getPolicyBundle'>;
+  reads: Pick<Reads, 'getNode' | 'listNodes' | 'listNodeIds' | 'getPolicyBundle'>;
   key: PolicyKeyring;
   authorizeNode?: AuthorizeNode;
   /** `[policy] shared_folder`: served at /rudder/relay-api/1/shared-folder/ (empty: every file 404). */
@@ -46,13 +48,15 @@ export interface PolicyRouteDeps {
  * Refused input names its field in the answer too: `{"error": {"code", "message", "field"}}`,
  * the field's path in the request body (`params.path`, `filter[0].key`, `directives`).
  */
-async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
+export async function namingField(reply: FastifyReply, fn: () => Promise<FastifyReply>): Promise<FastifyReply> {
   try {
     return await fn();
   } catch (err) {
     const field = isCapstanError(err) ? err.details?.field : undefined;
     if (!isCapstanError(err) || typeof field !== 'string') throw err;
-    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field } });
+    // An expression's refusal keeps where it went wrong (a group's filter).
+    const position = typeof err.details?.position === 'number' ? { position: err.details.position } : {};
+    return reply.code(err.statusCode).send({ error: { code: err.code, message: err.message, field, ...position } });
   }
 }
 
@@ -98,6 +102,58 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
   }
 }
 
+
+/** Members listed by a group preview, at most. */
+export const PREVIEW_NODES = 20;
+
+/**
+ * What an admin needs to write policy: the methods with their parameters (GET /api/1/methods,
+ * from the specs the server and the agent check with: shared/src/policy/params.ts), and the
+ * members an unsaved group would have (GET /api/1/policy/group-preview: `q` an expression of the
+ * filter language, `filter` JSON filters, `node` static members; checked as a save checks them,
+ * refusals naming the field and, for an expression, the position). GETs: a preview asked at
+ * every keystroke leaves no audit record.
+ */
+export function policyAuthoringRoutes(app: FastifyInstance, deps: Pick<PolicyRouteDeps, 'reads'>): void {
+  const methods = [...METHOD_SPECS.values()].map((m) => ({
+    name: m.name, audit_only: m.auditOnly === true, params: m.params ?? [], example: m.example ?? null,
+  })).sort((a, b) => (a.name < b.name ? -1 : 1));
+  app.get('/api/1/methods', async () => ({ data: methods, total: methods.length }));
+
+  app.get<{ Querystring: Query }>('/api/1/policy/group-preview', async (req, reply) => namingField(reply, async () => {
+    const list = (v: string | string[] | undefined) => (v === undefined ? [] : Array.isArray(v) ? v : [v]);
+    const unknown = Object.keys(req.query).find((k) => !['q', 'filter', 'node', 'limit'].includes(k));
+    if (unknown !== undefined) throw capstanError('ERR_BAD_REQUEST', `unknown parameter ${unknown}`);
+    const limit = intParam(req.query, 'limit', PREVIEW_NODES, 100);
+    const filter: unknown[] = list(req.query.filter).map((text, i) => {
+      try {
+        return JSON.parse(text) as unknown;
+      } catch {
+        throw capstanError('ERR_BAD_REQUEST', `filter[${i}] must be JSON {"key", "values", "exclude"}`, { details: { field: `filter[${i}]` } });
+      }
+    });
+    const q = single(req.query, 'q');
+    if (q !== undefined && q.trim() !== '') filter.push({ key: 'q', values: [q] });
+    const nodes = list(req.query.node);
+    const group = parseGroup({ id: 'preview', name: 'preview', ...(nodes.length > 0 && { nodes }), filter });
+    const accepted = { key: 'accepted' as const, values: ['accepted'] };
+    const members = new Set<string>();
+    if (group.filter && group.filter.length > 0) for (const id of await deps.reads.listNodeIds([...group.filter, accepted])) members.add(id);
+    for (let i = 0; i < (group.nodes ?? []).length; i += MAX_FILTER_VALUES) {
+      for (const id of await deps.reads.listNodeIds([{ key: 'id', values: group.nodes!.slice(i, i + MAX_FILTER_VALUES) }, accepted])) members.add(id);
+    }
+    const first = [...members].sort().slice(0, limit);
+    const rows = first.length === 0 ? [] : (await deps.reads.listNodes({ filters: [{ key: 'id', values: first }], sort: 'name', page: 1, per_page: first.length })).data;
+    return reply.send({ data: rows.map(listView), total: members.size, unknown_nodes: nodes.length - (await countKnown(deps.reads, nodes)) });
+  }));
+}
+
+/** How many of `ids` the registry knows (in any state): a static member it does not know is a typo. */
+async function countKnown(reads: Pick<Reads, 'listNodeIds'>, ids: string[]): Promise<number> {
+  let n = 0;
+  for (let i = 0; i < ids.length; i += MAX_FILTER_VALUES) n += (await reads.listNodeIds([{ key: 'id', values: ids.slice(i, i + MAX_FILTER_VALUES) }])).length;
+  return n;
+}
 
 /** GET /api/1/groups/<id>/nodes and GET /api/1/nodes/<id>/policy: membership as the generator sees it. */
 export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRouteDeps, 'reads' | 'service'>): void {

@@ -5,7 +5,7 @@
  */
 import type pg from 'pg';
 import { iso, type PostgresDb, type Queryable as Q } from '../postgres/db.js';
-import { checkExpectations, checkKeepLast } from '../input.js';
+import { checkExpectations, checkKeepLast, checkPaging } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
@@ -18,10 +18,11 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks,
-  nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  nodeComplianceFromRow, ruleComplianceFromRow, targetNodesSql, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
+  TargetNodesPage, TargetNodesQuery,
 } from './types.js';
 
 export class PostgresCompliance implements ComplianceStore {
@@ -285,6 +286,15 @@ export class PostgresCompliance implements ComplianceStore {
       values: [...clockParams(clock), limit],
     });
     return rows.map(nodeComplianceFromRow);
+  }
+
+  async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const sql = targetNodesSql((i) => `$${i}`, complianceClassSql, { directive: q.directive_id !== undefined, order: q.order ?? 'asc', ...(q.state && { state: q.state }) });
+    const values = [...clockParams(clock), q.rule_id, ...(q.directive_id !== undefined ? [q.directive_id] : []), limit, offset];
+    const { rows } = await this.db.query('targetNodes', this.db.pool, { text: sql, values });
+    const total = rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : (await this.targetNodes({ ...q, page: 1, per_page: 1 }, clock)).total;
+    return { data: rows.map(nodeComplianceFromRow), total };
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

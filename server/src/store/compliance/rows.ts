@@ -175,6 +175,37 @@ export function worstNodesSql(ph: (i: number) => string, classSql: string): stri
   ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${ph(3)}`;
 }
 
+/**
+ * One page of a rule's nodes (or of one directive's) with their counts for it alone, sorted by
+ * that compliance (the ratio is decided at read time, as worstNodesSql's), with the number of
+ * matching nodes on every row (`total`, a window count: one statement for page and total).
+ * The rule's rows are summed per node first, from its index range alone; only then is each node
+ * joined to its row and its compliance marks (a join per directive row cost three times as many
+ * lookups). Parameters by `ph(i)`, in the order they appear in the text (SQLite's are positional): 1 silent_before, 2 applying_after, 3 rule id, then the
+ * directive id when `directive`, then limit and offset. `state` is a checked state name (a column).
+ */
+export function targetNodesSql(ph: (i: number) => string, classSql: string, o: { directive: boolean; state?: string; order: 'asc' | 'desc' }): string {
+  if (o.state !== undefined && !(COMPLIANCE_STATES as readonly string[]).includes(o.state)) throw new Error(`not a state: ${o.state}`);
+  const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
+  const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
+  const dir = o.order === 'desc' ? 'DESC' : 'ASC';
+  let i = 3;
+  const rule = ph(i++);
+  const directive = o.directive ? ph(i++) : null;
+  const limit = ph(i++);
+  const offset = ph(i++);
+  const sums = RUN_STATES.map((c) => `sum(d.${c}) AS ${c}`).join(', ');
+  return `SELECT s.*, count(*) OVER () AS total_rows FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
+      ${classSql} AS class, ${timeAdjustedColumns('x', 't')}
+    FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN (SELECT d.node_id, ${sums} FROM node_compliance_directives d
+        WHERE d.rule_id = ${rule}${directive ? ` AND d.directive_id = ${directive}` : ''} GROUP BY d.node_id) x
+      JOIN nodes n ON n.id = x.node_id JOIN node_compliance t ON t.node_id = x.node_id
+    WHERE n.accepted = 'accepted') s
+  WHERE s.class = 'agent'${o.state ? ` AND s.${o.state} > 0` : ''}
+  ORDER BY CASE WHEN (${total}) = 0 THEN 1 ELSE 0 END, CAST(${good} AS DOUBLE PRECISION) / CASE WHEN (${total}) = 0 THEN 1 ELSE (${total}) END ${dir}, s.node_id ${dir}
+  LIMIT ${limit} OFFSET ${offset}`;
+}
+
 /** A node's class for compliance, in SQL over `nodes n`: relays and nodes without an agent are summed apart. */
 export const complianceClassSql = `(CASE WHEN n.relay = 1 THEN 'relay' WHEN ${HAS_AGENT_SQL} THEN 'agent' ELSE 'agentless' END)`;
 

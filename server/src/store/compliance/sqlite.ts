@@ -4,7 +4,7 @@
  * runs and policies arrive; aggregates apply the time states when read (rows.ts).
  */
 import type { SqliteDb } from '../sqlite/db.js';
-import { checkExpectations, checkKeepLast } from '../input.js';
+import { checkExpectations, checkKeepLast, checkPaging } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
@@ -17,10 +17,11 @@ import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
   directiveChangesRaw, epochS, findingContext, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
-  timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  targetNodesSql, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
+  TargetNodesPage, TargetNodesQuery,
 } from './types.js';
 
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
@@ -247,6 +248,19 @@ export class SqliteCompliance implements ComplianceStore {
     const rows = this.db.read('worstNodes', () => this.db.stmt(worstNodesSql(() => '?', complianceClassSql))
       .all(...clockParams(clock), limit)) as Record<string, unknown>[];
     return rows.map(nodeComplianceFromRow);
+  }
+
+  async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const sql = targetNodesSql(() => '?', complianceClassSql, { directive: q.directive_id !== undefined, order: q.order ?? 'asc', ...(q.state && { state: q.state }) });
+    const values = [...clockParams(clock), q.rule_id, ...(q.directive_id !== undefined ? [q.directive_id] : []), limit, offset];
+    const rows = this.db.read('targetNodes', () => this.db.stmt(sql).all(...values)) as Record<string, unknown>[];
+    return { data: rows.map(nodeComplianceFromRow), total: rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : await this.countTargetNodes(q, clock) };
+  }
+
+  /** The total of a page past the end (it has no row to carry it). */
+  private async countTargetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<number> {
+    return (await this.targetNodes({ ...q, page: 1, per_page: 1 }, clock)).total;
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

@@ -3,7 +3,7 @@
  * current policy expects (the expectations the policy generator stores), kept up to date as runs
  * and policies arrive; the time states (`applying`, `no_answer`) are decided when read.
  */
-import type { ComplianceCounts, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared/compliance/compute';
+import type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter, NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
@@ -63,6 +63,24 @@ export interface NodeComplianceRow {
   counts: ComplianceCounts;
 }
 
+/** One page of a rule's (or one of its directives') nodes, worst first unless `order` is `desc`. */
+export interface TargetNodesQuery {
+  rule_id: string;
+  /** One directive of the rule; absent: the rule's directives summed per node. */
+  directive_id?: string;
+  /** Only nodes with at least one item in this state. */
+  state?: ComplianceState;
+  /** By compliance: `asc` worst first (the default), `desc` best first; ties by node id. */
+  order?: 'asc' | 'desc';
+  page: number;
+  per_page: number;
+}
+
+export interface TargetNodesPage {
+  data: NodeComplianceRow[];
+  total: number;
+}
+
 export interface ComplianceStore {
   /**
    * Store what a node is expected to report for one config id (the policy generator calls this)
@@ -83,6 +101,11 @@ export interface ComplianceStore {
   complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
   /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
   complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
+  /**
+   * The accepted nodes with an agent under one rule (or one directive of it) with their counts
+   * for it alone (time states applied), sorted by that compliance, paged (rule drill-downs).
+   */
+  targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
   /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
   worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
   /**
@@ -101,5 +124,6 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   complianceByRule: REFUSE,
   complianceNodes: REFUSE,
   worstNodes: REFUSE,
+  targetNodes: REFUSE,
   setKeepLast: lookup([0]),
 };

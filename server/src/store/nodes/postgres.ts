@@ -12,7 +12,7 @@ import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
-import { filterWhere, orderBy } from './filters/query.js';
+import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
@@ -113,7 +113,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
       text: `SELECT t.totals, p.* FROM
           (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
              FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
-        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`)}) p ON true`,
+        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`, q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined)}) p ON true`,
       values: [...values, limit, offset],
     });
     const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;

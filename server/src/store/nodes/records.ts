@@ -32,9 +32,12 @@ export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', '
  * One page of a node list: the page is cut from `nodes` alone, and only its rows get their
  * certificate; joining first would carry 100,000 certificates through the sort of a deep page.
  */
-export function nodePage(where: string, order: string, limit: string, offset: string): string {
+export function nodePage(where: string, order: string, limit: string, offset: string, complianceKey?: string): string {
+  // Sorted by compliance: the key is computed from the node's compliance row in the inner query.
+  const key = complianceKey ? `, ${complianceKey} AS compliance_key` : '';
+  const join = complianceKey ? ' LEFT JOIN node_compliance t ON t.node_id = n.id' : '';
   return `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate FROM (
-    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')} FROM nodes n ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
+    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}${key} FROM nodes n${join} ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
     LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
 }
 

@@ -10,7 +10,7 @@ import { checkNodeCreate, checkPaging } from '../input.js';
 import type { Page } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
-import { filterWhere, orderBy } from './filters/query.js';
+import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties } from './inventory/indexing.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
@@ -98,7 +98,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
         .all(...values) as Array<{ status: string; c: number }>;
       const totals = { unknown: 0, reachable: 0, unreachable: 0 };
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
-      const rows = this.db.stmt(nodePage(where, order, '?', '?')).all(...values, limit, offset) as Record<string, unknown>[];
+      const rows = this.db.stmt(nodePage(where, order, '?', '?', q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined)).all(...values, limit, offset) as Record<string, unknown>[];
       const nodes = rows.map((r) => nodeFromRow(r, sqliteRows));
       // The page's manager links, in one statement (a page is at most a few hundred ids).
       const links = nodes.length === 0 ? [] : this.db.prepare(

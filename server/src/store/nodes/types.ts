@@ -166,6 +166,7 @@ export interface NodeFilter {
 
 export const SORT_FIELDS = [
   'name', 'hostname', 'id', 'status', 'state', 'accepted', 'manager', 'region', 'last_run_at', 'last_contact_at', 'created_at',
+  'compliance',
 ] as const;
 export type SortField = (typeof SORT_FIELDS)[number];
 
@@ -179,6 +180,12 @@ export interface NodeListQuery {
   /** Default `name`; ties are broken by id, and empty values sort last either way. */
   sort?: SortField;
   order?: 'asc' | 'desc';
+  /**
+   * `sort: 'compliance'`: the moment compliance is judged at (epoch seconds: a node silent since
+   * `silent_before` is no answer, one whose policy changed after `applying_after` is applying);
+   * absent, the stored counts are compared as they are. Nodes without compliance data sort last.
+   */
+  compliance_at?: { silent_before: number; applying_after: number };
   page: number; // 1-based
   per_page: number;
 }

@@ -17,6 +17,7 @@ import { PostgresPolicy } from '../policy/postgres.js';
 import { PostgresRuns } from '../runs/postgres.js';
 import { PostgresSweep } from '../sweep/postgres.js';
 import { PostgresDb, type PostgresDbOptions } from './db.js';
+import { PostgresChangeRequests } from '../reviews/postgres.js';
 import { migratePostgres } from './migrate.js';
 import { PostgresEvents } from '../events/postgres.js';
 import { PostgresFindings } from '../findings/postgres.js';
@@ -56,6 +57,7 @@ export class PostgresStore extends ComposedStore {
       managers: new PostgresManagerStore(db, nodes, opts.rules),
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),
+      reviews: new PostgresChangeRequests(db),
       migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
       close: () => db.close(),
     });

@@ -16,6 +16,7 @@ import { SqliteNodes } from '../nodes/sqlite.js';
 import { SqlitePolicy } from '../policy/sqlite.js';
 import { SqliteRuns } from '../runs/sqlite.js';
 import { SqliteSweep } from '../sweep/sqlite.js';
+import { SqliteChangeRequests } from '../reviews/sqlite.js';
 import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { SqliteEvents } from '../events/sqlite.js';
 import { SqliteFindings } from '../findings/sqlite.js';
@@ -54,6 +55,7 @@ export class SqliteStore extends ComposedStore {
       managers: new SqliteManagerStore(db, nodes, opts.rules),
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
+      reviews: new SqliteChangeRequests(db),
       migrate: async () => migrateSqlite(db),
       close: async () => db.close(),
     });

@@ -6,7 +6,8 @@
 import { useMemo, useState } from 'preact/hooks';
 import type uPlot from 'uplot';
 import type { Counts, ListAnswer, WithPercent } from '../api';
-import { barsLeft, barsRight, Chart, COUNT_INCRS } from '../chart';
+import { Chart } from '../chart';
+import { ChangeBars } from './changes';
 import { href } from '../router';
 import { ComplianceBar, Percent, Section, Show, STATES, stateLabel, useGet } from '../ui';
 
@@ -23,6 +24,8 @@ interface Bucket { at: string; intentional: number; corrective: number }
 interface Point { at: string; compliance: number | null }
 
 const RANGES = { '24h': 86_400_000, '7d': 7 * 86_400_000 } as const;
+/** Rows in the worst rules and worst nodes cards; the full lists are a link away. */
+const WORST = 8;
 type Range = keyof typeof RANGES;
 
 function Legend({ counts }: { counts: Counts }) {
@@ -31,24 +34,6 @@ function Legend({ counts }: { counts: Counts }) {
       {STATES.filter((s) => counts[s]).map((s) => <li key={s}><span class={`dot s-${s}`} />{stateLabel(s)} <strong>{counts[s]!.toLocaleString()}</strong></li>)}
     </ul>
   );
-}
-
-function ChangesChart({ buckets, from, to, hourly }: { buckets: Bucket[]; from: number; to: number; hourly: boolean }) {
-  const step = hourly ? 3600 : 86400;
-  const data = useMemo<uPlot.AlignedData>(() => {
-    const by = new Map(buckets.map((b) => [Math.floor(Date.parse(b.at) / 1000), b]));
-    const xs: number[] = [];
-    for (let t = Math.floor(from / 1000 / step) * step; t <= to / 1000; t += step) xs.push(t);
-    return [xs, xs.map((x) => by.get(x)?.intentional ?? 0), xs.map((x) => by.get(x)?.corrective ?? 0)];
-  }, [buckets, from, to, step]);
-  const opts = useMemo(() => ({
-    series: [{}, { label: 'intentional', stroke: '#1f5f8b', fill: 'rgba(31,95,139,0.7)', paths: barsLeft, points: { show: false } },
-      { label: 'corrective', stroke: '#c0641a', fill: 'rgba(192,100,26,0.7)', paths: barsRight, points: { show: false } }],
-    axes: [{}, { label: 'changes', incrs: COUNT_INCRS }],
-    scales: { x: { time: true } },
-  }), []);
-  const total = buckets.reduce((s, b) => s + b.intentional + b.corrective, 0);
-  return <Chart opts={opts} data={data} label={`changes per ${hourly ? 'hour' : 'day'}: ${total} in all`} />;
 }
 
 function ComplianceChart({ points, from, to }: { points: Point[]; from: number; to: number }) {
@@ -70,7 +55,8 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
   const to = Math.ceil(Date.now() / 60_000) * 60_000;
   const from = to - RANGES[range];
   const fromIso = new Date(from).toISOString();
-  const hourly = true;
+  // Hours over a day, days over a week: each bar a whole bucket, today's too.
+  const by = range === '24h' ? 'hour' : 'day';
   // Fleet-wide figures may come from a copy up to a minute old (the server computes them once for
   // everyone); Refresh asks for ones at most a second old.
   const [maxAge, setMaxAge] = useState(60);
@@ -80,8 +66,9 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
   const global = useGet<{ data: Global }>(`/api/1/compliance?${age}`, key);
   const life = useGet<{ data: Lifecycle }>(`/api/1/lifecycle?${age}`, key);
   const rules = useGet<ListAnswer<RuleRow>>(`/api/1/compliance/rules?${age}`, key);
-  const worst = useGet<ListAnswer<WorstNode>>(`/api/1/compliance/worst-nodes?limit=8&${age}`, key);
-  const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=hour&from=${encodeURIComponent(fromIso)}&${age}`, key);
+  const worst = useGet<ListAnswer<WorstNode>>(`/api/1/compliance/worst-nodes?limit=${WORST}&${age}`, key);
+  const histFrom = by === 'day' ? new Date(Math.floor(from / 86_400_000) * 86_400_000).toISOString() : fromIso;
+  const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=${by}&from=${encodeURIComponent(histFrom)}&${age}`, key);
   const series = useGet<ListAnswer<Point>>(`/api/1/compliance/history?from=${encodeURIComponent(fromIso)}`);
   return (
     <>
@@ -128,7 +115,7 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
         </Section>
         <Section title="Worst rules" id="worst-rules">
           <Show f={rules}>{(r) => {
-            const rows = r.data.filter((x) => x.compliance !== null).sort((a, b) => a.compliance! - b.compliance!).slice(0, 8);
+            const rows = r.data.filter((x) => x.compliance !== null).sort((a, b) => a.compliance! - b.compliance!).slice(0, WORST);
             return rows.length === 0 ? <p class="muted">No rule has compliance data yet.</p> : (
               <table class="compact">
                 <thead><tr><th scope="col">Rule</th><th scope="col">Nodes</th><th scope="col">Compliance</th></tr></thead>
@@ -148,6 +135,7 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
               ))}</tbody>
             </table>
           ))}</Show>
+          <p><a href={href('/nodes', { accepted: 'accepted', sort: 'compliance', order: 'asc' })}>Every node, worst first</a></p>
         </Section>
       </div>
       <Section title={`Changes and compliance, last ${range === '24h' ? '24 hours' : '7 days'}`} id="graphs" actions={
@@ -157,9 +145,9 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
       }>
         <div class="grid two">
           <div>
-            <h3>Changes per hour (intentional vs corrective)</h3>
-            <Show f={hist}>{(h) => <ChangesChart buckets={h.data} from={from} to={to} hourly={hourly} />}</Show>
-            <p><a href={href('/nodes', {})}>Nodes</a> · changes by node are on each node's page.</p>
+            <h3>Changes per {by} (intentional vs corrective)</h3>
+            <Show f={hist}>{(h) => <ChangeBars buckets={h.data} from={from} to={to} step={by === 'hour' ? 3600 : 86400} />}</Show>
+            <p><a href={href('/changes', { range })}>Every change, with its diff</a></p>
           </div>
           <div>
             <h3>Compliance over time</h3>

@@ -1,12 +1,16 @@
 /**
- * One node: identity, compliance by rule → directive → component with each report's message,
- * the runs timeline, the changes with their diffs, the inventory (packages searchable) and the
- * lifecycle history.
+ * One node: identity, the policy groups it is in and the rules that reach it (and through which
+ * group), compliance by rule → directive → component with each report's message, a "run now"
+ * that shows the remote run's outcome, its properties, custom facts and the facts that failed,
+ * the runs timeline, the changes with their diffs, the inventory (packages searchable), the
+ * lifecycle history; a relay's page lists the nodes behind it.
  */
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import type { ListAnswer, WithPercent } from '../api';
+import { useCanWrite } from '../me';
 import { Badge, ComplianceBar, Facts, Percent, Section, Show, Time, stateLabel, useGet } from '../ui';
 import type { NodeRow } from './nodes';
+import { BehindRelay, CustomFacts, RunNow, type Inventory } from './node-parts';
 
 interface NodeFull extends NodeRow {
   agent_version: string | null; policy_server: string | null; accepted_at: string | null; last_inventory_at: string | null;
@@ -24,7 +28,6 @@ interface Run { id: number; started_at: string; config_id: string | null; comple
 interface Change { id: number; at: string; label: string; rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; message: string; diff: string | null; diff_truncated: boolean }
 interface HistoryEntry { id: number; at: string; field: string; from: string | null; to: string; cause: string }
 interface Identity { state: string; kid: string | null; issued_at: string | null; expires_at: string | null; forced_after: string | null; certificate_fingerprint: string | null }
-interface Inventory { received_at: string; inventory: Record<string, any> }
 
 const enc = encodeURIComponent;
 
@@ -38,7 +41,7 @@ function runClass(r: Run): string {
   return 'success';
 }
 
-function Diff({ text }: { text: string }) {
+export function Diff({ text }: { text: string }) {
   return (
     <pre class="diff">{text.split('\n').map((l, i) => (
       <span key={i} class={l.startsWith('+++') || l.startsWith('---') ? 'dh' : l.startsWith('+') ? 'da' : l.startsWith('-') ? 'dd' : l.startsWith('@@') ? 'dh' : undefined}>{l}{'\n'}</span>
@@ -46,7 +49,7 @@ function Diff({ text }: { text: string }) {
   );
 }
 
-function ComplianceTree({ c, reports }: { c: NodeCompliance; reports: Report[] }) {
+function ComplianceTree({ c, reports, focus }: { c: NodeCompliance; reports: Report[]; focus: { rule: string | null; directive: string | null } }) {
   const msgs = new Map<string, Report[]>();
   for (const r of reports) {
     if (r.event_type === 'control' || r.event_type.startsWith('log_')) continue;
@@ -57,14 +60,14 @@ function ComplianceTree({ c, reports }: { c: NodeCompliance; reports: Report[] }
   return (
     <ul class="tree">
       {c.rules.map((r) => (
-        <li key={r.rule_id}>
+        <li key={r.rule_id} id={`rule-${r.rule_id}`} class={focus.rule === r.rule_id ? 'focus' : undefined}>
           <details open>
             <summary><span class="tree-k">Rule</span> <a href={`#/rules/${enc(r.rule_id)}`}>{r.rule_id}</a> <Percent value={r.compliance} /> <ComplianceBar counts={r.counts} /></summary>
             <ul>
               {c.directives.filter((d) => d.rule_id === r.rule_id).map((d) => (
-                <li key={d.directive_id}>
+                <li key={d.directive_id} class={focus.rule === r.rule_id && focus.directive === d.directive_id ? 'focus' : undefined}>
                   <details open>
-                    <summary><span class="tree-k">Directive</span> {d.directive_id} <Percent value={d.compliance} /> <ComplianceBar counts={d.counts} /></summary>
+                    <summary><span class="tree-k">Directive</span> <a href={`#/directives/${enc(d.directive_id)}`}>{d.directive_id}</a> <Percent value={d.compliance} /> <ComplianceBar counts={d.counts} /></summary>
                     <table class="compact components">
                       <thead><tr><th scope="col">Component</th><th scope="col">State</th><th scope="col">Messages</th></tr></thead>
                       <tbody>
@@ -143,10 +146,19 @@ function InventoryView({ inv }: { inv: Inventory }) {
   );
 }
 
-export function NodePage({ id }: { id: string; params: URLSearchParams }) {
+interface Explain { groups: string[]; rules: Array<{ id: string; name: string; via: string[]; directives: Array<{ id: string; name: string; method: string; mode: string }> }> }
+export function NodePage({ id, params }: { id: string; params: URLSearchParams }) {
+  const canWrite = useCanWrite();
   const base = `/api/1/nodes/${enc(id)}`;
+  const policy = useGet<{ data: Explain & { config_id: string | null } }>(`${base}/policy`);
+  const properties = useGet<{ data: Record<string, unknown> }>(`${base}/properties`);
+  const focus = { rule: params.get('rule'), directive: params.get('directive') };
   const node = useGet<{ data: NodeFull }>(base);
   const comp = useGet<{ data: NodeCompliance }>(`${base}/compliance`);
+  // Arrived from a rule's or directive's nodes: that rule's part of the tree is in view.
+  useEffect(() => {
+    if (comp.data && focus.rule) document.getElementById(`rule-${focus.rule}`)?.scrollIntoView();
+  }, [comp.data, focus.rule]);
   const started = comp.data?.data.run?.started_at;
   const lastRun = useGet<ListAnswer<Run>>(started ? `${base}/runs?reports=true&per_page=1&from=${enc(started)}&to=${enc(new Date(Date.parse(started) + 1000).toISOString())}` : null);
   const runs = useGet<ListAnswer<Run>>(`${base}/runs?per_page=50`);
@@ -160,24 +172,42 @@ export function NodePage({ id }: { id: string; params: URLSearchParams }) {
         <>
           <h1>{n.name} <Badge value={n.status} /> <Badge value={n.accepted} /></h1>
           <nav class="toc" aria-label="On this page">
-            {[['compliance', 'Compliance'], ['runs', 'Runs'], ['changes', 'Changes'], ['inventory', 'Inventory'], ['history', 'History'], ['identity', 'Identity']].map(([k, l]) => (
+            {[['rules', 'Rules'], ['compliance', 'Compliance'], ['runs', 'Runs'], ['changes', 'Changes'], ['properties', 'Properties'], ['facts', 'Facts'], ['inventory', 'Inventory'], ['history', 'History'], ['identity', 'Identity']].map(([k, l]) => (
               <button key={k} type="button" class="link" onClick={() => document.getElementById(k!)?.scrollIntoView()}>{l}</button>
             ))}
           </nav>
           <Facts items={[
             ['Id', <code>{n.id}</code>], ['Hostname', n.hostname], ['State', n.state], ['OS', [n.os_name, n.os_version].filter(Boolean).join(' ')],
             ['Last run', <Time iso={n.last_run_at} />], ['Last contact', <Time iso={n.last_contact_at} />], ['Region', n.region],
-            ['Relay', n.policy_server], ['Groups', n.groups.join(', ')], ['Tags', Object.entries(n.tags).map(([k, v]) => `${k}=${v}`).join(', ')],
+            ['Relay', n.policy_server && <a href={`#/nodes/${enc(n.policy_server)}`}>{n.policy_server}</a>],
+            ['Policy groups', policy.data && (policy.data.data.groups.length === 0 ? <span class="muted">none</span>
+              : policy.data.data.groups.map((g, i) => <>{i > 0 && ', '}<a href={`#/groups/${enc(g)}`}>{g}</a></>))],
+            ['Registry groups', n.groups.join(', ')], ['Tags', Object.entries(n.tags).map(([k, v]) => `${k}=${v}`).join(', ')],
           ]} />
+          {canWrite && n.accepted === 'accepted' && !n.relay && <RunNow id={n.id} name={n.name} />}
         </>
       )}</Show>
+      <Section title="Rules applying to this node" id="rules">
+        <Show f={policy}>{({ data: p }) => (p.rules.length === 0 ? <p class="muted">No rule reaches this node{p.groups.length === 0 ? ': it is in no policy group' : ''}.</p> : (
+          <table class="compact">
+            <thead><tr><th scope="col">Rule</th><th scope="col">Through groups</th><th scope="col">Directives</th></tr></thead>
+            <tbody>{p.rules.map((r) => (
+              <tr key={r.id}>
+                <th scope="row"><a href={`#/rules/${enc(r.id)}`}>{r.name || r.id}</a></th>
+                <td>{r.via.map((g, i) => <>{i > 0 && ', '}<a href={`#/groups/${enc(g)}`}>{g}</a></>)}</td>
+                <td>{r.directives.map((d, i) => <>{i > 0 && ', '}<a href={`#/directives/${enc(d.id)}`}>{d.name || d.id}</a> <span class="muted small">{d.method}{d.mode === 'audit' ? ', audit' : ''}</span></>)}</td>
+              </tr>
+            ))}</tbody>
+          </table>
+        ))}</Show>
+      </Section>
       <Section title="Compliance" id="compliance">
         <Show f={comp}>{({ data: c }) => (
           <>
             <p class="big"><Percent value={c.compliance} /> <span class="muted">{c.summary.total} items · {c.class}{c.time_state ? ` · ${stateLabel(c.time_state)}` : ''}</span></p>
             <ComplianceBar counts={c.summary.counts} label="this node" />
             {c.run && <p>Judged on the run of <Time iso={c.run.started_at} /> (config <code>{c.run.config_id ?? '—'}</code>).</p>}
-            <ComplianceTree c={c} reports={lastRun.data?.data[0]?.reports ?? []} />
+            <ComplianceTree c={c} reports={lastRun.data?.data[0]?.reports ?? []} focus={focus} />
           </>
         )}</Show>
       </Section>
@@ -213,6 +243,18 @@ export function NodePage({ id }: { id: string; params: URLSearchParams }) {
           </ul>
         ))}</Show>
       </Section>
+      <Section title="Properties" id="properties">
+        <Show f={properties}>{({ data: p }) => (Object.keys(p).length === 0 ? <p class="muted">No property set on this node.</p> : (
+          <table class="compact">
+            <thead><tr><th scope="col">Property</th><th scope="col">Value</th><th scope="col">Set at</th></tr></thead>
+            <tbody>{Object.entries(p).map(([k, v]) => <tr key={k}><th scope="row"><code>{k}</code></th><td><code>{typeof v === 'string' ? v : JSON.stringify(v)}</code></td><td>node</td></tr>)}</tbody>
+          </table>
+        ))}</Show>
+      </Section>
+      <Section title="Custom facts" id="facts">
+        {inventory.error ? <p class="muted">No inventory received yet.</p> : <Show f={inventory}>{({ data }) => <CustomFacts inv={data} />}</Show>}
+      </Section>
+      {node.data?.data.relay && <BehindRelay id={id} />}
       <Section title="Inventory" id="inventory">
         {inventory.error ? <p class="muted">No inventory received yet.</p> : <Show f={inventory}>{({ data }) => <InventoryView inv={data} />}</Show>}
       </Section>

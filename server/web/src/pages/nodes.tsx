@@ -1,11 +1,12 @@
 /**
- * The node list: the API's filters as a filter bar, carried in the URL (a view can be bookmarked
- * and shared: the console's query string is the API's), sortable by column, paged; each row with
- * its compliance and last run.
+ * The node list: the filter language in a box (`q`, refused expressions shown with the position
+ * the API names) and the API's other filters as a filter bar, carried in the URL (a view can be
+ * bookmarked and shared: the console's query string is the API's), sortable by column (by
+ * compliance too: worst first), paged; each row with its compliance and last run.
  */
 import type { ListAnswer, WithPercent } from '../api';
-import { href, navigate } from '../router';
-import { Badge, ComplianceBar, Pager, Percent, Show, Time, useGet } from '../ui';
+import { navigate } from '../router';
+import { Badge, ComplianceBar, ErrorBox, FilterError, Loading, Pager, Percent, SortHeader, Time, useGet } from '../ui';
 
 export interface NodeRow {
   id: string; name: string; hostname: string; status: string; state: string; accepted: string; region: string | null;
@@ -36,6 +37,8 @@ function FilterBar({ params }: { params: URLSearchParams }) {
     e.preventDefault();
     const f = new FormData(e.target as HTMLFormElement);
     const out = new URLSearchParams();
+    const q = String(f.get('q') ?? '').trim();
+    if (q) out.set('q', q);
     const name = String(f.get('name') ?? '').trim();
     if (name) out.set('name', name.includes('*') ? name : `${name}*`);
     for (const k of ['status', 'state', 'accepted', 'has_agent', 'relay']) {
@@ -55,6 +58,9 @@ function FilterBar({ params }: { params: URLSearchParams }) {
   };
   return (
     <form class="filters" onSubmit={submit} role="search" aria-label="Filter nodes" key={params.toString()}>
+      <label class="wide">Filter (the filter language: <code>os.name = debian and package:openssl &lt; 3.0.11</code>)
+        <input name="q" defaultValue={params.get('q') ?? ''} spellcheck={false} autocomplete="off" aria-describedby="filter-error" />
+      </label>
       <label>Name starts with<input name="name" defaultValue={(params.get('name') ?? '').replace(/\*$/, '')} /></label>
       <Select name="status" label="Status" options={['reachable', 'unreachable', 'unknown']} value={params.get('status') ?? ''} />
       <Select name="state" label="State" options={STATES} value={params.get('state') ?? ''} />
@@ -69,21 +75,6 @@ function FilterBar({ params }: { params: URLSearchParams }) {
         <a href="#/nodes">Clear</a>
       </div>
     </form>
-  );
-}
-
-function SortHeader({ field, label, params }: { field: string; label: string; params: URLSearchParams }) {
-  const sort = params.get('sort') ?? 'name';
-  const order = params.get('order') ?? 'asc';
-  const active = sort === field;
-  const next = new URLSearchParams(params);
-  next.set('sort', field);
-  next.set('order', active && order === 'asc' ? 'desc' : 'asc');
-  next.delete('page');
-  return (
-    <th scope="col" aria-sort={active ? (order === 'asc' ? 'ascending' : 'descending') : undefined}>
-      <a href={href('/nodes', next)}>{label}{active ? (order === 'asc' ? ' ▲' : ' ▼') : ''}</a>
-    </th>
   );
 }
 
@@ -103,7 +94,9 @@ export function NodesPage({ params }: { params: URLSearchParams }) {
     <>
       <h1>Nodes</h1>
       <FilterBar params={params} />
-      <Show f={nodes}>{(r) => (
+      {nodes.error ? (params.get('q') && (nodes.error as { code?: string }).code === 'ERR_FILTER_SYNTAX'
+        ? <FilterError error={nodes.error} text={params.get('q')!} /> : <ErrorBox error={nodes.error} />)
+        : !nodes.data ? <Loading /> : ((r) => (
         <>
           <p class="summary" aria-live="polite">
             {r.total.toLocaleString()} {filtered ? 'matching ' : ''}nodes: {r.totals.reachable ?? 0} reachable, {r.totals.unreachable ?? 0} unreachable, {r.totals.unknown ?? 0} unknown
@@ -111,14 +104,14 @@ export function NodesPage({ params }: { params: URLSearchParams }) {
           <div class="table-wrap">
             <table class="list">
               <thead><tr>
-                <SortHeader field="name" label="Name" params={params} />
-                <SortHeader field="status" label="Status" params={params} />
-                <SortHeader field="state" label="State" params={params} />
-                <SortHeader field="accepted" label="Acceptance" params={params} />
-                <th scope="col">Compliance</th>
-                <SortHeader field="last_run_at" label="Last run" params={params} />
+                <SortHeader path="/nodes" field="name" label="Name" params={params} />
+                <SortHeader path="/nodes" field="status" label="Status" params={params} />
+                <SortHeader path="/nodes" field="state" label="State" params={params} />
+                <SortHeader path="/nodes" field="accepted" label="Acceptance" params={params} />
+                <SortHeader path="/nodes" field="compliance" label="Compliance" params={params} firstOrder="asc" />
+                <SortHeader path="/nodes" field="last_run_at" label="Last run" params={params} />
                 <th scope="col">OS</th>
-                <SortHeader field="region" label="Region" params={params} />
+                <SortHeader path="/nodes" field="region" label="Region" params={params} />
               </tr></thead>
               <tbody>
                 {r.data.length === 0 && <tr><td colSpan={8} class="muted">No node matches.</td></tr>}
@@ -146,7 +139,7 @@ export function NodesPage({ params }: { params: URLSearchParams }) {
             navigate('/nodes', next);
           }} />
         </>
-      )}</Show>
+      ))(nodes.data)}
     </>
   );
 }

@@ -7,6 +7,7 @@
  * cycle, harmless when methods.ts is loaded first (as every program does: it is what they import
  * for validation). Import this module after `@capstan/shared/policy/methods`, never before it.
  */
+import { dFlag, dList, dNum, dStr, SHOW_DIFF } from '../params.js';
 import { one, optStr, paramError, showDiff, str, strList, type MethodSpec, type ShowDiffParam } from '../methods.js';
 
 /**
@@ -87,6 +88,8 @@ export interface UserPresentParams extends ShowDiffParam {
 
 export const userPresentSpec: MethodSpec<UserPresentParams> = {
   name: 'user_present',
+  params: [dStr('name', 'The user name.', { required: true, example: 'deploy' }), dNum('uid', 'Its numeric id (default: the next free one).', { example: 1500 }), dNum('gid', 'Its primary group by number (gid or group).', { example: 1500 }), dStr('group', 'Its primary group by name (gid or group).', { example: 'deploy' }), dList('groups', 'Supplementary groups.', { example: ['adm'] }), dFlag('groups_exclusive', 'Exactly these supplementary groups (others are left); needs groups.', { default: false, example: false }), dStr('shell', 'Its login shell: an absolute path.', { example: '/bin/bash' }), dStr('home', 'Its home directory: an absolute path.', { example: '/home/deploy' }), dFlag('manage_home', 'Create (and move) the home directory.', { default: false, example: true }), dStr('comment', 'The GECOS comment.', { example: 'Deployments' }), dStr('password_hash', 'A crypt(5) hash ($y$…, $6$…): a secret, never shown in a report.', { example: '$6$salt$hash' }), dFlag('locked', 'The password is locked (absent: left as it is).', { example: true }), dFlag('system', 'A system account (a uid below UID_MIN) when created.', { default: false }), SHOW_DIFF],
+  example: { name: 'deploy' },
   validate: (p) => {
     const m = 'user_present';
     const out: UserPresentParams = {
@@ -120,6 +123,8 @@ export const userPresentSpec: MethodSpec<UserPresentParams> = {
 
 export const userAbsentSpec: MethodSpec<{ name: string; remove_home: boolean } & ShowDiffParam> = {
   name: 'user_absent',
+  params: [dStr('name', 'The user name.', { required: true, example: 'olduser' }), dFlag('remove_home', 'Remove its home directory too.', { default: false }), SHOW_DIFF],
+  example: { name: 'olduser' },
   validate: (p) => ({ name: accountName('user_absent', p, 'name'), remove_home: optBool('user_absent', p, 'remove_home') ?? false, ...showDiff('user_absent', p) }),
   components: (p) => one('User absent', p.name),
 };
@@ -135,6 +140,8 @@ export interface GroupPresentParams extends ShowDiffParam {
 
 export const groupPresentSpec: MethodSpec<GroupPresentParams> = {
   name: 'group_present',
+  params: [dStr('name', 'The group name.', { required: true, example: 'deploy' }), dNum('gid', 'Its numeric id (default: the next free one).', { example: 1500 }), dFlag('system', 'A system group when created.', { default: false }), dList('members', 'Users listed in it (/etc/group).', { example: ['deploy'] }), dFlag('members_exclusive', 'Exactly these members; needs members.', { default: false, example: false }), SHOW_DIFF],
+  example: { name: 'deploy' },
   validate: (p) => {
     const m = 'group_present';
     const out: GroupPresentParams = {
@@ -153,6 +160,8 @@ export const groupPresentSpec: MethodSpec<GroupPresentParams> = {
 
 export const groupAbsentSpec: MethodSpec<{ name: string } & ShowDiffParam> = {
   name: 'group_absent',
+  params: [dStr('name', 'The group name.', { required: true, example: 'oldgroup' }), SHOW_DIFF],
+  example: { name: 'oldgroup' },
   validate: (p) => ({ name: accountName('group_absent', p, 'name'), ...showDiff('group_absent', p) }),
   components: (p) => one('Group absent', p.name),
 };

@@ -7,6 +7,7 @@
  *
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
+import { dFlag, dList, dMap, dNum, dStr, pathParam, SHOW_DIFF, WRITER_PARAMS } from '../params.js';
 import { paramError, showDiff, str, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { REPO_SPECS } from './repos.js';
 import { SYSTEM_FILE_SPECS } from './system-files.js';
@@ -32,6 +33,8 @@ export interface FileFromTemplateParams extends WriterParams {
  */
 export const fileFromTemplateSpec: MethodSpec<FileFromTemplateParams> = {
   name: 'file_from_template',
+  params: [pathParam(), dStr('content', 'The rendered text: the server sets it in each node\'s bundle; an admin gives template or source.', { multiline: true, internal: true }), dStr('template', 'An inline mustache template, rendered on the server for each node (template or source).', { multiline: true, example: 'server {{node.hostname}}\n' }), dStr('source', 'A template in the shared folder, rendered on the server for each node.', { example: 'templates/app.conf.mustache' }), ...WRITER_PARAMS],
+  example: { path: '/etc/app.conf', template: 'server {{node.hostname}}\n' },
   validate: (p) => {
     const m = 'file_from_template';
     const out: FileFromTemplateParams = { path: str(m, p, 'path', { absolute: true }), ...writerParams(m, p) };
@@ -68,6 +71,8 @@ export function blockLines(block: string): string[] {
 
 export const fileBlockPresentSpec: MethodSpec<FileBlockParams> = {
   name: 'file_block_present',
+  params: [pathParam(), dStr('name', 'The block\'s name, in its marker lines.', { required: true, example: 'limits' }), dStr('block', 'The block\'s lines.', { multiline: true, example: 'a 1\nb 2\n' }), dStr('state', 'present: the block is in the file; absent: it is not.', { values: ['present', 'absent'], default: 'present' }), dStr('marker_begin', 'The line opening the block.', { example: '# BEGIN limits' }), dStr('marker_end', 'The line closing the block.', { example: '# END limits' }), dStr('insert_after', 'A regular expression: a new block goes after the last line matching it.', { example: '^# limits' }), dStr('insert_before', 'A regular expression: a new block goes before the first line matching it.'), ...WRITER_PARAMS],
+  example: { path: '/etc/app.conf', name: 'limits', block: 'a 1\n' },
   validate: (p) => {
     const m = 'file_block_present';
     const name = named(m, p, 'name', BLOCK_NAME, 'a name of 1 to 128 letters, digits, spaces and . _ : @ / + -');
@@ -106,6 +111,8 @@ export const MAX_KEY_FIELDS = 8;
 
 export const fileKeyValueSpec: MethodSpec<FileKeyValueParams> = {
   name: 'file_key_value',
+  params: [pathParam(), dMap('values', 'Keys and the values they must have.', { example: { PermitRootLogin: 'no' } }), dList('absent', 'Keys that must not be set.', { example: ['X11Forwarding'] }), dStr('separator', 'Between key and value: " " (any blanks), "=", " = "…', { default: ' ', example: ' ' }), dStr('comment', 'The comment character.', { default: '#', example: '#' }), dFlag('case_insensitive', 'Keys compare case-insensitively.', { default: false }), dNum('key_fields', 'Blank-separated fields that make the key (limits.conf: 3).', { default: 1, example: 1 }), dStr('insert_before', 'A regular expression: new keys go before the first line matching it.', { example: '^Match ' }), ...WRITER_PARAMS],
+  example: { path: '/etc/ssh/sshd_config', values: { PermitRootLogin: 'no' } },
   validate: (p) => {
     const m = 'file_key_value';
     const separator = p.separator === undefined ? ' ' : line(m, p, 'separator', { max: 16 });
@@ -161,6 +168,8 @@ export interface IniValueParams extends WriterParams {
 
 export const iniValueSpec: MethodSpec<IniValueParams> = {
   name: 'ini_value',
+  params: [pathParam(), dStr('section', 'The section ("" for keys before any section).', { required: true, example: 'main' }), dStr('key', 'The key.', { required: true, example: 'workers' }), dStr('value', 'Its value (state present).', { example: '4' }), dStr('state', 'present: the key has the value; absent: the key is not set.', { values: ['present', 'absent'], default: 'present' }), dStr('separator', '"=" or ":" with optional blanks.', { default: ' = ', example: '=' }), ...WRITER_PARAMS],
+  example: { path: '/etc/app.ini', section: 'main', key: 'workers', value: '4' },
   validate: (p) => {
     const m = 'ini_value';
     const section = line(m, p, 'section', { empty: true, max: 256 });
@@ -195,6 +204,8 @@ export const REPLACE_FLAGS = /^(?!.*(.).*\1)[imsu]*$/;
 
 export const fileReplaceSpec: MethodSpec<FileReplaceParams> = {
   name: 'file_replace',
+  params: [pathParam(), dStr('pattern', 'A regular expression; every match is replaced.', { required: true, example: '^Listen 80$' }), dStr('replacement', 'What replaces each match ($1… for groups).', { required: true, example: 'Listen 8080' }), dStr('flags', 'Flags among i, m, s, u (g is always on).', { default: 'm', example: 'mi' }), ...WRITER_PARAMS],
+  example: { path: '/etc/app.conf', pattern: '^Listen 80$', replacement: 'Listen 8080' },
   validate: (p) => {
     const m = 'file_replace';
     const flags = p.flags === undefined ? 'm' : p.flags;
@@ -217,6 +228,8 @@ export interface SymlinkParams extends ShowDiffParam {
 
 export const symlinkPresentSpec: MethodSpec<SymlinkParams> = {
   name: 'symlink_present',
+  params: [pathParam('The link'), dStr('target', 'What the link points to.', { required: true, example: '/opt/app/current' }), dFlag('force', 'Replace a file that is in the way.', { default: false }), SHOW_DIFF],
+  example: { path: '/opt/app/live', target: '/opt/app/current' },
   validate: (p) => {
     const m = 'symlink_present';
     const target = str(m, p, 'target');
@@ -228,6 +241,8 @@ export const symlinkPresentSpec: MethodSpec<SymlinkParams> = {
 
 export const symlinkAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
   name: 'symlink_absent',
+  params: [pathParam('The link to remove'), SHOW_DIFF],
+  example: { path: '/opt/app/live' },
   validate: (p) => ({ path: str('symlink_absent', p, 'path', { absolute: true }).replace(/(.)\/+$/, '$1'), ...showDiff('symlink_absent', p) }),
   components: (p) => one('Symlink absent', p.path),
 };

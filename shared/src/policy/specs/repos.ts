@@ -5,6 +5,7 @@
  *
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
+import { dFlag, dList, dMap, dNum, dStr, SHOW_DIFF } from '../params.js';
 import { paramError, showDiff, str, strList, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { where } from './system-files.js';
 import { bool, named, one, optLine, pgpPublicKey, record } from './writer.js';
@@ -41,6 +42,8 @@ export interface AptRepositoryParams extends ShowDiffParam {
 
 export const aptRepositorySpec: MethodSpec<AptRepositoryParams> = {
   name: 'apt_repository',
+  params: [dStr('name', 'The .sources file\'s name.', { required: true, example: 'nginx' }), dList('types', 'deb and/or deb-src.', { default: ['deb'], example: ['deb'] }), dList('uris', 'The repository\'s URIs.', { required: true, example: ['https://deb.example.org/debian'] }), dList('suites', 'Suites such as bookworm.', { required: true, example: ['bookworm'] }), dList('components', 'Components such as main (required unless a suite is an exact path ending in /).', { example: ['main'] }), dList('architectures', 'Architectures such as amd64.', { example: ['amd64'] }), dStr('key', 'The repository\'s ASCII-armored public key (key or signed_by).', { multiline: true }), dStr('signed_by', 'A keyring file already on the node (key or signed_by).', { example: '/usr/share/keyrings/nginx.gpg' }), dFlag('enabled', 'The repository is used.', { default: true }), dFlag('update', 'Refresh the package lists after a change.', { default: true }), dStr('path', 'The .sources file (default under /etc/apt/sources.list.d).', { example: '/etc/apt/sources.list.d/nginx.sources' }), SHOW_DIFF],
+  example: { name: 'nginx', uris: ['https://deb.example.org/debian'], suites: ['bookworm'], components: ['main'], signed_by: '/usr/share/keyrings/nginx.gpg' },
   validate: (p) => {
     const m = 'apt_repository';
     const name = named(m, p, 'name', /^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$/, 'a file name of letters, digits, _ . -');
@@ -86,6 +89,8 @@ export interface YumRepositoryParams extends ShowDiffParam {
 
 export const yumRepositorySpec: MethodSpec<YumRepositoryParams> = {
   name: 'yum_repository',
+  params: [dStr('name', 'The repository id.', { required: true, example: 'nginx' }), dList('baseurl', 'Its URLs.', { example: ['https://rpm.example.org/el9'] }), dStr('mirrorlist', 'A mirror list URL.', { example: 'https://rpm.example.org/mirrors' }), dStr('metalink', 'A metalink URL.', { example: 'https://rpm.example.org/metalink' }), dStr('description', 'Its name line.', { example: 'nginx stable' }), dFlag('enabled', 'The repository is used.', { default: true }), dFlag('gpgcheck', 'Packages are checked against the key.', { default: true }), dStr('gpgkey', 'An ASCII-armored public key, or key URLs.', { example: 'https://rpm.example.org/key.asc' }), dStr('key_path', 'Where an inline key is written.', { example: '/etc/pki/rpm-gpg/RPM-GPG-KEY-nginx' }), dNum('priority', 'Priority 1 (first) to 99.', { example: 10 }), dMap('options', 'Other .repo options.', { example: { module_hotfixes: '1' } }), dStr('path', 'The .repo file (default under /etc/yum.repos.d).', { example: '/etc/yum.repos.d/nginx.repo' }), SHOW_DIFF],
+  example: { name: 'nginx', baseurl: ['https://rpm.example.org/el9'] },
   validate: (p) => {
     const m = 'yum_repository';
     const name = named(m, p, 'name', REPO_NAME, 'a repository id of letters, digits, _ . : -');

@@ -7,6 +7,7 @@
  *
  * Imported through `@capstan/shared/policy/methods` (see ./writer.ts).
  */
+import { dFlag, dMap, dStr, SHOW_DIFF, WRITER_PARAMS } from '../params.js';
 import { createHash } from 'node:crypto';
 import { paramError, showDiff, str, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { ACCOUNT_NAME, bool, line, named, one, oneOf, optLine, record, text, writerParams, type WriterParams } from './writer.js';
@@ -73,6 +74,8 @@ export interface CronEntryParams extends ShowDiffParam {
 
 export const cronEntrySpec: MethodSpec<CronEntryParams> = {
   name: 'cron_entry',
+  params: [dStr('name', 'The file\'s name in /etc/cron.d.', { required: true, example: 'backup' }), dStr('schedule', 'Five fields (minute hour day month weekday) or @daily, @hourly…', { required: true, example: '15 3 * * *' }), dStr('user', 'The user the command runs as.', { required: true, example: 'root' }), dStr('command', 'The command line.', { required: true, example: '/usr/local/bin/backup' }), dMap('env', 'Environment lines above the entry.', { example: { MAILTO: 'ops' } }), dStr('path', 'The cron file (default /etc/cron.d/<name>).', { example: '/etc/cron.d/backup' }), SHOW_DIFF],
+  example: { name: 'backup', schedule: '15 3 * * *', user: 'root', command: '/usr/local/bin/backup' },
   validate: (p) => {
     const m = 'cron_entry';
     const name = named(m, p, 'name', CRON_NAME, '1 to 64 letters, digits, _ or - (cron ignores other names in cron.d)');
@@ -140,6 +143,8 @@ function sshOptions(m: string, p: P): string | undefined {
 
 export const sshAuthorizedKeySpec: MethodSpec<SshAuthorizedKeyParams> = {
   name: 'ssh_authorized_key',
+  params: [dStr('user', 'Whose authorized_keys.', { required: true, example: 'deploy' }), dStr('key', 'One public key line: type base64 [comment].', { required: true, example: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMyN8FJ0c2ZxS8nN9qv8lH2o0U1eN0pK3b7E2Pq6mWdS deploy@ci' }), dStr('state', 'present or absent.', { values: ['present', 'absent'], default: 'present' }), dFlag('exclusive', 'Remove every other key of the file.', { default: false, example: true }), dStr('options', 'authorized_keys options, comma-separated.', { example: 'no-agent-forwarding' }), dStr('path', 'The authorized_keys file (default ~user/.ssh/authorized_keys).', { example: '/home/deploy/.ssh/authorized_keys' }), SHOW_DIFF],
+  example: { user: 'deploy', key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMyN8FJ0c2ZxS8nN9qv8lH2o0U1eN0pK3b7E2Pq6mWdS deploy@ci' },
   validate: (p) => {
     const m = 'ssh_authorized_key';
     const key = parseSshPublicKey(line(m, p, 'key', { max: 16 * 1024 }));
@@ -167,6 +172,8 @@ export interface SudoersFileParams extends ShowDiffParam {
 
 export const sudoersFileSpec: MethodSpec<SudoersFileParams> = {
   name: 'sudoers_file',
+  params: [dStr('name', 'The file\'s name in /etc/sudoers.d.', { required: true, example: 'deploy' }), dStr('content', 'The file\'s content, checked by visudo.', { required: true, multiline: true, example: 'deploy ALL=(root) NOPASSWD: /usr/bin/systemctl\n' }), dStr('path', 'The file (default /etc/sudoers.d/<name>).', { example: '/etc/sudoers.d/deploy' }), SHOW_DIFF],
+  example: { name: 'deploy', content: 'deploy ALL=(root) NOPASSWD: /usr/bin/systemctl\n' },
   validate: (p) => {
     const m = 'sudoers_file';
     const name = named(m, p, 'name', SUDOERS_NAME, '1 to 64 letters, digits, _ or - (sudo ignores names with a dot)');
@@ -189,6 +196,8 @@ export interface SystemdUnitFileParams extends WriterParams {
 
 export const systemdUnitFileSpec: MethodSpec<SystemdUnitFileParams> = {
   name: 'systemd_unit_file',
+  params: [dStr('unit', 'The unit\'s name, such as nginx.service.', { required: true, example: 'app.service' }), dStr('dropin', 'A drop-in\'s name: the file goes to <unit>.d/<dropin>.conf.', { example: 'override' }), dStr('content', 'The unit file\'s content.', { required: true, multiline: true, example: '[Service]\nExecStart=/usr/bin/app\n' }), dStr('path', 'The file (default under /etc/systemd/system).', { example: '/etc/systemd/system/app.service' }), ...WRITER_PARAMS],
+  example: { unit: 'app.service', content: '[Service]\nExecStart=/usr/bin/app\n' },
   validate: (p) => {
     const m = 'systemd_unit_file';
     const unit = named(m, p, 'unit', UNIT_NAME, 'a unit name such as nginx.service or backup@.timer');
@@ -216,6 +225,8 @@ export interface TimezoneParams extends ShowDiffParam {
 
 export const timezoneSpec: MethodSpec<TimezoneParams> = {
   name: 'timezone',
+  params: [dStr('name', 'A time zone such as Europe/Paris or UTC.', { required: true, example: 'Europe/Paris' }), dStr('zoneinfo', 'Where the zone files are.', { default: '/usr/share/zoneinfo', example: '/usr/share/zoneinfo' }), dStr('localtime', 'The link to the zone file.', { default: '/etc/localtime', example: '/etc/localtime' }), dStr('timezone_file', 'The file naming the zone ("" for none).', { example: '/etc/timezone' }), SHOW_DIFF],
+  example: { name: 'Europe/Paris' },
   validate: (p) => {
     const m = 'timezone';
     const name = named(m, p, 'name', ZONE_NAME, 'a time zone such as Europe/Paris or UTC');

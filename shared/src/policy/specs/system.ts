@@ -6,6 +6,7 @@
  * cycle, harmless when methods.ts is loaded first (as every program does: it is what they import
  * for validation). Import this module after `@capstan/shared/policy/methods`, never before it.
  */
+import { dFlag, dList, dNum, dStr, SHOW_DIFF } from '../params.js';
 import { one, optStr, paramError, serviceSpec, showDiff, str, strList, type Component, type MethodSpec, type ShowDiffParam } from '../methods.js';
 import { optBool } from './accounts.js';
 
@@ -20,6 +21,8 @@ const MODULE = /^[A-Za-z0-9_][A-Za-z0-9_-]{0,54}$/;
 
 export const kernelModuleLoadedSpec: MethodSpec<{ name: string; persist: boolean } & ShowDiffParam> = {
   name: 'kernel_module_loaded',
+  params: [dStr('name', 'The kernel module, as modprobe takes it.', { required: true, example: 'br_netfilter' }), dFlag('persist', 'Also loaded at boot (modules-load.d).', { default: false, example: true }), SHOW_DIFF],
+  example: { name: 'br_netfilter' },
   validate: (p) => {
     const name = str('kernel_module_loaded', p, 'name');
     if (!MODULE.test(name)) paramError('kernel_module_loaded', 'name', 'is not a kernel module name (letters, digits, _ and -; 55 at most)');
@@ -64,6 +67,8 @@ function small(method: string, p: Record<string, unknown>, field: string, max: n
 
 export const mountPresentSpec: MethodSpec<MountParams> = {
   name: 'mount_present',
+  params: [dStr('path', 'The mount point: an absolute path, not /.', { required: true, example: '/srv/data' }), dStr('device', 'What is mounted: a device, UUID=…, a remote share.', { required: true, example: 'UUID=0a1b2c3d' }), dStr('fstype', 'The file system type (ext4, xfs, tmpfs, nfs, none for a bind mount).', { required: true, example: 'ext4' }), dList('options', 'Mount options (a list, or one comma-separated string).', { default: ['defaults'], example: ['defaults', 'noatime'] }), dNum('dump', 'fstab dump field, 0 or 1.', { default: 0, example: 0 }), dNum('pass', 'fstab pass field, 0 to 2.', { default: 0, example: 2 }), SHOW_DIFF],
+  example: { path: '/srv/data', device: 'UUID=0a1b2c3d', fstype: 'ext4' },
   validate: (p) => {
     const m = 'mount_present';
     const device = str(m, p, 'device');
@@ -85,6 +90,8 @@ export const mountPresentSpec: MethodSpec<MountParams> = {
 
 export const mountAbsentSpec: MethodSpec<{ path: string } & ShowDiffParam> = {
   name: 'mount_absent',
+  params: [dStr('path', 'The mount point to unmount and drop from fstab.', { required: true, example: '/mnt/old' }), SHOW_DIFF],
+  example: { path: '/mnt/old' },
   validate: (p) => ({ path: mountPoint('mount_absent', p), ...showDiff('mount_absent', p) }),
   components: (p) => one('Mount absent', p.path),
 };
@@ -98,6 +105,8 @@ const LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
 export const hostnameSpec: MethodSpec<{ name: string } & ShowDiffParam> = {
   name: 'hostname',
+  params: [dStr('name', 'The host name: RFC 1123, lower case, 64 characters at most.', { required: true, example: 'web-1.example.org' }), SHOW_DIFF],
+  example: { name: 'web-1.example.org' },
   validate: (p) => {
     const name = str('hostname', p, 'name');
     if (name.length > 64) paramError('hostname', 'name', 'must be at most 64 characters (the kernel\'s limit)');

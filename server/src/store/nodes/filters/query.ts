@@ -4,6 +4,7 @@
  * with the dialect's placeholders (sqlite.ts, postgres.ts), and the sort order. The filters come
  * checked by the domain's rules (server/src/registry/filters.ts).
  */
+import { COMPLIANT_STATES, RUN_STATES } from '@capstan/shared/compliance/compute';
 import { capstanError } from '@capstan/shared/errors';
 import { parseFilter } from '@capstan/shared/filter/parse';
 import { compileFilter } from './sql.js';
@@ -220,12 +221,30 @@ export function filterWhere(filters: CheckedFilter[], d: Dialect, extra: string[
 const NULLABLE_SORT = new Set(['region', 'last_run_at', 'last_contact_at']);
 const TEXT_SORT = new Set(['name', 'hostname', 'id', 'status', 'state', 'accepted', 'manager', 'region']);
 
+/**
+ * The node list's compliance sort key over `node_compliance t` (records.ts nodePage joins it):
+ * the share of compliant items, 0 for a node whose items are all applying or no answer at that
+ * moment (registry/compliance.ts), NULL without data. The clock's two instants are integers
+ * computed by the server, written into the statement (both backends, same text).
+ */
+export function complianceKeySql(at: { silent_before: number; applying_after: number } | undefined): string {
+  const cols = (states: readonly string[]) => states.map((c) => `t.${c}`).join(' + ');
+  const total = cols(RUN_STATES);
+  const good = cols(RUN_STATES.filter((c) => COMPLIANT_STATES.has(c)));
+  const int = (v: number) => (Number.isSafeInteger(v) ? String(v) : bad('the compliance clock must be whole seconds'));
+  const late = at === undefined ? 'FALSE' : `(t.answered_s IS NOT NULL AND t.answered_s + t.keep_last_s <= ${int(at.silent_before)})
+    OR (t.applying_since_s IS NOT NULL AND t.applying_since_s > ${int(at.applying_after)})`;
+  return `(CASE WHEN t.node_id IS NULL OR (${total}) = 0 THEN NULL WHEN ${late} THEN 0.0 ELSE CAST(${good} AS DOUBLE PRECISION) / (${total}) END)`;
+}
+
 /** ORDER BY for a list: the field, then the id; empty values last in both directions and backends. */
 export function orderBy(sort: SortField | undefined, order: 'asc' | 'desc' | undefined, d: Dialect): string {
   const field = sort ?? 'name';
   if (!SORT_FIELDS.includes(field)) bad(`sort must be one of ${SORT_FIELDS.join(', ')}`);
   if (order !== undefined && order !== 'asc' && order !== 'desc') bad('order must be asc or desc');
   const dir = order === 'desc' ? 'DESC' : 'ASC';
+  // The key nodePage selects (complianceKeySql): a bare name, so it reads the same in the inner and outer query.
+  if (field === 'compliance') return `ORDER BY compliance_key ${dir} NULLS LAST, n.id${d.collate} ${dir}`;
   const col = (c: string) => `n.${c}${TEXT_SORT.has(c) ? d.collate : ''} ${dir}`;
   // Declaring NULLS LAST only where a column can be null keeps SQLite able to walk an index.
   const first = `${col(field)}${NULLABLE_SORT.has(field) ? ' NULLS LAST' : ''}`;
