@@ -139,7 +139,7 @@ Look at the result from a shell:
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/nodes/${nodeId}/compliance
   curl -s -H "Authorization: Bearer $TOKEN" ${serverUrl}/api/1/changes             # what the agent changed, with its diff
   curl -s -H "Authorization: Bearer $TOKEN" "${serverUrl}/api/1/compliance/nodes?format=csv"
-  node server/dist/cli.js changes --data-dir ${resolve(dir, 'server')} --since 1h --show
+  node server/dist/cli.js changes list --data-dir ${resolve(dir, 'server')} --from 1h --show
 The same with the admin CLI, from any machine that reaches the server (docs/cli.md):
   export CAPSTAN_URL=${serverUrl} CAPSTAN_TOKEN=$TOKEN
   node server/bin/capstan.js nodes list

@@ -62,10 +62,14 @@ t.test('a failing audit directive over five runs is one finding; fixed by hand, 
   t.same(events.map((e) => e.type), ['finding.opened', 'finding.closed']);
   t.match(events[1], { data: { finding_id: open!.id, reason: 'fixed', runs: 5, run_id: closed!.closed_run_id } });
 
-  const cli = await runProgram(BIN.server, ['findings', '--node', id, '--data-dir', join(dir, 'server')]);
+  const cli = await runProgram(BIN.server, ['findings', '--status', 'all', '--node', id, '--data-dir', join(dir, 'server')]);
   t.equal(cli.code, 0, cli.stderr);
-  t.match(cli.stdout, /closed\s+non_compliant/);
-  t.match(cli.stdout, /1 findings\n$/);
+  const lines = cli.stdout.trimEnd().split('\n');
+  t.match(lines[0], /^ID\s+STATUS\s+KIND\s+NODE_ID/);
+  t.equal(lines.length, 2, 'a header and one row');
+  t.match(lines.slice(1), [new RegExp(`^${open!.id}\\s+closed\\s+non_compliant\\s+${id}\\s`)], 'the closed finding, alone');
+  t.equal((await runProgram(BIN.server, ['findings', '--node', id, '--data-dir', join(dir, 'server')])).stdout.trimEnd().split('\n').length, 1,
+    'open ones only by default: none');
   const csv = await (await fetch(`${server.url}/api/1/findings?node=${id}&format=csv`, { headers: { authorization: `Bearer ${token}` } })).text();
   const [head, row, end] = csv.split('\r\n');
   t.match(head, /^id,status,kind,node_id,rule_id,directive_id,component,key,event_type,message,first_seen_at/);

@@ -247,7 +247,10 @@ t.test('a token asked for inside a signed inventory comes back in the answer to 
   const id = await s.node('n1', 'accepted', ['web']);
   const pending = await s.node('p1', 'pending');
   const other = createNodeIdentity('n1');
-  const inventory = (nid: { keyPem: string; certPem: string }, nodeId: string, extra: Record<string, unknown> = {}, at = s.clock.now) => ({
+  // Each upload has a name of its own: the same name with other bytes is refused (409) before any token check.
+  let named = 0;
+  const inventory = (nid: { keyPem: string; certPem: string }, nodeId: string, extra: Record<string, unknown> = {},
+    at = new Date(s.clock.now.getTime() - 1000 * ++named)) => ({
     name: inventoryFileName(nodeId, at, 'zstd'),
     body: compressSync(signSmime(Buffer.from(JSON.stringify({
       node_id: nodeId, hostname: `${nodeId}.example`, certificate: nid.certPem, agent_version: '0.1.0', policy_server: 'relay',

@@ -10,16 +10,12 @@
  */
 import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import type { Logger } from '@capstan/shared/log';
-import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
+import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
-import type { ExpectedComponent, NodeFilter, PolicyWrite, Store } from '../store/store.js';
-import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type RuleDef } from './model.js';
-
-export interface PolicyModel {
-  directives: Map<string, Directive>;
-  groups: Map<string, GroupDef>;
-  rules: Map<string, RuleDef>;
-}
+import type { PolicyWrite, Store } from '../store/store.js';
+import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, type Content, type NodePreview, type PolicyModel } from './content.js';
+import { Listing } from './listing.js';
+import { keepLastSeconds } from './model.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -37,26 +33,6 @@ const ID_CHUNK = 100;
 const BATCH = 2000;
 /** Above this many nodes, a group's whole membership is listed once instead of probed by id. */
 const PROBE_LIMIT = 2000;
-
-export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
-  const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
-  return {
-    directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
-    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
-    rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
-  };
-}
-
-/** The groups a change to one object can move nodes in and out of. */
-export function groupsTouched(model: PolicyModel, kind: 'directive' | 'group' | 'rule', id: string): Set<string> {
-  const out = new Set<string>();
-  // A group no rule uses moves nobody's policy, whatever its members.
-  if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
-  for (const rule of model.rules.values()) {
-    if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id))) rule.groups.forEach((g) => out.add(g));
-  }
-  return out;
-}
 
 export class PolicyGenerator {
   private readonly store: Store;
@@ -405,85 +381,5 @@ export class PolicyGenerator {
     }
     this.verified.add(memo);
     return false;
-  }
-}
-
-/** A node's directives under two models (PolicyGenerator.preview). */
-export interface NodePreview {
-  node_id: string;
-  before: BundleDirective[];
-  after: BundleDirective[];
-}
-
-/**
- * A node's bundle directives: every directive of every rule (`rules` in id order) naming one of
- * its `groups`, each rule's in its listed order, tagged with the rule id.
- */
-export function directivesFor(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): BundleDirective[] {
-  const directives: BundleDirective[] = [];
-  for (const r of rules) {
-    if (!r.groups.some((g) => groups.has(g))) continue;
-    for (const did of r.directives) {
-      const d = model.directives.get(did);
-      if (d) directives.push({ ...d, rule_id: r.id });
-    }
-  }
-  return directives;
-}
-
-interface Content {
-  directives: BundleDirective[];
-  json: string;
-  configId: string;
-  expected: ExpectedComponent[];
-  /** Its stored expectations are out of date (see staleExpectations); undefined: not probed yet. */
-  stale: boolean | undefined;
-  /** Seconds a silent node keeps its last compliance: the longest of its groups' (0: none). */
-  keepLast: number;
-}
-
-/**
- * Expected components as comparable text, as the store keeps them: each once, in order (a
- * PostgreSQL jsonb column reorders object keys, so objects are not compared as JSON).
- */
-function expectationKey(items: ExpectedComponent[]): string {
-  return [...new Set(items.map((e) => `${e.rule_id}\u0000${e.directive_id}\u0000${e.component}`))].join('\n');
-}
-
-/**
- * The stored text of a bundle, `JSON.stringify({node_id, config_id, generated_at, directives})`
- * exactly, with the directives' JSON made once per content rather than once per node.
- */
-export function bundleJson(nodeId: string, configId: string, generatedAt: string, directivesJson: string): string {
-  return `{"node_id":${JSON.stringify(nodeId)},"config_id":${JSON.stringify(configId)},"generated_at":${JSON.stringify(generatedAt)},"directives":${directivesJson}}`;
-}
-
-/**
- * Node listings for one generation. The accepted nodes are listed at most once, however many
- * groups and steps need them (a 100,000-node generation listed them four times).
- */
-class Listing {
-  private all: Promise<Set<string>> | null = null;
-
-  constructor(private readonly store: Store) {}
-
-  accepted(): Promise<Set<string>> {
-    this.all ??= this.store.listNodeIds([{ key: 'accepted', values: ['accepted'] }]).then((ids) => new Set(ids));
-    return this.all;
-  }
-
-  /** Accepted nodes matching `filters`; acceptance is checked here, not merged into the filters. */
-  async matching(filters: NodeFilter[], each: (id: string) => void): Promise<void> {
-    if (!filters.some((f) => f.key === 'accepted')) {
-      for (const id of await this.store.listNodeIds([...filters, { key: 'accepted', values: ['accepted'] }])) each(id);
-      return;
-    }
-    const accepted = await this.accepted();
-    // "Every accepted node" (the usual all-nodes group) is the listing itself.
-    if (filters.length === 1 && !filters[0]!.exclude && filters[0]!.values.includes('accepted')) {
-      accepted.forEach((id) => each(id));
-      return;
-    }
-    for (const id of await this.store.listNodeIds(filters)) if (accepted.has(id)) each(id);
   }
 }

@@ -9,7 +9,8 @@
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { PolicyKind, Store } from '../store/store.js';
-import { loadModel, type PolicyGenerator, type PolicyModel } from './generate.js';
+import { loadModel, type PolicyModel } from './content.js';
+import type { PolicyGenerator } from './generate.js';
 import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */

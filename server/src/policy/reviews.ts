@@ -14,7 +14,7 @@ import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
 import { checkId } from './model.js';
 import { directiveImpact, objectChanges, parsePlanRequest, desiredModel, type Plan, type PlanRequest } from './plan.js';
-import { loadModel } from './generate.js';
+import { loadModel } from './content.js';
 import type { PolicyService } from './service.js';
 
 /** Nodes kept in a change request's impact (the rest are counted). */

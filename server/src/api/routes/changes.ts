@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
-import { loadModel } from '../../policy/generate.js';
+import { loadModel } from '../../policy/content.js';
 import { MAX_FILTER_IDS } from '../../reads.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';

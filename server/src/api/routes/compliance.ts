@@ -11,7 +11,7 @@ import { MAX_AGE_LIMIT_S, type AggregateCache } from '../../console/cache.js';
 import { COMPLIANCE_STATES, percentages, type ComplianceCounts, type ComplianceState } from '@capstan/shared/compliance/compute';
 import { capstanError } from '@capstan/shared/errors';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
-import { loadModel } from '../../policy/generate.js';
+import { loadModel } from '../../policy/content.js';
 import type { NodeComplianceRow, Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
 import { filtersFrom, intParam, paging, single, type Query } from '../params.js';

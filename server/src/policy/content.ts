@@ -1,0 +1,83 @@
+/**
+ * What a generation computes from the policy model, apart from the store: the model itself, the
+ * groups a change touches, a node's directives, and the stored text and expectations of a bundle.
+ */
+import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
+import type { ExpectedComponent, Store } from '../store/store.js';
+import { BUILTIN_GROUPS, type GroupDef, type RuleDef } from './model.js';
+
+export interface PolicyModel {
+  directives: Map<string, Directive>;
+  groups: Map<string, GroupDef>;
+  rules: Map<string, RuleDef>;
+}
+
+export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
+  const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
+  return {
+    directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
+    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
+    rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
+  };
+}
+
+/** The groups a change to one object can move nodes in and out of. */
+export function groupsTouched(model: PolicyModel, kind: 'directive' | 'group' | 'rule', id: string): Set<string> {
+  const out = new Set<string>();
+  // A group no rule uses moves nobody's policy, whatever its members.
+  if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
+  for (const rule of model.rules.values()) {
+    if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id))) rule.groups.forEach((g) => out.add(g));
+  }
+  return out;
+}
+
+/** A node's directives under two models (PolicyGenerator.preview). */
+export interface NodePreview {
+  node_id: string;
+  before: BundleDirective[];
+  after: BundleDirective[];
+}
+
+/**
+ * A node's bundle directives: every directive of every rule (`rules` in id order) naming one of
+ * its `groups`, each rule's in its listed order, tagged with the rule id.
+ */
+export function directivesFor(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): BundleDirective[] {
+  const directives: BundleDirective[] = [];
+  for (const r of rules) {
+    if (!r.groups.some((g) => groups.has(g))) continue;
+    for (const did of r.directives) {
+      const d = model.directives.get(did);
+      if (d) directives.push({ ...d, rule_id: r.id });
+    }
+  }
+  return directives;
+}
+
+export interface Content {
+  directives: BundleDirective[];
+  json: string;
+  configId: string;
+  expected: ExpectedComponent[];
+  /** Its stored expectations are out of date (see staleExpectations); undefined: not probed yet. */
+  stale: boolean | undefined;
+  /** Seconds a silent node keeps its last compliance: the longest of its groups' (0: none). */
+  keepLast: number;
+}
+
+/**
+ * Expected components as comparable text, as the store keeps them: each once, in order (a
+ * PostgreSQL jsonb column reorders object keys, so objects are not compared as JSON).
+ */
+export function expectationKey(items: ExpectedComponent[]): string {
+  return [...new Set(items.map((e) => `${e.rule_id}\u0000${e.directive_id}\u0000${e.component}`))].join('\n');
+}
+
+/**
+ * The stored text of a bundle, `JSON.stringify({node_id, config_id, generated_at, directives})`
+ * exactly, with the directives' JSON made once per content rather than once per node.
+ */
+export function bundleJson(nodeId: string, configId: string, generatedAt: string, directivesJson: string): string {
+  return `{"node_id":${JSON.stringify(nodeId)},"config_id":${JSON.stringify(configId)},"generated_at":${JSON.stringify(generatedAt)},"directives":${directivesJson}}`;
+}
