@@ -13,7 +13,7 @@ import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseR
 import { loadIdentities, simNodeId } from '@capstan/bench/sim/identities';
 import { nodeProfile, signedRunLog } from '@capstan/bench/sim/runlog';
 import { percentiles } from '@capstan/bench/sim/stats';
-import { BIN, ROOT, startProgram, programCommand, programDir } from '../helpers/programs.js';
+import { BIN, ROOT, startProgram, programCommand, programDir, serverAndRelay } from '../helpers/programs.js';
 
 const SIM = resolve(ROOT, 'bench/dist/sim/cli.js');
 
@@ -123,10 +123,7 @@ t.test('npm run bench --quick measures floor, ingest and a profile with the real
 
 t.test('capstan-sim enrolls its nodes and every run log it sends reaches the registry', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
+  const { server, relay } = await serverAndRelay(t, dir);
   const r = await run([
     SIM, '--relay', relay.url, '--server', server.url, '--token-file', join(dir, 'server', 'admin.token'),
     '--nodes', '8', '--keys', '2', '--time-scale', '300', '--duration', '2s', '--reports', '30', '--sample', '500ms',

@@ -172,15 +172,27 @@ export async function registerRelay(api: ReturnType<typeof adminClient>, relaydA
   return id;
 }
 
+interface Teardown { teardown(fn: () => unknown): void }
+
+/**
+ * `capstan-server serve` on loopback with `dataDir` (its `--config`, `--log-level`, default
+ * warn, and any further arguments), stopped at the end of the test; the admin token and a client with it.
+ */
+export async function startServer(t: Teardown, dataDir: string, opts: { config?: string; logLevel?: string; args?: string[]; timeoutMs?: number } = {}) {
+  const server = await startProgram(BIN.server, ['serve', ...(opts.config ? ['--config', opts.config] : []), '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--log-level', opts.logLevel ?? 'warn', ...(opts.args ?? [])], opts.timeoutMs);
+  t.teardown(() => server.stop());
+  const token = (await readFile(join(dataDir, 'admin.token'), 'utf8')).trim();
+  return { server, token, api: adminClient(server.url, token) };
+}
+
 /**
  * A server and one relay in front of it, on loopback in `dir` (server/ and relay/), stopped at
  * the end of the test; the admin token and a client with it.
  */
-export async function serverAndRelay(t: { teardown(fn: () => unknown): void }, dir: string) {
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+export async function serverAndRelay(t: Teardown, dir: string, opts: { config?: string; logLevel?: string; serverArgs?: string[]; relayArgs?: string[] } = {}) {
+  const logLevel = opts.logLevel ?? 'warn';
+  const { server, token, api } = await startServer(t, join(dir, 'server'), { config: opts.config, logLevel, args: opts.serverArgs });
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', logLevel, ...(opts.relayArgs ?? [])]);
   t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  return { server, relay, token, api: adminClient(server.url, token) };
+  return { server, relay, token, api };
 }

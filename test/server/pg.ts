@@ -29,8 +29,9 @@ export async function pgUnavailable(): Promise<string | undefined> {
   return requiredInCi(why ?? false, '.ci/run starts the local cluster') || undefined;
 }
 
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: PG_URL });
+/** A client of its own for `fn`, in `schema` when one is named. */
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_URL, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
   await c.connect();
   try {
     return await fn(c);
