@@ -67,10 +67,10 @@ export async function adminApp(t: Test, opts: {
 /**
  * The whole server in process, listening on port 0 in the test's directory, with the jobs sweep
  * fast and the lifecycle sweep out of the way; `api` calls its admin API with the admin token.
- * `close` may be called by the test before its teardown does.
+ * `close` may be called by the test before its teardown does. `dir` (default: programDir(t))
+ * is its data directory unless the overrides say otherwise.
  */
-export async function serverWithApi(t: Test, overrides: Record<string, unknown> | ((dir: string) => Record<string, unknown>) = {}) {
-  const dir = programDir(t);
+export async function serverWithApi(t: Test, overrides: Record<string, unknown> | ((dir: string) => Record<string, unknown>) = {}, dir = programDir(t)) {
   const config = loadServerConfig({
     overrides: {
       'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',
