@@ -11,13 +11,9 @@ import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity, makeRenewRequest } from '@capstan/shared';
 import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
-import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
+import { freshSchemaUrl, postgresOrSkipFile } from '../server/pg.js';
 
-const why = await pgUnavailable();
-if (why) {
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
+if (await postgresOrSkipFile(t)) {
   t.test('two servers on one database share the keyring, the node tokens and the renewal nonces', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
     const dir = programDir(t, { 'shared': { motd: 'hello\n' } });

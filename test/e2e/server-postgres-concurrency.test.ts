@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime } from '@capstan/shared';
 import { adminClient, BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
-import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
+import { freshSchemaUrl, postgresOrSkipFile } from '../server/pg.js';
 import pg from 'pg';
 
 const NODES = 8;
@@ -18,11 +18,7 @@ const BASE = Math.floor(Date.now() / 86_400_000 - 2) * 86_400_000;
 const TOTAL = NODES * RUNS_PER_NODE;
 const IN_FLIGHT = 16;
 
-const why = await pgUnavailable();
-if (why) {
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
+if (await postgresOrSkipFile(t)) {
   t.test('two servers on one database store 2,000 run logs exactly once', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
     const dir = programDir(t, { 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n' });

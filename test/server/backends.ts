@@ -10,7 +10,12 @@ import type { Store } from '@capstan/server/store/index';
 import { openRegistry } from '@capstan/server/registry/open';
 import { programDir } from '../helpers/programs.js';
 import { pgAdmin, PG_URL } from './pg.js';
-import type { Backend } from './store-suite.js';
+import { registrySuite } from './registry-suite.js';
+import { identitySuite } from './identity-store-suite.js';
+import { adminsStoreSuite } from './admins-store-suite.js';
+import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
+import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
+import { storeSuite, type Backend } from './store-suite.js';
 
 /** Closes every store a test opened, at its end. */
 function opened(t: { teardown(fn: () => unknown): void }, after?: () => Promise<unknown>) {
@@ -61,4 +66,14 @@ export function postgresBackend(prefix = 'capstan_test'): Backend {
       };
     },
   };
+}
+
+/** The registry's store suites, run whole on one backend: the same tests on both stores. */
+export function registryStoreSuites(t: Parameters<typeof storeSuite>[0], backend: Backend): void {
+  storeSuite(t, backend);
+  registrySuite(t, backend);
+  identitySuite(t, backend);
+  adminsStoreSuite(t, backend);
+  jobsStoreSuite(t, backend);
+  bootstrapStoreSuite(t, backend);
 }

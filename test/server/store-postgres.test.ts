@@ -6,30 +6,16 @@
  */
 import t from 'tap';
 import { openRegistry } from '@capstan/server/registry/open';
-import { registrySuite } from './registry-suite.js';
-import { identitySuite } from './identity-store-suite.js';
-import { adminsStoreSuite } from './admins-store-suite.js';
-import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
-import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
-import { run, storeSuite } from './store-suite.js';
-import { postgresBackend } from './backends.js';
-import { pgAdmin, pgUnavailable, PG_URL } from './pg.js';
+import { run } from './store-suite.js';
+import { postgresBackend, registryStoreSuites } from './backends.js';
+import { pgAdmin, postgresOrSkipFile, PG_URL } from './pg.js';
 
 const url = PG_URL;
 const admin = pgAdmin;
 
-const why = await pgUnavailable();
-if (why !== undefined) {
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
+if (await postgresOrSkipFile(t)) {
   const backend = postgresBackend();
-  storeSuite(t, backend);
-  registrySuite(t, backend);
-  identitySuite(t, backend);
-  adminsStoreSuite(t, backend);
-  jobsStoreSuite(t, backend);
-  bootstrapStoreSuite(t, backend);
+  registryStoreSuites(t, backend);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
     const db = await backend.fresh(t);

@@ -3,22 +3,11 @@ import { join } from 'node:path';
 import t from 'tap';
 import Database from 'better-sqlite3';
 import { openRegistry } from '@capstan/server/registry/open';
-import { registrySuite } from './registry-suite.js';
-import { identitySuite } from './identity-store-suite.js';
-import { adminsStoreSuite } from './admins-store-suite.js';
-import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
-import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
-import { storeSuite } from './store-suite.js';
-import { sqliteBackend } from './backends.js';
+import { registryStoreSuites, sqliteBackend } from './backends.js';
 import { programDir } from '../helpers/programs.js';
 
 const backend = sqliteBackend;
-storeSuite(t, backend);
-registrySuite(t, backend);
-identitySuite(t, backend);
-adminsStoreSuite(t, backend);
-jobsStoreSuite(t, backend);
-bootstrapStoreSuite(t, backend);
+registryStoreSuites(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(programDir(t), 'capstan.db');
