@@ -7,10 +7,11 @@
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { copyFile, mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { userInfo } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import type { Test } from 'tap';
 import { ROOT, waitFor } from './programs.js';
 
@@ -88,8 +89,31 @@ export async function sshFingerprintOf(pubFile: string): Promise<string> {
 
 /** The agent package, built as `npm run package` builds it, into `dir`. */
 export async function buildAgentPackage(dir: string): Promise<void> {
-  const built = await sh(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--out', dir, 'agent']);
-  if (built.code !== 0) throw new Error(`package.mjs: ${built.stderr}`);
+  // Built once per build of what goes into it (the bootstrap tests each need it): kept under
+  // .tap/ by a key of those files' sizes and times, made in a directory of its own and renamed
+  // into place, so a test that builds it beside another never reads half a package.
+  const inputs = ['agent/dist', 'shared/dist', 'toolkit/dist', 'packaging', 'scripts/package.mjs', 'package-lock.json'];
+  const hash = createHash('sha256');
+  const walk = async (p: string): Promise<void> => {
+    const st = await stat(p);
+    hash.update(`${relative(ROOT, p)}\0${st.size}\0${st.mtimeMs}\n`);
+    if (st.isDirectory()) for (const e of (await readdir(p)).sort()) await walk(join(p, e));
+  };
+  for (const i of inputs) await walk(join(ROOT, i));
+  const cached = join(ROOT, '.tap', `agent-package-${hash.digest('hex').slice(0, 16)}`);
+  if (!existsSync(cached)) {
+    await mkdir(join(ROOT, '.tap'), { recursive: true });
+    const tmp = await mkdtemp(join(ROOT, '.tap', 'agent-package-tmp-'));
+    const built = await sh(process.execPath, [join(ROOT, 'scripts/package.mjs'), '--out', tmp, 'agent']);
+    if (built.code !== 0) throw new Error(`package.mjs: ${built.stderr}`);
+    await rename(tmp, cached).catch(async (err: NodeJS.ErrnoException) => {
+      // Another test put the same package there first.
+      if (err.code !== 'ENOTEMPTY' && err.code !== 'EEXIST') throw err;
+      await rm(tmp, { recursive: true, force: true });
+    });
+  }
+  await mkdir(dir, { recursive: true });
+  for (const f of await readdir(cached)) await copyFile(join(cached, f), join(dir, f));
 }
 
 /** A throwaway dpkg root standing for the node's `/` (the least dpkg needs: an empty database). */
