@@ -37,6 +37,15 @@ t.test('a group preview counts and lists the accepted nodes an unsaved filter an
   t.equal(typeof bad.json.error.position, 'number', 'where the expression went wrong');
   t.equal(bad.json.error.field, 'filter');
   t.equal((await api('GET', '/api/1/policy/group-preview?nope=1')).code, 'ERR_BAD_REQUEST', 'unknown parameters are refused');
+  // A number beyond what a column or a date holds is refused at the door, in every place a filter goes.
+  for (const q of ['last_run.age > 999999999w', 'cpus > 99999999999']) {
+    const e = encodeURIComponent(q);
+    for (const [what, r] of [
+      ['the node list', await api('GET', `/api/1/nodes?q=${e}`)],
+      ['a group preview', await api('GET', `/api/1/policy/group-preview?q=${e}`)],
+      ['a group saved', await api('POST', '/api/1/groups', { id: 'ancient', name: 'ancient', filter: [{ key: 'q', values: [q] }] })],
+    ] as const) t.same([r.status, r.code], [400, 'ERR_FILTER_SYNTAX'], `${q}: ${what}`);
+  }
 });
 
 t.test('a rule\'s nodes and the node list by compliance answer through the API, bad parameters coded', async (t) => {

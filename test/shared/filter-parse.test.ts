@@ -79,6 +79,12 @@ t.test('a bad expression answers ERR_FILTER_SYNTAX at the offending position', a
   t.throws(() => parseFilter('not '.repeat(40) + 'cpus > 1'), { code: 'ERR_FILTER_SYNTAX' }, 'nesting is bounded');
   t.throws(() => parseFilter(Array(70).fill('cpus > 1').join(' or ')), { code: 'ERR_FILTER_SYNTAX' }, 'comparisons are bounded');
   t.throws(() => parseFilter('x'.repeat(5000)), { code: 'ERR_FILTER_SYNTAX' }, 'length is bounded');
+  // Numbers stay inside what the columns and dates hold: beyond, a syntax error, never a 500 later.
+  for (const [q, what] of [['last_run.age > 999999999w', 'an age past year 0'], ['last_inventory.age < 5219w', 'an age of over 100 years'],
+    ['cpus > 2147483648', 'a count past PostgreSQL integer'], ['memory > 999999999999999TB', 'a size past bigint'], ['memory >= 9000TiB', 'a size past 2^53']] as const) {
+    t.throws(() => parseFilter(q), { code: 'ERR_FILTER_SYNTAX', message: /at most/ }, what);
+  }
+  t.ok(parseFilter('last_run.age > 5217w and cpus <= 2147483647 and memory < 8000TiB'), 'the limits themselves are accepted');
 });
 
 t.test('the parser never throws anything but ERR_FILTER_SYNTAX', async () => {

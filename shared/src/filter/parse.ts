@@ -100,6 +100,12 @@ const UNITS: Record<string, number> = {
   kb: 1e3, mb: 1e6, gb: 1e9, tb: 1e12,
 };
 const DURATIONS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+/**
+ * The largest value of each numeric type, so that no literal reaches a database column it does not
+ * fit (PostgreSQL's `integer` for counts, `bigint` for sizes) or a time before year 0: a count up
+ * to 2^31 - 1, a size up to 2^53 bytes (8 PiB), an age up to 100 years.
+ */
+export const FILTER_NUMBER_LIMITS = { integer: 2 ** 31 - 1, bytes: Number.MAX_SAFE_INTEGER, age: 100 * 365.25 * 86400 } as const;
 
 /** `10.0.0.0/8`, `2001:db8::/32` or one address → the range of 128-bit keys it covers. */
 export function parseCidr(text: string): { from: string; to: string } | null {
@@ -159,18 +165,23 @@ function typedValue(type: FilterFieldType, op: CompareOp, tok: Token): FilterVal
   switch (type) {
     case 'integer': {
       if (!/^\d{1,15}$/.test(text)) fail(tok.position, 'expected a whole number');
+      if (Number(text) > FILTER_NUMBER_LIMITS.integer) fail(tok.position, `expected a whole number of at most ${FILTER_NUMBER_LIMITS.integer}`);
       return number(Number(text));
     }
     case 'bytes': {
       const m = /^(\d{1,15}(?:\.\d{1,6})?)\s*([A-Za-z]*)$/.exec(text);
       const unit = m ? UNITS[m[2]!.toLowerCase()] : undefined;
       if (!m || unit === undefined) fail(tok.position, 'expected a size such as 512MiB, 4GiB or 8GB');
-      return number(Math.round(Number(m[1]) * unit));
+      const bytes = Math.round(Number(m[1]) * unit);
+      if (bytes > FILTER_NUMBER_LIMITS.bytes) fail(tok.position, 'expected a size of at most 8 PiB');
+      return number(bytes);
     }
     case 'age': {
       const m = /^(\d{1,9})([smhdw])$/.exec(text);
       if (!m) fail(tok.position, 'expected a duration such as 30m, 2h or 7d');
-      return number(Number(m[1]) * DURATIONS[m[2]!]!);
+      const seconds = Number(m[1]) * DURATIONS[m[2]!]!;
+      if (seconds > FILTER_NUMBER_LIMITS.age) fail(tok.position, 'expected a duration of at most 100 years (5217w)');
+      return number(seconds);
     }
     case 'cidr': {
       if (op !== '=' && op !== '!=') fail(tok.position, 'ip compares with =, != or in');
