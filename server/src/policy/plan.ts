@@ -13,7 +13,7 @@ import { loadModel, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
 import type { Technique } from '@capstan/shared/policy/technique';
 import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, parseTechniqueObject, type GroupDef, type RuleDef } from './model.js';
-import { checkTechniqueUse } from './techniques.js';
+import { checkTechniqueUse, techniqueUsers } from './techniques.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -128,6 +128,14 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   for (const g of req.groups) next.groups.set(g.id, g);
   for (const r of req.rules) next.rules.set(r.id, r);
   for (const d of req.deletes ?? []) if (!(d.kind === 'group' && BUILTIN_GROUP_IDS.has(d.id))) modelMap(next, d.kind).delete(d.id);
+  // As a save does (service.ts), a directive the request leaves alone follows its technique's
+  // new version; one the request gives must name the version the request gives.
+  const given = new Set(req.directives.map((d) => d.id));
+  for (const t of req.techniques) {
+    for (const d of techniqueUsers(next.directives.values(), t.id)) {
+      if (!given.has(d.id) && d.technique!.version !== t.version) next.directives.set(d.id, { ...d, technique: { id: t.id, version: t.version } });
+    }
+  }
   return next;
 }
 
