@@ -10,7 +10,7 @@ import { ComplianceBar, Facts, Percent, Section, Show, useGet } from '../ui';
 import { DirectiveForm } from './edit-directive';
 import type { DirRow, Rule } from './rules';
 
-export interface Directive { id: string; name?: string; method: string; mode?: string; condition?: string; params: Record<string, unknown>; updated_at?: string }
+export interface Directive { id: string; name?: string; method: string; mode?: string; condition?: string; params: Record<string, unknown>; technique?: { id: string; version: string }; updated_at?: string }
 
 const enc = encodeURIComponent;
 
@@ -75,7 +75,9 @@ export function DirectivePage({ id }: { id: string }) {
         <h1>Directive {d.name || d.id} {canWrite && <a class="button" href={`#/directives/${enc(id)}/edit`}>Edit</a>}</h1>
         <p class="big"><Percent value={s.compliance} /></p>
         <ComplianceBar counts={s.counts} label="this directive" />
-        <Facts items={[['Id', <code>{d.id}</code>], ['Method', <code>{d.method}</code>], ['Mode', d.mode ?? 'enforce'], ['Condition', d.condition && <code>{d.condition}</code>]]} />
+        <Facts items={[['Id', <code>{d.id}</code>], ['Method', <code>{d.method}</code>],
+          ['Technique', d.technique && <><a href={`#/techniques/${enc(d.technique.id)}`}>{d.technique.id}</a> {d.technique.version}</>],
+          ['Mode', d.mode ?? 'enforce'], ['Condition', d.condition && <code>{d.condition}</code>]]} />
         <Section title="Parameters" id="params">
           {Object.keys(d.params).length === 0 ? <p class="muted">None.</p> : (
             <table class="compact">
