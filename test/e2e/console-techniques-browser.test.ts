@@ -1,7 +1,8 @@
 /**
  * Techniques in the console, read only, in a real browser against the real server: the list
  * with each technique's version, parameters, calls and the directives using it; a technique's
- * page with its parameters and its calls in order; a technique directive's page linking to it.
+ * page with its parameters and its calls in order; a technique directive's page linking to it,
+ * with no edit form (the form knows the generic methods only).
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -46,6 +47,7 @@ t.test('the console lists techniques and shows one, and a directive links to its
 
   await page.getByRole('link', { name: 'web', exact: true }).first().click();
   await page.getByRole('heading', { name: /^Directive web/ }).waitFor();
+  t.equal(await page.getByRole('link', { name: 'Edit', exact: true }).count(), 0, 'no form for a technique directive: it knows generic methods only');
   await page.getByRole('link', { name: 'nginx_server' }).click();
   await page.getByRole('heading', { name: 'Technique Nginx server' }).waitFor();
   t.same(problems, [], 'no Content-Security-Policy violation, no page error');
