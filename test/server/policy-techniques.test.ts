@@ -163,6 +163,14 @@ t.test('plans and change requests carry techniques', async (t) => {
   t.same(fault(await api('POST', '/api/1/policy/plan', { techniques: [nginx('1.1')], directives: [web({ conf: '/x' })] })), [400, 'ERR_BAD_REQUEST', 'directives.web.technique.version']);
   t.same(fault(await api('POST', '/api/1/policy/plan', { directives: [web({})] })), [400, 'ERR_METHOD_PARAMS', 'directives.web.params.conf']);
   t.same(fault(await api('POST', '/api/1/policy/plan', { techniques: [{ ...nginx(), version: 'x' }] })), [400, 'ERR_TECHNIQUE_INVALID', 'techniques[0].version']);
+  // A new required parameter with the directive's value in the same plan: the technique is saved
+  // first and would be refused, so the plan says so rather than apply failing half-way.
+  const owner = { name: 'owner', type: 'string', required: true };
+  const stuck = await api('POST', '/api/1/policy/plan', { techniques: [nginx('1.1', { parameters: [...nginx().parameters, owner] })], directives: [web({ conf: '/x', owner: 'ops' }, '1.1')] });
+  t.same(fault(stuck), [409, 'ERR_CONFLICT', 'techniques.nginx_server.parameters']);
+  t.match(stuck.json.error.message, /give the new parameter a default/);
+  const withDefault = await api('POST', '/api/1/policy/plan', { techniques: [nginx('1.1', { parameters: [...nginx().parameters, { ...owner, default: 'ops' }] })], directives: [web({ conf: '/x', owner: 'web' }, '1.1')] });
+  t.equal(withDefault.status, 200, 'with a default, the same change applies');
   const pruned = await api('POST', '/api/1/policy/plan', { prune: true, directives: [] });
   t.same(pruned.json.data.changes.map((c: { action: string; kind: string }) => `${c.action} ${c.kind}`), ['delete directive', 'delete technique'], 'deleted after the directives naming it');
 

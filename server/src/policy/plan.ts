@@ -13,7 +13,7 @@ import { loadModel, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
 import type { Technique } from '@capstan/shared/policy/technique';
 import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, parseTechniqueObject, type GroupDef, type RuleDef } from './model.js';
-import { checkTechniqueUse, techniqueUsers } from './techniques.js';
+import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -160,6 +160,24 @@ function checkReferences(model: PolicyModel): void {
   }
 }
 
+/**
+ * A changed technique is saved before the directives naming it (objectChanges' order), and its
+ * save checks the directives as they are then (service.ts): a plan whose technique the stored
+ * directives' values would not fit could not be applied, so it is refused now, not half-way.
+ */
+function checkTechniqueSaves(before: PolicyModel, after: PolicyModel): void {
+  for (const [id, t] of after.techniques) {
+    if (canonical(before.techniques.get(id)) === canonical(t)) continue;
+    try {
+      followTechnique(t, techniqueUsers(before.directives.values(), id));
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      throw capstanError('ERR_CONFLICT', `${err.message}; saved first, the technique would be refused: give the new parameter a default, save the directives' values, then drop the default`,
+        { details: { field: `techniques.${id}.parameters` } });
+    }
+  }
+}
+
 function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
   return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : kind === 'technique' ? model.techniques : model.rules;
 }
@@ -212,6 +230,7 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   const before = await loadModel(store);
   const after = desiredModel(before, req);
   checkReferences(after);
+  checkTechniqueSaves(before, after);
   const { changes, unchanged } = objectChanges(before, after);
   const previews = changes.length ? await generator.preview(before, after, changes) : [];
   const nodes: NodeImpact[] = [];
