@@ -57,6 +57,7 @@ t.test('a technique is saved, listed and read back; bad ones are refused naming 
   }
   t.same(fault(await api('PUT', '/api/1/techniques/other', nginx())), [400, 'ERR_BAD_REQUEST', 'id'], 'path and body ids differ');
   t.same((await api('GET', '/api/1/techniques')).json, { data: [], total: 0 }, 'nothing was saved');
+  t.same(fault(await api('GET', '/api/1/techniques?kind=x')), [400, 'ERR_BAD_REQUEST', undefined], 'an unknown query parameter');
 
   const created = await api('POST', '/api/1/techniques', nginx());
   t.equal(created.status, 201, JSON.stringify(created.json));
