@@ -4,7 +4,6 @@
  * `npm run bench`, never by a timed test); what must hold is that every step really happened:
  * run logs stored, counted, visible through the admin API, and the reports well formed.
  */
-import { spawn } from 'node:child_process';
 import { readdir, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -13,32 +12,13 @@ import { certificateNodeId, createNodeIdentity, decompress, parseRunInfo, parseR
 import { loadIdentities, simNodeId } from '@capstan/bench/sim/identities';
 import { nodeProfile, signedRunLog } from '@capstan/bench/sim/runlog';
 import { percentiles } from '@capstan/bench/sim/stats';
-import { BIN, ROOT, startProgram, programCommand, programDir } from '../helpers/programs.js';
+import { BIN, ROOT, startProgram, runProgram, programDir, serverAndRelay } from '../helpers/programs.js';
 
 const SIM = resolve(ROOT, 'bench/dist/sim/cli.js');
 
-function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((res, rej) => {
-    // Without tap's NODE_OPTIONS (programCommand): under its process tracker a --cpu-prof
-    // profile of the programs the bench starts would hold no samples of their work.
-    const p = spawn(...programCommand(args[0]!, args.slice(1)), {
-      cwd: ROOT,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => {
-      p.kill('SIGKILL');
-      rej(new Error(`${args.join(' ')} timed out: ${stderr.slice(-2000)}`));
-    }, timeoutMs);
-    p.once('exit', (code) => {
-      clearTimeout(timer);
-      res({ code, stdout, stderr });
-    });
-  });
+/** A bench script run to its end; `env` is added to this process's environment. */
+function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000) {
+  return runProgram(args[0]!, args.slice(1), timeoutMs, { ...process.env, ...env });
 }
 
 t.test('simulated identities share keys but each certificate names its own node', async (t) => {
@@ -123,10 +103,7 @@ t.test('npm run bench --quick measures floor, ingest and a profile with the real
 
 t.test('capstan-sim enrolls its nodes and every run log it sends reaches the registry', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
+  const { server, relay } = await serverAndRelay(t, dir);
   const r = await run([
     SIM, '--relay', relay.url, '--server', server.url, '--token-file', join(dir, 'server', 'admin.token'),
     '--nodes', '8', '--keys', '2', '--time-scale', '300', '--duration', '2s', '--reports', '30', '--sample', '500ms',

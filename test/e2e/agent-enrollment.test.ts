@@ -8,7 +8,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 /** Every log line in `text` (JSON with a time; the `{"ready":true…}` line is not a log line). */
 function logLines(text: string): Array<Record<string, unknown>> {
@@ -24,11 +24,7 @@ function noStacks(t: Test, what: string, text: string): void {
 
 t.test('waiting for acceptance, accepted, refused: through a relay and straight to the server', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'info']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'info']);
-  t.teardown(() => relay.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, relay, api } = await serverAndRelay(t, dir, { logLevel: 'info' });
   const agent = (state: string, via: string) => runProgram(BIN.agent, ['run', '--relay', via, '--state-dir', join(dir, state), '--log-level', 'info']);
   const nodeId = async (state: string) => (await readFile(join(dir, state, 'node-id'), 'utf8')).trim();
 

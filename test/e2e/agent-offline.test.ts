@@ -6,12 +6,11 @@
 import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 t.test('relay down: cached policy, queued run log, back-filled in order', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'server'));
   const relayArgs = (listen: string) => ['--listen', listen, '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'];
   let relay = await startProgram(BIN.relayd, relayArgs('127.0.0.1:0'));
   // Stopped on a failure too (a relay left running held the test until tap's timeout).

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
 import { BATCH_CONTENT_TYPE, encodeBatch, zstdCompress } from '@capstan/shared';
-import { adminClient, BIN, programDir, registerRelay, startProgram, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, programDir, registerRelay, startProgram, waitFor, startServer } from '../helpers/programs.js';
 
 async function peakMb(pid: number): Promise<number> {
   const status = await readFile(`/proc/${pid}/status`, 'utf8');
@@ -22,9 +22,7 @@ const BUDGET_MB = 256;
 
 t.test('a flood of compression bombs keeps the server within its decompression budget', { timeout: 300_000, skip: process.platform !== 'linux' && 'needs /proc' }, async (t) => {
   const dir = programDir(t, { 'server.toml': `[processing]\ndecompress_budget = "${BUDGET_MB}MiB"\n` });
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'error']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, join(dir, 'server'), { config: join(dir, 'server.toml'), logLevel: 'error' });
   // An accepted node with a pinned certificate: its run logs are decompressed before they are verified.
   const { node_id: node } = await registerRelay(api, ['--spool-dir', join(dir, 'relay')]);
   const zero = Buffer.alloc(LIMIT - 4096);

@@ -16,7 +16,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
-import { BIN, startProgram, waitFor, type Running, programDir } from '../helpers/programs.js';
+import { BIN, startProgram, waitFor, type Running, programDir, serverAndRelay } from '../helpers/programs.js';
 import { codeOf, rawHttp, type RawAnswer } from '../helpers/raw-http.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -260,11 +260,7 @@ async function wholeFilesOnly(target: Target): Promise<string[]> {
 
 t.test('hostile input: coded answers, programs up, whole files only, bounded memory', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'fatal']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'fatal']);
-  t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
+  const { server, relay, token } = await serverAndRelay(t, dir, { logLevel: 'fatal' });
   const acked = new Map<string, Set<string>>();
   const targets: Target[] = [
     { name: 'server', run: server, spool: join(dir, 'server', 'spool'), acked },

@@ -10,29 +10,20 @@ import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity, makeRenewRequest } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
-import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
+import { freshSchemaUrl, postgresOrSkipFile } from '../server/pg.js';
 
-const why = await pgUnavailable();
-if (why) {
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
+if (await postgresOrSkipFile(t)) {
   t.test('two servers on one database share the keyring, the node tokens and the renewal nonces', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
     const dir = programDir(t, { 'shared': { motd: 'hello\n' } });
     const secret = join(dir, 'identity.secret');
     const conf = join(dir, 'server.toml');
     await writeFile(conf, `[lifecycle]\nsweep_interval = "1h"\n[identity]\nsecret_file = "${secret}"\n`);
-    const start = (name: string) => startProgram(BIN.server, ['serve', '--config', conf, '--listen', '127.0.0.1:0',
-      '--data-dir', join(dir, name), '--database', url, '--log-level', 'error']);
+    const start = (name: string) => startServer(t, join(dir, name), { config: conf, logLevel: 'error', args: ['--database', url] });
     // Both at once on an empty database: one of them makes the first key (and the secret file).
-    const [a, b] = await Promise.all([start('a'), start('b')]);
-    t.teardown(() => a.stop());
-    t.teardown(() => b.stop());
+    const [{ server: a, api: apiA }, { server: b, api: apiB }] = await Promise.all([start('a'), start('b')]);
     t.equal((await stat(secret)).mode & 0o777, 0o600, 'the secret file is private');
-    const apiA = adminClient(a.url, (await readFile(join(dir, 'a', 'admin.token'), 'utf8')).trim());
-    const apiB = adminClient(b.url, (await readFile(join(dir, 'b', 'admin.token'), 'utf8')).trim());
     const jwks = async (base: string) => (await (await fetch(`${base}/.well-known/jwks.json`)).json()) as { keys: Array<{ kid: string }> };
     const jA = await jwks(a.url);
     t.equal(jA.keys.length, 1, 'one key');

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { chmod, readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 
 const claims = (token: string) => {
   const [h, p] = token.trim().split('.').slice(0, 2).map((x) => JSON.parse(Buffer.from(x, 'base64url').toString()));
@@ -19,8 +19,7 @@ const claims = (token: string) => {
 t.test('agent renews through the relay, survives a key deletion and an expired token within one run', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, serverDir);
   const relayConf = join(dir, 'relayd.toml');
   await writeFile(relayConf, '[identity]\nrequire_token = true\njwks_min_refresh = "0s"\njwks_max_age = "1s"\n');
   const relay = await startProgram(BIN.relayd, ['-c', relayConf, '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
@@ -131,9 +130,7 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
   const dir = programDir(t, { 'clock-behind.mjs': CLOCK_BEHIND });
   const serverDir = join(dir, 'server');
   await writeFile(join(dir, 'server.toml'), '[identity]\ntoken_ttl = "3s"\n');
-  const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir, { config: join(dir, 'server.toml') });
   const stateDir = join(dir, 'agent');
   const clockBehind = [`--import=${join(dir, 'clock-behind.mjs')}`];
   const agentRun = (cmd: string, args: string[] = []) => new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
@@ -199,9 +196,7 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
 t.test('an agent talking to the server itself gets its token in the answer to its inventory; through a relay it renews by signed request', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'info']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir, { logLevel: 'info' });
   const stateDir = join(dir, 'agent');
   const tokenFile = join(stateDir, 'identity.token');
   const agent = (upstream: string) => runProgram(BIN.agent, ['run', '--relay', upstream, '--state-dir', stateDir, '--log-level', 'warn', '--force-inventory']);

@@ -9,13 +9,11 @@
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 t.test('a node joins and leaves a dynamic group as its facts and packages say', async (t) => {
   const dir = programDir(t, { 'facts.d': { 'role.json': '{"role": "web", "site": {"room": "b2"}}' } });
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, join(dir, 'server'));
   await writeFile(join(dir, 'agent.toml'), `[inventory]\nfacts_dir = ${JSON.stringify(join(dir, 'facts.d'))}\n`);
   const agent = () => runProgram(BIN.agent, ['run', '--config', join(dir, 'agent.toml'), '--relay', server.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error']);
 

@@ -13,7 +13,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 import { startFakeEc2 } from '../providers/fake-ec2.js';
 
 // Inherited by the server: the manager names these variables, never the values.
@@ -41,9 +41,7 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
   ] } }));
   const ec2 = await startFakeEc2(join(dir, 'ec2.json'));
   t.teardown(() => ec2.close());
-  const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir, { config: join(dir, 'server.toml') });
   await writeFile(join(dir, 'relayd.toml'), '[remote_run]\nlink_upstream = true\nconnect_wait = "1s"\n\n[nodes_sync]\ninterval = "1s"\n');
   // The relay links with its relay token: an admin registers it first, with its certificate.
   const relayArgs = ['-c', join(dir, 'relayd.toml'), '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--node-id', 'relay-1'];

@@ -9,7 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 import { ocsName, ocsXml, rudderNode, signOcs } from '../helpers/ocs.js';
 
 async function put(base: string, name: string, body: Buffer): Promise<number> {
@@ -20,11 +20,7 @@ async function put(base: string, name: string, body: Buffer): Promise<number> {
 
 t.test('a genuine OCS pair enrols its node whatever junk was spooled first under its names', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, relay, api } = await serverAndRelay(t, dir);
 
   // Each variant: the junk first (where, which half), then the agent's two uploads to the relay.
   const variants: Array<{ what: string; junk: Array<{ to: 'relay' | 'server'; half: 'sign' | 'data' }> }> = [

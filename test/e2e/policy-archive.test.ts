@@ -9,7 +9,7 @@ import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { create as tarCreate } from 'tar';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
 
@@ -31,8 +31,7 @@ t.test('an archive reaches the node through a caching relay; a key rotation is f
   const shared = join(dir, 'shared');
   await mkdir(shared);
   await writeFile(join(dir, 'server.toml'), `[policy]\nshared_folder = ${JSON.stringify(shared)}\n`);
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'server'), { config: join(dir, 'server.toml') });
   // No [shared_folder] path: the relay serves the server's folder from its cache.
   const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
   t.teardown(() => relay.stop());

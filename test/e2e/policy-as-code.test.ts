@@ -8,7 +8,7 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
-import { BIN, ROOT, runProgram, startProgram, programDir } from '../helpers/programs.js';
+import { BIN, ROOT, runProgram, startProgram, programDir, startServer } from '../helpers/programs.js';
 
 const CAPSTAN = resolve(ROOT, 'server/dist/admin-cli/cli.js');
 
@@ -18,8 +18,7 @@ const capstan = (args: string[], env: Record<string, string>) =>
 
 t.test('policy diff names the nodes a change reaches; apply makes it so, once; the node runs it', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'server'));
   const env = { CAPSTAN_URL: server.url, CAPSTAN_TOKEN: (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim() };
   const cli = async (...args: string[]) => {
     const r = await capstan(args, env);

@@ -9,15 +9,13 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, inventoryFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 t.test('a node moves in and out of a dynamic group as its inventories change', async (t) => {
   const dir = programDir(t);
   // Policies fetched here without a node token: this test is about membership, not identity.
   await writeFile(join(dir, 'server.toml'), '[identity]\nrequire_token = false\n');
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, join(dir, 'server'), { config: join(dir, 'server.toml') });
 
   const nodeId = randomUUID();
   const identity = createNodeIdentity(nodeId);

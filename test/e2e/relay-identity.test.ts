@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 import { statusAndCode } from '../helpers/http.js';
 
 const claims = (token: string) => JSON.parse(Buffer.from(token.split('.')[1]!, 'base64url').toString()) as { iat: number; exp: number; jti: string; capstan_role?: string; capstan_node_id: string };
@@ -26,9 +26,7 @@ t.test('a job reaches an agent behind a sub-relay, every link authenticated, rel
   // Relays' tokens live 6 s (their group's TTL) and are checked with a 1 s clock skew: the test
   // sees them expire and be renewed. Agents keep the default 24 h.
   await writeFile(join(dir, 'server.toml'), '[identity]\ngroup_ttls = "relays=6s"\nclock_skew = "1s"\n\n[jobs]\nsweep_interval = "200ms"\n');
-  const server = await startProgram(BIN.server, ['serve', '-c', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir, { config: join(dir, 'server.toml') });
 
   // The top relay routes by the nodes list it syncs from the server: the agent is under
   // relay-sub (its inventory names the relay it asked at /uuid), relay-sub under relay-top (as

@@ -8,15 +8,13 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity, makeRenewRequest } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 t.test('a force-deleted key is refused at the relay from its next list sync; the renewed token works', async (t) => {
   // The relay used to accept tokens of the deleted key until its JWKS copy was an hour old.
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir);
   // Syncing every second; the JWKS copy keeps its default age limit (1h), so only the sync can explain a refusal.
   await writeFile(join(dir, 'relay.toml'), '[nodes_sync]\ninterval = "1s"\n');
   const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relay.toml'), '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--listen', '127.0.0.1:0', '--log-level', 'warn']);

@@ -9,7 +9,7 @@ import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 
 interface Status {
   data: { nodes_list: { configured: boolean; nodes: number; synced?: { synced: boolean; nodes?: number; confirmed_at?: string } }; remote_run: { connections: number } };
@@ -17,10 +17,7 @@ interface Status {
 
 t.test('a node accepted on the server is routable at a relay without a nodes_list_file, and stays so across a restart with the server down', async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, token, api } = await startServer(t, join(dir, 'server'));
   await writeFile(join(dir, 'relayd.toml'), '[nodes_sync]\nrefuse_unknown = true\nmiss_refresh = "50ms"\n');
   const relayArgs = ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'];
   let relay = await startProgram(BIN.relayd, relayArgs);

@@ -8,16 +8,14 @@ import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 import { startRelayd } from '../relayd/helpers/proc.js';
 import { until } from '../relayd/helpers/upstream.js';
 
 t.test('a trigger runs a listening agent at once and streams its output', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir);
   // The node is registered by an admin with the certificate the agent made (`info`): accepted,
   // so it can have a token; and known to the relay's node list from the relay's start.
   const info = await runProgram(BIN.agent, ['info', '--state-dir', join(dir, 'agent'), '--relay', 'http://127.0.0.1:9']);

@@ -13,14 +13,12 @@ import { spawn } from 'node:child_process';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand } from '../helpers/programs.js';
+import { adminClient, BIN, registerRelay, runProgram, startProgram, waitFor, programDir, programCommand, startServer } from '../helpers/programs.js';
 
 t.test('a sub-relay no longer registered is cut off at the next list sync and cannot link again', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir);
 
   await writeFile(join(dir, 'top.toml'), '[general]\nnode_id = "relay-top"\n\n[remote_run]\nlink_upstream = true\n\n[nodes_sync]\nmiss_refresh = "100ms"\n');
   const topArgs = ['-c', join(dir, 'top.toml'), '--spool-dir', join(dir, 'top'), '--upstream', server.url];
@@ -61,9 +59,7 @@ t.test('a sub-relay no longer registered is cut off at the next list sync and ca
 t.test('a forced renewal of an agent ends its connection at the relay and refuses its old token there; the agent renews and comes back', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', serverDir, '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, serverDir);
   const relay = await startProgram(BIN.relayd, ['--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--listen', '127.0.0.1:0', '--log-level', 'warn']);
   t.teardown(() => relay.stop());
   const relayStatus = async () => ((await (await fetch(`${relay.url}/rudder/relay-api/1/system/status`)).json()) as any).data;

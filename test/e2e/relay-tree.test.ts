@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { Pool } from 'undici';
 import { createNodeIdentity, runLogFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 const NODE = '5a1e5c2e-0000-4000-8000-000000000001';
 const FILES = 1000;
@@ -30,8 +30,7 @@ function runLog(i: number, at: Date): Buffer {
 
 t.test(`relay → relay → server delivers ${FILES} files with identical sha256 at the root`, async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'server'));
   const middle = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'middle'), '--upstream', server.url, '--node-id', 'middle', '--log-level', 'warn']);
   t.teardown(() => middle.stop());
   const edge = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'edge'), '--upstream', middle.url, '--node-id', 'edge', '--log-level', 'warn']);

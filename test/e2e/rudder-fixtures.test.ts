@@ -7,7 +7,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import t from 'tap';
-import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, CONFORMANCE, fixturesAbsent, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 
@@ -18,11 +18,7 @@ if (absent) {
 } else {
   t.test('RUDDER signed run logs are verified, parsed and stored once', async (t) => {
     const dir = programDir(t);
-    const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-    t.teardown(() => server.stop());
-    const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-    t.teardown(() => relay.stop());
-    const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+    const { server, relay, api } = await serverAndRelay(t, dir);
 
     const cert = await readFile(join(CONFORMANCE, 'files/keys', `${NODE}.cert`), 'utf8');
     const created = await api('POST', '/api/1/nodes', { id: NODE, hostname: 'node1.rudder.local', certificate: cert });

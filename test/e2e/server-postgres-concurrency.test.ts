@@ -7,8 +7,8 @@ import { appendFile, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime } from '@capstan/shared';
-import { adminClient, BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
-import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
+import { adminClient, BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
+import { freshSchemaUrl, postgresOrSkipFile } from '../server/pg.js';
 import pg from 'pg';
 
 const NODES = 8;
@@ -18,24 +18,15 @@ const BASE = Math.floor(Date.now() / 86_400_000 - 2) * 86_400_000;
 const TOTAL = NODES * RUNS_PER_NODE;
 const IN_FLIGHT = 16;
 
-const why = await pgUnavailable();
-if (why) {
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
+if (await postgresOrSkipFile(t)) {
   t.test('two servers on one database store 2,000 run logs exactly once', { timeout: 120_000 }, async (t) => {
     const url = await freshSchemaUrl(t);
     const dir = programDir(t, { 'server.toml': '[lifecycle]\nsweep_interval = "1h"\n[processing]\nconcurrency = 4\n' });
     // Servers sharing a database share the secret sealing its signing keys.
     await appendFile(join(dir, 'server.toml'), `[identity]\nsecret_file = "${join(dir, 'identity.secret')}"\n`);
-    const start = (name: string) => startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0',
-      '--data-dir', join(dir, name), '--database', url, '--log-level', 'error']);
+    const start = (name: string) => startServer(t, join(dir, name), { config: join(dir, 'server.toml'), logLevel: 'error', args: ['--database', url] });
     // Both start together: the migration runs once under its advisory lock.
-    const [a, b] = await Promise.all([start('a'), start('b')]);
-    t.teardown(() => a.stop());
-    t.teardown(() => b.stop());
-    const apiA = adminClient(a.url, (await readFile(join(dir, 'a', 'admin.token'), 'utf8')).trim());
-    const apiB = adminClient(b.url, (await readFile(join(dir, 'b', 'admin.token'), 'utf8')).trim());
+    const [{ server: a, api: apiA }, { server: b, api: apiB }] = await Promise.all([start('a'), start('b')]);
 
     // Pre-signed run logs of a few test identities (signing is the slow part, not the ingest).
     const ids = Array.from({ length: NODES }, (_, i) => `c0ffee00-0000-4000-8000-00000000000${i}`);

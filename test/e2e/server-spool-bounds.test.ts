@@ -8,7 +8,7 @@
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { BIN, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 import { codeOf, rawHttp } from '../helpers/raw-http.js';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
@@ -25,8 +25,7 @@ async function metric(url: string, re: RegExp): Promise<number> {
 
 t.test('failed/ stays within spool.failed_max_files; refusals are counted by code', async (t) => {
   const dir = programDir(t, { 'server.toml': '[spool]\nfailed_max_files = 4\n' });
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'data'), { config: join(dir, 'server.toml'), logLevel: 'error' });
   const failedDir = join(dir, 'data', 'spool', 'failed', 'reports');
   const N = 20;
   for (let i = 0; i < N; i++) t.equal((await put(server.url, `/reports/${name(i)}`, `not a signed run log ${i}`)).status, 201);
@@ -50,8 +49,7 @@ t.test('below spool.min_free_space uploads are refused with 507, nothing written
   // A reserve larger than any disk here: every upload would eat into it.
   const dir = programDir(t);
   await writeFile(join(dir, 'server.toml'), '[spool]\nmin_free_space = "1000000GB"\n');
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
-  t.teardown(() => server.stop());
+  const { server } = await startServer(t, join(dir, 'data'), { config: join(dir, 'server.toml'), logLevel: 'error' });
   const a = await put(server.url, `/reports/${name(1)}`, 'body');
   t.equal(a.status, 507);
   t.equal(codeOf(a), 'ERR_SPOOL_FULL');

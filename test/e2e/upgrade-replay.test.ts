@@ -7,16 +7,14 @@ import { readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import t from 'tap';
 import { CAPSTAN_VERSION } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 
 const FIX = resolve(import.meta.dirname, '../fixtures/uploads-0.1');
 
 t.test('0.1 uploads are accepted by this server', async (t) => {
   const manifest = JSON.parse(await readFile(join(FIX, 'MANIFEST.json'), 'utf8')) as { node_id: string; inventory: string; run_log: string; counts: Record<string, number> };
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, join(dir, 'server'));
   const put = async (kind: string, name: string) =>
     fetch(`${server.url}/${kind}/${encodeURIComponent(name)}`, {
       method: 'PUT',

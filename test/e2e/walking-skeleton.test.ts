@@ -7,7 +7,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { decompress, parseRunInfo, runLogFileName } from '@capstan/shared';
-import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
+import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay, startServer } from '../helpers/programs.js';
 
 t.test('a run log travels agent → relay → server → registry', async (t) => {
   const dir = programDir(t);
@@ -153,9 +153,7 @@ t.test('an agent with the shared enrollment secret is accepted without an admin'
     'agent.toml': `[agent]\nenrollment_secret = "${secret}"\n`,
     'wrong.toml': `[agent]\nenrollment_secret = "not the secret at all"\n`,
   });
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim());
+  const { server, api } = await startServer(t, join(dir, 'server'), { config: join(dir, 'server.toml') });
   const run = (cfg: string, state: string) => runProgram(BIN.agent, ['run', '--config', join(dir, cfg), '--relay', server.url, '--state-dir', join(dir, state), '--log-level', 'error']);
   t.equal((await run('agent.toml', 'a')).code, 0);
   t.equal((await run('wrong.toml', 'b')).code, 5, 'a wrong secret: waiting for acceptance');

@@ -27,8 +27,14 @@ export interface Answer {
   headers: Record<string, string | string[] | number | undefined>;
 }
 
-export async function adminApp(t: Test, opts: { overrides?: Record<string, unknown>; maxPlanBytes?: number } = {}) {
-  const dir = programDir(t);
+export async function adminApp(t: Test, opts: {
+  overrides?: Record<string, unknown>; maxPlanBytes?: number;
+  /** The data directory (default: programDir(t)). */
+  dir?: string;
+  /** More of the app's policy options: the shared folder, a node-token check. */
+  policy?: { sharedFolder?: string; authorizeNode?: (req: { headers: Record<string, unknown> }, nodeId: string | undefined) => Promise<void> };
+} = {}) {
+  const dir = opts.dir ?? programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...opts.overrides } });
   const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
   const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
@@ -36,7 +42,7 @@ export async function adminApp(t: Test, opts: { overrides?: Record<string, unkno
   const key = await ensurePolicyKey(dir);
   const domain = composeDomain({ store, log: silentLogger, key, reviewRoles: config.policy.review_roles });
   const generator = domain.generator;
-  const policy = { key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }) };
+  const policy = { key, ...(opts.maxPlanBytes && { maxPlanBytes: opts.maxPlanBytes }), ...opts.policy };
   const app = buildApp({ config, store, domain, spool, log: silentLogger, adminToken: ADMIN_TOKEN, status: async () => ({}), policy });
   t.teardown(async () => {
     await app.close();
@@ -55,16 +61,16 @@ export async function adminApp(t: Test, opts: { overrides?: Record<string, unkno
   /** The same with a JSON body. */
   const api = (method: string, url: string, body?: unknown, headers: Record<string, string> = {}, auth?: string) =>
     send(method, url, body === undefined ? undefined : JSON.stringify(body), headers, auth);
-  return { dir, config, store, spool, key, generator, app, api, send };
+  return { dir, config, store, spool, key, domain, generator, app, api, send };
 }
 
 /**
  * The whole server in process, listening on port 0 in the test's directory, with the jobs sweep
  * fast and the lifecycle sweep out of the way; `api` calls its admin API with the admin token.
- * `close` may be called by the test before its teardown does.
+ * `close` may be called by the test before its teardown does. `dir` (default: programDir(t))
+ * is its data directory unless the overrides say otherwise.
  */
-export async function serverWithApi(t: Test, overrides: Record<string, unknown> | ((dir: string) => Record<string, unknown>) = {}) {
-  const dir = programDir(t);
+export async function serverWithApi(t: Test, overrides: Record<string, unknown> | ((dir: string) => Record<string, unknown>) = {}, dir = programDir(t)) {
   const config = loadServerConfig({
     overrides: {
       'general.data_dir': dir, 'general.listen': '127.0.0.1:0', 'jobs.sweep_interval': '100ms', 'lifecycle.sweep_interval': '1h',

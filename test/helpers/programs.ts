@@ -52,7 +52,12 @@ export interface Running {
   output: string[];
   /** What the program wrote to stderr so far, in chunks. */
   stderr: string[];
+  /** Its exit code (null when a signal ended it). */
+  exited: Promise<number | null>;
+  /** SIGTERM, and its exit code. */
   stop(): Promise<number | null>;
+  /** Send a signal (SIGKILL for a crash, SIGHUP for a reload) and wait for the exit code. */
+  signal(sig: NodeJS.Signals): Promise<number | null>;
 }
 
 /**
@@ -70,14 +75,16 @@ export function programDir(
   return t.testdir(content);
 }
 
-export async function startProgram(bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {
-  const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'] });
+/** A daemon started and ready (its `{"ready":true,"url":…}` line); `env` replaces the environment. */
+export async function startProgram(bin: string, args: string[], timeoutMs = 20_000, env?: NodeJS.ProcessEnv): Promise<Running> {
+  const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
   const output: string[] = [];
   const stderr: string[] = [];
   proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
   const url = await new Promise<string>((res, rej) => {
     const timer = setTimeout(() => rej(new Error(`${bin} not ready in ${timeoutMs} ms: ${stderr.join('')}`)), timeoutMs);
-    proc.once('exit', (code) => {
+    void exited.then((code) => {
       clearTimeout(timer);
       rej(new Error(`${bin} exited with ${code}: ${stderr.join('')}`));
     });
@@ -89,18 +96,11 @@ export async function startProgram(bin: string, args: string[], timeoutMs = 20_0
       }
     });
   });
-  return {
-    url,
-    proc,
-    output,
-    stderr,
-    stop: () =>
-      new Promise((res) => {
-        if (proc.exitCode !== null) return res(proc.exitCode);
-        proc.once('exit', (code) => res(code));
-        proc.kill('SIGTERM');
-      }),
+  const signal = (sig: NodeJS.Signals) => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
+    return exited;
   };
+  return { url, proc, output, stderr, exited, stop: () => signal('SIGTERM'), signal };
 }
 
 export interface Ran {
@@ -172,15 +172,27 @@ export async function registerRelay(api: ReturnType<typeof adminClient>, relaydA
   return id;
 }
 
+interface Teardown { teardown(fn: () => unknown): void }
+
+/**
+ * `capstan-server serve` on loopback with `dataDir` (its `--config`, `--log-level`, default
+ * warn, and any further arguments), stopped at the end of the test; the admin token and a client with it.
+ */
+export async function startServer(t: Teardown, dataDir: string, opts: { config?: string; logLevel?: string; args?: string[]; timeoutMs?: number } = {}) {
+  const server = await startProgram(BIN.server, ['serve', ...(opts.config ? ['--config', opts.config] : []), '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--log-level', opts.logLevel ?? 'warn', ...(opts.args ?? [])], opts.timeoutMs);
+  t.teardown(() => server.stop());
+  const token = (await readFile(join(dataDir, 'admin.token'), 'utf8')).trim();
+  return { server, token, api: adminClient(server.url, token) };
+}
+
 /**
  * A server and one relay in front of it, on loopback in `dir` (server/ and relay/), stopped at
  * the end of the test; the admin token and a client with it.
  */
-export async function serverAndRelay(t: { teardown(fn: () => unknown): void }, dir: string) {
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+export async function serverAndRelay(t: Teardown, dir: string, opts: { config?: string; logLevel?: string; serverArgs?: string[]; relayArgs?: string[] } = {}) {
+  const logLevel = opts.logLevel ?? 'warn';
+  const { server, token, api } = await startServer(t, join(dir, 'server'), { config: opts.config, logLevel, args: opts.serverArgs });
+  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', logLevel, ...(opts.relayArgs ?? [])]);
   t.teardown(() => relay.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  return { server, relay, token, api: adminClient(server.url, token) };
+  return { server, relay, token, api };
 }

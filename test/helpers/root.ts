@@ -26,7 +26,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, rm, rmdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -162,14 +162,16 @@ function setupScript(dir: string, opts: RootOptions, cgroup: string | null): str
     `mount -t tmpfs -o mode=0755 tmpfs ${m}/run`,
     `mount -t tmpfs -o mode=1777 tmpfs ${m}/tmp`,
   ];
-  if (!opts.systemd) return [...lines, 'echo "ready $hostpid"', `exec chroot ${m} /bin/sleep infinity`].join('\n');
+  // "ready" is said from inside the chroot, by the process nsenter will follow (exec keeps its
+  // pid): said before, a command could enter the namespaces with the host's / as its root.
+  const ready = (then: string) => `exec chroot ${m} /bin/sh -c ${q(`echo "ready $1"; exec ${then}`)} sh "$hostpid"`;
+  if (!opts.systemd) return [...lines, ready('/bin/sleep infinity')].join('\n');
   return [
     ...lines,
     ...systemdUnits(join(dir, 'merged')),
     `mkdir ${q(cgroup!)}`, `echo 0 > ${q(join(cgroup!, 'cgroup.procs'))}`,
-    'echo "ready $hostpid"',
     // In a cgroup namespace rooted at our new cgroup, systemd sees that cgroup as the whole tree.
-    `exec unshare --cgroup sh -c ${q(`mount -t cgroup2 cgroup2 ${m}/sys/fs/cgroup && exec chroot ${m} /usr/bin/env -i container=capstan-root PATH=${PATH} /lib/systemd/systemd --system --unit=capstan-root.target --log-target=null`)}`,
+    `exec unshare --cgroup sh -c ${q(`mount -t cgroup2 cgroup2 ${m}/sys/fs/cgroup && hostpid=$1 && ${ready(`/usr/bin/env -i container=capstan-root PATH=${PATH} /lib/systemd/systemd --system --unit=capstan-root.target --log-target=null`)}`)} sh "$hostpid"`,
   ].join('\n');
 }
 
@@ -229,6 +231,16 @@ export async function throwawayRoot(t: Test, opts: RootOptions = {}): Promise<Ro
     });
   });
 
+  // Never a command with the host's / for its root: the root's PID 1 must be in the overlay.
+  const merged = join(dir, 'merged');
+  const rootOf = (pid: number) => {
+    try {
+      return readlinkSync(`/proc/${pid}/root`);
+    } catch {
+      return null;
+    }
+  };
+  if (rootOf(init) !== merged) throw new Error(`throwaway root: process ${init} is not chrooted into ${merged} (${rootOf(init)})`);
   const exec: Root['exec'] = (cmd, cmdArgs = [], o = {}) =>
     new Promise((done) => {
       // tap puts its loader into every child's NODE_OPTIONS: env -u keeps it out of the root.

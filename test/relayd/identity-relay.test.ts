@@ -9,24 +9,17 @@ import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
 import { request } from 'undici';
-import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest, silentLogger } from '@capstan/shared';
-import { loadServerConfig } from '@capstan/server/config';
-import { startServer } from '@capstan/server/server';
+import { createNodeIdentity, generateSigningKey, issueNodeToken, makeRenewRequest } from '@capstan/shared';
 import { protectedNode } from '@capstan/relayd/identity/routes';
 import { raw } from './helpers/raw.js';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { serverWithApi } from '../helpers/admin-app.js';
 import { setAcceptance, TEST_ADMIN } from '../helpers/node-changes.js';
 
 async function setup(t: Test) {
   const dir = programDir(t);
-  const srv = await startServer(loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent' } }), silentLogger);
-  let srvUp = true;
-  const stopServer = async () => {
-    if (srvUp) await srv.close();
-    srvUp = false;
-  };
-  t.teardown(stopServer);
+  const { server: srv, close: stopServer } = await serverWithApi(t, { 'general.data_dir': join(dir, 'server'), 'log.level': 'silent' }, dir);
   const shared = join(dir, 'shared');
   mkdirSync(shared);
   writeFileSync(join(shared, 'motd'), 'hello\n');

@@ -7,22 +7,15 @@
 import { join } from 'node:path';
 import t from 'tap';
 import { request } from 'undici';
-import { createNodeIdentity, makeRenewRequest, silentLogger, verifyBundle } from '@capstan/shared';
-import { loadServerConfig } from '@capstan/server/config';
-import { startServer } from '@capstan/server/server';
+import { createNodeIdentity, makeRenewRequest, verifyBundle } from '@capstan/shared';
 import { startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { serverWithApi } from '../helpers/admin-app.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 
 t.test('a cached policy goes to its own node only', async (t) => {
   const dir = programDir(t);
-  const srv = await startServer(loadServerConfig({ overrides: { 'general.data_dir': join(dir, 'server'), 'general.listen': '127.0.0.1:0', 'log.level': 'silent' } }), silentLogger);
-  let up = true;
-  const stopServer = async () => {
-    if (up) await srv.close();
-    up = false;
-  };
-  t.teardown(stopServer);
+  const { server: srv, close: stopServer } = await serverWithApi(t, { 'general.data_dir': join(dir, 'server'), 'log.level': 'silent' }, dir);
   const nodes: Record<string, ReturnType<typeof createNodeIdentity>> = {};
   for (const id of ['node-a', 'node-b']) {
     nodes[id] = createNodeIdentity(id);

@@ -29,8 +29,21 @@ export async function pgUnavailable(): Promise<string | undefined> {
   return requiredInCi(why ?? false, '.ci/run starts the local cluster') || undefined;
 }
 
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
-  const c = new pg.Client({ connectionString: PG_URL });
+/** A client of its own for `fn`, in `schema` when one is named. */
+/**
+ * For a file whose every test needs PostgreSQL: true when it can run; else the file is planned
+ * empty with the reason, printed (in CI pgUnavailable throws instead).
+ */
+export async function postgresOrSkipFile(t: Test): Promise<boolean> {
+  const why = await pgUnavailable();
+  if (why === undefined) return true;
+  console.log(`# SKIP ${why}`);
+  t.plan(0, why);
+  return false;
+}
+
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_URL, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
   await c.connect();
   try {
     return await fn(c);

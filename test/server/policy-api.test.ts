@@ -247,23 +247,13 @@ t.test('a node changing (inventory, acceptance) is regenerated alone', async (t)
 
 t.test('with node tokens required, the shared folder answers only a request with a valid token of some node', async (t) => {
   const dir = programDir(t, { shared: { 'motd.txt': 'hello\n' } });
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const key = await ensurePolicyKey(dir);
-  const domain = composeDomain({ store, log: silentLogger, key });
   const asked: Array<string | undefined> = [];
   // What the server wires in with identity.require_token (authorizeNodeToken); here a stand-in.
   const authorizeNode = async (req: { headers: Record<string, unknown> }, nodeId: string | undefined) => {
     asked.push(nodeId);
     if (req.headers.authorization !== 'Bearer good') throw capstanError('ERR_TOKEN_INVALID', 'a node token is required');
   };
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), domain, policy: { key, sharedFolder: join(dir, 'shared'), authorizeNode } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
+  const { app } = await adminApp(t, { dir, policy: { sharedFolder: join(dir, 'shared'), authorizeNode } });
   const base = '/rudder/relay-api/1/shared-folder';
   for (const method of ['GET', 'HEAD'] as const) {
     for (const path of ['motd.txt', 'nope.txt', '..%2Fsecret.txt']) {
@@ -281,17 +271,7 @@ t.test('with node tokens required, the shared folder answers only a request with
 
 t.test('the shared folder is served by the server, with RUDDER hash semantics and no escapes', async (t) => {
   const dir = programDir(t, { shared: { 'motd.txt': 'hello\n', sub: { 'a.conf': 'x' } }, 'secret.txt': 'no' });
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const key = await ensurePolicyKey(dir);
-  const domain = composeDomain({ store, log: silentLogger, key });
-  const app = buildApp({ config, store, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), domain, policy: { key, sharedFolder: join(dir, 'shared') } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
+  const { app } = await adminApp(t, { dir, policy: { sharedFolder: join(dir, 'shared') } });
   const sha = createHash('sha256').update('hello\n').digest('hex');
   const base = '/rudder/relay-api/1/shared-folder';
   const get = await app.inject({ method: 'GET', url: `${base}/motd.txt` });

@@ -14,23 +14,12 @@ import { openRegistry } from '@capstan/server/registry/open';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { ensurePolicyKey, POLICY_KEY_CHAIN_FILE, POLICY_KEY_FILE } from '@capstan/server/policy/key';
 import { BIN, runProgram, programDir } from '../helpers/programs.js';
-import { composeDomain } from '@capstan/server/domain';
+import { adminApp } from '../helpers/admin-app.js';
 
 const TOKEN = 'z'.repeat(32);
 
 t.test('rotation through the API: endorsed chain, new signatures, new ETags', async (t) => {
-  const dir = programDir(t);
-  const config = loadServerConfig({ overrides: { 'general.data_dir': dir } });
-  const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
-  const spool = new Spool({ root: join(dir, 'spool'), maxFileBytes: 1 << 20 });
-  await spool.init();
-  const key = await ensurePolicyKey(dir);
-  const domain = composeDomain({ store, log: silentLogger, key });
-  const app = buildApp({ config, store, domain, spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), policy: { key } });
-  t.teardown(async () => {
-    await app.close();
-    await store.close();
-  });
+  const { dir, store, key, domain, app } = await adminApp(t);
   const api = async (method: 'GET' | 'POST' | 'PUT', url: string, body?: unknown, auth = `Bearer ${TOKEN}`) => {
     const res = await app.inject({ method, url, headers: { authorization: auth, ...(body !== undefined && { 'content-type': 'application/json' }) }, ...(body !== undefined && { payload: JSON.stringify(body) }) });
     return { status: res.statusCode, json: res.body ? JSON.parse(res.body) : null, etag: res.headers.etag };

@@ -4,91 +4,18 @@
  * a reachable server the whole file is skipped with the reason, so machines without
  * PostgreSQL still pass. CAPSTAN_TEST_PG_URL points it elsewhere.
  */
-import { randomBytes } from 'node:crypto';
 import t from 'tap';
-import { requiredInCi } from '../helpers/programs.js';
-import pg from 'pg';
-import { type Store } from '@capstan/server/store/index';
 import { openRegistry } from '@capstan/server/registry/open';
-import { registrySuite } from './registry-suite.js';
-import { identitySuite } from './identity-store-suite.js';
-import { adminsStoreSuite } from './admins-store-suite.js';
-import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
-import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
-import { run, storeSuite, type Backend } from './store-suite.js';
+import { run } from './store-suite.js';
+import { postgresBackend, registryStoreSuites } from './backends.js';
+import { pgAdmin, postgresOrSkipFile, PG_URL } from './pg.js';
 
-const url = process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const url = PG_URL;
+const admin = pgAdmin;
 
-/** The URL without its password, for messages. */
-function shown(u: string): string {
-  try {
-    const parsed = new URL(u);
-    if (parsed.password) parsed.password = '***';
-    return parsed.toString();
-  } catch {
-    return '(unparsable url)';
-  }
-}
-
-async function unreachable(): Promise<string | undefined> {
-  const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
-  try {
-    await c.connect();
-    await c.query('SELECT 1');
-    return undefined;
-  } catch (err) {
-    return (err as Error).message || String(err);
-  } finally {
-    await c.end().catch(() => undefined);
-  }
-}
-
-async function admin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Promise<T> {
-  const c = new pg.Client({ connectionString: url, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
-  await c.connect();
-  try {
-    return await fn(c);
-  } finally {
-    await c.end();
-  }
-}
-
-const reason = await unreachable();
-if (reason !== undefined) {
-  const why = requiredInCi(`PostgreSQL unavailable at ${shown(url)}: ${reason}`, '.ci/run starts the local cluster') as string;
-  console.log(`# SKIP ${why}`);
-  t.plan(0, why);
-} else {
-  const backend: Backend = {
-    async fresh(t) {
-      const schema = `capstan_test_${randomBytes(6).toString('hex')}`;
-      const stores: Store[] = [];
-      t.teardown(async () => {
-        for (const s of stores) await s.close();
-        await admin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
-      });
-      return {
-        dialect: 'postgres',
-        schema,
-        async open(opts = {}) {
-          const s = await openRegistry({ databaseUrl: url, schema, poolSize: 4, ...opts });
-          stores.push(s);
-          return s;
-        },
-        async exec(sql) {
-          // A test may write before any store created the schema (a database of an older version).
-          await admin((c) => c.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`));
-          await admin((c) => c.query(sql), schema);
-        },
-      };
-    },
-  };
-  storeSuite(t, backend);
-  registrySuite(t, backend);
-  identitySuite(t, backend);
-  adminsStoreSuite(t, backend);
-  jobsStoreSuite(t, backend);
-  bootstrapStoreSuite(t, backend);
+if (await postgresOrSkipFile(t)) {
+  const backend = postgresBackend();
+  registryStoreSuites(t, backend);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
     const db = await backend.fresh(t);

@@ -2,47 +2,12 @@
 import { join } from 'node:path';
 import t from 'tap';
 import Database from 'better-sqlite3';
-import { type Store } from '@capstan/server/store/index';
 import { openRegistry } from '@capstan/server/registry/open';
-import { registrySuite } from './registry-suite.js';
-import { identitySuite } from './identity-store-suite.js';
-import { adminsStoreSuite } from './admins-store-suite.js';
-import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
-import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
-import { storeSuite, type Backend } from './store-suite.js';
+import { registryStoreSuites, sqliteBackend } from './backends.js';
 import { programDir } from '../helpers/programs.js';
 
-const backend: Backend = {
-  async fresh(t) {
-    const path = join(programDir(t), 'capstan.db');
-    const stores: Store[] = [];
-    t.teardown(async () => {
-      for (const s of stores) await s.close();
-    });
-    return {
-      dialect: 'sqlite',
-      async open(opts = {}) {
-        const s = await openRegistry({ sqlitePath: path, ...opts });
-        stores.push(s);
-        return s;
-      },
-      async exec(sql) {
-        const db = new Database(path);
-        try {
-          db.exec(sql);
-        } finally {
-          db.close();
-        }
-      },
-    };
-  },
-};
-storeSuite(t, backend);
-registrySuite(t, backend);
-identitySuite(t, backend);
-adminsStoreSuite(t, backend);
-jobsStoreSuite(t, backend);
-bootstrapStoreSuite(t, backend);
+const backend = sqliteBackend;
+registryStoreSuites(t, backend);
 
 t.test('the database file is in WAL mode, so readers never wait for the ingest', async (t) => {
   const path = join(programDir(t), 'capstan.db');

@@ -11,7 +11,7 @@
 import { capstanError } from '@capstan/shared/errors';
 import { isFilterKey } from '../registry/filters.js';
 import { parseRfc3339 } from '../reads.js';
-import { SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../reads.js';
+import { MAX_FILTER_IDS, SORT_FIELDS, type NodeFilter, type NodeListQuery, type SortField } from '../reads.js';
 
 export type Query = Record<string, string | string[] | undefined>;
 
@@ -23,6 +23,15 @@ export const MAX_PER_PAGE = 1000;
 
 function bad(message: string): never {
   throw capstanError('ERR_BAD_REQUEST', message);
+}
+
+/** Ids of a parameter that may repeat and hold comma-separated values; undefined when absent. */
+export function idList(q: Query, name: string): string[] | undefined {
+  const v = q[name];
+  if (v === undefined) return undefined;
+  const values = (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter((s) => s.length > 0);
+  if (values.length > MAX_FILTER_IDS) bad(`at most ${MAX_FILTER_IDS} ${name} ids in one query`);
+  return values;
 }
 
 /** One value of a parameter given at most once. */

@@ -35,3 +35,12 @@ export function useRoute(): Route {
   }, []);
   return route;
 }
+
+/** What a pager's `go` does on a list page: the same query, another `page` (or `key`). */
+export function pageLink(path: string, params: URLSearchParams, key = 'page'): (page: number) => void {
+  return (page) => {
+    const next = new URLSearchParams(params);
+    next.set(key, String(page));
+    navigate(path, next);
+  };
+}

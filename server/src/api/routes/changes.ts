@@ -7,23 +7,14 @@
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { loadModel } from '../../policy/content.js';
-import { MAX_FILTER_IDS } from '../../reads.js';
 import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
-import { paging, single, timeParam, type Query } from '../params.js';
+import { idList, paging, single, timeParam, type Query } from '../params.js';
 import type { AggregateCache } from '../../console/cache.js';
 import { maybeCached } from './compliance.js';
 
 const bad = (message: string): never => {
   throw capstanError('ERR_BAD_REQUEST', message);
-};
-
-const list = (q: Query, name: string): string[] | undefined => {
-  const v = q[name];
-  if (v === undefined) return undefined;
-  const values = (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter((s) => s.length > 0);
-  if (values.length > MAX_FILTER_IDS) bad(`at most ${MAX_FILTER_IDS} ${name} ids in one query`);
-  return values;
 };
 
 const KNOWN = ['from', 'to', 'node', 'rule', 'directive', 'group', 'label', 'page', 'per_page', 'format', 'by', 'diff', 'max_age'];
@@ -36,8 +27,8 @@ async function changeQuery(store: Reads, q: Query): Promise<ChangeQuery> {
   if (label !== undefined && !CHANGE_LABELS.includes(label as ChangeLabel)) bad(`label must be one of ${CHANGE_LABELS.join(', ')}`);
   const from = timeParam(q, 'from');
   const to = timeParam(q, 'to');
-  let nodes = list(q, 'node');
-  const groups = list(q, 'group');
+  let nodes = idList(q, 'node');
+  const groups = idList(q, 'group');
   if (groups !== undefined) {
     const model = await loadModel(store);
     const members = new Set<string>();
@@ -49,8 +40,8 @@ async function changeQuery(store: Reads, q: Query): Promise<ChangeQuery> {
     }
     nodes = nodes === undefined ? [...members] : nodes.filter((n) => members.has(n));
   }
-  const rules = list(q, 'rule');
-  const directives = list(q, 'directive');
+  const rules = idList(q, 'rule');
+  const directives = idList(q, 'directive');
   return {
     ...(from !== undefined && { from }), ...(to !== undefined && { to }),
     ...(nodes !== undefined && { node_ids: nodes }), ...(rules !== undefined && { rule_ids: rules }),

@@ -6,23 +6,15 @@
 import type { FastifyInstance } from 'fastify';
 import { parseDuration } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
-import { FINDING_KINDS, MAX_FILTER_IDS, type FindingKind, type FindingQuery, type FindingRecord, type Reads } from '../../reads.js';
+import { FINDING_KINDS, type FindingKind, type FindingQuery, type FindingRecord, type Reads } from '../../reads.js';
 import { exportFormat, sendRows } from '../export.js';
-import { paging, single, timeParam, type Query } from '../params.js';
+import { idList, paging, single, timeParam, type Query } from '../params.js';
 
 const bad = (message: string): never => {
   throw capstanError('ERR_BAD_REQUEST', message);
 };
 
 const KNOWN = ['status', 'kind', 'node', 'rule', 'directive', 'q', 'min_age', 'from', 'to', 'page', 'per_page', 'format', 'diff'];
-
-const list = (q: Query, name: string): string[] | undefined => {
-  const v = q[name];
-  if (v === undefined) return undefined;
-  const values = (Array.isArray(v) ? v : [v]).flatMap((s) => s.split(',')).filter((s) => s.length > 0);
-  if (values.length > MAX_FILTER_IDS) bad(`at most ${MAX_FILTER_IDS} ${name} ids in one query`);
-  return values;
-};
 
 /** A finding query from the query string (the API's and the command lines'); `now` measures min_age. */
 export function findingQuery(q: Query, now: Date = new Date()): FindingQuery {
@@ -42,7 +34,7 @@ export function findingQuery(q: Query, now: Date = new Date()): FindingQuery {
     to = to === undefined || before < new Date(to).toISOString() ? before : to;
   }
   const from = timeParam(q, 'from');
-  const [nodes, rules, directives] = [list(q, 'node'), list(q, 'rule'), list(q, 'directive')];
+  const [nodes, rules, directives] = [idList(q, 'node'), idList(q, 'rule'), idList(q, 'directive')];
   return {
     ...(status !== undefined && status !== 'all' && { status: status as 'open' | 'closed' }), ...(kind !== undefined && { kind: kind as FindingKind }),
     ...(nodes && { node_ids: nodes }), ...(rules && { rule_ids: rules }), ...(directives && { directive_ids: directives }),

@@ -6,18 +6,15 @@
  */
 import type pg from 'pg';
 import type { TaskRules } from '../rules.js';
-import type { TaskState } from './types.js';
 import type {
-  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
+  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskState, TaskTransition, TransitionInput,
 } from './types.js';
 import {
-  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow,
+  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, utc,
   type Row,
 } from './rows.js';
 import type { Page } from '../store.js';
 import type { PostgresDb, Queryable as Q } from '../postgres/db.js';
-
-const utc = (s: string) => new Date(s).toISOString();
 
 export class PostgresJobStore implements JobStore {
   /** The states a task is still moving in, as an SQL list (the rules say which). */

@@ -8,6 +8,9 @@ import type {
 
 export type Row = Record<string, unknown>;
 
+/** A stored time as RFC 3339 UTC. */
+export const utc = (s: string) => new Date(s).toISOString();
+
 const isoOrNull = (v: unknown): string | null => (v === null || v === undefined ? null : isoOf(v));
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
 

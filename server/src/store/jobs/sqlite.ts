@@ -4,18 +4,15 @@
  * and its update cannot be split by another writer.
  */
 import type { TaskRules } from '../rules.js';
-import type { TaskState } from './types.js';
 import type {
-  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskTransition, TransitionInput,
+  JobInsert, JobKind, JobRecord, JobState, JobStore, PendingWork, TaskRecord, TaskState, TaskTransition, TransitionInput,
 } from './types.js';
 import {
-  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow,
+  JOB_COLUMNS, jobFromRow, bootstrapHostCondition, kindCondition, progressFrom, specJson, TASK_COLUMNS, taskFromRow, transitionFromRow, utc,
   type Row,
 } from './rows.js';
 import type { Page } from '../store.js';
 import type { SqliteDb } from '../sqlite/db.js';
-
-const utc = (s: string) => new Date(s).toISOString();
 
 export class SqliteJobStore implements JobStore {
   /** The states a task is still moving in, as an SQL list (the rules say which). */

@@ -3,7 +3,7 @@
  * after; filtered by admin, action, target, result and time, in the address (GET /api/1/audit).
  */
 import type { ListAnswer } from '../api';
-import { navigate } from '../router';
+import { navigate, pageLink } from '../router';
 import { Pager, Show, Time, useGet } from '../ui';
 
 interface Record_ {
@@ -64,11 +64,7 @@ export function AuditPage({ params }: { params: URLSearchParams }) {
               ))}
             </tbody>
           </table></div>
-          <Pager total={r.total} page={page} perPage={PER_PAGE} go={(p) => {
-            const next = new URLSearchParams(params);
-            next.set('page', String(p));
-            navigate('/audit', next);
-          }} />
+          <Pager total={r.total} page={page} perPage={PER_PAGE} go={pageLink('/audit', params)} />
         </>
       )}</Show>
     </>

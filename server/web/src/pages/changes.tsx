@@ -7,14 +7,10 @@ import { useMemo } from 'preact/hooks';
 import type uPlot from 'uplot';
 import type { ListAnswer } from '../api';
 import { barsLeft, barsRight, Chart, COUNT_INCRS } from '../chart';
-import { navigate } from '../router';
-import { Diff } from './node';
+import { navigate, pageLink } from '../router';
+import { ChangeItem, type Change } from './node';
 import { ErrorBox, Loading, Pager, Section, Time, useGet } from '../ui';
 
-interface Change {
-  id: number; at: string; node_id: string; label: string; rule_id: string; directive_id: string; component: string; key_value: string;
-  message: string; diff: string | null; diff_truncated: boolean; has_diff: boolean;
-}
 interface Bucket { at: string; intentional: number; corrective: number }
 
 const PER_PAGE = 50;
@@ -82,23 +78,9 @@ export function ChangesPage({ params }: { params: URLSearchParams }) {
           <>
             <p class="summary" aria-live="polite">{list.data.total.toLocaleString()}{list.data.total_capped ? '+' : ''} changes</p>
             <ul class="changes">
-              {list.data.data.map((c) => (
-                <li key={c.id}>
-                  <details>
-                    <summary><Time iso={c.at} /> <span class={`badge l-${c.label}`}>{c.label}</span> <a href={`#/nodes/${encodeURIComponent(c.node_id)}`}>{c.node_id}</a> {c.component} <code>{c.key_value}</code>{' '}
-                      <span class="muted"><a href={`#/rules/${encodeURIComponent(c.rule_id)}`}>{c.rule_id}</a> / <a href={`#/directives/${encodeURIComponent(c.directive_id)}`}>{c.directive_id}</a></span></summary>
-                    <p>{c.message}</p>
-                    {c.diff ? <Diff text={c.diff} /> : <p class="muted">No diff for this change.</p>}
-                    {c.diff_truncated && <p class="muted">The diff was cut at the server's limit.</p>}
-                  </details>
-                </li>
-              ))}
+              {list.data.data.map((c) => <ChangeItem key={c.id} c={c} />)}
             </ul>
-            <Pager total={list.data.total} page={page} perPage={PER_PAGE} go={(p) => {
-              const next = new URLSearchParams(params);
-              next.set('page', String(p));
-              navigate('/changes', next);
-            }} />
+            <Pager total={list.data.total} page={page} perPage={PER_PAGE} go={pageLink('/changes', params)} />
           </>
         )}
       </Section>

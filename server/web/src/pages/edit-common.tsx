@@ -36,6 +36,23 @@ export function inputProps(path: string, error: string | undefined, hint: boolea
   return { id, name: path, 'aria-invalid': error ? true : undefined, 'aria-describedby': described || undefined };
 }
 
+/** A policy object's id (only while it is new: an id never changes) and its name. */
+export function IdAndName(props: { isNew: boolean; idHint: string; id: string; setId(v: string): void; name: string; setName(v: string): void; fields: Record<string, string> }) {
+  const f = props.fields;
+  return (
+    <>
+      {props.isNew && (
+        <Field path="id" label="Id" hint={props.idHint} error={f.id}>
+          <input {...inputProps('id', f.id, true)} value={props.id} onInput={(e) => props.setId((e.target as HTMLInputElement).value)} required autocomplete="off" spellcheck={false} />
+        </Field>
+      )}
+      <Field path="name" label="Name" error={f.name}>
+        <input {...inputProps('name', f.name, false)} value={props.name} onInput={(e) => props.setName((e.target as HTMLInputElement).value)} />
+      </Field>
+    </>
+  );
+}
+
 interface Submitted { error: unknown; fields: Record<string, string> }
 
 /**

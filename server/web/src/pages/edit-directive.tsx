@@ -8,7 +8,7 @@ import { useState } from 'preact/hooks';
 import type { ListAnswer } from '../api';
 import { Show, useGet } from '../ui';
 import type { Directive } from './directives';
-import { Field, inputProps, SubmitBar, usePolicySubmit } from './edit-common';
+import { Field, inputProps, SubmitBar, usePolicySubmit, IdAndName } from './edit-common';
 
 interface ParamDoc { name: string; type: 'string' | 'list' | 'boolean' | 'number' | 'map'; description: string; required?: boolean; default?: unknown; values?: string[]; multiline?: boolean; internal?: boolean }
 interface Method { name: string; audit_only: boolean; params: ParamDoc[] }
@@ -111,14 +111,7 @@ export function DirectiveForm({ directive }: { directive: Directive | null }) {
       <h1>{directive ? `Edit directive ${directive.name || directive.id}` : 'New directive'}</h1>
       <Show f={methods}>{(ms) => (
         <form class="card edit" onSubmit={(e) => { e.preventDefault(); go('save'); }} aria-label="Directive">
-          {!directive && (
-            <Field path="id" label="Id" hint="Letters, digits, _ . - ; it travels in every report." error={f.id}>
-              <input {...inputProps('id', f.id, true)} value={id} onInput={(e) => setId((e.target as HTMLInputElement).value)} required autocomplete="off" spellcheck={false} />
-            </Field>
-          )}
-          <Field path="name" label="Name" error={f.name}>
-            <input {...inputProps('name', f.name, false)} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-          </Field>
+          <IdAndName isNew={!directive} idHint="Letters, digits, _ . - ; it travels in every report." id={id} setId={setId} name={name} setName={setName} fields={f} />
           <Field path="method" label="Method" hint={spec?.audit_only ? 'This method only checks: it reports audit states even in enforce mode.' : 'The generic method the directive applies.'} error={f.method}>
             <select {...inputProps('method', f.method, true)} value={method} required onChange={(e) => { setMethod((e.target as HTMLSelectElement).value); setValues({}); setTouched(true); }}>
               <option value="">choose a method</option>

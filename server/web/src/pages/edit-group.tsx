@@ -9,7 +9,7 @@ import { get, type ListAnswer } from '../api';
 import { FilterError } from '../ui';
 import type { NodeRow } from './nodes';
 import type { Filter, Group } from './groups';
-import { Field, inputProps, SubmitBar, usePolicySubmit } from './edit-common';
+import { Field, inputProps, SubmitBar, usePolicySubmit, IdAndName } from './edit-common';
 
 /** How long typing must pause before the preview is asked for. */
 const PREVIEW_DELAY_MS = 300;
@@ -63,14 +63,7 @@ export function GroupForm({ group }: { group: Group | null }) {
     <>
       <h1>{group ? `Edit group ${group.name || group.id}` : 'New group'}</h1>
       <form class="card edit" onSubmit={(e) => { e.preventDefault(); go('save'); }} aria-label="Group">
-        {!group && (
-          <Field path="id" label="Id" hint="Letters, digits, _ . -" error={f.id}>
-            <input {...inputProps('id', f.id, true)} value={id} onInput={(e) => setId((e.target as HTMLInputElement).value)} required autocomplete="off" spellcheck={false} />
-          </Field>
-        )}
-        <Field path="name" label="Name" error={f.name}>
-          <input {...inputProps('name', f.name, false)} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-        </Field>
+        <IdAndName isNew={!group} idHint="Letters, digits, _ . -" id={id} setId={setId} name={name} setName={setName} fields={f} />
         <Field path="filter" label="Filter" hint={<>The filter language: <code>os.name = debian and tag:env = prod</code>. Empty with static members: only them.</>} error={filterError}>
           <input {...inputProps('filter', filterError, true)} value={q} onInput={(e) => setQ((e.target as HTMLInputElement).value)} spellcheck={false} autocomplete="off" />
         </Field>

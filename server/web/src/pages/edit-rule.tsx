@@ -5,7 +5,7 @@ import { Show, useGet } from '../ui';
 import type { Directive } from './directives';
 import type { Group } from './groups';
 import type { Rule } from './rules';
-import { Field, fieldId, inputProps, SubmitBar, usePolicySubmit } from './edit-common';
+import { Field, fieldId, inputProps, SubmitBar, usePolicySubmit, IdAndName } from './edit-common';
 
 function Choices({ legend, path, items, chosen, set, error }: {
   legend: string; path: string; items: Array<{ id: string; name?: string; note?: string }>; chosen: string[]; set: (ids: string[]) => void; error?: string;
@@ -48,14 +48,7 @@ export function RuleForm({ rule }: { rule: Rule | null }) {
       <Show f={directives}>{(d) => (
         <Show f={groups}>{(g) => (
           <form class="card edit" onSubmit={(e) => { e.preventDefault(); go('save'); }} aria-label="Rule">
-            {!rule && (
-              <Field path="id" label="Id" hint="Letters, digits, _ . - ; it travels in every report." error={f.id}>
-                <input {...inputProps('id', f.id, true)} value={id} onInput={(e) => setId((e.target as HTMLInputElement).value)} required autocomplete="off" spellcheck={false} />
-              </Field>
-            )}
-            <Field path="name" label="Name" error={f.name}>
-              <input {...inputProps('name', f.name, false)} value={name} onInput={(e) => setName((e.target as HTMLInputElement).value)} />
-            </Field>
+            <IdAndName isNew={!rule} idHint="Letters, digits, _ . - ; it travels in every report." id={id} setId={setId} name={name} setName={setName} fields={f} />
             <Choices legend="Directives it applies" path="directives" items={d.data.map((x) => ({ id: x.id, ...(x.name && { name: x.name }), note: x.method }))} chosen={dirs} set={setDirs} error={f.directives} />
             <Choices legend="Groups it applies them to" path="groups" items={g.data.map((x) => ({ id: x.id, ...(x.name && { name: x.name }), ...(x.builtin && { note: 'built in' }) }))} chosen={grps} set={setGrps} error={f.groups} />
             <SubmitBar busy={s.busy} mustReview={s.mustReview} error={s.error} onPropose={() => go('propose')} cancel={rule ? `#/rules/${encodeURIComponent(rule.id)}` : '#/rules'} />

@@ -1,7 +1,7 @@
 /** Policy groups: compliance per group, and a group's static members and the nodes its filter matches. */
 import type { ListAnswer, WithPercent } from '../api';
 import { useCanWrite } from '../me';
-import { href, navigate } from '../router';
+import { href, navigate, pageLink } from '../router';
 import { ComplianceBar, Facts, Pager, Percent, Section, Show, useGet } from '../ui';
 import { GroupForm } from './edit-group';
 import type { NodeRow } from './nodes';
@@ -58,11 +58,7 @@ function Members({ title, query, params, pageKey }: { title: string; query: URLS
       <Show f={nodes}>{(r) => (
         <>
           <ul class="columns">{r.data.map((n) => <li key={n.id}><a href={`#/nodes/${enc(n.id)}`}>{n.name}</a> <span class={`badge b-${n.status}`}>{n.status}</span></li>)}</ul>
-          {r.total > 50 && <Pager total={r.total} page={page} perPage={50} go={(p) => {
-            const next = new URLSearchParams(params);
-            next.set(pageKey, String(p));
-            navigate(location.hash.slice(1).split('?')[0]!, next);
-          }} />}
+          {r.total > 50 && <Pager total={r.total} page={page} perPage={50} go={pageLink(location.hash.slice(1).split('?')[0]!, params, pageKey)} />}
           <p><a href={href('/nodes', query)}>Open in the node list</a></p>
         </>
       )}</Show>

@@ -25,7 +25,7 @@ interface NodeCompliance extends WithPercent {
 }
 interface Report { rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; msg: string }
 interface Run { id: number; started_at: string; config_id: string | null; complete: boolean; report_count: number; counts: Record<string, number>; received_at: string; reports?: Report[] }
-interface Change { id: number; at: string; label: string; rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; message: string; diff: string | null; diff_truncated: boolean }
+export interface Change { id: number; at: string; node_id?: string; label: string; rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; message: string; diff: string | null; diff_truncated: boolean }
 interface HistoryEntry { id: number; at: string; field: string; from: string | null; to: string; cause: string }
 interface Identity { state: string; kid: string | null; issued_at: string | null; expires_at: string | null; forced_after: string | null; certificate_fingerprint: string | null }
 
@@ -39,6 +39,22 @@ function runClass(r: Run): string {
   if ((c.audit_noncompliant ?? 0) > 0) return 'non_compliant';
   if ((c.result_repaired ?? 0) > 0) return 'repaired';
   return 'success';
+}
+
+/** One change folded to its summary (when, label, node, component, key, rule / directive); unfolded, its message and diff. */
+export function ChangeItem({ c, open }: { c: Change; open?: boolean }) {
+  const link = (kind: string, id: string) => <a href={`#/${kind}/${encodeURIComponent(id)}`}>{id}</a>;
+  return (
+    <li>
+      <details open={open}>
+        <summary><Time iso={c.at} /> <span class={`badge l-${c.label}`}>{c.label}</span> {c.node_id !== undefined && <>{link('nodes', c.node_id)} </>}{c.component} <code>{c.key_value}</code>{' '}
+          <span class="muted">{link('rules', c.rule_id)} / {link('directives', c.directive_id)}</span></summary>
+        <p>{c.message}</p>
+        {c.diff ? <Diff text={c.diff} /> : <p class="muted">No diff for this change.</p>}
+        {c.diff_truncated && <p class="muted">The diff was cut at the server's limit.</p>}
+      </details>
+    </li>
+  );
 }
 
 export function Diff({ text }: { text: string }) {
@@ -230,16 +246,7 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
       <Section title="Changes" id="changes">
         <Show f={changes}>{(r) => (r.data.length === 0 ? <p class="muted">No change recorded.</p> : (
           <ul class="changes">
-            {r.data.map((c) => (
-              <li key={c.id}>
-                <details open={r.data.length <= 3}>
-                  <summary><Time iso={c.at} /> <span class={`badge l-${c.label}`}>{c.label}</span> {c.component} <code>{c.key_value}</code> <span class="muted">{c.rule_id} / {c.directive_id}</span></summary>
-                  <p>{c.message}</p>
-                  {c.diff ? <Diff text={c.diff} /> : <p class="muted">No diff for this change.</p>}
-                  {c.diff_truncated && <p class="muted">The diff was cut at the server's limit.</p>}
-                </details>
-              </li>
-            ))}
+            {r.data.map((c) => <ChangeItem key={c.id} c={c} open={r.data.length <= 3} />)}
           </ul>
         ))}</Show>
       </Section>

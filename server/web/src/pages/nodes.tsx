@@ -5,7 +5,7 @@
  * compliance too: worst first), paged; each row with its compliance and last run.
  */
 import type { ListAnswer, WithPercent } from '../api';
-import { navigate } from '../router';
+import { navigate, pageLink } from '../router';
 import { Badge, ComplianceBar, ErrorBox, FilterError, Loading, Pager, Percent, SortHeader, Time, useGet } from '../ui';
 
 export interface NodeRow {
@@ -133,11 +133,7 @@ export function NodesPage({ params }: { params: URLSearchParams }) {
               </tbody>
             </table>
           </div>
-          <Pager total={r.total} page={page} perPage={PER_PAGE} go={(p) => {
-            const next = new URLSearchParams(params);
-            next.set('page', String(p));
-            navigate('/nodes', next);
-          }} />
+          <Pager total={r.total} page={page} perPage={PER_PAGE} go={pageLink('/nodes', params)} />
         </>
       ))(nodes.data)}
     </>

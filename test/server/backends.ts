@@ -1,0 +1,79 @@
+/**
+ * The two stores the store suites run on: SQLite in the test's temporary directory, and
+ * PostgreSQL in a schema of its own (`<prefix>_<random>`, dropped in teardown), so parallel test
+ * files and reruns never see each other's rows. (Not a .test.ts: a helper.)
+ */
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import type { Store } from '@capstan/server/store/index';
+import { openRegistry } from '@capstan/server/registry/open';
+import { programDir } from '../helpers/programs.js';
+import { pgAdmin, PG_URL } from './pg.js';
+import { registrySuite } from './registry-suite.js';
+import { identitySuite } from './identity-store-suite.js';
+import { adminsStoreSuite } from './admins-store-suite.js';
+import { jobsStoreSuite } from '../jobs/jobs-store-suite.js';
+import { bootstrapStoreSuite } from '../jobs/bootstrap-store-suite.js';
+import { storeSuite, type Backend } from './store-suite.js';
+
+/** Closes every store a test opened, at its end. */
+function opened(t: { teardown(fn: () => unknown): void }, after?: () => Promise<unknown>) {
+  const stores: Store[] = [];
+  t.teardown(async () => {
+    for (const s of stores) await s.close();
+    await after?.();
+  });
+  return (s: Store) => {
+    stores.push(s);
+    return s;
+  };
+}
+
+export const sqliteBackend: Backend = {
+  async fresh(t) {
+    const path = join(programDir(t), 'capstan.db');
+    const keep = opened(t);
+    return {
+      dialect: 'sqlite',
+      open: async (opts = {}) => keep(await openRegistry({ sqlitePath: path, ...opts })),
+      async exec(sql) {
+        const db = new Database(path);
+        try {
+          db.exec(sql);
+        } finally {
+          db.close();
+        }
+      },
+    };
+  },
+};
+
+export function postgresBackend(prefix = 'capstan_test'): Backend {
+  return {
+    async fresh(t) {
+      const schema = `${prefix}_${randomBytes(6).toString('hex')}`;
+      const keep = opened(t, () => pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
+      return {
+        dialect: 'postgres',
+        schema,
+        open: async (opts = {}) => keep(await openRegistry({ databaseUrl: PG_URL, schema, poolSize: 4, ...opts })),
+        async exec(sql) {
+          // A test may write before any store created the schema (a database of an older version).
+          await pgAdmin((c) => c.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`));
+          await pgAdmin((c) => c.query(sql), schema);
+        },
+      };
+    },
+  };
+}
+
+/** The registry's store suites, run whole on one backend: the same tests on both stores. */
+export function registryStoreSuites(t: Parameters<typeof storeSuite>[0], backend: Backend): void {
+  storeSuite(t, backend);
+  registrySuite(t, backend);
+  identitySuite(t, backend);
+  adminsStoreSuite(t, backend);
+  jobsStoreSuite(t, backend);
+  bootstrapStoreSuite(t, backend);
+}
