@@ -4,21 +4,17 @@
  * page with its parameters and its calls in order; a technique directive's page linking to it,
  * with no edit form (the form knows the generic methods only).
  */
-import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
-import { adminClient, BIN, programDir, startProgram } from '../helpers/programs.js';
+import { programDir, startServer } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
 
 t.test('the console lists techniques and shows one, and a directive links to its technique', { skip }, async (t) => {
   const dir = programDir(t);
-  const server = await startProgram(BIN.server, ['serve', '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'server'), '--log-level', 'warn']);
-  t.teardown(() => server.stop());
-  const token = (await readFile(join(dir, 'server', 'admin.token'), 'utf8')).trim();
-  const api = adminClient(server.url, token);
+  const { server, token, api } = await startServer(t, join(dir, 'server'));
   const technique = {
     name: 'Nginx server', version: '1.2', description: 'The web front',
     parameters: [{ name: 'conf', type: 'string', required: true }, { name: 'sites', type: 'list', default: ['default'] }],
