@@ -173,6 +173,7 @@ t.test('policy files: read what export writes, refuse what is not policy', async
     directives: [{ id: 'motd', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi\n' }, mode: 'enforce', updated_at: 'x' }],
     groups: [{ id: 'web', name: 'Web', filter: [{ key: 'name', values: ['web*'] }] }],
     rules: [{ id: 'base', name: 'Base', directives: ['motd'], groups: ['web'] }],
+    techniques: [],
   };
   for (const format of ['toml', 'json'] as const) {
     const out = join(dir, format);
@@ -181,7 +182,7 @@ t.test('policy files: read what export writes, refuse what is not policy', async
     t.same(back.directives, [{ id: 'motd', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi\n' }, mode: 'enforce' }], `${format}: updated_at left out`);
     t.same(back.groups, files.groups);
     await t.rejects(writePolicyDir(out, files, format, false), { code: 'ERR_POLICY_FILE' }, 'no export over an older one without --force');
-    t.equal(await writePolicyDir(out, { directives: [], groups: [], rules: files.rules }, format, true), 1);
+    t.equal(await writePolicyDir(out, { directives: [], groups: [], rules: files.rules, techniques: [] }, format, true), 1);
     t.same((await readPolicyDir(out)).directives, [], '--force removed the old files');
   }
   const bad = join(dir, 'bad');
@@ -199,7 +200,7 @@ t.test('completion scripts name every verb; bash completes them', async (t) => {
   const program = buildProgram({ out() {}, err() {}, env: {}, isTTY: false, exit: () => { throw new Exit(0); }, sleep: async () => undefined });
   const bash = bashCompletion(program);
   const zsh = zshCompletion(program);
-  for (const verb of ['nodes', 'software', 'lifecycle', 'compliance', 'changes', 'rules', 'directives', 'groups', 'jobs', 'credentials', 'managers', 'keys', 'admins', 'audit', 'policy', 'completion']) {
+  for (const verb of ['nodes', 'software', 'lifecycle', 'compliance', 'changes', 'rules', 'directives', 'groups', 'techniques', 'jobs', 'credentials', 'managers', 'keys', 'admins', 'audit', 'policy', 'completion']) {
     t.match(bash, new RegExp(`\\b${verb}\\b`));
     t.match(zsh, new RegExp(`\\b${verb}\\b`));
   }

@@ -12,6 +12,7 @@ const FILES = {
   directives: [{ id: 'motd', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi\n' }, mode: 'enforce' }],
   groups: [{ id: 'web', name: 'Web', filter: [{ key: 'name', values: ['web*'] }] }],
   rules: [{ id: 'base', name: 'Base', directives: ['motd'], groups: ['web'] }],
+  techniques: [],
 };
 
 const SECRET = 'name = "root-only secret"\n';

@@ -379,6 +379,15 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.deletePolicyObject('directive', 'd1'), true);
     t.equal(await store.deletePolicyObject('directive', 'd1'), false);
     t.equal((await store.listPolicyObjects('group')).length, 1);
+    // Techniques are a kind of their own: nested calls and typed defaults come back as saved.
+    const technique = { id: 'nginx_server', name: 'Nginx', version: '1.0', parameters: [{ name: 'workers', type: 'number', default: 4 }, { name: 'sites', type: 'list', default: ['a'] }],
+      calls: [{ id: 'site', name: 'Site {{item}}', foreach: 'sites', method: 'file_line_present', params: { path: '/etc/x', line: '{{item}}' }, if: "!error('x')" }] };
+    t.equal(await store.putPolicyObject('technique', 'nginx_server', technique, '2024-05-01T08:00:00Z'), true);
+    t.equal(await store.putPolicyObject('technique', 'nginx_server', { ...technique, version: '1.1' }, '2024-05-01T09:00:00Z'), false, 'a new version replaces the object');
+    t.same((await store.listPolicyObjects('technique')).map((o) => [o.id, o.body]), [['nginx_server', { ...technique, version: '1.1' }]]);
+    t.equal(await store.getPolicyObject('directive', 'nginx_server'), null, 'kinds are separate');
+    await t.rejects(store.putPolicyObject('colour' as 'rule', 'x', {}, '2024-05-01T08:00:00Z'), { code: 'ERR_BAD_REQUEST' }, 'an unknown kind is refused');
+    t.equal(await store.deletePolicyObject('technique', 'nginx_server'), true);
   });
 
   t.test('policy bundles: one per node, replaced, gone with the node', async (t) => {

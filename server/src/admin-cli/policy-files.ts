@@ -1,5 +1,5 @@
 /**
- * Policy as code on disk: a directory with `directives/`, `groups/` and `rules/`, one file per
+ * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/` and `techniques/`, one file per
  * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
  * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
  * Reading checks only the layout (the server checks the objects, with the same code as a save).
@@ -14,7 +14,7 @@ import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
 
-export const POLICY_KINDS = ['directives', 'groups', 'rules'] as const;
+export const POLICY_KINDS = ['directives', 'groups', 'rules', 'techniques'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
 export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
@@ -62,7 +62,7 @@ async function readPolicyFile(path: string): Promise<string> {
 
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
 export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [] };
   let top: string[];
   try {
     top = await readdir(dir);
@@ -134,8 +134,10 @@ export async function writePolicyDir(dir: string, files: PolicyFiles, format: 't
     const sub = join(dir, kind);
     await mkdir(sub, { recursive: true });
     await entry(sub);
+    // Techniques are written as JSON whatever the format: nested lists of calls read better so.
+    const fmt = kind === 'techniques' ? 'json' : format;
     for (const obj of files[kind]) {
-      const path = join(sub, `${String(obj.id)}.${format}`);
+      const path = join(sub, `${String(obj.id)}.${fmt}`);
       // A new file of its own: a link (or anything) put there meanwhile is refused, not followed.
       let fh;
       try {
@@ -144,7 +146,7 @@ export async function writePolicyDir(dir: string, files: PolicyFiles, format: 't
         fail(`cannot write ${path}: ${(err as Error).message}`);
       }
       try {
-        await fh.writeFile(fileText(obj, format));
+        await fh.writeFile(fileText(obj, fmt));
       } finally {
         await fh.close();
       }

@@ -1,29 +1,31 @@
 /**
- * `capstan policy export|diff|apply`: the server's directives, groups and rules as a directory
+ * `capstan policy export|diff|apply`: the server's directives, groups, rules and techniques as a directory
  * of files, the plan of making the server match one (POST /api/1/policy/plan: object changes
  * and, per node, the directives it would gain, see changed or lose), and applying that plan with
  * the usual PUT and DELETE calls in an order that keeps every reference valid.
  */
 import type { ApiTransport } from './transport.js';
-import { readPolicyDir, type PolicyFiles } from './policy-files.js';
+import { POLICY_KINDS, readPolicyDir, type PolicyFiles } from './policy-files.js';
 import type { DirectiveRef as Ref, Plan, PlanChange } from '../policy/plan.js';
 
 // The plan's wire shape is the server's own (a type-only import: nothing of the server is loaded).
 export type { NodeImpact, Plan, PlanChange } from '../policy/plan.js';
 
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
 
 export async function exportPolicy(api: ApiTransport): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [] };
   // The built-in groups (all nodes, …) are the server's, not the files': rules name them by id.
-  for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
+  for (const kind of POLICY_KINDS) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
   return out;
 }
 
 export async function planFor(api: ApiTransport, dir: string, prune: boolean, maxNodes?: number): Promise<Plan> {
-  const files = await readPolicyDir(dir);
+  const { techniques, ...files } = await readPolicyDir(dir);
   const query = maxNodes === undefined ? {} : { max_nodes: maxNodes };
-  return (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
+  // Techniques only when there are some: a server without them still plans the rest.
+  const body = { ...files, ...(techniques.length > 0 && { techniques }), prune };
+  return (await api.call('POST', '/api/1/policy/plan', { body, query })).body.data as Plan;
 }
 
 const sign = { create: '+', update: '~', delete: '-' } as const;
@@ -52,7 +54,7 @@ export function planText(plan: Plan): string {
  * plan will save them, its deletions by name; another admin approves and deploys it.
  */
 export async function proposePlan(api: ApiTransport, plan: Plan, title: string, description?: string): Promise<{ id: string; status: string }> {
-  const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], delete: [] };
+  const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], techniques: [], delete: [] };
   for (const c of plan.changes) {
     if (c.action === 'delete') (body.delete as unknown[]).push({ kind: c.kind, id: c.id });
     else (body[PLURAL[c.kind]] as unknown[]).push(c.object);

@@ -35,7 +35,7 @@ const operator = (action: string, target?: RouteAccess['target']): RouteAccess =
 
 function policyAccess(): Record<string, RouteAccess> {
   const out: Record<string, RouteAccess> = {};
-  for (const [kind, plural] of [['directive', 'directives'], ['group', 'groups'], ['rule', 'rules']] as const) {
+  for (const [kind, plural] of [['directive', 'directives'], ['group', 'groups'], ['rule', 'rules'], ['technique', 'techniques']] as const) {
     out[`GET /api/1/${plural}`] = view;
     out[`GET /api/1/${plural}/:id`] = view;
     out[`POST /api/1/${plural}`] = admin(`${kind}.create`, r('id'));

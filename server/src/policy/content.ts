@@ -3,31 +3,40 @@
  * groups a change touches, a node's directives, and the stored text and expectations of a bundle.
  */
 import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
-import type { ExpectedComponent, Store } from '../store/store.js';
+import type { Technique } from '@capstan/shared/policy/technique';
+import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
 import { BUILTIN_GROUPS, type GroupDef, type RuleDef } from './model.js';
+import { usesTechnique } from './techniques.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
   groups: Map<string, GroupDef>;
   rules: Map<string, RuleDef>;
+  /** The saved techniques, as parseTechnique checked them, by technique id. */
+  techniques: Map<string, Technique>;
 }
 
 export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
-  const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
+  const [d, g, r, t] = await Promise.all(['directive', 'group', 'rule', 'technique'].map((k) => store.listPolicyObjects(k as PolicyKind)));
   return {
-    directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
-    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
-    rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
+    directives: new Map(d!.map((o) => [o.id, o.body as unknown as Directive])),
+    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g!.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
+    rules: new Map(r!.map((o) => [o.id, o.body as unknown as RuleDef])),
+    techniques: new Map(t!.map((o) => [o.id, o.body as unknown as Technique])),
   };
 }
 
 /** The groups a change to one object can move nodes in and out of. */
-export function groupsTouched(model: PolicyModel, kind: 'directive' | 'group' | 'rule', id: string): Set<string> {
+export function groupsTouched(model: PolicyModel, kind: PolicyKind, id: string): Set<string> {
   const out = new Set<string>();
   // A group no rule uses moves nobody's policy, whatever its members.
   if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
+  // A technique reaches the nodes of the rules whose directives instantiate it.
+  const users = kind === 'technique' ? new Set([...model.directives.values()].filter((d) => usesTechnique(d, id)).map((d) => d.id)) : new Set<string>();
   for (const rule of model.rules.values()) {
-    if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id))) rule.groups.forEach((g) => out.add(g));
+    if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id)) || rule.directives.some((d) => users.has(d))) {
+      rule.groups.forEach((g) => out.add(g));
+    }
   }
   return out;
 }

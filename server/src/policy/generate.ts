@@ -12,7 +12,7 @@ import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import type { Logger } from '@capstan/shared/log';
 import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
-import type { PolicyWrite, Store } from '../store/store.js';
+import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
 import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
 import { keepLastSeconds } from './model.js';
@@ -65,7 +65,7 @@ export class PolicyGenerator {
    * Save one object (through `save`) and regenerate the nodes it affects. `save` runs inside the
    * generator's queue, so the model read before it is the one it replaces.
    */
-  change<T>(kind: 'directive' | 'group' | 'rule', id: string, save: () => Promise<T>): Promise<{ result: T; stats: GenerationStats }> {
+  change<T>(kind: PolicyKind, id: string, save: () => Promise<T>): Promise<{ result: T; stats: GenerationStats }> {
     return this.serial(async () => {
       const t0 = performance.now();
       const before = await loadModel(this.store);
@@ -256,7 +256,7 @@ export class PolicyGenerator {
    * same membership and bundle code as generation, writing nothing (`POST /api/1/policy/plan`).
    * The nodes are the accepted members, in either model, of the groups the changed objects touch.
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: 'directive' | 'group' | 'rule'; id: string }>): Promise<NodePreview[]> {
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>): Promise<NodePreview[]> {
     const listing = new Listing(this.store);
     const touched = (model: PolicyModel) => {
       const out = new Set<string>();

@@ -7,9 +7,10 @@
  */
 import { parseDuration } from '@capstan/shared/config';
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
-import type { Directive, DirectiveMode } from '@capstan/shared/policy/bundle';
+import { TECHNIQUE_METHOD, type Directive, type DirectiveMode } from '@capstan/shared/policy/bundle';
 import { parseCondition } from '@capstan/shared/policy/condition';
 import { validateMethodParams } from '@capstan/shared/policy/methods';
+import { parseTechnique, type Technique } from '@capstan/shared/policy/technique';
 import { checkFilters, isFilterKey } from '../registry/filters.js';
 import type { NodeFilter } from '../store/store.js';
 
@@ -84,23 +85,20 @@ function idList(v: unknown, field: string, max: number): string[] {
 
 /** A directive body (POST, or PUT with the id from the path). */
 export function parseDirective(body: unknown, pathId?: string): Directive {
-  const b = onlyFields(body, ['id', 'name', 'method', 'params', 'mode', 'condition']);
+  const b = onlyFields(body, ['id', 'name', 'method', 'params', 'mode', 'condition', 'technique']);
   const id = checkId(b.id ?? pathId);
   if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
   if (typeof b.method !== 'string') throw capstanError('ERR_METHOD_PARAMS', 'method must be a string', { details: { field: 'method' } });
   const params = b.params ?? {};
   if (JSON.stringify(params).length > MAX_PARAMS_BYTES) throw capstanError('ERR_METHOD_PARAMS', `params larger than ${MAX_PARAMS_BYTES} bytes`, { details: { field: 'params' } });
-  try {
-    validateMethodParams(b.method, params);
-  } catch (err) {
-    // The method names the field under params; the answer names it in the request body.
-    const field = isCapstanError(err) ? err.details?.field : undefined;
-    if (!isCapstanError(err) || typeof field !== 'string' || field === 'method' || field === 'params') throw err;
-    throw capstanError('ERR_METHOD_PARAMS', err.message, { details: { ...err.details, field: `params.${field}` } });
-  }
+  // A technique's directive: its values are checked against the stored technique by the
+  // service (techniques.ts), which knows it; here only the reference's shape.
+  const technique = b.method === TECHNIQUE_METHOD ? techniqueRef(b.technique, params) : undefined;
+  if (technique === undefined && b.technique !== undefined) bad(`technique is only for method "${TECHNIQUE_METHOD}"`, 'technique');
+  if (technique === undefined) methodParams(b.method, params);
   const mode = (b.mode ?? 'enforce') as DirectiveMode;
   if (mode !== 'enforce' && mode !== 'audit') bad('mode must be enforce or audit', 'mode');
-  const d: Directive = { id, name: name(b.name ?? id), method: b.method, params: params as Record<string, unknown>, mode };
+  const d: Directive = { id, name: name(b.name ?? id), method: b.method, params: params as Record<string, unknown>, mode, ...(technique && { technique }) };
   if (b.condition !== undefined && b.condition !== null && b.condition !== '') {
     if (typeof b.condition !== 'string') throw capstanError('ERR_CONDITION_SYNTAX', 'condition must be a string', { details: { field: 'condition' } });
     try {
@@ -112,6 +110,45 @@ export function parseDirective(body: unknown, pathId?: string): Directive {
     d.condition = b.condition;
   }
   return d;
+}
+
+/** A plain directive's params, checked by its method; the field named in the request body. */
+function methodParams(method: string, params: unknown): void {
+  try {
+    validateMethodParams(method, params);
+  } catch (err) {
+    // The method names the field under params; the answer names it in the request body.
+    const field = isCapstanError(err) ? err.details?.field : undefined;
+    if (!isCapstanError(err) || typeof field !== 'string' || field === 'method' || field === 'params') throw err;
+    throw capstanError('ERR_METHOD_PARAMS', err.message, { details: { ...err.details, field: `params.${field}` } });
+  }
+}
+
+/** `{"id", "version"}` of a technique directive, and its values an object. */
+function techniqueRef(v: unknown, params: unknown): { id: string; version: string } {
+  const t = onlyFieldsAt(v, 'technique', ['id', 'version']);
+  if (typeof t.id !== 'string' || !/^[A-Za-z0-9_]{1,128}$/.test(t.id)) bad('technique.id must be a technique id (1-128 letters, digits or _)', 'technique.id');
+  if (typeof t.version !== 'string' || !/^\d{1,6}\.\d{1,6}$/.test(t.version)) bad('technique.version must be a version such as "1.0"', 'technique.version');
+  if (!params || typeof params !== 'object' || Array.isArray(params)) throw capstanError('ERR_METHOD_PARAMS', 'params must be an object of the technique\'s parameter values', { details: { field: 'params' } });
+  return { id: t.id, version: t.version };
+}
+
+function onlyFieldsAt(v: unknown, field: string, allowed: readonly string[]): Record<string, unknown> {
+  if (!v || typeof v !== 'object' || Array.isArray(v)) bad(`${field} must be an object {${allowed.map((a) => `"${a}"`).join(', ')}}`, field);
+  const unknown = Object.keys(v).find((k) => !allowed.includes(k));
+  if (unknown !== undefined) bad(`${field}.${unknown} is not a field of ${field}`, `${field}.${unknown}`);
+  return v as Record<string, unknown>;
+}
+
+/**
+ * A technique body (POST, or PUT with the id from the path): parseTechnique's checks, each fault
+ * ERR_TECHNIQUE_INVALID naming its field. The object's id is the technique's id.
+ */
+export function parseTechniqueObject(body: unknown, pathId?: string): Technique {
+  const b = body && typeof body === 'object' && !Array.isArray(body) && pathId !== undefined && (body as Record<string, unknown>).id === undefined ? { ...body, id: pathId } : body;
+  const t = parseTechnique(b);
+  if (pathId !== undefined && t.id !== pathId) bad('id in the body differs from the one in the path', 'id');
+  return t;
 }
 
 /**

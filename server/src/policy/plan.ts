@@ -1,5 +1,5 @@
 /**
- * Policy as code: what making the server's directives, groups and rules match a desired set
+ * Policy as code: what making the server's directives, groups, rules and techniques match a desired set
  * would change (`POST /api/1/policy/plan`). Two answers: the objects to create, update and delete
  * (in the order a client applies them), and each node whose bundle would change with the
  * directives it would gain, see changed or lose — computed by the generator's own membership and
@@ -11,7 +11,9 @@ import { computeConfigId, type BundleDirective, type Directive } from '@capstan/
 import type { PolicyKind, Store } from '../store/store.js';
 import { loadModel, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
-import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
+import type { Technique } from '@capstan/shared/policy/technique';
+import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, parseTechniqueObject, type GroupDef, type RuleDef } from './model.js';
+import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -21,6 +23,7 @@ export interface PlanRequest {
   directives: Directive[];
   groups: GroupDef[];
   rules: RuleDef[];
+  techniques: Technique[];
   /** Delete what the request does not name (otherwise it is left alone). */
   prune: boolean;
   /** Objects to delete by name (a change request's deletions). */
@@ -62,21 +65,22 @@ export interface Plan {
   nodes_truncated: boolean;
 }
 
-const KINDS = ['directive', 'group', 'rule'] as const;
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+/** In the order objects are saved: techniques before the directives naming them, those before rules. */
+const KINDS = ['technique', 'directive', 'group', 'rule'] as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
 
 function bad(message: string, field: string): never {
   throw capstanError('ERR_BAD_REQUEST', message, { details: { field } });
 }
 
-/** `{directives, groups, rules, prune?}`, each object checked as its POST would check it. */
+/** `{directives, groups, rules, techniques, prune?}`, each object checked as its POST would check it. */
 export function parsePlanRequest(body: unknown): PlanRequest {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "prune"}', '');
+  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "techniques", "prune"}', '');
   const b = body as Record<string, unknown>;
-  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'prune'].includes(k));
+  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'techniques', 'prune'].includes(k));
   if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]!);
   if (b.prune !== undefined && typeof b.prune !== 'boolean') bad('prune must be true or false', 'prune');
-  const out: PlanRequest = { directives: [], groups: [], rules: [], prune: b.prune === true };
+  const out: PlanRequest = { directives: [], groups: [], rules: [], techniques: [], prune: b.prune === true };
   for (const kind of KINDS) {
     const field = PLURAL[kind];
     const list = b[field] ?? [];
@@ -85,7 +89,7 @@ export function parsePlanRequest(body: unknown): PlanRequest {
     list.forEach((item, i) => {
       let obj: { id: string };
       try {
-        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : parseRule(item);
+        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : kind === 'technique' ? parseTechniqueObject(item) : parseRule(item);
       } catch (err) {
         // The field is named in the whole body: `directives[2].params.path`.
         if (!isCapstanError(err)) throw err;
@@ -117,17 +121,37 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   // Pruning never removes the built-in groups: they are not the files' to manage.
   const builtins = [...current.groups].filter(([id]) => BUILTIN_GROUP_IDS.has(id));
   const next: PolicyModel = req.prune
-    ? { directives: new Map(), groups: new Map(builtins), rules: new Map() }
-    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules) };
+    ? { directives: new Map(), groups: new Map(builtins), rules: new Map(), techniques: new Map() }
+    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules), techniques: new Map(current.techniques) };
+  for (const t of req.techniques) next.techniques.set(t.id, t);
   for (const d of req.directives) next.directives.set(d.id, d);
   for (const g of req.groups) next.groups.set(g.id, g);
   for (const r of req.rules) next.rules.set(r.id, r);
   for (const d of req.deletes ?? []) if (!(d.kind === 'group' && BUILTIN_GROUP_IDS.has(d.id))) modelMap(next, d.kind).delete(d.id);
+  // As a save does (service.ts), a directive the request leaves alone follows its technique's
+  // new version; one the request gives must name the version the request gives.
+  const given = new Set(req.directives.map((d) => d.id));
+  for (const t of req.techniques) {
+    for (const d of techniqueUsers(next.directives.values(), t.id)) {
+      if (!given.has(d.id) && d.technique!.version !== t.version) next.directives.set(d.id, { ...d, technique: { id: t.id, version: t.version } });
+    }
+  }
   return next;
 }
 
-/** Rules of the desired model may only name its directives and groups. */
+/**
+ * Rules of the desired model may only name its directives and groups, its technique directives
+ * only its techniques, at their version, with values that fit.
+ */
 function checkReferences(model: PolicyModel): void {
+  for (const d of model.directives.values()) {
+    try {
+      checkTechniqueUse(d, model.techniques);
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      throw capstanError(err.code as 'ERR_BAD_REQUEST', err.message, { details: { ...err.details, field: `directives.${d.id}.${String(err.details?.field ?? 'technique')}` } });
+    }
+  }
   for (const r of model.rules.values()) {
     for (const [field, known] of [['directives', model.directives], ['groups', model.groups]] as const) {
       const missing = r[field].filter((id) => !known.has(id));
@@ -136,8 +160,26 @@ function checkReferences(model: PolicyModel): void {
   }
 }
 
+/**
+ * A changed technique is saved before the directives naming it (objectChanges' order), and its
+ * save checks the directives as they are then (service.ts): a plan whose technique the stored
+ * directives' values would not fit could not be applied, so it is refused now, not half-way.
+ */
+function checkTechniqueSaves(before: PolicyModel, after: PolicyModel): void {
+  for (const [id, t] of after.techniques) {
+    if (canonical(before.techniques.get(id)) === canonical(t)) continue;
+    try {
+      followTechnique(t, techniqueUsers(before.directives.values(), id));
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      throw capstanError('ERR_CONFLICT', `${err.message}; saved first, the technique would be refused: give the new parameter a default, save the directives' values, then drop the default`,
+        { details: { field: `techniques.${id}.parameters` } });
+    }
+  }
+}
+
 function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
-  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : model.rules;
+  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : kind === 'technique' ? model.techniques : model.rules;
 }
 
 /** Object changes, in the order that keeps every reference valid while they are applied. */
@@ -161,8 +203,9 @@ export function objectChanges(before: PolicyModel, after: PolicyModel): { change
     }
     for (const id of [...b.keys()].sort()) if (!a.has(id)) deletes.push({ kind, id, action: 'delete' });
   }
-  // Directives and groups before the rules naming them; rules deleted before what they named.
-  const rank = (k: PolicyKind) => (k === 'rule' ? 0 : 1);
+  // Saved in KINDS order (what is named before what names it); deleted the other way round:
+  // rules, then directives and groups, then techniques.
+  const rank = (k: PolicyKind) => (k === 'rule' ? 0 : k === 'technique' ? 2 : 1);
   deletes.sort((x, y) => rank(x.kind) - rank(y.kind));
   return { changes: [...puts, ...deletes], unchanged };
 }
@@ -187,6 +230,7 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   const before = await loadModel(store);
   const after = desiredModel(before, req);
   checkReferences(after);
+  checkTechniqueSaves(before, after);
   const { changes, unchanged } = objectChanges(before, after);
   const previews = changes.length ? await generator.preview(before, after, changes) : [];
   const nodes: NodeImpact[] = [];

@@ -1,6 +1,6 @@
 /**
  * Change requests, as RUDDER's change validation and a pull request work: a proposed set of
- * directive, group and rule changes (and deletions), with its impact — which nodes get which new,
+ * directive, group, rule and technique changes (and deletions), with its impact — which nodes get which new,
  * changed or lost directive (plan.ts) — and the version of every object it touches (its base).
  * Another admin approves or rejects it with a comment; deploying applies exactly the stored
  * objects through the PolicyService door, and is refused (ERR_CHANGE_STALE) when any of them
@@ -23,13 +23,13 @@ export const MAX_TITLE = 200;
 export const MAX_DESCRIPTION = 10_000;
 export const MAX_COMMENT = 10_000;
 
-const KINDS: readonly PolicyKind[] = ['directive', 'group', 'rule'];
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+const KINDS: readonly PolicyKind[] = ['technique', 'directive', 'group', 'rule'];
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
 
 /** The plan request a stored change set stands for (its objects were checked when it was proposed). */
 const requestOf = (c: ChangeSet): PlanRequest => ({
   directives: c.directives as unknown as PlanRequest['directives'], groups: c.groups as unknown as PlanRequest['groups'],
-  rules: c.rules as unknown as PlanRequest['rules'], prune: false, deletes: c.delete,
+  rules: c.rules as unknown as PlanRequest['rules'], techniques: (c.techniques ?? []) as unknown as PlanRequest['techniques'], prune: false, deletes: c.delete,
 });
 
 /** What a change request proposes, as stored: objects checked as their save checks them. */
@@ -37,6 +37,8 @@ export interface ChangeSet {
   directives: Array<Record<string, unknown>>;
   groups: Array<Record<string, unknown>>;
   rules: Array<Record<string, unknown>>;
+  /** Absent in a request stored before techniques were policy objects. */
+  techniques?: Array<Record<string, unknown>>;
   delete: Array<{ kind: PolicyKind; id: string }>;
 }
 
@@ -57,7 +59,7 @@ function text(v: unknown, field: string, max: number, required: boolean): string
   return v;
 }
 
-/** `{title, description?, directives?, groups?, rules?, delete?: [{kind, id}]}`, each object checked as its save would. */
+/** `{title, description?, directives?, groups?, rules?, techniques?, delete?: [{kind, id}]}`, each object checked as its save would. */
 export function parseProposal(body: unknown): { title: string; description: string; request: PlanRequest; changes: ChangeSet } {
   if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"title", "directives", "groups", "rules", "delete"}', '');
   const { title, description, delete: del, ...objects } = body as Record<string, unknown>;
@@ -66,20 +68,20 @@ export function parseProposal(body: unknown): { title: string; description: stri
   if (del !== undefined && !Array.isArray(del)) bad('delete must be a list of {"kind", "id"}', 'delete');
   const deletes = ((del ?? []) as unknown[]).map((d, i) => {
     const o = d as Record<string, unknown>;
-    if (!o || typeof o !== 'object' || !KINDS.includes(o.kind as PolicyKind)) bad(`delete[${i}].kind must be directive, group or rule`, `delete[${i}].kind`);
+    if (!o || typeof o !== 'object' || !KINDS.includes(o.kind as PolicyKind)) bad(`delete[${i}].kind must be directive, group, rule or technique`, `delete[${i}].kind`);
     const kind = o.kind as PolicyKind;
     const id = checkId(o.id, `delete[${i}].id`);
     if (request[PLURAL[kind]].some((x) => x.id === id)) bad(`${kind} ${id} is both saved and deleted`, `delete[${i}].id`);
     return { kind, id };
   });
-  if (request.directives.length + request.groups.length + request.rules.length + deletes.length === 0) bad('a change request changes at least one object', 'directives');
+  if (request.directives.length + request.groups.length + request.rules.length + request.techniques.length + deletes.length === 0) bad('a change request changes at least one object', 'directives');
   return {
     title: text(title, 'title', MAX_TITLE, true),
     description: text(description, 'description', MAX_DESCRIPTION, false),
     request: { ...request, deletes },
     changes: {
       directives: request.directives as unknown as ChangeSet['directives'], groups: request.groups as unknown as ChangeSet['groups'],
-      rules: request.rules as unknown as ChangeSet['rules'], delete: deletes,
+      rules: request.rules as unknown as ChangeSet['rules'], techniques: request.techniques as unknown as NonNullable<ChangeSet['techniques']>, delete: deletes,
     },
   };
 }
@@ -98,7 +100,7 @@ export class ChangeRequestService {
 
   private async base(changes: ChangeSet): Promise<BaseEntry[]> {
     const out: BaseEntry[] = [];
-    const touched = [...KINDS.flatMap((k) => changes[PLURAL[k]].map((o) => ({ kind: k, id: o.id as string }))), ...changes.delete];
+    const touched = [...KINDS.flatMap((k) => (changes[PLURAL[k]] ?? []).map((o) => ({ kind: k, id: o.id as string }))), ...changes.delete];
     for (const t of touched) out.push({ ...t, updated_at: (await this.deps.store.getPolicyObject(t.kind, t.id))?.updated_at ?? null });
     return out;
   }

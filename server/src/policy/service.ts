@@ -1,7 +1,8 @@
 /**
- * The door for policy changes: saving and deleting directives, groups and rules with the rules
- * that keep the model whole (a rule names only what exists, a static group only known nodes,
- * nothing is deleted from under a rule, the built-in groups never change), the regeneration of
+ * The door for policy changes: saving and deleting directives, groups, rules and techniques with
+ * the rules that keep the model whole (a rule names only what exists, a static group only known
+ * nodes, a directive only a saved technique's version with values that fit it, nothing is
+ * deleted from under a rule or a directive, the built-in groups never change), the regeneration of
  * the nodes a change reaches, and the audit record of who changed what, before and after. The
  * admin API and policy as code (`capstan policy apply`) come through here alike.
  */
@@ -12,11 +13,14 @@ import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
-import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule } from './model.js';
+import type { Directive } from '@capstan/shared/policy/bundle';
+import type { Technique } from '@capstan/shared/policy/technique';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule, parseTechniqueObject } from './model.js';
+import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
 
-export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
+export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' };
 
 const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
 
@@ -27,7 +31,8 @@ const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView =>
 
 /** Check a body as its kind's POST (or PUT, with the id of the path) would. */
 export function parsePolicyObject(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
-  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId) : parseRule(body, pathId);
+  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId)
+    : kind === 'technique' ? parseTechniqueObject(body, pathId) : parseRule(body, pathId);
   return obj as unknown as Record<string, unknown>;
 }
 
@@ -96,18 +101,29 @@ export class PolicyService {
     this.checkReview(actor, opts, `${kind} ${id}`);
     const { store } = this.deps;
     let before: PolicyObjectRecord | null = null;
+    const moved: Array<{ before: Directive; after: Directive }> = [];
     // The checks run inside the generator's queue, so a concurrent delete cannot slip between.
     const { result, stats } = await this.deps.generator.change(kind, id, async () => {
       if (kind === 'rule') await this.checkRefs(body as { directives: string[]; groups: string[] });
       if (kind === 'group') await this.checkGroupNodes(body as { nodes?: string[] });
+      if (kind === 'directive') checkTechniqueUse(body as unknown as Directive, await this.techniqueOf(body as unknown as Directive));
+      // A technique's directives are checked against it; those on another version follow it.
+      const follow = kind === 'technique' ? followTechnique(body as unknown as Technique, techniqueUsers(await this.directives(), id)) : [];
       before = await store.getPolicyObject(kind, id);
       if (mustExist === false && before) throw capstanError('ERR_CONFLICT', `${kind} ${id} already exists`);
       if (mustExist === true && !before) throw notFound(kind, id);
-      await store.putPolicyObject(kind, id, body, this.now().toISOString());
+      const at = this.now().toISOString();
+      await store.putPolicyObject(kind, id, body, at);
+      for (const d of follow) {
+        const was = await store.getPolicyObject('directive', d.id);
+        await store.putPolicyObject('directive', d.id, d as unknown as Record<string, unknown>, at);
+        moved.push({ before: was!.body as unknown as Directive, after: d });
+      }
       return store.getPolicyObject(kind, id);
     });
     const was = before as PolicyObjectRecord | null;
     await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: was?.body ?? null, after: result!.body });
+    for (const m of moved) await this.deps.audit?.record(actor, { action: 'directive.update', target: m.after.id, before: m.before, after: m.after });
     return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
   }
 
@@ -117,7 +133,10 @@ export class PolicyService {
     const { store } = this.deps;
     let before: PolicyObjectRecord | null = null;
     const { result } = await this.deps.generator.change(kind, id, async () => {
-      if (kind !== 'rule') {
+      if (kind === 'technique') {
+        const users = techniqueUsers(await this.directives(), id).map((d) => d.id);
+        if (users.length) throw capstanError('ERR_CONFLICT', `technique ${id} is used by directives: ${users.join(', ')}`);
+      } else if (kind !== 'rule') {
         const rules = await this.referencedBy(kind, id);
         if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
       }
@@ -186,6 +205,16 @@ export class PolicyService {
       const shown = missing.slice(0, 10).join(', ') + (missing.length > 10 ? ` and ${missing.length - 10} more` : '');
       throw capstanError('ERR_BAD_REQUEST', `group names unknown nodes: ${shown}`, { details: { field: 'nodes' } });
     }
+  }
+
+  private async directives(): Promise<Directive[]> {
+    return (await this.deps.store.listPolicyObjects('directive')).map((o) => o.body as unknown as Directive);
+  }
+
+  /** The technique a directive names, as the map checkTechniqueUse reads (empty: none). */
+  private async techniqueOf(d: Directive): Promise<Map<string, Technique>> {
+    const o = d.technique ? await this.deps.store.getPolicyObject('technique', d.technique.id) : null;
+    return new Map(o ? [[o.id, o.body as unknown as Technique]] : []);
   }
 
   /** Rules naming a directive or group: such an object cannot be deleted from under them. */

@@ -15,6 +15,7 @@ import { NodePage } from './pages/node';
 import { PendingPage } from './pages/pending';
 import { RuleEditPage, RulePage, RulesPage } from './pages/rules';
 import { DirectiveEditPage, DirectivePage, DirectivesPage } from './pages/directives';
+import { TechniquePage, TechniquesPage } from './pages/techniques';
 import { GroupEditPage, GroupPage, GroupsPage } from './pages/groups';
 import { ChangesPage } from './pages/changes';
 import { AuditPage } from './pages/audit';
@@ -59,7 +60,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
 
 const NAV: Array<[string, string]> = [
   ['/', 'Dashboard'], ['/nodes', 'Nodes'], ['/pending', 'Pending'], ['/rules', 'Rules'], ['/directives', 'Directives'],
-  ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
+  ['/techniques', 'Techniques'], ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
 ];
 
 function Page() {
@@ -77,6 +78,8 @@ function Page() {
   else if (path === '/directives') page = <DirectivesPage />;
   else if ((r = m(/^\/directives\/([^/]+)\/edit$/))) page = <DirectiveEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/directives\/([^/]+)$/))) page = <DirectivePage id={decodeURIComponent(r[1]!)} />;
+  else if (path === '/techniques') page = <TechniquesPage />;
+  else if ((r = m(/^\/techniques\/([^/]+)$/))) page = <TechniquePage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/groups') page = <GroupsPage />;
   else if ((r = m(/^\/groups\/([^/]+)\/edit$/))) page = <GroupEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/groups\/([^/]+)$/))) page = <GroupPage id={decodeURIComponent(r[1]!)} params={params} />;

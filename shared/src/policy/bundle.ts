@@ -19,6 +19,8 @@ export interface Directive {
   params: Record<string, unknown>;
   mode: DirectiveMode;
   condition?: string;
+  /** The technique a `method: "technique"` directive instantiates (its `params` are the values). */
+  technique?: { id: string; version: string };
 }
 
 /**

@@ -1,5 +1,5 @@
 /**
- * `capstan rules|directives|groups …` (one object at a time) and `capstan policy export|diff|apply`
+ * `capstan rules|directives|groups|techniques …` (one object at a time) and `capstan policy export|diff|apply`
  * (policy as code: a directory of files, its plan with the nodes it reaches, and its application).
  */
 import { Command, Option } from 'commander';
@@ -13,10 +13,12 @@ const POLICY_COLUMNS: Record<string, Column[]> = {
   directives: [['id', (d) => d.id], ['name', (d) => d.name], ['method', (d) => d.method], ['mode', (d) => d.mode], ['condition', (d) => d.condition]],
   groups: [['id', (g) => g.id], ['name', (g) => g.name], ['nodes', (g) => g.nodes?.length], ['filter', (g) => g.filter]],
   rules: [['id', (r) => r.id], ['name', (r) => r.name], ['directives', (r) => r.directives.join(',')], ['groups', (r) => r.groups.join(',')]],
+  techniques: [['id', (t) => t.id], ['name', (t) => t.name], ['version', (t) => t.version], ['parameters', (t) => t.parameters.map((p: { name: string }) => p.name).join(',')],
+    ['calls', (t) => t.calls.length], ['updated_at', (t) => t.updated_at]],
 };
 
 export function policyVerbs(program: Command, { act, list, show, io }: Verbs): void {
-  for (const kind of ['rules', 'directives', 'groups'] as const) {
+  for (const kind of ['rules', 'directives', 'groups', 'techniques'] as const) {
     const c = program.command(kind).description(`${kind}: list, show, create, update, delete${kind === 'groups' ? ', members' : ''}`);
     c.command('list').action(act(async (api, fmt) => list(fmt, POLICY_COLUMNS[kind]!, (await api.get(`/api/1/${kind}`)).body)));
     c.command('show <id>').action(act(async (api, fmt, _c, id: string) => show(fmt, (await api.get(`/api/1/${kind}/${enc(id)}`)).body)));
@@ -56,7 +58,7 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
 
   // ---- policy as code
   const policy = program.command('policy').description('policy as code: export, diff, apply a directory of TOML/JSON files');
-  policy.command('export').description('write the server\'s directives, groups and rules, one file each')
+  policy.command('export').description('write the server\'s directives, groups, rules and techniques, one file each')
     .requiredOption('-d, --dir <dir>', 'the directory').addOption(new Option('--format <format>').choices(['toml', 'json']).default('toml'))
     .option('--force', 'replace the policy files already there')
     .action(act(async (api, _f, cmd) => {

@@ -1,6 +1,6 @@
 /**
  * Policies over HTTP.
- * - Admin (behind the bearer token): CRUD of directives, groups and rules under /api/1/. Every
+ * - Admin (behind the bearer token): CRUD of directives, groups, rules and techniques under /api/1/. Every
  *   save regenerates the bundles of the nodes it affects before answering, so the next agent run
  *   sees it.
  * - Public: GET /api/1/keys/policy (the policy public key, to pin in agents' configuration) and
@@ -76,7 +76,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     return reply.send({ data: await service.plan(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024), max) });
   }));
 
-  for (const kind of ['directive', 'group', 'rule'] as const) {
+  for (const kind of ['directive', 'group', 'rule', 'technique'] as const) {
     const base = `/api/1/${POLICY_PLURAL[kind]}`;
     app.get(base, async () => {
       const list = await service.list(kind);

@@ -1,9 +1,9 @@
-/** Policy objects (directives, groups, rules) and the bundles generated from them, one per node. */
+/** Policy objects (directives, groups, rules, techniques) and the bundles generated from them, one per node. */
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 
-/** The three kinds of policy object the admin API manages. */
-export type PolicyKind = 'directive' | 'group' | 'rule';
+/** The kinds of policy object the admin API manages. */
+export type PolicyKind = 'directive' | 'group' | 'rule' | 'technique';
 
 export interface PolicyObjectRecord {
   kind: PolicyKind;

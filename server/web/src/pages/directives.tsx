@@ -10,7 +10,7 @@ import { ComplianceBar, Facts, Percent, Section, Show, useGet } from '../ui';
 import { DirectiveForm } from './edit-directive';
 import type { DirRow, Rule } from './rules';
 
-export interface Directive { id: string; name?: string; method: string; mode?: string; condition?: string; params: Record<string, unknown>; updated_at?: string }
+export interface Directive { id: string; name?: string; method: string; mode?: string; condition?: string; params: Record<string, unknown>; technique?: { id: string; version: string }; updated_at?: string }
 
 const enc = encodeURIComponent;
 
@@ -72,10 +72,13 @@ export function DirectivePage({ id }: { id: string }) {
   return (
     <Show f={dir}>{({ data: d }) => (
       <>
-        <h1>Directive {d.name || d.id} {canWrite && <a class="button" href={`#/directives/${enc(id)}/edit`}>Edit</a>}</h1>
+        {/* The form knows the generic methods only: a technique's directive is edited as a file or through the API. */}
+        <h1>Directive {d.name || d.id} {canWrite && !d.technique && <a class="button" href={`#/directives/${enc(id)}/edit`}>Edit</a>}</h1>
         <p class="big"><Percent value={s.compliance} /></p>
         <ComplianceBar counts={s.counts} label="this directive" />
-        <Facts items={[['Id', <code>{d.id}</code>], ['Method', <code>{d.method}</code>], ['Mode', d.mode ?? 'enforce'], ['Condition', d.condition && <code>{d.condition}</code>]]} />
+        <Facts items={[['Id', <code>{d.id}</code>], ['Method', <code>{d.method}</code>],
+          ['Technique', d.technique && <><a href={`#/techniques/${enc(d.technique.id)}`}>{d.technique.id}</a> {d.technique.version}</>],
+          ['Mode', d.mode ?? 'enforce'], ['Condition', d.condition && <code>{d.condition}</code>]]} />
         <Section title="Parameters" id="params">
           {Object.keys(d.params).length === 0 ? <p class="muted">None.</p> : (
             <table class="compact">
@@ -110,5 +113,10 @@ export function DirectivePage({ id }: { id: string }) {
 export function DirectiveEditPage({ id }: { id: string | null }) {
   const dir = useGet<{ data: Directive }>(id === null ? null : `/api/1/directives/${enc(id)}`);
   if (id !== null && !dir.data) return <Show f={dir}>{() => null}</Show>;
-  return <DirectiveForm directive={dir.data?.data ?? null} />;
+  const d = dir.data?.data ?? null;
+  if (d?.technique) {
+    return <><h1>Directive {d.name || d.id}</h1><p>It instantiates technique <a href={`#/techniques/${enc(d.technique.id)}`}>{d.technique.id}</a>: edit it as a policy file
+      (<code>capstan directives update {d.id} {d.id}.json</code>) or through the API.</p></>;
+  }
+  return <DirectiveForm directive={d} />;
 }
