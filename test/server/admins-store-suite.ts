@@ -40,6 +40,20 @@ export function adminsStoreSuite(t: Test, backend: Backend): void {
     t.equal(await a.getAdmin('nobody'), null);
   });
 
+  t.test('console sign-outs: kept until they expire, then dropped by the next sign-out', async (t) => {
+    const { store } = await setup(t, backend);
+    const a = store.admins;
+    await a.endConsoleSignIn('s1', '2026-11-25T13:00:00.000Z', '2026-11-25T12:00:00.000Z');
+    await a.endConsoleSignIn('s1', '2026-11-25T13:00:00.000Z', '2026-11-25T12:00:00.000Z');
+    t.equal(await a.consoleSignInEnded('s1', '2026-11-25T12:30:00.000Z'), true, 'ended (twice is once)');
+    t.equal(await a.consoleSignInEnded('s2', '2026-11-25T12:30:00.000Z'), false);
+    t.equal(await a.consoleSignInEnded('s1', '2026-11-25T13:00:00.001Z'), false, 'past its expiry it no longer matters');
+    await a.endConsoleSignIn('s2', '2026-11-25T15:00:00.000Z', '2026-11-25T14:00:00.000Z');
+    t.equal(await a.consoleSignInEnded('s1', '2026-11-25T12:30:00.000Z'), false, 'the expired one was pruned');
+    t.equal(await a.consoleSignInEnded('s2', '2026-11-25T14:30:00.000Z'), true);
+    t.equal(await a.consoleSignInEnded('s\u0000x', '2026-11-25T14:30:00.000Z'), false, 'an id with U+0000 was never ended');
+  });
+
   t.test('audit: filters, newest first, paging', async (t) => {
     const { store } = await setup(t, backend);
     const a = store.admins;

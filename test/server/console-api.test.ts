@@ -21,6 +21,7 @@ import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
 import { composeDomain } from '@capstan/server/domain';
+import { serverWithApi } from '../helpers/admin-app.js';
 
 const TOKEN = 'a'.repeat(40);
 const VIEWER = 'v'.repeat(40);
@@ -145,6 +146,27 @@ t.test('sign-in: a cookie that is HttpOnly and SameSite=Strict (Secure under TLS
   const flipped = `${v.slice(0, 20)}${v[20] === 'A' ? 'B' : 'A'}${v.slice(21)}`;
   t.equal((await call('GET', '/api/1/nodes', { cookie: `${COOKIE_NAME}=${flipped}` })).status, 401);
   t.equal((await call('GET', '/api/1/nodes', { cookie: `${COOKIE_NAME}=${'x'.repeat(5000)}` })).status, 401);
+});
+
+t.test('a sign-out holds across a restart of the server: the cookie stays refused', async (t) => {
+  const dir = programDir(t);
+  const start = async () => serverWithApi(t, {}, dir);
+  const first = await start();
+  const at = (path: string, init: RequestInit = {}) => fetch(`${first.server.url}${path}`, init);
+  const signedIn = await at('/console/sign-in', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: first.server.adminToken }) });
+  t.equal(signedIn.status, 201);
+  const cookie = signedIn.headers.get('set-cookie')!.split(';')[0]!;
+  const csrf = ((await signedIn.json()) as { data: { csrf_token: string } }).data.csrf_token;
+  const kept = await at('/console/sign-in', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ token: first.server.adminToken }) });
+  const keptCookie = kept.headers.get('set-cookie')!.split(';')[0]!;
+  t.equal((await at('/console/sign-in', { method: 'DELETE', headers: { cookie, 'x-csrf-token': csrf } })).status, 204);
+  t.equal((await at('/api/1/nodes', { headers: { cookie } })).status, 401);
+  await first.close();
+
+  const second = await start();
+  const again = (c: string) => fetch(`${second.server.url}/api/1/nodes`, { headers: { cookie: c } });
+  t.equal((await again(cookie)).status, 401, 'signed out before the restart: still refused');
+  t.equal((await again(keptCookie)).status, 200, 'a sign-in that was not ended lives on');
 });
 
 t.test('a sign-in expires, carries the principal its token resolves to, and TLS makes its cookie Secure', async (t) => {

@@ -24,7 +24,8 @@ export async function startConsole(config: ServerConfig, store: Store, log: Logg
   const secret = await ensureConsoleSecret(config.console.secret_file || join(dataDir, 'console.secret')).catch((err: Error) => {
     throw capstanError('ERR_STARTUP', `console secret: ${err.message}`);
   });
-  const signIns = new ConsoleSignIns({ secret, ttlMs: config.console.signin_ttl, secure: tls });
+  const ended = { end: store.admins.endConsoleSignIn.bind(store.admins), isEnded: store.admins.consoleSignInEnded.bind(store.admins) };
+  const signIns = new ConsoleSignIns({ secret, ttlMs: config.console.signin_ttl, secure: tls, ended });
   const assets = await loadAssets(CONSOLE_DIR);
   if (!assets.has('/index.html')) log.warn({ dir: CONSOLE_DIR }, 'the web console is not built (npm run build): / answers 404');
   const settings = complianceSettings(config);

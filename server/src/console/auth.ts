@@ -32,7 +32,7 @@ export function adminAuthentication(deps: AdminAuthDeps): (req: FastifyRequest, 
     const signIns = deps.signIns;
     const value = signIns && cookieValue(req.headers.cookie);
     if (!signIns || value === undefined) throw capstanError('ERR_UNAUTHORIZED', 'missing bearer token');
-    const opened = signIns.open(value);
+    const opened = await signIns.open(value);
     if (!opened) {
       reply.header('set-cookie', signIns.setCookie(null));
       throw capstanError('ERR_UNAUTHORIZED', 'the console sign-in has expired or ended: sign in again');

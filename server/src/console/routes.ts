@@ -83,7 +83,7 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
 
   app.get('/console/sign-in', async (req, reply) => {
     reply.header('cache-control', 'no-store');
-    const opened = signIns.open(cookieValue(req.headers.cookie));
+    const opened = await signIns.open(cookieValue(req.headers.cookie));
     const principal = opened && (await resolveToken(opened.token));
     if (!opened || !principal) {
       if (cookieValue(req.headers.cookie) !== undefined) reply.header('set-cookie', signIns.setCookie(null));
@@ -94,12 +94,12 @@ export function consolePublicRoutes(app: FastifyInstance, deps: ConsoleRouteDeps
 
   // Sign out: a write like any other, so it needs the CSRF token too (no one signs you out from afar).
   app.delete('/console/sign-in', async (req, reply) => {
-    const opened = signIns.open(cookieValue(req.headers.cookie));
+    const opened = await signIns.open(cookieValue(req.headers.cookie));
     if (opened) {
       if (!signIns.csrfMatches(opened.sid, req.headers['x-csrf-token'])) {
         throw capstanError('ERR_CSRF', 'signing out needs the X-CSRF-Token header');
       }
-      signIns.end(opened);
+      await signIns.end(opened);
     }
     return reply.header('set-cookie', signIns.setCookie(null)).code(204).send();
   });

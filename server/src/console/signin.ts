@@ -4,7 +4,8 @@
  * its expiry; each request opens it and resolves the token again, so a token revoked or a role
  * changed takes effect on the next click, and several servers sharing the secret file accept
  * each other's cookies. The CSRF token is an HMAC of the sign-in id: bound to that sign-in, never
- * stored. Signing out clears the cookie and remembers its id until it would have expired.
+ * stored. Signing out clears the cookie and records its id until it would have expired, in the
+ * registry when one is given (`ended`): refused across restarts and by every server sharing it.
  */
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
@@ -27,6 +28,14 @@ export interface ConsoleSignInOptions {
   /** Mark cookies Secure (the listener speaks TLS). */
   secure: boolean;
   now?: () => number;
+  /** Where sign-outs are kept beyond this process (the registry); without it, in memory only. */
+  ended?: SignOuts;
+}
+
+/** Sign-outs kept by id until their expiry (RFC 3339). */
+export interface SignOuts {
+  end(sid: string, expiresAt: string, now: string): Promise<void>;
+  isEnded(sid: string, now: string): Promise<boolean>;
 }
 
 const b64 = (b: Buffer) => b.toString('base64url');
@@ -37,14 +46,16 @@ export class ConsoleSignIns {
   private readonly csrfKey: Buffer;
   private readonly secure: boolean;
   private readonly now: () => number;
-  /** Signed-out ids until they would have expired (pruned on each sign-out). */
+  /** Signed-out ids until they would have expired (pruned on each sign-out), kept here too. */
   private readonly ended = new Map<string, number>();
+  private readonly signOuts: SignOuts | undefined;
 
   constructor(opts: ConsoleSignInOptions) {
     if (opts.secret.length < 32) throw new Error('the console secret must be at least 32 bytes');
     this.ttlMs = opts.ttlMs;
     this.secure = opts.secure;
     this.now = opts.now ?? Date.now;
+    this.signOuts = opts.ended;
     this.sealKey = Buffer.from(hkdfSync('sha256', opts.secret, Buffer.alloc(0), 'capstan console cookie', 32));
     this.csrfKey = Buffer.from(hkdfSync('sha256', opts.secret, Buffer.alloc(0), 'capstan console csrf', 32));
   }
@@ -59,7 +70,15 @@ export class ConsoleSignIns {
   }
 
   /** The sign-in a cookie value holds; null when it is not one of ours, expired or signed out. */
-  open(value: string | undefined): Opened | null {
+  async open(value: string | undefined): Promise<Opened | null> {
+    const s = this.unseal(value);
+    if (!s || this.ended.has(s.sid)) return null;
+    if (this.signOuts && (await this.signOuts.isEnded(s.sid, new Date(this.now()).toISOString()))) return null;
+    return s;
+  }
+
+  /** The cookie's sign-in, unexpired, before any sign-out is looked up. */
+  private unseal(value: string | undefined): Opened | null {
     if (!value || value.length > MAX_COOKIE_CHARS || !/^[A-Za-z0-9_-]+$/.test(value)) return null;
     const raw = Buffer.from(value, 'base64url');
     if (raw.length < 12 + 16 + 2) return null;
@@ -73,7 +92,7 @@ export class ConsoleSignIns {
     }
     const s = o as Partial<Opened>;
     if (typeof s?.sid !== 'string' || typeof s.token !== 'string' || typeof s.exp !== 'number') return null;
-    if (s.exp <= this.now() || this.ended.has(s.sid)) return null;
+    if (s.exp <= this.now()) return null;
     return { sid: s.sid, token: s.token, exp: s.exp };
   }
 
@@ -89,11 +108,12 @@ export class ConsoleSignIns {
     return got.length === want.length && timingSafeEqual(got, want);
   }
 
-  /** Sign out: this id is refused from now on by this process (the browser drops the cookie). */
-  end(s: Opened): void {
+  /** Sign out: this id is refused from now on (the browser drops the cookie). */
+  async end(s: Opened): Promise<void> {
     const now = this.now();
     for (const [sid, exp] of this.ended) if (exp <= now) this.ended.delete(sid);
     this.ended.set(s.sid, s.exp);
+    await this.signOuts?.end(s.sid, new Date(s.exp).toISOString(), new Date(now).toISOString());
   }
 
   /** Set-Cookie for a sign-in (value and lifetime) or, with null, one that deletes the cookie. */

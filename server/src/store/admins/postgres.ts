@@ -48,6 +48,15 @@ export class PostgresAdminStore implements AdminStore {
     await this.db.query<Row>('touch admin', 'UPDATE admins SET last_used_at = $1 WHERE name = $2', [at, name]);
   }
 
+  async endConsoleSignIn(sid: string, expiresAt: string, now: string): Promise<void> {
+    await this.db.query<Row>('end console sign-in', 'DELETE FROM console_signouts WHERE expires_at < $1', [now]);
+    await this.db.query<Row>('end console sign-in', 'INSERT INTO console_signouts (sid, expires_at) VALUES ($1, $2) ON CONFLICT (sid) DO NOTHING', [sid, expiresAt]);
+  }
+
+  async consoleSignInEnded(sid: string, now: string): Promise<boolean> {
+    return (await this.db.query<Row>('console sign-in ended', 'SELECT 1 FROM console_signouts WHERE sid = $1 AND expires_at >= $2', [sid, now])).rows.length > 0;
+  }
+
   async insertAudit(r: AuditInsert): Promise<void> {
     await this.db.query<Row>('record audit', `INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,

@@ -49,6 +49,17 @@ export class SqliteAdminStore implements AdminStore {
     this.db.write('touch admin', () => this.db.prepare('UPDATE admins SET last_used_at = ? WHERE name = ?').run(at, name));
   }
 
+  async endConsoleSignIn(sid: string, expiresAt: string, now: string): Promise<void> {
+    this.db.write('end console sign-in', () => {
+      this.db.prepare('DELETE FROM console_signouts WHERE expires_at < ?').run(now);
+      this.db.prepare('INSERT INTO console_signouts (sid, expires_at) VALUES (?, ?) ON CONFLICT (sid) DO NOTHING').run(sid, expiresAt);
+    });
+  }
+
+  async consoleSignInEnded(sid: string, now: string): Promise<boolean> {
+    return this.db.read('console sign-in ended', () => this.db.prepare('SELECT 1 FROM console_signouts WHERE sid = ? AND expires_at >= ?').get(sid, now) !== undefined);
+  }
+
   async insertAudit(r: AuditInsert): Promise<void> {
     this.db.write('record audit', () => this.db.prepare(`INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(r.at, r.admin, r.role, r.actor_kind, r.actor, r.action, r.target, r.method, r.path, r.address, r.status, r.error,

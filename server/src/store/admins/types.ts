@@ -84,6 +84,10 @@ export interface AdminStore {
   /** Replace the token of an admin not revoked; null when there is none. */
   replaceToken(name: string, digest: string): Promise<AdminRecord | null>;
   touchAdmin(name: string, at: string): Promise<void>;
+  /** Record a console sign-out until `expiresAt` (RFC 3339), dropping those expired before `now`. */
+  endConsoleSignIn(sid: string, expiresAt: string, now: string): Promise<void>;
+  /** Whether a console sign-in was ended (and has not expired since). */
+  consoleSignInEnded(sid: string, now: string): Promise<boolean>;
 
   insertAudit(r: AuditInsert): Promise<void>;
   /** Newest first. */
@@ -103,6 +107,9 @@ export const ADMINS_NUL: NulRules<AdminStore> = {
   revokeAdmin: lookup([0], () => false),
   replaceToken: lookup([0], () => null),
   touchAdmin: lookup([0], () => undefined),
+  // Sign-in ids are base64url made by the server: one with U+0000 was never made, so never ended.
+  endConsoleSignIn: REFUSE,
+  consoleSignInEnded: lookup([0], () => false),
   insertAudit: STRIP,
   listAudit: lookup([0], () => ({ rows: [], total: 0 })),
   deleteAuditBefore: REFUSE,

@@ -23,6 +23,7 @@ import { adminsAudit } from './0016_admins_audit.js';
 import { auditChanges } from './0017_audit_changes.js';
 import { findingsEvents } from './0018_findings_events.js';
 import { changeRequests } from './0019_change_requests.js';
+import { consoleSignouts } from './0020_console_signouts.js';
 
 export interface Migration {
   version: number;
@@ -33,7 +34,7 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
-  inventory, adminsAudit, auditChanges, findingsEvents, changeRequests,
+  inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
