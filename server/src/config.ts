@@ -44,6 +44,12 @@ export const SERVER_SCHEMA = {
     ocs_max_depth: { type: 'integer', default: 16, min: 4, max: 1000 },
     /** Most elements in one OCS inventory (a package is about ten): over it ERR_OCS_TOO_LARGE. */
     ocs_max_elements: { type: 'integer', default: 1000000, min: 100 },
+    /**
+     * Failed authentications (401 on the admin API or the console's sign-in) one address may make
+     * in auth_failure_window; from there it is answered 429 ERR_AUTH_RATE_LIMITED until the window ends. 0: no limit.
+     */
+    auth_failures: { type: 'integer', default: 20, min: 0, max: 1000000 },
+    auth_failure_window: { type: 'duration', default: '5m', min: 1000 },
     /** How long an OCS inventory waits for its `.sign` (or a `.sign` for its inventory): then ERR_OCS_UNPAIRED. */
     ocs_pair_wait: { type: 'duration', default: '10m', min: 1 },
   },

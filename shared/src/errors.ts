@@ -58,6 +58,8 @@ export const ERROR_CODES = {
   ERR_REQUEST_TIMEOUT: { status: 408, transient: true },
   /** One client address has http.max_uploads_per_client uploads in progress already. */
   ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
+  /** One address failed to authenticate [limits] auth_failures times in auth_failure_window. */
+  ERR_AUTH_RATE_LIMITED: { status: 429, transient: true },
   /** [events] max_readers long-polls and event streams are waiting already. */
   ERR_TOO_MANY_READERS: { status: 429, transient: true },
   /** A subscription's webhook URL or e-mail addresses cannot be used (or e-mail without an [smtp] host). */

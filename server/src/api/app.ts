@@ -24,6 +24,7 @@ import type { ConsoleSignIns } from '../console/signin.js';
 import type { Asset } from '../console/static.js';
 import { tokenResolver, type ResolveToken } from './auth.js';
 import { checkAccess, installAudit } from './access.js';
+import { AuthFailures, installAuthLimit } from './auth-limit.js';
 import { adminRoutes } from './routes/admins.js';
 import { checkAdminQuery, type Query } from './params.js';
 import type { NodeIdentity } from '../identity/service.js';
@@ -139,6 +140,11 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
   app.decorate('resolveToken', resolveToken);
   const adminRouteKeys: string[] = [];
   app.decorate('adminRoutes', adminRouteKeys);
+  // Before the routes that authenticate: an address guessing tokens is refused before it is heard.
+  installAuthLimit(app, {
+    failures: new AuthFailures({ limit: deps.config.limits.auth_failures, windowMs: deps.config.limits.auth_failure_window }),
+    audit: deps.domain.audit, log: deps.log,
+  });
   if (deps.console) consolePublicRoutes(app, { signIns: deps.console.signIns, resolveToken, assets: deps.console.assets, reviewRoles: deps.config.policy.review_roles });
   app.register(async (admin) => {
     admin.addHook('onRoute', (o) => {
