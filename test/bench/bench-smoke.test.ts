@@ -17,7 +17,7 @@ import { BIN, ROOT, startProgram, runProgram, programDir, serverAndRelay } from 
 const SIM = resolve(ROOT, 'bench/dist/sim/cli.js');
 
 /** A bench script run to its end; `env` is added to this process's environment. */
-function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 90_000) {
+function run(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 200_000) {
   return runProgram(args[0]!, args.slice(1), timeoutMs, { ...process.env, ...env });
 }
 
