@@ -1,5 +1,6 @@
 /**
- * Policy as code on disk: a directory with `directives/`, `groups/` and `rules/`, one file per
+ * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/` and `properties/`
+ * (global properties, by name), one file per
  * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
  * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
  * Reading checks only the layout (the server checks the objects, with the same code as a save).
@@ -14,7 +15,7 @@ import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
 
-export const POLICY_KINDS = ['directives', 'groups', 'rules'] as const;
+export const POLICY_KINDS = ['directives', 'groups', 'rules', 'properties'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
 export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
@@ -62,7 +63,7 @@ async function readPolicyFile(path: string): Promise<string> {
 
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
 export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], properties: [] };
   let top: string[];
   try {
     top = await readdir(dir);

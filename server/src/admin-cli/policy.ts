@@ -11,19 +11,26 @@ import type { DirectiveRef as Ref, Plan, PlanChange } from '../policy/plan.js';
 // The plan's wire shape is the server's own (a type-only import: nothing of the server is loaded).
 export type { NodeImpact, Plan, PlanChange } from '../policy/plan.js';
 
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', property: 'properties' } as const;
 
 export async function exportPolicy(api: ApiTransport): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], properties: [] };
   // The built-in groups (all nodes, …) are the server's, not the files': rules name them by id.
-  for (const kind of ['directives', 'groups', 'rules'] as const) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
+  // A secret property is written without its value (`secret = true`): applying it keeps the server's.
+  for (const kind of ['directives', 'groups', 'rules', 'properties'] as const) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
   return out;
 }
 
 export async function planFor(api: ApiTransport, dir: string, prune: boolean, maxNodes?: number): Promise<Plan> {
   const files = await readPolicyDir(dir);
   const query = maxNodes === undefined ? {} : { max_nodes: maxNodes };
-  return (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
+  const plan = (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
+  // The plan shows no secret value; what is applied is the files' own object.
+  for (const c of plan.changes) {
+    const local = c.action === 'delete' ? undefined : files[PLURAL[c.kind]].find((o) => o.id === c.id);
+    if (local) Object.defineProperty(c, 'object', { value: local, enumerable: false });
+  }
+  return plan;
 }
 
 const sign = { create: '+', update: '~', delete: '-' } as const;

@@ -3,29 +3,53 @@
  * groups a change touches, a node's directives, and the stored text and expectations of a bundle.
  */
 import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
-import type { ExpectedComponent, Store } from '../store/store.js';
-import { BUILTIN_GROUPS, type GroupDef, type RuleDef } from './model.js';
+import type { Technique } from '@capstan/shared/policy/technique';
+import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
+import { BUILTIN_GROUPS, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
   groups: Map<string, GroupDef>;
   rules: Map<string, RuleDef>;
+  /** Global properties, by name. */
+  properties: Map<string, PropertyDef>;
+  /** Techniques, by id: what a directive of method `technique` instantiates. */
+  techniques: Map<string, Technique>;
 }
 
 export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
-  const [d, g, r] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule')]);
+  const [d, g, r, p, t] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule'),
+    store.listPolicyObjects('property'), store.listPolicyObjects('technique' as PolicyKind)]);
   return {
     directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
     groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
     rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
+    properties: new Map(p.map((o) => [o.id, o.body as unknown as PropertyDef])),
+    techniques: new Map(t.map((o) => [o.id, o.body as unknown as Technique])),
   };
 }
 
-/** The groups a change to one object can move nodes in and out of. */
-export function groupsTouched(model: PolicyModel, kind: 'directive' | 'group' | 'rule', id: string): Set<string> {
+/** Groups whose properties count: a node's effective properties merge all of them. */
+export function propertyGroups(model: PolicyModel): Set<string> {
+  return new Set([...model.groups.values()].filter((g) => g.properties && Object.keys(g.properties).length > 0).map((g) => g.id));
+}
+
+/** Groups whose members' policy depends on them: those rules target, and those holding properties. */
+export function policyGroups(model: PolicyModel): Set<string> {
+  const out = propertyGroups(model);
+  for (const r of model.rules.values()) r.groups.forEach((g) => out.add(g));
+  return out;
+}
+
+/**
+ * The groups a change to one object can move nodes in and out of, or change the data of. A
+ * global property reaches every node with a policy: every group that counts.
+ */
+export function groupsTouched(model: PolicyModel, kind: PolicyKind, id: string): Set<string> {
   const out = new Set<string>();
-  // A group no rule uses moves nobody's policy, whatever its members.
-  if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
+  if (kind === 'property') return [...model.rules.values()].some((r) => r.groups.length > 0) ? policyGroups(model) : out;
+  // A group no rule uses moves nobody's policy, whatever its members, unless it holds properties.
+  if (kind === 'group' && policyGroups(model).has(id)) out.add(id);
   for (const rule of model.rules.values()) {
     if ((kind === 'rule' && rule.id === id) || (kind === 'directive' && rule.directives.includes(id))) rule.groups.forEach((g) => out.add(g));
   }

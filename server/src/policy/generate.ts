@@ -12,10 +12,12 @@ import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import type { Logger } from '@capstan/shared/log';
 import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
-import type { PolicyWrite, Store } from '../store/store.js';
+import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
 import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
-import { keepLastSeconds } from './model.js';
+import { keepLastSeconds, type RuleDef } from './model.js';
+import { NodeRendering, type NodeContent } from './per-node.js';
+import { RenderError, SealCache, type NodeProblem } from './render.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -44,15 +46,26 @@ export class PolicyGenerator {
   readonly changes = new ChangeFeed();
   /** Contents (config id and expected components) whose stored expectations were found current. */
   private readonly verified = new Set<string>();
+  /** Each node's sealed secrets, kept while their plaintext and its key are unchanged. */
+  private readonly seals = new SealCache();
+  /** Nodes whose policy could not be generated, and why (their previous bundle stays). */
+  readonly problems = new Map<string, NodeProblem & { at: string }>();
+  /** Told of nodes newly unable to get a policy (a property conflict, a template error). */
+  private readonly onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
 
   /** Told of the nodes whose bundle one generation changed (the event stream's policy.deployed). */
   private readonly onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
 
-  constructor(deps: { store: Store; log: Logger; clock?: () => Date; onDeployed?: (nodeIds: string[], at: string) => void | Promise<void> }) {
+  constructor(deps: {
+    store: Store; log: Logger; clock?: () => Date;
+    onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
+    onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
+  }) {
     this.store = deps.store;
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
+    if (deps.onProblems) this.onProblems = deps.onProblems;
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -65,7 +78,7 @@ export class PolicyGenerator {
    * Save one object (through `save`) and regenerate the nodes it affects. `save` runs inside the
    * generator's queue, so the model read before it is the one it replaces.
    */
-  change<T>(kind: 'directive' | 'group' | 'rule', id: string, save: () => Promise<T>): Promise<{ result: T; stats: GenerationStats }> {
+  change<T>(kind: PolicyKind, id: string, save: () => Promise<T>): Promise<{ result: T; stats: GenerationStats }> {
     return this.serial(async () => {
       const t0 = performance.now();
       const before = await loadModel(this.store);
@@ -256,7 +269,7 @@ export class PolicyGenerator {
    * same membership and bundle code as generation, writing nothing (`POST /api/1/policy/plan`).
    * The nodes are the accepted members, in either model, of the groups the changed objects touch.
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: 'directive' | 'group' | 'rule'; id: string }>): Promise<NodePreview[]> {
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>): Promise<NodePreview[]> {
     const listing = new Listing(this.store);
     const touched = (model: PolicyModel) => {
       const out = new Set<string>();
@@ -300,9 +313,17 @@ export class PolicyGenerator {
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
+    const rendering = new NodeRendering(model, this.seals);
+    const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);
       const current = await this.store.policyConfigIds(batch);
+      // The batch's contents first: their templates say whether the inventories are read.
+      for (const nodeId of batch) {
+        const groups = of.get(nodeId);
+        if (groups && !cache.has(keys.get(nodeId)!)) cache.set(keys.get(nodeId)!, this.content(model, rules, groups));
+      }
+      const inputs = await this.store.policyNodeInputs(batch, rendering.readsFacts(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
       const writes: PolicyWrite[] = [];
       // Nodes by how long their groups keep a silent node's compliance (set after the writes,
       // which create the compliance rows of new nodes; unchanged nodes cost one statement).
@@ -312,6 +333,7 @@ export class PolicyGenerator {
         const groups = of.get(nodeId);
         const had = current.get(nodeId);
         if (!groups) {
+          this.problems.delete(nodeId);
           // No longer accepted (or gone): it gets no policy at all.
           if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) {
             changed++;
@@ -321,30 +343,36 @@ export class PolicyGenerator {
           continue;
         }
         const key = keys.get(nodeId)!;
-        let content = cache.get(key);
-        const noteKeep = (c: Content) => {
-          const list = keeps.get(c.keepLast) ?? [];
-          list.push(nodeId);
-          keeps.set(c.keepLast, list);
-        };
-        if (!content) {
-          const directives = directivesFor(model, rules, groups);
-          const expected = bundleExpectations(directives);
-          const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
-          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined, keepLast };
-          cache.set(key, content);
+        const content = cache.get(key)!;
+        let rendered: NodeContent | null;
+        try {
+          rendered = rendering.render(nodeId, groups, content, inputs.get(nodeId));
+        } catch (err) {
+          if (!(err instanceof RenderError)) throw err;
+          // Not generated: its previous bundle stays, and the problem is kept on the node.
+          const was = this.problems.get(nodeId);
+          this.problems.set(nodeId, { ...err.problem, at });
+          if (!was || was.message !== err.problem.message) problems.push({ node_id: nodeId, problem: err.problem });
+          continue;
         }
+        this.problems.delete(nodeId);
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
-        noteKeep(content);
-        const bundle = () => ({ node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) });
-        if (had === content.configId) {
-          content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
-          if (content.stale) writes.push({ bundle: bundle(), expected: content.expected, expectationsOnly: true });
+        const list = keeps.get(content.keepLast) ?? [];
+        list.push(nodeId);
+        keeps.set(content.keepLast, list);
+        const [configId, tail, expected] = rendered ? [rendered.configId, rendered.tail, rendered.expected] : [content.configId, content.json, content.expected];
+        const bundle = () => ({ node_id: nodeId, config_id: configId, generated_at: at, bundle: bundleJson(nodeId, configId, at, tail) });
+        if (had === configId) {
+          // Rendered per node, a content has as many config ids as nodes: only shared ones are probed.
+          if (!rendered) {
+            content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
+            if (content.stale) writes.push({ bundle: bundle(), expected, expectationsOnly: true });
+          }
           continue;
         }
-        writes.push({ bundle: bundle(), expected: content.expected });
+        writes.push({ bundle: bundle(), expected });
       }
       if (writes.length) {
         const moved = writes.filter((w) => !w.expectationsOnly);
@@ -356,9 +384,20 @@ export class PolicyGenerator {
       }
       for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
     }
+    if (problems.length) {
+      this.log.warn({ nodes: problems.length, first: problems[0]!.node_id, code: problems[0]!.problem.code }, 'policy not generated for some nodes');
+      await this.onProblems?.(problems, this.clock().toISOString());
+    }
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     if (deployed.length) await this.onDeployed?.(deployed, this.clock().toISOString());
     return changed;
+  }
+
+  /** The directives of a group set, shared by the nodes in exactly those groups. */
+  private content(model: PolicyModel, rules: RuleDef[], groups: Set<string>): Content {
+    const directives = directivesFor(model, rules, groups);
+    const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
+    return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
   }
 
   /**

@@ -11,7 +11,7 @@ import { computeConfigId, type BundleDirective, type Directive } from '@capstan/
 import type { PolicyKind, Store } from '../store/store.js';
 import { loadModel, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
-import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, type GroupDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -21,6 +21,8 @@ export interface PlanRequest {
   directives: Directive[];
   groups: GroupDef[];
   rules: RuleDef[];
+  /** Global properties (`properties/<name>.json` in a policy directory). */
+  properties: PropertyDef[];
   /** Delete what the request does not name (otherwise it is left alone). */
   prune: boolean;
   /** Objects to delete by name (a change request's deletions). */
@@ -62,8 +64,8 @@ export interface Plan {
   nodes_truncated: boolean;
 }
 
-const KINDS = ['directive', 'group', 'rule'] as const;
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules' } as const;
+const KINDS = ['property', 'directive', 'group', 'rule'] as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', property: 'properties' } as const;
 
 function bad(message: string, field: string): never {
   throw capstanError('ERR_BAD_REQUEST', message, { details: { field } });
@@ -71,12 +73,12 @@ function bad(message: string, field: string): never {
 
 /** `{directives, groups, rules, prune?}`, each object checked as its POST would check it. */
 export function parsePlanRequest(body: unknown): PlanRequest {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "prune"}', '');
+  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "properties", "prune"}', '');
   const b = body as Record<string, unknown>;
-  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'prune'].includes(k));
+  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'properties', 'prune'].includes(k));
   if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]!);
   if (b.prune !== undefined && typeof b.prune !== 'boolean') bad('prune must be true or false', 'prune');
-  const out: PlanRequest = { directives: [], groups: [], rules: [], prune: b.prune === true };
+  const out: PlanRequest = { directives: [], groups: [], rules: [], properties: [], prune: b.prune === true };
   for (const kind of KINDS) {
     const field = PLURAL[kind];
     const list = b[field] ?? [];
@@ -85,7 +87,7 @@ export function parsePlanRequest(body: unknown): PlanRequest {
     list.forEach((item, i) => {
       let obj: { id: string };
       try {
-        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : parseRule(item);
+        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : kind === 'property' ? planProperty(item) : parseRule(item);
       } catch (err) {
         // The field is named in the whole body: `directives[2].params.path`.
         if (!isCapstanError(err)) throw err;
@@ -100,6 +102,18 @@ export function parsePlanRequest(body: unknown): PlanRequest {
     });
   }
   return out;
+}
+
+/**
+ * A property file: as a PUT takes it, or `{secret: true}` with no value, as `policy export` writes
+ * a secret: the server keeps the value it has (desiredModel).
+ */
+function planProperty(item: unknown): PropertyDef {
+  const o = item as Record<string, unknown>;
+  if (o && typeof o === 'object' && o.secret === true && !Object.hasOwn(o, 'value') && Object.keys(o).every((k) => k === 'id' || k === 'secret')) {
+    return { id: checkPropertyName(o.id), secret: true, value: undefined as unknown as PropertyDef['value'] };
+  }
+  return parseProperty(item);
 }
 
 /** JSON with object keys sorted: the stored body and a parsed one compare by content. */
@@ -117,8 +131,13 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   // Pruning never removes the built-in groups: they are not the files' to manage.
   const builtins = [...current.groups].filter(([id]) => BUILTIN_GROUP_IDS.has(id));
   const next: PolicyModel = req.prune
-    ? { directives: new Map(), groups: new Map(builtins), rules: new Map() }
-    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules) };
+    ? { directives: new Map(), groups: new Map(builtins), rules: new Map(), properties: new Map(), techniques: current.techniques }
+    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules), properties: new Map(current.properties), techniques: current.techniques };
+  for (const [i, p] of (req.properties ?? []).entries()) {
+    const kept = p.value === undefined ? current.properties.get(p.id) : p;
+    if (!kept?.secret && p.value === undefined) bad(`property ${p.id} is given as a secret without a value, and the server has no secret of that name to keep`, `properties[${i}].value`);
+    next.properties.set(p.id, kept!);
+  }
   for (const d of req.directives) next.directives.set(d.id, d);
   for (const g of req.groups) next.groups.set(g.id, g);
   for (const r of req.rules) next.rules.set(r.id, r);
@@ -137,7 +156,7 @@ function checkReferences(model: PolicyModel): void {
 }
 
 function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
-  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : model.rules;
+  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : kind === 'property' ? model.properties : model.rules;
 }
 
 /** Object changes, in the order that keeps every reference valid while they are applied. */
@@ -153,6 +172,7 @@ export function objectChanges(before: PolicyModel, after: PolicyModel): { change
       const next = a.get(id) as Record<string, unknown>;
       const prev = b.get(id) as Record<string, unknown> | undefined;
       if (!prev) puts.push({ kind, id, action: 'create', object: next });
+      // A secret's value counts in the comparison, and is never shown: only that it changed.
       else if (canonical(prev) === canonical(next)) unchanged++;
       else {
         const fields = [...new Set([...Object.keys(prev), ...Object.keys(next)])].filter((f) => canonical(prev[f]) !== canonical(next[f])).sort();
@@ -205,5 +225,6 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       ...impact,
     });
   }
-  return { changes, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
+  const shown = changes.map((c) => (c.object ? { ...c, object: withoutSecrets(c.object) } : c));
+  return { changes: shown, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
 }

@@ -12,22 +12,24 @@ import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
-import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule } from './model.js';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseProperty, parseRule, withoutSecrets } from './model.js';
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
+import { effectiveProperties, type EffectiveProperties } from './effective.js';
 
-export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
+export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules', property: 'properties' };
 
 const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
 
 /** An object as the API shows it: its body and when it was last saved; built-in groups marked. */
 export type PolicyView = Record<string, unknown>;
 
-const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView => ({ ...o.body, updated_at: o.updated_at });
+const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView => ({ ...withoutSecrets(o.body), updated_at: o.updated_at });
 
 /** Check a body as its kind's POST (or PUT, with the id of the path) would. */
 export function parsePolicyObject(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
-  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId) : parseRule(body, pathId);
+  const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId)
+    : kind === 'property' ? parseProperty(body, pathId) : parseRule(body, pathId);
   return obj as unknown as Record<string, unknown>;
 }
 
@@ -61,6 +63,11 @@ export class PolicyService {
 
   get generator(): PolicyGenerator {
     return this.deps.generator;
+  }
+
+  /** A node's effective properties, their origins and conflicts (policy/effective.ts); null: unknown node. */
+  effective(nodeId: string): Promise<EffectiveProperties | null> {
+    return effectiveProperties(this.deps.store, this.deps.generator, nodeId);
   }
 
   /** Every object of a kind; groups begin with the built-in ones. */
@@ -107,7 +114,8 @@ export class PolicyService {
       return store.getPolicyObject(kind, id);
     });
     const was = before as PolicyObjectRecord | null;
-    await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: was?.body ?? null, after: result!.body });
+    // Audit records never hold a secret's value: only that it is one (and so, that it changed).
+    await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: withoutSecrets(was?.body ?? null), after: withoutSecrets(result!.body) });
     return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
   }
 
@@ -117,7 +125,7 @@ export class PolicyService {
     const { store } = this.deps;
     let before: PolicyObjectRecord | null = null;
     const { result } = await this.deps.generator.change(kind, id, async () => {
-      if (kind !== 'rule') {
+      if (kind === 'directive' || kind === 'group') {
         const rules = await this.referencedBy(kind, id);
         if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
       }
@@ -125,7 +133,7 @@ export class PolicyService {
       return store.deletePolicyObject(kind, id);
     });
     if (!result) throw notFound(kind, id);
-    await this.deps.audit?.record(actor, { action: `${kind}.delete`, target: id, before: (before as PolicyObjectRecord | null)?.body ?? null, after: null });
+    await this.deps.audit?.record(actor, { action: `${kind}.delete`, target: id, before: withoutSecrets((before as PolicyObjectRecord | null)?.body ?? null), after: null });
   }
 
   /**

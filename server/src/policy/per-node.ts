@@ -1,0 +1,127 @@
+/**
+ * One generation's rendering of node data into bundles (render.ts), with what it can share: a
+ * content (a group set's directives) whose templates read no node of its own is rendered once for
+ * every node of that content without properties of its own; expectations equal as text are one
+ * list, so the store checks each once.
+ */
+import { bundleExpectations } from '@capstan/shared/compliance/compute';
+import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
+import type { SealedSecret } from '@capstan/shared/policy/secrets';
+import type { ExpectedComponent, PolicyNodeInput } from '../store/store.js';
+import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
+import type { Json, MergedProperties } from './properties.js';
+import {
+  conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData,
+  type Needs, type SealCache,
+} from './render.js';
+
+/** A node's bundle content once rendered. */
+export interface NodeContent {
+  directives: BundleDirective[];
+  properties: Record<string, Json>;
+  secrets: Record<string, SealedSecret>;
+  configId: string;
+  expected: ExpectedComponent[];
+  /** The JSON after `"directives":` in the stored bundle: directives, then properties and secrets. */
+  tail: string;
+}
+
+/** What a content shares among its nodes without properties of their own. */
+interface Shared {
+  merged: MergedProperties;
+  directives: BundleDirective[];
+  secrets: string[];
+  json: string;
+}
+
+export class NodeRendering {
+  private readonly needsOf = new Map<string, Needs>();
+  private readonly propertyGroups: Set<string>;
+  private readonly shared = new Map<Content, Shared | RenderError>();
+  private readonly needs = new Map<Content, Needs>();
+  private readonly expectations = new Map<string, ExpectedComponent[]>();
+
+  constructor(private readonly model: PolicyModel, private readonly seals: SealCache) {
+    this.propertyGroups = propertyGroups(model);
+  }
+
+  private needsFor(content: Content): Needs {
+    let n = this.needs.get(content);
+    if (!n) this.needs.set(content, (n = setNeeds(content.directives, this.needsOf, this.model)));
+    return n;
+  }
+
+  /** Do some of these contents read facts (the batch's inventories are then read)? */
+  readsFacts(contents: Iterable<Content>): boolean {
+    for (const c of contents) if (this.needsFor(c).facts) return true;
+    return false;
+  }
+
+  /**
+   * Null: the content is the node's bundle as it is (no template, no property in play: the fast
+   * path). Otherwise the node's own rendering; RenderError when it cannot be generated.
+   */
+  render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): NodeContent | null {
+    const needs = this.needsFor(content);
+    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
+    if (!needs.templated && !inPlay) return null;
+    const perNode = own || needs.facts || needs.node;
+    let s: Shared;
+    if (perNode) s = this.renderFor(nodeId, groups, content, input);
+    else {
+      let cached = this.shared.get(content);
+      if (!cached) {
+        try {
+          cached = this.renderFor(nodeId, groups, content, input);
+        } catch (err) {
+          if (!(err instanceof RenderError)) throw err;
+          cached = err;
+        }
+        this.shared.set(content, cached);
+      }
+      if (cached instanceof RenderError) throw cached;
+      s = cached;
+    }
+    const secrets: Record<string, SealedSecret> = {};
+    if (s.secrets.length > 0) {
+      if (!input?.certificate) {
+        throw new RenderError({ code: 'ERR_SECRET', message: `secret ${s.secrets[0]} is used, and node ${nodeId} has no pinned certificate to seal it to` });
+      }
+      const values = secretValues(s.merged, s.secrets);
+      for (const [name, plain] of values) {
+        try {
+          secrets[name] = this.seals.seal(nodeId, name, plain, input.certificate);
+        } catch (err) {
+          throw new RenderError({ code: 'ERR_SECRET', message: `secret ${name} cannot be sealed for node ${nodeId}: ${(err as Error).message}`, name });
+        }
+      }
+    }
+    this.seals.keepOnly(nodeId, new Set(s.secrets));
+    const properties = publicProperties(s.merged);
+    const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
+    const configId = computeConfigId(s.directives, extra);
+    let tail = s.json;
+    if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
+    if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
+    return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
+  }
+
+  private renderFor(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): Shared {
+    const merged = mergeFor(this.model, groups, input?.properties ?? {});
+    if (merged.conflicts.length > 0) throw new RenderError(conflictProblem(merged.conflicts));
+    const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
+    const r = renderDirectives(content.directives, data, this.model, this.needsOf);
+    return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
+  }
+
+  /** Expectations, one list per distinct text. */
+  private expectedOf(directives: BundleDirective[]): ExpectedComponent[] {
+    const e = bundleExpectations(directives);
+    const k = expectationKey(e);
+    const known = this.expectations.get(k);
+    if (known) return known;
+    this.expectations.set(k, e);
+    return e;
+  }
+}
