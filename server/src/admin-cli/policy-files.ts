@@ -17,7 +17,8 @@ import { capstanError } from '@capstan/shared/errors';
 
 export const POLICY_KINDS = ['directives', 'groups', 'rules', 'properties'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
-export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
+/** `properties` (global properties) may be absent: a directory of directives, groups and rules alone. */
+export type PolicyFiles = Record<Exclude<PolicyDirName, 'properties'>, Array<Record<string, unknown>>> & { properties?: Array<Record<string, unknown>> };
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
 export const MAX_POLICY_FILE = 1024 * 1024;
 
@@ -97,7 +98,7 @@ export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
       if (o.id !== undefined && o.id !== id) fail(`${path}: id ${JSON.stringify(o.id)} differs from the file name`);
       if (seen.has(id)) fail(`${path}: ${kind} ${id} is also in ${seen.get(id)}`);
       seen.set(id, path);
-      out[kind].push({ id, ...o });
+      (out[kind] ??= []).push({ id, ...o });
     }
   }
   return out;
@@ -135,7 +136,7 @@ export async function writePolicyDir(dir: string, files: PolicyFiles, format: 't
     const sub = join(dir, kind);
     await mkdir(sub, { recursive: true });
     await entry(sub);
-    for (const obj of files[kind]) {
+    for (const obj of files[kind] ?? []) {
       const path = join(sub, `${String(obj.id)}.${format}`);
       // A new file of its own: a link (or anything) put there meanwhile is refused, not followed.
       let fh;

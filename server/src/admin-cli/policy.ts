@@ -27,7 +27,7 @@ export async function planFor(api: ApiTransport, dir: string, prune: boolean, ma
   const plan = (await api.call('POST', '/api/1/policy/plan', { body: { ...files, prune }, query })).body.data as Plan;
   // The plan shows no secret value; what is applied is the files' own object.
   for (const c of plan.changes) {
-    const local = c.action === 'delete' ? undefined : files[PLURAL[c.kind]].find((o) => o.id === c.id);
+    const local = c.action === 'delete' ? undefined : files[PLURAL[c.kind]]?.find((o) => o.id === c.id);
     if (local) Object.defineProperty(c, 'object', { value: local, enumerable: false });
   }
   return plan;

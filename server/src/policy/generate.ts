@@ -13,7 +13,7 @@ import type { Logger } from '@capstan/shared/log';
 import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
-import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, type Content, type NodePreview, type PolicyModel } from './content.js';
+import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, type NodeContent } from './per-node.js';
@@ -243,7 +243,8 @@ export class PolicyGenerator {
   private async membership(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<Map<string, Set<string>>> {
     const accepted = await this.acceptedAmong(nodes, listing);
     const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
-    const used = new Set([...model.rules.values()].flatMap((r) => r.groups));
+    // The groups rules target, and those holding properties (a node's data merges them all).
+    const used = policyGroups(model);
     for (const gid of used) {
       const g = model.groups.get(gid);
       if (!g) continue;
