@@ -157,3 +157,30 @@ t.test('generation is deterministic: two servers give the same config ids', asyn
   t.same(ids[0], ids[1]);
   t.equal(new Set(ids[0]).size, 3, 'node.id makes each node\'s own');
 });
+
+t.test('a plan shows which rendered values change, secrets by name only, and problems before apply', async (t) => {
+  const { store, svc, put } = await fleet(t, 3);
+  await put('property', { id: 'pw', value: 'first-secret', secret: true });
+  await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
+  await put('group', { id: 'a', name: 'a', nodes: ['n0'], properties: { port: { value: 80 } } });
+  await put('property', { id: 'port', value: 8080 });
+  await put('directive', { id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/p', content: 'port={{node.properties.port}} pw={{node.properties.pw}}' } });
+  await put('rule', { id: 'r', name: 'r', directives: ['d'], groups: ['all'] });
+  const before = await Promise.all(['n0', 'n1', 'n2'].map(async (n) => (await store.getPolicyBundle(n))!.config_id));
+
+  const plan = await svc.plan({ groups: [{ id: 'a', name: 'a', nodes: ['n0'], properties: { port: { value: 81 } } }] }, 100);
+  t.same(plan.nodes.map((n) => n.node_id), ['n0'], 'only the group\'s member');
+  t.match(plan.nodes[0], { changed: [{ rule_id: 'r', directive_id: 'd' }], values: [{ rule_id: 'r', directive_id: 'd', field: 'content' }], properties: ['port'] });
+
+  const secret = await svc.plan({ properties: [{ id: 'pw', value: 'second-secret', secret: true }] }, 100);
+  t.same(secret.nodes.map((n) => n.node_id), ['n0', 'n1', 'n2']);
+  t.match(secret.nodes[0], { secrets: ['pw'] });
+  t.notOk(JSON.stringify(secret).includes('second-secret') || JSON.stringify(secret).includes('first-secret'), 'no secret value in the plan');
+  t.same(secret.changes, [{ kind: 'property', id: 'pw', action: 'update', fields: ['value'], object: { id: 'pw', secret: true } }]);
+
+  const conflict = await svc.plan({ groups: [{ id: 'b', name: 'b', nodes: ['n1'], properties: { port: { value: 1 } } }, { id: 'c', name: 'c', nodes: ['n1'], properties: { port: { value: 2 } } }] }, 100);
+  t.match(conflict.nodes, [{ node_id: 'n1', problem: { code: 'ERR_PROPERTY_CONFLICT', message: /groups b and c/ } }]);
+  const broken = await svc.plan({ directives: [{ id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/p', content: '{{os.nope}}' } }] }, 100);
+  t.match(broken.nodes[0], { problem: { code: 'ERR_TEMPLATE', message: /os.nope is not defined/ } });
+  t.same(await Promise.all(['n0', 'n1', 'n2'].map(async (n) => (await store.getPolicyBundle(n))!.config_id)), before, 'a plan writes nothing');
+});

@@ -50,6 +50,10 @@ export function planText(plan: Plan): string {
     if (n.added.length) lines.push(`    + ${refs(n.added)}`);
     if (n.changed.length) lines.push(`    ~ ${refs(n.changed)}`);
     if (n.removed.length) lines.push(`    - ${refs(n.removed)}`);
+    if (n.values?.length) lines.push(`    values: ${n.values.map((v) => `${v.rule_id}/${v.directive_id} ${v.field}`).join(', ')}`);
+    if (n.properties?.length) lines.push(`    properties: ${n.properties.join(', ')}`);
+    if (n.secrets?.length) lines.push(`    secrets changed: ${n.secrets.join(', ')}`);
+    if (n.problem) lines.push(`    ! not generated: ${n.problem.code} ${n.problem.message}`);
   }
   return `${lines.join('\n')}\n`;
 }

@@ -56,11 +56,21 @@ export function groupsTouched(model: PolicyModel, kind: PolicyKind, id: string):
   return out;
 }
 
-/** A node's directives under two models (PolicyGenerator.preview). */
+/** A node's rendered policy under one model, for a plan (per-node.ts RenderedPreview). */
+export interface NodeSide {
+  properties: Record<string, unknown>;
+  /** Secret names used, each with a digest of its value: compared, never shown. */
+  secrets: Record<string, string>;
+  /** Why the bundle would not be generated (a conflict, a template error). */
+  problem?: { code: string; message: string };
+}
+
+/** A node's directives under two models, rendered with its data (PolicyGenerator.preview). */
 export interface NodePreview {
   node_id: string;
   before: BundleDirective[];
   after: BundleDirective[];
+  sides?: { before: NodeSide; after: NodeSide };
 }
 
 /**

@@ -16,7 +16,7 @@ import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
 import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
-import { NodeRendering, type NodeContent } from './per-node.js';
+import { NodeRendering, type NodeContent, type RenderedPreview } from './per-node.js';
 import { RenderError, SealCache, type NodeProblem } from './render.js';
 
 export interface GenerationStats {
@@ -281,12 +281,33 @@ export class PolicyGenerator {
     for (const n of await this.members(after, touched(after), listing)) nodes.add(n);
     const [ofBefore, ofAfter] = [await this.membership(before, nodes, listing), await this.membership(after, nodes, listing)];
     const sorted = (m: PolicyModel) => [...m.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const [rulesBefore, rulesAfter] = [sorted(before), sorted(after)];
-    return [...nodes].sort().map((nodeId) => ({
-      node_id: nodeId,
-      before: directivesFor(before, rulesBefore, ofBefore.get(nodeId) ?? new Set()),
-      after: directivesFor(after, rulesAfter, ofAfter.get(nodeId) ?? new Set()),
-    }));
+    // Each side rendered with the node's data as generation would, sealing nothing.
+    const sides = [[before, ofBefore], [after, ofAfter]] as const;
+    const render = sides.map(([m]) => ({ rendering: new NodeRendering(m, null), rules: sorted(m), contents: new Map<string, Content>() }));
+    const ids = [...nodes].sort();
+    const out: NodePreview[] = [];
+    for (let i = 0; i < ids.length; i += BATCH) {
+      const batch = ids.slice(i, i + BATCH);
+      const contentOf = (side: number, nodeId: string) => {
+        const groups = sides[side]![1].get(nodeId) ?? new Set<string>();
+        const key = [...groups].sort().join('\u0000');
+        const r = render[side]!;
+        let c = r.contents.get(key);
+        if (!c) r.contents.set(key, (c = this.content(sides[side]![0], r.rules, groups)));
+        return { groups, c };
+      };
+      const facts = [0, 1].some((side) => render[side]!.rendering.readsFacts(batch.map((n) => contentOf(side, n).c)));
+      const inputs = await this.store.policyNodeInputs(batch, facts);
+      for (const nodeId of batch) {
+        const [b, a] = [0, 1].map((side) => {
+          const { groups, c } = contentOf(side, nodeId);
+          return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
+        }) as [RenderedPreview, RenderedPreview];
+        const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
+        out.push({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
+      }
+    }
+    return out;
   }
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */

@@ -4,6 +4,7 @@
  * every node of that content without properties of its own; expectations equal as text are one
  * list, so the store checks each once.
  */
+import { createHash } from 'node:crypto';
 import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
@@ -12,7 +13,7 @@ import { expectationKey, propertyGroups, type Content, type PolicyModel } from '
 import type { Json, MergedProperties } from './properties.js';
 import {
   conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData,
-  type Needs, type SealCache,
+  type Needs, type NodeProblem, type SealCache,
 } from './render.js';
 
 /** A node's bundle content once rendered. */
@@ -24,6 +25,15 @@ export interface NodeContent {
   expected: ExpectedComponent[];
   /** The JSON after `"directives":` in the stored bundle: directives, then properties and secrets. */
   tail: string;
+}
+
+/** A node's rendering for a plan (NodeRendering.preview). */
+export interface RenderedPreview {
+  directives: BundleDirective[];
+  properties: Record<string, Json>;
+  /** Secret names used, each with a digest of its value (compared, never shown). */
+  secrets: Record<string, string>;
+  problem?: NodeProblem;
 }
 
 /** What a content shares among its nodes without properties of their own. */
@@ -41,7 +51,7 @@ export class NodeRendering {
   private readonly needs = new Map<Content, Needs>();
   private readonly expectations = new Map<string, ExpectedComponent[]>();
 
-  constructor(private readonly model: PolicyModel, private readonly seals: SealCache) {
+  constructor(private readonly model: PolicyModel, private readonly seals: SealCache | null) {
     this.propertyGroups = propertyGroups(model);
   }
 
@@ -91,13 +101,13 @@ export class NodeRendering {
       const values = secretValues(s.merged, s.secrets);
       for (const [name, plain] of values) {
         try {
-          secrets[name] = this.seals.seal(nodeId, name, plain, input.certificate);
+          secrets[name] = this.seals!.seal(nodeId, name, plain, input.certificate);
         } catch (err) {
           throw new RenderError({ code: 'ERR_SECRET', message: `secret ${name} cannot be sealed for node ${nodeId}: ${(err as Error).message}`, name });
         }
       }
     }
-    this.seals.keepOnly(nodeId, new Set(s.secrets));
+    this.seals?.keepOnly(nodeId, new Set(s.secrets));
     const properties = publicProperties(s.merged);
     const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
     const configId = computeConfigId(s.directives, extra);
@@ -113,6 +123,27 @@ export class NodeRendering {
     const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
     const r = renderDirectives(content.directives, data, this.model, this.needsOf);
     return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
+  }
+
+  /**
+   * What a plan shows of a node under this model: its rendered directives, bundle properties and a
+   * digest per secret it uses (so a changed secret shows as changed, never its value), or the
+   * problem that would keep its bundle from being generated. Nothing is sealed.
+   */
+  preview(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): RenderedPreview {
+    const needs = this.needsFor(content);
+    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
+    if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {} };
+    try {
+      const s = this.renderFor(nodeId, groups, content, input);
+      const values = secretValues(s.merged, s.secrets);
+      const secrets = Object.fromEntries([...values].map(([n, v]) => [n, createHash('sha256').update(`${n}\u0000${v}`).digest('hex')]));
+      return { directives: s.directives, properties: publicProperties(s.merged), secrets };
+    } catch (err) {
+      if (!(err instanceof RenderError)) throw err;
+      return { directives: content.directives, properties: {}, secrets: {}, problem: err.problem };
+    }
   }
 
   /** Expectations, one list per distinct text. */

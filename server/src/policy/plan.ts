@@ -9,7 +9,7 @@
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { PolicyKind, Store } from '../store/store.js';
-import { loadModel, type PolicyModel } from './content.js';
+import { loadModel, type NodePreview, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
 import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 
@@ -54,6 +54,14 @@ export interface NodeImpact {
   added: DirectiveRef[];
   changed: DirectiveRef[];
   removed: DirectiveRef[];
+  /** Rendered parameter values that change, by field (`content`, `calls.0.params.path`); values not shown. */
+  values?: Array<DirectiveRef & { field: string }>;
+  /** Bundle properties (not secret) whose effective value changes. */
+  properties?: string[];
+  /** Secrets used whose value changes, or that start or stop being used: names only. */
+  secrets?: string[];
+  /** The node's bundle would not be generated after the change: why (a conflict, a template error). */
+  problem?: { code: string; message: string };
 }
 
 export interface Plan {
@@ -203,6 +211,40 @@ export function directiveImpact(before: BundleDirective[], after: BundleDirectiv
   return { added, changed, removed };
 }
 
+/** Leaf paths under which two JSON values differ (a list or scalar is a leaf). */
+function changedPaths(a: unknown, b: unknown, path: string, out: string[]): void {
+  const isObj = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+  if (isObj(a) && isObj(b)) {
+    for (const k of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) changedPaths(a[k], b[k], path ? `${path}.${k}` : k, out);
+  } else if (canonical(a) !== canonical(b)) out.push(path);
+}
+
+/** What of a node's rendered data changes (NodeImpact values, properties, secrets, problem); null when nothing. */
+export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> | null {
+  const out: Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> = {};
+  const was = new Map(p.before.map((d) => [refKey(d), d]));
+  const values: NonNullable<NodeImpact['values']> = [];
+  for (const d of p.after) {
+    const old = was.get(refKey(d));
+    if (!old) continue;
+    const fields: string[] = [];
+    changedPaths({ params: old.params, calls: old.calls }, { params: d.params, calls: d.calls }, '', fields);
+    for (const f of fields) values.push({ ...ref(d), field: f.replace(/^params\./, '') });
+  }
+  if (values.length) out.values = values;
+  const sides = p.sides;
+  if (sides) {
+    const props: string[] = [];
+    changedPaths(sides.before.properties, sides.after.properties, '', props);
+    const names = [...new Set(props.map((x) => x.split('.')[0]!))];
+    if (names.length) out.properties = names;
+    const secrets = [...new Set([...Object.keys(sides.before.secrets), ...Object.keys(sides.after.secrets)])].filter((n) => sides.before.secrets[n] !== sides.after.secrets[n]).sort();
+    if (secrets.length) out.secrets = secrets;
+    if (sides.after.problem) out.problem = { code: sides.after.problem.code, message: sides.after.problem.message };
+  }
+  return Object.keys(out).length ? out : null;
+}
+
 export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number): Promise<Plan> {
   const before = await loadModel(store);
   const after = desiredModel(before, req);
@@ -212,7 +254,8 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   const nodes: NodeImpact[] = [];
   let total = 0;
   for (const p of previews) {
-    const impact = directiveImpact(p.before, p.after);
+    const rendered = renderedImpact(p);
+    const impact = directiveImpact(p.before, p.after) ?? (rendered ? { added: [], changed: [], removed: [] } : null);
     if (!impact) continue;
     total++;
     if (nodes.length >= maxNodes) continue;
@@ -223,6 +266,7 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       config_id_before: p.before.length ? computeConfigId(p.before) : null,
       config_id_after: p.after.length ? computeConfigId(p.after) : null,
       ...impact,
+      ...rendered,
     });
   }
   const shown = changes.map((c) => (c.object ? { ...c, object: withoutSecrets(c.object) } : c));
