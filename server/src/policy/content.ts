@@ -2,10 +2,11 @@
  * What a generation computes from the policy model, apart from the store: the model itself, the
  * groups a change touches, a node's directives, and the stored text and expectations of a bundle.
  */
-import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
+import { bundleExpectations } from '@capstan/shared/compliance/compute';
+import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { Technique } from '@capstan/shared/policy/technique';
 import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
-import { BUILTIN_GROUPS, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
@@ -114,4 +115,11 @@ export function expectationKey(items: ExpectedComponent[]): string {
  */
 export function bundleJson(nodeId: string, configId: string, generatedAt: string, directivesJson: string): string {
   return `{"node_id":${JSON.stringify(nodeId)},"config_id":${JSON.stringify(configId)},"generated_at":${JSON.stringify(generatedAt)},"directives":${directivesJson}}`;
+}
+
+/** The directives of a group set, shared by the nodes in exactly those groups. */
+export function contentOf(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): Content {
+  const directives = directivesFor(model, rules, groups);
+  const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
+  return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
 }

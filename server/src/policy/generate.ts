@@ -13,10 +13,10 @@ import type { Logger } from '@capstan/shared/log';
 import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
-import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
+import { bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
-import { NodeRendering, type NodeContent, type RenderedPreview } from './per-node.js';
+import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
 import { RenderError, SealCache, type NodeProblem } from './render.js';
 
 export interface GenerationStats {
@@ -46,6 +46,8 @@ export class PolicyGenerator {
   readonly changes = new ChangeFeed();
   /** Contents (config id and expected components) whose stored expectations were found current. */
   private readonly verified = new Set<string>();
+  /** What each node's last rendering was made from (per-node.ts RenderMemo). */
+  private readonly rendered: RenderMemo = new Map();
   /** Each node's sealed secrets, kept while their plaintext and its key are unchanged. */
   private readonly seals = new SealCache();
   /** Nodes whose policy could not be generated, and why (their previous bundle stays). */
@@ -288,19 +290,19 @@ export class PolicyGenerator {
     const out: NodePreview[] = [];
     for (let i = 0; i < ids.length; i += BATCH) {
       const batch = ids.slice(i, i + BATCH);
-      const contentOf = (side: number, nodeId: string) => {
+      const sideContent = (side: number, nodeId: string) => {
         const groups = sides[side]![1].get(nodeId) ?? new Set<string>();
         const key = [...groups].sort().join('\u0000');
         const r = render[side]!;
         let c = r.contents.get(key);
-        if (!c) r.contents.set(key, (c = this.content(sides[side]![0], r.rules, groups)));
+        if (!c) r.contents.set(key, (c = contentOf(sides[side]![0], r.rules, groups)));
         return { groups, c };
       };
-      const facts = [0, 1].some((side) => render[side]!.rendering.readsFacts(batch.map((n) => contentOf(side, n).c)));
+      const facts = [0, 1].some((side) => render[side]!.rendering.readsFacts(batch.map((n) => sideContent(side, n).c)));
       const inputs = await this.store.policyNodeInputs(batch, facts);
       for (const nodeId of batch) {
         const [b, a] = [0, 1].map((side) => {
-          const { groups, c } = contentOf(side, nodeId);
+          const { groups, c } = sideContent(side, nodeId);
           return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
         }) as [RenderedPreview, RenderedPreview];
         const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
@@ -335,7 +337,7 @@ export class PolicyGenerator {
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
-    const rendering = new NodeRendering(model, this.seals);
+    const rendering = new NodeRendering(model, this.seals, this.rendered);
     const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);
@@ -343,7 +345,7 @@ export class PolicyGenerator {
       // The batch's contents first: their templates say whether the inventories are read.
       for (const nodeId of batch) {
         const groups = of.get(nodeId);
-        if (groups && !cache.has(keys.get(nodeId)!)) cache.set(keys.get(nodeId)!, this.content(model, rules, groups));
+        if (groups && !cache.has(keys.get(nodeId)!)) cache.set(keys.get(nodeId)!, contentOf(model, rules, groups));
       }
       const inputs = await this.store.policyNodeInputs(batch, rendering.readsFacts(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
       const writes: PolicyWrite[] = [];
@@ -366,9 +368,14 @@ export class PolicyGenerator {
         }
         const key = keys.get(nodeId)!;
         const content = cache.get(key)!;
-        let rendered: NodeContent | null;
+        const noteKeep = () => {
+          const list = keeps.get(content.keepLast) ?? [];
+          list.push(nodeId);
+          keeps.set(content.keepLast, list);
+        };
+        let rendered: NodeContent | 'unchanged' | null;
         try {
-          rendered = rendering.render(nodeId, groups, content, inputs.get(nodeId));
+          rendered = rendering.render(nodeId, groups, content, inputs.get(nodeId), had);
         } catch (err) {
           if (!(err instanceof RenderError)) throw err;
           // Not generated: its previous bundle stays, and the problem is kept on the node.
@@ -378,12 +385,14 @@ export class PolicyGenerator {
           continue;
         }
         this.problems.delete(nodeId);
+        if (rendered === 'unchanged') {
+          noteKeep();
+          continue;
+        }
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
-        const list = keeps.get(content.keepLast) ?? [];
-        list.push(nodeId);
-        keeps.set(content.keepLast, list);
+        noteKeep();
         const [configId, tail, expected] = rendered ? [rendered.configId, rendered.tail, rendered.expected] : [content.configId, content.json, content.expected];
         const bundle = () => ({ node_id: nodeId, config_id: configId, generated_at: at, bundle: bundleJson(nodeId, configId, at, tail) });
         if (had === configId) {
@@ -413,13 +422,6 @@ export class PolicyGenerator {
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     if (deployed.length) await this.onDeployed?.(deployed, this.clock().toISOString());
     return changed;
-  }
-
-  /** The directives of a group set, shared by the nodes in exactly those groups. */
-  private content(model: PolicyModel, rules: RuleDef[], groups: Set<string>): Content {
-    const directives = directivesFor(model, rules, groups);
-    const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
-    return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
   }
 
   /**

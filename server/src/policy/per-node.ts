@@ -10,11 +10,26 @@ import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bu
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
 import type { ExpectedComponent, PolicyNodeInput } from '../store/store.js';
 import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
-import type { Json, MergedProperties } from './properties.js';
+import type { Json } from './properties.js';
 import {
-  conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData,
-  type Needs, type NodeProblem, type SealCache,
+  conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData, withNodeLevel,
+  type Effective, type Needs, type NodeProblem, type SealCache,
 } from './render.js';
+
+/** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
+interface Base {
+  merged: Effective;
+  /** The merge as text: part of each node's fingerprint. */
+  json: string;
+  problem?: NodeProblem;
+}
+
+/**
+ * What a node's rendering was made from, as a digest, and the config id it gave: a later
+ * generation finding the same digest and that config id stored skips the node (an unchanged
+ * pass renders nothing). Kept per generator, across generations.
+ */
+export type RenderMemo = Map<string, { digest: string; configId: string }>;
 
 /** A node's bundle content once rendered. */
 export interface NodeContent {
@@ -38,7 +53,7 @@ export interface RenderedPreview {
 
 /** What a content shares among its nodes without properties of their own. */
 interface Shared {
-  merged: MergedProperties;
+  merged: Effective;
   directives: BundleDirective[];
   secrets: string[];
   json: string;
@@ -50,9 +65,24 @@ export class NodeRendering {
   private readonly shared = new Map<Content, Shared | RenderError>();
   private readonly needs = new Map<Content, Needs>();
   private readonly expectations = new Map<string, ExpectedComponent[]>();
+  private readonly bases = new Map<Content, Base>();
+  /** The techniques as text: a changed technique changes every digest. */
+  private readonly modelDigest: string;
 
-  constructor(private readonly model: PolicyModel, private readonly seals: SealCache | null) {
+  constructor(private readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map()) {
     this.propertyGroups = propertyGroups(model);
+    this.modelDigest = createHash('sha256').update(JSON.stringify([...model.techniques.values()])).digest('hex');
+  }
+
+  private baseFor(content: Content, groups: ReadonlySet<string>): Base {
+    let b = this.bases.get(content);
+    if (!b) {
+      const m = mergeFor(this.model, groups, {});
+      const merged = { effective: m.effective, secrets: m.secrets };
+      b = { merged, json: JSON.stringify(merged), ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
+      this.bases.set(content, b);
+    }
+    return b;
   }
 
   private needsFor(content: Content): Needs {
@@ -71,19 +101,26 @@ export class NodeRendering {
    * Null: the content is the node's bundle as it is (no template, no property in play: the fast
    * path). Otherwise the node's own rendering; RenderError when it cannot be generated.
    */
-  render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): NodeContent | null {
+  render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): NodeContent | 'unchanged' | null {
     const needs = this.needsFor(content);
     const own = input !== undefined && Object.keys(input.properties).length > 0;
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
     if (!needs.templated && !inPlay) return null;
     const perNode = own || needs.facts || needs.node;
+    const base = this.baseFor(content, groups);
+    if (base.problem) throw new RenderError(base.problem);
+    // Made from the same content, merge, node and inventory as the stored bundle: nothing to do.
+    const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(base.json)
+      .update('\u0000').update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory ?? null])).digest('hex');
+    const memo = this.memo.get(nodeId);
+    if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
     let s: Shared;
-    if (perNode) s = this.renderFor(nodeId, groups, content, input);
+    if (perNode) s = this.renderFor(nodeId, content, input, base);
     else {
       let cached = this.shared.get(content);
       if (!cached) {
         try {
-          cached = this.renderFor(nodeId, groups, content, input);
+          cached = this.renderFor(nodeId, content, input, base);
         } catch (err) {
           if (!(err instanceof RenderError)) throw err;
           cached = err;
@@ -111,15 +148,15 @@ export class NodeRendering {
     const properties = publicProperties(s.merged);
     const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
     const configId = computeConfigId(s.directives, extra);
+    this.memo.set(nodeId, { digest, configId });
     let tail = s.json;
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
     return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
   }
 
-  private renderFor(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): Shared {
-    const merged = mergeFor(this.model, groups, input?.properties ?? {});
-    if (merged.conflicts.length > 0) throw new RenderError(conflictProblem(merged.conflicts));
+  private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {
+    const merged = withNodeLevel(base.merged, input?.properties ?? {});
     const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
     const r = renderDirectives(content.directives, data, this.model, this.needsOf);
     return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
@@ -136,7 +173,9 @@ export class NodeRendering {
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
     if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {} };
     try {
-      const s = this.renderFor(nodeId, groups, content, input);
+      const base = this.baseFor(content, groups);
+      if (base.problem) throw new RenderError(base.problem);
+      const s = this.renderFor(nodeId, content, input, base);
       const values = secretValues(s.merged, s.secrets);
       const secrets = Object.fromEntries([...values].map(([n, v]) => [n, createHash('sha256').update(`${n}\u0000${v}`).digest('hex')]));
       return { directives: s.directives, properties: publicProperties(s.merged), secrets };

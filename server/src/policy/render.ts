@@ -21,7 +21,7 @@ import { instantiate, techniqueDirective } from '@capstan/shared/policy/techniqu
 import { renderParams, renderTemplate, SecretRef, templateNames } from '@capstan/shared/policy/template';
 import type { PolicyNodeInput } from '../store/store.js';
 import type { PolicyModel } from './content.js';
-import { mergeProperties, type Conflict, type GroupProperties, type Json, type MergedProperties, type PropertySet } from './properties.js';
+import { mergeProperties, mergeValues, type Conflict, type GroupProperties, type Json, type MergedProperties, type PropertySet } from './properties.js';
 
 /** What a directive's templates read of a node. */
 export interface Needs {
@@ -144,7 +144,7 @@ export function conflictProblem(conflicts: Conflict[]): NodeProblem {
 }
 
 /** The effective properties a bundle carries: the secret ones left out. */
-export function publicProperties(m: MergedProperties): Record<string, Json> {
+export function publicProperties(m: Effective): Record<string, Json> {
   if (m.secrets.length === 0) return m.effective;
   const secret = new Set(m.secrets);
   return Object.fromEntries(Object.entries(m.effective).filter(([k]) => !secret.has(k)));
@@ -187,11 +187,23 @@ export interface Rendered {
   secrets: string[];
 }
 
+/** What generation needs of a merge: the effective values and the secret names. */
+export type Effective = Pick<MergedProperties, 'effective' | 'secrets'>;
+
 /** The data templates read: node data with the secret properties as SecretRef. */
-export function templateData(nodeId: string, input: Pick<PolicyNodeInput, 'hostname' | 'relay' | 'inventory'>, m: MergedProperties): Record<string, unknown> {
+export function templateData(nodeId: string, input: Pick<PolicyNodeInput, 'hostname' | 'relay' | 'inventory'>, m: Effective): Record<string, unknown> {
   const props: Record<string, unknown> = { ...m.effective };
   for (const s of m.secrets) props[s] = new SecretRef(s);
-  return nodeData(input.inventory ?? {}, { id: nodeId, hostname: input.hostname, relay: input.relay, properties: props });
+  const inventory = input.inventory ? JSON.parse(input.inventory) as unknown : {};
+  return nodeData(inventory, { id: nodeId, hostname: input.hostname, relay: input.relay, properties: props });
+}
+
+/** A node's own properties over the merge of its global and group levels (`base`). */
+export function withNodeLevel(base: Effective, own: Record<string, string>): Effective {
+  if (Object.keys(own).length === 0) return base;
+  const effective = { ...base.effective };
+  for (const [k, v] of Object.entries(own)) effective[k] = mergeValues(effective[k], v);
+  return { effective, secrets: base.secrets };
 }
 
 function fail(err: unknown, d: BundleDirective): never {
@@ -239,6 +251,6 @@ export function renderDirectives(directives: readonly BundleDirective[], data: R
 }
 
 /** The plaintext of each secret a node uses, from its effective properties. */
-export function secretValues(m: MergedProperties, names: readonly string[]): Map<string, string> {
+export function secretValues(m: Effective, names: readonly string[]): Map<string, string> {
   return new Map(names.map((n) => [n, secretText(m.effective[n])]));
 }

@@ -90,7 +90,8 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
 
     // PUT replaces the whole object, creating it when absent (201) — the path names the id.
     app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => namingField(reply, async () => {
-      checkId(req.params.id);
+      // A property's name has its own alphabet (parseProperty checks it).
+      if (kind !== 'property') checkId(req.params.id);
       const r = await service.save(kind, parsePolicyObject(kind, await readJson(req), req.params.id), actorOf(req), null);
       return reply.code(r.created ? 201 : 200).send(answer(r));
     }));

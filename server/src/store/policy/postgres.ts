@@ -85,10 +85,9 @@ export class PostgresPolicy implements PolicyStore {
       if (n) n.properties[r.key as string] = r.value as string;
     }
     if (inventory) {
-      for (const r of (await q('policyNodeInputs', 'SELECT node_id, document FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
+      for (const r of (await q('policyNodeInputs', 'SELECT node_id, document::text AS document FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
         const n = out.get(r.node_id as string);
-        // A json column comes back parsed.
-        if (n) n.inventory = typeof r.document === 'string' ? JSON.parse(r.document) as unknown : r.document as unknown;
+        if (n) n.inventory = r.document as string;
       }
     }
     return out;

@@ -83,7 +83,7 @@ export class SqlitePolicy implements PolicyStore {
         if (!inventory) continue;
         for (const r of this.db.stmt('SELECT node_id, document FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
           const n = out.get(r.node_id!);
-          if (n) n.inventory = JSON.parse(r.document!) as unknown;
+          if (n) n.inventory = r.document!;
         }
       }
     });

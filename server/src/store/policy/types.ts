@@ -41,8 +41,8 @@ export interface PolicyNodeInput {
   certificate: string | null;
   /** The admin's properties of the node (the node level of its properties). */
   properties: Record<string, string>;
-  /** Its newest inventory document, when asked for (null: none received). */
-  inventory?: unknown;
+  /** Its newest inventory document as JSON text, when asked for (null: none received). */
+  inventory?: string | null;
 }
 
 export interface PolicyStore {
