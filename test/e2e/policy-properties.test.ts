@@ -9,7 +9,7 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { BIN, runProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
+import { BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay } from '../helpers/programs.js';
 
 const SECRET = 'pw-9f2c7e1d-not-for-relays';
 
@@ -24,7 +24,10 @@ async function allFiles(dir: string): Promise<Array<[string, Buffer]>> {
 
 t.test('a directive rendered with a group property, a fact and a sealed secret reaches the node through a relay', async (t) => {
   const dir = programDir(t, { 'relay-caching.toml': '[policies]\nmax_age = "1h"\n' });
-  const { relay, api } = await serverAndRelay(t, dir);
+  const { server, api } = await serverAndRelay(t, dir);
+  // A relay that keeps the bundles it serves: what it holds is read below.
+  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relay-caching.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'caching'), '--upstream', server.url, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
   const target = join(dir, 'rendered.conf');
   const agent = (extra: string[] = []) => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error', ...extra]);
 
@@ -51,13 +54,13 @@ t.test('a directive rendered with a group property, a fact and a sealed secret r
   t.notOk(r1.stdout.includes(SECRET) || r1.stderr.includes(SECRET), 'not in the agent\'s output');
 
   // What the relay holds and serves: the bundle, with the secret sealed only.
-  const served = await fetch(`${relay.url}/policies/${id}/rules`);
-  const signed = await served.json() as { policy: string };
+  const cached = JSON.parse(await readFile(join(dir, 'caching', 'cache', 'policies', `${id}.json`), 'utf8')) as { body: string };
+  const signed = JSON.parse(cached.body) as { policy: string };
   const bundle = JSON.parse(Buffer.from(signed.policy, 'base64').toString('utf8')) as { properties: Record<string, unknown>; secrets: Record<string, { alg: string }>; directives: Array<{ params: { content: string } }> };
   t.match(bundle.secrets.db_pw, { v: 1, alg: 'RSA-OAEP-256+A256GCM' });
   t.same(bundle.properties, { dns: '10.1.2.3' }, 'the secret is not among the bundle properties');
   t.equal(bundle.directives[0]!.params.content, `dns=10.1.2.3\nhost=${hostname}\npassword=\uFFF9secret:db_pw\uFFFB\n`);
-  const leaked = (await allFiles(join(dir, 'relay'))).filter(([, b]) => b.includes(SECRET));
+  const leaked = (await allFiles(join(dir, 'caching'))).filter(([, b]) => b.includes(SECRET));
   t.same(leaked.map(([p]) => p), [], 'no file of the relay holds the plaintext');
   t.ok(!Buffer.from(signed.policy, 'base64').includes(SECRET));
 
