@@ -184,3 +184,25 @@ t.test('a plan shows which rendered values change, secrets by name only, and pro
   t.match(broken.nodes[0], { problem: { code: 'ERR_TEMPLATE', message: /os.nope is not defined/ } });
   t.same(await Promise.all(['n0', 'n1', 'n2'].map(async (n) => (await store.getPolicyBundle(n))!.config_id)), before, 'a plan writes nothing');
 });
+
+t.test('a change request carries a secret property: shown and audited without its value, deployed with it', async (t) => {
+  const { store, gen } = await fleet(t, 1);
+  const { ChangeRequestService } = await import('@capstan/server/policy/reviews');
+  const recorded: unknown[] = [];
+  const audit = { record: async (_a: unknown, r: unknown) => void recorded.push(r) } as never;
+  const svc = new PolicyService({ store, generator: gen, log: silentLogger, audit });
+  const put = (kind: PolicyKind, body: Record<string, unknown>) => svc.save(kind, parsePolicyObject(kind, body), TEST_ADMIN, null);
+  const reviews = new ChangeRequestService({ store, policy: svc, audit });
+  await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
+  await put('directive', { id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/p', content: 'pw={{node.properties.pw}}' } });
+  const cr = await reviews.propose({ title: 'a secret', properties: [{ id: 'pw', value: 'cr-secret-value', secret: true }], rules: [{ id: 'r', name: 'r', directives: ['d'], groups: ['all'] }] }, TEST_ADMIN);
+  t.same((cr.changes as { properties: unknown[] }).properties, [{ id: 'pw', secret: true }], 'the view has no value');
+  t.notOk(JSON.stringify(cr).includes('cr-secret-value'), 'nor the impact');
+  await reviews.review(cr.id, 'approved', 'ok', { ...TEST_ADMIN, name: 'bob' });
+  await reviews.deploy(cr.id, { ...TEST_ADMIN, name: 'bob' });
+  t.match((await bundleOf(store, 'n0'))!.parsed.secrets, { pw: { v: 1 } }, 'deployed with its value, sealed');
+  t.equal(openSealed((await bundleOf(store, 'n0'))!.parsed.secrets!.pw, priv(0)), 'cr-secret-value');
+  await put('property', { id: 'pw', value: 'cr-secret-value-2', secret: true });
+  t.match(recorded, [{ action: 'group.create' }, { action: 'directive.create' }, { action: 'change_request.propose' }, {}, { action: 'property.create', after: { id: 'pw', secret: true } }, {}, {}, { action: 'property.update' }]);
+  t.notOk(JSON.stringify(recorded).includes('cr-secret-value'), 'no audit record holds a value');
+});
