@@ -206,3 +206,32 @@ t.test('a change request carries a secret property: shown and audited without it
   t.match(recorded, [{ action: 'group.create' }, { action: 'directive.create' }, { action: 'change_request.propose' }, {}, { action: 'property.create', after: { id: 'pw', secret: true } }, {}, {}, { action: 'property.update' }]);
   t.notOk(JSON.stringify(recorded).includes('cr-secret-value'), 'no audit record holds a value');
 });
+
+t.test('a technique directive is expanded per node from model.techniques; a missing one is that node\'s problem', async (t) => {
+  const { NodeRendering } = await import('@capstan/server/policy/per-node');
+  const { contentOf } = await import('@capstan/server/policy/content');
+  const { SealCache, RenderError } = await import('@capstan/server/policy/render');
+  const { parseTechnique } = await import('@capstan/shared/policy/technique');
+  const technique = parseTechnique({ id: 'motd', name: 'motd', version: '1.0', parameters: [{ name: 'who', type: 'string', required: true }],
+    calls: [{ id: 'write', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hello {{params.who}} on {{node.hostname}}\n' } }] });
+  const directive = { id: 'm', name: 'm', method: 'technique', mode: 'enforce' as const, params: { who: '${node.properties.owner}' }, technique: { id: 'motd', version: '1.0' } };
+  const model = {
+    directives: new Map([['m', directive]]), groups: new Map([['g', { id: 'g', name: 'g', nodes: ['n1'] }]]),
+    rules: new Map([['r', { id: 'r', name: 'r', directives: ['m'], groups: ['g'] }]]),
+    properties: new Map([['owner', { id: 'owner', value: 'ops' }]]), techniques: new Map([['motd', technique]]),
+  };
+  const input = { hostname: 'web-1', relay: 'root', certificate: null, properties: {} };
+  const content = contentOf(model as never, [...model.rules.values()], new Set(['g']));
+  const out = new NodeRendering(model as never, new SealCache()).render('n1', new Set(['g']), content, input);
+  t.match(out, { directives: [{ id: 'm', method: 'technique', technique: { id: 'motd', version: '1.0' }, params: { who: 'ops' },
+    calls: [{ id: 'write', component: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hello ops on web-1\n' } }] }], properties: { owner: 'ops' } });
+  const other = { ...model, techniques: new Map([['motd', { ...technique, version: '2.0' }]]) };
+  let thrown: unknown;
+  try {
+    new NodeRendering(other as never, new SealCache()).render('n1', new Set(['g']), contentOf(other as never, [...model.rules.values()], new Set(['g'])), input);
+  } catch (err) {
+    thrown = err;
+  }
+  t.ok(thrown instanceof RenderError, 'a RenderError');
+  t.match((thrown as InstanceType<typeof RenderError>).problem, { code: 'ERR_NOT_FOUND', directive_id: 'm', rule_id: 'r', message: /technique motd version 1.0 does not exist/ });
+});
