@@ -2,8 +2,8 @@
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 
-/** The kinds of policy object the admin API manages. */
-export type PolicyKind = 'directive' | 'group' | 'rule' | 'technique';
+/** The kinds of policy object the admin API manages (`property`: a global property, by name). */
+export type PolicyKind = 'directive' | 'group' | 'rule' | 'technique' | 'property';
 
 export interface PolicyObjectRecord {
   kind: PolicyKind;
@@ -32,6 +32,19 @@ export interface PolicyWrite {
   expectationsOnly?: boolean;
 }
 
+/** What generation reads of one node to render its policy (docs/policy.md, Node data). */
+export interface PolicyNodeInput {
+  hostname: string;
+  /** Its policy server (relay) id; empty when none is known. */
+  relay: string;
+  /** The pinned certificate, PEM (secrets are sealed to it); null when none. */
+  certificate: string | null;
+  /** The admin's properties of the node (the node level of its properties). */
+  properties: Record<string, string>;
+  /** Its newest inventory document as JSON text, when asked for (null: none received). */
+  inventory?: string | null;
+}
+
 export interface PolicyStore {
   listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]>;
   getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null>;
@@ -49,6 +62,11 @@ export interface PolicyStore {
    * generator's batches; nodes that are gone are skipped. Returns how many were stored.
    */
   putPolicies(items: PolicyWrite[]): Promise<number>;
+  /**
+   * For the generator's batches: each known node's hostname, relay, certificate and properties,
+   * and its newest inventory when `inventory` is true (only templates reading facts need it).
+   */
+  policyNodeInputs(nodeIds: string[], inventory: boolean): Promise<Map<string, PolicyNodeInput>>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
@@ -64,4 +82,5 @@ export const POLICY_NUL: NulRules<PolicyStore> = {
   // The generator's batches: every bundle and expectation is checked (checkBundleRecord,
   // checkExpectations) by each dialect before anything is written.
   putPolicies: CHECKED,
+  policyNodeInputs: lookup([0]),
 };
