@@ -403,11 +403,15 @@ export function storeSuite(t: Test, backend: Backend): void {
     await store.upsertFromInventory(inventory('n1', { hostname: 'web-1', policy_server: 'relay-9', certificate: PEM('N1') }));
     await store.createNode({ id: 'n2', hostname: 'h2' });
     await store.setProperties('n1', { owner: 'alice', rack: 'b2' });
-    const plain = await store.policyNodeInputs(['n1', 'n2', 'ghost'], false);
+    const plain = await store.policyNodeInputs(['n1', 'n2', 'ghost'], { node: true, certificate: true });
     t.same([...plain.keys()].sort(), ['n1', 'n2'], 'unknown ids are absent');
     t.same(plain.get('n1'), { hostname: 'web-1', relay: 'relay-9', certificate: PEM('N1'), properties: { owner: 'alice', rack: 'b2' } });
     t.same(plain.get('n2'), { hostname: 'h2', relay: '', certificate: null, properties: {} });
-    const withInv = await store.policyNodeInputs(['n1', 'n2'], true);
+    t.equal((await store.policyNodeInputs(['n1'], { node: true })).get('n1')!.certificate, null, 'certificates only when asked');
+    const propsOnly = await store.policyNodeInputs(['n1', 'n2', 'ghost'], {});
+    t.same([...propsOnly.keys()], ['n1'], 'without node: only the nodes with properties');
+    t.same(propsOnly.get('n1')!.properties, { owner: 'alice', rack: 'b2' });
+    const withInv = await store.policyNodeInputs(['n1', 'n2'], { node: true, inventory: true });
     t.same(JSON.parse(withInv.get('n1')!.inventory!), inventory('n1', { hostname: 'web-1' }).inventory, 'the inventory as JSON text');
     t.equal(withInv.get('n2')!.inventory, null, 'none received');
     t.equal(await store.putPolicyObject('property', 'dc', { id: 'dc', value: { dns: '10.0.0.1' } }, '2024-05-01T08:00:00Z'), true);

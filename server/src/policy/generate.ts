@@ -298,8 +298,8 @@ export class PolicyGenerator {
         if (!c) r.contents.set(key, (c = contentOf(sides[side]![0], r.rules, groups)));
         return { groups, c };
       };
-      const facts = [0, 1].some((side) => render[side]!.rendering.readsFacts(batch.map((n) => sideContent(side, n).c)));
-      const inputs = await this.store.policyNodeInputs(batch, facts);
+      const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
+      const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
       for (const nodeId of batch) {
         const [b, a] = [0, 1].map((side) => {
           const { groups, c } = sideContent(side, nodeId);
@@ -347,7 +347,7 @@ export class PolicyGenerator {
         const groups = of.get(nodeId);
         if (groups && !cache.has(keys.get(nodeId)!)) cache.set(keys.get(nodeId)!, contentOf(model, rules, groups));
       }
-      const inputs = await this.store.policyNodeInputs(batch, rendering.readsFacts(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
+      const inputs = await this.store.policyNodeInputs(batch, rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
       const writes: PolicyWrite[] = [];
       // Nodes by how long their groups keep a silent node's compliance (set after the writes,
       // which create the compliance rows of new nodes; unchanged nodes cost one statement).

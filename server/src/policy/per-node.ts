@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
-import type { ExpectedComponent, PolicyNodeInput } from '../store/store.js';
+import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
 import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
 import type { Json } from './properties.js';
 import {
@@ -91,10 +91,23 @@ export class NodeRendering {
     return n;
   }
 
-  /** Do some of these contents read facts (the batch's inventories are then read)? */
-  readsFacts(contents: Iterable<Content>): boolean {
-    for (const c of contents) if (this.needsFor(c).facts) return true;
-    return false;
+  /**
+   * What a batch of nodes with these contents needs read: the nodes' host names and relays when a
+   * template or a global or group property is in play, their certificates when a secret may be
+   * used, their inventories when a template reads facts. Otherwise only their own properties.
+   */
+  reads(contents: Iterable<Content>): PolicyNodeRead {
+    let templated = false;
+    let facts = false;
+    for (const c of contents) {
+      const n = this.needsFor(c);
+      templated ||= n.templated;
+      facts ||= n.facts;
+    }
+    const node = templated || this.model.properties.size > 0 || this.propertyGroups.size > 0;
+    const secret = [...this.model.properties.values()].some((p) => p.secret === true)
+      || [...this.propertyGroups].some((g) => Object.values(this.model.groups.get(g)!.properties!).some((p) => p.secret === true));
+    return { node, certificate: node && secret, inventory: facts };
   }
 
   /**

@@ -37,12 +37,18 @@ export interface PolicyNodeInput {
   hostname: string;
   /** Its policy server (relay) id; empty when none is known. */
   relay: string;
-  /** The pinned certificate, PEM (secrets are sealed to it); null when none. */
+  /** The pinned certificate, PEM (secrets are sealed to it); null when none or not asked for. */
   certificate: string | null;
   /** The admin's properties of the node (the node level of its properties). */
   properties: Record<string, string>;
   /** Its newest inventory document as JSON text, when asked for (null: none received). */
   inventory?: string | null;
+}
+
+export interface PolicyNodeRead {
+  node?: boolean;
+  certificate?: boolean;
+  inventory?: boolean;
 }
 
 export interface PolicyStore {
@@ -63,10 +69,12 @@ export interface PolicyStore {
    */
   putPolicies(items: PolicyWrite[]): Promise<number>;
   /**
-   * For the generator's batches: each known node's hostname, relay, certificate and properties,
-   * and its newest inventory when `inventory` is true (only templates reading facts need it).
+   * For the generator's batches, what `read` asks for: always the nodes' own properties; with
+   * `node`, every known node's hostname and relay (without, only nodes with properties are in the
+   * answer); with `certificate` its pinned certificate (secrets in play); with `inventory` its
+   * newest inventory (templates reading facts). A plain generation reads the properties alone.
    */
-  policyNodeInputs(nodeIds: string[], inventory: boolean): Promise<Map<string, PolicyNodeInput>>;
+  policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
