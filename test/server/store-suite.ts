@@ -412,8 +412,11 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.same([...propsOnly.keys()], ['n1'], 'without node: only the nodes with properties');
     t.same(propsOnly.get('n1')!.properties, { owner: 'alice', rack: 'b2' });
     const withInv = await store.policyNodeInputs(['n1', 'n2'], { node: true, inventory: true });
-    t.same(JSON.parse(withInv.get('n1')!.inventory!), inventory('n1', { hostname: 'web-1' }).inventory, 'the inventory as JSON text');
-    t.equal(withInv.get('n2')!.inventory, null, 'none received');
+    t.equal(withInv.get('n1')!.inventory_at, '2024-05-01T10:00:00.000Z', 'when the inventory was received');
+    t.equal(withInv.get('n2')!.inventory_at, null, 'none received');
+    const docs = await store.policyInventories(['n1', 'n2', 'ghost']);
+    t.same([...docs.keys()], ['n1']);
+    t.same(JSON.parse(docs.get('n1')!), inventory('n1', { hostname: 'web-1' }).inventory, 'the inventory as JSON text');
     t.equal(await store.putPolicyObject('property', 'dc', { id: 'dc', value: { dns: '10.0.0.1' } }, '2024-05-01T08:00:00Z'), true);
     t.same((await store.listPolicyObjects('property')).map((o) => o.body), [{ id: 'dc', value: { dns: '10.0.0.1' } }]);
   });

@@ -19,8 +19,8 @@ import {
 /** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
 interface Base {
   merged: Effective;
-  /** The merge as text: part of each node's fingerprint. */
-  json: string;
+  /** The content, this merge and the techniques, digested once for all the content's nodes. */
+  digest: string;
   problem?: NodeProblem;
 }
 
@@ -79,7 +79,8 @@ export class NodeRendering {
     if (!b) {
       const m = mergeFor(this.model, groups, {});
       const merged = { effective: m.effective, secrets: m.secrets };
-      b = { merged, json: JSON.stringify(merged), ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
+      const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged)).digest('hex');
+      b = { merged, digest, ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
       this.bases.set(content, b);
     }
     return b;
@@ -123,8 +124,7 @@ export class NodeRendering {
     const base = this.baseFor(content, groups);
     if (base.problem) throw new RenderError(base.problem);
     // Made from the same content, merge, node and inventory as the stored bundle: nothing to do.
-    const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(base.json)
-      .update('\u0000').update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory ?? null])).digest('hex');
+    const digest = this.digestOf(base, input);
     const memo = this.memo.get(nodeId);
     if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
     let s: Shared;
@@ -166,6 +166,24 @@ export class NodeRendering {
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
     return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
+  }
+
+  /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
+  private digestOf(base: Base, input: PolicyNodeInput | undefined): string {
+    return createHash('sha256').update(base.digest)
+      .update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
+  }
+
+  /**
+   * Will this node be rendered with its facts? Then its inventory document is read before
+   * render() (the generator reads them for a batch at once); a node found unchanged needs none.
+   */
+  wantsInventory(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): boolean {
+    if (!input || !this.needsFor(content).facts) return false;
+    const base = this.baseFor(content, groups);
+    if (base.problem) return false;
+    const memo = this.memo.get(nodeId);
+    return !(had !== undefined && memo?.digest === this.digestOf(base, input) && memo.configId === had);
   }
 
   private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {

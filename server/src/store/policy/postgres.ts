@@ -75,7 +75,7 @@ export class PostgresPolicy implements PolicyStore {
 
   async policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>> {
     const out = new Map<string, PolicyNodeInput>();
-    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory: null }) });
+    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory_at: null }) });
     const q = (text: string) => this.db.query('policyNodeInputs', this.db.pool, { text, values: [nodeIds] });
     if (read.node) {
       const cert = read.certificate ? ', (SELECT certificate FROM node_certificates c WHERE c.node_id = n.id) AS certificate' : '';
@@ -89,12 +89,19 @@ export class PostgresPolicy implements PolicyStore {
       if (n) n.properties[r.key as string] = r.value as string;
     }
     if (read.inventory) {
-      for (const r of (await q('SELECT node_id, document::text AS document FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
+      for (const r of (await q('SELECT node_id, received_at FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
         const n = out.get(r.node_id as string);
-        if (n) n.inventory = r.document as string;
+        if (n) n.inventory_at = postgresRows.time(r.received_at);
       }
     }
     return out;
+  }
+
+  async policyInventories(nodeIds: string[]): Promise<Map<string, string>> {
+    const { rows } = await this.db.query('policyInventories', this.db.pool, {
+      text: 'SELECT node_id, document::text AS document FROM inventories WHERE node_id = ANY($1::text[])', values: [nodeIds],
+    });
+    return new Map(rows.map((r) => [r.node_id as string, r.document as string]));
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {

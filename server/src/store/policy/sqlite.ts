@@ -69,7 +69,7 @@ export class SqlitePolicy implements PolicyStore {
 
   async policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>> {
     const out = new Map<string, PolicyNodeInput>();
-    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory: null }) });
+    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory_at: null }) });
     this.db.read('policyNodeInputs', () => {
       for (let i = 0; i < nodeIds.length; i += 500) {
         const ids = JSON.stringify(nodeIds.slice(i, i + 500));
@@ -85,10 +85,21 @@ export class SqlitePolicy implements PolicyStore {
           if (n) n.properties[r.key!] = r.value!;
         }
         if (!read.inventory) continue;
-        for (const r of this.db.stmt('SELECT node_id, document FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
+        for (const r of this.db.stmt('SELECT node_id, received_at FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
           const n = out.get(r.node_id!);
-          if (n) n.inventory = r.document!;
+          if (n) n.inventory_at = r.received_at!;
         }
+      }
+    });
+    return out;
+  }
+
+  async policyInventories(nodeIds: string[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    this.db.read('policyInventories', () => {
+      for (let i = 0; i < nodeIds.length; i += 500) {
+        const ids = JSON.stringify(nodeIds.slice(i, i + 500));
+        for (const r of this.db.stmt('SELECT node_id, document FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) out.set(r.node_id!, r.document!);
       }
     });
     return out;

@@ -41,7 +41,9 @@ export interface PolicyNodeInput {
   certificate: string | null;
   /** The admin's properties of the node (the node level of its properties). */
   properties: Record<string, string>;
-  /** Its newest inventory document as JSON text, when asked for (null: none received). */
+  /** When its newest inventory was received, when asked for (null: none received). */
+  inventory_at?: string | null;
+  /** That inventory as JSON text: set by the generator for the nodes it renders (policyInventories). */
   inventory?: string | null;
 }
 
@@ -71,10 +73,12 @@ export interface PolicyStore {
   /**
    * For the generator's batches, what `read` asks for: always the nodes' own properties; with
    * `node`, every known node's hostname and relay (without, only nodes with properties are in the
-   * answer); with `certificate` its pinned certificate (secrets in play); with `inventory` its
-   * newest inventory (templates reading facts). A plain generation reads the properties alone.
+   * answer); with `certificate` its pinned certificate (secrets in play); with `inventory` when
+   * its newest inventory was received (templates reading facts: what changed is rendered again). A plain generation reads the properties alone.
    */
   policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>>;
+  /** The newest inventory of each of these nodes, as JSON text (absent: none received). */
+  policyInventories(nodeIds: string[]): Promise<Map<string, string>>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
@@ -91,4 +95,5 @@ export const POLICY_NUL: NulRules<PolicyStore> = {
   // checkExpectations) by each dialect before anything is written.
   putPolicies: CHECKED,
   policyNodeInputs: lookup([0]),
+  policyInventories: lookup([0]),
 };
