@@ -80,6 +80,11 @@ t.test('properties at three levels and node facts are rendered into each node\'s
   await store.setProperties('n3', { owner: 'bob' });
   t.match(await gen.nodeChanged('n3'), { changed: 1 });
   t.match((await bundleOf(store, 'n3'))!.parsed.directives[0]!.params.content, /^owner=bob /);
+  await store.upsertFromInventory(inventory('n3', { hostname: 'db-3', certificate: pub(1), received_at: '2024-05-02T10:00:00Z',
+    inventory: { node_id: 'n3', hostname: 'db-3', os: { name: 'debian', version: '12' }, facts: { site: { room: 'R99' } } } }));
+  t.match(await gen.nodeChanged('n3'), { changed: 1 });
+  t.match((await bundleOf(store, 'n3'))!.parsed.directives[0]!.params.content, /room=R99 /, 'a new inventory: rendered again with its facts');
+  t.match(await gen.regenerateAll(), { nodes: 4, changed: 0 });
 });
 
 t.test('a conflict or a template error keeps the node\'s previous bundle, with the problem on the node', async (t) => {

@@ -23,7 +23,7 @@ export interface EffectiveProperties {
 }
 
 export async function effectiveProperties(store: Store, generator: PolicyGenerator, nodeId: string): Promise<EffectiveProperties | null> {
-  const input = (await store.policyNodeInputs([nodeId], false)).get(nodeId);
+  const input = (await store.policyNodeInputs([nodeId], { node: true })).get(nodeId);
   if (!input) return null;
   const { groups } = await generator.explain(nodeId);
   const model = await loadModel(store);

@@ -298,8 +298,9 @@ export class PolicyGenerator {
         if (!c) r.contents.set(key, (c = contentOf(sides[side]![0], r.rules, groups)));
         return { groups, c };
       };
-      const facts = [0, 1].some((side) => render[side]!.rendering.readsFacts(batch.map((n) => sideContent(side, n).c)));
-      const inputs = await this.store.policyNodeInputs(batch, facts);
+      const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
+      const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
+      if (reads.some((r) => r.inventory)) for (const [n, doc] of await this.store.policyInventories(batch)) inputs.get(n)!.inventory = doc;
       for (const nodeId of batch) {
         const [b, a] = [0, 1].map((side) => {
           const { groups, c } = sideContent(side, nodeId);
@@ -342,12 +343,12 @@ export class PolicyGenerator {
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);
       const current = await this.store.policyConfigIds(batch);
-      // The batch's contents first: their templates say whether the inventories are read.
-      for (const nodeId of batch) {
-        const groups = of.get(nodeId);
-        if (groups && !cache.has(keys.get(nodeId)!)) cache.set(keys.get(nodeId)!, contentOf(model, rules, groups));
-      }
-      const inputs = await this.store.policyNodeInputs(batch, rendering.readsFacts(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
+      // The batch's contents first: their templates say what of the nodes is read.
+      for (const n of batch) if (of.get(n) && !cache.has(keys.get(n)!)) cache.set(keys.get(n)!, contentOf(model, rules, of.get(n)!));
+      const inputs = await this.store.policyNodeInputs(batch, rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
+      // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
+      const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
+      if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
       const writes: PolicyWrite[] = [];
       // Nodes by how long their groups keep a silent node's compliance (set after the writes,
       // which create the compliance rows of new nodes; unchanged nodes cost one statement).

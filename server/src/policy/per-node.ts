@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
-import type { ExpectedComponent, PolicyNodeInput } from '../store/store.js';
+import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
 import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
 import type { Json } from './properties.js';
 import {
@@ -19,8 +19,8 @@ import {
 /** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
 interface Base {
   merged: Effective;
-  /** The merge as text: part of each node's fingerprint. */
-  json: string;
+  /** The content, this merge and the techniques, digested once for all the content's nodes. */
+  digest: string;
   problem?: NodeProblem;
 }
 
@@ -79,7 +79,8 @@ export class NodeRendering {
     if (!b) {
       const m = mergeFor(this.model, groups, {});
       const merged = { effective: m.effective, secrets: m.secrets };
-      b = { merged, json: JSON.stringify(merged), ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
+      const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged)).digest('hex');
+      b = { merged, digest, ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
       this.bases.set(content, b);
     }
     return b;
@@ -91,10 +92,23 @@ export class NodeRendering {
     return n;
   }
 
-  /** Do some of these contents read facts (the batch's inventories are then read)? */
-  readsFacts(contents: Iterable<Content>): boolean {
-    for (const c of contents) if (this.needsFor(c).facts) return true;
-    return false;
+  /**
+   * What a batch of nodes with these contents needs read: the nodes' host names and relays when a
+   * template or a global or group property is in play, their certificates when a secret may be
+   * used, their inventories when a template reads facts. Otherwise only their own properties.
+   */
+  reads(contents: Iterable<Content>): PolicyNodeRead {
+    let templated = false;
+    let facts = false;
+    for (const c of contents) {
+      const n = this.needsFor(c);
+      templated ||= n.templated;
+      facts ||= n.facts;
+    }
+    const node = templated || this.model.properties.size > 0 || this.propertyGroups.size > 0;
+    const secret = [...this.model.properties.values()].some((p) => p.secret === true)
+      || [...this.propertyGroups].some((g) => Object.values(this.model.groups.get(g)!.properties!).some((p) => p.secret === true));
+    return { node, certificate: node && secret, inventory: facts };
   }
 
   /**
@@ -110,8 +124,7 @@ export class NodeRendering {
     const base = this.baseFor(content, groups);
     if (base.problem) throw new RenderError(base.problem);
     // Made from the same content, merge, node and inventory as the stored bundle: nothing to do.
-    const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(base.json)
-      .update('\u0000').update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory ?? null])).digest('hex');
+    const digest = this.digestOf(base, input);
     const memo = this.memo.get(nodeId);
     if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
     let s: Shared;
@@ -153,6 +166,24 @@ export class NodeRendering {
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
     return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
+  }
+
+  /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
+  private digestOf(base: Base, input: PolicyNodeInput | undefined): string {
+    return createHash('sha256').update(base.digest)
+      .update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
+  }
+
+  /**
+   * Will this node be rendered with its facts? Then its inventory document is read before
+   * render() (the generator reads them for a batch at once); a node found unchanged needs none.
+   */
+  wantsInventory(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): boolean {
+    if (!input || !this.needsFor(content).facts) return false;
+    const base = this.baseFor(content, groups);
+    if (base.problem) return false;
+    const memo = this.memo.get(nodeId);
+    return !(had !== undefined && memo?.digest === this.digestOf(base, input) && memo.configId === had);
   }
 
   private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {

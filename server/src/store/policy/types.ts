@@ -37,12 +37,20 @@ export interface PolicyNodeInput {
   hostname: string;
   /** Its policy server (relay) id; empty when none is known. */
   relay: string;
-  /** The pinned certificate, PEM (secrets are sealed to it); null when none. */
+  /** The pinned certificate, PEM (secrets are sealed to it); null when none or not asked for. */
   certificate: string | null;
   /** The admin's properties of the node (the node level of its properties). */
   properties: Record<string, string>;
-  /** Its newest inventory document as JSON text, when asked for (null: none received). */
+  /** When its newest inventory was received, when asked for (null: none received). */
+  inventory_at?: string | null;
+  /** That inventory as JSON text: set by the generator for the nodes it renders (policyInventories). */
   inventory?: string | null;
+}
+
+export interface PolicyNodeRead {
+  node?: boolean;
+  certificate?: boolean;
+  inventory?: boolean;
 }
 
 export interface PolicyStore {
@@ -63,10 +71,14 @@ export interface PolicyStore {
    */
   putPolicies(items: PolicyWrite[]): Promise<number>;
   /**
-   * For the generator's batches: each known node's hostname, relay, certificate and properties,
-   * and its newest inventory when `inventory` is true (only templates reading facts need it).
+   * For the generator's batches, what `read` asks for: always the nodes' own properties; with
+   * `node`, every known node's hostname and relay (without, only nodes with properties are in the
+   * answer); with `certificate` its pinned certificate (secrets in play); with `inventory` when
+   * its newest inventory was received (templates reading facts: what changed is rendered again). A plain generation reads the properties alone.
    */
-  policyNodeInputs(nodeIds: string[], inventory: boolean): Promise<Map<string, PolicyNodeInput>>;
+  policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>>;
+  /** The newest inventory of each of these nodes, as JSON text (absent: none received). */
+  policyInventories(nodeIds: string[]): Promise<Map<string, string>>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
@@ -83,4 +95,5 @@ export const POLICY_NUL: NulRules<PolicyStore> = {
   // checkExpectations) by each dialect before anything is written.
   putPolicies: CHECKED,
   policyNodeInputs: lookup([0]),
+  policyInventories: lookup([0]),
 };
