@@ -46,6 +46,9 @@ t.test('examples/baseline applied with the CLI, run by an agent in a root: repai
     return r.stdout;
   };
 
+  // The host's own copies of what the example writes: the same bytes (or as absent) at the end.
+  const HOST_FILES = ['/etc/motd', '/etc/resolv.conf', '/etc/ssh/sshd_config', '/etc/login.defs', '/etc/passwd', '/etc/issue.net'];
+  const hostBefore = await Promise.all(HOST_FILES.map((f) => readFile(f, 'utf8').catch(() => null)));
   const root = await throwawayRoot(t, { network: 'host' });
   const sysctls = await exampleSysctls();
   t.ok(sysctls.length >= 10, 'the example sets kernel parameters');
@@ -66,9 +69,10 @@ t.test('examples/baseline applied with the CLI, run by an agent in a root: repai
 
   // The secret is set outside the files (they hold only `secret = true`), then the files applied.
   await cli('properties', 'set', 'monitoring_token', SECRET, '--secret');
-  const plan = JSON.parse(await cli('--json', 'policy', 'diff', '-f', EXAMPLE)).data as { changes: Array<{ kind: string }>; nodes: Array<{ node_id: string }> };
+  const plan = JSON.parse(await cli('--json', 'policy', 'diff', '-f', EXAMPLE)).data as { changes: Array<{ kind: string }>; nodes: Array<{ node_id: string; problem?: unknown }> };
   t.ok(plan.changes.filter((c) => c.kind === 'directive').length >= 30, 'at least 30 directives to create');
   t.same(plan.nodes.map((n) => n.node_id), [id], 'the node is the one the plan reaches');
+  t.equal(plan.nodes[0]!.problem, undefined, 'its policy renders (no template or method problem)');
   t.notOk(JSON.stringify(plan).includes(SECRET), 'the plan shows no secret value');
   t.match(await cli('policy', 'apply', '-f', EXAMPLE), /applied \d+ changes; 1 nodes get a new policy/);
   t.match(await cli('policy', 'diff', '-f', EXAMPLE), /^no changes: the server matches the files/, 'apply made the server match the files');
@@ -140,4 +144,5 @@ t.test('examples/baseline applied with the CLI, run by an agent in a root: repai
   // Nothing of it outside the root.
   t.notOk(existsSync('/etc/monitoring/agent.token'), 'the host has no token file');
   t.notMatch(await readFile('/etc/passwd', 'utf8'), /^alice:/m, 'the host has no user alice');
+  t.same(await Promise.all(HOST_FILES.map((f) => readFile(f, 'utf8').catch(() => null))), hostBefore, 'the host\'s files are as they were');
 });
