@@ -240,3 +240,14 @@ t.test('a technique directive is expanded per node from model.techniques; a miss
   t.ok(thrown instanceof RenderError, 'a RenderError');
   t.match((thrown as InstanceType<typeof RenderError>).problem, { code: 'ERR_NOT_FOUND', directive_id: 'm', rule_id: 'r', message: /technique motd version 1.0 does not exist/ });
 });
+
+t.test('many nodes of config ids of their own are written in one batch, each node pointing at its own', async (t) => {
+  const { store, put } = await fleet(t, 12);
+  await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
+  await put('directive', { id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/id', content: '{{node.id}}' } });
+  await put('rule', { id: 'r', name: 'r', directives: ['d'], groups: ['all'] });
+  const ids = Array.from({ length: 12 }, (_, i) => `n${i}`);
+  const configs = await store.policyConfigIds(ids);
+  t.equal(new Set(configs.values()).size, 12);
+  for (const id of ids) t.equal((await store.getNode(id))!.policy_config_id, configs.get(id), `${id} expects its own config`);
+});

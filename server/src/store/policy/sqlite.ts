@@ -188,8 +188,14 @@ export class SqlitePolicy implements PolicyStore {
     if (gone.length) {
       this.db.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));
     }
-    for (const [configId, nodes] of byConfig) {
-      this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
+    if (byConfig.size <= 8) {
+      for (const [configId, nodes] of byConfig) {
+        this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
+      }
+    } else {
+      // Bundles rendered per node have config ids of their own: one statement for all the pairs.
+      this.db.stmt(`UPDATE nodes SET policy_config_id = j.value ->> 1 FROM json_each(?) AS j WHERE nodes.id = j.value ->> 0`)
+        .run(JSON.stringify(live.map((it) => [it.bundle.node_id, it.bundle.config_id])));
     }
     this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
