@@ -16,7 +16,7 @@ import { AdminService } from './admins/service.js';
 import { NodeRegistry, nodeEffects, type NodeEffectDeps } from './registry/nodes.js';
 import type { Store } from './store/store.js';
 import { EventService } from './events/service.js';
-import { adminActionEvent, deployedEvent, nodeEvents } from './events/sources.js';
+import { adminActionEvent, deployedEvent, policyFailedEvent, nodeEvents } from './events/sources.js';
 
 export interface Domain {
   audit: AuditLog;
@@ -64,6 +64,10 @@ export function composeDomain(deps: DomainDeps): Domain {
     store, log, ...(deps.now && { clock: deps.now }),
     onDeployed: (ids, at) => {
       const e = deployedEvent(ids, at);
+      return e ? events.emit([e]) : undefined;
+    },
+    onProblems: (problems, at) => {
+      const e = policyFailedEvent(problems, at);
       return e ? events.emit([e]) : undefined;
     },
   });

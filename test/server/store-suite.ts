@@ -407,6 +407,29 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.deletePolicyBundle('n2'), false);
   });
 
+  t.test('policyNodeInputs: what generation renders a node with, global properties as policy objects', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.upsertFromInventory(inventory('n1', { hostname: 'web-1', policy_server: 'relay-9', certificate: PEM('N1') }));
+    await store.createNode({ id: 'n2', hostname: 'h2' });
+    await store.setProperties('n1', { owner: 'alice', rack: 'b2' });
+    const plain = await store.policyNodeInputs(['n1', 'n2', 'ghost'], { node: true, certificate: true });
+    t.same([...plain.keys()].sort(), ['n1', 'n2'], 'unknown ids are absent');
+    t.same(plain.get('n1'), { hostname: 'web-1', relay: 'relay-9', certificate: PEM('N1'), properties: { owner: 'alice', rack: 'b2' } });
+    t.same(plain.get('n2'), { hostname: 'h2', relay: '', certificate: null, properties: {} });
+    t.equal((await store.policyNodeInputs(['n1'], { node: true })).get('n1')!.certificate, null, 'certificates only when asked');
+    const propsOnly = await store.policyNodeInputs(['n1', 'n2', 'ghost'], {});
+    t.same([...propsOnly.keys()], ['n1'], 'without node: only the nodes with properties');
+    t.same(propsOnly.get('n1')!.properties, { owner: 'alice', rack: 'b2' });
+    const withInv = await store.policyNodeInputs(['n1', 'n2'], { node: true, inventory: true });
+    t.equal(withInv.get('n1')!.inventory_at, '2024-05-01T10:00:00.000Z', 'when the inventory was received');
+    t.equal(withInv.get('n2')!.inventory_at, null, 'none received');
+    const docs = await store.policyInventories(['n1', 'n2', 'ghost']);
+    t.same([...docs.keys()], ['n1']);
+    t.same(JSON.parse(docs.get('n1')!), inventory('n1', { hostname: 'web-1' }).inventory, 'the inventory as JSON text');
+    t.equal(await store.putPolicyObject('property', 'dc', { id: 'dc', value: { dns: '10.0.0.1' } }, '2024-05-01T08:00:00Z'), true);
+    t.same((await store.listPolicyObjects('property')).map((o) => o.body), [{ id: 'dc', value: { dns: '10.0.0.1' } }]);
+  });
+
   t.test('putPolicies stores bundles and expectations in one go, skipping nodes that are gone', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'n1', hostname: 'h1' });

@@ -21,6 +21,7 @@ import { jobVerbs } from './verbs/jobs.js';
 import { nodeVerbs } from './verbs/nodes.js';
 import { keyVerbs, managerVerbs } from './verbs/operations.js';
 import { policyVerbs } from './verbs/policy.js';
+import { propertyVerbs } from './verbs/properties.js';
 import { changeVerbs, complianceVerbs } from './verbs/reports.js';
 import { lifecycleVerbs, softwareVerbs } from './verbs/fleet.js';
 import { eventVerbs } from './verbs/events.js';
@@ -37,6 +38,7 @@ export const VERB_GROUPS = {
   changes: changeVerbs,
   events: eventVerbs,
   policy: policyVerbs,
+  properties: propertyVerbs,
   jobs: jobVerbs,
   credentials: credentialVerbs,
   managers: managerVerbs,

@@ -1,5 +1,6 @@
 /**
- * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/` and `techniques/`, one file per
+ * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/`, `techniques/` and
+ * `properties/` (global properties, by name), one file per
  * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
  * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
  * Reading checks only the layout (the server checks the objects, with the same code as a save).
@@ -14,9 +15,10 @@ import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
 
-export const POLICY_KINDS = ['directives', 'groups', 'rules', 'techniques'] as const;
+export const POLICY_KINDS = ['directives', 'groups', 'rules', 'techniques', 'properties'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
-export type PolicyFiles = Record<PolicyDirName, Array<Record<string, unknown>>>;
+/** `properties` (global properties) may be absent: a directory of directives, groups and rules alone. */
+export type PolicyFiles = Record<Exclude<PolicyDirName, 'properties'>, Array<Record<string, unknown>>> & { properties?: Array<Record<string, unknown>> };
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
 export const MAX_POLICY_FILE = 1024 * 1024;
 
@@ -62,7 +64,7 @@ async function readPolicyFile(path: string): Promise<string> {
 
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
 export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [], properties: [] };
   let top: string[];
   try {
     top = await readdir(dir);
@@ -96,7 +98,7 @@ export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
       if (o.id !== undefined && o.id !== id) fail(`${path}: id ${JSON.stringify(o.id)} differs from the file name`);
       if (seen.has(id)) fail(`${path}: ${kind} ${id} is also in ${seen.get(id)}`);
       seen.set(id, path);
-      out[kind].push({ id, ...o });
+      (out[kind] ??= []).push({ id, ...o });
     }
   }
   return out;
@@ -136,7 +138,7 @@ export async function writePolicyDir(dir: string, files: PolicyFiles, format: 't
     await entry(sub);
     // Techniques are written as JSON whatever the format: nested lists of calls read better so.
     const fmt = kind === 'techniques' ? 'json' : format;
-    for (const obj of files[kind]) {
+    for (const obj of files[kind] ?? []) {
       const path = join(sub, `${String(obj.id)}.${fmt}`);
       // A new file of its own: a link (or anything) put there meanwhile is refused, not followed.
       let fh;

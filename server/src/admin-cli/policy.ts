@@ -11,11 +11,12 @@ import type { DirectiveRef as Ref, Plan, PlanChange } from '../policy/plan.js';
 // The plan's wire shape is the server's own (a type-only import: nothing of the server is loaded).
 export type { NodeImpact, Plan, PlanChange } from '../policy/plan.js';
 
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' } as const;
 
 export async function exportPolicy(api: ApiTransport): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [], properties: [] };
   // The built-in groups (all nodes, …) are the server's, not the files': rules name them by id.
+  // A secret property is written without its value (`secret = true`): applying it keeps the server's.
   for (const kind of POLICY_KINDS) out[kind] = ((await api.get(`/api/1/${kind}`)).body.data as Array<{ builtin?: boolean }>).filter((o) => !o.builtin) as never;
   return out;
 }
@@ -25,7 +26,14 @@ export async function planFor(api: ApiTransport, dir: string, prune: boolean, ma
   const query = maxNodes === undefined ? {} : { max_nodes: maxNodes };
   // Techniques only when there are some: a server without them still plans the rest.
   const body = { ...files, ...(techniques.length > 0 && { techniques }), prune };
-  return (await api.call('POST', '/api/1/policy/plan', { body, query })).body.data as Plan;
+  const plan = (await api.call('POST', '/api/1/policy/plan', { body, query })).body.data as Plan;
+  // The plan shows no secret value; what is applied is the files' own object.
+  const local = { ...files, techniques };
+  for (const c of plan.changes) {
+    const own = c.action === 'delete' ? undefined : local[PLURAL[c.kind]]?.find((o) => o.id === c.id);
+    if (own) Object.defineProperty(c, 'object', { value: own, enumerable: false });
+  }
+  return plan;
 }
 
 const sign = { create: '+', update: '~', delete: '-' } as const;
@@ -45,6 +53,10 @@ export function planText(plan: Plan): string {
     if (n.added.length) lines.push(`    + ${refs(n.added)}`);
     if (n.changed.length) lines.push(`    ~ ${refs(n.changed)}`);
     if (n.removed.length) lines.push(`    - ${refs(n.removed)}`);
+    if (n.values?.length) lines.push(`    values: ${n.values.map((v) => `${v.rule_id}/${v.directive_id} ${v.field}`).join(', ')}`);
+    if (n.properties?.length) lines.push(`    properties: ${n.properties.join(', ')}`);
+    if (n.secrets?.length) lines.push(`    secrets changed: ${n.secrets.join(', ')}`);
+    if (n.problem) lines.push(`    ! not generated: ${n.problem.code} ${n.problem.message}`);
   }
   return `${lines.join('\n')}\n`;
 }
@@ -54,7 +66,7 @@ export function planText(plan: Plan): string {
  * plan will save them, its deletions by name; another admin approves and deploys it.
  */
 export async function proposePlan(api: ApiTransport, plan: Plan, title: string, description?: string): Promise<{ id: string; status: string }> {
-  const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], techniques: [], delete: [] };
+  const body: Record<string, unknown> = { title, ...(description && { description }), directives: [], groups: [], rules: [], techniques: [], properties: [], delete: [] };
   for (const c of plan.changes) {
     if (c.action === 'delete') (body.delete as unknown[]).push({ kind: c.kind, id: c.id });
     else (body[PLURAL[c.kind]] as unknown[]).push(c.object);

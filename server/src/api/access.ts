@@ -35,7 +35,7 @@ const operator = (action: string, target?: RouteAccess['target']): RouteAccess =
 
 function policyAccess(): Record<string, RouteAccess> {
   const out: Record<string, RouteAccess> = {};
-  for (const [kind, plural] of [['directive', 'directives'], ['group', 'groups'], ['rule', 'rules'], ['technique', 'techniques']] as const) {
+  for (const [kind, plural] of [['directive', 'directives'], ['group', 'groups'], ['rule', 'rules'], ['technique', 'techniques'], ['property', 'properties']] as const) {
     out[`GET /api/1/${plural}`] = view;
     out[`GET /api/1/${plural}/:id`] = view;
     out[`POST /api/1/${plural}`] = admin(`${kind}.create`, r('id'));
@@ -57,6 +57,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/nodes/:id/host-key': view,
   'GET /api/1/nodes/:id/policy': view,
   'GET /api/1/nodes/:id/properties': view,
+  'GET /api/1/nodes/:id/properties/effective': view,
   'GET /api/1/nodes/:id/inventory/history': view,
   'GET /api/1/groups/:id/nodes': view,
   'GET /api/1/software': view,

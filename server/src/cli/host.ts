@@ -16,7 +16,7 @@ export const SERVER_HOST: ProgramHost = {
     + 'its admin verbs are capstan\'s, run on this host\'s registry',
   exitCodes: `${EXIT_CODES_HELP}, 75 the database did not answer (serve; units restart on it). `
     + 'The admin verbs exit as capstan\'s do: 3 the registry could not be opened, 4 request refused, 6 not found, 7 failed tasks (jobs watch)',
-  groups: ['nodes', 'lifecycle', 'changes', 'events', 'jobs', 'credentials', 'keys'],
+  groups: ['nodes', 'lifecycle', 'changes', 'events', 'properties', 'jobs', 'credentials', 'keys'],
   setUp(program) {
     storeOptions(program);
     // In the order `--help` lists them, before the admin verbs.

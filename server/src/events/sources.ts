@@ -56,3 +56,15 @@ export function deployedEvent(nodes: readonly string[], at: string): EventInsert
   if (nodes.length === 0) return null;
   return event('policy.deployed', 'info', nodes.length === 1 ? nodes[0]! : null, at, { nodes: nodes.length, node_ids: nodes.slice(0, MAX_LISTED) });
 }
+
+/**
+ * Nodes whose policy could not be generated (a property conflict, a template error): one event,
+ * the first node's problem named; only new or changed problems are told.
+ */
+export function policyFailedEvent(problems: ReadonlyArray<{ node_id: string; problem: { code: string; message: string } }>, at: string): EventInsert | null {
+  if (problems.length === 0) return null;
+  const first = problems[0]!;
+  return event('policy.failed', 'error', problems.length === 1 ? first.node_id : null, at, {
+    nodes: problems.length, node_ids: problems.slice(0, MAX_LISTED).map((p) => p.node_id), code: first.problem.code, message: first.problem.message,
+  });
+}

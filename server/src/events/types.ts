@@ -8,7 +8,7 @@ import type { EventInsert, EventSeverity } from '../store/store.js';
 export const EVENT_TYPES = [
   'node.pending', 'node.accepted', 'node.refused', 'node.deleted', 'node.no_answer', 'node.answering', 'node.missing',
   'finding.opened', 'finding.closed', 'compliance.changed', 'drift.repaired',
-  'job.finished', 'policy.deployed', 'admin.action',
+  'job.finished', 'policy.deployed', 'policy.failed', 'admin.action',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -2,35 +2,56 @@
  * What a generation computes from the policy model, apart from the store: the model itself, the
  * groups a change touches, a node's directives, and the stored text and expectations of a bundle.
  */
-import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
+import { bundleExpectations } from '@capstan/shared/compliance/compute';
+import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { Technique } from '@capstan/shared/policy/technique';
 import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
-import { BUILTIN_GROUPS, type GroupDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { usesTechnique } from './techniques.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
   groups: Map<string, GroupDef>;
   rules: Map<string, RuleDef>;
-  /** The saved techniques, as parseTechnique checked them, by technique id. */
+  /** Global properties, by name. */
+  properties: Map<string, PropertyDef>;
+  /** Techniques, by id: what a directive of method `technique` instantiates. */
   techniques: Map<string, Technique>;
 }
 
 export async function loadModel(store: Pick<Store, 'listPolicyObjects'>): Promise<PolicyModel> {
-  const [d, g, r, t] = await Promise.all(['directive', 'group', 'rule', 'technique'].map((k) => store.listPolicyObjects(k as PolicyKind)));
+  const [d, g, r, p, t] = await Promise.all([store.listPolicyObjects('directive'), store.listPolicyObjects('group'), store.listPolicyObjects('rule'),
+    store.listPolicyObjects('property'), store.listPolicyObjects('technique')]);
   return {
-    directives: new Map(d!.map((o) => [o.id, o.body as unknown as Directive])),
-    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g!.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
-    rules: new Map(r!.map((o) => [o.id, o.body as unknown as RuleDef])),
-    techniques: new Map(t!.map((o) => [o.id, o.body as unknown as Technique])),
+    directives: new Map(d.map((o) => [o.id, o.body as unknown as Directive])),
+    groups: new Map([...BUILTIN_GROUPS.map((b) => [b.id, b] as const), ...g.map((o) => [o.id, o.body as unknown as GroupDef] as const)]),
+    rules: new Map(r.map((o) => [o.id, o.body as unknown as RuleDef])),
+    properties: new Map(p.map((o) => [o.id, o.body as unknown as PropertyDef])),
+    techniques: new Map(t.map((o) => [o.id, o.body as unknown as Technique])),
   };
 }
 
-/** The groups a change to one object can move nodes in and out of. */
+/** Groups whose properties count: a node's effective properties merge all of them. */
+export function propertyGroups(model: PolicyModel): Set<string> {
+  return new Set([...model.groups.values()].filter((g) => g.properties && Object.keys(g.properties).length > 0).map((g) => g.id));
+}
+
+/** Groups whose members' policy depends on them: those rules target, and those holding properties. */
+export function policyGroups(model: PolicyModel): Set<string> {
+  const out = propertyGroups(model);
+  for (const r of model.rules.values()) r.groups.forEach((g) => out.add(g));
+  return out;
+}
+
+/**
+ * The groups a change to one object can move nodes in and out of, or change the data of. A
+ * global property reaches every node with a policy: every group that counts.
+ */
 export function groupsTouched(model: PolicyModel, kind: PolicyKind, id: string): Set<string> {
   const out = new Set<string>();
-  // A group no rule uses moves nobody's policy, whatever its members.
-  if (kind === 'group' && [...model.rules.values()].some((r) => r.groups.includes(id))) out.add(id);
+  if (kind === 'property') return [...model.rules.values()].some((r) => r.groups.length > 0) ? policyGroups(model) : out;
+  // A group no rule uses moves nobody's policy, whatever its members, unless it holds properties.
+  if (kind === 'group' && policyGroups(model).has(id)) out.add(id);
   // A technique reaches the nodes of the rules whose directives instantiate it.
   const users = kind === 'technique' ? new Set([...model.directives.values()].filter((d) => usesTechnique(d, id)).map((d) => d.id)) : new Set<string>();
   for (const rule of model.rules.values()) {
@@ -41,11 +62,21 @@ export function groupsTouched(model: PolicyModel, kind: PolicyKind, id: string):
   return out;
 }
 
-/** A node's directives under two models (PolicyGenerator.preview). */
+/** A node's rendered policy under one model, for a plan (per-node.ts RenderedPreview). */
+export interface NodeSide {
+  properties: Record<string, unknown>;
+  /** Secret names used, each with a digest of its value: compared, never shown. */
+  secrets: Record<string, string>;
+  /** Why the bundle would not be generated (a conflict, a template error). */
+  problem?: { code: string; message: string };
+}
+
+/** A node's directives under two models, rendered with its data (PolicyGenerator.preview). */
 export interface NodePreview {
   node_id: string;
   before: BundleDirective[];
   after: BundleDirective[];
+  sides?: { before: NodeSide; after: NodeSide };
 }
 
 /**
@@ -89,4 +120,11 @@ export function expectationKey(items: ExpectedComponent[]): string {
  */
 export function bundleJson(nodeId: string, configId: string, generatedAt: string, directivesJson: string): string {
   return `{"node_id":${JSON.stringify(nodeId)},"config_id":${JSON.stringify(configId)},"generated_at":${JSON.stringify(generatedAt)},"directives":${directivesJson}}`;
+}
+
+/** The directives of a group set, shared by the nodes in exactly those groups. */
+export function contentOf(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): Content {
+  const directives = directivesFor(model, rules, groups);
+  const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
+  return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
 }

@@ -13,9 +13,11 @@ import type { Logger } from '@capstan/shared/log';
 import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
-import { bundleJson, directivesFor, expectationKey, groupsTouched, loadModel, type Content, type NodePreview, type PolicyModel } from './content.js';
+import { bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
-import { keepLastSeconds } from './model.js';
+import { keepLastSeconds, type RuleDef } from './model.js';
+import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
+import { RenderError, SealCache, type NodeProblem } from './render.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -44,15 +46,28 @@ export class PolicyGenerator {
   readonly changes = new ChangeFeed();
   /** Contents (config id and expected components) whose stored expectations were found current. */
   private readonly verified = new Set<string>();
+  /** What each node's last rendering was made from (per-node.ts RenderMemo). */
+  private readonly rendered: RenderMemo = new Map();
+  /** Each node's sealed secrets, kept while their plaintext and its key are unchanged. */
+  private readonly seals = new SealCache();
+  /** Nodes whose policy could not be generated, and why (their previous bundle stays). */
+  readonly problems = new Map<string, NodeProblem & { at: string }>();
+  /** Told of nodes newly unable to get a policy (a property conflict, a template error). */
+  private readonly onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
 
   /** Told of the nodes whose bundle one generation changed (the event stream's policy.deployed). */
   private readonly onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
 
-  constructor(deps: { store: Store; log: Logger; clock?: () => Date; onDeployed?: (nodeIds: string[], at: string) => void | Promise<void> }) {
+  constructor(deps: {
+    store: Store; log: Logger; clock?: () => Date;
+    onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
+    onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
+  }) {
     this.store = deps.store;
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
+    if (deps.onProblems) this.onProblems = deps.onProblems;
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -230,7 +245,8 @@ export class PolicyGenerator {
   private async membership(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<Map<string, Set<string>>> {
     const accepted = await this.acceptedAmong(nodes, listing);
     const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
-    const used = new Set([...model.rules.values()].flatMap((r) => r.groups));
+    // The groups rules target, and those holding properties (a node's data merges them all).
+    const used = policyGroups(model);
     for (const gid of used) {
       const g = model.groups.get(gid);
       if (!g) continue;
@@ -267,12 +283,34 @@ export class PolicyGenerator {
     for (const n of await this.members(after, touched(after), listing)) nodes.add(n);
     const [ofBefore, ofAfter] = [await this.membership(before, nodes, listing), await this.membership(after, nodes, listing)];
     const sorted = (m: PolicyModel) => [...m.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const [rulesBefore, rulesAfter] = [sorted(before), sorted(after)];
-    return [...nodes].sort().map((nodeId) => ({
-      node_id: nodeId,
-      before: directivesFor(before, rulesBefore, ofBefore.get(nodeId) ?? new Set()),
-      after: directivesFor(after, rulesAfter, ofAfter.get(nodeId) ?? new Set()),
-    }));
+    // Each side rendered with the node's data as generation would, sealing nothing.
+    const sides = [[before, ofBefore], [after, ofAfter]] as const;
+    const render = sides.map(([m]) => ({ rendering: new NodeRendering(m, null), rules: sorted(m), contents: new Map<string, Content>() }));
+    const ids = [...nodes].sort();
+    const out: NodePreview[] = [];
+    for (let i = 0; i < ids.length; i += BATCH) {
+      const batch = ids.slice(i, i + BATCH);
+      const sideContent = (side: number, nodeId: string) => {
+        const groups = sides[side]![1].get(nodeId) ?? new Set<string>();
+        const key = [...groups].sort().join('\u0000');
+        const r = render[side]!;
+        let c = r.contents.get(key);
+        if (!c) r.contents.set(key, (c = contentOf(sides[side]![0], r.rules, groups)));
+        return { groups, c };
+      };
+      const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
+      const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
+      if (reads.some((r) => r.inventory)) for (const [n, doc] of await this.store.policyInventories(batch)) inputs.get(n)!.inventory = doc;
+      for (const nodeId of batch) {
+        const [b, a] = [0, 1].map((side) => {
+          const { groups, c } = sideContent(side, nodeId);
+          return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
+        }) as [RenderedPreview, RenderedPreview];
+        const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
+        out.push({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
+      }
+    }
+    return out;
   }
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
@@ -300,9 +338,17 @@ export class PolicyGenerator {
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
+    const rendering = new NodeRendering(model, this.seals, this.rendered);
+    const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);
       const current = await this.store.policyConfigIds(batch);
+      // The batch's contents first: their templates say what of the nodes is read.
+      for (const n of batch) if (of.get(n) && !cache.has(keys.get(n)!)) cache.set(keys.get(n)!, contentOf(model, rules, of.get(n)!));
+      const inputs = await this.store.policyNodeInputs(batch, rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
+      // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
+      const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
+      if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
       const writes: PolicyWrite[] = [];
       // Nodes by how long their groups keep a silent node's compliance (set after the writes,
       // which create the compliance rows of new nodes; unchanged nodes cost one statement).
@@ -312,6 +358,7 @@ export class PolicyGenerator {
         const groups = of.get(nodeId);
         const had = current.get(nodeId);
         if (!groups) {
+          this.problems.delete(nodeId);
           // No longer accepted (or gone): it gets no policy at all.
           if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) {
             changed++;
@@ -321,30 +368,43 @@ export class PolicyGenerator {
           continue;
         }
         const key = keys.get(nodeId)!;
-        let content = cache.get(key);
-        const noteKeep = (c: Content) => {
-          const list = keeps.get(c.keepLast) ?? [];
+        const content = cache.get(key)!;
+        const noteKeep = () => {
+          const list = keeps.get(content.keepLast) ?? [];
           list.push(nodeId);
-          keeps.set(c.keepLast, list);
+          keeps.set(content.keepLast, list);
         };
-        if (!content) {
-          const directives = directivesFor(model, rules, groups);
-          const expected = bundleExpectations(directives);
-          const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
-          content = { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected, stale: undefined, keepLast };
-          cache.set(key, content);
+        let rendered: NodeContent | 'unchanged' | null;
+        try {
+          rendered = rendering.render(nodeId, groups, content, inputs.get(nodeId), had);
+        } catch (err) {
+          if (!(err instanceof RenderError)) throw err;
+          // Not generated: its previous bundle stays, and the problem is kept on the node.
+          const was = this.problems.get(nodeId);
+          this.problems.set(nodeId, { ...err.problem, at });
+          if (!was || was.message !== err.problem.message) problems.push({ node_id: nodeId, problem: err.problem });
+          continue;
+        }
+        this.problems.delete(nodeId);
+        if (rendered === 'unchanged') {
+          noteKeep();
+          continue;
         }
         // A node that never had a policy and has none still has nothing to fetch (404); one that
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
-        noteKeep(content);
-        const bundle = () => ({ node_id: nodeId, config_id: content.configId, generated_at: at, bundle: bundleJson(nodeId, content.configId, at, content.json) });
-        if (had === content.configId) {
-          content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
-          if (content.stale) writes.push({ bundle: bundle(), expected: content.expected, expectationsOnly: true });
+        noteKeep();
+        const [configId, tail, expected] = rendered ? [rendered.configId, rendered.tail, rendered.expected] : [content.configId, content.json, content.expected];
+        const bundle = () => ({ node_id: nodeId, config_id: configId, generated_at: at, bundle: bundleJson(nodeId, configId, at, tail) });
+        if (had === configId) {
+          // Rendered per node, a content has as many config ids as nodes: only shared ones are probed.
+          if (!rendered) {
+            content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
+            if (content.stale) writes.push({ bundle: bundle(), expected, expectationsOnly: true });
+          }
           continue;
         }
-        writes.push({ bundle: bundle(), expected: content.expected });
+        writes.push({ bundle: bundle(), expected });
       }
       if (writes.length) {
         const moved = writes.filter((w) => !w.expectationsOnly);
@@ -355,6 +415,10 @@ export class PolicyGenerator {
         for (const w of moved) deployed.push(w.bundle.node_id);
       }
       for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
+    }
+    if (problems.length) {
+      this.log.warn({ nodes: problems.length, first: problems[0]!.node_id, code: problems[0]!.problem.code }, 'policy not generated for some nodes');
+      await this.onProblems?.(problems, this.clock().toISOString());
     }
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     if (deployed.length) await this.onDeployed?.(deployed, this.clock().toISOString());

@@ -13,6 +13,7 @@ import { validateMethodParams } from '@capstan/shared/policy/methods';
 import { parseTechnique, type Technique } from '@capstan/shared/policy/technique';
 import { checkFilters, isFilterKey } from '../registry/filters.js';
 import type { NodeFilter } from '../store/store.js';
+import { checkPriority, checkPropertySet, PROPERTY_NAME, PROPERTY_SET_LIMITS, type Json, type PropertySet } from './properties.js';
 
 /** Ids travel in every report line, between `@@` separators: keep them to a safe alphabet. */
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -33,6 +34,17 @@ export interface GroupDef {
    * `keep_last` for `duration` more. A node in several groups keeps the longest.
    */
   compliance_expiration?: { policy: 'expire_immediately' } | { policy: 'keep_last'; duration: string };
+  /** Properties its members inherit (docs/policy.md, Properties), over the global ones. */
+  properties?: PropertySet;
+  /** Among a node's groups, a higher priority's properties win; equal priorities must agree. */
+  priority?: number;
+}
+
+/** A global property: a policy object whose id is the property's name. */
+export interface PropertyDef {
+  id: string;
+  value: Json;
+  secret?: boolean;
 }
 
 /** Longest keep-last duration allowed on a group. */
@@ -199,7 +211,7 @@ function expiration(v: unknown): NonNullable<GroupDef['compliance_expiration']> 
 }
 
 export function parseGroup(body: unknown, pathId?: string): GroupDef {
-  const b = onlyFields(body, ['id', 'name', 'nodes', 'filter', 'compliance_expiration']);
+  const b = onlyFields(body, ['id', 'name', 'nodes', 'filter', 'compliance_expiration', 'properties', 'priority']);
   const id = checkId(b.id ?? pathId);
   if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
   if (BUILTIN_GROUP_IDS.has(id)) throw capstanError('ERR_CONFLICT', `${id} is a built-in group: it cannot be changed`, { details: { field: 'id' } });
@@ -214,6 +226,8 @@ export function parseGroup(body: unknown, pathId?: string): GroupDef {
   if (b.filter !== undefined) g.filter = filters(b.filter);
   if (g.nodes === undefined && g.filter === undefined) bad('a group needs nodes, a filter, or both', 'nodes');
   if (b.compliance_expiration !== undefined) g.compliance_expiration = expiration(b.compliance_expiration);
+  if (b.properties !== undefined) g.properties = checkPropertySet(b.properties);
+  if (b.priority !== undefined) g.priority = checkPriority(b.priority);
   return g;
 }
 
@@ -228,4 +242,50 @@ export function parseRule(body: unknown, pathId?: string): RuleDef {
     directives: idList(b.directives ?? [], 'directives', MAX_RULE_REFS),
     groups: idList(b.groups ?? [], 'groups', MAX_RULE_REFS),
   };
+}
+
+/**
+ * A global property body, `{id?, value, secret?}` (PUT /api/1/properties/<name>): checked by the
+ * limits of one level's properties (properties.ts), ERR_PROPERTIES_INVALID naming the field.
+ */
+export function checkPropertyName(v: unknown, field = 'id'): string {
+  if (typeof v !== 'string' || v.length > PROPERTY_SET_LIMITS.maxNameLength || !PROPERTY_NAME.test(v)) {
+    throw capstanError('ERR_PROPERTIES_INVALID', `${field} must be a property name (letters, digits, _ and -, at most ${PROPERTY_SET_LIMITS.maxNameLength})`, { details: { field } });
+  }
+  return v;
+}
+
+export function parseProperty(body: unknown, pathId?: string): PropertyDef {
+  const b = onlyFields(body, ['id', 'value', 'secret']);
+  const id = checkPropertyName(b.id ?? pathId);
+  if (pathId !== undefined && id !== pathId) bad('id in the body differs from the one in the path', 'id');
+  if (!Object.hasOwn(b, 'value')) throw capstanError('ERR_PROPERTIES_INVALID', 'value is required', { details: { field: 'value' } });
+  let checked: PropertySet;
+  try {
+    checked = checkPropertySet({ [id]: { value: b.value, ...(b.secret !== undefined && { secret: b.secret }) } });
+  } catch (err) {
+    // The set names `properties.<id>.value`; the body's own field is `value` (or `secret`).
+    if (!isCapstanError(err)) throw err;
+    const field = String(err.details?.field ?? '').replace(`properties.${id}`, '').replace(/^\./, '') || 'value';
+    throw capstanError('ERR_PROPERTIES_INVALID', err.message.replace(`properties.${id}`, 'property'), { details: { field } });
+  }
+  const p = checked[id]!;
+  return { id, value: p.value, ...(p.secret === true && { secret: true }) };
+}
+
+/**
+ * A body as it may be shown, audited or planned: a secret property's value is left out (a
+ * global property's own, and a group's secret properties), `"secret": true` says there is one.
+ */
+export function withoutSecrets(body: Record<string, unknown>): Record<string, unknown>;
+export function withoutSecrets(body: Record<string, unknown> | null): Record<string, unknown> | null;
+export function withoutSecrets(body: Record<string, unknown> | null): Record<string, unknown> | null {
+  if (!body) return body;
+  if (body.secret === true && 'value' in body) {
+    const { value: _hidden, ...rest } = body;
+    return rest;
+  }
+  const props = body.properties as Record<string, { value: unknown; secret?: boolean }> | undefined;
+  if (!props || typeof props !== 'object' || !Object.values(props).some((p) => p?.secret === true)) return body;
+  return { ...body, properties: Object.fromEntries(Object.entries(props).map(([k, p]) => [k, p.secret === true ? { secret: true } : p])) };
 }

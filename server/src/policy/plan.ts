@@ -9,10 +9,10 @@
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { PolicyKind, Store } from '../store/store.js';
-import { loadModel, type PolicyModel } from './content.js';
+import { loadModel, type NodePreview, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
 import type { Technique } from '@capstan/shared/policy/technique';
-import { BUILTIN_GROUP_IDS, parseDirective, parseGroup, parseRule, parseTechniqueObject, type GroupDef, type RuleDef } from './model.js';
+import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
@@ -24,6 +24,8 @@ export interface PlanRequest {
   groups: GroupDef[];
   rules: RuleDef[];
   techniques: Technique[];
+  /** Global properties (`properties/<name>.json` in a policy directory). */
+  properties: PropertyDef[];
   /** Delete what the request does not name (otherwise it is left alone). */
   prune: boolean;
   /** Objects to delete by name (a change request's deletions). */
@@ -55,6 +57,14 @@ export interface NodeImpact {
   added: DirectiveRef[];
   changed: DirectiveRef[];
   removed: DirectiveRef[];
+  /** Rendered parameter values that change, by field (`content`, `calls.0.params.path`); values not shown. */
+  values?: Array<DirectiveRef & { field: string }>;
+  /** Bundle properties (not secret) whose effective value changes. */
+  properties?: string[];
+  /** Secrets used whose value changes, or that start or stop being used: names only. */
+  secrets?: string[];
+  /** The node's bundle would not be generated after the change: why (a conflict, a template error). */
+  problem?: { code: string; message: string };
 }
 
 export interface Plan {
@@ -66,8 +76,8 @@ export interface Plan {
 }
 
 /** In the order objects are saved: techniques before the directives naming them, those before rules. */
-const KINDS = ['technique', 'directive', 'group', 'rule'] as const;
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
+const KINDS = ['technique', 'property', 'directive', 'group', 'rule'] as const;
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' } as const;
 
 function bad(message: string, field: string): never {
   throw capstanError('ERR_BAD_REQUEST', message, { details: { field } });
@@ -75,12 +85,12 @@ function bad(message: string, field: string): never {
 
 /** `{directives, groups, rules, techniques, prune?}`, each object checked as its POST would check it. */
 export function parsePlanRequest(body: unknown): PlanRequest {
-  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "techniques", "prune"}', '');
+  if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "techniques", "properties", "prune"}', '');
   const b = body as Record<string, unknown>;
-  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'techniques', 'prune'].includes(k));
+  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'techniques', 'properties', 'prune'].includes(k));
   if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]!);
   if (b.prune !== undefined && typeof b.prune !== 'boolean') bad('prune must be true or false', 'prune');
-  const out: PlanRequest = { directives: [], groups: [], rules: [], techniques: [], prune: b.prune === true };
+  const out: PlanRequest = { directives: [], groups: [], rules: [], techniques: [], properties: [], prune: b.prune === true };
   for (const kind of KINDS) {
     const field = PLURAL[kind];
     const list = b[field] ?? [];
@@ -89,7 +99,8 @@ export function parsePlanRequest(body: unknown): PlanRequest {
     list.forEach((item, i) => {
       let obj: { id: string };
       try {
-        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : kind === 'technique' ? parseTechniqueObject(item) : parseRule(item);
+        obj = kind === 'directive' ? parseDirective(item) : kind === 'group' ? parseGroup(item) : kind === 'technique' ? parseTechniqueObject(item)
+          : kind === 'property' ? planProperty(item) : parseRule(item);
       } catch (err) {
         // The field is named in the whole body: `directives[2].params.path`.
         if (!isCapstanError(err)) throw err;
@@ -104,6 +115,18 @@ export function parsePlanRequest(body: unknown): PlanRequest {
     });
   }
   return out;
+}
+
+/**
+ * A property file: as a PUT takes it, or `{secret: true}` with no value, as `policy export` writes
+ * a secret: the server keeps the value it has (desiredModel).
+ */
+function planProperty(item: unknown): PropertyDef {
+  const o = item as Record<string, unknown>;
+  if (o && typeof o === 'object' && o.secret === true && !Object.hasOwn(o, 'value') && Object.keys(o).every((k) => k === 'id' || k === 'secret')) {
+    return { id: checkPropertyName(o.id), secret: true, value: undefined as unknown as PropertyDef['value'] };
+  }
+  return parseProperty(item);
 }
 
 /** JSON with object keys sorted: the stored body and a parsed one compare by content. */
@@ -121,9 +144,14 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   // Pruning never removes the built-in groups: they are not the files' to manage.
   const builtins = [...current.groups].filter(([id]) => BUILTIN_GROUP_IDS.has(id));
   const next: PolicyModel = req.prune
-    ? { directives: new Map(), groups: new Map(builtins), rules: new Map(), techniques: new Map() }
-    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules), techniques: new Map(current.techniques) };
+    ? { directives: new Map(), groups: new Map(builtins), rules: new Map(), properties: new Map(), techniques: new Map() }
+    : { directives: new Map(current.directives), groups: new Map(current.groups), rules: new Map(current.rules), properties: new Map(current.properties), techniques: new Map(current.techniques) };
   for (const t of req.techniques) next.techniques.set(t.id, t);
+  for (const [i, p] of (req.properties ?? []).entries()) {
+    const kept = p.value === undefined ? current.properties.get(p.id) : p;
+    if (!kept?.secret && p.value === undefined) bad(`property ${p.id} is given as a secret without a value, and the server has no secret of that name to keep`, `properties[${i}].value`);
+    next.properties.set(p.id, kept!);
+  }
   for (const d of req.directives) next.directives.set(d.id, d);
   for (const g of req.groups) next.groups.set(g.id, g);
   for (const r of req.rules) next.rules.set(r.id, r);
@@ -179,7 +207,8 @@ function checkTechniqueSaves(before: PolicyModel, after: PolicyModel): void {
 }
 
 function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
-  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : kind === 'technique' ? model.techniques : model.rules;
+  return kind === 'directive' ? model.directives : kind === 'group' ? model.groups : kind === 'technique' ? model.techniques
+    : kind === 'property' ? model.properties : model.rules;
 }
 
 /** Object changes, in the order that keeps every reference valid while they are applied. */
@@ -195,6 +224,7 @@ export function objectChanges(before: PolicyModel, after: PolicyModel): { change
       const next = a.get(id) as Record<string, unknown>;
       const prev = b.get(id) as Record<string, unknown> | undefined;
       if (!prev) puts.push({ kind, id, action: 'create', object: next });
+      // A secret's value counts in the comparison, and is never shown: only that it changed.
       else if (canonical(prev) === canonical(next)) unchanged++;
       else {
         const fields = [...new Set([...Object.keys(prev), ...Object.keys(next)])].filter((f) => canonical(prev[f]) !== canonical(next[f])).sort();
@@ -226,6 +256,40 @@ export function directiveImpact(before: BundleDirective[], after: BundleDirectiv
   return { added, changed, removed };
 }
 
+/** Leaf paths under which two JSON values differ (a list or scalar is a leaf). */
+function changedPaths(a: unknown, b: unknown, path: string, out: string[]): void {
+  const isObj = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+  if (isObj(a) && isObj(b)) {
+    for (const k of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort()) changedPaths(a[k], b[k], path ? `${path}.${k}` : k, out);
+  } else if (canonical(a) !== canonical(b)) out.push(path);
+}
+
+/** What of a node's rendered data changes (NodeImpact values, properties, secrets, problem); null when nothing. */
+export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> | null {
+  const out: Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> = {};
+  const was = new Map(p.before.map((d) => [refKey(d), d]));
+  const values: NonNullable<NodeImpact['values']> = [];
+  for (const d of p.after) {
+    const old = was.get(refKey(d));
+    if (!old) continue;
+    const fields: string[] = [];
+    changedPaths({ params: old.params, calls: old.calls }, { params: d.params, calls: d.calls }, '', fields);
+    for (const f of fields) values.push({ ...ref(d), field: f.replace(/^params\./, '') });
+  }
+  if (values.length) out.values = values;
+  const sides = p.sides;
+  if (sides) {
+    const props: string[] = [];
+    changedPaths(sides.before.properties, sides.after.properties, '', props);
+    const names = [...new Set(props.map((x) => x.split('.')[0]!))];
+    if (names.length) out.properties = names;
+    const secrets = [...new Set([...Object.keys(sides.before.secrets), ...Object.keys(sides.after.secrets)])].filter((n) => sides.before.secrets[n] !== sides.after.secrets[n]).sort();
+    if (secrets.length) out.secrets = secrets;
+    if (sides.after.problem) out.problem = { code: sides.after.problem.code, message: sides.after.problem.message };
+  }
+  return Object.keys(out).length ? out : null;
+}
+
 export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number): Promise<Plan> {
   const before = await loadModel(store);
   const after = desiredModel(before, req);
@@ -236,7 +300,8 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   const nodes: NodeImpact[] = [];
   let total = 0;
   for (const p of previews) {
-    const impact = directiveImpact(p.before, p.after);
+    const rendered = renderedImpact(p);
+    const impact = directiveImpact(p.before, p.after) ?? (rendered ? { added: [], changed: [], removed: [] } : null);
     if (!impact) continue;
     total++;
     if (nodes.length >= maxNodes) continue;
@@ -247,7 +312,9 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       config_id_before: p.before.length ? computeConfigId(p.before) : null,
       config_id_after: p.after.length ? computeConfigId(p.after) : null,
       ...impact,
+      ...rendered,
     });
   }
-  return { changes, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
+  const shown = changes.map((c) => (c.object ? { ...c, object: withoutSecrets(c.object) } : c));
+  return { changes: shown, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
 }

@@ -12,7 +12,7 @@ import { capstanError } from '@capstan/shared/errors';
 import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
-import { checkId } from './model.js';
+import { checkId, checkPropertyName as parsePropertyName, withoutSecrets } from './model.js';
 import { directiveImpact, objectChanges, parsePlanRequest, desiredModel, type Plan, type PlanRequest } from './plan.js';
 import { loadModel } from './content.js';
 import type { PolicyService } from './service.js';
@@ -23,13 +23,19 @@ export const MAX_TITLE = 200;
 export const MAX_DESCRIPTION = 10_000;
 export const MAX_COMMENT = 10_000;
 
-const KINDS: readonly PolicyKind[] = ['technique', 'directive', 'group', 'rule'];
-const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' } as const;
+const KINDS: readonly PolicyKind[] = ['technique', 'property', 'directive', 'group', 'rule'];
+const PLURAL = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' } as const;
 
 /** The plan request a stored change set stands for (its objects were checked when it was proposed). */
 const requestOf = (c: ChangeSet): PlanRequest => ({
   directives: c.directives as unknown as PlanRequest['directives'], groups: c.groups as unknown as PlanRequest['groups'],
-  rules: c.rules as unknown as PlanRequest['rules'], techniques: (c.techniques ?? []) as unknown as PlanRequest['techniques'], prune: false, deletes: c.delete,
+  rules: c.rules as unknown as PlanRequest['rules'], techniques: (c.techniques ?? []) as unknown as PlanRequest['techniques'],
+  properties: (c.properties ?? []) as unknown as PlanRequest['properties'], prune: false, deletes: c.delete,
+});
+
+/** A change set as shown and audited: secret values left out (model.ts withoutSecrets). */
+const shownChanges = (c: ChangeSet): ChangeSet => ({
+  ...c, groups: c.groups.map((g) => withoutSecrets(g)), ...(c.properties && { properties: c.properties.map((p) => withoutSecrets(p)) }),
 });
 
 /** What a change request proposes, as stored: objects checked as their save checks them. */
@@ -39,6 +45,8 @@ export interface ChangeSet {
   rules: Array<Record<string, unknown>>;
   /** Absent in a request stored before techniques were policy objects. */
   techniques?: Array<Record<string, unknown>>;
+  /** Global properties (absent in requests stored before properties were objects). */
+  properties?: Array<Record<string, unknown>>;
   delete: Array<{ kind: PolicyKind; id: string }>;
 }
 
@@ -68,13 +76,15 @@ export function parseProposal(body: unknown): { title: string; description: stri
   if (del !== undefined && !Array.isArray(del)) bad('delete must be a list of {"kind", "id"}', 'delete');
   const deletes = ((del ?? []) as unknown[]).map((d, i) => {
     const o = d as Record<string, unknown>;
-    if (!o || typeof o !== 'object' || !KINDS.includes(o.kind as PolicyKind)) bad(`delete[${i}].kind must be directive, group, rule or technique`, `delete[${i}].kind`);
+    if (!o || typeof o !== 'object' || !KINDS.includes(o.kind as PolicyKind)) bad(`delete[${i}].kind must be directive, group, rule, technique or property`, `delete[${i}].kind`);
     const kind = o.kind as PolicyKind;
-    const id = checkId(o.id, `delete[${i}].id`);
+    const id = kind === 'property' ? parsePropertyName(o.id, `delete[${i}].id`) : checkId(o.id, `delete[${i}].id`);
     if (request[PLURAL[kind]].some((x) => x.id === id)) bad(`${kind} ${id} is both saved and deleted`, `delete[${i}].id`);
     return { kind, id };
   });
-  if (request.directives.length + request.groups.length + request.rules.length + request.techniques.length + deletes.length === 0) bad('a change request changes at least one object', 'directives');
+  if (request.directives.length + request.groups.length + request.rules.length + request.techniques.length + request.properties.length + deletes.length === 0) {
+    bad('a change request changes at least one object', 'directives');
+  }
   return {
     title: text(title, 'title', MAX_TITLE, true),
     description: text(description, 'description', MAX_DESCRIPTION, false),
@@ -82,6 +92,7 @@ export function parseProposal(body: unknown): { title: string; description: stri
     changes: {
       directives: request.directives as unknown as ChangeSet['directives'], groups: request.groups as unknown as ChangeSet['groups'],
       rules: request.rules as unknown as ChangeSet['rules'], techniques: request.techniques as unknown as NonNullable<ChangeSet['techniques']>, delete: deletes,
+      ...(request.properties.length > 0 && { properties: request.properties as unknown as ChangeSet['properties'] }),
     },
   };
 }
@@ -113,7 +124,7 @@ export class ChangeRequestService {
   }
 
   private async view(r: ChangeRequestRecord): Promise<ChangeRequestView> {
-    return { ...r, stale: r.status === 'open' || r.status === 'approved' ? await this.staleOf(r) : [] };
+    return { ...r, changes: shownChanges(r.changes as ChangeSet), stale: r.status === 'open' || r.status === 'approved' ? await this.staleOf(r) : [] };
   }
 
   async propose(body: unknown, actor: Actor): Promise<ChangeRequestView> {
@@ -126,7 +137,7 @@ export class ChangeRequestService {
       changes: p.changes, base: await this.base(p.changes), impact, reviews: [], deployed_at: null, deployed_by: null,
     };
     await this.deps.store.reviews.insertChangeRequest(rec);
-    await this.deps.audit?.record(actor, { action: 'change_request.propose', target: rec.id, before: null, after: { title: rec.title, changes: rec.changes } });
+    await this.deps.audit?.record(actor, { action: 'change_request.propose', target: rec.id, before: null, after: { title: rec.title, changes: shownChanges(p.changes) } });
     return this.view(rec);
   }
 
@@ -161,7 +172,8 @@ export class ChangeRequestService {
     if (r.stale.length > 0) {
       throw capstanError('ERR_CHANGE_STALE', `change request ${id} was made against other versions of ${r.stale.map((s) => `${s.kind} ${s.id}`).join(', ')}: propose it again`);
     }
-    const c = r.changes as ChangeSet;
+    // The stored objects, secrets included (the view leaves them out).
+    const c = (await this.deps.store.reviews.getChangeRequest(id))!.changes as ChangeSet;
     // The whole set is checked against today's model before anything is written (a rule naming a
     // directive deleted since, a static member gone): refused whole, never applied in part.
     await this.deps.policy.planRequest(requestOf(c), 1);
@@ -184,8 +196,8 @@ export class ChangeRequestService {
 
   /** A node's directives before and after the request, as its bundle would carry them (the rendered diff of one node). */
   async nodeDiff(id: string, nodeId: string): Promise<{ node_id: string; before: unknown[]; after: unknown[]; impact: ReturnType<typeof directiveImpact> }> {
-    const r = await this.get(id);
-    const c = r.changes as ChangeSet;
+    await this.get(id);
+    const c = (await this.deps.store.reviews.getChangeRequest(id))!.changes as ChangeSet;
     const before = await loadModel(this.deps.store);
     const after = desiredModel(before, requestOf(c));
     const { changes } = objectChanges(before, after);

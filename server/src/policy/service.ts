@@ -15,24 +15,25 @@ import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
 import type { Directive } from '@capstan/shared/policy/bundle';
 import type { Technique } from '@capstan/shared/policy/technique';
-import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseRule, parseTechniqueObject } from './model.js';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
+import { effectiveProperties, type EffectiveProperties } from './effective.js';
 
-export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques' };
+export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' };
 
 const notFound = (kind: PolicyKind, id: string) => capstanError('ERR_NOT_FOUND', `${kind} ${id} does not exist`);
 
 /** An object as the API shows it: its body and when it was last saved; built-in groups marked. */
 export type PolicyView = Record<string, unknown>;
 
-const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView => ({ ...o.body, updated_at: o.updated_at });
+const view = (o: Pick<PolicyObjectRecord, 'body' | 'updated_at'>): PolicyView => ({ ...withoutSecrets(o.body), updated_at: o.updated_at });
 
 /** Check a body as its kind's POST (or PUT, with the id of the path) would. */
 export function parsePolicyObject(kind: PolicyKind, body: unknown, pathId?: string): Record<string, unknown> {
   const obj = kind === 'directive' ? parseDirective(body, pathId) : kind === 'group' ? parseGroup(body, pathId)
-    : kind === 'technique' ? parseTechniqueObject(body, pathId) : parseRule(body, pathId);
+    : kind === 'technique' ? parseTechniqueObject(body, pathId) : kind === 'property' ? parseProperty(body, pathId) : parseRule(body, pathId);
   return obj as unknown as Record<string, unknown>;
 }
 
@@ -66,6 +67,11 @@ export class PolicyService {
 
   get generator(): PolicyGenerator {
     return this.deps.generator;
+  }
+
+  /** A node's effective properties, their origins and conflicts (policy/effective.ts); null: unknown node. */
+  effective(nodeId: string): Promise<EffectiveProperties | null> {
+    return effectiveProperties(this.deps.store, this.deps.generator, nodeId);
   }
 
   /** Every object of a kind; groups begin with the built-in ones. */
@@ -122,7 +128,8 @@ export class PolicyService {
       return store.getPolicyObject(kind, id);
     });
     const was = before as PolicyObjectRecord | null;
-    await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: was?.body ?? null, after: result!.body });
+    // Audit records never hold a secret's value: only that it is one (and so, that it changed).
+    await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: withoutSecrets(was?.body ?? null), after: withoutSecrets(result!.body) });
     for (const m of moved) await this.deps.audit?.record(actor, { action: 'directive.update', target: m.after.id, before: m.before, after: m.after });
     return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
   }
@@ -136,7 +143,7 @@ export class PolicyService {
       if (kind === 'technique') {
         const users = techniqueUsers(await this.directives(), id).map((d) => d.id);
         if (users.length) throw capstanError('ERR_CONFLICT', `technique ${id} is used by directives: ${users.join(', ')}`);
-      } else if (kind !== 'rule') {
+      } else if (kind === 'directive' || kind === 'group') {
         const rules = await this.referencedBy(kind, id);
         if (rules.length) throw capstanError('ERR_CONFLICT', `${kind} ${id} is used by rules: ${rules.join(', ')}`);
       }
@@ -144,7 +151,7 @@ export class PolicyService {
       return store.deletePolicyObject(kind, id);
     });
     if (!result) throw notFound(kind, id);
-    await this.deps.audit?.record(actor, { action: `${kind}.delete`, target: id, before: (before as PolicyObjectRecord | null)?.body ?? null, after: null });
+    await this.deps.audit?.record(actor, { action: `${kind}.delete`, target: id, before: withoutSecrets((before as PolicyObjectRecord | null)?.body ?? null), after: null });
   }
 
   /**

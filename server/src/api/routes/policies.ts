@@ -76,7 +76,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     return reply.send({ data: await service.plan(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024), max) });
   }));
 
-  for (const kind of ['directive', 'group', 'rule', 'technique'] as const) {
+  for (const kind of ['directive', 'group', 'rule', 'technique', 'property'] as const) {
     const base = `/api/1/${POLICY_PLURAL[kind]}`;
     app.get(base, async () => {
       const list = await service.list(kind);
@@ -90,7 +90,8 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
 
     // PUT replaces the whole object, creating it when absent (201) — the path names the id.
     app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => namingField(reply, async () => {
-      checkId(req.params.id);
+      // A property's name has its own alphabet (parseProperty checks it).
+      if (kind !== 'property') checkId(req.params.id);
       const r = await service.save(kind, parsePolicyObject(kind, await readJson(req), req.params.id), actorOf(req), null);
       return reply.code(r.created ? 201 : 200).send(answer(r));
     }));
@@ -171,7 +172,18 @@ export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRo
     const node = await store.getNode(req.params.id);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
     const bundle = await store.getPolicyBundle(node.id);
-    return { data: { node_id: node.id, accepted: node.accepted, config_id: bundle?.config_id ?? null, ...(await generator.explain(node.id)) } };
+    return {
+      data: {
+        node_id: node.id, accepted: node.accepted, config_id: bundle?.config_id ?? null, ...(await generator.explain(node.id)),
+        // Why the last generation left this node's previous bundle in place (a conflict, a template error).
+        problem: generator.problems.get(node.id) ?? null,
+      },
+    };
+  });
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties/effective', async (req) => {
+    const e = await deps.service.effective(req.params.id);
+    if (!e) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
+    return { data: e };
   });
 }
 

@@ -9,7 +9,7 @@ import type { EventInsert } from '../events/types.js';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
-import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
 
 export class PostgresPolicy implements PolicyStore {
   constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance, private readonly events: PostgresEvents) {}
@@ -71,6 +71,37 @@ export class PostgresPolicy implements PolicyStore {
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
     const res = await this.db.query('deletePolicyBundle', this.db.pool, { text: 'DELETE FROM policy_bundles WHERE node_id = $1', values: [nodeId] });
     return (res.rowCount ?? 0) > 0;
+  }
+
+  async policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>> {
+    const out = new Map<string, PolicyNodeInput>();
+    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory_at: null }) });
+    const q = (text: string) => this.db.query('policyNodeInputs', this.db.pool, { text, values: [nodeIds] });
+    if (read.node) {
+      const cert = read.certificate ? ', (SELECT certificate FROM node_certificates c WHERE c.node_id = n.id) AS certificate' : '';
+      for (const r of (await q(`SELECT n.id, n.hostname, n.policy_server${cert} FROM nodes n WHERE n.id = ANY($1::text[])`)).rows) {
+        out.set(r.id as string, { ...blank(), hostname: (r.hostname as string | null) ?? '', relay: (r.policy_server as string | null) ?? '', certificate: (r.certificate as string | null | undefined) ?? null });
+      }
+    }
+    for (const r of (await q('SELECT node_id, key, value FROM node_properties WHERE node_id = ANY($1::text[])')).rows) {
+      let n = out.get(r.node_id as string);
+      if (!n && !read.node) out.set(r.node_id as string, (n = blank()));
+      if (n) n.properties[r.key as string] = r.value as string;
+    }
+    if (read.inventory) {
+      for (const r of (await q('SELECT node_id, received_at FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
+        const n = out.get(r.node_id as string);
+        if (n) n.inventory_at = postgresRows.time(r.received_at);
+      }
+    }
+    return out;
+  }
+
+  async policyInventories(nodeIds: string[]): Promise<Map<string, string>> {
+    const { rows } = await this.db.query('policyInventories', this.db.pool, {
+      text: 'SELECT node_id, document::text AS document FROM inventories WHERE node_id = ANY($1::text[])', values: [nodeIds],
+    });
+    return new Map(rows.map((r) => [r.node_id as string, r.document as string]));
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {

@@ -3,7 +3,7 @@ import { capstanError } from '@capstan/shared/errors';
 import type { RowCodec } from '../row-codec.js';
 import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord } from './types.js';
 
-const KINDS: ReadonlySet<string> = new Set(['directive', 'group', 'rule', 'technique']);
+const KINDS: ReadonlySet<string> = new Set(['directive', 'group', 'rule', 'technique', 'property']);
 
 export function checkPolicyKey(kind: PolicyKind, id: string): void {
   if (!KINDS.has(kind)) throw capstanError('ERR_BAD_REQUEST', `unknown policy object kind ${String(kind)}`);

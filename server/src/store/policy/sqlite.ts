@@ -9,7 +9,7 @@ import type { SqliteCompliance } from '../compliance/sqlite.js';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
-import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
 
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
@@ -65,6 +65,44 @@ export class SqlitePolicy implements PolicyStore {
 
   async deletePolicyBundle(nodeId: string): Promise<boolean> {
     return this.db.write('deletePolicyBundle', () => this.db.stmt('DELETE FROM policy_bundles WHERE node_id = ?').run(nodeId).changes > 0);
+  }
+
+  async policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>> {
+    const out = new Map<string, PolicyNodeInput>();
+    const blank = (): PolicyNodeInput => ({ hostname: '', relay: '', certificate: null, properties: {}, ...(read.inventory && { inventory_at: null }) });
+    this.db.read('policyNodeInputs', () => {
+      for (let i = 0; i < nodeIds.length; i += 500) {
+        const ids = JSON.stringify(nodeIds.slice(i, i + 500));
+        if (read.node) {
+          const cert = read.certificate ? ', (SELECT certificate FROM node_certificates c WHERE c.node_id = n.id) AS certificate' : '';
+          for (const r of this.db.stmt(`SELECT n.id, n.hostname, n.policy_server${cert} FROM nodes n WHERE n.id IN (SELECT value FROM json_each(?))`).all(ids) as Array<Record<string, string | null>>) {
+            out.set(r.id!, { ...blank(), hostname: r.hostname ?? '', relay: r.policy_server ?? '', certificate: r.certificate ?? null });
+          }
+        }
+        for (const r of this.db.stmt('SELECT node_id, key, value FROM node_properties WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
+          let n = out.get(r.node_id!);
+          if (!n && !read.node) out.set(r.node_id!, (n = blank()));
+          if (n) n.properties[r.key!] = r.value!;
+        }
+        if (!read.inventory) continue;
+        for (const r of this.db.stmt('SELECT node_id, received_at FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
+          const n = out.get(r.node_id!);
+          if (n) n.inventory_at = r.received_at!;
+        }
+      }
+    });
+    return out;
+  }
+
+  async policyInventories(nodeIds: string[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    this.db.read('policyInventories', () => {
+      for (let i = 0; i < nodeIds.length; i += 500) {
+        const ids = JSON.stringify(nodeIds.slice(i, i + 500));
+        for (const r of this.db.stmt('SELECT node_id, document FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) out.set(r.node_id!, r.document!);
+      }
+    });
+    return out;
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {
@@ -150,8 +188,14 @@ export class SqlitePolicy implements PolicyStore {
     if (gone.length) {
       this.db.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));
     }
-    for (const [configId, nodes] of byConfig) {
-      this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
+    if (byConfig.size <= 8) {
+      for (const [configId, nodes] of byConfig) {
+        this.db.stmt('UPDATE nodes SET policy_config_id = ? WHERE id IN (SELECT value FROM json_each(?))').run(configId, JSON.stringify(nodes));
+      }
+    } else {
+      // Bundles rendered per node have config ids of their own: one statement for all the pairs.
+      this.db.stmt(`UPDATE nodes SET policy_config_id = j.value ->> 1 FROM json_each(?) AS j WHERE nodes.id = j.value ->> 0`)
+        .run(JSON.stringify(live.map((it) => [it.bundle.node_id, it.bundle.config_id])));
     }
     this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
         SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true

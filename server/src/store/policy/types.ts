@@ -2,8 +2,8 @@
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 
-/** The kinds of policy object the admin API manages. */
-export type PolicyKind = 'directive' | 'group' | 'rule' | 'technique';
+/** The kinds of policy object the admin API manages (`property`: a global property, by name). */
+export type PolicyKind = 'directive' | 'group' | 'rule' | 'technique' | 'property';
 
 export interface PolicyObjectRecord {
   kind: PolicyKind;
@@ -32,6 +32,27 @@ export interface PolicyWrite {
   expectationsOnly?: boolean;
 }
 
+/** What generation reads of one node to render its policy (docs/policy.md, Node data). */
+export interface PolicyNodeInput {
+  hostname: string;
+  /** Its policy server (relay) id; empty when none is known. */
+  relay: string;
+  /** The pinned certificate, PEM (secrets are sealed to it); null when none or not asked for. */
+  certificate: string | null;
+  /** The admin's properties of the node (the node level of its properties). */
+  properties: Record<string, string>;
+  /** When its newest inventory was received, when asked for (null: none received). */
+  inventory_at?: string | null;
+  /** That inventory as JSON text: set by the generator for the nodes it renders (policyInventories). */
+  inventory?: string | null;
+}
+
+export interface PolicyNodeRead {
+  node?: boolean;
+  certificate?: boolean;
+  inventory?: boolean;
+}
+
 export interface PolicyStore {
   listPolicyObjects(kind: PolicyKind): Promise<PolicyObjectRecord[]>;
   getPolicyObject(kind: PolicyKind, id: string): Promise<PolicyObjectRecord | null>;
@@ -49,6 +70,15 @@ export interface PolicyStore {
    * generator's batches; nodes that are gone are skipped. Returns how many were stored.
    */
   putPolicies(items: PolicyWrite[]): Promise<number>;
+  /**
+   * For the generator's batches, what `read` asks for: always the nodes' own properties; with
+   * `node`, every known node's hostname and relay (without, only nodes with properties are in the
+   * answer); with `certificate` its pinned certificate (secrets in play); with `inventory` when
+   * its newest inventory was received (templates reading facts: what changed is rendered again). A plain generation reads the properties alone.
+   */
+  policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>>;
+  /** The newest inventory of each of these nodes, as JSON text (absent: none received). */
+  policyInventories(nodeIds: string[]): Promise<Map<string, string>>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
@@ -64,4 +94,6 @@ export const POLICY_NUL: NulRules<PolicyStore> = {
   // The generator's batches: every bundle and expectation is checked (checkBundleRecord,
   // checkExpectations) by each dialect before anything is written.
   putPolicies: CHECKED,
+  policyNodeInputs: lookup([0]),
+  policyInventories: lookup([0]),
 };

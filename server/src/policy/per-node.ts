@@ -1,0 +1,228 @@
+/**
+ * One generation's rendering of node data into bundles (render.ts), with what it can share: a
+ * content (a group set's directives) whose templates read no node of its own is rendered once for
+ * every node of that content without properties of its own; expectations equal as text are one
+ * list, so the store checks each once.
+ */
+import { createHash } from 'node:crypto';
+import { bundleExpectations } from '@capstan/shared/compliance/compute';
+import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
+import type { SealedSecret } from '@capstan/shared/policy/secrets';
+import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
+import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
+import type { Json } from './properties.js';
+import {
+  conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData, withNodeLevel,
+  type Effective, type Needs, type NodeProblem, type SealCache,
+} from './render.js';
+
+/** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
+interface Base {
+  merged: Effective;
+  /** The content, this merge and the techniques, digested once for all the content's nodes. */
+  digest: string;
+  problem?: NodeProblem;
+}
+
+/**
+ * What a node's rendering was made from, as a digest, and the config id it gave: a later
+ * generation finding the same digest and that config id stored skips the node (an unchanged
+ * pass renders nothing). Kept per generator, across generations.
+ */
+export type RenderMemo = Map<string, { digest: string; configId: string }>;
+
+/** A node's bundle content once rendered. */
+export interface NodeContent {
+  directives: BundleDirective[];
+  properties: Record<string, Json>;
+  secrets: Record<string, SealedSecret>;
+  configId: string;
+  expected: ExpectedComponent[];
+  /** The JSON after `"directives":` in the stored bundle: directives, then properties and secrets. */
+  tail: string;
+}
+
+/** A node's rendering for a plan (NodeRendering.preview). */
+export interface RenderedPreview {
+  directives: BundleDirective[];
+  properties: Record<string, Json>;
+  /** Secret names used, each with a digest of its value (compared, never shown). */
+  secrets: Record<string, string>;
+  problem?: NodeProblem;
+}
+
+/** What a content shares among its nodes without properties of their own. */
+interface Shared {
+  merged: Effective;
+  directives: BundleDirective[];
+  secrets: string[];
+  json: string;
+}
+
+export class NodeRendering {
+  private readonly needsOf = new Map<string, Needs>();
+  private readonly propertyGroups: Set<string>;
+  private readonly shared = new Map<Content, Shared | RenderError>();
+  private readonly needs = new Map<Content, Needs>();
+  private readonly expectations = new Map<string, ExpectedComponent[]>();
+  private readonly bases = new Map<Content, Base>();
+  /** The techniques as text: a changed technique changes every digest. */
+  private readonly modelDigest: string;
+
+  constructor(private readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map()) {
+    this.propertyGroups = propertyGroups(model);
+    this.modelDigest = createHash('sha256').update(JSON.stringify([...model.techniques.values()])).digest('hex');
+  }
+
+  private baseFor(content: Content, groups: ReadonlySet<string>): Base {
+    let b = this.bases.get(content);
+    if (!b) {
+      const m = mergeFor(this.model, groups, {});
+      const merged = { effective: m.effective, secrets: m.secrets };
+      const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged)).digest('hex');
+      b = { merged, digest, ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
+      this.bases.set(content, b);
+    }
+    return b;
+  }
+
+  private needsFor(content: Content): Needs {
+    let n = this.needs.get(content);
+    if (!n) this.needs.set(content, (n = setNeeds(content.directives, this.needsOf, this.model)));
+    return n;
+  }
+
+  /**
+   * What a batch of nodes with these contents needs read: the nodes' host names and relays when a
+   * template or a global or group property is in play, their certificates when a secret may be
+   * used, their inventories when a template reads facts. Otherwise only their own properties.
+   */
+  reads(contents: Iterable<Content>): PolicyNodeRead {
+    let templated = false;
+    let facts = false;
+    for (const c of contents) {
+      const n = this.needsFor(c);
+      templated ||= n.templated;
+      facts ||= n.facts;
+    }
+    const node = templated || this.model.properties.size > 0 || this.propertyGroups.size > 0;
+    const secret = [...this.model.properties.values()].some((p) => p.secret === true)
+      || [...this.propertyGroups].some((g) => Object.values(this.model.groups.get(g)!.properties!).some((p) => p.secret === true));
+    return { node, certificate: node && secret, inventory: facts };
+  }
+
+  /**
+   * Null: the content is the node's bundle as it is (no template, no property in play: the fast
+   * path). Otherwise the node's own rendering; RenderError when it cannot be generated.
+   */
+  render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): NodeContent | 'unchanged' | null {
+    const needs = this.needsFor(content);
+    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
+    if (!needs.templated && !inPlay) return null;
+    const perNode = own || needs.facts || needs.node;
+    const base = this.baseFor(content, groups);
+    if (base.problem) throw new RenderError(base.problem);
+    // Made from the same content, merge, node and inventory as the stored bundle: nothing to do.
+    const digest = this.digestOf(base, input);
+    const memo = this.memo.get(nodeId);
+    if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
+    let s: Shared;
+    if (perNode) s = this.renderFor(nodeId, content, input, base);
+    else {
+      let cached = this.shared.get(content);
+      if (!cached) {
+        try {
+          cached = this.renderFor(nodeId, content, input, base);
+        } catch (err) {
+          if (!(err instanceof RenderError)) throw err;
+          cached = err;
+        }
+        this.shared.set(content, cached);
+      }
+      if (cached instanceof RenderError) throw cached;
+      s = cached;
+    }
+    const secrets: Record<string, SealedSecret> = {};
+    if (s.secrets.length > 0) {
+      if (!input?.certificate) {
+        throw new RenderError({ code: 'ERR_SECRET', message: `secret ${s.secrets[0]} is used, and node ${nodeId} has no pinned certificate to seal it to` });
+      }
+      const values = secretValues(s.merged, s.secrets);
+      for (const [name, plain] of values) {
+        try {
+          secrets[name] = this.seals!.seal(nodeId, name, plain, input.certificate);
+        } catch (err) {
+          throw new RenderError({ code: 'ERR_SECRET', message: `secret ${name} cannot be sealed for node ${nodeId}: ${(err as Error).message}`, name });
+        }
+      }
+    }
+    this.seals?.keepOnly(nodeId, new Set(s.secrets));
+    const properties = publicProperties(s.merged);
+    const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
+    const configId = computeConfigId(s.directives, extra);
+    this.memo.set(nodeId, { digest, configId });
+    let tail = s.json;
+    if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
+    if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
+    return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
+  }
+
+  /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
+  private digestOf(base: Base, input: PolicyNodeInput | undefined): string {
+    return createHash('sha256').update(base.digest)
+      .update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
+  }
+
+  /**
+   * Will this node be rendered with its facts? Then its inventory document is read before
+   * render() (the generator reads them for a batch at once); a node found unchanged needs none.
+   */
+  wantsInventory(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): boolean {
+    if (!input || !this.needsFor(content).facts) return false;
+    const base = this.baseFor(content, groups);
+    if (base.problem) return false;
+    const memo = this.memo.get(nodeId);
+    return !(had !== undefined && memo?.digest === this.digestOf(base, input) && memo.configId === had);
+  }
+
+  private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {
+    const merged = withNodeLevel(base.merged, input?.properties ?? {});
+    const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
+    const r = renderDirectives(content.directives, data, this.model, this.needsOf);
+    return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
+  }
+
+  /**
+   * What a plan shows of a node under this model: its rendered directives, bundle properties and a
+   * digest per secret it uses (so a changed secret shows as changed, never its value), or the
+   * problem that would keep its bundle from being generated. Nothing is sealed.
+   */
+  preview(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): RenderedPreview {
+    const needs = this.needsFor(content);
+    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
+    if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {} };
+    try {
+      const base = this.baseFor(content, groups);
+      if (base.problem) throw new RenderError(base.problem);
+      const s = this.renderFor(nodeId, content, input, base);
+      const values = secretValues(s.merged, s.secrets);
+      const secrets = Object.fromEntries([...values].map(([n, v]) => [n, createHash('sha256').update(`${n}\u0000${v}`).digest('hex')]));
+      return { directives: s.directives, properties: publicProperties(s.merged), secrets };
+    } catch (err) {
+      if (!(err instanceof RenderError)) throw err;
+      return { directives: content.directives, properties: {}, secrets: {}, problem: err.problem };
+    }
+  }
+
+  /** Expectations, one list per distinct text. */
+  private expectedOf(directives: BundleDirective[]): ExpectedComponent[] {
+    const e = bundleExpectations(directives);
+    const k = expectationKey(e);
+    const known = this.expectations.get(k);
+    if (known) return known;
+    this.expectations.set(k, e);
+    return e;
+  }
+}

@@ -1,0 +1,256 @@
+/**
+ * A node's policy as data reaches it (docs/policy.md, Properties, Templates, Secrets): its
+ * effective properties (global < its groups by ascending priority < its own), its node data, and
+ * its directives rendered with them — params as text, a file_from_template's template into
+ * `content`, a technique's directive expanded — with every secret it uses sealed to its pinned
+ * certificate. Pure but for the sealing's randomness; the generator decides who is rendered.
+ *
+ * What a template reads decides how much of a node is needed: a directive set whose templates
+ * read nothing, with no properties in play, is shared by every node with the same groups (the
+ * generator's fast path); one reading only `node.properties.*` is shared too by the nodes
+ * without properties of their own; one reading facts or `node.id`/`hostname`/`relay` is
+ * rendered per node.
+ */
+import { createHash } from 'node:crypto';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { TECHNIQUE_METHOD, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
+import { nodeData } from '@capstan/shared/policy/data';
+import { validateMethodParams } from '@capstan/shared/policy/methods';
+import { markedSecrets, sealForNode, sealKeyId, type SealedSecret } from '@capstan/shared/policy/secrets';
+import { instantiate, techniqueDirective } from '@capstan/shared/policy/technique';
+import { renderParams, renderTemplate, SecretRef, templateNames } from '@capstan/shared/policy/template';
+import type { PolicyNodeInput } from '../store/store.js';
+import type { PolicyModel } from './content.js';
+import { mergeProperties, mergeValues, type Conflict, type GroupProperties, type Json, type MergedProperties, type PropertySet } from './properties.js';
+
+/** What a directive's templates read of a node. */
+export interface Needs {
+  /** Some string of its params (or its technique's calls) is a template. */
+  templated: boolean;
+  /** Facts: inventory paths (the node's inventory is read). */
+  facts: boolean;
+  /** `node.id`, `node.hostname` or `node.relay`: different on every node. */
+  node: boolean;
+}
+
+const NONE: Needs = { templated: false, facts: false, node: false };
+
+/** A template's names sorted into what they need (a name in a section may be relative: a fact, to be safe). */
+function classify(names: string[], out: Needs): void {
+  for (const n of names) {
+    const [head, second] = n.split('.');
+    if (head === 'params' || head === 'item' || n === '.') continue;
+    if (head === 'node') {
+      if (second !== 'properties') out.node = true;
+    } else out.facts = true;
+  }
+}
+
+/** Whether a string may be a template: a mustache tag or RUDDER's `${node…}`. */
+const templated = (s: string) => s.includes('{{') || s.includes('${node');
+
+function walkStrings(v: unknown, each: (s: string) => void): void {
+  if (typeof v === 'string') each(v);
+  else if (Array.isArray(v)) v.forEach((x) => walkStrings(x, each));
+  else if (v !== null && typeof v === 'object') Object.values(v).forEach((x) => walkStrings(x, each));
+}
+
+/** What one directive reads (its technique's calls too); a template that does not parse counts as reading everything. */
+export function directiveNeeds(d: Directive, model: PolicyModel): Needs {
+  const out: Needs = { ...NONE };
+  const look = (s: string) => {
+    if (!templated(s)) return;
+    out.templated = true;
+    try {
+      classify(templateNames(s), out);
+    } catch {
+      // Rendering will say what is wrong, per node.
+      out.facts = out.node = true;
+    }
+  };
+  walkStrings(d.params, look);
+  if (d.method === TECHNIQUE_METHOD) {
+    out.templated = true;
+    const t = model.techniques.get(techniqueRef(d)?.id ?? '');
+    walkStrings(t?.calls.map((c) => [c.params, c.name ?? '']), look);
+  }
+  return out;
+}
+
+/** The needs of a directive set: what any of them reads. */
+export function setNeeds(directives: readonly Directive[], cache: Map<string, Needs>, model: PolicyModel): Needs {
+  const out: Needs = { ...NONE };
+  for (const d of directives) {
+    let n = cache.get(d.id);
+    if (!n) cache.set(d.id, (n = directiveNeeds(d, model)));
+    out.templated ||= n.templated;
+    out.facts ||= n.facts;
+    out.node ||= n.node;
+  }
+  return out;
+}
+
+const techniqueRef = (d: Directive) => (d as Directive & { technique?: { id: string; version: string } }).technique;
+
+/** The global level of the model's properties. */
+export function globalLevel(model: PolicyModel): PropertySet {
+  return Object.fromEntries([...model.properties.values()].map((p) => [p.id, { value: p.value, ...(p.secret === true && { secret: true }) }]));
+}
+
+/** The group levels of a node in `groups`. */
+export function groupLevels(model: PolicyModel, groups: Iterable<string>): GroupProperties[] {
+  const out: GroupProperties[] = [];
+  for (const id of groups) {
+    const g = model.groups.get(id);
+    if (g?.properties && Object.keys(g.properties).length > 0) out.push({ id, priority: g.priority ?? 0, properties: g.properties });
+  }
+  return out;
+}
+
+/** The node level: the admin's node properties, string values. */
+export const nodeLevel = (props: Record<string, string>): PropertySet => Object.fromEntries(Object.entries(props).map(([k, v]) => [k, { value: v }]));
+
+export function mergeFor(model: PolicyModel, groups: Iterable<string>, nodeProps: Record<string, string>): MergedProperties {
+  return mergeProperties(globalLevel(model), groupLevels(model, groups), nodeLevel(nodeProps));
+}
+
+/** Why a node's policy was not generated: the previous bundle stays until it is fixed. */
+export interface NodeProblem {
+  code: string;
+  message: string;
+  /** The directive (and its rule) whose rendering failed. */
+  directive_id?: string;
+  rule_id?: string;
+  /** The template field, or the name that was not defined. */
+  field?: string;
+  name?: string;
+  /** Equal-priority groups that disagree (ERR_PROPERTY_CONFLICT). */
+  conflicts?: Conflict[];
+}
+
+export class RenderError extends Error {
+  constructor(readonly problem: NodeProblem) {
+    super(problem.message);
+  }
+}
+
+export function conflictProblem(conflicts: Conflict[]): NodeProblem {
+  const c = conflicts[0]!;
+  return {
+    code: 'ERR_PROPERTY_CONFLICT',
+    message: `property ${c.path.join('.')} is set differently by groups ${c.groups.map((g) => g.id).join(' and ')} of equal priority ${c.priority}: give one a higher priority`,
+    conflicts,
+  };
+}
+
+/** The effective properties a bundle carries: the secret ones left out. */
+export function publicProperties(m: Effective): Record<string, Json> {
+  if (m.secrets.length === 0) return m.effective;
+  const secret = new Set(m.secrets);
+  return Object.fromEntries(Object.entries(m.effective).filter(([k]) => !secret.has(k)));
+}
+
+/** The text a secret seals: a string as it is, any other JSON as JSON. */
+const secretText = (v: Json | undefined) => (typeof v === 'string' ? v : JSON.stringify(v ?? null));
+
+/**
+ * Sealed values kept per node while the plaintext and the node's key are unchanged: sealing is
+ * randomised, and a fresh seal each generation would change the config id every time.
+ */
+export class SealCache {
+  private readonly byNode = new Map<string, Map<string, { digest: string; sealed: SealedSecret }>>();
+
+  seal(nodeId: string, name: string, plaintext: string, certificate: string): SealedSecret {
+    const digest = createHash('sha256').update(`${sealKeyId(certificate)}\u0000${plaintext}`).digest('hex');
+    let mine = this.byNode.get(nodeId);
+    const kept = mine?.get(name);
+    if (kept && kept.digest === digest) return kept.sealed;
+    const sealed = sealForNode(plaintext, certificate);
+    if (!mine) this.byNode.set(nodeId, (mine = new Map()));
+    mine.set(name, { digest, sealed });
+    return sealed;
+  }
+
+  /** Forget what a node no longer uses. */
+  keepOnly(nodeId: string, names: ReadonlySet<string>): void {
+    const mine = this.byNode.get(nodeId);
+    if (!mine) return;
+    for (const n of [...mine.keys()]) if (!names.has(n)) mine.delete(n);
+    if (mine.size === 0) this.byNode.delete(nodeId);
+  }
+}
+
+export interface Rendered {
+  directives: BundleDirective[];
+  properties: Record<string, Json>;
+  /** The secrets the rendered directives use, by name (their plaintext, sealed by the caller). */
+  secrets: string[];
+}
+
+/** What generation needs of a merge: the effective values and the secret names. */
+export type Effective = Pick<MergedProperties, 'effective' | 'secrets'>;
+
+/** The data templates read: node data with the secret properties as SecretRef. */
+export function templateData(nodeId: string, input: Pick<PolicyNodeInput, 'hostname' | 'relay' | 'inventory'>, m: Effective): Record<string, unknown> {
+  const props: Record<string, unknown> = { ...m.effective };
+  for (const s of m.secrets) props[s] = new SecretRef(s);
+  const inventory = input.inventory ? JSON.parse(input.inventory) as unknown : {};
+  return nodeData(inventory, { id: nodeId, hostname: input.hostname, relay: input.relay, properties: props });
+}
+
+/** A node's own properties over the merge of its global and group levels (`base`). */
+export function withNodeLevel(base: Effective, own: Record<string, string>): Effective {
+  if (Object.keys(own).length === 0) return base;
+  const effective = { ...base.effective };
+  for (const [k, v] of Object.entries(own)) effective[k] = mergeValues(effective[k], v);
+  return { effective, secrets: base.secrets };
+}
+
+function fail(err: unknown, d: BundleDirective): never {
+  if (!isCapstanError(err)) throw err;
+  const field = typeof err.details?.field === 'string' ? err.details.field : undefined;
+  const name = typeof err.details?.name === 'string' ? err.details.name : undefined;
+  throw new RenderError({
+    code: err.code, message: `directive ${d.id} (rule ${d.rule_id}): ${err.message}`, directive_id: d.id, rule_id: d.rule_id,
+    ...(field !== undefined && { field }), ...(name !== undefined && { name }),
+  });
+}
+
+/** One directive rendered for a node (see the module comment); RenderError on any fault. */
+function renderOne(d: BundleDirective, data: Record<string, unknown>, model: PolicyModel, needs: Needs): BundleDirective {
+  try {
+    if (d.method === TECHNIQUE_METHOD) {
+      const ref = techniqueRef(d);
+      const t = ref ? model.techniques.get(ref.id) : undefined;
+      if (!ref || !t || t.version !== ref.version) {
+        throw capstanError('ERR_NOT_FOUND', `technique ${ref?.id ?? '(none)'} version ${ref?.version ?? '(none)'} does not exist`, { details: { field: 'technique' } });
+      }
+      return techniqueDirective(d, t, instantiate(t, d.params, data));
+    }
+    if (!needs.templated) return d;
+    const { params } = renderParams(d.params, data);
+    if (d.method === 'file_from_template' && typeof d.params.template === 'string') {
+      // The template is kept as written (for display); the node writes `content`.
+      params.template = d.params.template;
+      params.content = renderTemplate(d.params.template, data, { mode: 'file' });
+    }
+    validateMethodParams(d.method, params);
+    return { ...d, params };
+  } catch (err) {
+    if (err instanceof RenderError) throw err;
+    fail(err, d);
+  }
+}
+
+/** A node's directives rendered with its data; the caller seals `secrets`. */
+export function renderDirectives(directives: readonly BundleDirective[], data: Record<string, unknown>, model: PolicyModel, needsOf: Map<string, Needs>): Rendered {
+  const out: BundleDirective[] = [];
+  for (const d of directives) out.push(renderOne(d, data, model, needsOf.get(d.id) ?? directiveNeeds(d, model)));
+  const secrets = [...markedSecrets(out.map((d) => [d.params, d.calls ?? []]))].sort();
+  return { directives: out, properties: {}, secrets };
+}
+
+/** The plaintext of each secret a node uses, from its effective properties. */
+export function secretValues(m: Effective, names: readonly string[]): Map<string, string> {
+  return new Map(names.map((n) => [n, secretText(m.effective[n])]));
+}
