@@ -113,6 +113,23 @@ t.test('a conflict or a template error keeps the node\'s previous bundle, with t
   t.match(gen.problems.get('n2'), { code: 'ERR_TEMPLATE', directive_id: 'd', rule_id: 'r', name: 'node.properties.nope', message: /node.properties.nope is not defined/ });
 });
 
+t.test('a templated field a method constrains is checked per node once rendered, not as written', async (t) => {
+  const { store, gen, put } = await fleet(t, 2);
+  await put('property', { id: 'tz', value: 'Europe/Paris' });
+  await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
+  await put('directive', { id: 'clock', name: 'clock', method: 'timezone', params: { name: '${node.properties.tz}' } });
+  await put('rule', { id: 'r', name: 'r', directives: ['clock'], groups: ['all'] });
+  t.match((await bundleOf(store, 'n0'))!.parsed.directives, [{ id: 'clock', params: { name: 'Europe/Paris' } }], 'saved, and rendered per node');
+  await store.setProperties('n1', { tz: 'Not a zone' });
+  await put('property', { id: 'tz', value: 'UTC' });
+  t.match((await bundleOf(store, 'n0'))!.parsed.directives, [{ params: { name: 'UTC' } }]);
+  t.match(gen.problems.get('n1'), { code: 'ERR_METHOD_PARAMS', directive_id: 'clock' }, 'a value the method refuses is that node\'s problem');
+  await t.rejects(async () => put('directive', { id: 'bad', name: 'bad', method: 'timezone', params: { name: '{{#node.properties.tz}}' } }), { code: 'ERR_TEMPLATE', details: { field: 'params.name' } },
+    'a template that does not parse is refused at save, naming its field');
+  await t.rejects(async () => put('directive', { id: 'bad', name: 'bad', method: 'timezone', params: { name: 'Not a zone' } }), { code: 'ERR_METHOD_PARAMS', details: { field: 'params.name' } },
+    'a plain value is checked at save as before');
+});
+
 t.test('a secret is sealed to the node key, never in the clear, and kept while unchanged', async (t) => {
   const { store, gen, svc, put } = await fleet(t, 2);
   await put('property', { id: 'db_pw', value: 's3cret-value', secret: true });

@@ -11,6 +11,8 @@ import { TECHNIQUE_METHOD, type Directive, type DirectiveMode } from '@capstan/s
 import { parseCondition } from '@capstan/shared/policy/condition';
 import { validateMethodParams } from '@capstan/shared/policy/methods';
 import { parseTechnique, type Technique } from '@capstan/shared/policy/technique';
+import { templateNames } from '@capstan/shared/policy/template';
+import { templated } from './render.js';
 import { checkFilters, isFilterKey } from '../registry/filters.js';
 import type { NodeFilter } from '../store/store.js';
 import { checkPriority, checkPropertySet, PROPERTY_NAME, PROPERTY_SET_LIMITS, type Json, type PropertySet } from './properties.js';
@@ -124,7 +126,11 @@ export function parseDirective(body: unknown, pathId?: string): Directive {
   return d;
 }
 
-/** A plain directive's params, checked by its method; the field named in the request body. */
+/**
+ * A plain directive's params, checked by its method; the field named in the request body. A field
+ * whose value is a template (`{{…}}`, `${node.…}`) is checked once rendered, for each node
+ * (render.ts): here its template must parse, and the method may refuse it as written.
+ */
 function methodParams(method: string, params: unknown): void {
   try {
     validateMethodParams(method, params);
@@ -132,6 +138,16 @@ function methodParams(method: string, params: unknown): void {
     // The method names the field under params; the answer names it in the request body.
     const field = isCapstanError(err) ? err.details?.field : undefined;
     if (!isCapstanError(err) || typeof field !== 'string' || field === 'method' || field === 'params') throw err;
+    const value = field.split('.').reduce<unknown>((v, k) => (v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined), params);
+    if (typeof value === 'string' && templated(value)) {
+      try {
+        templateNames(value);
+        return;
+      } catch (e) {
+        if (isCapstanError(e)) throw capstanError(e.code as Parameters<typeof capstanError>[0], e.message, { details: { ...e.details, field: `params.${field}` } });
+        throw e;
+      }
+    }
     throw capstanError('ERR_METHOD_PARAMS', err.message, { details: { ...err.details, field: `params.${field}` } });
   }
 }

@@ -47,7 +47,8 @@ function classify(names: string[], out: Needs): void {
 }
 
 /** Whether a string may be a template: a mustache tag or RUDDER's `${node…}`. */
-const templated = (s: string) => s.includes('{{') || s.includes('${node');
+/** Whether a string is a template the server renders per node (mustache, or RUDDER's `${node.…}`). */
+export const templated = (s: string) => s.includes('{{') || s.includes('${node');
 
 function walkStrings(v: unknown, each: (s: string) => void): void {
   if (typeof v === 'string') each(v);
