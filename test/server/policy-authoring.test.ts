@@ -56,3 +56,26 @@ t.test('a rule\'s nodes and the node list by compliance answer through the API, 
   t.equal((await api('GET', '/api/1/compliance/rules/base/nodes?order=up')).code, 'ERR_BAD_REQUEST');
   t.equal((await api('GET', '/api/1/nodes?sort=compliance&order=asc')).status, 200);
 });
+
+t.test('a condition reading a fact none of its nodes has is a warning at save and in a plan, the change still made', async (t) => {
+  const { api, store } = await adminApp(t);
+  for (const id of ['n1', 'n2']) {
+    await store.upsertFromInventory(inventory(id, { inventory: { node_id: id, hostname: id, os: { name: 'debian' }, facts: { role: 'web' } } }));
+    t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
+  }
+  t.equal((await api('POST', '/api/1/groups', { id: 'g', name: 'g', nodes: ['n1', 'n2'] })).status, 201);
+  const ok = { id: 'motd', name: 'motd', method: 'file_content', params: { path: '/etc/motd', content: 'x\n' }, condition: "fact('role') == 'web'" };
+  t.equal((await api('POST', '/api/1/directives', ok)).status, 201);
+  t.equal((await api('POST', '/api/1/rules', { id: 'r', name: 'r', directives: ['motd'], groups: ['g'] })).status, 201);
+  const typo = await api('PUT', '/api/1/directives/motd', { ...ok, condition: "fact('rolle') == 'web' && fact('os.name') == 'debian'" });
+  t.equal(typo.status, 200, 'saved all the same');
+  t.match(typo.json.warnings, [{ kind: 'directive', id: 'motd', field: 'condition', fact: 'rolle', message: /none of the nodes this directive reaches/ }]);
+  t.equal(typo.json.warnings.length, 1, 'os.name is on them: no warning for it');
+  t.notOk((await api('PUT', '/api/1/directives/motd', ok)).json.warnings, 'a fact its nodes have: none');
+
+  const plan = await api('POST', '/api/1/policy/plan', {
+    directives: [{ ...ok, condition: "fact('facts.role') == 'web' || fact('nope.x') == '1'" }], groups: [{ id: 'g', name: 'g', nodes: ['n1', 'n2'] }], rules: [{ id: 'r', name: 'r', directives: ['motd'], groups: ['g'] }],
+  });
+  t.equal(plan.status, 200);
+  t.same(plan.json.data.warnings.map((w: { fact: string }) => w.fact), ['nope.x'], 'custom facts under facts.<name> too; the unknown one named');
+});

@@ -58,6 +58,10 @@ export function planText(plan: Plan): string {
     if (n.secrets?.length) lines.push(`    secrets changed: ${n.secrets.join(', ')}`);
     if (n.problem) lines.push(`    ! not generated: ${n.problem.code} ${n.problem.message}`);
   }
+  if (plan.warnings?.length) {
+    lines.push('', 'Warnings:');
+    for (const w of plan.warnings) lines.push(`  ${w.kind} ${w.id} ${w.field}: ${w.message}`);
+  }
   return `${lines.join('\n')}\n`;
 }
 

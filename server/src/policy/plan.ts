@@ -11,6 +11,7 @@ import { computeConfigId, type BundleDirective, type Directive } from '@capstan/
 import type { PolicyKind, Store } from '../store/store.js';
 import { loadModel, type NodePreview, type PolicyModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
+import { missingFacts, type FactWarning } from './fact-check.js';
 import type { Technique } from '@capstan/shared/policy/technique';
 import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
@@ -73,6 +74,8 @@ export interface Plan {
   nodes: NodeImpact[];
   nodes_total: number;
   nodes_truncated: boolean;
+  /** What is saved but likely wrong: a condition reading a fact none of its nodes has (fact-check.ts). */
+  warnings: FactWarning[];
 }
 
 /** In the order objects are saved: techniques before the directives naming them, those before rules. */
@@ -315,6 +318,13 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       ...rendered,
     });
   }
+  const warnings: FactWarning[] = [];
+  for (const c of changes) {
+    const d = c.kind === 'directive' && c.action !== 'delete' ? after.directives.get(c.id) : undefined;
+    if (!d?.condition) continue;
+    const reached = previews.filter((p) => p.after.some((x) => x.id === d.id)).map((p) => p.node_id);
+    warnings.push(...await missingFacts(store, d, reached));
+  }
   const shown = changes.map((c) => (c.object ? { ...c, object: withoutSecrets(c.object) } : c));
-  return { changes: shown, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length };
+  return { changes: shown, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length, warnings };
 }

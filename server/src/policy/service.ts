@@ -6,6 +6,7 @@
  * the nodes a change reaches, and the audit record of who changed what, before and after. The
  * admin API and policy as code (`capstan policy apply`) come through here alike.
  */
+import { missingFacts, type FactWarning } from './fact-check.js';
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { PolicyKind, PolicyObjectRecord, Store } from '../store/store.js';
@@ -102,7 +103,9 @@ export class PolicyService {
     }
   }
 
-  async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null, opts: ChangeOptions = {}): Promise<{ object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'> }> {
+  async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null, opts: ChangeOptions = {}): Promise<{
+    object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'>; warnings?: FactWarning[];
+  }> {
     const id = body.id as string;
     this.checkReview(actor, opts, `${kind} ${id}`);
     const { store } = this.deps;
@@ -131,7 +134,15 @@ export class PolicyService {
     // Audit records never hold a secret's value: only that it is one (and so, that it changed).
     await this.deps.audit?.record(actor, { action: `${kind}.${was ? 'update' : 'create'}`, target: id, before: withoutSecrets(was?.body ?? null), after: withoutSecrets(result!.body) });
     for (const m of moved) await this.deps.audit?.record(actor, { action: 'directive.update', target: m.after.id, before: m.before, after: m.after });
-    return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed } };
+    const warnings = kind === 'directive' ? await this.factWarnings(result!.body as unknown as Directive) : [];
+    return { object: view(result!), created: !was, regenerated: { nodes: stats.nodes, changed: stats.changed }, ...(warnings.length > 0 && { warnings }) };
+  }
+
+  /** A saved directive's condition reading a fact none of the nodes its rules reach has. */
+  private async factWarnings(d: Directive): Promise<FactWarning[]> {
+    if (!d.condition) return [];
+    const groups = (await this.deps.store.listPolicyObjects('rule')).filter((r) => (r.body.directives as string[]).includes(d.id)).flatMap((r) => r.body.groups as string[]);
+    return groups.length ? missingFacts(this.deps.store, d, [{ key: 'group', values: [...new Set(groups)] }]) : [];
   }
 
   async delete(kind: PolicyKind, id: string, actor: Actor, opts: ChangeOptions = {}): Promise<void> {

@@ -84,7 +84,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     });
     app.get<{ Params: { id: string } }>(`${base}/:id`, async (req) => ({ data: await service.get(kind, req.params.id) }));
 
-    const answer = (r: Awaited<ReturnType<PolicyService['save']>>) => ({ data: r.object, regenerated: r.regenerated });
+    const answer = (r: Awaited<ReturnType<PolicyService['save']>>) => ({ data: r.object, regenerated: r.regenerated, ...(r.warnings && { warnings: r.warnings }) });
     app.post(base, async (req, reply) => namingField(reply, async () =>
       reply.code(201).send(answer(await service.save(kind, parsePolicyObject(kind, await readJson(req)), actorOf(req), false)))));
 
