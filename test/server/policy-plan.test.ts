@@ -46,7 +46,7 @@ t.test('a plan names the changes and the nodes they reach, and writes nothing', 
   for (const c of plan.changes) t.equal((await api('PUT', `/api/1/${c.kind}s/${c.id}`, c.object)).status, 201);
   t.equal(JSON.parse((await store.getPolicyBundle('web1'))!.bundle).config_id, plan.nodes[0].config_id_after, 'the config id the plan announced');
   const again = (await api('POST', '/api/1/policy/plan', desired)).json.data;
-  t.same(again, { changes: [], unchanged: 4, nodes: [], nodes_total: 0, nodes_truncated: false });
+  t.same(again, { changes: [], unchanged: 4, nodes: [], nodes_total: 0, nodes_truncated: false, warnings: [] });
 
   // A changed directive, a node moving into the group, a reordered rule.
   const next = (await api('POST', '/api/1/policy/plan', {
