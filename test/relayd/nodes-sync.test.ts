@@ -186,7 +186,9 @@ t.test('refuse_unknown with the upstream down: the cached list routes, and an un
   t.equal((await put(r.url, 'reports', runName('node-a', 1), 'a')).status, 201);
   t.equal((await put(r.url, 'reports', runName('node-late', 1), 'b')).status, 201);
   // node-late is unknown to a list older than its file: it is retried, never moved to failed/.
-  await until(() => (r.handle.processors.reports.pending === 2 ? true : undefined), 'both files waiting');
+  // Bounded generously: on a loaded machine the relay's first attempts (a refresh of the list
+  // against an upstream that drops connections, then the gate pausing) took over 20 s once.
+  await until(() => (r.handle.processors.reports.pending === 2 ? true : undefined), 'both files waiting', 60_000);
   up.add('node-late');
   up.down = false;
   await until(() => (up.received.length === 2 ? true : undefined), 'both files forwarded once the upstream is back', 10_000);
