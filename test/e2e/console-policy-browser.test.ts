@@ -3,7 +3,7 @@
  * (its members previewed while typing, a bad filter shown with its position), a directive (a
  * form made from its method's parameters, a refused parameter shown under its input) with the
  * keyboard alone, and proposes a rule; a second admin approves and deploys it in their own
- * session; the agent's next run shows the change with its diff; from the dashboard's worst rule
+ * sign-in; the agent's next run shows the change with its diff; from the dashboard's worst rule
  * to the failing node to the failing component's message; a change request whose directive
  * changed meanwhile is refused on deploy; a viewer sees no edit control and the API refuses its
  * write. The screenshots in docs/img/ come from here (CAPSTAN_UPDATE_SCREENSHOTS=1), with the
@@ -138,7 +138,7 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   t.equal(await page.getByRole('button', { name: 'Approve' }).count(), 0, 'its author gets no approve button');
   t.equal((await api('GET', '/api/1/rules/web-base')).status, 404, 'nothing deployed yet');
 
-  // The second admin approves and deploys it in their own session.
+  // The second admin approves and deploys it in their own sign-in.
   const second = await openBrowser(t, 'console-policy-reviewer');
   await signIn(second.page, server.url, tokens.bob!, crUrl.slice(crUrl.indexOf('#')));
   await second.page.locator('#impact').getByRole('button', { name: node.hostname }).click();
