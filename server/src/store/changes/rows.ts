@@ -2,7 +2,19 @@
 import { capstanError } from '@capstan/shared/errors';
 import type { Dialect } from '../nodes/filters/query.js';
 import { isoOf, toUtcIso } from '../time.js';
-import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord } from './types.js';
+import { CHANGE_LABELS, type ChangeLabel, type ChangeQuery, type ChangeRecord, type ReportItem } from './types.js';
+
+/** The report's item as a row holds it (changes and findings alike). */
+export function reportItemFromRow(r: Record<string, unknown>): ReportItem {
+  return {
+    rule_id: r.rule_id as string,
+    directive_id: r.directive_id as string,
+    component: r.component as string,
+    key_value: r.key_value as string,
+    event_type: r.event_type as string,
+    message: r.message as string,
+  };
+}
 
 /** See ChangeRecord.label: `previous` is the config id of the node's run before this one (undefined: none). */
 export function labelFor(previous: string | null | undefined, current: string | null): ChangeLabel {
@@ -41,12 +53,7 @@ export function changeFromRow(r: Record<string, unknown>): ChangeRecord {
     run_id: r.run_id === null ? null : Number(r.run_id),
     run_started_at: r.run_started_at as string,
     at: isoOf(r.at),
-    rule_id: r.rule_id as string,
-    directive_id: r.directive_id as string,
-    component: r.component as string,
-    key_value: r.key_value as string,
-    event_type: r.event_type as string,
-    message: r.message as string,
+    ...reportItemFromRow(r),
     label: r.label as ChangeLabel,
     config_id: (r.config_id as string | null) ?? null,
     diff: (r.diff as string | null) ?? null,

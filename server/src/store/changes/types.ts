@@ -6,14 +6,18 @@
 import type { Page } from '../store.js';
 import { REFUSE, type NulRules } from '../guard.js';
 
-/** A change a run reported (a `result_repaired`), as ingest extracts it. */
-export interface ChangeInput {
+/** What a report says of the item it is about: changes and findings keep it as it came. */
+export interface ReportItem {
   rule_id: string;
   directive_id: string;
   component: string;
   key_value: string;
   event_type: string;
   message: string;
+}
+
+/** A change a run reported (a `result_repaired`), as ingest extracts it. */
+export interface ChangeInput extends ReportItem {
   /** The report's execution time, RFC 3339. */
   at: string;
   /** What the agent said it changed (a diff report after the change), if anything. */

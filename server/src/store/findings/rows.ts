@@ -5,6 +5,7 @@ import { filterConditions } from '../nodes/filters/query.js';
 import type { CheckedFilter } from '../nodes/types.js';
 import { isoOf, toUtcIso } from '../time.js';
 import type { RowCodec } from '../row-codec.js';
+import { reportItemFromRow } from '../changes/rows.js';
 import { FINDING_KINDS, type CloseReason, type FindingInput, type FindingKind, type FindingQuery, type FindingRecord, type OpenFinding } from './types.js';
 
 /** Most ids one finding query may name per field (node, rule, directive). */
@@ -51,13 +52,8 @@ export function findingFromRow(r: Record<string, unknown>, codec: RowCodec): Fin
   return {
     id: Number(r.id),
     node_id: r.node_id as string,
-    rule_id: r.rule_id as string,
-    directive_id: r.directive_id as string,
-    component: r.component as string,
-    key_value: r.key_value as string,
+    ...reportItemFromRow(r),
     kind: r.kind as FindingKind,
-    event_type: r.event_type as string,
-    message: r.message as string,
     diff: (r.diff as string | null) ?? null,
     diff_truncated: codec.bool(r.diff_truncated),
     status: open ? 'open' : 'closed',

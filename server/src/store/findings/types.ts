@@ -5,6 +5,7 @@
  * changes nothing writes nothing here (an open finding's last sighting and run count are read
  * from the node's compliance).
  */
+import type { ReportItem } from '../changes/types.js';
 import type { Page } from '../store.js';
 import { REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter } from '../nodes/types.js';
@@ -21,13 +22,7 @@ export type CloseReason = 'repaired' | 'fixed' | 'removed' | 'unreported';
 export const CLOSE_REASONS: readonly CloseReason[] = ['repaired', 'fixed', 'removed', 'unreported'];
 
 /** A failing report of a run, as the ingest extracts it: what a finding opened by that run says. */
-export interface FindingInput {
-  rule_id: string;
-  directive_id: string;
-  component: string;
-  key_value: string;
-  event_type: string;
-  message: string;
+export interface FindingInput extends ReportItem {
   /** What a repair would change (an audit's diff report), if the agent said. */
   diff: string | null;
   diff_truncated: boolean;
