@@ -72,6 +72,11 @@ t.test('a condition reading a fact none of its nodes has is a warning at save an
   t.match(typo.json.warnings, [{ kind: 'directive', id: 'motd', field: 'condition', fact: 'rolle', message: /none of the nodes this directive reaches/ }]);
   t.equal(typo.json.warnings.length, 1, 'os.name is on them: no warning for it');
   t.notOk((await api('PUT', '/api/1/directives/motd', ok)).json.warnings, 'a fact its nodes have: none');
+  // A directive that reaches no node yet: nobody to say it of.
+  t.equal((await api('POST', '/api/1/groups', { id: 'nobody', name: 'nobody', filter: [{ key: 'hostname', values: ['nomatch-'] }] })).status, 201);
+  t.equal((await api('POST', '/api/1/directives', { ...ok, id: 'later', condition: "fact('rolle') == 'web'" })).status, 201);
+  t.equal((await api('POST', '/api/1/rules', { id: 'r2', name: 'r2', directives: ['later'], groups: ['nobody'] })).status, 201);
+  t.notOk((await api('PUT', '/api/1/directives/later', { ...ok, id: 'later', condition: "fact('rolle') == 'web'" })).json.warnings, 'its groups hold no node: no warning');
 
   const plan = await api('POST', '/api/1/policy/plan', {
     directives: [{ ...ok, condition: "fact('facts.role') == 'web' || fact('nope.x') == '1'" }], groups: [{ id: 'g', name: 'g', nodes: ['n1', 'n2'] }], rules: [{ id: 'r', name: 'r', directives: ['motd'], groups: ['g'] }],

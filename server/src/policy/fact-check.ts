@@ -57,6 +57,9 @@ export async function missingFacts(store: Pick<Store, 'listNodeIds'>, directive:
   } catch {
     return []; // a condition that does not parse was refused at save already
   }
+  if (facts.length === 0) return [];
+  // Filters that choose nobody (yet) reach no node: nothing to say of a fact then.
+  if (typeof nodes[0] !== 'string' && (await store.listNodeIds(nodes as NodeFilter[])).length === 0) return [];
   const out: FactWarning[] = [];
   for (const fact of facts) {
     const has: NodeFilter = { key: 'q', values: [`fact:${fact}`] };
