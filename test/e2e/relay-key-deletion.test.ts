@@ -50,8 +50,10 @@ t.test('a force-deleted key is refused at the relay from its next list sync; the
     return r.code === 'ERR_TOKEN_UNKNOWN_KEY' ? r : undefined;
   }, 'the relay to refuse the deleted key\'s token itself', 15_000);
   t.same(refused, { status: 401, code: 'ERR_TOKEN_UNKNOWN_KEY' });
-  const jwksCopy = JSON.parse(await readFile(join(dir, 'relay', 'jwks.json'), 'utf8')) as { keys: Array<{ kid: string }> };
-  t.notOk(jwksCopy.keys.some((k) => k.kid === oldKid), 'the relay\'s JWKS copy on disk lost it too');
+  // The copy on disk is rewritten after the keys in memory change: wait for it, bounded.
+  const onDisk = async () => (JSON.parse(await readFile(join(dir, 'relay', 'jwks.json'), 'utf8')) as { keys: Array<{ kid: string }> }).keys.map((k) => k.kid);
+  t.ok(await waitFor(async () => ((await onDisk()).includes(oldKid!) ? undefined : true), 'the relay\'s JWKS copy on disk to lose it', 15_000),
+    'the relay\'s JWKS copy on disk lost it too');
   // The node renews by signed request, as it does on that error; the new token opens the relay.
   t.not((await at(await renew())).status, 401);
 });
