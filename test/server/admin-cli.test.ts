@@ -6,6 +6,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
+import { createServer as createNetServer, type Socket } from 'node:net';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -165,6 +166,28 @@ t.test('unreachable, refused, unknown and usage errors', async (t) => {
   t.equal((await capstan(['nodes', 'frobnicate'], env)).code, EXIT.USAGE);
   t.equal((await capstan(['--json', '--csv', 'nodes', 'list'], env)).code, EXIT.USAGE, '--json and --csv conflict');
   t.equal((await capstan(['--help'], env)).code, 0);
+});
+
+t.test('a server that never answers, or cuts its answer off, is unreachable within --timeout', async (t) => {
+  // Accepts every connection; answers nothing until `cutOff`, then headers and half a body.
+  let cutOff = false;
+  const sockets = new Set<Socket>();
+  const silent = createNetServer((s) => {
+    sockets.add(s);
+    s.once('data', () => {
+      if (cutOff) s.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"half"');
+    });
+  });
+  await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+  t.teardown(() => { for (const s of sockets) s.destroy(); silent.close(); });
+  const url = `http://127.0.0.1:${(silent.address() as { port: number }).port}`;
+  const hung = await capstan(['--url', url, '--timeout', '1', 'nodes', 'list'], { CAPSTAN_TOKEN: 'tok' });
+  t.equal(hung.code, EXIT.UNREACHABLE, 'no answer in time');
+  t.match(hung.err, /^capstan: ERR_UNREACHABLE: cannot reach .*ETIMEDOUT/);
+  cutOff = true;
+  const cut = await capstan(['--url', url, '--timeout', '5', 'nodes', 'list'], { CAPSTAN_TOKEN: 'tok' });
+  t.equal(cut.code, EXIT.UNREACHABLE, 'an answer cut off is no answer');
+  t.match(cut.err, /^capstan: ERR_UNREACHABLE: the answer from .* was cut off/);
 });
 
 t.test('policy files: read what export writes, refuse what is not policy', async (t) => {
