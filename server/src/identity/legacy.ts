@@ -4,7 +4,8 @@
  * (keys sealed) and renamed to identity.db.imported, so it is never imported twice.
  */
 import { existsSync, renameSync, rmSync } from 'node:fs';
-import Database from 'better-sqlite3';
+import { createRequire } from 'node:module';
+import type BetterSqlite3 from 'better-sqlite3';
 import { capstanError } from '@capstan/shared/errors';
 import type { IdentityTokenRow } from '../store/identity/types.js';
 
@@ -34,6 +35,9 @@ export function readLegacyIdentity(path: string): LegacyIdentity | null {
 }
 
 function readTables(path: string): LegacyIdentity {
+  // Loaded only here, for the one start that finds the old file: a server on PostgreSQL then never
+  // loads the SQLite addon at all.
+  const Database = createRequire(import.meta.url)('better-sqlite3') as typeof BetterSqlite3;
   // Read-write, so a WAL left by an unclean stop is replayed; nothing is written.
   const db = new Database(path, { fileMustExist: true });
   try {
