@@ -43,7 +43,20 @@ export function requiredInCi(why: false | string, fix = '.ci/run installs it'): 
  * that needs a node option (a module that shifts the clock) passes it in `nodeArgs`.
  */
 export function programCommand(bin: string, args: string[], nodeArgs: string[] = []): [string, string[]] {
-  return ['/usr/bin/env', ['-u', 'NODE_OPTIONS', process.execPath, ...nodeArgs, bin, ...args]];
+  return ['/usr/bin/env', ['-u', 'NODE_OPTIONS', ...programNode(), ...nodeArgs, bin, ...args]];
+}
+
+/**
+ * The Node.js that runs the programs: this one, or another release named by CAPSTAN_TEST_NODE
+ * (test/e2e/node-lts.test.ts runs the whole chain on the newest LTS that way). The native SQLite
+ * addon is built for one Node.js ABI only, so with CAPSTAN_TEST_ADDONS (a folder holding a
+ * node_modules/better-sqlite3 built for that release) a resolve hook makes the programs load it.
+ */
+export function programNode(): string[] {
+  const node = process.env.CAPSTAN_TEST_NODE;
+  if (node === undefined || node === '') return [process.execPath];
+  const addons = process.env.CAPSTAN_TEST_ADDONS;
+  return addons === undefined || addons === '' ? [node] : [node, '--import', resolve(ROOT, 'test/helpers/addon-redirect.mjs')];
 }
 
 export interface Running {
