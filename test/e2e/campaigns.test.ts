@@ -69,7 +69,7 @@ t.test('a campaign upgrades the canary, then the rest, in its window; the invent
     name: 'demo to 1.1', q: `package:${PKG} < 1.1-1`, packages: [`${PKG}>=1.1-1`], canary: 1,
     window: { days: ALL_DAYS, start, duration: '3h', tz: 'UTC' }, post: ['touch /run/reboot-required'], reboot: 'if-needed',
   });
-  t.equal(created.status, 201, JSON.stringify(created.json));
+  t.equal(created.status, 201, created.json.error?.message ?? 'created');
   const id = created.json.data.id as string;
   t.same(created.json.data.waves.map((w: { nodes: string[] }) => w.nodes), [[ids[0]], [ids[1]]], 'the canary is the first node by id');
   const c = await waitFor(async () => {
