@@ -8,7 +8,10 @@ import { parseUpgradeRequest } from '@capstan/shared/upgrade';
 import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import { resolveTargets } from '../jobs/create.js';
-import type { CampaignNodeResult, CampaignRecord, Store } from '../store/store.js';
+import type { CampaignNodeResult, CampaignRecord, CampaignState, Page, Store } from '../store/store.js';
+
+export { CAMPAIGN_STATES } from '../store/campaigns/types.js';
+export type { CampaignState } from '../store/campaigns/types.js';
 import { cancelCampaign, type CampaignJobs } from './engine.js';
 import { splitWaves, type CampaignLimits, type CampaignRequest } from './plan.js';
 import { noVulnerabilityResolver, type VulnerabilityFixResolver } from './vulnerability.js';
@@ -60,6 +63,11 @@ export class CampaignService {
     await this.deps.audit?.record(actor, { action: 'campaign.create', target: saved.id, before: null, after: { id: saved.id, name: saved.name, spec: saved.spec } });
     this.deps.kick();
     return saved;
+  }
+
+  /** Newest first. */
+  list(page: number, perPage: number, state?: CampaignState): Promise<Page<CampaignRecord>> {
+    return this.deps.store.campaigns.list(page, perPage, state);
   }
 
   async get(id: string): Promise<CampaignRecord> {

@@ -10,14 +10,12 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
 import { parseCampaignRequest } from '../../campaigns/plan.js';
-import type { CampaignService } from '../../campaigns/service.js';
-import { CAMPAIGN_STATES, type CampaignState } from '../../store/campaigns/types.js';
-import type { Store } from '../../store/store.js';
+import { CAMPAIGN_STATES, type CampaignService, type CampaignState } from '../../campaigns/service.js';
 import { actorOf } from '../actor.js';
 import { paging, single, type Query } from '../params.js';
 
 export interface CampaignRouteDeps {
-  store: Pick<Store, 'campaigns'>;
+  /** The door for campaigns (campaigns/service.ts): reads, creating and cancelling them. */
   service: CampaignService;
 }
 
@@ -33,7 +31,7 @@ export function campaignRoutes(app: FastifyInstance, deps: CampaignRouteDeps): v
     const state = single(q, 'state');
     if (state !== undefined && !CAMPAIGN_STATES.includes(state as CampaignState)) throw capstanError('ERR_BAD_REQUEST', `state must be one of ${CAMPAIGN_STATES.join(', ')}`);
     const { page, per_page } = paging(q, 50);
-    return { ...(await deps.store.campaigns.list(page, per_page, state as CampaignState | undefined)), page, per_page };
+    return { ...(await deps.service.list(page, per_page, state as CampaignState | undefined)), page, per_page };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/campaigns/:id', async (req) => ({ data: await deps.service.get(req.params.id) }));
