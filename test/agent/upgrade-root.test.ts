@@ -3,13 +3,14 @@
  * flat repositories: a named upgrade with its minimum met (from→to read from dpkg), pre and
  * post commands, a reboot needed and reported but never done here; security-only updates (the
  * candidate from a repository whose suite is *-security) leaving the others alone; `all`;
- * a minimum not met and a failing pre command, each with its exit code. No network, nothing on
- * the host.
+ * a minimum not met and a failing pre command, each with its exit code. The same with dnf in an
+ * RPM-family root (security-only there: dnf's advisories, none in a plain repository). No
+ * network, nothing on the host.
  */
 import { join } from 'node:path';
 import t from 'tap';
 import { ROOT } from '../helpers/programs.js';
-import { debRepo } from '../helpers/root-setup.js';
+import { debRepo, rpmRepo } from '../helpers/root-setup.js';
 import { rootSkipReason, throwawayRoot, type Root } from '../helpers/root.js';
 
 t.setTimeout(240_000);
@@ -18,6 +19,7 @@ const PKG = 'capstan-demo';
 const SEC = 'capstan-sec';
 const DRIVER = join(ROOT, 'test/helpers/upgrade-driver.mjs');
 const why = await rootSkipReason({});
+const rpmWhy = await rootSkipReason({ family: 'rpm' });
 
 const deb = (name: string, v: string) => {
   const d = `/srv/debbuild/${name}_${v}`;
@@ -101,4 +103,21 @@ t.test('Debian root: security only, named with minimums, pre/post and reboot, al
   t.ok(all.lines.some((l) => /^\$ apt-get upgrade /.test(l)), 'all runs apt-get upgrade');
   t.same([await version(root, PKG), await version(root, SEC)], ['1.2-1', '1.1-1']);
   t.equal((await root.exec('dpkg', ['--audit'])).stdout, '', 'the package database is consistent');
+});
+
+t.test('RPM root: dnf upgrades named packages, security-only finds no advisory, minimums checked', { skip: rpmWhy }, async (t) => {
+  const root = await throwawayRoot(t, { family: 'rpm' });
+  await rpmRepo(root, PKG, ['1.0-1', '1.1-1']);
+  t.equal((await root.sh(`dnf install -y -q ${PKG}-1.0-1 >/dev/null`)).code, 0);
+  const [sec, named, unmet] = await upgrade(root, [
+    { mode: 'security' },
+    { mode: 'packages', packages: [`${PKG}>=1.1`, 'capstan-not-installed'], post: ['true'] },
+    { mode: 'packages', packages: [`${PKG}>=2.0`] },
+  ]) as [Answer, Answer, Answer];
+  t.match(sec.result, { exit_code: 0, upgraded: [] }, 'no security advisory: nothing upgraded');
+  t.ok(sec.lines.some((l) => l.startsWith('$ dnf upgrade -y -q --security')), sec.lines.join('\n'));
+  t.match(named.result, { exit_code: 0, unmet: [], upgraded: [{ name: PKG, from: '1.0-1', to: '1.1-1' }], steps: [{ step: 'upgrade', code: 0 }, { step: 'post', code: 0 }] });
+  t.equal(named.result!.upgraded.length, 1);
+  t.match(unmet.result, { exit_code: 3, unmet: [PKG] }, 'rpm\'s own version order says 1.1-1 < 2.0');
+  t.match((await root.exec('rpm', ['-q', PKG])).stdout, /^capstan-demo-1\.1-1/);
 });
