@@ -2,11 +2,14 @@
  * Campaigns in the store, on SQLite and on PostgreSQL (its half skipped with the reason when no
  * server answers; required in CI): create, read, list, optimistic saves (a stale save changes
  * nothing), the runner's due scan — and a campaign driven by the runner against the real jobs
- * tables: its wave becomes an `upgrade` job carrying the request, and its end finishes it.
+ * tables: its wave becomes an `upgrade` job carrying the request, and its end finishes it; a
+ * campaign made from a vulnerability takes its packages and nodes from the resolver it is given.
  */
 import t, { type Test } from 'tap';
 import { silentLogger } from '@capstan/shared/log';
-import { CampaignRunner } from '@capstan/server/campaigns/runner';
+import { CampaignRunner, campaignJobs } from '@capstan/server/campaigns/runner';
+import { CampaignService } from '@capstan/server/campaigns/service';
+import { parseCampaignRequest } from '@capstan/server/campaigns/plan';
 import type { CampaignRecord, Store } from '@capstan/server/store/index';
 import { setup, type Backend } from '../server/store-suite.js';
 import { postgresBackend, sqliteBackend } from '../server/backends.js';
@@ -103,6 +106,36 @@ function suite(t: Test, backend: Backend): void {
       { node_id: 'n2', state: 'failed', reason: 'exit_code', exit_code: 100 },
     ]);
     t.equal(await runner.tick(), 0, 'a final campaign is never due');
+  });
+
+  t.test('a campaign from a vulnerability: the resolver says which packages and nodes; none wired is a coded error', async (t) => {
+    const { store } = await setup(t, backend);
+    for (const id of ['v2', 'v1']) await store.createNode({ id, hostname: `${id}.example.com` });
+    const limits = { maxTargets: 100, defaultMaxAttempts: 3 };
+    const admin = { kind: 'admin' as const, name: 'alice' };
+    const asked: string[] = [];
+    const service = new CampaignService({
+      store, limits, jobs: campaignJobs(store, () => undefined), kick: () => undefined,
+      vulnerabilities: {
+        async resolveVulnerabilityFix(id) {
+          asked.push(id);
+          return { packages: [{ name: 'xz-utils', min_version: '5.6.1+really5.4.5-1' }], nodes: ['v2', 'v1'] };
+        },
+      },
+    });
+    const c = await service.create(parseCampaignRequest({ name: 'xz', vulnerability: 'CVE-2024-3094', reboot: 'if-needed', canary: 1 }, limits), admin);
+    t.same(asked, ['CVE-2024-3094']);
+    t.match(c.spec, {
+      vulnerability: 'CVE-2024-3094', nodes: ['v2', 'v1'],
+      upgrade: { mode: 'packages', packages: [{ name: 'xz-utils', min_version: '5.6.1+really5.4.5-1' }], pre: [], post: [], reboot: 'if-needed' },
+    });
+    // Nodes an admin added by hand have no agent: listed skipped with the reason, in no wave.
+    t.match(c, { state: 'scheduled', message: 'no node can run the upgrade', waves: [] });
+    t.match(c.nodes, [{ node_id: 'v1', wave: -1, state: 'skipped', reason: /no_agent|not_accepted/ }, { node_id: 'v2', state: 'skipped' }]);
+    t.match(await service.report(c.id), { summary: { total: 2, skipped: 2, done: 0 } });
+    const bare = new CampaignService({ store, limits, jobs: campaignJobs(store, () => undefined), kick: () => undefined });
+    await t.rejects(bare.create(parseCampaignRequest({ name: 'xz', vulnerability: 'CVE-2024-3094' }, limits), admin), { code: 'ERR_CAMPAIGN_VULNERABILITY_UNAVAILABLE' });
+    await t.rejects(service.get('nope'), { code: 'ERR_CAMPAIGN_UNKNOWN' });
   });
 }
 
