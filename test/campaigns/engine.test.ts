@@ -171,13 +171,14 @@ t.test('waves, threshold and the request checks', async (t) => {
   });
   t.match(parseCampaignRequest({ name: 's', nodes: ['a'], upgrade: 'security', canary: 2 }, LIMITS).spec, { upgrade: { mode: 'security', packages: [] }, canary: { count: 2 }, window: null });
   t.match(parseCampaignRequest({ name: 'v', vulnerability: 'CVE-2024-3094' }, LIMITS).spec, { vulnerability: 'CVE-2024-3094', upgrade: { mode: 'packages', packages: [] } }, 'packages come from the resolver');
+  t.throws(() => parseCampaignRequest({ name: 'x', upgrade: 'all', q: 'package:openssl <' }, LIMITS), { code: 'ERR_FILTER_SYNTAX' }, 'an expression that does not parse');
   for (const [what, body] of [
     ['nothing to upgrade', { name: 'x', nodes: ['a'] }], ['an unknown mode', { name: 'x', upgrade: 'everything' }],
     ['packages with security', { name: 'x', upgrade: 'security', packages: ['a'] }], ['a bad package', { name: 'x', packages: ['-rf'] }],
     ['a bad canary', { name: 'x', upgrade: 'all', canary: 0 }], ['a bad canary', { name: 'x', upgrade: 'all', canary: '120%' }],
     ['a bad threshold', { name: 'x', upgrade: 'all', failure_threshold: 'half' }], ['an unknown field', { name: 'x', upgrade: 'all', waves: 3 }],
     ['a bad reboot', { name: 'x', upgrade: 'all', reboot: 'always' }], ['no name', { upgrade: 'all' }], ['a bad node', { name: 'x', upgrade: 'all', nodes: ['a b'] }],
-    ['a bad vulnerability', { name: 'x', vulnerability: 'not an id!' }], ['a long command', { name: 'x', upgrade: 'all', pre: ['x'.repeat(5000)] }],
+    ['a bad vulnerability', { name: 'x', vulnerability: 'not an id!' }], ['an unknown filter key', { name: 'x', upgrade: 'all', filters: [{ key: 'colour', values: ['red'] }] }], ['a long command', { name: 'x', upgrade: 'all', pre: ['x'.repeat(5000)] }],
   ] as const) {
     t.throws(() => parseCampaignRequest(body, LIMITS), { code: 'ERR_BAD_REQUEST' }, `refused: ${what}`);
   }

@@ -5,6 +5,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import { parseUpgradeRequest } from '@capstan/shared/upgrade';
+import { filterList } from '../jobs/create.js';
 import type { CampaignSpec, NodeFilter } from '../store/store.js';
 import { parseWindow } from './window.js';
 
@@ -44,15 +45,9 @@ export function parseCampaignRequest(raw: unknown, limits: CampaignLimits): Camp
   if (nodes !== undefined && (!Array.isArray(nodes) || nodes.length > limits.maxTargets || nodes.some((n) => typeof n !== 'string' || !NODE_ID.test(n)))) {
     bad(`nodes must be a list of at most ${limits.maxTargets} node ids`);
   }
-  const list: NodeFilter[] = [];
-  if (q !== undefined) {
-    if (typeof q !== 'string' || q.trim() === '' || q.length > 4096) bad('q must be a filter expression (docs/filters.md)');
-    list.push({ key: 'q', values: [q] } as NodeFilter);
-  }
-  if (filters !== undefined) {
-    if (!Array.isArray(filters)) bad('filters must be an array of {key, values, exclude?}');
-    list.push(...(filters as NodeFilter[]));
-  }
+  if (q !== undefined && (typeof q !== 'string' || q.trim() === '' || q.length > 4096)) bad('q must be a filter expression (docs/filters.md)');
+  // The same checks as a job's filters (keys known, an expression that parses).
+  const list: NodeFilter[] = filterList([...(q !== undefined ? [{ key: 'q', values: [q] }] : []), ...(filters === undefined ? [] : Array.isArray(filters) ? filters : [null])], 'filters');
   if (vulnerability !== undefined && (typeof vulnerability !== 'string' || !VULN_ID.test(vulnerability))) bad('vulnerability must be an id like CVE-2024-3094');
   const mode = upgrade ?? (packages !== undefined || vulnerability !== undefined ? 'packages' : undefined);
   if (mode !== 'packages' && mode !== 'security' && mode !== 'all') bad('say what to upgrade: packages (a list), or upgrade "security" or "all"');

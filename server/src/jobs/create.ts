@@ -64,7 +64,7 @@ function stringList(v: unknown, name: string, max: number, check: (s: string) =>
 }
 
 /** A list of node filters as GET nodes takes them, checked. */
-function filterList(v: unknown, name: string): NodeFilter[] {
+export function filterList(v: unknown, name: string): NodeFilter[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) bad(`${name} must be an array of {key, values, exclude?}`);
   const list = v as NodeFilter[];
