@@ -11,7 +11,8 @@ import { CampaignRunner, campaignJobs } from '@capstan/server/campaigns/runner';
 import { CampaignService } from '@capstan/server/campaigns/service';
 import { parseCampaignRequest } from '@capstan/server/campaigns/plan';
 import type { CampaignRecord, Store } from '@capstan/server/store/index';
-import { setup, type Backend } from '../server/store-suite.js';
+import { inventory, setup, type Backend } from '../server/store-suite.js';
+import { setAcceptance } from '../helpers/node-changes.js';
 import { postgresBackend, sqliteBackend } from '../server/backends.js';
 import { pgUnavailable } from '../server/pg.js';
 
@@ -70,6 +71,11 @@ function suite(t: Test, backend: Backend): void {
 
   t.test('the runner makes the wave an upgrade job, and finishes the campaign with it', async (t) => {
     const { store } = await setup(t, backend);
+    // Two nodes that can run: an inventory each (an agent), accepted.
+    for (const id of ['n1', 'n2']) {
+      await store.upsertFromInventory(inventory(id, { received_at: '2024-05-01T08:00:00Z' }));
+      await setAcceptance(store, id, 'accepted', '2024-05-01T08:00:00Z');
+    }
     let now = new Date(AT);
     let kicked = 0;
     const runner = new CampaignRunner({
@@ -87,6 +93,9 @@ function suite(t: Test, backend: Backend): void {
       upgrade: { mode: 'packages', packages: [{ name: 'openssl', min_version: '3.0.2' }], post: ['true'], reboot: 'if-needed' },
       progress: { total: 2, pending: 2 },
     });
+    // A wave's nodes are checked again when its job is made: one gone from the registry fails at once.
+    const gone = await runner.jobs.start(record('c2', { spec: { ...record('c2').spec, nodes: ['ghost'] } }), 0, ['ghost'], 60_000);
+    t.match(await store.jobs.getTask(gone, 'ghost'), { state: 'failed', reason: 'no_agent', message: 'the node is no longer in the registry' });
     t.equal(await runner.tick(), 0, 'not due before its poll time');
     now = new Date('2026-01-10T10:00:05.000Z');
     t.equal(await runner.tick(), 1, 'looked at: its job still runs');

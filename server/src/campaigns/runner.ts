@@ -6,7 +6,7 @@
  */
 import type { Logger } from '@capstan/shared/log';
 import type { JobRecord, Store } from '../store/store.js';
-import { insertJob } from '../jobs/create.js';
+import { insertJob, notRunnable } from '../jobs/create.js';
 import { advance, type CampaignJobs, type EngineSettings } from './engine.js';
 
 export interface CampaignRunnerOptions {
@@ -26,10 +26,17 @@ const BATCH = 100;
 export function campaignJobs(store: Store, kickJobs: () => void, now: () => Date = () => new Date()): CampaignJobs {
   return {
     async start(c, wave, nodes, timeoutMs) {
+      // Checked again at each wave: a node refused, terminated or deleted since fails at once.
+      const failed = new Map<string, { reason: string; message: string }>();
+      for (const id of nodes) {
+        const n = await store.getNode(id);
+        const why = n ? notRunnable(n) : { reason: 'no_agent', message: 'the node is no longer in the registry' };
+        if (why) failed.set(id, why);
+      }
       const job: JobRecord = await insertJob(store, {
         name: `${c.name} (campaign ${c.id}, wave ${wave + 1})`.slice(0, 200), type: 'upgrade', nodes, node_selectors: [], filters: [], conditions: [],
         keep_output: true, timeout_ms: timeoutMs, upgrade: c.spec.upgrade, campaign_id: c.id,
-      }, nodes, new Map(), now());
+      }, nodes, failed, now());
       kickJobs();
       return job.id;
     },
