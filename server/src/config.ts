@@ -202,6 +202,14 @@ export const SERVER_SCHEMA = {
     /** Linked relays get a heartbeat line this often (keeps NAT and proxies open). */
     heartbeat: { type: 'duration', default: '25s', min: 100 },
   },
+  campaigns: {
+    /** How often due patch campaigns are advanced (a running wave's job looked at, a window opened). */
+    tick_interval: { type: 'duration', default: '5s', min: 100 },
+    /** Campaigns without a window: how long a node that was not reached waits before its retry. */
+    retry_delay: { type: 'duration', default: '15m', min: 1000 },
+    /** Attempts per node when a campaign says none (a node offline in a window is retried in the next). */
+    max_attempts: { type: 'integer', default: 3, min: 1, max: 100 },
+  },
   bootstrap: {
     /** Run bootstrap jobs (agent installs over SSH, docs/bootstrap.md) from this server. */
     enabled: { type: 'boolean', default: true },

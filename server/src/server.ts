@@ -138,6 +138,7 @@ function app(config: ServerConfig, log: Logger, p: Parts) {
       ...(config.identity.require_token ? { authorizeNode: authorizeNodeToken(identity) } : {}),
     },
     jobs: { store: p.store, service: ops.jobService, liveOutput: (jobId, nodeId) => ops.jobs.liveOutput(jobId, nodeId) },
+    campaigns: { service: ops.campaignService },
     bootstrap: { credentials: ops.credentials },
     ...(ops.bootstrap && { bootstrapRunner: ops.bootstrap }),
     remoteRun: { hub, runner: ops.jobs, log, nodeId: config.general.node_id, heartbeatMs: config.jobs.heartbeat },

@@ -190,6 +190,12 @@ export const ERROR_CODES = {
   ERR_JOB_RELAY_NODES: { status: 400 },
   ERR_JOB_UNKNOWN: { status: 404 },
   ERR_JOB_TRANSITION: { status: 409 },
+  // patch campaigns (upgrades in waves and maintenance windows)
+  ERR_CAMPAIGN_UNKNOWN: { status: 404 },
+  /** Cancelling a campaign that is finished, stopped or cancelled already. */
+  ERR_CAMPAIGN_STATE: { status: 409 },
+  /** A campaign made from a vulnerability while no vulnerability data is wired to campaigns. */
+  ERR_CAMPAIGN_VULNERABILITY_UNAVAILABLE: { status: 501 },
   // managers and providers (cloud discovery)
   ERR_MANAGER_INVALID: { status: 400 },
   ERR_MANAGER_FILTER: { status: 400 },

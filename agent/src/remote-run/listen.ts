@@ -25,11 +25,14 @@ import { capstanError } from '@capstan/shared/errors';
 import { type Logger } from '@capstan/shared/log';
 import { userAgent } from '@capstan/shared/protocol';
 import { LineReader, parseEventLine, REMOTE_RUN_PROTOCOL } from '@capstan/shared/remote-run/protocol';
+import { parseUpgradeRequest, type UpgradeRequest } from '@capstan/shared/upgrade';
 
 export interface RunRequest {
   channel: string;
   conditions: string[];
   keepOutput: boolean;
+  /** An upgrade job's request (patch campaigns), checked here again. */
+  upgrade?: UpgradeRequest;
 }
 
 export interface RunOutput {
@@ -244,10 +247,17 @@ function handleLine(
   if (ev.type !== 'run' || typeof ev.id !== 'string') return;
   // The relay validated them; check again, a relay is not trusted to shape our command line.
   const conditions = Array.isArray(ev.conditions) ? ev.conditions.filter((c): c is string => typeof c === 'string' && CONDITION_RE.test(c)) : [];
-  void answer(opts, { channel: ev.id, conditions, keepOutput: ev.keep_output === true });
+  let upgrade: UpgradeRequest | undefined;
+  try {
+    if (ev.upgrade !== undefined) upgrade = parseUpgradeRequest(ev.upgrade);
+  } catch (err) {
+    void answer(opts, { channel: ev.id, conditions, keepOutput: false }, `upgrade refused: ${(err as Error).message}`);
+    return;
+  }
+  void answer(opts, { channel: ev.id, conditions, keepOutput: ev.keep_output === true, ...(upgrade && { upgrade }) });
 }
 
-async function answer(opts: ListenOptions, req: RunRequest): Promise<void> {
+async function answer(opts: ListenOptions, req: RunRequest, refused?: string): Promise<void> {
   const url = new URL(`${opts.relay.replace(/\/+$/, '')}/remote-run/output/${encodeURIComponent(req.channel)}`);
   const body = new PassThrough();
   const send = (ev: object) => body.write(`${JSON.stringify({ node: opts.nodeId, ...ev })}\n`);
@@ -258,6 +268,11 @@ async function answer(opts: ListenOptions, req: RunRequest): Promise<void> {
   post.on('response', (res) => res.resume());
   post.on('error', (err) => opts.log.warn({ err: err.message }, 'cannot send remote-run output'));
   body.pipe(post);
+  if (refused !== undefined) {
+    send({ type: 'error', text: refused });
+    body.end();
+    return;
+  }
   if (running) {
     send({ type: 'busy' });
     body.end();

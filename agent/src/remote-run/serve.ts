@@ -9,11 +9,13 @@ import type { AgentConfig } from '../config.js';
 import { ensureIdentity } from '../identity/state.js';
 import { TokenKeeper } from '../identity/token.js';
 import { runAgent } from '../run.js';
+import { runUpgrade } from '../upgrade/serve.js';
 import { listen, type RunOutput, type RunRequest } from './listen.js';
 
 export async function serveRemoteRuns(config: AgentConfig, log: Logger, signal?: AbortSignal): Promise<void> {
   const id = await ensureIdentity(config.agent.state_dir, config.agent.key_bits);
   const run = async (req: RunRequest, out: RunOutput): Promise<number> => {
+    if (req.upgrade) return runUpgrade(config, log, req.upgrade, out);
     const r = await runAgent(config, log, {
       onOutcome: (line) => out.line(line),
       env: { ...process.env, CAPSTAN_CONDITIONS: req.conditions.join(',') },

@@ -36,6 +36,8 @@ export interface RunRequest {
   targets: string[] | 'all';
   conditions: string[];
   keepOutput: boolean;
+  /** An upgrade job's request, passed on untouched to every hop (the agent checks it). */
+  upgrade?: Record<string, unknown>;
 }
 
 type NodeState = 'waiting' | 'started' | 'done' | 'busy' | 'error';
@@ -224,6 +226,7 @@ export class RemoteRun {
       id: ch.id,
       conditions: run.req.conditions,
       keep_output: run.req.keepOutput,
+      ...(run.req.upgrade && { upgrade: run.req.upgrade }),
       ...(relay ? { nodes: scope } : {}),
     };
     if (!this.o.hub.send(peer, event)) {

@@ -39,6 +39,7 @@ interface RunMessage {
   nodes?: RunTrigger['nodes'];
   conditions?: RunTrigger['conditions'];
   keep_output?: RunTrigger['keep_output'];
+  upgrade?: unknown;
 }
 
 export class UpstreamLink {
@@ -136,6 +137,8 @@ export class UpstreamLink {
       targets,
       conditions: Array.isArray(msg.conditions) ? msg.conditions.filter((c) => typeof c === 'string') : [],
       keepOutput: msg.keep_output === true,
+      // An upgrade job's request goes on as it came: the agent checks it (shared/upgrade.ts).
+      ...(msg.upgrade !== null && typeof msg.upgrade === 'object' && !Array.isArray(msg.upgrade) && { upgrade: msg.upgrade as Record<string, unknown> }),
     });
     const body = new PassThrough();
     run.on('event', (ev: RunEvent) => body.write(`${JSON.stringify(ev)}\n`));

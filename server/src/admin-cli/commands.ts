@@ -18,6 +18,7 @@ import type { ApiTransport } from './transport.js';
 import { adminVerbs } from './verbs/admins.js';
 import { credentialVerbs } from './verbs/credentials.js';
 import { jobVerbs } from './verbs/jobs.js';
+import { campaignVerbs } from './verbs/campaigns.js';
 import { nodeVerbs } from './verbs/nodes.js';
 import { keyVerbs, managerVerbs } from './verbs/operations.js';
 import { policyVerbs } from './verbs/policy.js';
@@ -40,6 +41,7 @@ export const VERB_GROUPS = {
   policy: policyVerbs,
   properties: propertyVerbs,
   jobs: jobVerbs,
+  campaigns: campaignVerbs,
   credentials: credentialVerbs,
   managers: managerVerbs,
   keys: keyVerbs,

@@ -124,6 +124,12 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/jobs/:id/tasks/:node/output': view,
   'POST /api/1/jobs': operator('job.create', r('id')),
   'POST /api/1/jobs/:id/cancel': operator('job.cancel', p('id')),
+  // Patch campaigns (upgrades in waves, docs/campaigns.md)
+  'GET /api/1/campaigns': view,
+  'GET /api/1/campaigns/:id': view,
+  'GET /api/1/campaigns/:id/report': view,
+  'POST /api/1/campaigns': operator('campaign.create', r('id')),
+  'POST /api/1/campaigns/:id/cancel': operator('campaign.cancel', p('id')),
   // SSH credentials of bootstrap jobs
   'GET /api/1/credentials': view,
   'GET /api/1/credentials/:id': view,

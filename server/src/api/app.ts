@@ -39,6 +39,7 @@ import { subscriptionRoutes } from './routes/subscriptions.js';
 import type { SubscriptionService } from '../notify/service.js';
 import { complianceClock, complianceSettings } from '../registry/compliance.js';
 import { jobRoutes, type JobRouteDeps } from './routes/jobs.js';
+import { campaignRoutes, type CampaignRouteDeps } from './routes/campaigns.js';
 import { bootstrapRoutes, type BootstrapRouteDeps } from './routes/bootstrap.js';
 import { bootstrapRelayRoutes } from './routes/bootstrap-relay.js';
 import type { BootstrapRunner } from '../bootstrap/runner.js';
@@ -86,6 +87,8 @@ export interface ServerAppDeps {
   now?: () => Date;
   /** Jobs (absent: no job routes). */
   jobs?: JobRouteDeps;
+  /** Patch campaigns (absent: no such routes). */
+  campaigns?: CampaignRouteDeps;
   /** SSH credentials and pinned host keys for bootstrap jobs (absent: no such routes). */
   bootstrap?: Omit<BootstrapRouteDeps, 'store'>;
   /** Runs bootstrap tasks, its own and those relays claim (absent: [bootstrap] enabled = false). */
@@ -271,6 +274,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   if (deps.subscriptions) subscriptionRoutes(admin, store, deps.subscriptions);
   lifecycleRoutes(admin, store, deps.lifecycle, aggregates);
   if (deps.jobs) jobRoutes(admin, deps.jobs);
+  if (deps.campaigns) campaignRoutes(admin, deps.campaigns);
   if (deps.bootstrap) bootstrapRoutes(admin, { store, ...deps.bootstrap });
   managerAdminRoutes(admin, { store, service: domain.managers, ...deps.managers });
   // A forced renewal ends the links the renewed relays hold: they reconnect with a new token.

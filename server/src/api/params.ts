@@ -158,6 +158,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/events': 'own',
   'GET /api/1/deliveries': { ...PAGING, subscription: 'text', state: ['pending', 'delivered', 'dead'] },
   'GET /api/1/jobs': 'own',
+  'GET /api/1/campaigns': 'own',
   'GET /api/1/jobs/:id/tasks/:node/output': { after: 'text' },
   'GET /api/1/nodes/:id/history': PAGING,
   'GET /api/1/nodes/:id/inventory/history': PAGING,

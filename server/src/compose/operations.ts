@@ -3,6 +3,8 @@
  * the relays' links), the bootstrap runner (agents installed over SSH), the discovery poller of
  * the managers it hosts, and the doors the API takes jobs and credentials through.
  */
+import { CampaignRunner } from '../campaigns/runner.js';
+import { CampaignService } from '../campaigns/service.js';
 import { join } from 'node:path';
 import type { Logger } from '@capstan/shared/log';
 import { AgentPackages } from '@capstan/toolkit/bootstrap/packages';
@@ -30,6 +32,8 @@ export interface Operations {
   jobs: JobRunner;
   bootstrap: BootstrapRunner | null;
   jobService: JobService;
+  campaigns: CampaignRunner;
+  campaignService: CampaignService;
   credentials: CredentialService;
   /** Poll a server-hosted manager now (absent: the server hosts no providers). */
   pollNow?: (id: string) => Promise<void>;
@@ -86,18 +90,29 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
     kick: { run: () => jobs.kick(), ...(bootstrap && { bootstrap: () => bootstrap.kick() }) },
     limits: jobLimits(config),
   });
+  // Patch campaigns make upgrade jobs wave by wave, in their windows.
+  const campaigns = new CampaignRunner({
+    store, log, tickMs: config.campaigns.tick_interval, kickJobs: () => jobs.kick(),
+    settings: { pollMs: config.campaigns.tick_interval, retryDelayMs: config.campaigns.retry_delay, maxJobMs: config.jobs.default_timeout },
+  });
+  const campaignService = new CampaignService({
+    store, audit: domain.audit, jobs: campaigns.jobs, kick: () => campaigns.kick(),
+    limits: { maxTargets: config.jobs.max_targets, defaultMaxAttempts: config.campaigns.max_attempts },
+  });
   return {
-    policy, sweeper, jobs, bootstrap, jobService,
+    policy, sweeper, jobs, bootstrap, jobService, campaigns, campaignService,
     credentials: new CredentialService({ store, sealer: identity.keySealer, audit: domain.audit }),
     // A manager created a moment ago is not in the poller's list yet: refresh first.
     ...(providers && { pollNow: async (id: string) => { await providers.refresh(); await providers.pollNow(id); } }),
     start() {
       sweeper.start();
       jobs.start();
+      campaigns.start();
       bootstrap?.start();
       providers?.start();
     },
     async stop() {
+      await campaigns.stop();
       await jobs.stop();
       await bootstrap?.stop();
       await providers?.stop();

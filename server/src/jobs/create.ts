@@ -16,6 +16,7 @@ import { parseDuration } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
 import { checkFilters, isFilterKey } from '../registry/filters.js';
 import { hasAgent } from '../store/nodes/filters/query.js';
+import type { UpgradeRequest } from '@capstan/shared/upgrade';
 import type { BootstrapSpec, FilterKey, JobInsert, JobRecord, JobType, NodeFilter, NodeRecord, NodeSelector, Store } from '../store/store.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
@@ -45,6 +46,9 @@ export interface JobRequest {
   keep_output: boolean;
   timeout_ms: number;
   bootstrap?: BootstrapSpec;
+  /** Upgrade jobs (made by patch campaigns, never from the jobs API): the request and the campaign. */
+  upgrade?: UpgradeRequest;
+  campaign_id?: string;
 }
 
 function bad(message: string): never {
@@ -60,7 +64,7 @@ function stringList(v: unknown, name: string, max: number, check: (s: string) =>
 }
 
 /** A list of node filters as GET nodes takes them, checked. */
-function filterList(v: unknown, name: string): NodeFilter[] {
+export function filterList(v: unknown, name: string): NodeFilter[] {
   if (v === undefined) return [];
   if (!Array.isArray(v)) bad(`${name} must be an array of {key, values, exclude?}`);
   const list = v as NodeFilter[];
@@ -169,6 +173,14 @@ const PAGE = 2000;
 
 /** Resolve the targets, create the job, and fail at once (same transaction) the tasks of nodes that cannot run. */
 export async function createJob(store: Store, req: JobRequest, limits: JobLimits, now: Date): Promise<JobRecord> {
+  const { targets, failed } = await resolveTargets(store, req, limits);
+  return insertJob(store, req, [...targets], failed, now);
+}
+
+/** The targets of a request (see the top of this file), and why those that cannot run cannot. */
+export async function resolveTargets(
+  store: Store, req: Pick<JobRequest, 'type' | 'nodes' | 'node_selectors' | 'filters'>, limits: Pick<JobLimits, 'maxTargets'>,
+): Promise<{ targets: Set<string>; failed: Map<string, { reason: string; message: string }> }> {
   const targets = new Set<string>();
   const failed = new Map<string, { reason: string; message: string }>();
   const consider = (n: NodeRecord) => {
@@ -210,6 +222,11 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
   }
   if (targets.size === 0) throw capstanError('ERR_JOB_NO_TARGETS', 'the job has no target: no static node and no node matched its selectors or filters');
   if (targets.size > limits.maxTargets) throw capstanError('ERR_BAD_REQUEST', `the job targets more than jobs.max_targets (${limits.maxTargets}) nodes`);
+  return { targets, failed };
+}
+
+/** Record a job on targets already resolved (a campaign's wave: the nodes it chose). */
+export async function insertJob(store: Store, req: JobRequest, targets: string[], failed: ReadonlyMap<string, { reason: string; message: string }>, now: Date): Promise<JobRecord> {
   const insert: JobInsert = {
     id: randomUUID(),
     name: req.name,
@@ -221,8 +238,10 @@ export async function createJob(store: Store, req: JobRequest, limits: JobLimits
     timeout_ms: req.timeout_ms,
     ...(req.filters.length > 0 && { filters: req.filters }),
     ...(req.bootstrap && { bootstrap: req.bootstrap }),
+    ...(req.upgrade && { upgrade: req.upgrade }),
+    ...(req.campaign_id && { campaign_id: req.campaign_id }),
     created_at: now.toISOString(),
     deadline_at: new Date(now.getTime() + req.timeout_ms).toISOString(),
   };
-  return store.jobs.createJob(insert, [...targets], failed);
+  return store.jobs.createJob(insert, targets, failed);
 }

@@ -192,13 +192,17 @@ export class JobRunner {
   }
 
   private send(job: JobRecord, nodes: string[], relays: string[]): void {
-    const conditions = job.type === 'inventory' ? [...new Set([...job.conditions, FORCE_INVENTORY])] : job.conditions;
+    // An upgrade sends a fresh inventory afterwards too (the agent's upgrade run does it).
+    const conditions = job.type === 'inventory' || job.type === 'upgrade' ? [...new Set([...job.conditions, FORCE_INVENTORY])] : job.conditions;
     for (const n of nodes) this.tracked.set(key(job.id, n), { open: new Set(), started: false, output: [], bytes: 0, cut: false });
     for (const batch of eventBatches(nodes)) {
       for (const relay of relays) {
         const ch: Channel = { id: randomUUID(), jobId: job.id, relay, keepOutput: job.keep_output, nodes: new Set(batch), state: 'waiting', timer: null };
         // Relays answer status events whatever keep_output says; output lines only when asked.
-        const sent = this.o.hub.send(relay, { type: 'run', id: ch.id, conditions, keep_output: job.keep_output, nodes: batch });
+        const sent = this.o.hub.send(relay, {
+          type: 'run', id: ch.id, conditions, keep_output: job.keep_output, nodes: batch,
+          ...(job.upgrade && { upgrade: job.upgrade as unknown as Record<string, unknown> }),
+        });
         if (!sent) continue;
         this.channels.set(ch.id, ch);
         for (const n of batch) this.tracked.get(key(job.id, n))!.open.add(ch.id);

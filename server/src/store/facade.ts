@@ -13,6 +13,7 @@ import { FINDINGS_NUL, type FindingStore } from './findings/types.js';
 import { NOTIFY_NUL, type NotifyStore } from './notify/types.js';
 import { IDENTITY_NUL, type IdentityStore } from './identity/types.js';
 import { JOBS_NUL, type JobStore } from './jobs/types.js';
+import { CAMPAIGNS_NUL, type CampaignStore } from './campaigns/types.js';
 import { MANAGERS_NUL, type ManagerStore } from './managers/types.js';
 import { INVENTORY_NUL, NODES_NUL, type InventoryStore, type NodeStore } from './nodes/types.js';
 import { POLICY_NUL, type PolicyStore } from './policy/types.js';
@@ -35,6 +36,7 @@ export interface StoreParts {
   sweep: SweepStore;
   identity: IdentityStore;
   jobs: JobStore;
+  campaigns: CampaignStore;
   managers: ManagerStore;
   bootstrap: BootstrapStore;
   admins: AdminStore;
@@ -62,6 +64,7 @@ export class ComposedStore {
       {
         identity: guard(parts.identity, IDENTITY_NUL),
         jobs: guard(parts.jobs, JOBS_NUL),
+        campaigns: guard(parts.campaigns, CAMPAIGNS_NUL),
         managers: guard(parts.managers, MANAGERS_NUL),
         bootstrap: guard(parts.bootstrap, BOOTSTRAP_NUL),
         admins: guard(parts.admins, ADMINS_NUL),

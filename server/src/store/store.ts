@@ -13,6 +13,7 @@ import type { FindingStore } from './findings/types.js';
 import type { NotifyStore } from './notify/types.js';
 import type { IdentityStore } from './identity/types.js';
 import type { JobStore } from './jobs/types.js';
+import type { CampaignStore } from './campaigns/types.js';
 import type { ManagerStore } from './managers/types.js';
 import type { InventoryStore, NodeStore } from './nodes/types.js';
 import type { PolicyStore } from './policy/types.js';
@@ -29,6 +30,7 @@ export type * from './findings/types.js';
 export type * from './notify/types.js';
 export type * from './identity/types.js';
 export type * from './jobs/types.js';
+export type * from './campaigns/types.js';
 export type * from './managers/types.js';
 export type * from './nodes/types.js';
 export type * from './policy/types.js';
@@ -53,6 +55,8 @@ export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceSt
   readonly identity: IdentityStore;
   /** Jobs: runs triggered on many nodes, their per-node tasks and transitions (./jobs/types.ts). */
   readonly jobs: JobStore;
+  /** Patch campaigns: upgrades in waves and maintenance windows (./campaigns/types.ts). */
+  readonly campaigns: CampaignStore;
   /** Managers (discovery sources) and the nodes they hold (./managers/types.ts). */
   readonly managers: ManagerStore;
   /** SSH credentials, pinned host keys and enrollment tokens of bootstrap jobs (./bootstrap/types.ts). */

@@ -53,6 +53,8 @@ export interface RunEvent {
   nodes?: string[] | 'all';
   conditions?: string[];
   keep_output?: boolean;
+  /** An upgrade job's request (shared/upgrade.ts), passed through by relays as it came. */
+  upgrade?: Record<string, unknown>;
 }
 
 export type ListenEvent = HelloEvent | ByeEvent | PingEvent | RunEvent;

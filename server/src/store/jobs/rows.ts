@@ -1,4 +1,5 @@
 /** Row ↔ record for jobs, shared by both backends (see types.ts). */
+import type { UpgradeRequest } from '@capstan/shared/upgrade';
 import { TASK_STATES, type TaskState } from './types.js';
 import type { NodeFilter } from '../store.js';
 import { isoOf } from '../time.js';
@@ -32,7 +33,7 @@ export function progressFrom(rows: Array<{ state: unknown; n: unknown }>): JobPr
 }
 
 export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
-  const spec = json<{ nodes?: string[]; node_selectors?: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec }>(r.spec);
+  const spec = json<{ nodes?: string[]; node_selectors?: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec; upgrade?: UpgradeRequest; campaign_id?: string }>(r.spec);
   return {
     id: String(r.id),
     name: String(r.name),
@@ -45,6 +46,8 @@ export function jobFromRow(r: Row, progress: JobProgress): JobRecord {
     keep_output: r.keep_output === true || r.keep_output === 1,
     timeout_ms: Number(r.timeout_ms),
     ...(spec.bootstrap && { bootstrap: spec.bootstrap }),
+    ...(spec.upgrade && { upgrade: spec.upgrade }),
+    ...(spec.campaign_id && { campaign_id: spec.campaign_id }),
     created_at: isoOf(r.created_at),
     deadline_at: isoOf(r.deadline_at),
     finished_at: isoOrNull(r.finished_at),
@@ -77,11 +80,13 @@ export function transitionFromRow(r: Row): TaskTransition {
   };
 }
 
-export function specJson(j: { nodes: string[]; node_selectors: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec }): string {
+export function specJson(j: { nodes: string[]; node_selectors: NodeSelector[]; filters?: NodeFilter[]; bootstrap?: BootstrapSpec; upgrade?: UpgradeRequest; campaign_id?: string }): string {
   return JSON.stringify({
     nodes: j.nodes, node_selectors: j.node_selectors,
     ...(j.filters && j.filters.length > 0 && { filters: j.filters }),
     ...(j.bootstrap && { bootstrap: j.bootstrap }),
+    ...(j.upgrade && { upgrade: j.upgrade }),
+    ...(j.campaign_id && { campaign_id: j.campaign_id }),
   });
 }
 

@@ -3,10 +3,12 @@
  * task. Transitions are checked by the domain's state machine (server/src/jobs/states.ts) inside the store's transaction,
  * so a refused one changes nothing and two writers racing on one task cannot both win.
  */
+import type { UpgradeRequest } from '@capstan/shared/upgrade';
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter, Page } from '../store.js';
 
-export type JobType = 'run' | 'inventory' | 'bootstrap';
+/** `upgrade`: a patch campaign's wave (server/src/campaigns), a run carrying an upgrade request. */
+export type JobType = 'run' | 'inventory' | 'bootstrap' | 'upgrade';
 /** Which pending tasks a dispatcher takes: relays run `run`/`inventory`, the bootstrap runner its own. */
 export type JobKind = 'remote-run' | 'bootstrap';
 
@@ -39,6 +41,10 @@ export interface JobInsert {
   timeout_ms: number;
   /** Bootstrap jobs only. */
   bootstrap?: BootstrapSpec;
+  /** Upgrade jobs only: what the agent upgrades (shared/upgrade.ts). */
+  upgrade?: UpgradeRequest;
+  /** Upgrade jobs only: the campaign whose wave this job is. */
+  campaign_id?: string;
   created_at: string;
   /** created_at + timeout: non-final tasks are aborted (reason timeout) after it. */
   deadline_at: string;

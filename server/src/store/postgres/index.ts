@@ -10,6 +10,7 @@ import { ComposedStore } from '../facade.js';
 import type { StoreRules } from '../rules.js';
 import { PostgresIdentityStore } from '../identity/postgres.js';
 import { PostgresJobStore } from '../jobs/postgres.js';
+import { PostgresCampaignStore } from '../campaigns/postgres.js';
 import { PostgresManagerStore } from '../managers/postgres.js';
 import { PostgresInventory } from '../nodes/inventory/postgres.js';
 import { PostgresNodes } from '../nodes/postgres.js';
@@ -54,6 +55,7 @@ export class PostgresStore extends ComposedStore {
       identity: new PostgresIdentityStore(db),
       // A job's last task and its job.finished event, in one transaction.
       jobs: new PostgresJobStore(db, opts.rules.tasks, async (c, job, at) => void await events.write(c, [opts.rules.events.jobFinished(job, job.progress, at)])),
+      campaigns: new PostgresCampaignStore(db),
       managers: new PostgresManagerStore(db, nodes, opts.rules),
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),

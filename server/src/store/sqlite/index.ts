@@ -10,6 +10,7 @@ import { ComposedStore } from '../facade.js';
 import type { StoreRules } from '../rules.js';
 import { SqliteIdentityStore } from '../identity/sqlite.js';
 import { SqliteJobStore } from '../jobs/sqlite.js';
+import { SqliteCampaignStore } from '../campaigns/sqlite.js';
 import { SqliteManagerStore } from '../managers/sqlite.js';
 import { SqliteInventory } from '../nodes/inventory/sqlite.js';
 import { SqliteNodes } from '../nodes/sqlite.js';
@@ -52,6 +53,7 @@ export class SqliteStore extends ComposedStore {
       identity: new SqliteIdentityStore(db),
       // A job's last task and its job.finished event, in one transaction.
       jobs: new SqliteJobStore(db, opts.rules.tasks, (job, at) => events.write([opts.rules.events.jobFinished(job, job.progress, at)])),
+      campaigns: new SqliteCampaignStore(db),
       managers: new SqliteManagerStore(db, nodes, opts.rules),
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
