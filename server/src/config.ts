@@ -225,6 +225,11 @@ export const SERVER_SCHEMA = {
     max_package_size: { type: 'size', default: '256MiB', min: 1024 },
     /** The relay (or server) URL written into the agent's configuration when a job names none. */
     relay_url: { type: 'string', default: '', optional: true },
+    /**
+     * More relay URLs an operator's bootstrap job may name, beyond relay_url and the URLs whose
+     * host is a registered relay's; any other needs the admin role (docs/bootstrap.md).
+     */
+    allowed_relay_urls: { type: 'strings', default: [] },
     /** Prefix of the privileged commands on the node; empty when the credential logs in as root. */
     sudo: { type: 'string', default: 'sudo -n', optional: true },
     /** Run with sudo after the install to start the agent; empty: start nothing. */
