@@ -17,6 +17,7 @@ import type { IngestDeps } from './runlog.js';
 import { verifiedOcs } from './ocs-ingest.js';
 import { nodeActor } from '../audit/actor.js';
 import { decompressUpload } from './runlog-prepare.js';
+import { normaliseInventory } from './inventory-fields.js';
 
 export interface InventoryDoc {
   node_id: string;
@@ -149,7 +150,8 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     os_version: doc.os.version,
     agent_version: doc.agent_version,
     policy_server: doc.policy_server,
-    inventory: kept,
+    // Optional fields of the wrong type are left out and named in `errors` (inventory-fields.ts).
+    inventory: normaliseInventory(kept).doc,
     received_at: receivedAt,
     sent_at: info.timestamp,
     auto_accept: autoAccept,
