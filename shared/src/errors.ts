@@ -121,6 +121,8 @@ export const ERROR_CODES = {
   ERR_POLICY_NODE_MISMATCH: { status: 400 },
   // a bundle older than one the agent applied (agent/src/policy/generation.ts)
   ERR_POLICY_ROLLBACK: { status: 409 },
+  // confirming a claim on a discovered instance that has no (more) discovered row to join
+  ERR_NODE_CLAIM_NONE: { status: 409 },
   ERR_CONDITION_SYNTAX: { status: 400 },
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
