@@ -84,6 +84,12 @@ export const SERVER_SCHEMA = {
      * then its file is retried later. At least limits.max_decompressed_size.
      */
     decompress_budget: { type: 'size', default: '256MiB', min: 1048576 },
+    /**
+     * A spooled file whose ingest was under way this many times when the server died (killed
+     * out of memory, by the watchdog…) is moved to spool/quarantine/<kind>/ with a reason
+     * instead of being ingested again; 0: never.
+     */
+    quarantine_after: { type: 'integer', default: 3, min: 0, max: 1000 },
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */

@@ -123,6 +123,8 @@ export const ERROR_CODES = {
   ERR_POLICY_ROLLBACK: { status: 409 },
   // confirming a claim on a discovered instance that has no (more) discovered row to join
   ERR_NODE_CLAIM_NONE: { status: 409 },
+  // a spooled file whose ingest the server died in too often: moved to spool/quarantine/
+  ERR_INGEST_QUARANTINED: { status: 422 },
   ERR_CONDITION_SYNTAX: { status: 400 },
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
