@@ -23,6 +23,11 @@ export const AGENT_SCHEMA = {
   policy: {
     /** PEM file of the server's ed25519 policy public key; empty → pinned from the first policy received. */
     public_key: { type: 'string', default: '', optional: true },
+    /**
+     * The same key given inline (PEM text), as a bootstrap writes it; public_key, when set, wins.
+     * Either one pins the key: nothing is trusted on first use.
+     */
+    public_key_pem: { type: 'string', default: '', optional: true },
   },
   methods: {
     /** Longest a package, service or command step may take. */
@@ -65,8 +70,16 @@ export const AGENT_SCHEMA = {
 
 export type AgentConfig = ConfigOf<typeof AGENT_SCHEMA>;
 
+/** The configured policy key's PEM: the file public_key names, else public_key_pem; null: none. */
+export async function configuredPolicyKey(config: AgentConfig, read: (path: string) => Promise<string>): Promise<string | null> {
+  if (config.policy.public_key) return read(config.policy.public_key);
+  return config.policy.public_key_pem.trim() ? config.policy.public_key_pem : null;
+}
+
 export function loadAgentConfig(opts: LoadConfigOptions): AgentConfig {
   const config = loadConfig(AGENT_SCHEMA, opts);
+  const inline = config.policy.public_key_pem.trim();
+  if (inline && !inline.startsWith('-----BEGIN PUBLIC KEY-----')) throw capstanError('ERR_CONFIG', 'policy.public_key_pem must be a PEM public key');
   config.methods.diff_secret_paths.forEach((g, i) => {
     // A relative glob would never match: the agent matches absolute paths.
     if (!g.startsWith('/') || g.includes('\0')) throw capstanError('ERR_CONFIG', `methods.diff_secret_paths[${i}] must be an absolute path glob`);

@@ -13,7 +13,7 @@ import { INVENTORY_TOKEN_FIELD, tokenRequestStamp } from '@capstan/shared/identi
 import { type Logger } from '@capstan/shared/log';
 import { inventoryFileName, runLogFileName } from '@capstan/shared/runlog/name';
 import { signSmime } from '@capstan/shared/smime/sign';
-import type { AgentConfig } from './config.js';
+import { configuredPolicyKey, type AgentConfig } from './config.js';
 import { selfChecks } from './checks.js';
 import { ensureIdentity, writeAtomic, type AgentIdentity } from './identity/state.js';
 import { collectInventory } from './inventory/collect.js';
@@ -139,7 +139,7 @@ async function runLocked(config: AgentConfig, log: Logger, id: AgentIdentity, cl
   const early = inventoryFile && tokenRequest ? await outbox.flush(client) : null;
   if (early?.error) log.debug({ err: early.error }, 'inventory not sent yet');
 
-  const configuredKey = config.policy.public_key ? await readFile(config.policy.public_key, 'utf8') : null;
+  const configuredKey = await configuredPolicyKey(config, (p) => readFile(p, 'utf8'));
   const policy = await fetchPolicy({ relay: config.agent.relay, nodeId: id.nodeId, stateDir: config.agent.state_dir, timeoutMs: config.agent.timeout, configuredKeyPem: configuredKey, auth });
   if (policy.problem && policy.problem.code !== 'ERR_NOT_FOUND') {
     // A node not accepted yet gets no policy: expected, and said once by the token keeper already.

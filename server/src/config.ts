@@ -84,6 +84,12 @@ export const SERVER_SCHEMA = {
      * then its file is retried later. At least limits.max_decompressed_size.
      */
     decompress_budget: { type: 'size', default: '256MiB', min: 1048576 },
+    /**
+     * A spooled file whose ingest was under way this many times when the server died (killed
+     * out of memory, by the watchdog…) is moved to spool/quarantine/<kind>/ with a reason
+     * instead of being ingested again; 0: never.
+     */
+    quarantine_after: { type: 'integer', default: 3, min: 0, max: 1000 },
     /** Threads that write uploads of up to 1 MiB to the spool (larger ones stream); 0: the event loop's pool. */
     writer_threads: { type: 'integer', default: 2, min: 0, max: 16 },
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
@@ -233,6 +239,11 @@ export const SERVER_SCHEMA = {
     max_package_size: { type: 'size', default: '256MiB', min: 1024 },
     /** The relay (or server) URL written into the agent's configuration when a job names none. */
     relay_url: { type: 'string', default: '', optional: true },
+    /**
+     * More relay URLs an operator's bootstrap job may name, beyond relay_url and the URLs whose
+     * host is a registered relay's; any other needs the admin role (docs/bootstrap.md).
+     */
+    allowed_relay_urls: { type: 'strings', default: [] },
     /** Prefix of the privileged commands on the node; empty when the credential logs in as root. */
     sudo: { type: 'string', default: 'sudo -n', optional: true },
     /** Run with sudo after the install to start the agent; empty: start nothing. */

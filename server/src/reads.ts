@@ -27,7 +27,7 @@ type RootReads = Pick<Store,
 export interface Reads extends RootReads {
   readonly identity: Pick<IdentityStore, 'listKeys' | 'getKey' | 'allKeys' | 'activeKey' | 'publishedKeys' | 'nodesUsingKey' | 'getToken' | 'forcedRenewals'>;
   readonly jobs: Pick<JobStore, 'getJob' | 'listJobs' | 'listTasks' | 'getTask' | 'taskHistory'>;
-  readonly managers: Pick<ManagerStore, 'listManagers' | 'getManager' | 'exclusiveNodes'>;
+  readonly managers: Pick<ManagerStore, 'listManagers' | 'getManager' | 'exclusiveNodes' | 'findDiscovered'>;
   readonly bootstrap: Pick<BootstrapStore, 'listCredentials' | 'getHostKey' | 'enrolledBy'>;
   readonly admins: Pick<AdminStore, 'listAdmins' | 'getAdmin' | 'listAudit'>;
   readonly notify: Pick<NotifyStore, 'listSubscriptions' | 'getSubscription' | 'listDeliveries' | 'getDelivery'>;

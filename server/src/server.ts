@@ -118,7 +118,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
     dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
     audit: domain.audit,
   });
-  const ops = operations(config, log, store, domain, identity, hub, metrics);
+  const ops = operations(config, log, store, domain, identity, hub, metrics, policyKey);
   // Events reach subscriptions from the outbox, beside the ingest.
   const notify = await notifications(config, log, store, domain, identity);
   return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts };

@@ -119,6 +119,12 @@ export const ERROR_CODES = {
   ERR_POLICY_INVALID: { status: 400 },
   ERR_POLICY_SIGNATURE: { status: 400 },
   ERR_POLICY_NODE_MISMATCH: { status: 400 },
+  // a bundle older than one the agent applied (agent/src/policy/generation.ts)
+  ERR_POLICY_ROLLBACK: { status: 409 },
+  // confirming a claim on a discovered instance that has no (more) discovered row to join
+  ERR_NODE_CLAIM_NONE: { status: 409 },
+  // a spooled file whose ingest the server died in too often: moved to spool/quarantine/
+  ERR_INGEST_QUARANTINED: { status: 422 },
   ERR_CONDITION_SYNTAX: { status: 400 },
   ERR_METHOD_PARAMS: { status: 400 },
   ERR_ARTIFACT_HASH: { status: 400 },
@@ -216,6 +222,8 @@ export const ERROR_CODES = {
   /** A credential's sealed secret does not open with this server's identity secret. */
   ERR_CREDENTIAL_SEALED: { status: 500 },
   ERR_BOOTSTRAP_DISABLED: { status: 400 },
+  // a bootstrap job's relay_url that is neither a registered relay's nor allowed: admin only
+  ERR_BOOTSTRAP_RELAY_URL: { status: 403 },
   /** The SSH server refused every authentication the credential offers. */
   ERR_BOOTSTRAP_AUTH: { status: 502 },
   /** The node's SSH host key is not the one pinned: nothing more is done until an admin clears the pin. */

@@ -141,6 +141,7 @@ async function run(t: Test): Promise<void> {
     const conf = await readFile(join(root, 'etc/capstan/agent.toml'), 'utf8');
     t.match(conf, `relay = ${JSON.stringify(url)}`, 'the agent reports to the job\'s relay');
     t.match(conf, /enrollment_secret = "[A-Za-z0-9_-]{32}"/, 'with the task\'s own secret');
+    t.match(conf, /\[policy\]\n(#.*\n)?public_key_pem = "-----BEGIN PUBLIC KEY-----/, 'and the server\'s policy key pinned');
     const agent = join(root, 'usr/lib/capstan/agent/dist/cli.js');
     t.ok(existsSync(agent), 'dpkg installed the agent into the node\'s root');
     const run = () => runProgram(agent, ['run', '-c', join(root, 'etc/capstan/agent.toml'), '--log-level', 'warn']);

@@ -75,6 +75,8 @@ t.test('jobs reach exactly their agents through the relay, and record outcome an
     t.equal(first.code, 5, `agent ${name}: first run waits for acceptance (${first.code === 5 ? 'ok' : first.stderr})`);
     const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
     await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}`)).status === 200 ? true : undefined), `node ${name} registered`);
+    // Its claim on the discovered instance, confirmed (docs/providers.md, Claims).
+    if (instance !== null) t.equal((await api('POST', `/api/1/nodes/${id}/claim/confirm`)).status, 200, `node ${name} joins instance ${instance}`);
     t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
     const second = await runProgram(BIN.agent, ['run', '-c', config, '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'warn']);
     t.equal(second.code, 0, `agent ${name}: run once accepted (${second.code === 0 ? 'ok' : second.stderr})`);

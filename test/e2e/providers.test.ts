@@ -203,7 +203,7 @@ t.test('a relay below another relay hosts an aws-ec2 manager: fetched and posted
   t.equal((await nodesOf(api, 'aws-edge')).total, 3, 'the refused posts changed nothing');
 });
 
-t.test('the agent enrolling on a discovered instance joins its row (cloud identity from cloud-init instance data)', async (t) => {
+t.test('the agent enrolling on a discovered instance joins its row once its claim is confirmed (cloud identity from cloud-init instance data)', async (t) => {
   const dir = programDir(t);
   const file = join(dir, 'ec2.json');
   writeFileSync(file, JSON.stringify(FIXTURE));
@@ -227,12 +227,14 @@ t.test('the agent enrolling on a discovered instance joins its row (cloud identi
   // Exit 5: the row it joins is accepted, but the agent's own acceptance goes as for any newcomer.
   t.equal(ran.code, 5, `agent run waits for acceptance (${ran.code === 5 ? 'ok' : ran.stderr})`);
   const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
-  const joined = await waitFor(async () => {
-    const r = await api('GET', `/api/1/nodes/${id}`);
-    return r.status === 200 ? r.json.data : undefined;
-  }, 'the agent\'s inventory to be ingested');
+  await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}`)).status === 200 ? true : undefined), 'the agent\'s inventory to be ingested');
+  // Naming the instance proves nothing: a claim, shown, until an admin confirms it.
+  t.match((await api('GET', `/api/1/nodes/${id}`)).json.data, { source_id: null }, 'not joined on the inventory\'s word');
+  t.match(await api('GET', `/api/1/nodes/${id}/claim`), { status: 200, json: { data: { cloud: { source_id: 'i-a' }, discovered: { id: discovered.id } } } });
+  t.equal((await api('POST', `/api/1/nodes/${id}/claim/confirm`)).status, 200, 'the admin confirms the claim');
+  const joined = (await api('GET', `/api/1/nodes/${id}`)).json.data;
   t.match(joined, { id, source_id: 'i-a', region: 'eu-west-1', account_id: '444455556666', accepted: 'pending' },
-    'the discovered row took the agent\'s id; acceptance goes as for any newcomer');
+    'the agent\'s node took the discovered row over; acceptance goes as for any newcomer');
   t.equal((await api('GET', `/api/1/nodes/${discovered.id}`)).status, 404, 'no second node: the discovered id is gone');
   const rows = await nodesOf(api, 'aws');
   t.equal(rows.total, 3);

@@ -8,6 +8,7 @@
 import { generateKeyPairSync } from 'node:crypto';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
+import { parse as parseToml } from 'smol-toml';
 import { silentLogger } from '@capstan/shared';
 import { openWithKey, sealedTaskAad, sealToCertificate } from '@capstan/toolkit/bootstrap/seal';
 import { ensureNodeKeyPair } from '@capstan/shared/identity/state';
@@ -113,6 +114,8 @@ t.test('the server hands a relay its nodes\' tasks sealed to it and records what
   t.equal(secrets.private_key, SSH_KEY, 'the credential, sealed');
   t.match(secrets.agent_config, 'relay = "https://relay-a.example:3030"', 'the agent is told to talk to the relay');
   t.match(secrets.agent_config, /enrollment_secret = "[A-Za-z0-9_-]{32}"/);
+  const policyKey = (await call('GET', '/api/1/keys/policy')).json.data.public_key as string;
+  t.equal((parseToml(secrets.agent_config) as { policy?: { public_key_pem?: string } }).policy?.public_key_pem?.trim(), policyKey.trim(), 'the server\'s policy key is pinned, nothing trusted on first use');
   t.match(await task(h1!), { state: 'in_progress', relay: 'relay-a', message: 'started from relay relay-a' });
   t.same((await call('POST', '/relay-api/1/bootstrap/relay-a/claim', { limit: 5 }, false)).json, { data: [] }, 'claimed once');
 

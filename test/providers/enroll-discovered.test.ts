@@ -36,24 +36,17 @@ async function setup(t: Test) {
   return { store, send };
 }
 
-t.test('an agent enrolling on a discovered instance joins its row; one elsewhere is a new node', async (t) => {
+t.test('an agent naming a discovered instance does not join its row: the claim waits for proof', async (t) => {
   const { store, send } = await setup(t);
   const before = (await store.listNodes({ page: 1, per_page: 10, sort: 'hostname' })).data;
   t.equal(before.length, 2);
   const node = await send('10000000-0000-4000-8000-00000000000a', { cloud: { provider: 'aws', instance_id: 'i-1', region: 'eu-west-1', account_id: '111122223333' } });
-  t.match(node, { id: '10000000-0000-4000-8000-00000000000a', source_id: 'i-1', accepted: 'pending', status: 'reachable', tags: { env: 'prod' } });
+  t.match(node, { id: '10000000-0000-4000-8000-00000000000a', source_id: null, accepted: 'pending', tags: {} }, 'registered on its own, nothing inherited');
   const rows = (await store.listNodes({ page: 1, per_page: 10, sort: 'hostname' })).data;
-  t.equal(rows.length, 2, 'still two nodes: the agent joined the discovered row');
-  t.match(rows.find((r) => r.source_id === 'i-1'), { id: node.id, managers: ['aws'], has_agent: true });
-  t.equal(await store.getNode(before.find((r) => r.source_id === 'i-1')!.id), null, 'the discovered id is gone');
-
-  // Under facts.cloud too.
-  const viaFacts = await send('10000000-0000-4000-8000-00000000000b', { facts: { cloud: { instance_id: 'i-2', region: 'eu-west-1', account_id: '111122223333' } } });
-  t.equal(viaFacts.source_id, 'i-2');
-  // An instance no manager discovered, and a claim on a row that already has its agent: new nodes.
-  const stranger = await send('10000000-0000-4000-8000-00000000000c', { cloud: { instance_id: 'i-9', region: 'eu-west-1', account_id: '111122223333' } });
-  t.equal(stranger.source_id, null);
-  const claim = await send('10000000-0000-4000-8000-00000000000d', { cloud: { instance_id: 'i-1', region: 'eu-west-1', account_id: '111122223333' } });
-  t.match(claim, { source_id: null, accepted: 'pending' }, 'a row with an agent is never taken over');
-  t.equal((await store.listNodes({ page: 1, per_page: 10 })).total, 4);
+  t.equal(rows.length, 3, 'a node of its own beside the discovered row');
+  t.match(rows.find((r) => r.source_id === 'i-1'), { id: before.find((r) => r.source_id === 'i-1')!.id, tags: { env: 'prod' } }, 'the discovered row is untouched');
+  // Under facts.cloud, and an instance no manager discovered: new nodes alike.
+  t.equal((await send('10000000-0000-4000-8000-00000000000b', { facts: { cloud: { instance_id: 'i-2', region: 'eu-west-1', account_id: '111122223333' } } })).source_id, null);
+  t.equal((await send('10000000-0000-4000-8000-00000000000c', { cloud: { instance_id: 'i-9', region: 'eu-west-1', account_id: '111122223333' } })).source_id, null);
+  t.equal((await store.listNodes({ page: 1, per_page: 10 })).total, 5);
 });

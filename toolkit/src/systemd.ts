@@ -98,7 +98,9 @@ export async function runDaemon(d: DaemonRun): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  // The stdout line is a contract (docs/api.md, the ready line); the log gets a record of its own.
   process.stdout.write(`${JSON.stringify({ ready: true, url: d.url })}\n`);
+  d.log.info({ ready: true, url: d.url }, 'ready');
   await sdNotify({ ready: true, status: `listening on ${d.url}` });
   // WatchdogSec in the unit: pings at half its interval for as long as the event loop turns.
   if (!stopping) stopWatchdog = startWatchdog(process.env);

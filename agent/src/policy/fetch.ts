@@ -12,6 +12,7 @@ import { policyKeyId, verifyBundle, type PolicyBundle } from '@capstan/shared/po
 import { followEndorsements } from '@capstan/shared/policy/keys';
 import { HEADER_PROTOCOL, PROTOCOL_VERSION, userAgent } from '@capstan/shared/protocol';
 import { writeAtomic } from '../identity/state.js';
+import { checkGeneration, generationFloor, raiseGeneration } from './generation.js';
 
 /** Largest policy response the agent reads. */
 export const MAX_BUNDLE_BYTES = 32 * 1024 * 1024;
@@ -137,12 +138,17 @@ export async function fetchPolicy(opts: {
       repinned = followEndorsements(pinned, signed.endorsements, signed.key_id);
     }
     const bundle = verifyBundle(signed, repinned ?? pinned, opts.nodeId);
+    // Never older than what was applied already (generation.ts): a relay replaying a signed bundle.
+    const root = opts.configuredKeyPem ? policyKeyId(opts.configuredKeyPem) : 'tofu';
+    const floor = await generationFloor(opts.stateDir, opts.nodeId, root);
+    checkGeneration(bundle, floor);
     if (firstPin) await writeAtomic(f.key, firstPin, 0o644);
     if (repinned) {
       if (opts.configuredKeyPem) await writeAtomic(f.anchor, policyKeyId(opts.configuredKeyPem), 0o644);
       await writeAtomic(f.key, repinned.publicKeyPem, 0o644);
     }
     await writeAtomic(f.bundle, JSON.stringify(bundle), 0o600);
+    await raiseGeneration(opts.stateDir, opts.nodeId, root, floor, bundle);
     const etag = res.headers.etag;
     if (typeof etag === 'string') await writeAtomic(f.etag, etag, 0o600);
     return { bundle, source: 'fresh' };

@@ -55,6 +55,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'GET /api/1/nodes/:id/runs': view,
   'GET /api/1/nodes/:id/compliance': view,
   'GET /api/1/nodes/:id/host-key': view,
+  'GET /api/1/nodes/:id/claim': view,
   'GET /api/1/nodes/:id/policy': view,
   'GET /api/1/nodes/:id/properties': view,
   'GET /api/1/nodes/:id/properties/effective': view,
@@ -68,6 +69,7 @@ export const ROUTE_ACCESS: Readonly<Record<string, RouteAccess>> = {
   'PATCH /api/1/nodes/:id': { ...admin('node.update', p('id')), lesser: ['operator', ['state']] },
   'DELETE /api/1/nodes/:id': admin('node.delete', p('id')),
   'DELETE /api/1/nodes/:id/host-key': admin('node.host_key.clear', p('id')),
+  'POST /api/1/nodes/:id/claim/confirm': admin('node.claim.confirm', p('id')),
   'POST /api/1/nodes/:id/identity/renew': admin('node.identity.renew', p('id')),
   'POST /api/1/groups/:group/identity/renew': admin('group.identity.renew', p('group')),
   // Compliance, changes, lifecycle, status

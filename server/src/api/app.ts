@@ -47,6 +47,7 @@ import { remoteRunRoutes, type RemoteRunDeps } from './routes/remote-run.js';
 import { identityAdminRoutes, identityPublicRoutes, inventoryTokenUploads } from './routes/identity.js';
 import { lifecycleRoutes, type LifecycleView } from './routes/lifecycle.js';
 import { nodeRoutes } from './routes/nodes.js';
+import { claimRoutes } from './routes/claims.js';
 import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from './routes/managers.js';
 import { relayNodesRoutes } from './routes/relay-nodes.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
@@ -267,6 +268,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   }
   // The node list's compliance sort judges each node at the moment of the request.
   nodeRoutes(admin, store, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
+  claimRoutes(admin, store, domain.nodes);
   complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
   changeRoutes(admin, store, aggregates);
   findingRoutes(admin, store);

@@ -51,6 +51,11 @@ export interface BootstrapRunnerOptions {
   sweepIntervalMs: number;
   /** bootstrap.package_url and its sha256, handed to relays to download from (absent: they ask the server). */
   packageSource?: { url: string; sha256: string };
+  /**
+   * The server's current policy public key (PEM): written into every agent configuration a
+   * bootstrap makes (`[policy] public_key_pem`), so the agent never trusts a key on first use.
+   */
+  policyKeyPem?: () => string;
   now?: () => Date;
 }
 
@@ -80,9 +85,14 @@ export const enrolDigest = (secret: string) => createHash('sha256').update(secre
 /** TOML basic string (JSON's escapes are TOML's for what a URL or a path holds). */
 const tomlString = (s: string) => JSON.stringify(s);
 
-/** The agent's configuration a bootstrap writes. */
-export function agentConfigText(o: { relayUrl: string; secret: string; installRoot: string; jobId: string }): string {
+/**
+ * The agent's configuration a bootstrap writes. With the server's policy key it is pinned there
+ * (`[policy] public_key_pem`): the agent then refuses a bundle no chain from that key endorses,
+ * instead of pinning whatever key its first policy offers.
+ */
+export function agentConfigText(o: { relayUrl: string; secret: string; installRoot: string; jobId: string; policyKeyPem?: string }): string {
   const root = o.installRoot.replace(/\/+$/, '');
+  const pem = o.policyKeyPem?.trim();
   return [
     `# Written by capstan-server's bootstrap job ${o.jobId}.`,
     '[agent]',
@@ -90,6 +100,7 @@ export function agentConfigText(o: { relayUrl: string; secret: string; installRo
     '# Single-use secret of this bootstrap: its first inventory joins the node\'s row and is accepted.',
     `enrollment_secret = ${tomlString(o.secret)}`,
     ...(root ? [`state_dir = ${tomlString(`${root}/var/lib/capstan/agent`)}`] : []),
+    ...(pem ? ['', '[policy]', '# The server\'s policy key, pinned at bootstrap.', `public_key_pem = ${tomlString(`${pem}\n`)}`] : []),
     '',
   ].join('\n');
 }
@@ -172,6 +183,11 @@ export class BootstrapRunner {
     return { node, credentialId: chosen, credential, secret };
   }
 
+  private policyKey(): { policyKeyPem?: string } {
+    const pem = this.o.policyKeyPem?.();
+    return pem ? { policyKeyPem: pem } : {};
+  }
+
   private at(): string {
     return this.now().toISOString();
   }
@@ -233,7 +249,7 @@ export class BootstrapRunner {
         host: node.address!,
         credential,
         packageFor: (arch) => this.o.packages.packageFor(arch),
-        agentConfig: agentConfigText({ relayUrl, secret, installRoot: root, jobId: job.id }),
+        agentConfig: agentConfigText({ relayUrl, secret, installRoot: root, jobId: job.id, ...this.policyKey() }),
         installRoot: root || '/',
         sudo: settings.sudo,
         startCommand: settings.start_command,
@@ -289,7 +305,7 @@ export class BootstrapRunner {
             ...(credential.privateKey !== undefined && { private_key: credential.privateKey }),
             ...(credential.passphrase !== undefined && { passphrase: credential.passphrase }),
             ...(credential.password !== undefined && { password: credential.password }),
-            agent_config: agentConfigText({ relayUrl, secret, installRoot: root, jobId: job.id }),
+            agent_config: agentConfigText({ relayUrl, secret, installRoot: root, jobId: job.id, ...this.policyKey() }),
           };
           const pin = await store.bootstrap.getHostKey(nodeId);
           out.push({

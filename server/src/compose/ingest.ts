@@ -14,6 +14,7 @@ import { uploadNameOf } from '@capstan/toolkit/spool/ocs-pair';
 import { SpoolProcessor, type ProcessedEvent } from '@capstan/toolkit/spool/processor';
 import { RecentBodies } from '@capstan/toolkit/spool/recent';
 import { Spool } from '@capstan/toolkit/spool/spool';
+import { AttemptLedger } from '@capstan/toolkit/spool/quarantine';
 import type { ServerConfig } from '../config.js';
 import { batchTaker } from '../ingest/batch.js';
 import { ingestInventory } from '../ingest/inventory.js';
@@ -111,8 +112,16 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
       log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
     },
   };
+  // Files that killed the server while ingested: quarantined after [processing] quarantine_after.
+  const spoolRoot = join(config.general.data_dir, 'spool');
+  const ledgers = {} as Record<SpoolKind, AttemptLedger>;
+  for (const kind of SPOOL_KINDS) {
+    ledgers[kind] = new AttemptLedger(join(spoolRoot, 'attempts', `${kind}.log`), p.quarantine_after, join(spoolRoot, 'quarantine', kind));
+    ledgers[kind].open();
+  }
   for (const kind of SPOOL_KINDS) {
     processors[kind] = new SpoolProcessor({
+      ledger: ledgers[kind],
       kind, spool, log,
       // A run log's handler waits for its batch's commit: enough of them in flight to fill one.
       concurrency: kind === 'reports' ? Math.max(p.concurrency, runLogs.inFlightHint) : p.concurrency,
@@ -135,7 +144,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
       runLogsInMemory: { keepBytes: 1024 * 1024, onWritten: written },
       // Relays send their run logs up in batches, ingested from memory (ingest/batch.ts).
       takeBatch: batchTaker({
-        spool, runLogs, log, maxInMemory: p.max_in_memory, written,
+        spool, runLogs, log, maxInMemory: p.max_in_memory, written, ledger: ledgers.reports,
         spooled: (kind, name) => processors[kind].notify(name),
         processed: (e) => count(e.kind, e),
       }),
@@ -145,6 +154,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
     },
     async stop() {
       for (const kind of SPOOL_KINDS) await processors[kind].stop();
+      for (const kind of SPOOL_KINDS) ledgers[kind].close();
       await runLogs.close();
     },
   };

@@ -22,6 +22,7 @@ import { recordToSpec } from '../providers/managers.js';
 import { lifecyclePolicy, Sweeper, type LifecyclePolicy } from '../registry/lifecycle.js';
 import type { RelayHub } from '../remote-run/relay-links.js';
 import type { Store } from '../store/store.js';
+import type { PolicyKeyring } from '../policy/key.js';
 
 /** Polls this server makes itself act as `discovery`. */
 const DISCOVERY = systemActor('discovery');
@@ -41,7 +42,7 @@ export interface Operations {
   stop(): Promise<void>;
 }
 
-function bootstrapRunner(config: ServerConfig, store: Store, log: Logger, identity: NodeIdentity): BootstrapRunner | null {
+function bootstrapRunner(config: ServerConfig, store: Store, log: Logger, identity: NodeIdentity, policyKey?: PolicyKeyring): BootstrapRunner | null {
   if (!config.bootstrap.enabled) return null;
   const b = config.bootstrap;
   const dataDir = config.general.data_dir;
@@ -57,10 +58,11 @@ function bootstrapRunner(config: ServerConfig, store: Store, log: Logger, identi
     settings: b,
     sweepIntervalMs: config.jobs.sweep_interval,
     ...(b.package_url && { packageSource: { url: b.package_url, sha256: b.package_sha256.toLowerCase() } }),
+    ...(policyKey && { policyKeyPem: () => policyKey.current().publicKeyPem }),
   });
 }
 
-export function operations(config: ServerConfig, log: Logger, store: Store, domain: Domain, identity: NodeIdentity, hub: RelayHub, metrics: ServerMetrics): Operations {
+export function operations(config: ServerConfig, log: Logger, store: Store, domain: Domain, identity: NodeIdentity, hub: RelayHub, metrics: ServerMetrics, policyKey?: PolicyKeyring): Operations {
   const policy = lifecyclePolicy(config);
   const sweeper = new Sweeper({ store, nodes: domain.nodes, policy, intervalMs: config.lifecycle.sweep_interval, log });
   sweeper.on('sweep', (r) => metrics.onSweep(r));
@@ -72,7 +74,7 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
     answerWaitMs: config.jobs.answer_wait,
     maxOutputBytes: config.jobs.max_output,
   });
-  const bootstrap = bootstrapRunner(config, store, log, identity);
+  const bootstrap = bootstrapRunner(config, store, log, identity, policyKey);
   // Managers whose provider is `server` are polled here; each poll goes to the registry.
   const providers = config.providers.enabled
     ? new Poller({

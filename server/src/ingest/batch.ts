@@ -17,6 +17,7 @@ import type { SpoolKind } from '@capstan/shared/protocol';
 import { batchResultOf, type BatchUpload } from '@capstan/toolkit/http/batch';
 import type { ProcessedEvent } from '@capstan/toolkit/spool/processor';
 import type { Spool } from '@capstan/toolkit/spool/spool';
+import type { AttemptLedger } from '@capstan/toolkit/spool/quarantine';
 import type { RunLogIngest } from './runlog.js';
 
 export interface BatchTakerDeps {
@@ -31,6 +32,12 @@ export interface BatchTakerDeps {
   /** A run log ingested or refused here, as the spool processor reports its files. */
   processed: (e: ProcessedEvent) => void;
   log: Logger;
+  /**
+   * The run logs' attempt ledger (toolkit spool/quarantine.ts): a run log whose ingest from a
+   * batch was under way when the server died too often is quarantined and answered `refused`
+   * (ERR_INGEST_QUARANTINED), so the relay stops sending it.
+   */
+  ledger?: AttemptLedger;
 }
 
 export function batchTaker(d: BatchTakerDeps): (kind: SpoolKind, files: BatchUpload[]) => Promise<BatchResult[]> {
@@ -49,6 +56,26 @@ export function batchTaker(d: BatchTakerDeps): (kind: SpoolKind, files: BatchUpl
   };
 
   const ingest = async (f: BatchUpload): Promise<BatchResult> => {
+    if (d.ledger?.exhausted(f.name)) {
+      const message = d.ledger.reasonFor(f.name);
+      try {
+        await d.ledger.quarantine(null, f.name, f.data);
+      } catch (err) {
+        return batchResultOf(f.name, err);
+      }
+      d.log.error({ file: f.name, code: 'ERR_INGEST_QUARANTINED', reason: message }, 'file quarantined');
+      d.processed({ kind: 'reports', name: f.name, outcome: 'failed', error: new Error(message), ms: 0 });
+      return { file: f.name, status: 201, refused: { code: 'ERR_INGEST_QUARANTINED', message } };
+    }
+    d.ledger?.started(f.name);
+    try {
+      return await ingestOne(f);
+    } finally {
+      d.ledger?.ended(f.name);
+    }
+  };
+
+  const ingestOne = async (f: BatchUpload): Promise<BatchResult> => {
     const started = Date.now();
     try {
       const r = await d.runLogs.ingest('', f.name, f.data);

@@ -17,6 +17,7 @@ import type { IngestDeps } from './runlog.js';
 import { verifiedOcs } from './ocs-ingest.js';
 import { nodeActor } from '../audit/actor.js';
 import { decompressUpload } from './runlog-prepare.js';
+import { normaliseInventory } from './inventory-fields.js';
 
 export interface InventoryDoc {
   node_id: string;
@@ -134,9 +135,11 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   const autoAccept = bootstrap?.cause ?? (deps.enrollment
     ? autoAcceptCause(deps.enrollment, { nodeId: info.nodeId, hostname: doc.hostname, secret })
     : null);
-  // An agent on an instance a manager discovered: its first inventory takes over that row
-  // (pending again, so acceptance goes as for any newcomer) instead of making a second node.
-  const cloud = known ? null : (bootstrap?.identity ?? cloudIdentity(doc));
+  // An agent a bootstrap installed on a discovered instance takes over that row (pending again,
+  // so acceptance goes as for any newcomer). A cloud identity the inventory merely names proves
+  // nothing: the node is registered on its own, and the claim waits for an admin's confirmation
+  // (providers/claims.ts, POST /api/1/nodes/<id>/claim/confirm).
+  const cloud = known ? null : (bootstrap?.identity ?? null);
   const actor = nodeActor(info.nodeId);
   if (cloud) await deps.nodes.adoptDiscovered(info.nodeId, cloud, receivedAt, actor);
   const fingerprint = certificateFingerprint(doc.certificate);
@@ -149,7 +152,8 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
     os_version: doc.os.version,
     agent_version: doc.agent_version,
     policy_server: doc.policy_server,
-    inventory: kept,
+    // Optional fields of the wrong type are left out and named in `errors` (inventory-fields.ts).
+    inventory: normaliseInventory(kept).doc,
     received_at: receivedAt,
     sent_at: info.timestamp,
     auto_accept: autoAccept,

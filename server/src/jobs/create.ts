@@ -31,6 +31,8 @@ export interface JobLimits {
   maxTargets: number;
   /** Bootstrap jobs: the relay URL a job that names none gets ([bootstrap] relay_url; '' none). */
   bootstrapRelayUrl?: string;
+  /** `[bootstrap] allowed_relay_urls`: more URLs an operator may name (bootstrap/relay-url.ts). */
+  bootstrapAllowedRelayUrls?: readonly string[];
   /** Bootstrap jobs are refused (ERR_BOOTSTRAP_DISABLED) when false. */
   bootstrapEnabled?: boolean;
 }

@@ -9,12 +9,14 @@ import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import type { ServerConfig } from '../config.js';
 import { createJob, type JobLimits, type JobRequest } from './create.js';
+import { checkRelayUrl } from '../bootstrap/relay-url.js';
 
 /** The limits of `[jobs]` and `[bootstrap]` a job request is checked against. */
 export function jobLimits(config: Pick<ServerConfig, 'jobs' | 'bootstrap'>): JobLimits {
   return {
     defaultTimeoutMs: config.jobs.default_timeout, maxTargets: config.jobs.max_targets,
     bootstrapEnabled: config.bootstrap.enabled, bootstrapRelayUrl: config.bootstrap.relay_url,
+    bootstrapAllowedRelayUrls: config.bootstrap.allowed_relay_urls,
   };
 }
 
@@ -39,6 +41,10 @@ export class JobService {
   }
 
   async create(request: JobRequest, actor: Actor): Promise<JobRecord> {
+    if (request.bootstrap) {
+      const { bootstrapRelayUrl: defaultUrl, bootstrapAllowedRelayUrls: allowed } = this.deps.limits;
+      await checkRelayUrl(this.deps.store, request.bootstrap.relay_url, { ...(defaultUrl !== undefined && { defaultUrl }), ...(allowed && { allowed }) }, actor);
+    }
     const job = await createJob(this.deps.store, request, this.deps.limits, this.now());
     await this.deps.audit?.record(actor, { action: 'job.create', target: job.id, before: null, after: job });
     if (job.type === 'bootstrap') this.deps.kick.bootstrap?.();

@@ -20,6 +20,9 @@ export interface SignedBundleAnswer {
   text: () => string;
 }
 
+/** A bundle's generation: the time its content was generated for the node, in ms since the epoch. */
+export const bundleGeneration = (generatedAt: string): number => Math.max(0, Date.parse(generatedAt) || 0);
+
 export class BundleServer {
   /** node id → its last signed bundle, in least-recently-used order (Map keeps insertion order). */
   private readonly cache = new Map<string, { key: string; text: string }>();
@@ -52,7 +55,9 @@ export class BundleServer {
           this.cache.set(nodeId, hit);
           return hit.text;
         }
-        const bundle = JSON.parse(bundleText) as PolicyBundle;
+        // The generation (docs/policy.md, Rollback): the node's generation time in ms, which only
+        // grows for a node (its content changes, or it is generated for the first time).
+        const bundle: PolicyBundle = { ...(JSON.parse(bundleText) as PolicyBundle), generation: bundleGeneration(rec.generated_at) };
         const text = JSON.stringify(signBundle(bundle, k.privateKeyPem, { includePublicKey: true, endorsements: k.endorsements }));
         this.remember(nodeId, cacheKey, text);
         return text;

@@ -149,6 +149,19 @@ export class NodeRegistry {
     return adopted;
   }
 
+  /**
+   * A claim an admin confirmed (providers/claims.ts): the node takes over the discovered row with
+   * this identity (ManagerStore.joinDiscovered); false when there is none to take over.
+   */
+  async joinDiscovered(nodeId: string, identity: CloudIdentity, discoveredId: string, actor: Actor): Promise<NodeRecord | null> {
+    const before = await this.mustGet(nodeId);
+    const at = this.now().toISOString();
+    if (!(await this.deps.store.managers.joinDiscovered(nodeId, identity, at, `claim confirmed by ${actor.name}: joined discovered node ${discoveredId}`))) return null;
+    const after = await this.mustGet(nodeId);
+    await this.done('discovery', 'node.claim.confirm', before, after, at, actor);
+    return after;
+  }
+
   /** A discovery poll's instances, applied to the manager's nodes; each node it moved is recorded. */
   async applyDiscovery(managerId: string, instances: DiscoveredInstance[], at: string, actor: Actor): Promise<DiscoverySummary> {
     const summary = await this.deps.store.managers.applyDiscovery(managerId, instances, at);

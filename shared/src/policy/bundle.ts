@@ -56,6 +56,12 @@ export interface PolicyBundle {
   node_id: string;
   config_id: string;
   generated_at: string;
+  /**
+   * The node's bundle generation (docs/policy.md, Rollback): signed with the rest, it only grows
+   * for a node, and an agent never applies one lower than the highest it applied. Absent from
+   * bundles of servers older than it.
+   */
+  generation?: number;
   directives: BundleDirective[];
   /** The node's effective properties that are not secret: what conditions read as `node.properties`. */
   properties?: Record<string, unknown>;
@@ -206,6 +212,7 @@ export function verifyBundle(signed: unknown, pinned: { keyId: string; publicKey
   if (b.node_id !== nodeId) throw capstanError('ERR_POLICY_NODE_MISMATCH', `bundle is for node ${b.node_id}, not ${nodeId}`);
   b.directives.forEach(checkDirective);
   if (b.properties !== undefined && !isObject(b.properties)) throw bad('bundle properties must be an object');
+  if (b.generation !== undefined && !(Number.isSafeInteger(b.generation) && (b.generation as number) >= 0)) throw bad('bundle generation must be a non-negative integer');
   if (b.secrets !== undefined) checkSecrets(b.secrets, 'secrets');
   return b as unknown as PolicyBundle;
 }

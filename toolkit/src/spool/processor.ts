@@ -19,6 +19,7 @@ import type { Logger } from '@capstan/shared/log';
 import type { SpoolKind } from '@capstan/shared/protocol';
 import type { Spool } from './spool.js';
 import { isWaiting } from './ocs-pair.js';
+import type { AttemptLedger } from './quarantine.js';
 
 export type Outcome = 'done' | 'failed' | 'retry';
 
@@ -51,6 +52,8 @@ export interface ProcessorOptions {
    * way). Absent: every name.
    */
   accepts?: (name: string) => boolean;
+  /** Files that killed the program while handled are quarantined after a few (quarantine.ts). */
+  ledger?: AttemptLedger;
 }
 
 interface RetryState {
@@ -59,7 +62,7 @@ interface RetryState {
 }
 
 export class SpoolProcessor extends EventEmitter {
-  private readonly o: Required<Omit<ProcessorOptions, 'usePolling' | 'accepts'>> & { usePolling: boolean; accepts?: (name: string) => boolean };
+  private readonly o: Required<Omit<ProcessorOptions, 'usePolling' | 'accepts' | 'ledger'>> & { usePolling: boolean; accepts?: (name: string) => boolean; ledger?: AttemptLedger };
   /** Names refused by `accepts` and already logged (bounded: the catch-up listing sees them again). */
   private readonly ignored = new Set<string>();
   private readonly dir: string;
@@ -289,6 +292,27 @@ export class SpoolProcessor extends EventEmitter {
     const path = `${this.dir}/${name}`;
     // Made only when there is something to say: a child logger per file costs at thousands a second.
     const log = () => this.o.log.child({ file: name, kind: this.o.kind });
+    const ledger = this.o.ledger;
+    if (ledger?.exhausted(name)) {
+      try {
+        const reason = await ledger.quarantine(path, name);
+        this.retries.delete(name);
+        log().error({ code: 'ERR_INGEST_QUARANTINED', reason, dir: ledger.quarantineDir }, 'file quarantined');
+        this.emit('processed', { kind: this.o.kind, name, outcome: 'failed', error: new Error(reason), ms: 0 } satisfies ProcessedEvent);
+      } catch (err) {
+        log().error({ err }, 'cannot quarantine file');
+      }
+      return;
+    }
+    ledger?.started(name);
+    try {
+      await this.run1(path, name, started, log);
+    } finally {
+      ledger?.ended(name);
+    }
+  }
+
+  private async run1(path: string, name: string, started: number, log: () => Logger): Promise<void> {
     try {
       await this.o.handle(path, name, this.abort.signal);
       await this.o.spool.remove(this.o.kind, name);

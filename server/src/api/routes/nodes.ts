@@ -12,6 +12,7 @@ import { NODE_STATES } from '../../registry/rules.js';
 import { checkProperties } from '../../registry/open.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
 import { actorOf } from '../actor.js';
+import { normaliseInventory } from '../../ingest/inventory-fields.js';
 import { listView } from '../node-view.js';
 import { bodyObject, boolParam, nodeListQuery, paging, single, timeParam, type Query } from '../params.js';
 
@@ -192,7 +193,9 @@ export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegist
     await mustGet(store, req.params.id);
     const inv = await store.getInventory(req.params.id);
     if (!inv) throw capstanError('ERR_NOT_FOUND', `node ${req.params.id} has sent no inventory`);
-    return { data: inv };
+    // Stored before its fields were checked at ingest: checked again here, whatever it holds.
+    const doc = inv.inventory;
+    return { data: doc && typeof doc === 'object' && !Array.isArray(doc) ? { ...inv, inventory: normaliseInventory(doc as Record<string, unknown>).doc } : { ...inv, inventory: {} } };
   });
 
   // What changed between the node's inventories: packages, addresses, kernel (newest first).

@@ -12,6 +12,7 @@ import type { StoreRules } from '../rules.js';
 import { NODE_COLUMNS, nodeFromRow, nodeValues, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { toUtcIso } from '../time.js';
+import { FIND_DISCOVERED, findParams, joinStatements } from './join.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import { type PostgresDb, postgresRows, type Queryable as Q } from '../postgres/db.js';
 
@@ -160,6 +161,29 @@ export class PostgresManagerStore implements ManagerStore {
         await c.query('INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES ($1, $2, $3, $4, $5, $6)',
           [nodeId, h.at, h.field, h.from, h.to, h.cause]);
       }
+      return true;
+    });
+  }
+
+  async findDiscovered(identity: CloudIdentity): Promise<NodeRecord | null> {
+    return this.db.read('find discovered node', async (c) => {
+      const r = await c.query<Row>(`${SELECT_NODE} ${FIND_DISCOVERED((n) => `$${n}`)}`, findParams(identity));
+      return r.rows[0] ? asNode(r.rows[0]) : null;
+    });
+  }
+
+  async joinDiscovered(nodeId: string, identity: CloudIdentity, atRaw: string, cause: string): Promise<boolean> {
+    const at = toUtcIso(atRaw, 'at');
+    return this.db.tx('join discovered node', async (c) => {
+      // Not while a poll is applied (as adoptDiscovered).
+      await c.query("SELECT pg_advisory_xact_lock(hashtext('capstan.discovery'))");
+      const self = await c.query<Row>(`${SELECT_NODE} WHERE n.id = $1 FOR UPDATE OF n`, [nodeId]);
+      if (!self.rows[0] || asNode(self.rows[0]).source_id !== null) return false;
+      const r = await c.query<Row>(`${SELECT_NODE} ${FIND_DISCOVERED((n) => `$${n}`)} FOR UPDATE OF n`, findParams(identity));
+      if (!r.rows[0]) return false;
+      const old = asNode(r.rows[0]);
+      if (old.id === nodeId) return false;
+      for (const [sql, params] of joinStatements((n) => `$${n}`, nodeId, old, asNode(self.rows[0]), at, cause)) await c.query(sql, params);
       return true;
     });
   }

@@ -9,6 +9,7 @@ import type { StoreRules } from '../rules.js';
 import { NODE_COLUMNS, nodeFromRow, nodeParams, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { toUtcIso } from '../time.js';
+import { FIND_DISCOVERED, findParams, joinStatements } from './join.js';
 import { managerFromRow, MANAGER_COLUMNS as COLUMNS } from './rows.js';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 
@@ -153,6 +154,27 @@ export class SqliteManagerStore implements ManagerStore {
       this.db.prepare('DELETE FROM nodes WHERE id = ?').run(old.id);
       const ins = this.db.prepare('INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)');
       for (const h of this.rules.nodes.transitions(old, next, at, `agent enrolled on discovered node ${old.id}`)) ins.run(nodeId, h.at, h.field, h.from, h.to, h.cause);
+      return true;
+    });
+  }
+
+  async findDiscovered(identity: CloudIdentity): Promise<NodeRecord | null> {
+    return this.db.read('find discovered node', () => {
+      const r = this.db.prepare(`${SELECT_NODE} ${FIND_DISCOVERED(() => '?')}`).get(...findParams(identity)) as Row | undefined;
+      return r ? asNode(r) : null;
+    });
+  }
+
+  async joinDiscovered(nodeId: string, identity: CloudIdentity, atRaw: string, cause: string): Promise<boolean> {
+    const at = toUtcIso(atRaw, 'at');
+    return this.db.write('join discovered node', () => {
+      const self = this.db.prepare(`${SELECT_NODE} WHERE n.id = ?`).get(nodeId) as Row | undefined;
+      if (!self || asNode(self).source_id !== null) return false;
+      const r = this.db.prepare(`${SELECT_NODE} ${FIND_DISCOVERED(() => '?')}`).get(...findParams(identity)) as Row | undefined;
+      if (!r) return false;
+      const old = asNode(r);
+      if (old.id === nodeId) return false;
+      for (const [sql, params] of joinStatements(() => '?', nodeId, old, asNode(self), at, cause)) this.db.prepare(sql).run(...params);
       return true;
     });
   }

@@ -80,6 +80,13 @@ export interface ManagerStore {
    * when there is no such row (or the id is already taken).
    */
   adoptDiscovered(nodeId: string, identity: CloudIdentity, at: string): Promise<boolean>;
+  /** The discovered row (no agent yet) with this cloud identity; null when none. */
+  findDiscovered(identity: CloudIdentity): Promise<NodeRecord | null>;
+  /**
+   * A confirmed claim (join.ts): the existing node `nodeId` takes over the discovered row with
+   * this identity. False when either is missing, or the node has a cloud identity already.
+   */
+  joinDiscovered(nodeId: string, identity: CloudIdentity, at: string, cause: string): Promise<boolean>;
 }
 
 /** How each managers method treats U+0000 (guard.ts). */
@@ -96,4 +103,6 @@ export const MANAGERS_NUL: NulRules<ManagerStore> = {
   }),
   recordPoll: lookup([0], () => undefined),
   adoptDiscovered: lookup([0, 1], () => false),
+  findDiscovered: lookup([0], () => null),
+  joinDiscovered: lookup([0, 1], () => false),
 };

@@ -11,6 +11,7 @@ import { useCanWrite } from '../me';
 import { Badge, ComplianceBar, Facts, Percent, Section, Show, Time, stateLabel, useGet } from '../ui';
 import type { NodeRow } from './nodes';
 import { BehindRelay, CustomFacts, RunNow, type Inventory } from './node-parts';
+import { ClaimNotice } from './node-claim';
 
 interface NodeFull extends NodeRow {
   agent_version: string | null; policy_server: string | null; accepted_at: string | null; last_inventory_at: string | null;
@@ -200,6 +201,7 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
               : policy.data.data.groups.map((g, i) => <>{i > 0 && ', '}<a href={`#/groups/${enc(g)}`}>{g}</a></>))],
             ['Registry groups', n.groups.join(', ')], ['Tags', Object.entries(n.tags).map(([k, v]) => `${k}=${v}`).join(', ')],
           ]} />
+          <ClaimNotice id={n.id} />
           {canWrite && n.accepted === 'accepted' && !n.relay && <RunNow id={n.id} name={n.name} />}
         </>
       )}</Show>
