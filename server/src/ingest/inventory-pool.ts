@@ -40,6 +40,8 @@ interface Pending {
 interface Slot {
   worker: Worker;
   current: { id: number; p: Pending; timer: NodeJS.Timeout } | null;
+  /** Its modules are loaded: it is handed inventories from then on. */
+  ready: boolean;
 }
 
 const WORKER_URL = new URL('./inventory-worker.js', import.meta.url);
@@ -85,9 +87,17 @@ export class InventoryPool implements InventoryReader {
     const worker = new Worker(WORKER_URL, {
       resourceLimits: { maxOldGenerationSizeMb: mb, maxYoungGenerationSizeMb: Math.max(4, Math.min(64, Math.floor(mb / 8))) },
     });
-    const slot: Slot = { worker, current: null };
+    const slot: Slot = { worker, current: null, ready: false };
     worker.unref();
+    // Held while it loads, so that a server waiting for an inventory's answer stays up.
+    worker.ref();
     worker.on('message', (reply: InventoryReply) => {
+      if ('ready' in reply) {
+        slot.ready = true;
+        worker.unref();
+        this.pump();
+        return;
+      }
       const cur = slot.current;
       if (!cur || cur.id !== reply.id) return;
       clearTimeout(cur.timer);
@@ -129,7 +139,7 @@ export class InventoryPool implements InventoryReader {
 
   private pump(): void {
     for (const slot of this.slots) {
-      if (slot.current) continue;
+      if (slot.current || !slot.ready) continue;
       const p = this.queues[0].shift() ?? this.queues[1].shift();
       if (!p) return;
       const id = this.nextId++;

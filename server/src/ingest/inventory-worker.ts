@@ -14,11 +14,14 @@ export interface InventoryRequest {
 }
 
 export type InventoryReply =
+  | { ready: true }
   | { id: number; ok: true; doc: InventoryDoc }
   | { id: number; ok: false; error: { capstan: boolean; code?: string; message: string; statusCode?: number; transient?: boolean } };
 
 const port = parentPort;
 if (port) {
+  // Loaded: the pool's clock for an inventory starts when it is handed over, not while this loads.
+  port.postMessage({ ready: true } satisfies InventoryReply);
   port.on('message', (req: InventoryRequest) => {
     readInventory(req.job).then(
       (doc) => port.postMessage({ id: req.id, ok: true, doc } satisfies InventoryReply),

@@ -18,6 +18,7 @@ import { Listing } from './listing.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
 import { RenderError, SealCache, type NodeProblem } from './render.js';
+import { NO_DEADLINE, type DeadlineCheck } from './deadline.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -272,7 +273,7 @@ export class PolicyGenerator {
    * same membership and bundle code as generation, writing nothing (`POST /api/1/policy/plan`).
    * The nodes are the accepted members, in either model, of the groups the changed objects touch.
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>): Promise<NodePreview[]> {
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, deadline: DeadlineCheck = NO_DEADLINE): Promise<NodePreview[]> {
     const listing = new Listing(this.store);
     const touched = (model: PolicyModel) => {
       const out = new Set<string>();
@@ -289,6 +290,7 @@ export class PolicyGenerator {
     const ids = [...nodes].sort();
     const out: NodePreview[] = [];
     for (let i = 0; i < ids.length; i += BATCH) {
+      deadline.checkNow();
       const batch = ids.slice(i, i + BATCH);
       const sideContent = (side: number, nodeId: string) => {
         const groups = sides[side]![1].get(nodeId) ?? new Set<string>();
@@ -302,6 +304,7 @@ export class PolicyGenerator {
       const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
       if (reads.some((r) => r.inventory)) for (const [n, doc] of await this.store.policyInventories(batch)) inputs.get(n)!.inventory = doc;
       for (const nodeId of batch) {
+        deadline.check();
         const [b, a] = [0, 1].map((side) => {
           const { groups, c } = sideContent(side, nodeId);
           return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
