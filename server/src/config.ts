@@ -97,6 +97,8 @@ export const SERVER_SCHEMA = {
     inventory_memory: { type: 'size', default: '512MiB', min: 16777216 },
     /** Inventories waiting for a thread, accepted nodes' first: past it ERR_INVENTORY_BUSY (retried later). */
     inventory_queue: { type: 'integer', default: 64, min: 1, max: 100000 },
+    /** Inventories up to this size decompressed are read on the event loop (a few ms), not handed to a thread; 0: none. */
+    inventory_inline_size: { type: 'size', default: '256KiB', min: 0, max: 1048576 },
     ...RETRY_SCHEMA,
   },
   enrollment: {

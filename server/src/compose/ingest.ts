@@ -90,7 +90,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
   });
   // Inventories: read on their own worker threads, under a time and a memory limit (ingest/inventory-pool.ts).
   const inventoryPool = new InventoryPool({
-    workers: p.inventory_workers, maxQueued: p.inventory_queue, timeLimitMs: p.inventory_time_limit, memoryBytes: p.inventory_memory,
+    workers: p.inventory_workers, maxQueued: p.inventory_queue, timeLimitMs: p.inventory_time_limit, memoryBytes: p.inventory_memory, inlineBytes: p.inventory_inline_size,
   });
   const inventoryDeps: IngestDeps = { ...deps, inventoryReader: inventoryPool };
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).

@@ -3,6 +3,8 @@
  * inventory of a few tens of kB gzip'd may expand to tens of MB of XML, and reading that took
  * seconds of CPU during which no request was answered (docs/capacity.md, "Inventories").
  *
+ * - Inventories of at most `inventory_inline_size` decompressed (256 KiB) are read in the calling
+ *   thread (ingest/inventory.ts): a few milliseconds, less than handing them over.
  * - A small pool (`[processing] inventory_workers`, default 1), started with the first inventory:
  *   a server that receives none costs no thread. Each worker reads one inventory at a time.
  * - Each inventory has `inventory_time_limit` to be read: past it its worker is ended and
@@ -29,6 +31,8 @@ export interface InventoryPoolOptions {
   timeLimitMs: number;
   /** Heap of each worker, in bytes (`inventory_memory`). */
   memoryBytes: number;
+  /** Inventories up to this size decompressed are read by the caller instead (`inventory_inline_size`; 0: none). */
+  inlineBytes?: number;
 }
 
 interface Pending {
@@ -54,10 +58,12 @@ export class InventoryPool implements InventoryReader {
   private closed = false;
   /** Inventories refused for their cost since the start (GET /api/1/system/status could show it). */
   refusedForCost = 0;
+  readonly inlineBytes: number;
 
   constructor(private readonly opts: InventoryPoolOptions) {
     if (!Number.isInteger(opts.workers) || opts.workers < 1) throw new RangeError('inventory_workers must be a positive integer');
     if (!(opts.timeLimitMs > 0)) throw new RangeError('inventory_time_limit must be positive');
+    this.inlineBytes = opts.inlineBytes ?? 0;
   }
 
   get queued(): number {

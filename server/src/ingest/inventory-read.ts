@@ -5,7 +5,7 @@
  * (inventory-pool.ts) so that a costly inventory never holds the event loop, or in the calling
  * thread where no pool is given (unit tests).
  */
-import { capstanError } from '@capstan/shared/errors';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { InventoryInfo } from '@capstan/shared/runlog/name';
 import { readSignedContentUnverified, verifySmime } from '@capstan/shared/smime/verify';
 import { DEFAULT_OCS_LIMITS, readOcsInventory } from './ocs.js';
@@ -61,6 +61,25 @@ const asBuffer = (u: Uint8Array): Buffer => (Buffer.isBuffer(u) ? u : Buffer.fro
 
 /** Read, check and map one inventory; every refusal is a coded error. */
 export async function readInventory(job: InventoryJob): Promise<InventoryDoc> {
+  return (await readWithin(job, Infinity))!;
+}
+
+/**
+ * The same for an inventory of at most `maxBytes` once decompressed, null for a larger one
+ * (`[processing] inventory_inline_size`): small ones cost the event loop a few milliseconds, less
+ * than handing them to a thread, and a newcomer's first one is not kept waiting while a thread starts.
+ */
+export async function readSmallInventory(job: InventoryJob, maxBytes: number): Promise<InventoryDoc | null> {
+  if (job.compression === 'none' && job.raw.byteLength > maxBytes) return null;
+  try {
+    return await readWithin(job, maxBytes);
+  } catch (err) {
+    if (isCapstanError(err) && err.code === 'ERR_DECOMPRESSED_TOO_LARGE') return null;
+    throw err;
+  }
+}
+
+async function readWithin(job: InventoryJob, inline: number): Promise<InventoryDoc | null> {
   const { limits } = job;
   const raw = asBuffer(job.raw);
   if (job.format === 'ocs') {
@@ -70,7 +89,7 @@ export async function readInventory(job: InventoryJob): Promise<InventoryDoc> {
       throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${raw.length} bytes exceeds limits.ocs_max_size (${ocs.maxBytes})`);
     }
     // A gzip bomb stops at the smaller of the two limits (ERR_DECOMPRESSED_TOO_LARGE).
-    const { out: xml, release } = await decompressUpload(raw, job.compression, Math.min(ocs.maxBytes, limits.maxDecompressedBytes), limits);
+    const { out: xml, release } = await decompressUpload(raw, job.compression, Math.min(ocs.maxBytes, limits.maxDecompressedBytes, inline), limits);
     try {
       const sig = parseSignFile(asBuffer(job.sign));
       const { doc, publicKey } = readOcsInventory(xml, ocs);
@@ -84,7 +103,7 @@ export async function readInventory(job: InventoryJob): Promise<InventoryDoc> {
       release();
     }
   }
-  const { out: signed, release } = await decompressUpload(raw, job.compression, limits.maxDecompressedBytes, limits);
+  const { out: signed, release } = await decompressUpload(raw, job.compression, Math.min(limits.maxDecompressedBytes, inline), limits);
   try {
     // Which certificate must have signed it: the pinned one, or for a newcomer the one it carries.
     let signer: string;

@@ -14,7 +14,7 @@ import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
 import { readSignFile } from './ocs-ingest.js';
-import { readInventory, type InventoryJob } from './inventory-read.js';
+import { readInventory, readSmallInventory, type InventoryJob } from './inventory-read.js';
 import { nodeActor } from '../audit/actor.js';
 
 export interface InventoryDoc {
@@ -60,6 +60,8 @@ async function bootstrapEnrolment(
 /** Reads inventories off the event loop (inventory-pool.ts); `accepted` ones go first. */
 export interface InventoryReader {
   read(job: InventoryJob, accepted: boolean): Promise<InventoryDoc>;
+  /** Inventories of at most this many bytes decompressed are read in this thread (0: none). */
+  inlineBytes: number;
 }
 
 /** The inventory at `path` (and its `.sign`), read by the pool when there is one, else here. */
@@ -73,7 +75,9 @@ async function readUpload(deps: IngestDeps, path: string, info: InventoryInfo, k
     known: known ? { accepted: known.accepted, certificate: known.certificate ?? null } : null,
     limits: deps.limits,
   };
-  return deps.inventoryReader ? deps.inventoryReader.read(job, known?.accepted === 'accepted') : readInventory(job);
+  const pool = deps.inventoryReader;
+  if (!pool) return readInventory(job);
+  return (pool.inlineBytes > 0 ? await readSmallInventory(job, pool.inlineBytes) : null) ?? pool.read(job, known?.accepted === 'accepted');
 }
 
 /**
