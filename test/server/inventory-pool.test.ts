@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { InventoryPool } from '@capstan/server/ingest/inventory-pool';
-import type { InventoryJob } from '@capstan/server/ingest/inventory-read';
+import { readSmallInventory, type InventoryJob } from '@capstan/server/ingest/inventory-read';
 import { readOcsInventory, DEFAULT_OCS_LIMITS } from '@capstan/server/ingest/ocs';
 import { ocsXml, rudderNode, signOcs } from '../helpers/ocs.js';
 
@@ -79,4 +79,13 @@ t.test('the OCS reader is linear: long texts and blank runs', async (t) => {
     // fast-xml-parser took 5-6 s for 6.4 MB of either (garbage collection of per-character strings).
     t.ok(performance.now() - s < 1500, `${what}: 8 MiB read in ${Math.round(performance.now() - s)} ms`);
   }
+});
+
+t.test('small inventories are read in the calling thread, larger ones are left to the pool', async (t) => {
+  const small = job(ocsXml(node));
+  t.equal((await readSmallInventory(small, 256 * 1024))?.node_id, node.id);
+  t.equal(await readSmallInventory(small, 1024), null, 'over the inline size: null, for the pool');
+  const gz = { ...job(costly(100_000)), compression: 'gzip' as const };
+  gz.raw = (await import('node:zlib')).gzipSync(gz.raw);
+  t.equal(await readSmallInventory(gz, 256 * 1024), null, 'a gzip\'d one expanding past it too');
 });
