@@ -1,7 +1,7 @@
 /**
- * A RUDDER agent's inventory at the server: the OCS XML (gzip'd or not) and its `.sign`, verified
- * as a pair and mapped onto Capstan's inventory document, then registered as any inventory is
- * (ingest/inventory.ts).
+ * A RUDDER agent's inventory at the server: the OCS XML (gzip'd or not) and its `.sign`, paired
+ * here, verified and mapped onto Capstan's inventory document on an inventory thread
+ * (inventory-read.ts), then registered as any inventory is (ingest/inventory.ts).
  *
  * Identity (docs/inventory.md, "RUDDER agents"): the node's key is the one in the certificate its
  * inventory carries (RUDDER/AGENT/AGENT_CERT, subject `UID=<node id>`). A newcomer's `.sign` must
