@@ -95,6 +95,16 @@ export const SERVER_SCHEMA = {
     /** Ingested files kept in spool/free/ to be overwritten by the next uploads (see relayd's [spool] recycle_files); 0: unlink. */
     recycle_files: { type: 'integer', default: 4096, min: 0, max: 1_000_000 },
     recycle_size: { type: 'size', default: '256MiB' },
+    /** Threads reading inventories (decompress, parse, map, verify), started with the first one. */
+    inventory_workers: { type: 'integer', default: 1, min: 1, max: 16 },
+    /** Longest one inventory may take on its thread: past it ERR_INVENTORY_TOO_COSTLY (failed/). */
+    inventory_time_limit: { type: 'duration', default: '10s', min: 100 },
+    /** Heap of each inventory thread: past it ERR_INVENTORY_TOO_COSTLY. */
+    inventory_memory: { type: 'size', default: '512MiB', min: 16777216 },
+    /** Inventories waiting for a thread, accepted nodes' first: past it ERR_INVENTORY_BUSY (retried later). */
+    inventory_queue: { type: 'integer', default: 64, min: 1, max: 100000 },
+    /** Inventories up to this size decompressed are read on the event loop (a few ms), not handed to a thread; 0: none. */
+    inventory_inline_size: { type: 'size', default: '256KiB', min: 0, max: 1048576 },
     ...RETRY_SCHEMA,
   },
   enrollment: {
@@ -186,6 +196,12 @@ export const SERVER_SCHEMA = {
      * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.
      */
     max_plan_size: { type: 'size', default: '16MiB', min: 1024 },
+    /** Longest POST /api/1/policy/plan runs: past it ERR_PLAN_TIMEOUT (503). */
+    plan_time_limit: { type: 'duration', default: '30s', min: 100 },
+    /** Plans one caller (admin token or console user) may have running at once: past it ERR_PLAN_BUSY (429). */
+    plan_concurrency: { type: 'integer', default: 1, min: 1, max: 64 },
+    /** Plans running at once on this server, all callers together: past it ERR_PLAN_BUSY (429). */
+    plan_concurrency_total: { type: 'integer', default: 2, min: 1, max: 256 },
     /**
      * Admin roles whose policy changes must go through a change request reviewed by another
      * admin (docs/policy.md, Change requests): their direct saves and deletes are refused.

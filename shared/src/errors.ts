@@ -115,6 +115,14 @@ export const ERROR_CODES = {
   ERR_OCS_SIGNATURE: { status: 400 },
   /** An OCS inventory without its `.sign` (or a `.sign` without its inventory) past limits.ocs_pair_wait; transient until then. */
   ERR_OCS_UNPAIRED: { status: 400 },
+  /** Reading an inventory took more than [processing] inventory_time_limit or inventory_memory: refused. */
+  ERR_INVENTORY_TOO_COSTLY: { status: 413 },
+  /** [processing] inventory_queue inventories already wait to be read: the file is tried again later. */
+  ERR_INVENTORY_BUSY: { status: 503, transient: true },
+  /** POST /api/1/policy/plan ran past [policy] plan_time_limit. */
+  ERR_PLAN_TIMEOUT: { status: 503, transient: true },
+  /** The caller (or everyone) already has [policy] plan_concurrency (plan_concurrency_total) plans running. */
+  ERR_PLAN_BUSY: { status: 429, transient: true },
   // policies (downward trust)
   ERR_POLICY_INVALID: { status: 400 },
   ERR_POLICY_SIGNATURE: { status: 400 },

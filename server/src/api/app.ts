@@ -52,6 +52,7 @@ import { managerAdminRoutes, managerRelayRoutes, type ManagerRouteDeps } from '.
 import { relayNodesRoutes } from './routes/relay-nodes.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 import { changeRequestRoutes } from './routes/change-requests.js';
+import { PlanBudget } from './plan-budget.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -169,7 +170,9 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 /** The policy routes' deps, when this app serves policies (a key, and the domain's bundles). */
 function policyDeps(deps: ServerAppDeps): PolicyRouteDeps | null {
   const bundles = deps.domain.bundles;
-  return deps.policy && bundles ? { ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
+  const c = deps.config.policy;
+  const planBudget = new PlanBudget({ timeLimitMs: c.plan_time_limit, perCaller: c.plan_concurrency, total: c.plan_concurrency_total });
+  return deps.policy && bundles ? { planBudget, ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
 }
 
 /** Agents' and relays' uploads (one by one and in batches), with the refusals counted by code. */

@@ -19,6 +19,7 @@ import type { ServerConfig } from '../config.js';
 import { batchTaker } from '../ingest/batch.js';
 import { ingestInventory } from '../ingest/inventory.js';
 import { handleOcsUpload } from '../ingest/ocs-ingest.js';
+import { InventoryPool } from '../ingest/inventory-pool.js';
 import { RunLogIngest, type IngestDeps } from '../ingest/runlog.js';
 import type { ServerMetrics } from '../metrics.js';
 import { enrollmentRules } from '../registry/enrollment.js';
@@ -88,6 +89,11 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
     // PostgreSQL: a few batches at once, each on its own connection (the rest serve the API).
     parallelBatches: config.database.url ? Math.max(1, Math.min(4, config.database.pool_size - 1)) : 1,
   });
+  // Inventories: read on their own worker threads, under a time and a memory limit (ingest/inventory-pool.ts).
+  const inventoryPool = new InventoryPool({
+    workers: p.inventory_workers, maxQueued: p.inventory_queue, timeLimitMs: p.inventory_time_limit, memoryBytes: p.inventory_memory, inlineBytes: p.inventory_inline_size,
+  });
+  const inventoryDeps: IngestDeps = { ...deps, inventoryReader: inventoryPool };
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
   const recent = new RecentBodies(16 * 1024 * 1024);
   const counters: Record<string, number> = {};
@@ -108,7 +114,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
       // An OCS half kept as a candidate (`<name>~<8 hex>`) is read under its upload's name.
       const upName = uploadNameOf(name);
       const node = await handleOcsUpload(spool, name, config.limits.ocs_pair_wait, (data) => processors.inventories.prompt(data),
-        (ocsSignature) => ingestInventory(deps, path, upName, { ocsSignature })) ?? await ingestInventory(deps, path, upName);
+        (ocsSignature) => ingestInventory(inventoryDeps, path, upName, { ocsSignature })) ?? await ingestInventory(inventoryDeps, path, upName);
       log.info({ file: name, nodeId: node.id, accepted: node.accepted }, 'inventory stored');
     },
   };
@@ -156,6 +162,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
       for (const kind of SPOOL_KINDS) await processors[kind].stop();
       for (const kind of SPOOL_KINDS) ledgers[kind].close();
       await runLogs.close();
+      await inventoryPool.close();
     },
   };
 }

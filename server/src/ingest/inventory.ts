@@ -9,14 +9,13 @@ import { capstanError } from '@capstan/shared/errors';
 import { INVENTORY_TOKEN_FIELD } from '@capstan/shared/identity/renew';
 import { type InventoryInfo, parseInventoryName } from '@capstan/shared/runlog/name';
 import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
-import { readSignedContentUnverified, verifySmime } from '@capstan/shared/smime/verify';
 import { autoAcceptCause, MIN_SECRET_LENGTH, SECRET_FIELD } from '../registry/enrollment.js';
 import { enrolDigest } from '../bootstrap/runner.js';
 import type { NodeRecord } from '../store/store.js';
 import type { IngestDeps } from './runlog.js';
-import { verifiedOcs } from './ocs-ingest.js';
+import { readSignFile } from './ocs-ingest.js';
+import { readInventory, readSmallInventory, type InventoryJob } from './inventory-read.js';
 import { nodeActor } from '../audit/actor.js';
-import { decompressUpload } from './runlog-prepare.js';
 import { normaliseInventory } from './inventory-fields.js';
 
 export interface InventoryDoc {
@@ -29,24 +28,7 @@ export interface InventoryDoc {
   [k: string]: unknown;
 }
 
-function invalid(msg: string): never {
-  throw capstanError('ERR_INVENTORY_INVALID', msg);
-}
-
-/** Check the required fields of DESIGN.md's inventory contract; unknown fields are kept. */
-export function validateInventory(doc: unknown): InventoryDoc {
-  if (!doc || typeof doc !== 'object' || Array.isArray(doc)) invalid('inventory must be a JSON object');
-  const d = doc as Record<string, unknown>;
-  for (const f of ['node_id', 'hostname', 'certificate', 'agent_version', 'policy_server'] as const) {
-    if (typeof d[f] !== 'string' || (d[f] as string).length === 0) invalid(`inventory.${f} must be a non-empty string`);
-  }
-  const os = d.os as Record<string, unknown> | undefined;
-  if (!os || typeof os !== 'object') invalid('inventory.os must be an object');
-  for (const f of ['name', 'version', 'kernel', 'arch']) {
-    if (typeof os[f] !== 'string') invalid(`inventory.os.${f} must be a string`);
-  }
-  return d as InventoryDoc;
-}
+export { validateInventory } from './inventory-read.js';
 
 /**
  * The cloud identity an inventory carries: `cloud: {instance_id, region, account_id}` (the agent
@@ -59,14 +41,6 @@ export function cloudIdentity(doc: InventoryDoc): { source_id: string; region: s
   const { instance_id: id, region, account_id: account } = c;
   const ok = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 255 && !/[\u0000-\u001f]/.test(v);
   return ok(id) && ok(region) && ok(account) ? { source_id: id, region, account_id: account } : null;
-}
-
-function parseJson(content: Buffer): unknown {
-  try {
-    return JSON.parse(content.toString('utf8'));
-  } catch {
-    return invalid('inventory is not valid JSON');
-  }
 }
 
 /**
@@ -84,28 +58,27 @@ async function bootstrapEnrolment(
   return { cause: `auto-accept: bootstrap job ${use.job_id}`, identity };
 }
 
-/** A Capstan agent's inventory: S/MIME-signed JSON, compressed. */
-async function verifiedJson(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null): Promise<InventoryDoc> {
-  const raw = await readFile(path);
-  const { out: signed, release } = await decompressUpload(raw, info.compression, deps.limits.maxDecompressedBytes, deps.limits);
-  try {
-    return verifiedJsonDecompressed(deps, signed, known);
-  } finally {
-    release();
-  }
+/** Reads inventories off the event loop (inventory-pool.ts); `accepted` ones go first. */
+export interface InventoryReader {
+  read(job: InventoryJob, accepted: boolean): Promise<InventoryDoc>;
+  /** Inventories of at most this many bytes decompressed are read in this thread (0: none). */
+  inlineBytes: number;
 }
 
-function verifiedJsonDecompressed(deps: IngestDeps, signed: Buffer, known: NodeRecord | null): InventoryDoc {
-  // Which certificate must have signed it: the pinned one, or for a newcomer the one it carries.
-  let signer: string;
-  if (known?.accepted === 'accepted' && known.certificate) {
-    signer = known.certificate;
-  } else {
-    const claimed = validateInventory(parseJson(readSignedContentUnverified(signed)));
-    signer = claimed.certificate;
+/** The inventory at `path` (and its `.sign`), read by the pool when there is one, else here. */
+async function readUpload(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null, signPath: string | undefined): Promise<InventoryDoc> {
+  if (info.format === 'ocs' && (info.signature || !signPath)) {
+    throw capstanError('ERR_OCS_UNPAIRED', `${info.fileName} is one half of an OCS inventory; the pair is read through its inventory`);
   }
-  const verified = verifySmime(signed, [signer], { maxBytes: deps.limits.maxDecompressedBytes, allowSha1: deps.limits.allowSha1 === true });
-  return validateInventory(parseJson(verified.content));
+  const job: InventoryJob = {
+    format: info.format, compression: info.compression, raw: await readFile(path),
+    ...(info.format === 'ocs' && signPath ? { sign: await readSignFile(signPath) } : {}),
+    known: known ? { accepted: known.accepted, certificate: known.certificate ?? null } : null,
+    limits: deps.limits,
+  };
+  const pool = deps.inventoryReader;
+  if (!pool) return readInventory(job);
+  return (pool.inlineBytes > 0 ? await readSmallInventory(job, pool.inlineBytes) : null) ?? pool.read(job, known?.accepted === 'accepted');
 }
 
 /**
@@ -116,9 +89,7 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   const info = parseInventoryName(name);
   const known = await deps.store.getNode(info.nodeId);
   if (known?.accepted === 'refused') throw capstanError('ERR_NODE_REFUSED', `node ${info.nodeId} was refused`);
-  const doc = info.format === 'ocs'
-    ? await verifiedOcs(deps, path, info, known, opts.ocsSignature)
-    : await verifiedJson(deps, path, info, known);
+  const doc = await readUpload(deps, path, info, known, opts.ocsSignature);
   if (doc.node_id !== info.nodeId) {
     throw capstanError('ERR_NODE_MISMATCH', `inventory names node ${doc.node_id} but was sent as ${info.nodeId}`);
   }

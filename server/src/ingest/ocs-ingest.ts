@@ -1,7 +1,7 @@
 /**
- * A RUDDER agent's inventory at the server: the OCS XML (gzip'd or not) and its `.sign`, verified
- * as a pair and mapped onto Capstan's inventory document, then registered as any inventory is
- * (ingest/inventory.ts).
+ * A RUDDER agent's inventory at the server: the OCS XML (gzip'd or not) and its `.sign`, paired
+ * here, verified and mapped onto Capstan's inventory document on an inventory thread
+ * (inventory-read.ts), then registered as any inventory is (ingest/inventory.ts).
  *
  * Identity (docs/inventory.md, "RUDDER agents"): the node's key is the one in the certificate its
  * inventory carries (RUDDER/AGENT/AGENT_CERT, subject `UID=<node id>`). A newcomer's `.sign` must
@@ -14,47 +14,15 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { capstanError, isCapstanError, isTransient } from '@capstan/shared/errors';
-import type { InventoryInfo } from '@capstan/shared/runlog/name';
 import { ocsPairReady, ocsWaiting, olderThan } from '@capstan/toolkit/spool/ocs-pair';
 import type { Spool } from '@capstan/toolkit/spool/spool';
-import type { NodeRecord } from '../store/store.js';
-import type { InventoryDoc } from './inventory.js';
-import { DEFAULT_OCS_LIMITS, readOcsInventory, type OcsLimits } from './ocs.js';
-import { decompressUpload } from './runlog-prepare.js';
-import { certificateKey, MAX_SIGN_FILE_BYTES, parseSignFile, sameKey, verifyOcsSignature } from './ocs-signature.js';
-import type { IngestDeps } from './runlog.js';
+import { MAX_SIGN_FILE_BYTES } from './ocs-signature.js';
 
-async function readBounded(path: string, max: number): Promise<Buffer> {
+/** An OCS inventory's `.sign`, bounded: it is read whole. */
+export async function readSignFile(path: string, max = MAX_SIGN_FILE_BYTES): Promise<Buffer> {
   const bytes = await readFile(path);
   if (bytes.length > max) throw capstanError('ERR_OCS_SIGNATURE', `signature file of ${bytes.length} bytes is larger than ${max}`);
   return bytes;
-}
-
-export async function verifiedOcs(deps: IngestDeps, path: string, info: InventoryInfo, known: NodeRecord | null, signPath: string | undefined): Promise<InventoryDoc> {
-  if (info.signature || !signPath) throw capstanError('ERR_OCS_UNPAIRED', `${info.fileName} is one half of an OCS inventory; the pair is read through its inventory`);
-  const limits = deps.limits.ocs ?? DEFAULT_OCS_LIMITS;
-  const raw = await readFile(path);
-  if (info.compression === 'none' && raw.length > limits.maxBytes) {
-    throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${raw.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
-  }
-  // A gzip bomb stops at the smaller of the two limits (ERR_DECOMPRESSED_TOO_LARGE).
-  const { out: xml, release } = await decompressUpload(raw, info.compression, Math.min(limits.maxBytes, deps.limits.maxDecompressedBytes), deps.limits);
-  try {
-    return await verifiedOcsXml(xml, signPath, known, limits);
-  } finally {
-    release();
-  }
-}
-
-async function verifiedOcsXml(xml: Buffer, signPath: string, known: NodeRecord | null, limits: OcsLimits): Promise<InventoryDoc> {
-  const sig = parseSignFile(await readBounded(signPath, MAX_SIGN_FILE_BYTES));
-  const { doc, publicKey } = readOcsInventory(xml, limits);
-  if (publicKey !== undefined && !sameKey(publicKey, certificateKey(doc.certificate))) {
-    throw capstanError('ERR_OCS_INVALID', 'the inventory\'s CFENGINE_KEY is not the key of its AGENT_CERT');
-  }
-  const signer = known?.accepted === 'accepted' && known.certificate ? known.certificate : doc.certificate;
-  verifyOcsSignature(xml, sig, signer);
-  return doc;
 }
 
 /**

@@ -2,13 +2,13 @@
  * RUDDER agents' OCS inventories (FusionInventory XML, `<REQUEST><CONTENT>…`) read into Capstan's
  * inventory document (docs/inventory.md), so that such a node is pending, accepted and queried
  * like any other. The XML comes from the network before any signature is checked (a newcomer's
- * key is inside it), so it is read under explicit limits: its size, its element count, its depth
- * (fast-xml-parser's maxNestedTags), and never a DOCTYPE: no entity is declared, so none expands,
+ * key is inside it), so it is read under explicit limits: its size, its element count, its depth,
+ * in one linear pass (ocs-xml.ts), and never a DOCTYPE: no entity is declared, so none expands,
  * and nothing outside the document is ever read.
  */
-import { XMLParser, XMLValidator } from 'fast-xml-parser';
 import { capstanError } from '@capstan/shared/errors';
 import type { InventoryDoc } from './inventory.js';
+import { readXmlTree, XmlShapeError } from './ocs-xml.js';
 
 export interface OcsLimits {
   /** Largest XML, in bytes (`[limits] ocs_max_size`). */
@@ -95,7 +95,7 @@ function prefixLength(mask: string | undefined): number | undefined {
 /**
  * Refuse what is never read: a DOCTYPE (entities, external subsets), over-large, over-full or
  * over-deep XML. The depth is counted here, as the elements open at once (a self-closing one
- * included), because the parser's own bound (`maxNestedTags`) lets one level more through.
+ * included), checked before the tree is built.
  */
 function checkShape(xml: string, limits: OcsLimits): void {
   if (/<!DOCTYPE|<!ENTITY/i.test(xml)) throw capstanError('ERR_OCS_DOCTYPE', 'OCS inventory declares a DOCTYPE or an entity: refused, nothing in it is expanded');
@@ -118,7 +118,7 @@ function checkShape(xml: string, limits: OcsLimits): void {
       if (++elements > limits.maxElements) throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory has more than ${limits.maxElements} elements (limits.ocs_max_elements)`);
       if (depth + 1 > limits.maxDepth) throw tooDeep();
       const end = tagEnd(xml, i);
-      if (end < 0) return; // unterminated: the parser and validator say so
+      if (end < 0) return; // unterminated: the reader says so (ocs-xml.ts)
       if (xml.charCodeAt(end - 1) !== 47 /* / */) depth++;
       i = end;
     }
@@ -152,30 +152,13 @@ export function parseOcsXml(bytes: Buffer, limits: OcsLimits = DEFAULT_OCS_LIMIT
   if (bytes.length > limits.maxBytes) throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory of ${bytes.length} bytes exceeds limits.ocs_max_size (${limits.maxBytes})`);
   const xml = bytes.toString('utf8');
   checkShape(xml, limits);
-  const parser = new XMLParser({
-    ignoreAttributes: true,
-    parseTagValue: false,
-    processEntities: false,
-    htmlEntities: false,
-    ignoreDeclaration: true,
-    ignorePiTags: true,
-    trimValues: true,
-    maxNestedTags: limits.maxDepth,
-    isArray: (name: string) => REPEATED.has(name),
-  });
   let doc: Node;
   try {
-    doc = parser.parse(xml) as Node;
+    doc = readXmlTree(xml, REPEATED);
   } catch (err) {
-    if (/nested tags/i.test((err as Error).message)) {
-      throw capstanError('ERR_OCS_TOO_DEEP', `OCS inventory nests elements deeper than limits.ocs_max_depth (${limits.maxDepth})`);
-    }
-    return invalid(`OCS inventory cannot be read: ${(err as Error).message}`);
+    if (err instanceof XmlShapeError) invalid(`OCS inventory is not well-formed XML: ${err.message}`);
+    throw err;
   }
-  // The parser is lenient (it would take `<A></B>`): well-formedness is checked after it, so
-  // that a depth bomb stops at its limit instead of being walked whole first.
-  const valid = XMLValidator.validate(xml);
-  if (valid !== true) invalid(`OCS inventory is not well-formed XML: ${valid.err.msg} (line ${valid.err.line})`);
   const request = child(doc, 'REQUEST');
   if (!request) invalid('OCS inventory has no <REQUEST> element');
   return request;

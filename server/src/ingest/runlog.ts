@@ -16,6 +16,7 @@ import { parseRunInfo } from '@capstan/shared/runlog/name';
 import type { EnrollmentRules } from '../registry/enrollment.js';
 import type { InsertRunResult, NodeTrust, RunInsert, Store } from '../store/store.js';
 import { PrepareWorkerPool } from './pool.js';
+import type { InventoryReader } from './inventory.js';
 import { DEFAULT_MAX_CLOCK_SKEW_MS, prepareRunLog, runStart, type IngestLimits, type PrepareJob, type PreparedRun } from './runlog-prepare.js';
 import { clockSkew } from '../registry/rules.js';
 import type { NodeRegistry } from '../registry/nodes.js';
@@ -31,6 +32,8 @@ export interface IngestDeps {
   now?: () => Date;
   /** Auto-accept rules applied to inventories of new or pending nodes; none: every node waits for an admin. */
   enrollment?: EnrollmentRules;
+  /** Reads inventories on worker threads (inventory-pool.ts); none: in this thread. */
+  inventoryReader?: InventoryReader;
 }
 
 /** The node must be known and accepted, with a pinned certificate, before its run logs count. */

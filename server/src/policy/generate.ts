@@ -268,11 +268,10 @@ export class PolicyGenerator {
   }
 
   /**
-   * What the nodes a set of changes can reach would get under `before` and under `after`, by the
-   * same membership and bundle code as generation, writing nothing (`POST /api/1/policy/plan`).
-   * The nodes are the accepted members, in either model, of the groups the changed objects touch.
+   * What the nodes a set of changes can reach would get under `before` and under `after`, by the same membership and bundle code as
+   * generation, writing nothing (`POST /api/1/policy/plan`, under its deadline); the accepted members of the groups the changes touch.
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>): Promise<NodePreview[]> {
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, deadline?: { check(): void }): Promise<NodePreview[]> {
     const listing = new Listing(this.store);
     const touched = (model: PolicyModel) => {
       const out = new Set<string>();
@@ -302,6 +301,7 @@ export class PolicyGenerator {
       const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
       if (reads.some((r) => r.inventory)) for (const [n, doc] of await this.store.policyInventories(batch)) inputs.get(n)!.inventory = doc;
       for (const nodeId of batch) {
+        deadline?.check();
         const [b, a] = [0, 1].map((side) => {
           const { groups, c } = sideContent(side, nodeId);
           return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));

@@ -15,6 +15,7 @@ import { missingFacts, type FactWarning } from './fact-check.js';
 import type { Technique } from '@capstan/shared/policy/technique';
 import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
+import { NO_DEADLINE, type DeadlineCheck } from './deadline.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -143,7 +144,7 @@ export function canonical(v: unknown): string {
 }
 
 /** The model the request describes: the current one with its objects put (and the rest removed with prune). */
-export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyModel {
+export function desiredModel(current: PolicyModel, req: PlanRequest, deadline: DeadlineCheck = NO_DEADLINE): PolicyModel {
   // Pruning never removes the built-in groups: they are not the files' to manage.
   const builtins = [...current.groups].filter(([id]) => BUILTIN_GROUP_IDS.has(id));
   const next: PolicyModel = req.prune
@@ -163,6 +164,7 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
   // new version; one the request gives must name the version the request gives.
   const given = new Set(req.directives.map((d) => d.id));
   for (const t of req.techniques) {
+    deadline.checkNow();
     for (const d of techniqueUsers(next.directives.values(), t.id)) {
       if (!given.has(d.id) && d.technique!.version !== t.version) next.directives.set(d.id, { ...d, technique: { id: t.id, version: t.version } });
     }
@@ -174,8 +176,9 @@ export function desiredModel(current: PolicyModel, req: PlanRequest): PolicyMode
  * Rules of the desired model may only name its directives and groups, its technique directives
  * only its techniques, at their version, with values that fit.
  */
-function checkReferences(model: PolicyModel): void {
+function checkReferences(model: PolicyModel, deadline: DeadlineCheck): void {
   for (const d of model.directives.values()) {
+    deadline.check();
     try {
       checkTechniqueUse(d, model.techniques);
     } catch (err) {
@@ -184,6 +187,7 @@ function checkReferences(model: PolicyModel): void {
     }
   }
   for (const r of model.rules.values()) {
+    deadline.check();
     for (const [field, known] of [['directives', model.directives], ['groups', model.groups]] as const) {
       const missing = r[field].filter((id) => !known.has(id));
       if (missing.length) bad(`rule ${r.id} names unknown ${field}: ${missing.join(', ')}`, `rules.${r.id}.${field}`);
@@ -293,16 +297,21 @@ export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'pro
   return Object.keys(out).length ? out : null;
 }
 
-export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number): Promise<Plan> {
+export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number, deadline: DeadlineCheck = NO_DEADLINE): Promise<Plan> {
   const before = await loadModel(store);
-  const after = desiredModel(before, req);
-  checkReferences(after);
+  deadline.checkNow();
+  const after = desiredModel(before, req, deadline);
+  checkReferences(after, deadline);
+  deadline.checkNow();
   checkTechniqueSaves(before, after);
+  deadline.checkNow();
   const { changes, unchanged } = objectChanges(before, after);
-  const previews = changes.length ? await generator.preview(before, after, changes) : [];
+  deadline.checkNow();
+  const previews = changes.length ? await generator.preview(before, after, changes, deadline) : [];
   const nodes: NodeImpact[] = [];
   let total = 0;
   for (const p of previews) {
+    deadline.check();
     const rendered = renderedImpact(p);
     const impact = directiveImpact(p.before, p.after) ?? (rendered ? { added: [], changed: [], removed: [] } : null);
     if (!impact) continue;
@@ -322,6 +331,7 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   for (const c of changes) {
     const d = c.kind === 'directive' && c.action !== 'delete' ? after.directives.get(c.id) : undefined;
     if (!d?.condition) continue;
+    deadline.checkNow();
     const reached = previews.filter((p) => p.after.some((x) => x.id === d.id)).map((p) => p.node_id);
     warnings.push(...await missingFacts(store, d, reached));
   }
