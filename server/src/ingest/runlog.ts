@@ -31,6 +31,8 @@ export interface IngestDeps {
   now?: () => Date;
   /** Auto-accept rules applied to inventories of new or pending nodes; none: every node waits for an admin. */
   enrollment?: EnrollmentRules;
+  /** An inventory was stored for this node (vulnerability matching); its failures are its own to report. */
+  onInventory?: (nodeId: string, inventory: Record<string, unknown>) => Promise<void>;
 }
 
 /** The node must be known and accepted, with a pinned certificate, before its run logs count. */

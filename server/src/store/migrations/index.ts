@@ -24,6 +24,7 @@ import { auditChanges } from './0017_audit_changes.js';
 import { findingsEvents } from './0018_findings_events.js';
 import { changeRequests } from './0019_change_requests.js';
 import { consoleSignouts } from './0020_console_signouts.js';
+import { vulnerabilities } from './0021_vulnerabilities.js';
 
 export interface Migration {
   version: number;
@@ -35,6 +36,7 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts,
+  vulnerabilities,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
