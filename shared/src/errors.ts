@@ -307,7 +307,7 @@ export function isTransient(err: unknown): boolean {
 
 /** The JSON body every API answers an error with (admin API). Never carries secrets or stacks. */
 /** Details some codes show in the error body: where a filter went wrong, which node holds an address. */
-const PUBLIC_DETAILS: Record<string, readonly string[]> = { ERR_FILTER_SYNTAX: ['position'], ERR_ADDRESS_TAKEN: ['node'] };
+const PUBLIC_DETAILS: Record<string, readonly string[]> = { ERR_FILTER_SYNTAX: ['position'], ERR_ADDRESS_TAKEN: ['node'], ERR_MUTE_INVALID: ['field'] };
 
 export function errorBody(err: unknown): { error: { code: string; message: string; [k: string]: unknown } } {
   if (err instanceof CapstanError) {

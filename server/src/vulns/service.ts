@@ -6,10 +6,11 @@
  * Reads (views.ts) apply mutes and join KEV and EPSS.
  */
 import { join } from 'node:path';
-import { isCapstanError } from '@capstan/shared/errors';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
-import type { AdvisoryRow, FeedStateRow, VulnFindingRow } from '../store/vulns/types.js';
+import type { AdvisoryRow, FeedStateRow, MuteRow, VulnFindingRow } from '../store/vulns/types.js';
+import type { Mute } from './mute.js';
 import { readEpss, readKev } from './enrich.js';
 import { parseEcosystem } from './ecosystems.js';
 import { importOsvFeed, type ImportReport } from './feed.js';
@@ -273,6 +274,18 @@ export class VulnService {
     const found = nodesAffectedBy(a, holders);
     const rows = [...found.values()].flatMap((m) => m.findings.map((f) => findingRow(m.node, f, at)));
     await this.store.replaceAdvisoryFindings(a.id, nodeIds, rows);
+  }
+
+  /** Keep a checked mute (mute.ts checkMute); ERR_MUTE_EXISTS when its id is taken. */
+  async addMute(m: Mute, by: string): Promise<MuteRow> {
+    const row: MuteRow = { id: m.id, target: m.target, groups: m.groups ?? null, reason: m.reason, expires: m.expires, created_at: this.now().toISOString(), created_by: by };
+    if (!(await this.store.insertMute(row))) throw capstanError('ERR_MUTE_EXISTS', `mute ${m.id} exists`);
+    return row;
+  }
+
+  /** ERR_NOT_FOUND when there is no such mute. */
+  async deleteMute(id: string): Promise<void> {
+    if (!(await this.store.deleteMute(id))) throw capstanError('ERR_NOT_FOUND', `no mute ${id}`);
   }
 
   /** Each configured feed's state, with whether it is stale. */

@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
-import type { ComplianceClock } from '../../store/store.js';
+import type { ComplianceClock } from '../../reads.js';
 import { fixPlan } from '../../vulns/fix-plan.js';
 import { checkMute } from '../../vulns/mute.js';
 import { fleetScore, nodeScores } from '../../vulns/score.js';
@@ -105,13 +105,10 @@ export function vulnRoutes(app: FastifyInstance, deps: VulnRouteDeps): void {
     const o = body && typeof body === 'object' && !Array.isArray(body) ? (body as Record<string, unknown>) : {};
     const unknown = Object.keys(o).find((k) => !['id', 'target', 'groups', 'reason', 'expires'].includes(k));
     if (unknown !== undefined) throw capstanError('ERR_MUTE_INVALID', `mute ${unknown} is not a field`, { details: { field: unknown } });
-    const m = checkMute({ id: `m-${randomBytes(6).toString('hex')}`, ...o });
-    const row = { id: m.id, target: m.target, groups: m.groups ?? null, reason: m.reason, expires: m.expires, created_at: new Date().toISOString(), created_by: actorOf(req).name };
-    if (!(await deps.store.vulns.insertMute(row))) throw capstanError('ERR_MUTE_EXISTS', `mute ${m.id} exists`);
-    return reply.code(201).send({ data: row });
+    return reply.code(201).send({ data: await deps.service.addMute(checkMute({ id: `m-${randomBytes(6).toString('hex')}`, ...o }), actorOf(req).name) });
   });
   app.delete<{ Params: { id: string } }>('/api/1/vulnerabilities/mutes/:id', async (req) => {
-    if (!(await deps.store.vulns.deleteMute(req.params.id))) throw capstanError('ERR_NOT_FOUND', `no mute ${req.params.id}`);
+    await deps.service.deleteMute(req.params.id);
     return { data: { id: req.params.id, deleted: true } };
   });
 
