@@ -15,6 +15,7 @@ import { VulnService } from '@capstan/server/vulns/service';
 import { vulnSettings } from '@capstan/server/vulns/settings';
 import { listView, nodeView, showView, fixesView } from '@capstan/server/vulns/views';
 import { fixPlan } from '@capstan/server/vulns/fix-plan';
+import { evaluateFilter, parseFilter, type FilterSubject } from '@capstan/shared';
 import { inventory, setup, type Backend } from './store-suite.js';
 
 const finding = (node_id: string, advisory: string, pkg = 'libssl3') => ({
@@ -88,6 +89,44 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
     t.equal(await v.deleteMute('m1'), false);
   });
 
+  t.test('filter terms: vuln:<id>, vuln.kev, vuln.severity, vuln.count, in SQL as in memory, mutes honoured', async (t) => {
+    const { store } = await setup(t, backend);
+    const v = store.vulns;
+    for (const id of ['n1', 'n2', 'n3']) await store.upsertFromInventory(inventory(id));
+    await v.putAdvisories([
+      { id: 'DSA-1', modified: '2024-05-01T00:00:00Z', withdrawn: null, summary: null, rating: 'high', cves: ['CVE-2024-3094'], doc: {} },
+      { id: 'DSA-2', modified: '2024-05-01T00:00:00Z', withdrawn: null, summary: null, rating: 'low', cves: ['CVE-2024-2'], doc: {} },
+      { id: 'DSA-3', modified: '2024-05-01T00:00:00Z', withdrawn: null, summary: null, rating: 'critical', cves: ['CVE-2024-3'], doc: {} },
+    ]);
+    await v.replaceEnrichment([{ cve: 'CVE-2024-3094', date_added: '2024-04-01', due_date: null, ransomware: null }], null);
+    const f = (node: string, advisory: string, rating: string) => ({ ...finding(node, advisory), rating });
+    await v.replaceNodeFindings('n1', [f('n1', 'DSA-1', 'high'), f('n1', 'DSA-2', 'low')], []);
+    await v.replaceNodeFindings('n2', [f('n2', 'DSA-2', 'low'), f('n2', 'DSA-3', 'critical')], []);
+    // DSA-3 muted everywhere (in force), DSA-1 by a mute that has expired.
+    await v.insertMute({ id: 'm1', target: 'CVE-2024-3', groups: null, reason: 'accepted', expires: null, created_at: '2024-05-01T00:00:00Z', created_by: 'a' });
+    await v.insertMute({ id: 'm2', target: 'DSA-1', groups: null, reason: 'old', expires: '2024-01-01T00:00:00.000Z', created_at: '2023-05-01T00:00:00Z', created_by: 'a' });
+    const unmuted: Record<string, FilterSubject['vulns']> = {
+      n1: [{ advisory: 'DSA-1', cves: ['CVE-2024-3094'], rating: 'high', kev: true }, { advisory: 'DSA-2', cves: ['CVE-2024-2'], rating: 'low', kev: false }],
+      n2: [{ advisory: 'DSA-2', cves: ['CVE-2024-2'], rating: 'low', kev: false }],
+      n3: [],
+    };
+    const cases: Array<[string, string[]]> = [
+      ['vuln:CVE-2024-3094', ['n1']], ['vuln:DSA-2', ['n1', 'n2']], ['vuln:CVE-2024-3', []], ['not vuln:DSA-1', ['n2', 'n3']],
+      ['vuln.kev = true', ['n1']], ['vuln.kev = false', ['n2', 'n3']], ['vuln.kev != true', ['n2', 'n3']],
+      ['vuln.severity >= high', ['n1']], ['vuln.severity = low', ['n1', 'n2']], ['vuln.severity >= critical', []],
+      ['vuln.count > 1', ['n1']], ['vuln.count = 0', ['n3']], ['vuln.count < 2 and vuln:CVE-2024-2', ['n2']],
+    ];
+    const now = new Date();
+    for (const [expr, want] of cases) {
+      t.same((await store.listNodeIds([{ key: 'q', values: [expr] }])).sort(), want, `${expr} (SQL)`);
+      const memory = ['n1', 'n2', 'n3'].filter((id) => evaluateFilter(parseFilter(expr), { ...subjectOf(id), vulns: unmuted[id]! }, now));
+      t.same(memory, want, `${expr} (in memory)`);
+    }
+    t.throws(() => parseFilter('vuln:CVE-1 = 2'), { code: 'ERR_FILTER_SYNTAX' });
+    t.throws(() => parseFilter('vuln.severity >= dire'), { code: 'ERR_FILTER_SYNTAX' });
+    t.throws(() => parseFilter('vuln.kev > true'), { code: 'ERR_FILTER_SYNTAX' });
+  });
+
   t.test('the service: a feed imported, a node matched, fixed by a new inventory, a withdrawn entry, a mute', async (t) => {
     const { store } = await setup(t, backend);
     const dir = await mkdtemp(join(tmpdir(), 'capstan-vulns-'));
@@ -158,4 +197,11 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
     now = new Date('2024-06-01T00:00:00Z');
     t.match((await again.feedStatus())[0], { stale: true }, 'older than stale_after');
   });
+}
+
+function subjectOf(id: string): FilterSubject {
+  return {
+    id, hostname: `${id}.example.com`, fqdn: null, os_name: 'debian', os_version: '12', os_kernel: null, arch: null, cpus: null, memory: null, addresses: [],
+    packages: {}, facts: {}, properties: {}, tags: {}, state: 'running', status: 'reachable', manager: '', accepted: 'pending', groups: [], last_run_at: null, last_inventory_at: null,
+  };
 }
