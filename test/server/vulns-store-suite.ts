@@ -64,6 +64,7 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
   t.test('findings per node and per advisory, lookup names, counts and mutes', async (t) => {
     const { store } = await setup(t, backend);
     const v = store.vulns;
+    for (const id of ['n1', 'n2']) await store.upsertFromInventory(inventory(id));
     await v.putAdvisories(['DSA-1', 'DSA-2'].map((id) => ({ id, modified: '2024-05-01T00:00:00Z', withdrawn: null, summary: null, rating: 'high', cves: ['CVE-2023-5363'], doc: {} })));
     await v.replaceNodeFindings('n1', [finding('n1', 'DSA-1'), finding('n1', 'DSA-2')], ['libssl3', 'openssl']);
     await v.replaceNodeFindings('n2', [finding('n2', 'DSA-1')], ['openssl', 'bash']);
@@ -80,6 +81,9 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
     t.equal(await v.deleteAdvisoryFindings('DSA-2'), 1);
     await v.replaceNodeFindings('n1', [], ['bash']);
     t.same(await v.nodesWithNames(['openssl']), ['n2'], 'a node\'s names are replaced with its findings');
+    t.equal(await store.deleteNode('n2'), true);
+    t.same(await v.advisoryFindings(['DSA-1']), [], 'a deleted node\'s findings go with it');
+    t.same(await v.nodesWithNames(['openssl']), []);
 
     const mute = { id: 'm1', target: 'CVE-2023-5363', groups: ['dmz'], reason: 'no listener', expires: '2030-01-01T00:00:00.000Z', created_at: '2024-05-01T00:00:00Z', created_by: 'alice' };
     t.equal(await v.insertMute(mute), true);

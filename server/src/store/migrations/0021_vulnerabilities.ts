@@ -3,7 +3,8 @@
  * matching needs them (the validated document as JSON text, with its id, `modified`, withdrawal,
  * CVE ids and rating beside it), the CVE ids each advisory is known by (lookups both ways), KEV
  * and EPSS by CVE, each configured feed's state, every node's findings with their reason, the
- * names each node is looked up by (which nodes a changed advisory may touch), and mutes.
+ * names each node is looked up by (which nodes a changed advisory may touch; both go with their
+ * node), and mutes.
  */
 import type { Migration } from './index.js';
 
@@ -43,7 +44,7 @@ CREATE TABLE vuln_feeds (
   error ${t}
 )__STRICT__;
 CREATE TABLE vuln_findings (
-  node_id ${t} NOT NULL,
+  node_id ${t} NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
   advisory ${t} NOT NULL,
   package ${t} NOT NULL,
   version ${t} NOT NULL,
@@ -56,7 +57,7 @@ CREATE TABLE vuln_findings (
 CREATE INDEX vuln_findings_advisory_idx ON vuln_findings (advisory, node_id);
 CREATE TABLE vuln_node_names (
   name ${t} NOT NULL,
-  node_id ${t} NOT NULL,
+  node_id ${t} NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
   PRIMARY KEY (name, node_id)
 )__STRICT__;
 CREATE INDEX vuln_node_names_node_idx ON vuln_node_names (node_id);
