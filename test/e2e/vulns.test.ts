@@ -4,7 +4,8 @@
  * libssl3 built from a vulnerable openssl appears under the CVE with its reason (API and
  * `capstan`), is muted and unmuted, is closed by an inventory with the fixed version, and a feed
  * update withdrawing the advisory removes its finding; a feed that fails its checksum is not
- * imported and says why. One server start, one `capstan` run.
+ * imported and says why. The console's page and node section show the finding (with a Chromium).
+ * One server start, one `capstan` run.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
@@ -15,6 +16,7 @@ import t from 'tap';
 import { compressSync, createNodeIdentity, inventoryFileName, signSmime } from '@capstan/shared';
 import { ROOT, runProgram, programDir, startServer, waitFor } from '../helpers/programs.js';
 import { makeZip } from '../helpers/zip.js';
+import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
 
 const CVE = 'CVE-2023-5363';
 const advisory = (id: string, over: Record<string, unknown> = {}) => ({
@@ -97,6 +99,22 @@ t.test('a node exposed through its inventory, muted, fixed, and an advisory with
   const cli = await runProgram(join(ROOT, 'server/dist/admin-cli/cli.js'), ['vulns', 'show', CVE, '--json', '--url', server.url, '--token-file', join(dir, 'server', 'admin.token')]);
   t.equal(cli.code, 0, cli.stderr);
   t.match(JSON.parse(cli.stdout).data, { findings: [{ node_id: nodeId, match: { via: 'source', name: 'openssl' } }] });
+
+  // The console shows the same (when a Chromium is at hand: browser.ts).
+  if (!chromiumAbsent()) {
+    const { page, problems } = await openBrowser(t, 'console-vulns');
+    await page.goto(`${server.url}/`);
+    await page.getByLabel('Admin token').fill(token);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Vulnerabilities' }).click();
+    const row = page.getByRole('row', { name: /DSA-5532-1/ });
+    await row.getByText('KEV').waitFor();
+    t.match(await row.innerText(), /CVE-2023-5363\s+high/, 'the advisory with its CVE, KEV and rating');
+    await page.goto(`${server.url}/#/nodes/${nodeId}`);
+    await page.getByText('source openssl 3.0.11-1~deb12u1 in [0, 3.0.11-1~deb12u2)').waitFor();
+    t.same(problems, [], 'no Content-Security-Policy violation, no page error');
+  }
 
   // A mute: kept and marked, not counted; a bad one refused with its field.
   const mute = await api('POST', '/api/1/vulnerabilities/mutes', { target: CVE, reason: 'no TLS listener on this host', expires: '2099-01-01' });
