@@ -11,7 +11,7 @@
  */
 import { percentages, zeroCounts, type ComplianceCounts } from '@capstan/shared/compliance/compute';
 import type { ComplianceClock, NodeFilter, Store } from '../store/store.js';
-import { listView, nodeView, type ViewDeps } from './views.js';
+import { exposureFor, findingPairs, type ViewDeps } from './views.js';
 
 export const GRADES = ['A', 'B', 'C', 'D', 'E'] as const;
 export type Grade = (typeof GRADES)[number];
@@ -57,21 +57,15 @@ export async function nodeScores(deps: ViewDeps & { clock: ComplianceClock }, fi
     after = page[page.length - 1]!.node_id;
   }
   const exposure = new Map<string, { points: number; advisories: number; kev: number }>();
-  // Per advisory: its unmuted nodes (listView applies mutes); points added to each.
+  // Each unmuted (node, advisory) adds its points to the node; its rating is the advisory's highest.
   const ids = [...compliance.keys()];
-  const rows = ids.length ? await store.vulns.findingSummary(ids) : [];
-  const list = ids.length ? await listView(deps, filters.length ? { filters } : {}) : [];
-  const info = new Map(list.map((r) => [r.id, r]));
-  const muted = await mutedPairs(deps, ids);
-  const seen = new Set<string>();
-  for (const r of rows) {
-    const key = `${r.node_id}\u0000${r.advisory}`;
-    if (seen.has(key) || muted.has(key)) continue;
-    seen.add(key);
-    const a = info.get(r.advisory);
-    const kev = a?.kev != null;
+  const pairs = ids.length ? (await findingPairs(deps, ids)).filter((p) => !p.muted) : [];
+  const ratings = new Map((await store.vulns.getAdvisories([...new Set(pairs.map((p) => p.advisory))])).map((a) => [a.id, a.rating]));
+  const exposed = await exposureFor(store, [...new Set(pairs.flatMap((p) => p.cves))]);
+  for (const r of pairs) {
+    const kev = exposed(r.cves).kev !== null;
     const e = exposure.get(r.node_id) ?? { points: 0, advisories: 0, kev: 0 };
-    e.points += (POINTS[a?.rating ?? r.rating ?? ''] ?? 1) * (kev ? 3 : 1);
+    e.points += (POINTS[ratings.get(r.advisory) ?? r.rating ?? ''] ?? 1) * (kev ? 3 : 1);
     e.advisories++;
     if (kev) e.kev++;
     exposure.set(r.node_id, e);
@@ -83,14 +77,6 @@ export async function nodeScores(deps: ViewDeps & { clock: ComplianceClock }, fi
     const eg = exposureGrade(e.points, e.kev > 0);
     return { node_id: id, grade: worse(cg, eg), compliance: { percent: pct, grade: cg }, exposure: { ...e, grade: eg } };
   });
-}
-
-/** (node, advisory) pairs a mute covers now. */
-async function mutedPairs(deps: ViewDeps, nodeIds: string[]): Promise<Set<string>> {
-  const out = new Set<string>();
-  if (!(await deps.store.vulns.listMutes()).length) return out;
-  for (const id of nodeIds) for (const f of (await nodeView(deps, id)).findings) if (f.muted) out.add(`${id}\u0000${f.advisory}`);
-  return out;
 }
 
 export function fleetScore(scores: NodeScore[]): FleetScore {

@@ -131,19 +131,34 @@ export async function nodeView(deps: ViewDeps, nodeId: string): Promise<{ node: 
   return { node: nodeId, findings, counts };
 }
 
+/** Each (node, advisory) with findings, among `nodeIds` (all when absent), and whether a mute covers it now. */
+export async function findingPairs(deps: ViewDeps, nodeIds?: string[]): Promise<Array<{ node_id: string; advisory: string; rating: string | null; cves: string[]; muted: boolean }>> {
+  const summary = await deps.store.vulns.findingSummary(nodeIds);
+  const ctx = await MuteContext.open(deps);
+  const seen = new Set<string>();
+  const out: Array<{ node_id: string; advisory: string; rating: string | null; cves: string[]; muted: boolean }> = [];
+  for (const s of summary) {
+    const key = `${s.node_id}\u0000${s.advisory}`;
+    if (seen.has(key)) continue;
+    seen.add(key);
+    const fake: Finding = { package: '', version: '', match: { advisory: s.advisory, cves: s.cves } as Finding['match'] };
+    out.push({ ...s, muted: ctx.apply(s.node_id, [fake])[0]!.muted !== undefined });
+  }
+  return out;
+}
+
+/** KEV and EPSS for these CVE ids, as a lookup (the first KEV entry, the highest EPSS). */
+export const exposureFor = (store: Store, cves: string[]) => exposureOf(store, cves);
+
 /** Every advisory with findings, with its affected nodes (mutes applied), filtered. */
 export async function listView(deps: ViewDeps, q: VulnListQuery): Promise<VulnListRow[]> {
   const nodeIds = q.filters?.length ? await deps.store.listNodeIds(q.filters) : undefined;
-  const summary = await deps.store.vulns.findingSummary(nodeIds);
-  const ctx = await MuteContext.open(deps);
   const per = new Map<string, { nodes: Set<string>; muted: Set<string>; rating: string | null; cves: string[] }>();
-  for (const s of summary) {
+  for (const s of await findingPairs(deps, nodeIds)) {
     let p = per.get(s.advisory);
     if (!p) per.set(s.advisory, (p = { nodes: new Set(), muted: new Set(), rating: s.rating, cves: s.cves }));
     if (rank(s.rating) > rank(p.rating)) p.rating = s.rating;
-    const fake: Finding = { package: '', version: '', match: { advisory: s.advisory, cves: s.cves } as Finding['match'] };
-    const muted = ctx.apply(s.node_id, [fake])[0]!.muted;
-    (muted && !q.muted ? p.muted : p.nodes).add(s.node_id);
+    (s.muted && !q.muted ? p.muted : p.nodes).add(s.node_id);
   }
   const advisories = new Map((await deps.store.vulns.getAdvisories([...per.keys()])).map((a) => [a.id, a]));
   const exposure = await exposureOf(deps.store, [...per.values()].flatMap((p) => p.cves));
