@@ -140,4 +140,7 @@ t.test('a node exposed through its inventory, muted, fixed, and an advisory with
   const bad = await api('POST', '/api/1/vulnerabilities/feeds/refresh');
   t.match(bad.json.data, { changed: 0, feeds: [{ name: 'debian', error: /^ERR_FEED_CHECKSUM/ }] });
   t.match((await api('GET', '/api/1/vulnerabilities/feeds')).json.data, [{ name: 'debian', error: /^ERR_FEED_CHECKSUM/ }, { name: 'kev', error: null }]);
+  // Without waiting: 202 at once; the feeds' state tells how it went.
+  t.match(await api('POST', '/api/1/vulnerabilities/feeds/refresh?wait=false'), { status: 202, json: { data: { started: true } } });
+  t.match((await api('POST', '/api/1/vulnerabilities/feeds/refresh?wait=maybe')).json, { error: { code: 'ERR_BAD_REQUEST' } });
 });

@@ -159,6 +159,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/vulnerabilities': 'own',
   'GET /api/1/vulnerabilities/fixes': 'own',
   'GET /api/1/score': 'own',
+  'POST /api/1/vulnerabilities/feeds/refresh': { wait: 'boolean' },
   'GET /api/1/events': 'own',
   'GET /api/1/deliveries': { ...PAGING, subscription: 'text', state: ['pending', 'delivered', 'dead'] },
   'GET /api/1/jobs': 'own',

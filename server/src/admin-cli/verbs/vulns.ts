@@ -69,7 +69,12 @@ export function vulnVerbs(program: Command, { act, list, show, io }: Verbs): voi
   v.command('mutes').description('the mutes').action(act(async (api, fmt) => list(fmt, MUTES, (await api.get('/api/1/vulnerabilities/mutes')).body)));
   v.command('feeds').description("each feed's state: last import, the feed's date, stale or not, last error")
     .action(act(async (api, fmt) => list(fmt, FEEDS, (await api.get('/api/1/vulnerabilities/feeds')).body)));
-  v.command('refresh').description('import every feed now (admin)').action(act(async (api, fmt) => {
+  v.command('refresh').description('import every feed now (admin); a first import of large feeds may need --timeout 600 or --no-wait')
+    .option('--no-wait', 'start it and return; `capstan vulns feeds` shows how it went').action(act(async (api, fmt, cmd) => {
+    if ((cmd.opts() as { wait: boolean }).wait === false) {
+      show(fmt, (await api.call('POST', '/api/1/vulnerabilities/feeds/refresh', { query: { wait: 'false' } })).body);
+      return;
+    }
     const d = (await api.call('POST', '/api/1/vulnerabilities/feeds/refresh')).body;
     if (fmt === 'json') return show(fmt, d);
     io.out(`${d.data.changed} advisories changed (${d.data.withdrawn} withdrawn), ${d.data.nodes} nodes matched again\n`);

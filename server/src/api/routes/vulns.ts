@@ -4,7 +4,7 @@
  *   GET    /api/1/vulnerabilities                 ?severity=&kev=&epss=&q=&muted=&page=&per_page=&format=csv
  *   GET    /api/1/vulnerabilities/fixes           ?q=&format=csv: packages whose upgrade fixes most exposure
  *   GET    /api/1/vulnerabilities/feeds           each feed's state (stale or not)
- *   POST   /api/1/vulnerabilities/feeds/refresh   import every feed now (joins one running)
+ *   POST   /api/1/vulnerabilities/feeds/refresh   import every feed now (joins one running); ?wait=false: 202 at once
  *   GET    /api/1/vulnerabilities/mutes           POST {id?, target, groups?, reason, expires?}; DELETE …/mutes/<id>
  *   GET    /api/1/vulnerabilities/<id>            a CVE or advisory id: its nodes, each with its reason
  *   GET    /api/1/vulnerabilities/<id>/plan       packages to upgrade and nodes exposed (what a campaign needs)
@@ -94,7 +94,14 @@ export function vulnRoutes(app: FastifyInstance, deps: VulnRouteDeps): void {
   });
 
   app.get('/api/1/vulnerabilities/feeds', async () => ({ data: await deps.service.feedStatus() }));
-  app.post('/api/1/vulnerabilities/feeds/refresh', async () => ({ data: await deps.service.refresh() }));
+  app.post<{ Querystring: Query }>('/api/1/vulnerabilities/feeds/refresh', async (req, reply) => {
+    // wait=false: answer at once (a first import of large feeds outlasts a client's patience).
+    if (boolParam(req.query, 'wait') === false) {
+      deps.service.refresh().catch((err: unknown) => deps.service.deps.log.warn({ err }, 'vulnerability feed refresh failed'));
+      return reply.code(202).send({ data: { started: true } });
+    }
+    return { data: await deps.service.refresh() };
+  });
 
   app.get('/api/1/vulnerabilities/mutes', async () => {
     const data = await deps.store.vulns.listMutes();
