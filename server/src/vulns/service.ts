@@ -84,7 +84,9 @@ export function nodeInput(id: string, doc: unknown): NodeInput | null {
     const epoch = typeof o.epoch === 'number' ? String(o.epoch) : str(o.epoch);
     packages.push({ name, version, ...(source && { source }), ...(sourceVersion && { source_version: sourceVersion }), ...(epoch !== undefined && { epoch }) });
   }
-  return { id, os: { name: os.name.toLowerCase(), version: os.version }, packages, ...(d.ubuntu_pro === true && { ubuntu_pro: true }) };
+  // Ubuntu Pro: the inventory's own field, or a custom fact (facts.d) an admin sets on such hosts.
+  const pro = d.ubuntu_pro === true || ((d.facts ?? {}) as Record<string, unknown>).ubuntu_pro === true;
+  return { id, os: { name: os.name.toLowerCase(), version: os.version }, packages, ...(pro && { ubuntu_pro: true }) };
 }
 
 export function findingRow(nodeId: string, f: Finding, at: string): VulnFindingRow {
