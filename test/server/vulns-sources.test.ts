@@ -13,6 +13,7 @@ import t from 'tap';
 import { checksumFor, localFeed } from '@capstan/server/vulns/sources';
 import { vulnSettings } from '@capstan/server/vulns/settings';
 import { complianceGrade, exposureGrade, fleetScore } from '@capstan/server/vulns/score';
+import { nodeInput } from '@capstan/server/vulns/service';
 
 const BODY = Buffer.from('{"id":"DSA-1-1"}');
 const SUM = createHash('sha256').update(BODY).digest('hex');
@@ -70,4 +71,13 @@ t.test('grades', async (t) => {
   const node = (grade: 'A' | 'B' | 'C' | 'D' | 'E' | null) => ({ node_id: 'x', grade, compliance: { percent: null, grade: null }, exposure: { points: 0, advisories: 0, kev: 0, grade: 'A' as const } });
   t.match(fleetScore([node('A'), node('A'), node('E'), node(null)]), { grade: 'C', nodes: 3, by_grade: { A: 2, E: 1 } }, 'mean 8/3 rounded down is 2: C');
   t.match(fleetScore([]), { grade: null, nodes: 0 });
+});
+
+t.test('what matching reads of an inventory', async (t) => {
+  t.same(nodeInput('n1', { os: { name: 'Ubuntu', version: '22.04' }, facts: { ubuntu_pro: true }, packages: [{ name: 'libssl3', version: '3.0.2-0ubuntu1.15', source: 'openssl' }, { name: 'x' }, { name: 'bash', version: '5.1', epoch: 0 }] }), {
+    id: 'n1', os: { name: 'ubuntu', version: '22.04' }, ubuntu_pro: true,
+    packages: [{ name: 'libssl3', version: '3.0.2-0ubuntu1.15', source: 'openssl' }, { name: 'bash', version: '5.1', epoch: '0' }],
+  }, 'a package without a version is left out; a numeric epoch is read as text');
+  t.equal(nodeInput('n1', { os: { name: 'debian' } }), null, 'no OS version: nothing to match');
+  t.notOk(nodeInput('n1', { os: { name: 'ubuntu', version: '22.04' }, facts: { ubuntu_pro: 'yes' } })!.ubuntu_pro);
 });
