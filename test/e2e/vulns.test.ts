@@ -113,6 +113,7 @@ t.test('a node exposed through its inventory, muted, fixed, and an advisory with
     t.match(await row.innerText(), /CVE-2023-5363\s+high/, 'the advisory with its CVE, KEV and rating');
     await page.goto(`${server.url}/#/nodes/${nodeId}`);
     await page.getByText('source openssl 3.0.11-1~deb12u1 in [0, 3.0.11-1~deb12u2)').waitFor();
+    t.match(await page.getByTestId('node-score').innerText(), /^Grade D: .*exposure 15 point\(s\) over 1 advisory\(ies\), 1 in KEV \(D\)/, 'the node\'s score');
     t.same(problems, [], 'no Content-Security-Policy violation, no page error');
   }
 

@@ -12,6 +12,7 @@ interface Row extends Exposure { id: string; cves: string[]; summary: string | n
 interface Feed { name: string; kind: string; source: string; imported_at: string | null; feed_date: string | null; stale: boolean; error: string | null }
 interface Match { name: string; via: string; compared: string; listed?: boolean; range?: { introduced?: string; fixed?: string; last_affected?: string; limit?: string }; note?: string }
 interface Finding extends Exposure { advisory: string; cves: string[]; package: string; version: string; rating: string | null; fixed: string | null; match: Match; muted: { mute: string; reason: string } | null }
+interface NodeScore { grade: string | null; compliance: { percent: number | null; grade: string | null }; exposure: { points: number; advisories: number; kev: number; grade: string } }
 interface Fleet { grade: string | null; nodes: number; by_grade: Record<string, number> }
 
 const PER_PAGE = 50;
@@ -105,8 +106,15 @@ export function VulnerabilitiesPage({ params }: { params: URLSearchParams }) {
 /** A node page's section: its findings, worst first, each with the reason it matched. */
 export function NodeVulnerabilities({ id }: { id: string }) {
   const v = useGet<{ data: { findings: Finding[]; counts: Record<string, number> } }>(`/api/1/nodes/${encodeURIComponent(id)}/vulnerabilities`);
+  // An accepted node's score (a pending one has none: its answer is a 404, not shown).
+  const score = useGet<{ data: NodeScore }>(`/api/1/nodes/${encodeURIComponent(id)}/score`);
+  const s = score.data?.data;
   return (
     <Section title="Vulnerabilities" id="vulnerabilities">
+      {s && (
+        <p data-testid="node-score">Grade <strong>{s.grade ?? '—'}</strong>: compliance {s.compliance.percent === null ? 'n/a' : `${s.compliance.percent}%`} ({s.compliance.grade ?? '—'}),
+          exposure {s.exposure.points} point(s) over {s.exposure.advisories} advisory(ies){s.exposure.kev ? `, ${s.exposure.kev} in KEV` : ''} ({s.exposure.grade})</p>
+      )}
       <Show f={v}>{(r) => (
         <div class="table-wrap"><table class="list">
           <thead><tr><th scope="col">Advisory</th><th scope="col">Rating</th><th scope="col">Package</th><th scope="col">Fixed in</th><th scope="col">Why</th></tr></thead>
