@@ -20,7 +20,8 @@ const SUM = createHash('sha256').update(BODY).digest('hex');
 
 t.test('a URL fetched, bounded, checked; a path read', async (t) => {
   const srv = createServer((req, res) => {
-    if (req.url === '/feed.json') res.writeHead(200, { 'last-modified': 'Tue, 01 Dec 2026 10:00:00 GMT' }).end(BODY);
+    if (req.url === '/feed.json' && req.headers['if-none-match'] === '"v1"') res.writeHead(304).end();
+    else if (req.url === '/feed.json') res.writeHead(200, { 'last-modified': 'Tue, 01 Dec 2026 10:00:00 GMT', etag: '"v1"' }).end(BODY);
     else if (req.url === '/SHA256SUMS') res.writeHead(200).end(`${SUM}  feed.json\n${'0'.repeat(64)}  other.zip\n`);
     else if (req.url === '/BADSUMS') res.writeHead(200).end(`${'1'.repeat(64)}  feed.json\n`);
     else res.writeHead(404).end();
@@ -33,8 +34,12 @@ t.test('a URL fetched, bounded, checked; a path read', async (t) => {
   const now = new Date('2026-12-02T00:00:00Z');
 
   const got = await localFeed('debian', `${base}/feed.json`, { dir, checksum: `${base}/SHA256SUMS`, limits, now });
-  t.same(got, { path: join(dir, 'debian.json'), feedDate: '2026-12-01T10:00:00.000Z', sha256: SUM });
+  t.same(got, { path: join(dir, 'debian.json'), feedDate: '2026-12-01T10:00:00.000Z', sha256: SUM, etag: '"v1"' });
   t.same(await readFile(got.path), BODY);
+  const again = await localFeed('debian', `${base}/feed.json`, { dir, limits, now, since: { etag: '"v1"', lastModified: got.feedDate } });
+  t.same(again, { path: got.path, feedDate: got.feedDate, sha256: null, notModified: true, etag: '"v1"' }, '304: the kept copy stands');
+  t.match(await localFeed('other', `${base}/feed.json`, { dir, limits, now, since: { etag: '"v1"' } }), { sha256: null, etag: '"v1"' }, 'no kept copy: asked whole');
+  t.notOk((await localFeed('other2', `${base}/feed.json`, { dir, limits, now, since: { etag: '"v1"' } })).notModified);
   await t.rejects(localFeed('debian', `${base}/feed.json`, { dir, checksum: `${base}/BADSUMS`, limits, now }), { code: 'ERR_FEED_CHECKSUM' });
   await t.rejects(localFeed('debian', `${base}/feed.json`, { dir, limits: { ...limits, maxBytes: 8 }, now }), { code: 'ERR_FEED_FETCH' }, 'over the download limit');
   await t.rejects(localFeed('debian', `${base}/nope.zip`, { dir, limits, now }), { code: 'ERR_FEED_FETCH', message: /HTTP 404/ });

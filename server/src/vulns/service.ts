@@ -172,12 +172,20 @@ export class VulnService {
       const prev = (await this.store.feedStates()).find((f) => f.name === feed.name);
       const state: FeedStateRow = { name: feed.name, source: feed.source, imported_at: prev?.imported_at ?? null, feed_date: prev?.feed_date ?? null, report: prev?.report ?? null, error: null };
       try {
+        const last = (prev?.report ?? {}) as { etag?: string; http_date?: string };
+        const since = prev?.error === null && prev.source === feed.source ? { etag: last.etag ?? null, lastModified: last.http_date ?? null } : undefined;
         const local = await localFeed(feed.name, feed.source, {
-          dir: join(this.deps.dataDir, 'vulns'), ...(feed.checksum && { checksum: feed.checksum }), limits: this.deps.settings.fetch, now: this.now(),
+          dir: join(this.deps.dataDir, 'vulns'), ...(feed.checksum && { checksum: feed.checksum }), limits: this.deps.settings.fetch, now: this.now(), ...(since && { since }),
         });
         state.feed_date = local.feedDate;
-        state.report = feed.kind === 'osv' ? await this.importOsv(local.path, changed) : await this.importEnrichment(feed.kind, local.path);
-        if (local.sha256) state.report = { ...(state.report as object), sha256: local.sha256 };
+        if (local.notModified) {
+          // 304: the copy imported last time is current; nothing to read again.
+          state.report = { ...(prev?.report as object), not_modified: true };
+        } else {
+          state.report = feed.kind === 'osv' ? await this.importOsv(local.path, changed) : await this.importEnrichment(feed.kind, local.path);
+          state.report = { ...(state.report as object), ...(local.sha256 && { sha256: local.sha256 }), ...(local.etag && { etag: local.etag }),
+            ...(/^https?:/i.test(feed.source) && { http_date: local.feedDate }) };
+        }
         state.imported_at = this.now().toISOString();
       } catch (err) {
         if (!isCapstanError(err)) this.deps.log.error({ err, feed: feed.name }, 'vulnerability feed import failed');

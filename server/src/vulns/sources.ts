@@ -25,6 +25,10 @@ export interface FetchLimits {
 
 export interface LocalFeed {
   path: string;
+  /** The server answered 304: the copy kept from the last download is current (not imported again). */
+  notModified?: true;
+  /** The answer's ETag, sent back as If-None-Match next time. */
+  etag?: string;
   /** ISO time: Last-Modified of the answer, or the file's modification time; the fetch time when neither. */
   feedDate: string;
   sha256: string | null;
@@ -39,12 +43,25 @@ function localName(name: string, source: string): string {
   return `${name.replace(/[^A-Za-z0-9._-]/g, '_')}${ext}`;
 }
 
-async function download(url: string, to: string, limits: FetchLimits): Promise<{ lastModified: string | null }> {
+/** What the last download answered, for a conditional request (the copy must still be there). */
+export interface Validators {
+  etag?: string | null;
+  lastModified?: string | null;
+}
+
+async function download(url: string, to: string, limits: FetchLimits, since: Validators = {}): Promise<{ lastModified: string | null; etag: string | null; notModified?: true }> {
   let res: Awaited<ReturnType<typeof request>>;
+  const headers: Record<string, string> = {};
+  if (since.etag) headers['if-none-match'] = since.etag;
+  if (since.lastModified) headers['if-modified-since'] = new Date(since.lastModified).toUTCString();
   try {
-    res = await request(url, { method: 'GET', headersTimeout: limits.timeoutMs, bodyTimeout: limits.timeoutMs, maxRedirections: 0 } as Parameters<typeof request>[1]);
+    res = await request(url, { method: 'GET', headers, headersTimeout: limits.timeoutMs, bodyTimeout: limits.timeoutMs, maxRedirections: 0 } as Parameters<typeof request>[1]);
   } catch (err) {
     throw capstanError('ERR_FEED_FETCH', `${url}: ${(err as Error).message}`);
+  }
+  if (res.statusCode === 304 && Object.keys(headers).length > 0) {
+    res.body.resume();
+    return { lastModified: since.lastModified ?? null, etag: since.etag ?? null, notModified: true };
   }
   if (res.statusCode !== 200) {
     res.body.resume();
@@ -73,7 +90,8 @@ async function download(url: string, to: string, limits: FetchLimits): Promise<{
   }
   const lm = res.headers['last-modified'];
   const t = typeof lm === 'string' ? Date.parse(lm) : NaN;
-  return { lastModified: Number.isFinite(t) ? new Date(t).toISOString() : null };
+  const etag = res.headers.etag;
+  return { lastModified: Number.isFinite(t) ? new Date(t).toISOString() : null, etag: typeof etag === 'string' && etag.length <= 1024 ? etag : null };
 }
 
 async function sha256File(path: string): Promise<string> {
@@ -107,19 +125,30 @@ async function readChecksum(source: string, dir: string, limits: FetchLimits): P
  * Bring one feed's source to a local path. `dir` is where downloads are kept (one file per feed,
  * replaced whole on success). A checksum source, when given, must have a line for the file.
  */
-export async function localFeed(name: string, source: string, opts: { dir: string; checksum?: string; limits: FetchLimits; now: Date }): Promise<LocalFeed> {
+export async function localFeed(name: string, source: string, opts: { dir: string; checksum?: string; limits: FetchLimits; now: Date; since?: Validators }): Promise<LocalFeed> {
   let path = source;
   let feedDate: string;
   if (isUrl(source)) {
     await mkdir(opts.dir, { recursive: true, mode: 0o750 });
     path = join(opts.dir, localName(name, source));
-    const { lastModified } = await download(source, path, opts.limits);
-    feedDate = lastModified ?? opts.now.toISOString();
+    // Asked conditionally only when the last download's copy is still there to stand for it.
+    const kept = opts.since && (await stat(path).catch(() => null))?.isFile() ? opts.since : {};
+    const got = await download(source, path, opts.limits, kept);
+    feedDate = got.lastModified ?? opts.now.toISOString();
+    if (got.notModified) return { path, feedDate, sha256: null, notModified: true, ...(got.etag && { etag: got.etag }) };
+    if (got.etag) {
+      const checked = await checkedFeed(name, source, path, feedDate, opts);
+      return { ...checked, etag: got.etag };
+    }
   } else {
     const st = await stat(source).catch(() => null);
     if (!st) throw capstanError('ERR_FEED_SOURCE', `feed ${name}: ${source} does not exist`);
     feedDate = st.mtime.toISOString();
   }
+  return checkedFeed(name, source, path, feedDate, opts);
+}
+
+async function checkedFeed(name: string, source: string, path: string, feedDate: string, opts: { dir: string; checksum?: string; limits: FetchLimits }): Promise<LocalFeed> {
   let sha256: string | null = null;
   if (opts.checksum) {
     const st = await stat(path);
