@@ -26,7 +26,7 @@ const finding = (node_id: string, advisory: string, pkg = 'libssl3') => ({
 export function osvEntry(id: string, opts: { modified?: string; withdrawn?: string; fixed?: string; name?: string; cve?: string } = {}) {
   return {
     id, modified: opts.modified ?? '2024-05-01T00:00:00Z', ...(opts.withdrawn && { withdrawn: opts.withdrawn }), aliases: [opts.cve ?? 'CVE-2023-5363'],
-    summary: `${opts.name ?? 'openssl'} issue`,
+    summary: `${opts.name ?? 'openssl'} flaw`,
     severity: [{ type: 'CVSS_V3', score: 'CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:N/A:N' }],
     affected: [{ package: { ecosystem: 'Debian:12', name: opts.name ?? 'openssl' }, ranges: [{ type: 'ECOSYSTEM', events: [{ introduced: '0' }, { fixed: opts.fixed ?? '3.0.11-1~deb12u2' }] }] }],
   };
