@@ -188,9 +188,12 @@ export class VulnService {
         }
         state.imported_at = this.now().toISOString();
       } catch (err) {
-        if (!isCapstanError(err)) this.deps.log.error({ err, feed: feed.name }, 'vulnerability feed import failed');
-        else this.deps.log.warn({ feed: feed.name, code: err.code }, err.message);
-        state.error = isCapstanError(err) ? `${err.code}: ${err.message}` : 'ERR_INTERNAL: see the server log';
+        // A file the server may not read, a disk that is full: the admin's to fix, said without a stack.
+        const sys = (err as NodeJS.ErrnoException).code;
+        const known = isCapstanError(err) ? err : typeof sys === 'string' && /^E[A-Z]+$/.test(sys) ? capstanError('ERR_IO', (err as Error).message) : null;
+        if (known) this.deps.log.warn({ feed: feed.name, code: known.code }, known.message);
+        else this.deps.log.error({ err, feed: feed.name }, 'vulnerability feed import failed');
+        state.error = known ? `${known.code}: ${known.message}` : 'ERR_INTERNAL: see the server log';
       }
       await this.store.putFeedState(state);
     }
