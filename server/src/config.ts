@@ -1,5 +1,4 @@
 /** capstan-server's configuration schema (see packaging/etc/capstan/server.toml). */
-import { vulnSettings } from './vulns/settings.js';
 import { loadConfig, type ConfigOf, type LoadConfigOptions } from '@capstan/shared/config';
 import { capstanError } from '@capstan/shared/errors';
 import { DEFAULT_SERVER_LISTEN } from '@capstan/shared/protocol';
@@ -8,6 +7,7 @@ import { checkListenerTlsConfig, LISTENER_TLS_SCHEMA } from '@capstan/toolkit/ht
 import { RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit/spool/schema';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
+import { vulnSettings } from './vulns/settings.js';
 
 export const SERVER_SCHEMA = {
   general: {
