@@ -7,6 +7,7 @@ import { checkListenerTlsConfig, LISTENER_TLS_SCHEMA } from '@capstan/toolkit/ht
 import { RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit/spool/schema';
 import { enrollmentRules } from './registry/enrollment.js';
 import { identitySettings } from './identity/settings.js';
+import { vulnSettings } from './vulns/settings.js';
 
 export const SERVER_SCHEMA = {
   general: {
@@ -339,6 +340,32 @@ export const SERVER_SCHEMA = {
     /** Connecting, and each SMTP command, taking longer fails the message (retried). */
     timeout: { type: 'duration', default: '30s', min: 100 },
   },
+  vulnerabilities: {
+    /** OSV feeds, each `name=source`: an http(s) URL fetched at each refresh, or a path (.json, .zip, directory) an admin keeps up to date. */
+    feeds: { type: 'strings', default: [] },
+    /** Checksum files, each `name=source` (a feed's name, `kev` or `epss`): sha256sum lines; the feed's file must match its line. */
+    checksums: { type: 'strings', default: [] },
+    /** CISA's KEV catalogue (URL or path); empty: none. */
+    kev: { type: 'string', default: '', optional: true },
+    /** FIRST's EPSS scores, .csv or .csv.gz (URL or path); empty: none. */
+    epss: { type: 'string', default: '', optional: true },
+    /** How often feeds are refreshed; 0: only on demand (POST /api/1/vulnerabilities/feeds/refresh). */
+    interval: { type: 'duration', default: '6h' },
+    /** A feed whose own date is older than this is reported stale. */
+    stale_after: { type: 'duration', default: '3d', min: 60000 },
+    /** One download's size (as sent). */
+    max_download_size: { type: 'size', default: '2GiB', min: 1024 },
+    /** A download (headers, then the body) taking longer fails. */
+    fetch_timeout: { type: 'duration', default: '10m', min: 1000 },
+    /** One advisory (a file or zip member, uncompressed). */
+    max_entry_size: { type: 'size', default: '4MiB', min: 1024 },
+    /** A whole OSV feed, uncompressed. */
+    max_feed_size: { type: 'size', default: '8GiB', min: 1024 },
+    /** Entries in one OSV feed. */
+    max_entries: { type: 'integer', default: 2000000, min: 1 },
+    /** Advisories changed by one refresh above which every node is matched again rather than those holding their packages. */
+    rematch_all_above: { type: 'integer', default: 2000, min: 0 },
+  },
   log: {
     level: { type: 'level', default: 'info' },
   },
@@ -351,6 +378,7 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   const config = loadConfig(SERVER_SCHEMA, opts);
   checkListenerTlsConfig(config.tls, config.general.listen);
   checkHttpLimits(config.http);
+  vulnSettings(config.vulnerabilities);
   enrollmentRules(config.enrollment);
   identitySettings(config.identity);
   const unreachableAfter = config.lifecycle.run_interval * config.lifecycle.missed_runs;

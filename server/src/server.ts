@@ -32,6 +32,8 @@ import { openRegistry } from './registry/open.js';
 import { RelayHub } from './remote-run/relay-links.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { Store } from './store/store.js';
+import { VulnService } from './vulns/service.js';
+import { vulnSettings } from './vulns/settings.js';
 
 export interface ServerHandle {
   url: string;
@@ -91,6 +93,7 @@ interface Parts {
   ops: Operations;
   notify: Notifications;
   console: ConsoleParts | null;
+  vulns: VulnService;
 }
 
 async function compose(config: ServerConfig, log: Logger, store: Store): Promise<Parts> {
@@ -112,7 +115,12 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
     events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
   });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
-  const ingest = ingestPipeline(config, log, ingestDeps(config, store, domain.nodes), spool, metrics);
+  // Vulnerabilities: the index loads in the background; an inventory is matched once it is stored.
+  const vulns = new VulnService({ store, log, settings: vulnSettings(config.vulnerabilities), dataDir });
+  const onInventory = (nodeId: string, doc: Record<string, unknown>) => vulns.matchNode(nodeId, doc).then(() => undefined, (err: unknown) => {
+    log.warn({ err, node: nodeId }, 'vulnerability matching of an inventory failed');
+  });
+  const ingest = ingestPipeline(config, log, { ...ingestDeps(config, store, domain.nodes), onInventory }, spool, metrics);
   // The keyring lives in the registry database, its private keys sealed with the secret file.
   const identity = await NodeIdentity.open({
     dataDir, secretFile: config.identity.secret_file, store, log, ...identitySettings(config.identity), allowSha1: config.signatures.allow_sha1,
@@ -121,7 +129,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   const ops = operations(config, log, store, domain, identity, hub, metrics, policyKey);
   // Events reach subscriptions from the outbox, beside the ingest.
   const notify = await notifications(config, log, store, domain, identity);
-  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts };
+  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts, vulns };
 }
 
 function app(config: ServerConfig, log: Logger, p: Parts) {
@@ -145,6 +153,7 @@ function app(config: ServerConfig, log: Logger, p: Parts) {
     ...(p.console && { console: p.console }),
     subscriptions: p.notify.subscriptions,
     managers: { ...(ops.pollNow && { pollNow: ops.pollNow }) },
+    vulns: p.vulns,
   });
 }
 
@@ -209,6 +218,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
     generator.regenerateAll().catch((err: unknown) => log.warn({ err }, 'regenerating policies after indexing stored inventories failed'));
   });
   p.console?.history?.start();
+  p.vulns.load().then(() => p.vulns.start(), (err: unknown) => log.warn({ err }, 'loading the vulnerability index failed'));
   const catchUp = generator.regenerateAll().then(
     (s) => log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies checked'),
     (err: unknown) => log.warn({ err }, 'policy catch-up failed'),
@@ -217,6 +227,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
   return {
     async stop() {
       await p.console?.history?.stop();
+      await p.vulns.stop();
       await reindexer.stop();
       await catchUp;
       await periodic?.stop();

@@ -277,6 +277,12 @@ export const ERROR_CODES = {
   ERR_CVSS_VECTOR: { status: 400 },
   /** A vulnerability mute without a target, a reason or a valid expiry. */
   ERR_MUTE_INVALID: { status: 400 },
+  /** A mute id that exists already. */
+  ERR_MUTE_EXISTS: { status: 409 },
+  /** A downloaded feed whose SHA-256 is not its checksum file's: not imported. */
+  ERR_FEED_CHECKSUM: { status: 502 },
+  /** A feed URL that could not be fetched (connection, status, time-out): retried at the next refresh. */
+  ERR_FEED_FETCH: { status: 502, transient: true },
   // storage and network: worth a retry
   ERR_STORE: { status: 503, transient: true },
   ERR_SPOOL_FULL: { status: 507, transient: true },
@@ -323,7 +329,7 @@ export function isTransient(err: unknown): boolean {
 
 /** The JSON body every API answers an error with (admin API). Never carries secrets or stacks. */
 /** Details some codes show in the error body: where a filter went wrong, which node holds an address. */
-const PUBLIC_DETAILS: Record<string, readonly string[]> = { ERR_FILTER_SYNTAX: ['position'], ERR_ADDRESS_TAKEN: ['node'] };
+const PUBLIC_DETAILS: Record<string, readonly string[]> = { ERR_FILTER_SYNTAX: ['position'], ERR_ADDRESS_TAKEN: ['node'], ERR_MUTE_INVALID: ['field'] };
 
 export function errorBody(err: unknown): { error: { code: string; message: string; [k: string]: unknown } } {
   if (err instanceof CapstanError) {

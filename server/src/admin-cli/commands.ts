@@ -25,6 +25,7 @@ import { policyVerbs } from './verbs/policy.js';
 import { propertyVerbs } from './verbs/properties.js';
 import { changeVerbs, complianceVerbs } from './verbs/reports.js';
 import { lifecycleVerbs, softwareVerbs } from './verbs/fleet.js';
+import { vulnVerbs } from './verbs/vulns.js';
 import { eventVerbs } from './verbs/events.js';
 
 export type { CliIo } from './kit.js';
@@ -46,6 +47,7 @@ export const VERB_GROUPS = {
   managers: managerVerbs,
   keys: keyVerbs,
   admins: adminVerbs,
+  vulns: vulnVerbs,
 } as const satisfies Record<string, (program: Command, verbs: Verbs) => void>;
 
 export type VerbGroup = keyof typeof VERB_GROUPS;

@@ -53,6 +53,8 @@ import { relayNodesRoutes } from './routes/relay-nodes.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 import { changeRequestRoutes } from './routes/change-requests.js';
 import { PlanBudget } from './plan-budget.js';
+import { vulnRoutes } from './routes/vulns.js';
+import type { VulnService } from '../vulns/service.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -113,6 +115,8 @@ export interface ServerAppDeps {
   domain: Domain;
   /** Subscriptions to the event stream (absent: no subscription routes; the command line has none). */
   subscriptions?: SubscriptionService;
+  /** Vulnerabilities: feeds, findings, mutes (absent: no such routes). */
+  vulns?: VulnService;
 }
 
 declare module 'fastify' {
@@ -275,6 +279,12 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
   changeRoutes(admin, store, aggregates);
   findingRoutes(admin, store);
+  if (deps.vulns) {
+    vulnRoutes(admin, {
+      store: deps.vulns.deps.store, service: deps.vulns, groupMembers: (g) => domain.generator.groupMembers(g), ...now,
+      clock: () => complianceClock(settings, (deps.now ?? (() => new Date()))()),
+    });
+  }
   eventRoutes(admin, domain.events);
   if (deps.subscriptions) subscriptionRoutes(admin, store, deps.subscriptions);
   lifecycleRoutes(admin, store, deps.lifecycle, aggregates);

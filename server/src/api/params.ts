@@ -155,6 +155,11 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/changes': 'own',
   'GET /api/1/changes/histogram': 'own',
   'GET /api/1/findings': 'own',
+  // Vulnerabilities: the routes check their own parameters (routes/vulns.ts).
+  'GET /api/1/vulnerabilities': 'own',
+  'GET /api/1/vulnerabilities/fixes': 'own',
+  'GET /api/1/score': 'own',
+  'POST /api/1/vulnerabilities/feeds/refresh': { wait: 'boolean' },
   'GET /api/1/events': 'own',
   'GET /api/1/deliveries': { ...PAGING, subscription: 'text', state: ['pending', 'delivered', 'dead'] },
   'GET /api/1/jobs': 'own',

@@ -3,6 +3,7 @@
  * the relays' links), the bootstrap runner (agents installed over SSH), the discovery poller of
  * the managers it hosts, and the doors the API takes jobs and credentials through.
  */
+import { capstanError } from '@capstan/shared/errors';
 import { CampaignRunner } from '../campaigns/runner.js';
 import { CampaignService } from '../campaigns/service.js';
 import { join } from 'node:path';
@@ -23,6 +24,8 @@ import { lifecyclePolicy, Sweeper, type LifecyclePolicy } from '../registry/life
 import type { RelayHub } from '../remote-run/relay-links.js';
 import type { Store } from '../store/store.js';
 import type { PolicyKeyring } from '../policy/key.js';
+import type { VulnerabilityFix, VulnerabilityFixResolver } from '../campaigns/vulnerability.js';
+import { fixPlan } from '../vulns/fix-plan.js';
 
 /** Polls this server makes itself act as `discovery`. */
 const DISCOVERY = systemActor('discovery');
@@ -98,7 +101,7 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
     settings: { pollMs: config.campaigns.tick_interval, retryDelayMs: config.campaigns.retry_delay, maxJobMs: config.jobs.default_timeout },
   });
   const campaignService = new CampaignService({
-    store, audit: domain.audit, jobs: campaigns.jobs, kick: () => campaigns.kick(),
+    store, audit: domain.audit, jobs: campaigns.jobs, kick: () => campaigns.kick(), vulnerabilities: vulnerabilityFixes(store, domain),
     limits: { maxTargets: config.jobs.max_targets, defaultMaxAttempts: config.campaigns.max_attempts },
   });
   return {
@@ -119,6 +122,31 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
       await bootstrap?.stop();
       await providers?.stop();
       await sweeper.stop();
+    },
+  };
+}
+
+/**
+ * A campaign made from a vulnerability (`"vulnerability": "CVE-…"`): the installed packages its
+ * fix upgrades, on the nodes still exposed (muted findings left out). The feed's fixed version is
+ * a source version on Debian and Ubuntu, so it becomes the minimum only of a binary package named
+ * as its source (openssl, not libssl3, whose own version may differ by a binNMU or an epoch); the
+ * next inventory shows whether every finding closed. A vulnerability with no published fix for
+ * any of its packages is refused: there is nothing to upgrade to.
+ */
+function vulnerabilityFixes(store: Store, domain: Domain): VulnerabilityFixResolver {
+  return {
+    async resolveVulnerabilityFix(id: string): Promise<VulnerabilityFix> {
+      const plan = await fixPlan({ store, groupMembers: (g) => domain.generator.groupMembers(g) }, id);
+      const fixable = plan.packages.filter((p) => p.fixed !== null);
+      if (fixable.length === 0) {
+        throw capstanError('ERR_BAD_REQUEST', `${id}: no fixed version is published for ${plan.packages.map((p) => p.name).join(', ') || 'its packages'}, so there is nothing to upgrade to`);
+      }
+      const packages = new Map<string, string | undefined>();
+      for (const p of fixable) {
+        for (const installed of p.packages) packages.set(installed, installed === p.name ? p.fixed! : packages.get(installed));
+      }
+      return { packages: [...packages].map(([name, min]) => (min === undefined ? { name } : { name, min_version: min })), nodes: plan.nodes };
     },
   };
 }

@@ -134,5 +134,6 @@ export async function ingestInventory(deps: IngestDeps, path: string, name: stri
   if (node.conflict_fingerprint === fingerprint && node.certificate_fingerprint !== fingerprint) {
     throw capstanError('ERR_CERTIFICATE_CONFLICT', `node ${info.nodeId} holds certificate ${node.certificate_fingerprint}; this inventory carries ${fingerprint}: an admin chooses at acceptance`);
   }
+  await deps.onInventory?.(node.id, kept);
   return node;
 }

@@ -34,6 +34,8 @@ export interface IngestDeps {
   enrollment?: EnrollmentRules;
   /** Reads inventories on worker threads (inventory-pool.ts); none: in this thread. */
   inventoryReader?: InventoryReader;
+  /** An inventory was stored for this node (vulnerability matching); its failures are its own to report. */
+  onInventory?: (nodeId: string, inventory: Record<string, unknown>) => Promise<void>;
 }
 
 /** The node must be known and accepted, with a pinned certificate, before its run logs count. */

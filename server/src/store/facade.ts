@@ -21,6 +21,7 @@ import { RUNS_NUL, type RunStore } from './runs/types.js';
 import type { Store } from './store.js';
 import { SWEEP_NUL, type SweepStore } from './sweep/types.js';
 import { REVIEWS_NUL, type ChangeRequestStore } from './reviews/types.js';
+import { VULNS_NUL, type VulnStore } from './vulns/types.js';
 
 /** What one dialect's store is made of: one part per subject. */
 export interface StoreParts {
@@ -41,6 +42,7 @@ export interface StoreParts {
   bootstrap: BootstrapStore;
   admins: AdminStore;
   reviews: ChangeRequestStore;
+  vulns: VulnStore;
   migrate(): Promise<void>;
   close(): Promise<void>;
 }
@@ -70,6 +72,7 @@ export class ComposedStore {
         admins: guard(parts.admins, ADMINS_NUL),
         notify: guard(parts.notify, NOTIFY_NUL),
         reviews: guard(parts.reviews, REVIEWS_NUL),
+        vulns: guard(parts.vulns, VULNS_NUL),
         migrate: () => parts.migrate(),
         close: () => parts.close(),
       },

@@ -20,6 +20,7 @@ import type { PolicyStore } from './policy/types.js';
 import type { RunStore } from './runs/types.js';
 import type { SweepStore } from './sweep/types.js';
 import type { ChangeRequestStore } from './reviews/types.js';
+import type { VulnStore } from './vulns/types.js';
 
 export type * from './admins/types.js';
 export type * from './bootstrap/types.js';
@@ -37,6 +38,7 @@ export type * from './policy/types.js';
 export type * from './runs/types.js';
 export type * from './sweep/types.js';
 export type * from './reviews/types.js';
+export type * from './vulns/types.js';
 export { SORT_FIELDS } from './nodes/types.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT } from './changes/types.js';
 export { EVENT_SEVERITIES, MAX_EVENTS_READ } from './events/types.js';
@@ -67,5 +69,7 @@ export interface Store extends NodeStore, InventoryStore, RunStore, ComplianceSt
   readonly notify: NotifyStore;
   /** Change requests: proposed policy changes, their reviews and deployment (./reviews/types.ts). */
   readonly reviews: ChangeRequestStore;
+  /** Vulnerabilities: advisories, feeds, findings, mutes (./vulns/types.ts). */
+  readonly vulns: VulnStore;
   close(): Promise<void>;
 }

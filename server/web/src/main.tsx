@@ -22,6 +22,7 @@ import { AuditPage } from './pages/audit';
 import { ChangeRequestPage, ChangeRequestsPage } from './pages/reviews';
 import { JobPage, JobsPage } from './pages/jobs';
 import { ManagersPage } from './pages/managers';
+import { VulnerabilitiesPage } from './pages/vulns';
 import { ErrorBox, Loading } from './ui';
 
 
@@ -60,7 +61,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
 
 const NAV: Array<[string, string]> = [
   ['/', 'Dashboard'], ['/nodes', 'Nodes'], ['/pending', 'Pending'], ['/rules', 'Rules'], ['/directives', 'Directives'],
-  ['/techniques', 'Techniques'], ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/managers', 'Managers'], ['/audit', 'Audit'],
+  ['/techniques', 'Techniques'], ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/vulnerabilities', 'Vulnerabilities'], ['/managers', 'Managers'], ['/audit', 'Audit'],
 ];
 
 function Page() {
@@ -90,6 +91,7 @@ function Page() {
   else if (path === '/jobs') page = <JobsPage params={params} />;
   else if ((r = m(/^\/jobs\/([^/]+)$/))) page = <JobPage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/managers') page = <ManagersPage />;
+  else if (path === '/vulnerabilities') page = <VulnerabilitiesPage params={params} />;
   else page = <><h1>Not found</h1><p>No page at <code>{path}</code>. <a href="#/">Back to the dashboard</a>.</p></>;
   // The page's own key: moving to another node remounts it (no stale data shown under a new title).
   return <main id="main" tabIndex={-1} key={path}>{page}</main>;

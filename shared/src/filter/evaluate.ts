@@ -31,6 +31,8 @@ export interface FilterSubject {
   groups: string[];
   last_run_at: string | null;
   last_inventory_at: string | null;
+  /** Its unmuted vulnerability findings, one per advisory (absent: none). */
+  vulns?: Array<{ advisory: string; cves: string[]; rating: string | null; kev: boolean }>;
 }
 
 /** A leaf of a facts object as text: strings as they are, anything else as its JSON. */
@@ -86,6 +88,8 @@ function compare(op: string, c: number): boolean {
   }
 }
 
+const SEVERITY_RANK: Record<string, number> = { low: 1, medium: 2, high: 3, critical: 4 };
+
 const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
 function textCompare(op: string, actual: string | null, value: FilterValue): boolean {
@@ -103,6 +107,7 @@ export function evaluateFilter(expr: FilterExpr, node: FilterSubject, now: Date)
       if (expr.field === 'package') return (node.packages[key] ?? []).length > 0;
       if (expr.field === 'fact') return key in node.facts || Object.keys(node.facts).some((p) => p.startsWith(`${key}.`));
       if (expr.field === 'property') return key in node.properties;
+      if (expr.field === 'vuln') return (node.vulns ?? []).some((v) => v.advisory === key || v.cves.includes(key));
       return key in node.tags;
     }
     default: break;
@@ -143,6 +148,17 @@ export function evaluateFilter(expr: FilterExpr, node: FilterSubject, now: Date)
     }
     case 'package':
       return (node.packages[expr.key!] ?? []).some((v) => compare(op, compareVersions(v, value.text)));
+    case 'vuln.kev': {
+      const kev = (node.vulns ?? []).some((v) => v.kev);
+      return op === '=' ? kev === (value.text === 'true') : kev !== (value.text === 'true');
+    }
+    case 'vuln.severity':
+      return (node.vulns ?? []).some((v) => {
+        const rank = SEVERITY_RANK[v.rating ?? ''];
+        return rank !== undefined && value.kind === 'number' && compare(op, Math.sign(rank - value.number));
+      });
+    case 'vuln.count':
+      return num(new Set((node.vulns ?? []).map((v) => v.advisory)).size);
     case 'fact': {
       const f = node.facts[expr.key!];
       if (f === undefined) return false;

@@ -16,7 +16,7 @@ import { capstanError } from '../errors.js';
 export type CompareOp = '=' | '!=' | '<' | '<=' | '>' | '>=';
 
 /** How a field's values are read and compared. */
-export type FilterFieldType = 'glob' | 'text' | 'version' | 'integer' | 'bytes' | 'cidr' | 'age' | 'keyed' | 'package' | 'fact';
+export type FilterFieldType = 'glob' | 'text' | 'version' | 'integer' | 'bytes' | 'cidr' | 'age' | 'keyed' | 'package' | 'fact' | 'vuln' | 'flag' | 'severity';
 
 export const FIELDS: Record<string, FilterFieldType> = {
   hostname: 'glob', fqdn: 'glob', id: 'text',
@@ -24,9 +24,14 @@ export const FIELDS: Record<string, FilterFieldType> = {
   cpus: 'integer', memory: 'bytes', ip: 'cidr',
   state: 'text', status: 'text', manager: 'text', group: 'text', accepted: 'text',
   'last_run.age': 'age', 'last_inventory.age': 'age',
+  // Vulnerabilities (docs/vulnerabilities.md): over a node's unmuted findings.
+  'vuln.kev': 'flag', 'vuln.severity': 'severity', 'vuln.count': 'integer',
 };
 /** Fields followed by `:<name>`; a bare one tests presence. */
-export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'keyed', tag: 'keyed' };
+export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'keyed', tag: 'keyed', vuln: 'vuln' };
+
+/** `vuln.severity`'s values, in order (a number each: low 1 … critical 4). */
+export const VULN_SEVERITIES = ['low', 'medium', 'high', 'critical'] as const;
 
 /** A typed literal. `cidr` is an address range as two 32-hex-digit IPv6 (IPv4-mapped) keys. */
 export type FilterValue =
@@ -198,6 +203,17 @@ function typedValue(type: FilterFieldType, op: CompareOp, tok: Token): FilterVal
     case 'version':
     case 'package':
       return { kind: 'text', text };
+    case 'vuln':
+      return fail(tok.position, 'vuln:<id> takes no operator: it is true when the node is affected');
+    case 'flag':
+      if (op !== '=' && op !== '!=') fail(tok.position, `${op} does not apply here: use = or !=`);
+      if (text !== 'true' && text !== 'false') fail(tok.position, 'expected true or false');
+      return { kind: 'text', text };
+    case 'severity': {
+      const rank = (VULN_SEVERITIES as readonly string[]).indexOf(text.toLowerCase());
+      if (rank < 0) fail(tok.position, `expected a severity: ${VULN_SEVERITIES.join(', ')}`);
+      return number(rank + 1);
+    }
     default:
       if (op !== '=' && op !== '!=') fail(tok.position, `${op} does not apply here: use = or !=`);
       return { kind: 'text', text };

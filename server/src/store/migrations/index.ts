@@ -24,7 +24,8 @@ import { auditChanges } from './0017_audit_changes.js';
 import { findingsEvents } from './0018_findings_events.js';
 import { changeRequests } from './0019_change_requests.js';
 import { consoleSignouts } from './0020_console_signouts.js';
-import { campaigns } from './0023_campaigns.js';
+import { vulnerabilities } from './0021_vulnerabilities.js';
+import { campaigns } from './0022_campaigns.js';
 
 export interface Migration {
   version: number;
@@ -35,16 +36,13 @@ export interface Migration {
 
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
-  inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts,
-  // 21 and 22 are other branches' (merged in their order); a gap is skipped by the runners.
-  campaigns,
+  inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
-/** Versions must increase (1, 2, 3…; a version reserved for another branch may be missing): a repeat is a packaging bug, caught on first use. */
+/** Versions must be 1, 2, 3…: a gap or a repeat is a packaging bug, caught on first use. */
 MIGRATIONS.forEach((m, i) => {
-  const prev = i === 0 ? 0 : MIGRATIONS[i - 1]!.version;
-  if (m.version <= prev) throw new Error(`migration ${m.name} has version ${m.version}, expected more than ${prev}`);
+  if (m.version !== i + 1) throw new Error(`migration ${m.name} has version ${m.version}, expected ${i + 1}`);
 });

@@ -23,6 +23,7 @@ import { migratePostgres } from './migrate.js';
 import { PostgresEvents } from '../events/postgres.js';
 import { PostgresFindings } from '../findings/postgres.js';
 import { PostgresNotify } from '../notify/postgres.js';
+import { PostgresVulns } from '../vulns/postgres.js';
 
 export interface PostgresStoreOptions extends PostgresDbOptions {
   /** Told about maintenance that was skipped and will be retried (a partition that could not be made). */
@@ -60,6 +61,7 @@ export class PostgresStore extends ComposedStore {
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),
       reviews: new PostgresChangeRequests(db),
+      vulns: new PostgresVulns(db),
       migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
       close: () => db.close(),
     });

@@ -23,6 +23,7 @@ import { SqliteEvents } from '../events/sqlite.js';
 import { SqliteFindings } from '../findings/sqlite.js';
 import { SqliteNotify } from '../notify/sqlite.js';
 import { migrateSqlite } from './migrate.js';
+import { SqliteVulns } from '../vulns/sqlite.js';
 
 export interface SqliteStoreOptions extends SqliteDbOptions {
   /** Memory for decoded node-day bases (runs/run-codec.ts). */
@@ -58,6 +59,7 @@ export class SqliteStore extends ComposedStore {
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
       reviews: new SqliteChangeRequests(db),
+      vulns: new SqliteVulns(db),
       migrate: async () => migrateSqlite(db),
       close: async () => db.close(),
     });

@@ -9,6 +9,7 @@ import { useEffect, useState } from 'preact/hooks';
 import type { ListAnswer, WithPercent } from '../api';
 import { useCanWrite } from '../me';
 import { Badge, ComplianceBar, Facts, Percent, Section, Show, Time, stateLabel, useGet } from '../ui';
+import { NodeVulnerabilities } from './vulns';
 import type { NodeRow } from './nodes';
 import { BehindRelay, CustomFacts, RunNow, type Inventory } from './node-parts';
 import { ClaimNotice } from './node-claim';
@@ -252,6 +253,7 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
           </ul>
         ))}</Show>
       </Section>
+      <NodeVulnerabilities id={id} />
       <Section title="Properties" id="properties">
         <Show f={properties}>{({ data: p }) => (Object.keys(p).length === 0 ? <p class="muted">No property set on this node.</p> : (
           <table class="compact">

@@ -7,6 +7,7 @@
 import type { FilterExpr } from '@capstan/shared/filter/parse';
 import { versionKey } from '@capstan/shared/filter/version';
 import { groupCondition, packageAtomKey, type Dialect } from './query.js';
+import { vulnAffected, vulnCondition } from './vulns.js';
 
 const LIKE_ESCAPE = '\\';
 
@@ -49,6 +50,7 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
         return `n.id IN (SELECT f.node_id FROM node_facts f WHERE f.path = ${p(key)} OR (f.path >= ${p(key + '.')} AND f.path < ${p(key + '/')}))`;
       }
       if (expr.field === 'property') return `n.id IN (SELECT pr.node_id FROM node_properties pr WHERE pr.key = ${p(key)})`;
+      if (expr.field === 'vuln') return vulnAffected(key, d, now);
       return `n.id IN (SELECT t.node_id FROM node_tags t WHERE t.key = ${p(key)})`;
     }
     default: break;
@@ -91,6 +93,10 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
       const vk = versionKey(value.text);
       return packages(packageAtomKey(expr.key!, op, vk), () => `pv.name = ${p(expr.key)} AND pv.version_key ${op === '!=' ? '<>' : op} ${p(vk)}`, d);
     }
+    case 'vuln.kev':
+    case 'vuln.severity':
+    case 'vuln.count':
+      return vulnCondition(expr.field, op, value, d, now);
     case 'fact': {
       // The key's parameter first: SQLite's placeholders are positional.
       const path = p(expr.key);

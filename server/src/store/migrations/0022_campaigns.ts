@@ -1,5 +1,5 @@
 /**
- * Version 23: patch campaigns (docs/campaigns.md). One row per campaign with its whole document
+ * Version 22: patch campaigns (docs/campaigns.md). One row per campaign with its whole document
  * (spec, waves, per-node results) as JSON, a version for optimistic saves, and next_at for the
  * runner's "what is due" scan. Its waves' jobs are ordinary rows of `jobs` (type upgrade).
  */
@@ -35,4 +35,4 @@ CREATE INDEX campaigns_due ON campaigns (state, next_at);
 CREATE INDEX campaigns_created ON campaigns (created_at);
 `;
 
-export const campaigns: Migration = { version: 23, name: 'campaigns', sqlite, postgres };
+export const campaigns: Migration = { version: 22, name: 'campaigns', sqlite, postgres };

@@ -1,0 +1,40 @@
+/**
+ * The filter language's vulnerability terms in SQL, for both stores (shared/src/filter/evaluate.ts
+ * is their meaning in memory): over a node's findings (vuln_findings, migration 21) that no mute
+ * in force covers. Mutes limited to groups are not seen here: a term counts such a finding as
+ * unmuted (docs/filters.md says so). Parameters are bound in the order they appear in the text
+ * (SQLite's placeholders are positional).
+ */
+import type { CompareOp, FilterValue } from '@capstan/shared/filter/parse';
+import type { Dialect } from './query.js';
+
+/** `f` is not covered by a fleet-wide mute in force at `now`. */
+function unmuted(d: Dialect, now: Date): string {
+  return `NOT EXISTS (SELECT 1 FROM vuln_mutes m WHERE m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})
+    AND (m.target = f.advisory OR m.target IN (SELECT mc.cve FROM vuln_advisory_cves mc WHERE mc.advisory = f.advisory)))`;
+}
+
+/** `vuln:<id>`: an unmuted finding of the advisory, or of an advisory known by the CVE. */
+export function vulnAffected(id: string, d: Dialect, now: Date): string {
+  const a = d.param(id);
+  const c = d.param(id);
+  return `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE (f.advisory = ${a} OR f.advisory IN (SELECT vc.advisory FROM vuln_advisory_cves vc WHERE vc.cve = ${c}))
+    AND ${unmuted(d, now)})`;
+}
+
+const RANK = `(CASE f.rating WHEN 'low' THEN 1 WHEN 'medium' THEN 2 WHEN 'high' THEN 3 WHEN 'critical' THEN 4 END)`;
+
+export function vulnCondition(field: string, op: CompareOp, value: FilterValue, d: Dialect, now: Date): string {
+  const sqlOp = op === '!=' ? '<>' : op;
+  const n = value.kind === 'number' ? value.number : 0;
+  if (field === 'vuln.kev') {
+    const kev = `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE f.advisory IN (SELECT vc.advisory FROM vuln_advisory_cves vc JOIN vuln_kev k ON k.cve = vc.cve)
+      AND ${unmuted(d, now)})`;
+    return (op === '=') === (value.text === 'true') ? kev : `NOT (${kev})`;
+  }
+  if (field === 'vuln.severity') {
+    return `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE ${RANK} IS NOT NULL AND ${RANK} ${sqlOp} ${d.param(n)} AND ${unmuted(d, now)})`;
+  }
+  // vuln.count: distinct unmuted advisories (0 for a node without findings).
+  return `(SELECT count(DISTINCT f.advisory) FROM vuln_findings f WHERE f.node_id = n.id AND ${unmuted(d, now)}) ${sqlOp} ${d.param(n)}`;
+}
