@@ -15,6 +15,9 @@ import {
   BlackHoleProxy, compareStored, makeFleet, putAll, registerFleet, relayDrained, relayStatus, storedRuns, storedTotal, type Fleet,
 } from '../helpers/faults.js';
 
+/** One fleet for every test here (each has a server of its own): 4 nodes, 50 run logs each. */
+const fleet = makeFleet('1', 4, 50);
+
 const RELAY_TOML = [
   '[upstream]', 'batch_files = 16', 'concurrency = 2', 'probe_interval = "100ms"', 'timeout = "2s"',
   '[processing]', 'retry_min = "100ms"', 'retry_max = "1s"', 'catchup_interval = "500ms"', '',
@@ -35,45 +38,50 @@ async function serverOn(dir: string, port: number, database: string | undefined)
 }
 
 async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
+  const t0 = Date.now();
   const dir = programDir(t);
   const database = store === 'postgres' ? await freshSchemaUrl(t) : undefined;
   await writeFile(join(dir, 'server.toml'), '[lifecycle]\nsweep_interval = "1h"\n');
   await writeFile(join(dir, 'relayd.toml'), RELAY_TOML);
   const port = await freePort();
-  const fleet = makeFleet(store === 'sqlite' ? '1' : '2', 4, 75);
 
-  // The nodes are registered, then the server goes away while the relay takes the run logs.
+  // The relay takes the run logs while its upstream refuses connections (down), then sends its
+  // backlog in batches; the server is killed among them.
   const first = await serverOn(dir, port, database);
   t.teardown(() => first.signal('SIGKILL'));
   const api = adminClient(first.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
   await registerFleet(api, fleet);
-  t.equal(await first.stop(), 0, 'server stopped');
+  const gate = new BlackHoleProxy(port);
+  await gate.start();
+  t.teardown(() => gate.stop());
+  gate.refuse();
   const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
-    '--upstream', `http://127.0.0.1:${port}`, '--log-level', 'error']);
+    '--upstream', `http://127.0.0.1:${gate.port}`, '--log-level', 'error']);
   t.teardown(() => relay.stop());
   const sent = await putAll(relay.url, fleet.files);
-  t.equal(sent.acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs with the server down`);
+  t.equal(sent.acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs with the server unreachable`);
+  t.comment(`backlog spooled at ${Date.now() - t0} ms`);
 
-  // Back up: the relay sends its backlog in batches; the server is killed among them.
-  const second = await serverOn(dir, port, database);
-  t.teardown(() => second.signal('SIGKILL'));
+  gate.heal();
   const atKill = await waitFor(async () => {
     const n = await storedTotal(api, fleet);
     return n >= 20 ? n : undefined;
   }, 'the first batches stored', 30_000);
-  t.equal(await second.signal('SIGKILL'), null, 'server killed');
+  t.equal(await first.signal('SIGKILL'), null, 'server killed');
   t.ok(atKill < fleet.files.length, `killed with ${atKill} of ${fleet.files.length} stored (mid-backlog)`);
 
-  const third = await serverOn(dir, port, database);
-  t.teardown(() => third.stop());
+  const second = await serverOn(dir, port, database);
+  t.teardown(() => second.stop());
+  t.comment(`restarted at ${Date.now() - t0} ms`);
   await waitFor(() => relayDrained(relay.url), 'the relay to drain', 40_000);
   await waitFor(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000);
+  t.comment(`drained at ${Date.now() - t0} ms`);
   await checkStored(t, api, fleet, sent.acked);
   t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');
   t.same(await readdir(join(dir, 'data', 'spool', 'failed', 'reports')), [], 'nothing failed at the server');
   t.equal((await api('GET', '/api/1/nodes?per_page=10')).json.total, fleet.ids.length, 'the server answers, with its nodes');
-  t.notMatch(third.stderr.join(''), /\n\s+at /, 'no stack trace in the restarted server\'s log');
-  t.equal(await third.stop(), 0, 'and stops cleanly');
+  t.notMatch(second.stderr.join(''), /\n\s+at /, 'no stack trace in the restarted server\'s log');
+  t.equal(await second.stop(), 0, 'and stops cleanly');
 }
 
 t.test('SIGKILL of the server mid-backlog, SQLite: every acknowledged run log stored once', (t) => killMidBacklog(t, 'sqlite'));
@@ -85,7 +93,6 @@ t.test('a partition that drops packets: the relay times out, retries and deliver
   const dir = programDir(t);
   await writeFile(join(dir, 'server.toml'), '[lifecycle]\nsweep_interval = "1h"\n');
   await writeFile(join(dir, 'relayd.toml'), RELAY_TOML);
-  const fleet = makeFleet('3', 4, 60);
   const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
@@ -114,7 +121,7 @@ t.test('a partition that drops packets: the relay times out, retries and deliver
     const s = await relayStatus(relay.url);
     return s.upstream.state === 'down' ? s : undefined;
   }, 'the relay to see the upstream down', 20_000);
-  t.ok(down.spool.incoming.reports + down.spool.pending.reports > 0, `${down.spool.incoming.reports + down.spool.pending.reports} files wait at the relay`);
+  t.ok(down.spool.incoming.reports > 0, `${down.spool.incoming.reports} files wait at the relay`);
   t.ok(proxy.heldUp > 0, `${proxy.heldUp} bytes sent into the partition were dropped (held)`);
   const during = await storedTotal(api, fleet);
   t.ok(during < fleet.files.length, `${during} of ${fleet.files.length} stored during the partition`);

@@ -115,6 +115,7 @@ export async function relayDrained(url: string): Promise<true | undefined> {
 export class BlackHoleProxy {
   private server: Server | null = null;
   private held = false;
+  private refusing = false;
   private readonly queued: Array<() => void> = [];
   private readonly sockets = new Set<Socket>();
   port = 0;
@@ -133,6 +134,10 @@ export class BlackHoleProxy {
   }
 
   private pair(client: Socket): void {
+    if (this.refusing) {
+      client.destroy();
+      return;
+    }
     this.connections++;
     const up = connect(this.targetPort, '127.0.0.1');
     for (const s of [client, up]) {
@@ -156,11 +161,18 @@ export class BlackHoleProxy {
     pass(up, client, (n) => (this.heldDown += n));
   }
 
+  /** Close every connection, and each new one at once (a server that is down); `heal()` ends it. */
+  refuse(): void {
+    this.refusing = true;
+    for (const s of this.sockets) s.destroy();
+  }
+
   partition(): void {
     this.held = true;
   }
 
   heal(): void {
+    this.refusing = false;
     this.held = false;
     for (const f of this.queued.splice(0)) f();
   }
