@@ -12,10 +12,10 @@ import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
 import { copyFile, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { adminClient, BIN, programDir, requiredInCi, waitFor, type Running } from '../helpers/programs.js';
+import { adminClient, BIN, programDir, requiredInCi, startProgram, waitFor, type Running } from '../helpers/programs.js';
 import { CountingUpstream, freePort, sha256 } from '../relayd/helpers/upstream.js';
 import {
-  compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
+  BlackHoleProxy, compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
 } from '../helpers/faults.js';
 
 /** Why this machine cannot run these tests, or false. */
@@ -65,7 +65,7 @@ t.test('a full disk under the relay, then under the server: coded refusals, noth
   await writeFile(join(dir, 'relayd.toml'), ['[spool]', 'min_free_space = "0"', '[upstream]', 'batch_files = 16', 'concurrency = 2', 'probe_interval = "100ms"', 'timeout = "5s"',
     '[processing]', 'retry_min = "100ms"', 'retry_max = "1s"', 'catchup_interval = "500ms"', ''].join('\n'));
   const server = await startInMountNs(`mount -t tmpfs -o size=24m tmpfs ${q(serverMnt)}`, BIN.server,
-    ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(serverMnt, 'data'), '--log-level', 'warn'], 30_000);
+    ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(serverMnt, 'data'), '--log-level', 'warn'], 90_000);
   t.teardown(() => server.stop());
   const api = adminClient(server.url, (await readFile(inNs(server, join(serverMnt, 'data', 'admin.token')), 'utf8')).trim());
   await registerFleet(api, fleet);
@@ -207,4 +207,62 @@ t.test('power loss under the relay: every acknowledged upload survives and is de
   t.same(await readdir(inNs(second, join(mnt, 'spool', 'failed', 'reports'))), [], 'nothing failed');
   t.comment(`${arrived.size - acked.length} uploads not acknowledged before the power loss were delivered whole as well`);
   t.equal(await second.stop(), 0, 'the restored relay stops cleanly');
+});
+
+t.test('power loss under the server (SQLite) mid-backlog: every run log the relay gave up is stored once', { skip: why }, async (t) => {
+  const dir = programDir(t);
+  const mnt = join(dir, 'mnt');
+  await mkdir(mnt);
+  const image = join(dir, 'data.img');
+  const after = join(dir, 'after.img');
+  execFileSync('truncate', ['-s', '96M', image]);
+  execFileSync('mkfs.ext4', ['-q', '-F', image]);
+  const mount = (img: string) => `mount -o loop,commit=600 ${q(img)} ${q(mnt)}`;
+  await writeFile(join(dir, 'server.toml'), '[spool]\nmin_free_space = "0"\n[lifecycle]\nsweep_interval = "1h"\n');
+  await writeFile(join(dir, 'relayd.toml'), ['[upstream]', 'batch_files = 16', 'concurrency = 2', 'probe_interval = "100ms"', 'timeout = "5s"',
+    '[processing]', 'retry_min = "100ms"', 'retry_max = "1s"', 'catchup_interval = "500ms"', ''].join('\n'));
+  const port = await freePort();
+  const serverArgs = ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`, '--data-dir', join(mnt, 'data'), '--log-level', 'warn'];
+  const first = await startInMountNs(mount(image), BIN.server, serverArgs, 90_000);
+  t.teardown(() => first.signal('SIGKILL'));
+  const api = adminClient(first.url, (await readFile(inNs(first, join(mnt, 'data', 'admin.token')), 'utf8')).trim());
+  await registerFleet(api, fleet);
+  // The server as after a while in service: what it wrote so far is on the disk.
+  execFileSync('sync', ['-f', inNs(first, join(mnt, 'data'))]);
+
+  // A backlog at the relay (its upstream refusing connections), then sent up in batches; the power goes among them.
+  const gate = new BlackHoleProxy(port);
+  await gate.start();
+  t.teardown(() => gate.stop());
+  gate.refuse();
+  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
+    '--upstream', `http://127.0.0.1:${gate.port}`, '--log-level', 'error']);
+  t.teardown(() => relay.stop());
+  const sent = await putAll(relay.url, fleet.files);
+  t.equal(sent.acked.length, fleet.files.length, `the relay took all ${fleet.files.length} run logs`);
+  gate.heal();
+  const atLoss = await waitFor(async () => {
+    const n = await storedTotal(api, fleet);
+    return n >= 20 ? n : undefined;
+  }, 'the first batches stored', 30_000);
+  const control = Buffer.from('written, never fsync\'d\n');
+  await writeFile(inNs(first, join(mnt, 'unsynced')), control);
+  await powerLoss(first, image, after);
+  t.ok(atLoss < fleet.files.length, `power lost with ${atLoss} of ${fleet.files.length} stored`);
+
+  const second = await startInMountNs(mount(after), BIN.server, serverArgs, 90_000);
+  t.teardown(() => second.stop());
+  const unsynced = await readFile(inNs(second, join(mnt, 'unsynced'))).catch(() => Buffer.alloc(0));
+  t.notSame(unsynced, control, `a file written without fsync was lost (${unsynced.length} bytes after the power loss): the loss is real`);
+  await waitFor(() => relayDrained(relay.url), 'the relay to drain', 40_000);
+  await waitFor(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000).catch(() => undefined);
+  const stored = await storedRuns(api, fleet);
+  const { missing, twice, unknown } = compareStored(stored, sent.acked, fleet);
+  t.same(missing, [], `all ${sent.acked.length} run logs stored after the power loss`);
+  t.same(twice, [], 'none twice');
+  t.same(unknown, [], 'nothing unknown');
+  t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');
+  t.same(await readdir(inNs(second, join(mnt, 'data', 'spool', 'failed', 'reports'))), [], 'nothing failed at the server');
+  t.notMatch(second.stderr.join(''), /\n\s+at /, 'no stack trace in the restarted server\'s log');
+  t.equal(await second.stop(), 0, 'the restarted server stops cleanly');
 });

@@ -34,7 +34,7 @@ async function checkStored(t: Test, api: ReturnType<typeof adminClient>, fleet: 
 
 async function serverOn(dir: string, port: number, database: string | undefined): Promise<Running> {
   return startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`, '--data-dir', join(dir, 'data'),
-    '--log-level', 'error', ...(database ? ['--database', database] : [])], 30_000);
+    '--log-level', 'error', ...(database ? ['--database', database] : [])], 90_000);
 }
 
 async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
