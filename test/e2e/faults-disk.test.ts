@@ -15,7 +15,7 @@ import t from 'tap';
 import { adminClient, BIN, programDir, requiredInCi, startProgram, waitFor, type Running } from '../helpers/programs.js';
 import { CountingUpstream, freePort, sha256 } from '../relayd/helpers/upstream.js';
 import {
-  BlackHoleProxy, compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
+  BlackHoleProxy, poll, compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
 } from '../helpers/faults.js';
 
 /** Why this machine cannot run these tests, or false. */
@@ -115,7 +115,7 @@ t.test('a full disk under the relay, then under the server: coded refusals, noth
   t.ok((await storedTotal(api, fleet)) < before + second.acked.length, 'not all stored while full');
   await rm(serverFiller);
   await waitFor(() => relayDrained(relay.url), 'the relay to drain once the server has room', 40_000);
-  await waitFor(async () => ((await storedTotal(api, fleet)) >= acked.length ? true : undefined), 'every run stored', 20_000);
+  await poll(async () => ((await storedTotal(api, fleet)) >= acked.length ? true : undefined), 'every run stored', 20_000);
 
   const stored = await storedRuns(api, fleet);
   const { missing, twice, unknown } = compareStored(stored, acked, fleet);
@@ -241,7 +241,7 @@ t.test('power loss under the server (SQLite) mid-backlog: every run log the rela
   const sent = await putAll(relay.url, fleet.files);
   t.equal(sent.acked.length, fleet.files.length, `the relay took all ${fleet.files.length} run logs`);
   gate.heal();
-  const atLoss = await waitFor(async () => {
+  const atLoss = await poll(async () => {
     const n = await storedTotal(api, fleet);
     return n >= 20 ? n : undefined;
   }, 'the first batches stored', 30_000);
@@ -255,7 +255,7 @@ t.test('power loss under the server (SQLite) mid-backlog: every run log the rela
   const unsynced = await readFile(inNs(second, join(mnt, 'unsynced'))).catch(() => Buffer.alloc(0));
   t.notSame(unsynced, control, `a file written without fsync was lost (${unsynced.length} bytes after the power loss): the loss is real`);
   await waitFor(() => relayDrained(relay.url), 'the relay to drain', 40_000);
-  await waitFor(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000).catch(() => undefined);
+  await poll(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000).catch(() => undefined);
   const stored = await storedRuns(api, fleet);
   const { missing, twice, unknown } = compareStored(stored, sent.acked, fleet);
   t.same(missing, [], `all ${sent.acked.length} run logs stored after the power loss`);

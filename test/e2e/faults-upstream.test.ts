@@ -12,7 +12,7 @@ import { adminClient, BIN, programDir, startProgram, waitFor, type Running } fro
 import { freePort } from '../relayd/helpers/upstream.js';
 import { freshSchemaUrl, pgUnavailable } from '../server/pg.js';
 import {
-  BlackHoleProxy, compareStored, makeFleet, putAll, registerFleet, relayDrained, relayStatus, storedRuns, storedTotal, type Fleet,
+  BlackHoleProxy, poll, compareStored, makeFleet, putAll, registerFleet, relayDrained, relayStatus, storedRuns, storedTotal, type Fleet,
 } from '../helpers/faults.js';
 
 /** One fleet for every test here (each has a server of its own): 4 nodes, 50 run logs each. */
@@ -63,7 +63,7 @@ async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
   t.comment(`backlog spooled at ${Date.now() - t0} ms`);
 
   gate.heal();
-  const atKill = await waitFor(async () => {
+  const atKill = await poll(async () => {
     const n = await storedTotal(api, fleet);
     return n >= 20 ? n : undefined;
   }, 'the first batches stored', 30_000);
@@ -74,7 +74,7 @@ async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
   t.teardown(() => second.stop());
   t.comment(`restarted at ${Date.now() - t0} ms`);
   await waitFor(() => relayDrained(relay.url), 'the relay to drain', 40_000);
-  await waitFor(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000);
+  await poll(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000);
   t.comment(`drained at ${Date.now() - t0} ms`);
   await checkStored(t, api, fleet, sent.acked);
   t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');
@@ -108,7 +108,7 @@ t.test('a partition that drops packets: the relay times out, retries and deliver
   const thirds = [fleet.files.filter((_, i) => i % 3 === 0), fleet.files.filter((_, i) => i % 3 === 1), fleet.files.filter((_, i) => i % 3 === 2)];
   const acked: string[] = [];
   acked.push(...(await putAll(relay.url, thirds[0]!)).acked);
-  await waitFor(async () => ((await storedTotal(api, fleet)) >= 10 ? true : undefined), 'the first run logs stored');
+  await poll(async () => ((await storedTotal(api, fleet)) >= 10 ? true : undefined), 'the first run logs stored', 20_000);
   const second = putAll(relay.url, thirds[1]!);
   await waitFor(async () => ((await relayStatus(relay.url)).spool.incoming.reports > 0 ? true : undefined), 'files waiting at the relay', 10_000).catch(() => undefined);
   proxy.partition();
@@ -129,7 +129,7 @@ t.test('a partition that drops packets: the relay times out, retries and deliver
   // Healed: what was held arrives late (a retransmission), and the relay sends again what it gave up on.
   proxy.heal();
   await waitFor(() => relayDrained(relay.url), 'the relay to drain', 40_000);
-  await waitFor(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000);
+  await poll(async () => ((await storedTotal(api, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 20_000);
   t.equal((await relayStatus(relay.url)).upstream.state, 'up', 'the relay sees the upstream up again');
   await checkStored(t, api, fleet, acked);
   t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');

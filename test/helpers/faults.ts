@@ -225,3 +225,14 @@ export async function startInMountNs(mountCmd: string, bin: string, args: string
 export function inNs(p: Running, path: string): string {
   return `/proc/${p.proc.pid}/root${path}`;
 }
+
+/** waitFor with a slower pace, for probes that cost the server work (several API calls each). */
+export async function poll<T>(fn: () => Promise<T | undefined>, what: string, timeoutMs: number, everyMs = 250): Promise<T> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn().catch(() => undefined);
+    if (v !== undefined) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
