@@ -8,6 +8,7 @@
 import { readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
+import { BATCH_CONTENT_TYPE, encodeBatch } from '@capstan/shared';
 import { BIN, startProgram, waitFor, programDir, startServer } from '../helpers/programs.js';
 import { codeOf, rawHttp } from '../helpers/raw-http.js';
 
@@ -57,4 +58,9 @@ t.test('below spool.min_free_space uploads are refused with 507, nothing written
   t.same(await readdir(join(dir, 'data', 'spool', 'incoming', 'reports')), []);
   t.same(await readdir(join(dir, 'data', 'spool', 'tmp')), []);
   t.equal(await metric(server.url, /^capstan_server_refused_uploads_total\{kind="reports",code="ERR_SPOOL_FULL"\} (\d+)$/gm), 1);
+  // The same refusal for a file of a relay's batch, counted the same (it used not to be).
+  const res = await fetch(`${server.url}/batch/reports`, { method: 'POST', headers: { 'content-type': BATCH_CONTENT_TYPE }, body: encodeBatch([{ name: decodeURIComponent(name(2)), body: Buffer.from('body') }]) });
+  const files = ((await res.json()) as { data: { files: Array<{ status: number; error?: { code: string } }> } }).data.files;
+  t.same(files.map((f) => [f.status, f.error?.code]), [[507, 'ERR_SPOOL_FULL']], 'a batch file refused with 507 ERR_SPOOL_FULL');
+  t.equal(await metric(server.url, /^capstan_server_refused_uploads_total\{kind="reports",code="ERR_SPOOL_FULL"\} (\d+)$/gm), 2, 'and counted');
 });

@@ -96,7 +96,11 @@ export async function startProgram(bin: string, args: string[], timeoutMs = 20_0
   proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
   const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
   const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`${bin} not ready in ${timeoutMs} ms: ${stderr.join('')}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      // Not left running (and writing into a directory the test is about to remove).
+      proc.kill('SIGKILL');
+      rej(new Error(`${bin} not ready in ${timeoutMs} ms: ${stderr.join('')}`));
+    }, timeoutMs);
     void exited.then((code) => {
       clearTimeout(timer);
       rej(new Error(`${bin} exited with ${code}: ${stderr.join('')}`));

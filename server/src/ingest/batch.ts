@@ -78,6 +78,12 @@ export function batchTaker(d: BatchTakerDeps): (kind: SpoolKind, files: BatchUpl
   const ingestOne = async (f: BatchUpload): Promise<BatchResult> => {
     const started = Date.now();
     try {
+      // Below spool.min_free_space a PUT is refused: so is a batch's run log bound for the database.
+      await d.spool.keepReserve(f.data.length);
+    } catch (err) {
+      return batchResultOf(f.name, err);
+    }
+    try {
       const r = await d.runLogs.ingest('', f.name, f.data);
       d.log.info({ file: f.name, runId: r.runId, duplicate: !r.inserted }, r.inserted ? 'run stored' : 'run already stored');
       d.processed({ kind: 'reports', name: f.name, outcome: 'done', ms: Date.now() - started });

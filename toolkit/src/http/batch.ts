@@ -36,7 +36,7 @@ export interface BatchRouteOptions {
    * means what a PUT's means: its bytes are durable here. Never rejects for one file's sake.
    */
   take: (kind: SpoolKind, files: BatchUpload[], req: FastifyRequest) => Promise<BatchResult[]>;
-  /** A file refused before it was taken (its name, its size), by code. */
+  /** A file not taken, by code: refused by the checks (its name, its size) or by take() (a full disk, a busy store). */
   onRefused?: (kind: SpoolKind, code: string) => void;
 }
 
@@ -99,7 +99,11 @@ export function installBatchRoute(app: FastifyInstance, opts: BatchRouteOptions)
       });
       if (taken.length > 0) {
         const got = await opts.take(kind, taken, req);
-        got.forEach((r, j) => (results[at[j]!] = r));
+        got.forEach((r, j) => {
+          results[at[j]!] = r;
+          // Not taken (ERR_SPOOL_FULL on a full disk, ERR_STORE…): counted as a PUT's refusal is.
+          if (r.error && r.status >= 300) opts.onRefused?.(kind, r.error.code);
+        });
       }
     } finally {
       held -= length;

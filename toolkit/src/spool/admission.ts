@@ -83,22 +83,13 @@ export class Admission {
       throw capstanError('ERR_BODY_TOO_LARGE', `body of ${length} bytes exceeds the limit of ${this.maxFileBytes}`);
     }
     if (this.minFreeBytes > 0) {
-      const now = Date.now();
-      if (now - this.freeCheckedAt > 500 || this.freeSeen - length < this.minFreeBytes * 2) {
-        const s = await statfs(this.root);
-        this.freeSeen = Number(s.bavail) * Number(s.bsize);
-        this.freeCheckedAt = now;
-      }
-      if (this.freeSeen - length < this.minFreeBytes && (this.recycler?.pool.count ?? 0) > 0) {
+      if (this.freeStale(length)) await this.statFree();
+      if (this.belowReserve(length) && (this.recycler?.pool.count ?? 0) > 0) {
         // The files kept for reuse go first: they are only there to save work.
         await this.recycler!.release();
-        const s = await statfs(this.root);
-        this.freeSeen = Number(s.bavail) * Number(s.bsize);
-        this.freeCheckedAt = Date.now();
+        await this.statFree();
       }
-      if (this.freeSeen - length < this.minFreeBytes) {
-        throw capstanError('ERR_SPOOL_FULL', `spool file system has ${this.freeSeen} bytes free, keeping ${this.minFreeBytes} in reserve`);
-      }
+      if (this.belowReserve(length)) throw this.reserveError();
     }
     if (this.maxIncomingBytes > 0) {
       if (this.incomingBytes + length > this.maxIncomingBytes) {
@@ -106,6 +97,37 @@ export class Admission {
       }
       this.incomingBytes += length;
     }
+  }
+
+  /**
+   * Refuse (ERR_SPOOL_FULL) `length` bytes that would leave less than the reserve free on the
+   * spool's file system, as admit() does, for bytes that go elsewhere on that file system: a
+   * batch's run log stored straight into a database kept in the same data directory.
+   */
+  async keepReserve(length: number): Promise<void> {
+    if (this.minFreeBytes <= 0) return;
+    if (this.freeStale(length)) await this.statFree();
+    if (this.belowReserve(length)) throw this.reserveError();
+    this.freeSeen -= length;
+  }
+
+  private freeStale(length: number): boolean {
+    return Date.now() - this.freeCheckedAt > 500 || this.freeSeen - length < this.minFreeBytes * 2;
+  }
+
+  private belowReserve(length: number): boolean {
+    return this.freeSeen - length < this.minFreeBytes;
+  }
+
+  private async statFree(): Promise<void> {
+    const at = Date.now();
+    const s = await statfs(this.root);
+    this.freeSeen = Number(s.bavail) * Number(s.bsize);
+    this.freeCheckedAt = at;
+  }
+
+  private reserveError(): Error {
+    return capstanError('ERR_SPOOL_FULL', `spool file system has ${this.freeSeen} bytes free, keeping ${this.minFreeBytes} in reserve`);
   }
 
   /** An admitted upload left nothing in incoming/: its quota reservation goes back. */

@@ -73,12 +73,27 @@ export class AttemptLedger {
   }
 
   started(name: string): void {
-    if (this.fd !== null) writeSync(this.fd, `S ${name}\n`);
+    this.append(`S ${name}\n`);
   }
 
   ended(name: string): void {
-    if (this.fd !== null) writeSync(this.fd, `E ${name}\n`);
+    this.append(`E ${name}\n`);
     this.crashes.delete(name);
+  }
+
+  /**
+   * A line the full disk (ENOSPC, EDQUOT) has no room for is skipped: the handling goes on and
+   * answers with its own outcome (a coded ERR_SPOOL_FULL where it needs the disk), instead of an
+   * uncoded error for its ledger's sake; a crash during it goes uncounted.
+   */
+  private append(line: string): void {
+    if (this.fd === null) return;
+    try {
+      writeSync(this.fd, line);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOSPC' && code !== 'EDQUOT') throw err;
+    }
   }
 
   /** Why a file is quarantined (without the code). */

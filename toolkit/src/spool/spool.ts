@@ -116,6 +116,11 @@ export class Spool {
     return { files: r?.pool.count ?? 0, bytes: r?.pool.size ?? 0, reused: r?.reused ?? 0 };
   }
 
+  /** ERR_SPOOL_FULL when `length` more bytes on the spool's file system would eat into spool.min_free_space (Admission.keepReserve). */
+  keepReserve(length: number): Promise<void> {
+    return this.admission.keepReserve(length);
+  }
+
   /** Bytes waiting in incoming/ when a quota is set (null without one). */
   get usage(): { bytes: number; quota: number } | null {
     return this.admission.usage;
