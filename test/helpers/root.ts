@@ -26,7 +26,7 @@
  */
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, rm, rmdir } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -144,8 +144,6 @@ function setupScript(dir: string, opts: RootOptions, cgroup: string | null): str
     // Our pid as the host sees it (/proc is still the host's here): what nsenter needs.
     'read -r hostpid _ < /proc/self/stat',
     `mount -t overlay overlay -o lowerdir=/,upperdir=${q(join(dir, 'upper'))},workdir=${q(join(dir, 'work'))} ${m}`,
-    // The repository, when it lives on another file system than / (the overlay holds only /'s own).
-    ...(statSync(ROOT).dev !== statSync('/').dev ? [`mount --bind ${q(ROOT)} ${m}${q(ROOT)}`, `mount -o remount,bind,ro ${m}${q(ROOT)}`] : []),
     `mount -t proc proc ${m}/proc`,
     // The kernel's settings are the host's: nothing inside may write them.
     `mount --bind ${m}/proc/sys ${m}/proc/sys`, `mount -o remount,bind,ro ${m}/proc/sys`,
@@ -161,6 +159,10 @@ function setupScript(dir: string, opts: RootOptions, cgroup: string | null): str
     `mount -t tmpfs -o mode=1777 tmpfs ${m}/dev/shm`,
     `mount -t tmpfs -o mode=0755 tmpfs ${m}/run`,
     `mount -t tmpfs -o mode=1777 tmpfs ${m}/tmp`,
+    // The repository (the agent's code and the method driver), read-only, bound last: on another
+    // file system than / the overlay would not hold it, and under /tmp or /run (a CI clone made
+    // by mktemp) the fresh tmpfs above would hide it.
+    `mkdir -p ${m}${q(ROOT)}`, `mount --bind ${q(ROOT)} ${m}${q(ROOT)}`, `mount -o remount,bind,ro ${m}${q(ROOT)}`,
   ];
   // "ready" is said from inside the chroot, by the process nsenter will follow (exec keeps its
   // pid): said before, a command could enter the namespaces with the host's / as its root.
