@@ -148,5 +148,56 @@ function scenario(t: Test, backend: Backend): void {
   });
 }
 
-t.test('sqlite', async (t) => scenario(t, sqliteBackend));
-if (await postgresOrSkipFile(t)) t.test('postgres', async (t) => scenario(t, postgresBackend('capstan_kept')));
+/** Migration 26 undone: what a database of version 25 holds (its rows, no counters). */
+const UNDO_26 = {
+  sqlite: `${['kept_nodes_insert', 'kept_nodes_delete', 'kept_nodes_class', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete',
+    'kept_directive_insert', 'kept_directive_update', 'kept_directive_delete'].map((n) => `DROP TRIGGER ${n};`).join('\n')}
+    DROP TABLE kept_sweep; DROP TABLE kept_nodes; DROP TABLE kept_fleet; DROP TABLE kept_directives; DROP TABLE kept_rules;
+    DROP INDEX node_compliance_silence_idx; DROP INDEX node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+  postgres: `DROP FUNCTION kept_nodes_trg, kept_compliance_trg, kept_directives_added, kept_directives_changed, kept_directives_removed CASCADE;
+    DROP FUNCTION kept_node_class;
+    DROP TABLE kept_sweep, kept_nodes, kept_fleet, kept_directives, kept_rules, kept_fleet_log, kept_directives_log, kept_rules_log;
+    DROP INDEX node_compliance_silence_idx, node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+};
+
+function migration(t: Test, backend: Backend): void {
+  t.test('a database from before migration 26 gets its counters from its rows', async (t) => {
+    const db = await backend.fresh(t);
+    let store = await db.open();
+    const ids = ['m1', 'm2', 'm3', 'm4'];
+    for (const id of ids) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      if (id !== 'm4') await setAcceptance(store, id, 'accepted', iso(BASE_S));
+    }
+    await updateNode(store, 'm3', { relay: true }, iso(BASE_S));
+    for (const [i, id] of ids.entries()) {
+      const items = COMPONENTS.slice(i, i + 4).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+      await store.setExpectations(id, 'cfg-m', items, iso(BASE_S + 60));
+      if (i % 2 === 0) {
+        await store.insertRun(run(id, iso(BASE_S + 120), {
+          config_id: 'cfg-m', received_at: iso(BASE_S + 100 * i),
+          outcomes: items.map((x, j) => ({ ...x, outcome: OUTCOMES[(i + j) % OUTCOMES.length]!, count: 1 })),
+        }));
+      }
+    }
+    await store.close();
+    await db.exec(UNDO_26[db.dialect]);
+    store = await db.open();
+    for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
+      const k = await kept(store, clockAt(now));
+      t.same(k, await fresh(store, clockAt(now)), `read at +${now - BASE_S} s`);
+      t.ok(k.directives.length > 0 && k.summary.nodes === 2 && k.summary.relays.nodes === 1, 'the counters hold the stored rows');
+    }
+  });
+}
+
+t.test('sqlite', async (t) => {
+  scenario(t, sqliteBackend);
+  migration(t, sqliteBackend);
+});
+if (await postgresOrSkipFile(t)) {
+  t.test('postgres', async (t) => {
+    scenario(t, postgresBackend('capstan_kept'));
+    migration(t, postgresBackend('capstan_kept'));
+  });
+}
