@@ -135,9 +135,10 @@ export const SERVER_SCHEMA = {
     applying_grace: { type: 'duration', default: '5m', min: 0 },
     /**
      * How often the fleet compliance counters move their time thresholds to now (nodes that went
-     * silent or stopped applying change counters). Reads are exact without it; it keeps them fast. 0: never.
+     * silent or stopped applying change counters; on PostgreSQL the triggers' logs are folded in).
+     * Reads are exact whatever it is; it keeps them fast.
      */
-    kept_sweep_interval: { type: 'duration', default: '30s', min: 0 },
+    kept_sweep_interval: { type: 'duration', default: '30s', min: 1000 },
   },
   changes: {
     /** Most changes recorded per run log; one more entry says how many were left out. */

@@ -17,8 +17,12 @@ import type { ComplianceAggregate, ComplianceClock, RuleComplianceRow } from './
 const SQL = keptSql(true);
 type Rows = Record<string, unknown>[];
 
-/** How long the sweep waits for writers before it gives up until next time. */
-export const SWEEP_LOCK_TIMEOUT_MS = 2000;
+/**
+ * How long the sweep waits for writers before it gives up until next time: under PostgreSQL's
+ * `deadlock_timeout` (1 s by default), so that in a wait cycle with a writer the sweep is the one
+ * that gives up, never the writer's transaction.
+ */
+export const SWEEP_LOCK_TIMEOUT_MS = 500;
 
 async function swept(c: pg.PoolClient): Promise<KeptThresholds> {
   const r = (await c.query('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1')).rows[0] as Record<string, unknown>;
