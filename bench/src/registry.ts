@@ -24,6 +24,8 @@ export interface RegistryBenchOptions {
   rounds?: number;
   /** PostgreSQL URL to measure too (a schema is created and dropped); none: SQLite only. */
   databaseUrl?: string;
+  /** Measure SQLite (default true); false with a URL: PostgreSQL alone. */
+  sqlite?: boolean;
   /** Progress lines. */
   log?: (line: string) => void;
 }
@@ -241,7 +243,7 @@ export async function benchRegistry(opts: RegistryBenchOptions = {}): Promise<Re
   const log = opts.log ?? (() => undefined);
   const results: RegistryBenchResult[] = [];
 
-  await withSqlite('capstan-bench-registry-', async (path) => {
+  if (opts.sqlite !== false) await withSqlite('capstan-bench-registry-', async (path) => {
     const t0 = Date.now();
     loadSqlite(path, n);
     const loadMs = Date.now() - t0;

@@ -9,7 +9,7 @@
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
-  correctionParams, correctionSql, FOLD_SQL, KEPT_LOCK, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, KEPT_LOCK, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
 import type { ComplianceAggregate, ComplianceClock, RuleComplianceRow } from './types.js';
@@ -72,8 +72,10 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
   }
   let folded = 0;
   await db.tx('sweepCompliance', async (c) => {
-    for (const sql of FOLD_SQL) folded += (await c.query(sql)).rowCount ?? 0;
+    for (const sql of FOLD_SQL) folded += Number((await c.query(sql)).rows[0]?.n ?? 0);
   });
+  // VACUUM runs outside a transaction.
+  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log');
   return { checked, folded, done };
 }
 
