@@ -207,7 +207,7 @@ async function measure(store: Store, kind: 'sqlite' | 'postgres', n: number, rou
   const s0 = process.hrtime.bigint();
   const swept = await store.sweepCompliance(clock);
   const sweepMs = Math.round(Number(process.hrtime.bigint() - s0) / 1e5) / 10;
-  log(`${kind} compliance sweep after the load: ${sweepMs} ms (${swept.checked} nodes looked at, ${swept.folded} log keys folded)`);
+  log(`${kind} compliance sweep after the load: ${sweepMs} ms (${swept.checked} nodes looked at, ${swept.folded} log rows folded)`);
   const compliance: RegistryBenchResult['compliance'] = {
     global: await time(rounds, () => store.complianceSummary([], clock)),
     'global, tag:env=prod': await time(rounds, () => store.complianceSummary([{ key: 'tag:env', values: ['prod'] }], clock)),
