@@ -1,8 +1,10 @@
 /**
  * Registry benchmark (for `npm run bench`, which calls `benchRegistry`): the node list with
- * filters, and global compliance, over a registry of 100,000 nodes, on SQLite and (given a URL)
- * PostgreSQL. Targets: a filtered list page ≤ 100 ms; global compliance ≤ 500 ms
- * on SQLite.
+ * filters, and fleet compliance, over a registry of 100,000 nodes, on SQLite and (given a URL)
+ * PostgreSQL. Targets: a filtered list page ≤ 100 ms; fleet compliance (global, by rule, by
+ * directive, read from the kept counters) ≤ 300 ms on both stores. The same figures summed
+ * afresh over every node are reported beside them, with the sweep after the load and a read ten
+ * minutes after it (the readers' correction for the nodes that went silent meanwhile).
  *
  * The registry is filled directly in bulk (one generator, the same rows for both stores), not
  * through the ingest: this measures the queries an admin waits for, not the loading. Every
@@ -22,6 +24,8 @@ export interface RegistryBenchOptions {
   rounds?: number;
   /** PostgreSQL URL to measure too (a schema is created and dropped); none: SQLite only. */
   databaseUrl?: string;
+  /** Measure SQLite (default true); false with a URL: PostgreSQL alone. */
+  sqlite?: boolean;
   /** Progress lines. */
   log?: (line: string) => void;
 }
@@ -42,7 +46,7 @@ export interface RegistryBenchResult {
 }
 
 const LIST_TARGET_MS = 100;
-const COMPLIANCE_TARGET_MS = 500;
+const COMPLIANCE_TARGET_MS = 300;
 const REGIONS = ['eu-west-1', 'eu-west-2', 'eu-central-1', 'us-east-1', 'us-east-2', 'us-west-2', 'ap-south-1', 'ap-northeast-1'];
 const ROLES = ['web', 'db', 'app', 'cache', 'queue'];
 const ENVS = ['prod', 'prod', 'prod', 'staging', 'dev'];
@@ -89,6 +93,9 @@ function row(i: number): Row {
   return { node, tags, groups, compliance: lastRun ? compliance : [], directives: lastRun ? directives : [] };
 }
 
+/** When the node's last run was received (epoch seconds): spread over the day before NOW, so some go silent each minute. */
+const answeredS = (r: Row) => Math.floor(Date.parse(r.node.last_run_at as string) / 1000);
+
 const sqlValue = (v: unknown) => (v === undefined ? null : v);
 
 export function loadSqlite(path: string, n: number): void {
@@ -101,8 +108,8 @@ export function loadSqlite(path: string, n: number): void {
     const insTag = db.prepare('INSERT INTO node_tags (node_id, key, value) VALUES (?, ?, ?)');
     const insGroup = db.prepare('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
     const cats = RUN_STATES.join(', ');
-    const insComp = db.prepare(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, ${cats})
-      VALUES (?, ?, ?, ?, ?, 1, ?, '[]', ${RUN_STATES.map(() => '?').join(', ')})`);
+    const insComp = db.prepare(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, answered_s, ${cats})
+      VALUES (?, ?, ?, ?, ?, 1, ?, '[]', ?, ${RUN_STATES.map(() => '?').join(', ')})`);
     const insDir = db.prepare(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${cats}) VALUES (?, ?, ?, ${RUN_STATES.map(() => '?').join(', ')})`);
     db.transaction(() => {
       for (let i = 0; i < n; i++) {
@@ -112,7 +119,7 @@ export function loadSqlite(path: string, n: number): void {
         for (const [k, v] of r.tags) insTag.run(r.node.id, k, v);
         for (const g of r.groups) insGroup.run(r.node.id, g);
         if (r.compliance.length) {
-          insComp.run(r.node.id, i, r.node.last_run_at, r.node.last_run_at, r.node.last_config_id, r.node.last_run_at, ...r.compliance);
+          insComp.run(r.node.id, i, r.node.last_run_at, r.node.last_run_at, r.node.last_config_id, r.node.last_run_at, answeredS(r), ...r.compliance);
           for (const d of r.directives) insDir.run(r.node.id, d.rule, d.directive, ...d.counts);
         }
       }
@@ -139,12 +146,12 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
     const groups = rows.flatMap((r) => r.groups.map((g) => [r.node.id, g]));
     await c.query('INSERT INTO node_groups (node_id, group_id) SELECT * FROM unnest($1::text[], $2::text[])', [0, 1].map((j) => groups.map((x) => x[j])));
     const comp = rows.filter((r) => r.compliance.length);
-    await c.query(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, ${cats})
-      SELECT node_id, run_id, started, started::timestamptz, config_id, true, started::timestamptz, '[]'::jsonb, ${cats}
-      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], ${RUN_STATES.map((_, i) => `$${i + 5}::int[]`).join(', ')})
-        AS u(node_id, run_id, started, config_id, ${cats})`,
+    await c.query(`INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, outcomes, answered_s, ${cats})
+      SELECT node_id, run_id, started, started::timestamptz, config_id, true, started::timestamptz, '[]'::jsonb, answered_s, ${cats}
+      FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], ${RUN_STATES.map((_, i) => `$${i + 6}::int[]`).join(', ')})
+        AS u(node_id, run_id, started, config_id, answered_s, ${cats})`,
     [comp.map((r) => r.node.id), comp.map((_, k) => start + k), comp.map((r) => r.node.last_run_at), comp.map((r) => r.node.last_config_id),
-      ...RUN_STATES.map((_, ci) => comp.map((r) => r.compliance[ci]))]);
+      comp.map(answeredS), ...RUN_STATES.map((_, ci) => comp.map((r) => r.compliance[ci]))]);
     const dirs = comp.flatMap((r) => r.directives.map((d) => ({ id: r.node.id, ...d })));
     await c.query(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${cats})
       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], ${RUN_STATES.map((_, i) => `$${i + 4}::int[]`).join(', ')})`,
@@ -192,21 +199,40 @@ async function measure(store: Store, kind: 'sqlite' | 'postgres', n: number, rou
     list[name] = { ...timing, total };
     log(`${kind} list ${name}: ${timing.median_ms} ms (max ${timing.max_ms}), ${total} nodes`);
   }
-  const clock = complianceClock({ runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 });
+  // The fleet as it stands at NOW (its runs are spread over the day before); the counters are
+  // swept there once, as the server's sweep does every 30 s.
+  const settings = { runIntervalMs: 300_000, missedRuns: 3, applyingGraceMs: 300_000 };
+  const clock = complianceClock(settings, new Date(NOW));
+  const later = complianceClock(settings, new Date(NOW + 600_000));
+  const s0 = process.hrtime.bigint();
+  const swept = await store.sweepCompliance(clock);
+  const sweepMs = Math.round(Number(process.hrtime.bigint() - s0) / 1e5) / 10;
+  log(`${kind} compliance sweep after the load: ${sweepMs} ms (${swept.checked} nodes looked at, ${swept.folded} log rows folded)`);
   const compliance: RegistryBenchResult['compliance'] = {
     global: await time(rounds, () => store.complianceSummary([], clock)),
     'global, tag:env=prod': await time(rounds, () => store.complianceSummary([{ key: 'tag:env', values: ['prod'] }], clock)),
     'by rule': await time(rounds, () => store.complianceByRule('rule', clock)),
     'by directive': await time(rounds, () => store.complianceByRule('directive', clock)),
+    'by directive, 10 min after the sweep': await time(rounds, () => store.complianceByRule('directive', later)),
+    'global, summed afresh': await time(1, () => store.complianceSummaryFresh(clock)),
+    'by rule, summed afresh': await time(1, () => store.complianceByRuleFresh('rule', clock)),
+    'by directive, summed afresh': await time(1, () => store.complianceByRuleFresh('directive', clock)),
   };
+  compliance['sweep after the load'] = { median_ms: sweepMs, max_ms: sweepMs };
   for (const [name, timing] of Object.entries(compliance)) log(`${kind} compliance ${name}: ${timing.median_ms} ms (max ${timing.max_ms})`);
+  // The kept figures must be the fresh ones, or the timing means nothing.
+  for (const at of [clock, later]) {
+    const same = JSON.stringify([await store.complianceSummary([], at), await store.complianceByRule('directive', at)])
+      === JSON.stringify([await store.complianceSummaryFresh(at), await store.complianceByRuleFresh('directive', at)]);
+    if (!same) throw new Error(`${kind}: kept compliance differs from the fresh sums`);
+  }
   const listMs = Math.max(...Object.values(list).map((x) => x.median_ms));
-  const compMs = compliance.global!.median_ms;
+  const compMs = Math.max(...['global', 'by rule', 'by directive', 'by directive, 10 min after the sweep'].map((k) => compliance[k]!.median_ms));
   return {
     store: kind, nodes: n, load_ms: loadMs, list, compliance,
     targets: {
       list_ms: listMs, list_ok: listMs <= LIST_TARGET_MS,
-      compliance_ms: compMs, compliance_ok: kind === 'sqlite' ? compMs <= COMPLIANCE_TARGET_MS : null,
+      compliance_ms: compMs, compliance_ok: compMs <= COMPLIANCE_TARGET_MS,
     },
   };
 }
@@ -217,7 +243,7 @@ export async function benchRegistry(opts: RegistryBenchOptions = {}): Promise<Re
   const log = opts.log ?? (() => undefined);
   const results: RegistryBenchResult[] = [];
 
-  await withSqlite('capstan-bench-registry-', async (path) => {
+  if (opts.sqlite !== false) await withSqlite('capstan-bench-registry-', async (path) => {
     const t0 = Date.now();
     loadSqlite(path, n);
     const loadMs = Date.now() - t0;

@@ -133,6 +133,12 @@ export const SERVER_SCHEMA = {
      * one run interval plus this grace; after it, the last run is judged against the new policy.
      */
     applying_grace: { type: 'duration', default: '5m', min: 0 },
+    /**
+     * How often the fleet compliance counters move their time thresholds to now (nodes that went
+     * silent or stopped applying change counters; on PostgreSQL the triggers' logs are folded in).
+     * Reads are exact whatever it is; it keeps them fast.
+     */
+    kept_sweep_interval: { type: 'duration', default: '30s', min: 1000 },
   },
   changes: {
     /** Most changes recorded per run log; one more entry says how many were left out. */

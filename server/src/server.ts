@@ -28,6 +28,8 @@ import { reindexInventories } from './ingest/reindex.js';
 import { ServerMetrics } from './metrics.js';
 import { ensurePolicyKey, type PolicyKeyring } from './policy/key.js';
 import type { Sweeper } from './registry/lifecycle.js';
+import { complianceSettings } from './registry/compliance.js';
+import { KeptSweeper } from './registry/kept-sweep.js';
 import { openRegistry } from './registry/open.js';
 import { RelayHub } from './remote-run/relay-links.js';
 import type { JobRunner } from './jobs/runner.js';
@@ -219,6 +221,8 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
   });
   p.console?.history?.start();
   p.vulns.load().then(() => p.vulns.start(), (err: unknown) => log.warn({ err }, 'loading the vulnerability index failed'));
+  const kept = new KeptSweeper({ store: p.store, settings: complianceSettings(config), intervalMs: config.compliance.kept_sweep_interval, log });
+  kept.start();
   const catchUp = generator.regenerateAll().then(
     (s) => log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies checked'),
     (err: unknown) => log.warn({ err }, 'policy catch-up failed'),
@@ -228,6 +232,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
     async stop() {
       await p.console?.history?.stop();
       await p.vulns.stop();
+      await kept.stop();
       await reindexer.stop();
       await catchUp;
       await periodic?.stop();

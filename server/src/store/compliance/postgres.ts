@@ -24,6 +24,8 @@ import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
+import { postgresKeptByRule, postgresKeptSummary, postgresKeptSweep } from './kept-postgres.js';
+import type { KeptSweep } from './kept.js';
 
 export class PostgresCompliance implements ComplianceStore {
   constructor(
@@ -243,6 +245,16 @@ export class PostgresCompliance implements ComplianceStore {
   }
 
   async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
+    // The whole fleet is kept (kept.ts); any narrower set is summed over its nodes.
+    if (filters.length === 0 && nodeIds === undefined) return postgresKeptSummary(this.db, clock);
+    return this.summaryOver(filters, clock, nodeIds);
+  }
+
+  async complianceSummaryFresh(clock: ComplianceClock): Promise<ComplianceAggregate> {
+    return this.summaryOver([], clock);
+  }
+
+  private async summaryOver(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
     const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
@@ -298,6 +310,14 @@ export class PostgresCompliance implements ComplianceStore {
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
+    return postgresKeptByRule(this.db, by, clock);
+  }
+
+  async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
+    return postgresKeptSweep(this.db, clock);
+  }
+
+  async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
     const { rows } = await this.db.query('complianceByRule', this.db.pool, {
       text: `SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}

@@ -23,6 +23,8 @@ import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
+import { sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep } from './kept-sqlite.js';
+import type { KeptSweep } from './kept.js';
 
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
     computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')})
@@ -210,6 +212,16 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   async complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
+    // The whole fleet is kept (kept.ts); any narrower set is summed over its nodes.
+    if (filters.length === 0 && nodeIds === undefined) return sqliteKeptSummary(this.db, clock);
+    return this.summaryOver(filters, clock, nodeIds);
+  }
+
+  async complianceSummaryFresh(clock: ComplianceClock): Promise<ComplianceAggregate> {
+    return this.summaryOver([], clock);
+  }
+
+  private async summaryOver(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate> {
     const checked = this.nodes.storeRules.filters.check({ filters });
     const values: unknown[] = [...clockParams(clock)];
     const scope = ["n.accepted = 'accepted'"];
@@ -264,6 +276,14 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
+    return sqliteKeptByRule(this.db, by, clock);
+  }
+
+  async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
+    return sqliteKeptSweep(this.db, clock);
+  }
+
+  async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
     const rows = this.db.read('complianceByRule', () => this.db.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}
       FROM ${clockSubquery('?', '?')} CROSS JOIN node_compliance_directives x JOIN nodes n ON n.id = x.node_id

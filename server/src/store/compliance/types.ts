@@ -7,6 +7,9 @@ import type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComp
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter, NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
+import type { KeptSweep } from './kept.js';
+
+export type { KeptSweep } from './kept.js';
 
 export type { ComplianceCounts, ComplianceState, ComplianceWindows, ExpectedComponent, NodeTimeMarks } from '@capstan/shared/compliance/compute';
 
@@ -97,8 +100,14 @@ export interface ComplianceStore {
    * or over the nodes of `nodeIds`, with the time states of `clock`.
    */
   complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate>;
-  /** Compliance per rule, or per (rule, directive), over the accepted nodes with an agent. */
+  /** Compliance per rule, or per (rule, directive), over the accepted nodes with an agent (kept counters, kept.ts). */
   complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
+  /** complianceByRule summed afresh over every node's rows (what the kept counters must equal). */
+  complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
+  /** complianceSummary over all accepted nodes, summed afresh over every node (what the kept counters must equal). */
+  complianceSummaryFresh(clock: ComplianceClock): Promise<ComplianceAggregate>;
+  /** Move the kept counters' time thresholds to `clock` (kept.ts): the nodes whose time state changed move between counters. */
+  sweepCompliance(clock: ComplianceClock): Promise<KeptSweep>;
   /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
   complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
   /**
@@ -122,6 +131,9 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   getComplianceBase: lookup([0], () => null),
   complianceSummary: lookup([2]),
   complianceByRule: REFUSE,
+  complianceByRuleFresh: REFUSE,
+  complianceSummaryFresh: REFUSE,
+  sweepCompliance: REFUSE,
   complianceNodes: REFUSE,
   worstNodes: REFUSE,
   targetNodes: REFUSE,

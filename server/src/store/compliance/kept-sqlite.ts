@@ -1,0 +1,45 @@
+/**
+ * The kept compliance counters on SQLite (kept.ts): read in one snapshot, swept in one write
+ * transaction (SQLite has one writer: no writer can decide a mode under moving thresholds).
+ */
+import type { SqliteDb } from '../sqlite/db.js';
+import {
+  correctionParams, correctionSql, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  type KeptSweep, type KeptThresholds,
+} from './kept.js';
+import type { ComplianceAggregate, ComplianceClock, RuleComplianceRow } from './types.js';
+
+const SQL = keptSql(false);
+type Rows = Record<string, unknown>[];
+
+function swept(db: SqliteDb): KeptThresholds {
+  return db.stmt('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1').get() as KeptThresholds;
+}
+
+function corrections(db: SqliteDb, what: 'directives' | 'fleet', at: KeptThresholds): Rows {
+  const kept = swept(db);
+  if (sameThresholds(kept, at)) return [];
+  return db.stmt(correctionSql(() => '?', what)).all(...correctionParams(kept, at)) as Rows;
+}
+
+export function sqliteKeptByRule(db: SqliteDb, by: 'rule' | 'directive', clock: ComplianceClock): RuleComplianceRow[] {
+  const at = thresholdsOf(clock);
+  return db.read('complianceByRule', () => keptByRule(by, db.stmt(SQL.directives).all() as Rows,
+    by === 'rule' ? db.stmt(SQL.rules).all() as Rows : [], corrections(db, 'directives', at)));
+}
+
+export function sqliteKeptSummary(db: SqliteDb, clock: ComplianceClock): ComplianceAggregate {
+  const at = thresholdsOf(clock);
+  return db.read('complianceSummary', () => keptSummary(db.stmt(SQL.fleet).all() as Rows, corrections(db, 'fleet', at)));
+}
+
+export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {
+  const at = thresholdsOf(clock);
+  return db.write('sweepCompliance', () => {
+    const kept = swept(db);
+    if (sameThresholds(kept, at)) return { checked: 0, folded: 0, done: true };
+    db.stmt('UPDATE kept_sweep SET silent_before = ?, applying_after = ? WHERE id = 1').run(at.silent_before, at.applying_after);
+    const checked = db.stmt(sweepTouchSql(() => '?')).run(...correctionParams(kept, at).slice(0, 4)).changes;
+    return { checked, folded: 0, done: true };
+  });
+}

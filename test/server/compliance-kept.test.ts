@@ -1,0 +1,203 @@
+/**
+ * The kept fleet compliance counters (store/compliance/kept.ts) against the same figures summed
+ * afresh from every node's rows, on both stores: after random policies, runs (complete or not,
+ * back-filled), deletions and re-registrations, acceptance and relay changes, expiration
+ * policies, clock moves forward and back, and sweeps — read at the current moment and at others
+ * (the readers' correction). A counter put wrong by hand is seen: the comparison can fail.
+ */
+import t, { type Test } from 'tap';
+import type { ComplianceClock, Store } from '@capstan/server/store/index';
+import { inventory, run, setup, type Backend } from './store-suite.js';
+import { postgresBackend, sqliteBackend } from './backends.js';
+import { postgresOrSkipFile } from './pg.js';
+import { setAcceptance, updateNode } from '../helpers/node-changes.js';
+
+const SEED = Number(process.env.KEPT_SEED ?? 20261202);
+const STEPS = 160;
+const NODES = ['k00', 'k01', 'k02', 'k03', 'k04', 'k05', 'k06', 'k07', 'k08', 'k09'];
+const COMPONENTS = [
+  ['r1', 'd1', 'File /etc/motd'], ['r1', 'd1', 'Service sshd'], ['r1', 'd2', 'Package vim'],
+  ['r2', 'd3', 'Command check'], ['r2', 'd3', 'Sysctl'], ['r3', 'd4', 'User ops'], ['r3', 'd5', 'Cron'],
+] as const;
+const OUTCOMES = ['result_success', 'result_repaired', 'result_error', 'result_na', 'audit_compliant', 'audit_noncompliant'];
+const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
+/** Five-minute runs, three missed before no answer, five minutes of grace while applying. */
+const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
+const iso = (s: number) => new Date(s * 1000).toISOString();
+
+/** A small deterministic generator (mulberry32): a failure is replayed with KEPT_SEED. */
+function prng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let x = Math.imul(a ^ (a >>> 15), 1 | a);
+    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
+  };
+  const int = (n: number) => Math.floor(next() * n);
+  return { next, int, pick: <T>(xs: readonly T[]): T => xs[int(xs.length)]! };
+}
+
+async function kept(store: Store, clock: ComplianceClock) {
+  return {
+    rules: await store.complianceByRule('rule', clock),
+    directives: await store.complianceByRule('directive', clock),
+    summary: await store.complianceSummary([], clock),
+  };
+}
+
+async function fresh(store: Store, clock: ComplianceClock) {
+  return {
+    rules: await store.complianceByRuleFresh('rule', clock),
+    directives: await store.complianceByRuleFresh('directive', clock),
+    summary: await store.complianceSummaryFresh(clock),
+  };
+}
+
+function scenario(t: Test, backend: Backend): void {
+  t.test('kept counters equal the fresh sums through random changes', async (t) => {
+    const { store, db } = await setup(t, backend);
+    const r = prng(SEED);
+    let now = BASE_S;
+    const present = new Set<string>();
+    let started = 0;
+    const register = async (id: string) => {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(now) }));
+      if (r.next() < 0.85) await setAcceptance(store, id, 'accepted', iso(now));
+      present.add(id);
+    };
+    for (const id of NODES) await register(id);
+
+    let compared = 0;
+    let mismatches = 0;
+    const seen = { applying: 0, no_answer: 0, relays: 0, moved: 0 };
+    const compare = async (clock: ComplianceClock, step: number, what: string) => {
+      const [k, f] = [await kept(store, clock), await fresh(store, clock)];
+      compared++;
+      seen.applying += f.summary.counts.applying;
+      seen.no_answer += f.summary.counts.no_answer;
+      seen.relays += f.summary.relays.nodes;
+      if (JSON.stringify(k) !== JSON.stringify(f)) {
+        mismatches++;
+        if (mismatches === 1) t.same(k, f, `step ${step} (${what}), seed ${SEED}: kept equals fresh`);
+      }
+    };
+
+    for (let step = 0; step < STEPS; step++) {
+      const id = r.pick(NODES);
+      const op = r.int(100);
+      let what: string;
+      if (!present.has(id)) {
+        what = `register ${id}`;
+        await register(id);
+      } else if (op < 25) {
+        what = `policy ${id}`;
+        const items = COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+        await store.setExpectations(id, `cfg-${r.int(3)}`, items, iso(now), r.next() < 0.2 ? { keep_last_s: r.pick([0, 600, 3600]) } : {});
+      } else if (op < 60) {
+        what = `run ${id}`;
+        // Mostly new runs; now and then an older one (back-filled) or an incomplete one.
+        const at = now - (r.next() < 0.15 ? 3600 : 0) - r.int(30);
+        const outcomes: Array<{ rule_id: string; directive_id: string; component: string; outcome: string; count: number }> = COMPONENTS.filter(() => r.next() < 0.7).map(([rule_id, directive_id, component]) =>
+          ({ rule_id, directive_id, component, outcome: r.pick(OUTCOMES), count: 1 + r.int(2) }));
+        if (r.next() < 0.1) outcomes.push({ rule_id: 'r9', directive_id: 'd9', component: 'Extra', outcome: 'result_success', count: 1 });
+        const config = (await store.getNode(id))?.policy_config_id ?? null;
+        await store.insertRun(run(id, `${iso(at).slice(0, 19)}.${String(started++ % 1000).padStart(3, '0')}Z`, {
+          config_id: r.next() < 0.8 ? config ?? 'cfg-x' : `cfg-${r.int(3)}`, complete: r.next() < 0.9, outcomes, received_at: iso(now),
+        }));
+      } else if (op < 68) {
+        what = `delete ${id}`;
+        await store.deleteNode(id, iso(now));
+        present.delete(id);
+      } else if (op < 76) {
+        const to = r.pick(['accepted', 'refused', 'pending'] as const);
+        what = `acceptance ${id} ${to}`;
+        await setAcceptance(store, id, to, iso(now)).catch(() => undefined);
+      } else if (op < 82) {
+        what = `relay ${id}`;
+        await updateNode(store, id, { relay: r.next() < 0.5 }, iso(now)).catch(() => undefined);
+      } else if (op < 86) {
+        what = 'keep last';
+        await store.setKeepLast(NODES.filter(() => r.next() < 0.5), r.pick([0, 300, 1800]));
+      } else if (op < 94) {
+        what = 'sweep';
+        const s = await store.sweepCompliance(clockAt(now + r.int(1200) - 300));
+        seen.moved += s.checked;
+      } else {
+        what = 'clock';
+      }
+      // Time goes by, mostly a little, now and then past the silence window.
+      now += r.next() < 0.1 ? 1200 + r.int(2400) : r.int(240);
+      await compare(clockAt(now), step, what);
+      if (step % 4 === 0) await compare(clockAt(now + r.int(4000) - 2000), step, `${what}, read at another moment`);
+    }
+    await store.sweepCompliance(clockAt(now));
+    await compare(clockAt(now), STEPS, 'last sweep');
+
+    t.equal(mismatches, 0, `${compared} comparisons, none differ`);
+    t.ok(seen.applying > 0 && seen.no_answer > 0, `time states met (applying ${seen.applying}, no answer ${seen.no_answer})`);
+    t.ok(seen.relays > 0, 'relays met');
+    t.ok(seen.moved > 0, `sweeps touched nodes (${seen.moved})`);
+
+    // The comparison sees a counter put wrong.
+    const before = await kept(store, clockAt(now));
+    t.ok(before.directives.length > 0, 'some directive is counted');
+    await db.exec("UPDATE kept_directives SET success = success + 5 WHERE class = 'agent' AND mode = 0");
+    const after = await kept(store, clockAt(now));
+    t.not(JSON.stringify(after), JSON.stringify(await fresh(store, clockAt(now))), 'a wrong counter shows');
+  });
+}
+
+/** Migration 26 undone: what a database of version 25 holds (its rows, no counters). */
+const UNDO_26 = {
+  sqlite: `${['kept_nodes_insert', 'kept_nodes_delete', 'kept_nodes_class', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete',
+    'kept_directive_insert', 'kept_directive_update', 'kept_directive_delete'].map((n) => `DROP TRIGGER ${n};`).join('\n')}
+    DROP TABLE kept_sweep; DROP TABLE kept_nodes; DROP TABLE kept_fleet; DROP TABLE kept_directives; DROP TABLE kept_rules;
+    DROP INDEX node_compliance_silence_idx; DROP INDEX node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+  postgres: `DROP FUNCTION kept_nodes_trg, kept_compliance_trg, kept_directives_added, kept_directives_changed, kept_directives_removed CASCADE;
+    DROP FUNCTION kept_node_class;
+    DROP TABLE kept_sweep, kept_nodes, kept_fleet, kept_directives, kept_rules, kept_fleet_log, kept_directives_log, kept_rules_log;
+    DROP INDEX node_compliance_silence_idx, node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+};
+
+function migration(t: Test, backend: Backend): void {
+  t.test('a database from before migration 26 gets its counters from its rows', async (t) => {
+    const db = await backend.fresh(t);
+    let store = await db.open();
+    const ids = ['m1', 'm2', 'm3', 'm4'];
+    for (const id of ids) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      if (id !== 'm4') await setAcceptance(store, id, 'accepted', iso(BASE_S));
+    }
+    await updateNode(store, 'm3', { relay: true }, iso(BASE_S));
+    for (const [i, id] of ids.entries()) {
+      const items = COMPONENTS.slice(i, i + 4).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+      await store.setExpectations(id, 'cfg-m', items, iso(BASE_S + 60));
+      if (i % 2 === 0) {
+        await store.insertRun(run(id, iso(BASE_S + 120), {
+          config_id: 'cfg-m', received_at: iso(BASE_S + 100 * i),
+          outcomes: items.map((x, j) => ({ ...x, outcome: OUTCOMES[(i + j) % OUTCOMES.length]!, count: 1 })),
+        }));
+      }
+    }
+    await store.close();
+    await db.exec(UNDO_26[db.dialect]);
+    store = await db.open();
+    for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
+      const k = await kept(store, clockAt(now));
+      t.same(k, await fresh(store, clockAt(now)), `read at +${now - BASE_S} s`);
+      t.ok(k.directives.length > 0 && k.summary.nodes === 2 && k.summary.relays.nodes === 1, 'the counters hold the stored rows');
+    }
+  });
+}
+
+t.test('sqlite', async (t) => {
+  scenario(t, sqliteBackend);
+  migration(t, sqliteBackend);
+});
+if (await postgresOrSkipFile(t)) {
+  t.test('postgres', async (t) => {
+    scenario(t, postgresBackend('capstan_kept'));
+    migration(t, postgresBackend('capstan_kept'));
+  });
+}
