@@ -148,20 +148,20 @@ function scenario(t: Test, backend: Backend): void {
   });
 }
 
-/** Migration 26 undone: what a database of version 25 holds (its rows, no counters). */
+/** Migration 23 undone: what a database of version 22 holds (its rows, no counters). */
 const UNDO_26 = {
   sqlite: `${['kept_nodes_insert', 'kept_nodes_delete', 'kept_nodes_class', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete',
     'kept_directive_insert', 'kept_directive_update', 'kept_directive_delete'].map((n) => `DROP TRIGGER ${n};`).join('\n')}
     DROP TABLE kept_sweep; DROP TABLE kept_nodes; DROP TABLE kept_fleet; DROP TABLE kept_directives; DROP TABLE kept_rules;
-    DROP INDEX node_compliance_silence_idx; DROP INDEX node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+    DROP INDEX node_compliance_silence_idx; DROP INDEX node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 23;`,
   postgres: `DROP FUNCTION kept_nodes_trg, kept_compliance_trg, kept_directives_added, kept_directives_changed, kept_directives_removed CASCADE;
     DROP FUNCTION kept_node_class;
     DROP TABLE kept_sweep, kept_nodes, kept_fleet, kept_directives, kept_rules, kept_fleet_log, kept_directives_log, kept_rules_log;
-    DROP INDEX node_compliance_silence_idx, node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 26;`,
+    DROP INDEX node_compliance_silence_idx, node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 23;`,
 };
 
 function migration(t: Test, backend: Backend): void {
-  t.test('a database from before migration 26 gets its counters from its rows', async (t) => {
+  t.test('a database from before migration 23 gets its counters from its rows', async (t) => {
     const db = await backend.fresh(t);
     let store = await db.open();
     const ids = ['m1', 'm2', 'm3', 'm4'];

@@ -1,5 +1,5 @@
 /**
- * Fleet compliance read from kept counters (migration 26) instead of summed over every node:
+ * Fleet compliance read from kept counters (migration 23) instead of summed over every node:
  * per (rule, directive), per rule and per node class, each under one of three time modes
  * (0: the run's counts, 1: applying, 2: no answer), decided against the thresholds the counters
  * were last swept to (kept_sweep). A reader at another moment adds a correction made of the few
@@ -29,7 +29,7 @@ export interface KeptSweep {
   done: boolean;
 }
 
-/** The advisory lock key writers hold shared and the sweep exclusively (migration 26). */
+/** The advisory lock key writers hold shared and the sweep exclusively (migration 23). */
 export const KEPT_LOCK = 7262;
 
 const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');
@@ -67,7 +67,7 @@ export function correctionSql(ph: (i: number) => string, what: 'directives' | 'f
     FROM m CROSS JOIN node_compliance_directives d WHERE d.node_id = m.node_id AND m.class = 'agent' AND m.old_mode <> m.new_mode`;
 }
 
-/** The ids of the nodes whose silence threshold is in [s1, s2] or applying mark in [a1, a2], each range on its index (migration 26). */
+/** The ids of the nodes whose silence threshold is in [s1, s2] or applying mark in [a1, a2], each range on its index (migration 23). */
 function touchedSql(s1: string, s2: string, a1: string, a2: string): string {
   return `SELECT node_id FROM node_compliance WHERE answered_s + keep_last_s BETWEEN ${s1} AND ${s2}
     UNION SELECT node_id FROM node_compliance WHERE applying_since_s BETWEEN ${a1} AND ${a2}`;

@@ -26,7 +26,7 @@ import { changeRequests } from './0019_change_requests.js';
 import { consoleSignouts } from './0020_console_signouts.js';
 import { vulnerabilities } from './0021_vulnerabilities.js';
 import { campaigns } from './0022_campaigns.js';
-import { keptCompliance } from './0026_kept_compliance.js';
+import { keptCompliance } from './0023_kept_compliance.js';
 
 export interface Migration {
   version: number;
@@ -43,10 +43,7 @@ export const MIGRATIONS: readonly Migration[] = [
 /** The newest schema this code understands; a database above it is refused at start-up. */
 export const LATEST_SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
 
-/**
- * Versions must rise: a repeat or a step back is a packaging bug, caught on first use. Version 26
- * is reserved ahead of 23–25 (being written beside it); once they land the list is 1, 2, 3… again.
- */
+/** Versions must be 1, 2, 3…: a gap or a repeat is a packaging bug, caught on first use. */
 MIGRATIONS.forEach((m, i) => {
-  if (i > 0 && m.version <= MIGRATIONS[i - 1]!.version) throw new Error(`migration ${m.name} has version ${m.version}, not above ${MIGRATIONS[i - 1]!.version}`);
+  if (m.version !== i + 1) throw new Error(`migration ${m.name} has version ${m.version}, expected ${i + 1}`);
 });

@@ -1,5 +1,5 @@
 /**
- * Version 26: fleet compliance kept as counters instead of summed from every node when read.
+ * Version 23: fleet compliance kept as counters instead of summed from every node when read.
  *
  * - kept_nodes: per node with compliance, the class (agent, relay, agentless, or none when not
  *   accepted) and the time mode (0 the run decides, 1 applying, 2 no answer) its rows are
@@ -279,4 +279,4 @@ CREATE TRIGGER kept_directives_delete AFTER DELETE ON node_compliance_directives
   FOR EACH STATEMENT EXECUTE FUNCTION kept_directives_removed();
 `.replace('kept_node_trg_placeholder', 'kept_nodes_trg');
 
-export const keptCompliance: Migration = { version: 26, name: 'kept_compliance', sqlite, postgres };
+export const keptCompliance: Migration = { version: 23, name: 'kept_compliance', sqlite, postgres };
