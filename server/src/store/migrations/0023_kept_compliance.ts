@@ -137,6 +137,14 @@ INSERT INTO kept_rules (rule_id, class, nodes) SELECT d.rule_id, k.class, count(
 
 const sqlite = sqliteTables + sqliteFill + sqliteTriggers;
 
+/**
+ * The counters made again from the stored rows, on SQLite (the kept tables emptied first). For a
+ * bulk loader that drops the kept_* triggers, writes its rows and puts the triggers back: the
+ * benchmark's 100,000-node fleet loads in seconds instead of minutes of per-row triggers.
+ */
+export const sqliteKeptRefill = `DELETE FROM kept_fleet; DELETE FROM kept_nodes; DELETE FROM kept_directives; DELETE FROM kept_rules;
+${sqliteFill}`;
+
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
 const pgCounts = C.map((c) => `${c} bigint NOT NULL DEFAULT 0`).join(', ');
