@@ -51,6 +51,12 @@ export const SERVER_SCHEMA = {
      */
     auth_failures: { type: 'integer', default: 20, min: 0, max: 1000000 },
     auth_failure_window: { type: 'duration', default: '5m', min: 1000 },
+    /**
+     * Filtered (`q=`) or exported (CSV) reads of the admin API one caller may have in progress at
+     * once, and the whole server; one more → 429 ERR_READ_BUSY. 0: no limit.
+     */
+    expensive_reads_per_caller: { type: 'integer', default: 8, min: 0, max: 10000 },
+    expensive_reads_total: { type: 'integer', default: 32, min: 0, max: 100000 },
     /** How long an OCS inventory waits for its `.sign` (or a `.sign` for its inventory): then ERR_OCS_UNPAIRED. */
     ocs_pair_wait: { type: 'duration', default: '10m', min: 1 },
   },

@@ -53,6 +53,7 @@ import { relayNodesRoutes } from './routes/relay-nodes.js';
 import { policyAdminRoutes, policyAuthoringRoutes, policyMembershipRoutes, policyNodeRoutes, type PolicyRouteDeps } from './routes/policies.js';
 import { changeRequestRoutes } from './routes/change-requests.js';
 import { PlanBudget } from './plan-budget.js';
+import { installReadBudget, ReadBudget } from './read-budget.js';
 import { vulnRoutes } from './routes/vulns.js';
 import type { VulnService } from '../vulns/service.js';
 
@@ -164,6 +165,8 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     admin.addHook('onRequest', adminAuthentication({ resolveToken, ...(deps.console && { signIns: deps.console.signIns }) }));
     admin.addHook('onRequest', checkAccess);
     admin.addHook('onRequest', async (req) => checkAdminQuery(req.method, req.routeOptions.url, req.query as Query));
+    // Filters and exports at once, per caller and in all (read-budget.ts).
+    installReadBudget(admin, new ReadBudget({ perCaller: deps.config.limits.expensive_reads_per_caller, total: deps.config.limits.expensive_reads_total }));
     installAudit(admin, { audit: deps.domain.audit });
     adminApi(admin, deps, policy);
   });
