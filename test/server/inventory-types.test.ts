@@ -17,7 +17,7 @@ import { INGEST_LIMITS } from '../helpers/ingest.js';
 const JUNK = {
   fqdn: 42, machine_id: { a: 1 }, uptime: 'long', cpus: [1, 2], memory: { total: 'lots', available: 1024 },
   disks: { '/': 1 },
-  interfaces: [{ name: 'eth0', mac: 7, addresses: [{ address: '192.0.2.5', family: 4, cidr: 24 }, 12, null, '192.0.2.6'] }, { name: null }, 'lo', { name: 'eth1', addresses: 'x' }],
+  interfaces: [{ name: 'eth0', mac: 7, addresses: [{ address: '192.0.2.5', family: 4, cidr: '192.0.2.5/24' }, { address: '192.0.2.7', cidr: 24 }, 12, null, '192.0.2.6'] }, { name: null }, 'lo', { name: 'eth1', addresses: 'x' }],
   packages: [{ name: 'bash', version: '5.2' }, { name: 3, version: '1' }, null, ['x'], { name: 'curl', version: { v: 1 } }, { name: 'vim', version: '9', epoch: 0 }],
   facts: ['role'], facts_errors: { 'a.json': { deep: [1] } }, cloud: null, errors: 'none',
   os_extra: { nested: { junk: [null, {}] } },
@@ -27,7 +27,7 @@ const JUNK = {
 function wellTyped(t: Test, inv: Record<string, any>) {
   for (const f of ['fqdn', 'machine_id', 'uptime', 'cpus', 'disks', 'facts', 'cloud']) t.notOk(f in inv, `${f} left out`);
   t.same(inv.memory, { available: 1024 }, 'memory keeps its numbers');
-  t.same(inv.interfaces, [{ name: 'eth0', addresses: [{ address: '192.0.2.5', cidr: 24 }, '192.0.2.6'] }, { name: 'eth1' }], 'interfaces keep named entries and valid addresses');
+  t.same(inv.interfaces, [{ name: 'eth0', addresses: [{ address: '192.0.2.5', cidr: '192.0.2.5/24' }, { address: '192.0.2.7' }, '192.0.2.6'] }, { name: 'eth1' }], 'interfaces keep named entries and valid addresses');
   t.same(inv.packages, [{ name: 'bash', version: '5.2' }, { name: 'vim', version: '9' }], 'packages keep entries with a string name and version');
   t.same(inv.facts_errors, { 'a.json': '{"deep":[1]}' }, 'a fact error is shown as text');
   for (const f of ['fqdn', 'machine_id', 'uptime', 'cpus', 'memory', 'disks', 'interfaces', 'packages', 'facts', 'cloud', 'errors']) {
@@ -73,7 +73,7 @@ t.test('ingest and read: wrong types left out and named, the node view answers 2
 
 t.test('a well-typed inventory is unchanged, and checking twice changes nothing more', async (t) => {
   const good = { fqdn: 'a.example', uptime: 5, cpus: { count: 2, model: 'x' }, memory: { total: 1 }, disks: [{ device: '/dev/sda1', mount: '/', fstype: 'ext4', size: 10, free: 5 }],
-    interfaces: [{ name: 'eth0', mac: 'aa', addresses: [{ family: 'inet', address: '192.0.2.1', cidr: 24 }] }], packages: [{ name: 'a', version: '1', source: 'b' }],
+    interfaces: [{ name: 'eth0', mac: 'aa', addresses: [{ family: 'inet', address: '192.0.2.1', cidr: '192.0.2.1/24' }] }], packages: [{ name: 'a', version: '1', source: 'b' }],
     facts: { role: { x: [1] } }, facts_errors: { f: 'bad' }, errors: { disks: 'x' }, cloud: { provider: 'aws', instance_id: 'i', region: 'r', account_id: 'a' } };
   t.same(normaliseInventory(good), { doc: good, problems: {} });
   const once = normaliseInventory(JUNK as Record<string, unknown>).doc;

@@ -22,7 +22,8 @@ function typedFields(o: Json, types: Record<string, (v: unknown) => boolean>): {
   const dropped: string[] = [];
   for (const [k, v] of Object.entries(o)) {
     const check = types[k];
-    if (!check || v === undefined) kept[k] = v;
+    // null is how a field says "unknown" (an OCS interface without a mask or a MAC): kept as such.
+    if (!check || v === undefined || v === null) kept[k] = v;
     else if (check(v)) kept[k] = v;
     else dropped.push(k);
   }
@@ -51,7 +52,8 @@ function objectList(v: unknown, types: Record<string, (v: unknown) => boolean>, 
 
 const STRING_FIELDS = { name: isString, version: isString, source: isString, source_version: isString, epoch: isString };
 const DISK_FIELDS = { device: isString, mount: isString, fstype: isString, size: isNumber, free: isNumber };
-const ADDRESS_FIELDS = { family: isString, address: isString, cidr: isNumber };
+// `cidr` as Node's os.networkInterfaces() and the OCS mapping write it: "192.0.2.10/24".
+const ADDRESS_FIELDS = { family: isString, address: isString, cidr: isString };
 const OS_EXTRA = { pretty_name: isString };
 const CPU_FIELDS = { count: isNumber, model: isString };
 const MEMORY_FIELDS = { total: isNumber, available: isNumber, swap_total: isNumber, swap_free: isNumber };
