@@ -1,6 +1,8 @@
 /**
  * The console's files (built by scripts/build-console.mjs into server/dist/web/), read once at
- * start and kept in memory with their gzip and brotli forms. `index.html` is revalidated on each
+ * start and kept in memory; each one's gzip and brotli forms are made the first time a browser
+ * asks for them, then kept (brotli at quality 11 costs ~0.3 s for the bundle: a server whose
+ * console nobody opens never pays it, and the test suite starts hundreds of servers). `index.html` is revalidated on each
  * load (ETag); the scripts and styles it names carry a content hash in their names and are
  * cached for a year. Every answer carries the Content-Security-Policy: scripts, styles and
  * requests from this origin only, no inline script or style, no framing.
@@ -30,13 +32,31 @@ const TYPES: Record<string, string> = {
 };
 
 export interface Asset {
-  type: string;
-  etag: string;
+  readonly type: string;
+  readonly etag: string;
   /** Hashed names never change content: cached for a year. */
-  immutable: boolean;
-  identity: Buffer;
-  gzip: Buffer;
-  br: Buffer;
+  readonly immutable: boolean;
+  readonly identity: Buffer;
+  readonly gzip: Buffer;
+  readonly br: Buffer;
+}
+
+/** One file, its compressed forms made on first use. */
+class LoadedAsset implements Asset {
+  #gzip: Buffer | undefined;
+  #br: Buffer | undefined;
+
+  constructor(readonly type: string, readonly etag: string, readonly immutable: boolean, readonly identity: Buffer) {}
+
+  get gzip(): Buffer {
+    return (this.#gzip ??= gzipSync(this.identity, { level: 9 }));
+  }
+
+  get br(): Buffer {
+    return (this.#br ??= brotliCompressSync(this.identity, {
+      params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: this.identity.length },
+    }));
+  }
 }
 
 /** Every file under `dir`, by URL path (`/index.html`, `/assets/app-1a2b3c4d.js`); empty when `dir` is absent. */
@@ -55,14 +75,12 @@ export async function loadAssets(dir: string): Promise<Map<string, Asset>> {
       if (e.isDirectory()) await walk(p);
       else if (e.isFile()) {
         const data = await readFile(p);
-        out.set(`/${relative(dir, p).split('\\').join('/')}`, {
-          type: TYPES[extname(e.name)] ?? 'application/octet-stream',
-          etag: `"${createHash('sha256').update(data).digest('base64url').slice(0, 22)}"`,
-          immutable: /-[0-9A-Za-z_-]{8,}\.[a-z]+$/.test(e.name),
-          identity: data,
-          gzip: gzipSync(data, { level: 9 }),
-          br: brotliCompressSync(data, { params: { [constants.BROTLI_PARAM_QUALITY]: 11, [constants.BROTLI_PARAM_SIZE_HINT]: data.length } }),
-        });
+        out.set(`/${relative(dir, p).split('\\').join('/')}`, new LoadedAsset(
+          TYPES[extname(e.name)] ?? 'application/octet-stream',
+          `"${createHash('sha256').update(data).digest('base64url').slice(0, 22)}"`,
+          /-[0-9A-Za-z_-]{8,}\.[a-z]+$/.test(e.name),
+          data,
+        ));
       }
     }
   };
