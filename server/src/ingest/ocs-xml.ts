@@ -36,7 +36,7 @@ function bad(msg: string): never {
 }
 
 /** Index of the `>` closing the start tag at `from`, quoted attribute values skipped; -1 if none. */
-function startTagEnd(xml: string, from: number): number {
+export function startTagEnd(xml: string, from: number): number {
   let quote = 0;
   for (let i = from + 1; i < xml.length; i++) {
     const c = xml.charCodeAt(i);

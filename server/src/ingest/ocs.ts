@@ -8,7 +8,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import type { InventoryDoc } from './inventory.js';
-import { readXmlTree, XmlShapeError } from './ocs-xml.js';
+import { readXmlTree, startTagEnd, XmlShapeError } from './ocs-xml.js';
 
 export interface OcsLimits {
   /** Largest XML, in bytes (`[limits] ocs_max_size`). */
@@ -117,7 +117,7 @@ function checkShape(xml: string, limits: OcsLimits): void {
       // A start tag: `<` then a name's first character.
       if (++elements > limits.maxElements) throw capstanError('ERR_OCS_TOO_LARGE', `OCS inventory has more than ${limits.maxElements} elements (limits.ocs_max_elements)`);
       if (depth + 1 > limits.maxDepth) throw tooDeep();
-      const end = tagEnd(xml, i);
+      const end = startTagEnd(xml, i);
       if (end < 0) return; // unterminated: the reader says so (ocs-xml.ts)
       if (xml.charCodeAt(end - 1) !== 47 /* / */) depth++;
       i = end;
@@ -129,22 +129,6 @@ function checkShape(xml: string, limits: OcsLimits): void {
 function skipTo(xml: string, end: string, from: number): number {
   const at = xml.indexOf(end, from + 1);
   return at < 0 ? xml.length : at + end.length - 1;
-}
-
-/** Index of the `>` closing the start tag at `from`, quoted attribute values skipped; -1 if none. */
-function tagEnd(xml: string, from: number): number {
-  let quote = 0;
-  for (let i = from + 1; i < xml.length; i++) {
-    const c = xml.charCodeAt(i);
-    if (quote !== 0) {
-      if (c === quote) quote = 0;
-    } else if (c === 34 || c === 39) {
-      quote = c;
-    } else if (c === 62) {
-      return i;
-    }
-  }
-  return -1;
 }
 
 /** Parse OCS XML under the limits into its `REQUEST` element; coded errors for every refusal. */
