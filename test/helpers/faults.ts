@@ -4,13 +4,11 @@
  * black-hole traffic, and programs started inside a private mount namespace (a small file system
  * of their own mounted there, gone with them).
  */
-import { spawn } from 'node:child_process';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { createInterface } from 'node:readline';
 import {
   compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime, type NodeIdentity,
 } from '@capstan/shared';
-import { adminClient, programCommand, type Running } from './programs.js';
+import { adminClient, startProgram, type Running } from './programs.js';
 
 export interface RunFile { node: string; name: string; body: Buffer }
 export interface Fleet { ids: string[]; identities: NodeIdentity[]; files: RunFile[] }
@@ -189,36 +187,8 @@ export class BlackHoleProxy {
  * the program alone and is gone when it exits. `sh` and `env` exec, so the pid is the program's.
  * Its files are reachable from outside through /proc/<pid>/root.
  */
-export async function startInMountNs(mountCmd: string, bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {
-  const [cmd, argv] = programCommand(bin, args);
-  const proc = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', `${mountCmd} && exec "$@"`, 'sh', cmd, ...argv], { stdio: ['ignore', 'pipe', 'pipe'] });
-  const output: string[] = [];
-  const stderr: string[] = [];
-  proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
-  const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
-  const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => {
-      // Not left running (and writing into a directory the test is about to remove).
-      proc.kill('SIGKILL');
-      rej(new Error(`${bin} not ready in ${timeoutMs} ms: ${stderr.join('')}`));
-    }, timeoutMs);
-    void exited.then((code) => {
-      clearTimeout(timer);
-      rej(new Error(`${bin} exited with ${code}: ${stderr.join('')}`));
-    });
-    createInterface({ input: proc.stdout! }).on('line', (line) => {
-      output.push(line);
-      if (line.startsWith('{"ready":true')) {
-        clearTimeout(timer);
-        res((JSON.parse(line) as { url: string }).url);
-      }
-    });
-  });
-  const signal = (sig: NodeJS.Signals) => {
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
-    return exited;
-  };
-  return { url, proc, output, stderr, exited, stop: () => signal('SIGTERM'), signal };
+export function startInMountNs(mountCmd: string, bin: string, args: string[], timeoutMs = 20_000): Promise<Running> {
+  return startProgram(bin, args, timeoutMs, undefined, (cmd, argv) => ['unshare', ['-m', '--propagation', 'private', 'sh', '-c', `${mountCmd} && exec "$@"`, 'sh', cmd, ...argv]]);
 }
 
 /** A path inside a running program's mount namespace, as seen from outside it. */

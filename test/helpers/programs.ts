@@ -88,9 +88,15 @@ export function programDir(
   return t.testdir(content);
 }
 
-/** A daemon started and ready (its `{"ready":true,"url":…}` line); `env` replaces the environment. */
-export async function startProgram(bin: string, args: string[], timeoutMs = 20_000, env?: NodeJS.ProcessEnv): Promise<Running> {
-  const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
+/**
+ * A daemon started and ready (its `{"ready":true,"url":…}` line); `env` replaces the environment.
+ * `wrap` runs the program under another command that execs it (a mount namespace, faults.ts).
+ */
+export async function startProgram(
+  bin: string, args: string[], timeoutMs = 20_000, env?: NodeJS.ProcessEnv,
+  wrap: (cmd: string, argv: string[]) => [string, string[]] = (cmd, argv) => [cmd, argv],
+): Promise<Running> {
+  const proc = spawn(...wrap(...programCommand(bin, args)), { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
   const output: string[] = [];
   const stderr: string[] = [];
   proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
