@@ -56,7 +56,7 @@ export const ERROR_CODES = {
   ERR_HEADERS_TOO_LARGE: { status: 431 },
   /** Headers not whole within http.headers_timeout, or an upload body too slow (http.body_timeout, min_upload_rate). */
   ERR_REQUEST_TIMEOUT: { status: 408, transient: true },
-  /** One client address has http.max_uploads_per_client uploads in progress already. */
+  /** The listener is contended and this client address holds its share of the uploads in progress (http.max_uploads_per_client). */
   ERR_TOO_MANY_UPLOADS: { status: 429, transient: true },
   /** One address failed to authenticate [limits] auth_failures times in auth_failure_window. */
   ERR_AUTH_RATE_LIMITED: { status: 429, transient: true },

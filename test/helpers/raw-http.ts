@@ -15,14 +15,15 @@ export interface RawAnswer {
   ms: number;
 }
 
-export function rawHttp(base: string, pieces: Array<string | Buffer | number>, timeoutMs = 10_000): Promise<RawAnswer> {
+/** `localAddress`: the address to send from (any of 127/8 on loopback: another client). */
+export function rawHttp(base: string, pieces: Array<string | Buffer | number>, timeoutMs = 10_000, localAddress?: string): Promise<RawAnswer> {
   const u = new URL(base);
   return new Promise((resolve, reject) => {
     const started = Date.now();
     // The answer to HEAD has a Content-Length but no body.
     const first = pieces[0];
     const head = (typeof first === 'string' ? first : Buffer.isBuffer(first) ? first.subarray(0, 5).toString('latin1') : '').startsWith('HEAD ');
-    const socket = connect({ host: u.hostname, port: Number(u.port) });
+    const socket = connect({ host: u.hostname, port: Number(u.port), ...(localAddress && { localAddress }) });
     const chunks: Buffer[] = [];
     let done = false;
     const timer = setTimeout(() => finish(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);

@@ -58,6 +58,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     maxBytes: ctx.config.spool.max_file_size,
     pace: bodyPace(ctx.config.http),
     maxPerClient: ctx.config.http.max_uploads_per_client,
+    maxUploads: ctx.config.http.max_uploads,
     // Small bodies go to the forwarder from memory (it forwards them at once, no re-read).
     keepBytes: 1024 * 1024,
     onWritten: (kind, name, data) => ctx.written(kind, name, data),

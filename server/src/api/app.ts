@@ -201,6 +201,7 @@ function uploads(app: FastifyInstance, deps: ServerAppDeps): void {
     maxBytes: deps.config.limits.max_body_size,
     pace: bodyPace(http),
     maxPerClient: http.max_uploads_per_client,
+    maxUploads: http.max_uploads,
     onAccepted: (kind, name) => deps.onAccepted?.(kind, name),
     ...tokens,
     keepBytes: (kind, req) => {

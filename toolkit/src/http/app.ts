@@ -79,8 +79,11 @@ export function installErrorHandler(app: FastifyInstance, log: Logger): void {
     if (!req.raw.complete) reply.header('connection', 'close');
     if (isCapstanError(err)) {
       if (err.code === 'ERR_TOO_MANY_UPLOADS' && !reply.hasHeader('retry-after')) reply.header('retry-after', '5');
+      if (err.code === 'ERR_BUSY' && !reply.hasHeader('retry-after')) reply.header('retry-after', '5');
       if (err.code === 'ERR_SPOOL_FULL' && !reply.hasHeader('retry-after')) reply.header('retry-after', '60');
-      if (err.statusCode >= 500) log.error({ err, url: req.url }, 'request failed');
+      // A transient refusal (busy, full) is an expected condition: a line without a stack.
+      if (err.statusCode >= 500 && err.transient) log.warn({ code: err.code, url: req.url, reason: err.message }, 'request refused for now');
+      else if (err.statusCode >= 500) log.error({ err, url: req.url }, 'request failed');
       return reply.code(err.statusCode).send(errorBody(err));
     }
     const status = (err as { statusCode?: number }).statusCode;
@@ -211,8 +214,10 @@ export interface UploadRouteOptions {
   maxBytes: number;
   /** The body's pace (http.body_timeout, min_upload_rate); absent: none. */
   pace?: BodyPace;
-  /** Uploads in progress per client address, at most (http.max_uploads_per_client); 0 or absent: none. */
+  /** Uploads in progress per client address, its floor under contention (http.max_uploads_per_client); 0 or absent: none. */
   maxPerClient?: number;
+  /** Uploads in progress in all (http.max_uploads); 0 or absent: none. */
+  maxUploads?: number;
   /** Called once the file is durably spooled, before the 2xx (for metrics and logs). */
   onAccepted?: (kind: SpoolKind, name: string, accepted: Accepted & { nodeId: string }) => void;
   /** Per-upload check (e.g. the node is known), run before the body is read. */
@@ -235,7 +240,7 @@ export interface UploadRouteOptions {
 
 /** `PUT /reports/<file>`, `PUT /inventories/<file>` (and `/inventory-updates/<file>`): 2xx means the bytes are on disk. */
 export function installUploadRoutes(app: FastifyInstance, opts: UploadRouteOptions): void {
-  const perClient = new PerClient(opts.maxPerClient ?? 0);
+  const perClient = new PerClient(opts.maxPerClient ?? 0, opts.maxUploads ?? 0);
   const pace = opts.pace;
   for (const [path, kind] of UPLOAD_PATHS) {
     app.put<{ Params: { file: string } }>(`/${path}/:file`, async (req, reply) => {

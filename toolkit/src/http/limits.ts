@@ -1,8 +1,8 @@
 /**
  * What one client may cost a listener, shared by relayd and server: the `[http]` configuration
  * section, the Node server options it becomes (header timeout, header size), the upload body's
- * pace (longest pause, lowest average rate) and the uploads one client address may have in
- * flight. Without them a body trickled at a byte every few seconds held a socket, a file
+ * pace (longest pause, lowest average rate) and the uploads in flight, in all and per client
+ * address. Without them a body trickled at a byte every few seconds held a socket, a file
  * descriptor and a temporary file for as long as the client liked, and one address could open
  * any number of such uploads.
  */
@@ -21,9 +21,18 @@ export const HTTP_LIMITS_SCHEMA = {
   /** How long an upload may go below min_upload_rate at its start (slow start, a brief stall). */
   upload_rate_grace: { type: 'duration', default: '10s' },
   /**
-   * Uploads one client address may have in progress at once; more → 429 ERR_TOO_MANY_UPLOADS with
-   * Retry-After. A relay sends up to its upstream.concurrency at once: an upstream's limit must be
-   * at least that of every relay below it. 0: no limit.
+   * Uploads in progress at once on this listener, all clients together (PUTs and batches); more →
+   * 503 ERR_BUSY with Retry-After. What bounds the sockets, temporary files and memory uploads
+   * hold, with body_timeout and min_upload_rate bounding how long each may. 0: no limit.
+   */
+  max_uploads: { type: 'integer', default: 1024, min: 0, max: 1000000 },
+  /**
+   * Once half of max_uploads are in progress (the listener is contended), each client address is
+   * held to its fair share: max_uploads divided by the addresses with an upload in progress, and
+   * never less than this; more → 429 ERR_TOO_MANY_UPLOADS with Retry-After. Until then one
+   * address may take any number: a fleet behind one NAT or proxy address, or a relay below, is
+   * not refused for sharing an address. With max_uploads = 0 this is a fixed limit per address,
+   * contended or not. 0: no limit per address.
    */
   max_uploads_per_client: { type: 'integer', default: 32, min: 0, max: 100000 },
   /** Most files in one upload batch (`POST /batch/<kind>`, what relays send up); more → 413 ERR_BATCH_TOO_LARGE. */
@@ -43,6 +52,7 @@ export interface HttpLimits {
   readonly body_timeout: number;
   readonly min_upload_rate: number;
   readonly upload_rate_grace: number;
+  readonly max_uploads: number;
   readonly max_uploads_per_client: number;
   readonly max_batch_files: number;
   readonly max_batch_size: number;
@@ -120,30 +130,59 @@ export async function* pacedBody(req: IncomingMessage, pace: BodyPace): AsyncGen
 }
 
 /**
- * Uploads in progress per client address, at most `max` each (0: no limit). `enter` throws
+ * Uploads in progress, all clients together and per client address (http.max_uploads,
+ * max_uploads_per_client; see HTTP_LIMITS_SCHEMA for the rule). `enter` throws ERR_BUSY or
  * ERR_TOO_MANY_UPLOADS; otherwise the returned function must be called once the upload ends.
  */
 export class PerClient {
   private readonly active = new Map<string, number>();
+  private total = 0;
 
-  constructor(private readonly max: number) {}
+  /** `perClient`: the per-address floor (0: none); `maxTotal`: uploads in progress at most (0: none). */
+  constructor(
+    private readonly perClient: number,
+    private readonly maxTotal = 0,
+  ) {}
 
   enter(address: string | undefined): () => void {
-    if (this.max <= 0) return () => {};
+    if (this.perClient <= 0 && this.maxTotal <= 0) return () => {};
     const key = address ?? '';
     const n = this.active.get(key) ?? 0;
-    if (n >= this.max) {
-      throw capstanError('ERR_TOO_MANY_UPLOADS', `this address has ${n} uploads in progress, at most ${this.max} (http.max_uploads_per_client)`);
+    if (this.maxTotal > 0 && this.total >= this.maxTotal) {
+      throw capstanError('ERR_BUSY', `${this.total} uploads are in progress on this listener, at most ${this.maxTotal} (http.max_uploads): send again later`);
+    }
+    const limit = this.limitFor(n);
+    if (limit > 0 && n >= limit) {
+      throw capstanError('ERR_TOO_MANY_UPLOADS', this.maxTotal > 0
+        ? `this address has ${n} uploads in progress, its share while ${this.total} are (http.max_uploads ${this.maxTotal}, max_uploads_per_client ${this.perClient})`
+        : `this address has ${n} uploads in progress, at most ${this.perClient} (http.max_uploads_per_client)`);
     }
     this.active.set(key, n + 1);
+    this.total++;
     let left = false;
     return () => {
       if (left) return;
       left = true;
+      this.total--;
       const m = (this.active.get(key) ?? 1) - 1;
       if (m <= 0) this.active.delete(key);
       else this.active.set(key, m);
     };
+  }
+
+  /** What an address holding `n` uploads may hold now (0: no limit). */
+  private limitFor(n: number): number {
+    if (this.perClient <= 0) return 0;
+    if (this.maxTotal <= 0) return this.perClient;
+    if (this.total * 2 < this.maxTotal) return 0;
+    // Addresses that would share the listener, counting this one if it holds nothing yet.
+    const sharing = this.active.size + (n === 0 ? 1 : 0);
+    return Math.max(this.perClient, Math.floor(this.maxTotal / sharing));
+  }
+
+  /** Uploads in progress, all addresses together. */
+  get inProgress(): number {
+    return this.total;
   }
 
   /** Addresses with an upload in progress (for tests and metrics). */
