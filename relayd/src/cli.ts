@@ -23,7 +23,7 @@ interface Flags {
   config?: string;
   listen?: string;
   spoolDir?: string;
-  upstream?: string;
+  upstream?: string[];
   nodeId?: string;
   nodesList?: string;
   sharedFiles?: string;
@@ -48,7 +48,7 @@ const program = new Command('capstan-relayd')
   .option('-c, --config <file>', 'TOML configuration file')
   .option('--listen <host:port>', `address to listen on (default ${DEFAULT_RELAYD_LISTEN})`)
   .option('--spool-dir <dir>', 'spool directory')
-  .option('--upstream <url>', 'upstream relay or server URL')
+  .option('--upstream <url>', 'upstream relay or server URL; given again: the next ones, in order, for when it does not answer (upstream.fallback_urls)', (v: string, prev: string[] | undefined) => [...(prev ?? []), v])
   .option('--node-id <id>', "this relay's node id")
   .option('--nodes-list <file>', "RUDDER's nodeslist.json: the nodes below this relay")
   .option('--shared-files <dir>', 'shared-files store')
@@ -65,7 +65,8 @@ const program = new Command('capstan-relayd')
           'general.node_id': flags.nodeId,
           'general.nodes_list_file': flags.nodesList,
           'spool.directory': flags.spoolDir,
-          'upstream.url': flags.upstream,
+          'upstream.url': flags.upstream?.[0],
+          ...(flags.upstream && flags.upstream.length > 1 ? { 'upstream.fallback_urls': flags.upstream.slice(1) } : {}),
           'shared_files.path': flags.sharedFiles,
           'shared_folder.path': flags.sharedFolder,
           'log.level': flags.logLevel,

@@ -80,6 +80,12 @@ export const RELAYD_SCHEMA = {
   },
   upstream: {
     url: { type: 'url', default: `http://${DEFAULT_SERVER_LISTEN}` },
+    /**
+     * More upstreams, in order (several roots on one database, relays side by side): when the one
+     * in use does not answer (no connection, a timeout, 502/503/504), the next takes over, and a
+     * probe while down tries each in turn. They share the trust settings below.
+     */
+    fallback_urls: { type: 'strings', default: [] },
     timeout: { type: 'duration', default: '30s', min: 1 },
     /** Files forwarded at the same time (connections kept alive to the upstream). */
     concurrency: { type: 'integer', default: 8, min: 1, max: 256 },
@@ -236,8 +242,12 @@ export function checkRelaydConfig(c: RelaydConfig): RelaydConfig {
   if (c.upstream.pinned_cert_file !== '' && c.upstream.ca_file !== '') {
     throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file are exclusive');
   }
-  if ((c.upstream.pinned_cert_file !== '' || c.upstream.ca_file !== '') && !c.upstream.url.startsWith('https:')) {
-    throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file need an https:// upstream.url');
+  const urls = [c.upstream.url, ...c.upstream.fallback_urls];
+  for (const u of c.upstream.fallback_urls) {
+    if (!/^https?:\/\/\S+$/.test(u) || !URL.canParse(u)) throw capstanError('ERR_CONFIG', `upstream.fallback_urls: ${JSON.stringify(u)} is not an http(s) URL`);
+  }
+  if ((c.upstream.pinned_cert_file !== '' || c.upstream.ca_file !== '') && !urls.every((u) => u.startsWith('https:'))) {
+    throw capstanError('ERR_CONFIG', 'upstream.pinned_cert_file and upstream.ca_file need https:// upstreams (upstream.url and every fallback_urls)');
   }
   if (c.processing.retry_min > c.processing.retry_max) {
     throw capstanError('ERR_CONFIG', 'processing.retry_min must not exceed processing.retry_max');

@@ -86,7 +86,10 @@ export async function startRelay(config: RelaydConfig, log: Logger, hooks: Relay
 async function routingAndForwarding(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool: Spool) {
   const myId = config.general.node_id;
   const nodesFile = await NodesList.load(myId, config.general.nodes_list_file);
-  const upstream = new Upstream({ url: config.upstream.url, timeoutMs: config.upstream.timeout, connections: config.upstream.concurrency, tls: await loadUpstreamTls(config) });
+  const upstream = new Upstream({
+    url: config.upstream.url, fallbackUrls: config.upstream.fallback_urls, timeoutMs: config.upstream.timeout, connections: config.upstream.concurrency, tls: await loadUpstreamTls(config),
+    onSwitch: (from, to, reason) => log.warn({ from, to, reason }, 'upstream does not answer: the next one takes over'),
+  });
   const hub = new Hub(config.remote_run.heartbeat, config.remote_run.max_connections);
   // A sync that brings a different list reaches every part that acts on it; the parts made
   // below are there before the first sync (it starts once the relay listens).
@@ -178,7 +181,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   void sync?.start();
   await fwd.start();
   const link = config.remote_run.link_upstream && config.remote_run.enabled
-    ? new UpstreamLink({ upstreamUrl: config.upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat, ...relayAuth })
+    ? new UpstreamLink({ upstreamUrl: () => upstream.url, myId, remoteRun, log, connect: () => upstream.connectOptions(), heartbeatMs: config.remote_run.heartbeat, ...relayAuth })
     : null;
   // Not awaited: an unreachable upstream, or a relay not registered yet, must not hold the start.
   void relayToken?.start();
@@ -188,7 +191,7 @@ async function start(config: RelaydConfig, log: Logger, hooks: RelayHooks, spool
   bootstrap?.start();
   const retention = await startRetention(config, spool, log);
   const nodes = routing.fileList;
-  log.info({ listen: `${host}:${addr.port}`, tls, upstream: config.upstream.url, spool: config.spool.directory, nodes: nodes.configured ? nodes.size : 'all' }, 'relayd started');
+  log.info({ listen: `${host}:${addr.port}`, tls, upstream: upstream.urls.join(' '), spool: config.spool.directory, nodes: nodes.configured ? nodes.size : 'all' }, 'relayd started');
 
   let closing: Promise<void> | null = null;
   return {

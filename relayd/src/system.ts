@@ -74,7 +74,8 @@ export class SystemStatus {
       upstream: {
         status: up.state === 'down' ? 'error' : 'success',
         ...(up.lastError ? { details: up.lastError } : {}),
-        url: config.upstream.url,
+        url: up.url,
+        ...(up.urls.length > 1 ? { urls: up.urls } : {}),
         state: up.state,
         ...(up.lastContact ? { last_contact: new Date(up.lastContact).toISOString() } : {}),
       },
@@ -133,7 +134,7 @@ export interface ReloadParts {
 }
 
 /** Keys a running relay cannot change: a new value waits for the next restart. */
-const RESTART_KEYS = ['general.listen', 'spool.directory', 'upstream.url'] as const;
+const RESTART_KEYS = ['general.listen', 'spool.directory', 'upstream.url', 'upstream.fallback_urls'] as const;
 
 export class Reloader {
   private token: string | null;

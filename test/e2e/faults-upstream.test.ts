@@ -89,6 +89,60 @@ t.test('SIGKILL of the server mid-backlog, SQLite: every acknowledged run log st
 const why = await pgUnavailable();
 t.test('SIGKILL of the server mid-backlog, PostgreSQL: every acknowledged run log stored once', { skip: why ?? false }, (t) => killMidBacklog(t, 'postgres'));
 
+t.test('two roots on one database: one killed mid-backlog, the relay fails over, every run stored once', { skip: why ?? false }, async (t) => {
+  const t0 = Date.now();
+  const dir = programDir(t);
+  const database = await freshSchemaUrl(t);
+  // Servers sharing a database share the secret sealing its signing keys.
+  await writeFile(join(dir, 'server.toml'), `[lifecycle]\nsweep_interval = "1h"\n[identity]\nsecret_file = "${join(dir, 'identity.secret')}"\n`);
+  await writeFile(join(dir, 'relayd.toml'), RELAY_TOML);
+  const [portA, portB] = [await freePort(), await freePort()];
+  const root = (name: string, port: number) => startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`,
+    '--data-dir', join(dir, name), '--log-level', 'error', '--database', database], 90_000);
+
+  // The relay knows both roots; neither is up yet: it takes the run logs and holds them.
+  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
+    '--upstream', `http://127.0.0.1:${portA}`, '--upstream', `http://127.0.0.1:${portB}`, '--log-level', 'warn']);
+  t.teardown(() => relay.stop());
+  t.same((await relayStatus(relay.url)).upstream.urls, [`http://127.0.0.1:${portA}`, `http://127.0.0.1:${portB}`], 'the relay lists both upstreams');
+  const a = await root('a', portA);
+  t.teardown(() => a.signal('SIGKILL'));
+  const api = adminClient(a.url, (await readFile(join(dir, 'a', 'admin.token'), 'utf8')).trim());
+  await registerFleet(api, fleet);
+  const sent = await putAll(relay.url, fleet.files);
+  t.equal(sent.acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs`);
+
+  // The first root takes the backlog; the second comes up; the first is killed among the batches.
+  const atKill = await poll(async () => {
+    const n = await storedTotal(api, fleet);
+    return n >= 20 ? n : undefined;
+  }, 'the first batches stored by the first root', 30_000);
+  const b = await root('b', portB);
+  t.teardown(() => b.stop());
+  const apiB = adminClient(b.url, (await readFile(join(dir, 'b', 'admin.token'), 'utf8')).trim());
+  t.equal(await a.signal('SIGKILL'), null, 'the first root killed');
+  t.ok(atKill < fleet.files.length, `killed with ${atKill} of ${fleet.files.length} stored (mid-backlog)`);
+
+  // The relay goes on with the second root, alone.
+  await waitFor(() => relayDrained(relay.url), 'the relay to drain into the second root', 40_000);
+  const status = await relayStatus(relay.url);
+  t.equal(status.upstream.url, `http://127.0.0.1:${portB}`, 'the relay uses the second root');
+  t.match(relay.output.join('\n'), /the next one takes over/, 'and says so in its log');
+  const tookB = (await apiB('GET', '/api/1/system/status')).json.data.processed.reports_done ?? 0;
+  t.ok(tookB > 0, `the second root stored ${tookB} run logs`);
+
+  // What the first root acknowledged and had not stored waits in its spool: back, it stores it.
+  const again = await root('a', portA);
+  t.teardown(() => again.stop());
+  await poll(async () => ((await storedTotal(apiB, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 30_000);
+  t.comment(`all stored at ${Date.now() - t0} ms`);
+  await checkStored(t, apiB, fleet, sent.acked);
+  t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');
+  for (const name of ['a', 'b']) t.same(await readdir(join(dir, name, 'spool', 'failed', 'reports')), [], `nothing failed at root ${name}`);
+  t.equal(await again.stop(), 0, 'the first root stops cleanly');
+  t.equal(await b.stop(), 0, 'the second root stops cleanly');
+});
+
 t.test('a partition that drops packets: the relay times out, retries and delivers everything once', async (t) => {
   const dir = programDir(t);
   await writeFile(join(dir, 'server.toml'), '[lifecycle]\nsweep_interval = "1h"\n');

@@ -11,6 +11,7 @@ import t from 'tap';
 import { CountingUpstream, freePort, runName, sha256, until } from './helpers/upstream.js';
 import { put, startTestRelay } from './helpers/relay.js';
 import { programDir } from '../helpers/programs.js';
+import { loadRelaydConfig } from '@capstan/relayd';
 
 const NODE = 'e745a140-40bc-4b86-b6dc-084488fc906b';
 
@@ -233,4 +234,36 @@ t.test('an OCS inventory still alone after processing.ocs_pair_wait goes to fail
   t.equal((await put(r2.url, 'inventories', sign, 'sig')).status, 201);
   await until(() => (up.received.length === 1 ? true : undefined), 'the lone .sign sent up');
   t.equal(up.received[0]!.path, `/inventories/${sign}`);
+});
+
+t.test('several upstreams: the next takes over when the one in use does not answer', async (t) => {
+  const second = await new CountingUpstream().start();
+  t.teardown(() => second.stop());
+  // The first refuses connections (nothing listens on its port).
+  const r = await startTestRelay(t, { 'upstream.url': `http://127.0.0.1:${await freePort()}`, 'upstream.fallback_urls': [second.url] });
+  for (let i = 1; i <= 5; i++) t.equal((await put(r.url, 'reports', runName(NODE, i), Buffer.from(`run ${i}\n`))).status, 201);
+  await until(() => (second.received.length >= 5 ? true : undefined), 'the files at the second upstream');
+  t.equal(second.received.length, 5, 'each file reached the second upstream once');
+  const status = await (await fetch(`${r.url}/rudder/relay-api/1/system/status`)).json() as { data: { upstream: { url: string; urls: string[] } } };
+  t.equal(status.data.upstream.url, second.url, 'the status names the upstream in use');
+  t.equal(status.data.upstream.urls.length, 2, 'and lists both');
+});
+
+t.test('several upstreams: an upstream answering 503 hands over to the next', async (t) => {
+  const busy = await new CountingUpstream(() => 503, { batches: 503 }).start();
+  const ok = await new CountingUpstream().start();
+  t.teardown(() => Promise.all([busy.stop(), ok.stop()]));
+  const r = await startTestRelay(t, { 'upstream.url': busy.url, 'upstream.fallback_urls': [ok.url] });
+  t.equal((await put(r.url, 'reports', runName(NODE, 1), Buffer.from('run\n'))).status, 201);
+  await until(() => (ok.received.length === 1 ? true : undefined), 'the file at the answering upstream');
+  await until(async () => ((await readdir(join(r.spool, 'incoming', 'reports'))).length === 0 ? true : undefined), 'the spool to empty');
+  t.same(await readdir(join(r.spool, 'failed', 'reports')), [], 'nothing failed');
+});
+
+t.test('upstream.fallback_urls must be http(s) URLs, and https with a pin or CA', async (t) => {
+  const dir = programDir(t);
+  const load = (o: Record<string, unknown>) => () => loadRelaydConfig({ overrides: { 'spool.directory': join(dir, 'spool'), ...o } });
+  t.throws(load({ 'upstream.fallback_urls': ['ftp://x'] }), { code: 'ERR_CONFIG', message: /fallback_urls/ });
+  t.throws(load({ 'upstream.url': 'https://a.test', 'upstream.ca_file': '/x.pem', 'upstream.fallback_urls': ['http://b.test'] }), { code: 'ERR_CONFIG', message: /https/ });
+  t.doesNotThrow(load({ 'upstream.fallback_urls': ['http://b.test:3031', 'https://c.test'] }));
 });

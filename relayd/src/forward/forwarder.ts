@@ -218,8 +218,8 @@ export class Forwarder {
     if (!this.processors[kind].isPaused) this.recent.put(`${kind}/${name}`, data);
   }
 
-  get upstream(): { state: UpstreamState; lastError: string | null; lastContact: number | null } {
-    return { state: this.state, lastError: this.lastError, lastContact: this.lastContact };
+  get upstream(): { state: UpstreamState; lastError: string | null; lastContact: number | null; url: string; urls: string[] } {
+    return { state: this.state, lastError: this.lastError, lastContact: this.lastContact, url: this.o.upstream.url, urls: this.o.upstream.urls };
   }
 
   pending(): Record<SpoolKind, number> {

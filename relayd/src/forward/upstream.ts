@@ -9,6 +9,13 @@
  * An https upstream is authenticated by a pinned certificate (RUDDER's cert_pinning: that
  * certificate is the only trust anchor and the host name is not checked) or by a CA bundle
  * (host name checked), or by the system CAs when neither is given.
+ *
+ * Several upstreams (`upstream.url` then `upstream.fallback_urls`: several roots sharing one
+ * database, or relays side by side): one is in use at a time. When it does not answer (no
+ * connection, a timeout, or 502/503/504), the next one in the list is used for what follows; a
+ * probe while the upstream is down tries each in turn and keeps the first that answers. The one in
+ * use stays in use while it answers (no flapping back). What the one that failed had not answered
+ * is sent again to the next: the upstreams' own deduplication keeps each file stored once.
  */
 import { X509Certificate } from 'node:crypto';
 import { open, type FileHandle } from 'node:fs/promises';
@@ -27,9 +34,13 @@ export interface UpstreamTls {
 
 export interface UpstreamOptions {
   url: string;
+  /** More upstreams, in order, for when the one in use does not answer. */
+  fallbackUrls?: readonly string[];
   timeoutMs: number;
   connections: number;
   tls?: UpstreamTls;
+  /** Told when another upstream takes over (for the log). */
+  onSwitch?: (from: string, to: string, reason: string) => void;
 }
 
 /** What every forward sends besides its length (built once, not per file). */
@@ -42,16 +53,25 @@ const FORWARD_HEADERS: Readonly<Record<string, string>> = {
 /** Files up to this size are read whole (faster); larger ones are streamed from disk. */
 const READ_WHOLE_BYTES = 1024 * 1024;
 
+/** One upstream of the list: its address and its pool of kept-alive connections. */
+interface Target {
+  url: string;
+  origin: string;
+  basePath: string;
+  pool: Pool;
+}
+
+/** Statuses that say this upstream cannot take anything now (a proxy without a backend, a busy or stopping server). */
+const FAILOVER_STATUSES = new Set([502, 503, 504]);
+
 export class Upstream {
-  private pool: Pool;
-  private readonly basePath: string;
-  private readonly origin: string;
+  private targets: Target[];
+  private active = 0;
+  private tls: UpstreamTls | undefined;
 
   constructor(private readonly opts: UpstreamOptions) {
-    const u = new URL(opts.url);
-    this.origin = u.origin;
-    this.basePath = u.pathname.replace(/\/+$/, '');
-    this.pool = this.makePool(opts.tls);
+    this.tls = opts.tls;
+    this.targets = [opts.url, ...(opts.fallbackUrls ?? [])].map((url) => this.makeTarget(url, opts.tls));
   }
 
   /** TLS connect options for other clients of the same upstream (the remote-run link). */
@@ -59,31 +79,58 @@ export class Upstream {
     return connectOptionsFor(this.tls);
   }
 
-  private tls: UpstreamTls | undefined;
-
-  private makePool(tls: UpstreamTls | undefined): Pool {
-    this.tls = tls;
-    return new Pool(this.origin, {
-      connections: this.opts.connections,
-      headersTimeout: this.opts.timeoutMs,
-      bodyTimeout: this.opts.timeoutMs,
-      keepAliveTimeout: 4_000,
-      connect: connectOptionsFor(tls, Math.min(this.opts.timeoutMs, 10_000)),
-    });
+  private makeTarget(url: string, tls: UpstreamTls | undefined): Target {
+    const u = new URL(url);
+    return {
+      url,
+      origin: u.origin,
+      basePath: u.pathname.replace(/\/+$/, ''),
+      pool: new Pool(u.origin, {
+        connections: this.opts.connections,
+        headersTimeout: this.opts.timeoutMs,
+        bodyTimeout: this.opts.timeoutMs,
+        keepAliveTimeout: 4_000,
+        connect: connectOptionsFor(tls, Math.min(this.opts.timeoutMs, 10_000)),
+      }),
+    };
   }
 
   /**
-   * Swap in a new trust configuration (reload): new requests use the new pool; the old one
-   * finishes what it has in flight and closes.
+   * Swap in a new trust configuration (reload): new requests use the new pools; the old ones
+   * finish what they have in flight and close.
    */
   reconfigure(tls: UpstreamTls | undefined): void {
-    const old = this.pool;
-    this.pool = this.makePool(tls);
-    void old.close().catch(() => {});
+    const old = this.targets;
+    this.tls = tls;
+    this.targets = old.map((t) => this.makeTarget(t.url, tls));
+    for (const t of old) void t.pool.close().catch(() => {});
   }
 
+  /** The upstream in use. */
   get url(): string {
-    return this.opts.url;
+    return this.targets[this.active]!.url;
+  }
+
+  /** Every upstream, in order (the first is upstream.url). */
+  get urls(): string[] {
+    return this.targets.map((t) => t.url);
+  }
+
+  private get current(): Target {
+    return this.targets[this.active]!;
+  }
+
+  /** `t` did not answer: the next upstream takes over, unless another already did. */
+  private failed(t: Target, reason: string): void {
+    if (this.targets.length < 2 || this.targets[this.active] !== t) return;
+    this.use((this.active + 1) % this.targets.length, reason);
+  }
+
+  private use(i: number, reason: string): void {
+    if (i === this.active) return;
+    const from = this.url;
+    this.active = i;
+    this.opts.onSwitch?.(from, this.url, reason);
   }
 
   /**
@@ -114,17 +161,18 @@ export class Upstream {
       }
     }
     let res;
+    const t = this.current;
     try {
-      res = await this.pool.request({
+      res = await t.pool.request({
         method: 'PUT',
-        path: `${this.basePath}/${kind}/${encodeURIComponent(name)}`,
+        path: `${t.basePath}/${kind}/${encodeURIComponent(name)}`,
         headers: { ...FORWARD_HEADERS, 'content-length': String(size) },
         body: body as Buffer,
         signal,
       });
     } catch (err) {
       if (fh) await fh.close().catch(() => {});
-      throw unreachable(err);
+      throw this.unreachable(t, err);
     }
     if (res.statusCode >= 200 && res.statusCode < 300) {
       // The answer's body is not needed: drained without decoding it (the connection is reused).
@@ -132,6 +180,7 @@ export class Upstream {
       return;
     }
     const text = await res.body.text().catch(() => '');
+    if (FAILOVER_STATUSES.has(res.statusCode)) this.failed(t, `it answered ${res.statusCode}`);
     throw fateOf(res.statusCode, upstreamErrorCode(text));
   }
 
@@ -144,19 +193,21 @@ export class Upstream {
    */
   async sendBatch(kind: SpoolKind, body: Buffer, names: readonly string[], signal?: AbortSignal): Promise<BatchResult[]> {
     let res;
+    const t = this.current;
     try {
-      res = await this.pool.request({
+      res = await t.pool.request({
         method: 'POST',
-        path: `${this.basePath}${BATCH_PATH}/${kind}`,
+        path: `${t.basePath}${BATCH_PATH}/${kind}`,
         headers: { ...FORWARD_HEADERS, 'content-type': BATCH_CONTENT_TYPE, 'content-length': String(body.length) },
         body,
         signal,
       });
     } catch (err) {
-      throw unreachable(err);
+      throw this.unreachable(t, err);
     }
     const text = await res.body.text().catch(() => '');
     const status = res.statusCode;
+    if (FAILOVER_STATUSES.has(status)) this.failed(t, `it answered ${status}`);
     // 501 is "method not implemented" (a plain HTTP or WebDAV server): no batches there, as a 404
     // or 405 says, not an outage. Retried as a 5xx, nothing at all reached such an upstream.
     if (status === 501) throw new BatchesUnsupported(status, 'the upstream does not implement the batch request');
@@ -171,10 +222,24 @@ export class Upstream {
     throw new BatchesUnsupported(status, upstreamErrorCode(text).trim() || 'no batch route');
   }
 
-  /** Is the upstream answering at all? `GET /uuid` (every relay and the server answer it). */
+  /**
+   * Is an upstream answering at all? `GET /uuid` (every relay and the server answer it): the one
+   * in use first, then each other in turn; the first that answers is the one in use after.
+   */
   async probe(): Promise<boolean> {
+    for (let k = 0; k < this.targets.length; k++) {
+      const i = (this.active + k) % this.targets.length;
+      if (await this.answers(this.targets[i]!)) {
+        this.use(i, `${this.targets[this.active]!.url} does not answer`);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private async answers(t: Target): Promise<boolean> {
     try {
-      const res = await this.pool.request({ method: 'GET', path: `${this.basePath}/uuid`, headersTimeout: 5_000, bodyTimeout: 5_000 });
+      const res = await t.pool.request({ method: 'GET', path: `${t.basePath}/uuid`, headersTimeout: 5_000, bodyTimeout: 5_000 });
       await res.body.text().catch(() => '');
       return res.statusCode < 500;
     } catch {
@@ -182,20 +247,32 @@ export class Upstream {
     }
   }
 
-  /** A request of the caller's own (shared-files forwarding), through the same pool and trust. */
+  /** A request of the caller's own (shared-files forwarding), through the same pools and trust. */
   async request(opts: { method: 'HEAD' | 'PUT' | 'GET' | 'POST'; path: string; headers?: Record<string, string>; body?: Buffer | NodeJS.ReadableStream; signal?: AbortSignal; timeoutMs?: number }) {
-    return this.pool.request({
-      method: opts.method,
-      path: `${this.basePath}${opts.path}`,
-      headers: { 'user-agent': userAgent('capstan-relayd'), ...opts.headers },
-      body: opts.body as Buffer | undefined,
-      signal: opts.signal,
-      ...(opts.timeoutMs !== undefined ? { headersTimeout: opts.timeoutMs, bodyTimeout: opts.timeoutMs } : {}),
-    });
+    const t = this.current;
+    try {
+      return await t.pool.request({
+        method: opts.method,
+        path: `${t.basePath}${opts.path}`,
+        headers: { 'user-agent': userAgent('capstan-relayd'), ...opts.headers },
+        body: opts.body as Buffer | undefined,
+        signal: opts.signal,
+        ...(opts.timeoutMs !== undefined ? { headersTimeout: opts.timeoutMs, bodyTimeout: opts.timeoutMs } : {}),
+      });
+    } catch (err) {
+      if (!opts.signal?.aborted) this.failed(t, (err as Error).message);
+      throw err;
+    }
+  }
+
+  /** A request to `t` failed without an answer: the next upstream takes over; the coded error. */
+  private unreachable(t: Target, err: unknown): CapstanError {
+    if (!(err as { name?: string }).name?.includes('Abort')) this.failed(t, (err as Error).message);
+    return unreachable(err);
   }
 
   async close(): Promise<void> {
-    await this.pool.close();
+    await Promise.all(this.targets.map((t) => t.pool.close()));
   }
 }
 

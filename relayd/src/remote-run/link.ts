@@ -18,7 +18,8 @@ import type { RemoteRun, RunEvent } from './dispatch.js';
 import { jsonLines, parseEventLine, REMOTE_RUN_PROTOCOL, type HelloEvent, type RunEvent as RunTrigger } from '@capstan/shared/remote-run/protocol';
 
 export interface LinkOptions {
-  upstreamUrl: string;
+  /** The upstream in use, read at each connection (it may have failed over). */
+  upstreamUrl: string | (() => string);
   myId: string;
   remoteRun: RemoteRun;
   log: Logger;
@@ -84,7 +85,8 @@ export class UpstreamLink {
   }
 
   private async listenOnce(): Promise<void> {
-    const base = this.o.upstreamUrl.replace(/\/+$/, '');
+    const url = typeof this.o.upstreamUrl === 'function' ? this.o.upstreamUrl() : this.o.upstreamUrl;
+    const base = url.replace(/\/+$/, '');
     const auth = (await this.o.auth?.()) ?? {};
     // The lean, upgraded form of the connection, as agents use it (see api/routes/remote-run.ts).
     let socket;
