@@ -27,6 +27,17 @@ export const SERVER_SCHEMA = {
     pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
     /** Decoded node-day bases of runs kept in memory per server process (store/runs/run-codec.ts). */
     run_base_cache: { type: 'size', default: '64MiB', min: 0 },
+    /**
+     * PostgreSQL streaming replicas (postgres://… each) the fleet-wide reads of the admin API,
+     * console and exports may be answered from; writes and everything that decides stay on url.
+     */
+    replicas: { type: 'strings', default: [] },
+    /** A replica further behind the primary than this is not read from (its reads go to the primary). */
+    replica_max_lag: { type: 'duration', default: '10s', min: 0 },
+    /** How often each replica's staleness is measured. */
+    replica_check_interval: { type: 'duration', default: '1s', min: 50 },
+    /** Connections per replica. */
+    replica_pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
   },
   limits: {
     /** Largest upload accepted (compressed, as sent). */
@@ -408,6 +419,12 @@ export function loadServerConfig(opts: LoadConfigOptions): ServerConfig {
   }
   // A sign-in outliving a month is a credential nobody remembers handing out.
   if (config.console.signin_ttl > 30 * 86_400_000) throw capstanError('ERR_CONFIG', 'console.signin_ttl must be at most 30d');
+  if (config.database.replicas.length > 0 && !/^postgres(ql)?:\/\//.test(config.database.url)) {
+    throw capstanError('ERR_CONFIG', 'database.replicas need a PostgreSQL primary in database.url');
+  }
+  for (const r of config.database.replicas) {
+    if (!/^postgres(ql)?:\/\/\S+$/.test(r)) throw capstanError('ERR_CONFIG', 'database.replicas: each is a postgres:// URL');
+  }
   if (config.console.history_interval !== 0 && config.console.history_interval < 10_000) {
     throw capstanError('ERR_CONFIG', 'console.history_interval must be 0 (off) or at least 10s');
   }

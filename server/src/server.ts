@@ -30,7 +30,7 @@ import { ensurePolicyKey, type PolicyKeyring } from './policy/key.js';
 import type { Sweeper } from './registry/lifecycle.js';
 import { complianceSettings } from './registry/compliance.js';
 import { KeptSweeper } from './registry/kept-sweep.js';
-import { openRegistry } from './registry/open.js';
+import { openRegistry, openReplicaReads, type ReplicaReads } from './registry/open.js';
 import { RelayHub } from './remote-run/relay-links.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { Store } from './store/store.js';
@@ -96,6 +96,8 @@ interface Parts {
   notify: Notifications;
   console: ConsoleParts | null;
   vulns: VulnService;
+  /** Streaming replicas answering the fleet-wide reads ([database] replicas), if any. */
+  replicas: ReplicaReads | null;
 }
 
 async function compose(config: ServerConfig, log: Logger, store: Store): Promise<Parts> {
@@ -131,16 +133,26 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   const ops = operations(config, log, store, domain, identity, hub, metrics, policyKey);
   // Events reach subscriptions from the outbox, beside the ingest.
   const notify = await notifications(config, log, store, domain, identity);
-  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts, vulns };
+  const db = config.database;
+  const replicas = db.replicas.length === 0 ? null : await openReplicaReads(store, {
+    primaryUrl: db.url, urls: db.replicas, maxLagMs: db.replica_max_lag, checkMs: db.replica_check_interval, poolSize: db.replica_pool_size,
+    onChange: (url, inUse, why) => (inUse ? log.info({ replica: url }, 'reading from replica') : log.warn({ replica: url, reason: why }, 'not reading from replica')),
+    onIdleError: (err) => log.warn({ err }, 'replica connection lost while idle'),
+  });
+  return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts, vulns, replicas };
 }
 
 function app(config: ServerConfig, log: Logger, p: Parts) {
   const { ingest, ops, hub, identity } = p;
   return buildApp({
     config, log, store: p.store, domain: p.domain, spool: ingest.spool, adminToken: p.adminToken, metrics: p.metrics, identity,
+    ...(p.replicas && { reads: p.replicas.reads() }),
     ...(p.tls ? { https: p.tls } : {}),
     lifecycle: { policy: ops.policy, last: () => ops.sweeper.last },
-    status: async () => ({ spool: await ingest.spool.depth(), failed: ingest.spool.failedUsage, processed: { ...ingest.counters }, remote_run: { relays: hub.all().map((r) => r.id) } }),
+    status: async () => ({
+      spool: await ingest.spool.depth(), failed: ingest.spool.failedUsage, processed: { ...ingest.counters }, remote_run: { relays: hub.all().map((r) => r.id) },
+      ...(p.replicas && { database: { replica_max_lag_ms: config.database.replica_max_lag, replicas: p.replicas.status() } }),
+    }),
     ...ingest.app,
     // Policy downloads need a valid token of the node, unless turned off.
     policy: {
@@ -200,6 +212,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         await ingest.stop();
         // After the processors: the last inventories may have touched nodes.
         await domain.generator.settled();
+        await p.replicas?.close();
         await store.close();
         identity.close();
       })();

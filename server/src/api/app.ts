@@ -62,6 +62,12 @@ export interface ServerAppDeps {
   /** TLS for the listener (certificate, key, minVersion); absent → plain HTTP. */
   https?: ListenerTls;
   store: Store;
+  /**
+   * What the fleet-wide reads of the admin API and console (node lists, inventories, runs,
+   * compliance, changes, findings, events) read: the store, or its replicas within a staleness
+   * bound ([database] replicas). Absent: the store.
+   */
+  reads?: Store;
   spool: Spool;
   log: Logger;
   adminToken: string;
@@ -266,6 +272,8 @@ function agentFacing(app: FastifyInstance, deps: ServerAppDeps, policy: PolicyRo
 /** The admin API's routes (behind authentication, the role check and the audit hook). */
 function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRouteDeps | null): void {
   const { store, domain } = deps;
+  // Fleet-wide reads (possibly from replicas); claims and every write go to the store.
+  const reads = deps.reads ?? store;
   const settings = complianceSettings(deps.config);
   const now = deps.now ? { now: deps.now } : {};
   // Recent copies of fleet-wide compliance aggregates, for requests with max_age (the console's).
@@ -278,11 +286,11 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
     changeRequestRoutes(admin, domain.reviews);
   }
   // The node list's compliance sort judges each node at the moment of the request.
-  nodeRoutes(admin, store, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
+  nodeRoutes(admin, reads, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
   claimRoutes(admin, store, domain.nodes);
-  complianceRoutes(admin, { store, settings, cache: aggregates, ...now });
-  changeRoutes(admin, store, aggregates);
-  findingRoutes(admin, store);
+  complianceRoutes(admin, { store: reads, settings, cache: aggregates, ...now });
+  changeRoutes(admin, reads, aggregates);
+  findingRoutes(admin, reads);
   if (deps.vulns) {
     vulnRoutes(admin, {
       store: deps.vulns.deps.store, service: deps.vulns, groupMembers: (g) => domain.generator.groupMembers(g), ...now,
@@ -291,7 +299,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   }
   eventRoutes(admin, domain.events);
   if (deps.subscriptions) subscriptionRoutes(admin, store, deps.subscriptions);
-  lifecycleRoutes(admin, store, deps.lifecycle, aggregates);
+  lifecycleRoutes(admin, reads, deps.lifecycle, aggregates);
   if (deps.jobs) jobRoutes(admin, deps.jobs);
   if (deps.campaigns) campaignRoutes(admin, deps.campaigns);
   if (deps.bootstrap) bootstrapRoutes(admin, { store, ...deps.bootstrap });
@@ -302,5 +310,5 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
     for (const r of links.all()) if (ids === 'all' || ids.includes(r.id)) links.end(r.id, 'token_revoked');
   }));
   admin.get('/api/1/system/status', async () => ({ data: await deps.status() }));
-  consoleReadRoutes(admin, { store, settings, history: deps.console?.history ?? null, cache: aggregates, ...now });
+  consoleReadRoutes(admin, { store: reads, settings, history: deps.console?.history ?? null, cache: aggregates, ...now });
 }

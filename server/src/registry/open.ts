@@ -3,7 +3,7 @@
  * transactions (store/rules.ts) and decides nothing itself. Every program and test that opens
  * the store comes through here, so the rules are the same whoever writes.
  */
-import { openStore, type OpenStoreOptions, type Store, type StoreRules } from '../store/index.js';
+import { openStore, ReplicaReads, type OpenStoreOptions, type Store, type StoreRules } from '../store/index.js';
 import { FILTER_RULES } from './filters.js';
 import { NODE_RULES } from './rules.js';
 import { TASK_RULES } from '../jobs/states.js';
@@ -20,3 +20,20 @@ export function openRegistry(opts: Omit<OpenStoreOptions, 'rules'>): Promise<Sto
 export { checkDatabase, isDatabaseUnavailable } from '../store/check.js';
 /** An admin's node properties, checked at the door (the store checks them again). */
 export { checkProperties } from '../store/nodes/inventory/indexing.js';
+
+/**
+ * The fleet-wide reads answered by PostgreSQL streaming replicas within a staleness bound
+ * (store/replicas.ts); the primary `store` answers everything else, and every write.
+ */
+export function openReplicaReads(store: Store, opts: {
+  primaryUrl: string; urls: readonly string[]; maxLagMs: number; checkMs: number; poolSize: number;
+  onChange?: (url: string, inUse: boolean, why: string) => void;
+  onIdleError?: (err: Error) => void;
+}): Promise<ReplicaReads> {
+  return ReplicaReads.open(store, {
+    primaryUrl: opts.primaryUrl, urls: opts.urls, maxLagMs: opts.maxLagMs, checkMs: opts.checkMs,
+    open: (url) => openStore({ databaseUrl: url, poolSize: opts.poolSize, rules: STORE_RULES, readOnly: true, ...(opts.onIdleError && { onIdleError: opts.onIdleError }) }),
+    ...(opts.onChange && { onChange: opts.onChange }),
+  });
+}
+export type { ReplicaReads, ReplicaStatus } from '../store/index.js';

@@ -11,6 +11,7 @@ import type { Store } from './store.js';
 export type * from './store.js';
 export type * from './rules.js';
 export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
+export { ReplicaReads, type ReplicaStatus } from './replicas.js';
 
 export interface OpenStoreOptions {
   /** The domain's rules the store applies in its transactions (server/src/registry/open.ts gives them). */
@@ -28,6 +29,8 @@ export interface OpenStoreOptions {
   onIdleError?: (err: Error) => void;
   /** Postgres only: told when partition maintenance is skipped (retried at the next sweep). */
   onMaintenance?: (message: string, err?: unknown) => void;
+  /** Only read through it (a streaming replica): not migrated, nothing written. */
+  readOnly?: boolean;
 }
 
 export async function openStore(opts: OpenStoreOptions): Promise<Store> {
@@ -54,6 +57,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
   } else {
     throw capstanError('ERR_CONFIG', 'store needs a sqlite path or a database url');
   }
+  if (opts.readOnly) return store;
   try {
     await store.migrate();
   } catch (err) {

@@ -70,10 +70,11 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
   const histFrom = by === 'day' ? new Date(Math.floor(from / 86_400_000) * 86_400_000).toISOString() : fromIso;
   const hist = useGet<ListAnswer<Bucket>>(`/api/1/changes/histogram?by=${by}&from=${encodeURIComponent(histFrom)}&${age}`, key);
   const series = useGet<ListAnswer<Point>>(`/api/1/compliance/history?from=${encodeURIComponent(fromIso)}`);
+  const status = useGet<{ data: { database?: { replica_max_lag_ms: number; replicas: ReplicaState[] } } }>('/api/1/system/status', key);
   return (
     <>
       <h1>Dashboard</h1>
-      <p class="muted small">Fleet-wide figures may be up to a minute old. <button type="button" class="link" onClick={() => { setMaxAge(1); setNonce((n) => n + 1); }}>Refresh figures</button></p>
+      <p class="muted small">Fleet-wide figures may be up to a minute old.{status.data?.data.database && <> {replicaNote(status.data.data.database)}</>} <button type="button" class="link" onClick={() => { setMaxAge(1); setNonce((n) => n + 1); }}>Refresh figures</button></p>
       <div class="grid">
         <Section title="Global compliance" id="global">
           <Show f={global}>{({ data: g }) => (
@@ -157,4 +158,14 @@ export function Dashboard({ params }: { params: URLSearchParams }) {
       </Section>
     </>
   );
+}
+
+interface ReplicaState { url: string; in_use: boolean; staleness_ms: number | null }
+
+/** Where the fleet-wide reads come from when the server has replicas, and how far behind they may be. */
+function replicaNote(db: { replica_max_lag_ms: number; replicas: ReplicaState[] }): string {
+  const used = db.replicas.filter((r) => r.in_use);
+  if (used.length === 0) return `Read from the primary database: no replica is within ${Math.round(db.replica_max_lag_ms / 1000)} s of it.`;
+  const worst = Math.max(...used.map((r) => r.staleness_ms ?? 0));
+  return `Read from ${used.length === 1 ? 'a replica' : `${used.length} replicas`} at most ${(worst / 1000).toFixed(1)} s behind the primary (bound ${Math.round(db.replica_max_lag_ms / 1000)} s).`;
 }
