@@ -253,6 +253,10 @@ try {
         { id: `steady.${kind}.p99`, name: `steady ${kind}: PUT → visible, p99`, value: r.latencyMs.p99, unit: 'ms' },
         { id: `steady.${kind}.cpu.server`, name: `steady ${kind}: server CPU per run log`, value: per(r.cpuSeconds.server), unit: 'ms' },
         { id: `steady.${kind}.cpu.relay`, name: `steady ${kind}: relay CPU per run log`, value: per(r.cpuSeconds.relay), unit: 'ms' },
+        ...(r.databaseCpuSeconds ? [
+          { id: `steady.${kind}.cpu.database`, name: `steady ${kind}: the database's CPU per run log (its backends: what decides how many servers one database feeds)`, value: per(r.databaseCpuSeconds.backend), unit: 'ms' },
+          { id: `steady.${kind}.cpu.database_shared`, name: `steady ${kind}: the cluster's shared processes (WAL writer, checkpointer, autovacuum) per run log`, value: per(r.databaseCpuSeconds.shared), unit: 'ms' },
+        ] : []),
         { id: `steady.${kind}.cpu.harness`, name: `steady ${kind}: the load's CPU per run log (uploads, watcher: the bench process)`, value: per(r.cpuSeconds.harness), unit: 'ms' },
         { id: `steady.${kind}.cores`, name: `steady ${kind}: cores busy over the window (server + relay + load)`, value: r.coresBusy, unit: 'cores' },
         ...['server', 'relay'].flatMap((p) => Object.entries(r.cpuSplitMs[p] ?? {}).map(([part, ms]) => ({

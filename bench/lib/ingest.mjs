@@ -18,7 +18,7 @@ import pg from 'pg';
 import { eachLimited, listNodes, registerNode } from '@capstan/bench/sim/admin';
 import { cpuSplit, percentiles, procSample } from '@capstan/bench/sim/stats';
 import { Uploader } from '@capstan/bench/sim/upload';
-import { freshDatabase } from './postgres.mjs';
+import { freshDatabase, pgCpuDelta, pgCpuSample } from './postgres.mjs';
 import { programPaths, startProgram } from './programs.mjs';
 
 const POLL_MS = 5;
@@ -228,6 +228,7 @@ export async function benchIngest(o) {
     let lastVisibleAt = 0;
     let putDoneAt = 0;
     const cpu0 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    const db0 = db ? await pgCpuSample(db.name).catch(() => null) : null;
     // This process is the load: the uploads, their signatures already made, and the watcher.
     const harness0 = process.cpuUsage();
     const split0 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
@@ -273,6 +274,7 @@ export async function benchIngest(o) {
     await watch;
     await watcher.close();
     const cpu1 = { server: procSample(server.pid), relay: procSample(relay.pid) };
+    const dbCpu = db ? pgCpuDelta(db0, await pgCpuSample(db.name).catch(() => null)) : null;
     const harness = process.cpuUsage(harness0);
     const split1 = { server: cpuSplit(server.pid), relay: cpuSplit(relay.pid) };
     if (visible < n) throw new Error(`only ${visible} of ${n} run logs visible after ${o.timeoutMs ?? 180_000} ms`);
@@ -304,6 +306,8 @@ export async function benchIngest(o) {
       latencyMs: percentiles(latency),
       count: n,
       cpuSeconds: { server: cpu('server'), relay: cpu('relay'), harness: Math.round((harness.user + harness.system) / 1e4) / 100 },
+      /** PostgreSQL's own CPU over the window (bench/lib/postgres.mjs pgCpuSample): the database's backends, the cluster's shared processes. */
+      databaseCpuSeconds: dbCpu,
       /** The machine's cores busy over the window: server, relay and harness CPU per second of it. */
       coresBusy: (() => {
         const server = cpu('server');

@@ -5,6 +5,7 @@
  * per measurement, dropped afterwards. Unreachable → the PostgreSQL figures say why they are missing.
  */
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import pg from 'pg';
 
 export const PG_URL = process.env.CAPSTAN_BENCH_PG_URL ?? process.env.CAPSTAN_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -79,4 +80,51 @@ export function freshSchema(url = PG_URL) {
     schema,
     drop: () => withClient(url, (c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)).then(() => undefined),
   };
+}
+
+/**
+ * The database's own CPU (seconds) from /proc: the server processes PostgreSQL runs for the
+ * database `name` (its backends, one per pooled connection), and the cluster's shared background
+ * processes (WAL writer, checkpointer, background writer, autovacuum), read on this machine.
+ * Backends of other databases are not counted; the shared processes serve every database of the
+ * cluster, so they are exact only where nothing else writes to it. Call at the window's start
+ * and end and subtract with `pgCpuDelta` (a backend started meanwhile counts from zero).
+ * Null when the server is not on this machine (no such pids in /proc).
+ * @param {string} name @param {string} [url]
+ * @returns {Promise<Map<number, { kind: 'backend' | 'shared', seconds: number }> | null>}
+ */
+export async function pgCpuSample(name, url = PG_URL) {
+  const rows = await withClient(url, async (c) => (await c.query(
+    `SELECT pid, datname, backend_type FROM pg_stat_activity
+      WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer', 'autovacuum launcher', 'autovacuum worker')`, [name],
+  )).rows);
+  /** @type {Map<number, { kind: 'backend' | 'shared', seconds: number }>} */
+  const out = new Map();
+  for (const r of rows) {
+    try {
+      const stat = readFileSync(`/proc/${r.pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime, stime (fields 14 and 15), in clock ticks of 1/100 s on Linux.
+      out.set(Number(r.pid), { kind: r.datname === name ? 'backend' : 'shared', seconds: (Number(f[11]) + Number(f[12])) / 100 });
+    } catch {
+      /* ended meanwhile, or not on this machine */
+    }
+  }
+  return out.size > 0 ? out : null;
+}
+
+/**
+ * CPU seconds between two samples, by kind.
+ * @param {Awaited<ReturnType<typeof pgCpuSample>>} a @param {Awaited<ReturnType<typeof pgCpuSample>>} b
+ */
+export function pgCpuDelta(a, b) {
+  if (!a || !b) return null;
+  let backend = 0;
+  let shared = 0;
+  for (const [pid, end] of b) {
+    const d = end.seconds - (a.get(pid)?.seconds ?? 0);
+    if (end.kind === 'backend') backend += d;
+    else shared += d;
+  }
+  return { backend: Math.round(backend * 100) / 100, shared: Math.round(shared * 100) / 100 };
 }
