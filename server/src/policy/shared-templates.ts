@@ -13,7 +13,8 @@
  * (template-watch.ts regenerates the nodes using them).
  */
 import { createHash } from 'node:crypto';
-import { open, realpath } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { open, stat } from 'node:fs/promises';
 import { isCapstanError, type ErrorCode } from '@capstan/shared/errors';
 import { TEMPLATE_LIMITS } from '@capstan/shared/policy/template';
 import { resolveSharedFile } from '@capstan/toolkit/http/shared-folder';
@@ -100,13 +101,9 @@ export class SharedTemplates {
     try {
       const file = await resolveSharedFile(this.root, source.split('/'));
       if (file === null) return { file: null, stamp: 'missing', error: failed('ERR_NOT_FOUND', `shared-folder template ${source} is not a file in the shared folder`) };
-      const handle = await open(file, 'r');
-      try {
-        const st = await handle.stat({ bigint: true });
-        return { file, stamp: `${await realpath(file)}:${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` };
-      } finally {
-        await handle.close();
-      }
+      // `file` is the real path: a link retargeted inside the folder changes the stamp too.
+      const st = await stat(file, { bigint: true });
+      return { file, stamp: `${file}:${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}` };
     } catch (err) {
       if (isCapstanError(err)) return { file: null, stamp: `error:${err.code}`, error: failed(err.code as ErrorCode, `shared-folder template ${source}: ${err.message}`) };
       const code = (err as NodeJS.ErrnoException).code ?? 'EIO';
@@ -128,7 +125,8 @@ export class SharedTemplates {
   private async load(source: string, file: string): Promise<SharedTemplate> {
     let bytes: Buffer;
     try {
-      const handle = await open(file, 'r');
+      // Not through a link put in the file's place since it was resolved.
+      const handle = await open(file, constants.O_RDONLY | constants.O_NOFOLLOW);
       try {
         const buf = Buffer.alloc(this.maxBytes + 1);
         let n = 0;
