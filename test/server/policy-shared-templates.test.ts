@@ -211,3 +211,28 @@ t.test('a plan shows the rendered change per node of a directive moving to anoth
   t.match(broken.nodes[0], { problem: { code: 'ERR_NOT_FOUND', message: /tpl\/none\.mustache is not a file/ } }, 'a missing template shows before apply');
   t.same(await configIds(store, ['n0', 'n1', 'n2']), before, 'a plan writes nothing');
 });
+
+t.test('a technique\'s file_from_template call renders its shared-folder source with the call\'s data', async (t) => {
+  const { store, gen, put, file } = await fleet(t, 3);
+  await file('vhost.mustache', 'server {{item}} port {{params.port}} on {{node.hostname}}\n');
+  await put('technique', {
+    id: 'vhosts', name: 'vhosts', version: '1.0',
+    parameters: [{ name: 'sites', type: 'list', required: true }, { name: 'port', type: 'string', default: '80' }],
+    calls: [{ id: 'vhost', name: 'vhost {{item}}', method: 'file_from_template', foreach: 'sites', params: { path: '/etc/vhosts/{{item}}.conf', source: 'tpl/vhost.mustache' } }],
+  });
+  await put('group', { id: 'web', name: 'web', nodes: ['n0', 'n1'] });
+  await put('directive', { id: 'v', name: 'v', method: 'technique', technique: { id: 'vhosts', version: '1.0' }, params: { sites: ['a', 'b'], port: '8080' } });
+  await put('rule', { id: 'r', name: 'r', directives: ['v'], groups: ['web'] });
+  t.equal(gen.problems.size, 0);
+  const calls = (await bundleOf(store, 'n1'))!.parsed.directives[0]! as unknown as { calls: Array<{ id: string; params: Record<string, unknown> }> };
+  t.same(calls.calls.map((c) => [c.id, c.params.path, c.params.content, c.params.source_sha256]), [
+    ['vhost.0', '/etc/vhosts/a.conf', 'server a port 8080 on host-1\n', sha('server {{item}} port {{params.port}} on {{node.hostname}}\n')],
+    ['vhost.1', '/etc/vhosts/b.conf', 'server b port 8080 on host-1\n', sha('server {{item}} port {{params.port}} on {{node.hostname}}\n')],
+  ], 'each item rendered with its own data');
+
+  await file('vhost.mustache', 'server {{item}} port {{params.port}} on {{node.hostname}} ({{params.nope}})\n');
+  t.same(await regenerateTemplateUsers(gen, store), { sources: ['tpl/vhost.mustache'], nodes: 2 }, 'the technique\'s users only');
+  t.match(gen.problems.get('n0'), { code: 'ERR_TEMPLATE', directive_id: 'v', name: 'params.nope',
+    message: /technique vhosts, call vhost\.0: shared-folder template tpl\/vhost\.mustache: template \(line 1\): params\.nope is not defined/ });
+  t.equal(await store.getPolicyBundle('n2'), null, 'a node of no rule has no bundle, before and after');
+});

@@ -86,7 +86,7 @@ export class NodeRendering {
       const merged = { effective: m.effective, secrets: m.secrets };
       // A shared-folder template's file counts for the contents that name it, and only for them.
       const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged))
-        .update('\u0000').update(templatesDigest(content.directives, this.templates)).digest('hex');
+        .update('\u0000').update(templatesDigest(content.directives, this.templates, this.model)).digest('hex');
       b = { merged, digest, ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
       this.bases.set(content, b);
     }

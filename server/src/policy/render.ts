@@ -18,12 +18,12 @@ import { TECHNIQUE_METHOD, type BundleDirective, type Directive } from '@capstan
 import { nodeData } from '@capstan/shared/policy/data';
 import { validateMethodParams } from '@capstan/shared/policy/methods';
 import { markedSecrets, sealForNode, sealKeyId, type SealedSecret } from '@capstan/shared/policy/secrets';
-import { instantiate, techniqueDirective } from '@capstan/shared/policy/technique';
+import { instantiate, techniqueDirective, type Instance, type Technique } from '@capstan/shared/policy/technique';
 import { renderParams, renderTemplate, SecretRef, templateNames } from '@capstan/shared/policy/template';
 import type { PolicyNodeInput } from '../store/store.js';
 import type { PolicyModel } from './content.js';
 import { mergeProperties, mergeValues, type Conflict, type GroupProperties, type Json, type MergedProperties, type PropertySet } from './properties.js';
-import { NO_TEMPLATES, templateSource, type TemplateSet } from './shared-templates.js';
+import { callSource, directiveSources, NO_TEMPLATES, templateSource, type TemplateSet } from './shared-templates.js';
 
 /** What a directive's templates read of a node. */
 export interface Needs {
@@ -77,8 +77,7 @@ export function directiveNeeds(d: Directive, model: PolicyModel, templates: Temp
     if (templated(s)) names(s);
   };
   walkStrings(d.params, look);
-  const source = templateSource(d);
-  if (source !== undefined) {
+  for (const source of directiveSources(d, model)) {
     // Rendered into `content` even when it holds no tag (the node writes only `content`).
     const t = templates.get(source);
     if (t && 'text' in t) names(t.text);
@@ -249,6 +248,30 @@ function renderSource(source: string, templates: TemplateSet, data: Record<strin
   }
 }
 
+/**
+ * A technique's file_from_template calls naming a `source`: each rendered in `file` mode with the
+ * call's data (the node's, `params.*`, `item` in a loop) into the call's `content`. The source
+ * must be a plain path (it is read before any node is rendered).
+ */
+function renderCallSources(t: Technique, instance: Instance, data: Record<string, unknown>, templates: TemplateSet): void {
+  instance.calls.forEach((call) => {
+    const dot = call.id.lastIndexOf('.');
+    const def = t.calls.find((c) => c.id === call.id) ?? t.calls.find((c) => c.foreach !== undefined && c.id === call.id.slice(0, dot));
+    const source = def ? callSource(def) : undefined;
+    if (!def || source === undefined) return;
+    const field = `calls[${t.calls.indexOf(def)}].params.source`;
+    if (templated(source)) throw capstanError('ERR_TEMPLATE', `technique ${t.id}, call ${def.id}: a shared-folder source must be a plain path, not a template`, { details: { field } });
+    const scope = { ...data, params: instance.params, ...(def.foreach !== undefined && { item: (instance.params[def.foreach] as unknown[])[Number(call.id.slice(dot + 1))] }) };
+    try {
+      const r = renderSource(source, templates, scope);
+      call.params = { ...call.params, source, content: r.content, source_sha256: r.sha256 };
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      throw capstanError(err.code as ErrorCode, `technique ${t.id}, call ${call.id}: ${err.message}`, { details: { ...err.details, field } });
+    }
+  });
+}
+
 /** One directive rendered for a node (see the module comment); RenderError on any fault. */
 function renderOne(d: BundleDirective, data: Record<string, unknown>, model: PolicyModel, needs: Needs, templates: TemplateSet): BundleDirective {
   try {
@@ -258,7 +281,9 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
       if (!ref || !t || t.version !== ref.version) {
         throw capstanError('ERR_NOT_FOUND', `technique ${ref?.id ?? '(none)'} version ${ref?.version ?? '(none)'} does not exist`, { details: { field: 'technique' } });
       }
-      return techniqueDirective(d, t, instantiate(t, d.params, data));
+      const instance = instantiate(t, d.params, data);
+      renderCallSources(t, instance, data, templates);
+      return techniqueDirective(d, t, instance);
     }
     if (!needs.templated) return d;
     const { params } = renderParams(d.params, data);

@@ -18,7 +18,8 @@ import { open, stat } from 'node:fs/promises';
 import { isCapstanError, type ErrorCode } from '@capstan/shared/errors';
 import { TEMPLATE_LIMITS } from '@capstan/shared/policy/template';
 import { resolveSharedFile } from '@capstan/toolkit/http/shared-folder';
-import type { BundleDirective, Directive } from '@capstan/shared/policy/bundle';
+import { TECHNIQUE_METHOD, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
+import type { Technique, TechniqueCallDef } from '@capstan/shared/policy/technique';
 import type { PolicyModel } from './content.js';
 
 /** A template's text and the sha256 of its bytes, or why it cannot be used. */
@@ -34,24 +35,43 @@ export function templateSource(d: Directive | BundleDirective): string | undefin
   return d.method === 'file_from_template' && typeof d.params.source === 'string' ? d.params.source : undefined;
 }
 
-/** Every source the model's directives name. */
-export function modelSources(model: PolicyModel): Set<string> {
-  const out = new Set<string>();
-  for (const d of model.directives.values()) {
-    const s = templateSource(d);
-    if (s !== undefined) out.add(s);
+/** The shared-folder template a technique's call renders: a file_from_template call's `source` (a plain path). */
+export function callSource(c: Pick<TechniqueCallDef, 'method' | 'params'>): string | undefined {
+  return c.method === 'file_from_template' && typeof c.params.source === 'string' ? c.params.source : undefined;
+}
+
+/** The technique a directive instantiates, as the model holds it. */
+const techniqueOf = (d: Directive | BundleDirective, model: PolicyModel): Technique | undefined =>
+  d.method === TECHNIQUE_METHOD ? model.techniques.get((d as { technique?: { id: string } }).technique?.id ?? '') : undefined;
+
+/** The shared-folder templates a directive renders: its own `source`, or its technique's calls'. */
+export function directiveSources(d: Directive | BundleDirective, model: PolicyModel): string[] {
+  const own = templateSource(d);
+  if (own !== undefined) return [own];
+  const out: string[] = [];
+  for (const c of techniqueOf(d, model)?.calls ?? []) {
+    const s = callSource(c);
+    if (s !== undefined) out.push(s);
   }
   return out;
 }
 
+/** Every source the model's directives and techniques name. */
+export function modelSources(model: PolicyModel): Set<string> {
+  const out = new Set<string>();
+  for (const d of model.directives.values()) if (templateSource(d) !== undefined) out.add(templateSource(d)!);
+  for (const t of model.techniques.values()) for (const c of t.calls) if (callSource(c) !== undefined) out.add(callSource(c)!);
+  return out;
+}
+
 /** What a set of directives' templates are, as text for a digest: a changed file changes it. */
-export function templatesDigest(directives: readonly BundleDirective[], templates: TemplateSet): string {
+export function templatesDigest(directives: readonly BundleDirective[], templates: TemplateSet, model: PolicyModel): string {
   const parts: string[] = [];
   for (const d of directives) {
-    const s = templateSource(d);
-    if (s === undefined) continue;
-    const t = templates.get(s);
-    parts.push(`${s}\u0000${t === undefined ? '-' : 'text' in t ? t.sha256 : `${t.error.code}:${t.error.message}`}`);
+    for (const s of directiveSources(d, model)) {
+      const t = templates.get(s);
+      parts.push(`${s}\u0000${t === undefined ? '-' : 'text' in t ? t.sha256 : `${t.error.code}:${t.error.message}`}`);
+    }
   }
   return parts.join('\n');
 }

@@ -10,16 +10,13 @@ import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
 import { loadModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
-import { templateSource } from './shared-templates.js';
+import { directiveSources } from './shared-templates.js';
 
-/** The accepted nodes a rule reaches with a directive rendering one of `sources`. */
+/** The accepted nodes a rule reaches with a directive (or its technique's call) rendering one of `sources`. */
 export async function templateUsers(generator: PolicyGenerator, store: Pick<Store, 'listPolicyObjects'>, sources: ReadonlySet<string>): Promise<Set<string>> {
   const model = await loadModel(store);
   const directives = new Set<string>();
-  for (const d of model.directives.values()) {
-    const s = templateSource(d);
-    if (s !== undefined && sources.has(s)) directives.add(d.id);
-  }
+  for (const d of model.directives.values()) if (directiveSources(d, model).some((s) => sources.has(s))) directives.add(d.id);
   const groups = new Set<string>();
   for (const r of model.rules.values()) if (r.directives.some((d) => directives.has(d))) r.groups.forEach((g) => groups.add(g));
   const nodes = new Set<string>();
