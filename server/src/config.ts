@@ -208,13 +208,23 @@ export const SERVER_SCHEMA = {
     secret_file: { type: 'string', default: '', optional: true },
   },
   policy: {
-    /** Files that file_from_shared_folder directives name, served to relays at /rudder/relay-api/1/shared-folder/. Empty: none. */
+    /**
+     * Files that file_from_shared_folder directives name, served to relays at
+     * /rudder/relay-api/1/shared-folder/, and the templates file_from_template directives name by
+     * `source`, rendered by the server for each node. Empty: none.
+     */
     shared_folder: { type: 'string', default: '', optional: true },
     /**
      * Every node's policy is checked this often (unchanged nodes cost a read): group filters on
      * what no event announces (status, state, a provider's tags, another server's changes). 0: off.
      */
     regenerate_interval: { type: 'duration', default: '15m' },
+    /**
+     * How often the shared-folder templates that file_from_template directives name are checked
+     * (one stat each): an edited one regenerates the nodes using it. 0: off (the periodic
+     * regeneration still finds it).
+     */
+    template_check_interval: { type: 'duration', default: '10s' },
     /**
      * The largest body of POST /api/1/policy/plan: a whole policy (every directive, group and
      * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.

@@ -47,6 +47,8 @@ export interface DomainDeps {
   events?: { pollMs?: number; maxWaitMs?: number; maxReaders?: number };
   /** `[policy] review_roles`: roles whose policy changes go through a change request. */
   reviewRoles?: readonly string[];
+  /** `[policy] shared_folder`: where file_from_template directives' `source` templates are read. */
+  sharedFolder?: string;
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -61,7 +63,7 @@ export function composeDomain(deps: DomainDeps): Domain {
     },
   });
   const generator = new PolicyGenerator({
-    store, log, ...(deps.now && { clock: deps.now }),
+    store, log, ...(deps.now && { clock: deps.now }), ...(deps.sharedFolder && { sharedFolder: deps.sharedFolder }),
     onDeployed: (ids, at) => {
       const e = deployedEvent(ids, at);
       return e ? events.emit([e]) : undefined;

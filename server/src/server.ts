@@ -36,6 +36,7 @@ import type { JobRunner } from './jobs/runner.js';
 import type { Store } from './store/store.js';
 import { VulnService } from './vulns/service.js';
 import { vulnSettings } from './vulns/settings.js';
+import { watchTemplates } from './policy/template-watch.js';
 
 export interface ServerHandle {
   url: string;
@@ -115,7 +116,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   // recorded in the audit log with who acted; a relay's link ends when it may no longer hold one.
   const hub = new RelayHub(config.jobs.heartbeat);
   const domain = composeDomain({
-    store, log, key: policyKey, links: hub, reviewRoles: config.policy.review_roles,
+    store, log, key: policyKey, links: hub, reviewRoles: config.policy.review_roles, sharedFolder: config.policy.shared_folder,
     events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
   });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
@@ -241,6 +242,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
     (err: unknown) => log.warn({ err }, 'policy catch-up failed'),
   );
   const periodic = config.policy.regenerate_interval > 0 ? generator.every(config.policy.regenerate_interval) : null;
+  const templates = config.policy.template_check_interval > 0 ? watchTemplates(generator, p.store, log, config.policy.template_check_interval) : null;
   return {
     async stop() {
       await p.console?.history?.stop();
@@ -249,6 +251,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
       await reindexer.stop();
       await catchUp;
       await periodic?.stop();
+      await templates?.stop();
     },
   };
 }

@@ -67,7 +67,7 @@ export async function openServerHost(flags: CommonFlags): Promise<InjectClient> 
     const key = await ensurePolicyKey(dataDir).catch((err: unknown) => {
       throw unopened('the policy key', err);
     });
-    const domain = composeDomain({ store, log: silentLogger, key });
+    const domain = composeDomain({ store, log: silentLogger, key, sharedFolder: config.policy.shared_folder });
     // Its rotations, deletions and forced renewals are recorded like the API's (audit/log.ts).
     identity = await NodeIdentity.open({ dataDir, secretFile: config.identity.secret_file, store, log: silentLogger, ...identitySettings(config.identity), audit: domain.audit }).catch((err: unknown) => {
       throw unopened('the identity keyring', err);

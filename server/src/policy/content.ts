@@ -128,3 +128,24 @@ export function contentOf(model: PolicyModel, rules: readonly RuleDef[], groups:
   const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
   return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
 }
+
+/** A rule reaching a node, through which of its groups, with its directives (PolicyGenerator.explain). */
+export interface RuleVia {
+  id: string;
+  name: string;
+  via: string[];
+  directives: Array<{ id: string; name: string; method: string; mode: string }>;
+}
+
+/** The rules naming any of `groups` (sorted), in id order, each with the groups it reaches them through. */
+export function rulesVia(model: PolicyModel, groups: readonly string[]): RuleVia[] {
+  return [...model.rules.values()]
+    .map((r) => ({ r, via: r.groups.filter((g) => groups.includes(g)) }))
+    .filter(({ via }) => via.length > 0)
+    .sort((a, b) => (a.r.id < b.r.id ? -1 : a.r.id > b.r.id ? 1 : 0))
+    .map(({ r, via }) => ({
+      id: r.id, name: r.name, via,
+      directives: r.directives.map((id) => model.directives.get(id)).filter((d): d is Directive => d !== undefined)
+        .map((d) => ({ id: d.id, name: d.name, method: d.method, mode: d.mode })),
+    }));
+}

@@ -10,14 +10,17 @@
  */
 import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import type { Logger } from '@capstan/shared/log';
-import { computeConfigId, type Directive } from '@capstan/shared/policy/bundle';
+import { computeConfigId } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
-import { bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, type Content, type NodePreview, type PolicyModel } from './content.js';
+import {
+  bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
+} from './content.js';
 import { Listing } from './listing.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
 import { RenderError, SealCache, type NodeProblem } from './render.js';
+import { SharedTemplates } from './shared-templates.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -54,18 +57,21 @@ export class PolicyGenerator {
   readonly problems = new Map<string, NodeProblem & { at: string }>();
   /** Told of nodes newly unable to get a policy (a property conflict, a template error). */
   private readonly onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
-
   /** Told of the nodes whose bundle one generation changed (the event stream's policy.deployed). */
   private readonly onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
 
+  /** The shared-folder templates file_from_template directives name (`sharedFolder`: `[policy] shared_folder`). */
+  readonly templates: SharedTemplates;
+
   constructor(deps: {
-    store: Store; log: Logger; clock?: () => Date;
+    store: Store; log: Logger; clock?: () => Date; sharedFolder?: string;
     onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
     onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   }) {
     this.store = deps.store;
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
+    this.templates = new SharedTemplates(deps.sharedFolder ?? '');
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
     if (deps.onProblems) this.onProblems = deps.onProblems;
   }
@@ -184,7 +190,7 @@ export class PolicyGenerator {
    * What applies to one node and why: the groups it is in, and each rule reaching it through
    * which of them, with the rule's directives. A node that is not accepted is in no group.
    */
-  async explain(nodeId: string): Promise<{ groups: string[]; rules: Array<{ id: string; name: string; via: string[]; directives: Array<{ id: string; name: string; method: string; mode: string }> }> }> {
+  async explain(nodeId: string): Promise<{ groups: string[]; rules: RuleVia[] }> {
     const model = await loadModel(this.store);
     const listing = new Listing(this.store);
     const accepted = await this.acceptedAmong(new Set([nodeId]), listing);
@@ -199,16 +205,7 @@ export class PolicyGenerator {
       }
     }
     groups.sort();
-    const rules = [...model.rules.values()]
-      .map((r) => ({ r, via: r.groups.filter((g) => groups.includes(g)) }))
-      .filter(({ via }) => via.length > 0)
-      .sort((a, b) => (a.r.id < b.r.id ? -1 : a.r.id > b.r.id ? 1 : 0))
-      .map(({ r, via }) => ({
-        id: r.id, name: r.name, via,
-        directives: r.directives.map((id) => model.directives.get(id)).filter((d): d is Directive => d !== undefined)
-          .map((d) => ({ id: d.id, name: d.name, method: d.method, mode: d.mode })),
-      }));
-    return { groups, rules };
+    return { groups, rules: rulesVia(model, groups) };
   }
 
   /** Accepted members of any of `groupIds`. */
@@ -284,7 +281,8 @@ export class PolicyGenerator {
     const sorted = (m: PolicyModel) => [...m.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     // Each side rendered with the node's data as generation would, sealing nothing.
     const sides = [[before, ofBefore], [after, ofAfter]] as const;
-    const render = sides.map(([m]) => ({ rendering: new NodeRendering(m, null), rules: sorted(m), contents: new Map<string, Content>() }));
+    const templates = await this.templates.read(before, after);
+    const render = sides.map(([m]) => ({ rendering: new NodeRendering(m, null, undefined, templates), rules: sorted(m), contents: new Map<string, Content>() }));
     const ids = [...nodes].sort();
     const out: NodePreview[] = [];
     for (let i = 0; i < ids.length; i += BATCH) {
@@ -338,7 +336,7 @@ export class PolicyGenerator {
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
-    const rendering = new NodeRendering(model, this.seals, this.rendered);
+    const rendering = new NodeRendering(model, this.seals, this.rendered, await this.templates.read(model));
     const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);

@@ -15,6 +15,7 @@ import {
   conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData, withNodeLevel,
   type Effective, type Needs, type NodeProblem, type SealCache,
 } from './render.js';
+import { NO_TEMPLATES, templatesDigest, type TemplateSet } from './shared-templates.js';
 
 /** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
 interface Base {
@@ -69,7 +70,11 @@ export class NodeRendering {
   /** The techniques as text: a changed technique changes every digest. */
   private readonly modelDigest: string;
 
-  constructor(private readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map()) {
+  /** `templates`: the shared-folder templates the model's directives name, read for this generation. */
+  constructor(
+    private readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map(),
+    private readonly templates: TemplateSet = NO_TEMPLATES,
+  ) {
     this.propertyGroups = propertyGroups(model);
     this.modelDigest = createHash('sha256').update(JSON.stringify([...model.techniques.values()])).digest('hex');
   }
@@ -79,7 +84,9 @@ export class NodeRendering {
     if (!b) {
       const m = mergeFor(this.model, groups, {});
       const merged = { effective: m.effective, secrets: m.secrets };
-      const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged)).digest('hex');
+      // A shared-folder template's file counts for the contents that name it, and only for them.
+      const digest = createHash('sha256').update(this.modelDigest).update('\u0000').update(content.json).update('\u0000').update(JSON.stringify(merged))
+        .update('\u0000').update(templatesDigest(content.directives, this.templates, this.model)).digest('hex');
       b = { merged, digest, ...(m.conflicts.length > 0 && { problem: conflictProblem(m.conflicts) }) };
       this.bases.set(content, b);
     }
@@ -88,7 +95,7 @@ export class NodeRendering {
 
   private needsFor(content: Content): Needs {
     let n = this.needs.get(content);
-    if (!n) this.needs.set(content, (n = setNeeds(content.directives, this.needsOf, this.model)));
+    if (!n) this.needs.set(content, (n = setNeeds(content.directives, this.needsOf, this.model, this.templates)));
     return n;
   }
 
@@ -189,7 +196,7 @@ export class NodeRendering {
   private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {
     const merged = withNodeLevel(base.merged, input?.properties ?? {});
     const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
-    const r = renderDirectives(content.directives, data, this.model, this.needsOf);
+    const r = renderDirectives(content.directives, data, this.model, this.needsOf, this.templates);
     return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
   }
 

@@ -1,8 +1,9 @@
 /**
  * A node's policy as data reaches it (docs/policy.md, Properties, Templates, Secrets): its
  * effective properties (global < its groups by ascending priority < its own), its node data, and
- * its directives rendered with them — params as text, a file_from_template's template into
- * `content`, a technique's directive expanded — with every secret it uses sealed to its pinned
+ * its directives rendered with them — params as text, a file_from_template's template (inline, or
+ * read from the shared folder: shared-templates.ts) into `content`, a technique's directive
+ * expanded — with every secret it uses sealed to its pinned
  * certificate. Pure but for the sealing's randomness; the generator decides who is rendered.
  *
  * What a template reads decides how much of a node is needed: a directive set whose templates
@@ -12,16 +13,17 @@
  * rendered per node.
  */
 import { createHash } from 'node:crypto';
-import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import { capstanError, isCapstanError, type ErrorCode } from '@capstan/shared/errors';
 import { TECHNIQUE_METHOD, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import { nodeData } from '@capstan/shared/policy/data';
 import { validateMethodParams } from '@capstan/shared/policy/methods';
 import { markedSecrets, sealForNode, sealKeyId, type SealedSecret } from '@capstan/shared/policy/secrets';
-import { instantiate, techniqueDirective } from '@capstan/shared/policy/technique';
+import { instantiate, techniqueDirective, type Instance, type Technique } from '@capstan/shared/policy/technique';
 import { renderParams, renderTemplate, SecretRef, templateNames } from '@capstan/shared/policy/template';
 import type { PolicyNodeInput } from '../store/store.js';
 import type { PolicyModel } from './content.js';
 import { mergeProperties, mergeValues, type Conflict, type GroupProperties, type Json, type MergedProperties, type PropertySet } from './properties.js';
+import { callSource, directiveSources, NO_TEMPLATES, templateSource, type TemplateSet } from './shared-templates.js';
 
 /** What a directive's templates read of a node. */
 export interface Needs {
@@ -56,11 +58,13 @@ function walkStrings(v: unknown, each: (s: string) => void): void {
   else if (v !== null && typeof v === 'object') Object.values(v).forEach((x) => walkStrings(x, each));
 }
 
-/** What one directive reads (its technique's calls too); a template that does not parse counts as reading everything. */
-export function directiveNeeds(d: Directive, model: PolicyModel): Needs {
+/**
+ * What one directive reads (its technique's calls, its shared-folder template too); a template
+ * that does not parse, or cannot be read, counts as reading everything.
+ */
+export function directiveNeeds(d: Directive, model: PolicyModel, templates: TemplateSet = NO_TEMPLATES): Needs {
   const out: Needs = { ...NONE };
-  const look = (s: string) => {
-    if (!templated(s)) return;
+  const names = (s: string) => {
     out.templated = true;
     try {
       classify(templateNames(s), out);
@@ -69,7 +73,16 @@ export function directiveNeeds(d: Directive, model: PolicyModel): Needs {
       out.facts = out.node = true;
     }
   };
+  const look = (s: string) => {
+    if (templated(s)) names(s);
+  };
   walkStrings(d.params, look);
+  for (const source of directiveSources(d, model)) {
+    // Rendered into `content` even when it holds no tag (the node writes only `content`).
+    const t = templates.get(source);
+    if (t && 'text' in t) names(t.text);
+    else out.templated = out.facts = out.node = true;
+  }
   if (d.method === TECHNIQUE_METHOD) {
     out.templated = true;
     const t = model.techniques.get(techniqueRef(d)?.id ?? '');
@@ -79,11 +92,11 @@ export function directiveNeeds(d: Directive, model: PolicyModel): Needs {
 }
 
 /** The needs of a directive set: what any of them reads. */
-export function setNeeds(directives: readonly Directive[], cache: Map<string, Needs>, model: PolicyModel): Needs {
+export function setNeeds(directives: readonly Directive[], cache: Map<string, Needs>, model: PolicyModel, templates: TemplateSet = NO_TEMPLATES): Needs {
   const out: Needs = { ...NONE };
   for (const d of directives) {
     let n = cache.get(d.id);
-    if (!n) cache.set(d.id, (n = directiveNeeds(d, model)));
+    if (!n) cache.set(d.id, (n = directiveNeeds(d, model, templates)));
     out.templated ||= n.templated;
     out.facts ||= n.facts;
     out.node ||= n.node;
@@ -217,8 +230,50 @@ function fail(err: unknown, d: BundleDirective): never {
   });
 }
 
+/**
+ * A shared-folder template rendered in `file` mode, as an inline one is; its errors say which
+ * template (field `source`) and keep the name that was not defined.
+ */
+function renderSource(source: string, templates: TemplateSet, data: Record<string, unknown>): { content: string; sha256: string } {
+  const t = templates.get(source);
+  if (!t) throw capstanError('ERR_NOT_FOUND', `shared-folder template ${source} was not read`, { details: { field: 'source' } });
+  if ('error' in t) {
+    throw capstanError(t.error.code, t.error.message, { details: { field: 'source', ...(t.error.code === 'ERR_TEMPLATE_LIMIT' && { limit: 'maxTemplateBytes' }) } });
+  }
+  try {
+    return { content: renderTemplate(t.text, data, { mode: 'file' }), sha256: t.sha256 };
+  } catch (err) {
+    if (!isCapstanError(err)) throw err;
+    throw capstanError(err.code as ErrorCode, `shared-folder template ${source}: ${err.message}`, { details: { ...err.details, field: 'source' } });
+  }
+}
+
+/**
+ * A technique's file_from_template calls naming a `source`: each rendered in `file` mode with the
+ * call's data (the node's, `params.*`, `item` in a loop) into the call's `content`. The source
+ * must be a plain path (it is read before any node is rendered).
+ */
+function renderCallSources(t: Technique, instance: Instance, data: Record<string, unknown>, templates: TemplateSet): void {
+  instance.calls.forEach((call) => {
+    const dot = call.id.lastIndexOf('.');
+    const def = t.calls.find((c) => c.id === call.id) ?? t.calls.find((c) => c.foreach !== undefined && c.id === call.id.slice(0, dot));
+    const source = def ? callSource(def) : undefined;
+    if (!def || source === undefined) return;
+    const field = `calls[${t.calls.indexOf(def)}].params.source`;
+    if (templated(source)) throw capstanError('ERR_TEMPLATE', `technique ${t.id}, call ${def.id}: a shared-folder source must be a plain path, not a template`, { details: { field } });
+    const scope = { ...data, params: instance.params, ...(def.foreach !== undefined && { item: (instance.params[def.foreach] as unknown[])[Number(call.id.slice(dot + 1))] }) };
+    try {
+      const r = renderSource(source, templates, scope);
+      call.params = { ...call.params, source, content: r.content, source_sha256: r.sha256 };
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      throw capstanError(err.code as ErrorCode, `technique ${t.id}, call ${call.id}: ${err.message}`, { details: { ...err.details, field } });
+    }
+  });
+}
+
 /** One directive rendered for a node (see the module comment); RenderError on any fault. */
-function renderOne(d: BundleDirective, data: Record<string, unknown>, model: PolicyModel, needs: Needs): BundleDirective {
+function renderOne(d: BundleDirective, data: Record<string, unknown>, model: PolicyModel, needs: Needs, templates: TemplateSet): BundleDirective {
   try {
     if (d.method === TECHNIQUE_METHOD) {
       const ref = techniqueRef(d);
@@ -226,7 +281,9 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
       if (!ref || !t || t.version !== ref.version) {
         throw capstanError('ERR_NOT_FOUND', `technique ${ref?.id ?? '(none)'} version ${ref?.version ?? '(none)'} does not exist`, { details: { field: 'technique' } });
       }
-      return techniqueDirective(d, t, instantiate(t, d.params, data));
+      const instance = instantiate(t, d.params, data);
+      renderCallSources(t, instance, data, templates);
+      return techniqueDirective(d, t, instance);
     }
     if (!needs.templated) return d;
     const { params } = renderParams(d.params, data);
@@ -234,6 +291,12 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
       // The template is kept as written (for display); the node writes `content`.
       params.template = d.params.template;
       params.content = renderTemplate(d.params.template, data, { mode: 'file' });
+    }
+    const source = templateSource(d);
+    if (source !== undefined) {
+      // The path is kept as written, with the sha256 of the file rendered (for display and diffs).
+      const r = renderSource(source, templates, data);
+      Object.assign(params, { source, content: r.content, source_sha256: r.sha256 });
     }
     validateMethodParams(d.method, params);
     return { ...d, params };
@@ -244,9 +307,11 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
 }
 
 /** A node's directives rendered with its data; the caller seals `secrets`. */
-export function renderDirectives(directives: readonly BundleDirective[], data: Record<string, unknown>, model: PolicyModel, needsOf: Map<string, Needs>): Rendered {
+export function renderDirectives(
+  directives: readonly BundleDirective[], data: Record<string, unknown>, model: PolicyModel, needsOf: Map<string, Needs>, templates: TemplateSet = NO_TEMPLATES,
+): Rendered {
   const out: BundleDirective[] = [];
-  for (const d of directives) out.push(renderOne(d, data, model, needsOf.get(d.id) ?? directiveNeeds(d, model)));
+  for (const d of directives) out.push(renderOne(d, data, model, needsOf.get(d.id) ?? directiveNeeds(d, model, templates), templates));
   const secrets = [...markedSecrets(out.map((d) => [d.params, d.calls ?? []]))].sort();
   return { directives: out, properties: {}, secrets };
 }

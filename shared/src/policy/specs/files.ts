@@ -25,6 +25,8 @@ export interface FileFromTemplateParams extends WriterParams {
   template?: string;
   /** Informational: the shared-folder path of the template the content was rendered from. */
   source?: string;
+  /** Informational, set by the server with `content`: the sha256 of the shared-folder template file it rendered. */
+  source_sha256?: string;
 }
 
 /**
@@ -33,7 +35,7 @@ export interface FileFromTemplateParams extends WriterParams {
  */
 export const fileFromTemplateSpec: MethodSpec<FileFromTemplateParams> = {
   name: 'file_from_template',
-  params: [pathParam(), dStr('content', 'The rendered text: the server sets it in each node\'s bundle; an admin gives template or source.', { multiline: true, internal: true }), dStr('template', 'An inline mustache template, rendered on the server for each node (template or source).', { multiline: true, example: 'server {{node.hostname}}\n' }), dStr('source', 'A template in the shared folder, rendered on the server for each node.', { example: 'templates/app.conf.mustache' }), ...WRITER_PARAMS],
+  params: [pathParam(), dStr('content', 'The rendered text: the server sets it in each node\'s bundle; an admin gives template or source.', { multiline: true, internal: true }), dStr('template', 'An inline mustache template, rendered on the server for each node (template or source).', { multiline: true, example: 'server {{node.hostname}}\n' }), dStr('source', 'A template in the shared folder, rendered on the server for each node.', { example: 'templates/app.conf.mustache' }), dStr('source_sha256', 'The sha256 of the shared-folder template the server rendered: it sets it in each node\'s bundle.', { internal: true }), ...WRITER_PARAMS],
   example: { path: '/etc/app.conf', template: 'server {{node.hostname}}\n' },
   validate: (p) => {
     const m = 'file_from_template';
@@ -42,6 +44,10 @@ export const fileFromTemplateSpec: MethodSpec<FileFromTemplateParams> = {
     if (p.template !== undefined) out.template = text(m, p, 'template');
     const source = sharedPath(m, p, 'source');
     if (source !== undefined) out.source = source;
+    if (p.source_sha256 !== undefined) {
+      if (source === undefined) paramError(m, 'source_sha256', 'is only given with source');
+      out.source_sha256 = named(m, p, 'source_sha256', /^[0-9a-f]{64}$/, 'a sha256 in lower-case hex');
+    }
     if (out.template !== undefined && source !== undefined) paramError(m, 'source', 'and template cannot both be given');
     if (out.content === undefined && out.template === undefined && source === undefined) paramError(m, 'template', 'or source (or the rendered content) is required');
     return out;
