@@ -4,7 +4,8 @@
  * the status and why; the dispatcher decides what follows (dispatch.ts).
  */
 import { readFile } from 'node:fs/promises';
-import nodemailer, { type Transporter } from 'nodemailer';
+// nodemailer is loaded when an SMTP host is configured.
+import type { Transporter } from 'nodemailer';
 import { capstanError } from '@capstan/shared/errors';
 import type { DeliveryRecord, EventRecord, SubscriptionRecord } from '../store/store.js';
 import { mailText, webhookBody } from './message.js';
@@ -78,6 +79,7 @@ export async function smtpMailer(s: SmtpSettings): Promise<Mailer | null> {
       throw capstanError('ERR_CONFIG', `smtp.password_file ${s.password_file}: ${(err as Error).message}`);
     }
   }
+  const { default: nodemailer } = await import('nodemailer');
   const transport = nodemailer.createTransport({
     host: s.host, port: s.port, secure: s.secure, requireTLS: s.require_tls,
     connectionTimeout: s.timeout, greetingTimeout: s.timeout, socketTimeout: s.timeout,

@@ -12,7 +12,7 @@
  * not answer, or is not a standby being replayed, is left out until a check passes again; a read
  * that fails on a replica is answered by the primary.
  */
-import pg from 'pg';
+import type pg from 'pg';
 import type { Store } from './store.js';
 
 /** The Store's methods a replica may answer (reads shown to people; nothing decides on them). */
@@ -68,9 +68,10 @@ export class ReplicaReads {
   /** Opens a store and a probe connection per replica, checks them once, and checks them every checkMs after. */
   static async open(primary: Store, opts: ReplicaOptions): Promise<ReplicaReads> {
     const r = new ReplicaReads(primary, opts);
-    r.primaryProbe = probePool(opts.primaryUrl);
+    const { default: driver } = await import('pg');
+    r.primaryProbe = probePool(driver, opts.primaryUrl);
     for (const url of opts.urls) {
-      r.replicas.push({ url, store: await opts.open(url), probe: probePool(url), freshAt: null, checkedAt: null, error: null, inUse: false });
+      r.replicas.push({ url, store: await opts.open(url), probe: probePool(driver, url), freshAt: null, checkedAt: null, error: null, inUse: false });
     }
     await r.check();
     r.timer = setInterval(() => void r.check(), opts.checkMs);
@@ -195,8 +196,8 @@ export class ReplicaReads {
 }
 
 /** One connection for the checks, short timeouts: a replica that hangs is one that does not answer. */
-function probePool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 5_000, statement_timeout: 5_000, query_timeout: 5_000 });
+function probePool(driver: typeof pg, url: string): pg.Pool {
+  const pool = new driver.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 5_000, statement_timeout: 5_000, query_timeout: 5_000 });
   pool.on('error', () => undefined);
   return pool;
 }

@@ -11,7 +11,8 @@ import { mkdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { Transform } from 'node:stream';
-import { request } from 'undici';
+// undici is loaded when a feed is first fetched: most servers never fetch one.
+import type { request as UndiciRequest } from 'undici';
 import { capstanError, isCapstanError } from '@capstan/shared/errors';
 
 export interface FetchLimits {
@@ -50,12 +51,13 @@ export interface Validators {
 }
 
 async function download(url: string, to: string, limits: FetchLimits, since: Validators = {}): Promise<{ lastModified: string | null; etag: string | null; notModified?: true }> {
-  let res: Awaited<ReturnType<typeof request>>;
+  let res: Awaited<ReturnType<typeof UndiciRequest>>;
+  const { request } = await import('undici');
   const headers: Record<string, string> = {};
   if (since.etag) headers['if-none-match'] = since.etag;
   if (since.lastModified) headers['if-modified-since'] = new Date(since.lastModified).toUTCString();
   try {
-    res = await request(url, { method: 'GET', headers, headersTimeout: limits.timeoutMs, bodyTimeout: limits.timeoutMs, maxRedirections: 0 } as Parameters<typeof request>[1]);
+    res = await request(url, { method: 'GET', headers, headersTimeout: limits.timeoutMs, bodyTimeout: limits.timeoutMs, maxRedirections: 0 } as Parameters<typeof UndiciRequest>[1]);
   } catch (err) {
     throw capstanError('ERR_FEED_FETCH', `${url}: ${(err as Error).message}`);
   }
