@@ -96,6 +96,10 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await page.keyboard.press('Tab');
   t.equal(await focused(page), 'f-nodes', 'Tab: the static members');
   await page.keyboard.press('Tab');
+  t.equal(await focused(page), 'Add a property', 'Tab: its properties');
+  await page.keyboard.press('Tab');
+  t.equal(await focused(page), 'f-priority', 'Tab: their priority');
+  await page.keyboard.press('Tab');
   t.equal(await focused(page), 'Save', 'Tab: Save');
   await page.keyboard.press('Enter');
   await page.getByRole('heading', { name: 'Group Web servers' }).waitFor();

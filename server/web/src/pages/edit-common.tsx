@@ -92,7 +92,13 @@ export function usePolicySubmit(kind: Kind, existing: string | null) {
       setBusy(false);
     }
   };
-  return { ...state, busy, submit, mustReview, setFields: (fields: Record<string, string>) => setState({ error: null, fields }) };
+  // Refused before it was sent (a value that is not JSON): the same, the focus on the first.
+  const setFields = (fields: Record<string, string>) => {
+    setState({ error: null, fields });
+    const first = Object.keys(fields)[0];
+    if (first !== undefined) setTimeout(() => document.getElementById(fieldId(first))?.focus(), 0);
+  };
+  return { ...state, busy, submit, mustReview, setFields };
 }
 
 /** The form's buttons: Save (unless the role must go through review) and Propose, and what failed. */
