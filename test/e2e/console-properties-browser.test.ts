@@ -8,11 +8,11 @@
  * input), a directive from it, and the agent applying it; a viewer gets no edit control and the
  * API refuses its write.
  */
-import { readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import type { Page } from 'playwright-core';
-import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
+import { chromiumAbsent, openBrowser, shot } from '../helpers/browser.js';
 import { BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
@@ -41,8 +41,12 @@ const pageText = (page: Page) => page.evaluate<string>('document.body.innerText 
 
 t.test('techniques and properties are edited in the console; secrets are never shown', { skip }, async (t) => {
   const dir = programDir(t);
-  const conf = join(dir, 'app.conf');
-  const marker = join(dir, 'reloaded');
+  // The files the agent manages live under `root`, laid out as on a host (root/etc/app/…).
+  const root = join(dir, 'root');
+  await mkdir(join(root, 'etc', 'app'), { recursive: true });
+  await mkdir(join(root, 'run'), { recursive: true });
+  const conf = join(root, 'etc', 'app', 'app.conf');
+  const marker = join(root, 'run', 'app.reloaded');
   const { server, relay, token, api } = await serverAndRelay(t, dir);
   const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error']);
   t.equal((await agent()).code, 5, 'the agent waits for acceptance');
@@ -119,6 +123,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.getByRole('button', { name: 'Save properties' }).click();
   await leaf('role').waitFor();
   t.match(await leaf('role').innerText(), /"frontend"\s+this node/);
+  await shot(page, 'console-node-properties.png', root, '#properties');
   t.same((await api('GET', `/api/1/nodes/${id}/properties`)).json.data, { role: 'frontend' });
 
   // Saved again from its form, the group keeps its secret (the agent's file below shows it).
@@ -163,6 +168,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.locator('#f-calls-1--if-error').getByText(/nope, which is not an earlier call/).waitFor();
   t.equal(await focused(page), 'f-calls-1--if', 'the refused result condition has the focus');
   await page.locator('#f-calls-1--if').fill("repaired('conf')");
+  await shot(page, 'console-technique-edit.png', root);
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('heading', { name: 'Technique App configuration' }).waitFor();
   t.match((await api('GET', '/api/1/techniques/app_conf')).json.data, {
