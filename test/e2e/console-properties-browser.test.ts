@@ -3,7 +3,8 @@
  * a global property made with the keyboard alone; a group's property and a secret one set in the
  * group's form, the effective values with their origin on the node page, the secret never shown
  * (not in any page, not in any API answer) yet kept when the group is saved again; the node's own
- * properties edited, a refused value shown under its input; a technique made in its form (two
+ * properties edited, a refused value shown under its input; a group's edit proposed for review
+ * from its form and deployed, its secret kept; a technique made in its form (two
  * calls, the second only when the first repaired, a refused result condition shown under its
  * input), a directive from it, and the agent applying it; a viewer gets no edit control and the
  * API refuses its write.
@@ -13,7 +14,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import type { Page } from 'playwright-core';
 import { chromiumAbsent, openBrowser, shot } from '../helpers/browser.js';
-import { BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
+import { adminClient, BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
@@ -54,6 +55,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await waitFor(async () => (await api('GET', `/api/1/nodes/${id}`)).json?.data, 'the node registered');
   t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
   const vera = (await api('POST', '/api/1/admins', { name: 'vera', role: 'viewer' })).json.data.token as string;
+  const bob = adminClient(server.url, (await api('POST', '/api/1/admins', { name: 'bob', role: 'admin' })).json.data.token as string);
   t.equal((await api('POST', '/api/1/groups', { id: 'web', name: 'Web servers', nodes: [id] })).status, 201);
 
   const { page, problems } = await openBrowser(t, 'console-properties');
@@ -134,7 +136,17 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('heading', { name: 'Group Web servers' }).waitFor();
   t.equal((await api('GET', '/api/1/groups/web')).json.data.priority, 3);
-  for (const path of ['/api/1/groups/web', '/api/1/groups', `/api/1/nodes/${id}/properties/effective`, '/api/1/audit?per_page=100']) {
+  // Proposed for review from the same form: the change request carries the kept secret, never shows it.
+  await page.goto(`${server.url}/#/groups/web/edit`);
+  await page.getByLabel('Priority of its properties').fill('4');
+  await page.getByRole('button', { name: 'Propose for review' }).click();
+  await page.getByRole('heading', { name: /Edit group web/ }).waitFor();
+  t.notMatch(await pageText(page), SECRET, 'the change request page never shows the secret');
+  const cr = page.url().split('/change-requests/')[1]!;
+  t.equal((await bob('POST', `/api/1/change-requests/${cr}/approve`, { comment: 'fine' })).status, 200);
+  t.equal((await bob('POST', `/api/1/change-requests/${cr}/deploy`, {})).status, 200);
+  t.equal((await api('GET', '/api/1/groups/web')).json.data.priority, 4, 'deployed as reviewed');
+  for (const path of ['/api/1/groups/web', '/api/1/groups', `/api/1/nodes/${id}/properties/effective`, '/api/1/audit?per_page=100', `/api/1/change-requests/${cr}`]) {
     t.notMatch(JSON.stringify((await api('GET', path)).json), SECRET, `${path} never returns the secret`);
   }
 
@@ -187,7 +199,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.equal((await api('POST', '/api/1/rules', { id: 'apps', name: 'Apps', directives: ['app'], groups: ['web'] })).status, 201);
   const first = await agent();
   t.equal(first.code, 0, first.stderr);
-  t.equal(await readFile(conf, 'utf8'), `password=${SECRET}\nrole=frontend\n`, 'the secret kept through the group\'s second save, and the node\'s own value');
+  t.equal(await readFile(conf, 'utf8'), `password=${SECRET}\nrole=frontend\n`, 'the secret kept through the group\'s second save and a change request, and the node\'s own value');
   t.equal(await readFile(marker, 'utf8'), 'reloaded\n', 'the first call repaired: the second ran');
   await rm(marker);
   const second = await agent();
