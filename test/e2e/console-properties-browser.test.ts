@@ -222,5 +222,14 @@ t.test('techniques and properties are edited in the console; secrets are never s
     return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
   });
   t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
+  // The new pages at a phone's width: nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const route of ['#/properties', '#/properties/site/edit', '#/groups/web', '#/groups/web/edit', '#/techniques/app_conf/edit', '#/directives/app/edit', `#/nodes/${id}`]) {
+    await page.goto(`${server.url}/${route}`);
+    await page.locator('main h1').first().waitFor();
+    await page.waitForLoadState('networkidle');
+    const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
+    t.ok(overflow <= 1, `${route} fits a phone's width (${overflow} px too wide)`);
+  }
   t.same([...problems, ...viewer.problems], [], 'no Content-Security-Policy violation, no page error');
 });
