@@ -9,17 +9,15 @@
  * write. The screenshots in docs/img/ come from here (CAPSTAN_UPDATE_SCREENSHOTS=1), with the
  * test's root directory taken off the page's text, so paths read as on a real host.
  */
-import { mkdirSync } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import type { Page } from 'playwright-core';
-import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
-import { BIN, ROOT, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
+import { chromiumAbsent, openBrowser, shot } from '../helpers/browser.js';
+import { BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
-const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs', 'img') : null;
 
 async function signIn(page: Page, url: string, token: string, hash = '#/'): Promise<void> {
   await page.goto(`${url}/${hash}`);
@@ -40,20 +38,6 @@ async function tabTo(page: Page, label: RegExp): Promise<string> {
 
 /** The id of the element that has the focus. */
 const focused = (page: Page) => page.evaluate<string>('document.activeElement ? document.activeElement.id || document.activeElement.textContent || "" : ""');
-
-/** Take `prefix` off every text on the page (the test's root directory), then a full-page shot. */
-async function shot(page: Page, name: string, prefix: string): Promise<void> {
-  if (!SHOTS) return;
-  mkdirSync(SHOTS, { recursive: true });
-  // A string: the test's TypeScript has no DOM types.
-  await page.evaluate(`(() => {
-    const p = ${JSON.stringify(prefix)};
-    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
-    for (let n = walk.nextNode(); n; n = walk.nextNode()) if (n.nodeValue && n.nodeValue.includes(p)) n.nodeValue = n.nodeValue.split(p).join('');
-    for (const el of document.querySelectorAll('input, textarea')) if (el.value.includes(p)) el.value = el.value.split(p).join('');
-  })()`);
-  await page.screenshot({ path: join(SHOTS, name), fullPage: true });
-}
 
 t.test('admins build, review and deploy policy in the console; the agent applies it; drill-downs reach the failing component', { skip }, async (t) => {
   const dir = programDir(t);
@@ -95,6 +79,10 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await shot(page, 'console-group-edit.png', root);
   await page.keyboard.press('Tab');
   t.equal(await focused(page), 'f-nodes', 'Tab: the static members');
+  await page.keyboard.press('Tab');
+  t.equal(await focused(page), 'Add a property', 'Tab: its properties');
+  await page.keyboard.press('Tab');
+  t.equal(await focused(page), 'f-priority', 'Tab: their priority');
   await page.keyboard.press('Tab');
   t.equal(await focused(page), 'Save', 'Tab: Save');
   await page.keyboard.press('Enter');

@@ -1,8 +1,8 @@
 /**
- * Techniques in the console, read only, in a real browser against the real server: the list
- * with each technique's version, parameters, calls and the directives using it; a technique's
- * page with its parameters and its calls in order; a technique directive's page linking to it,
- * with no edit form (the form knows the generic methods only).
+ * Techniques in the console, in a real browser against the real server: the list with each
+ * technique's version, parameters, calls and the directives using it; a technique's page with
+ * its parameters and its calls in order; a technique directive's page linking to it, and its form
+ * made from the technique's parameters. (Their forms: console-properties-browser.test.ts.)
  */
 import { join } from 'node:path';
 import t from 'tap';
@@ -43,7 +43,14 @@ t.test('the console lists techniques and shows one, and a directive links to its
 
   await page.getByRole('link', { name: 'web', exact: true }).first().click();
   await page.getByRole('heading', { name: /^Directive web/ }).waitFor();
-  t.equal(await page.getByRole('link', { name: 'Edit', exact: true }).count(), 0, 'no form for a technique directive: it knows generic methods only');
+  // Its form: the technique chosen, one input per technique parameter, the saved values in them.
+  await page.getByRole('link', { name: 'Edit', exact: true }).click();
+  await page.getByRole('heading', { name: 'Edit directive web' }).waitFor();
+  t.equal(await page.locator('#f-technique-id').inputValue(), 'nginx_server');
+  t.equal(await page.locator('#f-params-conf').inputValue(), '/etc/nginx/nginx.conf');
+  t.equal(await page.locator('#f-params-sites').inputValue(), '', 'a list parameter left to its default');
+  await page.goBack();
+  await page.getByRole('heading', { name: /^Directive web/ }).waitFor();
   await page.getByRole('link', { name: 'nginx_server' }).click();
   await page.getByRole('heading', { name: 'Technique Nginx server' }).waitFor();
   t.same(problems, [], 'no Content-Security-Policy violation, no page error');

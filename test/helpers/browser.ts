@@ -56,3 +56,27 @@ export async function openBrowser(t: Test, name: string): Promise<Browsing> {
   });
   return { context, page, problems };
 }
+
+/** Where the docs' screenshots go when CAPSTAN_UPDATE_SCREENSHOTS=1 (docs/console.md); null: none taken. */
+export const SHOTS = process.env.CAPSTAN_UPDATE_SCREENSHOTS === '1' ? join(ROOT, 'docs', 'img') : null;
+
+/**
+ * A full-page screenshot for the docs (only with CAPSTAN_UPDATE_SCREENSHOTS=1), or of the element
+ * `only` selects, with `prefix`
+ * (the test's root directory) taken off every text and input on the page first, so that paths
+ * read as on a host.
+ */
+export async function shot(page: Page, name: string, prefix: string, only?: string): Promise<void> {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  // A string: the test's TypeScript has no DOM types.
+  await page.evaluate(`(() => {
+    const p = ${JSON.stringify(prefix)};
+    const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) if (n.nodeValue && n.nodeValue.includes(p)) n.nodeValue = n.nodeValue.split(p).join('');
+    for (const el of document.querySelectorAll('input, textarea')) if (el.value.includes(p)) el.value = el.value.split(p).join('');
+  })()`);
+  // `only`: the element of that selector alone (one section of a long page).
+  if (only) await page.locator(only).screenshot({ path: join(SHOTS, name) });
+  else await page.screenshot({ path: join(SHOTS, name), fullPage: true });
+}

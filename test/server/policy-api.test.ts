@@ -293,3 +293,34 @@ t.test('the shared folder is served by the server, with RUDDER hash semantics an
     t.not(r.body, 'no');
   }
 });
+
+t.test('a group sent back with its secret property as shown ({"secret": true}) keeps the saved value', async (t) => {
+  const { api, store } = await setup(t);
+  const filter = [{ key: 'q', values: ['hostname = web*'] }];
+  const group = { id: 'web', name: 'Web', filter, priority: 5, properties: { db_pw: { value: 's3cret', secret: true }, site: { value: { dc: 'par1' } } } };
+  t.equal((await api('PUT', '/api/1/groups/web', group)).status, 201);
+  const shown = (await api('GET', '/api/1/groups/web')).json.data;
+  t.same(shown.properties, { db_pw: { secret: true }, site: { value: { dc: 'par1' } } }, 'the secret shown without its value');
+  const { updated_at: _at, ...back } = shown;
+  const edited = await api('PUT', '/api/1/groups/web', { ...back, properties: { ...back.properties, site: { value: { dc: 'par2' } } } });
+  t.equal(edited.status, 200, JSON.stringify(edited.json));
+  t.same(edited.json.data.properties.db_pw, { secret: true });
+  t.same((await store.getPolicyObject('group', 'web'))!.body.properties, { db_pw: { value: 's3cret', secret: true }, site: { value: { dc: 'par2' } } }, 'the value kept, the rest saved');
+  const replaced = await api('PUT', '/api/1/groups/web', { ...back, properties: { db_pw: { value: 'n3w', secret: true } } });
+  t.equal(replaced.status, 200);
+  t.same((await store.getPolicyObject('group', 'web'))!.body.properties, { db_pw: { value: 'n3w', secret: true } }, 'a new value replaces it');
+  const unknown = await api('PUT', '/api/1/groups/web', { ...back, properties: { other: { secret: true } } });
+  t.same([unknown.status, unknown.json.error.code, unknown.json.error.field], [400, 'ERR_PROPERTIES_INVALID', 'properties.other.value'], 'no saved secret of that name: its value is required');
+  const fresh = await api('POST', '/api/1/groups', { id: 'db', filter, properties: { db_pw: { secret: true } } });
+  t.same([fresh.status, fresh.json.error.field], [400, 'properties.db_pw.value'], 'a new group has nothing to keep');
+
+  // A change request made from what the API shows carries the saved value, never shows it.
+  const proposed = await api('POST', '/api/1/change-requests', { title: 'priority', groups: [{ ...back, priority: 7 }] });
+  t.equal(proposed.status, 201, JSON.stringify(proposed.json));
+  t.same(proposed.json.data.changes.groups[0].properties.db_pw, { secret: true });
+  t.notMatch(JSON.stringify(proposed.json), /n3w/);
+  const stored = await store.reviews.getChangeRequest(proposed.json.data.id);
+  t.same((stored!.changes as { groups: Array<{ properties: unknown }> }).groups[0]!.properties, { db_pw: { value: 'n3w', secret: true }, site: { value: { dc: 'par1' } } }, 'the saved secret, the proposed rest');
+  const badCr = await api('POST', '/api/1/change-requests', { title: 'x', groups: [{ ...back, properties: { nope: { secret: true } } }] });
+  t.same([badCr.status, badCr.json.error.field], [400, 'groups[0].properties.nope.value']);
+});

@@ -15,7 +15,7 @@ import { templateNames } from '@capstan/shared/policy/template';
 import { templated } from './render.js';
 import { checkFilters, isFilterKey } from '../registry/filters.js';
 import type { NodeFilter } from '../store/store.js';
-import { checkPriority, checkPropertySet, PROPERTY_NAME, PROPERTY_SET_LIMITS, type Json, type PropertySet } from './properties.js';
+import { checkPriority, checkPropertySet, isPlainObject, PROPERTY_NAME, PROPERTY_SET_LIMITS, type Json, type PropertySet } from './properties.js';
 
 /** Ids travel in every report line, between `@@` separators: keep them to a safe alphabet. */
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
@@ -304,4 +304,31 @@ export function withoutSecrets(body: Record<string, unknown> | null): Record<str
   const props = body.properties as Record<string, { value: unknown; secret?: boolean }> | undefined;
   if (!props || typeof props !== 'object' || !Object.values(props).some((p) => p?.secret === true)) return body;
   return { ...body, properties: Object.fromEntries(Object.entries(props).map(([k, p]) => [k, p.secret === true ? { secret: true } : p])) };
+}
+
+/**
+ * A group body whose secret properties given as `{"secret": true}` (no value: what the API shows
+ * of them) take the value of `saved`'s secret of that name (PolicyService.withKeptSecrets).
+ * Anything else is left for parseGroup to check.
+ */
+export async function keepGroupSecrets(body: unknown, pathId: string | undefined, saved: (id: string) => Promise<{ body: Record<string, unknown> } | null>): Promise<unknown> {
+  if (!isPlainObject(body) || !isPlainObject(body.properties)) return body;
+  const props = body.properties as Record<string, unknown>;
+  const kept = Object.keys(props).filter((k) => {
+    const p = props[k];
+    return isPlainObject(p) && p.secret === true && !Object.hasOwn(p, 'value') && Object.keys(p).length === 1;
+  });
+  if (kept.length === 0) return body;
+  const id = typeof body.id === 'string' ? body.id : pathId;
+  const before = typeof id === 'string' ? await saved(id) : null;
+  const stored = (before?.body.properties ?? {}) as Record<string, { value?: unknown; secret?: boolean }>;
+  const out: Record<string, unknown> = { ...props };
+  for (const k of kept) {
+    const s = Object.hasOwn(stored, k) ? stored[k] : undefined;
+    if (s?.secret !== true || !Object.hasOwn(s, 'value')) {
+      throw capstanError('ERR_PROPERTIES_INVALID', `properties.${k}.value is required: ${id ?? 'the group'} has no saved secret ${k} to keep`, { details: { field: `properties.${k}.value` } });
+    }
+    out[k] = { value: s.value, secret: true };
+  }
+  return { ...body, properties: out };
 }

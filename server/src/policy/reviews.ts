@@ -8,7 +8,7 @@
  * the audit log. Which roles must go through review is `[policy] review_roles` (service.ts).
  */
 import { randomUUID } from 'node:crypto';
-import { capstanError } from '@capstan/shared/errors';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
@@ -128,7 +128,7 @@ export class ChangeRequestService {
   }
 
   async propose(body: unknown, actor: Actor): Promise<ChangeRequestView> {
-    const p = parseProposal(body);
+    const p = parseProposal(await this.keptSecrets(body));
     // The impact is the plan's (policy/plan.ts), with the static groups' nodes checked.
     const impact: Plan = await this.deps.policy.planRequest(p.request, IMPACT_NODES);
     const at = this.now().toISOString();
@@ -139,6 +139,22 @@ export class ChangeRequestService {
     await this.deps.store.reviews.insertChangeRequest(rec);
     await this.deps.audit?.record(actor, { action: 'change_request.propose', target: rec.id, before: null, after: { title: rec.title, changes: shownChanges(p.changes) } });
     return this.view(rec);
+  }
+
+  /** A proposal's groups with their secrets sent as `{"secret": true}` keeping the saved values (service.ts withKeptSecrets). */
+  private async keptSecrets(body: unknown): Promise<unknown> {
+    const groups = body && typeof body === 'object' && !Array.isArray(body) ? (body as { groups?: unknown }).groups : undefined;
+    if (!Array.isArray(groups)) return body;
+    const out: unknown[] = [];
+    for (const [i, g] of groups.entries()) {
+      try {
+        out.push(await this.deps.policy.withKeptSecrets('group', g));
+      } catch (err) {
+        if (isCapstanError(err) && typeof err.details?.field === 'string') throw capstanError(err.code as 'ERR_PROPERTIES_INVALID', err.message, { details: { field: `groups[${i}].${err.details.field}` } });
+        throw err;
+      }
+    }
+    return { ...(body as object), groups: out };
   }
 
   async get(id: string): Promise<ChangeRequestView> {

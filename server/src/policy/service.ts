@@ -16,7 +16,7 @@ import { MAX_FILTER_VALUES } from '../registry/filters.js';
 import type { GenerationStats, PolicyGenerator } from './generate.js';
 import type { Directive } from '@capstan/shared/policy/bundle';
 import type { Technique } from '@capstan/shared/policy/technique';
-import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets } from './model.js';
+import { BUILTIN_GROUP_IDS, BUILTIN_GROUPS, keepGroupSecrets, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
@@ -90,9 +90,15 @@ export class PolicyService {
   }
 
   /**
-   * Save a checked object (parsePolicyObject) and regenerate the nodes it reaches before
-   * answering. `mustExist`: true to update only, false to create only, null for either.
+   * A group body as an editor sends it back: a secret property it cannot read (the API shows
+   * `{"secret": true}`, no value) given as `{"secret": true}` keeps the value the saved group
+   * `id` has for it. ERR_PROPERTIES_INVALID naming `properties.<name>.value` when the saved group
+   * has no secret of that name: a new secret comes with its value. Other bodies, as they are.
    */
+  async withKeptSecrets(kind: PolicyKind, body: unknown, pathId?: string): Promise<unknown> {
+    return kind === 'group' ? keepGroupSecrets(body, pathId, (id) => this.deps.store.getPolicyObject('group', id)) : body;
+  }
+
   /** Whether this actor's direct changes must go through review (a change request). */
   reviewRequired(actor: Actor): boolean {
     return actor.kind === 'admin' && actor.role !== undefined && (this.deps.reviewRoles ?? []).includes(actor.role);
@@ -104,6 +110,10 @@ export class PolicyService {
     }
   }
 
+  /**
+   * Save a checked object (parsePolicyObject) and regenerate the nodes it reaches before
+   * answering. `mustExist`: true to update only, false to create only, null for either.
+   */
   async save(kind: PolicyKind, body: Record<string, unknown>, actor: Actor, mustExist: boolean | null, opts: ChangeOptions = {}): Promise<{
     object: PolicyView; created: boolean; regenerated: Pick<GenerationStats, 'nodes' | 'changed'>; warnings?: FactWarning[];
   }> {

@@ -15,7 +15,8 @@ import { NodePage } from './pages/node';
 import { PendingPage } from './pages/pending';
 import { RuleEditPage, RulePage, RulesPage } from './pages/rules';
 import { DirectiveEditPage, DirectivePage, DirectivesPage } from './pages/directives';
-import { TechniquePage, TechniquesPage } from './pages/techniques';
+import { TechniqueEditPage, TechniquePage, TechniquesPage } from './pages/techniques';
+import { PropertiesPage, PropertyEditPage } from './pages/properties';
 import { GroupEditPage, GroupPage, GroupsPage } from './pages/groups';
 import { ChangesPage } from './pages/changes';
 import { AuditPage } from './pages/audit';
@@ -61,7 +62,7 @@ function SignIn({ onIn, notice }: { onIn: (me: Me) => void; notice: string | nul
 
 const NAV: Array<[string, string]> = [
   ['/', 'Dashboard'], ['/nodes', 'Nodes'], ['/pending', 'Pending'], ['/rules', 'Rules'], ['/directives', 'Directives'],
-  ['/techniques', 'Techniques'], ['/groups', 'Groups'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/vulnerabilities', 'Vulnerabilities'], ['/managers', 'Managers'], ['/audit', 'Audit'],
+  ['/techniques', 'Techniques'], ['/groups', 'Groups'], ['/properties', 'Properties'], ['/change-requests', 'Reviews'], ['/changes', 'Changes'], ['/jobs', 'Jobs'], ['/vulnerabilities', 'Vulnerabilities'], ['/managers', 'Managers'], ['/audit', 'Audit'],
 ];
 
 function Page() {
@@ -77,10 +78,13 @@ function Page() {
   else if ((r = m(/^\/rules\/([^/]+)\/edit$/))) page = <RuleEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/rules\/([^/]+)$/))) page = <RulePage id={decodeURIComponent(r[1]!)} params={params} />;
   else if (path === '/directives') page = <DirectivesPage />;
-  else if ((r = m(/^\/directives\/([^/]+)\/edit$/))) page = <DirectiveEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
+  else if ((r = m(/^\/directives\/([^/]+)\/edit$/))) page = <DirectiveEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} technique={params.get('technique')} />;
   else if ((r = m(/^\/directives\/([^/]+)$/))) page = <DirectivePage id={decodeURIComponent(r[1]!)} />;
   else if (path === '/techniques') page = <TechniquesPage />;
+  else if ((r = m(/^\/techniques\/([^/]+)\/edit$/))) page = <TechniqueEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/techniques\/([^/]+)$/))) page = <TechniquePage id={decodeURIComponent(r[1]!)} />;
+  else if (path === '/properties') page = <PropertiesPage />;
+  else if ((r = m(/^\/properties\/([^/]+)\/edit$/))) page = <PropertyEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if (path === '/groups') page = <GroupsPage />;
   else if ((r = m(/^\/groups\/([^/]+)\/edit$/))) page = <GroupEditPage id={r[1] === 'new' ? null : decodeURIComponent(r[1]!)} />;
   else if ((r = m(/^\/groups\/([^/]+)$/))) page = <GroupPage id={decodeURIComponent(r[1]!)} params={params} />;

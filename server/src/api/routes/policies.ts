@@ -92,13 +92,15 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
 
     const answer = (r: Awaited<ReturnType<PolicyService['save']>>) => ({ data: r.object, regenerated: r.regenerated, ...(r.warnings && { warnings: r.warnings }) });
     app.post(base, async (req, reply) => namingField(reply, async () =>
-      reply.code(201).send(answer(await service.save(kind, parsePolicyObject(kind, await readJson(req)), actorOf(req), false)))));
+      reply.code(201).send(answer(await service.save(kind, parsePolicyObject(kind, await service.withKeptSecrets(kind, await readJson(req))), actorOf(req), false)))));
 
     // PUT replaces the whole object, creating it when absent (201) — the path names the id.
     app.put<{ Params: { id: string } }>(`${base}/:id`, async (req, reply) => namingField(reply, async () => {
       // A property's name has its own alphabet (parseProperty checks it).
       if (kind !== 'property') checkId(req.params.id);
-      const r = await service.save(kind, parsePolicyObject(kind, await readJson(req), req.params.id), actorOf(req), null);
+      // A group's secret property sent back as {"secret": true} keeps its saved value.
+      const body = await service.withKeptSecrets(kind, await readJson(req), req.params.id);
+      const r = await service.save(kind, parsePolicyObject(kind, body, req.params.id), actorOf(req), null);
       return reply.code(r.created ? 201 : 200).send(answer(r));
     }));
 

@@ -8,6 +8,7 @@ import { useCanWrite } from '../me';
 import { href } from '../router';
 import { ComplianceBar, Facts, Percent, Section, Show, useGet } from '../ui';
 import { DirectiveForm } from './edit-directive';
+import { ReadOnly } from './edit-common';
 import type { DirRow, Rule } from './rules';
 
 export interface Directive { id: string; name?: string; method: string; mode?: string; condition?: string; params: Record<string, unknown>; technique?: { id: string; version: string }; updated_at?: string }
@@ -72,8 +73,7 @@ export function DirectivePage({ id }: { id: string }) {
   return (
     <Show f={dir}>{({ data: d }) => (
       <>
-        {/* The form knows the generic methods only: a technique's directive is edited as a file or through the API. */}
-        <h1>Directive {d.name || d.id} {canWrite && !d.technique && <a class="button" href={`#/directives/${enc(id)}/edit`}>Edit</a>}</h1>
+        <h1>Directive {d.name || d.id} {canWrite && <a class="button" href={`#/directives/${enc(id)}/edit`}>Edit</a>}</h1>
         <p class="big"><Percent value={s.compliance} /></p>
         <ComplianceBar counts={s.counts} label="this directive" />
         <Facts items={[['Id', <code>{d.id}</code>], ['Method', <code>{d.method}</code>],
@@ -110,13 +110,10 @@ export function DirectivePage({ id }: { id: string }) {
   );
 }
 
-export function DirectiveEditPage({ id }: { id: string | null }) {
-  const dir = useGet<{ data: Directive }>(id === null ? null : `/api/1/directives/${enc(id)}`);
+export function DirectiveEditPage({ id, technique }: { id: string | null; technique?: string | null }) {
+  const canWrite = useCanWrite();
+  const dir = useGet<{ data: Directive }>(id === null || !canWrite ? null : `/api/1/directives/${enc(id)}`);
+  if (!canWrite) return <ReadOnly what="directives" />;
   if (id !== null && !dir.data) return <Show f={dir}>{() => null}</Show>;
-  const d = dir.data?.data ?? null;
-  if (d?.technique) {
-    return <><h1>Directive {d.name || d.id}</h1><p>It instantiates technique <a href={`#/techniques/${enc(d.technique.id)}`}>{d.technique.id}</a>: edit it as a policy file
-      (<code>capstan directives update {d.id} {d.id}.json</code>) or through the API.</p></>;
-  }
-  return <DirectiveForm directive={d} />;
+  return <DirectiveForm directive={dir.data?.data ?? null} {...(technique && { technique })} />;
 }

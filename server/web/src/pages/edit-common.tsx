@@ -11,8 +11,8 @@ import { MeContext } from '../me';
 import { navigate } from '../router';
 import { ErrorBox } from '../ui';
 
-export type Kind = 'directive' | 'group' | 'rule';
-export const PLURAL: Record<Kind, string> = { directive: 'directives', group: 'groups', rule: 'rules' };
+export type Kind = 'directive' | 'group' | 'rule' | 'technique' | 'property';
+export const PLURAL: Record<Kind, string> = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' };
 
 /** The field's input id, from its path in the request body (`params.path` → `f-params-path`). */
 export const fieldId = (path: string) => `f-${path.replace(/[^A-Za-z0-9_-]/g, '-')}`;
@@ -80,18 +80,25 @@ export function usePolicySubmit(kind: Kind, existing: string | null) {
       } else {
         const id = String(body.id);
         await put(`/api/1/${PLURAL[kind]}/${encodeURIComponent(existing ?? id)}`, body);
-        navigate(`/${PLURAL[kind]}/${id}`);
+        // Properties are listed together: their page is the list.
+        navigate(kind === 'property' ? '/properties' : `/${PLURAL[kind]}/${id}`);
       }
     } catch (err) {
       // A change request names the field under its list: `directives[0].params.path` is `params.path` here.
       if (err instanceof ApiError && err.field) {
-        fail(new ApiError(err.status, err.code, err.message, err.field.replace(/^(directives|groups|rules)\[0\]\.?/, '') || undefined, err.position));
+        fail(new ApiError(err.status, err.code, err.message, err.field.replace(/^(directives|groups|rules|techniques|properties)\[0\]\.?/, '') || undefined, err.position));
       } else fail(err);
     } finally {
       setBusy(false);
     }
   };
-  return { ...state, busy, submit, mustReview, setFields: (fields: Record<string, string>) => setState({ error: null, fields }) };
+  // Refused before it was sent (a value that is not JSON): the same, the focus on the first.
+  const setFields = (fields: Record<string, string>) => {
+    setState({ error: null, fields });
+    const first = Object.keys(fields)[0];
+    if (first !== undefined) setTimeout(() => document.getElementById(fieldId(first))?.focus(), 0);
+  };
+  return { ...state, busy, submit, mustReview, setFields };
 }
 
 /** The form's buttons: Save (unless the role must go through review) and Propose, and what failed. */
@@ -107,4 +114,9 @@ export function SubmitBar({ busy, mustReview, error, onPropose, cancel }: { busy
       {mustReview && <p class="hint">Your role's changes go through review: another admin approves them before they are deployed.</p>}
     </>
   );
+}
+
+/** What a role that may not change policy sees at a form's address: no form (the API refuses anyway). */
+export function ReadOnly({ what }: { what: string }) {
+  return <><h1>Read only</h1><p>Your role reads {what}; it cannot change them.</p></>;
 }

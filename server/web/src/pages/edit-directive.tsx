@@ -9,12 +9,22 @@ import type { ListAnswer } from '../api';
 import { Show, useGet } from '../ui';
 import type { Directive } from './directives';
 import { Field, inputProps, SubmitBar, usePolicySubmit, IdAndName } from './edit-common';
+import type { Technique } from './techniques';
 
-interface ParamDoc { name: string; type: 'string' | 'list' | 'boolean' | 'number' | 'map'; description: string; required?: boolean; default?: unknown; values?: string[]; multiline?: boolean; internal?: boolean }
-interface Method { name: string; audit_only: boolean; params: ParamDoc[] }
+export interface ParamDoc { name: string; type: 'string' | 'list' | 'boolean' | 'number' | 'map'; description: string; required?: boolean; default?: unknown; values?: string[]; multiline?: boolean; internal?: boolean }
+export interface Method { name: string; audit_only: boolean; params: ParamDoc[] }
+
+/** The method a directive names to instantiate a saved technique. */
+export const TECHNIQUE = 'technique';
+
+/** A technique's parameters as the form's parameter docs (their types are the methods' types). */
+export const techniqueDocs = (t: Technique): ParamDoc[] => t.parameters.map((p) => ({
+  name: p.name, type: p.type as ParamDoc['type'], description: p.description ?? `A ${p.type} parameter of ${t.name || t.id}.`,
+  ...(p.required !== undefined && { required: p.required }), ...(p.default !== undefined && { default: p.default }),
+}));
 
 /** A parameter's value as the form holds it (text), from the saved value. */
-function toText(d: ParamDoc, v: unknown): string {
+export function toText(d: ParamDoc, v: unknown): string {
   if (v === undefined || v === null) return '';
   if (d.type === 'list' && Array.isArray(v)) return v.map(String).join('\n');
   if (d.type === 'map' || (typeof v === 'object')) return JSON.stringify(v, null, 2);
@@ -22,7 +32,7 @@ function toText(d: ParamDoc, v: unknown): string {
 }
 
 /** The form's text back to the parameter's value; undefined: left out. Throws a message for the field. */
-function fromText(d: ParamDoc, text: string): unknown {
+export function fromText(d: ParamDoc, text: string): unknown {
   if (text.trim() === '' && d.type !== 'string') return undefined;
   if (text === '') return undefined;
   switch (d.type) {
@@ -46,8 +56,8 @@ function fromText(d: ParamDoc, text: string): unknown {
   }
 }
 
-function ParamInput({ d, value, set, error }: { d: ParamDoc; value: string; set: (v: string) => void; error?: string }) {
-  const path = `params.${d.name}`;
+export function ParamInput({ d, value, set, error, prefix = 'params' }: { d: ParamDoc; value: string; set: (v: string) => void; error?: string; prefix?: string }) {
+  const path = `${prefix}.${d.name}`;
   const p = inputProps(path, error, true);
   const onInput = (e: Event) => set((e.target as HTMLInputElement).value);
   const dflt = d.default === undefined ? '' : ` (default ${JSON.stringify(d.default)})`;
@@ -68,19 +78,23 @@ function ParamInput({ d, value, set, error }: { d: ParamDoc; value: string; set:
   return <Field path={path} label={label} hint={hint} error={error}>{input}</Field>;
 }
 
-export function DirectiveForm({ directive }: { directive: Directive | null }) {
+/** `technique`: a new directive from that technique (its page's "New directive from it"). */
+export function DirectiveForm({ directive, technique: preset }: { directive: Directive | null; technique?: string }) {
   const methods = useGet<ListAnswer<Method>>('/api/1/methods');
+  const techniques = useGet<ListAnswer<Technique>>('/api/1/techniques');
+  const [techniqueId, setTechniqueId] = useState(directive?.technique?.id ?? preset ?? '');
   const s = usePolicySubmit('directive', directive?.id ?? null);
   const [id, setId] = useState(directive?.id ?? '');
   const [name, setName] = useState(directive?.name ?? '');
-  const [method, setMethod] = useState(directive?.method ?? '');
+  const [method, setMethod] = useState(directive?.method ?? (preset ? TECHNIQUE : ''));
   const [mode, setMode] = useState(directive?.mode ?? 'enforce');
   const [condition, setCondition] = useState(directive?.condition ?? '');
   const [values, setValues] = useState<Record<string, string>>({});
   const [touched, setTouched] = useState(false);
-  const spec = methods.data?.data.find((m) => m.name === method);
+  const technique = method === TECHNIQUE ? techniques.data?.data.find((t) => t.id === techniqueId) : undefined;
+  const spec: Method | undefined = technique ? { name: technique.id, audit_only: false, params: techniqueDocs(technique) } : methods.data?.data.find((m) => m.name === method);
   // The saved parameters become the form's text once the method's docs are known.
-  if (spec && !touched && directive && directive.method === method && Object.keys(values).length === 0 && Object.keys(directive.params).length > 0) {
+  if (spec && !touched && directive && directive.method === method && (directive.technique?.id ?? '') === (technique?.id ?? '') && Object.keys(values).length === 0 && Object.keys(directive.params).length > 0) {
     setValues(Object.fromEntries(spec.params.map((d) => [d.name, toText(d, directive.params[d.name])])));
   }
   const body = (): Record<string, unknown> | null => {
@@ -99,7 +113,10 @@ export function DirectiveForm({ directive }: { directive: Directive | null }) {
       s.setFields(bad);
       return null;
     }
-    return { id: id.trim(), name: name.trim() || id.trim(), method, mode, params, ...(condition.trim() && { condition: condition.trim() }) };
+    return {
+      id: id.trim(), name: name.trim() || id.trim(), method, mode, params, ...(condition.trim() && { condition: condition.trim() }),
+      ...(method === TECHNIQUE && { technique: { id: techniqueId, version: technique?.version ?? directive?.technique?.version ?? '' } }),
+    };
   };
   const go = (how: 'save' | 'propose') => {
     const b = body();
@@ -109,15 +126,25 @@ export function DirectiveForm({ directive }: { directive: Directive | null }) {
   return (
     <>
       <h1>{directive ? `Edit directive ${directive.name || directive.id}` : 'New directive'}</h1>
-      <Show f={methods}>{(ms) => (
+      <Show f={methods}>{(ms) => (<Show f={techniques}>{(ts) => (
         <form class="card edit" onSubmit={(e) => { e.preventDefault(); go('save'); }} aria-label="Directive">
           <IdAndName isNew={!directive} idHint="Letters, digits, _ . - ; it travels in every report." id={id} setId={setId} name={name} setName={setName} fields={f} />
           <Field path="method" label="Method" hint={spec?.audit_only ? 'This method only checks: it reports audit states even in enforce mode.' : 'The generic method the directive applies.'} error={f.method}>
             <select {...inputProps('method', f.method, true)} value={method} required onChange={(e) => { setMethod((e.target as HTMLSelectElement).value); setValues({}); setTouched(true); }}>
               <option value="">choose a method</option>
+              {ts.data.length > 0 && <option value={TECHNIQUE}>technique: a saved technique</option>}
               {ms.data.map((m) => <option key={m.name} value={m.name}>{m.name}</option>)}
             </select>
           </Field>
+          {method === TECHNIQUE && (
+            <Field path="technique.id" label="Technique" hint="The directive follows the technique's versions: it is saved against the current one." error={f['technique.id'] ?? f['technique.version']}>
+              <select {...inputProps('technique.id', f['technique.id'] ?? f['technique.version'], true)} value={techniqueId} required
+                onChange={(e) => { setTechniqueId((e.target as HTMLSelectElement).value); setValues({}); setTouched(true); }}>
+                <option value="">choose a technique</option>
+                {ts.data.map((t) => <option key={t.id} value={t.id}>{t.name && t.name !== t.id ? `${t.name} (${t.id})` : t.id} {t.version}</option>)}
+              </select>
+            </Field>
+          )}
           <Field path="mode" label="Mode" hint="enforce repairs drift; audit only reports it." error={f.mode}>
             <select {...inputProps('mode', f.mode, true)} value={mode} onChange={(e) => setMode((e.target as HTMLSelectElement).value)}>
               <option value="enforce">enforce</option><option value="audit">audit</option>
@@ -128,7 +155,8 @@ export function DirectiveForm({ directive }: { directive: Directive | null }) {
           </Field>
           {spec && (
             <fieldset class="params">
-              <legend>Parameters of <code>{spec.name}</code></legend>
+              <legend>Parameters of {technique ? 'technique ' : ''}<code>{spec.name}</code></legend>
+              {technique && technique.parameters.length === 0 && <p class="muted">The technique has no parameter.</p>}
               {f.params && <p class="field-error" role="alert">{f.params}</p>}
               {spec.params.filter((d) => !d.internal).map((d) => (
                 <ParamInput key={d.name} d={d} value={values[d.name] ?? ''} error={f[`params.${d.name}`]}
@@ -138,7 +166,7 @@ export function DirectiveForm({ directive }: { directive: Directive | null }) {
           )}
           <SubmitBar busy={s.busy} mustReview={s.mustReview} error={s.error} onPropose={() => go('propose')} cancel={directive ? `#/directives/${encodeURIComponent(directive.id)}` : '#/directives'} />
         </form>
-      )}</Show>
+      )}</Show>)}</Show>
     </>
   );
 }

@@ -10,6 +10,7 @@ import { FilterError } from '../ui';
 import type { NodeRow } from './nodes';
 import type { Filter, Group } from './groups';
 import { Field, inputProps, SubmitBar, usePolicySubmit, IdAndName } from './edit-common';
+import { SetEditor, setBody, setRows, type SetRow } from './properties';
 
 /** How long typing must pause before the preview is asked for. */
 const PREVIEW_DELAY_MS = 300;
@@ -25,6 +26,9 @@ export function GroupForm({ group }: { group: Group | null }) {
   const [name, setName] = useState(group?.name ?? '');
   const [q, setQ] = useState(expr);
   const [nodes, setNodes] = useState((group?.nodes ?? []).join('\n'));
+  const g = group;
+  const [props, setProps] = useState<SetRow[]>(() => setRows(g?.properties));
+  const [priority, setPriority] = useState(g?.priority === undefined ? '' : String(g.priority));
   const [preview, setPreview] = useState<{ data?: Preview; error?: unknown; q: string } | null>(null);
   const staticIds = nodes.split(/[\s,]+/).filter(Boolean);
   useEffect(() => {
@@ -50,10 +54,15 @@ export function GroupForm({ group }: { group: Group | null }) {
   }, [q, nodes]);
   const go = (how: 'save' | 'propose') => {
     const filter: Filter[] = [...(q.trim() ? [{ key: 'q', values: [q.trim()] }] : []), ...others];
+    const set = setBody(props, 'properties');
+    if ('errors' in set) return s.setFields(set.errors);
+    const prio = priority.trim() === '' ? undefined : Number(priority);
+    if (prio !== undefined && !Number.isInteger(prio)) return s.setFields({ priority: 'priority must be an integer' });
     const body: Record<string, unknown> = {
       id: id.trim(), name: name.trim() || id.trim(),
       ...(staticIds.length > 0 && { nodes: staticIds }), ...(filter.length > 0 && { filter }),
       ...(group && 'compliance_expiration' in group && { compliance_expiration: (group as Record<string, unknown>).compliance_expiration }),
+      ...(props.length > 0 && { properties: set.body }), ...(prio !== undefined && { priority: prio }),
     };
     void s.submit(body, how, `${group ? 'Edit' : 'Create'} group ${body.id as string}`);
   };
@@ -83,6 +92,10 @@ export function GroupForm({ group }: { group: Group | null }) {
                 </>
               )}
         </section>
+        <SetEditor rows={props} setRows={setProps} field="properties" errors={f} />
+        <Field path="priority" label="Priority of its properties" hint="Over groups of lower priority (0 when empty); two groups of one priority setting one property differently are a conflict for their common nodes." error={f.priority}>
+          <input {...inputProps('priority', f.priority, true)} type="number" step={1} value={priority} onInput={(e) => setPriority((e.target as HTMLInputElement).value)} />
+        </Field>
         <SubmitBar busy={s.busy} mustReview={s.mustReview} error={s.error} onPropose={() => go('propose')} cancel={group ? `#/groups/${encodeURIComponent(group.id)}` : '#/groups'} />
       </form>
     </>

@@ -4,10 +4,13 @@ import { useCanWrite } from '../me';
 import { href, navigate, pageLink } from '../router';
 import { ComplianceBar, Facts, Pager, Percent, Section, Show, useGet } from '../ui';
 import { GroupForm } from './edit-group';
+import { GroupProperties } from './node-properties';
+import type { LevelProperty } from './properties';
+import { ReadOnly } from './edit-common';
 import type { NodeRow } from './nodes';
 
 export interface Filter { key: string; values: string[]; exclude?: boolean }
-export interface Group { id: string; name?: string; nodes?: string[]; filter?: Filter[]; builtin?: boolean; updated_at?: string }
+export interface Group { id: string; name?: string; nodes?: string[]; filter?: Filter[]; builtin?: boolean; updated_at?: string; properties?: Record<string, LevelProperty>; priority?: number }
 interface GroupRow extends WithPercent { group_id: string; nodes: number; relays: number; agentless: number }
 
 const enc = encodeURIComponent;
@@ -90,6 +93,7 @@ export function GroupPage({ id, params }: { id: string; params: URLSearchParams 
           ]} />
           {g.nodes?.length ? <Members title={`Static members (${g.nodes.length})`} query={staticQuery} params={params} pageKey="spage" /> : null}
           {g.filter?.length ? <Members title="Members by filter" query={filterQuery} params={params} pageKey="fpage" /> : null}
+          {!g.builtin && <GroupProperties properties={g.properties} priority={g.priority} />}
         </>
       );
     }}</Show>
@@ -97,7 +101,9 @@ export function GroupPage({ id, params }: { id: string; params: URLSearchParams 
 }
 
 export function GroupEditPage({ id }: { id: string | null }) {
-  const group = useGet<{ data: Group }>(id === null ? null : `/api/1/groups/${enc(id)}`);
+  const canWrite = useCanWrite();
+  const group = useGet<{ data: Group }>(id === null || !canWrite ? null : `/api/1/groups/${enc(id)}`);
+  if (!canWrite) return <ReadOnly what="groups" />;
   if (id !== null && !group.data) return <Show f={group}>{() => null}</Show>;
   return <GroupForm group={group.data?.data ?? null} />;
 }

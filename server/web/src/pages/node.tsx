@@ -13,6 +13,7 @@ import { NodeVulnerabilities } from './vulns';
 import type { NodeRow } from './nodes';
 import { BehindRelay, CustomFacts, RunNow, type Inventory } from './node-parts';
 import { ClaimNotice } from './node-claim';
+import { NodeProperties } from './node-properties';
 
 interface NodeFull extends NodeRow {
   agent_version: string | null; policy_server: string | null; accepted_at: string | null; last_inventory_at: string | null;
@@ -169,7 +170,6 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
   const canWrite = useCanWrite();
   const base = `/api/1/nodes/${enc(id)}`;
   const policy = useGet<{ data: Explain & { config_id: string | null } }>(`${base}/policy`);
-  const properties = useGet<{ data: Record<string, unknown> }>(`${base}/properties`);
   const focus = { rule: params.get('rule'), directive: params.get('directive') };
   const node = useGet<{ data: NodeFull }>(base);
   const comp = useGet<{ data: NodeCompliance }>(`${base}/compliance`);
@@ -254,14 +254,7 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
         ))}</Show>
       </Section>
       <NodeVulnerabilities id={id} />
-      <Section title="Properties" id="properties">
-        <Show f={properties}>{({ data: p }) => (Object.keys(p).length === 0 ? <p class="muted">No property set on this node.</p> : (
-          <table class="compact">
-            <thead><tr><th scope="col">Property</th><th scope="col">Value</th><th scope="col">Set at</th></tr></thead>
-            <tbody>{Object.entries(p).map(([k, v]) => <tr key={k}><th scope="row"><code>{k}</code></th><td><code>{typeof v === 'string' ? v : JSON.stringify(v)}</code></td><td>node</td></tr>)}</tbody>
-          </table>
-        ))}</Show>
-      </Section>
+      <NodeProperties id={id} />
       <Section title="Custom facts" id="facts">
         {inventory.error ? <p class="muted">No inventory received yet.</p> : <Show f={inventory}>{({ data }) => <CustomFacts inv={data} />}</Show>}
       </Section>

@@ -1,11 +1,14 @@
 /**
- * Techniques, read only: the list (version, parameters, calls, the directives using each) and one
- * technique's page — its parameters and its calls in order, with their loops and conditions.
- * They are written as files or through the API (docs/policy.md "Techniques"), not here.
+ * Techniques: the list (version, parameters, calls, the directives using each), one technique's
+ * page — its parameters and its calls in order, with their loops and conditions — and its form
+ * (edit-technique.tsx) for those who may change policy.
  */
 import type { ListAnswer } from '../api';
+import { useCanWrite } from '../me';
 import { Facts, Section, Show, useGet } from '../ui';
 import { ParamValue, type Directive } from './directives';
+import { TechniqueForm } from './edit-technique';
+import { ReadOnly } from './edit-common';
 
 export interface TechniqueParameter { name: string; type: string; default?: unknown; required?: boolean; description?: string }
 export interface TechniqueCall { id: string; name?: string; method: string; params: Record<string, unknown>; condition?: string; foreach?: string; if?: string; mode?: string }
@@ -17,12 +20,13 @@ const enc = encodeURIComponent;
 const usersOf = (dirs: Directive[] | undefined, id: string) => (dirs ?? []).filter((d) => d.method === 'technique' && d.technique?.id === id);
 
 export function TechniquesPage() {
+  const canWrite = useCanWrite();
   const list = useGet<ListAnswer<Technique>>('/api/1/techniques');
   const dirs = useGet<ListAnswer<Directive>>('/api/1/directives');
   return (
     <>
-      <h1>Techniques</h1>
-      <p class="muted">Saved with <code>capstan techniques update</code>, <code>capstan policy apply</code> or <code>PUT /api/1/techniques/&lt;id&gt;</code>.</p>
+      <h1>Techniques {canWrite && <a class="button" href="#/techniques/new/edit">New technique</a>}</h1>
+      <p class="muted">Also saved with <code>capstan techniques update</code>, <code>capstan policy apply</code> or <code>PUT /api/1/techniques/&lt;id&gt;</code>.</p>
       <Show f={list}>{(l) => (
         <div class="table-wrap"><table class="list">
           <thead><tr><th scope="col">Technique</th><th scope="col">Version</th><th scope="col">Parameters</th><th scope="col">Calls</th><th scope="col">Directives</th></tr></thead>
@@ -45,12 +49,14 @@ export function TechniquesPage() {
 }
 
 export function TechniquePage({ id }: { id: string }) {
+  const canWrite = useCanWrite();
   const tech = useGet<{ data: Technique }>(`/api/1/techniques/${enc(id)}`);
   const dirs = useGet<ListAnswer<Directive>>('/api/1/directives');
   return (
     <Show f={tech}>{({ data: t }) => (
       <>
-        <h1>Technique {t.name || t.id}</h1>
+        <h1>Technique {t.name || t.id} {canWrite && <a class="button" href={`#/techniques/${enc(t.id)}/edit`}>Edit</a>}
+          {canWrite && <a class="button" href={`#/directives/new/edit?technique=${enc(t.id)}`}>New directive from it</a>}</h1>
         {t.description && <p>{t.description}</p>}
         <Facts items={[['Id', <code>{t.id}</code>], ['Version', t.version], ['Saved', t.updated_at],
           ['Directives', usersOf(dirs.data?.data, t.id).map((d, i) => <>{i > 0 && ', '}<a href={`#/directives/${enc(d.id)}`}>{d.id}</a></>)]]} />
@@ -81,4 +87,12 @@ export function TechniquePage({ id }: { id: string }) {
       </>
     )}</Show>
   );
+}
+
+export function TechniqueEditPage({ id }: { id: string | null }) {
+  const canWrite = useCanWrite();
+  const tech = useGet<{ data: Technique }>(id === null || !canWrite ? null : `/api/1/techniques/${enc(id)}`);
+  if (!canWrite) return <ReadOnly what="techniques" />;
+  if (id !== null && !tech.data) return <Show f={tech}>{() => null}</Show>;
+  return <TechniqueForm technique={tech.data?.data ?? null} />;
 }
