@@ -13,6 +13,7 @@
  * that fails on a replica is answered by the primary.
  */
 import type pg from 'pg';
+import { shownUrl as redact } from './check.js';
 import type { Store } from './store.js';
 
 /** The Store's methods a replica may answer (reads shown to people; nothing decides on them). */
@@ -200,15 +201,4 @@ function probePool(driver: typeof pg, url: string): pg.Pool {
   const pool = new driver.Pool({ connectionString: url, max: 1, connectionTimeoutMillis: 5_000, statement_timeout: 5_000, query_timeout: 5_000 });
   pool.on('error', () => undefined);
   return pool;
-}
-
-/** A URL without its password, for logs and the status. */
-export function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '(not a URL)';
-  }
 }
