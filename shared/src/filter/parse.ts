@@ -28,7 +28,7 @@ export const FIELDS: Record<string, FilterFieldType> = {
   'vuln.kev': 'flag', 'vuln.severity': 'severity', 'vuln.count': 'integer',
 };
 /** Fields followed by `:<name>`; a bare one tests presence. */
-export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'keyed', tag: 'keyed', vuln: 'vuln' };
+export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'fact', tag: 'keyed', vuln: 'vuln' };
 
 /** `vuln.severity`'s values, in order (a number each: low 1 … critical 4). */
 export const VULN_SEVERITIES = ['low', 'medium', 'high', 'critical'] as const;
