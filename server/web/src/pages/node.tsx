@@ -164,12 +164,40 @@ function InventoryView({ inv }: { inv: Inventory }) {
   );
 }
 
+type Origin = { level: 'global' | 'node' } | { level: 'group'; id: string };
+interface Effective {
+  origins: Array<{ path: string[]; value?: unknown; secret?: true; origin: Origin; overridden?: Array<{ origin: Origin }> }>;
+  problem: { code: string; message: string; at: string } | null;
+}
+const originText = (o: Origin) => (o.level === 'group' ? `group ${o.id}` : o.level);
+
+/** A node's effective properties, leaf by leaf, with where each value comes from (a secret's value is never sent). */
+function EffectiveProperties({ e }: { e: Effective }) {
+  return (
+    <>
+      {e.problem && <p class="warn" role="note">Policy not generated since {e.problem.at}: {e.problem.message}</p>}
+      {e.origins.length === 0 ? <p class="muted">No property reaches this node.</p> : (
+        <table class="compact">
+          <thead><tr><th scope="col">Property</th><th scope="col">Value</th><th scope="col">Set by</th><th scope="col">Overrides</th></tr></thead>
+          <tbody>{e.origins.map((o) => (
+            <tr key={o.path.join('.')}>
+              <th scope="row"><code>{o.path.join('.')}</code></th>
+              <td>{o.secret ? <span class="muted">(secret)</span> : <code>{typeof o.value === 'string' ? o.value : JSON.stringify(o.value)}</code>}</td>
+              <td>{originText(o.origin)}</td>
+              <td>{o.overridden?.map((x) => originText(x.origin)).join(', ') ?? ''}</td>
+            </tr>))}</tbody>
+        </table>
+      )}
+    </>
+  );
+}
+
 interface Explain { groups: string[]; rules: Array<{ id: string; name: string; via: string[]; directives: Array<{ id: string; name: string; method: string; mode: string }> }> }
 export function NodePage({ id, params }: { id: string; params: URLSearchParams }) {
   const canWrite = useCanWrite();
   const base = `/api/1/nodes/${enc(id)}`;
   const policy = useGet<{ data: Explain & { config_id: string | null } }>(`${base}/policy`);
-  const properties = useGet<{ data: Record<string, unknown> }>(`${base}/properties`);
+  const properties = useGet<{ data: Effective }>(`${base}/properties/effective`);
   const focus = { rule: params.get('rule'), directive: params.get('directive') };
   const node = useGet<{ data: NodeFull }>(base);
   const comp = useGet<{ data: NodeCompliance }>(`${base}/compliance`);
@@ -255,12 +283,7 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
       </Section>
       <NodeVulnerabilities id={id} />
       <Section title="Properties" id="properties">
-        <Show f={properties}>{({ data: p }) => (Object.keys(p).length === 0 ? <p class="muted">No property set on this node.</p> : (
-          <table class="compact">
-            <thead><tr><th scope="col">Property</th><th scope="col">Value</th><th scope="col">Set at</th></tr></thead>
-            <tbody>{Object.entries(p).map(([k, v]) => <tr key={k}><th scope="row"><code>{k}</code></th><td><code>{typeof v === 'string' ? v : JSON.stringify(v)}</code></td><td>node</td></tr>)}</tbody>
-          </table>
-        ))}</Show>
+        <Show f={properties}>{({ data: e }) => <EffectiveProperties e={e} />}</Show>
       </Section>
       <Section title="Custom facts" id="facts">
         {inventory.error ? <p class="muted">No inventory received yet.</p> : <Show f={inventory}>{({ data }) => <CustomFacts inv={data} />}</Show>}
