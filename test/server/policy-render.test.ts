@@ -85,6 +85,17 @@ t.test('properties at three levels and node facts are rendered into each node\'s
   t.match(await gen.nodeChanged('n3'), { changed: 1 });
   t.match((await bundleOf(store, 'n3'))!.parsed.directives[0]!.params.content, /room=R99 /, 'a new inventory: rendered again with its facts');
   t.match(await gen.regenerateAll(), { nodes: 4, changed: 0 });
+
+  // A node's own JSON value: an object merges into the groups' object key by key.
+  await store.setProperties('n1', { owner: 'carol', dc: { ntp: 'ntp.n1' } });
+  t.match(await gen.nodeChanged('n1'), { changed: 1 });
+  const b1 = (await bundleOf(store, 'n1'))!.parsed;
+  t.equal(b1.directives[0]!.params.content, 'owner=carol dns=10.0.0.3 ntp=ntp.n1 room=R1 host=web-1\n', 'node < group < global, the node level an object');
+  t.same(b1.properties, { owner: 'carol', tag: '<b>', dc: { dns: '10.0.0.3', ntp: 'ntp.n1' } });
+  const e1 = (await svc.effective('n1'))!;
+  t.match(e1.origins.find((o) => o.path.join('.') === 'dc.ntp'), { value: 'ntp.n1', origin: { level: 'node' }, overridden: [{ origin: { level: 'global' }, value: 'pool' }] });
+  t.match(e1.origins.find((o) => o.path.join('.') === 'dc.dns'), { value: '10.0.0.3', origin: { level: 'group', id: 'web' } });
+  t.match(await gen.regenerateAll(), { nodes: 4, changed: 0 });
 });
 
 t.test('a conflict or a template error keeps the node\'s previous bundle, with the problem on the node', async (t) => {
