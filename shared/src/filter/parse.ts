@@ -196,7 +196,7 @@ function typedValue(type: FilterFieldType, op: CompareOp, tok: Token): FilterVal
     }
     case 'fact':
       if (op !== '=' && op !== '!=') {
-        if (!/^-?\d{1,15}(\.\d{1,15})?$/.test(text)) fail(tok.position, 'a fact is ordered against a number only');
+        if (!/^-?\d{1,15}(\.\d{1,15})?$/.test(text)) fail(tok.position, 'a fact or property is ordered against a number only');
         return number(Number(text));
       }
       return { kind: 'text', text };
