@@ -39,12 +39,17 @@ function loadNodeData(path: string, nodes: number): void {
     db.pragma('journal_mode = WAL');
     const ids = db.prepare("SELECT id FROM nodes WHERE accepted = 'accepted'").pluck().all() as string[];
     const inv = db.prepare('INSERT OR REPLACE INTO inventories (node_id, received_at, document) VALUES (?, ?, ?)');
+    // Values as JSON text, with their leaves for filters, as the store writes them (schema 24).
     const prop = db.prepare('INSERT OR REPLACE INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
+    const leaf = db.prepare('INSERT OR REPLACE INTO node_property_leaves (node_id, path, value, num) VALUES (?, ?, ?, NULL)');
     const at = new Date().toISOString();
     db.transaction(() => {
       ids.forEach((id, i) => {
         inv.run(id, at, JSON.stringify({ node_id: id, hostname: `host-${i}`, os: { name: 'debian', version: '12' }, cpus: { count: 4 }, facts: { site: { room: `R${i % 40}` } } }));
-        if (i % 10 === 0) prop.run(id, 'owner', `team-${i % 7}`);
+        if (i % 10 === 0) {
+          prop.run(id, 'owner', JSON.stringify(`team-${i % 7}`));
+          leaf.run(id, 'owner', `team-${i % 7}`);
+        }
       });
     })();
     if (ids.length > nodes) throw new Error('more accepted nodes than loaded');

@@ -37,3 +37,16 @@ export async function postgresAt(t: Test, version: number, prefix: string): Prom
   }
   return { client, schema };
 }
+
+/**
+ * Migration 24 undone on a database at 24 or later (node properties back to text, the leaves and
+ * the kept policy state dropped), for tests that undo an older migration after it.
+ */
+export const UNDO_24 = {
+  sqlite: `DROP TABLE node_property_leaves; DROP TABLE policy_seals; DROP TABLE policy_problems;
+    UPDATE node_properties SET value = json_extract(value, '$');
+    CREATE INDEX node_properties_kv_idx ON node_properties (key, value); DELETE FROM schema_version WHERE version = 24;`,
+  postgres: `DROP TABLE node_property_leaves, policy_seals, policy_problems;
+    UPDATE node_properties SET value = value::jsonb #>> '{}';
+    CREATE INDEX node_properties_kv_idx ON node_properties (key, value, node_id); DELETE FROM schema_version WHERE version = 24;`,
+};

@@ -33,6 +33,15 @@ t.test('properties: list, get, set, delete, and a node\'s effective ones', async
   t.equal(node.code, 0, node.err);
   t.same(rows(node.out), [['PATH', 'VALUE', 'ORIGIN', 'OVERRIDES'], ['db_pw', '(secret)', 'global', '-'], ['dc.dns', '10.0.0.2', 'group paris', 'global'], ['owner', 'alice', 'node', 'global']]);
   t.notMatch((await cli('--json', 'properties', 'node', 'web1')).out, /hunter2/);
+  // The node's own level, JSON values: an object merged into the groups' one, key by key.
+  const edited = await cli('properties', 'node', 'web1', '--json-value', '--set', 'dc={"ntp":"ntp.web1"}', '--set', 'port=8080');
+  t.equal(edited.code, 0, edited.err);
+  t.same(rows(edited.out).filter((r) => ['dc.dns', 'dc.ntp', 'port'].includes(r[0]!)),
+    [['dc.dns', '10.0.0.2', 'group paris', 'global'], ['dc.ntp', 'ntp.web1', 'node', '-'], ['port', '8080', 'node', '-']]);
+  t.same((await api('GET', '/api/1/nodes/web1/properties')).json.data, { owner: 'alice', dc: { ntp: 'ntp.web1' }, port: 8080 });
+  t.equal((await cli('properties', 'node', 'web1', '--unset', 'dc', '--unset', 'port')).code, 0);
+  t.same((await api('GET', '/api/1/nodes/web1/properties')).json.data, { owner: 'alice' });
+  t.equal((await cli('properties', 'node', 'web1', '--json-value', '--set', 'x={')).code, EXIT.USAGE);
 
   t.equal((await cli('properties', 'set', 'bad.name', 'x')).code, EXIT.REFUSED, 'a name with a dot is refused');
   t.equal((await cli('properties', 'set', 'n', '{nope', '--json-value')).code, EXIT.USAGE);

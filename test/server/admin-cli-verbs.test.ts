@@ -80,6 +80,13 @@ t.test('nodes properties: shown, set and unset, the others kept', async (t) => {
   t.same((await json('nodes', 'properties', 'web1', '--unset', 'rack', '--set', 'owner=bob')).data, { owner: 'bob' });
   t.same((await api('GET', '/api/1/nodes/web1/properties')).json.data, { owner: 'bob' }, 'stored');
   t.equal((await cli('nodes', 'properties', 'web1', '--set', 'novalue')).code, EXIT.USAGE);
+  // JSON values: objects, lists, numbers; the table shows them as JSON.
+  const js = await cli('nodes', 'properties', 'web1', '--json-value', '--set', 'site={"room":"R1","racks":[3,4]}', '--set', 'weight=2');
+  t.equal(js.code, 0, js.err);
+  t.same(rows(js.out), [['PROPERTY', 'VALUE'], ['owner', 'bob'], ['site', '{"room":"R1","racks":[3,4]}'], ['weight', '2']]);
+  t.same((await api('GET', '/api/1/nodes/web1/properties')).json.data, { owner: 'bob', site: { room: 'R1', racks: [3, 4] }, weight: 2 }, 'stored as JSON');
+  t.same(rows((await cli('nodes', 'list', '-q', 'property:site.racks.0 = 3 and property:weight >= 2')).out).map((r) => r[0]), ['ID', 'web1'], 'filtered by path');
+  t.equal((await cli('nodes', 'properties', 'web1', '--json-value', '--set', 'bad={')).code, EXIT.USAGE, 'JSON that does not parse');
   t.equal((await cli('nodes', 'properties', 'ghost')).code, EXIT.NOT_FOUND);
 });
 

@@ -25,7 +25,8 @@ t.test('properties are set, checked, queried, and move a node between groups', a
   const { api, generator } = await setup(t);
   t.same((await api('GET', '/api/1/nodes/n1/properties')).json, { data: {} });
   t.same((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'alice', rack: 'b2' })).json, { data: { owner: 'alice', rack: 'b2' } });
-  t.equal((await api('PUT', '/api/1/nodes/n1/properties', { owner: 3 })).json.error.code, 'ERR_BAD_REQUEST');
+  t.match((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'x'.repeat(4097) })).json.error, { code: 'ERR_BAD_REQUEST', message: /^property owner holds a string longer than 4096/ });
+  t.equal((await api('PUT', '/api/1/nodes/n1/properties', ['a'])).json.error.code, 'ERR_BAD_REQUEST');
   t.equal((await api('PUT', '/api/1/nodes/nope/properties', {})).json.error.code, 'ERR_NODE_UNKNOWN');
   t.same((await api('GET', `/api/1/nodes?q=${encodeURIComponent('property:owner = alice')}`)).json.data.map((n: { id: string }) => n.id), ['n1']);
 

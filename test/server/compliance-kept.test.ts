@@ -11,6 +11,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance, updateNode } from '../helpers/node-changes.js';
+import { UNDO_24 } from '../helpers/old-schema.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
 const STEPS = 160;
@@ -181,7 +182,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_26[db.dialect]);
+    await db.exec(UNDO_24[db.dialect] + UNDO_26[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
       const k = await kept(store, clockAt(now));

@@ -27,7 +27,7 @@ interface NodeSpec {
   packages: Array<{ name: string; version: string }>;
   facts: Record<string, unknown>;
   tags: Record<string, string>;
-  properties: Record<string, string>;
+  properties: Record<string, JsonValue>;
   groups: string[];
   receivedAt: string;
 }
@@ -186,7 +186,19 @@ t.test('filter expressions select the same nodes on both stores', async (t) => {
     t.same(await select(store, 'ip = 10.9.9.9'), ['m2'], `${name}: a manual node's address is queryable`);
     await store.deleteNode('m2');
     t.same(await store.setProperties('nope', { a: 'b' }), null, `${name}: properties of an unknown node`);
-    await t.rejects(store.setProperties('web-1', { a: 1 } as never), { code: 'ERR_BAD_REQUEST' });
+    await t.rejects(store.setProperties('web-1', { a: 'x'.repeat(5000) }), { code: 'ERR_BAD_REQUEST', details: { field: 'properties.a' } }, `${name}: a string over the limit`);
+    await t.rejects(store.setProperties('web-1', { a: JSON.parse('['.repeat(17) + ']'.repeat(17)) as JsonValue }), { code: 'ERR_BAD_REQUEST', details: { field: 'properties.a' } }, `${name}: nested too deep`);
+    await t.rejects(store.setProperties('web-1', { a: Array.from({ length: 1001 }, (_, i) => i) }), { code: 'ERR_BAD_REQUEST' }, `${name}: too many leaves`);
+    // JSON values: kept as they are, and their leaves filtered on by path.
+    const json = { site: { room: 'R1', racks: [3, 4], empty: {} }, weight: 2.5, on: true, none: null, owner: 'alice' };
+    t.same(await store.setProperties('web-1', json), json, `${name}: JSON values set`);
+    t.same(await store.getProperties('web-1'), json, `${name}: JSON values read back`);
+    for (const [q, want] of [
+      ['property:site.room = R1', ['web-1']], ['property:site.racks.1 = 4', ['web-1']], ['property:site.racks.0 >= 3', ['web-1']],
+      ['property:site.racks', ['web-1']], ['property:site.empty = "{}"', ['web-1']], ['property:weight > 2', ['web-1']], ['property:weight = 2.5', ['web-1']],
+      ['property:on = true', ['web-1']], ['property:none = null', ['web-1']], ['property:site = R1', []], ['property:site.room != R2', ['web-1']],
+      ['property:owner = alice', ['web-1']], ['property:site.nothing', []],
+    ] as const) t.same(await select(store, q), want, `${name}: ${q}`);
     // A newer inventory replaces what is queryable: packages removed and upgraded, facts changed.
     const moved = { ...FIXED[0]!, packages: [{ name: 'openssl', version: '3.0.13-1~deb12u1' }], facts: { role: 'cache' }, receivedAt: '2026-06-01T11:40:00.000Z' };
     await addFleet(store, [moved]);
@@ -214,6 +226,7 @@ import { parseFilter } from '@capstan/shared';
 import { programDir } from '../helpers/programs.js';
 import { updateNode } from '../helpers/node-changes.js';
 const parseQ = (q: string) => parseFilter(q);
+import type { JsonValue } from '@capstan/shared/filter/properties';
 
 // Random fleets drawn from small domains, so that expressions often hit.
 const WORDS = ['a', 'b', "o'k", 'x"y', 'p%q', 'u_v', 'back\\slash', 'st*r', 'q?'];
@@ -233,7 +246,11 @@ const nodeArb = (i: number): fc.Arbitrary<NodeSpec> => fc.record({
   role: fc.option(fc.constantFrom(...WORDS)),
   level: fc.option(fc.integer({ min: -3, max: 3 })),
   tag: fc.option(fc.constantFrom(...WORDS)),
-  prop: fc.option(fc.constantFrom(...WORDS)),
+  prop: fc.option(fc.oneof(
+    fc.constantFrom<JsonValue>(...WORDS, 3, -1, 2.5, true, false, null, {}, [], '3'),
+    fc.record({ room: fc.constantFrom(...WORDS), n: fc.integer({ min: -3, max: 3 }) }),
+    fc.array(fc.oneof(fc.constantFrom(...WORDS), fc.integer({ min: -3, max: 3 })), { maxLength: 3 }),
+  )),
   group: fc.option(fc.constantFrom('g1', 'g%')),
   ageMin: fc.integer({ min: 1, max: 3000 }),
 }).map((r) => ({
@@ -241,7 +258,7 @@ const nodeArb = (i: number): fc.Arbitrary<NodeSpec> => fc.record({
   cpus: r.cpus, memory: r.memoryGiB * 1024 ** 3, addresses: r.addresses,
   packages: r.packages.map(([name, version]) => ({ name, version })),
   facts: { ...(r.role !== null && { role: r.role }), ...(r.level !== null && { deep: { level: r.level } }) },
-  tags: (r.tag !== null ? { env: r.tag } : {}) as Record<string, string>, properties: (r.prop !== null ? { owner: r.prop } : {}) as Record<string, string>, groups: r.group !== null ? [r.group] : [],
+  tags: (r.tag !== null ? { env: r.tag } : {}) as Record<string, string>, properties: (r.prop !== null ? { owner: r.prop } : {}) as Record<string, JsonValue>, groups: r.group !== null ? [r.group] : [],
   receivedAt: new Date(NOW.getTime() - r.ageMin * 60_000).toISOString(),
 }));
 
@@ -261,6 +278,9 @@ const atomArb: fc.Arbitrary<string> = fc.oneof(
   fc.constantFrom('fact:deep', 'fact:role', 'tag:env', 'property:owner'),
   fc.tuple(eq, fc.constantFrom(...WORDS)).map(([o, v]) => `tag:env ${o} ${quote(v)}`),
   fc.tuple(eq, fc.constantFrom(...WORDS)).map(([o, v]) => `property:owner ${o} ${quote(v)}`),
+  fc.tuple(fc.constantFrom('owner', 'owner.room', 'owner.0', 'owner.1'), eq, fc.constantFrom(...WORDS, '3', 'true', 'null', '{}', '[]', '2.5')).map(([k, o, v]) => `property:${k} ${o} ${quote(v)}`),
+  fc.tuple(fc.constantFrom('owner', 'owner.n', 'owner.0'), op, fc.integer({ min: -4, max: 4 })).map(([k, o, v]) => `property:${k} ${o} ${v}`),
+  fc.constantFrom('property:owner.room', 'property:owner.0', 'property:owner.n'),
   fc.tuple(eq, fc.constantFrom('g1', 'g%')).map(([o, v]) => `group ${o} ${quote(v)}`),
   fc.tuple(op, fc.constantFrom('30m', '1h', '1d')).map(([o, v]) => `last_inventory.age ${o} ${v}`),
   fc.tuple(op, fc.constantFrom('1h')).map(([o, v]) => `last_run.age ${o} ${v}`),

@@ -61,7 +61,7 @@ t.test('properties at three levels and node facts are rendered into each node\'s
   t.equal(b0.directives[0]!.params.content, 'owner=alice dns=10.0.0.2 ntp=pool room=R0 host=web-0\n', 'node < group < global, deep merged');
   t.same(b0.directives[1]!.params, { path: '/etc/x.conf', template: 'a={{node.properties.owner}} {{node.properties.tag}} {{{node.properties.tag}}} {{os.name}}\n', content: 'a=alice &lt;b&gt; <b> debian\n' }, 'file mode: content rendered and escaped, template kept');
   t.same(b0.properties, { owner: 'alice', tag: '<b>', dc: { dns: '10.0.0.2', ntp: 'pool' } }, 'the bundle carries the effective properties');
-  t.equal(gen.problems.size, 0, 'no node has a problem');
+  t.same(await store.policyProblems(null), [], 'no node has a problem');
   const b3 = (await bundleOf(store, 'n3'))!;
   t.equal(b3.parsed.directives[0]!.params.content, 'owner=ops dns=10.0.0.1 ntp=pool room=R3 host=db-3\n');
   t.equal(b3.config_id, computeConfigId(b3.parsed.directives as never, { properties: b3.parsed.properties }), 'config id counts the properties');
@@ -85,6 +85,17 @@ t.test('properties at three levels and node facts are rendered into each node\'s
   t.match(await gen.nodeChanged('n3'), { changed: 1 });
   t.match((await bundleOf(store, 'n3'))!.parsed.directives[0]!.params.content, /room=R99 /, 'a new inventory: rendered again with its facts');
   t.match(await gen.regenerateAll(), { nodes: 4, changed: 0 });
+
+  // A node's own JSON value: an object merges into the groups' object key by key.
+  await store.setProperties('n1', { owner: 'carol', dc: { ntp: 'ntp.n1' } });
+  t.match(await gen.nodeChanged('n1'), { changed: 1 });
+  const b1 = (await bundleOf(store, 'n1'))!.parsed;
+  t.equal(b1.directives[0]!.params.content, 'owner=carol dns=10.0.0.3 ntp=ntp.n1 room=R1 host=web-1\n', 'node < group < global, the node level an object');
+  t.same(b1.properties, { owner: 'carol', tag: '<b>', dc: { dns: '10.0.0.3', ntp: 'ntp.n1' } });
+  const e1 = (await svc.effective('n1'))!;
+  t.match(e1.origins.find((o) => o.path.join('.') === 'dc.ntp'), { value: 'ntp.n1', origin: { level: 'node' }, overridden: [{ origin: { level: 'global' }, value: 'pool' }] });
+  t.match(e1.origins.find((o) => o.path.join('.') === 'dc.dns'), { value: '10.0.0.3', origin: { level: 'group', id: 'web' } });
+  t.match(await gen.regenerateAll(), { nodes: 4, changed: 0 });
 });
 
 t.test('a conflict or a template error keeps the node\'s previous bundle, with the problem on the node', async (t) => {
@@ -99,18 +110,18 @@ t.test('a conflict or a template error keeps the node\'s previous bundle, with t
 
   await put('group', { id: 'b', name: 'b', nodes: ['n0'], properties: { port: { value: 81 } } });
   t.equal((await bundleOf(store, 'n0'))!.config_id, before.config_id, 'previous bundle kept');
-  t.match(gen.problems.get('n0'), { code: 'ERR_PROPERTY_CONFLICT', conflicts: [{ path: ['port'], groups: [{ id: 'a', value: 80 }, { id: 'b', value: 81 }] }] });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_PROPERTY_CONFLICT', conflicts: [{ path: ['port'], groups: [{ id: 'a', value: 80 }, { id: 'b', value: 81 }] }] });
   t.match(await svc.effective('n0'), { conflicts: [{ path: ['port'] }], problem: { code: 'ERR_PROPERTY_CONFLICT' } });
   t.equal((await bundleOf(store, 'n1'))!.parsed.directives[0]!.params.content, 'port=8080', 'other nodes are generated');
 
   await put('group', { id: 'b', name: 'b', nodes: ['n0'], priority: 2, properties: { port: { value: 81 } } });
   t.equal((await bundleOf(store, 'n0'))!.parsed.directives[0]!.params.content, 'port=81', 'a higher priority settles it');
-  t.equal(gen.problems.get('n0'), undefined, 'the problem is cleared');
+  t.equal(await gen.problemOf('n0'), null, 'the problem is cleared');
 
   const kept = (await bundleOf(store, 'n2'))!.config_id;
   await put('directive', { id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/port', content: 'port={{node.properties.nope}}' } });
   t.equal((await bundleOf(store, 'n2'))!.config_id, kept);
-  t.match(gen.problems.get('n2'), { code: 'ERR_TEMPLATE', directive_id: 'd', rule_id: 'r', name: 'node.properties.nope', message: /node.properties.nope is not defined/ });
+  t.match(await gen.problemOf('n2'), { code: 'ERR_TEMPLATE', directive_id: 'd', rule_id: 'r', name: 'node.properties.nope', message: /node.properties.nope is not defined/ });
 });
 
 t.test('a templated field a method constrains is checked per node once rendered, not as written', async (t) => {
@@ -123,7 +134,7 @@ t.test('a templated field a method constrains is checked per node once rendered,
   await store.setProperties('n1', { tz: 'Not a zone' });
   await put('property', { id: 'tz', value: 'UTC' });
   t.match((await bundleOf(store, 'n0'))!.parsed.directives, [{ params: { name: 'UTC' } }]);
-  t.match(gen.problems.get('n1'), { code: 'ERR_METHOD_PARAMS', directive_id: 'clock' }, 'a value the method refuses is that node\'s problem');
+  t.match(await gen.problemOf('n1'), { code: 'ERR_METHOD_PARAMS', directive_id: 'clock' }, 'a value the method refuses is that node\'s problem');
   await t.rejects(async () => put('directive', { id: 'bad', name: 'bad', method: 'timezone', params: { name: '{{#node.properties.tz}}' } }), { code: 'ERR_TEMPLATE', details: { field: 'params.name' } },
     'a template that does not parse is refused at save, naming its field');
   await t.rejects(async () => put('directive', { id: 'bad', name: 'bad', method: 'timezone', params: { name: 'Not a zone' } }), { code: 'ERR_METHOD_PARAMS', details: { field: 'params.name' } },

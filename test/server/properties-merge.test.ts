@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import {
   checkPriority, checkPropertySet, deepEqual, mergeProperties, mergeValues, type GroupProperties, type Json, type LeafOrigin, type PropertySet,
 } from '@capstan/server/policy/properties';
+import { nodeLevel, withNodeLevel } from '@capstan/server/policy/render';
 
 const set = (o: Record<string, Json>): PropertySet => Object.fromEntries(Object.entries(o).map(([k, value]) => [k, { value }]));
 const originOf = (origins: LeafOrigin[], path: string) => origins.find((o) => o.path.join('.') === path);
@@ -134,4 +135,19 @@ t.test('property: the merge is associative where no path changes between object 
   // Fixed shapes: `o` is always an object of scalars, `s` always a scalar or list.
   const shaped = fc.record({ o: fc.dictionary(fc.constantFrom('x', 'y'), leaf, { maxKeys: 2 }), s: leaf }, { requiredKeys: [] }) as fc.Arbitrary<Json>;
   fc.assert(fc.property(shaped, shaped, shaped, (a, b, c) => deepEqual(mergeValues(mergeValues(a, b), c), mergeValues(a, mergeValues(b, c)))), { numRuns: 300 });
+});
+
+t.test('property: a node\'s JSON values over the shared global and group merge give the full merge', async (t) => {
+  // Generation merges the global and group levels once per group set, then each node's own
+  // values over them (render.ts withNodeLevel); the API shows the full merge with origins.
+  const nodeValues = fc.dictionary(fc.constantFrom('p', 'q', 'r', 's'), value, { maxKeys: 4 });
+  fc.assert(fc.property(props, groupsArb, nodeValues, (global, groups, own) => {
+    const base = mergeProperties(global, groups, {});
+    const full = mergeProperties(global, groups, nodeLevel(own));
+    if (!deepEqual(withNodeLevel(base, own).effective as Json, full.effective as Json)) return false;
+    // A leaf the node's level set has the node's value.
+    return full.origins.filter((o) => o.origin.level === 'node').every((o) => deepEqual(o.value, valueAt(nodeLevel(own), o.path)!));
+  }), { numRuns: 400 });
+  t.same(withNodeLevel({ effective: { dc: { dns: 'a', ntp: 'b' } }, secrets: [] }, { dc: { ntp: 'n' }, port: 8080, tags: ['x'] }).effective,
+    { dc: { dns: 'a', ntp: 'n' }, port: 8080, tags: ['x'] }, 'objects merge key by key, other values replace');
 });

@@ -40,6 +40,6 @@ export async function effectiveProperties(store: Store, generator: PolicyGenerat
       : o)),
     secrets: m.secrets,
     conflicts: m.conflicts.map(conflictValue),
-    problem: generator.problems.get(nodeId) ?? null,
+    problem: await generator.problemOf(nodeId),
   };
 }

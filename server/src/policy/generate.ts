@@ -17,9 +17,11 @@ import {
   bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
 } from './content.js';
 import { Listing } from './listing.js';
+import { periodically } from './periodic.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
-import { RenderError, SealCache, type NodeProblem } from './render.js';
+import { KeptState, type KeptProblem } from './kept.js';
+import { RenderError, type NodeProblem } from './render.js';
 import { SharedTemplates } from './shared-templates.js';
 
 export interface GenerationStats {
@@ -51,10 +53,8 @@ export class PolicyGenerator {
   private readonly verified = new Set<string>();
   /** What each node's last rendering was made from (per-node.ts RenderMemo). */
   private readonly rendered: RenderMemo = new Map();
-  /** Each node's sealed secrets, kept while their plaintext and its key are unchanged. */
-  private readonly seals = new SealCache();
-  /** Nodes whose policy could not be generated, and why (their previous bundle stays). */
-  readonly problems = new Map<string, NodeProblem & { at: string }>();
+  /** Each node's sealed secrets and why its policy was not generated, kept in the store (kept.ts). */
+  private readonly kept: KeptState;
   /** Told of nodes newly unable to get a policy (a property conflict, a template error). */
   private readonly onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   /** Told of the nodes whose bundle one generation changed (the event stream's policy.deployed). */
@@ -69,11 +69,18 @@ export class PolicyGenerator {
     onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   }) {
     this.store = deps.store;
+    this.kept = new KeptState(deps.store);
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
     this.templates = new SharedTemplates(deps.sharedFolder ?? '');
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
     if (deps.onProblems) this.onProblems = deps.onProblems;
+  }
+
+  /** Why the node's policy was last not generated (its previous bundle stays), or null. */
+  async problemOf(nodeId: string): Promise<KeptProblem | null> {
+    await this.kept.readProblems();
+    return this.kept.problem(nodeId) ?? null;
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -146,25 +153,7 @@ export class PolicyGenerator {
    * state, a provider's tags and regions, a CLI or another server on the same database.
    */
   every(intervalMs: number): { stop(): Promise<void> } {
-    let timer: NodeJS.Timeout | null = null;
-    let running: Promise<unknown> = Promise.resolve();
-    let stopped = false;
-    const tick = () => {
-      running = this.regenerateAll().then(
-        (s) => s.changed > 0 && this.log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies regenerated (periodic)'),
-        (err: unknown) => this.log.warn({ err }, 'periodic policy regeneration failed'),
-      ).finally(() => {
-        if (!stopped) timer = setTimeout(tick, intervalMs);
-      });
-    };
-    timer = setTimeout(tick, intervalMs);
-    return {
-      stop: async () => {
-        stopped = true;
-        if (timer) clearTimeout(timer);
-        await running;
-      },
-    };
+    return periodically(() => this.regenerateAll(), this.log, intervalMs);
   }
 
   /** Every accepted node (start-up, benchmark, the periodic check). */
@@ -336,14 +325,17 @@ export class PolicyGenerator {
     }
     // Batches: one read of the current config ids and one write transaction per BATCH nodes
     // (one transaction per node made 100,000 nodes a matter of minutes, fsync-bound).
-    const rendering = new NodeRendering(model, this.seals, this.rendered, await this.templates.read(model));
+    await this.kept.readProblems();
+    const rendering = new NodeRendering(model, this.kept.seals, this.rendered, await this.templates.read(model));
     const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
     for (let i = 0; i < all.length; i += BATCH) {
       const batch = all.slice(i, i + BATCH);
       const current = await this.store.policyConfigIds(batch);
       // The batch's contents first: their templates say what of the nodes is read.
       for (const n of batch) if (of.get(n) && !cache.has(keys.get(n)!)) cache.set(keys.get(n)!, contentOf(model, rules, of.get(n)!));
-      const inputs = await this.store.policyNodeInputs(batch, rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined))));
+      const reads = rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined)));
+      const inputs = await this.store.policyNodeInputs(batch, reads);
+      if (reads.certificate) await this.kept.readSeals(batch);
       // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
       const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
       if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
@@ -356,7 +348,7 @@ export class PolicyGenerator {
         const groups = of.get(nodeId);
         const had = current.get(nodeId);
         if (!groups) {
-          this.problems.delete(nodeId);
+          this.kept.clearProblem(nodeId);
           // No longer accepted (or gone): it gets no policy at all.
           if (had !== undefined && (await this.store.deletePolicyBundle(nodeId))) {
             changed++;
@@ -378,12 +370,10 @@ export class PolicyGenerator {
         } catch (err) {
           if (!(err instanceof RenderError)) throw err;
           // Not generated: its previous bundle stays, and the problem is kept on the node.
-          const was = this.problems.get(nodeId);
-          this.problems.set(nodeId, { ...err.problem, at });
-          if (!was || was.message !== err.problem.message) problems.push({ node_id: nodeId, problem: err.problem });
+          if (this.kept.setProblem(nodeId, err.problem, at)) problems.push({ node_id: nodeId, problem: err.problem });
           continue;
         }
-        this.problems.delete(nodeId);
+        this.kept.clearProblem(nodeId);
         if (rendered === 'unchanged') {
           noteKeep();
           continue;
@@ -404,6 +394,8 @@ export class PolicyGenerator {
         }
         writes.push({ bundle: bundle(), expected });
       }
+      // The seals first: a stored bundle's sealed values are always the kept ones.
+      await this.kept.flush();
       if (writes.length) {
         const moved = writes.filter((w) => !w.expectationsOnly);
         await this.store.putPolicies(writes);

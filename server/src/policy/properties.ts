@@ -15,8 +15,10 @@
  * overrides part of a secret cannot make the rest readable).
  */
 import { capstanError } from '@capstan/shared/errors';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 
-export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+/** A JSON value, as properties hold them at every level (the node level's type, shared with filters). */
+export type Json = JsonValue;
 
 export interface PropertyInput {
   value: Json;

@@ -121,10 +121,10 @@ export function groupLevels(model: PolicyModel, groups: Iterable<string>): Group
   return out;
 }
 
-/** The node level: the admin's node properties, string values. */
-export const nodeLevel = (props: Record<string, string>): PropertySet => Object.fromEntries(Object.entries(props).map(([k, v]) => [k, { value: v }]));
+/** The node level: the admin's node properties, JSON values by name. */
+export const nodeLevel = (props: Record<string, Json>): PropertySet => Object.fromEntries(Object.entries(props).map(([k, v]) => [k, { value: v }]));
 
-export function mergeFor(model: PolicyModel, groups: Iterable<string>, nodeProps: Record<string, string>): MergedProperties {
+export function mergeFor(model: PolicyModel, groups: Iterable<string>, nodeProps: Record<string, Json>): MergedProperties {
   return mergeProperties(globalLevel(model), groupLevels(model, groups), nodeLevel(nodeProps));
 }
 
@@ -167,12 +167,28 @@ export function publicProperties(m: Effective): Record<string, Json> {
 /** The text a secret seals: a string as it is, any other JSON as JSON. */
 const secretText = (v: Json | undefined) => (typeof v === 'string' ? v : JSON.stringify(v ?? null));
 
+/** A sealed value kept for a node, with the digest of its key and plaintext. */
+export interface KeptSeal {
+  digest: string;
+  sealed: SealedSecret;
+}
+
 /**
  * Sealed values kept per node while the plaintext and the node's key are unchanged: sealing is
- * randomised, and a fresh seal each generation would change the config id every time.
+ * randomised, and a fresh seal each generation would change the config id every time. What it
+ * seals afresh or forgets is noted for the store (kept.ts), so a restarted server reuses them.
  */
 export class SealCache {
-  private readonly byNode = new Map<string, Map<string, { digest: string; sealed: SealedSecret }>>();
+  private readonly byNode = new Map<string, Map<string, KeptSeal>>();
+  private readonly sealed = new Map<string, { nodeId: string; name: string; kept: KeptSeal }>();
+  private readonly dropped = new Map<string, { nodeId: string; name: string }>();
+
+  /** A seal the store kept (a previous process's). */
+  load(nodeId: string, name: string, kept: KeptSeal): void {
+    let mine = this.byNode.get(nodeId);
+    if (!mine) this.byNode.set(nodeId, (mine = new Map()));
+    mine.set(name, kept);
+  }
 
   seal(nodeId: string, name: string, plaintext: string, certificate: string): SealedSecret {
     const digest = createHash('sha256').update(`${sealKeyId(certificate)}\u0000${plaintext}`).digest('hex');
@@ -182,6 +198,9 @@ export class SealCache {
     const sealed = sealForNode(plaintext, certificate);
     if (!mine) this.byNode.set(nodeId, (mine = new Map()));
     mine.set(name, { digest, sealed });
+    const k = JSON.stringify([nodeId, name]);
+    this.dropped.delete(k);
+    this.sealed.set(k, { nodeId, name, kept: { digest, sealed } });
     return sealed;
   }
 
@@ -189,8 +208,22 @@ export class SealCache {
   keepOnly(nodeId: string, names: ReadonlySet<string>): void {
     const mine = this.byNode.get(nodeId);
     if (!mine) return;
-    for (const n of [...mine.keys()]) if (!names.has(n)) mine.delete(n);
+    for (const n of [...mine.keys()]) {
+      if (names.has(n)) continue;
+      mine.delete(n);
+      const k = JSON.stringify([nodeId, n]);
+      this.sealed.delete(k);
+      this.dropped.set(k, { nodeId, name: n });
+    }
     if (mine.size === 0) this.byNode.delete(nodeId);
+  }
+
+  /** What was sealed afresh and forgotten since the last call. */
+  drain(): { sealed: Array<{ nodeId: string; name: string; kept: KeptSeal }>; dropped: Array<{ nodeId: string; name: string }> } {
+    const out = { sealed: [...this.sealed.values()], dropped: [...this.dropped.values()] };
+    this.sealed.clear();
+    this.dropped.clear();
+    return out;
   }
 }
 
@@ -213,7 +246,7 @@ export function templateData(nodeId: string, input: Pick<PolicyNodeInput, 'hostn
 }
 
 /** A node's own properties over the merge of its global and group levels (`base`). */
-export function withNodeLevel(base: Effective, own: Record<string, string>): Effective {
+export function withNodeLevel(base: Effective, own: Record<string, Json>): Effective {
   if (Object.keys(own).length === 0) return base;
   const effective = { ...base.effective };
   for (const [k, v] of Object.entries(own)) effective[k] = mergeValues(effective[k], v);

@@ -9,6 +9,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, NodeChange, NodeCreate, NodePatch, NodeRecord, NodeUpsertFromInventory, Store, SweptNode } from '../store/store.js';
 import { causeOf, type Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
@@ -90,7 +91,7 @@ export class NodeRegistry {
   }
 
   /** Replace the node's properties (they may move it in or out of groups). */
-  async setProperties(id: string, properties: Record<string, string>, actor: Actor): Promise<Record<string, string>> {
+  async setProperties(id: string, properties: Record<string, JsonValue>, actor: Actor): Promise<Record<string, JsonValue>> {
     const node = await this.mustGet(id);
     const before = await this.deps.store.getProperties(id);
     const props = await this.deps.store.setProperties(id, properties);

@@ -4,6 +4,7 @@
  * fact, never ran) is false, and `not` is plain negation of that.
  */
 import { addressKey, type FilterExpr, type FilterValue } from './parse.js';
+import { propertyLeaves } from './properties.js';
 import { compareVersions } from './version.js';
 
 /** What a filter can see of a node. */
@@ -22,7 +23,8 @@ export interface FilterSubject {
   packages: Record<string, string[]>;
   /** The node data `fact:` reads, flattened (policy/data.ts indexedFacts): dotted path → text. */
   facts: Record<string, string>;
-  properties: Record<string, string>;
+  /** The node's own properties, JSON values by name (properties.ts says how a path reads them). */
+  properties: Record<string, unknown>;
   tags: Record<string, string>;
   state: string;
   status: string;
@@ -106,7 +108,7 @@ export function evaluateFilter(expr: FilterExpr, node: FilterSubject, now: Date)
       const key = expr.key;
       if (expr.field === 'package') return (node.packages[key] ?? []).length > 0;
       if (expr.field === 'fact') return key in node.facts || Object.keys(node.facts).some((p) => p.startsWith(`${key}.`));
-      if (expr.field === 'property') return key in node.properties;
+      if (expr.field === 'property') return propertyLeaves(node.properties).some((l) => l.path === key || l.path.startsWith(`${key}.`));
       if (expr.field === 'vuln') return (node.vulns ?? []).some((v) => v.advisory === key || v.cves.includes(key));
       return key in node.tags;
     }
@@ -165,10 +167,10 @@ export function evaluateFilter(expr: FilterExpr, node: FilterSubject, now: Date)
       if (value.kind === 'number') return num(factNumber(f));
       return compare(op, cmp(f, value.text));
     }
-    case 'property': {
-      const p = node.properties[expr.key!];
-      return p !== undefined && compare(op, cmp(p, value.text));
-    }
+    case 'property':
+      // A path names one leaf, unless a name holding a dot meets an object's key: then any of them.
+      return propertyLeaves(node.properties).some((l) => l.path === expr.key
+        && (value.kind === 'number' ? num(l.num) : compare(op, cmp(l.value, value.text))));
     case 'tag': {
       const p = node.tags[expr.key!];
       return p !== undefined && compare(op, cmp(p, value.text));

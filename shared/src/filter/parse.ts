@@ -28,7 +28,7 @@ export const FIELDS: Record<string, FilterFieldType> = {
   'vuln.kev': 'flag', 'vuln.severity': 'severity', 'vuln.count': 'integer',
 };
 /** Fields followed by `:<name>`; a bare one tests presence. */
-export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'keyed', tag: 'keyed', vuln: 'vuln' };
+export const KEYED: Record<string, FilterFieldType> = { package: 'package', fact: 'fact', property: 'fact', tag: 'keyed', vuln: 'vuln' };
 
 /** `vuln.severity`'s values, in order (a number each: low 1 … critical 4). */
 export const VULN_SEVERITIES = ['low', 'medium', 'high', 'critical'] as const;
@@ -196,7 +196,7 @@ function typedValue(type: FilterFieldType, op: CompareOp, tok: Token): FilterVal
     }
     case 'fact':
       if (op !== '=' && op !== '!=') {
-        if (!/^-?\d{1,15}(\.\d{1,15})?$/.test(text)) fail(tok.position, 'a fact is ordered against a number only');
+        if (!/^-?\d{1,15}(\.\d{1,15})?$/.test(text)) fail(tok.position, 'a fact or property is ordered against a number only');
         return number(Number(text));
       }
       return { kind: 'text', text };

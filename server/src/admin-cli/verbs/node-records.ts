@@ -3,12 +3,37 @@
  * history, properties, compliance, the policy that reaches it and why, the pinned SSH host key,
  * the identity token.
  */
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import type { Column } from '../output.js';
+import type { ApiTransport } from '../transport.js';
 import { collect, enc, int, keyValue, nodeFilters, type Verbs } from '../kit.js';
 import { fleetCompliance, nodeCompliance, timeArg } from './reports.js';
 
 /** An inventory for a table: objects one level flattened (`os.name`), lists counted. */
+/** `--set k=v` (JSON with `--json-value`) and `--unset k` of a node's own properties. */
+export interface NodePropertyEdits { set?: string[]; unset?: string[]; jsonValue?: boolean }
+
+/**
+ * A node's own properties, after the edits asked for: read, changed and written back whole (PUT
+ * replaces the map: what another admin set meanwhile is overwritten). No edit: read only.
+ */
+export async function editNodeProperties(api: ApiTransport, id: string, o: NodePropertyEdits): Promise<{ data: Record<string, unknown> }> {
+  const path = `/api/1/nodes/${enc(id)}/properties`;
+  const ans = (await api.get(path)).body as { data: Record<string, unknown> };
+  if (!o.set && !o.unset) return ans;
+  const value = (k: string, v: string): unknown => {
+    if (!o.jsonValue) return v;
+    try {
+      return JSON.parse(v) as unknown;
+    } catch (err) {
+      throw new InvalidArgumentError(`--set ${k}: --json-value: ${(err as Error).message}`);
+    }
+  };
+  const next = { ...ans.data, ...Object.fromEntries((o.set ?? []).map(keyValue).map(([k, v]) => [k, value(k, v)])) };
+  for (const k of o.unset ?? []) delete next[k];
+  return (await api.call('PUT', path, { body: next })).body as { data: Record<string, unknown> };
+}
+
 export function inventoryFields(inv: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   const put = (key: string, v: unknown) => {
@@ -54,21 +79,14 @@ export function nodeRecordVerbs(nodes: Command, verbs: Verbs): void {
     .action(act(async (api, fmt, cmd, id: string) => list(fmt, [['at', (c) => c.at], ['kind', (c) => c.kind], ['name', (c) => c.name], ['from', (c) => c.from], ['to', (c) => c.to]],
       await api.all(`/api/1/nodes/${enc(id)}/inventory/history`, {}, (cmd.opts() as { limit: number }).limit))));
 
-  nodes.command('properties <id>').description('a node\'s admin-set properties; --set and --unset change them (the others are kept)')
-    .option('-s, --set <key=value>', 'set a property (repeatable)', collect)
+  nodes.command('properties <id>').description('a node\'s admin-set properties (JSON values); --set and --unset change them (the others are kept)')
+    .option('-s, --set <key=value>', 'set a property (repeatable): text, or JSON with --json-value', collect)
     .option('-u, --unset <key>', 'remove a property (repeatable)', collect)
+    .option('--json-value', 'the values of --set are JSON (an object, a list, a number, true/false, a quoted string)')
     .action(act(async (api, fmt, cmd, id: string) => {
-      const o = cmd.opts() as { set?: string[]; unset?: string[] };
-      const path = `/api/1/nodes/${enc(id)}/properties`;
-      let ans = (await api.get(path)).body as { data: Record<string, string> };
-      if (o.set || o.unset) {
-        const next = { ...ans.data, ...Object.fromEntries((o.set ?? []).map(keyValue)) };
-        for (const k of o.unset ?? []) delete next[k];
-        // PUT replaces the whole map: what another admin set meanwhile is overwritten.
-        ans = (await api.call('PUT', path, { body: next })).body;
-      }
+      const ans = await editNodeProperties(api, id, cmd.opts() as NodePropertyEdits);
       if (fmt === 'json') return void show(fmt, ans);
-      list(fmt, [['property', (r) => r[0]], ['value', (r) => r[1]]], { data: Object.entries(ans.data) });
+      list(fmt, [['property', (r) => r[0]], ['value', (r) => (typeof r[1] === 'string' ? r[1] : JSON.stringify(r[1]))]], { data: Object.entries(ans.data) });
     }));
 
   nodeFilters(nodes.command('compliance [id]').description('one node\'s compliance per rule and directive; without an id, every node\'s (as compliance nodes)'))

@@ -4,7 +4,8 @@
  * A secret's value is never shown: the server does not return it.
  */
 import { InvalidArgumentError, type Command } from 'commander';
-import { enc, type Verbs } from '../kit.js';
+import { collect, enc, type Verbs } from '../kit.js';
+import { editNodeProperties, type NodePropertyEdits } from './node-records.js';
 
 /** A value as given: text, or JSON with --json-value. */
 function valueOf(text: string, json: boolean): unknown {
@@ -37,8 +38,13 @@ export function propertyVerbs(program: Command, { act, list, show, io }: Verbs):
     await api.call('DELETE', `/api/1/properties/${enc(name)}`);
     io.out(`deleted property ${name}\n`);
   }));
-  c.command('node <id>').description('a node\'s effective properties: global < groups (by priority) < node, each leaf with its origin')
-    .action(act(async (api, fmt, _c, id: string) => {
+  c.command('node <id>').description('a node\'s effective properties: global < groups (by priority) < node, each leaf with its origin; --set and --unset change its own')
+    .option('-s, --set <key=value>', 'set one of the node\'s own properties (repeatable): text, or JSON with --json-value', collect)
+    .option('-u, --unset <key>', 'remove one of the node\'s own properties (repeatable)', collect)
+    .option('--json-value', 'the values of --set are JSON (an object, a list, a number, true/false, a quoted string)')
+    .action(act(async (api, fmt, cmd, id: string) => {
+      const edits = cmd.opts() as NodePropertyEdits;
+      if (edits.set || edits.unset) await editNodeProperties(api, id, edits);
       const answer = (await api.get(`/api/1/nodes/${enc(id)}/properties/effective`)).body as { data: { origins: Array<Record<string, unknown>>; conflicts: unknown[]; problem: { message: string } | null } };
       if (fmt === 'json') {
         io.out(`${JSON.stringify(answer, null, 2)}\n`);

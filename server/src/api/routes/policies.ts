@@ -184,7 +184,7 @@ export function policyMembershipRoutes(app: FastifyInstance, deps: Pick<PolicyRo
       data: {
         node_id: node.id, accepted: node.accepted, config_id: bundle?.config_id ?? null, ...(await generator.explain(node.id)),
         // Why the last generation left this node's previous bundle in place (a conflict, a template error).
-        problem: generator.problems.get(node.id) ?? null,
+        problem: await generator.problemOf(node.id),
       },
     };
   });

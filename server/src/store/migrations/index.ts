@@ -27,6 +27,7 @@ import { consoleSignouts } from './0020_console_signouts.js';
 import { vulnerabilities } from './0021_vulnerabilities.js';
 import { campaigns } from './0022_campaigns.js';
 import { keptCompliance } from './0023_kept_compliance.js';
+import { propertyValuesPolicyState } from './0024_property_values_policy_state.js';
 
 export interface Migration {
   version: number;
@@ -38,6 +39,7 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
+  propertyValuesPolicyState,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

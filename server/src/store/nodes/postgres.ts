@@ -14,7 +14,8 @@ import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
-import { addressTaken, checkProperties } from './inventory/indexing.js';
+import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
@@ -225,29 +226,36 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     return { data: rows.filter((r) => r.id !== null).map((r) => historyFromRow(r, postgresRows)), total: Number(rows[0]?.total ?? 0) };
   }
 
-  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+  async getProperties(nodeId: string): Promise<Record<string, JsonValue> | null> {
     const { rows } = await this.db.query('getProperties', this.db.pool, {
       name: 'properties_get',
       text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
       values: [nodeId],
     });
     if (rows.length === 0) return null;
-    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, r.value]));
+    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, JSON.parse(r.value) as JsonValue]));
   }
 
-  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+  async setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null> {
     const props = checkProperties(properties);
+    const leaves = propertyRows(props);
     const what = 'setProperties';
     return this.db.tx(what, async (c) => {
       const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
       if ((known.rowCount ?? 0) === 0) return null;
       await this.db.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      await this.db.query(what, c, { name: 'property_leaves_clear', text: 'DELETE FROM node_property_leaves WHERE node_id = $1', values: [nodeId] });
       const keys = Object.keys(props);
       if (keys.length > 0) {
         await this.db.query(what, c, {
           name: 'properties_add',
           text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
-          values: [nodeId, keys, keys.map((k) => props[k]!)],
+          values: [nodeId, keys, keys.map((k) => JSON.stringify(props[k]))],
+        });
+        await this.db.query(what, c, {
+          name: 'property_leaves_add',
+          text: 'INSERT INTO node_property_leaves (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
+          values: [nodeId, leaves.map((l) => l.path), leaves.map((l) => l.value), leaves.map((l) => l.num)],
         });
       }
       return props;

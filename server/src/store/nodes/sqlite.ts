@@ -12,7 +12,8 @@ import { toUtcIso } from '../time.js';
 import { listRows, type LinkRow } from '../managers/rows.js';
 import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
-import { addressTaken, checkProperties } from './inventory/indexing.js';
+import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
@@ -187,21 +188,25 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
     });
   }
 
-  async getProperties(nodeId: string): Promise<Record<string, string> | null> {
+  async getProperties(nodeId: string): Promise<Record<string, JsonValue> | null> {
     return this.db.read('getProperties', () => {
       if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
       const rows = this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
-      return Object.fromEntries(rows.map((r) => [r.key, r.value]));
+      return Object.fromEntries(rows.map((r) => [r.key, JSON.parse(r.value) as JsonValue]));
     });
   }
 
-  async setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null> {
+  async setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null> {
     const props = checkProperties(properties);
+    const leaves = propertyRows(props);
     return this.db.write('setProperties', () => {
       if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
       this.db.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
+      this.db.stmt('DELETE FROM node_property_leaves WHERE node_id = ?').run(nodeId);
       const ins = this.db.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
-      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, v);
+      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, JSON.stringify(v));
+      const leaf = this.db.stmt('INSERT INTO node_property_leaves (node_id, path, value, num) VALUES (?, ?, ?, ?)');
+      for (const l of leaves) leaf.run(nodeId, l.path, l.value, l.num);
       return props;
     });
   }

@@ -4,6 +4,7 @@
  * the queryable copy the filter language reads. How a node changes is decided by the domain
  * (server/src/registry/rules.ts), whose rules the store applies (../rules.ts).
  */
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 import type { Page } from '../store.js';
 
@@ -236,8 +237,8 @@ export interface NodeReads {
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
   /** Transitions of one node, newest first. */
   getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
-  /** An admin's properties of a node (`property:<key>` in filters); null when the node is unknown. */
-  getProperties(nodeId: string): Promise<Record<string, string> | null>;
+  /** An admin's properties of a node, JSON values by name (`property:<path>` in filters); null when the node is unknown. */
+  getProperties(nodeId: string): Promise<Record<string, JsonValue> | null>;
 }
 
 /**
@@ -271,7 +272,7 @@ export interface NodeWrites {
    */
   deleteNode(id: string, at?: string): Promise<boolean>;
   /** Replace a node's properties (checkProperties first); null when the node is unknown. */
-  setProperties(nodeId: string, properties: Record<string, string>): Promise<Record<string, string> | null>;
+  setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null>;
 }
 
 export interface NodeStore extends NodeReads, NodeWrites {}

@@ -6,10 +6,13 @@ import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
-import type { PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
+import type {
+  PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
+} from './types.js';
 
 export class PostgresPolicy implements PolicyStore {
   constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance, private readonly events: PostgresEvents) {}
@@ -86,7 +89,7 @@ export class PostgresPolicy implements PolicyStore {
     for (const r of (await q('SELECT node_id, key, value FROM node_properties WHERE node_id = ANY($1::text[])')).rows) {
       let n = out.get(r.node_id as string);
       if (!n && !read.node) out.set(r.node_id as string, (n = blank()));
-      if (n) n.properties[r.key as string] = r.value as string;
+      if (n) n.properties[r.key as string] = JSON.parse(r.value as string) as JsonValue;
     }
     if (read.inventory) {
       for (const r of (await q('SELECT node_id, received_at FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
@@ -102,6 +105,52 @@ export class PostgresPolicy implements PolicyStore {
       text: 'SELECT node_id, document::text AS document FROM inventories WHERE node_id = ANY($1::text[])', values: [nodeIds],
     });
     return new Map(rows.map((r) => [r.node_id as string, r.document as string]));
+  }
+
+  async policySeals(nodeIds: string[]): Promise<PolicySealRecord[]> {
+    const { rows } = await this.db.query('policySeals', this.db.pool, {
+      text: 'SELECT node_id, name, digest, sealed FROM policy_seals WHERE node_id = ANY($1::text[]) ORDER BY node_id, name', values: [nodeIds],
+    });
+    return rows as PolicySealRecord[];
+  }
+
+  async policyProblems(nodeIds: string[] | null): Promise<PolicyProblemRecord[]> {
+    const { rows } = await this.db.query('policyProblems', this.db.pool, nodeIds === null
+      ? { text: 'SELECT node_id, at, problem FROM policy_problems ORDER BY node_id' }
+      : { text: 'SELECT node_id, at, problem FROM policy_problems WHERE node_id = ANY($1::text[]) ORDER BY node_id', values: [nodeIds] });
+    return rows.map((r) => ({ node_id: r.node_id as string, at: postgresRows.time(r.at)!, problem: r.problem as Record<string, unknown> }));
+  }
+
+  async putPolicyState(w: PolicyStateWrite): Promise<void> {
+    const problems = (w.problems ?? []).map((p) => ({ ...p, at: toUtcIso(p.at, 'at') }));
+    const what = 'putPolicyState';
+    await this.db.tx(what, async (c) => {
+      if (w.dropSeals?.length) {
+        await this.db.query(what, c, {
+          text: 'DELETE FROM policy_seals s USING unnest($1::text[], $2::text[]) AS d (node_id, name) WHERE s.node_id = d.node_id AND s.name = d.name',
+          values: [w.dropSeals.map((d) => d.node_id), w.dropSeals.map((d) => d.name)],
+        });
+      }
+      if (w.seals?.length) {
+        await this.db.query(what, c, {
+          text: `INSERT INTO policy_seals (node_id, name, digest, sealed)
+              SELECT s.* FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS s (node_id, name, digest, sealed) JOIN nodes n ON n.id = s.node_id
+            ON CONFLICT (node_id, name) DO UPDATE SET digest = excluded.digest, sealed = excluded.sealed`,
+          values: [w.seals.map((x) => x.node_id), w.seals.map((x) => x.name), w.seals.map((x) => x.digest), w.seals.map((x) => x.sealed)],
+        });
+      }
+      if (w.clearProblems?.length) {
+        await this.db.query(what, c, { text: 'DELETE FROM policy_problems WHERE node_id = ANY($1::text[])', values: [w.clearProblems] });
+      }
+      if (problems.length) {
+        await this.db.query(what, c, {
+          text: `INSERT INTO policy_problems (node_id, at, problem)
+              SELECT p.node_id, p.at, p.problem FROM unnest($1::text[], $2::timestamptz[], $3::jsonb[]) AS p (node_id, at, problem) JOIN nodes n ON n.id = p.node_id
+            ON CONFLICT (node_id) DO UPDATE SET at = excluded.at, problem = excluded.problem`,
+          values: [problems.map((p) => p.node_id), problems.map((p) => p.at), problems.map((p) => JSON.stringify(p.problem))],
+        });
+      }
+    });
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {

@@ -6,10 +6,13 @@
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
-import type { PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
+import type {
+  PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
+} from './types.js';
 
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
@@ -82,7 +85,7 @@ export class SqlitePolicy implements PolicyStore {
         for (const r of this.db.stmt('SELECT node_id, key, value FROM node_properties WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
           let n = out.get(r.node_id!);
           if (!n && !read.node) out.set(r.node_id!, (n = blank()));
-          if (n) n.properties[r.key!] = r.value!;
+          if (n) n.properties[r.key!] = JSON.parse(r.value!) as JsonValue;
         }
         if (!read.inventory) continue;
         for (const r of this.db.stmt('SELECT node_id, received_at FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
@@ -103,6 +106,40 @@ export class SqlitePolicy implements PolicyStore {
       }
     });
     return out;
+  }
+
+  async policySeals(nodeIds: string[]): Promise<PolicySealRecord[]> {
+    return this.db.read('policySeals', () => this.db.stmt(`SELECT node_id, name, digest, sealed FROM policy_seals
+      WHERE node_id IN (SELECT value FROM json_each(?)) ORDER BY node_id, name`).all(JSON.stringify(nodeIds))) as PolicySealRecord[];
+  }
+
+  async policyProblems(nodeIds: string[] | null): Promise<PolicyProblemRecord[]> {
+    const rows = this.db.read('policyProblems', () => (nodeIds === null
+      ? this.db.stmt('SELECT node_id, at, problem FROM policy_problems ORDER BY node_id').all()
+      : this.db.stmt('SELECT node_id, at, problem FROM policy_problems WHERE node_id IN (SELECT value FROM json_each(?)) ORDER BY node_id').all(JSON.stringify(nodeIds)))) as Array<Record<string, string>>;
+    return rows.map((r) => ({ node_id: r.node_id!, at: r.at!, problem: JSON.parse(r.problem!) as Record<string, unknown> }));
+  }
+
+  async putPolicyState(w: PolicyStateWrite): Promise<void> {
+    const problems = (w.problems ?? []).map((p) => [p.node_id, toUtcIso(p.at, 'at'), JSON.stringify(p.problem)]);
+    this.db.write('putPolicyState', () => {
+      if (w.dropSeals?.length) {
+        this.db.stmt('DELETE FROM policy_seals WHERE (node_id, name) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))')
+          .run(JSON.stringify(w.dropSeals.map((d) => [d.node_id, d.name])));
+      }
+      if (w.seals?.length) {
+        this.db.stmt(`INSERT INTO policy_seals (node_id, name, digest, sealed)
+            SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE value ->> 0 IN (SELECT id FROM nodes)
+          ON CONFLICT (node_id, name) DO UPDATE SET digest = excluded.digest, sealed = excluded.sealed`)
+          .run(JSON.stringify(w.seals.map((x) => [x.node_id, x.name, x.digest, x.sealed])));
+      }
+      if (w.clearProblems?.length) this.db.stmt('DELETE FROM policy_problems WHERE node_id IN (SELECT value FROM json_each(?))').run(JSON.stringify(w.clearProblems));
+      if (problems.length) {
+        this.db.stmt(`INSERT INTO policy_problems (node_id, at, problem)
+            SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?) WHERE value ->> 0 IN (SELECT id FROM nodes)
+          ON CONFLICT (node_id) DO UPDATE SET at = excluded.at, problem = excluded.problem`).run(JSON.stringify(problems));
+      }
+    });
   }
 
   async policyConfigIds(nodeIds: string[]): Promise<Map<string, string>> {

@@ -1,5 +1,6 @@
 /** Policy objects (directives, groups, rules, techniques) and the bundles generated from them, one per node. */
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
+import type { JsonValue } from '@capstan/shared/filter/properties';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 
 /** The kinds of policy object the admin API manages (`property`: a global property, by name). */
@@ -39,8 +40,8 @@ export interface PolicyNodeInput {
   relay: string;
   /** The pinned certificate, PEM (secrets are sealed to it); null when none or not asked for. */
   certificate: string | null;
-  /** The admin's properties of the node (the node level of its properties). */
-  properties: Record<string, string>;
+  /** The admin's properties of the node (the node level of its properties), JSON values by name. */
+  properties: Record<string, JsonValue>;
   /** When its newest inventory was received, when asked for (null: none received). */
   inventory_at?: string | null;
   /** That inventory as JSON text: set by the generator for the nodes it renders (policyInventories). */
@@ -51,6 +52,33 @@ export interface PolicyNodeRead {
   node?: boolean;
   certificate?: boolean;
   inventory?: boolean;
+}
+
+/** A secret sealed for a node (policy_seals): the sealed value as JSON text, and a digest of what it seals. */
+export interface PolicySealRecord {
+  node_id: string;
+  name: string;
+  digest: string;
+  sealed: string;
+}
+
+/** Why a node's policy was last not generated (policy_problems), since when. */
+export interface PolicyProblemRecord {
+  node_id: string;
+  at: string;
+  problem: Record<string, unknown>;
+}
+
+/** What one generation batch changes of the kept policy state (putPolicyState). */
+export interface PolicyStateWrite {
+  /** Sealed secrets to keep (replacing the node's of the same name). */
+  seals?: PolicySealRecord[];
+  /** Sealed secrets a node no longer uses. */
+  dropSeals?: Array<{ node_id: string; name: string }>;
+  /** Problems to keep (replacing the node's). */
+  problems?: PolicyProblemRecord[];
+  /** Nodes whose policy was generated: their problem goes. */
+  clearProblems?: string[];
 }
 
 export interface PolicyStore {
@@ -79,6 +107,12 @@ export interface PolicyStore {
   policyNodeInputs(nodeIds: string[], read: PolicyNodeRead): Promise<Map<string, PolicyNodeInput>>;
   /** The newest inventory of each of these nodes, as JSON text (absent: none received). */
   policyInventories(nodeIds: string[]): Promise<Map<string, string>>;
+  /** The sealed secrets kept for these nodes (docs/policy.md, Secrets). */
+  policySeals(nodeIds: string[]): Promise<PolicySealRecord[]>;
+  /** The kept problems of these nodes, or of every node (null); sorted by node id. */
+  policyProblems(nodeIds: string[] | null): Promise<PolicyProblemRecord[]>;
+  /** Keep and drop sealed secrets and problems in one transaction; rows of unknown nodes are skipped. */
+  putPolicyState(w: PolicyStateWrite): Promise<void>;
 }
 
 /** How each policy method treats U+0000 (guard.ts). */
@@ -96,4 +130,7 @@ export const POLICY_NUL: NulRules<PolicyStore> = {
   putPolicies: CHECKED,
   policyNodeInputs: lookup([0]),
   policyInventories: lookup([0]),
+  policySeals: lookup([0]),
+  policyProblems: lookup([0]),
+  putPolicyState: REFUSE,
 };

@@ -49,7 +49,10 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
         // The fact itself, or any leaf under it (fact:os is present when fact:os.family is).
         return `n.id IN (SELECT f.node_id FROM node_facts f WHERE f.path = ${p(key)} OR (f.path >= ${p(key + '.')} AND f.path < ${p(key + '/')}))`;
       }
-      if (expr.field === 'property') return `n.id IN (SELECT pr.node_id FROM node_properties pr WHERE pr.key = ${p(key)})`;
+      if (expr.field === 'property') {
+        // A leaf at the path, or under it (shared/src/filter/properties.ts).
+        return `n.id IN (SELECT pr.node_id FROM node_property_leaves pr WHERE pr.path = ${p(key)} OR (pr.path >= ${p(key + '.')} AND pr.path < ${p(key + '/')}))`;
+      }
       if (expr.field === 'vuln') return vulnAffected(key, d, now);
       return `n.id IN (SELECT t.node_id FROM node_tags t WHERE t.key = ${p(key)})`;
     }
@@ -105,8 +108,14 @@ export function compileFilter(expr: FilterExpr, d: Dialect, now: Date): string {
         : `f.value ${op === '!=' ? '<>' : '='} ${p(value.text)}`;
       return `n.id IN (SELECT f.node_id FROM node_facts f WHERE f.path = ${path} AND ${cond})`;
     }
-    case 'property':
-      return `n.id IN (SELECT pr.node_id FROM node_properties pr WHERE pr.key = ${p(expr.key)} AND pr.value ${op === '!=' ? '<>' : '='} ${p(value.text)})`;
+    case 'property': {
+      // As facts: text for = and !=, the leaf's number for ordering.
+      const path = p(expr.key);
+      const cond = value.kind === 'number'
+        ? `pr.num ${op === '!=' ? '<>' : op} ${p(value.number)}`
+        : `pr.value ${op === '!=' ? '<>' : '='} ${p(value.text)}`;
+      return `n.id IN (SELECT pr.node_id FROM node_property_leaves pr WHERE pr.path = ${path} AND ${cond})`;
+    }
     case 'tag':
       return `n.id IN (SELECT t.node_id FROM node_tags t WHERE t.key = ${p(expr.key)} AND t.value ${op === '!=' ? '<>' : '='} ${p(value.text)})`;
     default: {

@@ -7,6 +7,7 @@
 import { capstanError } from '@capstan/shared/errors';
 import { factNumber } from '@capstan/shared/filter/evaluate';
 import { addressKey } from '@capstan/shared/filter/parse';
+import { propertyLeaves, type JsonValue, type PropertyLeaf } from '@capstan/shared/filter/properties';
 import { indexedFacts } from '@capstan/shared/policy/data';
 import { compareVersions, versionKey } from '@capstan/shared/filter/version';
 
@@ -68,20 +69,55 @@ export function indexInventory(doc: Record<string, unknown>): InventoryIndex {
   };
 }
 
-/** Limits on an admin's node properties. */
-export const PROPERTY_LIMITS = { maxProperties: 100, maxKeyLength: 255, maxValueLength: 4096 } as const;
+/**
+ * Limits on an admin's node properties: names, and JSON values (each string in them at most
+ * maxValueLength characters; the whole value at most maxValueBytes as JSON, maxDepth deep); all
+ * of a node's properties make at most maxLeaves leaves for filters (shared/src/filter/properties.ts).
+ */
+export const PROPERTY_LIMITS = { maxProperties: 100, maxKeyLength: 255, maxValueLength: 4096, maxValueBytes: 64 * 1024, maxDepth: 16, maxLeaves: 1000 } as const;
 
-/** Properties are a flat object of strings, within PROPERTY_LIMITS (ERR_BAD_REQUEST otherwise). */
-export function checkProperties(v: unknown): Record<string, string> {
-  const bad = (m: string): never => { throw capstanError('ERR_BAD_REQUEST', m, { details: { field: 'properties' } }); };
-  if (!v || typeof v !== 'object' || Array.isArray(v)) bad('properties must be an object of strings');
+/** A JSON value within PROPERTY_LIMITS, or the reason it is not. */
+function valueFault(x: unknown, depth: number): string | null {
+  if (x === null || typeof x === 'boolean') return null;
+  if (typeof x === 'number') return Number.isFinite(x) ? null : 'holds a number JSON cannot carry';
+  if (typeof x === 'string') return x.length > PROPERTY_LIMITS.maxValueLength || x.includes('\u0000') ? `holds a string longer than ${PROPERTY_LIMITS.maxValueLength} characters or with NUL` : null;
+  if (typeof x !== 'object') return 'is not a JSON value';
+  if (depth >= PROPERTY_LIMITS.maxDepth) return `is nested deeper than ${PROPERTY_LIMITS.maxDepth}`;
+  for (const [k, v] of Array.isArray(x) ? x.entries() : Object.entries(x)) {
+    if (typeof k === 'string' && (k.length > PROPERTY_LIMITS.maxKeyLength || k.includes('\u0000'))) return `holds a key longer than ${PROPERTY_LIMITS.maxKeyLength} characters or with NUL`;
+    const fault = valueFault(v, depth + 1);
+    if (fault) return fault;
+  }
+  return null;
+}
+
+/**
+ * Properties are an object of JSON values by name, within PROPERTY_LIMITS (ERR_BAD_REQUEST
+ * naming the property otherwise). A string value is what properties were until schema 24.
+ */
+export function checkProperties(v: unknown): Record<string, JsonValue> {
+  const bad = (m: string, field = 'properties'): never => { throw capstanError('ERR_BAD_REQUEST', m, { details: { field } }); };
+  if (!v || typeof v !== 'object' || Array.isArray(v)) bad('properties must be an object of JSON values by name');
   const entries = Object.entries(v as Record<string, unknown>);
   if (entries.length > PROPERTY_LIMITS.maxProperties) bad(`at most ${PROPERTY_LIMITS.maxProperties} properties`);
   for (const [k, x] of entries) {
     if (k.length === 0 || k.length > PROPERTY_LIMITS.maxKeyLength || k.includes('\u0000')) bad(`property names have 1 to ${PROPERTY_LIMITS.maxKeyLength} characters, no NUL`);
-    if (typeof x !== 'string' || x.length > PROPERTY_LIMITS.maxValueLength || x.includes('\u0000')) bad(`property ${k} must be a string of at most ${PROPERTY_LIMITS.maxValueLength} characters, no NUL`);
+    const fault = valueFault(x, 0);
+    if (fault) bad(`property ${k} ${fault}`, `properties.${k}`);
+    if (Buffer.byteLength(JSON.stringify(x)) > PROPERTY_LIMITS.maxValueBytes) bad(`property ${k} is more than ${PROPERTY_LIMITS.maxValueBytes} bytes of JSON`, `properties.${k}`);
   }
-  return Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) as Record<string, string>;
+  const out = Object.fromEntries(entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) as Record<string, JsonValue>;
+  if (propertyLeaves(out).length > PROPERTY_LIMITS.maxLeaves) bad(`the properties hold more than ${PROPERTY_LIMITS.maxLeaves} leaves (values, empty objects and lists)`);
+  return out;
+}
+
+/** The leaves of checked properties, one per (path, value) (the rows of node_property_leaves). */
+export function propertyRows(props: Record<string, JsonValue>): PropertyLeaf[] {
+  const seen = new Set<string>();
+  return propertyLeaves(props).filter((l) => {
+    const k = `${l.path}\u0000${l.value}`;
+    return !seen.has(k) && (seen.add(k), true);
+  });
 }
 
 /** A manual node's address is some node's already: 409 naming that node. */

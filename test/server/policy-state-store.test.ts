@@ -1,0 +1,81 @@
+/**
+ * Migration 24 and the policy state it keeps, on SQLite and PostgreSQL: node properties written
+ * as text by an older server read back as the same strings and filter as before (numbers in them
+ * now also ordered), and the kept sealed values and node problems (policy_seals, policy_problems)
+ * written, replaced, dropped, skipped for unknown nodes and gone with their node.
+ */
+import t, { type Test } from 'tap';
+import { evaluateFilter, parseFilter, type FilterSubject } from '@capstan/shared';
+import type { Store } from '@capstan/server/store/index';
+import { inventory, type Backend } from './store-suite.js';
+import { postgresBackend, sqliteBackend } from './backends.js';
+import { postgresOrSkipFile } from './pg.js';
+import { UNDO_24 } from '../helpers/old-schema.js';
+
+const OLD: Record<string, Record<string, string>> = {
+  n1: { owner: 'alice', size: '12', 'env.name': 'prod', neg: '-3.5' },
+  n2: { owner: 'bob', size: '7', odd: '1.', zero: '007' },
+  n3: {},
+};
+const select = async (store: Store, q: string) => (await store.listNodeIds([{ key: 'q', values: [q] }])).sort();
+
+/** What a filter sees of a node with only these properties. */
+const subject = (id: string, properties: Record<string, unknown>): FilterSubject => ({
+  id, hostname: id, fqdn: null, os_name: null, os_version: null, os_kernel: null, arch: null, cpus: null, memory: null, addresses: [], packages: {},
+  facts: {}, properties, tags: {}, state: 'enabled', status: 'ok', manager: 'agent', accepted: 'accepted', groups: [], last_run_at: null, last_inventory_at: null,
+});
+
+function suite(t: Test, backend: Backend): void {
+  t.test('string properties of a database before migration 24 read and filter as before', async (t) => {
+    const db = await backend.fresh(t);
+    let store = await db.open();
+    for (const id of Object.keys(OLD)) await store.upsertFromInventory(inventory(id));
+    await store.close();
+    // The rows as the server of version 23 wrote them: text values.
+    const quote = (s: string) => `'${s.replace(/'/g, "''")}'`;
+    const rows = Object.entries(OLD).flatMap(([id, p]) => Object.entries(p).map(([k, v]) => `(${quote(id)}, ${quote(k)}, ${quote(v)})`));
+    await db.exec(`${UNDO_24[db.dialect]} INSERT INTO node_properties (node_id, key, value) VALUES ${rows.join(', ')};`);
+    store = await db.open();
+    for (const [id, p] of Object.entries(OLD)) t.same(await store.getProperties(id), p, `${id}: the same strings`);
+    const subjects = Object.entries(OLD).map(([id, p]) => subject(id, p));
+    for (const q of ['property:owner = alice', 'property:owner != alice', 'property:owner', 'property:env.name = prod', 'property:size = 12',
+      'property:size > 8', 'property:size <= 7', 'property:neg < -3', 'property:odd > 0', 'property:zero = 7', 'property:zero >= 7', 'not property:size']) {
+      const want = subjects.filter((s) => evaluateFilter(parseFilter(q), s, new Date())).map((s) => s.id).sort();
+      t.same(await select(store, q), want, `${q}: ${JSON.stringify(want)}`);
+    }
+    t.same(await select(store, 'property:size > 8'), ['n1'], 'a number in a string is ordered as one');
+    // Written again by today's server: JSON values.
+    t.same(await store.setProperties('n2', { owner: 'bob', size: 7, site: { room: 'R2' } }), { owner: 'bob', size: 7, site: { room: 'R2' } });
+    t.same(await select(store, 'property:size = 7 and property:site.room = R2'), ['n2']);
+  });
+
+  t.test('kept sealed values and problems', async (t) => {
+    const db = await backend.fresh(t);
+    const store = await db.open();
+    for (const id of ['a', 'b']) await store.upsertFromInventory(inventory(id));
+    const sealed = (x: string) => JSON.stringify({ v: 1, alg: 'RSA-OAEP-256+A256GCM', key: x });
+    await store.putPolicyState({
+      seals: [{ node_id: 'a', name: 'pw', digest: 'd1', sealed: sealed('1') }, { node_id: 'a', name: 'tok', digest: 'd2', sealed: sealed('2') },
+        { node_id: 'b', name: 'pw', digest: 'd3', sealed: sealed('3') }, { node_id: 'gone', name: 'pw', digest: 'd4', sealed: sealed('4') }],
+      problems: [{ node_id: 'a', at: '2026-12-01T10:00:00Z', problem: { code: 'ERR_PROPERTY_CONFLICT', message: 'm', conflicts: [{ path: ['port'], priority: 0, groups: [{ id: 'g', value: 80 }] }] } },
+        { node_id: 'gone', at: '2026-12-01T10:00:00Z', problem: { code: 'ERR_TEMPLATE', message: 'x' } }],
+    });
+    t.same((await store.policySeals(['a', 'b', 'gone'])).map((s) => [s.node_id, s.name, s.digest, s.sealed]),
+      [['a', 'pw', 'd1', sealed('1')], ['a', 'tok', 'd2', sealed('2')], ['b', 'pw', 'd3', sealed('3')]], 'an unknown node\'s seal is skipped');
+    t.same(await store.policyProblems(null), [{ node_id: 'a', at: '2026-12-01T10:00:00.000Z', problem: { code: 'ERR_PROPERTY_CONFLICT', message: 'm', conflicts: [{ path: ['port'], priority: 0, groups: [{ id: 'g', value: 80 }] }] } }]);
+    // Replaced, dropped, cleared.
+    await store.putPolicyState({ seals: [{ node_id: 'a', name: 'pw', digest: 'd5', sealed: sealed('5') }], dropSeals: [{ node_id: 'a', name: 'tok' }],
+      problems: [{ node_id: 'b', at: '2026-12-01T11:00:00Z', problem: { code: 'ERR_SECRET', message: 'no certificate' } }], clearProblems: ['a'] });
+    t.same((await store.policySeals(['a'])).map((s) => [s.name, s.digest]), [['pw', 'd5']]);
+    t.same((await store.policyProblems(['a', 'b'])).map((p) => [p.node_id, p.problem.code]), [['b', 'ERR_SECRET']]);
+    t.same(await store.policyProblems(['a']), []);
+    await t.rejects(store.putPolicyState({ problems: [{ node_id: 'a', at: '2026-12-01T11:00:00Z', problem: { code: 'X', message: 'nul\u0000' } }] }), { code: 'ERR_BAD_REQUEST' });
+    t.same(await store.policySeals(['a\u0000']), [], 'a name with NUL finds nothing');
+    await store.deleteNode('b');
+    t.same(await store.policySeals(['b']), [], 'gone with the node');
+    t.same(await store.policyProblems(null), [], 'its problem too');
+  });
+}
+
+t.test('sqlite', async (t) => suite(t, sqliteBackend));
+if (await postgresOrSkipFile(t)) t.test('postgres', async (t) => suite(t, postgresBackend('capstan_pstate')));
