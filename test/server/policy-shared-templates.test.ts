@@ -52,6 +52,11 @@ const bundleOf = async (store: Store, id: string) => {
   const b = await store.getPolicyBundle(id);
   return b ? { ...b, parsed: JSON.parse(b.bundle) as Parsed } : null;
 };
+/** The test fleets' nodes (n0…n9) that have a policy problem. */
+const problemNodes = async (gen: PolicyGenerator) => {
+  const ids = Array.from({ length: 10 }, (_, i) => `n${i}`);
+  return (await Promise.all(ids.map(async (id) => ((await gen.problemOf(id)) ? id : null)))).filter((x) => x !== null);
+};
 const configIds = async (store: Store, ids: string[]) => Promise.all(ids.map(async (n) => (await store.getPolicyBundle(n))?.config_id ?? null));
 
 t.test('a shared-folder template is rendered per node into content, with the file\'s sha256, in file mode', async (t) => {
@@ -66,7 +71,7 @@ t.test('a shared-folder template is rendered per node into content, with the fil
   await put('directive', { id: 'app', name: 'app', method: 'file_from_template', params: { path: '/etc/app.conf', source: 'tpl/app.conf.mustache', mode: '0640' } });
   await put('rule', { id: 'r', name: 'r', directives: ['app'], groups: ['all'] });
 
-  t.equal(gen.problems.size, 0, 'no node has a problem');
+  t.same(await problemNodes(gen), [], 'no node has a problem');
   const b0 = (await bundleOf(store, 'n0'))!;
   t.same(b0.parsed.directives[0]!.params, {
     path: '/etc/app.conf', source: 'tpl/app.conf.mustache', mode: '0640', source_sha256: sha(text),
@@ -130,35 +135,35 @@ t.test('an undefined name, a missing, oversized or non-UTF-8 file is that direct
   await file('x.mustache', 'x={{node.properties.x}}\ny={{node.properties.nope}}\n');
   t.same(await regenerateTemplateUsers(gen, store), { sources: ['tpl/x.mustache'], nodes: 2 });
   t.same(await configIds(store, ['n0', 'n1']), kept, 'previous bundles kept');
-  t.match(gen.problems.get('n0'), {
+  t.match(await gen.problemOf('n0'), {
     code: 'ERR_TEMPLATE', directive_id: 'd', rule_id: 'r', field: 'source', name: 'node.properties.nope',
     message: /^directive d \(rule r\): shared-folder template tpl\/x\.mustache: template \(line 2\): node\.properties\.nope is not defined$/,
   });
 
   await rm(join(shared, 'tpl', 'x.mustache'));
   await regenerateTemplateUsers(gen, store);
-  t.match(gen.problems.get('n1'), { code: 'ERR_NOT_FOUND', field: 'source', message: /shared-folder template tpl\/x\.mustache is not a file in the shared folder/ });
+  t.match(await gen.problemOf('n1'), { code: 'ERR_NOT_FOUND', field: 'source', message: /shared-folder template tpl\/x\.mustache is not a file in the shared folder/ });
 
   await file('x.mustache', Buffer.alloc(256 * 1024 + 1, 0x61));
   await regenerateTemplateUsers(gen, store);
-  t.match(gen.problems.get('n0'), { code: 'ERR_TEMPLATE_LIMIT', message: /larger than 262144 bytes/ });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_TEMPLATE_LIMIT', message: /larger than 262144 bytes/ });
 
   await file('x.mustache', Buffer.from([0x78, 0xff, 0xfe, 0x0a]));
   await regenerateTemplateUsers(gen, store);
-  t.match(gen.problems.get('n0'), { code: 'ERR_TEMPLATE', message: /is not UTF-8 text/ });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_TEMPLATE', message: /is not UTF-8 text/ });
 
   // A link out of the shared folder is not followed.
   await rm(join(shared, 'tpl', 'x.mustache'));
   await writeFile(join(shared, '..', 'outside'), 'secret-outside\n');
   await symlink(join(shared, '..', 'outside'), join(shared, 'tpl', 'x.mustache'));
   await regenerateTemplateUsers(gen, store);
-  t.match(gen.problems.get('n0'), { code: 'ERR_BAD_PATH', message: /leaves the shared folder/ });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_BAD_PATH', message: /leaves the shared folder/ });
   t.same(await configIds(store, ['n0', 'n1']), kept);
 
   await rm(join(shared, 'tpl', 'x.mustache'));
   await file('x.mustache', 'x={{node.properties.x}} again\n');
   await regenerateTemplateUsers(gen, store);
-  t.equal(gen.problems.size, 0, 'fixed: the problems are cleared');
+  t.same(await problemNodes(gen), [], 'fixed: the problems are cleared');
   t.equal((await bundleOf(store, 'n1'))!.parsed.directives[0]!.params.content, 'x=1 again\n');
 });
 
@@ -170,7 +175,7 @@ t.test('rendering is bounded like an inline template\'s: output past 1 MiB is an
   await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
   await put('directive', { id: 'big', name: 'big', method: 'file_from_template', params: { path: '/etc/big', source: 'tpl/big.mustache' } });
   await put('rule', { id: 'r', name: 'r', directives: ['big'], groups: ['all'] });
-  t.match(gen.problems.get('n0'), { code: 'ERR_TEMPLATE_LIMIT', directive_id: 'big', field: 'source', message: /shared-folder template tpl\/big\.mustache: .*output larger than 1048576 bytes/ });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_TEMPLATE_LIMIT', directive_id: 'big', field: 'source', message: /shared-folder template tpl\/big\.mustache: .*output larger than 1048576 bytes/ });
 });
 
 t.test('a secret in a shared-folder template is sealed to the node\'s key', async (t) => {
@@ -193,7 +198,7 @@ t.test('without a shared folder, a directive naming a source is an error saying 
   await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
   await put('directive', { id: 'd', name: 'd', method: 'file_from_template', params: { path: '/etc/x', source: 'tpl/x.mustache' } });
   await put('rule', { id: 'r', name: 'r', directives: ['d'], groups: ['all'] });
-  t.match(gen.problems.get('n0'), { code: 'ERR_NOT_FOUND', field: 'source', message: /no shared folder is configured \(\[policy\] shared_folder\)/ });
+  t.match(await gen.problemOf('n0'), { code: 'ERR_NOT_FOUND', field: 'source', message: /no shared folder is configured \(\[policy\] shared_folder\)/ });
 });
 
 t.test('a plan shows the rendered change per node of a directive moving to another template', async (t) => {
@@ -223,7 +228,7 @@ t.test('a technique\'s file_from_template call renders its shared-folder source 
   await put('group', { id: 'web', name: 'web', nodes: ['n0', 'n1'] });
   await put('directive', { id: 'v', name: 'v', method: 'technique', technique: { id: 'vhosts', version: '1.0' }, params: { sites: ['a', 'b'], port: '8080' } });
   await put('rule', { id: 'r', name: 'r', directives: ['v'], groups: ['web'] });
-  t.equal(gen.problems.size, 0);
+  t.same(await problemNodes(gen), []);
   const calls = (await bundleOf(store, 'n1'))!.parsed.directives[0]! as unknown as { calls: Array<{ id: string; params: Record<string, unknown> }> };
   t.same(calls.calls.map((c) => [c.id, c.params.path, c.params.content, c.params.source_sha256]), [
     ['vhost.0', '/etc/vhosts/a.conf', 'server a port 8080 on host-1\n', sha('server {{item}} port {{params.port}} on {{node.hostname}}\n')],
@@ -232,7 +237,7 @@ t.test('a technique\'s file_from_template call renders its shared-folder source 
 
   await file('vhost.mustache', 'server {{item}} port {{params.port}} on {{node.hostname}} ({{params.nope}})\n');
   t.same(await regenerateTemplateUsers(gen, store), { sources: ['tpl/vhost.mustache'], nodes: 2 }, 'the technique\'s users only');
-  t.match(gen.problems.get('n0'), { code: 'ERR_TEMPLATE', directive_id: 'v', name: 'params.nope',
+  t.match(await gen.problemOf('n0'), { code: 'ERR_TEMPLATE', directive_id: 'v', name: 'params.nope',
     message: /technique vhosts, call vhost\.0: shared-folder template tpl\/vhost\.mustache: template \(line 1\): params\.nope is not defined/ });
   t.equal(await store.getPolicyBundle('n2'), null, 'a node of no rule has no bundle, before and after');
 });
