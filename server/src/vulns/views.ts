@@ -54,9 +54,18 @@ export interface VulnListRow extends Exposure {
 
 export interface ViewDeps {
   store: Store;
-  /** Accepted members of a group (policy generator), null when no such group. */
+  /** Members of a group, null when no such group (filterGroupMembers: as the filter `group = <id>` counts them). */
   groupMembers: (group: string) => Promise<string[] | null>;
   now?: () => Date;
+}
+
+/**
+ * A group's members as the filter language counts them (`group = <id>`: the registry's groups
+ * and the policy group of that id), so that a mute limited to a group covers the same nodes in
+ * the views as in the `vuln:` filter terms (server/src/store/nodes/filters/vulns.ts).
+ */
+export function filterGroupMembers(store: Store): ViewDeps['groupMembers'] {
+  return async (group) => (await store.listNodeIds([{ key: 'group', values: [group] }])).sort();
 }
 
 const asMute = (m: MuteRow): Mute => ({ id: m.id, target: m.target, reason: m.reason, expires: m.expires, ...(m.groups && m.groups.length > 0 && { groups: m.groups }) });
@@ -143,6 +152,32 @@ export async function findingPairs(deps: ViewDeps, nodeIds?: string[]): Promise<
     seen.add(key);
     const fake: Finding = { package: '', version: '', match: { advisory: s.advisory, cves: s.cves } as Finding['match'] };
     out.push({ ...s, muted: ctx.apply(s.node_id, [fake])[0]!.muted !== undefined });
+  }
+  return out;
+}
+
+/** What the filter language evaluates in memory of a node's vulnerabilities (FilterSubject.vulns). */
+export interface SubjectVuln {
+  advisory: string;
+  cves: string[];
+  rating: string | null;
+  kev: boolean;
+}
+
+/**
+ * The in-memory side of the `vuln:` filter terms: each node's findings no mute covers, mutes
+ * applied as every view applies them (fleet-wide ones, and group-limited ones on their groups'
+ * members), with KEV joined. The SQL the stores compile must agree with evaluateFilter() over these.
+ */
+export async function subjectVulns(deps: ViewDeps, nodeIds: string[]): Promise<Map<string, SubjectVuln[]>> {
+  const summary = await deps.store.vulns.findingSummary(nodeIds);
+  const ctx = await MuteContext.open(deps);
+  const exposure = await exposureOf(deps.store, summary.flatMap((s) => s.cves));
+  const out = new Map<string, SubjectVuln[]>(nodeIds.map((id) => [id, []]));
+  for (const s of summary) {
+    const fake: Finding = { package: '', version: '', match: { advisory: s.advisory, cves: s.cves } as Finding['match'] };
+    if (ctx.apply(s.node_id, [fake])[0]!.muted !== undefined) continue;
+    out.get(s.node_id)?.push({ advisory: s.advisory, cves: s.cves, rating: s.rating, kev: exposure(s.cves).kev !== null });
   }
   return out;
 }

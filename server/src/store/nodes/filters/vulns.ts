@@ -1,17 +1,29 @@
 /**
  * The filter language's vulnerability terms in SQL, for both stores (shared/src/filter/evaluate.ts
  * is their meaning in memory): over a node's findings (vuln_findings, migration 21) that no mute
- * in force covers. Mutes limited to groups are not seen here: a term counts such a finding as
- * unmuted (docs/filters.md says so). Parameters are bound in the order they appear in the text
- * (SQLite's placeholders are positional).
+ * in force covers, as the views apply mutes (server/src/vulns/views.ts): a fleet-wide mute
+ * everywhere, a mute limited to groups on the members of those groups only (`group = <id>`'s
+ * meaning: registry groups and policy groups). The group-limited mutes are read before the
+ * statement (Dialect.groupMutes); inside a policy group's own filter the terms see fleet-wide
+ * mutes only. Parameters are bound in the order they appear in the text (SQLite's placeholders
+ * are positional).
  */
 import type { CompareOp, FilterValue } from '@capstan/shared/filter/parse';
-import type { Dialect } from './query.js';
+import { groupCondition, type Dialect } from './query.js';
 
-/** `f` is not covered by a fleet-wide mute in force at `now`. */
+/** `f` is not covered by a mute in force at `now`: a fleet-wide one, or one limited to a group its node is in. */
 function unmuted(d: Dialect, now: Date): string {
-  return `NOT EXISTS (SELECT 1 FROM vuln_mutes m WHERE m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})
+  const fleet = `NOT EXISTS (SELECT 1 FROM vuln_mutes m WHERE m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})
     AND (m.target = f.advisory OR m.target IN (SELECT mc.cve FROM vuln_advisory_cves mc WHERE mc.advisory = f.advisory)))`;
+  const scoped = (d.groupMutes ?? []).filter((m) => m.expires === null || Date.parse(m.expires) > now.getTime());
+  if (scoped.length === 0) return fleet;
+  const { groupMutes: _, ...outer } = d;
+  // Members as an uncorrelated set (`nodes n` here hides the outer row): one index range per group.
+  const clauses = scoped.map((m) => {
+    const target = `(f.advisory = ${d.param(m.target)} OR f.advisory IN (SELECT mc.advisory FROM vuln_advisory_cves mc WHERE mc.cve = ${d.param(m.target)}))`;
+    return `NOT (${target} AND f.node_id IN (SELECT n.id FROM nodes n WHERE ${m.groups.map((g) => groupCondition(g, outer)).join(' OR ')}))`;
+  });
+  return `${fleet} AND ${clauses.join(' AND ')}`;
 }
 
 /** `vuln:<id>`: an unmuted finding of the advisory, or of an advisory known by the CVE. */
