@@ -11,6 +11,7 @@ import { advance, cancelCampaign, type CampaignJobs } from '@capstan/server/camp
 import { MAX_GROUP_WINDOWS, parseCampaignRequest, splitWaves } from '@capstan/server/campaigns/plan';
 import { CampaignRunner, campaignJobs } from '@capstan/server/campaigns/runner';
 import { CampaignService } from '@capstan/server/campaigns/service';
+import { groupWindowOption } from '@capstan/server/admin-cli/verbs/campaigns';
 import type { CampaignRecord, CampaignSpec, MaintenanceWindow, TaskRecord } from '@capstan/server/store/index';
 import { inventory, setup, type Backend } from '../server/store-suite.js';
 import { setAcceptance, updateNode } from '../helpers/node-changes.js';
@@ -201,6 +202,17 @@ t.test('the request: windows per group checked at the door', async (t) => {
   ] as const) {
     t.throws(() => parseCampaignRequest({ name: 'p', upgrade: 'all', windows }, LIMITS), { code: 'ERR_BAD_REQUEST', message }, `refused: ${what}`);
   }
+});
+
+t.test('the command line: --group-window GROUP=DAYS HH:MM DURATION [TZ], repeatable, in order', async (t) => {
+  const two = groupWindowOption('web-us=sun 01:00 2h America/New_York', groupWindowOption('web-eu=sat,sun 02:00 2h Europe/Paris'));
+  t.same(two, [
+    { group: 'web-eu', days: ['sat', 'sun'], start: '02:00', duration: '2h', tz: 'Europe/Paris' },
+    { group: 'web-us', days: ['sun'], start: '01:00', duration: '2h', tz: 'America/New_York' },
+  ]);
+  t.same(parseCampaignRequest({ name: 'p', upgrade: 'all', windows: two }, LIMITS).spec.windows!.map((w) => [w.group, w.window.tz]), [['web-eu', 'Europe/Paris'], ['web-us', 'America/New_York']], 'what the API takes');
+  t.throws(() => groupWindowOption('sat 02:00 2h'), /--group-window is "GROUP=DAYS/);
+  t.throws(() => groupWindowOption('web=saturday at two'), /--window is "DAYS/);
 });
 
 function suite(t: Test, backend: Backend): void {
