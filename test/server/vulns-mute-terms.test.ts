@@ -8,7 +8,7 @@
 import t, { type Test } from 'tap';
 import { evaluateFilter, parseFilter, type FilterSubject } from '@capstan/shared';
 import type { Store } from '@capstan/server/store/index';
-import { filterGroupMembers, listView, nodeView, subjectVulns } from '@capstan/server/vulns/views';
+import { filterGroupMembers, findingPairs, listView, nodeView, subjectVulns } from '@capstan/server/vulns/views';
 import { inventory, setup, type Backend } from './store-suite.js';
 import { setAcceptance, updateNode } from '../helpers/node-changes.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
@@ -88,9 +88,20 @@ function suite(t: Test, backend: Backend): void {
     const page = await store.listNodes({ filters: [{ key: 'q', values: ['vuln:CVE-2024-2'] }], sort: 'id', page: 1, per_page: 10 });
     t.same([page.total, page.data.map((n) => n.id)], [2, ['n1', 'n5']]);
 
-    // The views count the same nodes.
-    const rows = Object.fromEntries((await listView(deps, {})).map((r) => [r.id, [r.nodes, r.muted_nodes]]));
-    t.same(rows, { 'DSA-1': [1, 2], 'DSA-2': [2, 1], 'DSA-3': [0, 3] });
+    // The views count the same nodes: the list's aggregate (in the database) as the pairs read one by one.
+    const counts = async (q: Parameters<typeof listView>[1]) => Object.fromEntries((await listView(deps, q)).map((r) => [r.id, [r.nodes, r.muted_nodes, r.rating]]));
+    t.same(await counts({}), { 'DSA-1': [1, 2, 'high'], 'DSA-2': [2, 1, 'low'], 'DSA-3': [0, 3, 'critical'] });
+    const byPairs: Record<string, [number, number, string | null]> = {};
+    for (const p of await findingPairs(deps)) {
+      const row = (byPairs[p.advisory] ??= [0, 0, p.rating]);
+      row[p.muted ? 1 : 0]++;
+    }
+    t.same(await counts({}), byPairs, 'the aggregate agrees with the findings read one by one');
+    t.same(await counts({ filters: [{ key: 'q', values: ['group = web'] }] }), { 'DSA-1': [1, 1, 'high'], 'DSA-2': [0, 1, 'low'], 'DSA-3': [0, 2, 'critical'] }, 'over the nodes a filter selects');
+    t.same(await counts({ muted: true }), { 'DSA-1': [3, 0, 'high'], 'DSA-2': [3, 0, 'low'], 'DSA-3': [3, 0, 'critical'] }, 'muted ones counted too');
+    t.same(await counts({ filters: [{ key: 'q', values: ['vuln.kev = true'] }] }), { 'DSA-1': [1, 0, 'high'], 'DSA-2': [0, 1, 'low'], 'DSA-3': [0, 1, 'critical'] },
+      'a filter with vulnerability terms of its own (n3): its muted findings listed as muted');
+    t.same((await listView(deps, { kev: true })).map((r) => r.id), ['DSA-1']);
     t.match((await nodeView(deps, 'n3')).counts, { total: 1, muted: 2 });
 
     // Once the mute of the dmz group is removed, n1 and n2 count DSA-1 again, in SQL and in the views.

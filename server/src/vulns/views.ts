@@ -185,22 +185,24 @@ export async function subjectVulns(deps: ViewDeps, nodeIds: string[]): Promise<M
 /** KEV and EPSS for these CVE ids, as a lookup (the first KEV entry, the highest EPSS). */
 export const exposureFor = (store: Store, cves: string[]) => exposureOf(store, cves);
 
-/** Every advisory with findings, with its affected nodes (mutes applied), filtered. */
+/**
+ * Every advisory with findings, with its affected nodes (mutes applied), filtered. The counts
+ * are the database's (VulnStore.advisoryTally: one aggregate, mutes as the filter terms apply
+ * them), not every finding of the fleet read into memory.
+ */
 export async function listView(deps: ViewDeps, q: VulnListQuery): Promise<VulnListRow[]> {
-  const nodeIds = q.filters?.length ? await deps.store.listNodeIds(q.filters) : undefined;
-  const per = new Map<string, { nodes: Set<string>; muted: Set<string>; rating: string | null; cves: string[] }>();
-  for (const s of await findingPairs(deps, nodeIds)) {
-    let p = per.get(s.advisory);
-    if (!p) per.set(s.advisory, (p = { nodes: new Set(), muted: new Set(), rating: s.rating, cves: s.cves }));
-    if (rank(s.rating) > rank(p.rating)) p.rating = s.rating;
-    (s.muted && !q.muted ? p.muted : p.nodes).add(s.node_id);
-  }
-  const advisories = new Map((await deps.store.vulns.getAdvisories([...per.keys()])).map((a) => [a.id, a]));
-  const exposure = await exposureOf(deps.store, [...per.values()].flatMap((p) => p.cves));
+  const now = (deps.now ?? (() => new Date()))();
+  const tally = await deps.store.vulns.advisoryTally(q.filters ?? [], now.toISOString());
+  const advisories = new Map((await deps.store.vulns.getAdvisories(tally.map((x) => x.advisory))).map((a) => [a.id, a]));
+  const exposure = await exposureOf(deps.store, [...advisories.values()].flatMap((a) => a.cves));
   const rows: VulnListRow[] = [];
-  for (const [id, p] of per) {
-    const muted = [...p.muted].filter((n) => !p.nodes.has(n)).length;
-    const row: VulnListRow = { id, cves: p.cves, summary: advisories.get(id)?.summary ?? null, rating: p.rating, nodes: p.nodes.size, muted_nodes: muted, ...exposure(p.cves) };
+  for (const x of tally) {
+    const a = advisories.get(x.advisory);
+    const cves = a?.cves ?? [];
+    const row: VulnListRow = {
+      id: x.advisory, cves, summary: a?.summary ?? null, rating: x.rating,
+      nodes: q.muted ? x.nodes + x.muted : x.nodes, muted_nodes: q.muted ? 0 : x.muted, ...exposure(cves),
+    };
     if (q.severity && rank(row.rating) < rank(q.severity)) continue;
     if (q.kev !== undefined && (row.kev !== null) !== q.kev) continue;
     if (q.epss !== undefined && (row.epss?.epss ?? 0) < q.epss) continue;

@@ -11,10 +11,11 @@ import { groupMutesFrom, needsGroups, needsVulnMutes, packageAtomKey, policyGrou
 
 /**
  * The dialect for one statement over `filters`: each value given to `param` is pushed onto
- * `values`. Policy groups are read when `filters` name a group (their filters checked with `check`).
+ * `values`. Policy groups are read when `filters` name a group (their filters checked with `check`);
+ * the mutes limited to groups when they hold vulnerability terms, or `vulnMutes` asks.
  */
-export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check']): Promise<Dialect> {
-  const prepared = await prepare(db, filters, check);
+export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check'], vulnMutes = false): Promise<Dialect> {
+  const prepared = await prepare(db, filters, check, vulnMutes);
   return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: db.now, ...prepared };
 }
 
@@ -25,9 +26,9 @@ export async function postgresDialect(db: PostgresDb, values: unknown[], filters
  * nested loop even when a third of the fleet matches), and the mutes limited to groups when an
  * expression has vulnerability terms.
  */
-async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?: FilterRules['check']): Promise<{ groups?: Map<string, PolicyGroupDef>; groupMutes?: GroupMute[]; packageIds?: Map<string, number[]> }> {
+async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?: FilterRules['check'], vulnMutes = false): Promise<{ groups?: Map<string, PolicyGroupDef>; groupMutes?: GroupMute[]; packageIds?: Map<string, number[]> }> {
   let groupMutes: GroupMute[] | undefined;
-  if (needsVulnMutes(filters)) {
+  if (vulnMutes || needsVulnMutes(filters)) {
     const { rows } = await db.query('groupMutes', db.pool, { name: 'group_mutes', text: 'SELECT target, mute_groups, expires FROM vuln_mutes WHERE mute_groups IS NOT NULL ORDER BY id', values: [] });
     const found = groupMutesFrom(rows as Array<{ target: unknown; mute_groups: unknown; expires: unknown }>);
     if (found.length > 0) groupMutes = found;

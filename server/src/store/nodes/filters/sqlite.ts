@@ -9,11 +9,13 @@ import { groupMutesFrom, needsGroups, needsVulnMutes, policyGroupMap, type Check
 
 /**
  * The dialect for one statement: each value given to `param` is pushed onto `values`. Policy
- * groups are read when `filters` name a group (their filters checked with `check`).
+ * groups are read when `filters` name a group (their filters checked with `check`); the mutes
+ * limited to groups when they hold vulnerability terms, or when `vulnMutes` says the statement
+ * has its own (findingUnmuted).
  */
-export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check']): Dialect {
+export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check'], vulnMutes = false): Dialect {
   const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: db.now };
-  if (needsVulnMutes(filters)) {
+  if (vulnMutes || needsVulnMutes(filters)) {
     const mutes = groupMutesFrom(db.stmt('SELECT target, mute_groups, expires FROM vuln_mutes WHERE mute_groups IS NOT NULL ORDER BY id').all() as Array<{ target: unknown; mute_groups: unknown; expires: unknown }>);
     if (mutes.length > 0) d.groupMutes = mutes;
   }

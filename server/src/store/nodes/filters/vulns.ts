@@ -11,8 +11,11 @@
 import type { CompareOp, FilterValue } from '@capstan/shared/filter/parse';
 import { groupCondition, type Dialect } from './query.js';
 
-/** `f` is not covered by a mute in force at `now`: a fleet-wide one, or one limited to a group its node is in. */
-function unmuted(d: Dialect, now: Date): string {
+/**
+ * `f` (a vuln_findings row) is not covered by a mute in force at `now`: a fleet-wide one, or one
+ * limited to a group its node is in (those of d.groupMutes). Never unknown.
+ */
+export function findingUnmuted(d: Dialect, now: Date): string {
   const fleet = `NOT EXISTS (SELECT 1 FROM vuln_mutes m WHERE m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})
     AND (m.target = f.advisory OR m.target IN (SELECT mc.cve FROM vuln_advisory_cves mc WHERE mc.advisory = f.advisory)))`;
   const scoped = (d.groupMutes ?? []).filter((m) => m.expires === null || Date.parse(m.expires) > now.getTime());
@@ -31,7 +34,7 @@ export function vulnAffected(id: string, d: Dialect, now: Date): string {
   const a = d.param(id);
   const c = d.param(id);
   return `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE (f.advisory = ${a} OR f.advisory IN (SELECT vc.advisory FROM vuln_advisory_cves vc WHERE vc.cve = ${c}))
-    AND ${unmuted(d, now)})`;
+    AND ${findingUnmuted(d, now)})`;
 }
 
 const RANK = `(CASE f.rating WHEN 'low' THEN 1 WHEN 'medium' THEN 2 WHEN 'high' THEN 3 WHEN 'critical' THEN 4 END)`;
@@ -41,12 +44,12 @@ export function vulnCondition(field: string, op: CompareOp, value: FilterValue, 
   const n = value.kind === 'number' ? value.number : 0;
   if (field === 'vuln.kev') {
     const kev = `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE f.advisory IN (SELECT vc.advisory FROM vuln_advisory_cves vc JOIN vuln_kev k ON k.cve = vc.cve)
-      AND ${unmuted(d, now)})`;
+      AND ${findingUnmuted(d, now)})`;
     return (op === '=') === (value.text === 'true') ? kev : `NOT (${kev})`;
   }
   if (field === 'vuln.severity') {
-    return `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE ${RANK} IS NOT NULL AND ${RANK} ${sqlOp} ${d.param(n)} AND ${unmuted(d, now)})`;
+    return `n.id IN (SELECT f.node_id FROM vuln_findings f WHERE ${RANK} IS NOT NULL AND ${RANK} ${sqlOp} ${d.param(n)} AND ${findingUnmuted(d, now)})`;
   }
   // vuln.count: distinct unmuted advisories (0 for a node without findings).
-  return `(SELECT count(DISTINCT f.advisory) FROM vuln_findings f WHERE f.node_id = n.id AND ${unmuted(d, now)}) ${sqlOp} ${d.param(n)}`;
+  return `(SELECT count(DISTINCT f.advisory) FROM vuln_findings f WHERE f.node_id = n.id AND ${findingUnmuted(d, now)}) ${sqlOp} ${d.param(n)}`;
 }
