@@ -177,6 +177,12 @@ t.test('a campaign stored before windows per group runs as before (no window key
   t.match(c, { state: 'waiting_window', next_at: '2026-01-17T01:00:00.000Z' });
   c = await advance(c, at('2026-01-17T01:00:00.000Z'), port, SETTINGS);
   t.same(jobs.get('job-2')!.nodes, ['b']);
+
+  // A node holding a group the spec does not name (a document edited by hand) runs in the campaign's window.
+  const j2 = fakeJobs();
+  const odd = await advance(campaign({ a: 'gone', b: null }, { window: WEB_EU }, '2026-01-09T00:00:00.000Z'), at('2026-01-10T01:00:00.000Z'), j2.port, SETTINGS);
+  t.same([...j2.jobs.values()].map((j) => j.nodes), [['b'], ['a']], 'not left waiting forever');
+  t.equal(odd.state, 'running');
 });
 
 t.test('the request: windows per group checked at the door', async (t) => {

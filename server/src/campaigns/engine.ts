@@ -57,9 +57,11 @@ export function windowOf(c: CampaignRecord, key: string | null): MaintenanceWind
 
 const keyOf = (n: CampaignNodeResult): string | null => n.window ?? null;
 
-/** The order windows are served in: the campaign's groups as given, the default window last. */
-function keyOrder(c: CampaignRecord): Array<string | null> {
-  return [...(c.spec.windows ?? []).map((w) => w.group), null];
+/** The order windows are served in: the campaign's groups as given, the default window, then any other key its nodes hold. */
+function keyOrder(c: CampaignRecord, nodes: readonly CampaignNodeResult[]): Array<string | null> {
+  const keys: Array<string | null> = [...(c.spec.windows ?? []).map((w) => w.group), null];
+  for (const n of nodes) if (!keys.includes(keyOf(n))) keys.push(keyOf(n));
+  return keys;
 }
 
 /** When a node to retry may start again (0 for a node never tried). */
@@ -160,7 +162,7 @@ export async function advance(input: CampaignRecord, now: Date, jobs: CampaignJo
     // Each window with nodes to start: a job now when it is open (and its last one ended), else when it opens.
     const waits: Array<{ at: number | null; key: string | null }> = [];
     let started = 0;
-    for (const key of keyOrder(c)) {
+    for (const key of keyOrder(c, left)) {
       const group = left.filter((n) => keyOf(n) === key);
       if (group.length === 0 || mine.some((n) => n.state === 'running' && keyOf(n) === key)) continue;
       const w = windowOf(c, key);
