@@ -16,8 +16,11 @@ import { groupCondition, type Dialect } from './query.js';
  * limited to a group its node is in (those of d.groupMutes). Never unknown.
  */
 export function findingUnmuted(d: Dialect, now: Date): string {
-  const fleet = `NOT EXISTS (SELECT 1 FROM vuln_mutes m WHERE m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})
-    AND (m.target = f.advisory OR m.target IN (SELECT mc.cve FROM vuln_advisory_cves mc WHERE mc.advisory = f.advisory)))`;
+  // The advisories fleet-wide mutes cover, as one uncorrelated set (hashed once, not probed per
+  // finding): the targets, and the advisories known by a targeted CVE. No NULL in it, so NOT IN is two-valued.
+  const inForce = () => `m.mute_groups IS NULL AND (m.expires IS NULL OR m.expires > ${d.param(now.toISOString())})`;
+  const fleet = `f.advisory NOT IN (SELECT m.target FROM vuln_mutes m WHERE ${inForce()}
+    UNION ALL SELECT mc.advisory FROM vuln_advisory_cves mc JOIN vuln_mutes m ON m.target = mc.cve WHERE ${inForce()})`;
   const scoped = (d.groupMutes ?? []).filter((m) => m.expires === null || Date.parse(m.expires) > now.getTime());
   if (scoped.length === 0) return fleet;
   const { groupMutes: _, ...outer } = d;
