@@ -13,7 +13,8 @@ import { silentLogger } from '@capstan/shared';
 import type { Store } from '@capstan/server/store/index';
 import { VulnService } from '@capstan/server/vulns/service';
 import { vulnSettings } from '@capstan/server/vulns/settings';
-import { listView, nodeView, showView, fixesView } from '@capstan/server/vulns/views';
+import { filterGroupMembers, listView, nodeView, showView, fixesView } from '@capstan/server/vulns/views';
+import { updateNode } from '../helpers/node-changes.js';
 import { fixPlan } from '@capstan/server/vulns/fix-plan';
 import { evaluateFilter, parseFilter, type FilterSubject } from '@capstan/shared';
 import { inventory, setup, type Backend } from './store-suite.js';
@@ -145,7 +146,7 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
     });
     let now = new Date('2024-05-01T12:00:00Z');
     const service = new VulnService({ store, log: silentLogger, settings, dataDir: dir, now: () => now });
-    const deps = { store, groupMembers: async () => ['n1'], now: () => now };
+    const deps = { store, groupMembers: filterGroupMembers(store), now: () => now };
     const vulnerable = [{ name: 'libssl3', version: '3.0.11-1~deb12u1', source: 'openssl' }, { name: 'bash', version: '5.2.15-2+b7' }];
     await accepted(store, 'n1', vulnerable);
     await accepted(store, 'n2', [{ name: 'openssl', version: '3.0.11-1~deb12u2' }]);
@@ -167,6 +168,7 @@ export function vulnsStoreSuite(t: Test, backend: Backend): void {
     t.match(await fixPlan(deps, 'CVE-2023-5363'), { advisories: ['DSA-5532-1'], nodes: ['n1'], packages: [{ name: 'openssl', fixed: '3.0.11-1~deb12u2' }] });
 
     // A mute in a group n1 is in: kept, marked, not counted.
+    await updateNode(store, 'n1', { groups: ['dmz'] }, now.toISOString());
     await store.vulns.insertMute({ id: 'm1', target: 'CVE-2023-5363', groups: ['dmz'], reason: 'no TLS listener', expires: null, created_at: now.toISOString(), created_by: 'alice' });
     t.match(await nodeView(deps, 'n1'), { counts: { total: 0, muted: 1 }, findings: [{ muted: { mute: 'm1', reason: 'no TLS listener' } }] });
     t.match(await listView(deps, {}), [{ id: 'DSA-5532-1', nodes: 0, muted_nodes: 1 }]);

@@ -56,6 +56,7 @@ import { PlanBudget } from './plan-budget.js';
 import { installReadBudget, ReadBudget } from './read-budget.js';
 import { vulnRoutes } from './routes/vulns.js';
 import type { VulnService } from '../vulns/service.js';
+import { filterGroupMembers } from '../vulns/views.js';
 
 export interface ServerAppDeps {
   config: ServerConfig;
@@ -293,7 +294,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
   findingRoutes(admin, reads);
   if (deps.vulns) {
     vulnRoutes(admin, {
-      store: deps.vulns.deps.store, service: deps.vulns, groupMembers: (g) => domain.generator.groupMembers(g), ...now,
+      store: deps.vulns.deps.store, service: deps.vulns, groupMembers: filterGroupMembers(deps.vulns.deps.store), ...now,
       clock: () => complianceClock(settings, (deps.now ?? (() => new Date()))()),
     });
   }

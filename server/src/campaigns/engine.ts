@@ -1,16 +1,18 @@
 /**
  * One step of a campaign, given the time: the whole state machine of patch campaigns, on top of
- * jobs. Each wave runs as `upgrade` jobs (one per window it runs in); the engine reads a wave's
- * job once it ended and decides the nodes' fates:
+ * jobs. Each wave runs as `upgrade` jobs: one per window opening it runs in, and per window its
+ * nodes take (a group's, spec.windows, or the campaign's own), so that nodes in web-eu start in
+ * Paris's night and nodes in web-us in New York's. The engine reads each job once it ended and
+ * decides its nodes' fates:
  *
  *   task done                                   → node done (from→to read from its output)
  *   task failed offline/no_answer/relay_lost,
  *     or aborted at the window's end (timeout)  → node retry, in the next window (up to max_attempts)
  *   any other failure                           → node failed
  *
- * A wave whose failed nodes pass failure_threshold stops the campaign (the waves after it are
- * cancelled); a wave with nodes to retry waits for the next window; a wave done lets the next
- * start (now if the window is still open). Campaign states:
+ * A wave whose failed nodes pass failure_threshold stops the campaign (its other jobs and the
+ * waves after it are cancelled); a node to retry waits for the next opening of its own window; a
+ * wave whose nodes are all final lets the next start (now if their windows are still open). Campaign states:
  *
  *   scheduled ─▶ running ⇄ waiting_window ─▶ finished
  *                   └───────────┴──────────▶ stopped (threshold) │ cancelled (admin)
@@ -19,7 +21,7 @@
  * a fake clock and fake jobs.
  */
 import { findUpgradeResult } from '@capstan/shared/upgrade';
-import type { CampaignNodeResult, CampaignRecord, CampaignWave, TaskRecord } from '../store/store.js';
+import type { CampaignNodeResult, CampaignRecord, CampaignWave, MaintenanceWindow, TaskRecord } from '../store/store.js';
 import { overThreshold } from './plan.js';
 import { windowState } from './window.js';
 
@@ -48,29 +50,53 @@ const iso = (ms: number) => new Date(ms).toISOString();
 const MIN_JOB_MS = 1000;
 const MAX_JOB_MS = 7 * 86_400_000;
 
-function nodeMap(c: CampaignRecord): Map<string, CampaignNodeResult> {
-  return new Map(c.nodes.map((n) => [n.node_id, n]));
+/** The window a node of `key` runs in: its group's, or the campaign's own (key null). */
+export function windowOf(c: CampaignRecord, key: string | null): MaintenanceWindow | null {
+  return key === null ? c.spec.window : c.spec.windows?.find((w) => w.group === key)?.window ?? c.spec.window;
 }
 
-/** Read the ended job of `wave` into its nodes' results. */
-function settleWave(c: CampaignRecord, wave: CampaignWave, job: Awaited<ReturnType<CampaignJobs['get']>>, now: number): void {
-  const nodes = nodeMap(c);
+const keyOf = (n: CampaignNodeResult): string | null => n.window ?? null;
+
+/** The order windows are served in: the campaign's groups as given, the default window, then any other key its nodes hold. */
+function keyOrder(c: CampaignRecord, nodes: readonly CampaignNodeResult[]): Array<string | null> {
+  const keys: Array<string | null> = [...(c.spec.windows ?? []).map((w) => w.group), null];
+  for (const n of nodes) if (!keys.includes(keyOf(n))) keys.push(keyOf(n));
+  return keys;
+}
+
+/** When a node to retry may start again (0 for a node never tried). */
+function retryAt(n: CampaignNodeResult, wave: CampaignWave): number {
+  if (n.state !== 'retry') return 0;
+  const at = n.retry_after ?? wave.retry_after;
+  return at ? Date.parse(at) : 0;
+}
+
+/** Read the ended job into the results of `nodes` (those of the wave it ran on). */
+function settleJob(c: CampaignRecord, nodes: CampaignNodeResult[], job: Awaited<ReturnType<CampaignJobs['get']>>, now: number, s: EngineSettings): void {
   const tasks = new Map((job?.tasks ?? []).map((t) => [t.node_id, t]));
-  for (const id of wave.nodes) {
-    const n = nodes.get(id)!;
-    if (n.state !== 'running') continue;
-    const t = tasks.get(id);
-    const at = iso(now);
+  for (const n of nodes) {
+    const t = tasks.get(n.node_id);
     const result = findUpgradeResult(t?.output ?? null);
     Object.assign(n, {
-      reason: t?.reason ?? 'timeout', message: t?.message ?? 'the job is gone', exit_code: t?.exit_code ?? null, updated_at: at,
+      reason: t?.reason ?? 'timeout', message: t?.message ?? 'the job is gone', exit_code: t?.exit_code ?? null, updated_at: iso(now),
       ...(result && { upgraded: result.upgraded, unmet: result.unmet, reboot_required: result.reboot_required }),
     });
     if (t?.state === 'done') n.state = 'done';
     else if (t?.reason === 'cancelled') n.state = 'cancelled';
     else if (!t || RETRY_REASONS.has(t.reason)) n.state = n.attempts < c.spec.max_attempts ? 'retry' : 'failed';
     else n.state = 'failed';
+    if (n.state === 'retry') {
+      // Not again in the window it just ran in: in its next one (or after retry_delay without a window).
+      const w = windowOf(c, keyOf(n));
+      n.retry_after = iso(w ? Math.max(now, windowState(w, now).closes_at ?? now) : now + s.retryDelayMs);
+    }
   }
+}
+
+/** The jobs of `wave` still holding nodes. */
+function runningJobs(wave: CampaignWave, mine: CampaignNodeResult[]): string[] {
+  const ids = new Set(mine.filter((n) => n.state === 'running' && n.job_id).map((n) => n.job_id!));
+  return [...ids];
 }
 
 /** The campaign ends here: every wave and node not final yet is cancelled. */
@@ -91,7 +117,9 @@ function cancelRest(c: CampaignRecord, now: number): void {
 
 /**
  * Advance `c` (a copy is changed and returned) as far as it goes at `now`. It sets `next_at`:
- * when it should be looked at again (null once final).
+ * when it should be looked at again (null once final). A wave runs one job per window its nodes
+ * are in (their groups' or the campaign's), each when that window is open; it ends when every
+ * one of its nodes is final.
  */
 export async function advance(input: CampaignRecord, now: Date, jobs: CampaignJobs, s: EngineSettings): Promise<CampaignRecord> {
   const c = structuredClone(input);
@@ -109,59 +137,70 @@ export async function advance(input: CampaignRecord, now: Date, jobs: CampaignJo
       c.next_at = null;
       return c;
     }
-    if (wave.state === 'running') {
-      const job = await jobs.get(wave.job_id!);
-      if (job && job.state === 'running') {
-        c.next_at = iso(t + s.pollMs);
-        return c;
-      }
-      settleWave(c, wave, job, t);
-      wave.job_id = null;
-      const mine = c.nodes.filter((n) => n.wave === wave.index);
-      const failed = mine.filter((n) => n.state === 'failed').length;
-      if (overThreshold(failed, mine.length, c.spec.failure_threshold)) {
-        wave.state = 'stopped';
-        wave.ended_at = iso(t);
-        cancelRest(c, t);
-        c.state = 'stopped';
-        c.message = `wave ${wave.index + 1}: ${failed} of ${mine.length} nodes failed, over the threshold of ${c.spec.failure_threshold}%`;
-        c.next_at = null;
-        return c;
-      }
-      if (mine.some((n) => n.state === 'retry')) {
-        wave.state = 'waiting';
-        // Not again in the window it just ran in: in the next one (or after retry_delay without windows).
-        const ws = windowState(c.spec.window, t);
-        wave.retry_after = iso(c.spec.window ? Math.max(t, ws.closes_at ?? t) : t + s.retryDelayMs);
-      } else {
-        wave.state = 'done';
-        wave.ended_at = iso(t);
-      }
-      continue;
+    const mine = c.nodes.filter((n) => n.wave === wave.index);
+    const going: string[] = [];
+    for (const id of runningJobs(wave, mine)) {
+      const job = await jobs.get(id);
+      if (job && job.state === 'running') going.push(id);
+      else settleJob(c, mine.filter((n) => n.state === 'running' && n.job_id === id), job, t, s);
     }
-    // pending or waiting: start it if its time has come.
-    const from = Math.max(t, wave.retry_after ? Date.parse(wave.retry_after) : t);
-    const ws = windowState(c.spec.window, from);
-    if (from > t || !ws.open) {
-      const at = ws.open ? from : ws.opens_at;
-      c.state = 'waiting_window';
-      c.next_at = at === null ? null : iso(at);
-      c.message = at === null ? 'the window never opens' : `wave ${wave.index + 1} waits for the window opening at ${iso(at)}`;
+    const failed = mine.filter((n) => n.state === 'failed').length;
+    if (overThreshold(failed, mine.length, c.spec.failure_threshold)) {
+      for (const id of going) await jobs.cancel(id);
+      Object.assign(wave, { state: 'stopped', job_id: null, ended_at: iso(t) });
+      cancelRest(c, t);
+      c.state = 'stopped';
+      c.message = `wave ${wave.index + 1}: ${failed} of ${mine.length} nodes failed, over the threshold of ${c.spec.failure_threshold}%`;
+      c.next_at = null;
       return c;
     }
-    const nodes = c.nodes.filter((n) => n.wave === wave.index && (n.state === 'pending' || n.state === 'retry'));
-    if (nodes.length === 0) {
-      wave.state = 'done';
-      wave.ended_at = iso(t);
+    const left = mine.filter((n) => n.state === 'pending' || n.state === 'retry');
+    if (going.length === 0 && left.length === 0) {
+      Object.assign(wave, { state: 'done', job_id: null, retry_after: null, ended_at: iso(t) });
       continue;
     }
-    const timeout = Math.min(ws.closes_at === null ? s.maxJobMs : ws.closes_at - t, MAX_JOB_MS);
-    const jobId = await jobs.start(c, wave.index, nodes.map((n) => n.node_id), Math.max(MIN_JOB_MS, timeout));
-    for (const n of nodes) Object.assign(n, { state: 'running', attempts: n.attempts + 1, job_id: jobId, updated_at: iso(t) });
-    Object.assign(wave, { state: 'running', job_id: jobId, job_ids: [...wave.job_ids, jobId], retry_after: null, started_at: wave.started_at ?? iso(t) });
-    c.state = 'running';
-    c.message = `wave ${wave.index + 1} of ${c.waves.length} running (${nodes.length} nodes)`;
-    c.next_at = iso(t + s.pollMs);
+    // Each window with nodes to start: a job now when it is open (and its last one ended), else when it opens.
+    const waits: Array<{ at: number | null; key: string | null }> = [];
+    let started = 0;
+    for (const key of keyOrder(c, left)) {
+      const group = left.filter((n) => keyOf(n) === key);
+      if (group.length === 0 || mine.some((n) => n.state === 'running' && keyOf(n) === key)) continue;
+      const w = windowOf(c, key);
+      const ws = windowState(w, t);
+      const ready = ws.open ? group.filter((n) => retryAt(n, wave) <= t) : [];
+      if (ready.length > 0) {
+        const timeout = Math.min(ws.closes_at === null ? s.maxJobMs : ws.closes_at - t, MAX_JOB_MS);
+        const jobId = await jobs.start(c, wave.index, ready.map((n) => n.node_id), Math.max(MIN_JOB_MS, timeout));
+        for (const n of ready) Object.assign(n, { state: 'running', attempts: n.attempts + 1, job_id: jobId, retry_after: null, updated_at: iso(t) });
+        Object.assign(wave, { job_id: jobId, job_ids: [...wave.job_ids, jobId], started_at: wave.started_at ?? iso(t) });
+        going.push(jobId);
+        started += ready.length;
+        continue;
+      }
+      // Closed, or only nodes waiting for a later opening: the soonest one they may start in.
+      for (const from of new Set(group.map((n) => Math.max(t, retryAt(n, wave))))) {
+        const at = windowState(w, from);
+        waits.push({ at: at.open ? from : at.opens_at, key });
+      }
+    }
+    const retries = mine.filter((n) => n.state === 'retry').map((n) => retryAt(n, wave));
+    wave.retry_after = retries.length ? iso(Math.min(...retries)) : null;
+    if (going.length > 0) {
+      wave.state = 'running';
+      c.state = 'running';
+      const nodes = mine.filter((n) => n.state === 'running').length;
+      c.message = `wave ${wave.index + 1} of ${c.waves.length} running (${started > 0 && started !== nodes ? `${started} started, ` : ''}${nodes} nodes)`;
+      c.next_at = iso(t + s.pollMs);
+      return c;
+    }
+    wave.state = wave.started_at ? 'waiting' : 'pending';
+    wave.job_id = null;
+    const next = waits.filter((x) => x.at !== null).sort((x, y) => x.at! - y.at!)[0];
+    c.state = 'waiting_window';
+    c.next_at = next ? iso(next.at!) : null;
+    c.message = next
+      ? `wave ${wave.index + 1} waits for the window${next.key === null ? '' : ` of group ${next.key}`} opening at ${iso(next.at!)}`
+      : 'the window never opens';
     return c;
   }
 }
@@ -169,7 +208,8 @@ export async function advance(input: CampaignRecord, now: Date, jobs: CampaignJo
 /** Cancel `c` at `now`: its running job cancelled, everything not final with it. */
 export async function cancelCampaign(input: CampaignRecord, now: Date, jobs: CampaignJobs): Promise<CampaignRecord> {
   const c = structuredClone(input);
-  for (const w of c.waves) if (w.job_id) await jobs.cancel(w.job_id);
+  const ids = new Set([...c.waves.map((w) => w.job_id), ...c.nodes.filter((n) => n.state === 'running').map((n) => n.job_id)]);
+  for (const id of ids) if (id) await jobs.cancel(id);
   cancelRest(c, now.getTime());
   Object.assign(c, { state: 'cancelled', message: 'cancelled by an admin', next_at: null, updated_at: now.toISOString() });
   return c;

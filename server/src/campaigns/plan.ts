@@ -6,10 +6,12 @@
 import { capstanError } from '@capstan/shared/errors';
 import { parseUpgradeRequest } from '@capstan/shared/upgrade';
 import { filterList } from '../jobs/create.js';
-import type { CampaignSpec, NodeFilter } from '../store/store.js';
+import type { CampaignSpec, GroupWindow, NodeFilter } from '../store/store.js';
 import { parseWindow } from './window.js';
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$/;
+/** A registry group (free text) or a policy group id: what `group = <id>` takes. */
+const GROUP_ID = /^[^\u0000-\u001f\u007f]{1,255}$/;
 /** CVE-2024-1234, GHSA-…, DSA-…: what a vulnerability id looks like. */
 const VULN_ID = /^[A-Za-z][A-Za-z0-9._:-]{1,127}$/;
 
@@ -38,7 +40,7 @@ function percent(v: unknown): number | null {
 export function parseCampaignRequest(raw: unknown, limits: CampaignLimits): CampaignRequest {
   if (!raw || typeof raw !== 'object' || Array.isArray(raw)) bad('the body must be a JSON object');
   const {
-    name, nodes, q, filters, upgrade, packages, pre, post, reboot, window, canary, failure_threshold, max_attempts, vulnerability, ...rest
+    name, nodes, q, filters, upgrade, packages, pre, post, reboot, window, windows, canary, failure_threshold, max_attempts, vulnerability, ...rest
   } = raw as Record<string, unknown>;
   if (Object.keys(rest).length) bad(`unknown fields: ${Object.keys(rest).join(', ')}`);
   if (typeof name !== 'string' || name.trim() === '' || name.length > 200) bad('name must be a non-empty string of at most 200 characters');
@@ -75,12 +77,30 @@ export function parseCampaignRequest(raw: unknown, limits: CampaignLimits): Camp
       filters: list,
       upgrade: upgradeReq,
       window: window === undefined || window === null ? null : parseWindow(window),
+      ...(windows !== undefined && windows !== null && { windows: parseGroupWindows(windows) }),
       canary: canarySpec,
       failure_threshold: threshold,
       max_attempts: attempts,
       ...(vulnerability !== undefined && { vulnerability: vulnerability as string }),
     },
   };
+}
+
+/** Most windows per group one campaign may have. */
+export const MAX_GROUP_WINDOWS = 50;
+
+/** `windows`: [{group, days, start, duration, tz}, …] in priority order, each group once. */
+export function parseGroupWindows(raw: unknown): GroupWindow[] {
+  if (!Array.isArray(raw) || raw.length > MAX_GROUP_WINDOWS) bad(`windows must be a list of at most ${MAX_GROUP_WINDOWS} {group, days, start, duration, tz} objects`);
+  const seen = new Set<string>();
+  return raw.map((entry: unknown, i) => {
+    if (!entry || typeof entry !== 'object' || Array.isArray(entry)) bad(`windows[${i}] must be an object {group, days, start, duration, tz}`);
+    const { group, ...rest } = entry as Record<string, unknown>;
+    if (typeof group !== 'string' || !GROUP_ID.test(group)) bad(`windows[${i}].group must be a group id (1 to 255 characters, no control characters)`);
+    if (seen.has(group)) bad(`windows[${i}]: group ${group} has a window already (one per group)`);
+    seen.add(group);
+    return { group, window: parseWindow(rest, `windows[${i}]`) };
+  });
 }
 
 /** The waves of `nodes`: [canary, rest] (one wave without a canary, or when it takes them all). */

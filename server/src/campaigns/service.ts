@@ -49,8 +49,9 @@ export class CampaignService {
     const at = this.now().toISOString();
     const runnable = [...targets].filter((n) => !failed.has(n));
     const waves = splitWaves(runnable, spec.canary);
+    const windowOf = await this.windowGroups(spec);
     const result = (node_id: string, wave: number): CampaignNodeResult => ({
-      node_id, wave, state: 'pending', attempts: 0, job_id: null, reason: null, message: null, exit_code: null, upgraded: [], unmet: [], reboot_required: false, updated_at: at,
+      node_id, wave, ...(spec.windows?.length && { window: windowOf(node_id) }), state: 'pending', attempts: 0, job_id: null, reason: null, message: null, exit_code: null, upgraded: [], unmet: [], reboot_required: false, updated_at: at,
     });
     const nodes = waves.flatMap((w, i) => w.map((n) => result(n, i)));
     for (const [id, why] of [...failed].sort(([a], [b]) => a.localeCompare(b))) nodes.push({ ...result(id, -1), state: 'skipped', reason: why.reason, message: why.message });
@@ -63,6 +64,17 @@ export class CampaignService {
     await this.deps.audit?.record(actor, { action: 'campaign.create', target: saved.id, before: null, after: { id: saved.id, name: saved.name, spec: saved.spec } });
     this.deps.kick();
     return saved;
+  }
+
+  /**
+   * Which group's window each node takes: the first of `spec.windows` (in the order given) whose
+   * group it is in, as the filter `group = <id>` counts members (registry groups and policy
+   * groups alike); null for a node in none of them (the campaign's `window`).
+   */
+  private async windowGroups(spec: CampaignRequest['spec']): Promise<(node: string) => string | null> {
+    const members: Array<[string, Set<string>]> = [];
+    for (const { group } of spec.windows ?? []) members.push([group, new Set(await this.deps.store.listNodeIds([{ key: 'group', values: [group] }]))]);
+    return (node) => members.find(([, m]) => m.has(node))?.[0] ?? null;
   }
 
   /** Newest first. */

@@ -26,6 +26,7 @@ import type { Store } from '../store/store.js';
 import type { PolicyKeyring } from '../policy/key.js';
 import type { VulnerabilityFix, VulnerabilityFixResolver } from '../campaigns/vulnerability.js';
 import { fixPlan } from '../vulns/fix-plan.js';
+import { filterGroupMembers } from '../vulns/views.js';
 
 /** Polls this server makes itself act as `discovery`. */
 const DISCOVERY = systemActor('discovery');
@@ -137,7 +138,7 @@ export function operations(config: ServerConfig, log: Logger, store: Store, doma
 function vulnerabilityFixes(store: Store, domain: Domain): VulnerabilityFixResolver {
   return {
     async resolveVulnerabilityFix(id: string): Promise<VulnerabilityFix> {
-      const plan = await fixPlan({ store, groupMembers: (g) => domain.generator.groupMembers(g) }, id);
+      const plan = await fixPlan({ store, groupMembers: filterGroupMembers(store) }, id);
       const fixable = plan.packages.filter((p) => p.fixed !== null);
       if (fixable.length === 0) {
         throw capstanError('ERR_BAD_REQUEST', `${id}: no fixed version is published for ${plan.packages.map((p) => p.name).join(', ') || 'its packages'}, so there is nothing to upgrade to`);

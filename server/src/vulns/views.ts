@@ -54,9 +54,18 @@ export interface VulnListRow extends Exposure {
 
 export interface ViewDeps {
   store: Store;
-  /** Accepted members of a group (policy generator), null when no such group. */
+  /** Members of a group, null when no such group (filterGroupMembers: as the filter `group = <id>` counts them). */
   groupMembers: (group: string) => Promise<string[] | null>;
   now?: () => Date;
+}
+
+/**
+ * A group's members as the filter language counts them (`group = <id>`: the registry's groups
+ * and the policy group of that id), so that a mute limited to a group covers the same nodes in
+ * the views as in the `vuln:` filter terms (server/src/store/nodes/filters/vulns.ts).
+ */
+export function filterGroupMembers(store: Store): ViewDeps['groupMembers'] {
+  return async (group) => (await store.listNodeIds([{ key: 'group', values: [group] }])).sort();
 }
 
 const asMute = (m: MuteRow): Mute => ({ id: m.id, target: m.target, reason: m.reason, expires: m.expires, ...(m.groups && m.groups.length > 0 && { groups: m.groups }) });
@@ -147,25 +156,53 @@ export async function findingPairs(deps: ViewDeps, nodeIds?: string[]): Promise<
   return out;
 }
 
+/** What the filter language evaluates in memory of a node's vulnerabilities (FilterSubject.vulns). */
+export interface SubjectVuln {
+  advisory: string;
+  cves: string[];
+  rating: string | null;
+  kev: boolean;
+}
+
+/**
+ * The in-memory side of the `vuln:` filter terms: each node's findings no mute covers, mutes
+ * applied as every view applies them (fleet-wide ones, and group-limited ones on their groups'
+ * members), with KEV joined. The SQL the stores compile must agree with evaluateFilter() over these.
+ */
+export async function subjectVulns(deps: ViewDeps, nodeIds: string[]): Promise<Map<string, SubjectVuln[]>> {
+  const summary = await deps.store.vulns.findingSummary(nodeIds);
+  const ctx = await MuteContext.open(deps);
+  const exposure = await exposureOf(deps.store, summary.flatMap((s) => s.cves));
+  const out = new Map<string, SubjectVuln[]>(nodeIds.map((id) => [id, []]));
+  for (const s of summary) {
+    const fake: Finding = { package: '', version: '', match: { advisory: s.advisory, cves: s.cves } as Finding['match'] };
+    if (ctx.apply(s.node_id, [fake])[0]!.muted !== undefined) continue;
+    out.get(s.node_id)?.push({ advisory: s.advisory, cves: s.cves, rating: s.rating, kev: exposure(s.cves).kev !== null });
+  }
+  return out;
+}
+
 /** KEV and EPSS for these CVE ids, as a lookup (the first KEV entry, the highest EPSS). */
 export const exposureFor = (store: Store, cves: string[]) => exposureOf(store, cves);
 
-/** Every advisory with findings, with its affected nodes (mutes applied), filtered. */
+/**
+ * Every advisory with findings, with its affected nodes (mutes applied), filtered. The counts
+ * are the database's (VulnStore.advisoryTally: one aggregate, mutes as the filter terms apply
+ * them), not every finding of the fleet read into memory.
+ */
 export async function listView(deps: ViewDeps, q: VulnListQuery): Promise<VulnListRow[]> {
-  const nodeIds = q.filters?.length ? await deps.store.listNodeIds(q.filters) : undefined;
-  const per = new Map<string, { nodes: Set<string>; muted: Set<string>; rating: string | null; cves: string[] }>();
-  for (const s of await findingPairs(deps, nodeIds)) {
-    let p = per.get(s.advisory);
-    if (!p) per.set(s.advisory, (p = { nodes: new Set(), muted: new Set(), rating: s.rating, cves: s.cves }));
-    if (rank(s.rating) > rank(p.rating)) p.rating = s.rating;
-    (s.muted && !q.muted ? p.muted : p.nodes).add(s.node_id);
-  }
-  const advisories = new Map((await deps.store.vulns.getAdvisories([...per.keys()])).map((a) => [a.id, a]));
-  const exposure = await exposureOf(deps.store, [...per.values()].flatMap((p) => p.cves));
+  const now = (deps.now ?? (() => new Date()))();
+  const tally = await deps.store.vulns.advisoryTally(q.filters ?? [], now.toISOString());
+  const advisories = new Map((await deps.store.vulns.getAdvisories(tally.map((x) => x.advisory))).map((a) => [a.id, a]));
+  const exposure = await exposureOf(deps.store, [...advisories.values()].flatMap((a) => a.cves));
   const rows: VulnListRow[] = [];
-  for (const [id, p] of per) {
-    const muted = [...p.muted].filter((n) => !p.nodes.has(n)).length;
-    const row: VulnListRow = { id, cves: p.cves, summary: advisories.get(id)?.summary ?? null, rating: p.rating, nodes: p.nodes.size, muted_nodes: muted, ...exposure(p.cves) };
+  for (const x of tally) {
+    const a = advisories.get(x.advisory);
+    const cves = a?.cves ?? [];
+    const row: VulnListRow = {
+      id: x.advisory, cves, summary: a?.summary ?? null, rating: x.rating,
+      nodes: q.muted ? x.nodes + x.muted : x.nodes, muted_nodes: q.muted ? 0 : x.muted, ...exposure(cves),
+    };
     if (q.severity && rank(row.rating) < rank(q.severity)) continue;
     if (q.kev !== undefined && (row.kev !== null) !== q.kev) continue;
     if (q.epss !== undefined && (row.epss?.epss ?? 0) < q.epss) continue;

@@ -13,7 +13,7 @@ const CAMPAIGN_COLUMNS: Column[] = [
   ['nodes', (c) => c.nodes.length], ['next_at', (c) => c.next_at], ['created_at', (c) => c.created_at],
 ];
 const NODE_COLUMNS: Column[] = [
-  ['node_id', (n) => n.node_id], ['wave', (n) => n.wave + 1], ['state', (n) => n.state], ['attempts', (n) => n.attempts], ['reason', (n) => n.reason],
+  ['node_id', (n) => n.node_id], ['wave', (n) => n.wave + 1], ['window', (n) => n.window ?? ''], ['state', (n) => n.state], ['attempts', (n) => n.attempts], ['reason', (n) => n.reason],
   ['exit_code', (n) => n.exit_code], ['upgraded', (n) => n.upgraded.map((u: { name: string; from: string | null; to: string }) => `${u.name} ${u.from ?? '-'}→${u.to}`).join(', ')],
   ['reboot', (n) => (n.reboot_required ? 'required' : '')],
 ];
@@ -25,6 +25,13 @@ export function windowOption(v: string): Record<string, unknown> {
   return { days: m[1]!.split(','), start: m[2], duration: m[3], ...(m[4] && { tz: m[4] }) };
 }
 
+/** "web-eu=sat 02:00 2h Europe/Paris" → one of the API's `windows` (a group's window). */
+export function groupWindowOption(v: string, previous: Array<Record<string, unknown>> = []): Array<Record<string, unknown>> {
+  const i = v.indexOf('=');
+  if (i <= 0) throw new InvalidArgumentError('--group-window is "GROUP=DAYS HH:MM DURATION [TZ]", like "web-eu=sat 02:00 2h Europe/Paris"');
+  return [...previous, { group: v.slice(0, i).trim(), ...windowOption(v.slice(i + 1)) }];
+}
+
 export function campaignVerbs(program: Command, { act, list, show, io }: Verbs): void {
   const campaigns = program.command('campaigns').description('patch campaigns: upgrades in waves and maintenance windows');
   campaigns.command('create').description('create a campaign (POST /api/1/campaigns)')
@@ -34,7 +41,8 @@ export function campaignVerbs(program: Command, { act, list, show, io }: Verbs):
     .option('--package <name[>=version]>', 'a package to upgrade (repeatable)', collect)
     .addOption(new Option('--upgrade <what>', 'instead of packages').choices(['security', 'all']))
     .option('--vulnerability <id>', 'upgrade what fixes this vulnerability')
-    .option('--window <spec>', 'DAYS HH:MM DURATION [TZ], e.g. "sat,sun 02:00 3h Europe/Paris"', windowOption)
+    .option('--window <spec>', 'DAYS HH:MM DURATION [TZ], e.g. "sat,sun 02:00 3h Europe/Paris" (with --group-window: for nodes in none of those groups)', windowOption)
+    .option('--group-window <group=spec>', 'a group\'s window, e.g. "web-eu=sat 02:00 2h Europe/Paris" (repeatable; a node takes the first one of its groups, in the order given)', groupWindowOption)
     .option('--canary <n|N%>', 'the first wave: a node count or a percentage')
     .option('--failure-threshold <N%>', 'stop when a wave\'s failures pass it (default 0%: any)')
     .option('--max-attempts <n>', 'per node', int('--max-attempts'))
@@ -45,7 +53,7 @@ export function campaignVerbs(program: Command, { act, list, show, io }: Verbs):
       const canary = o.canary === undefined ? undefined : /^\d+$/.test(o.canary) ? Number(o.canary) : o.canary;
       const body = {
         name: o.name, ...(o.node && { nodes: o.node }), ...(o.query && { q: o.query }), ...(o.package && { packages: o.package }),
-        ...(o.upgrade && { upgrade: o.upgrade }), ...(o.vulnerability && { vulnerability: o.vulnerability }), ...(o.window && { window: o.window }),
+        ...(o.upgrade && { upgrade: o.upgrade }), ...(o.vulnerability && { vulnerability: o.vulnerability }), ...(o.window && { window: o.window }), ...(o.groupWindow && { windows: o.groupWindow }),
         ...(canary !== undefined && { canary }), ...(o.failureThreshold && { failure_threshold: o.failureThreshold }), ...(o.maxAttempts && { max_attempts: o.maxAttempts }),
         ...(o.pre && { pre: o.pre }), ...(o.post && { post: o.post }), ...(o.reboot && { reboot: o.reboot }),
       };
@@ -61,7 +69,8 @@ export function campaignVerbs(program: Command, { act, list, show, io }: Verbs):
     const ans = (await api.get(`/api/1/campaigns/${enc(id)}`)).body;
     if (fmt === 'json') return void show(fmt, ans);
     const { nodes, waves, spec, ...c } = ans.data;
-    if (fmt === 'table') io.out(`${renderObject(fmt, { ...c, upgrade: spec.upgrade.mode, waves: waves.map((w: { state: string; nodes: string[] }) => `${w.state}(${w.nodes.length})`).join(' → ') })}\n`);
+    const windows = (spec.windows ?? []).map((w: { group: string }) => w.group).join(', ');
+    if (fmt === 'table') io.out(`${renderObject(fmt, { ...c, upgrade: spec.upgrade.mode, ...(windows && { group_windows: windows }), waves: waves.map((w: { state: string; nodes: string[] }) => `${w.state}(${w.nodes.length})`).join(' → ') })}\n`);
     io.out(renderList(fmt, NODE_COLUMNS, nodes));
   }));
   campaigns.command('report <id>').description('per node: packages from→to, exit codes, output').action(act(async (api, fmt, _c, id: string) => {

@@ -26,13 +26,24 @@ export interface MaintenanceWindow {
   tz: string;
 }
 
+/** A window for the members of one group (as the filter `group = <id>` counts them). */
+export interface GroupWindow {
+  group: string;
+  window: MaintenanceWindow;
+}
+
 export interface CampaignSpec {
   /** As asked: static nodes and node filters (a filter expression is the key `q`). */
   nodes: string[];
   filters: NodeFilter[];
   upgrade: UpgradeRequest;
-  /** null: any time. */
+  /** null: any time. With `windows`: the window of nodes in none of their groups. */
   window: MaintenanceWindow | null;
+  /**
+   * Windows per group, in priority order: a node takes the window of the first group here it is
+   * a member of (decided at creation, like the targets). Absent or empty: `window` for all.
+   */
+  windows?: GroupWindow[];
   /** The first wave: a count or a percentage of the targets; null: one wave. */
   canary: { count: number } | { percent: number } | null;
   /** Stop the campaign when more than this percentage of a wave's nodes failed (0: any failure). */
@@ -49,6 +60,10 @@ export interface CampaignNodeResult {
   node_id: string;
   /** Index of its wave; -1 for nodes skipped at creation (they cannot run). */
   wave: number;
+  /** The group whose window (spec.windows) the node runs in; null or absent: the campaign's `window`. */
+  window?: string | null;
+  /** A node to retry starts in a window opening at or after this (absent: its wave's retry_after). */
+  retry_after?: string | null;
   state: NodeResultState;
   attempts: number;
   /** The job of its last attempt. */
@@ -71,9 +86,9 @@ export interface CampaignWave {
   state: WaveState;
   /** Every job this wave made (one per window it ran in). */
   job_ids: string[];
-  /** The running job, when there is one. */
+  /** The running job, when there is one (the newest, when the wave's windows run several at once). */
   job_id: string | null;
-  /** Nodes to retry wait for a window opening at or after this. */
+  /** The earliest a node to retry may start again (each node keeps its own, CampaignNodeResult.retry_after). */
   retry_after: string | null;
   started_at: string | null;
   ended_at: string | null;

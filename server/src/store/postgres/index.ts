@@ -61,7 +61,7 @@ export class PostgresStore extends ComposedStore {
       bootstrap: new PostgresBootstrapStore(db),
       admins: new PostgresAdminStore(db),
       reviews: new PostgresChangeRequests(db),
-      vulns: new PostgresVulns(db),
+      vulns: new PostgresVulns(db, opts.rules),
       migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
       close: () => db.close(),
     });

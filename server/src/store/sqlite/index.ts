@@ -59,7 +59,7 @@ export class SqliteStore extends ComposedStore {
       bootstrap: new SqliteBootstrapStore(db),
       admins: new SqliteAdminStore(db),
       reviews: new SqliteChangeRequests(db),
-      vulns: new SqliteVulns(db),
+      vulns: new SqliteVulns(db, opts.rules),
       migrate: async () => migrateSqlite(db),
       close: async () => db.close(),
     });

@@ -1,10 +1,15 @@
 /** Vulnerabilities on PostgreSQL (see types.ts). */
 import type { PostgresDb } from '../postgres/db.js';
+import { postgresDialect } from '../nodes/filters/postgres.js';
 import {
   ADVISORY_COLUMNS, advisoryFromRow, advisoryParams, chunks, FEED_COLUMNS, feedFromRow, feedParams, FINDING_COLUMNS, findingFromRow, findingParams,
-  MUTE_COLUMNS, muteFromRow, muteParams,
+  MUTE_COLUMNS, muteFromRow, muteParams, tallyFromRow, tallySql,
 } from './rows.js';
-import type { AdvisoryCount, AdvisoryRow, EpssRow, FeedStateRow, KevRow, MuteRow, VulnFindingRow, VulnStore } from './types.js';
+import type { NodeFilter } from '../store.js';
+import type { StoreRules } from '../rules.js';
+import { filterConditions } from '../nodes/filters/query.js';
+import { findingUnmuted } from '../nodes/filters/vulns.js';
+import type { AdvisoryCount, AdvisoryTally, AdvisoryRow, EpssRow, FeedStateRow, KevRow, MuteRow, VulnFindingRow, VulnStore } from './types.js';
 
 type Row = Record<string, unknown>;
 
@@ -13,7 +18,16 @@ const values = (rows: number, width: number) =>
   Array.from({ length: rows }, (_, i) => `(${Array.from({ length: width }, (_, j) => `$${i * width + j + 1}`).join(', ')})`).join(', ');
 
 export class PostgresVulns implements VulnStore {
-  constructor(private readonly db: PostgresDb) {}
+  constructor(private readonly db: PostgresDb, private readonly rules: StoreRules) {}
+
+  async advisoryTally(filters: NodeFilter[], now: string): Promise<AdvisoryTally[]> {
+    const checked = this.rules.filters.check({ filters });
+    const params: unknown[] = [];
+    const d = await postgresDialect(this.db, params, checked, this.rules.filters.check, true);
+    const unmuted = findingUnmuted(d, new Date(now));
+    const sql = tallySql(unmuted, checked.length ? filterConditions(checked, d).join(' AND ') : null);
+    return (await this.db.query<Row>('advisory tally', sql, params)).rows.map(tallyFromRow);
+  }
 
   async advisoryVersions(): Promise<Array<{ id: string; modified: string }>> {
     return (await this.db.query<{ id: string; modified: string }>('advisory versions', 'SELECT id, modified FROM vuln_advisories')).rows;

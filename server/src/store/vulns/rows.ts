@@ -1,5 +1,5 @@
 /** Vulnerability rows, the same in both backends (JSON as text). */
-import type { AdvisoryRow, FeedStateRow, MuteRow, VulnFindingRow } from './types.js';
+import type { AdvisoryRow, AdvisoryTally, FeedStateRow, MuteRow, VulnFindingRow } from './types.js';
 
 type Row = Record<string, unknown>;
 const str = (v: unknown): string | null => (v === null || v === undefined ? null : String(v));
@@ -40,3 +40,23 @@ export function chunks<T>(list: readonly T[], n = BATCH): T[][] {
   for (let i = 0; i < list.length; i += n) out.push(list.slice(i, i + n));
   return out;
 }
+
+const TALLY_RANK = `CASE f.rating WHEN 'none' THEN 0 WHEN 'low' THEN 1 WHEN 'medium' THEN 2 WHEN 'high' THEN 3 WHEN 'critical' THEN 4 ELSE -1 END`;
+const TALLY_RATINGS = ['none', 'low', 'medium', 'high', 'critical'];
+
+/**
+ * advisoryTally's statement, both stores: each finding marked muted or not by the filter terms'
+ * own condition (findingUnmuted), counted per advisory. `unmuted` comes first in the text, then
+ * `scope` (SQLite binds by position).
+ */
+export function tallySql(unmuted: string, scope: string | null): string {
+  return `SELECT x.advisory, max(x.rank) AS rank, count(DISTINCT CASE WHEN x.ok = 1 THEN x.node_id END) AS nodes,
+    count(DISTINCT CASE WHEN x.ok = 0 THEN x.node_id END) AS muted
+  FROM (SELECT f.advisory, f.node_id, ${TALLY_RANK} AS rank, CASE WHEN ${unmuted} THEN 1 ELSE 0 END AS ok
+    FROM vuln_findings f JOIN vuln_advisories a ON a.id = f.advisory${scope === null ? '' : ` WHERE f.node_id IN (SELECT n.id FROM nodes n WHERE ${scope})`}) x
+  GROUP BY x.advisory ORDER BY x.advisory`;
+}
+
+export const tallyFromRow = (r: Row): AdvisoryTally => ({
+  advisory: String(r.advisory), rating: TALLY_RATINGS[Number(r.rank)] ?? null, nodes: Number(r.nodes), muted: Number(r.muted),
+});

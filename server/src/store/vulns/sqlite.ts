@@ -1,16 +1,30 @@
 /** Vulnerabilities on SQLite (see types.ts). */
 import type { SqliteDb } from '../sqlite/db.js';
+import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import {
   ADVISORY_COLUMNS, advisoryFromRow, advisoryParams, chunks, FEED_COLUMNS, feedFromRow, feedParams, FINDING_COLUMNS, findingFromRow, findingParams,
-  MUTE_COLUMNS, muteFromRow, muteParams,
+  MUTE_COLUMNS, muteFromRow, muteParams, tallyFromRow, tallySql,
 } from './rows.js';
-import type { AdvisoryCount, AdvisoryRow, EpssRow, FeedStateRow, KevRow, MuteRow, VulnFindingRow, VulnStore } from './types.js';
+import type { NodeFilter } from '../store.js';
+import type { StoreRules } from '../rules.js';
+import { filterConditions } from '../nodes/filters/query.js';
+import { findingUnmuted } from '../nodes/filters/vulns.js';
+import type { AdvisoryCount, AdvisoryTally, AdvisoryRow, EpssRow, FeedStateRow, KevRow, MuteRow, VulnFindingRow, VulnStore } from './types.js';
 
 type Row = Record<string, unknown>;
 const marks = (n: number) => Array.from({ length: n }, () => '?').join(', ');
 
 export class SqliteVulns implements VulnStore {
-  constructor(private readonly db: SqliteDb) {}
+  constructor(private readonly db: SqliteDb, private readonly rules: StoreRules) {}
+
+  async advisoryTally(filters: NodeFilter[], now: string): Promise<AdvisoryTally[]> {
+    const checked = this.rules.filters.check({ filters });
+    const values: unknown[] = [];
+    const d = sqliteDialect(this.db, values, checked, this.rules.filters.check, true);
+    const unmuted = findingUnmuted(d, new Date(now));
+    const sql = tallySql(unmuted, checked.length ? filterConditions(checked, d).join(' AND ') : null);
+    return this.db.read('advisory tally', () => (this.db.prepare(sql).all(...values) as Row[]).map(tallyFromRow));
+  }
 
   async advisoryVersions(): Promise<Array<{ id: string; modified: string }>> {
     return this.db.read('advisory versions', () => this.db.stmt('SELECT id, modified FROM vuln_advisories').all() as Array<{ id: string; modified: string }>);

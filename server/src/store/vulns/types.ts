@@ -4,6 +4,7 @@
  * node is looked up by, and mutes. The rules (matching, mutes, staleness) are server/src/vulns/'s.
  */
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
+import type { NodeFilter } from '../store.js';
 
 export interface AdvisoryRow {
   id: string;
@@ -71,6 +72,15 @@ export interface AdvisoryCount {
   nodes: number;
 }
 
+/** One advisory's row of VulnStore.advisoryTally. */
+export interface AdvisoryTally {
+  advisory: string;
+  /** The highest rating of its findings in scope ('none' over no rating). */
+  rating: string | null;
+  nodes: number;
+  muted: number;
+}
+
 export interface VulnStore {
   /** Every stored advisory's id and `modified` (what an import compares with). */
   advisoryVersions(): Promise<Array<{ id: string; modified: string }>>;
@@ -98,6 +108,13 @@ export interface VulnStore {
   nodesWithNames(names: string[]): Promise<string[]>;
   /** Affected nodes per advisory; `nodeIds` restricts them (a filter's answer). */
   countByAdvisory(nodeIds?: string[]): Promise<AdvisoryCount[]>;
+  /**
+   * Per advisory, over the findings of the nodes `filters` select (all without one): its highest
+   * rating and how many nodes have a finding of it no mute covers (`nodes`) or one covered
+   * (`muted`), mutes in force at `now` applied as the filter terms apply them — counted by the
+   * database, not read finding by finding (the fleet-wide list view).
+   */
+  advisoryTally(filters: NodeFilter[], now: string): Promise<AdvisoryTally[]>;
   /** Findings per node (score, filter terms): node, advisory, rating. */
   findingSummary(nodeIds?: string[]): Promise<Array<{ node_id: string; advisory: string; rating: string | null; cves: string[] }>>;
   listMutes(): Promise<MuteRow[]>;
@@ -125,6 +142,7 @@ export const VULNS_NUL: NulRules<VulnStore> = {
   advisoryFindings: lookup([0]),
   nodesWithNames: lookup([0]),
   countByAdvisory: lookup([0]),
+  advisoryTally: REFUSE,
   findingSummary: lookup([0]),
   listMutes: REFUSE,
   insertMute: REFUSE,

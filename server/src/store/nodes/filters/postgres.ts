@@ -7,14 +7,15 @@ import { parseFilter, type FilterExpr } from '@capstan/shared/filter/parse';
 import { versionKey } from '@capstan/shared/filter/version';
 import type { PostgresDb } from '../../postgres/db.js';
 import type { FilterRules } from '../../rules.js';
-import { needsGroups, packageAtomKey, policyGroupMap, type CheckedFilter, type Dialect, type PolicyGroupDef } from './query.js';
+import { groupMutesFrom, needsGroups, needsVulnMutes, packageAtomKey, policyGroupMap, type CheckedFilter, type Dialect, type GroupMute, type PolicyGroupDef } from './query.js';
 
 /**
  * The dialect for one statement over `filters`: each value given to `param` is pushed onto
- * `values`. Policy groups are read when `filters` name a group (their filters checked with `check`).
+ * `values`. Policy groups are read when `filters` name a group (their filters checked with `check`);
+ * the mutes limited to groups when they hold vulnerability terms, or `vulnMutes` asks.
  */
-export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check']): Promise<Dialect> {
-  const prepared = await prepare(db, filters, check);
+export async function postgresDialect(db: PostgresDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check'], vulnMutes = false): Promise<Dialect> {
+  const prepared = await prepare(db, filters, check, vulnMutes);
   return { param: (v) => `$${values.push(v)}`, like: 'lower', collate: ' COLLATE "C"', now: db.now, ...prepared };
 }
 
@@ -22,10 +23,17 @@ export async function postgresDialect(db: PostgresDb, values: unknown[], filters
  * What the filters' SQL needs looked up first: the policy groups when a filter names a group,
  * and the package-version ids of each package comparison in an expression (a bound array the
  * planner can estimate, where a subquery's array would be guessed at 200 rows and joined by a
- * nested loop even when a third of the fleet matches).
+ * nested loop even when a third of the fleet matches), and the mutes limited to groups when an
+ * expression has vulnerability terms.
  */
-async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?: FilterRules['check']): Promise<{ groups?: Map<string, PolicyGroupDef>; packageIds?: Map<string, number[]> }> {
-  const groups = check ? await groupsFor(db, filters, check) : undefined;
+async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?: FilterRules['check'], vulnMutes = false): Promise<{ groups?: Map<string, PolicyGroupDef>; groupMutes?: GroupMute[]; packageIds?: Map<string, number[]> }> {
+  let groupMutes: GroupMute[] | undefined;
+  if (vulnMutes || needsVulnMutes(filters)) {
+    const { rows } = await db.query('groupMutes', db.pool, { name: 'group_mutes', text: 'SELECT target, mute_groups, expires FROM vuln_mutes WHERE mute_groups IS NOT NULL ORDER BY id', values: [] });
+    const found = groupMutesFrom(rows as Array<{ target: unknown; mute_groups: unknown; expires: unknown }>);
+    if (found.length > 0) groupMutes = found;
+  }
+  const groups = check ? await groupsFor(db, filters, check, groupMutes !== undefined) : undefined;
   const atoms = new Map<string, { name: string; op: string | null; key: string | null }>();
   const walk = (e: FilterExpr): void => {
     if (e.kind === 'and' || e.kind === 'or') {
@@ -39,7 +47,7 @@ async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?
     }
   };
   for (const f of filters) if (f.key === 'q') f.values.forEach((v) => walk(parseFilter(v)));
-  if (atoms.size === 0) return { ...(groups && { groups }) };
+  if (atoms.size === 0) return { ...(groups && { groups }), ...(groupMutes && { groupMutes }) };
   const packageIds = new Map<string, number[]>();
   for (const [k, a] of atoms) {
     const sqlOp = a.op === null ? null : a.op === '!=' ? '<>' : a.op;
@@ -49,12 +57,12 @@ async function prepare(db: PostgresDb, filters: readonly CheckedFilter[], check?
     });
     packageIds.set(k, (rows[0] as { ids: number[] }).ids);
   }
-  return { ...(groups && { groups }), packageIds };
+  return { ...(groups && { groups }), ...(groupMutes && { groupMutes }), packageIds };
 }
 
-/** The policy groups, when these filters name a group (see query.ts groupCondition). */
-async function groupsFor(db: PostgresDb, filters: readonly CheckedFilter[], check: FilterRules['check']): Promise<Map<string, PolicyGroupDef> | undefined> {
-  if (!needsGroups(filters)) return undefined;
+/** The policy groups, when these filters name a group or group-limited mutes do (see query.ts groupCondition). */
+async function groupsFor(db: PostgresDb, filters: readonly CheckedFilter[], check: FilterRules['check'], forMutes = false): Promise<Map<string, PolicyGroupDef> | undefined> {
+  if (!forMutes && !needsGroups(filters)) return undefined;
   const { rows } = await db.query('policyGroups', db.pool, { name: 'policy_groups', text: "SELECT id, body FROM policy_objects WHERE kind = 'group'", values: [] });
   return policyGroupMap((rows as Array<{ id: string; body: unknown }>).map((r) => ({ id: r.id, body: (typeof r.body === 'string' ? JSON.parse(r.body) : r.body) as Record<string, unknown> })), check);
 }

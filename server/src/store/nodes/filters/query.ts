@@ -63,10 +63,40 @@ export interface Dialect {
   /** How many policy groups deep this condition is (a group's filter naming a group). */
   depth?: number;
   /**
+   * Mutes limited to groups (vuln_mutes rows with groups), read before the statement when an
+   * expression has vulnerability terms, so that those terms honour them (vulns.ts). Left out of
+   * the filters of policy groups: there the terms see fleet-wide mutes only.
+   */
+  groupMutes?: readonly GroupMute[];
+  /**
    * Postgres: the package-version ids of each package comparison, looked up before the query
    * (packageAtomKey), so that the planner sees the array and estimates its matches.
    */
   packageIds?: ReadonlyMap<string, number[]>;
+}
+
+/** A mute limited to groups, as the vulnerability terms read it. */
+export interface GroupMute {
+  target: string;
+  groups: string[];
+  /** ISO instant; null: until removed. */
+  expires: string | null;
+}
+
+/** Whether these filters hold an expression with vulnerability terms (and so need the group-limited mutes). */
+export function needsVulnMutes(filters: readonly CheckedFilter[]): boolean {
+  return filters.some((f) => f.key === 'q' && f.values.some((v) => /vuln/i.test(v)));
+}
+
+/** vuln_mutes rows (target, mute_groups as JSON text or jsonb, expires) → the group-limited ones. */
+export function groupMutesFrom(rows: ReadonlyArray<{ target: unknown; mute_groups: unknown; expires: unknown }>): GroupMute[] {
+  const out: GroupMute[] = [];
+  for (const r of rows) {
+    const groups = (typeof r.mute_groups === 'string' ? JSON.parse(r.mute_groups) : r.mute_groups) as unknown;
+    if (!Array.isArray(groups) || groups.length === 0) continue;
+    out.push({ target: String(r.target), groups: groups.map(String), expires: typeof r.expires === 'string' ? r.expires : r.expires instanceof Date ? r.expires.toISOString() : null });
+  }
+  return out;
 }
 
 /** The key of a package comparison in Dialect.packageIds: name, operator and version key. */
@@ -122,7 +152,10 @@ export function groupCondition(groupId: string, d: Dialect): string {
   const parts: string[] = [];
   if (def.nodes?.length) parts.push(`n.id IN (${def.nodes.map((id) => d.param(id)).join(', ')})`);
   if (def.filter) {
-    const conds = filterConditions(def.filter, { ...d, depth: depth + 1 });
+    // A group's own filter sees fleet-wide mutes only: a group defined by its exposure would
+    // otherwise depend on itself through a mute limited to it.
+    const { groupMutes: _, ...outer } = d;
+    const conds = filterConditions(def.filter, { ...outer, depth: depth + 1 });
     parts.push(conds.length ? `(${conds.join(' AND ')}) IS TRUE` : '1 = 1');
   }
   if (parts.length === 0) return registry;
