@@ -27,16 +27,11 @@ export const SERVER_SCHEMA = {
     pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
     /** Decoded node-day bases of runs kept in memory per server process (store/runs/run-codec.ts). */
     run_base_cache: { type: 'size', default: '64MiB', min: 0 },
-    /**
-     * PostgreSQL streaming replicas (postgres://… each) the fleet-wide reads of the admin API,
-     * console and exports may be answered from; writes and everything that decides stay on url.
-     */
+    /** Streaming replicas (postgres://…) for the fleet-wide reads (store/replicas.ts); decisions stay on url. */
     replicas: { type: 'strings', default: [] },
-    /** A replica further behind the primary than this is not read from (its reads go to the primary). */
+    /** A replica further behind than this is not read from; how often staleness is measured; connections each. */
     replica_max_lag: { type: 'duration', default: '10s', min: 0 },
-    /** How often each replica's staleness is measured. */
     replica_check_interval: { type: 'duration', default: '1s', min: 50 },
-    /** Connections per replica. */
     replica_pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
   },
   limits: {
