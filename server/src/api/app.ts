@@ -178,7 +178,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 function policyDeps(deps: ServerAppDeps): PolicyRouteDeps | null {
   const bundles = deps.domain.bundles;
   const c = deps.config.policy;
-  const planBudget = new PlanBudget({ timeLimitMs: c.plan_time_limit, perCaller: c.plan_concurrency, total: c.plan_concurrency_total });
+  const planBudget = new PlanBudget({ timeLimitMs: c.plan_time_limit, perCaller: c.plan_concurrency, total: c.plan_concurrency_total, memoryBytes: c.plan_memory_limit });
   return deps.policy && bundles ? { planBudget, ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
 }
 

@@ -14,7 +14,7 @@ import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
 import { checkId, checkPropertyName as parsePropertyName, withoutSecrets } from './model.js';
 import { directiveImpact, objectChanges, parsePlanRequest, desiredModel, type Plan, type PlanRequest } from './plan.js';
-import { loadModel } from './content.js';
+import { loadModel, type NodePreview } from './content.js';
 import type { PolicyService } from './service.js';
 
 /** Nodes kept in a change request's impact (the rest are counted). */
@@ -201,7 +201,10 @@ export class ChangeRequestService {
     const before = await loadModel(this.deps.store);
     const after = desiredModel(before, requestOf(c));
     const { changes } = objectChanges(before, after);
-    const p = (await this.deps.policy.generator.preview(before, after, changes)).find((x) => x.node_id === nodeId);
+    let p: NodePreview | undefined;
+    await this.deps.policy.generator.preview(before, after, changes, (x) => {
+      if (x.node_id === nodeId) p = x;
+    });
     if (!p) return { node_id: nodeId, before: [], after: [], impact: null };
     return { node_id: nodeId, before: p.before, after: p.after, impact: directiveImpact(p.before, p.after) };
   }

@@ -1,0 +1,94 @@
+/**
+ * POST /api/1/policy/plan holds at most [policy] plan_memory_limit bytes (policy/plan-memory.ts):
+ * counted in bytes, not nodes (two plans reaching the same nodes, one under the limit and one
+ * over it); the results it keeps and what it renders are both counted; past it 413
+ * ERR_PLAN_TOO_LARGE while other requests are answered, and the caller's next plan runs.
+ */
+import t, { type Test } from 'tap';
+import { adminApp, type Answer } from '../helpers/admin-app.js';
+
+const LIMIT = 64 * 1024;
+const NODES = 200;
+
+async function setup(t: Test, limit?: string) {
+  const app = await adminApp(t, { overrides: limit ? { 'policy.plan_memory_limit': limit } : {} });
+  for (let i = 0; i < NODES; i++) {
+    const id = `node-${String(i).padStart(3, '0')}`;
+    const r = await app.api('POST', '/api/1/nodes', { host: `10.0.${i >> 8}.${i & 255}`, id, hostname: `${id}.test` });
+    if (r.status !== 201) throw new Error(JSON.stringify(r.json));
+  }
+  return app;
+}
+
+/** `n` directives with ids of `len` characters in one rule on every node. */
+function planOf(n: number, len: number) {
+  const ids = Array.from({ length: n }, (_, i) => `${String(i)}-${'d'.repeat(len)}`.slice(0, len));
+  return {
+    directives: ids.map((id, i) => ({ id, method: 'file_content', params: { path: `/etc/capstan-${i}`, content: 'x\n' } })),
+    rules: [{ id: 'r'.repeat(len), directives: ids, groups: ['all-nodes'] }],
+  };
+}
+
+const code = (r: Answer) => `${r.status} ${r.code ?? ''}`.trim();
+
+t.test('a plan is bounded by the bytes it holds, not by how many nodes it reaches', async (t) => {
+  const bounded = await setup(t, `${LIMIT}`);
+  const small = planOf(1, 1);
+  const big = planOf(4, 60);
+  const a = await bounded.api('POST', '/api/1/policy/plan', small);
+  t.equal(code(a), '200', `a plan reaching ${NODES} nodes under the limit is answered`);
+  t.equal(a.json.data.nodes.length, NODES);
+  const keptSmall = Buffer.byteLength(JSON.stringify(a.json.data.nodes));
+  t.ok(keptSmall < LIMIT, `its listed nodes are ${keptSmall} bytes as JSON`);
+
+  // The same nodes, longer ids: the results it would keep pass the limit.
+  let stop = false;
+  let slowest = 0;
+  let answered = 0;
+  const other = (async () => {
+    while (!stop) {
+      const s = performance.now();
+      if ((await bounded.api('GET', '/api/1/system/status')).status === 200) answered++;
+      slowest = Math.max(slowest, performance.now() - s);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  })();
+  const b = await bounded.api('POST', '/api/1/policy/plan', big);
+  stop = true;
+  await other;
+  t.equal(code(b), '413 ERR_PLAN_TOO_LARGE', 'the same nodes with more bytes to keep are refused');
+  t.match(b.json.error.message, /plan_memory_limit \(65536 bytes\).*the impact on node node-\d+/, 'the message names the limit and where it was reached');
+  t.ok(answered > 0 && slowest < 2000, `other requests were answered meanwhile (${answered}, the slowest in ${Math.round(slowest)} ms)`);
+  // The results kept are what passed the limit: fewer listed nodes fit.
+  const few = await bounded.api('POST', '/api/1/policy/plan?max_nodes=20', big);
+  t.equal(code(few), '200', 'the same plan listing 20 nodes is answered');
+  t.match(few.json.data, { nodes_total: NODES, nodes_truncated: true });
+  t.equal(few.json.data.nodes.length, 20);
+
+  // Under the default limit, the refused plan is answered, and the small one as before.
+  const open = await setup(t);
+  const full = await open.api('POST', '/api/1/policy/plan', big);
+  t.equal(code(full), '200', 'the refused plan is answered under the default limit');
+  const keptBig = Buffer.byteLength(JSON.stringify(full.json.data.nodes));
+  t.ok(keptBig > LIMIT, `its listed nodes are ${keptBig} bytes as JSON, over ${LIMIT}`);
+  const same = await open.api('POST', '/api/1/policy/plan', small);
+  t.same(same.json.data, a.json.data, 'the plan under the limit gives the same answer with either limit');
+});
+
+t.test('what a plan renders for a node counts: a template that grows past the limit is refused', async (t) => {
+  const bounded = await setup(t, `${LIMIT}`);
+  // A small input (a list of 40 numbers) rendered into ~80 kB for every node.
+  t.equal((await bounded.api('PUT', '/api/1/properties/items', { value: Array.from({ length: 40 }, (_, i) => i) })).status, 201);
+  const directive = (size: number) => ({
+    directives: [{ id: 'motd', method: 'file_content', params: { path: '/etc/motd', content: `{{#node.properties.items}}${'y'.repeat(size)}{{/node.properties.items}}\n` } }],
+    rules: [{ id: 'base', directives: ['motd'], groups: ['all-nodes'] }],
+  });
+  const a = await bounded.api('POST', '/api/1/policy/plan?max_nodes=1', directive(10));
+  t.equal(code(a), '200', `a rendering of ~400 bytes per node is answered: ${JSON.stringify(a.json.error ?? '')}`);
+  t.equal(a.json.data.nodes_total, NODES);
+  const b = await bounded.api('POST', '/api/1/policy/plan?max_nodes=1', directive(2000));
+  t.equal(code(b), '413 ERR_PLAN_TOO_LARGE', 'a rendering of ~80 kB per node is refused, though one node is listed');
+  t.match(b.json.error.message, /the rendered policy of node node-000/, 'at the first node rendered');
+  const again = await bounded.api('POST', '/api/1/policy/plan?max_nodes=1', directive(10));
+  t.equal(code(again), '200', 'the caller\'s next plan runs');
+});
