@@ -92,3 +92,22 @@ t.test('what a plan renders for a node counts: a template that grows past the li
   const again = await bounded.api('POST', '/api/1/policy/plan?max_nodes=1', directive(10));
   t.equal(code(again), '200', 'the caller\'s next plan runs');
 });
+
+t.test('a change request\'s impact and its node diff are plans under the same bound', async (t) => {
+  const bounded = await setup(t, `${LIMIT}`);
+  const big = await bounded.api('POST', '/api/1/change-requests', { title: 'long ids', ...planOf(4, 60) });
+  t.equal(code(big), '413 ERR_PLAN_TOO_LARGE', 'a proposal whose impact would not fit is refused');
+  t.equal((await bounded.api('GET', '/api/1/change-requests')).json.total, 0, 'and not recorded');
+  // A template over a list that is empty when proposed, long when a node's diff is asked for.
+  t.equal((await bounded.api('PUT', '/api/1/properties/items', { value: [] })).status, 201);
+  const cr = await bounded.api('POST', '/api/1/change-requests', {
+    title: 'motd', directives: [{ id: 'motd', method: 'file_content', params: { path: '/etc/motd', content: `{{#node.properties.items}}${'y'.repeat(2000)}{{/node.properties.items}}\n` } }],
+    rules: [{ id: 'base', directives: ['motd'], groups: ['all-nodes'] }],
+  });
+  t.equal(code(cr), '201', `proposed: ${JSON.stringify(cr.json?.error ?? '')}`);
+  const url = `/api/1/change-requests/${cr.json.data.id}/nodes/node-007`;
+  t.equal(code(await bounded.api('GET', url)), '200', 'its node diff is answered');
+  t.equal((await bounded.api('PUT', '/api/1/properties/items', { value: Array.from({ length: 40 }, (_, i) => i) })).status, 200);
+  const diff = await bounded.api('GET', url);
+  t.equal(code(diff), '413 ERR_PLAN_TOO_LARGE', 'once every node renders ~80 kB, the node diff is refused');
+});

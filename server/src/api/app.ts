@@ -274,7 +274,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
     policyAdminRoutes(admin, policy);
     policyMembershipRoutes(admin, policy);
     policyAuthoringRoutes(admin, policy);
-    changeRequestRoutes(admin, domain.reviews);
+    changeRequestRoutes(admin, domain.reviews, policy.planBudget);
   }
   // The node list's compliance sort judges each node at the moment of the request.
   nodeRoutes(admin, store, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
