@@ -219,7 +219,7 @@ export const SERVER_SCHEMA = {
      * Bytes of node data, rendered policies and results one plan may hold (policy/plan-memory.ts):
      * past it ERR_PLAN_TOO_LARGE (413).
      */
-    plan_memory_limit: { type: 'size', default: '256MiB', min: 1024 },
+    plan_memory_limit: { type: 'size', default: '64MiB', min: 1024 },
     /**
      * Admin roles whose policy changes must go through a change request reviewed by another
      * admin (docs/policy.md, Change requests): their direct saves and deletes are refused.

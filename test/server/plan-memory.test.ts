@@ -6,6 +6,7 @@
  */
 import t, { type Test } from 'tap';
 import { adminApp, type Answer } from '../helpers/admin-app.js';
+import { inventory } from './store-suite.js';
 
 const LIMIT = 64 * 1024;
 const NODES = 200;
@@ -110,4 +111,23 @@ t.test('a change request\'s impact and its node diff are plans under the same bo
   t.equal((await bounded.api('PUT', '/api/1/properties/items', { value: Array.from({ length: 40 }, (_, i) => i) })).status, 200);
   const diff = await bounded.api('GET', url);
   t.equal(code(diff), '413 ERR_PLAN_TOO_LARGE', 'once every node renders ~80 kB, the node diff is refused');
+});
+
+t.test('the inventories a template reads are counted while their nodes are rendered', async (t) => {
+  const { api, store } = await adminApp(t, { overrides: { 'policy.plan_memory_limit': '64KiB' } });
+  // Three nodes, one with 100 kB of custom facts: its inventory alone is over the limit.
+  for (const [id, notes] of [['n1', 'a'], ['n2', 'b'], ['n3', 'x'.repeat(100_000)]] as const) {
+    await store.upsertFromInventory(inventory(id, { inventory: { node_id: id, hostname: id, os: { name: 'debian' }, facts: { role: 'web', notes } } }));
+    t.equal((await api('POST', `/api/1/nodes/${id}/accept`)).status, 200);
+  }
+  const plan = (nodes: string[]) => api('POST', '/api/1/policy/plan', {
+    directives: [{ id: 'motd', method: 'file_content', params: { path: '/etc/motd', content: 'role {{facts.role}} on {{os.name}}\n' } }],
+    groups: [{ id: 'g', nodes }], rules: [{ id: 'r', directives: ['motd'], groups: ['g'] }],
+  });
+  const small = await plan(['n1', 'n2']);
+  t.equal(code(small), '200', 'nodes with small inventories are planned');
+  t.same(small.json.data.nodes.map((n: { node_id: string }) => n.node_id), ['n1', 'n2']);
+  const big = await plan(['n1', 'n2', 'n3']);
+  t.equal(code(big), '413 ERR_PLAN_TOO_LARGE', 'a node whose inventory is over the limit stops the plan');
+  t.match(big.json.error.message, /the inventory of node n3/);
 });

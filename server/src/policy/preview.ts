@@ -3,7 +3,8 @@
  * under the current model and under the desired one, by the generator's own membership and
  * rendering, writing nothing. Node by node, in id order: each node's preview is handed on and
  * dropped, so a plan holds one batch of node data and one node's rendering at a time, not the
- * fleet's; what it holds is charged to its bounds as it goes (plan-memory.ts).
+ * fleet's, and a few inventories at a time; what it holds is charged to its bounds as it goes
+ * (plan-memory.ts).
  */
 import type { PolicyKind, Store } from '../store/store.js';
 import { contentOf, groupsTouched, type Content, type NodePreview, type PolicyModel } from './content.js';
@@ -13,10 +14,12 @@ import { NodeRendering, type RenderedPreview } from './per-node.js';
 import { jsonBytes, textBytes, UNBOUNDED, type PlanBounds } from './plan-memory.js';
 
 /**
- * Nodes whose data (host name, certificate, properties, inventory when a template reads facts)
- * is read at once: small, since no write is batched here and inventories can be large.
+ * Nodes whose data (host name, relay, certificate, properties) is read at once: small, since no
+ * write is batched here.
  */
 export const PREVIEW_BATCH = 250;
+/** Nodes whose inventories are read at once (each up to the inventory size limit). */
+export const INVENTORY_BATCH = 25;
 
 /** What a preview needs of the generator: its membership code. */
 export interface MembershipSource {
@@ -74,24 +77,33 @@ export async function previewNodes(
     let held = 0;
     for (const input of inputs.values()) held += textBytes(input.hostname) + textBytes(input.relay) + textBytes(input.certificate) + jsonBytes(input.properties);
     bounds.charge(held, 'a batch of node data');
-    if (reads.some((r) => r.inventory)) {
-      for (const [n, doc] of await src.store.policyInventories(batch)) {
-        inputs.get(n)!.inventory = doc;
-        held += textBytes(doc);
-        bounds.charge(textBytes(doc), `the inventory of node ${n}`);
+    const facts = reads.some((r) => r.inventory);
+    for (let j = 0; j < batch.length; j += INVENTORY_BATCH) {
+      const chunk = batch.slice(j, j + INVENTORY_BATCH);
+      // Inventories (the largest node data) a few at a time, dropped once their nodes are rendered.
+      let docs = 0;
+      if (facts) {
+        for (const [n, doc] of await src.store.policyInventories(chunk)) {
+          inputs.get(n)!.inventory = doc;
+          docs += textBytes(doc);
+          bounds.charge(textBytes(doc), `the inventory of node ${n}`);
+        }
       }
-    }
-    for (const nodeId of batch) {
-      bounds.check();
-      const [b, a] = [0, 1].map((side) => {
-        const { groups, c } = sideContent(side, nodeId);
-        const p = render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
-        bounds.charge(p.bytes, `the rendered policy of node ${nodeId}`);
-        return p;
-      }) as [RenderedPreview, RenderedPreview];
-      const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
-      await each({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
-      bounds.release(b.bytes + a.bytes);
+      for (const nodeId of chunk) {
+        bounds.check();
+        const [b, a] = [0, 1].map((side) => {
+          const { groups, c } = sideContent(side, nodeId);
+          const p = render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
+          bounds.charge(p.bytes, `the rendered policy of node ${nodeId}`);
+          return p;
+        }) as [RenderedPreview, RenderedPreview];
+        const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
+        await each({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
+        bounds.release(b.bytes + a.bytes);
+        const input = inputs.get(nodeId);
+        if (input) delete input.inventory;
+      }
+      bounds.release(docs);
     }
     bounds.release(held);
   }
