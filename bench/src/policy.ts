@@ -33,7 +33,7 @@ export interface PolicyBenchResult {
 }
 
 /** Node data for the templated pass: an inventory per node and a tenth with properties of their own. */
-function loadNodeData(path: string, nodes: number): void {
+export function loadNodeData(path: string, nodes: number): void {
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');

@@ -232,6 +232,11 @@ export const SERVER_SCHEMA = {
     /** Plans running at once on this server, all callers together: past it ERR_PLAN_BUSY (429). */
     plan_concurrency_total: { type: 'integer', default: 2, min: 1, max: 256 },
     /**
+     * Bytes of node data, rendered policies and results one plan may hold (policy/plan-memory.ts):
+     * past it ERR_PLAN_TOO_LARGE (413).
+     */
+    plan_memory_limit: { type: 'size', default: '64MiB', min: 1024 },
+    /**
      * Admin roles whose policy changes must go through a change request reviewed by another
      * admin (docs/policy.md, Change requests): their direct saves and deletes are refused.
      */

@@ -123,6 +123,8 @@ export const ERROR_CODES = {
   ERR_PLAN_TIMEOUT: { status: 503, transient: true },
   /** The caller (or everyone) already has [policy] plan_concurrency (plan_concurrency_total) plans running. */
   ERR_PLAN_BUSY: { status: 429, transient: true },
+  /** POST /api/1/policy/plan would hold more than [policy] plan_memory_limit bytes. */
+  ERR_PLAN_TOO_LARGE: { status: 413 },
   /** Too many filtered or exported reads in progress, of this caller or in all ([limits] expensive_reads_*). */
   ERR_READ_BUSY: { status: 429, transient: true },
   // policies (downward trust)

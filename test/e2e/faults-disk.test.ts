@@ -7,26 +7,18 @@
  * log acknowledged is stored or delivered exactly once. Skipped with the reason when the machine
  * cannot mount (not root, no unshare, no loop devices). See docs/faults.md.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
-import { copyFile, mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { BATCH_CONTENT_TYPE, encodeBatch } from '@capstan/shared';
 import { adminClient, BIN, programDir, requiredInCi, startProgram, waitFor, type Running } from '../helpers/programs.js';
 import { CountingUpstream, freePort, sha256 } from '../relayd/helpers/upstream.js';
 import {
-  BlackHoleProxy, poll, compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
+  BlackHoleProxy, cannotMount, poll, powerLoss, q, compareStored, inNs, makeFleet, putAll, registerFleet, relayDrained, relayStatus, startInMountNs, storedRuns, storedTotal,
 } from '../helpers/faults.js';
 
-/** Why this machine cannot run these tests, or false. */
-function cannotMount(): false | string {
-  if (process.getuid?.() !== 0) return 'mounting a test file system needs root';
-  const probe = spawnSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'd=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs "$d" && umount "$d" && rmdir "$d"'], { encoding: 'utf8' });
-  if (probe.status !== 0) return `unshare -m and a tmpfs mount fail here: ${(probe.stderr || probe.error?.message || '').trim()}`;
-  if (spawnSync('mkfs.ext4', ['-V']).status !== 0) return 'mkfs.ext4 is not installed';
-  return false;
-}
 const why = requiredInCi(cannotMount());
 
 const fleet = makeFleet('4', 4, 40);
@@ -53,7 +45,6 @@ function fill(path: string): number {
   return bytes;
 }
 
-const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 t.test('a full disk under the relay, then under the server: coded refusals, nothing acknowledged lost', { skip: why }, async (t) => {
   const dir = programDir(t);
@@ -136,17 +127,6 @@ t.test('a full disk under the relay, then under the server: coded refusals, noth
   t.equal(await relay.stop(), 0, 'the relay stops cleanly');
   t.equal(await server.stop(), 0, 'the server stops cleanly');
 });
-
-/**
- * Power loss: freeze the program (SIGSTOP, no more writes from it), copy the loop device's backing
- * image (what reached the device; dirty pages in the mounted file system's cache are not in it),
- * then SIGKILL. The copy is the disk as the power came back.
- */
-async function powerLoss(p: Running, image: string, copy: string): Promise<void> {
-  p.proc.kill('SIGSTOP');
-  await copyFile(image, copy);
-  await p.signal('SIGKILL');
-}
 
 t.test('power loss under the relay: every acknowledged upload survives and is delivered once', { skip: why }, async (t) => {
   const dir = programDir(t);

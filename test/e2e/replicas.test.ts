@@ -9,7 +9,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { adminClient, BIN, programDir, startProgram, waitFor } from '../helpers/programs.js';
-import { pgClusterUnavailable, pgTempDir, startPrimary, startReplica } from '../helpers/pg-cluster.js';
+import { pgClusterUnavailable, pgTempDir, startPrimary, startReplica } from '../helpers/pg-replica.js';
 
 const why = await pgClusterUnavailable();
 if (why && process.env.CI === 'true') throw new Error(`a private PostgreSQL cluster is needed in CI: ${why}`);

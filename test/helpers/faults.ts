@@ -4,6 +4,8 @@
  * black-hole traffic, and programs started inside a private mount namespace (a small file system
  * of their own mounted there, gone with them).
  */
+import { spawnSync } from 'node:child_process';
+import { copyFile } from 'node:fs/promises';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import {
   compressSync, createNodeIdentity, formatReport, runLogFileName, signSmime, type NodeIdentity,
@@ -205,4 +207,27 @@ export async function poll<T>(fn: () => Promise<T | undefined>, what: string, ti
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** Why this machine cannot mount a test file system (not root, no unshare, no mkfs.ext4), or false. */
+export function cannotMount(): false | string {
+  if (process.getuid?.() !== 0) return 'mounting a test file system needs root';
+  const probe = spawnSync('unshare', ['-m', '--propagation', 'private', 'sh', '-c', 'd=$(mktemp -d) && mount -t tmpfs -o size=1m tmpfs "$d" && umount "$d" && rmdir "$d"'], { encoding: 'utf8' });
+  if (probe.status !== 0) return `unshare -m and a tmpfs mount fail here: ${(probe.stderr || probe.error?.message || '').trim()}`;
+  if (spawnSync('mkfs.ext4', ['-V']).status !== 0) return 'mkfs.ext4 is not installed';
+  return false;
+}
+
+/** A shell word. */
+export const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/**
+ * Power loss: freeze the program (SIGSTOP, no more writes from it), copy the loop device's backing
+ * image (what reached the device; dirty pages in the mounted file system's cache are not in it),
+ * then SIGKILL. The copy is the disk as the power came back.
+ */
+export async function powerLoss(p: Running, image: string, copy: string): Promise<void> {
+  p.proc.kill('SIGSTOP');
+  await copyFile(image, copy);
+  await p.signal('SIGKILL');
 }

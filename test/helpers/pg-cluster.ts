@@ -1,127 +1,102 @@
 /**
- * A private PostgreSQL cluster of the test's own, in a temporary directory: made with the
- * machine's initdb, run as the `postgres` OS user (PostgreSQL refuses root) on a free loopback
- * port, its socket in the same directory; and a streaming replica of it made with pg_basebackup.
- * Nothing of the machine's own clusters or of /etc/postgresql is touched; teardown stops the
- * servers (immediate shutdown) and removes the directory.
+ * A PostgreSQL cluster of the test's own, for faults the shared server cannot take (power loss):
+ * initdb'd into a directory on a file system mounted in a private mount namespace (`unshare -m`),
+ * `postgres` run there as the postgres OS user (it refuses root) on a loopback port, no Unix
+ * socket. The postmaster leads a process group of its own, so the whole cluster (its backends,
+ * WAL writer, checkpointer) is frozen or killed at once. Other programs join its namespace
+ * (`nsenter -m`) to see the same mount.
  */
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { chown, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import pg from 'pg';
-import { freePort } from './ports.js';
+import { q } from './faults.js';
 
-const run = promisify(execFile);
+/** The newest installed server's binaries (Debian's layout), or CAPSTAN_TEST_PG_BIN. */
+export function pgBin(): string | null {
+  if (process.env.CAPSTAN_TEST_PG_BIN) return process.env.CAPSTAN_TEST_PG_BIN;
+  const root = '/usr/lib/postgresql';
+  if (!existsSync(root)) return null;
+  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'postgres'))).sort((a, b) => Number(b) - Number(a));
+  return versions.length ? join(root, versions[0]!, 'bin') : null;
+}
 
-export interface PgCluster {
-  dir: string;
+/** Why a private cluster cannot be run here, or false. */
+export function cannotRunCluster(): false | string {
+  const bin = pgBin();
+  if (!bin) return 'no PostgreSQL server binaries (/usr/lib/postgresql/<version>/bin, or CAPSTAN_TEST_PG_BIN)';
+  if (spawnSync('id', ['-u', 'postgres']).status !== 0) return 'no postgres OS user to run the cluster as';
+  for (const tool of ['setpriv', 'nsenter']) if (spawnSync(tool, ['--version']).status !== 0) return `${tool} is not installed`;
+  return false;
+}
+
+export interface Cluster {
+  /** The postmaster's pid: its process group's id, and the mount namespace's holder. */
+  pid: number;
   port: number;
   url: string;
   proc: ChildProcess;
-  /** Runs SQL on the cluster (its own connection). */
-  sql: <R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[]) => Promise<R[]>;
-  stop(): Promise<void>;
+  stderr: string[];
+  exited: Promise<number | null>;
+  /** SIGSTOP (or any signal) to every process of the cluster. */
+  signalAll(sig: NodeJS.Signals): void;
+  /** A fast shutdown (SIGINT): its exit code. */
+  stop(): Promise<number | null>;
+  /** A command that runs inside the cluster's mount namespace. */
+  wrap(cmd: string, argv: string[]): [string, string[]];
 }
 
-interface PgUser {
-  uid: number;
-  gid: number;
-  bin: string;
-}
-
-/** Why private clusters cannot be made here, or null: root, a `postgres` user and the server binaries. */
-export async function pgClusterUnavailable(): Promise<string | null> {
-  if (process.getuid?.() !== 0) return 'not root: a private PostgreSQL cluster runs as the postgres user';
-  if (!binDir()) return 'no PostgreSQL server binaries under /usr/lib/postgresql';
-  try {
-    await run('id', ['-u', 'postgres']);
-  } catch {
-    return 'no postgres user';
-  }
-  return null;
-}
-
-function binDir(): string | null {
-  const root = '/usr/lib/postgresql';
-  if (!existsSync(root)) return null;
-  const versions = readdirSync(root).filter((v) => existsSync(join(root, v, 'bin', 'initdb'))).sort((a, b) => Number(b) - Number(a));
-  return versions[0] ? join(root, versions[0], 'bin') : null;
-}
-
-async function pgUser(): Promise<PgUser> {
-  const uid = Number((await run('id', ['-u', 'postgres'])).stdout.trim());
-  const gid = Number((await run('id', ['-g', 'postgres'])).stdout.trim());
-  return { uid, gid, bin: binDir()! };
-}
-
-/** A directory the postgres user owns, removed at teardown. */
-export async function pgTempDir(t: { teardown: (fn: () => unknown) => void }): Promise<string> {
-  const u = await pgUser();
-  const dir = await mkdtemp(join(tmpdir(), 'capstan-pg-'));
-  await chown(dir, u.uid, u.gid);
-  t.teardown(() => rm(dir, { recursive: true, force: true }));
-  return dir;
-}
-
-async function asPostgres(cmd: string, args: string[]): Promise<void> {
-  const u = await pgUser();
-  await run(join(u.bin, cmd), args, { uid: u.uid, gid: u.gid, cwd: '/', env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' } });
-}
-
-async function startPostgres(t: { teardown: (fn: () => unknown) => void }, dir: string, socketDir: string, settings: string[]): Promise<PgCluster> {
-  const u = await pgUser();
-  const port = await freePort();
-  const args = ['-D', dir, '-p', String(port), '-k', socketDir, '-c', 'listen_addresses=127.0.0.1', ...settings.flatMap((s) => ['-c', s])];
-  const proc = spawn(join(u.bin, 'postgres'), args, { uid: u.uid, gid: u.gid, cwd: '/', stdio: ['ignore', 'ignore', 'pipe'], env: { LANG: 'C.UTF-8' } });
-  const log: string[] = [];
-  proc.stderr!.on('data', (d: Buffer) => log.push(d.toString()));
-  const exited = new Promise<void>((res) => proc.once('exit', () => res()));
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
-    // Immediate shutdown (SIGQUIT): nothing to flush in a test's cluster.
-    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGQUIT');
-    await exited;
+/**
+ * In a new mount namespace: `mountCmd`, then (with `init`) initdb into `dataDir`, then postgres
+ * on `port` with `settings`; resolves once it answers. fsync is left to the configuration files
+ * (on by default) so that `ALTER SYSTEM` and a reload can turn it off.
+ */
+export async function startCluster(mountCmd: string, dataDir: string, port: number, opts: { init: boolean; settings?: Record<string, string>; timeoutMs?: number }): Promise<Cluster> {
+  const bin = pgBin()!;
+  const asPostgres = 'setpriv --reuid=postgres --regid=postgres --init-groups';
+  const settings = {
+    listen_addresses: '127.0.0.1', port: String(port), unix_socket_directories: '', synchronous_commit: 'on', full_page_writes: 'on',
+    shared_buffers: '16MB', max_connections: '40', max_wal_size: '64MB', min_wal_size: '32MB', ...opts.settings,
   };
-  t.teardown(stop);
+  const init = opts.init
+    ? `mkdir -p ${q(dataDir)} && chown postgres:postgres ${q(dataDir)} && chmod 700 ${q(dataDir)} && `
+      + `${asPostgres} ${q(join(bin, 'initdb'))} -D ${q(dataDir)} -U postgres --auth=trust --locale=C -E UTF8 --wal-segsize=4 >/dev/null && `
+    : '';
+  const run = `exec ${asPostgres} ${q(join(bin, 'postgres'))} -D ${q(dataDir)} ${Object.entries(settings).map(([k, v]) => `-c ${q(`${k}=${v}`)}`).join(' ')}`;
+  const proc = spawn('unshare', ['-m', '--propagation', 'private', 'sh', '-c', `${mountCmd} && ${init}${run}`], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  const stderr: string[] = [];
+  proc.stderr!.on('data', (d: Buffer) => stderr.push(d.toString()));
+  const exited = new Promise<number | null>((res) => proc.once('exit', (code) => res(code)));
+  const pid = proc.pid!;
+  const signalAll = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(-pid, sig);
+    } catch {
+      // already gone
+    }
+  };
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
-  const sql = async <R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<R[]> => {
-    const c = new pg.Client({ connectionString: url });
-    await c.connect();
-    try {
-      return (await c.query<R>(text, values)).rows;
-    } finally {
-      await c.end();
-    }
-  };
-  // Ready when it takes a query (a standby answers once it reached a consistent state).
-  const until = Date.now() + 30_000;
+  const until = Date.now() + (opts.timeoutMs ?? 60_000);
+  let done = false;
+  void exited.then(() => (done = true));
   for (;;) {
-    try {
-      await sql('SELECT 1');
-      break;
-    } catch (err) {
-      if (proc.exitCode !== null || Date.now() > until) throw new Error(`postgres did not start: ${(err as Error).message}\n${log.join('')}`);
-      await new Promise((r) => setTimeout(r, 100));
+    if (done) throw new Error(`postgres exited before answering: ${stderr.join('')}`);
+    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+    const ok = await c.connect().then(() => c.query('SELECT 1')).then(() => true, () => false);
+    await c.end().catch(() => undefined);
+    if (ok) break;
+    if (Date.now() > until) {
+      signalAll('SIGKILL');
+      throw new Error(`postgres not answering on port ${port}: ${stderr.join('')}`);
     }
+    await new Promise((r) => setTimeout(r, 200));
   }
-  return { dir, port, url, proc, sql, stop };
-}
-
-/** A new primary: initdb (trust on loopback, replication allowed), WAL for replicas, no fsync. */
-export async function startPrimary(t: { teardown: (fn: () => unknown) => void }, base: string): Promise<PgCluster> {
-  const dir = join(base, 'primary');
-  await asPostgres('initdb', ['-D', dir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--no-sync']);
-  return startPostgres(t, dir, base, ['wal_level=replica', 'max_wal_senders=4', 'fsync=off', 'synchronous_commit=off']);
-}
-
-/** A hot standby streaming from `primary`, made with pg_basebackup -R. */
-export async function startReplica(t: { teardown: (fn: () => unknown) => void }, base: string, primary: PgCluster, name = 'replica'): Promise<PgCluster> {
-  const dir = join(base, name);
-  await asPostgres('pg_basebackup', ['-h', '127.0.0.1', '-p', String(primary.port), '-U', 'postgres', '-D', dir, '-R', '-X', 'stream', '--no-sync', '-c', 'fast']);
-  return startPostgres(t, dir, base, ['hot_standby=on', 'fsync=off']);
+  return {
+    pid, port, url, proc, stderr, exited, signalAll,
+    stop: () => {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGINT');
+      return exited;
+    },
+    wrap: (cmd, argv) => ['nsenter', ['-t', String(pid), '-m', '--', cmd, ...argv]],
+  };
 }

@@ -185,7 +185,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
 function policyDeps(deps: ServerAppDeps): PolicyRouteDeps | null {
   const bundles = deps.domain.bundles;
   const c = deps.config.policy;
-  const planBudget = new PlanBudget({ timeLimitMs: c.plan_time_limit, perCaller: c.plan_concurrency, total: c.plan_concurrency_total });
+  const planBudget = new PlanBudget({ timeLimitMs: c.plan_time_limit, perCaller: c.plan_concurrency, total: c.plan_concurrency_total, memoryBytes: c.plan_memory_limit });
   return deps.policy && bundles ? { planBudget, ...deps.policy, service: deps.domain.policy, bundles, reads: deps.store } : null;
 }
 
@@ -284,7 +284,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
     policyAdminRoutes(admin, policy);
     policyMembershipRoutes(admin, policy);
     policyAuthoringRoutes(admin, policy);
-    changeRequestRoutes(admin, domain.reviews);
+    changeRequestRoutes(admin, domain.reviews, policy.planBudget);
   }
   // The node list's compliance sort judges each node at the moment of the request.
   nodeRoutes(admin, reads, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));

@@ -3,17 +3,22 @@
  * renders every node a change reaches, so it is the dearest read there is, whatever the caller's
  * role. At most `[policy] plan_concurrency` plans per caller and `plan_concurrency_total` in all
  * run at once (more: 429 ERR_PLAN_BUSY); each has `plan_time_limit` (past it: 503
- * ERR_PLAN_TIMEOUT, answered when it passes, and the plan's loops stop at their next check).
+ * ERR_PLAN_TIMEOUT, answered when it passes, and the plan's loops stop at their next check) and
+ * `plan_memory_limit` (bytes it may hold, counted as it goes: past it 413 ERR_PLAN_TOO_LARGE, and
+ * its loops stop there; policy/plan-memory.ts).
  * A plan's place is given back when its work has stopped, not when it was answered: a timed-out
  * plan still computing keeps it.
  */
 import { capstanError } from '@capstan/shared/errors';
 import { Deadline } from '../policy/deadline.js';
+import { PlanMemory, planBounds, type PlanBounds } from '../policy/plan-memory.js';
 
 export interface PlanLimits {
   timeLimitMs: number;
   perCaller: number;
   total: number;
+  /** Bytes one plan may hold. */
+  memoryBytes: number;
 }
 
 export class PlanBudget {
@@ -22,7 +27,7 @@ export class PlanBudget {
 
   constructor(readonly limits: PlanLimits) {}
 
-  async run<T>(caller: string, work: (deadline: Deadline) => Promise<T>): Promise<T> {
+  async run<T>(caller: string, work: (bounds: PlanBounds) => Promise<T>): Promise<T> {
     const mine = this.byCaller.get(caller) ?? 0;
     if (mine >= this.limits.perCaller) {
       throw capstanError('ERR_PLAN_BUSY', `${mine} plan(s) of yours are running ([policy] plan_concurrency ${this.limits.perCaller}): retry when one has answered`);
@@ -34,7 +39,7 @@ export class PlanBudget {
     this.running++;
     const deadline = new Deadline(this.limits.timeLimitMs);
     let timer: NodeJS.Timeout | undefined;
-    const done = (async () => work(deadline))();
+    const done = (async () => work(planBounds(deadline, new PlanMemory(this.limits.memoryBytes))))();
     void done.catch(() => undefined).finally(() => {
       this.running--;
       const left = (this.byCaller.get(caller) ?? 1) - 1;

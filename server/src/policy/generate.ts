@@ -19,8 +19,10 @@ import {
 import { Listing } from './listing.js';
 import { periodically } from './periodic.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
-import { NodeRendering, type NodeContent, type RenderedPreview, type RenderMemo } from './per-node.js';
+import { NodeRendering, type NodeContent, type RenderMemo } from './per-node.js';
 import { KeptState, type KeptProblem } from './kept.js';
+import type { PlanBounds } from './plan-memory.js';
+import { previewNodes } from './preview.js';
 import { RenderError, type NodeProblem } from './render.js';
 import { SharedTemplates } from './shared-templates.js';
 
@@ -255,49 +257,11 @@ export class PolicyGenerator {
 
   /**
    * What the nodes a set of changes can reach would get under `before` and under `after`, by the same membership and bundle code as
-   * generation, writing nothing (`POST /api/1/policy/plan`, under its deadline); the accepted members of the groups the changes touch.
+   * generation, writing nothing (`POST /api/1/policy/plan`, under its bounds), node by node (preview.ts).
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, deadline?: { check(): void }): Promise<NodePreview[]> {
-    const listing = new Listing(this.store);
-    const touched = (model: PolicyModel) => {
-      const out = new Set<string>();
-      for (const c of changed) groupsTouched(model, c.kind, c.id).forEach((g) => out.add(g));
-      return out;
-    };
-    const nodes = await this.members(before, touched(before), listing);
-    for (const n of await this.members(after, touched(after), listing)) nodes.add(n);
-    const [ofBefore, ofAfter] = [await this.membership(before, nodes, listing), await this.membership(after, nodes, listing)];
-    const sorted = (m: PolicyModel) => [...m.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    // Each side rendered with the node's data as generation would, sealing nothing.
-    const sides = [[before, ofBefore], [after, ofAfter]] as const;
-    const templates = await this.templates.read(before, after);
-    const render = sides.map(([m]) => ({ rendering: new NodeRendering(m, null, undefined, templates), rules: sorted(m), contents: new Map<string, Content>() }));
-    const ids = [...nodes].sort();
-    const out: NodePreview[] = [];
-    for (let i = 0; i < ids.length; i += BATCH) {
-      const batch = ids.slice(i, i + BATCH);
-      const sideContent = (side: number, nodeId: string) => {
-        const groups = sides[side]![1].get(nodeId) ?? new Set<string>();
-        const key = [...groups].sort().join('\u0000');
-        const r = render[side]!;
-        let c = r.contents.get(key);
-        if (!c) r.contents.set(key, (c = contentOf(sides[side]![0], r.rules, groups)));
-        return { groups, c };
-      };
-      const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
-      const inputs = await this.store.policyNodeInputs(batch, { node: reads.some((r) => r.node), inventory: reads.some((r) => r.inventory) });
-      if (reads.some((r) => r.inventory)) for (const [n, doc] of await this.store.policyInventories(batch)) inputs.get(n)!.inventory = doc;
-      for (const nodeId of batch) {
-        deadline?.check();
-        const [b, a] = [0, 1].map((side) => {
-          const { groups, c } = sideContent(side, nodeId);
-          return render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
-        }) as [RenderedPreview, RenderedPreview];
-        const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
-        out.push({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
-      }
-    }
-    return out;
+  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, each: (p: NodePreview) => void | Promise<void>, bounds?: PlanBounds): Promise<void> {
+    const src = { store: this.store, members: this.members.bind(this), membership: this.membership.bind(this) };
+    return previewNodes(src, before, after, changed, each, bounds, await this.templates.read(before, after));
   }
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */

@@ -10,6 +10,7 @@ import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bu
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
 import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
 import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
+import { jsonBytes, textBytes } from './plan-memory.js';
 import type { Json } from './properties.js';
 import {
   conflictProblem, mergeFor, publicProperties, renderDirectives, RenderError, secretValues, setNeeds, templateData, withNodeLevel,
@@ -50,6 +51,8 @@ export interface RenderedPreview {
   /** Secret names used, each with a digest of its value (compared, never shown). */
   secrets: Record<string, string>;
   problem?: NodeProblem;
+  /** UTF-8 bytes of what this node holds of its own (its rendered directives and properties as JSON); 0 when it shares its content's. */
+  bytes: number;
 }
 
 /** What a content shares among its nodes without properties of their own. */
@@ -209,17 +212,18 @@ export class NodeRendering {
     const needs = this.needsFor(content);
     const own = input !== undefined && Object.keys(input.properties).length > 0;
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
-    if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {} };
+    if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {}, bytes: 0 };
     try {
       const base = this.baseFor(content, groups);
       if (base.problem) throw new RenderError(base.problem);
       const s = this.renderFor(nodeId, content, input, base);
       const values = secretValues(s.merged, s.secrets);
       const secrets = Object.fromEntries([...values].map(([n, v]) => [n, createHash('sha256').update(`${n}\u0000${v}`).digest('hex')]));
-      return { directives: s.directives, properties: publicProperties(s.merged), secrets };
+      const properties = publicProperties(s.merged);
+      return { directives: s.directives, properties, secrets, bytes: textBytes(s.json) + jsonBytes(properties) + jsonBytes(secrets) };
     } catch (err) {
       if (!(err instanceof RenderError)) throw err;
-      return { directives: content.directives, properties: {}, secrets: {}, problem: err.problem };
+      return { directives: content.directives, properties: {}, secrets: {}, problem: err.problem, bytes: jsonBytes(err.problem) };
     }
   }
 

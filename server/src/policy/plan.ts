@@ -16,6 +16,7 @@ import type { Technique } from '@capstan/shared/policy/technique';
 import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parseProperty, parseRule, parseTechniqueObject, withoutSecrets, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { NO_DEADLINE, type DeadlineCheck } from './deadline.js';
+import { jsonBytes, textBytes, UNBOUNDED, type PlanBounds } from './plan-memory.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -297,43 +298,55 @@ export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'pro
   return Object.keys(out).length ? out : null;
 }
 
-export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number, deadline: DeadlineCheck = NO_DEADLINE): Promise<Plan> {
+/**
+ * The plan. Nodes are previewed one at a time (preview.ts): each node's impact is made and its
+ * rendering dropped; what the plan keeps (the listed nodes' impacts, the nodes a conditioned
+ * directive reaches) is charged to its bounds (plan-memory.ts), as is what the preview holds.
+ */
+export async function planPolicy(store: Store, generator: PolicyGenerator, req: PlanRequest, maxNodes: number, bounds: PlanBounds = UNBOUNDED): Promise<Plan> {
   const before = await loadModel(store);
-  deadline.checkNow();
-  const after = desiredModel(before, req, deadline);
-  checkReferences(after, deadline);
-  deadline.checkNow();
+  bounds.checkNow();
+  const after = desiredModel(before, req, bounds);
+  checkReferences(after, bounds);
+  bounds.checkNow();
   checkTechniqueSaves(before, after);
-  deadline.checkNow();
+  bounds.checkNow();
   const { changes, unchanged } = objectChanges(before, after);
-  deadline.checkNow();
-  const previews = changes.length ? await generator.preview(before, after, changes, deadline) : [];
+  bounds.checkNow();
+  // The nodes each changed directive with a condition reaches, for its fact warnings.
+  const conditioned = new Map<string, string[]>();
+  for (const c of changes) if (c.kind === 'directive' && c.action !== 'delete' && after.directives.get(c.id)?.condition) conditioned.set(c.id, []);
   const nodes: NodeImpact[] = [];
   let total = 0;
-  for (const p of previews) {
-    deadline.check();
+  const each = async (p: NodePreview) => {
+    bounds.check();
+    for (const [id, reached] of conditioned) {
+      if (!p.after.some((x) => x.id === id)) continue;
+      reached.push(p.node_id);
+      bounds.charge(textBytes(p.node_id), 'the nodes a conditioned directive reaches');
+    }
     const rendered = renderedImpact(p);
     const impact = directiveImpact(p.before, p.after) ?? (rendered ? { added: [], changed: [], removed: [] } : null);
-    if (!impact) continue;
+    if (!impact) return;
     total++;
-    if (nodes.length >= maxNodes) continue;
+    if (nodes.length >= maxNodes) return;
     const node = await store.getNode(p.node_id);
-    nodes.push({
+    const kept: NodeImpact = {
       node_id: p.node_id,
       hostname: node?.hostname ?? null,
       config_id_before: p.before.length ? computeConfigId(p.before) : null,
       config_id_after: p.after.length ? computeConfigId(p.after) : null,
       ...impact,
       ...rendered,
-    });
-  }
+    };
+    bounds.charge(jsonBytes(kept), `the impact on node ${p.node_id}`);
+    nodes.push(kept);
+  };
+  if (changes.length) await generator.preview(before, after, changes, each, bounds);
   const warnings: FactWarning[] = [];
-  for (const c of changes) {
-    const d = c.kind === 'directive' && c.action !== 'delete' ? after.directives.get(c.id) : undefined;
-    if (!d?.condition) continue;
-    deadline.checkNow();
-    const reached = previews.filter((p) => p.after.some((x) => x.id === d.id)).map((p) => p.node_id);
-    warnings.push(...await missingFacts(store, d, reached));
+  for (const [id, reached] of conditioned) {
+    bounds.checkNow();
+    warnings.push(...await missingFacts(store, after.directives.get(id)!, reached));
   }
   const shown = changes.map((c) => (c.object ? { ...c, object: withoutSecrets(c.object) } : c));
   return { changes: shown, unchanged, nodes, nodes_total: total, nodes_truncated: total > nodes.length, warnings };

@@ -14,7 +14,8 @@ import type { AuditLog } from '../audit/log.js';
 import type { ChangeRequestRecord, ChangeRequestStatus, PolicyKind, Store } from '../store/store.js';
 import { checkId, checkPropertyName as parsePropertyName, withoutSecrets } from './model.js';
 import { directiveImpact, objectChanges, parsePlanRequest, desiredModel, type Plan, type PlanRequest } from './plan.js';
-import { loadModel } from './content.js';
+import { loadModel, type NodePreview } from './content.js';
+import type { PlanBounds } from './plan-memory.js';
 import type { PolicyService } from './service.js';
 
 /** Nodes kept in a change request's impact (the rest are counted). */
@@ -127,10 +128,10 @@ export class ChangeRequestService {
     return { ...r, changes: shownChanges(r.changes as ChangeSet), stale: r.status === 'open' || r.status === 'approved' ? await this.staleOf(r) : [] };
   }
 
-  async propose(body: unknown, actor: Actor): Promise<ChangeRequestView> {
+  async propose(body: unknown, actor: Actor, bounds?: PlanBounds): Promise<ChangeRequestView> {
     const p = parseProposal(await this.keptSecrets(body));
-    // The impact is the plan's (policy/plan.ts), with the static groups' nodes checked.
-    const impact: Plan = await this.deps.policy.planRequest(p.request, IMPACT_NODES);
+    // The impact is the plan's (policy/plan.ts), with the static groups' nodes checked, under the plans' bounds.
+    const impact: Plan = await this.deps.policy.planRequest(p.request, IMPACT_NODES, bounds);
     const at = this.now().toISOString();
     const rec: ChangeRequestRecord = {
       id: randomUUID(), title: p.title, description: p.description, author: actor.name, status: 'open', created_at: at, updated_at: at,
@@ -211,13 +212,16 @@ export class ChangeRequestService {
   }
 
   /** A node's directives before and after the request, as its bundle would carry them (the rendered diff of one node). */
-  async nodeDiff(id: string, nodeId: string): Promise<{ node_id: string; before: unknown[]; after: unknown[]; impact: ReturnType<typeof directiveImpact> }> {
+  async nodeDiff(id: string, nodeId: string, bounds?: PlanBounds): Promise<{ node_id: string; before: unknown[]; after: unknown[]; impact: ReturnType<typeof directiveImpact> }> {
     await this.get(id);
     const c = (await this.deps.store.reviews.getChangeRequest(id))!.changes as ChangeSet;
     const before = await loadModel(this.deps.store);
     const after = desiredModel(before, requestOf(c));
     const { changes } = objectChanges(before, after);
-    const p = (await this.deps.policy.generator.preview(before, after, changes)).find((x) => x.node_id === nodeId);
+    let p: NodePreview | undefined;
+    await this.deps.policy.generator.preview(before, after, changes, (x) => {
+      if (x.node_id === nodeId) p = x;
+    }, bounds);
     if (!p) return { node_id: nodeId, before: [], after: [], impact: null };
     return { node_id: nodeId, before: p.before, after: p.after, impact: directiveImpact(p.before, p.after) };
   }

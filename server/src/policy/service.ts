@@ -21,7 +21,7 @@ import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques
 import { parsePlanRequest, planPolicy, type Plan, type PlanRequest } from './plan.js';
 import type { PolicyKeyring } from './key.js';
 import { effectiveProperties, type EffectiveProperties } from './effective.js';
-import type { DeadlineCheck } from './deadline.js';
+import type { PlanBounds } from './plan-memory.js';
 
 export const POLICY_PLURAL: Record<PolicyKind, string> = { directive: 'directives', group: 'groups', rule: 'rules', technique: 'techniques', property: 'properties' };
 
@@ -180,14 +180,14 @@ export class PolicyService {
    * What making the server match a desired set of objects would change, and for which nodes
    * (policy/plan.ts). Writes nothing; the static groups' nodes are checked as a save would.
    */
-  async plan(body: unknown, maxNodes: number, deadline?: DeadlineCheck): Promise<Plan> {
-    return this.planRequest(parsePlanRequest(body), maxNodes, deadline);
+  async plan(body: unknown, maxNodes: number, bounds?: PlanBounds): Promise<Plan> {
+    return this.planRequest(parsePlanRequest(body), maxNodes, bounds);
   }
 
   /** plan() of a request already parsed (a change request's). */
-  async planRequest(plan: PlanRequest, maxNodes: number, deadline?: DeadlineCheck): Promise<Plan> {
+  async planRequest(plan: PlanRequest, maxNodes: number, bounds?: PlanBounds): Promise<Plan> {
     for (const [i, g] of plan.groups.entries()) {
-      deadline?.check();
+      bounds?.check();
       try {
         await this.checkGroupNodes(g);
       } catch (err) {
@@ -195,7 +195,7 @@ export class PolicyService {
         throw err;
       }
     }
-    return planPolicy(this.deps.store, this.deps.generator, plan, maxNodes, deadline);
+    return planPolicy(this.deps.store, this.deps.generator, plan, maxNodes, bounds);
   }
 
   /**

@@ -11,14 +11,24 @@ import type { FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { readJson } from '@capstan/toolkit/http/app';
 import type { ChangeRequestService } from '../../policy/reviews.js';
+import type { PlanBounds } from '../../policy/plan-memory.js';
+import type { PlanBudget } from '../plan-budget.js';
 import { CHANGE_REQUEST_STATUSES, type ChangeRequestStatus } from '../../reads.js';
 import { actorOf } from '../actor.js';
 import { bodyObject, paging, single, type Query } from '../params.js';
 import { namingField } from './policies.js';
 
-export function changeRequestRoutes(app: FastifyInstance, reviews: ChangeRequestService): void {
-  app.post('/api/1/change-requests', async (req, reply) => namingField(reply, async () =>
-    reply.code(201).send({ data: await reviews.propose(await readJson(req), actorOf(req)) })));
+/**
+ * A proposal's impact is a plan, and a node's diff renders every node the request reaches: both
+ * run under the plans' budget ([policy] plan_*, api/plan-budget.ts), as POST /api/1/policy/plan.
+ */
+export function changeRequestRoutes(app: FastifyInstance, reviews: ChangeRequestService, budget?: PlanBudget): void {
+  app.post('/api/1/change-requests', async (req, reply) => namingField(reply, async () => {
+    const body = await readJson(req);
+    const actor = actorOf(req);
+    const data = budget ? await budget.run(`${actor.kind}:${actor.name}`, (b) => reviews.propose(body, actor, b)) : await reviews.propose(body, actor);
+    return reply.code(201).send({ data });
+  }));
 
   app.get<{ Querystring: Query }>('/api/1/change-requests', async (req) => {
     const { page, per_page } = paging(req.query, 50);
@@ -32,7 +42,11 @@ export function changeRequestRoutes(app: FastifyInstance, reviews: ChangeRequest
   });
 
   app.get<{ Params: { id: string } }>('/api/1/change-requests/:id', async (req) => ({ data: await reviews.get(req.params.id) }));
-  app.get<{ Params: { id: string; node: string } }>('/api/1/change-requests/:id/nodes/:node', async (req) => ({ data: await reviews.nodeDiff(req.params.id, req.params.node) }));
+  app.get<{ Params: { id: string; node: string } }>('/api/1/change-requests/:id/nodes/:node', async (req) => {
+    const actor = actorOf(req);
+    const diff = (b?: PlanBounds) => reviews.nodeDiff(req.params.id, req.params.node, b);
+    return { data: budget ? await budget.run(`${actor.kind}:${actor.name}`, diff) : await diff() };
+  });
 
   for (const verdict of ['approve', 'reject'] as const) {
     app.post<{ Params: { id: string } }>(`/api/1/change-requests/:id/${verdict}`, async (req) => {

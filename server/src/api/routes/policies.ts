@@ -23,7 +23,7 @@ import { listView } from '../node-view.js';
 import { intParam, paging, single, type Query } from '../params.js';
 import { sharedFolderRoutes } from '../../policy/shared-folder.js';
 import type { PlanBudget } from '../plan-budget.js';
-import type { DeadlineCheck } from '../../policy/deadline.js';
+import type { PlanBounds } from '../../policy/plan-memory.js';
 
 /**
  * May this request fetch this node's policy? The node identity layer fills this with its check
@@ -44,7 +44,7 @@ export interface PolicyRouteDeps {
   sharedFolder?: string;
   /** `[policy] max_plan_size`: the largest body of POST /api/1/policy/plan (default 16 MiB). */
   maxPlanBytes?: number;
-  /** `[policy] plan_time_limit`, `plan_concurrency`, `plan_concurrency_total` (api/plan-budget.ts). */
+  /** `[policy] plan_time_limit`, `plan_memory_limit`, `plan_concurrency`, `plan_concurrency_total` (api/plan-budget.ts). */
   planBudget?: PlanBudget;
 }
 
@@ -78,7 +78,7 @@ export function policyAdminRoutes(app: FastifyInstance, deps: PolicyRouteDeps): 
     const max = req.query.max_nodes === undefined ? DEFAULT_PLAN_NODES : Number(req.query.max_nodes);
     if (!(max >= 1 && max <= MAX_PLAN_NODES)) throw capstanError('ERR_BAD_REQUEST', `max_nodes must be an integer from 1 to ${MAX_PLAN_NODES}`);
     const actor = actorOf(req);
-    const plan = (deadline?: DeadlineCheck) => async () => service.plan(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024), max, deadline);
+    const plan = (bounds?: PlanBounds) => async () => service.plan(await readJson(req, deps.maxPlanBytes ?? 16 * 1024 * 1024), max, bounds);
     return reply.send({ data: deps.planBudget ? await deps.planBudget.run(`${actor.kind}:${actor.name}`, (d) => plan(d)()) : await plan()() });
   }));
 
