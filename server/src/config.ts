@@ -215,9 +215,8 @@ export const SERVER_SCHEMA = {
      */
     regenerate_interval: { type: 'duration', default: '15m' },
     /**
-     * How often the shared-folder templates that file_from_template directives name are checked
-     * (one stat each): an edited one regenerates the nodes using it. 0: off (the periodic
-     * regeneration still finds it).
+     * How often the shared-folder templates file_from_template names are checked (a stat each):
+     * an edited one regenerates its nodes. 0: off (the periodic regeneration still finds it).
      */
     template_check_interval: { type: 'duration', default: '10s' },
     /**
@@ -231,10 +230,7 @@ export const SERVER_SCHEMA = {
     plan_concurrency: { type: 'integer', default: 1, min: 1, max: 64 },
     /** Plans running at once on this server, all callers together: past it ERR_PLAN_BUSY (429). */
     plan_concurrency_total: { type: 'integer', default: 2, min: 1, max: 256 },
-    /**
-     * Bytes of node data, rendered policies and results one plan may hold (policy/plan-memory.ts):
-     * past it ERR_PLAN_TOO_LARGE (413).
-     */
+    /** Bytes of node data, renderings and results one plan may hold (plan-memory.ts); past it 413 ERR_PLAN_TOO_LARGE. */
     plan_memory_limit: { type: 'size', default: '64MiB', min: 1024 },
     /**
      * Admin roles whose policy changes must go through a change request reviewed by another
