@@ -37,10 +37,10 @@ function EffectiveTable({ e }: { e: Effective }) {
       <tbody>{e.origins.map((o) => (
         <tr key={o.path.join('.')}>
           <th scope="row"><code>{o.path.join('.')}</code></th>
-          <td>{o.secret ? <SecretBadge /> : <code>{jsonText(o.value)}</code>}</td>
+          <td>{o.secret ? <SecretBadge /> : <code class="json">{jsonText(o.value)}</code>}</td>
           <td class="origin"><OriginLink o={o.origin} /></td>
           <td>{(o.overridden ?? []).map((x, i) => (
-            <div key={i}><OriginLink o={x.origin} />{x.value !== undefined && !o.secret ? <>: <code>{jsonText(x.value)}</code></> : ''}</div>
+            <div key={i}><OriginLink o={x.origin} />{x.value !== undefined && !o.secret ? <>: <code class="json">{jsonText(x.value)}</code></> : ''}</div>
           ))}</td>
         </tr>
       ))}</tbody>
@@ -107,7 +107,7 @@ function NodeOwn({ id, own, secrets, reload }: { id: string; own: Record<string,
         <h3>Set on this node</h3>
         {shown.length === 0 ? <p class="muted">None.</p> : (
           <table class="compact" id="node-properties"><tbody>{shown.map(([k, v]) => (
-            <tr key={k}><th scope="row"><code>{k}</code></th><td>{hidden.has(k) ? <SecretBadge /> : <code>{jsonText(v)}</code>}</td></tr>
+            <tr key={k}><th scope="row"><code>{k}</code></th><td>{hidden.has(k) ? <SecretBadge /> : <code class="json">{jsonText(v)}</code>}</td></tr>
           ))}</tbody></table>
         )}
         {canWrite && <button type="button" class="secondary" onClick={() => { setRows(initial()); setErrors({}); setEditing(true); }}>Edit this node's properties</button>}
@@ -197,7 +197,7 @@ export function GroupProperties({ properties, priority }: { properties: Record<s
               return (
                 <tr key={n}>
                   <th scope="row"><code>{n}</code></th>
-                  <td>{secret ? <SecretBadge /> : <code>{jsonText(merged ? deepMerge(global!.value!, own!.value!) : own ? own.value : global!.value)}</code>}</td>
+                  <td>{secret ? <SecretBadge /> : <code class="json">{jsonText(merged ? deepMerge(global!.value!, own!.value!) : own ? own.value : global!.value)}</code>}</td>
                   <td class="origin">{own ? (merged ? <>this group, merged over <a href="#/properties">global</a></> : global ? <>this group, over <a href="#/properties">global</a></> : 'this group') : <a href="#/properties">global</a>}</td>
                 </tr>
               );

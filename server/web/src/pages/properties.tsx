@@ -50,7 +50,7 @@ export function PropertiesPage() {
             {l.data.map((p) => (
               <tr key={p.id}>
                 <th scope="row"><code>{p.id}</code></th>
-                <td>{p.secret ? <SecretBadge /> : <code>{jsonText(p.value)}</code>}</td>
+                <td>{p.secret ? <SecretBadge /> : <code class="json">{jsonText(p.value)}</code>}</td>
                 {canWrite && <td class="actions"><a href={`#/properties/${enc(p.id)}/edit`} aria-label={`Edit ${p.id}`}>Edit</a></td>}
               </tr>
             ))}
