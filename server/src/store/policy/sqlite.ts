@@ -7,7 +7,7 @@ import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
-import { checkExpectations } from '../input.js';
+import { checkConfigId, checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type { PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyStore, PolicyWrite } from './types.js';
@@ -136,15 +136,18 @@ export class SqlitePolicy implements PolicyStore {
    * was 80% of a 100,000-node generation.
    */
   async putPolicies(items: PolicyWrite[]): Promise<number> {
-    // The nodes of one generation share a handful of contents: check each list once.
-    const memo = new Map<ExpectedComponent[], Map<string, { items: ExpectedComponent[]; json: string }>>();
+    // The nodes of one generation share a handful of lists (templated ones, each its config id):
+    // check each list once, and each config id.
+    const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
+    const times = new Map<string, string>();
     const checked = items.map((it) => {
       checkBundleRecord(it.bundle);
-      let byConfig = memo.get(it.expected);
-      if (!byConfig) memo.set(it.expected, (byConfig = new Map()));
-      let expected = byConfig.get(it.bundle.config_id);
-      if (!expected) byConfig.set(it.bundle.config_id, (expected = checkExpectations(it.bundle.config_id, it.expected)));
-      return { bundle: it.bundle, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected, expectationsOnly: it.expectationsOnly === true };
+      let expected = memo.get(it.expected);
+      if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
+      else checkConfigId(it.bundle.config_id);
+      let when = times.get(it.bundle.generated_at);
+      if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
+      return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
     });
     return this.db.write('putPolicies', () => {
       let n = 0;
