@@ -204,7 +204,7 @@ export class SqliteCompliance implements ComplianceStore {
   /**
    * recompute for many nodes at once (a generation's batch, each node once), inside the caller's
    * write transaction: the same rows as one recompute per node, with one statement per kind of
-   * read and write instead of five per node (those were a third of a 100,000-node generation).
+   * read and write instead of five per node (a quarter of a 20,000-node generation under the profiler).
    * A node's directive rows that go are deleted before its compliance row moves to its new time
    * state, and the new ones written after: the kept counters' triggers then move none of them
    * (a row written before the move was taken out and put back under the new state).
