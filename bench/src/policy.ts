@@ -8,6 +8,10 @@
  * directives whose templates read a group property, a node property, the host name and a fact,
  * so every node is rendered on its own; timed the same three ways, the change being one group
  * property's (regenerating only that group's members).
+ * Each change is also made to a static group of 1 % of the fleet (a rule of its own, then a
+ * property of that group): what it regenerates must stay at its members. Every step is reported
+ * in wall and CPU time (`*_cpu_ms`, this process's user + system: on a machine shared with other
+ * work, the wall time also counts waiting for a core).
  */
 import Database from 'better-sqlite3';
 import { silentLogger } from '@capstan/shared';
@@ -28,6 +32,23 @@ export interface PolicyBenchResult {
   templated_unchanged_ms: number;
   group_property_change_ms: number;
   group_property_change_nodes: number;
+  /** A directive of a rule reaching 1 % of the fleet changed: nodes regenerated (gone through) and changed. */
+  one_percent_directive_change_ms: number;
+  one_percent_directive_change_regenerated: number;
+  one_percent_directive_change_nodes: number;
+  /** A property of that 1 % group changed, node data in play. */
+  one_percent_property_change_ms: number;
+  one_percent_property_change_regenerated: number;
+  one_percent_property_change_nodes: number;
+  /** CPU time of each step above (user + system of this process). */
+  first_cpu_ms: number;
+  unchanged_cpu_ms: number;
+  directive_change_cpu_ms: number;
+  one_percent_directive_change_cpu_ms: number;
+  templated_first_cpu_ms: number;
+  templated_unchanged_cpu_ms: number;
+  group_property_change_cpu_ms: number;
+  one_percent_property_change_cpu_ms: number;
   target_ms: number;
   ok: boolean;
 }
@@ -60,11 +81,21 @@ export function loadNodeData(path: string, nodes: number): void {
 
 export const POLICY_TARGET_MS = 10_000;
 
+/** A step's stats with the CPU time this process spent in it. */
+async function cpuTimed<T>(fn: () => Promise<T>): Promise<{ value: T; cpu_ms: number }> {
+  const c0 = process.cpuUsage();
+  const value = await fn();
+  const c = process.cpuUsage(c0);
+  return { value, cpu_ms: Math.round((c.user + c.system) / 1000) };
+}
+
 export async function benchPolicy(opts: { nodes?: number; log?: (line: string) => void } = {}): Promise<PolicyBenchResult> {
   const nodes = opts.nodes ?? 100_000;
   const log = opts.log ?? (() => undefined);
   return withSqlite('capstan-policy-bench-', async (path) => {
     loadSqlite(path, nodes);
+    // 1 % of the fleet, by id (registry.ts's node i; every hundredth is pending, none of these).
+    const onePercent = Array.from({ length: Math.max(1, Math.floor(nodes / 100)) }, (_, k) => `00000000-0000-4000-8000-${String(k * 100 + 3).padStart(12, '0')}`);
     return withSqliteStore(path, async (store) => {
       const at = new Date().toISOString();
       for (let d = 0; d < 10; d++) {
@@ -78,15 +109,21 @@ export async function benchPolicy(opts: { nodes?: number; log?: (line: string) =
       await store.putPolicyObject('rule', 'prod', { id: 'prod', name: 'prod', directives: ['d4', 'd5'], groups: ['prod'] }, at);
       await store.putPolicyObject('rule', 'web', { id: 'web', name: 'web', directives: ['d6', 'd7'], groups: ['web'] }, at);
       await store.putPolicyObject('rule', 'canary', { id: 'canary', name: 'canary', directives: ['d8', 'd9'], groups: ['canary'] }, at);
+      await store.putPolicyObject('directive', 'd10', { id: 'd10', name: 'd10', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-10', content: 'value 10\n' } }, at);
+      await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent }, at);
+      await store.putPolicyObject('rule', 'pct', { id: 'pct', name: 'pct', directives: ['d10'], groups: ['pct'] }, at);
       const gen = new PolicyGenerator({ store, log: silentLogger });
       log(`policy bench: ${nodes} nodes loaded`);
-      const first = await gen.regenerateAll();
-      log(`policy bench: first generation ${first.ms.toFixed(0)} ms (${first.changed} bundles)`);
-      const again = await gen.regenerateAll();
-      log(`policy bench: unchanged pass ${again.ms.toFixed(0)} ms`);
-      const change = await gen.change('directive', 'd6', () =>
-        store.putPolicyObject('directive', 'd6', { id: 'd6', name: 'd6', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-6', content: 'changed\n' } }, new Date().toISOString()));
-      log(`policy bench: one directive change ${change.stats.ms.toFixed(0)} ms (${change.stats.changed} of ${nodes} nodes)`);
+      const { value: first, cpu_ms: firstCpu } = await cpuTimed(() => gen.regenerateAll());
+      log(`policy bench: first generation ${first.ms.toFixed(0)} ms, ${firstCpu} ms CPU (${first.changed} bundles)`);
+      const { value: again, cpu_ms: againCpu } = await cpuTimed(() => gen.regenerateAll());
+      log(`policy bench: unchanged pass ${again.ms.toFixed(0)} ms, ${againCpu} ms CPU`);
+      const { value: change, cpu_ms: changeCpu } = await cpuTimed(() => gen.change('directive', 'd6', () =>
+        store.putPolicyObject('directive', 'd6', { id: 'd6', name: 'd6', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-6', content: 'changed\n' } }, new Date().toISOString())));
+      log(`policy bench: one directive change ${change.stats.ms.toFixed(0)} ms, ${changeCpu} ms CPU (${change.stats.changed} of ${nodes} nodes)`);
+      const { value: pct, cpu_ms: pctCpu } = await cpuTimed(() => gen.change('directive', 'd10', () =>
+        store.putPolicyObject('directive', 'd10', { id: 'd10', name: 'd10', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-10', content: 'changed\n' } }, new Date().toISOString())));
+      log(`policy bench: one directive change reaching 1 % ${pct.stats.ms.toFixed(0)} ms, ${pctCpu} ms CPU (${pct.stats.nodes} regenerated, ${pct.stats.changed} changed)`);
 
       // Node data in play: every node's bundle rendered on its own.
       loadNodeData(path, nodes);
@@ -100,19 +137,27 @@ export async function benchPolicy(opts: { nodes?: number; log?: (line: string) =
         params: { path: '/etc/motd', content: 'owner ${node.properties.owner}, dns {{node.properties.dc.dns}}, host {{node.hostname}}, room {{facts.site.room}}\n' } }, t);
       await store.putPolicyObject('directive', 'd1', { id: 'd1', name: 'd1', method: 'file_from_template', mode: 'enforce',
         params: { path: '/etc/limits.conf', template: '* soft nofile {{node.properties.limits.nofile}}\n# {{os.name}} {{os.version}}, {{cpus.count}} cpus\n' } }, t);
+      await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 4096 } } } }, t);
       const gen2 = new PolicyGenerator({ store, log: silentLogger });
-      const tFirst = await gen2.regenerateAll();
-      log(`policy bench: templated, first generation ${tFirst.ms.toFixed(0)} ms (${tFirst.changed} bundles)`);
-      const tAgain = await gen2.regenerateAll();
-      log(`policy bench: templated, unchanged pass ${tAgain.ms.toFixed(0)} ms`);
-      const gChange = await gen2.change('group', 'web', () => store.putPolicyObject('group', 'web',
-        { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web-*'] }], priority: 2, properties: { limits: { value: { nofile: 131072 } } } }, new Date().toISOString()));
-      log(`policy bench: templated, one group property change ${gChange.stats.ms.toFixed(0)} ms (${gChange.stats.changed} of ${nodes} nodes)`);
+      const { value: tFirst, cpu_ms: tFirstCpu } = await cpuTimed(() => gen2.regenerateAll());
+      log(`policy bench: templated, first generation ${tFirst.ms.toFixed(0)} ms, ${tFirstCpu} ms CPU (${tFirst.changed} bundles)`);
+      const { value: tAgain, cpu_ms: tAgainCpu } = await cpuTimed(() => gen2.regenerateAll());
+      log(`policy bench: templated, unchanged pass ${tAgain.ms.toFixed(0)} ms, ${tAgainCpu} ms CPU`);
+      const { value: gChange, cpu_ms: gChangeCpu } = await cpuTimed(() => gen2.change('group', 'web', () => store.putPolicyObject('group', 'web',
+        { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web-*'] }], priority: 2, properties: { limits: { value: { nofile: 131072 } } } }, new Date().toISOString())));
+      log(`policy bench: templated, one group property change ${gChange.stats.ms.toFixed(0)} ms, ${gChangeCpu} ms CPU (${gChange.stats.changed} of ${nodes} nodes)`);
+      const { value: pChange, cpu_ms: pChangeCpu } = await cpuTimed(() => gen2.change('group', 'pct', () => store.putPolicyObject('group', 'pct',
+        { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 8192 } } } }, new Date().toISOString())));
+      log(`policy bench: templated, a property of a 1 % group changed ${pChange.stats.ms.toFixed(0)} ms, ${pChangeCpu} ms CPU (${pChange.stats.nodes} regenerated, ${pChange.stats.changed} changed)`);
       return {
         nodes, first_ms: Math.round(first.ms), first_changed: first.changed, unchanged_ms: Math.round(again.ms),
         directive_change_ms: Math.round(change.stats.ms), directive_change_nodes: change.stats.changed,
         templated_first_ms: Math.round(tFirst.ms), templated_first_changed: tFirst.changed, templated_unchanged_ms: Math.round(tAgain.ms),
         group_property_change_ms: Math.round(gChange.stats.ms), group_property_change_nodes: gChange.stats.changed,
+        one_percent_directive_change_ms: Math.round(pct.stats.ms), one_percent_directive_change_regenerated: pct.stats.nodes, one_percent_directive_change_nodes: pct.stats.changed,
+        one_percent_property_change_ms: Math.round(pChange.stats.ms), one_percent_property_change_regenerated: pChange.stats.nodes, one_percent_property_change_nodes: pChange.stats.changed,
+        first_cpu_ms: firstCpu, unchanged_cpu_ms: againCpu, directive_change_cpu_ms: changeCpu, one_percent_directive_change_cpu_ms: pctCpu,
+        templated_first_cpu_ms: tFirstCpu, templated_unchanged_cpu_ms: tAgainCpu, group_property_change_cpu_ms: gChangeCpu, one_percent_property_change_cpu_ms: pChangeCpu,
         target_ms: POLICY_TARGET_MS, ok: first.ms <= POLICY_TARGET_MS && tFirst.ms <= POLICY_TARGET_MS,
       };
     });

@@ -5,9 +5,10 @@
  * list, so the store checks each once.
  */
 import { createHash } from 'node:crypto';
-import { bundleExpectations } from '@capstan/shared/compliance/compute';
-import { computeConfigId, type BundleDirective } from '@capstan/shared/policy/bundle';
+import { directiveExpectations } from '@capstan/shared/compliance/compute';
+import { canonicalJson, configIdOfCanonical, type BundleDirective } from '@capstan/shared/policy/bundle';
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
+import { systemExpectations } from '@capstan/shared/policy/system';
 import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
 import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
 import { jsonBytes, textBytes } from './plan-memory.js';
@@ -61,6 +62,18 @@ interface Shared {
   directives: BundleDirective[];
   secrets: string[];
   json: string;
+  /** The directives' canonical JSON (the config id's input). */
+  canonical: string;
+  expected: ExpectedComponent[];
+}
+
+/** One directive's texts: made once for a directive many nodes share, per node for one rendered for it. */
+interface DirectiveText {
+  json: string;
+  canonical: string;
+  expected: ExpectedComponent[];
+  /** expectationKey of `expected`. */
+  key: string;
 }
 
 export class NodeRendering {
@@ -70,6 +83,10 @@ export class NodeRendering {
   private readonly needs = new Map<Content, Needs>();
   private readonly expectations = new Map<string, ExpectedComponent[]>();
   private readonly bases = new Map<Content, Base>();
+  /** The texts of directives shared by nodes (not rendered per node), by directive object. */
+  private readonly texts = new WeakMap<BundleDirective, DirectiveText>();
+  /** digestOf for a node's input (wantsInventory asks before render does). */
+  private readonly digests = new WeakMap<PolicyNodeInput, string>();
   /** The techniques as text: a changed technique changes every digest. */
   private readonly modelDigest: string;
 
@@ -170,18 +187,22 @@ export class NodeRendering {
     this.seals?.keepOnly(nodeId, new Set(s.secrets));
     const properties = publicProperties(s.merged);
     const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
-    const configId = computeConfigId(s.directives, extra);
+    const configId = configIdOfCanonical(s.canonical, extra);
     this.memo.set(nodeId, { digest, configId });
     let tail = s.json;
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
-    return { directives: s.directives, properties, secrets, configId, expected: this.expectedOf(s.directives), tail };
+    return { directives: s.directives, properties, secrets, configId, expected: s.expected, tail };
   }
 
   /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
   private digestOf(base: Base, input: PolicyNodeInput | undefined): string {
-    return createHash('sha256').update(base.digest)
+    const kept = input && this.digests.get(input);
+    if (kept !== undefined) return kept;
+    const digest = createHash('sha256').update(base.digest)
       .update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
+    if (input) this.digests.set(input, digest);
+    return digest;
   }
 
   /**
@@ -200,7 +221,23 @@ export class NodeRendering {
     const merged = withNodeLevel(base.merged, input?.properties ?? {});
     const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
     const r = renderDirectives(content.directives, data, this.model, this.needsOf, this.templates);
-    return { merged, directives: r.directives, secrets: r.secrets, json: JSON.stringify(r.directives) };
+    // JSON.stringify and canonicalJson of the list, made of each directive's text: a directive
+    // left as the content has it is serialised once for all the nodes.
+    const parts = r.directives.map((d, i) => this.textOf(d, d === content.directives[i]));
+    return {
+      merged, directives: r.directives, secrets: r.secrets,
+      json: `[${parts.map((p) => p.json).join(',')}]`, canonical: `[${parts.map((p) => p.canonical).join(',')}]`, expected: this.expectedOf(parts),
+    };
+  }
+
+  private textOf(d: BundleDirective, shared: boolean): DirectiveText {
+    let t = shared ? this.texts.get(d) : undefined;
+    if (!t) {
+      const expected = directiveExpectations(d);
+      t = { json: JSON.stringify(d), canonical: canonicalJson(d), expected, key: expectationKey(expected) };
+      if (shared) this.texts.set(d, t);
+    }
+    return t;
   }
 
   /**
@@ -227,12 +264,12 @@ export class NodeRendering {
     }
   }
 
-  /** Expectations, one list per distinct text. */
-  private expectedOf(directives: BundleDirective[]): ExpectedComponent[] {
-    const e = bundleExpectations(directives);
-    const k = expectationKey(e);
+  /** bundleExpectations of the directives, one list per distinct text (keyed by the directives' keys). */
+  private expectedOf(parts: readonly DirectiveText[]): ExpectedComponent[] {
+    const k = JSON.stringify(parts.map((p) => p.key));
     const known = this.expectations.get(k);
     if (known) return known;
+    const e = [...systemExpectations(), ...parts.flatMap((p) => p.expected)];
     this.expectations.set(k, e);
     return e;
   }

@@ -212,9 +212,14 @@ export function checkPatch(p: NodePatch): NodePatch {
   return out;
 }
 
+/** A config id as checkExpectations checks it. */
+export function checkConfigId(configId: string): void {
+  text(configId, 'config_id', 255);
+}
+
 /** Expected components of one config: checked, deduplicated, serialised. */
 export function checkExpectations(configId: string, items: ExpectedComponent[]): { items: ExpectedComponent[]; json: string } {
-  text(configId, 'config_id', 255);
+  checkConfigId(configId);
   if (!Array.isArray(items)) throw capstanError('ERR_BAD_REQUEST', 'expectations must be an array');
   if (items.length > MAX_EXPECTED_COMPONENTS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_EXPECTED_COMPONENTS} expected components`);
   const seen = new Set<string>();

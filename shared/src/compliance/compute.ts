@@ -137,12 +137,15 @@ export function summarize(reports: Iterable<OutcomeReport>): { counts: Record<st
 export function bundleExpectations(
   directives: ReadonlyArray<{ id: string; rule_id: string; method: string; params: Record<string, unknown>; calls?: readonly TechniqueCall[] }>,
 ): ExpectedComponent[] {
-  return [
-    ...systemExpectations(),
-    ...directives.flatMap((d) =>
-      (d.calls ? d.calls.flatMap(callComponents) : expectedComponents(d.method, d.params))
-        .map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }))),
-  ];
+  return [...systemExpectations(), ...directives.flatMap(directiveExpectations)];
+}
+
+/** One directive's part of bundleExpectations: its components, or its technique calls'. */
+export function directiveExpectations(
+  d: { id: string; rule_id: string; method: string; params: Record<string, unknown>; calls?: readonly TechniqueCall[] },
+): ExpectedComponent[] {
+  return (d.calls ? d.calls.flatMap(callComponents) : expectedComponents(d.method, d.params))
+    .map((c) => ({ rule_id: d.rule_id, directive_id: d.id, component: c.component }));
 }
 
 export interface ComplianceItem {

@@ -102,12 +102,28 @@ export function canonicalJson(v: unknown): string {
  * not count (canonical JSON).
  */
 export function computeConfigId(directives: BundleDirective[], extra: Pick<PolicyBundle, 'properties' | 'secrets'> = {}): string {
+  return configIdOfCanonical(canonicalJson(directives), extra);
+}
+
+/**
+ * computeConfigId from the directives' canonical JSON, made by the caller (a generation makes
+ * each directive's shared by many nodes once): `[` + each directive's canonicalJson joined by
+ * `,` + `]`.
+ */
+export function configIdOfCanonical(directivesCanonical: string, extra: Pick<PolicyBundle, 'properties' | 'secrets'> = {}): string {
   // Without properties or secrets the hash is the directives' alone, as it always was: an
   // upgraded server gives unchanged nodes their old config ids. Sealing is randomised, so a server
   // keeps a node's sealed value until its plaintext or the node's key changes.
   const has = (o?: object) => o !== undefined && Object.keys(o).length > 0;
-  const content = has(extra.properties) || has(extra.secrets) ? { directives, properties: extra.properties, secrets: extra.secrets } : directives;
-  return createHash('sha256').update(canonicalJson(content)).digest('hex').slice(0, 16);
+  let text = directivesCanonical;
+  if (has(extra.properties) || has(extra.secrets)) {
+    // canonicalJson({ directives, properties, secrets }): keys in that (sorted) order, undefined left out.
+    text = `{"directives":${directivesCanonical}`;
+    if (extra.properties !== undefined) text += `,"properties":${canonicalJson(extra.properties)}`;
+    if (extra.secrets !== undefined) text += `,"secrets":${canonicalJson(extra.secrets)}`;
+    text += '}';
+  }
+  return createHash('sha256').update(text).digest('hex').slice(0, 16);
 }
 
 /** The key id of a policy public key: first 16 hex of the sha256 of its SPKI DER. */

@@ -295,6 +295,7 @@ export function renderParams(params: Record<string, unknown>, data: unknown, opt
   const shared = newState('', data, { ...opts, mode: 'text' }, trace);
   const walk = (v: unknown, field: string): unknown => {
     if (typeof v === 'string') {
+      if (plainWithin(v, shared)) return v;
       const st: State = { ...shared, template: v, field, token: undefined };
       const whole = WHOLE_TAG.exec(v);
       let out: unknown;
@@ -314,6 +315,21 @@ export function renderParams(params: Record<string, unknown>, data: unknown, opt
   };
   const out = walk(params, '') as Record<string, unknown>;
   return { params: out, reads: [...trace.reads].sort(), secrets: [...trace.secrets].sort() };
+}
+
+/**
+ * A string with no tag renders as itself: mustache makes it one text token (none when empty),
+ * counted as rendering would count it. True when it is such a string within every limit (its
+ * counts are then added to `st`); anything else goes through the renderer, which says what is wrong.
+ */
+function plainWithin(v: string, st: State): boolean {
+  if (v.includes('{{') || v.includes('${node') || v.includes(MARKER_OPEN) || v.includes(MARKER_CLOSE)) return false;
+  const bytes = Buffer.byteLength(v);
+  const steps = st.steps + (v.length > 0 ? 1 : 0);
+  if (bytes > st.limits.maxTemplateBytes || steps > st.limits.maxSteps || st.out + bytes > st.limits.maxOutputBytes) return false;
+  st.steps = steps;
+  st.out += bytes;
+  return true;
 }
 
 /** A typed value put in whole: a JSON copy, counted in the output, with no secret or marker inside. */

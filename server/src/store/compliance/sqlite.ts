@@ -4,6 +4,7 @@
  * runs and policies arrive; aggregates apply the time states when read (rows.ts).
  */
 import type { SqliteDb } from '../sqlite/db.js';
+import { MultiRow } from '../sqlite/multirow.js';
 import { checkExpectations, checkKeepLast, checkPaging } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
@@ -20,7 +21,7 @@ import {
   targetNodesSql, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
-  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
+  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
 import { sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep } from './kept-sqlite.js';
@@ -48,6 +49,26 @@ function upsertDirectivesSql(rows: number): string {
     VALUES ${Array.from({ length: rows }, () => `(?, ?, ?, ${COUNT_COLUMNS.map(() => '?').join(', ')})`).join(', ')}
     ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 }
+
+/** The values of one UPSERT_COMPLIANCE row. */
+function complianceValues(input: ComplianceInput, at: string, f: FindingContext, counts: ComplianceCounts): unknown[] {
+  const m = input.marks;
+  return [input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
+    input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
+    UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
+    f.runs_seen, ...COUNT_COLUMNS.map((c) => counts[c])];
+}
+
+/** recomputeMany's statements: rows read and written for many nodes at once. */
+const SELECT_CURRENT_MANY = SELECT_CURRENT.replace('SELECT ', 'SELECT node_id, ').replace('WHERE node_id = ?', 'WHERE node_id IN (SELECT value FROM json_each(?))');
+const SELECT_DIRECTIVE_ROWS_MANY = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives
+  WHERE node_id IN (SELECT value FROM json_each(?))`;
+const DELETE_DIRECTIVE_ROWS_MANY = `DELETE FROM node_compliance_directives
+  WHERE (node_id, rule_id, directive_id) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))`;
+const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_COMPLIANCE.indexOf('VALUES')), 13 + COUNT_COLUMNS.length,
+  UPSERT_COMPLIANCE.slice(UPSERT_COMPLIANCE.indexOf('ON CONFLICT')));
+const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,
+  `ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 
 export class SqliteCompliance implements ComplianceStore {
   constructor(
@@ -109,12 +130,7 @@ export class SqliteCompliance implements ComplianceStore {
 
   private writeCompliance(input: ComplianceInput, at: string, f: FindingContext): void {
     const { counts, directives, items } = complianceRows(input);
-    const m = input.marks;
-    this.db.stmt(UPSERT_COMPLIANCE)
-      .run(input.nodeId, input.run?.id ?? null, input.run?.started_at ?? null, input.run?.started_utc ?? null,
-        input.run?.config_id ?? null, input.expected !== null && input.expected.length > 0 ? 1 : 0, at,
-        UNPACKED_PLACEHOLDER, packedOrNull(input.outcomes, input.outcomesPacked), m.applying_since_s, m.answered_s, m.keep_last_s,
-        f.runs_seen, ...COUNT_COLUMNS.map((c) => counts[c]));
+    this.db.stmt(UPSERT_COMPLIANCE).run(complianceValues(input, at, f, counts));
     // A node failing nowhere, before or now, has no finding to open or close (most runs).
     if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
       this.events.write(this.findings.reconcile({ node_id: input.nodeId, run: f.run, at: f.at, items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen }));
@@ -183,6 +199,65 @@ export class SqliteCompliance implements ComplianceStore {
     } else {
       this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when, findingContext(cur, null, when, []));
     }
+  }
+
+  /**
+   * recompute for many nodes at once (a generation's batch, each node once), inside the caller's
+   * write transaction: the same rows as one recompute per node, with one statement per kind of
+   * read and write instead of five per node (a quarter of a 20,000-node generation under the profiler).
+   * A node's directive rows that go are deleted before its compliance row moves to its new time
+   * state, and the new ones written after: the kept counters' triggers then move none of them
+   * (a row written before the move was taken out and put back under the new state).
+   */
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string }>): void {
+    if (items.length === 0) return;
+    const ids = JSON.stringify(items.map((it) => it.nodeId));
+    const current = new Map<string, Record<string, unknown>>();
+    for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(ids) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
+    const stored = new Map<string, unknown[][]>();
+    for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(ids) as unknown[][]) {
+      const nodeId = r[0] as string;
+      let list = stored.get(nodeId);
+      if (!list) stored.set(nodeId, (list = []));
+      list.push(r.slice(1));
+    }
+    const compliance: unknown[][] = [];
+    const remove: Array<[string, string, string]> = [];
+    const upsert: unknown[][] = [];
+    const reconcile: Array<() => void> = [];
+    for (const it of items) {
+      const cur = current.get(it.nodeId);
+      const hasRun = cur !== undefined && cur.run_id !== null;
+      const marks = nextMarks(marksFromRow(cur), {
+        kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous,
+        run_config_id: hasRun ? (cur.config_id as string | null) : null,
+      });
+      const input: ComplianceInput = hasRun
+        ? {
+          nodeId: it.nodeId,
+          run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
+          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
+          expected: it.items,
+          marks,
+        }
+        : { nodeId: it.nodeId, run: null, outcomes: [], expected: it.items, marks };
+      const f = findingContext(cur, null, it.when, []);
+      const { counts, directives, items: states } = complianceRows(input);
+      compliance.push(complianceValues(input, it.when, f, counts));
+      if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
+        reconcile.push(() => this.events.write(this.findings.reconcile({
+          node_id: it.nodeId, run: f.run, at: f.at, items: states, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
+        })));
+      }
+      const changes = directiveChangesRaw(stored.get(it.nodeId) ?? [], directives);
+      for (const r of changes.remove) remove.push([it.nodeId, r.rule_id, r.directive_id]);
+      for (const d of changes.upsert) upsert.push([it.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
+    }
+    if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
+    COMPLIANCE_ROWS.run(this.db, compliance);
+    for (const r of reconcile) r();
+    DIRECTIVE_ROWS.run(this.db, upsert);
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {

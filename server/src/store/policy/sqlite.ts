@@ -5,9 +5,10 @@
  */
 import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
+import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
-import { checkExpectations } from '../input.js';
+import { checkConfigId, checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type {
@@ -16,6 +17,14 @@ import type {
 
 /** Nodes whose generated policies are written with one set of statements (putPolicies). */
 const POLICY_CHUNK = 500;
+/**
+ * Bundles and expectations as multi-row statements, their values bound as they are: passed as one
+ * JSON array to json_each, every bundle's text was escaped into it and parsed out again.
+ */
+const EXPECTATION_ROWS = new MultiRow('INSERT INTO node_expectations (node_id, config_id, set_at, components)', 4,
+  'ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components');
+const BUNDLE_ROWS = new MultiRow('INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)', 4,
+  'ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle');
 
 export class SqlitePolicy implements PolicyStore {
   constructor(private readonly db: SqliteDb, private readonly compliance: SqliteCompliance) {}
@@ -164,15 +173,18 @@ export class SqlitePolicy implements PolicyStore {
    * was 80% of a 100,000-node generation.
    */
   async putPolicies(items: PolicyWrite[]): Promise<number> {
-    // The nodes of one generation share a handful of contents: check each list once.
-    const memo = new Map<ExpectedComponent[], Map<string, { items: ExpectedComponent[]; json: string }>>();
+    // The nodes of one generation share a handful of lists (templated ones, each its config id):
+    // check each list once, and each config id.
+    const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
+    const times = new Map<string, string>();
     const checked = items.map((it) => {
       checkBundleRecord(it.bundle);
-      let byConfig = memo.get(it.expected);
-      if (!byConfig) memo.set(it.expected, (byConfig = new Map()));
-      let expected = byConfig.get(it.bundle.config_id);
-      if (!expected) byConfig.set(it.bundle.config_id, (expected = checkExpectations(it.bundle.config_id, it.expected)));
-      return { bundle: it.bundle, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected, expectationsOnly: it.expectationsOnly === true };
+      let expected = memo.get(it.expected);
+      if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
+      else checkConfigId(it.bundle.config_id);
+      let when = times.get(it.bundle.generated_at);
+      if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
+      return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
     });
     return this.db.write('putPolicies', () => {
       let n = 0;
@@ -197,7 +209,7 @@ export class SqlitePolicy implements PolicyStore {
     const withRow = new Set(this.db.stmt('SELECT node_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').pluck().all(ids) as string[]);
 
     const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
-    const expectationRows: unknown[] = [];
+    const expectationRows: unknown[][] = [];
     const gone: Array<[string, string]> = [];
     const byConfig = new Map<string, string[]>();
     const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[] }> = [];
@@ -219,9 +231,7 @@ export class SqlitePolicy implements PolicyStore {
       }
     }
     if (live.length === 0) return 0;
-    this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components)
-        SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
-      ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`).run(JSON.stringify(expectationRows));
+    EXPECTATION_ROWS.run(this.db, expectationRows);
     if (gone.length) {
       this.db.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));
     }
@@ -234,11 +244,8 @@ export class SqlitePolicy implements PolicyStore {
       this.db.stmt(`UPDATE nodes SET policy_config_id = j.value ->> 1 FROM json_each(?) AS j WHERE nodes.id = j.value ->> 0`)
         .run(JSON.stringify(live.map((it) => [it.bundle.node_id, it.bundle.config_id])));
     }
-    this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
-        SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?) WHERE true
-      ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
-      .run(JSON.stringify(live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle])));
-    for (const r of recompute) this.compliance.recompute(r.nodeId, r.configId, r.previous, r.items, r.when);
+    BUNDLE_ROWS.run(this.db, live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle]));
+    this.compliance.recomputeMany(recompute);
     return live.length;
   }
 }
