@@ -109,34 +109,39 @@ t.test('two roots on one database: one killed mid-backlog, the relay fails over,
   t.teardown(() => a.signal('SIGKILL'));
   const api = adminClient(a.url, (await readFile(join(dir, 'a', 'admin.token'), 'utf8')).trim());
   await registerFleet(api, fleet);
-  const sent = await putAll(relay.url, fleet.files);
-  t.equal(sent.acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs`);
-
-  // The first root takes the backlog; the second comes up; the first is killed among the batches.
+  // Half the runs go up to the first root; the second comes up; the first is killed while it
+  // stores them; then the other half arrives at the relay, which has only the second to send to.
+  const halves = [fleet.files.filter((_, i) => i % 2 === 0), fleet.files.filter((_, i) => i % 2 === 1)];
+  const acked = [...(await putAll(relay.url, halves[0]!)).acked];
   const atKill = await poll(async () => {
     const n = await storedTotal(api, fleet);
     return n >= 20 ? n : undefined;
-  }, 'the first batches stored by the first root', 30_000);
+  }, 'the first runs stored by the first root', 30_000);
   const b = await root('b', portB);
   t.teardown(() => b.stop());
   const apiB = adminClient(b.url, (await readFile(join(dir, 'b', 'admin.token'), 'utf8')).trim());
   t.equal(await a.signal('SIGKILL'), null, 'the first root killed');
-  t.ok(atKill < fleet.files.length, `killed with ${atKill} of ${fleet.files.length} stored (mid-backlog)`);
+  t.ok(atKill < fleet.files.length, `killed with ${atKill} of ${fleet.files.length} stored`);
+  acked.push(...(await putAll(relay.url, halves[1]!)).acked);
+  t.equal(acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs`);
 
   // The relay goes on with the second root, alone.
   await waitFor(() => relayDrained(relay.url), 'the relay to drain into the second root', 40_000);
   const status = await relayStatus(relay.url);
   t.equal(status.upstream.url, `http://127.0.0.1:${portB}`, 'the relay uses the second root');
   t.match(relay.output.join('\n'), /the next one takes over/, 'and says so in its log');
-  const tookB = (await apiB('GET', '/api/1/system/status')).json.data.processed.reports_done ?? 0;
-  t.ok(tookB > 0, `the second root stored ${tookB} run logs`);
+  const tookB = await poll(async () => {
+    const n = (await apiB('GET', '/api/1/system/status')).json.data.processed.reports_done ?? 0;
+    return n >= halves[1]!.length ? n : undefined;
+  }, 'the second root to store the second half', 30_000);
+  t.ok(tookB >= halves[1]!.length, `the second root stored ${tookB} run logs, the second half at least`);
 
   // What the first root acknowledged and had not stored waits in its spool: back, it stores it.
   const again = await root('a', portA);
   t.teardown(() => again.stop());
   await poll(async () => ((await storedTotal(apiB, fleet)) >= fleet.files.length ? true : undefined), 'every run stored', 30_000);
   t.comment(`all stored at ${Date.now() - t0} ms`);
-  await checkStored(t, apiB, fleet, sent.acked);
+  await checkStored(t, apiB, fleet, acked);
   t.same(await readdir(join(dir, 'relay', 'failed', 'reports')), [], 'nothing failed at the relay');
   for (const name of ['a', 'b']) t.same(await readdir(join(dir, name, 'spool', 'failed', 'reports')), [], `nothing failed at root ${name}`);
   t.equal(await again.stop(), 0, 'the first root stops cleanly');
