@@ -51,12 +51,22 @@ export const MAX_PARAM_LENGTH = 1024;
  * and size from [http], TLS when configured, coded answers for the parser's and the router's
  * refusals (bad percent-encoding, an overlong path segment).
  */
+/** The schema compilers of an app whose routes carry none: a route that does is a programming error. */
+function noSchemas(): () => never {
+  return () => {
+    throw new Error('routes here carry no JSON schema: bodies are checked by their own parsers');
+  };
+}
+
 export function listenerOptions(limits: HttpLimits, tls?: ListenerTls | null): Record<string, unknown> {
   const node = serverOptions(limits);
   return {
     ...(tls ? { https: { ...tls, ...node } } : { http: node }),
     clientErrorHandler,
     routerOptions: { ignoreDuplicateSlashes: true, maxParamLength: MAX_PARAM_LENGTH },
+    // No route carries a JSON schema (bodies are checked by the domain's own parsers): fastify's
+    // default compilers would load ajv and fast-json-stringify at every start for nothing.
+    schemaController: { compilersFactory: { buildValidator: noSchemas, buildSerializer: noSchemas } },
     frameworkErrors: (err: Error & { code?: string }, _req: FastifyRequest, reply: FastifyReply) => {
       const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
       const e = tooLong
