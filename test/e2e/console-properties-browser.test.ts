@@ -137,7 +137,9 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.getByRole('heading', { name: 'Group Web servers' }).waitFor();
   t.equal((await api('GET', '/api/1/groups/web')).json.data.priority, 3);
   // Proposed for review from the same form: the change request carries the kept secret, never shows it.
-  await page.goto(`${server.url}/#/groups/web/edit`);
+  // The group page settles (its reads answered) before its Edit link is followed, as a user would.
+  await page.waitForLoadState('networkidle');
+  await page.getByRole('link', { name: 'Edit', exact: true }).click();
   await page.getByLabel('Priority of its properties').fill('4');
   await page.getByRole('button', { name: 'Propose for review' }).click();
   await page.getByRole('heading', { name: /Edit group web/ }).waitFor();
