@@ -10,6 +10,7 @@ import type { Logger } from '@capstan/shared/log';
 import type { Store } from '../store/store.js';
 import { loadModel } from './content.js';
 import type { PolicyGenerator } from './generate.js';
+import { repeatAfter } from './periodic.js';
 import { directiveSources } from './shared-templates.js';
 
 /** The accepted nodes a rule reaches with a directive (or its technique's call) rendering one of `sources`. */
@@ -39,23 +40,8 @@ export async function regenerateTemplateUsers(generator: PolicyGenerator, store:
 
 /** regenerateTemplateUsers every `intervalMs`, the next one `intervalMs` after the previous one ended. */
 export function watchTemplates(generator: PolicyGenerator, store: Pick<Store, 'listPolicyObjects'>, log: Logger, intervalMs: number): { stop(): Promise<void> } {
-  let timer: NodeJS.Timeout | null = null;
-  let running: Promise<unknown> = Promise.resolve();
-  let stopped = false;
-  const tick = () => {
-    running = regenerateTemplateUsers(generator, store).then(
-      (r) => r.sources.length > 0 && log.info({ templates: r.sources, nodes: r.nodes }, 'shared-folder templates changed: their nodes regenerated'),
-      (err: unknown) => log.warn({ err }, 'checking the shared-folder templates failed'),
-    ).finally(() => {
-      if (!stopped) timer = setTimeout(tick, intervalMs);
-    });
-  };
-  timer = setTimeout(tick, intervalMs);
-  return {
-    stop: async () => {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await running;
-    },
-  };
+  return repeatAfter(() => regenerateTemplateUsers(generator, store).then(
+    (r) => r.sources.length > 0 && log.info({ templates: r.sources, nodes: r.nodes }, 'shared-folder templates changed: their nodes regenerated'),
+    (err: unknown) => log.warn({ err }, 'checking the shared-folder templates failed'),
+  ), intervalMs);
 }
