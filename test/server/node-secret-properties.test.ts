@@ -131,6 +131,8 @@ t.test('a plan of node properties: what changes per node, with origins, never a 
   t.notOk(JSON.stringify(plan).includes(SECRET) || JSON.stringify(plan).includes('global-pw'), 'no secret value in the plan');
   t.same(await Promise.all(['n0', 'n1', 'n2'].map(async (n) => (await store.getPolicyBundle(n))?.config_id)), before, 'a plan writes nothing');
 
+  const origin = await svc.plan({ nodes: [{ id: 'n1', properties: { owner: { value: 'web-team' } } }] }, 100);
+  t.same([origin.changes.map((c) => `${c.kind} ${c.id}`), origin.nodes], [['node n1'], []], 'the value its group gives it: its own level changes, its bundle does not');
   const objects = (await svc.plan({}, 100)).unchanged;
   const same = await svc.plan({ nodes: [{ id: 'n2', properties: { owner: { value: 'kept' } } }] }, 100);
   t.same([same.changes, same.unchanged], [[], objects + 1], 'a node as it is: counted unchanged');
@@ -145,4 +147,9 @@ t.test('a plan of node properties: what changes per node, with origins, never a 
   await refused({ nodes: [{ id: 'n0', props: {} }] }, 'nodes[0].props', 'ERR_BAD_REQUEST');
   await refused({ nodes: [{ id: 'n0', properties: [] }] }, 'nodes[0].properties');
   await refused({ nodes: {} }, 'nodes', 'ERR_BAD_REQUEST');
+
+  const { ChangeRequestService } = await import('@capstan/server/policy/reviews');
+  const reviews = new ChangeRequestService({ store, policy: svc });
+  await t.rejects(reviews.propose({ title: 'nodes', nodes: [{ id: 'n0', properties: {} }] }, TEST_ADMIN), { code: 'ERR_BAD_REQUEST', details: { field: 'nodes' } },
+    'a change request carries no node properties');
 });

@@ -70,8 +70,8 @@ export interface NodeSide {
   secrets: Record<string, string>;
   /** Why the bundle would not be generated (a conflict, a template error). */
   problem?: { code: string; message: string };
-  /** Its effective properties' leaves with their origins, when they may have changed (plan-nodes.ts). */
-  leaves?: ShownLeaf[];
+  /** Its effective properties' leaves with their origins (plan-nodes.ts), made when asked: for the nodes a plan lists. */
+  leaves?: () => ShownLeaf[];
 }
 
 /** A node's directives under two models, rendered with its data (PolicyGenerator.preview). */

@@ -17,7 +17,7 @@ import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parse
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { NO_DEADLINE, type DeadlineCheck } from './deadline.js';
 import { jsonBytes, textBytes, UNBOUNDED, type PlanBounds } from './plan-memory.js';
-import { leafChanges, nodeChangeView, nodeLevelChanges, parseNodeFile, type LeafChange, type NodeFileDef } from './plan-nodes.js';
+import { leafChanges, nodeChangeView, nodeLevelChanges, parseNodeFile, type LeafChange, type NodeFileDef, type ShownLeaf } from './plan-nodes.js';
 import type { LevelChange } from '../registry/node-properties.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
@@ -304,9 +304,9 @@ function changedPaths(a: unknown, b: unknown, path: string, out: string[]): void
   } else if (canonical(a) !== canonical(b)) out.push(path);
 }
 
-/** What of a node's rendered data changes (NodeImpact values, properties, secrets, effective, problem); null when nothing. */
-export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'effective' | 'problem'> | null {
-  const out: Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'effective' | 'problem'> = {};
+/** What of a node's rendered data changes (NodeImpact values, properties, secrets, problem); null when nothing. */
+export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> | null {
+  const out: Pick<NodeImpact, 'values' | 'properties' | 'secrets' | 'problem'> = {};
   const was = new Map(p.before.map((d) => [refKey(d), d]));
   const values: NonNullable<NodeImpact['values']> = [];
   for (const d of p.after) {
@@ -325,8 +325,6 @@ export function renderedImpact(p: NodePreview): Pick<NodeImpact, 'values' | 'pro
     if (names.length) out.properties = names;
     const secrets = [...new Set([...Object.keys(sides.before.secrets), ...Object.keys(sides.after.secrets)])].filter((n) => sides.before.secrets[n] !== sides.after.secrets[n]).sort();
     if (secrets.length) out.secrets = secrets;
-    const leaves = sides.before.leaves && sides.after.leaves ? leafChanges(sides.before.leaves, sides.after.leaves) : [];
-    if (leaves.length) out.effective = leaves;
     if (sides.after.problem) out.problem = { code: sides.after.problem.code, message: sides.after.problem.message };
   }
   return Object.keys(out).length ? out : null;
@@ -357,6 +355,14 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   for (const c of changes) if (c.kind === 'directive' && c.action !== 'delete' && after.directives.get(c.id)?.condition) conditioned.set(c.id, []);
   const nodes: NodeImpact[] = [];
   let total = 0;
+  const compared = new WeakMap<object, WeakMap<object, LeafChange[]>>();
+  const changesOf = (b: ShownLeaf[], a: ShownLeaf[]) => {
+    let byAfter = compared.get(b);
+    if (!byAfter) compared.set(b, (byAfter = new WeakMap()));
+    let out = byAfter.get(a);
+    if (!out) byAfter.set(a, (out = leafChanges(b, a)));
+    return out;
+  };
   const each = async (p: NodePreview) => {
     bounds.check();
     for (const [id, reached] of conditioned) {
@@ -370,6 +376,8 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
     total++;
     if (nodes.length >= maxNodes) return;
     const node = await store.getNode(p.node_id);
+    // The effective leaves whose value or origin change, for the nodes listed only (shared lists compared once).
+    const effective = p.sides?.before.leaves && p.sides.after.leaves ? changesOf(p.sides.before.leaves(), p.sides.after.leaves()) : [];
     const kept: NodeImpact = {
       node_id: p.node_id,
       hostname: node?.hostname ?? null,
@@ -377,6 +385,7 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       config_id_after: p.after.length ? computeConfigId(p.after) : null,
       ...impact,
       ...rendered,
+      ...(effective.length > 0 && { effective }),
     };
     bounds.charge(jsonBytes(kept), `the impact on node ${p.node_id}`);
     nodes.push(kept);

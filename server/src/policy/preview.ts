@@ -40,10 +40,23 @@ function withLevel(input: PolicyNodeInput | undefined, level: NodePropertyLevel)
   return { ...rest, properties: level.properties, ...(Object.keys(level.secrets).length > 0 && { secrets: level.secrets }) };
 }
 
-/** A node's effective leaves under a model, with their origins, a secret's without its value. */
-function leavesOf(model: PolicyModel, groups: ReadonlySet<string>, input: PolicyNodeInput | undefined): ShownLeaf[] {
-  const m = mergeFor(model, groups, input?.properties ?? {}, input?.secrets);
-  return shownLeaves(m.origins, m.secrets);
+/**
+ * A node's effective leaves under a model, with their origins, a secret's without its value: made
+ * once per group set for the nodes without properties of their own (one list, shared).
+ */
+function leavesFor(model: PolicyModel): (groups: ReadonlySet<string>, input: PolicyNodeInput | undefined) => ShownLeaf[] {
+  const shared = new Map<string, ShownLeaf[]>();
+  return (groups, input) => {
+    const own = input !== undefined && (Object.keys(input.properties).length > 0 || input.secrets !== undefined);
+    const key = own ? '' : [...groups].sort().join('\u0000');
+    let out = own ? undefined : shared.get(key);
+    if (!out) {
+      const m = mergeFor(model, groups, input?.properties ?? {}, input?.secrets);
+      out = shownLeaves(m.origins, m.secrets);
+      if (!own) shared.set(key, out);
+    }
+    return out;
+  };
 }
 
 const byId = (a: RuleDef, b: RuleDef) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
@@ -89,6 +102,7 @@ export async function previewNodes(
     return { groups, c };
   };
   const sorted = [...nodes].filter((n) => sides[0][1].has(n) || sides[1][1].has(n)).sort();
+  const leaves = sides.map(([m]) => leavesFor(m));
   for (let i = 0; i < sorted.length; i += PREVIEW_BATCH) {
     const batch = sorted.slice(i, i + PREVIEW_BATCH);
     const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
@@ -118,10 +132,10 @@ export async function previewNodes(
           bounds.charge(p.bytes, `the rendered policy of node ${nodeId}`);
           return p;
         }) as [RenderedPreview, RenderedPreview];
+        // Leaves with their origins, made only for a node the plan lists (`each` asks).
         const side = (p: RenderedPreview, i: number) => ({
           properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }),
-          // Leaves with their origins, where the effective properties may differ: a listed node, or other values.
-          ...((level || JSON.stringify([b.properties, b.secrets]) !== JSON.stringify([a.properties, a.secrets])) && { leaves: leavesOf(sides[i]![0], sideContent(i, nodeId).groups, input(i)) }),
+          leaves: () => leaves[i]!(sideContent(i, nodeId).groups, input(i)),
         });
         await each({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b, 0), after: side(a, 1) } });
         bounds.release(b.bytes + a.bytes);
