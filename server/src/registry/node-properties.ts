@@ -25,8 +25,14 @@ export const EMPTY_LEVEL: NodePropertyLevel = { properties: {}, secrets: {} };
 
 /** The level as it may be shown, audited or planned: each secret `{"secret": true}`. */
 export function levelView(l: NodePropertyLevel): LevelView {
-  const names = [...Object.keys(l.properties), ...Object.keys(l.secrets)].sort();
-  return Object.fromEntries(names.map((n) => [n, Object.hasOwn(l.secrets, n) ? { secret: true as const } : { value: l.properties[n]! }]));
+  return shownLevel(l.properties, Object.keys(l.secrets));
+}
+
+/** Plain values and the names of the secrets (what a listing reads) as they may be shown. */
+export function shownLevel(properties: Record<string, JsonValue>, secrets: readonly string[]): LevelView {
+  const secret = new Set(secrets);
+  const names = [...Object.keys(properties), ...secret].sort();
+  return Object.fromEntries(names.map((n) => [n, secret.has(n) ? { secret: true as const } : { value: properties[n]! }]));
 }
 
 const invalid = (field: string, message: string): never => {

@@ -11,7 +11,7 @@ import type { ComplianceClock, NodeCreate, NodePatch, NodeRecord, Reads } from '
 import { NODE_STATES } from '../../registry/rules.js';
 import { checkProperties } from '../../registry/open.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
-import { levelView, type LevelView } from '../../registry/node-properties.js';
+import { shownLevel, type LevelView } from '../../registry/node-properties.js';
 import { namingField } from './policies.js';
 import { actorOf } from '../actor.js';
 import { normaliseInventory } from '../../ingest/inventory-fields.js';
@@ -206,7 +206,7 @@ export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegist
   app.get<{ Querystring: Query }>('/api/1/node-properties', async (req) => {
     const { page, per_page } = paging(req.query, 100);
     const res = await store.listNodeProperties(page, per_page);
-    const data = res.data.map((r) => ({ id: r.node_id, properties: levelView({ properties: r.properties, secrets: Object.fromEntries(r.secrets.map((n) => [n, ''])) }) }));
+    const data = res.data.map((r) => ({ id: r.node_id, properties: shownLevel(r.properties, r.secrets) }));
     return { data, total: res.total, page, per_page };
   });
 
