@@ -3,8 +3,8 @@
  * a global property made with the keyboard alone; a group's property and a secret one set in the
  * group's form, the effective values with their origin on the node page, the secret never shown
  * (not in any page, not in any API answer) yet kept when the group is saved again; the node's own
- * properties edited, a refused value shown under its input; a group's edit proposed for review
- * from its form and deployed, its secret kept; a technique made in its form (two
+ * properties edited, a refused value shown under its input, a secret of its own set and never shown;
+ * a group's edit proposed for review from its form and deployed, its secret kept; a technique made in its form (two
  * calls, the second only when the first repaired, a refused result condition shown under its
  * input), a directive from it, and the agent applying it; a viewer gets no edit control and the
  * API refuses its write.
@@ -20,6 +20,7 @@ const skip = chromiumAbsent();
 if (skip) t.comment(`browser tests skipped: ${skip}`);
 
 const SECRET = 'hunter2-do-not-show';
+const NODE_SECRET = 'node-hunter3-do-not-show';
 
 async function signIn(page: Page, url: string, token: string, hash = '#/'): Promise<void> {
   await page.goto(`${url}/${hash}`);
@@ -127,6 +128,17 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.match(await leaf('role').innerText(), /"frontend"\s+this node/);
   await shot(page, 'console-node-properties.png', root, '#properties');
   t.same((await api('GET', `/api/1/nodes/${id}/properties`)).json.data, { role: 'frontend' });
+  // A secret of the node's own, from the same form: shown as set, with its origin, never its value.
+  await page.getByRole('button', { name: "Edit this node's properties" }).click();
+  await page.getByRole('button', { name: 'Add a property' }).click();
+  await page.getByLabel('Property name').last().fill('node_pw');
+  await page.getByLabel('Secret node_pw').check();
+  await page.getByLabel('Value of node_pw').fill(NODE_SECRET);
+  await page.getByRole('button', { name: 'Save properties' }).click();
+  await leaf('node_pw').waitFor();
+  t.match(await leaf('node_pw').innerText(), /secret\s+this node/);
+  t.notMatch(await pageText(page), NODE_SECRET, 'the node page never shows the node\'s secret');
+  t.same((await api('GET', `/api/1/nodes/${id}/properties/own`)).json.data.properties, { node_pw: { secret: true }, role: { value: 'frontend' } });
 
   // Saved again from its form, the group keeps its secret (the agent's file below shows it).
   await page.goto(`${server.url}/#/groups/web/edit`);
@@ -148,8 +160,9 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.equal((await bob('POST', `/api/1/change-requests/${cr}/approve`, { comment: 'fine' })).status, 200);
   t.equal((await bob('POST', `/api/1/change-requests/${cr}/deploy`, {})).status, 200);
   t.equal((await api('GET', '/api/1/groups/web')).json.data.priority, 4, 'deployed as reviewed');
-  for (const path of ['/api/1/groups/web', '/api/1/groups', `/api/1/nodes/${id}/properties/effective`, '/api/1/audit?per_page=100', `/api/1/change-requests/${cr}`]) {
+  for (const path of ['/api/1/groups/web', '/api/1/groups', `/api/1/nodes/${id}/properties/effective`, `/api/1/nodes/${id}/properties/own`, '/api/1/audit?per_page=100', `/api/1/change-requests/${cr}`]) {
     t.notMatch(JSON.stringify((await api('GET', path)).json), SECRET, `${path} never returns the secret`);
+    t.notMatch(JSON.stringify((await api('GET', path)).json), NODE_SECRET, `${path} never returns the node's secret`);
   }
 
   // A technique from its form: a parameter, two calls, the second only when the first repaired.

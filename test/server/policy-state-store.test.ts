@@ -2,7 +2,8 @@
  * Migration 24 and the policy state it keeps, on SQLite and PostgreSQL: node properties written
  * as text by an older server read back as the same strings and filter as before (numbers in them
  * now also ordered), and the kept sealed values and node problems (policy_seals, policy_problems)
- * written, replaced, dropped, skipped for unknown nodes and gone with their node.
+ * written, replaced, dropped, skipped for unknown nodes and gone with their node; a node's own
+ * secret properties kept beside its plain ones, out of the filters' leaves.
  */
 import t, { type Test } from 'tap';
 import { evaluateFilter, parseFilter, type FilterSubject } from '@capstan/shared';
@@ -74,6 +75,38 @@ function suite(t: Test, backend: Backend): void {
     await store.deleteNode('b');
     t.same(await store.policySeals(['b']), [], 'gone with the node');
     t.same(await store.policyProblems(null), [], 'its problem too');
+  });
+
+  t.test('a node\'s secret properties: kept beside its plain ones, never among its leaves, named only in a listing', async (t) => {
+    const db = await backend.fresh(t);
+    const store = await db.open();
+    for (const id of ['a', 'b', 'c']) await store.upsertFromInventory(inventory(id));
+    const PW = 'pw-\u00e9t\u00e9 "quoted" {not json}';
+    t.same(await store.setProperties('a', { owner: 'alice', site: { room: 'R1' } }, { pw: PW, token: 't0k' }), { owner: 'alice', site: { room: 'R1' } }, 'the plain ones answered');
+    t.same(await store.getProperties('a'), { owner: 'alice', site: { room: 'R1' } }, 'the plain read leaves the secrets out');
+    t.same(await store.getNodeLevel('a'), { properties: { owner: 'alice', site: { room: 'R1' } }, secrets: { pw: PW, token: 't0k' } });
+    t.same(await select(store, 'property:pw'), [], 'a filter does not see a secret');
+    t.same(await select(store, 'property:site.room = R1'), ['a']);
+    t.same((await store.policyNodeInputs(['a'], {})).get('a'), { hostname: '', relay: '', certificate: null, properties: { owner: 'alice', site: { room: 'R1' } }, secrets: { pw: PW, token: 't0k' } });
+    // A plain write keeps the secrets it does not name, and replaces the one it names.
+    t.same(await store.setProperties('a', { owner: 'bob', token: 'now-plain' }), { owner: 'bob', token: 'now-plain' });
+    t.same(await store.getNodeLevel('a'), { properties: { owner: 'bob', token: 'now-plain' }, secrets: { pw: PW } });
+    t.same(await select(store, 'property:token = now-plain'), ['a']);
+    await store.setProperties('b', {}, { only: 'x' });
+    t.same(await store.getNodeLevel('b'), { properties: {}, secrets: { only: 'x' } });
+    t.same(await store.getNodeLevel('c'), { properties: {}, secrets: {} });
+    t.equal(await store.getNodeLevel('ghost'), null);
+    t.same(await store.listNodeProperties(1, 10), { data: [{ node_id: 'a', properties: { owner: 'bob', token: 'now-plain' }, secrets: ['pw'] }, { node_id: 'b', properties: {}, secrets: ['only'] }], total: 2 });
+    t.same((await store.listNodeProperties(2, 1)).data.map((r) => r.node_id), ['b'], 'paged by node');
+    await t.rejects(store.setProperties('a', { pw: 1 }, { pw: 'x' }), { code: 'ERR_BAD_REQUEST', details: { field: 'properties.pw' } }, 'a name both plain and secret');
+    await t.rejects(store.setProperties('a', {}, { pw: 'x'.repeat(64 * 1024 + 1) }), { code: 'ERR_BAD_REQUEST', details: { field: 'properties.pw.value' } }, 'a secret over 64 KiB');
+    await t.rejects(store.setProperties('a', {}, { pw: 'a\u0000b' }), { code: 'ERR_BAD_REQUEST' }, 'NUL in a secret');
+    t.same(await store.getNodeLevel('a'), { properties: { owner: 'bob', token: 'now-plain' }, secrets: { pw: PW } }, 'a refused write changes nothing');
+    // Replaced whole when secrets are given; gone with the node.
+    await store.setProperties('a', { owner: 'bob' }, {});
+    t.same(await store.getNodeLevel('a'), { properties: { owner: 'bob' }, secrets: {} });
+    await store.deleteNode('b');
+    t.same((await store.listNodeProperties(1, 10)).data.map((r) => r.node_id), ['a']);
   });
 }
 

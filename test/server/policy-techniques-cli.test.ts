@@ -74,7 +74,7 @@ t.test('techniques in a policy directory: diff, apply, list, show, export, diff 
 
 t.test('policy files round trip techniques; a directory of techniques alone is a policy directory', async (t) => {
   const dir = t.testdir();
-  const files = { directives: [], groups: [], rules: [], techniques: [{ id: 'nginx_server', ...technique('2.0') }], properties: [] };
+  const files = { directives: [], groups: [], rules: [], techniques: [{ id: 'nginx_server', ...technique('2.0') }], properties: [], nodes: [] };
   t.equal(await writePolicyDir(dir, files, 'toml', false), 1);
   t.same(await readPolicyDir(dir), files);
   await t.rejects(writePolicyDir(dir, files, 'json', false), { code: 'ERR_POLICY_FILE' }, 'files already there: --force needed');

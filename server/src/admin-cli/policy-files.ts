@@ -1,9 +1,9 @@
 /**
- * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/`, `techniques/` and
- * `properties/` (global properties, by name), one file per
- * object, named `<id>.toml` or `<id>.json`, holding the object as the admin API takes it
- * (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's name.
- * Reading checks only the layout (the server checks the objects, with the same code as a save).
+ * Policy as code on disk: a directory with `directives/`, `groups/`, `rules/`, `techniques/`,
+ * `properties/` (global properties, by name) and `nodes/` (a node's own properties, by node id),
+ * one file per object, named `<id>.toml` or `<id>.json`, holding the object as the admin API
+ * takes it (docs/cli.md, "Policy as code"). The id may be left out of the file: it is the file's
+ * name. Reading checks only the layout (the server checks the objects, with the same code as a save).
  *
  * Nothing inside the directory is followed: a symbolic link (a file or a kind directory) is
  * refused, whether it points inside or out, and files are opened with O_NOFOLLOW, so neither a
@@ -15,10 +15,11 @@ import { extname, join } from 'node:path';
 import { parse as parseToml, stringify as stringifyToml } from 'smol-toml';
 import { capstanError } from '@capstan/shared/errors';
 
-export const POLICY_KINDS = ['directives', 'groups', 'rules', 'techniques', 'properties'] as const;
+export const POLICY_KINDS = ['directives', 'groups', 'rules', 'techniques', 'properties', 'nodes'] as const;
 export type PolicyDirName = (typeof POLICY_KINDS)[number];
-/** `properties` (global properties) may be absent: a directory of directives, groups and rules alone. */
-export type PolicyFiles = Record<Exclude<PolicyDirName, 'properties'>, Array<Record<string, unknown>>> & { properties?: Array<Record<string, unknown>> };
+/** `properties` (global properties) and `nodes` may be absent: a directory of directives, groups and rules alone. */
+export type PolicyFiles = Record<Exclude<PolicyDirName, 'properties' | 'nodes'>, Array<Record<string, unknown>>>
+  & { properties?: Array<Record<string, unknown>>; nodes?: Array<Record<string, unknown>> };
 /** One policy file may hold at most this much: the API's whole request is at most 1 MiB by default. */
 export const MAX_POLICY_FILE = 1024 * 1024;
 
@@ -64,7 +65,7 @@ async function readPolicyFile(path: string): Promise<string> {
 
 /** Read a policy directory; files other than `.toml`/`.json` (and hidden ones) are refused, not skipped. */
 export async function readPolicyDir(dir: string): Promise<PolicyFiles> {
-  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [], properties: [] };
+  const out: PolicyFiles = { directives: [], groups: [], rules: [], techniques: [], properties: [], nodes: [] };
   let top: string[];
   try {
     top = await readdir(dir);
@@ -112,6 +113,14 @@ export function fileText(obj: Record<string, unknown>, format: 'toml' | 'json'):
   return format === 'json' ? `${JSON.stringify(clean, null, 2)}\n` : stringifyToml(clean) + '\n';
 }
 
+/** Can TOML say it? It has no null: an object holding one (a property's value) is written as JSON. */
+export function tomlCanHold(v: unknown): boolean {
+  if (v === null) return false;
+  if (Array.isArray(v)) return v.every(tomlCanHold);
+  if (typeof v === 'object') return Object.values(v as object).every((x) => x === undefined || tomlCanHold(x));
+  return true;
+}
+
 /**
  * Write a policy directory. Without `force`, a directory already holding policy files is refused
  * (an export over an older one would leave files for objects deleted since); with it, the old
@@ -136,9 +145,11 @@ export async function writePolicyDir(dir: string, files: PolicyFiles, format: 't
     const sub = join(dir, kind);
     await mkdir(sub, { recursive: true });
     await entry(sub);
-    // Techniques are written as JSON whatever the format: nested lists of calls read better so.
-    const fmt = kind === 'techniques' ? 'json' : format;
     for (const obj of files[kind] ?? []) {
+      // Techniques are written as JSON whatever the format: nested lists of calls read better so.
+      // So is an object holding a null under its top level, which TOML cannot write.
+      const inner = Object.fromEntries(Object.entries(obj).filter(([, v]) => v !== null));
+      const fmt = kind === 'techniques' || !tomlCanHold(inner) ? 'json' : format;
       const path = join(sub, `${String(obj.id)}.${fmt}`);
       // A new file of its own: a link (or anything) put there meanwhile is refused, not followed.
       let fh;

@@ -169,6 +169,7 @@ const ADMIN_QUERIES: Record<string, Record<string, ParamType> | 'own'> = {
   'GET /api/1/nodes/:id/inventory/history': PAGING,
   'GET /api/1/groups/:id/nodes': PAGING,
   'GET /api/1/software': { ...PAGING, name: 'text' },
+  'GET /api/1/node-properties': PAGING,
   'GET /api/1/nodes/:id/runs': { ...PAGING, reports: 'boolean', from: 'time', to: 'time' },
   'DELETE /api/1/keys/:kid': { force: 'boolean' },
   'POST /api/1/policy/plan': { max_nodes: 'integer' },

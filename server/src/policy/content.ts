@@ -8,6 +8,7 @@ import type { Technique } from '@capstan/shared/policy/technique';
 import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
 import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { usesTechnique } from './techniques.js';
+import type { ShownLeaf } from './plan-nodes.js';
 
 export interface PolicyModel {
   directives: Map<string, Directive>;
@@ -69,6 +70,8 @@ export interface NodeSide {
   secrets: Record<string, string>;
   /** Why the bundle would not be generated (a conflict, a template error). */
   problem?: { code: string; message: string };
+  /** Its effective properties' leaves with their origins (plan-nodes.ts), made when asked: for the nodes a plan lists. */
+  leaves?: () => ShownLeaf[];
 }
 
 /** A node's directives under two models, rendered with its data (PolicyGenerator.preview). */

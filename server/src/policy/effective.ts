@@ -27,7 +27,7 @@ export async function effectiveProperties(store: Store, generator: PolicyGenerat
   if (!input) return null;
   const { groups } = await generator.explain(nodeId);
   const model = await loadModel(store);
-  const m = mergeFor(model, groups, input.properties);
+  const m = mergeFor(model, groups, input.properties, input.secrets);
   const secret = new Set(m.secrets);
   const hidden = (path: string[]) => secret.has(path[0]!);
   const conflictValue = (c: Conflict): Conflict => (hidden(c.path) ? { ...c, groups: c.groups.map((g) => ({ id: g.id, value: null })) } : c);

@@ -12,7 +12,7 @@ import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import type { Logger } from '@capstan/shared/log';
 import { computeConfigId } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
-import type { PolicyKind, PolicyWrite, Store } from '../store/store.js';
+import type { NodePropertyLevel, PolicyKind, PolicyNodeInput, PolicyWrite, Store } from '../store/store.js';
 import {
   bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
 } from './content.js';
@@ -259,9 +259,12 @@ export class PolicyGenerator {
    * What the nodes a set of changes can reach would get under `before` and under `after`, by the same membership and bundle code as
    * generation, writing nothing (`POST /api/1/policy/plan`, under its bounds), node by node (preview.ts).
    */
-  async preview(before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, each: (p: NodePreview) => void | Promise<void>, bounds?: PlanBounds): Promise<void> {
+  async preview(
+    before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, each: (p: NodePreview) => void | Promise<void>, bounds?: PlanBounds,
+    levels?: ReadonlyMap<string, NodePropertyLevel>,
+  ): Promise<void> {
     const src = { store: this.store, members: this.members.bind(this), membership: this.membership.bind(this) };
-    return previewNodes(src, before, after, changed, each, bounds, await this.templates.read(before, after));
+    return previewNodes(src, before, after, changed, each, bounds, await this.templates.read(before, after), levels);
   }
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
@@ -300,6 +303,7 @@ export class PolicyGenerator {
       const reads = rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined)));
       const inputs = await this.store.policyNodeInputs(batch, reads);
       if (reads.certificate) await this.kept.readSeals(batch);
+      else if (reads.node) await this.ownSecrets(batch, inputs);
       // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
       const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
       if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
@@ -377,6 +381,18 @@ export class PolicyGenerator {
     if (refreshed) this.log.info({ nodes: refreshed }, 'expectations of unchanged policies brought up to date');
     if (deployed.length) await this.onDeployed?.(deployed, this.clock().toISOString());
     return changed;
+  }
+
+  /**
+   * Nodes with secrets of their own are sealed to their certificates, which a batch reads only
+   * when the model holds a secret: read theirs, and their kept seals, when it does not.
+   */
+  private async ownSecrets(batch: string[], inputs: Map<string, PolicyNodeInput>): Promise<void> {
+    const own = batch.filter((n) => inputs.get(n)?.secrets !== undefined);
+    if (own.length === 0) return;
+    const certs = await this.store.policyNodeInputs(own, { node: true, certificate: true });
+    for (const n of own) inputs.get(n)!.certificate = certs.get(n)?.certificate ?? null;
+    await this.kept.readSeals(own);
   }
 
   /**

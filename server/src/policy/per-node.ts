@@ -19,6 +19,9 @@ import {
 } from './render.js';
 import { NO_TEMPLATES, templatesDigest, type TemplateSet } from './shared-templates.js';
 
+/** Does the node have properties of its own (plain or secret)? */
+const hasOwn = (input: PolicyNodeInput | undefined) => input !== undefined && (Object.keys(input.properties).length > 0 || Object.keys(input.secrets ?? {}).length > 0);
+
 /** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
 interface Base {
   merged: Effective;
@@ -144,7 +147,7 @@ export class NodeRendering {
    */
   render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): NodeContent | 'unchanged' | null {
     const needs = this.needsFor(content);
-    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const own = hasOwn(input);
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
     if (!needs.templated && !inPlay) return null;
     const perNode = own || needs.facts || needs.node;
@@ -200,7 +203,7 @@ export class NodeRendering {
     const kept = input && this.digests.get(input);
     if (kept !== undefined) return kept;
     const digest = createHash('sha256').update(base.digest)
-      .update(JSON.stringify([input?.properties ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
+      .update(JSON.stringify([input?.properties ?? {}, input?.secrets ?? {}, input?.hostname, input?.relay, input?.certificate, input?.inventory_at ?? null])).digest('hex');
     if (input) this.digests.set(input, digest);
     return digest;
   }
@@ -218,7 +221,7 @@ export class NodeRendering {
   }
 
   private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {
-    const merged = withNodeLevel(base.merged, input?.properties ?? {});
+    const merged = withNodeLevel(base.merged, input?.properties ?? {}, input?.secrets);
     const data = templateData(nodeId, input ?? { hostname: '', relay: '' }, merged);
     const r = renderDirectives(content.directives, data, this.model, this.needsOf, this.templates);
     // JSON.stringify and canonicalJson of the list, made of each directive's text: a directive
@@ -247,7 +250,7 @@ export class NodeRendering {
    */
   preview(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined): RenderedPreview {
     const needs = this.needsFor(content);
-    const own = input !== undefined && Object.keys(input.properties).length > 0;
+    const own = hasOwn(input);
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
     if (!needs.templated && !inPlay) return { directives: content.directives, properties: {}, secrets: {}, bytes: 0 };
     try {

@@ -17,6 +17,8 @@ import { BUILTIN_GROUP_IDS, checkPropertyName, parseDirective, parseGroup, parse
 import { checkTechniqueUse, followTechnique, techniqueUsers } from './techniques.js';
 import { NO_DEADLINE, type DeadlineCheck } from './deadline.js';
 import { jsonBytes, textBytes, UNBOUNDED, type PlanBounds } from './plan-memory.js';
+import { leafChanges, nodeChangeView, nodeLevelChanges, parseNodeFile, type LeafChange, type NodeFileDef, type ShownLeaf } from './plan-nodes.js';
+import type { LevelChange } from '../registry/node-properties.js';
 
 /** Nodes listed in a plan unless the request says otherwise (`max_nodes`). */
 export const DEFAULT_PLAN_NODES = 1000;
@@ -33,18 +35,23 @@ export interface PlanRequest {
   prune: boolean;
   /** Objects to delete by name (a change request's deletions). */
   deletes?: Array<{ kind: PolicyKind; id: string }>;
+  /** Nodes whose own properties the request sets (`nodes/<id>` in a policy directory): those alone. */
+  nodes?: NodeFileDef[];
 }
 
 export type PlanAction = 'create' | 'update' | 'delete';
 
 export interface PlanChange {
-  kind: PolicyKind;
+  /** A policy object's kind, or `node`: a node's own properties (plan-nodes.ts). */
+  kind: PolicyKind | 'node';
   id: string;
   action: PlanAction;
-  /** Top-level fields whose value differs (update only). */
+  /** Top-level fields whose value differs (update only); a node's: the property names that change. */
   fields?: string[];
-  /** The object as it will be saved (create, update). */
+  /** The object as it will be saved (create, update); a node's `{id, properties}`, secrets as `{"secret": true}`. */
   object?: Record<string, unknown>;
+  /** A node's: each property created, changed or removed, with values but a secret's. */
+  properties?: LevelChange[];
 }
 
 export interface DirectiveRef {
@@ -66,6 +73,8 @@ export interface NodeImpact {
   properties?: string[];
   /** Secrets used whose value changes, or that start or stop being used: names only. */
   secrets?: string[];
+  /** Leaves of its effective properties whose value or origin changes, with both (a secret's without value). */
+  effective?: LeafChange[];
   /** The node's bundle would not be generated after the change: why (a conflict, a template error). */
   problem?: { code: string; message: string };
 }
@@ -92,7 +101,7 @@ function bad(message: string, field: string): never {
 export function parsePlanRequest(body: unknown): PlanRequest {
   if (!body || typeof body !== 'object' || Array.isArray(body)) bad('body must be a JSON object {"directives", "groups", "rules", "techniques", "properties", "prune"}', '');
   const b = body as Record<string, unknown>;
-  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'techniques', 'properties', 'prune'].includes(k));
+  const unknown = Object.keys(b).filter((k) => !['directives', 'groups', 'rules', 'techniques', 'properties', 'nodes', 'prune'].includes(k));
   if (unknown.length) bad(`unknown fields: ${unknown.join(', ')}`, unknown[0]!);
   if (b.prune !== undefined && typeof b.prune !== 'boolean') bad('prune must be true or false', 'prune');
   const out: PlanRequest = { directives: [], groups: [], rules: [], techniques: [], properties: [], prune: b.prune === true };
@@ -119,7 +128,27 @@ export function parsePlanRequest(body: unknown): PlanRequest {
       (out[field] as Array<typeof obj>).push(obj);
     });
   }
+  if (b.nodes !== undefined) out.nodes = parseNodes(b.nodes);
   return out;
+}
+
+/** `nodes`: each `{id, properties}` once (plan-nodes.ts), fields named in the body. */
+function parseNodes(list: unknown): NodeFileDef[] {
+  if (!Array.isArray(list)) bad('nodes must be a list of objects', 'nodes');
+  const seen = new Set<string>();
+  return list.map((item, i) => {
+    let n: NodeFileDef;
+    try {
+      n = parseNodeFile(item);
+    } catch (err) {
+      if (!isCapstanError(err)) throw err;
+      const inner = err.details?.field;
+      throw capstanError(err.code as 'ERR_BAD_REQUEST', `nodes[${i}]: ${err.message}`, { details: { ...err.details, field: `nodes[${i}]${typeof inner === 'string' && inner ? `.${inner}` : ''}` } });
+    }
+    if (seen.has(n.id)) bad(`node ${n.id} is given twice`, `nodes[${i}].id`);
+    seen.add(n.id);
+    return n;
+  });
 }
 
 /**
@@ -219,10 +248,13 @@ function modelMap(model: PolicyModel, kind: PolicyKind): Map<string, object> {
     : kind === 'property' ? model.properties : model.rules;
 }
 
+/** A change of a policy object (not of a node's properties). */
+export type ObjectChange = PlanChange & { kind: PolicyKind };
+
 /** Object changes, in the order that keeps every reference valid while they are applied. */
-export function objectChanges(before: PolicyModel, after: PolicyModel): { changes: PlanChange[]; unchanged: number } {
-  const puts: PlanChange[] = [];
-  const deletes: PlanChange[] = [];
+export function objectChanges(before: PolicyModel, after: PolicyModel): { changes: ObjectChange[]; unchanged: number } {
+  const puts: ObjectChange[] = [];
+  const deletes: ObjectChange[] = [];
   let unchanged = 0;
   for (const kind of KINDS) {
     const [b, a] = [modelMap(before, kind), modelMap(after, kind)];
@@ -311,13 +343,26 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
   bounds.checkNow();
   checkTechniqueSaves(before, after);
   bounds.checkNow();
-  const { changes, unchanged } = objectChanges(before, after);
+  const objects = objectChanges(before, after);
   bounds.checkNow();
+  // Listed nodes' own properties: after every object, so a plan applies them last.
+  const own = await nodeLevelChanges(store, req.nodes ?? [], bounds);
+  const changes: PlanChange[] = [...objects.changes, ...own.changed.map(nodeChangeView)];
+  const unchanged = objects.unchanged + own.unchanged;
+  const levels = new Map(own.changed.map((c) => [c.id, c.after]));
   // The nodes each changed directive with a condition reaches, for its fact warnings.
   const conditioned = new Map<string, string[]>();
   for (const c of changes) if (c.kind === 'directive' && c.action !== 'delete' && after.directives.get(c.id)?.condition) conditioned.set(c.id, []);
   const nodes: NodeImpact[] = [];
   let total = 0;
+  const compared = new WeakMap<object, WeakMap<object, LeafChange[]>>();
+  const changesOf = (b: ShownLeaf[], a: ShownLeaf[]) => {
+    let byAfter = compared.get(b);
+    if (!byAfter) compared.set(b, (byAfter = new WeakMap()));
+    let out = byAfter.get(a);
+    if (!out) byAfter.set(a, (out = leafChanges(b, a)));
+    return out;
+  };
   const each = async (p: NodePreview) => {
     bounds.check();
     for (const [id, reached] of conditioned) {
@@ -331,6 +376,8 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
     total++;
     if (nodes.length >= maxNodes) return;
     const node = await store.getNode(p.node_id);
+    // The effective leaves whose value or origin change, for the nodes listed only (shared lists compared once).
+    const effective = p.sides?.before.leaves && p.sides.after.leaves ? changesOf(p.sides.before.leaves(), p.sides.after.leaves()) : [];
     const kept: NodeImpact = {
       node_id: p.node_id,
       hostname: node?.hostname ?? null,
@@ -338,11 +385,12 @@ export async function planPolicy(store: Store, generator: PolicyGenerator, req: 
       config_id_after: p.after.length ? computeConfigId(p.after) : null,
       ...impact,
       ...rendered,
+      ...(effective.length > 0 && { effective }),
     };
     bounds.charge(jsonBytes(kept), `the impact on node ${p.node_id}`);
     nodes.push(kept);
   };
-  if (changes.length) await generator.preview(before, after, changes, each, bounds);
+  if (changes.length) await generator.preview(before, after, objects.changes, each, bounds, levels);
   const warnings: FactWarning[] = [];
   for (const [id, reached] of conditioned) {
     bounds.checkNow();

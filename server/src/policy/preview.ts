@@ -6,7 +6,9 @@
  * fleet's, and a few inventories at a time; what it holds is charged to its bounds as it goes
  * (plan-memory.ts).
  */
-import type { PolicyKind, Store } from '../store/store.js';
+import type { NodePropertyLevel, PolicyKind, PolicyNodeInput, Store } from '../store/store.js';
+import { shownLeaves, type ShownLeaf } from './plan-nodes.js';
+import { mergeFor } from './render.js';
 import { contentOf, groupsTouched, type Content, type NodePreview, type PolicyModel } from './content.js';
 import { Listing } from './listing.js';
 import type { RuleDef } from './model.js';
@@ -31,12 +33,39 @@ export interface MembershipSource {
   membership(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<Map<string, Set<string>>>;
 }
 
+/** A node's input with its own properties as a plan would set them. */
+function withLevel(input: PolicyNodeInput | undefined, level: NodePropertyLevel): PolicyNodeInput {
+  const base = input ?? { hostname: '', relay: '', certificate: null, properties: {} };
+  const { secrets: _was, ...rest } = base;
+  return { ...rest, properties: level.properties, ...(Object.keys(level.secrets).length > 0 && { secrets: level.secrets }) };
+}
+
+/**
+ * A node's effective leaves under a model, with their origins, a secret's without its value: made
+ * once per group set for the nodes without properties of their own (one list, shared).
+ */
+function leavesFor(model: PolicyModel): (groups: ReadonlySet<string>, input: PolicyNodeInput | undefined) => ShownLeaf[] {
+  const shared = new Map<string, ShownLeaf[]>();
+  return (groups, input) => {
+    const own = input !== undefined && (Object.keys(input.properties).length > 0 || input.secrets !== undefined);
+    const key = own ? '' : [...groups].sort().join('\u0000');
+    let out = own ? undefined : shared.get(key);
+    if (!out) {
+      const m = mergeFor(model, groups, input?.properties ?? {}, input?.secrets);
+      out = shownLeaves(m.origins, m.secrets);
+      if (!own) shared.set(key, out);
+    }
+    return out;
+  };
+}
+
 const byId = (a: RuleDef, b: RuleDef) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 
 /** The accepted members of the groups the changes touch, each previewed and handed to `each`. */
 export async function previewNodes(
   src: MembershipSource, before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>,
   each: (p: NodePreview) => void | Promise<void>, bounds: PlanBounds = UNBOUNDED, templates: TemplateSet = NO_TEMPLATES,
+  levels: ReadonlyMap<string, NodePropertyLevel> = new Map(),
 ): Promise<void> {
   const listing = new Listing(src.store);
   const touched = (model: PolicyModel) => {
@@ -46,6 +75,8 @@ export async function previewNodes(
   };
   const nodes = await src.members(before, touched(before), listing);
   for (const n of await src.members(after, touched(after), listing)) nodes.add(n);
+  // Nodes whose own properties change: those accepted (membership keeps only them).
+  for (const n of levels.keys()) nodes.add(n);
   let ids = 0;
   for (const n of nodes) ids += textBytes(n);
   bounds.charge(ids, `the ${nodes.size} nodes reached`);
@@ -70,7 +101,8 @@ export async function previewNodes(
     }
     return { groups, c };
   };
-  const sorted = [...nodes].sort();
+  const sorted = [...nodes].filter((n) => sides[0][1].has(n) || sides[1][1].has(n)).sort();
+  const leaves = sides.map(([m]) => leavesFor(m));
   for (let i = 0; i < sorted.length; i += PREVIEW_BATCH) {
     const batch = sorted.slice(i, i + PREVIEW_BATCH);
     const reads = [0, 1].map((side) => render[side]!.rendering.reads(batch.map((n) => sideContent(side, n).c)));
@@ -92,17 +124,23 @@ export async function previewNodes(
       }
       for (const nodeId of chunk) {
         bounds.check();
+        const level = levels.get(nodeId);
+        const input = (side: number) => (side === 1 && level ? withLevel(inputs.get(nodeId), level) : inputs.get(nodeId));
         const [b, a] = [0, 1].map((side) => {
           const { groups, c } = sideContent(side, nodeId);
-          const p = render[side]!.rendering.preview(nodeId, groups, c, inputs.get(nodeId));
+          const p = render[side]!.rendering.preview(nodeId, groups, c, input(side));
           bounds.charge(p.bytes, `the rendered policy of node ${nodeId}`);
           return p;
         }) as [RenderedPreview, RenderedPreview];
-        const side = (p: RenderedPreview) => ({ properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }) });
-        await each({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b), after: side(a) } });
+        // Leaves with their origins, made only for a node the plan lists (`each` asks).
+        const side = (p: RenderedPreview, i: number) => ({
+          properties: p.properties, secrets: p.secrets, ...(p.problem && { problem: p.problem }),
+          leaves: () => leaves[i]!(sideContent(i, nodeId).groups, input(i)),
+        });
+        await each({ node_id: nodeId, before: b.directives, after: a.directives, sides: { before: side(b, 0), after: side(a, 1) } });
         bounds.release(b.bytes + a.bytes);
-        const input = inputs.get(nodeId);
-        if (input) delete input.inventory;
+        const held = inputs.get(nodeId);
+        if (held) delete held.inventory;
       }
       bounds.release(docs);
     }

@@ -121,11 +121,15 @@ export function groupLevels(model: PolicyModel, groups: Iterable<string>): Group
   return out;
 }
 
-/** The node level: the admin's node properties, JSON values by name. */
-export const nodeLevel = (props: Record<string, Json>): PropertySet => Object.fromEntries(Object.entries(props).map(([k, v]) => [k, { value: v }]));
+/** The node level: the admin's node properties, JSON values by name, and its secrets (their text). */
+export function nodeLevel(props: Record<string, Json>, secrets: Record<string, string> = {}): PropertySet {
+  const out: PropertySet = Object.fromEntries(Object.entries(props).map(([k, v]) => [k, { value: v }]));
+  for (const [k, v] of Object.entries(secrets)) out[k] = { value: v, secret: true };
+  return out;
+}
 
-export function mergeFor(model: PolicyModel, groups: Iterable<string>, nodeProps: Record<string, Json>): MergedProperties {
-  return mergeProperties(globalLevel(model), groupLevels(model, groups), nodeLevel(nodeProps));
+export function mergeFor(model: PolicyModel, groups: Iterable<string>, nodeProps: Record<string, Json>, nodeSecrets?: Record<string, string>): MergedProperties {
+  return mergeProperties(globalLevel(model), groupLevels(model, groups), nodeLevel(nodeProps, nodeSecrets));
 }
 
 /** Why a node's policy was not generated: the previous bundle stays until it is fixed. */
@@ -245,12 +249,17 @@ export function templateData(nodeId: string, input: Pick<PolicyNodeInput, 'hostn
   return nodeData(inventory, { id: nodeId, hostname: input.hostname, relay: input.relay, properties: props });
 }
 
-/** A node's own properties over the merge of its global and group levels (`base`). */
-export function withNodeLevel(base: Effective, own: Record<string, Json>): Effective {
-  if (Object.keys(own).length === 0) return base;
+/**
+ * A node's own properties over the merge of its global and group levels (`base`): its plain
+ * values merged in, its secrets (text) replacing what the name held, and secret from then on.
+ */
+export function withNodeLevel(base: Effective, own: Record<string, Json>, secrets: Record<string, string> = {}): Effective {
+  const names = Object.keys(secrets);
+  if (Object.keys(own).length === 0 && names.length === 0) return base;
   const effective = { ...base.effective };
   for (const [k, v] of Object.entries(own)) effective[k] = mergeValues(effective[k], v);
-  return { effective, secrets: base.secrets };
+  for (const k of names) effective[k] = secrets[k]!;
+  return { effective, secrets: names.length === 0 ? base.secrets : [...new Set([...base.secrets, ...names])].sort() };
 }
 
 function fail(err: unknown, d: BundleDirective): never {

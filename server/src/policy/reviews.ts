@@ -74,6 +74,8 @@ export function parseProposal(body: unknown): { title: string; description: stri
   const { title, description, delete: del, ...objects } = body as Record<string, unknown>;
   const request = parsePlanRequest(objects);
   if (request.prune) bad('a change request names what it deletes (delete), it does not prune', 'prune');
+  // A node's own properties are its record's, set at once (PUT /api/1/nodes/<id>/properties/own).
+  if (request.nodes) bad('a change request carries policy objects, not nodes\' own properties: set those with PUT /api/1/nodes/<id>/properties/own', 'nodes');
   if (del !== undefined && !Array.isArray(del)) bad('delete must be a list of {"kind", "id"}', 'delete');
   const deletes = ((del ?? []) as unknown[]).map((d, i) => {
     const o = d as Record<string, unknown>;

@@ -10,7 +10,8 @@
 import { capstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { JsonValue } from '@capstan/shared/filter/properties';
-import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, NodeChange, NodeCreate, NodePatch, NodeRecord, NodeUpsertFromInventory, Store, SweptNode } from '../store/store.js';
+import { EMPTY_LEVEL, levelView, parseNodeLevel, type LevelView } from './node-properties.js';
+import type { CloudIdentity, NodePropertyLevel, DiscoveredInstance, DiscoverySummary, NodeChange, NodeCreate, NodePatch, NodeRecord, NodeUpsertFromInventory, Store, SweptNode } from '../store/store.js';
 import { causeOf, type Actor } from '../audit/actor.js';
 import type { AuditLog } from '../audit/log.js';
 
@@ -90,16 +91,43 @@ export class NodeRegistry {
     return this.change('state', await this.mustGet(id), { kind: 'state', state }, actor, opts.at, opts.why);
   }
 
-  /** Replace the node's properties (they may move it in or out of groups). */
+  /**
+   * Replace the node's plain properties (they may move it in or out of groups); its secret ones
+   * stay, but for those `properties` names (then plain).
+   */
   async setProperties(id: string, properties: Record<string, JsonValue>, actor: Actor): Promise<Record<string, JsonValue>> {
+    return (await this.writeLevel(id, actor, () => this.deps.store.setProperties(id, properties))).properties;
+  }
+
+  /**
+   * Replace the node's own properties, plain and secret, as the level form gives them
+   * (node-properties.ts: a secret given as `{"secret": true}` keeps its value). Returns them as
+   * they may be shown.
+   */
+  async setOwnProperties(id: string, level: unknown, actor: Actor, field = 'properties'): Promise<LevelView> {
+    return levelView(await this.writeLevel(id, actor, (stored) => {
+      const next = parseNodeLevel(level, stored, field, id);
+      return this.deps.store.setProperties(id, next.properties, next.secrets);
+    }));
+  }
+
+  /** The node's own properties as they may be shown (secrets without their values). */
+  async ownProperties(id: string): Promise<LevelView> {
+    const level = await this.deps.store.getNodeLevel(id);
+    if (!level) throw unknown(id);
+    return levelView(level);
+  }
+
+  /** One write of a node's properties, audited without any secret's value, and announced. */
+  private async writeLevel(id: string, actor: Actor, write: (stored: NodePropertyLevel) => Promise<unknown>): Promise<NodePropertyLevel> {
     const node = await this.mustGet(id);
-    const before = await this.deps.store.getProperties(id);
-    const props = await this.deps.store.setProperties(id, properties);
-    if (props === null) throw unknown(id);
+    const before = await this.deps.store.getNodeLevel(id);
+    if (before === null || (await write(before)) === null) throw unknown(id);
+    const after = (await this.deps.store.getNodeLevel(id)) ?? EMPTY_LEVEL;
     const at = this.now().toISOString();
-    await this.deps.audit?.record(actor, { action: 'node.properties.update', target: id, before, after: props });
+    await this.deps.audit?.record(actor, { action: 'node.properties.update', target: id, before: levelView(before), after: levelView(after) });
     await this.emit({ kind: 'properties', id, before: node, after: node, at, actor });
-    return props;
+    return after;
   }
 
   /** Delete the node with its runs and history, revoking its certificate. */

@@ -10,17 +10,21 @@ import { collect, enc, int, keyValue, nodeFilters, type Verbs } from '../kit.js'
 import { fleetCompliance, nodeCompliance, timeArg } from './reports.js';
 
 /** An inventory for a table: objects one level flattened (`os.name`), lists counted. */
-/** `--set k=v` (JSON with `--json-value`) and `--unset k` of a node's own properties. */
-export interface NodePropertyEdits { set?: string[]; unset?: string[]; jsonValue?: boolean }
+/** `--set k=v` (JSON with `--json-value`, a secret with `--secret`) and `--unset k` of a node's own properties. */
+export interface NodePropertyEdits { set?: string[]; unset?: string[]; jsonValue?: boolean; secret?: boolean }
+
+/** A node's own properties as `GET /api/1/nodes/<id>/properties` answers: plain values, and the secrets' names. */
+export interface NodeProperties { data: Record<string, unknown>; secrets: string[] }
 
 /**
- * A node's own properties, after the edits asked for: read, changed and written back whole (PUT
- * replaces the map: what another admin set meanwhile is overwritten). No edit: read only.
+ * A node's own properties, after the edits asked for: read in the level form (a secret as
+ * `{"secret": true}`, which the server keeps when it is sent back so), changed, written back
+ * whole (what another admin set meanwhile is overwritten). No edit: read only.
  */
-export async function editNodeProperties(api: ApiTransport, id: string, o: NodePropertyEdits): Promise<{ data: Record<string, unknown> }> {
-  const path = `/api/1/nodes/${enc(id)}/properties`;
-  const ans = (await api.get(path)).body as { data: Record<string, unknown> };
-  if (!o.set && !o.unset) return ans;
+export async function editNodeProperties(api: ApiTransport, id: string, o: NodePropertyEdits): Promise<NodeProperties> {
+  if (!o.set && !o.unset) return (await api.get(`/api/1/nodes/${enc(id)}/properties`)).body as NodeProperties;
+  const path = `/api/1/nodes/${enc(id)}/properties/own`;
+  const own = ((await api.get(path)).body as { data: { properties: Record<string, { value?: unknown; secret?: boolean }> } }).data.properties;
   const value = (k: string, v: string): unknown => {
     if (!o.jsonValue) return v;
     try {
@@ -29,10 +33,20 @@ export async function editNodeProperties(api: ApiTransport, id: string, o: NodeP
       throw new InvalidArgumentError(`--set ${k}: --json-value: ${(err as Error).message}`);
     }
   };
-  const next = { ...ans.data, ...Object.fromEntries((o.set ?? []).map(keyValue).map(([k, v]) => [k, value(k, v)])) };
+  const next = { ...own };
+  for (const [k, v] of (o.set ?? []).map(keyValue)) {
+    const x = value(k, v);
+    if (o.secret && typeof x !== 'string') throw new InvalidArgumentError(`--set ${k}: a secret's value is text`);
+    next[k] = { value: x, ...(o.secret && { secret: true }) };
+  }
   for (const k of o.unset ?? []) delete next[k];
-  return (await api.call('PUT', path, { body: next })).body as { data: Record<string, unknown> };
+  const saved = ((await api.call('PUT', path, { body: { properties: next } })).body as { data: { properties: typeof own } }).data.properties;
+  const names = Object.keys(saved);
+  return { data: Object.fromEntries(names.filter((k) => saved[k]!.secret !== true).map((k) => [k, saved[k]!.value])), secrets: names.filter((k) => saved[k]!.secret === true) };
 }
+
+/** Stands for a secret's value in a table: never the value. */
+const SECRET_SHOWN = Symbol('secret');
 
 export function inventoryFields(inv: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
@@ -83,10 +97,12 @@ export function nodeRecordVerbs(nodes: Command, verbs: Verbs): void {
     .option('-s, --set <key=value>', 'set a property (repeatable): text, or JSON with --json-value', collect)
     .option('-u, --unset <key>', 'remove a property (repeatable)', collect)
     .option('--json-value', 'the values of --set are JSON (an object, a list, a number, true/false, a quoted string)')
+    .option('--secret', 'the values of --set are secrets: sealed to this node, never shown again')
     .action(act(async (api, fmt, cmd, id: string) => {
       const ans = await editNodeProperties(api, id, cmd.opts() as NodePropertyEdits);
-      if (fmt === 'json') return void show(fmt, ans);
-      list(fmt, [['property', (r) => r[0]], ['value', (r) => (typeof r[1] === 'string' ? r[1] : JSON.stringify(r[1]))]], { data: Object.entries(ans.data) });
+      if (fmt === 'json') return void show(fmt, ans as unknown as { data: Record<string, unknown> });
+      const rows: Array<[string, unknown]> = [...Object.entries(ans.data), ...ans.secrets.map((k): [string, unknown] => [k, SECRET_SHOWN])].sort(([a], [b]) => (a < b ? -1 : 1));
+      list(fmt, [['property', (r) => r[0]], ['value', (r) => (r[1] === SECRET_SHOWN ? '(secret)' : typeof r[1] === 'string' ? r[1] : JSON.stringify(r[1]))]], { data: rows });
     }));
 
   nodeFilters(nodes.command('compliance [id]').description('one node\'s compliance per rule and directive; without an id, every node\'s (as compliance nodes)'))

@@ -58,7 +58,7 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
 
   // ---- policy as code
   const policy = program.command('policy').description('policy as code: export, diff, apply a directory of TOML/JSON files');
-  policy.command('export').description('write the server\'s directives, groups, rules and techniques, one file each')
+  policy.command('export').description('write the server\'s directives, groups, rules, techniques, global properties and nodes\' own properties, one file each')
     .requiredOption('-d, --dir <dir>', 'the directory').addOption(new Option('--format <format>').choices(['toml', 'json']).default('toml'))
     .option('--force', 'replace the policy files already there')
     .action(act(async (api, _f, cmd) => {
@@ -67,7 +67,7 @@ export function policyVerbs(program: Command, { act, list, show, io }: Verbs): v
       io.out(`wrote ${n} files to ${o.dir}\n`);
     }));
   const planOptions = (c: Command) => c.requiredOption('-f, --dir <dir>', 'the policy directory')
-    .option('--prune', 'also delete what the files do not name')
+    .option('--prune', 'also delete the policy objects the files do not name (never a node\'s properties: only the nodes with a file are managed)')
     .option('--max-nodes <n>', 'list at most this many nodes (the server says 1000)', int('--max-nodes'));
   planOptions(policy.command('diff').description('what apply would change, and which nodes would get which new or changed directives'))
     .option('--detailed-exitcode', 'exit 7 when there are changes, 0 when none')

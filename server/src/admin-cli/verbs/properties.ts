@@ -42,6 +42,7 @@ export function propertyVerbs(program: Command, { act, list, show, io }: Verbs):
     .option('-s, --set <key=value>', 'set one of the node\'s own properties (repeatable): text, or JSON with --json-value', collect)
     .option('-u, --unset <key>', 'remove one of the node\'s own properties (repeatable)', collect)
     .option('--json-value', 'the values of --set are JSON (an object, a list, a number, true/false, a quoted string)')
+    .option('--secret', 'the values of --set are secrets of the node: sealed to it, never shown again')
     .action(act(async (api, fmt, cmd, id: string) => {
       const edits = cmd.opts() as NodePropertyEdits;
       if (edits.set || edits.unset) await editNodeProperties(api, id, edits);

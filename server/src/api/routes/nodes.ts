@@ -11,6 +11,8 @@ import type { ComplianceClock, NodeCreate, NodePatch, NodeRecord, Reads } from '
 import { NODE_STATES } from '../../registry/rules.js';
 import { checkProperties } from '../../registry/open.js';
 import type { NodeRegistry } from '../../registry/nodes.js';
+import { shownLevel, type LevelView } from '../../registry/node-properties.js';
+import { namingField } from './policies.js';
 import { actorOf } from '../actor.js';
 import { normaliseInventory } from '../../ingest/inventory-fields.js';
 import { listView } from '../node-view.js';
@@ -179,14 +181,33 @@ export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegist
     return { data: res.data, total: res.total, page, per_page };
   });
 
-  // Admin-set properties (`property:<key>` in filters): GET reads, PUT replaces them all.
-  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
-    const props = await store.getProperties(req.params.id);
-    if (props === null) throw capstanError('ERR_NODE_UNKNOWN', `node ${req.params.id} is unknown`);
-    return { data: props };
+  // Admin-set properties (`property:<key>` in filters): GET reads the plain ones, with the names
+  // of the secret ones beside (never their values); PUT replaces the plain ones (the secrets stay,
+  // but those it names).
+  const plainAnswer = (view: LevelView) => ({
+    data: Object.fromEntries(Object.entries(view).filter(([, p]) => p.secret !== true).map(([k, p]) => [k, p.value!])),
+    secrets: Object.keys(view).filter((k) => view[k]!.secret === true),
   });
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => plainAnswer(await nodes.ownProperties(req.params.id)));
   app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties', async (req) => {
-    return { data: await nodes.setProperties(req.params.id, checkProperties(await readJson(req)), actorOf(req)) };
+    await nodes.setProperties(req.params.id, checkProperties(await readJson(req)), actorOf(req));
+    return plainAnswer(await nodes.ownProperties(req.params.id));
+  });
+  // The same, plain and secret, in the form of the other levels (registry/node-properties.ts):
+  // `{"properties": {"<name>": {"value", "secret"?}}}`, a secret shown (and kept) as {"secret": true}.
+  app.get<{ Params: { id: string } }>('/api/1/nodes/:id/properties/own', async (req) => ({ data: { id: req.params.id, properties: await nodes.ownProperties(req.params.id) } }));
+  app.put<{ Params: { id: string } }>('/api/1/nodes/:id/properties/own', async (req, reply) => namingField(reply, async () => {
+    const body = bodyObject(await readJson(req), ['id', 'properties']);
+    if (body.id !== undefined && body.id !== req.params.id) throw capstanError('ERR_BAD_REQUEST', 'id in the body differs from the one in the path', { details: { field: 'id' } });
+    const properties = await nodes.setOwnProperties(req.params.id, body.properties ?? {}, actorOf(req));
+    return reply.send({ data: { id: req.params.id, properties } });
+  }));
+  // Every node with properties of its own, in id order (`capstan policy export`): secrets as {"secret": true}.
+  app.get<{ Querystring: Query }>('/api/1/node-properties', async (req) => {
+    const { page, per_page } = paging(req.query, 100);
+    const res = await store.listNodeProperties(page, per_page);
+    const data = res.data.map((r) => ({ id: r.node_id, properties: shownLevel(r.properties, r.secrets) }));
+    return { data, total: res.total, page, per_page };
   });
 
   app.get<{ Params: { id: string } }>('/api/1/nodes/:id/inventory', async (req) => {

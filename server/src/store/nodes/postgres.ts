@@ -16,6 +16,7 @@ import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
+import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
@@ -227,38 +228,61 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   async getProperties(nodeId: string): Promise<Record<string, JsonValue> | null> {
-    const { rows } = await this.db.query('getProperties', this.db.pool, {
+    return (await this.getNodeLevel(nodeId))?.properties ?? null;
+  }
+
+  async getNodeLevel(nodeId: string): Promise<NodePropertyLevel | null> {
+    const { rows } = await this.db.query('getNodeLevel', this.db.pool, {
       name: 'properties_get',
       text: `SELECT p.key, p.value FROM nodes n LEFT JOIN node_properties p ON p.node_id = n.id WHERE n.id = $1 ORDER BY p.key`,
       values: [nodeId],
     });
     if (rows.length === 0) return null;
-    return Object.fromEntries((rows as Array<{ key: string | null; value: string }>).filter((r) => r.key !== null).map((r) => [r.key!, JSON.parse(r.value) as JsonValue]));
+    return levelOf((rows as Array<{ key: string | null; value: string }>).filter((r): r is { key: string; value: string } => r.key !== null));
   }
 
-  async setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null> {
-    const props = checkProperties(properties);
-    const leaves = propertyRows(props);
+  async listNodeProperties(page: number, perPage: number): Promise<Page<NodePropertiesRow>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    const what = 'listNodeProperties';
+    const total = await this.db.query(what, this.db.pool, { name: 'node_properties_count', text: 'SELECT count(DISTINCT node_id)::int AS n FROM node_properties' });
+    const { rows } = await this.db.query(what, this.db.pool, {
+      name: 'node_properties_page',
+      text: `SELECT p.node_id, p.key, p.value FROM node_properties p
+        JOIN (SELECT DISTINCT node_id FROM node_properties ORDER BY node_id LIMIT $1 OFFSET $2) s ON s.node_id = p.node_id
+        ORDER BY p.node_id, p.key`,
+      values: [limit, offset],
+    });
+    return { data: propertiesRows(rows as Array<{ node_id: string; key: string; value: string }>), total: Number(total.rows[0]?.n ?? 0) };
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, JsonValue>, secrets?: Record<string, string>): Promise<Record<string, JsonValue> | null> {
+    if (secrets !== undefined) checkLevel(properties, secrets);
+    else checkProperties(properties);
     const what = 'setProperties';
     return this.db.tx(what, async (c) => {
       const known = await this.db.query(what, c, { name: 'properties_node', text: 'SELECT 1 FROM nodes WHERE id = $1 FOR UPDATE', values: [nodeId] });
       if ((known.rowCount ?? 0) === 0) return null;
+      const stored = await this.db.query(what, c, { name: 'properties_stored', text: 'SELECT key, value FROM node_properties WHERE node_id = $1', values: [nodeId] });
+      const next = nextLevel(levelOf(stored.rows as Array<{ key: string; value: string }>).secrets, properties, secrets);
+      const leaves = propertyRows(next.properties);
       await this.db.query(what, c, { name: 'properties_clear', text: 'DELETE FROM node_properties WHERE node_id = $1', values: [nodeId] });
       await this.db.query(what, c, { name: 'property_leaves_clear', text: 'DELETE FROM node_property_leaves WHERE node_id = $1', values: [nodeId] });
-      const keys = Object.keys(props);
-      if (keys.length > 0) {
+      const rows = [...Object.entries(next.properties).map(([k, v]) => [k, JSON.stringify(v)]), ...Object.entries(next.secrets).map(([k, v]) => [k, secretCell(v)])];
+      if (rows.length > 0) {
         await this.db.query(what, c, {
           name: 'properties_add',
           text: 'INSERT INTO node_properties (node_id, key, value) SELECT $1, * FROM unnest($2::text[], $3::text[])',
-          values: [nodeId, keys, keys.map((k) => JSON.stringify(props[k]))],
+          values: [nodeId, rows.map((r) => r[0]), rows.map((r) => r[1])],
         });
+      }
+      if (leaves.length > 0) {
         await this.db.query(what, c, {
           name: 'property_leaves_add',
           text: 'INSERT INTO node_property_leaves (node_id, path, value, num) SELECT $1, * FROM unnest($2::text[], $3::text[], $4::float8[])',
           values: [nodeId, leaves.map((l) => l.path), leaves.map((l) => l.value), leaves.map((l) => l.num)],
         });
       }
-      return props;
+      return next.properties;
     });
   }
 

@@ -14,6 +14,7 @@ import { complianceKeySql, filterWhere, orderBy } from './filters/query.js';
 import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
+import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
@@ -189,25 +190,42 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   }
 
   async getProperties(nodeId: string): Promise<Record<string, JsonValue> | null> {
-    return this.db.read('getProperties', () => {
+    return (await this.getNodeLevel(nodeId))?.properties ?? null;
+  }
+
+  async getNodeLevel(nodeId: string): Promise<NodePropertyLevel | null> {
+    return this.db.read('getNodeLevel', () => {
       if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
-      const rows = this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>;
-      return Object.fromEntries(rows.map((r) => [r.key, JSON.parse(r.value) as JsonValue]));
+      return levelOf(this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ? ORDER BY key').all(nodeId) as Array<{ key: string; value: string }>);
     });
   }
 
-  async setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null> {
-    const props = checkProperties(properties);
-    const leaves = propertyRows(props);
+  async listNodeProperties(page: number, perPage: number): Promise<Page<NodePropertiesRow>> {
+    const { limit, offset } = checkPaging(page, perPage);
+    return this.db.read('listNodeProperties', () => {
+      const { n } = this.db.stmt('SELECT count(DISTINCT node_id) AS n FROM node_properties').get() as { n: number };
+      const rows = this.db.stmt(`SELECT p.node_id, p.key, p.value FROM node_properties p
+        JOIN (SELECT DISTINCT node_id FROM node_properties ORDER BY node_id LIMIT ? OFFSET ?) s ON s.node_id = p.node_id
+        ORDER BY p.node_id, p.key`).all(limit, offset) as Array<{ node_id: string; key: string; value: string }>;
+      return { data: propertiesRows(rows), total: n };
+    });
+  }
+
+  async setProperties(nodeId: string, properties: Record<string, JsonValue>, secrets?: Record<string, string>): Promise<Record<string, JsonValue> | null> {
+    if (secrets !== undefined) checkLevel(properties, secrets);
+    else checkProperties(properties);
     return this.db.write('setProperties', () => {
       if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(nodeId)) return null;
+      const stored = levelOf(this.db.stmt('SELECT key, value FROM node_properties WHERE node_id = ?').all(nodeId) as Array<{ key: string; value: string }>);
+      const next = nextLevel(stored.secrets, properties, secrets);
       this.db.stmt('DELETE FROM node_properties WHERE node_id = ?').run(nodeId);
       this.db.stmt('DELETE FROM node_property_leaves WHERE node_id = ?').run(nodeId);
       const ins = this.db.stmt('INSERT INTO node_properties (node_id, key, value) VALUES (?, ?, ?)');
-      for (const [k, v] of Object.entries(props)) ins.run(nodeId, k, JSON.stringify(v));
+      for (const [k, v] of Object.entries(next.properties)) ins.run(nodeId, k, JSON.stringify(v));
+      for (const [k, v] of Object.entries(next.secrets)) ins.run(nodeId, k, secretCell(v));
       const leaf = this.db.stmt('INSERT INTO node_property_leaves (node_id, path, value, num) VALUES (?, ?, ?, ?)');
-      for (const l of leaves) leaf.run(nodeId, l.path, l.value, l.num);
-      return props;
+      for (const l of propertyRows(next.properties)) leaf.run(nodeId, l.path, l.value, l.num);
+      return next.properties;
     });
   }
 

@@ -7,6 +7,9 @@
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { CHECKED, lookup, REFUSE, type NulRules } from '../guard.js';
 import type { Page } from '../store.js';
+import type { NodePropertiesRow, NodePropertyLevel } from './properties.js';
+
+export type { NodePropertiesRow, NodePropertyLevel } from './properties.js';
 
 export type Acceptance = 'pending' | 'accepted' | 'refused';
 export type NodeStatus = 'unknown' | 'reachable' | 'unreachable';
@@ -237,8 +240,15 @@ export interface NodeReads {
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
   /** Transitions of one node, newest first. */
   getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
-  /** An admin's properties of a node, JSON values by name (`property:<path>` in filters); null when the node is unknown. */
+  /**
+   * An admin's plain properties of a node, JSON values by name (`property:<path>` in filters),
+   * its secret ones left out; null when the node is unknown.
+   */
   getProperties(nodeId: string): Promise<Record<string, JsonValue> | null>;
+  /** A node's own properties, plain and secret (their text: for the domain, never to show); null when unknown. */
+  getNodeLevel(nodeId: string): Promise<NodePropertyLevel | null>;
+  /** The nodes with own properties, by id, each with its plain values and the names of its secrets. */
+  listNodeProperties(page: number, perPage: number): Promise<Page<NodePropertiesRow>>;
 }
 
 /**
@@ -271,8 +281,12 @@ export interface NodeWrites {
    * the same certificate is never auto-accepted again. Returns false when unknown.
    */
   deleteNode(id: string, at?: string): Promise<boolean>;
-  /** Replace a node's properties (checkProperties first); null when the node is unknown. */
-  setProperties(nodeId: string, properties: Record<string, JsonValue>): Promise<Record<string, JsonValue> | null>;
+  /**
+   * Replace a node's properties (checkLevel first): its plain ones by `properties`, and its
+   * secrets by `secrets`, or without it, the stored secrets `properties` does not name are kept.
+   * Returns the plain properties; null when the node is unknown.
+   */
+  setProperties(nodeId: string, properties: Record<string, JsonValue>, secrets?: Record<string, string>): Promise<Record<string, JsonValue> | null>;
 }
 
 export interface NodeStore extends NodeReads, NodeWrites {}
@@ -315,6 +329,8 @@ export const NODES_NUL: NulRules<NodeStore> = {
   deleteNode: lookup([0], () => false),
   getHistory: lookup([0], () => ({ data: [], total: 0 })),
   getProperties: lookup([0], () => null),
+  getNodeLevel: lookup([0], () => null),
+  listNodeProperties: REFUSE,
   setProperties: lookup([0], () => null),
 };
 

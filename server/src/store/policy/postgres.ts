@@ -6,9 +6,9 @@ import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
-import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
+import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
@@ -89,7 +89,7 @@ export class PostgresPolicy implements PolicyStore {
     for (const r of (await q('SELECT node_id, key, value FROM node_properties WHERE node_id = ANY($1::text[])')).rows) {
       let n = out.get(r.node_id as string);
       if (!n && !read.node) out.set(r.node_id as string, (n = blank()));
-      if (n) n.properties[r.key as string] = JSON.parse(r.value as string) as JsonValue;
+      if (n) putCell(n, r.key as string, r.value as string);
     }
     if (read.inventory) {
       for (const r of (await q('SELECT node_id, received_at FROM inventories WHERE node_id = ANY($1::text[])')).rows) {

@@ -7,9 +7,9 @@ import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
-import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkConfigId, checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
+import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
@@ -94,7 +94,7 @@ export class SqlitePolicy implements PolicyStore {
         for (const r of this.db.stmt('SELECT node_id, key, value FROM node_properties WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
           let n = out.get(r.node_id!);
           if (!n && !read.node) out.set(r.node_id!, (n = blank()));
-          if (n) n.properties[r.key!] = JSON.parse(r.value!) as JsonValue;
+          if (n) putCell(n, r.key!, r.value!);
         }
         if (!read.inventory) continue;
         for (const r of this.db.stmt('SELECT node_id, received_at FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {

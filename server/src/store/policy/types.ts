@@ -42,6 +42,11 @@ export interface PolicyNodeInput {
   certificate: string | null;
   /** The admin's properties of the node (the node level of its properties), JSON values by name. */
   properties: Record<string, JsonValue>;
+  /**
+   * The node's own secret properties, their text by name (sealed to the node, never shown);
+   * absent when it has none.
+   */
+  secrets?: Record<string, string>;
   /** When its newest inventory was received, when asked for (null: none received). */
   inventory_at?: string | null;
   /** That inventory as JSON text: set by the generator for the nodes it renders (policyInventories). */

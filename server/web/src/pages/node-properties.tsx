@@ -2,7 +2,7 @@
  * Properties on the node and group pages. A node's: its effective properties (global < groups by
  * priority < node, GET /api/1/nodes/<id>/properties/effective), each leaf with its origin and what
  * it overrode, its groups' conflicts and why its policy was last not generated; and its own
- * properties, editable (PUT /api/1/nodes/<id>/properties, the whole set). A group's: what its
+ * properties, plain or secret, editable (PUT /api/1/nodes/<id>/properties/own, the whole set). A group's: what its
  * members get from it and from the global level, before their other groups and their own values.
  * A secret's value is never shown: the API does not return it.
  */
@@ -10,8 +10,8 @@ import { useState } from 'preact/hooks';
 import { ApiError, put, type ListAnswer } from '../api';
 import { useCanWrite } from '../me';
 import { ErrorBox, Section, Show, useGet } from '../ui';
-import { inputProps } from './edit-common';
-import { jsonText, parseJson, SecretBadge, type GlobalProperty, type Json, type LevelProperty } from './properties';
+import { fieldId } from './edit-common';
+import { jsonText, SecretBadge, setBody, SetEditor, setRows, type GlobalProperty, type Json, type LevelProperty, type SetRow } from './properties';
 
 type Origin = { level: 'global' } | { level: 'group'; id: string } | { level: 'node' };
 interface Leaf { path: string[]; value?: Json; secret?: true; origin: Origin; overridden?: Array<{ origin: Origin; path: string[]; value?: Json }> }
@@ -48,53 +48,45 @@ function EffectiveTable({ e }: { e: Effective }) {
   );
 }
 
-interface Row { key: number; name: string; text: string }
-let keys = 0;
-
 /**
- * The node's own properties, edited as a whole set. A name that is secret at another level is not
- * shown nor offered here: a node's own values are not sealed, set a secret at the global or a group level.
+ * The node's own properties, edited as a whole set in the form of the other levels: a plain value,
+ * or a secret of this node (sealed to its key, write-only: kept as it is unless given anew). A
+ * name secret at another level takes a secret here too: a plain value would be sealed anyway, and
+ * shown back in the clear by the node's plain properties.
  */
-function NodeOwn({ id, own, secrets, reload }: { id: string; own: Record<string, Json>; secrets: string[]; reload: () => void }) {
+function NodeOwn({ id, own, secrets, reload }: { id: string; own: Record<string, LevelProperty>; secrets: string[]; reload: () => void }) {
   const canWrite = useCanWrite();
-  const hidden = new Set(secrets);
-  const initial = () => Object.entries(own).filter(([k]) => !hidden.has(k)).map(([name, v]) => ({ key: ++keys, name, text: JSON.stringify(v) }));
-  const [rows, setRows] = useState<Row[]>(initial);
+  const elsewhere = new Set(secrets.filter((n) => own[n]?.secret !== true));
+  const [rows, setRowList] = useState<SetRow[]>(() => setRows(own));
   const [editing, setEditing] = useState(false);
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [error, setError] = useState<unknown>(null);
   const [busy, setBusy] = useState(false);
-  const change = (i: number, r: Partial<Row>) => setRows(rows.map((x, j) => (j === i ? { ...x, ...r } : x)));
   const save = async (e: Event) => {
     e.preventDefault();
-    const body: Record<string, Json> = {};
-    // Secret names keep the node's value as the API gave it: they are not in the form.
-    for (const [k, v] of Object.entries(own)) if (hidden.has(k)) body[k] = v;
     const bad: Record<string, string> = {};
     for (const r of rows) {
       const name = r.name.trim();
-      if (!name) bad[`node-${r.key}-name`] = 'a property needs a name';
-      else if (hidden.has(name)) bad[`node-${r.key}-name`] = `${name} is secret at another level: set it there`;
-      const parsed = parseJson(r.text);
-      if ('error' in parsed) bad[`node-${r.key}-value`] = `${name || 'the value'} ${parsed.error}`;
-      else if (name) body[name] = parsed.value;
+      if (!name) bad[`properties.#${r.key}.name`] = 'a property needs a name';
+      else if (elsewhere.has(name) && !r.secret) bad[`properties.${name}.name`] = `${name} is secret at another level: set it there, or mark it secret here`;
     }
-    setErrors(bad);
+    const made = setBody(rows.filter((r) => r.name.trim()), 'properties');
+    const all = { ...bad, ...('errors' in made ? made.errors : {}) };
+    setErrors(all);
     setError(null);
-    const first = Object.keys(bad)[0];
-    if (first) return document.getElementById(`f-${first}`)?.focus();
+    const first = Object.keys(all)[0];
+    if (first !== undefined) return document.getElementById(fieldId(first))?.focus();
+    if (!('body' in made)) return;
     setBusy(true);
     try {
-      await put(`/api/1/nodes/${enc(id)}/properties`, body);
+      await put(`/api/1/nodes/${enc(id)}/properties/own`, { properties: made.body });
       setEditing(false);
       reload();
     } catch (err) {
-      // The API names the property when it can (`properties.<name>`): the message goes under its value.
-      const name = err instanceof ApiError && err.field?.startsWith('properties.') ? err.field.split('.')[1] : undefined;
-      const row = rows.find((r) => r.name.trim() === name);
-      if (row) {
-        setErrors({ [`node-${row.key}-value`]: err instanceof ApiError ? err.message : String(err) });
-        setTimeout(() => document.getElementById(`f-node-${row.key}-value`)?.focus(), 0);
+      // The API names the property's field when it can (`properties.<name>.value`): the message goes under it.
+      if (err instanceof ApiError && err.field?.startsWith('properties.')) {
+        setErrors({ [err.field]: err.message });
+        setTimeout(() => document.getElementById(fieldId(err.field!))?.focus(), 0);
       } else setError(err);
     } finally {
       setBusy(false);
@@ -106,47 +98,25 @@ function NodeOwn({ id, own, secrets, reload }: { id: string; own: Record<string,
       <>
         <h3>Set on this node</h3>
         {shown.length === 0 ? <p class="muted">None.</p> : (
-          <table class="compact" id="node-properties"><tbody>{shown.map(([k, v]) => (
-            <tr key={k}><th scope="row"><code>{k}</code></th><td>{hidden.has(k) ? <SecretBadge /> : <code class="json">{jsonText(v)}</code>}</td></tr>
+          <table class="compact" id="node-properties"><tbody>{shown.map(([k, p]) => (
+            <tr key={k}><th scope="row"><code>{k}</code></th><td>{p.secret || elsewhere.has(k) ? <SecretBadge /> : <code class="json">{jsonText(p.value)}</code>}</td></tr>
           ))}</tbody></table>
         )}
-        {canWrite && <button type="button" class="secondary" onClick={() => { setRows(initial()); setErrors({}); setEditing(true); }}>Edit this node's properties</button>}
+        {canWrite && <button type="button" class="secondary" onClick={() => { setRowList(setRows(own)); setErrors({}); setEditing(true); }}>Edit this node's properties</button>}
       </>
     );
   }
-  const field = (k: string, label: string, r: Row, which: 'name' | 'text') => {
-    const err = errors[k];
-    const p = inputProps(k, err, which === 'text');
-    return (
-      <div class={`field${err ? ' invalid' : ''}`}>
-        <label for={p.id}>{label}</label>
-        {which === 'name'
-          ? <input {...p} value={r.name} autocomplete="off" spellcheck={false} onInput={(e) => change(rows.indexOf(r), { name: (e.target as HTMLInputElement).value })} />
-          : <input {...p} value={r.text} autocomplete="off" spellcheck={false} onInput={(e) => change(rows.indexOf(r), { text: (e.target as HTMLInputElement).value })} />}
-        {which === 'text' && <p class="hint" id={`${p.id}-hint`}>JSON: "text" in quotes, 8080, true, ["a"], {'{"k": "v"}'}.</p>}
-        {err && <p class="field-error" id={`${p.id}-error`} role="alert">{err}</p>}
-      </div>
-    );
-  };
   return (
     <form class="edit" aria-label="This node's properties" onSubmit={save}>
       <h3>Set on this node</h3>
-      {rows.map((r, i) => (
-        <fieldset key={r.key} class="row-group">
-          <legend>Property {r.name.trim() || i + 1}</legend>
-          {field(`node-${r.key}-name`, 'Property name', r, 'name')}
-          {field(`node-${r.key}-value`, `Value of ${r.name.trim() || 'the property'}`, r, 'text')}
-          <div class="form-actions"><button type="button" class="secondary" onClick={() => setRows(rows.filter((_, j) => j !== i))}>Remove property {r.name.trim() || i + 1}</button></div>
-        </fieldset>
-      ))}
-      {hidden.size > 0 && <p class="hint">Secret at another level, kept as they are: {[...hidden].join(', ')}.</p>}
+      <SetEditor rows={rows} setRows={setRowList} field="properties" errors={errors} />
+      {elsewhere.size > 0 && <p class="hint">Secret at another level: {[...elsewhere].join(', ')}. A value set here for one of them is a secret of this node.</p>}
       {error !== null && <ErrorBox error={error} />}
       <div class="form-actions">
-        <button type="button" class="secondary" onClick={() => setRows([...rows, { key: ++keys, name: '', text: '' }])}>Add a property</button>
         <button type="submit" disabled={busy}>Save properties</button>
         <button type="button" class="link" onClick={() => setEditing(false)}>Cancel</button>
       </div>
-      <p class="hint">A node's own properties are saved at once: they are part of the node's record, not of the policy's change requests.</p>
+      <p class="hint">A node's own properties are saved at once: they are part of the node's record, not of the policy's change requests. A secret here is sealed to this node's key and never shown again.</p>
     </form>
   );
 }
@@ -154,7 +124,7 @@ function NodeOwn({ id, own, secrets, reload }: { id: string; own: Record<string,
 /** The node page's Properties section: effective values with their origin, then the node's own. */
 export function NodeProperties({ id }: { id: string }) {
   const effective = useGet<{ data: Effective }>(`/api/1/nodes/${enc(id)}/properties/effective`);
-  const own = useGet<{ data: Record<string, Json> }>(`/api/1/nodes/${enc(id)}/properties`);
+  const own = useGet<{ data: { properties: Record<string, LevelProperty> } }>(`/api/1/nodes/${enc(id)}/properties/own`);
   const reload = () => {
     effective.reload();
     own.reload();
@@ -168,7 +138,7 @@ export function NodeProperties({ id }: { id: string }) {
             <p key={c.path.join('.')} class="warn">Conflict on <code>{c.path.join('.')}</code> between groups of priority {c.priority}: {c.groups.map((g) => g.id).join(', ')}.</p>
           ))}
           <EffectiveTable e={e} />
-          <Show f={own}>{({ data }) => <NodeOwn key={JSON.stringify(data)} id={id} own={data} secrets={e.secrets} reload={reload} />}</Show>
+          <Show f={own}>{({ data }) => <NodeOwn key={JSON.stringify(data)} id={id} own={data.properties} secrets={e.secrets} reload={reload} />}</Show>
         </>
       )}</Show>
     </Section>
