@@ -5,7 +5,7 @@
  * message listed and retried.
  */
 import t from 'tap';
-import { buildProgram, type CliIo } from '../../server/src/admin-cli/commands.js';
+import { buildProgram, type CliIo } from '@capstan/server/admin-cli/commands';
 import { serverWithApi } from '../helpers/admin-app.js';
 
 class Exit extends Error {

@@ -8,7 +8,7 @@
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { EXIT } from '../../server/src/admin-cli/output.js';
+import { EXIT } from '@capstan/server/admin-cli/output';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { capstan } from '../helpers/capstan.js';
 import { inventory } from './store-suite.js';

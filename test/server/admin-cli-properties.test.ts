@@ -4,7 +4,7 @@
  * exit codes of what the server refuses or does not have.
  */
 import t from 'tap';
-import { EXIT } from '../../server/src/admin-cli/output.js';
+import { EXIT } from '@capstan/server/admin-cli/output';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { capstan } from '../helpers/capstan.js';
 import { inventory } from './store-suite.js';

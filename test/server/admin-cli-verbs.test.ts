@@ -8,7 +8,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { join } from 'node:path';
 import t from 'tap';
 import { createNodeIdentity } from '@capstan/shared';
-import { EXIT } from '../../server/src/admin-cli/output.js';
+import { EXIT } from '@capstan/server/admin-cli/output';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { capstan } from '../helpers/capstan.js';
 import { programDir } from '../helpers/programs.js';

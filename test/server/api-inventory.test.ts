@@ -23,8 +23,9 @@ async function setup(t: Test) {
 
 t.test('properties are set, checked, queried, and move a node between groups', async (t) => {
   const { api, generator } = await setup(t);
-  t.same((await api('GET', '/api/1/nodes/n1/properties')).json, { data: {} });
-  t.same((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'alice', rack: 'b2' })).json, { data: { owner: 'alice', rack: 'b2' } });
+  // The node has no secret of its own: an empty list beside the plain values.
+  t.same((await api('GET', '/api/1/nodes/n1/properties')).json, { data: {}, secrets: [] });
+  t.same((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'alice', rack: 'b2' })).json, { data: { owner: 'alice', rack: 'b2' }, secrets: [] });
   t.match((await api('PUT', '/api/1/nodes/n1/properties', { owner: 'x'.repeat(4097) })).json.error, { code: 'ERR_BAD_REQUEST', message: /^property owner holds a string longer than 4096/ });
   t.equal((await api('PUT', '/api/1/nodes/n1/properties', ['a'])).json.error.code, 'ERR_BAD_REQUEST');
   t.equal((await api('PUT', '/api/1/nodes/nope/properties', {})).json.error.code, 'ERR_NODE_UNKNOWN');

@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import t from 'tap';
 import { ocsPairNames } from '@capstan/shared';
 import { ocsPairReady } from '@capstan/toolkit';
-import { DEFAULT_OCS_LIMITS, readOcsInventory } from '../../server/src/ingest/ocs.js';
-import { certificateKey, parseSignFile, sameKey, verifyOcsSignature } from '../../server/src/ingest/ocs-signature.js';
+import { DEFAULT_OCS_LIMITS, readOcsInventory } from '@capstan/server/ingest/ocs';
+import { certificateKey, parseSignFile, sameKey, verifyOcsSignature } from '@capstan/server/ingest/ocs-signature';
 import { ocsXml, rudderNode, signOcs } from '../helpers/ocs.js';
 import { thrownCode } from '../helpers/thrown.js';
 

@@ -6,7 +6,7 @@
 import { lstat, mkdir, readdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
+import { readPolicyDir, writePolicyDir } from '@capstan/server/admin-cli/policy-files';
 
 const FILES = {
   directives: [{ id: 'motd', name: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hi\n' }, mode: 'enforce' }],

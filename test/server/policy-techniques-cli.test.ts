@@ -8,7 +8,7 @@
 import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { readPolicyDir, writePolicyDir } from '../../server/src/admin-cli/policy-files.js';
+import { readPolicyDir, writePolicyDir } from '@capstan/server/admin-cli/policy-files';
 import { serverWithApi } from '../helpers/admin-app.js';
 import { capstan } from '../helpers/capstan.js';
 
