@@ -88,6 +88,8 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
   t.equal(await page.getByLabel('Status').inputValue(), 'reachable', 'the filter bar reads the URL');
   await page.getByRole('link', { name: 'Last run' }).click();
   await page.waitForURL(/sort=last_run_at/);
+  // The page is drawn again for the new address (its filter bar too) before the filter is changed.
+  await page.locator('th[aria-sort="ascending"]', { hasText: 'Last run' }).waitFor();
   await page.getByLabel('Status').selectOption('unreachable');
   await page.getByRole('button', { name: 'Apply' }).click();
   await page.getByText('No node matches.').waitFor();

@@ -62,12 +62,12 @@ export function ChangesPage({ params }: { params: URLSearchParams }) {
     <>
       <h1>Changes</h1>
       <form class="filters" onSubmit={submit} role="search" aria-label="Filter changes" key={params.toString()}>
-        <label>Since<select name="range" defaultValue={range}>{Object.keys(RANGES).map((k) => <option key={k} value={k}>last {k}</option>)}</select></label>
+        <label>Since<select name="range">{Object.keys(RANGES).map((k) => <option key={k} value={k} selected={k === range}>last {k}</option>)}</select></label>
         <label>Node id<input name="node" defaultValue={params.get('node') ?? ''} /></label>
         <label>Rule<input name="rule" defaultValue={params.get('rule') ?? ''} /></label>
         <label>Directive<input name="directive" defaultValue={params.get('directive') ?? ''} /></label>
         <label>Group<input name="group" defaultValue={params.get('group') ?? ''} /></label>
-        <label>Label<select name="label" defaultValue={params.get('label') ?? ''}><option value="">any</option><option value="intentional">intentional</option><option value="corrective">corrective</option></select></label>
+        <label>Label<select name="label">{['', 'intentional', 'corrective'].map((v) => <option key={v} value={v} selected={v === (params.get('label') ?? '')}>{v || 'any'}</option>)}</select></label>
         <div class="filter-actions"><button type="submit">Apply</button><a href="#/changes">Clear</a></div>
       </form>
       <Section title={`Changes per ${by}`} id="histogram">

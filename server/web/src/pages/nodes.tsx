@@ -23,9 +23,11 @@ const RESERVED = new Set(['sort', 'order', 'page', 'per_page']);
 function Select({ name, label, options, value }: { name: string; label: string; options: string[]; value: string }) {
   return (
     <label>{label}
-      <select name={name} value={value}>
-        <option value="">any</option>
-        {options.map((o) => <option key={o} value={o}>{o}</option>)}
+      {/* Uncontrolled: the form is remade when the address changes, and a re-render while the
+          list loads must not undo a choice the user has just made. */}
+      <select name={name}>
+        <option value="" selected={value === ''}>any</option>
+        {options.map((o) => <option key={o} value={o} selected={o === value}>{o}</option>)}
       </select>
     </label>
   );
