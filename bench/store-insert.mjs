@@ -7,7 +7,10 @@
  * this process's CPU µs, and on PostgreSQL the database's own CPU (its backends for a database
  * made for the run, read from /proc; the cluster's shared processes apart).
  *
- *   node bench/store-insert.mjs [--nodes 500] [--reports 100] [--rounds 3] [--only sqlite,postgres]
+ *   node bench/store-insert.mjs [--nodes 500] [--reports 100] [--rounds 3] [--only sqlite,postgres] [--keep-db]
+ *
+ * `--keep-db` leaves the PostgreSQL database in place afterwards (its name is printed), to look
+ * at its plans with EXPLAIN.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
@@ -23,7 +26,7 @@ import { freshDatabase, pgCpuDelta, pgCpuSample, pgUnavailable } from './lib/pos
 const { values } = parseArgs({
   options: {
     nodes: { type: 'string', default: '500' }, reports: { type: 'string', default: '100' }, rounds: { type: 'string', default: '3' },
-    only: { type: 'string', default: 'sqlite,postgres' },
+    only: { type: 'string', default: 'sqlite,postgres' }, 'keep-db': { type: 'boolean', default: false },
   },
 });
 const config = loadServerConfig({});
@@ -86,7 +89,8 @@ async function measure(kind) {
     };
   } finally {
     await store.close();
-    await db?.drop();
+    if (values['keep-db'] && db) console.log(JSON.stringify({ kept: db.name }));
+    else await db?.drop();
     await rm(dir, { recursive: true, force: true });
   }
 }
