@@ -27,6 +27,8 @@ export const SERVER_SCHEMA = {
     pool_size: { type: 'integer', default: 10, min: 1, max: 200 },
     /** Decoded node-day bases of runs kept in memory per server process (store/runs/run-codec.ts). */
     run_base_cache: { type: 'size', default: '64MiB', min: 0 },
+    /** Nodes' expectations and directive rows kept in memory for the ingest on PostgreSQL (store/compliance/directive-cache.ts). */
+    directive_cache: { type: 'size', default: '64MiB', min: 0 },
     /** Streaming replicas (postgres://…) for the fleet-wide reads (store/replicas.ts); decisions stay on url. */
     replicas: { type: 'strings', default: [] },
     /** A replica further behind than this is not read from; how often staleness is measured; connections each. */

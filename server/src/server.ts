@@ -69,6 +69,7 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
           databaseUrl: config.database.url,
           poolSize: config.database.pool_size,
           runBaseCacheBytes: config.database.run_base_cache,
+          directiveCacheBytes: config.database.directive_cache,
           onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
           onMaintenance: (message, err) => log.warn({ err }, message),
         }

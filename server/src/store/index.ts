@@ -23,6 +23,8 @@ export interface OpenStoreOptions {
   schema?: string;
   /** Memory for decoded node-day bases of runs (store/runs/run-codec.ts); default 64 MiB. */
   runBaseCacheBytes?: number;
+  /** Postgres only: memory for nodes' expected components the ingest reads (compliance/directive-cache.ts); default 64 MiB. */
+  directiveCacheBytes?: number;
   /** Clock for times the store stamps itself (manual node creation); tests pass a fixed one. */
   now?: () => Date;
   /** Postgres only: told when an idle pooled connection fails. */
@@ -47,6 +49,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.onIdleError && { onIdleError: opts.onIdleError }),
       ...(opts.onMaintenance && { onMaintenance: opts.onMaintenance }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
+      ...(opts.directiveCacheBytes !== undefined && { directiveCacheBytes: opts.directiveCacheBytes }),
     });
   } else if (opts.sqlitePath) {
     const { SqliteStore } = await import('./sqlite/index.js');

@@ -6,6 +6,7 @@ import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { RunInsert } from '../runs/types.js';
 import type { StoreRules } from '../rules.js';
 import type { EventInsert } from '../events/types.js';
+import { pick, unnestOf } from '../postgres/arrays.js';
 import { changeFromRow, changeWhere, labelFor } from './rows.js';
 import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangeLabel, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
 
@@ -20,6 +21,59 @@ export class PostgresChanges implements ChangeStore {
       if (e) sink.push(e);
     }
     await this.relabelNext(c, run, startedUtc);
+  }
+
+  /**
+   * runStored for several stored runs of distinct nodes: their neighbours (the previous run's
+   * config, for runs with changes; the next run) in one statement, every run's changes in one
+   * insert, the next runs' changes labelled again in one update.
+   */
+  async runsStored(c: pg.PoolClient, runs: ReadonlyArray<{ run: RunInsert; runId: number; startedUtc: string; changes: ChangeInput[]; sink: EventInsert[] }>): Promise<void> {
+    if (runs.length === 0) return;
+    const what = 'insertChanges';
+    const { rows } = await this.db.query<{ n: string; found: boolean | null; prev_config: string | null; next_id: string | null; next_config: string | null }>(what, c, {
+      name: 'runs_neighbours',
+      text: `SELECT k.n, p.found, p.config_id AS prev_config, x.id AS next_id, x.config_id AS next_config
+        FROM ${unnestOf(['text', 'timestamptz', 'boolean'])} WITH ORDINALITY AS k(node_id, s, want_prev, n)
+        LEFT JOIN LATERAL (SELECT true AS found, r.config_id FROM runs r WHERE k.want_prev AND r.node_id = k.node_id AND r.started_at_utc < k.s
+          ORDER BY r.started_at_utc DESC LIMIT 1) p ON true
+        LEFT JOIN LATERAL (SELECT r.id, r.config_id FROM runs r WHERE r.node_id = k.node_id AND r.started_at_utc > k.s
+          ORDER BY r.started_at_utc LIMIT 1) x ON true`,
+      values: [pick(runs, (r) => r.run.node_id), pick(runs, (r) => r.startedUtc), pick(runs, (r) => r.changes.length > 0)],
+    });
+    const rel: Array<{ node_id: string; run_id: string; label: string }> = [];
+    const all: Array<ChangeInput & { node_id: string; run_id: number; run_started_at: string; label: string; config_id: string | null }> = [];
+    for (const row of rows) {
+      const { run, runId, startedUtc, changes, sink } = runs[Number(row.n) - 1]!;
+      const config = run.config_id ?? null;
+      if (changes.length > 0) {
+        const label = labelFor(row.found ? row.prev_config : undefined, config);
+        for (const ch of changes) all.push({ ...ch, node_id: run.node_id, run_id: runId, run_started_at: run.started_at, label, config_id: config });
+        const e = this.rules.events.repaired(run.node_id, { id: runId, started_utc: startedUtc }, changes, label);
+        if (e) sink.push(e);
+      }
+      if (row.next_id !== null) rel.push({ node_id: run.node_id, run_id: row.next_id, label: labelFor(config, row.next_config) });
+    }
+    if (all.length > 0) {
+      await this.db.query(what, c, {
+        name: 'changes_insert_batch',
+        text: `INSERT INTO changes (node_id, run_id, run_started_at, label, config_id, at, rule_id, directive_id, component, key_value,
+            event_type, message, diff, diff_truncated)
+          SELECT * FROM ${unnestOf(['text', 'bigint', 'text', 'text', 'text', 'timestamptz', 'text', 'text', 'text', 'text', 'text', 'text', 'text', 'boolean'])}`,
+        values: [pick(all, (x) => x.node_id), pick(all, (x) => x.run_id), pick(all, (x) => x.run_started_at), pick(all, (x) => x.label),
+          pick(all, (x) => x.config_id), pick(all, (x) => x.at), pick(all, (x) => x.rule_id), pick(all, (x) => x.directive_id),
+          pick(all, (x) => x.component), pick(all, (x) => x.key_value), pick(all, (x) => x.event_type), pick(all, (x) => x.message),
+          pick(all, (x) => x.diff), pick(all, (x) => x.diff_truncated)],
+      });
+    }
+    if (rel.length > 0) {
+      await this.db.query('relabelNext', c, {
+        name: 'changes_relabel_batch',
+        text: `UPDATE changes x SET label = v.label FROM ${unnestOf(['text', 'bigint', 'text'])} AS v(node_id, run_id, label)
+          WHERE x.node_id = v.node_id AND x.run_id = v.run_id`,
+        values: [pick(rel, (x) => x.node_id), pick(rel, (x) => x.run_id), pick(rel, (x) => x.label)],
+      });
+    }
   }
 
   /** A run's changes, labelled as the SQLite part's insertChanges says. */

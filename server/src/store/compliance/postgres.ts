@@ -26,14 +26,27 @@ import type {
 } from './types.js';
 import { postgresKeptByRule, postgresKeptSummary, postgresKeptSweep } from './kept-postgres.js';
 import type { KeptSweep } from './kept.js';
+import { DirectiveCache } from './directive-cache.js';
+import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
 
 export class PostgresCompliance implements ComplianceStore {
+  /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
+  readonly directiveCache: DirectiveCache;
+
   constructor(
     private readonly db: PostgresDb,
     private readonly nodes: PostgresNodes,
     private readonly findings: PostgresFindings,
     private readonly events: PostgresEvents,
-  ) {}
+    directiveCacheBytes?: number,
+  ) {
+    this.directiveCache = new DirectiveCache(directiveCacheBytes);
+  }
+
+  /** runStored for a batch of runs of distinct nodes, one statement per table (postgres-batch.ts). */
+  runsStored(what: string, c: pg.PoolClient, runs: readonly StoredRun[]): Promise<void> {
+    return complianceRunsStored({ db: this.db, findings: this.findings, cache: this.directiveCache }, what, c, runs);
+  }
 
   /** The expectations stored for one config id of a node. */
   private async expectations(c: Q, nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
@@ -168,6 +181,9 @@ export class PostgresCompliance implements ComplianceStore {
     {
       const node = await this.nodes.lockNode(what, c, nodeId);
       if (!node) return false;
+      // Rows about to change: whatever the cache holds for the node goes (its version check
+      // would refuse it anyway once this commits).
+      this.directiveCache.forgetNode(nodeId);
       // Judged by its current policy: nothing to recompute when the same policy is written again.
       const stored = node.policy_config_id === configId ? await this.expectations(c, nodeId, configId) : null;
       const same = stored !== null && JSON.stringify(stored) === checked.json;

@@ -39,6 +39,20 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     return rows[0] ? nodeFromRow(rows[0], postgresRows) : null;
   }
 
+  /**
+   * Several nodes, each row locked until the caller's transaction ends, in id order (the order
+   * every batch takes them in, so two batches cannot deadlock). Unknown ids are left out.
+   */
+  async lockNodes(what: string, c: pg.PoolClient, ids: readonly string[]): Promise<Map<string, NodeRecord>> {
+    const { rows } = await this.db.query(what, c, {
+      name: 'node_lock_many', text: `${SELECT_NODE} WHERE n.id = ANY($1::text[]) ORDER BY n.id FOR NO KEY UPDATE OF n`, values: [ids],
+    });
+    return new Map(rows.map((r) => {
+      const n = nodeFromRow(r, postgresRows);
+      return [n.id, n];
+    }));
+  }
+
   /** Record transitions, inside the caller's transaction. */
   async history(what: string, c: pg.PoolClient, entries: HistoryInsert[]): Promise<void> {
     if (entries.length === 0) return;
@@ -287,6 +301,24 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   /** A stored run's node fields (the domain's afterRun rule) and their transitions, inside the run's transaction. */
+  /**
+   * runStored for several runs of distinct nodes, one UPDATE for all (the rows typed by the table
+   * itself through jsonb_populate_recordset): each node's record after its run.
+   */
+  async runsStored(what: string, c: pg.PoolClient, runs: ReadonlyArray<{ node: NodeRecord; startedUtc: string; configId: string | null; receivedAt: string }>): Promise<NodeRecord[]> {
+    const fields = this.rules.afterRunFields;
+    const next = runs.map((r) => this.rules.afterRun(r.node, r.startedUtc, r.configId, r.receivedAt));
+    if (next.length === 0) return next;
+    await this.db.query(what, c, {
+      name: 'node_after_runs',
+      text: `UPDATE nodes n SET ${fields.map((f) => `${f} = v.${f}`).join(', ')}
+        FROM jsonb_populate_recordset(NULL::nodes, $1::jsonb) AS v WHERE n.id = v.id`,
+      values: [JSON.stringify(next.map((n) => Object.fromEntries([['id', n.id], ...fields.map((f) => [f, n[f]])])))],
+    });
+    await this.history(what, c, runs.flatMap((r, i) => this.rules.transitions(r.node, next[i]!, r.receivedAt, 'run')));
+    return next;
+  }
+
   async runStored(what: string, c: pg.PoolClient, node: NodeRecord, startedUtc: string, configId: string | null, receivedAt: string): Promise<NodeRecord> {
     const next = this.rules.afterRun(node, startedUtc, configId, receivedAt);
     await this.db.query(what, c, { name: 'node_after_run', text: this.updateAfterRun, values: [next.id, ...this.rules.afterRunFields.map((f) => next[f])] });

@@ -30,6 +30,8 @@ export interface PostgresStoreOptions extends PostgresDbOptions {
   onMaintenance?: (message: string, err?: unknown) => void;
   /** Memory for decoded node-day bases (runs/run-codec.ts). */
   runBaseCacheBytes?: number;
+  /** Memory for nodes' expected components read by the ingest (compliance/directive-cache.ts). */
+  directiveCacheBytes?: number;
   /** The domain's rules the store applies (../rules.ts). */
   rules: StoreRules;
 }
@@ -40,7 +42,7 @@ export class PostgresStore extends ComposedStore {
     const nodes = new PostgresNodes(db, opts.rules);
     const events = new PostgresEvents(db, opts.rules);
     const findings = new PostgresFindings(db, opts.rules);
-    const compliance = new PostgresCompliance(db, nodes, findings, events);
+    const compliance = new PostgresCompliance(db, nodes, findings, events, opts.directiveCacheBytes);
     const changes = new PostgresChanges(db, opts.rules);
     super({
       nodes,

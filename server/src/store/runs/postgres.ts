@@ -22,11 +22,13 @@ import { runRange } from '../time.js';
 import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import { storeRound, type RunBatchDeps } from './postgres-batch.js';
 import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
 
 export class PostgresRuns implements RunStore {
   /** Decoded node-day bases (run-codec.ts). */
   private readonly bases: BaseCache;
+  private readonly batch: RunBatchDeps;
 
   constructor(
     private readonly db: PostgresDb,
@@ -38,6 +40,7 @@ export class PostgresRuns implements RunStore {
     runBaseCacheBytes?: number,
   ) {
     this.bases = new BaseCache(runBaseCacheBytes);
+    this.batch = { db, nodes, compliance, changes, rules, bases: this.bases };
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
@@ -69,15 +72,34 @@ export class PostgresRuns implements RunStore {
     // Node rows are locked in id order, so two batches on other connections cannot deadlock.
     todo.sort((a, b) => (runs[a]!.node_id < runs[b]!.node_id ? -1 : runs[a]!.node_id > runs[b]!.node_id ? 1 : a - b));
     try {
-      const results = await this.db.tx('insertRuns', async (c) => {
-        const r: InsertRunResult[] = [];
-        const sink: EventInsert[] = [];
-        for (const i of todo) r.push(await this.runTx(c, runs[i]!, checked.get(i)!, sink));
+      await this.db.tx('insertRuns', async (c) => {
+        const nodes = await this.nodes.lockNodes('insertRuns', c, [...new Set(todo.map((i) => runs[i]!.node_id))]);
+        // Round k holds each node's k-th run of the batch (postgres-batch.ts).
+        const rounds: number[][] = [];
+        const seen = new Map<string, number>();
+        for (const i of todo) {
+          const id = runs[i]!.node_id;
+          if (!nodes.has(id)) {
+            out[i] = { ok: false, error: capstanError('ERR_NODE_UNKNOWN', `node ${id} is not registered`) };
+            continue;
+          }
+          const k = seen.get(id) ?? 0;
+          seen.set(id, k + 1);
+          (rounds[k] ??= []).push(i);
+        }
+        const sinks = new Map<number, EventInsert[]>();
+        for (const round of rounds) {
+          const items = round.map((i) => {
+            const sink: EventInsert[] = [];
+            sinks.set(i, sink);
+            return { run: runs[i]!, checked: checked.get(i)!, node: nodes.get(runs[i]!.node_id)!, sink };
+          });
+          const results = await storeRound(this.batch, c, items, nodes);
+          round.forEach((i, k) => (out[i] = { ok: true, result: results[k]! }));
+        }
         // Last: the events' lock is held from here to the commit, not for the batch.
-        await this.events.write(c, sink);
-        return r;
+        await this.events.write(c, todo.flatMap((i) => sinks.get(i) ?? []));
       });
-      todo.forEach((i, k) => (out[i] = { ok: true, result: results[k]! }));
       return out;
     } catch (err) {
       // The database is down or the commit failed: the whole batch is retried later.

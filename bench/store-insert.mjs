@@ -1,0 +1,111 @@
+// @ts-check
+/**
+ * The store's batch insert alone, on both stores, for comparing builds quickly: N nodes' run logs
+ * are signed, verified and summarized untimed (as the ingest workers hand them over), their first
+ * runs and settling rounds stored untimed, then their next runs stored in batches of the
+ * server's batch size, one transaction each, one batch at a time. Reported per run log: wall µs,
+ * this process's CPU µs, and on PostgreSQL the database's own CPU (its backends for a database
+ * made for the run, read from /proc; the cluster's shared processes apart).
+ *
+ *   node bench/store-insert.mjs [--nodes 500] [--reports 100] [--rounds 3] [--only sqlite,postgres] [--keep-db]
+ *
+ * `--keep-db` leaves the PostgreSQL database in place afterwards (its name is printed), to look
+ * at its plans with EXPLAIN.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { loadavg, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { certificateFingerprint, parseRunInfo } from '@capstan/shared';
+import { openRegistry } from '@capstan/bench/store';
+import { loadServerConfig } from '@capstan/server/config';
+import { prepareRunLog } from '@capstan/server/ingest/runlog-prepare';
+import { prepareFleet } from './lib/fixtures.mjs';
+import { freshDatabase, pgCpuDelta, pgCpuSample, pgUnavailable } from './lib/postgres.mjs';
+
+const { values } = parseArgs({
+  options: {
+    nodes: { type: 'string', default: '500' }, reports: { type: 'string', default: '100' }, rounds: { type: 'string', default: '3' },
+    only: { type: 'string', default: 'sqlite,postgres' }, 'keep-db': { type: 'boolean', default: false },
+  },
+});
+const config = loadServerConfig({});
+const fleet = await prepareFleet({ nodes: Number(values.nodes), reports: Number(values.reports), steady: true, rounds: Number(values.rounds) });
+const certs = new Map(fleet.identities.map((id) => [id.nodeId, id.certPem]));
+const limits = { maxDecompressedBytes: config.limits.max_decompressed_size, maxReports: config.limits.max_reports, maxLineBytes: config.limits.max_line_length };
+
+/** @param {{ nodeId: string, name: string, body: Buffer }[]} files */
+async function prepared(files) {
+  const out = [];
+  for (const f of files) {
+    const run = await prepareRunLog({ raw: f.body, compression: 'zstd', nodeId: f.nodeId, timestamp: parseRunInfo(f.name).timestamp,
+      certificate: /** @type {string} */ (certs.get(f.nodeId)), limits });
+    out.push({ ...run, file_name: f.name, received_at: new Date().toISOString() });
+  }
+  return out;
+}
+const warm = await prepared([...fleet.files, ...fleet.settle]);
+const next = await prepared(fleet.next);
+const size = config.processing.batch_size;
+
+/** @param {import('@capstan/bench/store').Store} store @param {any[]} rows */
+async function insertAll(store, rows) {
+  for (let i = 0; i < rows.length; i += size) {
+    const results = await store.insertRuns(rows.slice(i, i + size));
+    const bad = results.find((r) => !r.ok);
+    if (bad) throw /** @type {{ error: unknown }} */ (bad).error;
+  }
+}
+
+const cpuUs = () => {
+  const u = process.cpuUsage();
+  return u.user + u.system;
+};
+
+/** @param {'sqlite' | 'postgres'} kind */
+async function measure(kind) {
+  const dir = await mkdtemp(join(tmpdir(), 'capstan-store-insert-'));
+  const db = kind === 'postgres' ? await freshDatabase() : null;
+  const store = db
+    ? await openRegistry({ databaseUrl: db.url, poolSize: config.database.pool_size })
+    : await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
+  try {
+    for (const id of fleet.identities) {
+      await store.createNode({ id: id.nodeId, hostname: id.hostname, certificate: id.certPem, certificate_fingerprint: certificateFingerprint(id.certPem) });
+    }
+    await insertAll(store, warm);
+    const pg0 = db ? await pgCpuSample(db.name) : null;
+    const c0 = cpuUs();
+    const t0 = performance.now();
+    await insertAll(store, next);
+    const wallMs = performance.now() - t0;
+    const cpu = cpuUs() - c0;
+    const pg = db ? pgCpuDelta(pg0, await pgCpuSample(db.name)) : null;
+    const n = next.length;
+    return {
+      store: kind, runs: n, batch: size, us_per_run_wall: Math.round((wallMs * 1000) / n), us_per_run_cpu: Math.round(cpu / n),
+      runs_per_s: Math.round((n / wallMs) * 1000),
+      ...(pg ? { db_backend_us_per_run: Math.round((pg.backend * 1e6) / n), db_shared_us_per_run: Math.round((pg.shared * 1e6) / n) } : {}),
+    };
+  } finally {
+    await store.close();
+    if (values['keep-db'] && db) console.log(JSON.stringify({ kept: db.name }));
+    else await db?.drop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+const kinds = values.only.split(',');
+const load = [loadavg()[0].toFixed(2)];
+for (const kind of kinds) {
+  if (kind === 'postgres') {
+    const why = await pgUnavailable();
+    if (why) {
+      console.log(JSON.stringify({ store: kind, skipped: why }));
+      continue;
+    }
+  }
+  console.log(JSON.stringify(await measure(/** @type {'sqlite' | 'postgres'} */ (kind))));
+}
+load.push(loadavg()[0].toFixed(2));
+console.log(JSON.stringify({ load_start: load[0], load_end: load[1] }));
