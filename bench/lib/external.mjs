@@ -31,7 +31,7 @@ export const EXTERNAL = [
   { id: 'agent', module: '@capstan/bench/agent', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/bench/policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
   { id: 'changes', module: '@capstan/bench/changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
-  { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
+  { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite and PostgreSQL)' },
   { id: 'inventory', module: '@capstan/bench/inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
   { id: 'vulns', module: '@capstan/bench/vulns', exportName: 'benchVulns', title: 'vulnerability matching (100,000 nodes × 550 packages, 50,000 advisories, in process)' },
 ];
