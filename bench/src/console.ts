@@ -32,6 +32,8 @@ export interface ConsoleBenchOptions {
   log?: (line: string) => void;
   /** PostgreSQL: the same pages measured again on a schema of their own there. */
   databaseUrl?: string;
+  /** False: PostgreSQL alone (a run of its own, as the registry bench's `sqlite: false`). */
+  sqlite?: boolean;
 }
 
 const TARGET_MS = 300;
@@ -92,7 +94,7 @@ export async function benchConsole(opts: ConsoleBenchOptions = {}) {
   const rounds = opts.rounds ?? 5;
   const log = opts.log ?? (() => undefined);
   const figures: Figure[] = [];
-  await withSqlite('capstan-bench-console-', async (path, dir) => {
+  if (opts.sqlite !== false) await withSqlite('capstan-bench-console-', async (path, dir) => {
     const t0 = Date.now();
     loadSqlite(path, n);
     const db = new Database(path);
