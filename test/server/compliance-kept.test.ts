@@ -3,15 +3,15 @@
  * afresh from every node's rows, on both stores: after random policies, runs (complete or not,
  * back-filled), deletions and re-registrations, acceptance and relay changes, expiration
  * policies, clock moves forward and back, and sweeps — read at the current moment and at others
- * (the readers' correction), and by policy group through random memberships (what generation
- * writes). A counter put wrong by hand is seen: the comparison can fail.
+ * (the readers' correction), by policy group through random memberships (what generation
+ * writes), and the nodes per status, state and acceptance. A counter put wrong by hand is seen: the comparison can fail.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
-import { setAcceptance, updateNode } from '../helpers/node-changes.js';
+import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 import { UNDO_24, UNDO_25 } from '../helpers/old-schema.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
@@ -47,6 +47,7 @@ async function kept(store: Store, clock: ComplianceClock) {
     directives: await store.complianceByRule('directive', clock),
     summary: await store.complianceSummary([], clock),
     groups: await store.complianceByGroup(clock),
+    counts: await store.counts(),
   };
 }
 
@@ -56,6 +57,7 @@ async function fresh(store: Store, clock: ComplianceClock) {
     directives: await store.complianceByRuleFresh('directive', clock),
     summary: await store.complianceSummaryFresh(clock),
     groups: await store.complianceByGroupFresh(clock),
+    counts: await store.countsFresh(),
   };
 }
 
@@ -63,6 +65,7 @@ function scenario(t: Test, backend: Backend): void {
   t.test('kept counters equal the fresh sums through random changes', async (t) => {
     const { store, db } = await setup(t, backend);
     const r = prng(SEED);
+    const states = prng(SEED + 1);
     let now = BASE_S;
     const present = new Set<string>();
     let started = 0;
@@ -136,7 +139,10 @@ function scenario(t: Test, backend: Backend): void {
         const s = await store.sweepCompliance(clockAt(now + r.int(1200) - 300));
         seen.moved += s.checked;
       } else {
-        what = 'clock';
+        // Time alone, or a node's state changed (its own generator: the other steps' draws stay as they were).
+        const to = states.pick(['running', 'stopped', 'missing', 'clock'] as const);
+        what = to === 'clock' ? 'clock' : `state ${id} ${to}`;
+        if (to !== 'clock') await setState(store, id, to, iso(now)).catch(() => undefined);
       }
       // Time goes by, mostly a little, now and then past the silence window.
       now += r.next() < 0.1 ? 1200 + r.int(2400) : r.int(240);
@@ -162,6 +168,8 @@ function scenario(t: Test, backend: Backend): void {
     t.same(await kept(store, clockAt(now)), await fresh(store, clockAt(now)), 'put back, it equals again');
     await db.exec("UPDATE kept_groups SET error = error + 1 WHERE class = 'agent' AND mode = 0");
     t.not(JSON.stringify((await kept(store, clockAt(now))).groups), JSON.stringify((await fresh(store, clockAt(now))).groups), 'a wrong group counter shows');
+    await db.exec("UPDATE kept_node_counts SET nodes = nodes + 1 WHERE field = 'status'");
+    t.not(JSON.stringify((await kept(store, clockAt(now))).counts), JSON.stringify((await fresh(store, clockAt(now))).counts), 'a wrong node count shows');
   });
 }
 
@@ -227,12 +235,15 @@ function groupsMigration(t: Test, backend: Backend): void {
     store = await db.open();
     const at = clockAt(BASE_S + 200);
     t.same(await store.complianceByGroup(at), [], 'no membership yet: no group counted');
+    t.same(await store.counts(), await store.countsFresh(), 'the node counts made from the stored nodes');
+    t.match(await store.counts(), { by_acceptance: { accepted: 3 } });
     t.equal(await store.putGroupMembers(ids, new Map([['p1', ['g1', 'g2']], ['p2', ['g2']], ['p3', ['g1']]])), 4, 'four memberships written');
     t.equal(await store.putGroupMembers(ids, new Map([['p1', ['g2', 'g1']], ['p2', ['g2']], ['p3', ['g1']]])), 0, 'the same again writes nothing');
     const k = await store.complianceByGroup(at);
     t.same(k, await store.complianceByGroupFresh(at), 'kept equals fresh');
     t.same(k.map((g) => [g.group_id, g.nodes]), [['g1', 2], ['g2', 2]]);
     await store.deleteNode('p1', iso(BASE_S + 300));
+    t.same(await store.counts(), await store.countsFresh(), 'node counts after a deletion');
     t.same((await store.complianceByGroup(at)).map((g) => [g.group_id, g.nodes]), [['g1', 1], ['g2', 1]], 'a deleted node leaves its groups');
     t.same(await store.complianceByGroup(at), await store.complianceByGroupFresh(at));
   });

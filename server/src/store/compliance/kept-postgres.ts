@@ -81,7 +81,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
     for (const sql of FOLD_SQL) folded += Number((await c.query(sql)).rows[0]?.n ?? 0);
   });
   // VACUUM runs outside a transaction.
-  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log');
+  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log');
   return { checked, folded, done };
 }
 

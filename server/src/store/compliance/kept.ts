@@ -221,6 +221,10 @@ export const FOLD_SQL = [
     SELECT class, mode, sum(nodes), ${RUN_STATES.map((c) => `sum(${c})`).join(', ')} FROM moved GROUP BY 1, 2
     ON CONFLICT (class, mode) DO UPDATE SET nodes = x.nodes + excluded.nodes, ${RUN_STATES.map((c) => `${c} = x.${c} + excluded.${c}`).join(', ')})
     SELECT count(*) AS n FROM moved`,
+  `WITH moved AS (DELETE FROM kept_node_counts_log RETURNING *), done AS (
+    INSERT INTO kept_node_counts AS x (field, value, nodes) SELECT field, value, sum(nodes) FROM moved GROUP BY 1, 2
+    ON CONFLICT (field, value) DO UPDATE SET nodes = x.nodes + excluded.nodes)
+    SELECT count(*) AS n FROM moved`,
   `WITH moved AS (DELETE FROM kept_groups_log RETURNING *), done AS (
     INSERT INTO kept_groups AS x (group_id, class, mode, nodes, ${COLS})
     SELECT group_id, class, mode, sum(nodes), ${RUN_STATES.map((c) => `sum(${c})`).join(', ')} FROM moved GROUP BY 1, 2, 3

@@ -7,6 +7,9 @@
  *   same classes, time modes and thresholds as kept_fleet; mode -1 rows count every member of
  *   the class, with or without compliance.
  *
+ * - kept_node_counts: the nodes per status, per state and per acceptance (GET /api/1/lifecycle,
+ *   the dashboard), kept by triggers on nodes; on PostgreSQL through kept_node_counts_log.
+ *
  * A member (group, node) is counted twice over: its node under the node's class at mode -1 while
  * the node exists, and its compliance row under its kept class and mode (kept_nodes) while it has
  * one. Each trigger takes what it moves from the rows as they are at that moment: the members'
@@ -44,7 +47,27 @@ const sMember = (m: string, sign: string) => `INSERT INTO kept_groups (group_id,
     FROM kept_nodes k JOIN node_compliance t ON t.node_id = k.node_id WHERE k.node_id = ${m}.node_id
     ${sUpsert}`;
 
+const FIELDS = ['status', 'state', 'accepted'];
+const sNodeCounts = (r: string, sign: string) => `INSERT INTO kept_node_counts (field, value, nodes)
+    VALUES ${FIELDS.map((f) => `('${f}', ${r}.${f}, ${sign})`).join(', ')}
+    ON CONFLICT (field, value) DO UPDATE SET nodes = nodes + excluded.nodes;`;
+const nodeCountsFill = `INSERT INTO kept_node_counts (field, value, nodes)
+  ${FIELDS.map((f) => `SELECT '${f}', ${f}, count(*) FROM nodes GROUP BY ${f}`).join(' UNION ALL ')};`;
+
 const sqlite = `
+CREATE TABLE kept_node_counts (field TEXT NOT NULL, value TEXT NOT NULL, nodes INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (field, value)) STRICT, WITHOUT ROWID;
+${nodeCountsFill}
+CREATE TRIGGER kept_node_counts_insert AFTER INSERT ON nodes BEGIN
+  ${sNodeCounts('NEW', '1')}
+END;
+CREATE TRIGGER kept_node_counts_delete AFTER DELETE ON nodes BEGIN
+  ${sNodeCounts('OLD', '-1')}
+END;
+CREATE TRIGGER kept_node_counts_update AFTER UPDATE OF ${FIELDS.join(', ')} ON nodes
+  WHEN ${FIELDS.map((f) => `OLD.${f} IS NOT NEW.${f}`).join(' OR ')} BEGIN
+  ${sNodeCounts('OLD', '-1')}
+  ${sNodeCounts('NEW', '1')}
+END;
 CREATE TABLE policy_group_members (group_id TEXT NOT NULL, node_id TEXT NOT NULL, PRIMARY KEY (group_id, node_id)) STRICT, WITHOUT ROWID;
 CREATE INDEX policy_group_members_node_idx ON policy_group_members (node_id, group_id);
 CREATE TABLE kept_groups (group_id TEXT NOT NULL, class TEXT NOT NULL, mode INTEGER NOT NULL, nodes INTEGER NOT NULL DEFAULT 0,
@@ -73,10 +96,11 @@ END;
 `;
 
 /**
- * The group counters made again from the stored rows, on SQLite (for a bulk loader that drops the
- * kept_* triggers, as migration 23's sqliteKeptRefill).
+ * The group counters and node counts made again from the stored rows, on SQLite (for a bulk
+ * loader that drops the kept_* triggers, after migration 23's sqliteKeptRefill).
  */
-export const sqliteKeptGroupsRefill = `DELETE FROM kept_groups;
+export const sqliteKeptGroupsRefill = `DELETE FROM kept_groups; DELETE FROM kept_node_counts;
+${nodeCountsFill}
 INSERT INTO kept_groups (group_id, class, mode, nodes) SELECT g.group_id, ${sClassRow('n')}, -1, count(*)
   FROM policy_group_members g JOIN nodes n ON n.id = g.node_id GROUP BY 1, 2;
 INSERT INTO kept_groups (group_id, class, mode, nodes, ${cols}) SELECT g.group_id, k.class, k.mode, count(*), ${C.map((c) => `sum(t.${c})`).join(', ')}
@@ -97,7 +121,26 @@ const pMembers = (table: string, sign: string) => `INSERT INTO kept_groups_log (
     SELECT m.group_id, k.class, k.mode, ${sign}, ${C.map((c) => `${sign} * t.${c}`).join(', ')}
     FROM ${table} m JOIN kept_nodes k ON k.node_id = m.node_id JOIN node_compliance t ON t.node_id = m.node_id;`;
 
+const pNodeCounts = (r: string, sign: string) => `INSERT INTO kept_node_counts_log (field, value, nodes)
+    VALUES ${FIELDS.map((f) => `('${f}', ${r}.${f}, ${sign})`).join(', ')};`;
+
 const postgres = `
+CREATE TABLE kept_node_counts (field text NOT NULL, value text NOT NULL, nodes bigint NOT NULL DEFAULT 0, PRIMARY KEY (field, value));
+CREATE TABLE kept_node_counts_log (field text NOT NULL, value text NOT NULL, nodes bigint NOT NULL DEFAULT 0);
+${nodeCountsFill}
+CREATE FUNCTION kept_node_counts_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  IF TG_OP IN ('UPDATE', 'DELETE') THEN
+    ${pNodeCounts('OLD', '-1')}
+  END IF;
+  IF TG_OP IN ('UPDATE', 'INSERT') THEN
+    ${pNodeCounts('NEW', '1')}
+  END IF;
+  RETURN NULL;
+END $f$;
+CREATE TRIGGER kept_node_counts_write AFTER INSERT OR DELETE ON nodes FOR EACH ROW EXECUTE FUNCTION kept_node_counts_trg();
+CREATE TRIGGER kept_node_counts_update AFTER UPDATE OF ${FIELDS.join(', ')} ON nodes
+  FOR EACH ROW WHEN (${FIELDS.map((f) => `OLD.${f} IS DISTINCT FROM NEW.${f}`).join(' OR ')}) EXECUTE FUNCTION kept_node_counts_trg();
 CREATE TABLE policy_group_members (group_id text COLLATE "C" NOT NULL, node_id text COLLATE "C" NOT NULL, PRIMARY KEY (group_id, node_id));
 CREATE INDEX policy_group_members_node_idx ON policy_group_members (node_id, group_id);
 CREATE TABLE kept_groups (group_id text COLLATE "C" NOT NULL, class text NOT NULL, mode smallint NOT NULL, nodes bigint NOT NULL DEFAULT 0, ${pgCounts},
