@@ -9,10 +9,11 @@
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
-  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, KEPT_LOCK, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
 import { membershipChanges } from './members.js';
+import { KEPT_LOCK_ARGS } from '../migrations/0025_kept_groups.js';
 import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(true);
@@ -66,7 +67,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
   try {
     checked = await db.tx('sweepCompliance', async (c) => {
       await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
-      await c.query('SELECT pg_advisory_xact_lock($1)', [KEPT_LOCK]);
+      await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
       const kept = await swept(c);
       if (sameThresholds(kept, at)) return 0;
       await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [at.silent_before, at.applying_after]);
@@ -105,7 +106,7 @@ export async function postgresPutGroupMembers(db: PostgresDb, nodeIds: readonly 
         const { added, removed } = membershipChanges(nodeIds, groups, stored);
         if (added.length + removed.length === 0) return 0;
         await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
-        await c.query('SELECT pg_advisory_xact_lock($1)', [KEPT_LOCK]);
+        await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
         if (removed.length) {
           await c.query(`DELETE FROM policy_group_members m USING unnest($1::text[], $2::text[]) AS u(group_id, node_id)
             WHERE m.group_id = u.group_id AND m.node_id = u.node_id`, [removed.map((x) => x[0]), removed.map((x) => x[1])]);

@@ -29,8 +29,6 @@ export interface KeptSweep {
   done: boolean;
 }
 
-/** The advisory lock key writers hold shared and the sweep exclusively (migration 23). */
-export const KEPT_LOCK = 7262;
 
 const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');
 const COLS = RUN_STATES.join(', ');

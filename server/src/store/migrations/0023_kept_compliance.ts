@@ -192,8 +192,11 @@ export interface PgComplianceHooks {
   take: (id: string, r: string, cls: string, mode: string) => string;
 }
 
-/** The PostgreSQL node_compliance trigger function, with `hooks` (migration 25 replaces it with its own). */
-export function pgComplianceFunction(hooks: PgComplianceHooks = { add: () => '', take: () => '' }): string {
+/**
+ * The PostgreSQL node_compliance trigger function, with `hooks` and the arguments of the kept
+ * advisory lock it holds shared (migration 25 replaces it with its own: a lock per schema).
+ */
+export function pgComplianceFunction(hooks: PgComplianceHooks = { add: () => '', take: () => '' }, lock = '7262'): string {
   return `CREATE FUNCTION kept_compliance_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
   k record;
@@ -211,7 +214,7 @@ BEGIN
     END IF;
     RETURN OLD;
   END IF;
-  PERFORM pg_advisory_xact_lock_shared(7262);
+  PERFORM pg_advisory_xact_lock_shared(${lock});
   cls := kept_node_class(NEW.node_id);
   SELECT ${pModeOf('NEW')} INTO md FROM kept_sweep s;
   SELECT * INTO k FROM kept_nodes WHERE node_id = NEW.node_id;

@@ -16,7 +16,8 @@
  * triggers when membership changes, the nodes' when a node comes, goes (its memberships go first)
  * or changes class, and the node_compliance ones (migration 23's, made again with hooks) when a
  * compliance row is counted elsewhere. On PostgreSQL they append to kept_groups_log, folded by
- * the sweep. Members are written under the kept advisory lock held exclusively, and every
+ * the sweep. Members are written under the kept advisory lock (one per schema from this version
+ * on, KEPT_LOCK_ARGS) held exclusively, and every
  * trigger that reads members or moves what they count holds it shared (store/compliance/
  * kept-postgres.ts): a membership never reads a node's class or compliance row that a
  * concurrent transaction is changing.
@@ -110,6 +111,12 @@ INSERT INTO kept_groups (group_id, class, mode, nodes, ${cols}) SELECT g.group_i
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
 const pgCounts = C.map((c) => `${c} bigint NOT NULL DEFAULT 0`).join(', ');
+/**
+ * The kept advisory lock from this version on: one per schema (advisory locks are per database,
+ * and until 24 every Capstan schema of a database shared one, so that a sweep or a membership
+ * write in one waited for, and gave up behind, the writers of another).
+ */
+export const KEPT_LOCK_ARGS = '7262, hashtext(current_schema())';
 const pGroups = (id: string, sign: string, r: string, cls: string, mode: string) => `INSERT INTO kept_groups_log (group_id, class, mode, nodes, ${cols})
     SELECT g.group_id, ${cls}, ${mode}, ${sign}, ${C.map((c) => `${sign} * ${r}.${c}`).join(', ')} FROM policy_group_members g WHERE g.node_id = ${id};`;
 const pNodeGroups = (n: string, sign: string) => `INSERT INTO kept_groups_log (group_id, class, mode, nodes)
@@ -150,7 +157,7 @@ CREATE TABLE kept_groups_log (group_id text COLLATE "C" NOT NULL, class text NOT
 ${pgComplianceFunction({
     add: (id, r, cls, mode) => pGroups(id, '1', r, cls, mode),
     take: (id, r, cls, mode) => pGroups(id, '-1', r, cls, mode),
-  }).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
+  }, KEPT_LOCK_ARGS).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
 
 CREATE FUNCTION kept_groups_members_added() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
@@ -169,7 +176,7 @@ CREATE TRIGGER kept_groups_members_delete AFTER DELETE ON policy_group_members R
 
 CREATE FUNCTION kept_groups_node_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-  PERFORM pg_advisory_xact_lock_shared(7262);
+  PERFORM pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS});
   IF TG_OP = 'INSERT' THEN
     ${pNodeGroups('NEW', '1')}
   ELSIF TG_OP = 'DELETE' THEN
