@@ -65,7 +65,7 @@ export const UNDO_25 = {
     DROP TABLE policy_group_members; DROP TABLE kept_groups; DROP TABLE kept_node_counts;
     ${sqliteComplianceTriggers()}
     DELETE FROM schema_version WHERE version = 25;`,
-  postgres: `DROP TRIGGER kept_nodes_groups ON nodes; DROP TRIGGER kept_nodes_groups_delete ON nodes;
+  postgres: `DROP TRIGGER kept_nodes_groups ON nodes; DROP TRIGGER kept_nodes_groups_class ON nodes; DROP TRIGGER kept_nodes_groups_delete ON nodes;
     DROP FUNCTION kept_groups_node_trg, kept_groups_members_added, kept_groups_members_removed, kept_node_counts_trg CASCADE;
     DROP TABLE policy_group_members, kept_groups, kept_groups_log, kept_node_counts, kept_node_counts_log;
     ${pgComplianceFunction().replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}

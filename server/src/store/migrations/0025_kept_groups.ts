@@ -189,9 +189,11 @@ BEGIN
   RETURN NULL;
 END $f$;
 -- Named to fire after migration 23's kept_nodes (triggers fire by name): a class change touches
--- the node's compliance row there, under the same lock.
-CREATE TRIGGER kept_nodes_groups AFTER INSERT OR UPDATE OF accepted, relay, last_inventory_at, certificate_fingerprint ON nodes
-  FOR EACH ROW EXECUTE FUNCTION kept_groups_node_trg();
+-- the node's compliance row there, under the same lock. An update of the class's columns that
+-- leaves the class as it was (an inventory's time, every inventory) calls no function.
+CREATE TRIGGER kept_nodes_groups AFTER INSERT ON nodes FOR EACH ROW EXECUTE FUNCTION kept_groups_node_trg();
+CREATE TRIGGER kept_nodes_groups_class AFTER UPDATE OF accepted, relay, last_inventory_at, certificate_fingerprint ON nodes
+  FOR EACH ROW WHEN ((${pClassRow('OLD')}) IS DISTINCT FROM (${pClassRow('NEW')})) EXECUTE FUNCTION kept_groups_node_trg();
 CREATE TRIGGER kept_nodes_groups_delete BEFORE DELETE ON nodes FOR EACH ROW EXECUTE FUNCTION kept_groups_node_trg();
 `;
 
