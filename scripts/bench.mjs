@@ -364,12 +364,12 @@ try {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
     await settle();
-    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory'
+    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory' || b.id === 'console'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       // The relay's spool in the work directory, as the end-to-end relay's (see `workRoot`).
       : b.id === 'relay' ? { log: progress, dir: work }
-      : b.id === 'console' || b.id === 'vulns' ? { log: progress } : {};
-    const r = await runExternal(b, opts);
+      : b.id === 'vulns' ? { log: progress } : {};
+    const r = await runExternal(b, opts, b.timeoutMs);
     results.sections.external[b.id] = { status: r.status, ...(r.reason && { reason: r.reason }), ms: r.ms };
     if (r.status !== 'ok') figures.push({ id: b.id, name: b.title, value: null, unit: '', note: `${r.status}: ${r.reason}` });
     // Worst cases and plain counts (inputs, totals) stay in the JSON; the table keeps the figures.

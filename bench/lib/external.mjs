@@ -24,14 +24,16 @@ const CHILD = fileURLToPath(new URL('./external-child.mjs', import.meta.url));
  * @typedef {{ id: string, name: string, value: number | null, unit: string, target: Target | null, note?: string }} Figure
  */
 
-/** @type {{ id: string, module: string, exportName: string, title: string }[]} */
+/** @type {{ id: string, module: string, exportName: string, title: string, timeoutMs?: number }[]} */
 export const EXTERNAL = [
   { id: 'relay', module: '@capstan/bench/relay', exportName: 'benchRelay', title: 'relay' },
   { id: 'registry', module: '@capstan/bench/registry', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
   { id: 'agent', module: '@capstan/bench/agent', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/bench/policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite)' },
   { id: 'changes', module: '@capstan/bench/changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
-  { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite)' },
+  { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite and PostgreSQL)',
+    // Two 100,000-node loads and generations, every page afresh: over 10 minutes under load.
+    timeoutMs: 1_800_000 },
   { id: 'inventory', module: '@capstan/bench/inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
   { id: 'vulns', module: '@capstan/bench/vulns', exportName: 'benchVulns', title: 'vulnerability matching (100,000 nodes × 550 packages, 50,000 advisories, in process)' },
 ];

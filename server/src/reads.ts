@@ -19,7 +19,7 @@ type RootReads = Pick<Store,
   | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'getHistory' | 'getProperties' | 'listNodeProperties'
   | 'getInventory' | 'inventoryHistory' | 'listSoftware'
   | 'listRuns' | 'getRunLog' | 'getRunLogText' | 'getRunBase'
-  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceNodes' | 'worstNodes' | 'targetNodes'
+  | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceByGroup' | 'complianceNodes' | 'worstNodes' | 'targetNodes'
   | 'listChanges' | 'changesHistogram' | 'listFindings' | 'listEvents' | 'getEvents' | 'lastEventId'
   | 'listPolicyObjects' | 'getPolicyObject' | 'getPolicyBundle' | 'policyConfigIds'
   | 'counts'>;

@@ -3,7 +3,8 @@
  * standby of the test's own (initdb + pg_basebackup in a temporary directory, on loopback
  * ports): the fleet-wide reads come from the replica while it is within replica_max_lag, which
  * the status shows; with its replay paused they go on from it until the bound passes, then from
- * the primary; and what decides (registration) never reads it.
+ * the primary; and what decides (registration) never reads it. The kept counters (compliance by
+ * group) read there too.
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -45,6 +46,13 @@ t.test('the fleet-wide reads come from a replica within its staleness bound', { 
   // Written on the primary, read back from the replica once replayed.
   for (let i = 1; i <= 3; i++) t.equal((await api('POST', '/api/1/nodes', { id: node(i), hostname: `n${i}.replica.test` })).status, 201, `node ${i} registered`);
   await waitFor(async () => ((await api('GET', '/api/1/nodes?per_page=50')).json.total === 3 ? true : undefined), 'the three nodes listed', 10_000);
+  // Compliance by group, read from the kept counters on the replica (a read-only snapshot there):
+  // the three nodes, generated into the built-in all-nodes group on the primary, once replayed.
+  const allNodes = async () => {
+    const g = (await api('GET', '/api/1/compliance/groups')).json.data.find((x: { group_id: string }) => x.group_id === 'all-nodes');
+    return g.nodes + g.relays + g.agentless;
+  };
+  t.equal(await waitFor(async () => ((await allNodes()) === 3 ? 3 : undefined), 'the all-nodes group counting three', 15_000), 3, 'compliance by group from the replica');
 
   // Replay paused: the replica stops moving. Within the bound the lists still come from it, so a
   // node registered now is not in them, while what decides reads the primary and sees it.

@@ -7,6 +7,7 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
+import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -49,4 +50,24 @@ export const UNDO_24 = {
   postgres: `DROP TABLE node_property_leaves, policy_seals, policy_problems;
     UPDATE node_properties SET value = value::jsonb #>> '{}';
     CREATE INDEX node_properties_kv_idx ON node_properties (key, value, node_id); DELETE FROM schema_version WHERE version = 24;`,
+};
+
+/**
+ * Migration 25 undone on a database at 25 or later (the group memberships, group counters and
+ * node counts dropped,
+ * migration 23's compliance triggers as they were), for tests that undo an older migration
+ * after it or start from version 24.
+ */
+export const UNDO_25 = {
+  sqlite: `${['kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete', 'kept_groups_member_insert', 'kept_groups_member_delete',
+    'kept_groups_node_insert', 'kept_groups_node_delete', 'kept_groups_node_class', 'kept_node_counts_insert', 'kept_node_counts_delete',
+    'kept_node_counts_update'].map((n) => `DROP TRIGGER ${n};`).join('\n')}
+    DROP TABLE policy_group_members; DROP TABLE kept_groups; DROP TABLE kept_node_counts;
+    ${sqliteComplianceTriggers()}
+    DELETE FROM schema_version WHERE version = 25;`,
+  postgres: `DROP TRIGGER kept_nodes_groups ON nodes; DROP TRIGGER kept_nodes_groups_class ON nodes; DROP TRIGGER kept_nodes_groups_delete ON nodes;
+    DROP FUNCTION kept_groups_node_trg, kept_groups_members_added, kept_groups_members_removed, kept_node_counts_trg CASCADE;
+    DROP TABLE policy_group_members, kept_groups, kept_groups_log, kept_node_counts, kept_node_counts_log;
+    ${pgComplianceFunction().replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
+    DELETE FROM schema_version WHERE version = 25;`,
 };

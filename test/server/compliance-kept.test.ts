@@ -3,15 +3,16 @@
  * afresh from every node's rows, on both stores: after random policies, runs (complete or not,
  * back-filled), deletions and re-registrations, acceptance and relay changes, expiration
  * policies, clock moves forward and back, and sweeps — read at the current moment and at others
- * (the readers' correction). A counter put wrong by hand is seen: the comparison can fail.
+ * (the readers' correction), by policy group through random memberships (what generation
+ * writes), and the nodes per status, state and acceptance. A counter put wrong by hand is seen: the comparison can fail.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
-import { setAcceptance, updateNode } from '../helpers/node-changes.js';
-import { UNDO_24 } from '../helpers/old-schema.js';
+import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
+import { UNDO_24, UNDO_25 } from '../helpers/old-schema.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
 const STEPS = 160;
@@ -20,6 +21,7 @@ const COMPONENTS = [
   ['r1', 'd1', 'File /etc/motd'], ['r1', 'd1', 'Service sshd'], ['r1', 'd2', 'Package vim'],
   ['r2', 'd3', 'Command check'], ['r2', 'd3', 'Sysctl'], ['r3', 'd4', 'User ops'], ['r3', 'd5', 'Cron'],
 ] as const;
+const GROUPS = ['g1', 'g2', 'g3', 'g4'];
 const OUTCOMES = ['result_success', 'result_repaired', 'result_error', 'result_na', 'audit_compliant', 'audit_noncompliant'];
 const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 /** Five-minute runs, three missed before no answer, five minutes of grace while applying. */
@@ -44,6 +46,8 @@ async function kept(store: Store, clock: ComplianceClock) {
     rules: await store.complianceByRule('rule', clock),
     directives: await store.complianceByRule('directive', clock),
     summary: await store.complianceSummary([], clock),
+    groups: await store.complianceByGroup(clock),
+    counts: await store.counts(),
   };
 }
 
@@ -52,6 +56,8 @@ async function fresh(store: Store, clock: ComplianceClock) {
     rules: await store.complianceByRuleFresh('rule', clock),
     directives: await store.complianceByRuleFresh('directive', clock),
     summary: await store.complianceSummaryFresh(clock),
+    groups: await store.complianceByGroupFresh(clock),
+    counts: await store.countsFresh(),
   };
 }
 
@@ -59,6 +65,7 @@ function scenario(t: Test, backend: Backend): void {
   t.test('kept counters equal the fresh sums through random changes', async (t) => {
     const { store, db } = await setup(t, backend);
     const r = prng(SEED);
+    const states = prng(SEED + 1);
     let now = BASE_S;
     const present = new Set<string>();
     let started = 0;
@@ -71,13 +78,14 @@ function scenario(t: Test, backend: Backend): void {
 
     let compared = 0;
     let mismatches = 0;
-    const seen = { applying: 0, no_answer: 0, relays: 0, moved: 0 };
+    const seen = { applying: 0, no_answer: 0, relays: 0, moved: 0, members: 0, groups: 0 };
     const compare = async (clock: ComplianceClock, step: number, what: string) => {
       const [k, f] = [await kept(store, clock), await fresh(store, clock)];
       compared++;
       seen.applying += f.summary.counts.applying;
       seen.no_answer += f.summary.counts.no_answer;
       seen.relays += f.summary.relays.nodes;
+      seen.groups += f.groups.length;
       if (JSON.stringify(k) !== JSON.stringify(f)) {
         mismatches++;
         if (mismatches === 1) t.same(k, f, `step ${step} (${what}), seed ${SEED}: kept equals fresh`);
@@ -114,18 +122,27 @@ function scenario(t: Test, backend: Backend): void {
         const to = r.pick(['accepted', 'refused', 'pending'] as const);
         what = `acceptance ${id} ${to}`;
         await setAcceptance(store, id, to, iso(now)).catch(() => undefined);
-      } else if (op < 82) {
+      } else if (op < 84) {
         what = `relay ${id}`;
         await updateNode(store, id, { relay: r.next() < 0.5 }, iso(now)).catch(() => undefined);
-      } else if (op < 86) {
+      } else if (op < 87) {
         what = 'keep last';
         await store.setKeepLast(NODES.filter(() => r.next() < 0.5), r.pick([0, 300, 1800]));
-      } else if (op < 94) {
+      } else if (op < 91) {
+        // A regeneration: some nodes' groups as generation finds them (none for a node it drops).
+        const ids = NODES.filter(() => r.next() < 0.4);
+        const groups = new Map(ids.filter(() => r.next() < 0.9).map((n) => [n, GROUPS.filter(() => r.next() < 0.5)]));
+        what = `members of ${ids.join(' ')}`;
+        seen.members += Math.max(0, await store.putGroupMembers(ids, groups));
+      } else if (op < 96) {
         what = 'sweep';
         const s = await store.sweepCompliance(clockAt(now + r.int(1200) - 300));
         seen.moved += s.checked;
       } else {
-        what = 'clock';
+        // Time alone, or a node's state changed (its own generator: the other steps' draws stay as they were).
+        const to = states.pick(['running', 'stopped', 'missing', 'clock'] as const);
+        what = to === 'clock' ? 'clock' : `state ${id} ${to}`;
+        if (to !== 'clock') await setState(store, id, to, iso(now)).catch(() => undefined);
       }
       // Time goes by, mostly a little, now and then past the silence window.
       now += r.next() < 0.1 ? 1200 + r.int(2400) : r.int(240);
@@ -139,6 +156,7 @@ function scenario(t: Test, backend: Backend): void {
     t.ok(seen.applying > 0 && seen.no_answer > 0, `time states met (applying ${seen.applying}, no answer ${seen.no_answer})`);
     t.ok(seen.relays > 0, 'relays met');
     t.ok(seen.moved > 0, `sweeps touched nodes (${seen.moved})`);
+    t.ok(seen.members > 0 && seen.groups > 0, `memberships moved (${seen.members}) and groups counted (${seen.groups})`);
 
     // The comparison sees a counter put wrong.
     const before = await kept(store, clockAt(now));
@@ -146,6 +164,12 @@ function scenario(t: Test, backend: Backend): void {
     await db.exec("UPDATE kept_directives SET success = success + 5 WHERE class = 'agent' AND mode = 0");
     const after = await kept(store, clockAt(now));
     t.not(JSON.stringify(after), JSON.stringify(await fresh(store, clockAt(now))), 'a wrong counter shows');
+    await db.exec("UPDATE kept_directives SET success = success - 5 WHERE class = 'agent' AND mode = 0");
+    t.same(await kept(store, clockAt(now)), await fresh(store, clockAt(now)), 'put back, it equals again');
+    await db.exec("UPDATE kept_groups SET error = error + 1 WHERE class = 'agent' AND mode = 0");
+    t.not(JSON.stringify((await kept(store, clockAt(now))).groups), JSON.stringify((await fresh(store, clockAt(now))).groups), 'a wrong group counter shows');
+    await db.exec("UPDATE kept_node_counts SET nodes = nodes + 1 WHERE field = 'status'");
+    t.not(JSON.stringify((await kept(store, clockAt(now))).counts), JSON.stringify((await fresh(store, clockAt(now))).counts), 'a wrong node count shows');
   });
 }
 
@@ -182,7 +206,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_24[db.dialect] + UNDO_26[db.dialect]);
+    await db.exec(UNDO_25[db.dialect] + UNDO_24[db.dialect] + UNDO_26[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
       const k = await kept(store, clockAt(now));
@@ -192,13 +216,48 @@ function migration(t: Test, backend: Backend): void {
   });
 }
 
+function groupsMigration(t: Test, backend: Backend): void {
+  t.test('a database from before migration 25 counts its groups from the next generation on', async (t) => {
+    const db = await backend.fresh(t);
+    let store = await db.open();
+    const ids = ['p1', 'p2', 'p3'];
+    for (const [i, id] of ids.entries()) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      await setAcceptance(store, id, 'accepted', iso(BASE_S));
+      const items = COMPONENTS.slice(i, i + 3).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+      await store.setExpectations(id, 'cfg-p', items, iso(BASE_S + 60));
+      await store.insertRun(run(id, iso(BASE_S + 120), {
+        config_id: 'cfg-p', received_at: iso(BASE_S + 130), outcomes: items.map((x, j) => ({ ...x, outcome: OUTCOMES[(i + j) % OUTCOMES.length]!, count: 1 })),
+      }));
+    }
+    await store.close();
+    await db.exec(UNDO_25[db.dialect]);
+    store = await db.open();
+    const at = clockAt(BASE_S + 200);
+    t.same(await store.complianceByGroup(at), [], 'no membership yet: no group counted');
+    t.same(await store.counts(), await store.countsFresh(), 'the node counts made from the stored nodes');
+    t.match(await store.counts(), { by_acceptance: { accepted: 3 } });
+    t.equal(await store.putGroupMembers(ids, new Map([['p1', ['g1', 'g2']], ['p2', ['g2']], ['p3', ['g1']]])), 4, 'four memberships written');
+    t.equal(await store.putGroupMembers(ids, new Map([['p1', ['g2', 'g1']], ['p2', ['g2']], ['p3', ['g1']]])), 0, 'the same again writes nothing');
+    const k = await store.complianceByGroup(at);
+    t.same(k, await store.complianceByGroupFresh(at), 'kept equals fresh');
+    t.same(k.map((g) => [g.group_id, g.nodes]), [['g1', 2], ['g2', 2]]);
+    await store.deleteNode('p1', iso(BASE_S + 300));
+    t.same(await store.counts(), await store.countsFresh(), 'node counts after a deletion');
+    t.same((await store.complianceByGroup(at)).map((g) => [g.group_id, g.nodes]), [['g1', 1], ['g2', 1]], 'a deleted node leaves its groups');
+    t.same(await store.complianceByGroup(at), await store.complianceByGroupFresh(at));
+  });
+}
+
 t.test('sqlite', async (t) => {
   scenario(t, sqliteBackend);
   migration(t, sqliteBackend);
+  groupsMigration(t, sqliteBackend);
 });
 if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {
     scenario(t, postgresBackend('capstan_kept'));
     migration(t, postgresBackend('capstan_kept'));
+    groupsMigration(t, postgresBackend('capstan_kept'));
   });
 }

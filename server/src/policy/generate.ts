@@ -99,12 +99,19 @@ export class PolicyGenerator {
     return this.serial(async () => {
       const t0 = performance.now();
       const before = await loadModel(this.store);
-      const nodesBefore = await this.members(before, groupsTouched(before, kind, id), new Listing(this.store));
+      // A group's members are regenerated even when no rule uses it: their memberships are kept
+      // for compliance by group (their bundles stay as they are).
+      const touched = (model: PolicyModel) => {
+        const out = groupsTouched(model, kind, id);
+        if (kind === 'group') out.add(id);
+        return out;
+      };
+      const nodesBefore = await this.members(before, touched(before), new Listing(this.store));
       const result = await save();
       const after = await loadModel(this.store);
       // Listed after the save, and shared with the generation below.
       const listing = new Listing(this.store);
-      const nodesAfter = await this.members(after, groupsTouched(after, kind, id), listing);
+      const nodesAfter = await this.members(after, touched(after), listing);
       for (const n of nodesBefore) nodesAfter.add(n);
       const changed = await this.generate(after, nodesAfter, listing);
       const stats = { nodes: nodesAfter.size, changed, ms: performance.now() - t0 };
@@ -229,18 +236,26 @@ export class PolicyGenerator {
     return out;
   }
 
-  /** For each node of `nodes`, the ids of the groups that contain it. */
-  private async membership(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<Map<string, Set<string>>> {
+  /**
+   * For each node of `nodes`, the ids of the groups that contain it: the groups rules target and
+   * those holding properties (a node's data merges them all). With `every`, each node's every
+   * group as well, those no rule uses included (compliance by group, policy_group_members).
+   */
+  private async membership(model: PolicyModel, nodes: Set<string>, listing: Listing, every?: Map<string, Set<string>>): Promise<Map<string, Set<string>>> {
     const accepted = await this.acceptedAmong(nodes, listing);
     const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
-    // The groups rules target, and those holding properties (a node's data merges them all).
+    if (every) for (const n of accepted) every.set(n, new Set());
     const used = policyGroups(model);
-    for (const gid of used) {
+    for (const gid of every ? model.groups.keys() : used) {
       const g = model.groups.get(gid);
       if (!g) continue;
-      for (const n of g.nodes ?? []) of.get(n)?.add(gid);
+      const inUse = used.has(gid);
+      const add = (id: string) => {
+        if (inUse) of.get(id)?.add(gid);
+        every?.get(id)?.add(gid);
+      };
+      for (const n of g.nodes ?? []) add(n);
       if (!g.filter) continue;
-      const add = (id: string) => of.get(id)?.add(gid);
       // Few nodes: probe them by id. Many, or a filter that already names ids (an `id` filter
       // merged with ours would OR the values): list the group once.
       if (of.size <= PROBE_LIMIT && !g.filter.some((f) => f.key === 'id')) {
@@ -269,7 +284,8 @@ export class PolicyGenerator {
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
   private async generate(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<number> {
-    const of = await this.membership(model, nodes, listing);
+    const every = new Map<string, Set<string>>();
+    const of = await this.membership(model, nodes, listing, every);
     const rules = [...model.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     // Nodes with the same groups get the same directives: build each distinct set once.
     const cache = new Map<string, Content>();
@@ -373,6 +389,9 @@ export class PolicyGenerator {
         for (const w of moved) deployed.push(w.bundle.node_id);
       }
       for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
+      // Each node's groups as generated, for compliance by group (a node not accepted is in none).
+      const groupsOf = new Map(batch.filter((n) => every.has(n)).map((n) => [n, [...every.get(n)!]]));
+      if ((await this.store.putGroupMembers(batch, groupsOf)) < 0) this.log.warn({ nodes: batch.length }, 'policy group memberships not written: the compliance counters were busy; next generation');
     }
     if (problems.length) {
       this.log.warn({ nodes: problems.length, first: problems[0]!.node_id, code: problems[0]!.problem.code }, 'policy not generated for some nodes');

@@ -20,7 +20,7 @@ import type { Store } from './store.js';
 export const REPLICA_READS: ReadonlySet<string> = new Set([
   'listNodes', 'listNodeIds', 'getNode', 'getHistory', 'getInventory', 'inventoryHistory', 'listSoftware',
   'listRuns', 'getRunLog', 'getRunLogText',
-  'complianceSummary', 'complianceByRule', 'complianceNodes', 'worstNodes', 'targetNodes',
+  'complianceSummary', 'complianceByRule', 'complianceByGroup', 'complianceNodes', 'worstNodes', 'targetNodes',
   'listChanges', 'changesHistogram', 'listFindings', 'listEvents', 'counts',
 ]);
 

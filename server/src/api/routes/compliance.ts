@@ -8,7 +8,7 @@
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { MAX_AGE_LIMIT_S, type AggregateCache } from '../../console/cache.js';
-import { COMPLIANCE_STATES, percentages, type ComplianceCounts, type ComplianceState } from '@capstan/shared/compliance/compute';
+import { COMPLIANCE_STATES, percentages, zeroCounts, type ComplianceCounts, type ComplianceState } from '@capstan/shared/compliance/compute';
 import { capstanError } from '@capstan/shared/errors';
 import { complianceClock, complianceView, withPercent, type ComplianceSettings } from '../../registry/compliance.js';
 import { loadModel } from '../../policy/content.js';
@@ -99,20 +99,17 @@ export function complianceRoutes(app: FastifyInstance, deps: ComplianceRouteDeps
     return { data: res.data.map((r) => ({ ...r, ...withPercent(r.counts) })), total: res.total, page, per_page };
   });
 
-  // Policy groups: every accepted member, in whatever state (RUDDER's group compliance).
+  // Policy groups: every accepted member at its policy's last generation, in whatever state
+  // (RUDDER's group compliance), from the kept group counters (store/compliance/kept.ts).
   app.get<{ Querystring: Query }>('/api/1/compliance/groups', async (req, reply) => {
     const format = exportFormat(req);
     const rows = await maybeCached(deps, req.query, reply, 'by-group', async () => {
-      const model = await loadModel(store);
-      const at = clock();
-      const out: Array<{ group_id: string; name: string; nodes: number; counts: ComplianceCounts; relays: number; agentless: number }> = [];
-      for (const g of [...model.groups.values()].sort((a, b) => (a.id < b.id ? -1 : 1))) {
-        const members = new Set(g.nodes ?? []);
-        if (g.filter) for (const id of await store.listNodeIds(g.filter)) members.add(id);
-        const agg = await store.complianceSummary([], at, [...members]);
-        out.push({ group_id: g.id, name: g.name, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes });
-      }
-      return out;
+      const [model, kept] = await Promise.all([loadModel(store), store.complianceByGroup(clock())]);
+      const byId = new Map(kept.map((r) => [r.group_id, r]));
+      return [...model.groups.values()].sort((a, b) => (a.id < b.id ? -1 : 1)).map((g) => {
+        const r = byId.get(g.id);
+        return { group_id: g.id, name: g.name, nodes: r?.nodes ?? 0, counts: r?.counts ?? zeroCounts(), relays: r?.relays ?? 0, agentless: r?.agentless ?? 0 };
+      });
     });
     return sendRows(reply, format, 'compliance-groups',
       [['group_id', (r) => r.group_id], ['name', (r) => r.name], ['nodes', (r) => r.nodes], ['relays', (r) => r.relays],

@@ -9,10 +9,12 @@
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
-  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, KEPT_LOCK, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
-import type { ComplianceAggregate, ComplianceClock, RuleComplianceRow } from './types.js';
+import { membershipChanges } from './members.js';
+import { KEPT_LOCK_ARGS } from '../migrations/0025_kept_groups.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(true);
 type Rows = Record<string, unknown>[];
@@ -36,7 +38,7 @@ async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) 
   });
 }
 
-async function corrections(c: pg.PoolClient, what: 'directives' | 'fleet', at: KeptThresholds): Promise<Rows> {
+async function corrections(c: pg.PoolClient, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Promise<Rows> {
   const kept = await swept(c);
   if (sameThresholds(kept, at)) return [];
   return (await c.query(correctionSql((i) => `$${i}::bigint`, what), correctionParams(kept, at))).rows as Rows;
@@ -53,6 +55,11 @@ export function postgresKeptSummary(db: PostgresDb, clock: ComplianceClock): Pro
   return snapshot(db, 'complianceSummary', async (c) => keptSummary((await c.query(SQL.fleet)).rows as Rows, await corrections(c, 'fleet', at)));
 }
 
+export function postgresKeptByGroup(db: PostgresDb, clock: ComplianceClock): Promise<GroupComplianceRow[]> {
+  const at = thresholdsOf(clock);
+  return snapshot(db, 'complianceByGroup', async (c) => keptByGroup((await c.query(SQL.groups)).rows as Rows, await corrections(c, 'groups', at)));
+}
+
 export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock): Promise<KeptSweep> {
   const at = thresholdsOf(clock);
   let checked = 0;
@@ -60,7 +67,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
   try {
     checked = await db.tx('sweepCompliance', async (c) => {
       await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
-      await c.query('SELECT pg_advisory_xact_lock($1)', [KEPT_LOCK]);
+      await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
       const kept = await swept(c);
       if (sameThresholds(kept, at)) return 0;
       await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [at.silent_before, at.applying_after]);
@@ -75,8 +82,48 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
     for (const sql of FOLD_SQL) folded += Number((await c.query(sql)).rows[0]?.n ?? 0);
   });
   // VACUUM runs outside a transaction.
-  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log');
+  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log');
   return { checked, folded, done };
+}
+
+/** Tries of a membership write whose lock wait ran over (each `SWEEP_LOCK_TIMEOUT_MS`) before it is left to the next generation. */
+export const MEMBERS_LOCK_TRIES = 5;
+
+/**
+ * Policy group memberships of `nodeIds` brought to `groups` (migration 25), changes only. The
+ * rows are written under the kept lock held exclusively: the members' triggers read the nodes'
+ * classes and compliance rows, which every writer of them changes under the lock held shared.
+ * As the sweep, it gives up a wait over `SWEEP_LOCK_TIMEOUT_MS` (never the writer's transaction
+ * in a wait cycle) and tries again; after MEMBERS_LOCK_TRIES it leaves the rows as they are and
+ * answers -1: the next generation of those nodes compares them again.
+ */
+export async function postgresPutGroupMembers(db: PostgresDb, nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number> {
+  if (nodeIds.length === 0) return 0;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await db.tx('putGroupMembers', async (c) => {
+        const stored = (await c.query('SELECT node_id, group_id FROM policy_group_members WHERE node_id = ANY($1::text[])', [nodeIds])).rows as Array<{ node_id: string; group_id: string }>;
+        const { added, removed } = membershipChanges(nodeIds, groups, stored);
+        if (added.length + removed.length === 0) return 0;
+        await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
+        await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
+        if (removed.length) {
+          await c.query(`DELETE FROM policy_group_members m USING unnest($1::text[], $2::text[]) AS u(group_id, node_id)
+            WHERE m.group_id = u.group_id AND m.node_id = u.node_id`, [removed.map((x) => x[0]), removed.map((x) => x[1])]);
+        }
+        if (added.length) {
+          // A node deleted meanwhile gets none (its deletion took its memberships).
+          await c.query(`INSERT INTO policy_group_members (group_id, node_id)
+            SELECT u.group_id, u.node_id FROM unnest($1::text[], $2::text[]) AS u(group_id, node_id) JOIN nodes n ON n.id = u.node_id
+            ON CONFLICT DO NOTHING`, [added.map((x) => x[0]), added.map((x) => x[1])]);
+        }
+        return added.length + removed.length;
+      });
+    } catch (err) {
+      if (!isLockTimeout(err)) throw err;
+      if (attempt >= MEMBERS_LOCK_TRIES) return -1;
+    }
+  }
 }
 
 /** A lock wait over `lock_timeout` (55P03), as the store reports it (the driver's error as cause). */

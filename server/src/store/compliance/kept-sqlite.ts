@@ -4,10 +4,10 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import {
-  correctionParams, correctionSql, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
-import type { ComplianceAggregate, ComplianceClock, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(false);
 type Rows = Record<string, unknown>[];
@@ -16,7 +16,7 @@ function swept(db: SqliteDb): KeptThresholds {
   return db.stmt('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1').get() as KeptThresholds;
 }
 
-function corrections(db: SqliteDb, what: 'directives' | 'fleet', at: KeptThresholds): Rows {
+function corrections(db: SqliteDb, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Rows {
   const kept = swept(db);
   if (sameThresholds(kept, at)) return [];
   return db.stmt(correctionSql(() => '?', what)).all(...correctionParams(kept, at)) as Rows;
@@ -31,6 +31,11 @@ export function sqliteKeptByRule(db: SqliteDb, by: 'rule' | 'directive', clock: 
 export function sqliteKeptSummary(db: SqliteDb, clock: ComplianceClock): ComplianceAggregate {
   const at = thresholdsOf(clock);
   return db.read('complianceSummary', () => keptSummary(db.stmt(SQL.fleet).all() as Rows, corrections(db, 'fleet', at)));
+}
+
+export function sqliteKeptByGroup(db: SqliteDb, clock: ComplianceClock): GroupComplianceRow[] {
+  const at = thresholdsOf(clock);
+  return db.read('complianceByGroup', () => keptByGroup(db.stmt(SQL.groups).all() as Rows, corrections(db, 'groups', at)));
 }
 
 export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {

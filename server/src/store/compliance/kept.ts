@@ -8,7 +8,7 @@
  * Reading is O(rules + corrected nodes), whatever the number of nodes.
  */
 import { RUN_STATES, zeroCounts, type ComplianceCounts } from '@capstan/shared/compliance/compute';
-import type { ComplianceAggregate, ComplianceClock, NodeClass, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeClass, RuleComplianceRow } from './types.js';
 
 /** The thresholds counters are kept at: a node is silent when answered_s + keep_last_s <= silent_before, applying when applying_since_s > applying_after. */
 export interface KeptThresholds {
@@ -29,8 +29,6 @@ export interface KeptSweep {
   done: boolean;
 }
 
-/** The advisory lock key writers hold shared and the sweep exclusively (migration 23). */
-export const KEPT_LOCK = 7262;
 
 const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');
 const COLS = RUN_STATES.join(', ');
@@ -44,6 +42,8 @@ export function keptSql(pg: boolean) {
       FROM ${source('kept_directives', pg, `rule_id, directive_id, class, mode, nodes, ${COLS}`)} s WHERE class = 'agent' GROUP BY rule_id, directive_id, mode`,
     rules: `SELECT rule_id, sum(nodes) AS nodes FROM ${source('kept_rules', pg, 'rule_id, class, nodes')} s WHERE class = 'agent' GROUP BY rule_id`,
     fleet: `SELECT class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${source('kept_fleet', pg, `class, mode, nodes, ${COLS}`)} s GROUP BY class, mode`,
+    groups: `SELECT group_id, class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${source('kept_groups', pg, `group_id, class, mode, nodes, ${COLS}`)} s
+      GROUP BY group_id, class, mode`,
   };
 }
 
@@ -53,7 +53,7 @@ export function keptSql(pg: boolean) {
  * only) or per node (`fleet`). Parameters by `ph(i)`: 1, 2 the silence range; 3, 4 the applying
  * range; 5 silent_before and 6 applying_after at `at`.
  */
-export function correctionSql(ph: (i: number) => string, what: 'directives' | 'fleet'): string {
+export function correctionSql(ph: (i: number) => string, what: 'directives' | 'fleet' | 'groups'): string {
   // Parameters in the order of the text (SQLite binds `?` so). The two ranges apart, each on its
   // own index, and the joins in that order (CROSS JOIN: SQLite keeps it): one OR over both, or
   // kept_nodes as the outer loop, scanned every node (400 ms at 100,000).
@@ -63,6 +63,10 @@ export function correctionSql(ph: (i: number) => string, what: 'directives' | 'f
     m AS (SELECT t.node_id, k.class, k.mode AS old_mode, ${mode} AS new_mode, ${RUN_STATES.map((c) => `t.${c}`).join(', ')}
       FROM c CROSS JOIN node_compliance t CROSS JOIN kept_nodes k WHERE t.node_id = c.node_id AND k.node_id = t.node_id)`;
   if (what === 'fleet') return `${head} SELECT * FROM m WHERE m.old_mode <> m.new_mode`;
+  // Per group (migration 25): each corrected node once per group it is a member of.
+  if (what === 'groups') {
+    return `${head} SELECT g.group_id, m.* FROM m CROSS JOIN policy_group_members g WHERE g.node_id = m.node_id AND m.old_mode <> m.new_mode`;
+  }
   return `${head} SELECT d.rule_id, d.directive_id, m.old_mode, m.new_mode, ${RUN_STATES.map((c) => `d.${c}`).join(', ')}
     FROM m CROSS JOIN node_compliance_directives d WHERE d.node_id = m.node_id AND m.class = 'agent' AND m.old_mode <> m.new_mode`;
 }
@@ -169,6 +173,29 @@ export function keptSummary(fleet: Record<string, unknown>[], corrections: Recor
   };
 }
 
+/**
+ * complianceByGroup's answer from the kept group counters (migration 25) and the correction
+ * rows: per group, its members summed as complianceSummary sums the fleet.
+ */
+export function keptByGroup(groups: Record<string, unknown>[], corrections: Record<string, unknown>[]): GroupComplianceRow[] {
+  const by = new Map<string, { fleet: Record<string, unknown>[]; corrections: Record<string, unknown>[] }>();
+  const of = (id: string) => {
+    let e = by.get(id);
+    if (!e) by.set(id, (e = { fleet: [], corrections: [] }));
+    return e;
+  };
+  for (const r of groups) of(r.group_id as string).fleet.push(r);
+  for (const r of corrections) of(r.group_id as string).corrections.push(r);
+  const out: GroupComplianceRow[] = [];
+  for (const [group_id, e] of [...by].sort(([a], [b]) => byteOrder(a, b))) {
+    const agg = keptSummary(e.fleet, e.corrections);
+    // A group whose members are none accepted (only 'none' rows left) is not listed, as afresh.
+    if (agg.nodes + agg.relays.nodes + agg.agentless.nodes === 0) continue;
+    out.push({ group_id, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes });
+  }
+  return out;
+}
+
 /** The nodes a sweep from `kept` to `at` touches (their triggers move those whose mode changes). Parameters as correctionSql's 1–4. */
 export const sweepTouchSql = (ph: (i: number) => string) => `UPDATE node_compliance SET keep_last_s = keep_last_s
   WHERE node_id IN (${touchedSql(ph(1), ph(2), ph(3), ph(4))})`;
@@ -191,6 +218,15 @@ export const FOLD_SQL = [
     INSERT INTO kept_fleet AS x (class, mode, nodes, ${COLS})
     SELECT class, mode, sum(nodes), ${RUN_STATES.map((c) => `sum(${c})`).join(', ')} FROM moved GROUP BY 1, 2
     ON CONFLICT (class, mode) DO UPDATE SET nodes = x.nodes + excluded.nodes, ${RUN_STATES.map((c) => `${c} = x.${c} + excluded.${c}`).join(', ')})
+    SELECT count(*) AS n FROM moved`,
+  `WITH moved AS (DELETE FROM kept_node_counts_log RETURNING *), done AS (
+    INSERT INTO kept_node_counts AS x (field, value, nodes) SELECT field, value, sum(nodes) FROM moved GROUP BY 1, 2
+    ON CONFLICT (field, value) DO UPDATE SET nodes = x.nodes + excluded.nodes)
+    SELECT count(*) AS n FROM moved`,
+  `WITH moved AS (DELETE FROM kept_groups_log RETURNING *), done AS (
+    INSERT INTO kept_groups AS x (group_id, class, mode, nodes, ${COLS})
+    SELECT group_id, class, mode, sum(nodes), ${RUN_STATES.map((c) => `sum(${c})`).join(', ')} FROM moved GROUP BY 1, 2, 3
+    ON CONFLICT (group_id, class, mode) DO UPDATE SET nodes = x.nodes + excluded.nodes, ${RUN_STATES.map((c) => `${c} = x.${c} + excluded.${c}`).join(', ')})
     SELECT count(*) AS n FROM moved`,
 ];
 

@@ -17,14 +17,14 @@ import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from 
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
-  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks,
+  aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks,
   nodeComplianceFromRow, ruleComplianceFromRow, targetNodesSql, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
-  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
+  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { postgresKeptByRule, postgresKeptSummary, postgresKeptSweep } from './kept-postgres.js';
+import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresKeptSweep, postgresPutGroupMembers } from './kept-postgres.js';
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
@@ -331,6 +331,19 @@ export class PostgresCompliance implements ComplianceStore {
 
   async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
     return postgresKeptSweep(this.db, clock);
+  }
+
+  async complianceByGroup(clock: ComplianceClock): Promise<GroupComplianceRow[]> {
+    return postgresKeptByGroup(this.db, clock);
+  }
+
+  async complianceByGroupFresh(clock: ComplianceClock): Promise<GroupComplianceRow[]> {
+    const { rows } = await this.db.query('complianceByGroup', this.db.pool, { text: groupsFreshSql((i) => `$${i}`), values: clockParams(clock) });
+    return groupsFromRows(rows);
+  }
+
+  async putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number> {
+    return postgresPutGroupMembers(this.db, nodeIds, groups);
   }
 
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

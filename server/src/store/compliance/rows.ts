@@ -12,7 +12,7 @@ import type { NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { isoOf } from '../time.js';
 import type { FindingInput } from '../findings/types.js';
-import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, GroupComplianceRow, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 export interface ComplianceInput {
   nodeId: string;
@@ -241,6 +241,28 @@ export function aggregateFromRows(rows: Array<Record<string, unknown>>): Complia
     }
   }
   return out;
+}
+
+/**
+ * complianceByGroup summed afresh, over `p` (the clock) and policy_group_members `g`: one row
+ * per (group, class) of accepted members (rows.ts groupsFromRows reads them).
+ */
+export const groupsFreshSql = (ph: (i: number) => string) => `SELECT g.group_id, ${complianceClassSql} AS class, count(*) AS nodes,
+    count(t.node_id) AS with_data, ${timeAdjustedSums('t', 't')}
+  FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN policy_group_members g JOIN nodes n ON n.id = g.node_id LEFT JOIN node_compliance t ON t.node_id = n.id
+  WHERE n.accepted = 'accepted' GROUP BY g.group_id, 2`;
+
+/** complianceByGroup from groupsFreshSql's rows, in group id byte order. */
+export function groupsFromRows(rows: Array<Record<string, unknown>>): GroupComplianceRow[] {
+  const by = new Map<string, Array<Record<string, unknown>>>();
+  for (const r of rows) {
+    const id = r.group_id as string;
+    by.set(id, [...(by.get(id) ?? []), r]);
+  }
+  return [...by].sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b))).map(([group_id, rs]) => {
+    const agg = aggregateFromRows(rs);
+    return { group_id, nodes: agg.nodes, counts: agg.counts, relays: agg.relays.nodes, agentless: agg.agentless.nodes };
+  });
 }
 
 /** A row of complianceByRule: per rule, or per (rule, directive). */

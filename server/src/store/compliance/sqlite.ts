@@ -17,14 +17,15 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, epochS, findingContext, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  directiveChangesRaw, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
   targetNodesSql, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
-  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, NodeComplianceRow, RuleComplianceRow,
+  ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep } from './kept-sqlite.js';
+import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep } from './kept-sqlite.js';
+import { membershipChanges } from './members.js';
 import type { KeptSweep } from './kept.js';
 
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
@@ -356,6 +357,29 @@ export class SqliteCompliance implements ComplianceStore {
 
   async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
     return sqliteKeptSweep(this.db, clock);
+  }
+
+  async complianceByGroup(clock: ComplianceClock): Promise<GroupComplianceRow[]> {
+    return sqliteKeptByGroup(this.db, clock);
+  }
+
+  async complianceByGroupFresh(clock: ComplianceClock): Promise<GroupComplianceRow[]> {
+    return groupsFromRows(this.db.read('complianceByGroup', () => this.db.stmt(groupsFreshSql(() => '?')).all(...clockParams(clock))) as Record<string, unknown>[]);
+  }
+
+  async putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number> {
+    if (nodeIds.length === 0) return 0;
+    return this.db.write('putGroupMembers', () => {
+      const stored = this.db.stmt('SELECT node_id, group_id FROM policy_group_members WHERE node_id IN (SELECT value FROM json_each(?))')
+        .all(JSON.stringify(nodeIds)) as Array<{ node_id: string; group_id: string }>;
+      const { added, removed } = membershipChanges(nodeIds, groups, stored);
+      const del = this.db.stmt('DELETE FROM policy_group_members WHERE group_id = ? AND node_id = ?');
+      for (const [g, n] of removed) del.run(g, n);
+      // A node deleted meanwhile gets none (its deletion took its memberships).
+      const ins = this.db.stmt('INSERT INTO policy_group_members (group_id, node_id) SELECT ?, id FROM nodes WHERE id = ? ON CONFLICT DO NOTHING');
+      for (const [g, n] of added) ins.run(g, n);
+      return added.length + removed.length;
+    });
   }
 
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

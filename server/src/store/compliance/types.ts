@@ -54,6 +54,19 @@ export interface RuleComplianceRow {
   counts: ComplianceCounts;
 }
 
+/**
+ * One policy group's compliance: its members at their policy's last generation
+ * (policy_group_members), summed as the fleet is (agent nodes' counts; relays and agentless
+ * nodes counted apart).
+ */
+export interface GroupComplianceRow {
+  group_id: string;
+  nodes: number;
+  counts: ComplianceCounts;
+  relays: number;
+  agentless: number;
+}
+
 /** One node's compliance as the export lists it (time states applied). */
 export interface NodeComplianceRow {
   node_id: string;
@@ -102,6 +115,18 @@ export interface ComplianceStore {
   complianceSummary(filters: NodeFilter[], clock: ComplianceClock, nodeIds?: string[]): Promise<ComplianceAggregate>;
   /** Compliance per rule, or per (rule, directive), over the accepted nodes with an agent (kept counters, kept.ts). */
   complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
+  /**
+   * Compliance per policy group over its members at their last generation (kept counters,
+   * migration 25), in group id byte order; groups without a member are not listed.
+   */
+  complianceByGroup(clock: ComplianceClock): Promise<GroupComplianceRow[]>;
+  /** complianceByGroup summed afresh over every member's rows (what the kept counters must equal). */
+  complianceByGroupFresh(clock: ComplianceClock): Promise<GroupComplianceRow[]>;
+  /**
+   * Replace the stored memberships of `nodeIds` (policy generation): each node's policy groups,
+   * a node absent from `groups` in none. Writes only what changed; answers how many rows moved.
+   */
+  putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number>;
   /** complianceByRule summed afresh over every node's rows (what the kept counters must equal). */
   complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
   /** complianceSummary over all accepted nodes, summed afresh over every node (what the kept counters must equal). */
@@ -132,6 +157,9 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   complianceSummary: lookup([2]),
   complianceByRule: REFUSE,
   complianceByRuleFresh: REFUSE,
+  complianceByGroup: REFUSE,
+  complianceByGroupFresh: REFUSE,
+  putGroupMembers: REFUSE,
   complianceSummaryFresh: REFUSE,
   sweepCompliance: REFUSE,
   complianceNodes: REFUSE,

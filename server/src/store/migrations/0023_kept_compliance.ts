@@ -21,7 +21,7 @@
  */
 import type { Migration } from './index.js';
 
-const C = ['success', 'repaired', 'error', 'non_compliant', 'audit_compliant', 'not_applicable', 'unexpected', 'missing'];
+export const C = ['success', 'repaired', 'error', 'non_compliant', 'audit_compliant', 'not_applicable', 'unexpected', 'missing'];
 const cols = C.join(', ');
 
 // ---- SQLite ----------------------------------------------------------------------------------
@@ -55,10 +55,54 @@ const kept = (id: string, what: 'class' | 'mode') => `(SELECT ${what} FROM kept_
 const MOVED = '(k.class IS NOT k.prev_class OR k.mode IS NOT k.prev_mode)';
 const countsDiffer = C.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(' OR ');
 const nodeClassCols = 'accepted, relay, last_inventory_at, certificate_fingerprint';
-const sClassRow = (r: string) => `CASE WHEN ${r}.accepted <> 'accepted' THEN 'none' WHEN ${r}.relay = 1 THEN 'relay'
+export const sClassRow = (r: string) => `CASE WHEN ${r}.accepted <> 'accepted' THEN 'none' WHEN ${r}.relay = 1 THEN 'relay'
   WHEN ${r}.last_inventory_at IS NOT NULL OR ${r}.certificate_fingerprint IS NOT NULL THEN 'agent' ELSE 'agentless' END`;
 const sNodeCount = (cls: string, sign: string) => `INSERT INTO kept_fleet (class, mode, nodes) VALUES (${cls}, -1, ${sign})
     ON CONFLICT (class, mode) DO UPDATE SET nodes = nodes + excluded.nodes;`;
+
+/**
+ * What a node_compliance row adds to counters kept elsewhere (migration 25's groups), at the
+ * points of the node_compliance triggers where the node's kept class and mode are known: `add`
+ * after a row is counted under them (NEW), `take` before its old counts leave them (OLD).
+ */
+export interface ComplianceHooks {
+  add: (id: string, r: string) => string;
+  take: (id: string, r: string) => string;
+}
+const noHooks: ComplianceHooks = { add: () => '', take: () => '' };
+
+/** The node_compliance triggers of SQLite, with `hooks` (migration 25 makes them again with its own). */
+export function sqliteComplianceTriggers(hooks: ComplianceHooks = noHooks): string {
+  return `
+CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance BEGIN
+  INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, ${sClassOf('NEW.node_id')}, ${sModeOf('NEW')})
+    ON CONFLICT (node_id) DO UPDATE SET class = excluded.class, mode = excluded.mode;
+  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
+  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', '1')}
+  ${sRules('NEW.node_id', '1', 'k.class', '1')}
+  ${hooks.add('NEW.node_id', 'NEW')}
+END;
+CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance
+  WHEN ${countsDiffer} OR ${kept('NEW.node_id', 'class')} IS NOT ${sClassOf('NEW.node_id')} OR ${kept('NEW.node_id', 'mode')} IS NOT ${sModeOf('NEW')} BEGIN
+  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '-1', 'OLD')}
+  ${hooks.take('NEW.node_id', 'OLD')}
+  UPDATE kept_nodes SET prev_class = class, prev_mode = mode, class = ${sClassOf('NEW.node_id')}, mode = ${sModeOf('NEW')} WHERE node_id = NEW.node_id;
+  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
+  ${hooks.add('NEW.node_id', 'NEW')}
+  ${sDirs('NEW.node_id', '-1', 'k.prev_class', 'k.prev_mode', MOVED)}
+  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', MOVED)}
+  ${sRules('NEW.node_id', '-1', 'k.prev_class', 'k.class IS NOT k.prev_class')}
+  ${sRules('NEW.node_id', '1', 'k.class', 'k.class IS NOT k.prev_class')}
+END;
+CREATE TRIGGER kept_compliance_delete BEFORE DELETE ON node_compliance BEGIN
+  ${sFleet(kept('OLD.node_id', 'class'), kept('OLD.node_id', 'mode'), '-1', 'OLD')}
+  ${sDirs('OLD.node_id', '-1', 'k.class', 'k.mode', '1')}
+  ${sRules('OLD.node_id', '-1', 'k.class', '1')}
+  ${hooks.take('OLD.node_id', 'OLD')}
+  DELETE FROM kept_nodes WHERE node_id = OLD.node_id;
+END;
+`;
+}
 
 const sqliteTables = `
 CREATE TABLE kept_sweep (id INTEGER PRIMARY KEY CHECK (id = 1), silent_before INTEGER NOT NULL, applying_after INTEGER NOT NULL) STRICT;
@@ -85,30 +129,7 @@ CREATE TRIGGER kept_nodes_class AFTER UPDATE OF ${nodeClassCols} ON nodes WHEN (
   ${sNodeCount(sClassRow('NEW'), '1')}
   UPDATE node_compliance SET keep_last_s = keep_last_s WHERE node_id = NEW.id;
 END;
-CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance BEGIN
-  INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, ${sClassOf('NEW.node_id')}, ${sModeOf('NEW')})
-    ON CONFLICT (node_id) DO UPDATE SET class = excluded.class, mode = excluded.mode;
-  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
-  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', '1')}
-  ${sRules('NEW.node_id', '1', 'k.class', '1')}
-END;
-CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance
-  WHEN ${countsDiffer} OR ${kept('NEW.node_id', 'class')} IS NOT ${sClassOf('NEW.node_id')} OR ${kept('NEW.node_id', 'mode')} IS NOT ${sModeOf('NEW')} BEGIN
-  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '-1', 'OLD')}
-  UPDATE kept_nodes SET prev_class = class, prev_mode = mode, class = ${sClassOf('NEW.node_id')}, mode = ${sModeOf('NEW')} WHERE node_id = NEW.node_id;
-  ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
-  ${sDirs('NEW.node_id', '-1', 'k.prev_class', 'k.prev_mode', MOVED)}
-  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', MOVED)}
-  ${sRules('NEW.node_id', '-1', 'k.prev_class', 'k.class IS NOT k.prev_class')}
-  ${sRules('NEW.node_id', '1', 'k.class', 'k.class IS NOT k.prev_class')}
-END;
-CREATE TRIGGER kept_compliance_delete BEFORE DELETE ON node_compliance BEGIN
-  ${sFleet(kept('OLD.node_id', 'class'), kept('OLD.node_id', 'mode'), '-1', 'OLD')}
-  ${sDirs('OLD.node_id', '-1', 'k.class', 'k.mode', '1')}
-  ${sRules('OLD.node_id', '-1', 'k.class', '1')}
-  DELETE FROM kept_nodes WHERE node_id = OLD.node_id;
-END;
-CREATE TRIGGER kept_directive_insert AFTER INSERT ON node_compliance_directives BEGIN
+${sqliteComplianceTriggers()}CREATE TRIGGER kept_directive_insert AFTER INSERT ON node_compliance_directives BEGIN
   ${sOne('1', 'NEW')}
   ${sRuleOne('1', 'NEW')}
 END;
@@ -148,7 +169,7 @@ ${sqliteFill}`;
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
 const pgCounts = C.map((c) => `${c} bigint NOT NULL DEFAULT 0`).join(', ');
-const pClassRow = (r: string) => `CASE WHEN ${r}.accepted <> 'accepted' THEN 'none' WHEN ${r}.relay = 1 THEN 'relay'
+export const pClassRow = (r: string) => `CASE WHEN ${r}.accepted <> 'accepted' THEN 'none' WHEN ${r}.relay = 1 THEN 'relay'
   WHEN ${r}.last_inventory_at IS NOT NULL OR ${r}.certificate_fingerprint IS NOT NULL THEN 'agent' ELSE 'agentless' END`;
 const pModeOf = (r: string) => `CASE WHEN ${r}.answered_s IS NOT NULL AND ${r}.answered_s + ${r}.keep_last_s <= s.silent_before THEN 2
   WHEN ${r}.applying_since_s IS NOT NULL AND ${r}.applying_since_s > s.applying_after THEN 1 ELSE 0 END`;
@@ -164,6 +185,69 @@ const pRows = (table: string, sign: string) => `INSERT INTO kept_directives_log 
     SELECT x.rule_id, x.directive_id, k.class, k.mode, ${sign}, ${C.map((c) => `${sign} * x.${c}`).join(', ')}
     FROM ${table} x JOIN kept_nodes k ON k.node_id = x.node_id;`;
 const pCountsDiffer = `(${C.map((c) => `OLD.${c}`).join(', ')}) IS DISTINCT FROM (${C.map((c) => `NEW.${c}`).join(', ')})`;
+
+/** Hooks of the PostgreSQL node_compliance function: as ComplianceHooks, with the class and mode the row is counted under. */
+export interface PgComplianceHooks {
+  add: (id: string, r: string, cls: string, mode: string) => string;
+  take: (id: string, r: string, cls: string, mode: string) => string;
+}
+
+/**
+ * The PostgreSQL node_compliance trigger function, with `hooks` and the arguments of the kept
+ * advisory lock it holds shared (migration 25 replaces it with its own: a lock per schema).
+ */
+export function pgComplianceFunction(hooks: PgComplianceHooks = { add: () => '', take: () => '' }, lock = '7262'): string {
+  return `CREATE FUNCTION kept_compliance_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
+DECLARE
+  k record;
+  cls text;
+  md smallint;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    SELECT * INTO k FROM kept_nodes WHERE node_id = OLD.node_id;
+    IF FOUND THEN
+      ${pFleet('k.class', 'k.mode', '-1', 'OLD')}
+      ${pDirectives('OLD.node_id', '-1', 'k.class', 'k.mode')}
+      ${pRules('OLD.node_id', '-1', 'k.class')}
+      ${hooks.take('OLD.node_id', 'OLD', 'k.class', 'k.mode')}
+      DELETE FROM kept_nodes WHERE node_id = OLD.node_id;
+    END IF;
+    RETURN OLD;
+  END IF;
+  PERFORM pg_advisory_xact_lock_shared(${lock});
+  cls := kept_node_class(NEW.node_id);
+  SELECT ${pModeOf('NEW')} INTO md FROM kept_sweep s;
+  SELECT * INTO k FROM kept_nodes WHERE node_id = NEW.node_id;
+  IF NOT FOUND THEN
+    INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, cls, md);
+    ${pFleet('cls', 'md', '1', 'NEW')}
+    ${pDirectives('NEW.node_id', '1', 'cls', 'md')}
+    ${pRules('NEW.node_id', '1', 'cls')}
+    ${hooks.add('NEW.node_id', 'NEW', 'cls', 'md')}
+    RETURN NULL;
+  END IF;
+  IF k.class = cls AND k.mode = md AND TG_OP = 'UPDATE' AND NOT ${pCountsDiffer} THEN
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'UPDATE' THEN
+    ${pFleet('k.class', 'k.mode', '-1', 'OLD')}
+    ${hooks.take('NEW.node_id', 'OLD', 'k.class', 'k.mode')}
+  END IF;
+  ${pFleet('cls', 'md', '1', 'NEW')}
+  ${hooks.add('NEW.node_id', 'NEW', 'cls', 'md')}
+  IF k.class IS DISTINCT FROM cls OR k.mode IS DISTINCT FROM md THEN
+    ${pDirectives('NEW.node_id', '-1', 'k.class', 'k.mode')}
+    ${pDirectives('NEW.node_id', '1', 'cls', 'md')}
+    UPDATE kept_nodes SET class = cls, mode = md WHERE node_id = NEW.node_id;
+  END IF;
+  IF k.class IS DISTINCT FROM cls THEN
+    ${pRules('NEW.node_id', '-1', 'k.class')}
+    ${pRules('NEW.node_id', '1', 'cls')}
+  END IF;
+  RETURN NULL;
+END $f$;
+`;
+}
 
 const postgres = `
 CREATE TABLE kept_sweep (id integer PRIMARY KEY CHECK (id = 1), silent_before bigint NOT NULL, applying_after bigint NOT NULL);
@@ -209,51 +293,7 @@ BEGIN
 END $f$;
 CREATE TRIGGER kept_nodes AFTER INSERT OR DELETE OR UPDATE OF ${nodeClassCols} ON nodes FOR EACH ROW EXECUTE FUNCTION kept_node_trg_placeholder();
 
-CREATE FUNCTION kept_compliance_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
-DECLARE
-  k record;
-  cls text;
-  md smallint;
-BEGIN
-  IF TG_OP = 'DELETE' THEN
-    SELECT * INTO k FROM kept_nodes WHERE node_id = OLD.node_id;
-    IF FOUND THEN
-      ${pFleet('k.class', 'k.mode', '-1', 'OLD')}
-      ${pDirectives('OLD.node_id', '-1', 'k.class', 'k.mode')}
-      ${pRules('OLD.node_id', '-1', 'k.class')}
-      DELETE FROM kept_nodes WHERE node_id = OLD.node_id;
-    END IF;
-    RETURN OLD;
-  END IF;
-  PERFORM pg_advisory_xact_lock_shared(7262);
-  cls := kept_node_class(NEW.node_id);
-  SELECT ${pModeOf('NEW')} INTO md FROM kept_sweep s;
-  SELECT * INTO k FROM kept_nodes WHERE node_id = NEW.node_id;
-  IF NOT FOUND THEN
-    INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, cls, md);
-    ${pFleet('cls', 'md', '1', 'NEW')}
-    ${pDirectives('NEW.node_id', '1', 'cls', 'md')}
-    ${pRules('NEW.node_id', '1', 'cls')}
-    RETURN NULL;
-  END IF;
-  IF k.class = cls AND k.mode = md AND TG_OP = 'UPDATE' AND NOT ${pCountsDiffer} THEN
-    RETURN NULL;
-  END IF;
-  IF TG_OP = 'UPDATE' THEN
-    ${pFleet('k.class', 'k.mode', '-1', 'OLD')}
-  END IF;
-  ${pFleet('cls', 'md', '1', 'NEW')}
-  IF k.class IS DISTINCT FROM cls OR k.mode IS DISTINCT FROM md THEN
-    ${pDirectives('NEW.node_id', '-1', 'k.class', 'k.mode')}
-    ${pDirectives('NEW.node_id', '1', 'cls', 'md')}
-    UPDATE kept_nodes SET class = cls, mode = md WHERE node_id = NEW.node_id;
-  END IF;
-  IF k.class IS DISTINCT FROM cls THEN
-    ${pRules('NEW.node_id', '-1', 'k.class')}
-    ${pRules('NEW.node_id', '1', 'cls')}
-  END IF;
-  RETURN NULL;
-END $f$;
+${pgComplianceFunction()}
 CREATE TRIGGER kept_compliance_write AFTER INSERT OR UPDATE ON node_compliance FOR EACH ROW EXECUTE FUNCTION kept_compliance_trg();
 CREATE TRIGGER kept_compliance_delete BEFORE DELETE ON node_compliance FOR EACH ROW EXECUTE FUNCTION kept_compliance_trg();
 

@@ -101,17 +101,30 @@ export class SqliteSweep implements SweepStore {
 
   async counts(): Promise<RegistryCounts> {
     return this.db.read('counts', () => {
+      const kept = this.db.stmt('SELECT field, value AS k, nodes AS c FROM kept_node_counts WHERE nodes <> 0 ORDER BY field, value').all() as Array<{ field: string; k: string; c: number }>;
+      const group = (col: string) => Object.fromEntries(kept.filter((r) => r.field === col).map((r) => [r.k, r.c]));
+      return this.withTotals(group);
+    });
+  }
+
+  async countsFresh(): Promise<RegistryCounts> {
+    return this.db.read('counts', () => {
       const group = (col: string) => Object.fromEntries(
         (this.db.stmt(`SELECT ${col} AS k, count(*) AS c FROM nodes GROUP BY ${col} ORDER BY ${col}`).all() as Array<{ k: string; c: number }>)
           .map((r) => [r.k, r.c]),
       );
-      const counters = Object.fromEntries(
-        (this.db.stmt('SELECT name, value FROM registry_counters').all() as Array<{ name: string; value: number }>).map((r) => [r.name, r.value]),
-      );
-      return {
-        by_status: group('status'), by_state: group('state'), by_acceptance: group('accepted'),
-        purged_nodes: Number(counters.purged_nodes ?? 0), deleted_runs: Number(counters.deleted_runs ?? 0),
-      };
+      return this.withTotals(group);
     });
+  }
+
+  /** The counts by `group`, with the registry's totals (inside the caller's read). */
+  private withTotals(group: (col: string) => Record<string, number>): RegistryCounts {
+    const counters = Object.fromEntries(
+      (this.db.stmt('SELECT name, value FROM registry_counters').all() as Array<{ name: string; value: number }>).map((r) => [r.name, r.value]),
+    );
+    return {
+      by_status: group('status'), by_state: group('state'), by_acceptance: group('accepted'),
+      purged_nodes: Number(counters.purged_nodes ?? 0), deleted_runs: Number(counters.deleted_runs ?? 0),
+    };
   }
 }

@@ -40,7 +40,10 @@ export interface SweepStore {
   deleteChangesBefore(before: string, limit: number): Promise<number>;
   /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
   prepareRunStorage(now: Date): Promise<void>;
+  /** Nodes per status, state and acceptance from the kept counters (migration 25), and the registry's totals. */
   counts(): Promise<RegistryCounts>;
+  /** counts() with the nodes counted afresh (what the kept counters must equal). */
+  countsFresh(): Promise<RegistryCounts>;
 }
 
 /** How each sweep method treats U+0000 (guard.ts). */
@@ -53,4 +56,5 @@ export const SWEEP_NUL: NulRules<SweepStore> = {
   deleteChangesBefore: REFUSE,
   prepareRunStorage: REFUSE,
   counts: REFUSE,
+  countsFresh: REFUSE,
 };
