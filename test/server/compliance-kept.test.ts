@@ -13,6 +13,7 @@ import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 import { UNDO_24, UNDO_25 } from '../helpers/old-schema.js';
+import { prng } from '../helpers/prng.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
 const STEPS = 160;
@@ -27,19 +28,6 @@ const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 /** Five-minute runs, three missed before no answer, five minutes of grace while applying. */
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
-
-/** A small deterministic generator (mulberry32): a failure is replayed with KEPT_SEED. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (n: number) => Math.floor(next() * n);
-  return { next, int, pick: <T>(xs: readonly T[]): T => xs[int(xs.length)]! };
-}
 
 async function kept(store: Store, clock: ComplianceClock) {
   return {

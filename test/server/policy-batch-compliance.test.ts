@@ -10,6 +10,7 @@ import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/
 import { inventory, run, setup } from './store-suite.js';
 import { sqliteBackend } from './backends.js';
 import { setAcceptance } from '../helpers/node-changes.js';
+import { prng } from '../helpers/prng.js';
 
 const NODES = Array.from({ length: 24 }, (_, i) => `b${String(i).padStart(2, '0')}`);
 const COMPONENTS = [
@@ -20,18 +21,6 @@ const OUTCOMES = ['result_success', 'result_repaired', 'result_error', 'result_n
 const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
-
-/** mulberry32: the same sequence for both stores. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  return { next, int: (n: number) => Math.floor(next() * n), pick: <T>(xs: readonly T[]): T => xs[Math.floor(next() * xs.length)]! };
-}
 
 async function snapshot(store: Store, clock: ComplianceClock) {
   const nodes = [];

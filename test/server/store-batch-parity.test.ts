@@ -14,6 +14,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
+import { prng } from '../helpers/prng.js';
 
 const SEED = Number(process.env.PARITY_SEED ?? 20261202);
 const STEPS = 36;
@@ -26,18 +27,6 @@ const OUTCOMES = ['result_success', 'result_success', 'result_success', 'result_
 const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const iso = (s: number) => new Date(s * 1000).toISOString();
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
-
-function prng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let x = Math.imul(a ^ (a >>> 15), 1 | a);
-    x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x;
-    return ((x ^ (x >>> 14)) >>> 0) / 4294967296;
-  };
-  const int = (n: number) => Math.floor(next() * n);
-  return { next, int, pick: <T>(xs: readonly T[]): T => xs[int(xs.length)]! };
-}
 
 /** JSON with every numeric id left out (each store hands out its own) and object keys sorted. */
 function plain(v: unknown): unknown {
