@@ -224,6 +224,10 @@ t.test('signSmime refuses a key that does not match the certificate, or an unrea
   t.throws(() => signSmime(runlog, { keyPem: other.keyPem, certPem: id.certPem }), { code: 'ERR_KEY' });
   t.throws(() => signSmime(runlog, { keyPem: 'not a key', certPem: id.certPem }), { code: 'ERR_KEY' });
   t.throws(() => signSmime(runlog, { keyPem: id.keyPem, certPem: 'not a cert' }), { code: 'ERR_CERTIFICATE' });
+  // Keys are kept once read: one that signed for its own certificate is still refused for another's.
+  t.ok(verifySmime(signSmime(runlog, other), [other.certPem]), 'the other key signs for its own certificate');
+  t.throws(() => signSmime(runlog, { keyPem: other.keyPem, certPem: id.certPem }), { code: 'ERR_KEY' }, 'and is still refused for this one');
+  t.throws(() => signSmime(runlog, { keyPem: 'not a key', certPem: id.certPem }), { code: 'ERR_KEY' }, 'an unreadable key is never kept');
 });
 
 t.test('an encrypted private key is refused with ERR_KEY', { skip: noFixtures }, async (t) => {

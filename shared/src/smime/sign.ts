@@ -24,9 +24,8 @@ const TEXT_HEADER = Buffer.from('Content-Type: text/plain\r\n\r\n');
 /** Sign `content` (text; LF line ends become CRLF) for `id` and return the multipart/signed message. */
 export function signSmime(content: Buffer, id: { keyPem: string; certPem: string }, opts: SignOptions = {}): Buffer {
   const cert = parseCertificate(id.certPem);
-  const key = privateKey(id.keyPem);
-  const spki = (k: KeyObject): Buffer => k.export({ type: 'spki', format: 'der' });
-  if (!spki(cert.publicKey).equals(spki(createPublicKey(key)))) throw capstanError('ERR_KEY', 'private key does not match the certificate');
+  const { key, spki } = privateKey(id.keyPem);
+  if (!cert.publicKey.export({ type: 'spki', format: 'der' }).equals(spki)) throw capstanError('ERR_KEY', 'private key does not match the certificate');
   const keyType = key.asymmetricKeyType;
   if (keyType !== 'rsa' && keyType !== 'ec') throw capstanError('ERR_KEY', `cannot sign S/MIME with a ${keyType ?? 'unknown'} key`);
 
@@ -66,12 +65,28 @@ export function signSmime(content: Buffer, id: { keyPem: string; certPem: string
   return mimeMessage(signedPart, p7s);
 }
 
-function privateKey(pem: string): KeyObject {
+/**
+ * Keys read from PEM, by their text: decoding a PKCS#8 key through OpenSSL cost more than the
+ * RSA signature itself (~1.2 ms against ~0.5 ms), and a signer signs with the same few keys again
+ * and again (an agent with its one key, the fleet simulator with its pool). Bounded: the
+ * oldest entry goes when a new key would pass KEY_CACHE_ENTRIES.
+ */
+const KEY_CACHE_ENTRIES = 64;
+const keys = new Map<string, { key: KeyObject; spki: Buffer }>();
+
+function privateKey(pem: string): { key: KeyObject; spki: Buffer } {
+  const known = keys.get(pem);
+  if (known) return known;
+  let key: KeyObject;
   try {
-    return createPrivateKey(pem);
+    key = createPrivateKey(pem);
   } catch (err) {
     throw capstanError('ERR_KEY', 'not a readable unencrypted private key', { cause: err });
   }
+  const entry = { key, spki: createPublicKey(key).export({ type: 'spki', format: 'der' }) };
+  if (keys.size >= KEY_CACHE_ENTRIES) keys.delete(keys.keys().next().value!);
+  keys.set(pem, entry);
+  return entry;
 }
 
 /** The same layout OpenSSL's SMIME_write_ASN1 produces (LF outside the signed part). */
