@@ -31,16 +31,12 @@ const sCount = (r: string, sign: '1' | '-1') => `INSERT INTO kept_changes (hour,
   DELETE FROM kept_changes WHERE hour = ${sHour(r)} AND label = ${r}.label AND n = 0;
   DELETE FROM kept_change_rules WHERE rule_id = ${r}.rule_id AND hour = ${sHour(r)} AND label = ${r}.label AND n = 0;` : ''}`;
 
-const sqliteFill = `
-INSERT INTO kept_changes (hour, label, n) SELECT substr(at, 1, 13), label, count(*) FROM changes GROUP BY 1, 2;
-INSERT INTO kept_change_rules (rule_id, hour, label, n) SELECT rule_id, substr(at, 1, 13), label, count(*) FROM changes GROUP BY 1, 2, 3;
-`;
-
 const sqlite = `
 CREATE TABLE kept_changes (hour TEXT NOT NULL, label TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (hour, label)) STRICT, WITHOUT ROWID;
 CREATE TABLE kept_change_rules (rule_id TEXT NOT NULL, hour TEXT NOT NULL, label TEXT NOT NULL, n INTEGER NOT NULL,
   PRIMARY KEY (rule_id, hour, label)) STRICT, WITHOUT ROWID;
-${sqliteFill}
+INSERT INTO kept_changes (hour, label, n) SELECT substr(at, 1, 13), label, count(*) FROM changes GROUP BY 1, 2;
+INSERT INTO kept_change_rules (rule_id, hour, label, n) SELECT rule_id, substr(at, 1, 13), label, count(*) FROM changes GROUP BY 1, 2, 3;
 CREATE TRIGGER kept_changes_insert AFTER INSERT ON changes BEGIN
   ${sCount('NEW', '1')}
 END;
@@ -53,10 +49,6 @@ CREATE TRIGGER kept_changes_update AFTER UPDATE OF at, rule_id, label ON changes
   ${sCount('NEW', '1')}
 END;
 `;
-
-/** The change counters made again from the stored changes, on SQLite (for a bulk loader that drops the kept_* triggers). */
-export const sqliteKeptChangesRefill = `DELETE FROM kept_changes; DELETE FROM kept_change_rules;
-${sqliteFill}`;
 
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
