@@ -71,3 +71,15 @@ export const UNDO_25 = {
     ${pgComplianceFunction().replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
     DELETE FROM schema_version WHERE version = 25;`,
 };
+
+/**
+ * Migration 26 undone on a database at 26 or later (the changes histogram's counters dropped),
+ * for tests that undo an older migration after it or start from version 25.
+ */
+export const UNDO_26 = {
+  sqlite: `DROP TRIGGER kept_changes_insert; DROP TRIGGER kept_changes_delete; DROP TRIGGER kept_changes_update;
+    DROP TABLE kept_changes; DROP TABLE kept_change_rules; DELETE FROM schema_version WHERE version = 26;`,
+  postgres: `DROP TRIGGER kept_changes_insert ON changes; DROP TRIGGER kept_changes_update ON changes; DROP TRIGGER kept_changes_delete ON changes;
+    DROP FUNCTION kept_changes_added, kept_changes_removed, kept_changes_changed;
+    DROP TABLE kept_changes, kept_change_rules, kept_changes_log; DELETE FROM schema_version WHERE version = 26;`,
+};

@@ -8,6 +8,7 @@ import type { StoreRules } from '../rules.js';
 import type { EventInsert } from '../events/types.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
 import { changeFromRow, changeWhere, labelFor } from './rows.js';
+import { keptHistogramSql, keptPlan, POSTGRES_HOURS } from './kept.js';
 import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangeLabel, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
 
 export class PostgresChanges implements ChangeStore {
@@ -132,6 +133,14 @@ export class PostgresChanges implements ChangeStore {
   }
 
   async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
+    const plan = keptPlan(q);
+    if (plan === null) return this.changesHistogramFresh(q, by);
+    const values: unknown[] = [];
+    const text = keptHistogramSql(q, plan, by, await postgresDialect(this.db, values), (ids) => `(SELECT unnest($${values.push(ids)}::text[]))`, POSTGRES_HOURS, true);
+    return bucketsOf((await this.db.query('changesHistogram', this.db.pool, { text, values })).rows);
+  }
+
+  async changesHistogramFresh(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
     const values: unknown[] = [];
     const where = await this.changeWhere(q, values);
     const { rows } = await this.db.query('changesHistogram', this.db.pool, {
@@ -140,6 +149,10 @@ export class PostgresChanges implements ChangeStore {
         FROM changes c ${where} GROUP BY 1 ORDER BY 1`,
       values,
     });
-    return rows.map((r) => ({ at: new Date(`${(r.at as Date).toISOString().slice(0, 19)}Z`).toISOString(), intentional: Number(r.intentional), corrective: Number(r.corrective) }));
+    return bucketsOf(rows);
   }
 }
+
+/** Buckets from rows whose `at` is a UTC timestamp without time zone (read as local time by node-pg). */
+const bucketsOf = (rows: Array<Record<string, unknown>>): ChangeBucket[] =>
+  rows.map((r) => ({ at: new Date(`${(r.at as Date).toISOString().slice(0, 19)}Z`).toISOString(), intentional: Number(r.intentional), corrective: Number(r.corrective) }));

@@ -6,6 +6,7 @@ import type { RunInsert } from '../runs/types.js';
 import type { StoreRules } from '../rules.js';
 import type { SqliteEvents } from '../events/sqlite.js';
 import { changeFromRow, changeWhere, labelFor } from './rows.js';
+import { keptHistogramSql, keptPlan, SQLITE_HOURS } from './kept.js';
 import { CHANGES_COUNT_LIMIT, type ChangeBucket, type ChangeInput, type ChangeLabel, type ChangePage, type ChangeQuery, type ChangeStore } from './types.js';
 
 export class SqliteChanges implements ChangeStore {
@@ -73,13 +74,26 @@ export class SqliteChanges implements ChangeStore {
   }
 
   async changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
+    const plan = keptPlan(q);
+    if (plan === null) return this.changesHistogramFresh(q, by);
+    const values: unknown[] = [];
+    const sql = keptHistogramSql(q, plan, by, sqliteDialect(this.db, values), (ids) => {
+      values.push(JSON.stringify(ids));
+      return '(SELECT value FROM json_each(?))';
+    }, SQLITE_HOURS, false);
+    return bucketsOf(this.db.read('changesHistogram', () => this.db.stmt(sql).all(...values)) as Array<Record<string, unknown>>);
+  }
+
+  async changesHistogramFresh(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]> {
     const values: unknown[] = [];
     const where = this.changeWhere(q, values);
     // ISO text: the first 13 characters are the hour, the first 10 the day.
     const bucket = by === 'hour' ? "substr(c.at, 1, 13) || ':00:00.000Z'" : "substr(c.at, 1, 10) || 'T00:00:00.000Z'";
-    const rows = this.db.read('changesHistogram', () => this.db.stmt(`SELECT ${bucket} AS at,
+    return bucketsOf(this.db.read('changesHistogram', () => this.db.stmt(`SELECT ${bucket} AS at,
         sum(c.label = 'intentional') AS intentional, sum(c.label = 'corrective') AS corrective
-      FROM changes c ${where} GROUP BY 1 ORDER BY 1`).all(...values)) as Array<Record<string, unknown>>;
-    return rows.map((r) => ({ at: r.at as string, intentional: Number(r.intentional), corrective: Number(r.corrective) }));
+      FROM changes c ${where} GROUP BY 1 ORDER BY 1`).all(...values)) as Array<Record<string, unknown>>);
   }
 }
+
+const bucketsOf = (rows: Array<Record<string, unknown>>): ChangeBucket[] =>
+  rows.map((r) => ({ at: r.at as string, intentional: Number(r.intentional), corrective: Number(r.corrective) }));

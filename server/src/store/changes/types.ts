@@ -73,12 +73,18 @@ export interface ChangeBucket {
 export interface ChangeStore {
   /** Changes newest first (then by id, descending), paged. */
   listChanges(q: ChangeQuery, page: number, perPage: number): Promise<ChangePage>;
-  /** Changes counted per hour or day (UTC), oldest bucket first; empty buckets are left out. */
+  /**
+   * Changes counted per hour or day (UTC), oldest bucket first; empty buckets are left out. Read
+   * from the kept counters where they answer (changes/kept.ts), counted afresh otherwise.
+   */
   changesHistogram(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]>;
+  /** changesHistogram counted afresh from every matching change (what the kept counters must equal). */
+  changesHistogramFresh(q: ChangeQuery, by: 'hour' | 'day'): Promise<ChangeBucket[]>;
 }
 
 /** How each change method treats U+0000 (guard.ts). */
 export const CHANGES_NUL: NulRules<ChangeStore> = {
   listChanges: REFUSE,
   changesHistogram: REFUSE,
+  changesHistogramFresh: REFUSE,
 };

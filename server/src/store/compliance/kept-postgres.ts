@@ -14,6 +14,7 @@ import {
 } from './kept.js';
 import { membershipChanges } from './members.js';
 import { KEPT_LOCK_ARGS } from '../migrations/0025_kept_groups.js';
+import { CHANGES_FOLD_SQL } from '../changes/kept.js';
 import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(true);
@@ -79,10 +80,11 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
   }
   let folded = 0;
   await db.tx('sweepCompliance', async (c) => {
-    for (const sql of FOLD_SQL) folded += Number((await c.query(sql)).rows[0]?.n ?? 0);
+    // The changes histogram's counters (migration 26) fold with them.
+    for (const sql of [...FOLD_SQL, ...CHANGES_FOLD_SQL]) folded += Number((await c.query(sql)).rows[0]?.n ?? 0);
   });
   // VACUUM runs outside a transaction.
-  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log');
+  if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log, kept_changes_log');
   return { checked, folded, done };
 }
 
