@@ -8,6 +8,7 @@ import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
+import { pgComplianceFunction25 } from '@capstan/server/store/migrations/0026_kept_shares';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -70,4 +71,18 @@ export const UNDO_25 = {
     DROP TABLE policy_group_members, kept_groups, kept_groups_log, kept_node_counts, kept_node_counts_log;
     ${pgComplianceFunction().replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
     DELETE FROM schema_version WHERE version = 25;`,
+};
+
+/**
+ * Migration 26 undone on a database at 26 (the kept shares, their indexes and triggers dropped,
+ * migration 25's compliance function as it was), before UNDO_25 for tests that undo an older one.
+ */
+export const UNDO_26 = {
+  sqlite: `DROP TRIGGER kept_nodes_share_insert; DROP TRIGGER kept_nodes_share_update;
+    DROP INDEX kept_nodes_share_idx; DROP INDEX kept_nodes_worst_idx;
+    ALTER TABLE kept_nodes DROP COLUMN share; ALTER TABLE kept_nodes DROP COLUMN expected;
+    DELETE FROM schema_version WHERE version = 26;`,
+  postgres: `${pgComplianceFunction25}
+    DROP INDEX kept_nodes_share_idx, kept_nodes_worst_idx; ALTER TABLE kept_nodes DROP COLUMN share, DROP COLUMN expected;
+    DELETE FROM schema_version WHERE version = 26;`,
 };

@@ -12,7 +12,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
-import { UNDO_24, UNDO_25 } from '../helpers/old-schema.js';
+import { UNDO_24, UNDO_25, UNDO_26 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
@@ -162,7 +162,7 @@ function scenario(t: Test, backend: Backend): void {
 }
 
 /** Migration 23 undone: what a database of version 22 holds (its rows, no counters). */
-const UNDO_26 = {
+const UNDO_23 = {
   sqlite: `${['kept_nodes_insert', 'kept_nodes_delete', 'kept_nodes_class', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete',
     'kept_directive_insert', 'kept_directive_update', 'kept_directive_delete'].map((n) => `DROP TRIGGER ${n};`).join('\n')}
     DROP TABLE kept_sweep; DROP TABLE kept_nodes; DROP TABLE kept_fleet; DROP TABLE kept_directives; DROP TABLE kept_rules;
@@ -194,7 +194,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_25[db.dialect] + UNDO_24[db.dialect] + UNDO_26[db.dialect]);
+    await db.exec(UNDO_26[db.dialect] + UNDO_25[db.dialect] + UNDO_24[db.dialect] + UNDO_23[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
       const k = await kept(store, clockAt(now));
@@ -219,7 +219,7 @@ function groupsMigration(t: Test, backend: Backend): void {
       }));
     }
     await store.close();
-    await db.exec(UNDO_25[db.dialect]);
+    await db.exec(UNDO_26[db.dialect] + UNDO_25[db.dialect]);
     store = await db.open();
     const at = clockAt(BASE_S + 200);
     t.same(await store.complianceByGroup(at), [], 'no membership yet: no group counted');

@@ -10,11 +10,12 @@ import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
   correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
-  type KeptSweep, type KeptThresholds,
+  worstKeptSql, type KeptSweep, type KeptThresholds,
 } from './kept.js';
+import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
 import { membershipChanges } from './members.js';
 import { KEPT_LOCK_ARGS } from '../migrations/0025_kept_groups.js';
-import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(true);
 type Rows = Record<string, unknown>[];
@@ -58,6 +59,16 @@ export function postgresKeptSummary(db: PostgresDb, clock: ComplianceClock): Pro
 export function postgresKeptByGroup(db: PostgresDb, clock: ComplianceClock): Promise<GroupComplianceRow[]> {
   const at = thresholdsOf(clock);
   return snapshot(db, 'complianceByGroup', async (c) => keptByGroup((await c.query(SQL.groups)).rows as Rows, await corrections(c, 'groups', at)));
+}
+
+/** The worst nodes at `clock` from the kept shares (kept.ts worstKeptSql), in one snapshot. */
+export function postgresKeptWorst(db: PostgresDb, limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+  const at = thresholdsOf(clock);
+  return snapshot(db, 'worstNodes', async (c) => {
+    const values: unknown[] = [];
+    const sql = worstKeptSql((v) => `$${values.push(v)}`, complianceClassSql, await swept(c), at, limit);
+    return ((await c.query(sql, values)).rows as Rows).map(nodeComplianceFromRow);
+  });
 }
 
 export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock): Promise<KeptSweep> {

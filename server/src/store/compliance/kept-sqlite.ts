@@ -4,10 +4,11 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import {
-  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf, worstKeptSql,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
-import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
+import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(false);
 type Rows = Record<string, unknown>[];
@@ -36,6 +37,16 @@ export function sqliteKeptSummary(db: SqliteDb, clock: ComplianceClock): Complia
 export function sqliteKeptByGroup(db: SqliteDb, clock: ComplianceClock): GroupComplianceRow[] {
   const at = thresholdsOf(clock);
   return db.read('complianceByGroup', () => keptByGroup(db.stmt(SQL.groups).all() as Rows, corrections(db, 'groups', at)));
+}
+
+/** The worst nodes at `clock` from the kept shares (kept.ts worstKeptSql), in one snapshot. */
+export function sqliteKeptWorst(db: SqliteDb, limit: number, clock: ComplianceClock): NodeComplianceRow[] {
+  const at = thresholdsOf(clock);
+  return db.read('worstNodes', () => {
+    const values: unknown[] = [];
+    const sql = worstKeptSql((v) => (values.push(v), '?'), complianceClassSql, swept(db), at, limit);
+    return (db.stmt(sql).all(...values) as Rows).map(nodeComplianceFromRow);
+  });
 }
 
 export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {

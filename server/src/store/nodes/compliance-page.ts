@@ -1,0 +1,45 @@
+/**
+ * A node list page sorted by compliance at a moment (`sort=compliance`), read from the kept
+ * shares (migration 26) in index order instead of every node's key computed and sorted.
+ *
+ * The page is cut from three parts, each read in the page's order and no further than it reaches:
+ * - the kept shares in order (kept_nodes_share_idx), leaving out the nodes whose thresholds lie
+ *   between the swept ones and the moment's (compliance/kept.ts): any other node has the same
+ *   mode at both, so its key at the moment is its kept share;
+ * - those nodes, their key computed at the moment (complianceKeySql);
+ * - the nodes without a key (no compliance row, or a run that counted no item: whatever the
+ *   moment), by id, as the sort puts them last in both directions.
+ * The answer equals nodePage's with complianceKeySql over every node (the test keeps that one).
+ */
+import { touchedSinceSweepSql } from '../compliance/kept.js';
+import { complianceKeySql } from './filters/query.js';
+import { NODE_COLUMNS, withCertificates } from './records.js';
+
+/**
+ * The statement: `where` (the filters over `nodes n`, or '') appears three times; the
+ * placeholders come in this order in the text: `where`'s, `cut`, `where`'s, `where`'s, `cut`,
+ * `limit`, `offset`. `cut` is limit + offset (how far each part is read), `order` orderBy()'s.
+ */
+export function nodePageByCompliance(
+  where: string, order: string, dir: 'asc' | 'desc' | undefined, at: { silent_before: number; applying_after: number },
+  p: { cut: string; limit: string; offset: string }, collate: string,
+): string {
+  const d = dir === 'desc' ? 'DESC' : 'ASC';
+  const cols = NODE_COLUMNS.map((c) => `n.${c}`).join(', ');
+  const and = (...conds: string[]) => (where ? `${where} AND ${conds.join(' AND ')}` : `WHERE ${conds.join(' AND ')}`);
+  // Without filters the walk starts from the share index (CROSS JOIN: SQLite keeps the order);
+  // with them, each planner may rather start from the nodes a filter's index finds.
+  const join = where ? ',' : ' CROSS JOIN';
+  const kept = `SELECT * FROM (SELECT ${cols}, k.share AS compliance_key FROM kept_nodes k${join} nodes n
+      ${and('n.id = k.node_id', 'k.share IS NOT NULL', 'k.node_id NOT IN (SELECT node_id FROM c)')}
+      ORDER BY k.share ${d}, k.node_id ${d} LIMIT ${p.cut}) a`;
+  const corrected = `SELECT ${cols}, ${complianceKeySql(at)} AS compliance_key
+      FROM c JOIN kept_nodes k ON k.node_id = c.node_id JOIN nodes n ON n.id = c.node_id JOIN node_compliance t ON t.node_id = c.node_id
+      ${and('k.share IS NOT NULL')}`;
+  const keyless = `SELECT * FROM (SELECT ${cols}, CAST(NULL AS DOUBLE PRECISION) AS compliance_key FROM nodes n
+      ${and('NOT EXISTS (SELECT 1 FROM kept_nodes k WHERE k.node_id = n.id AND k.share IS NOT NULL)')}
+      ORDER BY n.id${collate} ${d} LIMIT ${p.cut}) z`;
+  return withCertificates(`WITH c AS (${touchedSinceSweepSql(at)})
+    SELECT ${cols}, compliance_key FROM (${kept} UNION ALL ${corrected} UNION ALL ${keyless}) n
+    ${order} LIMIT ${p.limit} OFFSET ${p.offset}`, order);
+}
