@@ -27,12 +27,14 @@ type Rows = Record<string, unknown>[];
  */
 export const SWEEP_LOCK_TIMEOUT_MS = 500;
 
-async function swept(c: pg.PoolClient): Promise<KeptThresholds> {
+/** The thresholds the counters are swept to (kept_sweep), in the caller's snapshot. */
+export async function postgresSwept(c: pg.PoolClient): Promise<KeptThresholds> {
   const r = (await c.query('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1')).rows[0] as Record<string, unknown>;
   return { silent_before: Number(r.silent_before), applying_after: Number(r.applying_after) };
 }
 
-async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+/** `fn` in a read-only transaction of one snapshot. */
+export async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   return db.tx(what, async (c) => {
     await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
     return fn(c);
@@ -40,7 +42,7 @@ async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) 
 }
 
 async function corrections(c: pg.PoolClient, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Promise<Rows> {
-  const kept = await swept(c);
+  const kept = await postgresSwept(c);
   if (sameThresholds(kept, at)) return [];
   return (await c.query(correctionSql((i) => `$${i}::bigint`, what), correctionParams(kept, at))).rows as Rows;
 }
@@ -66,7 +68,7 @@ export function postgresKeptWorst(db: PostgresDb, limit: number, clock: Complian
   const at = thresholdsOf(clock);
   return snapshot(db, 'worstNodes', async (c) => {
     const values: unknown[] = [];
-    const sql = worstKeptSql((v) => `$${values.push(v)}`, complianceClassSql, await swept(c), at, limit);
+    const sql = worstKeptSql((v) => `$${values.push(v)}`, complianceClassSql, await postgresSwept(c), at, limit);
     return ((await c.query(sql, values)).rows as Rows).map(nodeComplianceFromRow);
   });
 }
@@ -79,7 +81,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
     checked = await db.tx('sweepCompliance', async (c) => {
       await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
       await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
-      const kept = await swept(c);
+      const kept = await postgresSwept(c);
       if (sameThresholds(kept, at)) return 0;
       await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [at.silent_before, at.applying_after]);
       return (await c.query(sweepTouchSql((i) => `$${i}::bigint`), correctionParams(kept, at).slice(0, 4))).rowCount ?? 0;

@@ -13,12 +13,13 @@ import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComp
 const SQL = keptSql(false);
 type Rows = Record<string, unknown>[];
 
-function swept(db: SqliteDb): KeptThresholds {
+/** The thresholds the counters are swept to (kept_sweep), inside the caller's read. */
+export function sqliteSwept(db: SqliteDb): KeptThresholds {
   return db.stmt('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1').get() as KeptThresholds;
 }
 
 function corrections(db: SqliteDb, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Rows {
-  const kept = swept(db);
+  const kept = sqliteSwept(db);
   if (sameThresholds(kept, at)) return [];
   return db.stmt(correctionSql(() => '?', what)).all(...correctionParams(kept, at)) as Rows;
 }
@@ -44,7 +45,7 @@ export function sqliteKeptWorst(db: SqliteDb, limit: number, clock: ComplianceCl
   const at = thresholdsOf(clock);
   return db.read('worstNodes', () => {
     const values: unknown[] = [];
-    const sql = worstKeptSql((v) => (values.push(v), '?'), complianceClassSql, swept(db), at, limit);
+    const sql = worstKeptSql((v) => (values.push(v), '?'), complianceClassSql, sqliteSwept(db), at, limit);
     return (db.stmt(sql).all(...values) as Rows).map(nodeComplianceFromRow);
   });
 }
@@ -52,7 +53,7 @@ export function sqliteKeptWorst(db: SqliteDb, limit: number, clock: ComplianceCl
 export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {
   const at = thresholdsOf(clock);
   return db.write('sweepCompliance', () => {
-    const kept = swept(db);
+    const kept = sqliteSwept(db);
     if (sameThresholds(kept, at)) return { checked: 0, folded: 0, done: true };
     db.stmt('UPDATE kept_sweep SET silent_before = ?, applying_after = ? WHERE id = 1').run(at.silent_before, at.applying_after);
     const checked = db.stmt(sweepTouchSql(() => '?')).run(...correctionParams(kept, at).slice(0, 4)).changes;

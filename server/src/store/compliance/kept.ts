@@ -80,17 +80,17 @@ function touchedSql(s1: string, s2: string, a1: string, a2: string): string {
 }
 
 /**
- * touchedSql between the thresholds kept_sweep holds (read in the statement: the snapshot's) and
- * `at`'s, which are written into the text (whole seconds, as nodes/filters complianceKeySql's).
+ * touchedSql between the thresholds swept to (`kept`, read in the reader's snapshot) and `at`'s,
+ * the four ends written into the text (whole seconds, as nodes/filters complianceKeySql's): the
+ * planner then sees how few nodes the ranges hold (PostgreSQL, from parameters it could not be
+ * told, guessed a thousand and read every row to join them).
  */
-export function touchedSinceSweepSql(at: KeptThresholds): string {
-  const int = (v: number) => {
+export function touchedLiteralSql(kept: KeptThresholds, at: KeptThresholds): string {
+  const ends = correctionParams(kept, at).slice(0, 4).map((v) => {
     if (!Number.isSafeInteger(v)) throw new Error('the compliance clock must be whole seconds');
     return String(v);
-  };
-  const end = (col: string, v: number, op: '<' | '>') => `(SELECT CASE WHEN ${col} ${op} ${int(v)} THEN ${col} ELSE ${int(v)} END FROM kept_sweep)`;
-  return touchedSql(end('silent_before', at.silent_before, '<'), end('silent_before', at.silent_before, '>'),
-    end('applying_after', at.applying_after, '<'), end('applying_after', at.applying_after, '>'));
+  });
+  return touchedSql(ends[0]!, ends[1]!, ends[2]!, ends[3]!);
 }
 
 /**
@@ -109,8 +109,9 @@ export function worstKeptSql(param: (v: unknown) => string, classSql: string, ke
   const walk = `SELECT k.node_id FROM kept_nodes k WHERE ${WORST_ROWS}${corrected ? ' AND k.node_id NOT IN (SELECT node_id FROM c)' : ''}
       ORDER BY k.share, k.node_id LIMIT ${param(limit)}`;
   const candidates = corrected ? `SELECT w.node_id FROM (${walk}) w UNION SELECT node_id FROM c` : walk;
-  const from = `${clock} CROSS JOIN (${candidates}) x JOIN node_compliance t ON t.node_id = x.node_id JOIN nodes n ON n.id = x.node_id`;
-  return head + worstNodesOver(from, param(limit), classSql);
+  // CROSS JOIN: SQLite keeps the candidates outermost (else it walked every accepted node).
+  const from = `${clock} CROSS JOIN (${candidates}) x CROSS JOIN node_compliance t CROSS JOIN nodes n`;
+  return head + worstNodesOver(from, param(limit), classSql, ['t.node_id = x.node_id', 'n.id = x.node_id']);
 }
 
 /** The parameters of correctionSql for a reader at `at` over counters swept to `kept`. */

@@ -168,14 +168,14 @@ export function worstNodesSql(ph: (i: number) => string, classSql: string): stri
   return worstNodesOver(`${clockSubquery(ph(1), ph(2))} CROSS JOIN node_compliance t JOIN nodes n ON n.id = t.node_id`, ph(3), classSql);
 }
 
-/** worstNodesSql's query over `from`, which joins the clock `p`, node_compliance `t` and nodes `n`. */
-export function worstNodesOver(from: string, limit: string, classSql: string): string {
+/** worstNodesSql's query over `from`, which joins the clock `p`, node_compliance `t` and nodes `n` (on `join`'s conditions, if any). */
+export function worstNodesOver(from: string, limit: string, classSql: string, join: string[] = []): string {
   const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
   const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
   return `SELECT * FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
       ${classSql} AS class, ${timeAdjustedColumns('t', 't')}
     FROM ${from}
-    WHERE n.accepted = 'accepted') s
+    WHERE ${[...join, "n.accepted = 'accepted'"].join(' AND ')}) s
   WHERE s.class = 'agent' AND (${total}) > 0
   ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${limit}`;
 }

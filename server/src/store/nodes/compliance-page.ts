@@ -11,17 +11,19 @@
  *   moment), by id, as the sort puts them last in both directions.
  * The answer equals nodePage's with complianceKeySql over every node (the test keeps that one).
  */
-import { touchedSinceSweepSql } from '../compliance/kept.js';
+import { RUN_STATES } from '@capstan/shared/compliance/compute';
+import { touchedLiteralSql, type KeptThresholds } from '../compliance/kept.js';
 import { complianceKeySql } from './filters/query.js';
 import { NODE_COLUMNS, withCertificates } from './records.js';
 
 /**
- * The statement: `where` (the filters over `nodes n`, or '') appears three times; the
+ * The statement, for a reader whose snapshot holds the thresholds swept to `kept` (kept_sweep):
+ * `where` (the filters over `nodes n`, or '') appears three times; the
  * placeholders come in this order in the text: `where`'s, `cut`, `where`'s, `where`'s, `cut`,
  * `limit`, `offset`. `cut` is limit + offset (how far each part is read), `order` orderBy()'s.
  */
 export function nodePageByCompliance(
-  where: string, order: string, dir: 'asc' | 'desc' | undefined, at: { silent_before: number; applying_after: number },
+  where: string, order: string, dir: 'asc' | 'desc' | undefined, at: KeptThresholds, kept: KeptThresholds,
   p: { cut: string; limit: string; offset: string }, collate: string,
 ): string {
   const d = dir === 'desc' ? 'DESC' : 'ASC';
@@ -30,16 +32,18 @@ export function nodePageByCompliance(
   // Without filters the walk starts from the share index (CROSS JOIN: SQLite keeps the order);
   // with them, each planner may rather start from the nodes a filter's index finds.
   const join = where ? ',' : ' CROSS JOIN';
-  const kept = `SELECT * FROM (SELECT ${cols}, k.share AS compliance_key FROM kept_nodes k${join} nodes n
+  const shares = `SELECT * FROM (SELECT ${cols}, k.share AS compliance_key FROM kept_nodes k${join} nodes n
       ${and('n.id = k.node_id', 'k.share IS NOT NULL', 'k.node_id NOT IN (SELECT node_id FROM c)')}
       ORDER BY k.share ${d}, k.node_id ${d} LIMIT ${p.cut}) a`;
+  // The corrected nodes first (CROSS JOIN: SQLite otherwise walked every share to find them),
+  // those with a key (items counted, as a kept share is not NULL), each looked up by id.
   const corrected = `SELECT ${cols}, ${complianceKeySql(at)} AS compliance_key
-      FROM c JOIN kept_nodes k ON k.node_id = c.node_id JOIN nodes n ON n.id = c.node_id JOIN node_compliance t ON t.node_id = c.node_id
-      ${and('k.share IS NOT NULL')}`;
+      FROM c CROSS JOIN nodes n CROSS JOIN node_compliance t
+      ${and('n.id = c.node_id', 't.node_id = c.node_id', `(${RUN_STATES.map((s) => `t.${s}`).join(' + ')}) > 0`)}`;
   const keyless = `SELECT * FROM (SELECT ${cols}, CAST(NULL AS DOUBLE PRECISION) AS compliance_key FROM nodes n
       ${and('NOT EXISTS (SELECT 1 FROM kept_nodes k WHERE k.node_id = n.id AND k.share IS NOT NULL)')}
       ORDER BY n.id${collate} ${d} LIMIT ${p.cut}) z`;
-  return withCertificates(`WITH c AS (${touchedSinceSweepSql(at)})
-    SELECT ${cols}, compliance_key FROM (${kept} UNION ALL ${corrected} UNION ALL ${keyless}) n
+  return withCertificates(`WITH c AS (${touchedLiteralSql(kept, at)})
+    SELECT ${cols}, compliance_key FROM (${shares} UNION ALL ${corrected} UNION ALL ${keyless}) n
     ${order} LIMIT ${p.limit} OFFSET ${p.offset}`, order);
 }

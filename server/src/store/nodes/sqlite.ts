@@ -17,6 +17,7 @@ import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
 import { nodePageByCompliance } from './compliance-page.js';
+import { sqliteSwept } from '../compliance/kept-sqlite.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
 import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
@@ -112,7 +113,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
       const byKept = kept && q.sort === 'compliance' && q.compliance_at !== undefined;
       const rows = (byKept
-        ? this.db.stmt(nodePageByCompliance(where, order, q.order, q.compliance_at!, { cut: '?', limit: '?', offset: '?' }, d.collate))
+        ? this.db.stmt(nodePageByCompliance(where, order, q.order, q.compliance_at!, sqliteSwept(this.db), { cut: '?', limit: '?', offset: '?' }, d.collate))
           .all(...values, limit + offset, ...values, ...values, limit + offset, limit, offset)
         : this.db.stmt(nodePage(where, order, '?', '?', q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined))
           .all(...values, limit, offset)) as Record<string, unknown>[];
