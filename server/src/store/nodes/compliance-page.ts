@@ -40,8 +40,10 @@ export function nodePageByCompliance(
   const corrected = `SELECT ${cols}, ${complianceKeySql(at)} AS compliance_key
       FROM c CROSS JOIN nodes n CROSS JOIN node_compliance t
       ${and('n.id = c.node_id', 't.node_id = c.node_id', `(${RUN_STATES.map((s) => `t.${s}`).join(' + ')}) > 0`)}`;
+  // A scalar subquery, not NOT EXISTS: PostgreSQL made that an anti-join over every node and
+  // every share when its statistics said few nodes lack one; this walks the nodes by id.
   const keyless = `SELECT * FROM (SELECT ${cols}, CAST(NULL AS DOUBLE PRECISION) AS compliance_key FROM nodes n
-      ${and('NOT EXISTS (SELECT 1 FROM kept_nodes k WHERE k.node_id = n.id AND k.share IS NOT NULL)')}
+      ${and('(SELECT k.share FROM kept_nodes k WHERE k.node_id = n.id) IS NULL')}
       ORDER BY n.id${collate} ${d} LIMIT ${p.cut}) z`;
   return withCertificates(`WITH c AS (${touchedLiteralSql(kept, at)})
     SELECT ${cols}, compliance_key FROM (${shares} UNION ALL ${corrected} UNION ALL ${keyless}) n
