@@ -9,7 +9,7 @@
  * - those nodes, their key computed at the moment (complianceKeySql);
  * - the nodes without a key (no compliance row, or a run that counted no item: whatever the
  *   moment), by id, as the sort puts them last in both directions.
- * The answer equals nodePage's with complianceKeySql over every node (the test keeps that one).
+ * The answer equals nodePage's with complianceKeySql over every node (listNodesFresh keeps that one).
  */
 import { RUN_STATES } from '@capstan/shared/compliance/compute';
 import { touchedLiteralSql, type KeptThresholds } from '../compliance/kept.js';
