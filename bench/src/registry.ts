@@ -17,6 +17,7 @@ import { RUN_STATES } from '@capstan/shared';
 import { complianceClock } from '@capstan/server/registry/compliance';
 import { sqliteKeptRefill } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { sqliteKeptGroupsRefill } from '@capstan/server/store/migrations/0025_kept_groups';
+import { sqliteKeptSharesRefill } from '@capstan/server/store/migrations/0027_kept_shares';
 import { NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {
@@ -129,7 +130,7 @@ export function loadSqlite(path: string, n: number): void {
           for (const d of r.directives) insDir.run(r.node.id, d.rule, d.directive, ...d.counts);
         }
       }
-      db.exec(sqliteKeptRefill + sqliteKeptGroupsRefill);
+      db.exec(sqliteKeptRefill + sqliteKeptGroupsRefill + sqliteKeptSharesRefill);
       for (const tr of triggers) db.exec(tr.sql);
     })();
     db.exec('ANALYZE');

@@ -8,6 +8,7 @@ import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
+import { pgComplianceFunction25 } from '@capstan/server/store/migrations/0027_kept_shares';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -82,4 +83,18 @@ export const UNDO_26 = {
   postgres: `DROP TRIGGER kept_changes_insert ON changes; DROP TRIGGER kept_changes_update ON changes; DROP TRIGGER kept_changes_delete ON changes;
     DROP FUNCTION kept_changes_added, kept_changes_removed, kept_changes_changed;
     DROP TABLE kept_changes, kept_change_rules, kept_changes_log; DELETE FROM schema_version WHERE version = 26;`,
+};
+
+/**
+ * Migration 27 undone on a database at 27 (the kept shares, their indexes and triggers dropped,
+ * migration 25's compliance function as it was), before UNDO_25 for tests that undo an older one.
+ */
+export const UNDO_27 = {
+  sqlite: `DROP TRIGGER kept_nodes_share_insert; DROP TRIGGER kept_nodes_share_update;
+    DROP INDEX kept_nodes_share_idx; DROP INDEX kept_nodes_worst_idx;
+    ALTER TABLE kept_nodes DROP COLUMN share; ALTER TABLE kept_nodes DROP COLUMN expected;
+    DELETE FROM schema_version WHERE version = 27;`,
+  postgres: `${pgComplianceFunction25}
+    DROP INDEX kept_nodes_share_idx, kept_nodes_worst_idx; ALTER TABLE kept_nodes DROP COLUMN share, DROP COLUMN expected;
+    DELETE FROM schema_version WHERE version = 27;`,
 };

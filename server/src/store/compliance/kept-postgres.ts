@@ -10,12 +10,13 @@ import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
   correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
-  type KeptSweep, type KeptThresholds,
+  worstKeptSql, type KeptSweep, type KeptThresholds,
 } from './kept.js';
+import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
 import { membershipChanges } from './members.js';
 import { KEPT_LOCK_ARGS } from '../migrations/0025_kept_groups.js';
 import { CHANGES_FOLD_SQL } from '../changes/kept.js';
-import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(true);
 type Rows = Record<string, unknown>[];
@@ -27,12 +28,14 @@ type Rows = Record<string, unknown>[];
  */
 export const SWEEP_LOCK_TIMEOUT_MS = 500;
 
-async function swept(c: pg.PoolClient): Promise<KeptThresholds> {
+/** The thresholds the counters are swept to (kept_sweep), in the caller's snapshot. */
+export async function postgresSwept(c: pg.PoolClient): Promise<KeptThresholds> {
   const r = (await c.query('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1')).rows[0] as Record<string, unknown>;
   return { silent_before: Number(r.silent_before), applying_after: Number(r.applying_after) };
 }
 
-async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
+/** `fn` in a read-only transaction of one snapshot. */
+export async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
   return db.tx(what, async (c) => {
     await c.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY');
     return fn(c);
@@ -40,7 +43,7 @@ async function snapshot<T>(db: PostgresDb, what: string, fn: (c: pg.PoolClient) 
 }
 
 async function corrections(c: pg.PoolClient, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Promise<Rows> {
-  const kept = await swept(c);
+  const kept = await postgresSwept(c);
   if (sameThresholds(kept, at)) return [];
   return (await c.query(correctionSql((i) => `$${i}::bigint`, what), correctionParams(kept, at))).rows as Rows;
 }
@@ -61,6 +64,16 @@ export function postgresKeptByGroup(db: PostgresDb, clock: ComplianceClock): Pro
   return snapshot(db, 'complianceByGroup', async (c) => keptByGroup((await c.query(SQL.groups)).rows as Rows, await corrections(c, 'groups', at)));
 }
 
+/** The worst nodes at `clock` from the kept shares (kept.ts worstKeptSql), in one snapshot. */
+export function postgresKeptWorst(db: PostgresDb, limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+  const at = thresholdsOf(clock);
+  return snapshot(db, 'worstNodes', async (c) => {
+    const values: unknown[] = [];
+    const sql = worstKeptSql((v) => `$${values.push(v)}`, complianceClassSql, await postgresSwept(c), at, limit);
+    return ((await c.query(sql, values)).rows as Rows).map(nodeComplianceFromRow);
+  });
+}
+
 export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock): Promise<KeptSweep> {
   const at = thresholdsOf(clock);
   let checked = 0;
@@ -69,7 +82,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
     checked = await db.tx('sweepCompliance', async (c) => {
       await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
       await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
-      const kept = await swept(c);
+      const kept = await postgresSwept(c);
       if (sameThresholds(kept, at)) return 0;
       await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [at.silent_before, at.applying_after]);
       return (await c.query(sweepTouchSql((i) => `$${i}::bigint`), correctionParams(kept, at).slice(0, 4))).rowCount ?? 0;

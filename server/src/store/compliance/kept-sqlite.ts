@@ -4,20 +4,22 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import {
-  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
+  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf, worstKeptSql,
   type KeptSweep, type KeptThresholds,
 } from './kept.js';
-import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, RuleComplianceRow } from './types.js';
+import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
+import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow } from './types.js';
 
 const SQL = keptSql(false);
 type Rows = Record<string, unknown>[];
 
-function swept(db: SqliteDb): KeptThresholds {
+/** The thresholds the counters are swept to (kept_sweep), inside the caller's read. */
+export function sqliteSwept(db: SqliteDb): KeptThresholds {
   return db.stmt('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1').get() as KeptThresholds;
 }
 
 function corrections(db: SqliteDb, what: 'directives' | 'fleet' | 'groups', at: KeptThresholds): Rows {
-  const kept = swept(db);
+  const kept = sqliteSwept(db);
   if (sameThresholds(kept, at)) return [];
   return db.stmt(correctionSql(() => '?', what)).all(...correctionParams(kept, at)) as Rows;
 }
@@ -38,10 +40,20 @@ export function sqliteKeptByGroup(db: SqliteDb, clock: ComplianceClock): GroupCo
   return db.read('complianceByGroup', () => keptByGroup(db.stmt(SQL.groups).all() as Rows, corrections(db, 'groups', at)));
 }
 
+/** The worst nodes at `clock` from the kept shares (kept.ts worstKeptSql), in one snapshot. */
+export function sqliteKeptWorst(db: SqliteDb, limit: number, clock: ComplianceClock): NodeComplianceRow[] {
+  const at = thresholdsOf(clock);
+  return db.read('worstNodes', () => {
+    const values: unknown[] = [];
+    const sql = worstKeptSql((v) => (values.push(v), '?'), complianceClassSql, sqliteSwept(db), at, limit);
+    return (db.stmt(sql).all(...values) as Rows).map(nodeComplianceFromRow);
+  });
+}
+
 export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {
   const at = thresholdsOf(clock);
   return db.write('sweepCompliance', () => {
-    const kept = swept(db);
+    const kept = sqliteSwept(db);
     if (sameThresholds(kept, at)) return { checked: 0, folded: 0, done: true };
     db.stmt('UPDATE kept_sweep SET silent_before = ?, applying_after = ? WHERE id = 1').run(at.silent_before, at.applying_after);
     const checked = db.stmt(sweepTouchSql(() => '?')).run(...correctionParams(kept, at).slice(0, 4)).changes;

@@ -9,6 +9,8 @@
  */
 import { RUN_STATES, zeroCounts, type ComplianceCounts } from '@capstan/shared/compliance/compute';
 import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeClass, RuleComplianceRow } from './types.js';
+import { WORST_ROWS } from '../migrations/0027_kept_shares.js';
+import { clockSubquery, worstNodesOver } from './rows.js';
 
 /** The thresholds counters are kept at: a node is silent when answered_s + keep_last_s <= silent_before, applying when applying_since_s > applying_after. */
 export interface KeptThresholds {
@@ -75,6 +77,41 @@ export function correctionSql(ph: (i: number) => string, what: 'directives' | 'f
 function touchedSql(s1: string, s2: string, a1: string, a2: string): string {
   return `SELECT node_id FROM node_compliance WHERE answered_s + keep_last_s BETWEEN ${s1} AND ${s2}
     UNION SELECT node_id FROM node_compliance WHERE applying_since_s BETWEEN ${a1} AND ${a2}`;
+}
+
+/**
+ * touchedSql between the thresholds swept to (`kept`, read in the reader's snapshot) and `at`'s,
+ * the four ends written into the text (whole seconds, as nodes/filters complianceKeySql's): the
+ * planner then sees how few nodes the ranges hold (PostgreSQL, from parameters it could not be
+ * told, guessed a thousand and read every row to join them).
+ */
+export function touchedLiteralSql(kept: KeptThresholds, at: KeptThresholds): string {
+  const ends = correctionParams(kept, at).slice(0, 4).map((v) => {
+    if (!Number.isSafeInteger(v)) throw new Error('the compliance clock must be whole seconds');
+    return String(v);
+  });
+  return touchedSql(ends[0]!, ends[1]!, ends[2]!, ends[3]!);
+}
+
+/**
+ * The worst nodes (rows.ts worstNodesSql's answer) from kept_nodes_worst_idx (migration 27): the
+ * first `limit` kept shares in order, leaving out the nodes a reader at `at` corrects, and those
+ * nodes; all of them then judged at `at` as worstNodesSql judges every node. A node not corrected
+ * has the same mode at `at` as at the kept thresholds, so its share at `at` is its kept one: the
+ * answer's nodes are all among these, read in O(limit + corrected nodes) whatever the fleet.
+ * `param(v)` binds a value and answers its placeholder; it is called in the order of the text.
+ */
+export function worstKeptSql(param: (v: unknown) => string, classSql: string, kept: KeptThresholds, at: KeptThresholds, limit: number): string {
+  const corrected = !sameThresholds(kept, at);
+  const [s1, s2, a1, a2] = correctionParams(kept, at);
+  const head = corrected ? `WITH c AS (${touchedSql(param(s1), param(s2), param(a1), param(a2))}) ` : '';
+  const clock = clockSubquery(param(at.silent_before), param(at.applying_after));
+  const walk = `SELECT k.node_id FROM kept_nodes k WHERE ${WORST_ROWS}${corrected ? ' AND k.node_id NOT IN (SELECT node_id FROM c)' : ''}
+      ORDER BY k.share, k.node_id LIMIT ${param(limit)}`;
+  const candidates = corrected ? `SELECT w.node_id FROM (${walk}) w UNION SELECT node_id FROM c` : walk;
+  // CROSS JOIN: SQLite keeps the candidates outermost (else it walked every accepted node).
+  const from = `${clock} CROSS JOIN (${candidates}) x CROSS JOIN node_compliance t CROSS JOIN nodes n`;
+  return head + worstNodesOver(from, param(limit), classSql, ['t.node_id = x.node_id', 'n.id = x.node_id']);
 }
 
 /** The parameters of correctionSql for a reader at `at` over counters swept to `kept`. */

@@ -24,7 +24,7 @@ import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresKeptSweep, postgresPutGroupMembers } from './kept-postgres.js';
+import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresKeptSweep, postgresKeptWorst, postgresPutGroupMembers } from './kept-postgres.js';
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
@@ -309,6 +309,10 @@ export class PostgresCompliance implements ComplianceStore {
   }
 
   async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+    return postgresKeptWorst(this.db, limit, clock);
+  }
+
+  async worstNodesFresh(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
     const { rows } = await this.db.query('worstNodes', this.db.pool, {
       text: worstNodesSql((i) => `$${i}`, complianceClassSql),
       values: [...clockParams(clock), limit],

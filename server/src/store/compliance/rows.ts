@@ -162,17 +162,22 @@ export function directiveChangesRaw(
  * The accepted nodes with an agent whose compliance is lowest (time states applied), worst
  * first, ties by id; nodes without items are left out. `ph(i)` is the dialect's placeholder for
  * the i-th parameter (1: silent_before, 2: applying_after, 3: limit). One pass over the
- * compliance rows with a top-N sort: no index can order by a ratio decided at read time.
+ * compliance rows with a top-N sort: the reference the kept read (kept.ts worstKeptSql) equals.
  */
 export function worstNodesSql(ph: (i: number) => string, classSql: string): string {
+  return worstNodesOver(`${clockSubquery(ph(1), ph(2))} CROSS JOIN node_compliance t JOIN nodes n ON n.id = t.node_id`, ph(3), classSql);
+}
+
+/** worstNodesSql's query over `from`, which joins the clock `p`, node_compliance `t` and nodes `n` (on `join`'s conditions, if any). */
+export function worstNodesOver(from: string, limit: string, classSql: string, join: string[] = []): string {
   const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
   const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
   return `SELECT * FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
       ${classSql} AS class, ${timeAdjustedColumns('t', 't')}
-    FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN node_compliance t JOIN nodes n ON n.id = t.node_id
-    WHERE n.accepted = 'accepted') s
+    FROM ${from}
+    WHERE ${[...join, "n.accepted = 'accepted'"].join(' AND ')}) s
   WHERE s.class = 'agent' AND (${total}) > 0
-  ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${ph(3)}`;
+  ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${limit}`;
 }
 
 /**

@@ -24,7 +24,7 @@ import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep } from './kept-sqlite.js';
+import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst } from './kept-sqlite.js';
 import { membershipChanges } from './members.js';
 import type { KeptSweep } from './kept.js';
 
@@ -333,6 +333,10 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   async worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
+    return sqliteKeptWorst(this.db, limit, clock);
+  }
+
+  async worstNodesFresh(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]> {
     const rows = this.db.read('worstNodes', () => this.db.stmt(worstNodesSql(() => '?', complianceClassSql))
       .all(...clockParams(clock), limit)) as Record<string, unknown>[];
     return rows.map(nodeComplianceFromRow);

@@ -142,6 +142,8 @@ export interface ComplianceStore {
   targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
   /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
   worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
+  /** worstNodes computed afresh over every node (what the read from the kept shares must equal). */
+  worstNodesFresh(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
   /**
    * Set how long these nodes' last compliance is kept once they are silent (their groups'
    * expiration policy, seconds; 0: none). Nodes without compliance yet are skipped. Returns how many changed.
@@ -164,6 +166,7 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   sweepCompliance: REFUSE,
   complianceNodes: REFUSE,
   worstNodes: REFUSE,
+  worstNodesFresh: REFUSE,
   targetNodes: REFUSE,
   setKeepLast: lookup([0]),
 };

@@ -30,6 +30,7 @@ import { keptCompliance } from './0023_kept_compliance.js';
 import { propertyValuesPolicyState } from './0024_property_values_policy_state.js';
 import { keptGroups } from './0025_kept_groups.js';
 import { keptChanges } from './0026_kept_changes.js';
+import { keptShares } from './0027_kept_shares.js';
 
 export interface Migration {
   version: number;
@@ -41,7 +42,7 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
-  propertyValuesPolicyState, keptGroups, keptChanges,
+  propertyValuesPolicyState, keptGroups, keptChanges, keptShares,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

@@ -18,6 +18,8 @@ import { addressTaken, checkProperties, propertyRows } from './inventory/indexin
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
+import { nodePageByCompliance } from './compliance-page.js';
+import { postgresSwept, snapshot } from '../compliance/kept-postgres.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
 import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
@@ -117,21 +119,40 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
+    return this.list(q, true);
+  }
+
+  async listNodesFresh(q: NodeListQuery): Promise<NodePage> {
+    return this.list(q, false);
+  }
+
+  /** listNodes; `kept`: sorted by compliance at a moment from the kept shares (compliance-page.ts), else every key computed. */
+  private async list(q: NodeListQuery, kept: boolean): Promise<NodePage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = this.storeRules.filters.check(q);
     const values: unknown[] = [];
     const d = await postgresDialect(this.db, values, filters, this.storeRules.filters.check);
     const where = filterWhere(filters, d);
     const order = orderBy(q.sort, q.order, d);
+    const [lim, off] = [`$${values.length + 1}`, `$${values.length + 2}`];
     // One statement, so the totals and the page describe one snapshot; the lateral join keeps
     // the totals row even when the page is past the end.
-    const { rows } = await this.db.query('listNodes', this.db.pool, {
-      text: `SELECT t.totals, p.* FROM
+    const statement = (page: string) => `SELECT t.totals, p.* FROM
           (SELECT coalesce(json_object_agg(s.status, s.c), '{}') AS totals
              FROM (SELECT n.status, count(*) AS c FROM nodes n ${where} GROUP BY n.status) s) t
-        LEFT JOIN LATERAL (${nodePage(where, order, `$${values.length + 1}`, `$${values.length + 2}`, q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined)}) p ON true`,
-      values: [...values, limit, offset],
-    });
+        LEFT JOIN LATERAL (${page}) p ON true`;
+    const byKept = kept && q.sort === 'compliance' && q.compliance_at !== undefined;
+    // Sorted by compliance from the kept shares: in the snapshot of the thresholds it reads.
+    const { rows } = byKept
+      ? await snapshot(this.db, 'listNodes', async (c) => this.db.query('listNodes', c, {
+        text: statement(nodePageByCompliance(where, order, q.order, q.compliance_at!, await postgresSwept(c),
+          { cut: `(${lim}::bigint + ${off}::bigint)`, limit: lim, offset: off }, d.collate)),
+        values: [...values, limit, offset],
+      }))
+      : await this.db.query('listNodes', this.db.pool, {
+        text: statement(nodePage(where, order, lim, off, q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined)),
+        values: [...values, limit, offset],
+      });
     const raw = (rows[0]?.totals ?? {}) as Record<string, number | string>;
     const totals = { unknown: Number(raw.unknown ?? 0), reachable: Number(raw.reachable ?? 0), unreachable: Number(raw.unreachable ?? 0) };
     const nodes = rows.filter((r) => r.id !== null).map((r) => nodeFromRow(r, postgresRows));

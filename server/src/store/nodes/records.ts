@@ -36,8 +36,13 @@ export function nodePage(where: string, order: string, limit: string, offset: st
   // Sorted by compliance: the key is computed from the node's compliance row in the inner query.
   const key = complianceKey ? `, ${complianceKey} AS compliance_key` : '';
   const join = complianceKey ? ' LEFT JOIN node_compliance t ON t.node_id = n.id' : '';
+  return withCertificates(`SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}${key} FROM nodes n${join} ${where} ${order} LIMIT ${limit} OFFSET ${offset}`, order);
+}
+
+/** A page of nodes (`page`, a query over `nodes n`) with their certificates, in `order`. */
+export function withCertificates(page: string, order: string): string {
   return `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate FROM (
-    SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}${key} FROM nodes n${join} ${where} ${order} LIMIT ${limit} OFFSET ${offset}) n
+    ${page}) n
     LEFT JOIN node_certificates nc ON nc.node_id = n.id ${order}`;
 }
 

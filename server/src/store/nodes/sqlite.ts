@@ -16,6 +16,8 @@ import { addressTaken, checkProperties, propertyRows } from './inventory/indexin
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
 import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
+import { nodePageByCompliance } from './compliance-page.js';
+import { sqliteSwept } from '../compliance/kept-sqlite.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
 import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
@@ -88,6 +90,15 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   }
 
   async listNodes(q: NodeListQuery): Promise<NodePage> {
+    return this.list(q, true);
+  }
+
+  async listNodesFresh(q: NodeListQuery): Promise<NodePage> {
+    return this.list(q, false);
+  }
+
+  /** listNodes; `kept`: sorted by compliance at a moment from the kept shares (compliance-page.ts), else every key computed. */
+  private list(q: NodeListQuery, kept: boolean): NodePage {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     const filters = this.storeRules.filters.check(q);
     const values: unknown[] = [];
@@ -100,7 +111,12 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
         .all(...values) as Array<{ status: string; c: number }>;
       const totals = { unknown: 0, reachable: 0, unreachable: 0 };
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
-      const rows = this.db.stmt(nodePage(where, order, '?', '?', q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined)).all(...values, limit, offset) as Record<string, unknown>[];
+      const byKept = kept && q.sort === 'compliance' && q.compliance_at !== undefined;
+      const rows = (byKept
+        ? this.db.stmt(nodePageByCompliance(where, order, q.order, q.compliance_at!, sqliteSwept(this.db), { cut: '?', limit: '?', offset: '?' }, d.collate))
+          .all(...values, limit + offset, ...values, ...values, limit + offset, limit, offset)
+        : this.db.stmt(nodePage(where, order, '?', '?', q.sort === 'compliance' ? complianceKeySql(q.compliance_at) : undefined))
+          .all(...values, limit, offset)) as Record<string, unknown>[];
       const nodes = rows.map((r) => nodeFromRow(r, sqliteRows));
       // The page's manager links, in one statement (a page is at most a few hundred ids).
       const links = nodes.length === 0 ? [] : this.db.prepare(

@@ -236,6 +236,8 @@ export interface NodeReads {
    */
   getNodeTrust(id: string): Promise<NodeTrust | null>;
   listNodes(q: NodeListQuery): Promise<NodePage>;
+  /** listNodes with the compliance sort's key computed afresh for every node (what the read from the kept shares must equal). */
+  listNodesFresh(q: NodeListQuery): Promise<NodePage>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
   /** Transitions of one node, newest first. */
@@ -322,6 +324,7 @@ export const NODES_NUL: NulRules<NodeStore> = {
   getNode: lookup([0], () => null),
   getNodeTrust: lookup([0], () => null),
   listNodes: REFUSE,
+  listNodesFresh: REFUSE,
   listNodeIds: REFUSE,
   createNode: REFUSE,
   changeNode: lookup([0], () => null),
