@@ -54,8 +54,8 @@ export class PostgresFindings implements FindingStore {
 
   /**
    * reconcile for several nodes (one input each) on the write's connection: their open findings
-   * read in one statement, the new ones inserted in one, the closed ones updated in one. The
-   * events of each input, in the order given.
+   * read in one statement (in id order, as one node's read takes them), the new ones inserted in
+   * one, the closed ones updated in one. The events of each input, in the order given.
    */
   async reconcileMany(c: pg.PoolClient, inputs: ReadonlyArray<Omit<ReconcileInput, 'open'>>): Promise<EventInsert[][]> {
     if (inputs.length === 0) return [];
@@ -63,7 +63,7 @@ export class PostgresFindings implements FindingStore {
     const { rows } = await this.db.query(what, c, {
       name: 'findings_open_batch',
       text: `SELECT node_id, id, rule_id, directive_id, component, key_value, kind, first_seen_at, first_count
-        FROM findings WHERE node_id = ANY($1::text[]) AND closed_at IS NULL`,
+        FROM findings WHERE node_id = ANY($1::text[]) AND closed_at IS NULL ORDER BY id`,
       values: [pick(inputs, (i) => i.node_id)],
     });
     const open = new Map<string, Record<string, unknown>[]>();
