@@ -10,8 +10,10 @@ import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
-import { postgresOrSkipFile } from './pg.js';
+import pg from 'pg';
+import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
+import { KEPT_LOCK_ARGS } from '@capstan/server/store/migrations/0025_kept_groups';
 import { UNDO_24, UNDO_25, UNDO_26, UNDO_27 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 
@@ -237,6 +239,50 @@ function groupsMigration(t: Test, backend: Backend): void {
   });
 }
 
+/**
+ * PostgreSQL: a membership write locks the rows of the nodes it moves, not the whole fleet. A
+ * transaction holding one node's row and the kept lock shared (an ingest batch in flight) keeps
+ * that node's membership waiting until it commits, and nobody else's.
+ */
+function membershipLocks(t: Test, backend: Backend): void {
+  t.test('a membership write waits for the nodes it moves, not for the fleet', async (t) => {
+    const db = await backend.fresh(t);
+    const store = await db.open();
+    const ids = ['p1', 'p2', 'p3'];
+    for (const id of ids) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      await setAcceptance(store, id, 'accepted', iso(BASE_S));
+    }
+    const other = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${db.schema!}` });
+    await other.connect();
+    t.teardown(() => other.end());
+    const otherPid = Number((await other.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+    await other.query('BEGIN');
+    await other.query("SELECT id FROM nodes WHERE id = 'p2' FOR NO KEY UPDATE");
+    await other.query(`SELECT pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS})`);
+    t.equal(await store.putGroupMembers(['p1', 'p3'], new Map([['p1', ['g1']], ['p3', ['g1', 'g2']]])), 3,
+      'the memberships of nodes nobody holds are written while another writer is in flight');
+    let done = false;
+    const held = store.putGroupMembers(['p2'], new Map([['p2', ['g2']]])).finally(() => {
+      done = true;
+    });
+    // Bounded poll: the write is seen waiting on p2's row before that row is let go.
+    const until = Date.now() + 10_000;
+    let waiting = false;
+    while (!waiting && Date.now() < until) {
+      const { rows } = await pgAdmin((c) => c.query('SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))', [otherPid]));
+      waiting = rows.length > 0;
+      if (!waiting) await new Promise((r) => setImmediate(r));
+    }
+    t.ok(waiting && !done, "the write of the held node's membership waits for its row");
+    await other.query('COMMIT');
+    t.equal(await held, 1, 'and is written once the row is let go');
+    const at = clockAt(BASE_S + 200);
+    t.same(await store.complianceByGroup(at), await store.complianceByGroupFresh(at), 'kept equals fresh');
+    t.same((await store.complianceByGroup(at)).map((g) => [g.group_id, g.nodes]), [['g1', 2], ['g2', 2]]);
+  });
+}
+
 t.test('sqlite', async (t) => {
   scenario(t, sqliteBackend);
   migration(t, sqliteBackend);
@@ -247,5 +293,6 @@ if (await postgresOrSkipFile(t)) {
     scenario(t, postgresBackend('capstan_kept'));
     migration(t, postgresBackend('capstan_kept'));
     groupsMigration(t, postgresBackend('capstan_kept'));
+    membershipLocks(t, postgresBackend('capstan_kept'));
   });
 }

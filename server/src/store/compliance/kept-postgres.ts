@@ -105,23 +105,37 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
 export const MEMBERS_LOCK_TRIES = 5;
 
 /**
- * Policy group memberships of `nodeIds` brought to `groups` (migration 25), changes only. The
- * rows are written under the kept lock held exclusively: the members' triggers read the nodes'
- * classes and compliance rows, which every writer of them changes under the lock held shared.
- * As the sweep, it gives up a wait over `SWEEP_LOCK_TIMEOUT_MS` (never the writer's transaction
- * in a wait cycle) and tries again; after MEMBERS_LOCK_TRIES it leaves the rows as they are and
- * answers -1: the next generation of those nodes compares them again.
+ * Policy group memberships of `nodeIds` brought to `groups` (migration 25), changes only.
+ *
+ * The members' triggers read each node's class and compliance row. Every writer of those holds
+ * the node's row lock (ingest, expectations, a class change, a deletion, `setKeepLast`) or the
+ * kept lock exclusively (the sweep). So the rows of the nodes whose memberships change are
+ * locked here, in id order as every batch takes them, then the kept lock is taken shared: a
+ * membership never reads a class or compliance row that a concurrent transaction is changing,
+ * and writers of other nodes are not kept waiting. (Taking the kept lock exclusively instead
+ * made every generation wait for all the fleet's writers in flight, and all of them wait behind
+ * it: an enrolment wave, one generation per batch of newcomers, went at ~25 nodes a second.)
+ *
+ * The stored memberships are compared without a lock first: a generation that moves nobody
+ * locks nothing. A wait over `SWEEP_LOCK_TIMEOUT_MS` gives up and tries again; after
+ * MEMBERS_LOCK_TRIES the rows stay as they are and the answer is -1: the next generation of
+ * those nodes compares them again.
  */
 export async function postgresPutGroupMembers(db: PostgresDb, nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number> {
   if (nodeIds.length === 0) return 0;
+  const read = async (c: pg.PoolClient | pg.Pool, ids: readonly string[]) => membershipChanges(ids, groups,
+    (await c.query('SELECT node_id, group_id FROM policy_group_members WHERE node_id = ANY($1::text[])', [ids])).rows as Array<{ node_id: string; group_id: string }>);
+  const first = await read(db.pool, nodeIds);
+  if (first.added.length + first.removed.length === 0) return 0;
+  const moving = [...new Set([...first.added, ...first.removed].map((x) => x[1]))];
   for (let attempt = 1; ; attempt++) {
     try {
       return await db.tx('putGroupMembers', async (c) => {
-        const stored = (await c.query('SELECT node_id, group_id FROM policy_group_members WHERE node_id = ANY($1::text[])', [nodeIds])).rows as Array<{ node_id: string; group_id: string }>;
-        const { added, removed } = membershipChanges(nodeIds, groups, stored);
-        if (added.length + removed.length === 0) return 0;
         await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
-        await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
+        await c.query('SELECT id FROM nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE', [moving]);
+        await c.query(`SELECT pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS})`);
+        // Read again under the locks: another server may have written them meanwhile.
+        const { added, removed } = await read(c, moving);
         if (removed.length) {
           await c.query(`DELETE FROM policy_group_members m USING unnest($1::text[], $2::text[]) AS u(group_id, node_id)
             WHERE m.group_id = u.group_id AND m.node_id = u.node_id`, [removed.map((x) => x[0]), removed.map((x) => x[1])]);

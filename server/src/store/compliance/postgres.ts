@@ -365,10 +365,21 @@ export class PostgresCompliance implements ComplianceStore {
 
   async setKeepLast(nodeIds: string[], seconds: number): Promise<number> {
     const keep = checkKeepLast(seconds)!;
-    const res = await this.db.query('setKeepLast', this.db.pool, {
-      text: 'UPDATE node_compliance SET keep_last_s = $1 WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1',
-      values: [keep, nodeIds],
+    // Only rows that change are written, under their nodes' row locks taken in id order as
+    // every writer of a compliance row takes them: a policy group membership written meanwhile
+    // reads the row before or after, never between. A pass that changes nothing locks nothing.
+    const { rows } = await this.db.query('setKeepLast', this.db.pool, {
+      text: 'SELECT node_id FROM node_compliance WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1', values: [keep, nodeIds],
     });
-    return res.rowCount ?? 0;
+    if (rows.length === 0) return 0;
+    const ids = rows.map((r) => r.node_id as string);
+    return this.db.tx('setKeepLast', async (c) => {
+      await this.db.query('setKeepLast', c, { text: 'SELECT id FROM nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE', values: [ids] });
+      const res = await this.db.query('setKeepLast', c, {
+        text: 'UPDATE node_compliance SET keep_last_s = $1 WHERE node_id = ANY($2::text[]) AND keep_last_s <> $1',
+        values: [keep, ids],
+      });
+      return res.rowCount ?? 0;
+    });
   }
 }

@@ -16,11 +16,11 @@
  * triggers when membership changes, the nodes' when a node comes, goes (its memberships go first)
  * or changes class, and the node_compliance ones (migration 23's, made again with hooks) when a
  * compliance row is counted elsewhere. On PostgreSQL they append to kept_groups_log, folded by
- * the sweep. Members are written under the kept advisory lock (one per schema from this version
- * on, KEPT_LOCK_ARGS) held exclusively, and every
- * trigger that reads members or moves what they count holds it shared (store/compliance/
- * kept-postgres.ts): a membership never reads a node's class or compliance row that a
- * concurrent transaction is changing.
+ * the sweep. Members are written under their nodes' row locks and the kept advisory lock (one
+ * per schema from this version on, KEPT_LOCK_ARGS) held shared, as every writer of a node's
+ * class or compliance row holds them; the sweep holds the kept lock exclusively
+ * (store/compliance/kept-postgres.ts): a membership never reads a node's class or compliance row
+ * that a concurrent transaction is changing.
  */
 import type { Migration } from './index.js';
 import { C, pClassRow, pgComplianceFunction, sClassRow, sqliteComplianceTriggers } from './0023_kept_compliance.js';
