@@ -62,6 +62,13 @@ export async function listNodes(t: AdminTarget, query = ''): Promise<ListedNode[
   throw new AdminError(`list nodes: more than ${MAX_PAGES} pages`, 0, 'ERR_LIMIT');
 }
 
+/** How many nodes a listing query matches (its total), asking for one. */
+export async function countNodes(t: AdminTarget, query = ''): Promise<number> {
+  const r = await adminCall(t, 'GET', `/api/1/nodes?per_page=1&page=1${query ? `&${query}` : ''}`);
+  if (r.status !== 200) throw failure('count nodes', r);
+  return (r.json as { total: number }).total;
+}
+
 export async function acceptNode(t: AdminTarget, id: string): Promise<void> {
   const r = await adminCall(t, 'POST', `/api/1/nodes/${encodeURIComponent(id)}/accept`);
   if (r.status !== 200) throw failure(`accept ${id}`, r);

@@ -105,7 +105,7 @@ function table(r: FleetReport): string {
     ['nodes', `${r.nodes} on ${r.relays.length} relay(s)`],
     ['schedule', `every ${r.periodMs / 1000} s simulated, ×${r.timeScale} → every ${(r.realPeriodMs / 1000).toFixed(2)} s real, for ${r.durationMs / 1000} s`],
     ['run log', `${r.reportsPerRun} reports, ${r.avgRunLogBytes} bytes signed+compressed (prepared in ${r.prepareMs} ms)`],
-    ['enrollment', `${r.enrollment.mode}: ${r.enrollment.inventories} inventories, ${r.enrollment.accepted} accepted in ${r.enrollment.ms} ms${r.enrollment.note ? ` (${r.enrollment.note})` : ''}`],
+    ['enrollment', `${r.enrollment.mode}: ${r.enrollment.inventories} inventories, ${r.enrollment.accepted} accepted in ${r.enrollment.ms} ms${r.enrollment.prepare_ms !== undefined ? ` (signed before in ${r.enrollment.prepare_ms} ms)` : ''}${r.enrollment.note ? ` (${r.enrollment.note})` : ''}`],
     ['run logs', `${r.runs.acked} acknowledged, ${r.runs.failed} failed of ${r.runs.scheduled}`],
     ['rate', `${r.rate.achievedPerSec}/s achieved, ${r.rate.targetPerSec}/s scheduled`],
     ['PUT → 2xx', `p50 ${r.putLatencyMs.p50} ms, p90 ${r.putLatencyMs.p90} ms, p99 ${r.putLatencyMs.p99} ms, max ${r.putLatencyMs.max} ms`],
