@@ -132,7 +132,7 @@ export async function complianceRunsStored(d: BatchDeps, what: string, c: pg.Poo
   }
   if (recompute.length > 0) {
     const expected = await expectationsOf(d, what, c, recompute.map(({ r }) => r.node));
-    await writeMany(d, c, recompute.map(({ r, row }) => {
+    await writeComplianceMany(d, c, recompute.map(({ r, row }) => {
       const policy = r.node.policy_config_id;
       const e = policy === null ? undefined : expected.get(r.node.id);
       const receivedS = epochS(r.receivedAt);
@@ -197,7 +197,7 @@ const rowKey = (x: { rule_id: string; directive_id: string }) => `${x.rule_id}\n
  * written and only those gone are deleted; for the others every row is written (unchanged ones
  * left alone by the upsert's WHERE) and whatever is not reported any more is pruned.
  */
-async function writeMany(
+export async function writeComplianceMany(
   d: BatchDeps, c: pg.PoolClient, entries: Array<{ input: ComplianceInput; at: string; version: string | undefined; f: FindingContext; sink: EventInsert[] }>,
 ): Promise<void> {
   const what = 'writeCompliance';

@@ -15,8 +15,9 @@ export const MAX_FINDING_IDS = 10_000;
 export const FINDING_SELECT = `SELECT f.*, nc.run_started_utc AS nc_seen, nc.run_id AS nc_run, nc.runs_seen AS nc_count
   FROM findings f LEFT JOIN node_compliance nc ON nc.node_id = f.node_id`;
 
+/** A node's open findings, oldest first: what reconcile decides from, in one order whatever the plan (the batches read them so too). */
 export const OPEN_FINDINGS_SQL = (p: string) => `SELECT id, rule_id, directive_id, component, key_value, kind, first_seen_at, first_count
-  FROM findings WHERE node_id = ${p} AND closed_at IS NULL`;
+  FROM findings WHERE node_id = ${p} AND closed_at IS NULL ORDER BY id`;
 
 export function checkFindingQuery(q: FindingQuery): void {
   if (q.status !== undefined && q.status !== 'open' && q.status !== 'closed') throw capstanError('ERR_BAD_REQUEST', 'status must be open or closed');
