@@ -12,8 +12,11 @@
  * Each change is also made to a static group of 1 % of the fleet (a rule of its own, then a
  * property of that group): what it regenerates must stay at its members. Every step is reported
  * in wall and CPU time (`*_cpu_ms`, this process's user + system: on a machine shared with other
- * work, the wall time also counts waiting for a core).
+ * work, the wall time also counts waiting for a core); on PostgreSQL also the CPU time of the
+ * database backends serving the store (`*_db_cpu_ms`, from /proc, when the server is local).
  */
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import type pg from 'pg';
 import { silentLogger } from '@capstan/shared';
@@ -21,7 +24,13 @@ import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { loadPostgres, loadSqlite } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
-export interface PolicyBenchResult {
+/** The timed steps. */
+type Step = 'first' | 'unchanged' | 'directive_change' | 'one_percent_directive_change' | 'templated_first' | 'templated_unchanged'
+  | 'group_property_change' | 'one_percent_property_change';
+/** On PostgreSQL, the CPU time of the database backends serving the store in each step (ms), when the server runs on this machine. */
+type DbCpu = Partial<Record<`${Step}_db_cpu_ms`, number>>;
+
+export interface PolicyBenchResult extends DbCpu {
   nodes: number;
   first_ms: number;
   first_changed: number;
@@ -105,12 +114,47 @@ export async function loadNodeDataPostgres(c: pg.Client): Promise<void> {
 
 export const POLICY_TARGET_MS = 10_000;
 
-/** A step's stats with the CPU time this process spent in it. */
-async function cpuTimed<T>(fn: () => Promise<T>): Promise<{ value: T; cpu_ms: number }> {
+/** The CPU seconds of each database backend serving the store so far, by pid (PostgreSQL), or null. */
+type DbCpuSample = () => Promise<Map<number, number> | null>;
+
+/** A step's stats with the CPU time this process spent in it, and with `db` the database backends' (ms). */
+async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ value: T; cpu_ms: number; db_cpu_ms: number | null }> {
+  const d0 = await db?.();
   const c0 = process.cpuUsage();
   const value = await fn();
   const c = process.cpuUsage(c0);
-  return { value, cpu_ms: Math.round((c.user + c.system) / 1000) };
+  const d1 = await db?.();
+  let dbMs: number | null = null;
+  if (d0 && d1) {
+    // A backend started meanwhile counts from zero; one that ended meanwhile is lost (the pool
+    // keeps its connections while a step runs).
+    dbMs = 0;
+    for (const [pid, s] of d1) dbMs += (s - (d0.get(pid) ?? 0)) * 1000;
+    dbMs = Math.round(dbMs);
+  }
+  return { value, cpu_ms: Math.round((c.user + c.system) / 1000), db_cpu_ms: dbMs };
+}
+
+/**
+ * The CPU of the PostgreSQL backends whose application_name is `name` (the store's pool), read
+ * from /proc: null when the server is not on this machine.
+ */
+function backendCpu(admin: pg.Client, name: string): DbCpuSample {
+  return async () => {
+    const { rows } = await admin.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [name]);
+    const out = new Map<number, number>();
+    for (const r of rows) {
+      try {
+        const stat = readFileSync(`/proc/${r.pid as number}/stat`, 'utf8');
+        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+        // utime and stime, in clock ticks of 1/100 s on Linux.
+        out.set(r.pid as number, (Number(f[11]) + Number(f[12])) / 100);
+      } catch {
+        // ended meanwhile, or not on this machine
+      }
+    }
+    return rows.length > 0 && out.size === 0 ? null : out;
+  };
 }
 
 export interface PolicyBenchOptions {
@@ -139,19 +183,29 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
     }));
   }
   if (opts.databaseUrl) {
-    out.postgres = await withPostgres(opts.databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 4 }, async (store, admin) => {
+    // The store's connections named, so that their backends' CPU can be told from any other's.
+    const app = `capstan_policy_bench_${randomBytes(4).toString('hex')}`;
+    const url = new URL(opts.databaseUrl);
+    url.searchParams.set('application_name', app);
+    out.postgres = await withPostgres(url.toString(), { schemaPrefix: 'capstan_bench_', poolSize: 4 }, async (store, admin) => {
       const t0 = Date.now();
       await loadPostgres(admin, nodes);
       log(`postgres policy bench: ${nodes} nodes loaded in ${Date.now() - t0} ms`);
-      return measure(store, nodes, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin));
+      return measure(store, nodes, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app));
     });
   }
   return out;
 }
 
 /** The model saved, then every step timed on `store`; `loadData` adds the node data before the templated steps. */
-async function measure(store: Store, nodes: number, log: (line: string) => void, loadData: () => Promise<void>): Promise<PolicyBenchResult> {
+async function measure(store: Store, nodes: number, log: (line: string) => void, loadData: () => Promise<void>, dbCpu?: DbCpuSample): Promise<PolicyBenchResult> {
   const onePercent = onePercentOf(nodes);
+  const db: DbCpu = {};
+  const timed = async <T>(step: Step, fn: () => Promise<T>) => {
+    const r = await cpuTimed(fn, dbCpu);
+    if (r.db_cpu_ms !== null) db[`${step}_db_cpu_ms`] = r.db_cpu_ms;
+    return r;
+  };
   const at = new Date().toISOString();
   for (let d = 0; d < 10; d++) {
     await store.putPolicyObject('directive', `d${d}`, { id: `d${d}`, name: `d${d}`, method: 'file_content', mode: 'enforce', params: { path: `/etc/capstan-${d}`, content: `value ${d}\n` } }, at);
@@ -169,14 +223,14 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   await store.putPolicyObject('rule', 'pct', { id: 'pct', name: 'pct', directives: ['d10'], groups: ['pct'] }, at);
   const gen = new PolicyGenerator({ store, log: silentLogger });
   log(`policy bench: ${nodes} nodes loaded`);
-  const { value: first, cpu_ms: firstCpu } = await cpuTimed(() => gen.regenerateAll());
+  const { value: first, cpu_ms: firstCpu } = await timed('first', () => gen.regenerateAll());
   log(`policy bench: first generation ${first.ms.toFixed(0)} ms, ${firstCpu} ms CPU (${first.changed} bundles)`);
-  const { value: again, cpu_ms: againCpu } = await cpuTimed(() => gen.regenerateAll());
+  const { value: again, cpu_ms: againCpu } = await timed('unchanged', () => gen.regenerateAll());
   log(`policy bench: unchanged pass ${again.ms.toFixed(0)} ms, ${againCpu} ms CPU`);
-  const { value: change, cpu_ms: changeCpu } = await cpuTimed(() => gen.change('directive', 'd6', () =>
+  const { value: change, cpu_ms: changeCpu } = await timed('directive_change', () => gen.change('directive', 'd6', () =>
     store.putPolicyObject('directive', 'd6', { id: 'd6', name: 'd6', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-6', content: 'changed\n' } }, new Date().toISOString())));
   log(`policy bench: one directive change ${change.stats.ms.toFixed(0)} ms, ${changeCpu} ms CPU (${change.stats.changed} of ${nodes} nodes)`);
-  const { value: pct, cpu_ms: pctCpu } = await cpuTimed(() => gen.change('directive', 'd10', () =>
+  const { value: pct, cpu_ms: pctCpu } = await timed('one_percent_directive_change', () => gen.change('directive', 'd10', () =>
     store.putPolicyObject('directive', 'd10', { id: 'd10', name: 'd10', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-10', content: 'changed\n' } }, new Date().toISOString())));
   log(`policy bench: one directive change reaching 1 % ${pct.stats.ms.toFixed(0)} ms, ${pctCpu} ms CPU (${pct.stats.nodes} regenerated, ${pct.stats.changed} changed)`);
 
@@ -194,14 +248,14 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
     params: { path: '/etc/limits.conf', template: '* soft nofile {{node.properties.limits.nofile}}\n# {{os.name}} {{os.version}}, {{cpus.count}} cpus\n' } }, t);
   await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 4096 } } } }, t);
   const gen2 = new PolicyGenerator({ store, log: silentLogger });
-  const { value: tFirst, cpu_ms: tFirstCpu } = await cpuTimed(() => gen2.regenerateAll());
+  const { value: tFirst, cpu_ms: tFirstCpu } = await timed('templated_first', () => gen2.regenerateAll());
   log(`policy bench: templated, first generation ${tFirst.ms.toFixed(0)} ms, ${tFirstCpu} ms CPU (${tFirst.changed} bundles)`);
-  const { value: tAgain, cpu_ms: tAgainCpu } = await cpuTimed(() => gen2.regenerateAll());
+  const { value: tAgain, cpu_ms: tAgainCpu } = await timed('templated_unchanged', () => gen2.regenerateAll());
   log(`policy bench: templated, unchanged pass ${tAgain.ms.toFixed(0)} ms, ${tAgainCpu} ms CPU`);
-  const { value: gChange, cpu_ms: gChangeCpu } = await cpuTimed(() => gen2.change('group', 'web', () => store.putPolicyObject('group', 'web',
+  const { value: gChange, cpu_ms: gChangeCpu } = await timed('group_property_change', () => gen2.change('group', 'web', () => store.putPolicyObject('group', 'web',
     { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web-*'] }], priority: 2, properties: { limits: { value: { nofile: 131072 } } } }, new Date().toISOString())));
   log(`policy bench: templated, one group property change ${gChange.stats.ms.toFixed(0)} ms, ${gChangeCpu} ms CPU (${gChange.stats.changed} of ${nodes} nodes)`);
-  const { value: pChange, cpu_ms: pChangeCpu } = await cpuTimed(() => gen2.change('group', 'pct', () => store.putPolicyObject('group', 'pct',
+  const { value: pChange, cpu_ms: pChangeCpu } = await timed('one_percent_property_change', () => gen2.change('group', 'pct', () => store.putPolicyObject('group', 'pct',
     { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 8192 } } } }, new Date().toISOString())));
   log(`policy bench: templated, a property of a 1 % group changed ${pChange.stats.ms.toFixed(0)} ms, ${pChangeCpu} ms CPU (${pChange.stats.nodes} regenerated, ${pChange.stats.changed} changed)`);
   return {
@@ -213,6 +267,7 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
     one_percent_property_change_ms: Math.round(pChange.stats.ms), one_percent_property_change_regenerated: pChange.stats.nodes, one_percent_property_change_nodes: pChange.stats.changed,
     first_cpu_ms: firstCpu, unchanged_cpu_ms: againCpu, directive_change_cpu_ms: changeCpu, one_percent_directive_change_cpu_ms: pctCpu,
     templated_first_cpu_ms: tFirstCpu, templated_unchanged_cpu_ms: tAgainCpu, group_property_change_cpu_ms: gChangeCpu, one_percent_property_change_cpu_ms: pChangeCpu,
+    ...db,
     target_ms: POLICY_TARGET_MS, ok: first.ms <= POLICY_TARGET_MS && tFirst.ms <= POLICY_TARGET_MS,
   };
 }

@@ -206,22 +206,6 @@ export async function writeComplianceMany(
     const now = new Map(rows.directives.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
     return { ...e, rows, now, held: e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version) };
   });
-  const ins = computed.map(({ input }) => input);
-  const upserted = await d.db.query<{ node_id: string; version: string }>(what, c, {
-    name: 'compliance_upsert_batch',
-    text: UPSERT_SQL,
-    values: [pick(ins, (i) => i.nodeId), pick(ins, (i) => i.run?.id ?? null), pick(ins, (i) => i.run?.started_at ?? null),
-      pick(ins, (i) => i.run?.started_utc ?? null), pick(ins, (i) => i.run?.config_id ?? null), pick(ins, (i) => i.expected !== null && i.expected.length > 0),
-      pick(computed, (e) => e.at), pick(ins, (i) => packedOrNull(i.outcomes, i.outcomesPacked)), pick(ins, (i) => i.marks.applying_since_s),
-      pick(ins, (i) => i.marks.answered_s), pick(ins, (i) => i.marks.keep_last_s), pick(computed, (e) => e.f.runs_seen),
-      ...COUNT_COLUMNS.map((col) => pick(computed, (e) => e.rows.counts[col]))],
-  });
-  // A node failing nowhere, before or now, has no finding to open or close (most runs).
-  const failing = computed.filter(({ f, rows }) => f.failing_before > 0 || rows.counts.error + rows.counts.non_compliant > 0);
-  const events = await d.findings.reconcileMany(c, failing.map(({ input, f, rows }) => ({
-    node_id: input.nodeId, run: f.run, at: f.at, items: rows.items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
-  })));
-  failing.forEach(({ sink }, i) => sink.push(...events[i]!));
   const unknown = computed.filter((e) => e.held === undefined);
   const dirs = computed.flatMap(({ input, rows, held }) => rows.directives
     .filter((x) => held === undefined || held.get(rowKey(x)) !== COUNT_COLUMNS.map((col) => x.counts[col]).join(','))
@@ -244,6 +228,25 @@ export async function writeComplianceMany(
       values: [pick(gone, (x) => x.node_id), pick(gone, (x) => x.rule_id), pick(gone, (x) => x.directive_id)],
     });
   }
+  // The node rows after the rows that go and before the new ones: a node whose time state moves
+  // (a new policy: applying) has its directive rows moved between the kept counters by the node
+  // row's trigger, so only the rows it keeps are moved, none taken out again or written twice.
+  const ins = computed.map(({ input }) => input);
+  const upserted = await d.db.query<{ node_id: string; version: string }>(what, c, {
+    name: 'compliance_upsert_batch',
+    text: UPSERT_SQL,
+    values: [pick(ins, (i) => i.nodeId), pick(ins, (i) => i.run?.id ?? null), pick(ins, (i) => i.run?.started_at ?? null),
+      pick(ins, (i) => i.run?.started_utc ?? null), pick(ins, (i) => i.run?.config_id ?? null), pick(ins, (i) => i.expected !== null && i.expected.length > 0),
+      pick(computed, (e) => e.at), pick(ins, (i) => packedOrNull(i.outcomes, i.outcomesPacked)), pick(ins, (i) => i.marks.applying_since_s),
+      pick(ins, (i) => i.marks.answered_s), pick(ins, (i) => i.marks.keep_last_s), pick(computed, (e) => e.f.runs_seen),
+      ...COUNT_COLUMNS.map((col) => pick(computed, (e) => e.rows.counts[col]))],
+  });
+  // A node failing nowhere, before or now, has no finding to open or close (most runs).
+  const failing = computed.filter(({ f, rows }) => f.failing_before > 0 || rows.counts.error + rows.counts.non_compliant > 0);
+  const events = await d.findings.reconcileMany(c, failing.map(({ input, f, rows }) => ({
+    node_id: input.nodeId, run: f.run, at: f.at, items: rows.items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
+  })));
+  failing.forEach(({ sink }, i) => sink.push(...events[i]!));
   if (dirs.length > 0) {
     await d.db.query(what, c, {
       name: 'compliance_directives_upsert_batch',
