@@ -28,11 +28,11 @@ export interface PolicyExpectation {
 
 /**
  * The expectations written (each distinct list is sent once: `$6` holds the lists, `list` the
- * 1-based index of a node's), the configs other than this one and the
- * previous policy's dropped, the node rows pointed at their new config (only where it moves: no
- * dead tuple for the same), and the nodes whose stored expectations for this config were
- * already equal as JSON values (jsonb equality: key order and spacing do not count) with whether
- * they have a compliance row. Every CTE sees the rows as they were before the statement.
+ * 1-based index of a node's), the configs other than this one and the previous policy's dropped,
+ * the node rows pointed at their new config (only where it moves: no dead tuple for the same),
+ * and the nodes whose stored expectations for this config were already equal as JSON values
+ * (jsonb equality: key order and spacing do not count), with whether they have a compliance row.
+ * Every CTE sees the rows as they were before the statement.
  */
 const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::jsonb[])[v.list] AS components
       FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
