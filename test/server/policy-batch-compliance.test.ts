@@ -178,7 +178,7 @@ t.test('postgres: two generations at once beside the ingest\'s batches do not de
   };
   for (let round = 0; round < 3; round++) {
     // One server walks the nodes up, the other down (one statement per node locked them in the
-    // order given: the two met in the middle and PostgreSQL broke the cycle by failing one).
+    // order given: the two met in the middle and PostgreSQL failed one with 40P01, deadlock).
     const results = await Promise.allSettled([
       store.putPolicies(writes(`cfg-${round}-a`, ids)),
       other.putPolicies(writes(`cfg-${round}-b`, [...ids].reverse())),
