@@ -364,7 +364,7 @@ try {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
     await settle();
-    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory' || b.id === 'console'
+    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory' || b.id === 'console' || b.id === 'policy'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       // The relay's spool in the work directory, as the end-to-end relay's (see `workRoot`).
       : b.id === 'relay' ? { log: progress, dir: work }

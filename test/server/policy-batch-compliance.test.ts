@@ -1,14 +1,19 @@
 /**
- * A generation's batch (putPolicies) recomputes its nodes' compliance set-based on SQLite: the
- * rows, findings, events and kept counters must be what one setExpectations per node gives. Two
- * stores take the same random registrations, runs (some failing, so findings open and close) and
- * policies, one through putPolicies batches and one node by node; every policy has a config id
- * new to the node, so both recompute every node. The kept counters must also equal the fresh sums.
+ * A generation's batch (putPolicies) recomputes its nodes' compliance set-based, on SQLite and on
+ * PostgreSQL: the rows, findings, events and kept counters must be what one setExpectations per
+ * node gives. Two stores of a kind take the same random registrations, runs (some failing, so
+ * findings open and close) and policies, one through putPolicies batches and one node by node.
+ * Most policies have a config id new to the node; some write the node's policy again, with the
+ * same expectations (their keys in another order) or with new ones (an older server's, brought
+ * up to date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same
+ * policy again must leave the compliance rows alone, and two generations at once beside the
+ * ingest's batches must not deadlock.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
-import { inventory, run, setup } from './store-suite.js';
-import { sqliteBackend } from './backends.js';
+import { inventory, run, setup, type Backend } from './store-suite.js';
+import { postgresBackend, sqliteBackend } from './backends.js';
+import { pgAdmin, pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { prng } from '../helpers/prng.js';
 
@@ -46,6 +51,7 @@ async function drive(store: Store, batch: boolean) {
     if (r.next() < 0.9) await setAcceptance(store, id, 'accepted', iso(now));
   }
   const out = [];
+  const written = new Map<string, { configId: string; expected: PolicyWrite['expected'] }>();
   for (let round = 0; round < 6; round++) {
     // Runs: most nodes report, some with failures (findings), some reporting an older config.
     for (const id of NODES) {
@@ -58,14 +64,23 @@ async function drive(store: Store, batch: boolean) {
       }));
     }
     now += 60 + r.int(300);
-    // Policies: a config id new to each node (both stores recompute it), some nodes left out,
-    // one unknown node (skipped by both).
+    // Policies: mostly a config id new to the node (both stores recompute it); some the node's
+    // policy again, with the same expectations written with their keys in another order, or with
+    // new ones; some nodes left out, one unknown node (skipped by both).
     const writes: PolicyWrite[] = [];
     for (const id of [...NODES, 'gone']) {
       if (r.next() < 0.25) continue;
+      const had = written.get(id);
+      const pick = r.next();
+      if (had && pick < 0.2) {
+        const expected = had.expected.map(({ rule_id, directive_id, component }) => ({ component, directive_id, rule_id }));
+        writes.push({ bundle: { node_id: id, config_id: had.configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, expectationsOnly: true });
+        continue;
+      }
       const expected = COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
-      const configId = `cfg-${round}-${r.int(3)}`;
-      writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected });
+      const configId = had && pick < 0.35 ? had.configId : `cfg-${round}-${r.int(3)}`;
+      writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, ...(configId === had?.configId && { expectationsOnly: true }) });
+      written.set(id, { configId, expected });
     }
     if (batch) await store.putPolicies(writes);
     else for (const w of writes) await store.setExpectations(w.bundle.node_id, w.bundle.config_id, w.expected, w.bundle.generated_at);
@@ -80,9 +95,9 @@ async function drive(store: Store, batch: boolean) {
   return out;
 }
 
-t.test('putPolicies on SQLite: the same compliance, findings, events and counters as one setExpectations per node', async (t) => {
-  const a = await setup(t, sqliteBackend);
-  const b = await setup(t, sqliteBackend);
+async function parity(t: Test, backend: Backend) {
+  const a = await setup(t, backend);
+  const b = await setup(t, backend);
   const batched = await drive(a.store, true);
   const single = await drive(b.store, false);
   let findings = 0;
@@ -95,4 +110,84 @@ t.test('putPolicies on SQLite: the same compliance, findings, events and counter
   }
   t.ok(findings > 0, `findings met (${findings})`);
   t.ok(items > 0, 'compliance items met');
+}
+
+t.test('putPolicies on SQLite: the same compliance, findings, events and counters as one setExpectations per node', (t) => parity(t, sqliteBackend));
+
+const why = await pgUnavailable();
+const pgOnly = { skip: why ?? false };
+const postgres = postgresBackend('capstan_pbatch');
+
+t.test('putPolicies on PostgreSQL: the same compliance, findings, events and counters as one setExpectations per node', pgOnly, (t) => parity(t, postgres));
+
+/** The versions of a node's compliance row and directive rows (any write makes new ones). */
+async function versions(schema: string, nodeId: string): Promise<string[]> {
+  return pgAdmin(async (c) => (await c.query(`SELECT 'c' || xmin::text AS v FROM node_compliance WHERE node_id = $1
+    UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), schema);
+}
+
+t.test('postgres: the same policy written again leaves the compliance rows alone', pgOnly, async (t) => {
+  const { store, db } = await setup(t, postgres);
+  const AT = '2024-05-01T10:00:00Z';
+  for (const id of ['n1', 'n2']) {
+    await store.upsertFromInventory(inventory(id, { received_at: AT }));
+    await store.insertRun(run(id, '2024-05-01T10:01:00Z', { config_id: 'cfg-1', received_at: '2024-05-01T10:02:00Z' }));
+  }
+  const items = [{ rule_id: 'r1', directive_id: 'd1', component: 'File' }, { rule_id: 'r2', directive_id: 'd2', component: 'Package vim' }];
+  // The same list with its keys in another order: jsonb stores neither order, so neither counts.
+  const again = items.map(({ rule_id, directive_id, component }) => ({ component, directive_id, rule_id }));
+  t.ok(await store.setExpectations('n1', 'cfg-1', items, '2024-05-01T10:03:00Z'));
+  const before = await versions(db.schema!, 'n1');
+  t.ok(before.length > 1, 'a compliance row and directive rows');
+  // This used to compare the JSON text sent with the text jsonb gives back (its own key order
+  // and spacing): never equal, so every write recomputed and rewrote every row.
+  t.ok(await store.setExpectations('n1', 'cfg-1', again, '2024-05-01T10:04:00Z'));
+  t.same(await versions(db.schema!, 'n1'), before, 'setExpectations: no row rewritten');
+  t.same(await store.getExpectations('n1', 'cfg-1'), items);
+  await store.putPolicies([{ bundle: { node_id: 'n2', config_id: 'cfg-1', generated_at: '2024-05-01T10:03:00Z', bundle: '{}' }, expected: items }]);
+  const before2 = await versions(db.schema!, 'n2');
+  t.equal(await store.putPolicies([{ bundle: { node_id: 'n2', config_id: 'cfg-1', generated_at: '2024-05-01T10:04:00Z', bundle: '{}' }, expected: again, expectationsOnly: true }]), 1);
+  t.same(await versions(db.schema!, 'n2'), before2, 'putPolicies: no row rewritten');
+  // New expectations for the same policy are recomputed.
+  await store.setExpectations('n1', 'cfg-1', items.slice(0, 1), '2024-05-01T10:05:00Z');
+  t.not((await versions(db.schema!, 'n1'))[0], before[0], 'changed expectations recompute');
+});
+
+t.test('postgres: two generations at once beside the ingest\'s batches do not deadlock', pgOnly, async (t) => {
+  const { store, db } = await setup(t, postgres);
+  // A second server on the same database.
+  const other = await db.open();
+  // More nodes than one chunk of putPolicies (500), so a batch spans several.
+  const ids = Array.from({ length: 1100 }, (_, i) => `g${String(i).padStart(4, '0')}`);
+  const r = prng(7);
+  await pgAdmin((c) => c.query(`INSERT INTO nodes (id, hostname, accepted, status, state, created_at, updated_at, state_changed_at)
+    SELECT unnest($1::text[]), 'h', 'accepted', 'reachable', 'running', now(), now(), now()`, [ids]), db.schema!);
+  const expected = COMPONENTS.map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+  const writes = (configId: string, order: string[]): PolicyWrite[] => order.map((id) => ({
+    bundle: { node_id: id, config_id: configId, generated_at: '2024-05-01T10:00:00Z', bundle: `{"c":"${configId}"}` }, expected,
+  }));
+  let started = 0;
+  const ingest = async (round: number) => {
+    for (let k = 0; k < 6; k++) {
+      const batch = Array.from({ length: 40 }, () => ids[r.int(ids.length)]!);
+      await store.insertRuns([...new Set(batch)].map((id) => run(id, `2024-05-01T10:${String(10 + round).padStart(2, '0')}:${String(k).padStart(2, '0')}.${String(started++ % 1000).padStart(3, '0')}Z`, {
+        config_id: `cfg-${round}`, received_at: '2024-05-01T10:30:00Z',
+        outcomes: [{ rule_id: 'r1', directive_id: 'd1', component: 'File /etc/motd', outcome: r.pick(['result_success', 'result_error']), count: 1 }],
+      })));
+    }
+  };
+  for (let round = 0; round < 3; round++) {
+    // One server walks the nodes up, the other down (one statement per node locked them in the
+    // order given: the two met in the middle and PostgreSQL failed one with 40P01, deadlock).
+    const results = await Promise.allSettled([
+      store.putPolicies(writes(`cfg-${round}-a`, ids)),
+      other.putPolicies(writes(`cfg-${round}-b`, [...ids].reverse())),
+      ingest(round),
+    ]);
+    const failed = results.filter((x): x is PromiseRejectedResult => x.status === 'rejected');
+    t.same(failed.map((x) => String((x.reason as Error).message)), [], `round ${round}: all three done`);
+  }
+  const clock = clockAt(Date.parse('2024-05-01T10:40:00Z') / 1000);
+  t.same(await store.complianceByRule('directive', clock), await store.complianceByRuleFresh('directive', clock), 'kept counters equal the fresh sums');
+  t.same(await store.complianceSummary([], clock), await store.complianceSummaryFresh(clock));
 });

@@ -1,7 +1,8 @@
 /**
  * The generator on its own (real SQLite store): which nodes a change reaches, config ids that
  * change when and only when content does, and the benchmark function on a small fleet (its
- * figures are for `benchPolicy`'s caller; here only that it runs and generates every node).
+ * figures are for `benchPolicy`'s caller; here only that it runs and generates every node, on
+ * SQLite and, when reachable, PostgreSQL).
  */
 import { join } from 'node:path';
 import t from 'tap';
@@ -12,6 +13,7 @@ import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from './store-suite.js';
 import { programDir } from '../helpers/programs.js';
+import { PG_URL, pgUnavailable } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
 const AT = '2024-05-01T08:00:00Z';
@@ -57,8 +59,21 @@ t.test('benchPolicy runs on a small fleet and generates every accepted node', as
   const r = await benchPolicy({ nodes: 1000 });
   t.equal(r.nodes, 1000);
   t.equal(r.first_changed, 990, 'the bench fleet has 1% pending nodes');
-  t.ok(r.directive_change_nodes > 0 && r.directive_change_nodes < 1000, 'a directive change reaches part of the fleet');
+  t.ok(r.directive_change_nodes! > 0 && r.directive_change_nodes! < 1000, 'a directive change reaches part of the fleet');
   t.comment(`1000 nodes: first ${r.first_ms} ms, unchanged ${r.unchanged_ms} ms, one directive ${r.directive_change_ms} ms`);
+});
+
+const why = await pgUnavailable();
+t.test('benchPolicy given a PostgreSQL URL measures there too, under `postgres`', { skip: why ?? false }, async (t) => {
+  const r = await benchPolicy({ nodes: 300, sqlite: false, databaseUrl: PG_URL });
+  t.equal(r.first_ms, undefined, 'no SQLite figures when it is left out');
+  const p = r.postgres!;
+  t.equal(p.nodes, 300);
+  t.equal(p.first_changed, 297, 'every accepted node generated (1% pending)');
+  t.equal(p.templated_first_changed, 297);
+  t.ok(p.directive_change_nodes > 0 && p.directive_change_nodes < 300, 'a directive change reaches part of the fleet');
+  t.equal(p.one_percent_directive_change_nodes, 3, 'the 1 % change stays at its group');
+  t.comment(`300 nodes on PostgreSQL: first ${p.first_ms} ms (${p.first_cpu_ms} ms CPU), templated ${p.templated_first_ms} ms`);
 });
 
 t.test('touched nodes are regenerated in batches, and settled() waits for them', async (t) => {

@@ -132,7 +132,7 @@ export async function complianceRunsStored(d: BatchDeps, what: string, c: pg.Poo
   }
   if (recompute.length > 0) {
     const expected = await expectationsOf(d, what, c, recompute.map(({ r }) => r.node));
-    await writeMany(d, c, recompute.map(({ r, row }) => {
+    await writeComplianceMany(d, c, recompute.map(({ r, row }) => {
       const policy = r.node.policy_config_id;
       const e = policy === null ? undefined : expected.get(r.node.id);
       const receivedS = epochS(r.receivedAt);
@@ -197,7 +197,7 @@ const rowKey = (x: { rule_id: string; directive_id: string }) => `${x.rule_id}\n
  * written and only those gone are deleted; for the others every row is written (unchanged ones
  * left alone by the upsert's WHERE) and whatever is not reported any more is pruned.
  */
-async function writeMany(
+export async function writeComplianceMany(
   d: BatchDeps, c: pg.PoolClient, entries: Array<{ input: ComplianceInput; at: string; version: string | undefined; f: FindingContext; sink: EventInsert[] }>,
 ): Promise<void> {
   const what = 'writeCompliance';
@@ -206,22 +206,6 @@ async function writeMany(
     const now = new Map(rows.directives.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
     return { ...e, rows, now, held: e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version) };
   });
-  const ins = computed.map(({ input }) => input);
-  const upserted = await d.db.query<{ node_id: string; version: string }>(what, c, {
-    name: 'compliance_upsert_batch',
-    text: UPSERT_SQL,
-    values: [pick(ins, (i) => i.nodeId), pick(ins, (i) => i.run?.id ?? null), pick(ins, (i) => i.run?.started_at ?? null),
-      pick(ins, (i) => i.run?.started_utc ?? null), pick(ins, (i) => i.run?.config_id ?? null), pick(ins, (i) => i.expected !== null && i.expected.length > 0),
-      pick(computed, (e) => e.at), pick(ins, (i) => packedOrNull(i.outcomes, i.outcomesPacked)), pick(ins, (i) => i.marks.applying_since_s),
-      pick(ins, (i) => i.marks.answered_s), pick(ins, (i) => i.marks.keep_last_s), pick(computed, (e) => e.f.runs_seen),
-      ...COUNT_COLUMNS.map((col) => pick(computed, (e) => e.rows.counts[col]))],
-  });
-  // A node failing nowhere, before or now, has no finding to open or close (most runs).
-  const failing = computed.filter(({ f, rows }) => f.failing_before > 0 || rows.counts.error + rows.counts.non_compliant > 0);
-  const events = await d.findings.reconcileMany(c, failing.map(({ input, f, rows }) => ({
-    node_id: input.nodeId, run: f.run, at: f.at, items: rows.items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
-  })));
-  failing.forEach(({ sink }, i) => sink.push(...events[i]!));
   const unknown = computed.filter((e) => e.held === undefined);
   const dirs = computed.flatMap(({ input, rows, held }) => rows.directives
     .filter((x) => held === undefined || held.get(rowKey(x)) !== COUNT_COLUMNS.map((col) => x.counts[col]).join(','))
@@ -244,6 +228,25 @@ async function writeMany(
       values: [pick(gone, (x) => x.node_id), pick(gone, (x) => x.rule_id), pick(gone, (x) => x.directive_id)],
     });
   }
+  // The node rows after the rows that go and before the new ones: a node whose time state moves
+  // (a new policy: applying) has its directive rows moved between the kept counters by the node
+  // row's trigger, so only the rows it keeps are moved, none taken out again or written twice.
+  const ins = computed.map(({ input }) => input);
+  const upserted = await d.db.query<{ node_id: string; version: string }>(what, c, {
+    name: 'compliance_upsert_batch',
+    text: UPSERT_SQL,
+    values: [pick(ins, (i) => i.nodeId), pick(ins, (i) => i.run?.id ?? null), pick(ins, (i) => i.run?.started_at ?? null),
+      pick(ins, (i) => i.run?.started_utc ?? null), pick(ins, (i) => i.run?.config_id ?? null), pick(ins, (i) => i.expected !== null && i.expected.length > 0),
+      pick(computed, (e) => e.at), pick(ins, (i) => packedOrNull(i.outcomes, i.outcomesPacked)), pick(ins, (i) => i.marks.applying_since_s),
+      pick(ins, (i) => i.marks.answered_s), pick(ins, (i) => i.marks.keep_last_s), pick(computed, (e) => e.f.runs_seen),
+      ...COUNT_COLUMNS.map((col) => pick(computed, (e) => e.rows.counts[col]))],
+  });
+  // A node failing nowhere, before or now, has no finding to open or close (most runs).
+  const failing = computed.filter(({ f, rows }) => f.failing_before > 0 || rows.counts.error + rows.counts.non_compliant > 0);
+  const events = await d.findings.reconcileMany(c, failing.map(({ input, f, rows }) => ({
+    node_id: input.nodeId, run: f.run, at: f.at, items: rows.items, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
+  })));
+  failing.forEach(({ sink }, i) => sink.push(...events[i]!));
   if (dirs.length > 0) {
     await d.db.query(what, c, {
       name: 'compliance_directives_upsert_batch',

@@ -28,6 +28,7 @@ import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresK
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
+import { policyExpectationsMany, type PolicyExpectation } from './postgres-policy.js';
 
 export class PostgresCompliance implements ComplianceStore {
   /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
@@ -46,6 +47,14 @@ export class PostgresCompliance implements ComplianceStore {
   /** runStored for a batch of runs of distinct nodes, one statement per table (postgres-batch.ts). */
   runsStored(what: string, c: pg.PoolClient, runs: readonly StoredRun[]): Promise<void> {
     return complianceRunsStored({ db: this.db, findings: this.findings, cache: this.directiveCache }, what, c, runs);
+  }
+
+  /**
+   * expectationsTx for a chunk of a generation's batch (nodes locked by the caller, each once),
+   * set-based (postgres-policy.ts); returns how many nodes were recomputed.
+   */
+  expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
+    return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink);
   }
 
   /** The expectations stored for one config id of a node. */
@@ -185,8 +194,13 @@ export class PostgresCompliance implements ComplianceStore {
       // would refuse it anyway once this commits).
       this.directiveCache.forgetNode(nodeId);
       // Judged by its current policy: nothing to recompute when the same policy is written again.
-      const stored = node.policy_config_id === configId ? await this.expectations(c, nodeId, configId) : null;
-      const same = stored !== null && JSON.stringify(stored) === checked.json;
+      // Compared as JSON values: jsonb gives its text back with its own key order and spacing, so
+      // the text sent never equalled the text read and every write recomputed.
+      const same = node.policy_config_id === configId && (await this.db.query<{ same: boolean }>(what, c, {
+        name: 'expectations_same',
+        text: 'SELECT components = $3::jsonb AS same FROM node_expectations WHERE node_id = $1 AND config_id = $2',
+        values: [nodeId, configId, checked.json],
+      })).rows[0]?.same === true;
       await this.db.query(what, c, {
         text: `INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES ($1, $2, $3, $4)
           ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`,

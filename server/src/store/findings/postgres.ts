@@ -63,7 +63,7 @@ export class PostgresFindings implements FindingStore {
     const { rows } = await this.db.query(what, c, {
       name: 'findings_open_batch',
       text: `SELECT node_id, id, rule_id, directive_id, component, key_value, kind, first_seen_at, first_count
-        FROM findings WHERE node_id = ANY($1::text[]) AND closed_at IS NULL ORDER BY id`,
+        FROM findings WHERE node_id = ANY($1::text[]) AND closed_at IS NULL ORDER BY node_id, id`,
       values: [pick(inputs, (i) => i.node_id)],
     });
     const open = new Map<string, Record<string, unknown>[]>();

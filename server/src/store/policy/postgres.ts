@@ -1,18 +1,24 @@
 /**
- * Policy objects and generated bundles on PostgreSQL. A generation's batch sets each node's
- * expectations under its row lock (through the compliance part), then writes its bundle.
+ * Policy objects and generated bundles on PostgreSQL. A generation's batch locks its nodes' rows,
+ * then sets their expectations and writes their bundles set-based, chunk by chunk (through the
+ * compliance part, which recomputes a node's compliance only when its expectations change).
  */
 import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
-import { checkExpectations } from '../input.js';
+import type { ExpectedComponent } from '../compliance/types.js';
+import { checkConfigId, checkExpectations } from '../input.js';
+import { pick, unnestOf } from '../postgres/arrays.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';
+
+/** Nodes whose generated policies are written with one set of statements (putPolicies). */
+const POLICY_CHUNK = 500;
 
 export class PostgresPolicy implements PolicyStore {
   constructor(private readonly db: PostgresDb, private readonly compliance: PostgresCompliance, private readonly events: PostgresEvents) {}
@@ -160,28 +166,61 @@ export class PostgresPolicy implements PolicyStore {
     return new Map(rows.map((r) => [r.node_id as string, r.config_id as string]));
   }
 
+  /**
+   * A batch of generated policies (the generator writes a few thousand nodes at a time), as one
+   * setExpectations and one bundle write per node would leave them, set-based: the batch's node
+   * rows are locked in one statement in id order (the order the ingest's batches take them in,
+   * so neither can wait on the other in a cycle, nor two servers generating at once), then each
+   * chunk of POLICY_CHUNK nodes is written with a handful of statements (postgres-policy.ts for
+   * the expectations and compliance, one for the bundles). One node at a time took about ten
+   * round trips each: 100,000 nodes were a million statements.
+   */
   async putPolicies(items: PolicyWrite[]): Promise<number> {
+    // The nodes of one generation share a handful of lists (templated ones, each its config id):
+    // check each list once, and each config id.
+    const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
+    const times = new Map<string, string>();
     const checked = items.map((it) => {
       checkBundleRecord(it.bundle);
-      return { ...it, when: toUtcIso(it.bundle.generated_at, 'generated_at'), expected: checkExpectations(it.bundle.config_id, it.expected) };
+      let expected = memo.get(it.expected);
+      if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
+      else checkConfigId(it.bundle.config_id);
+      let when = times.get(it.bundle.generated_at);
+      if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
+      return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
     });
-    return this.db.tx('putPolicies', async (c) => {
-      let n = 0;
+    // Last write wins for a node named twice, as one write per item would have it.
+    const byNode = new Map(checked.map((it) => [it.bundle.node_id, it]));
+    if (byNode.size === 0) return 0;
+    const what = 'putPolicies';
+    return this.db.tx(what, async (c) => {
+      const { rows } = await this.db.query<{ id: string; policy_config_id: string | null }>(what, c, {
+        name: 'policy_nodes_lock',
+        text: 'SELECT id, policy_config_id FROM nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
+        values: [[...byNode.keys()]],
+      });
+      const previous = new Map(rows.map((r) => [r.id, r.policy_config_id]));
+      // Nodes that are gone are skipped.
+      const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
       const sink: EventInsert[] = [];
-      for (const it of checked) {
-        if (!(await this.compliance.expectationsTx(c, it.bundle.node_id, it.bundle.config_id, it.expected, it.when, sink))) continue;
-        n++;
-        if (it.expectationsOnly) continue;
-        await this.db.query('putPolicies', c, {
-          name: 'bundle_put',
-          text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ($1, $2, $3, $4)
+      for (let i = 0; i < live.length; i += POLICY_CHUNK) {
+        const chunk = live.slice(i, i + POLICY_CHUNK);
+        await this.compliance.expectationsMany(c, chunk.map((it) => ({
+          nodeId: it.bundle.node_id, configId: it.bundle.config_id, previous: previous.get(it.bundle.node_id) ?? null, when: it.when, expected: it.expected,
+        })), sink);
+        const bundles = chunk.filter((it) => !it.expectationsOnly);
+        if (bundles.length === 0) continue;
+        await this.db.query(what, c, {
+          name: 'bundle_put_batch',
+          text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
+              SELECT * FROM ${unnestOf(['text', 'text', 'timestamptz', 'text'])}
             ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
-          values: [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle],
+          values: [pick(bundles, (it) => it.bundle.node_id), pick(bundles, (it) => it.bundle.config_id), pick(bundles, (it) => it.when), pick(bundles, (it) => it.bundle.bundle)],
         });
       }
       // Last: the events' lock is held from here to the commit only.
       await this.events.write(c, sink);
-      return n;
+      return live.length;
     });
   }
 }

@@ -1,0 +1,99 @@
+/**
+ * What a generation's batch of policies does to its nodes' expectations and compliance on
+ * PostgreSQL, set-based: for a chunk of nodes, one statement stores the expectations, drops those
+ * of configs no longer kept, moves the nodes' policy config ids and tells which nodes already
+ * had these very expectations; one reads the compliance rows of the nodes to recompute; then the
+ * batch write of postgres-batch.ts (compliance rows, findings, per-directive rows). Per node, the
+ * same decisions as PostgresCompliance.expectationsTx, which took about ten round trips each.
+ *
+ * The caller holds every node's row lock and gives each node at most once.
+ */
+import type pg from 'pg';
+import { iso } from '../postgres/db.js';
+import { pick, unnestOf } from '../postgres/arrays.js';
+import type { EventInsert } from '../events/types.js';
+import { unpackOutcomes } from '../runs/outcomes.js';
+import { epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput } from './rows.js';
+import { writeComplianceMany, type BatchDeps } from './postgres-batch.js';
+import type { ExpectedComponent } from './types.js';
+
+/** One node's new policy in a chunk: its config id, the one it had (null: none), and what it is now expected to report. */
+export interface PolicyExpectation {
+  nodeId: string;
+  configId: string;
+  previous: string | null;
+  when: string;
+  expected: { items: ExpectedComponent[]; json: string };
+}
+
+/**
+ * The expectations written (each distinct list is sent once: `$6` holds the lists, `list` the
+ * 1-based index of a node's), the configs other than this one and the previous policy's dropped,
+ * the node rows pointed at their new config (only where it moves: no dead tuple for the same),
+ * and the nodes whose stored expectations for this config were already equal as JSON values
+ * (jsonb equality: key order and spacing do not count), with whether they have a compliance row.
+ * Every CTE sees the rows as they were before the statement.
+ */
+const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::jsonb[])[v.list] AS components
+      FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
+    same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.components = v.components),
+    put AS (INSERT INTO node_expectations (node_id, config_id, set_at, components) SELECT node_id, config_id, set_at, components FROM v
+      ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components),
+    dropped AS (DELETE FROM node_expectations e USING v
+      WHERE e.node_id = v.node_id AND e.config_id <> v.config_id AND e.config_id <> v.keep),
+    moved AS (UPDATE nodes n SET policy_config_id = v.config_id FROM v WHERE n.id = v.node_id AND n.policy_config_id IS DISTINCT FROM v.config_id)
+  SELECT same.node_id, x.node_id IS NOT NULL AS present FROM same LEFT JOIN node_compliance x ON x.node_id = same.node_id`;
+
+/** The compliance rows of the nodes to recompute, as PostgresCompliance.expectationsTx reads one. */
+const CURRENT_SQL = `SELECT node_id, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
+    applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant
+  FROM node_compliance WHERE node_id = ANY($1::text[])`;
+
+/**
+ * A chunk of policies' expectations stored and their nodes' compliance recomputed where the
+ * per-node path would: a node is left alone only when it has a compliance row and the same
+ * policy is written again with the same expectations. The events go to `sink`, in the chunk's
+ * order. Returns how many nodes were recomputed.
+ */
+export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
+  if (items.length === 0) return 0;
+  const what = 'setExpectations';
+  // Each distinct list once (a generation's nodes share a handful of them).
+  const lists = new Map<string, number>();
+  for (const it of items) if (!lists.has(it.expected.json)) lists.set(it.expected.json, lists.size + 1);
+  for (const it of items) d.cache.forgetNode(it.nodeId);
+  const { rows } = await d.db.query<{ node_id: string; present: boolean }>(what, c, {
+    name: 'expectations_put_batch',
+    text: EXPECTATIONS_SQL,
+    values: [pick(items, (it) => it.nodeId), pick(items, (it) => it.configId), pick(items, (it) => it.when),
+      pick(items, (it) => lists.get(it.expected.json)!), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()]],
+  });
+  const unchanged = new Set(rows.filter((r) => r.present).map((r) => r.node_id));
+  // Judged by its current policy: nothing to recompute when the same policy is written again.
+  const todo = items.filter((it) => !(it.previous === it.configId && unchanged.has(it.nodeId)));
+  if (todo.length === 0) return 0;
+  const current = new Map<string, Record<string, unknown>>();
+  for (const r of (await d.db.query<Record<string, unknown>>(what, c, { name: 'compliance_current_batch', text: CURRENT_SQL, values: [pick(todo, (it) => it.nodeId)] })).rows) {
+    current.set(r.node_id as string, r);
+  }
+  await writeComplianceMany(d, c, todo.map((it) => {
+    const cur = current.get(it.nodeId);
+    const hasRun = cur !== undefined && cur.run_id !== null;
+    const marks = nextMarks(marksFromRow(cur), {
+      kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous, run_config_id: hasRun ? (cur.config_id as string | null) : null,
+    });
+    const input: ComplianceInput = hasRun
+      ? {
+        nodeId: it.nodeId,
+        run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id as string | null },
+        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+        ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
+        expected: it.expected.items,
+        marks,
+      }
+      : { nodeId: it.nodeId, run: null, outcomes: [], expected: it.expected.items, marks };
+    // The node's cache entries were dropped above: every directive row is written, the rest pruned.
+    return { input, at: it.when, version: undefined, f: findingContext(cur, null, it.when, []), sink };
+  }));
+  return todo.length;
+}
