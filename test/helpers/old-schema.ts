@@ -98,3 +98,27 @@ export const UNDO_27 = {
     DROP INDEX kept_nodes_share_idx, kept_nodes_worst_idx; ALTER TABLE kept_nodes DROP COLUMN share, DROP COLUMN expected;
     DELETE FROM schema_version WHERE version = 27;`,
 };
+
+/**
+ * Version 28's stand-in undone (0028_reserved.ts: nothing to drop); the version 28 migration's
+ * own undo takes its place when both are merged.
+ */
+export const UNDO_28 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 28;',
+  postgres: 'DELETE FROM schema_version WHERE version = 28;',
+};
+
+/**
+ * Migration 29 undone on a database at 29 (the kept drill-down keys, their index and triggers
+ * dropped), before UNDO_28 and UNDO_27 for tests that undo an older one.
+ */
+export const UNDO_29 = {
+  sqlite: `${['kept_targets_row_insert', 'kept_targets_row_update', 'kept_targets_row_delete', 'kept_targets_node_insert', 'kept_targets_node_update',
+    'kept_targets_node_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
+    DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 29;`,
+  postgres: `DROP TRIGGER kept_targets_rows_insert ON node_compliance_directives; DROP TRIGGER kept_targets_rows_update ON node_compliance_directives;
+    DROP TRIGGER kept_targets_rows_delete ON node_compliance_directives; DROP TRIGGER kept_targets_node_write ON kept_nodes;
+    DROP TRIGGER kept_targets_node_move ON kept_nodes;
+    DROP FUNCTION kept_targets_rows_added, kept_targets_rows_changed, kept_targets_rows_removed, kept_targets_node_trg;
+    DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 29;`,
+};

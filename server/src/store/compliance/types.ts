@@ -140,6 +140,8 @@ export interface ComplianceStore {
    * for it alone (time states applied), sorted by that compliance, paged (rule drill-downs).
    */
   targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
+  /** targetNodes judged afresh over every node under the rule (what the read from the kept keys, migration 29, must equal). */
+  targetNodesFresh(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
   /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
   worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
   /** worstNodes computed afresh over every node (what the read from the kept shares must equal). */
@@ -168,5 +170,6 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   worstNodes: REFUSE,
   worstNodesFresh: REFUSE,
   targetNodes: REFUSE,
+  targetNodesFresh: REFUSE,
   setKeepLast: lookup([0]),
 };
