@@ -362,6 +362,13 @@ export class PostgresCompliance implements ComplianceStore {
     return postgresPutGroupMembers(this.db, nodeIds, groups);
   }
 
+  async groupMembersOf(nodeId: string): Promise<string[]> {
+    const { rows } = await this.db.query('groupMembersOf', this.db.pool, {
+      text: 'SELECT group_id FROM policy_group_members WHERE node_id = $1 ORDER BY group_id', values: [nodeId],
+    });
+    return rows.map((r) => r.group_id as string);
+  }
+
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
     const { rows } = await this.db.query('complianceByRule', this.db.pool, {

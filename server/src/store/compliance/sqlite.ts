@@ -394,6 +394,12 @@ export class SqliteCompliance implements ComplianceStore {
     });
   }
 
+  async groupMembersOf(nodeId: string): Promise<string[]> {
+    const rows = this.db.read('groupMembersOf', () => this.db.stmt('SELECT group_id FROM policy_group_members WHERE node_id = ? ORDER BY group_id')
+      .all(nodeId)) as Array<{ group_id: string }>;
+    return rows.map((r) => r.group_id);
+  }
+
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
     const keys = by === 'rule' ? 'x.rule_id' : 'x.rule_id, x.directive_id';
     const rows = this.db.read('complianceByRule', () => this.db.stmt(`SELECT ${keys}, count(DISTINCT x.node_id) AS nodes, ${timeAdjustedSums('x', 't')}

@@ -127,6 +127,8 @@ export interface ComplianceStore {
    * a node absent from `groups` in none. Writes only what changed; answers how many rows moved.
    */
   putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number>;
+  /** The groups one node was found in at its last generation (putGroupMembers), in byte order; none when it was never generated. */
+  groupMembersOf(nodeId: string): Promise<string[]>;
   /** complianceByRule summed afresh over every node's rows (what the kept counters must equal). */
   complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
   /** complianceSummary over all accepted nodes, summed afresh over every node (what the kept counters must equal). */
@@ -164,6 +166,7 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   complianceByGroup: REFUSE,
   complianceByGroupFresh: REFUSE,
   putGroupMembers: REFUSE,
+  groupMembersOf: lookup([0], () => []),
   complianceSummaryFresh: REFUSE,
   sweepCompliance: REFUSE,
   complianceNodes: REFUSE,
