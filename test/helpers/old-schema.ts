@@ -113,8 +113,8 @@ export const UNDO_28 = {
  * dropped), before UNDO_28 and UNDO_27 for tests that undo an older one.
  */
 export const UNDO_29 = {
-  sqlite: `${['kept_targets_row_insert', 'kept_targets_row_update', 'kept_targets_row_delete', 'kept_targets_node_insert', 'kept_targets_node_update',
-    'kept_targets_node_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
+  sqlite: `${['kept_targets_row_insert', 'kept_targets_row_update', 'kept_targets_row_rekey', 'kept_targets_row_delete', 'kept_targets_node_insert',
+    'kept_targets_node_update', 'kept_targets_node_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
     DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 29;`,
   postgres: `DROP TRIGGER kept_targets_rows_insert ON node_compliance_directives; DROP TRIGGER kept_targets_rows_update ON node_compliance_directives;
     DROP TRIGGER kept_targets_rows_delete ON node_compliance_directives; DROP TRIGGER kept_targets_node_write ON kept_nodes;

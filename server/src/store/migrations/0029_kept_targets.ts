@@ -44,28 +44,38 @@ export const stateBit = bit;
 
 /**
  * The rows kept_targets must hold for the compliance rows `d` (node_compliance_directives)
- * matching `where` (over `d`): rule_id, directive_id, node_id, share, states.
+ * matching `where` (over `d`): rule_id, directive_id, node_id, share, states; the rule's rows
+ * (directive_id '') from the rows matching `ruleWhere`, which must cover whole (node, rule) pairs.
  */
-export function targetRows(where: string): string {
+export function targetRows(where: string, ruleWhere = where): string {
   const sums = C.map((c) => `sum(d.${c}) AS ${c}`).join(', ');
   return `SELECT d.rule_id, d.directive_id, d.node_id, ${share('d', 'k.mode')} AS share, ${states('d', 'k.mode')} AS states
     FROM node_compliance_directives d JOIN kept_nodes k ON k.node_id = d.node_id WHERE k.class = 'agent' AND ${where}
   UNION ALL SELECT s.rule_id, '', s.node_id, ${share('s', 's.mode')}, ${states('s', 's.mode')}
     FROM (SELECT d.rule_id, d.node_id, k.mode, ${sums}
-      FROM node_compliance_directives d JOIN kept_nodes k ON k.node_id = d.node_id WHERE k.class = 'agent' AND ${where}
+      FROM node_compliance_directives d JOIN kept_nodes k ON k.node_id = d.node_id WHERE k.class = 'agent' AND ${ruleWhere}
       GROUP BY d.rule_id, d.node_id, k.mode) s`;
+}
+
+/**
+ * The statement writing targetRows(`where`, `ruleWhere`) where they changed. Enough alone after
+ * rows were added or their counts changed: no row kept_targets holds can have gone then.
+ * `filler` is what SQLite needs between a SELECT and ON CONFLICT.
+ */
+function upsert(where: string, ruleWhere: string, filler: string, distinct: string): string {
+  return `INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states)
+    SELECT * FROM (${targetRows(where, ruleWhere)}) r${filler}
+    ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET share = excluded.share, states = excluded.states
+      WHERE (kept_targets.share, kept_targets.states) ${distinct} (excluded.share, excluded.states);`;
 }
 
 /**
  * Statements bringing kept_targets to targetRows(`where`) within `scope` (a condition over the
  * kept_targets columns, covering every row `where` can answer): changed rows written, rows
- * answered no more dropped. `filler` is what SQLite needs between a SELECT and ON CONFLICT.
+ * answered no more dropped (after a deletion, or a node's class or mode moving).
  */
 function refresh(where: string, scope: string, filler: string, distinct: string): string {
-  return `INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states)
-    SELECT * FROM (${targetRows(where)}) r${filler}
-    ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET share = excluded.share, states = excluded.states
-      WHERE (kept_targets.share, kept_targets.states) ${distinct} (excluded.share, excluded.states);
+  return `${upsert(where, where, filler, distinct)}
   DELETE FROM kept_targets WHERE ${scope}
     AND (node_id, rule_id, directive_id) NOT IN (SELECT node_id, rule_id, directive_id FROM (${targetRows(where)}) r);`;
 }
@@ -73,7 +83,10 @@ function refresh(where: string, scope: string, filler: string, distinct: string)
 // ---- SQLite ----------------------------------------------------------------------------------
 
 const sRefresh = (where: string, scope: string) => refresh(where, scope, ' WHERE true', 'IS NOT');
-/** A node's rows for one rule, after a compliance row of it (`r`: NEW or OLD) moved. */
+/** A node's rows for one compliance row (`r`: NEW) and its rule, after the row was added or its counts changed. */
+const sRow = (r: string) => upsert(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id AND d.directive_id = ${r}.directive_id`,
+  `d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id`, ' WHERE true', 'IS NOT');
+/** A node's rows for one rule, after a compliance row of it (`r`: OLD) went. */
 const sRule = (r: string) => sRefresh(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id`, `node_id = ${r}.node_id AND rule_id = ${r}.rule_id`);
 const sNode = (r: string) => sRefresh(`d.node_id = ${r}.node_id`, `node_id = ${r}.node_id`);
 const countsDiffer = C.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(' OR ');
@@ -90,10 +103,14 @@ INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states) ${targe
 
 const sqliteTriggers = `
 CREATE TRIGGER kept_targets_row_insert AFTER INSERT ON node_compliance_directives BEGIN
-  ${sRule('NEW')}
+  ${sRow('NEW')}
 END;
-CREATE TRIGGER kept_targets_row_update AFTER UPDATE ON node_compliance_directives WHEN ${countsDiffer}
-  OR OLD.rule_id IS NOT NEW.rule_id OR OLD.directive_id IS NOT NEW.directive_id BEGIN
+CREATE TRIGGER kept_targets_row_update AFTER UPDATE ON node_compliance_directives WHEN (${countsDiffer})
+  AND OLD.node_id IS NEW.node_id AND OLD.rule_id IS NEW.rule_id AND OLD.directive_id IS NEW.directive_id BEGIN
+  ${sRow('NEW')}
+END;
+CREATE TRIGGER kept_targets_row_rekey AFTER UPDATE ON node_compliance_directives
+  WHEN OLD.node_id IS NOT NEW.node_id OR OLD.rule_id IS NOT NEW.rule_id OR OLD.directive_id IS NOT NEW.directive_id BEGIN
   ${sRule('OLD')}
   ${sRule('NEW')}
 END;
@@ -123,6 +140,11 @@ const pRefresh = (where: string, scope: string) => refresh(where, scope, '', 'IS
 /** The (node, rule) pairs of a transition table's rows: those whose rows are rewritten. */
 const pairs = (table: string) => `(SELECT DISTINCT node_id, rule_id FROM ${table})`;
 const pPairs = (table: string) => pRefresh(`(d.node_id, d.rule_id) IN ${pairs(table)}`, `(node_id, rule_id) IN ${pairs(table)}`);
+/** The rows of a transition table's compliance rows and of their rules, after those were added or their counts changed. */
+const pRows = (table: string) => upsert(`(d.node_id, d.rule_id, d.directive_id) IN (SELECT node_id, rule_id, directive_id FROM ${table})`,
+  `(d.node_id, d.rule_id) IN ${pairs(table)}`, '', 'IS DISTINCT FROM');
+/** Nothing to do for a statement that moved no row (an upsert fires the insert and the update triggers both). */
+const none = (table: string) => `IF NOT EXISTS (SELECT 1 FROM ${table}) THEN RETURN NULL; END IF;`;
 
 const postgres = `
 CREATE TABLE kept_targets (rule_id text COLLATE "C" NOT NULL, directive_id text COLLATE "C" NOT NULL, node_id text COLLATE "C" NOT NULL,
@@ -132,17 +154,24 @@ CREATE INDEX kept_targets_key_idx ON kept_targets (rule_id, directive_id, share,
 
 CREATE FUNCTION kept_targets_rows_added() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-  ${pPairs('added')}
+  ${none('added')}
+  ${pRows('added')}
   RETURN NULL;
 END $f$;
 CREATE FUNCTION kept_targets_rows_changed() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-  ${pRefresh(`(d.node_id, d.rule_id) IN (SELECT node_id, rule_id FROM old_rows UNION SELECT node_id, rule_id FROM new_rows)`,
-    '(node_id, rule_id) IN (SELECT node_id, rule_id FROM old_rows UNION SELECT node_id, rule_id FROM new_rows)')}
+  ${none('new_rows')}
+  IF EXISTS (SELECT node_id, rule_id, directive_id FROM old_rows EXCEPT SELECT node_id, rule_id, directive_id FROM new_rows) THEN
+    ${pRefresh(`(d.node_id, d.rule_id) IN (SELECT node_id, rule_id FROM old_rows UNION SELECT node_id, rule_id FROM new_rows)`,
+      '(node_id, rule_id) IN (SELECT node_id, rule_id FROM old_rows UNION SELECT node_id, rule_id FROM new_rows)')}
+  ELSE
+    ${pRows('new_rows')}
+  END IF;
   RETURN NULL;
 END $f$;
 CREATE FUNCTION kept_targets_rows_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
+  ${none('removed')}
   ${pPairs('removed')}
   RETURN NULL;
 END $f$;
