@@ -15,8 +15,9 @@
  *   that mode (the drill-down's state filter).
  * kept_targets_key_idx walks one rule's (or directive's) nodes in key order.
  *
- * The rows move in the transaction that moves their sources: a node's compliance rows for a
- * rule (node_compliance_directives) rewrite that rule's rows of the node; a change of its kept
+ * The rows move in the transaction that moves their sources: a compliance row added or whose
+ * counts moved (node_compliance_directives) rewrites its own row and its rule's, a deleted one
+ * that rule's rows of the node; a change of its kept
  * class or mode (kept_nodes, which migration 23's triggers and the sweep move) rewrites all of
  * the node's rows, or drops them when it is no longer an accepted node with an agent. A row is
  * written only when its key or states changed. A reader at another moment takes the nodes whose
@@ -39,7 +40,7 @@ const share = (r: string, mode: string) => `CASE WHEN ${mode} = 0 THEN (CASE WHE
 const states = (r: string, mode: string) => `CASE WHEN ${mode} = 0 THEN ${C.map((c) => `(CASE WHEN ${r}.${c} > 0 THEN ${bit(c)} ELSE 0 END)`).join(' + ')}
   WHEN ${sum(r, EXPECTED)} = 0 THEN 0 WHEN ${mode} = 1 THEN ${bit('applying')} ELSE ${bit('no_answer')} END`;
 
-/** The state names a `states` value holds, for readers filtering on one. */
+/** The bit of a state in `states`, for readers filtering on one. */
 export const stateBit = bit;
 
 /**
