@@ -18,6 +18,7 @@ import { complianceClock } from '@capstan/server/registry/compliance';
 import { sqliteKeptRefill } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { sqliteKeptGroupsRefill } from '@capstan/server/store/migrations/0025_kept_groups';
 import { sqliteKeptSharesRefill } from '@capstan/server/store/migrations/0027_kept_shares';
+import { sqliteKeptTargetsRefill } from '@capstan/server/store/migrations/0028_kept_targets';
 import { NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {
@@ -130,7 +131,7 @@ export function loadSqlite(path: string, n: number): void {
           for (const d of r.directives) insDir.run(r.node.id, d.rule, d.directive, ...d.counts);
         }
       }
-      db.exec(sqliteKeptRefill + sqliteKeptGroupsRefill + sqliteKeptSharesRefill);
+      db.exec(sqliteKeptRefill + sqliteKeptGroupsRefill + sqliteKeptSharesRefill + sqliteKeptTargetsRefill);
       for (const tr of triggers) db.exec(tr.sql);
     })();
     db.exec('ANALYZE');

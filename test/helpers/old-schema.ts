@@ -98,3 +98,18 @@ export const UNDO_27 = {
     DROP INDEX kept_nodes_share_idx, kept_nodes_worst_idx; ALTER TABLE kept_nodes DROP COLUMN share, DROP COLUMN expected;
     DELETE FROM schema_version WHERE version = 27;`,
 };
+
+/**
+ * Migration 28 undone on a database at 28 (the kept drill-down keys, their index and triggers
+ * dropped), before UNDO_27 for tests that undo an older one.
+ */
+export const UNDO_28 = {
+  sqlite: `${['kept_targets_row_insert', 'kept_targets_row_update', 'kept_targets_row_rekey', 'kept_targets_row_delete', 'kept_targets_node_insert',
+    'kept_targets_node_update', 'kept_targets_node_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
+    DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 28;`,
+  postgres: `DROP TRIGGER kept_targets_rows_insert ON node_compliance_directives; DROP TRIGGER kept_targets_rows_update ON node_compliance_directives;
+    DROP TRIGGER kept_targets_rows_delete ON node_compliance_directives; DROP TRIGGER kept_targets_node_write ON kept_nodes;
+    DROP TRIGGER kept_targets_node_move ON kept_nodes;
+    DROP FUNCTION kept_targets_rows_added, kept_targets_rows_changed, kept_targets_rows_removed, kept_targets_node_trg;
+    DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 28;`,
+};

@@ -18,13 +18,14 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks,
-  nodeComplianceFromRow, ruleComplianceFromRow, targetNodesSql, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  nodeComplianceFromRow, ruleComplianceFromRow, targetNodesSql, targetSpec, timeAdjustedColumns, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresKeptSweep, postgresKeptWorst, postgresPutGroupMembers } from './kept-postgres.js';
+import { postgresKeptByGroup, postgresKeptByRule, postgresKeptSummary, postgresKeptSweep, postgresKeptWorst, postgresPutGroupMembers, postgresSwept, snapshot } from './kept-postgres.js';
+import { targetKeptSql } from './kept-targets.js';
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
@@ -336,10 +337,21 @@ export class PostgresCompliance implements ComplianceStore {
 
   async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
-    const sql = targetNodesSql((i) => `$${i}`, complianceClassSql, { directive: q.directive_id !== undefined, order: q.order ?? 'asc', ...(q.state && { state: q.state }) });
-    const values = [...clockParams(clock), q.rule_id, ...(q.directive_id !== undefined ? [q.directive_id] : []), limit, offset];
-    const { rows } = await this.db.query('targetNodes', this.db.pool, { text: sql, values });
-    const total = rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : (await this.targetNodes({ ...q, page: 1, per_page: 1 }, clock)).total;
+    return snapshot(this.db, 'targetNodes', async (c) => {
+      const sql = targetKeptSql((i) => `$${i}`, complianceClassSql, targetSpec(q), clock, await postgresSwept(c), limit, offset);
+      const rows = (await c.query(sql.page.text, sql.page.values)).rows as Record<string, unknown>[];
+      const total = Number((await c.query(sql.total.text, sql.total.values)).rows[0]!.total);
+      return { data: rows.map(nodeComplianceFromRow), total };
+    });
+  }
+
+  async targetNodesFresh(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const values: unknown[] = [];
+    const text = targetNodesSql((v) => `$${values.push(v)}`, complianceClassSql, targetSpec(q), clock, limit, offset);
+    const { rows } = await this.db.query('targetNodes', this.db.pool, { text, values });
+    // A page past the end has no row to carry the total.
+    const total = rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : (await this.targetNodesFresh({ ...q, page: 1, per_page: 1 }, clock)).total;
     return { data: rows.map(nodeComplianceFromRow), total };
   }
 
@@ -362,6 +374,13 @@ export class PostgresCompliance implements ComplianceStore {
 
   async putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number> {
     return postgresPutGroupMembers(this.db, nodeIds, groups);
+  }
+
+  async groupMembersOf(nodeId: string): Promise<string[]> {
+    const { rows } = await this.db.query('groupMembersOf', this.db.pool, {
+      text: 'SELECT group_id FROM policy_group_members WHERE node_id = $1 ORDER BY group_id', values: [nodeId],
+    });
+    return rows.map((r) => r.group_id as string);
   }
 
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

@@ -12,7 +12,7 @@ import type { NodeStatus } from '../nodes/types.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { isoOf } from '../time.js';
 import type { FindingInput } from '../findings/types.js';
-import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, GroupComplianceRow, NodeClass, NodeComplianceRow, RuleComplianceRow } from './types.js';
+import type { ComplianceAggregate, ComplianceClock, ExpectedComponent, GroupComplianceRow, NodeClass, NodeComplianceRow, RuleComplianceRow, TargetNodesQuery } from './types.js';
 
 export interface ComplianceInput {
   nodeId: string;
@@ -180,35 +180,61 @@ export function worstNodesOver(from: string, limit: string, classSql: string, jo
   ORDER BY CAST(${good} AS DOUBLE PRECISION) / (${total}), s.node_id LIMIT ${limit}`;
 }
 
+/** What a rule drill-down asks (TargetNodesQuery without its paging), `state` a checked state name. */
+export interface TargetSpec {
+  rule_id: string;
+  directive_id?: string;
+  state?: string;
+  order: 'asc' | 'desc';
+}
+
+/** The TargetSpec of a query. */
+export const targetSpec = (q: TargetNodesQuery): TargetSpec => ({
+  rule_id: q.rule_id, order: q.order ?? 'asc',
+  ...(q.directive_id !== undefined && { directive_id: q.directive_id }), ...(q.state !== undefined && { state: q.state }),
+});
+
+/** A rule drill-down's sort over rows with `target_key` (NULL: no item, last in both orders) and `node_id`. */
+export const targetOrder = (dir: 'asc' | 'desc', r = '') => {
+  const d = dir === 'desc' ? 'DESC' : 'ASC';
+  return `ORDER BY CASE WHEN ${r}target_key IS NULL THEN 1 ELSE 0 END, ${r}target_key ${d}, ${r}node_id ${d}`;
+};
+
 /**
- * One page of a rule's nodes (or of one directive's) with their counts for it alone, sorted by
- * that compliance (the ratio is decided at read time, as worstNodesSql's), with the number of
- * matching nodes on every row (`total`, a window count: one statement for page and total).
+ * A rule's nodes (or one directive's) judged at a moment, each with its counts for it alone and
+ * its sort key `target_key` (the compliant share of those counts, as worstNodesSql's; NULL when
+ * they hold no item), unsorted; with `nodes` (a subquery answering node_id), those nodes only.
  * The rule's rows are summed per node first, from its index range alone; only then is each node
  * joined to its row and its compliance marks (a join per directive row cost three times as many
- * lookups). Parameters by `ph(i)`, in the order they appear in the text (SQLite's are positional): 1 silent_before, 2 applying_after, 3 rule id, then the
- * directive id when `directive`, then limit and offset. `state` is a checked state name (a column).
+ * lookups). `param(v)` binds a value and answers its placeholder, called in the order of the text.
  */
-export function targetNodesSql(ph: (i: number) => string, classSql: string, o: { directive: boolean; state?: string; order: 'asc' | 'desc' }): string {
-  if (o.state !== undefined && !(COMPLIANCE_STATES as readonly string[]).includes(o.state)) throw new Error(`not a state: ${o.state}`);
+export function targetJudgedSql(param: (v: unknown) => string, classSql: string, q: TargetSpec, clock: ComplianceClock, nodes?: string): string {
+  if (q.state !== undefined && !(COMPLIANCE_STATES as readonly string[]).includes(q.state)) throw new Error(`not a state: ${q.state}`);
   const good = [...COMPLIANT_STATES].map((c) => `s.${c}`).join(' + ');
   const total = COMPLIANCE_STATES.map((c) => `s.${c}`).join(' + ');
-  const dir = o.order === 'desc' ? 'DESC' : 'ASC';
-  let i = 3;
-  const rule = ph(i++);
-  const directive = o.directive ? ph(i++) : null;
-  const limit = ph(i++);
-  const offset = ph(i++);
   const sums = RUN_STATES.map((c) => `sum(d.${c}) AS ${c}`).join(', ');
-  return `SELECT s.*, count(*) OVER () AS total_rows FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
+  const [silent, applying] = clockParams(clock);
+  const p = clockSubquery(param(silent), param(applying));
+  // With `nodes`, those few first (CROSS JOIN: SQLite keeps them outermost) and each looked up.
+  const from = nodes ? `(${nodes}) i CROSS JOIN node_compliance_directives d` : 'node_compliance_directives d';
+  const rule = `${nodes ? 'd.node_id = i.node_id AND ' : ''}d.rule_id = ${param(q.rule_id)}${q.directive_id !== undefined ? ` AND d.directive_id = ${param(q.directive_id)}` : ''}`;
+  return `SELECT s.*, CASE WHEN (${total}) = 0 THEN NULL ELSE CAST(${good} AS DOUBLE PRECISION) / (${total}) END AS target_key
+  FROM (SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id,
       ${classSql} AS class, ${timeAdjustedColumns('x', 't')}
-    FROM ${clockSubquery(ph(1), ph(2))} CROSS JOIN (SELECT d.node_id, ${sums} FROM node_compliance_directives d
-        WHERE d.rule_id = ${rule}${directive ? ` AND d.directive_id = ${directive}` : ''} GROUP BY d.node_id) x
+    FROM ${p} CROSS JOIN (SELECT d.node_id, ${sums} FROM ${from} WHERE ${rule} GROUP BY d.node_id) x
       JOIN nodes n ON n.id = x.node_id JOIN node_compliance t ON t.node_id = x.node_id
     WHERE n.accepted = 'accepted') s
-  WHERE s.class = 'agent'${o.state ? ` AND s.${o.state} > 0` : ''}
-  ORDER BY CASE WHEN (${total}) = 0 THEN 1 ELSE 0 END, CAST(${good} AS DOUBLE PRECISION) / CASE WHEN (${total}) = 0 THEN 1 ELSE (${total}) END ${dir}, s.node_id ${dir}
-  LIMIT ${limit} OFFSET ${offset}`;
+  WHERE s.class = 'agent'${q.state ? ` AND s.${q.state} > 0` : ''}`;
+}
+
+/**
+ * One page of a rule's nodes judged afresh over every node under the rule and sorted, with the
+ * number of matching nodes on every row (`total_rows`, a window count): the reference the kept
+ * read (kept-targets.ts) equals.
+ */
+export function targetNodesSql(param: (v: unknown) => string, classSql: string, q: TargetSpec, clock: ComplianceClock, limit: number, offset: number): string {
+  const judged = targetJudgedSql(param, classSql, q, clock);
+  return `SELECT j.*, count(*) OVER () AS total_rows FROM (${judged}) j ${targetOrder(q.order, 'j.')} LIMIT ${param(limit)} OFFSET ${param(offset)}`;
 }
 
 /** A node's class for compliance, in SQL over `nodes n`: relays and nodes without an agent are summed apart. */

@@ -18,13 +18,14 @@ import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
   directiveChangesRaw, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
-  targetNodesSql, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
   TargetNodesPage, TargetNodesQuery,
 } from './types.js';
-import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst } from './kept-sqlite.js';
+import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst, sqliteSwept } from './kept-sqlite.js';
+import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
 import type { KeptSweep } from './kept.js';
 
@@ -344,15 +345,22 @@ export class SqliteCompliance implements ComplianceStore {
 
   async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
-    const sql = targetNodesSql(() => '?', complianceClassSql, { directive: q.directive_id !== undefined, order: q.order ?? 'asc', ...(q.state && { state: q.state }) });
-    const values = [...clockParams(clock), q.rule_id, ...(q.directive_id !== undefined ? [q.directive_id] : []), limit, offset];
-    const rows = this.db.read('targetNodes', () => this.db.stmt(sql).all(...values)) as Record<string, unknown>[];
-    return { data: rows.map(nodeComplianceFromRow), total: rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : await this.countTargetNodes(q, clock) };
+    return this.db.read('targetNodes', () => {
+      const sql = targetKeptSql(() => '?', complianceClassSql, targetSpec(q), clock, sqliteSwept(this.db), limit, offset);
+      const rows = this.db.stmt(sql.page.text).all(...sql.page.values) as Record<string, unknown>[];
+      const { total } = this.db.stmt(sql.total.text).get(...sql.total.values) as { total: number };
+      return { data: rows.map(nodeComplianceFromRow), total: Number(total) };
+    });
   }
 
-  /** The total of a page past the end (it has no row to carry it). */
-  private async countTargetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<number> {
-    return (await this.targetNodes({ ...q, page: 1, per_page: 1 }, clock)).total;
+  async targetNodesFresh(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
+    const { limit, offset } = checkPaging(q.page, q.per_page);
+    const values: unknown[] = [];
+    const sql = targetNodesSql((v) => (values.push(v), '?'), complianceClassSql, targetSpec(q), clock, limit, offset);
+    const rows = this.db.read('targetNodes', () => this.db.stmt(sql).all(...values)) as Record<string, unknown>[];
+    // A page past the end has no row to carry the total.
+    const total = rows.length ? Number(rows[0]!.total_rows) : offset === 0 ? 0 : (await this.targetNodesFresh({ ...q, page: 1, per_page: 1 }, clock)).total;
+    return { data: rows.map(nodeComplianceFromRow), total };
   }
 
   async complianceByRule(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {
@@ -384,6 +392,12 @@ export class SqliteCompliance implements ComplianceStore {
       for (const [g, n] of added) ins.run(g, n);
       return added.length + removed.length;
     });
+  }
+
+  async groupMembersOf(nodeId: string): Promise<string[]> {
+    const rows = this.db.read('groupMembersOf', () => this.db.stmt('SELECT group_id FROM policy_group_members WHERE node_id = ? ORDER BY group_id')
+      .all(nodeId)) as Array<{ group_id: string }>;
+    return rows.map((r) => r.group_id);
   }
 
   async complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]> {

@@ -127,6 +127,8 @@ export interface ComplianceStore {
    * a node absent from `groups` in none. Writes only what changed; answers how many rows moved.
    */
   putGroupMembers(nodeIds: readonly string[], groups: ReadonlyMap<string, readonly string[]>): Promise<number>;
+  /** The groups one node was found in at its last generation (putGroupMembers), in byte order; none when it was never generated. */
+  groupMembersOf(nodeId: string): Promise<string[]>;
   /** complianceByRule summed afresh over every node's rows (what the kept counters must equal). */
   complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
   /** complianceSummary over all accepted nodes, summed afresh over every node (what the kept counters must equal). */
@@ -140,6 +142,8 @@ export interface ComplianceStore {
    * for it alone (time states applied), sorted by that compliance, paged (rule drill-downs).
    */
   targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
+  /** targetNodes judged afresh over every node under the rule (what the read from the kept keys, migration 28, must equal). */
+  targetNodesFresh(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage>;
   /** The `limit` accepted nodes with an agent whose compliance is lowest, worst first (nodes without items left out). */
   worstNodes(limit: number, clock: ComplianceClock): Promise<NodeComplianceRow[]>;
   /** worstNodes computed afresh over every node (what the read from the kept shares must equal). */
@@ -162,11 +166,13 @@ export const COMPLIANCE_NUL: NulRules<ComplianceStore> = {
   complianceByGroup: REFUSE,
   complianceByGroupFresh: REFUSE,
   putGroupMembers: REFUSE,
+  groupMembersOf: lookup([0], () => []),
   complianceSummaryFresh: REFUSE,
   sweepCompliance: REFUSE,
   complianceNodes: REFUSE,
   worstNodes: REFUSE,
   worstNodesFresh: REFUSE,
   targetNodes: REFUSE,
+  targetNodesFresh: REFUSE,
   setKeepLast: lookup([0]),
 };

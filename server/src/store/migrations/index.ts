@@ -31,6 +31,7 @@ import { propertyValuesPolicyState } from './0024_property_values_policy_state.j
 import { keptGroups } from './0025_kept_groups.js';
 import { keptChanges } from './0026_kept_changes.js';
 import { keptShares } from './0027_kept_shares.js';
+import { keptTargets } from './0028_kept_targets.js';
 
 export interface Migration {
   version: number;
@@ -42,7 +43,7 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
-  propertyValuesPolicyState, keptGroups, keptChanges, keptShares,
+  propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
