@@ -7,12 +7,10 @@ import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
-import type { ExpectedComponent } from '../compliance/types.js';
-import { checkConfigId, checkExpectations } from '../input.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
-import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
+import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';
@@ -176,19 +174,7 @@ export class PostgresPolicy implements PolicyStore {
    * round trips each: 100,000 nodes were a million statements.
    */
   async putPolicies(items: PolicyWrite[]): Promise<number> {
-    // The nodes of one generation share a handful of lists (templated ones, each its config id):
-    // check each list once, and each config id.
-    const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
-    const times = new Map<string, string>();
-    const checked = items.map((it) => {
-      checkBundleRecord(it.bundle);
-      let expected = memo.get(it.expected);
-      if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
-      else checkConfigId(it.bundle.config_id);
-      let when = times.get(it.bundle.generated_at);
-      if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
-      return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
-    });
+    const checked = checkPolicyWrites(items);
     // Last write wins for a node named twice, as one write per item would have it.
     const byNode = new Map(checked.map((it) => [it.bundle.node_id, it]));
     if (byNode.size === 0) return 0;

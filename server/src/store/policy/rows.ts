@@ -1,7 +1,10 @@
 /** What both backends share for policy objects and bundles: the input checks before writing, the row decoder. */
 import { capstanError } from '@capstan/shared/errors';
 import type { RowCodec } from '../row-codec.js';
-import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord } from './types.js';
+import type { ExpectedComponent } from '../compliance/types.js';
+import { checkConfigId, checkExpectations } from '../input.js';
+import { toUtcIso } from '../time.js';
+import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite } from './types.js';
 
 const KINDS: ReadonlySet<string> = new Set(['directive', 'group', 'rule', 'technique', 'property']);
 
@@ -26,4 +29,32 @@ export function checkBundleRecord(b: PolicyBundleRecord): void {
 
 export function policyFromRow(r: Record<string, unknown>, codec: RowCodec): PolicyObjectRecord {
   return { kind: r.kind as PolicyKind, id: r.id as string, body: codec.json(r.body) as Record<string, unknown>, updated_at: codec.time(r.updated_at)! };
+}
+
+/** A generation's write checked, as both stores' putPolicies take it. */
+export interface CheckedPolicyWrite {
+  bundle: PolicyBundleRecord;
+  /** generated_at as stored (UTC ISO). */
+  when: string;
+  expected: { items: ExpectedComponent[]; json: string };
+  expectationsOnly: boolean;
+}
+
+/**
+ * The input checks of putPolicies, for a whole generation's batch. Its nodes share a handful of
+ * expectation lists (templated ones, each with its config id) and one generation time: each list
+ * is checked once, each config id and time once per item or once per value.
+ */
+export function checkPolicyWrites(items: readonly PolicyWrite[]): CheckedPolicyWrite[] {
+  const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
+  const times = new Map<string, string>();
+  return items.map((it) => {
+    checkBundleRecord(it.bundle);
+    let expected = memo.get(it.expected);
+    if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
+    else checkConfigId(it.bundle.config_id);
+    let when = times.get(it.bundle.generated_at);
+    if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
+    return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
+  });
 }

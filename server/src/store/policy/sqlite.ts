@@ -7,10 +7,9 @@ import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
-import { checkConfigId, checkExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
-import { checkBundleRecord, checkPolicyKey, policyBodyJson, policyFromRow } from './rows.js';
+import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';
@@ -173,19 +172,7 @@ export class SqlitePolicy implements PolicyStore {
    * was 80% of a 100,000-node generation.
    */
   async putPolicies(items: PolicyWrite[]): Promise<number> {
-    // The nodes of one generation share a handful of lists (templated ones, each its config id):
-    // check each list once, and each config id.
-    const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
-    const times = new Map<string, string>();
-    const checked = items.map((it) => {
-      checkBundleRecord(it.bundle);
-      let expected = memo.get(it.expected);
-      if (!expected) memo.set(it.expected, (expected = checkExpectations(it.bundle.config_id, it.expected)));
-      else checkConfigId(it.bundle.config_id);
-      let when = times.get(it.bundle.generated_at);
-      if (when === undefined) times.set(it.bundle.generated_at, (when = toUtcIso(it.bundle.generated_at, 'generated_at')));
-      return { bundle: it.bundle, when, expected, expectationsOnly: it.expectationsOnly === true };
-    });
+    const checked = checkPolicyWrites(items);
     return this.db.write('putPolicies', () => {
       let n = 0;
       for (let i = 0; i < checked.length; i += POLICY_CHUNK) n += this.putPolicyChunk(checked.slice(i, i + POLICY_CHUNK));
