@@ -31,12 +31,19 @@ export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', '
 /**
  * One page of a node list: the page is cut from `nodes` alone, and only its rows get their
  * certificate; joining first would carry 100,000 certificates through the sort of a deep page.
+ * The cut selects the page's ids (and its sort key) only, so an index on the sort's columns
+ * answers it without reading a row it skips; the page's own rows are read by id after. At
+ * 100,000 nodes a page near the end sorted by name took 107 ms on PostgreSQL reading every row
+ * it passed, 16–21 ms from the (name, id) index alone. CROSS JOIN keeps SQLite reading the cut
+ * first: with its LIMIT a parameter, it would otherwise scan every node and probe the cut.
  */
 export function nodePage(where: string, order: string, limit: string, offset: string, complianceKey?: string): string {
-  // Sorted by compliance: the key is computed from the node's compliance row in the inner query.
+  // Sorted by compliance: the key is computed from the node's compliance row in the cut.
   const key = complianceKey ? `, ${complianceKey} AS compliance_key` : '';
   const join = complianceKey ? ' LEFT JOIN node_compliance t ON t.node_id = n.id' : '';
-  return withCertificates(`SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}${key} FROM nodes n${join} ${where} ${order} LIMIT ${limit} OFFSET ${offset}`, order);
+  const cut = `SELECT n.id${key} FROM nodes n${join} ${where} ${order} LIMIT ${limit} OFFSET ${offset}`;
+  const columns = NODE_COLUMNS.map((c) => `n.${c}`).join(', ');
+  return withCertificates(`SELECT ${columns}${complianceKey ? ', k.compliance_key' : ''} FROM (${cut}) k CROSS JOIN nodes n WHERE n.id = k.id`, order);
 }
 
 /** A page of nodes (`page`, a query over `nodes n`) with their certificates, in `order`. */
