@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { capstanError, silentLogger } from '@capstan/shared';
@@ -266,6 +266,43 @@ t.test('files spooled before a restart are processed by the start-up pass', asyn
   t.teardown(() => p.stop());
   t.equal((await ev).outcome, 'done');
   t.same(seen, ['left-over.json']);
+});
+
+t.test('catch-up: the start-up pass takes files oldest first; later passes stat only names not already held', async (t) => {
+  const spool = await newSpool(t);
+  const dir = spool.incomingDir('reports');
+  // Written newest first, so directory order and age disagree.
+  for (const [i, name] of ['c.log', 'b.log', 'a.log'].entries()) {
+    await writeFile(join(dir, name), 'x');
+    const when = new Date(Date.UTC(2026, 0, 1, 0, 0, 10 - i));
+    await utimes(join(dir, name), when, when);
+  }
+  const fresh: string[][] = [];
+  const scan = spool.scan.bind(spool);
+  spool.scan = async (kind, known) => {
+    const got = await scan(kind, known);
+    fresh.push(got.fresh);
+    return got;
+  };
+  const started: string[] = [];
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  const p = new SpoolProcessor({ kind: 'reports', spool, log: silentLogger, concurrency: 1, catchupIntervalMs: 3_600_000, handle: async (_p, n) => { started.push(n); await gate; } });
+  await p.start();
+  t.teardown(() => p.stop());
+  t.same(fresh[0], ['a.log', 'b.log', 'c.log'], 'the first pass orders every file by age');
+  t.equal(p.pending, 3, 'one in flight, two queued');
+  await p.catchUp();
+  t.same(fresh.at(-1), [], 'a pass over files already held stats none of them');
+  await writeFile(join(dir, 'd.log'), 'x');
+  await p.catchUp();
+  // The watcher may have queued the new file first; either way no held file is stat'd again.
+  t.ok(fresh.at(-1)!.every((n) => n === 'd.log'), 'a later pass stats at most the new name');
+  t.equal(p.pending, 4);
+  release();
+  const last = nextEvent(p, 'd.log');
+  await last;
+  t.same(started, ['a.log', 'b.log', 'c.log', 'd.log'], 'handled oldest first, the new one last');
 });
 
 t.test('sweepTmp removes stale partial uploads only', async (t) => {

@@ -49,9 +49,18 @@ export function assertPlainName(name: string): void {
 
 /** Names in `dir`, oldest first (by mtime), dot files excluded. */
 export async function namesByAge(dir: string): Promise<string[]> {
-  const names = (await readdir(dir)).filter((n) => !n.startsWith('.'));
+  return (await scanByAge(dir, () => false)).fresh;
+}
+
+/**
+ * Names in `dir`, dot files excluded: `all` of them in directory order, and `fresh`, those that
+ * `known` does not claim, oldest first (by mtime). Only fresh names are stat'd: a catch-up pass
+ * over a backlog of 28,000 files already queued spent ~10 % of a server's CPU in their stats.
+ */
+export async function scanByAge(dir: string, known: (name: string) => boolean): Promise<{ all: string[]; fresh: string[] }> {
+  const all = (await readdir(dir)).filter((n) => !n.startsWith('.'));
   const withTimes = await Promise.all(
-    names.map(async (n) => {
+    all.filter((n) => !known(n)).map(async (n) => {
       try {
         return { n, t: (await stat(join(dir, n))).mtimeMs };
       } catch {
@@ -59,10 +68,11 @@ export async function namesByAge(dir: string): Promise<string[]> {
       }
     }),
   );
-  return withTimes
+  const fresh = withTimes
     .filter((x): x is { n: string; t: number } => x !== null)
     .sort((a, b) => a.t - b.t)
     .map((x) => x.n);
+  return { all, fresh };
 }
 
 /** Modification time of the oldest entry in `dir`, or null when it is empty. */

@@ -236,22 +236,28 @@ export class SpoolProcessor extends EventEmitter {
     this.pump();
   }
 
-  /** List the directory and offer every file that is not waiting on a retry timer. */
+  /**
+   * List the directory and offer every file that is not waiting on a retry timer. Files already
+   * queued, in flight or waiting are not stat'd again: only new names are ordered by age.
+   */
   async catchUp(): Promise<void> {
     if (this.stopped) return;
-    let names: string[];
+    const now = Date.now();
+    const waiting = (name: string) => {
+      const r = this.retries.get(name);
+      return r !== undefined && r.dueAt > now;
+    };
+    let scan: { all: string[]; fresh: string[] };
     try {
-      names = await this.o.spool.list(this.o.kind);
+      scan = await this.o.spool.scan(this.o.kind, (name) => this.queued.has(name) || this.inFlight.has(name) || waiting(name));
     } catch (err) {
       this.o.log.warn({ err }, 'spool listing failed');
       return;
     }
-    const now = Date.now();
-    const present = new Set(names);
+    const present = new Set(scan.all);
     for (const [name] of this.retries) if (!present.has(name) && !this.inFlight.has(name)) this.retries.delete(name);
-    for (const name of names) {
-      const r = this.retries.get(name);
-      if (r && r.dueAt > now) continue;
+    for (const name of scan.fresh) {
+      if (waiting(name)) continue;
       this.offer(name);
     }
   }

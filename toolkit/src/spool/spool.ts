@@ -20,7 +20,7 @@ import { Admission } from './admission.js';
 import { DirSync } from './dir-sync.js';
 import { asSpoolFull } from './admission.js';
 import { FailedFiles, sweepOld } from './housekeeping.js';
-import { assertPlainName, makeSpoolDirs, namesByAge, oldestIn, spoolDirs, type SpoolDirs } from './layout.js';
+import { assertPlainName, makeSpoolDirs, namesByAge, oldestIn, scanByAge, spoolDirs, type SpoolDirs } from './layout.js';
 import { adoptFree, Recycler } from './recycle.js';
 import { KnownSizes } from './sizes.js';
 import { IN_MEMORY_MAX, Writes, type Accepted, type AcceptOptions, type Body } from './write.js';
@@ -183,6 +183,14 @@ export class Spool {
   /** Names waiting in incoming/<kind>, oldest first (by mtime), dot files and temp files excluded. */
   async list(kind: SpoolKind): Promise<string[]> {
     return namesByAge(this.incomingDir(kind));
+  }
+
+  /**
+   * Every name waiting in incoming/<kind> (`all`), and those `known` does not claim, oldest first
+   * (`fresh`): a processor's catch-up stats only the files it does not hold already.
+   */
+  async scan(kind: SpoolKind, known: (name: string) => boolean): Promise<{ all: string[]; fresh: string[] }> {
+    return scanByAge(this.incomingDir(kind), known);
   }
 
   /**
