@@ -29,6 +29,14 @@ export const SERVER_SCHEMA = {
     run_base_cache: { type: 'size', default: '64MiB', min: 0 },
     /** Nodes' expectations and directive rows kept in memory for the ingest on PostgreSQL (store/compliance/directive-cache.ts). */
     directive_cache: { type: 'size', default: '64MiB', min: 0 },
+    /**
+     * PostgreSQL: after write transactions, at most this often, tables whose rows changed since
+     * their last ANALYZE by more than analyze_min_rows plus analyze_growth_percent % of their rows
+     * are analysed (store/postgres/statistics.ts); 0: never, autovacuum alone.
+     */
+    analyze_interval: { type: 'duration', default: '2s', min: 0 },
+    analyze_min_rows: { type: 'integer', default: 1000, min: 0, max: 1000000000 },
+    analyze_growth_percent: { type: 'integer', default: 10, min: 0, max: 1000 },
     /** Streaming replicas (postgres://…) for the fleet-wide reads (store/replicas.ts); decisions stay on url. */
     replicas: { type: 'strings', default: [] },
     /** A replica further behind than this is not read from; how often staleness is measured; connections each. */

@@ -70,6 +70,12 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
           poolSize: config.database.pool_size,
           runBaseCacheBytes: config.database.run_base_cache,
           directiveCacheBytes: config.database.directive_cache,
+          analyze: {
+            intervalMs: config.database.analyze_interval,
+            minRows: config.database.analyze_min_rows,
+            growthPercent: config.database.analyze_growth_percent,
+            onError: (message, err) => log.warn({ err }, message),
+          },
           onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
           onMaintenance: (message, err) => log.warn({ err }, message),
         }

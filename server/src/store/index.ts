@@ -7,6 +7,7 @@
 import { capstanError } from '@capstan/shared/errors';
 import type { StoreRules } from './rules.js';
 import type { Store } from './store.js';
+import type { AnalyzeOptions } from './postgres/statistics.js';
 
 export type * from './store.js';
 export type * from './rules.js';
@@ -33,6 +34,8 @@ export interface OpenStoreOptions {
   onMaintenance?: (message: string, err?: unknown) => void;
   /** Only read through it (a streaming replica): not migrated, nothing written. */
   readOnly?: boolean;
+  /** Postgres only: planner statistics after bulk writes (postgres/statistics.ts); null: never. */
+  analyze?: Partial<AnalyzeOptions> | null;
 }
 
 export async function openStore(opts: OpenStoreOptions): Promise<Store> {
@@ -50,6 +53,8 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.onMaintenance && { onMaintenance: opts.onMaintenance }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
       ...(opts.directiveCacheBytes !== undefined && { directiveCacheBytes: opts.directiveCacheBytes }),
+      // A replica takes no ANALYZE: its statistics come from the primary's.
+      ...(opts.readOnly ? { analyze: null } : opts.analyze !== undefined && { analyze: opts.analyze }),
     });
   } else if (opts.sqlitePath) {
     const { SqliteStore } = await import('./sqlite/index.js');

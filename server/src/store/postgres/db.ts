@@ -13,6 +13,7 @@ import pg from 'pg';
 import { capstanError } from '@capstan/shared/errors';
 import { storeError } from '../errors.js';
 import type { RowCodec } from '../row-codec.js';
+import { ANALYZE_DEFAULTS, TableStatistics, type AnalyzeOptions } from './statistics.js';
 
 /** Where a statement runs: the pool (one statement), or the connection of a transaction. */
 export type Queryable = pg.Pool | pg.PoolClient;
@@ -25,6 +26,8 @@ export interface PostgresDbOptions {
   now?: () => Date;
   /** Told about connections that fail while idle in the pool (the next query reports it too). */
   onIdleError?: (err: Error) => void;
+  /** Planner statistics brought up to date after bulk writes (statistics.ts); null: never (a replica). */
+  analyze?: Partial<AnalyzeOptions> | null;
 }
 
 // A plain identifier: it goes into the connection's search_path and into CREATE SCHEMA.
@@ -35,6 +38,8 @@ export class PostgresDb {
   readonly schema: string | undefined;
   /** The clock for times the store stamps itself (manual node creation, deletion). */
   readonly now: () => Date;
+  /** ANALYZE of the tables the writes grew (statistics.ts), checked after each write transaction. */
+  readonly statistics: TableStatistics | null;
   private closed = false;
 
   constructor(opts: PostgresDbOptions) {
@@ -46,6 +51,7 @@ export class PostgresDb {
     this.pool = new pg.Pool(poolConfig(opts.url, opts.poolSize ?? 10, opts.schema));
     // Without a listener, an idle connection dropped by the server would crash the process.
     this.pool.on('error', (err) => opts.onIdleError?.(err));
+    this.statistics = opts.analyze === null ? null : new TableStatistics(this.pool, { ...ANALYZE_DEFAULTS, ...opts.analyze });
   }
 
   /**
@@ -79,6 +85,7 @@ export class PostgresDb {
       const result = await fn(c);
       await c.query('COMMIT');
       c.release();
+      this.statistics?.wrote();
       return result;
     } catch (err) {
       await c.query('ROLLBACK').then(() => c.release(), (e: Error) => c.release(e));
@@ -98,6 +105,7 @@ export class PostgresDb {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.statistics?.stop();
     await this.pool.end();
   }
 }

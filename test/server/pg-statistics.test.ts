@@ -1,0 +1,103 @@
+/**
+ * Planner statistics after bulk writes on PostgreSQL (store/postgres/statistics.ts): a table
+ * whose rows changed past the threshold is analysed, one below it is not; checks are spaced by
+ * the interval, never two at once, off at 0; a failure is told and does not throw.
+ */
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import t from 'tap';
+import { TableStatistics } from '@capstan/server/store/postgres/statistics';
+import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
+
+/** A pool stand-in that counts its queries and answers the check's listing with `due`. */
+function fakePool(due: string[], fail = false) {
+  const seen: string[] = [];
+  let release: () => void = () => undefined;
+  let gate: Promise<void> | null = null;
+  const pool = {
+    seen,
+    hold() {
+      gate = new Promise((r) => (release = r));
+    },
+    release: () => release(),
+    async query(text: string) {
+      seen.push(text.startsWith('ANALYZE') ? text : 'list');
+      if (gate) await gate;
+      if (fail) throw new Error('connection refused');
+      return { rows: text.startsWith('ANALYZE') ? [] : due.map((relname) => ({ relname })) };
+    },
+  };
+  return pool;
+}
+
+t.test('checks are spaced by the interval, never two at once, and off at 0', async (t) => {
+  let now = 0;
+  const pool = fakePool(['policy_group_members']);
+  const stats = new TableStatistics(pool as unknown as pg.Pool, { intervalMs: 2000, minRows: 1000, growthPercent: 10 }, () => now);
+  pool.hold();
+  stats.wrote();
+  stats.wrote();
+  now = 5000;
+  stats.wrote(); // the first is still running
+  t.same(pool.seen, ['list'], 'one check while one runs');
+  pool.release();
+  await stats.idle();
+  t.same(pool.seen, ['list', 'ANALYZE "policy_group_members"'], 'the table listed is analysed');
+
+  const spaced = fakePool([]);
+  const s2 = new TableStatistics(spaced as unknown as pg.Pool, { intervalMs: 2000, minRows: 1000, growthPercent: 10 }, () => now);
+  now = 10_000;
+  s2.wrote();
+  await s2.check();
+  now = 11_000;
+  s2.wrote();
+  t.equal(spaced.seen.filter((q) => q === 'list').length, 2, 'a write 1 s after a check starts none (the second is check() called directly)');
+  now = 12_001;
+  s2.wrote();
+  await s2.stop();
+  t.equal(spaced.seen.filter((q) => q === 'list').length, 3, 'one 2 s after does');
+
+  const off = fakePool(['nodes']);
+  const s3 = new TableStatistics(off as unknown as pg.Pool, { intervalMs: 0, minRows: 1000, growthPercent: 10 }, () => now);
+  s3.wrote();
+  await s3.stop();
+  t.same(off.seen, [], 'interval 0: never');
+});
+
+t.test('a failed check is told and thrown at nobody', async (t) => {
+  const told: string[] = [];
+  const stats = new TableStatistics(fakePool([], true) as unknown as pg.Pool, { intervalMs: 1, minRows: 0, growthPercent: 0, onError: (m) => told.push(m) });
+  t.same(await stats.check(), []);
+  t.match(told, [/not brought up to date/]);
+});
+
+t.test('PostgreSQL: the table grown past the threshold is analysed, the other is not', async (t) => {
+  if (!(await postgresOrSkipFile(t))) return;
+  const schema = `capstan_stats_${randomBytes(6).toString('hex')}`;
+  await pgAdmin((c) => c.query(`CREATE SCHEMA ${schema}`));
+  t.teardown(() => pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
+  const pool = new pg.Pool({ connectionString: PG_URL, max: 2, options: `-c search_path=${schema}` });
+  t.teardown(() => pool.end());
+  await pool.query('CREATE TABLE grown (n integer PRIMARY KEY); CREATE TABLE small (n integer PRIMARY KEY); ANALYZE grown; ANALYZE small');
+  const analyses = async () => Object.fromEntries((await pool.query<{ relname: string; n: string }>(
+    'SELECT relname, analyze_count AS n FROM pg_stat_user_tables WHERE schemaname = current_schema()')).rows.map((r) => [r.relname, Number(r.n)]));
+  const before = await analyses();
+  // Counters reach pg_stat_user_tables when a session flushes them: made to at its next transaction's end.
+  await pgAdmin(async (c) => {
+    await c.query('SELECT pg_stat_force_next_flush()');
+    await c.query('INSERT INTO grown SELECT generate_series(1, 5000)');
+    await c.query('SELECT pg_stat_force_next_flush()');
+    await c.query('INSERT INTO small SELECT generate_series(1, 10)');
+  }, schema);
+  const stats = new TableStatistics(pool, { intervalMs: 1, minRows: 1000, growthPercent: 10 });
+  let done: string[] = [];
+  for (let i = 0; i < 100 && !done.includes('grown'); i++) {
+    done = await stats.check();
+    if (!done.includes('grown')) await new Promise((r) => setTimeout(r, 100));
+  }
+  t.same(done, ['grown'], 'only the grown table, once its counters were flushed');
+  const after = await analyses();
+  t.equal(after.grown, before.grown! + 1, 'grown analysed once');
+  t.equal(after.small, before.small, 'small left alone');
+  t.same(await stats.check(), [], 'nothing is due right after');
+});
