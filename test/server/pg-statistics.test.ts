@@ -9,25 +9,29 @@ import t from 'tap';
 import { TableStatistics } from '@capstan/server/store/postgres/statistics';
 import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
 
-/** A pool stand-in that counts its queries and answers the check's listing with `due`. */
-function fakePool(due: string[], fail = false) {
+/** A pool stand-in that counts its listings and ANALYZEs, and answers the listing with `due`. */
+function fakePool(due: string[], o: { fail?: boolean; lockTaken?: boolean } = {}) {
   const seen: string[] = [];
   let release: () => void = () => undefined;
   let gate: Promise<void> | null = null;
-  const pool = {
+  const query = async (text: string) => {
+    if (text.includes('pg_try_advisory_lock')) return { rows: [{ ok: !o.lockTaken }] };
+    if (text.includes('pg_advisory_unlock')) return { rows: [] };
+    seen.push(text.startsWith('ANALYZE') ? text : 'list');
+    if (gate) await gate;
+    if (o.fail) throw new Error('connection refused');
+    return { rows: text.startsWith('ANALYZE') ? [] : due.map((relname) => ({ relname })) };
+  };
+  return {
     seen,
     hold() {
       gate = new Promise((r) => (release = r));
     },
     release: () => release(),
-    async query(text: string) {
-      seen.push(text.startsWith('ANALYZE') ? text : 'list');
-      if (gate) await gate;
-      if (fail) throw new Error('connection refused');
-      return { rows: text.startsWith('ANALYZE') ? [] : due.map((relname) => ({ relname })) };
+    async connect() {
+      return { query, release: () => undefined };
     },
   };
-  return pool;
 }
 
 t.test('checks are spaced by the interval, never two at once, and off at 0', async (t) => {
@@ -39,6 +43,7 @@ t.test('checks are spaced by the interval, never two at once, and off at 0', asy
   stats.wrote();
   now = 5000;
   stats.wrote(); // the first is still running
+  for (let i = 0; i < 10 && pool.seen.length === 0; i++) await new Promise((r) => setImmediate(r));
   t.same(pool.seen, ['list'], 'one check while one runs');
   pool.release();
   await stats.idle();
@@ -62,11 +67,15 @@ t.test('checks are spaced by the interval, never two at once, and off at 0', asy
   s3.wrote();
   await s3.stop();
   t.same(off.seen, [], 'interval 0: never');
+
+  const busy = fakePool(['nodes'], { lockTaken: true });
+  t.same(await new TableStatistics(busy as unknown as pg.Pool, { intervalMs: 1, minRows: 0, growthPercent: 0 }).check(), []);
+  t.same(busy.seen, [], 'another server holding the lock: this one skips its check');
 });
 
 t.test('a failed check is told and thrown at nobody', async (t) => {
   const told: string[] = [];
-  const stats = new TableStatistics(fakePool([], true) as unknown as pg.Pool, { intervalMs: 1, minRows: 0, growthPercent: 0, onError: (m) => told.push(m) });
+  const stats = new TableStatistics(fakePool([], { fail: true }) as unknown as pg.Pool, { intervalMs: 1, minRows: 0, growthPercent: 0, onError: (m) => told.push(m) });
   t.same(await stats.check(), []);
   t.match(told, [/not brought up to date/]);
 });
@@ -100,4 +109,16 @@ t.test('PostgreSQL: the table grown past the threshold is analysed, the other is
   t.equal(after.grown, before.grown! + 1, 'grown analysed once');
   t.equal(after.small, before.small, 'small left alone');
   t.same(await stats.check(), [], 'nothing is due right after');
+  // Rows rewritten in place move no count: no ANALYZE for them.
+  await pgAdmin(async (c) => {
+    await c.query('SELECT pg_stat_force_next_flush()');
+    await c.query('UPDATE grown SET n = n + 100000');
+    await c.query('SELECT pg_stat_force_next_flush()');
+    await c.query('SELECT 1');
+  }, schema);
+  const updated = async () => Number((await pool.query("SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'grown'")).rows[0]?.n_tup_upd ?? 0);
+  for (let i = 0; i < 100 && (await updated()) < 5000; i++) await new Promise((r) => setTimeout(r, 100));
+  t.equal(await updated(), 5000, 'the rewrite is counted where the check looks');
+  t.same(await stats.check(), [], 'rewritten rows are not growth');
+  t.equal((await analyses()).grown, after.grown, 'grown not analysed again');
 });

@@ -11,9 +11,12 @@
  * does it at the pace of the writes.
  *
  * After a write transaction, at most once per `intervalMs` and never two at once, the tables of
- * the store's schema whose rows changed since their last analysis by more than `minRows` plus
- * `growthPercent` % of their rows (autovacuum's own rule, with its defaults at 50 rows and 10 %)
- * are analysed, one at a time, on the pool. A failure is told and tried again at the next check.
+ * the store's schema whose row count moved since their last analysis by more than `minRows`
+ * plus `growthPercent` % of the count then are analysed, one at a time, on one pooled
+ * connection. Rows rewritten in place (each run rewrites its node's compliance rows) do not
+ * count: they change no plan, and on a 2 GB table one ANALYZE is seconds of a core. A session
+ * advisory lock keeps the servers on one database from analysing at the same time: the one that
+ * does not get it skips its check. A failure is told and tried again at the next check.
  */
 import type pg from 'pg';
 
@@ -29,11 +32,19 @@ export interface AnalyzeOptions {
 
 export const ANALYZE_DEFAULTS: AnalyzeOptions = { intervalMs: 2_000, minRows: 1_000, growthPercent: 10 };
 
-/** Tables of the current schema past the threshold (`pg_stat_user_tables` counts changed rows). */
+/**
+ * Tables of the current schema past the threshold: live rows now (`pg_stat_user_tables`, moved by
+ * inserts and deletes) against the count their last analysis recorded (`reltuples`, -1 before
+ * the first).
+ */
 const DUE = `SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
   WHERE s.schemaname = current_schema() AND c.relkind = 'r'
-    AND s.n_mod_since_analyze > $1::bigint + $2::float8 / 100 * greatest(c.reltuples, 0)
-  ORDER BY s.n_mod_since_analyze DESC`;
+    AND abs(s.n_live_tup - greatest(c.reltuples, 0)) > $1::bigint + $2::float8 / 100 * greatest(c.reltuples, 0)
+  ORDER BY abs(s.n_live_tup - greatest(c.reltuples, 0)) DESC`;
+
+/** The session lock one server holds while it checks (the schema's own: tests share a database). */
+const LOCK = 'SELECT pg_try_advisory_lock(7263, hashtext(current_schema())) AS ok';
+const UNLOCK = 'SELECT pg_advisory_unlock(7263, hashtext(current_schema()))';
 
 export class TableStatistics {
   private last = 0;
@@ -56,16 +67,27 @@ export class TableStatistics {
   /** Analyse the tables due now; resolves when done (tests and the bench wait on it). */
   async check(): Promise<string[]> {
     const done: string[] = [];
+    let c: pg.PoolClient | null = null;
+    let locked = false;
     try {
-      const { rows } = await this.pool.query<{ relname: string }>(DUE, [this.o.minRows, this.o.growthPercent]);
+      c = await this.pool.connect();
+      locked = (await c.query<{ ok: boolean }>(LOCK)).rows[0]?.ok === true;
+      if (!locked) return done; // another server is at it
+      const { rows } = await c.query<{ relname: string }>(DUE, [this.o.minRows, this.o.growthPercent]);
       for (const { relname } of rows) {
         if (this.stopped) break;
         // The name comes from the catalog of this schema; quoted all the same.
-        await this.pool.query(`ANALYZE "${relname.replace(/"/g, '""')}"`);
+        await c.query(`ANALYZE "${relname.replace(/"/g, '""')}"`);
         done.push(relname);
       }
     } catch (err) {
       if (!this.stopped) this.o.onError?.('table statistics not brought up to date; tried again at the next check', err);
+    } finally {
+      if (c) {
+        // A connection that could not give the lock back is closed, which gives it back.
+        const kept = !locked || (await c.query(UNLOCK).then(() => true, () => false));
+        c.release(!kept);
+      }
     }
     return done;
   }
