@@ -64,8 +64,23 @@ export class PostgresStore extends ComposedStore {
       admins: new PostgresAdminStore(db),
       reviews: new PostgresChangeRequests(db),
       vulns: new PostgresVulns(db, opts.rules),
-      migrate: () => db.tx('migrate', (c) => migratePostgres(c, db.schema)),
+      migrate: async () => {
+        await db.tx('migrate', (c) => migratePostgres(c, db.schema));
+        await warnWithoutAutovacuum(db, opts.onMaintenance);
+      },
       close: () => db.close(),
     });
+  }
+}
+
+/**
+ * Tables the ingest rewrites in place (compliance rows, kept keys) keep their dead rows until a
+ * VACUUM: without autovacuum they grow without bound (a 100,000-node fleet run on a cluster with
+ * it off had 2 GB of directive rows and 3.8 GB of kept keys after 74,000 runs). Said once at start.
+ */
+async function warnWithoutAutovacuum(db: PostgresDb, tell?: (message: string) => void): Promise<void> {
+  const { rows } = await db.query<{ setting: string }>('migrate', "SELECT setting FROM pg_settings WHERE name = 'autovacuum'");
+  if (rows[0]?.setting === 'off') {
+    tell?.('PostgreSQL autovacuum is off: the tables the ingest rewrites keep their dead rows and grow until vacuumed; turn it on (autovacuum = on) or vacuum them on a schedule');
   }
 }
