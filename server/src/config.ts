@@ -30,9 +30,9 @@ export const SERVER_SCHEMA = {
     /** Nodes' expectations and directive rows kept in memory for the ingest on PostgreSQL (store/compliance/directive-cache.ts). */
     directive_cache: { type: 'size', default: '64MiB', min: 0 },
     /**
-     * PostgreSQL: after write transactions, at most this often, tables whose rows changed since
-     * their last ANALYZE by more than analyze_min_rows plus analyze_growth_percent % of their rows
-     * are analysed (store/postgres/statistics.ts); 0: never, autovacuum alone.
+     * PostgreSQL: after write transactions, at most this often, tables whose row count moved since
+     * their last ANALYZE by more than analyze_min_rows plus analyze_growth_percent % of it are
+     * analysed (store/postgres/statistics.ts); 0: never, autovacuum alone.
      */
     analyze_interval: { type: 'duration', default: '2s', min: 0 },
     analyze_min_rows: { type: 'integer', default: 1000, min: 0, max: 1000000000 },
