@@ -385,11 +385,16 @@ export class SqliteCompliance implements ComplianceStore {
       const stored = this.db.stmt('SELECT node_id, group_id FROM policy_group_members WHERE node_id IN (SELECT value FROM json_each(?))')
         .all(JSON.stringify(nodeIds)) as Array<{ node_id: string; group_id: string }>;
       const { added, removed } = membershipChanges(nodeIds, groups, stored);
-      const del = this.db.stmt('DELETE FROM policy_group_members WHERE group_id = ? AND node_id = ?');
-      for (const [g, n] of removed) del.run(g, n);
+      // One statement each way for the batch, the pairs as JSON ([group, node]).
+      if (removed.length) {
+        this.db.stmt(`DELETE FROM policy_group_members WHERE (group_id, node_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))`)
+          .run(JSON.stringify(removed));
+      }
       // A node deleted meanwhile gets none (its deletion took its memberships).
-      const ins = this.db.stmt('INSERT INTO policy_group_members (group_id, node_id) SELECT ?, id FROM nodes WHERE id = ? ON CONFLICT DO NOTHING');
-      for (const [g, n] of added) ins.run(g, n);
+      if (added.length) {
+        this.db.stmt(`INSERT INTO policy_group_members (group_id, node_id)
+          SELECT j.value ->> 0, n.id FROM json_each(?) j JOIN nodes n ON n.id = j.value ->> 1 WHERE true ON CONFLICT DO NOTHING`).run(JSON.stringify(added));
+      }
       return added.length + removed.length;
     });
   }
