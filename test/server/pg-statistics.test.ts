@@ -91,7 +91,7 @@ t.test('PostgreSQL: the table grown past the threshold is analysed, the other is
   const analyses = async () => Object.fromEntries((await pool.query<{ relname: string; n: string }>(
     'SELECT relname, analyze_count AS n FROM pg_stat_user_tables WHERE schemaname = current_schema()')).rows.map((r) => [r.relname, Number(r.n)]));
   const before = await analyses();
-  // Counters reach pg_stat_user_tables when a session flushes them: made to at its next transaction's end.
+  // Counters reach pg_stat_user_tables when a connection flushes them: made to at its next transaction's end.
   await pgAdmin(async (c) => {
     await c.query('SELECT pg_stat_force_next_flush()');
     await c.query('INSERT INTO grown SELECT generate_series(1, 5000)');

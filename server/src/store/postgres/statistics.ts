@@ -14,9 +14,10 @@
  * the store's schema whose row count moved since their last analysis by more than `minRows`
  * plus `growthPercent` % of the count then are analysed, one at a time, on one pooled
  * connection. Rows rewritten in place (each run rewrites its node's compliance rows) do not
- * count: they change no plan, and on a 2 GB table one ANALYZE is seconds of a core. A session
- * advisory lock keeps the servers on one database from analysing at the same time: the one that
- * does not get it skips its check. A failure is told and tried again at the next check.
+ * count: they change no plan, and on a 2 GB table one ANALYZE is seconds of a core. An
+ * advisory lock, held by the checking connection, keeps the servers on one database from
+ * analysing at the same time: the one that does not get it skips its check. A failure is told
+ * and tried again at the next check.
  */
 import type pg from 'pg';
 
@@ -42,7 +43,7 @@ const DUE = `SELECT s.relname FROM pg_stat_user_tables s JOIN pg_class c ON c.oi
     AND abs(s.n_live_tup - greatest(c.reltuples, 0)) > $1::bigint + $2::float8 / 100 * greatest(c.reltuples, 0)
   ORDER BY abs(s.n_live_tup - greatest(c.reltuples, 0)) DESC`;
 
-/** The session lock one server holds while it checks (the schema's own: tests share a database). */
+/** The lock one server's checking connection holds (the schema's own: tests share a database). */
 const LOCK = 'SELECT pg_try_advisory_lock(7263, hashtext(current_schema())) AS ok';
 const UNLOCK = 'SELECT pg_advisory_unlock(7263, hashtext(current_schema()))';
 
