@@ -4,9 +4,9 @@
  * The kept counters' triggers look rows up by node (a node's groups, its directive rows, its
  * kept row). A connection plans each such statement once and keeps the plan for its life. A plan
  * made while a table was empty (a new install, or a table a migration has just created on an
- * existing fleet) scans the whole table, and keeps scanning it while the table fills: the first
- * generation of a 100,000-node fleet took over half an hour that way, each node's trigger
- * reading all of policy_group_members twice. ANALYZE makes every connection plan again with the
+ * existing fleet) scans the whole table, and keeps scanning it while the table fills: a first
+ * generation of 100,000 nodes had written a quarter of its bundles after 13 minutes that way,
+ * each node's trigger reading all of policy_group_members twice. ANALYZE makes every connection plan again with the
  * table's real size. autovacuum does that too, when it is on, after its naptime (a minute); this
  * does it at the pace of the writes.
  *
