@@ -91,13 +91,15 @@ t.test('PostgreSQL: the table grown past the threshold is analysed, the other is
   const analyses = async () => Object.fromEntries((await pool.query<{ relname: string; n: string }>(
     'SELECT relname, analyze_count AS n FROM pg_stat_user_tables WHERE schemaname = current_schema()')).rows.map((r) => [r.relname, Number(r.n)]));
   const before = await analyses();
-  // Counters reach pg_stat_user_tables when a connection flushes them: made to at its next transaction's end.
-  await pgAdmin(async (c) => {
-    await c.query('SELECT pg_stat_force_next_flush()');
-    await c.query('INSERT INTO grown SELECT generate_series(1, 5000)');
-    await c.query('SELECT pg_stat_force_next_flush()');
-    await c.query('INSERT INTO small SELECT generate_series(1, 10)');
+  // Counters reach pg_stat_user_tables when a connection flushes them: each statement here is
+  // made to flush them at its transaction's end.
+  const flushed = (...statements: string[]) => pgAdmin(async (c) => {
+    for (const sql of statements) {
+      await c.query('SELECT pg_stat_force_next_flush()');
+      await c.query(sql);
+    }
   }, schema);
+  await flushed('INSERT INTO grown SELECT generate_series(1, 5000)', 'INSERT INTO small SELECT generate_series(1, 10)');
   const stats = new TableStatistics(pool, { intervalMs: 1, minRows: 1000, growthPercent: 10 });
   let done: string[] = [];
   for (let i = 0; i < 100 && !done.includes('grown'); i++) {
@@ -110,12 +112,7 @@ t.test('PostgreSQL: the table grown past the threshold is analysed, the other is
   t.equal(after.small, before.small, 'small left alone');
   t.same(await stats.check(), [], 'nothing is due right after');
   // Rows rewritten in place move no count: no ANALYZE for them.
-  await pgAdmin(async (c) => {
-    await c.query('SELECT pg_stat_force_next_flush()');
-    await c.query('UPDATE grown SET n = n + 100000');
-    await c.query('SELECT pg_stat_force_next_flush()');
-    await c.query('SELECT 1');
-  }, schema);
+  await flushed('UPDATE grown SET n = n + 100000');
   const updated = async () => Number((await pool.query("SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'grown'")).rows[0]?.n_tup_upd ?? 0);
   for (let i = 0; i < 100 && (await updated()) < 5000; i++) await new Promise((r) => setTimeout(r, 100));
   t.equal(await updated(), 5000, 'the rewrite is counted where the check looks');
