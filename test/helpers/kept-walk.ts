@@ -1,8 +1,8 @@
 /**
  * The random walk the kept-counter tests take over a small fleet, on either store: policies (some
- * expecting nothing), runs (complete or not, back-filled, with unexpected items), deletions and
- * re-registrations, acceptance, relay and state changes, agentless nodes, expiration policies,
- * sweeps and clock moves. After each step the caller's `compare` reads what it keeps against
+ * expecting nothing; one node's, or a generation's batch of several), runs (complete or not,
+ * back-filled, with unexpected items), deletions and re-registrations, acceptance, relay and
+ * state changes, agentless nodes, expiration policies, sweeps and clock moves. After each step the caller's `compare` reads what it keeps against
  * what it computes afresh, at the current moment and now and then at another.
  */
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
@@ -61,7 +61,19 @@ export async function keptWalk(store: Store, r: ReturnType<typeof prng>, steps: 
       what = `policy ${id}`;
       // Now and then a policy expecting nothing: a run's items are then all unexpected.
       const items = r.next() < 0.15 ? [] : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
-      await store.setExpectations(id, `cfg-${r.int(3)}`, items, iso(now), r.next() < 0.2 ? { keep_last_s: r.pick([0, 600, 3600]) } : {});
+      if (r.next() < 0.5) {
+        await store.setExpectations(id, `cfg-${r.int(3)}`, items, iso(now), r.next() < 0.2 ? { keep_last_s: r.pick([0, 600, 3600]) } : {});
+      } else {
+        // A generation's batch (putPolicies): several nodes' policies in one write, as the
+        // generator writes them, with the drill-down keys made once for the batch on SQLite.
+        const others = [...present].filter((o) => o !== id && r.next() < 0.25);
+        what = `policies ${[id, ...others].join(' ')}`;
+        await store.putPolicies([id, ...others].map((node_id, k) => {
+          const mine = k === 0 ? items : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+          const config_id = `cfg-${r.int(3)}`;
+          return { bundle: { node_id, config_id, generated_at: iso(now), bundle: `{"config_id":"${config_id}"}` }, expected: mine };
+        }));
+      }
     } else if (op < 62) {
       what = `run ${id}`;
       const at = now - (r.next() < 0.15 ? 3600 : 0) - r.int(30);

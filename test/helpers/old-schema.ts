@@ -9,6 +9,7 @@ import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { pgComplianceFunction25 } from '@capstan/server/store/migrations/0027_kept_shares';
+import { sqliteTargetTriggers } from '@capstan/server/store/migrations/0028_kept_targets';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -112,4 +113,17 @@ export const UNDO_28 = {
     DROP TRIGGER kept_targets_node_move ON kept_nodes;
     DROP FUNCTION kept_targets_rows_added, kept_targets_rows_changed, kept_targets_rows_removed, kept_targets_node_trg;
     DROP TABLE kept_targets; DELETE FROM schema_version WHERE version = 28;`,
+};
+
+/**
+ * Migration 29 undone on a database at 29 (the deferred drill-down keys' table dropped,
+ * migration 28's triggers as they were), before UNDO_28 for tests that undo an older one.
+ */
+export const UNDO_29 = {
+  sqlite: `${['kept_targets_row_insert', 'kept_targets_row_update', 'kept_targets_row_rekey', 'kept_targets_row_delete', 'kept_targets_node_insert',
+    'kept_targets_node_update'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
+    DROP TRIGGER kept_targets_node_delete; DROP TABLE kept_targets_deferred;
+    ${sqliteTargetTriggers}
+    DELETE FROM schema_version WHERE version = 29;`,
+  postgres: 'DELETE FROM schema_version WHERE version = 29;',
 };

@@ -27,6 +27,7 @@ import type {
 import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst, sqliteSwept } from './kept-sqlite.js';
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
+import { SQLITE_DEFERRED_TARGETS } from '../migrations/0029_kept_targets_deferred.js';
 import type { KeptSweep } from './kept.js';
 
 const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
@@ -67,6 +68,7 @@ const SELECT_DIRECTIVE_ROWS_MANY = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join
   WHERE node_id IN (SELECT value FROM json_each(?))`;
 const DELETE_DIRECTIVE_ROWS_MANY = `DELETE FROM node_compliance_directives
   WHERE (node_id, rule_id, directive_id) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))`;
+const DEFER_TARGETS = 'INSERT INTO kept_targets_deferred (node_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING';
 const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_COMPLIANCE.indexOf('VALUES')), 13 + COUNT_COLUMNS.length,
   UPSERT_COMPLIANCE.slice(UPSERT_COMPLIANCE.indexOf('ON CONFLICT')));
 const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,
@@ -256,10 +258,15 @@ export class SqliteCompliance implements ComplianceStore {
       for (const r of changes.remove) remove.push([it.nodeId, r.rule_id, r.directive_id]);
       for (const d of changes.upsert) upsert.push([it.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
     }
+    // The drill-down keys of the nodes whose rows move are made once for all of them, after
+    // every write (migration 29), not once per row written.
+    const deferred = new Set([...remove.map((r) => r[0]), ...upsert.map((r) => r[0] as string)]);
+    if (deferred.size) this.db.stmt(DEFER_TARGETS).run(JSON.stringify([...deferred]));
     if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
     COMPLIANCE_ROWS.run(this.db, compliance);
     for (const r of reconcile) r();
     DIRECTIVE_ROWS.run(this.db, upsert);
+    if (deferred.size) for (const sql of SQLITE_DEFERRED_TARGETS) this.db.stmt(sql).run();
   }
 
   async getExpectations(nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {

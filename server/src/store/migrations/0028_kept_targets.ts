@@ -63,7 +63,7 @@ export function targetRows(where: string, ruleWhere = where): string {
  * rows were added or their counts changed: no row kept_targets holds can have gone then.
  * `filler` is what SQLite needs between a SELECT and ON CONFLICT.
  */
-function upsert(where: string, ruleWhere: string, filler: string, distinct: string): string {
+export function upsert(where: string, ruleWhere: string, filler: string, distinct: string): string {
   return `INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states)
     SELECT * FROM (${targetRows(where, ruleWhere)}) r${filler}
     ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET share = excluded.share, states = excluded.states
@@ -85,12 +85,12 @@ function refresh(where: string, scope: string, filler: string, distinct: string)
 
 const sRefresh = (where: string, scope: string) => refresh(where, scope, ' WHERE true', 'IS NOT');
 /** A node's rows for one compliance row (`r`: NEW) and its rule, after the row was added or its counts changed. */
-const sRow = (r: string) => upsert(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id AND d.directive_id = ${r}.directive_id`,
+export const sRow = (r: string) => upsert(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id AND d.directive_id = ${r}.directive_id`,
   `d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id`, ' WHERE true', 'IS NOT');
 /** A node's rows for one rule, after a compliance row of it (`r`: OLD) went. */
-const sRule = (r: string) => sRefresh(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id`, `node_id = ${r}.node_id AND rule_id = ${r}.rule_id`);
-const sNode = (r: string) => sRefresh(`d.node_id = ${r}.node_id`, `node_id = ${r}.node_id`);
-const countsDiffer = C.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(' OR ');
+export const sRule = (r: string) => sRefresh(`d.node_id = ${r}.node_id AND d.rule_id = ${r}.rule_id`, `node_id = ${r}.node_id AND rule_id = ${r}.rule_id`);
+export const sNode = (r: string) => sRefresh(`d.node_id = ${r}.node_id`, `node_id = ${r}.node_id`);
+export const countsDiffer = C.map((c) => `OLD.${c} IS NOT NEW.${c}`).join(' OR ');
 
 const sqliteTable = `
 CREATE TABLE kept_targets (rule_id TEXT NOT NULL, directive_id TEXT NOT NULL, node_id TEXT NOT NULL, share REAL, states INTEGER NOT NULL,
@@ -102,7 +102,8 @@ export const sqliteKeptTargetsRefill = `DELETE FROM kept_targets;
 INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states) ${targetRows('1')};
 `;
 
-const sqliteTriggers = `
+/** The SQLite triggers of this version (migration 29 makes them again, deferrable). */
+export const sqliteTargetTriggers = `
 CREATE TRIGGER kept_targets_row_insert AFTER INSERT ON node_compliance_directives BEGIN
   ${sRow('NEW')}
 END;
@@ -133,7 +134,7 @@ END;
 const sqlite = `${sqliteTable}
 INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states) ${targetRows('1')};
 CREATE INDEX kept_targets_key_idx ON kept_targets (rule_id, directive_id, share, node_id, states);
-${sqliteTriggers}`;
+${sqliteTargetTriggers}`;
 
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
