@@ -68,8 +68,12 @@ export async function keptWalk(store: Store, r: ReturnType<typeof prng>, steps: 
         // generator writes them, with the drill-down keys made once for the batch on SQLite.
         const others = [...present].filter((o) => o !== id && r.next() < 0.25);
         what = `policies ${[id, ...others].join(' ')}`;
+        // Now and then the same components under another config id (a template's new values):
+        // the node's rows stay as they were counted, its marks move.
+        const previous = (await store.getNode(id))?.policy_config_id ?? null;
+        const same = previous !== null && r.next() < 0.4 ? await store.getExpectations(id, previous) : null;
         await store.putPolicies([id, ...others].map((node_id, k) => {
-          const mine = k === 0 ? items : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+          const mine = k === 0 ? same ?? items : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
           const config_id = `cfg-${r.int(3)}`;
           return { bundle: { node_id, config_id, generated_at: iso(now), bundle: `{"config_id":"${config_id}"}` }, expected: mine };
         }));

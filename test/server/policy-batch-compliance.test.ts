@@ -3,9 +3,9 @@
  * PostgreSQL: the rows, findings, events and kept counters must be what one setExpectations per
  * node gives. Two stores of a kind take the same random registrations, runs (some failing, so
  * findings open and close) and policies, one through putPolicies batches and one node by node.
- * Most policies have a config id new to the node; some write the node's policy again, with the
- * same expectations (their keys in another order) or with new ones (an older server's, brought
- * up to date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same
+ * Most policies have a config id new to the node, some of them with the node's expectations as
+ * they were; some write the node's policy again, with the same expectations (their keys in
+ * another order) or with new ones (an older server's, brought up to date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same
  * policy again must leave the compliance rows alone, and two generations at once beside the
  * ingest's batches must not deadlock.
  */
@@ -77,7 +77,10 @@ async function drive(store: Store, batch: boolean) {
         writes.push({ bundle: { node_id: id, config_id: had.configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, expectationsOnly: true });
         continue;
       }
-      const expected = COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+      // Some a new config id with the same components (a template's new values): the node's
+      // stored directive rows are kept as they were counted, only its marks move.
+      const expected = had && pick >= 0.35 && pick < 0.55 ? had.expected
+        : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
       const configId = had && pick < 0.35 ? had.configId : `cfg-${round}-${r.int(3)}`;
       writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, ...(configId === had?.configId && { expectationsOnly: true }) });
       written.set(id, { configId, expected });

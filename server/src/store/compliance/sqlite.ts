@@ -212,14 +212,17 @@ export class SqliteCompliance implements ComplianceStore {
    * A node's directive rows that go are deleted before its compliance row moves to its new time
    * state, and the new ones written after: the kept counters' triggers then move none of them
    * (a row written before the move was taken out and put back under the new state).
+   * `rowsKept`: the node's stored rows were counted from the same run against the same
+   * expectations (the caller compared them as text): neither read nor written.
    */
-  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string }>): void {
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean }>): void {
     if (items.length === 0) return;
     const ids = JSON.stringify(items.map((it) => it.nodeId));
+    const rowsOf = JSON.stringify(items.filter((it) => !it.rowsKept).map((it) => it.nodeId));
     const current = new Map<string, Record<string, unknown>>();
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(ids) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
     const stored = new Map<string, unknown[][]>();
-    for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(ids) as unknown[][]) {
+    for (const r of (rowsOf === '[]' ? [] : this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(rowsOf)) as unknown[][]) {
       const nodeId = r[0] as string;
       let list = stored.get(nodeId);
       if (!list) stored.set(nodeId, (list = []));
@@ -254,6 +257,7 @@ export class SqliteCompliance implements ComplianceStore {
           node_id: it.nodeId, run: f.run, at: f.at, items: states, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
         })));
       }
+      if (it.rowsKept) continue;
       const changes = directiveChangesRaw(stored.get(it.nodeId) ?? [], directives);
       for (const r of changes.remove) remove.push([it.nodeId, r.rule_id, r.directive_id]);
       for (const d of changes.upsert) upsert.push([it.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);

@@ -199,7 +199,7 @@ export class SqlitePolicy implements PolicyStore {
     const expectationRows: unknown[][] = [];
     const gone: Array<[string, string]> = [];
     const byConfig = new Map<string, string[]>();
-    const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[] }> = [];
+    const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[]; rowsKept: boolean }> = [];
     for (const it of live) {
       const nodeId = it.bundle.node_id;
       const configId = it.bundle.config_id;
@@ -214,7 +214,10 @@ export class SqlitePolicy implements PolicyStore {
       // left alone when the same policy is written again.
       const prevConfig = previous.get(nodeId) ?? null;
       if (!withRow.has(nodeId) || prevConfig !== configId || mine.get(configId) !== it.expected.json) {
-        recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items });
+        // Its rows were counted against the previous policy's expectations: the same list (a
+        // template's new values, the same components) counts the same, only the marks move.
+        const rowsKept = withRow.has(nodeId) && prevConfig !== null && mine.get(prevConfig) === it.expected.json;
+        recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items, rowsKept });
       }
     }
     if (live.length === 0) return 0;
