@@ -122,6 +122,12 @@ t.test('a conflict or a template error keeps the node\'s previous bundle, with t
   await put('directive', { id: 'd', name: 'd', method: 'file_content', params: { path: '/etc/port', content: 'port={{node.properties.nope}}' } });
   t.equal((await bundleOf(store, 'n2'))!.config_id, kept);
   t.match(await gen.problemOf('n2'), { code: 'ERR_TEMPLATE', directive_id: 'd', rule_id: 'r', name: 'node.properties.nope', message: /node.properties.nope is not defined/ });
+  // A file template's own error names its field and line (rendered once, in file mode).
+  await put('directive', { id: 'd', name: 'd', method: 'file_from_template', params: { path: '/etc/port', template: 'a\nport={{node.properties.gone}}\n' } });
+  t.equal((await bundleOf(store, 'n2'))!.config_id, kept);
+  t.match(await gen.problemOf('n2'), {
+    code: 'ERR_TEMPLATE', directive_id: 'd', field: 'template', name: 'node.properties.gone', message: /params\.template, line 2\): node\.properties\.gone is not defined/,
+  });
 });
 
 t.test('a templated field a method constrains is checked per node once rendered, not as written', async (t) => {

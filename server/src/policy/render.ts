@@ -328,11 +328,16 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
       return techniqueDirective(d, t, instance);
     }
     if (!needs.templated) return d;
-    const { params } = renderParams(d.params, data);
-    if (d.method === 'file_from_template' && typeof d.params.template === 'string') {
-      // The template is kept as written (for display); the node writes `content`.
-      params.template = d.params.template;
-      params.content = renderTemplate(d.params.template, data, { mode: 'file' });
+    const inline = d.method === 'file_from_template' && typeof d.params.template === 'string';
+    // An inline template is rendered once, in file mode: rendered with the other params as text
+    // too, it was rendered twice for one result.
+    const { template, ...others } = d.params;
+    const { params: rendered } = renderParams(inline ? others : d.params, data);
+    let params = rendered;
+    if (inline) {
+      // The template is kept as written (for display), in its place; the node writes `content`.
+      params = Object.fromEntries(Object.keys(d.params).map((k) => [k, k === 'template' ? template : rendered[k]]));
+      params.content = renderTemplate(template as string, data, { mode: 'file', field: 'template' });
     }
     const source = templateSource(d);
     if (source !== undefined) {

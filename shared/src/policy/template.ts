@@ -41,6 +41,8 @@ export const TEMPLATE_LIMITS: Readonly<TemplateLimits> = Object.freeze({
 export interface RenderOptions {
   mode?: TemplateMode;
   limits?: Partial<TemplateLimits>;
+  /** Where in a params object the template is (`template`), named by its errors. */
+  field?: string;
 }
 
 /** A secret in template data: renders as the marker of secret `name`, which the agent fills in. */
@@ -259,6 +261,7 @@ function newState(template: string, data: unknown, opts: RenderOptions, trace?: 
   return {
     mode: opts.mode ?? 'text', limits: { ...TEMPLATE_LIMITS, ...opts.limits }, root: data, template,
     out: 0, iterations: 0, steps: 0, reads: trace?.reads ?? new Set(), secrets: trace?.secrets ?? new Set(),
+    ...(opts.field !== undefined && { field: opts.field }),
   };
 }
 
