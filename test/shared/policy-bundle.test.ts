@@ -1,5 +1,7 @@
 import { generateKeyPairSync } from 'node:crypto';
+import fc from 'fast-check';
 import t from 'tap';
+import { canonicalJson } from '@capstan/shared/policy/bundle';
 import { computeConfigId, policyKeyId, signBundle, verifyBundle, type BundleDirective, type PolicyBundle } from '@capstan/shared';
 
 const keys = () => {
@@ -46,6 +48,28 @@ t.test('config id changes when and only when the content changes', async (t) => 
   const second: BundleDirective = { id: 'd2', name: 'dir', method: 'directory_present', params: { path: '/etc/x' }, mode: 'enforce', rule_id: 'r1' };
   t.not(computeConfigId([directives[0]!, second]), computeConfigId([second, directives[0]!]), 'order counts');
   t.equal(computeConfigId([directives[0]!, second]), computeConfigId([{ ...directives[0]! }, { ...second }]), 'equal content, equal id');
+});
+
+/** Canonical JSON as defined: keys sorted, undefined members left out, arrays in order. */
+function definition(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(definition).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v).sort().filter((k) => (v as Record<string, unknown>)[k] !== undefined)
+      .map((k) => `${JSON.stringify(k)}:${definition((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v);
+}
+
+t.test('canonical JSON, which config ids hash, is its definition for any value', async (t) => {
+  // Any JSON, with members and items left undefined now and then (a directive's optional fields).
+  const value = fc.letrec((tie) => ({
+    v: fc.oneof({ depthSize: 'small' }, fc.jsonValue({ maxDepth: 2 }), fc.constant(undefined), fc.array(tie('v'), { maxLength: 5 }),
+      fc.dictionary(fc.string({ maxLength: 6 }), tie('v'), { maxKeys: 6 })),
+  })).v;
+  fc.assert(fc.property(value, (v) => canonicalJson(v) === definition(v)), { numRuns: 3000 });
+  t.equal(canonicalJson({ b: [1, undefined, { d: undefined, c: 'x' }], a: null }), '{"a":null,"b":[1,,{"c":"x"}]}');
+  t.equal(canonicalJson([]), '[]');
+  t.equal(canonicalJson({}), '{}');
 });
 
 t.test('method parameters are validated on the server with the agent’s own rules', async (t) => {

@@ -83,15 +83,22 @@ export interface SignedBundle {
 
 /** JSON with sorted keys, so equal content always hashes equal. */
 export function canonicalJson(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
-  if (v && typeof v === 'object') {
-    return `{${Object.keys(v as object)
-      .sort()
-      .filter((k) => (v as Record<string, unknown>)[k] !== undefined)
-      .map((k) => `${JSON.stringify(k)}:${canonicalJson((v as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
+  // One string built as it goes: sorting, filtering, mapping and joining made four arrays per
+  // object, and a generation makes the canonical JSON of every directive rendered for a node.
+  if (v === null || typeof v !== 'object') return JSON.stringify(v);
+  if (Array.isArray(v)) {
+    let out = '[';
+    for (let i = 0; i < v.length; i++) out += `${i === 0 ? '' : ','}${canonicalJson(v[i]) ?? ''}`;
+    return `${out}]`;
   }
-  return JSON.stringify(v);
+  const o = v as Record<string, unknown>;
+  let out = '{';
+  for (const k of Object.keys(o).sort()) {
+    const x = o[k];
+    if (x === undefined) continue;
+    out += `${out.length === 1 ? '' : ','}${JSON.stringify(k)}:${canonicalJson(x)}`;
+  }
+  return `${out}}`;
 }
 
 /**
