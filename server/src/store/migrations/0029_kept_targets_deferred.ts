@@ -9,8 +9,8 @@
  *
  * - kept_targets_deferred: the nodes whose keys the writer will refresh itself. It holds rows
  *   only inside the writer's transaction: the writer fills it, writes, refreshes the keys of
- *   every node it names with one statement (SQLITE_DEFERRED_TARGETS) and empties it, so no
- *   other connection ever sees a row in it.
+ *   every node it names at once (SQLITE_DEFERRED_TARGETS: one statement writes them, one drops
+ *   the stale ones) and empties it, so no other connection ever sees a row in it.
  * - The triggers of migration 28 made again, each skipping a node named there.
  *
  * PostgreSQL's triggers already run once per statement over its transition tables: nothing
