@@ -2,8 +2,9 @@
  * The random walk the kept-counter tests take over a small fleet, on either store: policies (some
  * expecting nothing; one node's, or a generation's batch of several), runs (complete or not,
  * back-filled, with unexpected items), deletions and re-registrations, acceptance, relay and
- * state changes, agentless nodes, expiration policies, sweeps and clock moves. After each step the caller's `compare` reads what it keeps against
- * what it computes afresh, at the current moment and now and then at another.
+ * state changes, agentless nodes, expiration policies, sweeps and clock moves. After each step
+ * the caller's `compare` reads what it keeps against what it computes afresh, at the current
+ * moment and now and then at another.
  */
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run } from '../server/store-suite.js';
