@@ -56,9 +56,9 @@ t.test('the fleet-wide reads come from a replica within its staleness bound', { 
 
   // Replay paused: the replica stops moving. Within the bound the lists still come from it, so a
   // node registered now is not in them, while what decides reads the primary and sees it.
-  // The last check the replica passed before the pause: its staleness counts from that check's
-  // start (a check under way at the pause may pass too, later; none passes after it).
-  // Counted from before the request: the server's clock read its staleness no earlier.
+  // Staleness counts from the start of the last check the replica passed: read that check just
+  // before the pause (a check under way at the pause may still pass; none started after it
+  // does). Counted from before the request: the server read its clock no earlier.
   const asked = Date.now();
   const freshBefore = asked - (await replicaStatus()).staleness_ms;
   await replica.sql('SELECT pg_wal_replay_pause()');

@@ -5,9 +5,10 @@
  * findings open and close) and policies, one through putPolicies batches and one node by node.
  * Most policies have a config id new to the node, some of them with the node's expectations as
  * they were; some write the node's policy again, with the same expectations (their keys in
- * another order) or with new ones (an older server's, brought up to date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same
- * policy again must leave the compliance rows alone, and two generations at once beside the
- * ingest's batches must not deadlock.
+ * another order) or with new ones (an older server's, brought up to date). The kept counters
+ * must also equal the fresh sums. On PostgreSQL, writing the same policy again must leave the
+ * compliance rows alone, and two generations at once beside the ingest's batches must not
+ * deadlock.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';

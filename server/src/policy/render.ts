@@ -328,17 +328,16 @@ function renderOne(d: BundleDirective, data: Record<string, unknown>, model: Pol
       return techniqueDirective(d, t, instance);
     }
     if (!needs.templated) return d;
-    const inline = d.method === 'file_from_template' && typeof d.params.template === 'string';
-    // An inline template is rendered once, in file mode: rendered with the other params as text
-    // too, it was rendered twice for one result.
-    const { template, ...others } = d.params;
-    const { params: rendered } = renderParams(inline ? others : d.params, data);
-    let params = rendered;
-    if (inline) {
-      // The template is kept as written (for display), in its place; the node writes `content`.
+    let params: Record<string, unknown>;
+    if (d.method === 'file_from_template' && typeof d.params.template === 'string') {
+      // An inline template is rendered once, in file mode (rendered with the other params as
+      // text too, it was rendered twice for one result). It is kept as written (for display),
+      // in its place; the node writes `content`.
+      const { template, ...others } = d.params;
+      const rendered = renderParams(others, data).params;
       params = Object.fromEntries(Object.keys(d.params).map((k) => [k, k === 'template' ? template : rendered[k]]));
-      params.content = renderTemplate(template as string, data, { mode: 'file', field: 'template' });
-    }
+      params.content = renderTemplate(template, data, { mode: 'file', field: 'template' });
+    } else params = renderParams(d.params, data).params;
     const source = templateSource(d);
     if (source !== undefined) {
       // The path is kept as written, with the sha256 of the file rendered (for display and diffs).
