@@ -4,7 +4,7 @@
  * `npm run bench`, never by a timed test); what must hold is that every step really happened:
  * run logs stored, counted, visible through the admin API, and the reports well formed.
  */
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import t from 'tap';
@@ -45,6 +45,19 @@ t.test('simulated identities share keys but each certificate names its own node'
   // The cache hands back the same fleet.
   const again = await loadIdentities({ count: 5, keys: 2, bits: 1024, seed: 'smoke', cacheDir: t.testdirName });
   t.same(again.map((i) => i.certPem), ids.map((i) => i.certPem));
+  // The certificates are cached a node per line; a damaged line and those after it are made again.
+  const name = (await readdir(t.testdirName)).find((f) => f.startsWith('certs-') && f.endsWith('.jsonl'));
+  t.ok(name, 'a JSON Lines certificate cache');
+  const path = join(t.testdirName, name!);
+  const lines = (await readFile(path, 'utf8')).trimEnd().split('\n');
+  t.equal(lines.length, 5, 'one line per node');
+  t.same(lines.map((l) => (JSON.parse(l) as { i: number }).i), [0, 1, 2, 3, 4]);
+  await writeFile(path, `${lines.slice(0, 3).join('\n')}\n{"i": 3, "nodeId"\n`);
+  const grown = await loadIdentities({ count: 7, keys: 2, bits: 1024, seed: 'smoke', cacheDir: t.testdirName });
+  t.same(grown.slice(0, 3).map((i) => i.certPem), ids.slice(0, 3).map((i) => i.certPem), 'the lines before the damage are kept');
+  t.equal(grown.length, 7);
+  for (const id of grown) t.equal(certificateNodeId(id.certPem), id.nodeId);
+  t.equal((await readFile(path, 'utf8')).trimEnd().split('\n').length, 7, 'the cache holds the grown fleet');
 });
 
 t.test('percentiles are nearest-rank', async (t) => {

@@ -8,7 +8,10 @@
  * can hand the same fleet back on the next run instead of paying for it again.
  */
 import { createHash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import { finished } from 'node:stream/promises';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { makeDir } from '@capstan/shared/dir';
@@ -38,10 +41,10 @@ export interface IdentityOptions {
 }
 
 /**
- * Upper bound on one fleet: the cache is one JSON document (~1.2 KB per node), which must stay
- * well below V8's largest string, and one machine cannot play more agents than this anyway.
+ * Upper bound on one fleet (bench:fleet's own): the certificate cache is JSON Lines, one node per
+ * line (~1.2 KB), streamed both ways, so no string holds the whole fleet.
  */
-export const MAX_IDENTITIES = 200_000;
+export const MAX_IDENTITIES = 1_000_000;
 
 /** A UUID-shaped node id (version nibble 4, variant 8..b) derived from the seed and the index. */
 export function simNodeId(seed: string, index: number): string {
@@ -78,6 +81,37 @@ async function writeAtomic(path: string, data: string): Promise<void> {
   await rename(tmp, path);
 }
 
+/** The certificate lines of a cache file; none when it is absent, and none past a damaged line (the rest is made again). */
+async function readCertLines(path: string): Promise<CertLine[]> {
+  const out: CertLine[] = [];
+  const input = createReadStream(path, { encoding: 'utf8' });
+  try {
+    for await (const line of createInterface({ input, crlfDelay: Infinity })) {
+      if (line.length === 0) continue;
+      const c = JSON.parse(line) as CertLine;
+      if (!Number.isInteger(c.i) || !Number.isInteger(c.key) || typeof c.nodeId !== 'string' || typeof c.cert !== 'string') break;
+      out.push(c);
+    }
+  } catch {
+    // absent, or a line that does not parse: keep what was read
+  } finally {
+    input.destroy();
+  }
+  return out;
+}
+
+/** Certificate lines written to a temporary file a line at a time, then renamed into place. */
+async function writeCertLines(path: string, lines: Iterable<CertLine>): Promise<void> {
+  const tmp = `${path}.${process.pid}.tmp`;
+  const out = createWriteStream(tmp, { mode: 0o600 });
+  for (const c of lines) {
+    if (!out.write(`${JSON.stringify(c)}\n`)) await new Promise<void>((resolve) => out.once('drain', () => resolve()));
+  }
+  out.end();
+  await finished(out);
+  await rename(tmp, path);
+}
+
 /**
  * The first `count` identities of the fleet named by `seed`: from the cache when it holds them,
  * generated (and added to the cache) otherwise.
@@ -105,8 +139,8 @@ export async function loadIdentities(opts: IdentityOptions): Promise<SimIdentity
   progress(keyCount, total);
 
   // Certificates: one per node id, kept with the index of the key they certify.
-  const certsPath = cache ? join(cache, `certs-${createHash('sha256').update(seed).digest('hex').slice(0, 16)}-rsa${bits}.json`) : null;
-  const cached = (certsPath ? await readJson<CertLine[]>(certsPath) : null) ?? [];
+  const certsPath = cache ? join(cache, `certs-${createHash('sha256').update(seed).digest('hex').slice(0, 16)}-rsa${bits}.jsonl`) : null;
+  const cached = certsPath ? await readCertLines(certsPath) : [];
   const usable = new Map<number, CertLine>();
   for (const c of cached) {
     // A line whose key is no longer the pool's (the pool file was replaced) is made again.
@@ -121,7 +155,7 @@ export async function loadIdentities(opts: IdentityOptions): Promise<SimIdentity
     (d) => progress(keyCount + (count - wanted.length) + d, total),
   );
   wanted.forEach((w, k) => usable.set(w.i, { i: w.i, nodeId: w.nodeId, key: w.key, cert: made[k]! }));
-  if (certsPath && wanted.length > 0) await writeAtomic(certsPath, JSON.stringify([...usable.values()].sort((a, b) => a.i - b.i)));
+  if (certsPath && wanted.length > 0) await writeCertLines(certsPath, [...usable.values()].sort((a, b) => a.i - b.i));
   progress(total, total);
 
   return Array.from({ length: count }, (_, i) => {
