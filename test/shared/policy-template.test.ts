@@ -8,6 +8,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { isCapstanError, renderParams, renderTemplate, SecretRef, secretMarker, templateNames, TEMPLATE_LIMITS } from '@capstan/shared';
+import { PARSE_CACHE_LIMITS, parseCacheSize } from '@capstan/shared/policy/template';
 
 const data = {
   os: { name: 'debian', version: '12' }, list: ['a', 'b<'], users: [{ name: 'ann' }, { name: 'bob' }], yes: true, no: false, none: [], nothing: null, n: 3,
@@ -119,4 +120,21 @@ t.test('property: random data and templates render or fail with a coded error, w
 t.test('property: text without tags renders to itself', async (t) => {
   const plain = fc.string({ maxLength: 200, unit: 'grapheme' }).filter((s) => !s.includes('{{') && !s.includes('${node') && !/[\uFFF9\uFFFB]/.test(s));
   fc.assert(fc.property(plain, fc.constantFrom('file', 'text'), (s, mode) => renderTemplate(s, data, { mode: mode as 'file' | 'text' }) === s), { numRuns: 500 });
+});
+
+t.test('templates are parsed once and kept within bounds; every limit still holds at each use', async (t) => {
+  const nested = '{{#a}}{{#a}}{{#a}}x{{/a}}{{/a}}{{/a}}';
+  t.equal(renderTemplate(nested, { a: true }), 'x');
+  t.throws(() => renderTemplate(nested, { a: true }, { limits: { maxDepth: 2 } }), { code: 'ERR_TEMPLATE_LIMIT', details: { limit: 'maxDepth' } }, 'a kept parse meets a lower depth limit');
+  t.throws(() => renderTemplate(nested, { a: true }, { limits: { maxTemplateBytes: 10 } }), { code: 'ERR_TEMPLATE_LIMIT', details: { limit: 'maxTemplateBytes' } }, 'and a lower size limit');
+  for (let i = 0; i < 2; i++) t.throws(() => renderTemplate('a {{> p}}', {}), { code: 'ERR_TEMPLATE', details: { line: 1 } }, 'a partial is refused every time');
+  // Nested past any walk: refused by the limit, never by the stack.
+  const deep = `${'{{#a}}'.repeat(20_000)}x${'{{/a}}'.repeat(20_000)}`;
+  t.throws(() => renderTemplate(deep, { a: true }), { code: 'ERR_TEMPLATE_LIMIT', details: { limit: 'maxDepth' } });
+  t.equal(renderTemplate(`${'{{#a}}'.repeat(1_100)}x${'{{/a}}'.repeat(1_100)}`, { a: true }, { limits: { maxDepth: 1_200 } }), 'x', 'a limit above the parse walk is the one applied');
+  for (let i = 0; i < PARSE_CACHE_LIMITS.maxEntries + 100; i++) t.equal(renderTemplate(`{{n}} ${i}`, { n: 'v' }), `v ${i}`);
+  t.equal(parseCacheSize().entries, PARSE_CACHE_LIMITS.maxEntries, 'at most maxEntries kept');
+  const big = 5 * 1024 * 1024;
+  for (let i = 0; i < 4; i++) t.equal(renderTemplate(`{{n}}${String(i).repeat(big)}`, { n: '' }, { limits: { maxTemplateBytes: 8 * 1024 * 1024, maxOutputBytes: 8 * 1024 * 1024 } }).length, big);
+  t.ok(parseCacheSize().bytes <= PARSE_CACHE_LIMITS.maxBytes, `at most maxBytes kept (${parseCacheSize().bytes})`);
 });

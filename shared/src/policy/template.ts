@@ -232,29 +232,99 @@ class StrictWriter extends Mustache.Writer {
   }
 }
 
-function parseStrict(st: State): string[][] {
-  if (Buffer.byteLength(st.template) > st.limits.maxTemplateBytes) {
-    fail(st, 'ERR_TEMPLATE_LIMIT', `template larger than ${st.limits.maxTemplateBytes} bytes`, undefined, { limit: 'maxTemplateBytes' });
+/** A template parsed once: its tokens, its UTF-8 size, how deep its sections nest, whether it holds a partial. */
+interface Parsed {
+  tokens: Token[];
+  bytes: number;
+  depth: number;
+  partial: boolean;
+}
+
+/**
+ * Parsed templates by text, most recently used last, bounded by count and by the size of the
+ * texts held: a server renders the same few templates for every node, and a template edited
+ * often, or one only previewed, is dropped in time instead of staying forever (mustache.js's own
+ * cache, which keeps every text it ever parsed, is switched off).
+ */
+export const PARSE_CACHE_LIMITS = Object.freeze({ maxEntries: 512, maxBytes: 16 * 1024 * 1024 });
+(Mustache as unknown as { templateCache: unknown }).templateCache = undefined;
+const parsedCache = new Map<string, Parsed>();
+let parsedBytes = 0;
+
+function remember(text: string, p: Parsed): void {
+  if (p.bytes > PARSE_CACHE_LIMITS.maxBytes) return;
+  parsedCache.set(text, p);
+  parsedBytes += p.bytes;
+  for (const [k, v] of parsedCache) {
+    if (parsedCache.size <= PARSE_CACHE_LIMITS.maxEntries && parsedBytes <= PARSE_CACHE_LIMITS.maxBytes) break;
+    parsedCache.delete(k);
+    parsedBytes -= v.bytes;
   }
-  let tokens: unknown[];
+}
+
+/** How many parsed templates are held, and their texts' bytes (for tests and metrics). */
+export function parseCacheSize(): { entries: number; bytes: number } {
+  return { entries: parsedCache.size, bytes: parsedBytes };
+}
+
+/** How deep a parse looks: a template nested deeper is checked against the caller's limit at each use (refuse). */
+const DEPTH_WALKED = 1024;
+
+function parseOnce(st: State): Parsed {
+  const hit = parsedCache.get(st.template);
+  if (hit) {
+    parsedCache.delete(st.template);
+    parsedCache.set(st.template, hit);
+    return hit;
+  }
+  const bytes = Buffer.byteLength(st.template);
+  if (bytes > st.limits.maxTemplateBytes) return { tokens: [], bytes, depth: 0, partial: false };
+  let tokens: Token[];
   try {
-    tokens = Mustache.parse(st.template) as unknown[];
+    tokens = Mustache.parse(st.template) as unknown as Token[];
   } catch (err) {
     // mustache.js says where: "Unclosed tag at 12".
     const at = /at (\d+)/.exec((err as Error).message);
     fail(st, 'ERR_TEMPLATE', (err as Error).message.replace(/ at \d+$/, ''), at ? Number(at[1]) : undefined);
   }
-  const walk = (list: unknown[], depth: number) => {
-    for (const tok of list as Token[]) {
-      if (tok[0] === '>') fail(st, 'ERR_TEMPLATE', `partials are not available ({{> ${tok[1]}}})`, tok[2]);
+  const p: Parsed = { tokens, bytes, depth: 0, partial: false };
+  // Past DEPTH_WALKED the nesting counts as infinite: no template walks the stack out here.
+  const walk = (list: Token[], depth: number) => {
+    for (const tok of list) {
+      if (tok[0] === '>') p.partial = true;
       if (tok[0] === '#' || tok[0] === '^') {
-        if (depth + 1 > st.limits.maxDepth) fail(st, 'ERR_TEMPLATE_LIMIT', `sections nested deeper than ${st.limits.maxDepth}`, tok[2], { limit: 'maxDepth' });
-        walk(tok[4] as unknown[], depth + 1);
+        if (depth + 1 > DEPTH_WALKED) {
+          p.depth = Infinity;
+          continue;
+        }
+        p.depth = Math.max(p.depth, depth + 1);
+        walk(tok[4] as Token[], depth + 1);
       }
     }
   };
   walk(tokens, 0);
-  return tokens as string[][];
+  remember(st.template, p);
+  return p;
+}
+
+function parseStrict(st: State): string[][] {
+  const p = parseOnce(st);
+  if (p.bytes > st.limits.maxTemplateBytes) {
+    fail(st, 'ERR_TEMPLATE_LIMIT', `template larger than ${st.limits.maxTemplateBytes} bytes`, undefined, { limit: 'maxTemplateBytes' });
+  }
+  if (p.partial || p.depth > st.limits.maxDepth) refuse(st, p.tokens, 0);
+  return p.tokens as unknown as string[][];
+}
+
+/** The first partial, or section nested deeper than the limit, in the template's order: refused. */
+function refuse(st: State, list: Token[], depth: number): void {
+  for (const tok of list) {
+    if (tok[0] === '>') fail(st, 'ERR_TEMPLATE', `partials are not available ({{> ${tok[1]}}})`, tok[2]);
+    if (tok[0] === '#' || tok[0] === '^') {
+      if (depth + 1 > st.limits.maxDepth) fail(st, 'ERR_TEMPLATE_LIMIT', `sections nested deeper than ${st.limits.maxDepth}`, tok[2], { limit: 'maxDepth' });
+      refuse(st, tok[4] as Token[], depth + 1);
+    }
+  }
 }
 
 function newState(template: string, data: unknown, opts: RenderOptions, trace?: RenderTrace): State {
