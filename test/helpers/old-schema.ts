@@ -127,3 +127,18 @@ export const UNDO_29 = {
     DELETE FROM schema_version WHERE version = 29;`,
   postgres: 'DELETE FROM schema_version WHERE version = 29;',
 };
+
+/**
+ * Migration 30 undone on a database at 30 (each node's expectations back in its rows, the lists
+ * dropped), before UNDO_29 for tests that undo an older one.
+ */
+export const UNDO_30 = {
+  sqlite: `ALTER TABLE node_expectations ADD COLUMN components TEXT NOT NULL DEFAULT '[]';
+    UPDATE node_expectations SET components = (SELECT l.components FROM expectation_lists l WHERE l.digest = node_expectations.list);
+    DROP INDEX node_expectations_list_idx; ALTER TABLE node_expectations DROP COLUMN list; DROP TABLE expectation_lists;
+    DELETE FROM schema_version WHERE version = 30;`,
+  postgres: `ALTER TABLE node_expectations ADD COLUMN components jsonb;
+    UPDATE node_expectations e SET components = l.components FROM expectation_lists l WHERE l.digest = e.list;
+    ALTER TABLE node_expectations ALTER COLUMN components SET NOT NULL, DROP COLUMN list; DROP TABLE expectation_lists;
+    DELETE FROM schema_version WHERE version = 30;`,
+};

@@ -45,6 +45,14 @@ export const sqliteBackend: Backend = {
           db.close();
         }
       },
+      async rows(sql) {
+        const db = new Database(path, { readonly: true });
+        try {
+          return db.prepare(sql).all() as Array<Record<string, unknown>>;
+        } finally {
+          db.close();
+        }
+      },
     };
   },
 };
@@ -63,6 +71,7 @@ export function postgresBackend(prefix = 'capstan_test'): Backend {
           await pgAdmin((c) => c.query(`CREATE SCHEMA IF NOT EXISTS ${schema}`));
           await pgAdmin((c) => c.query(sql), schema);
         },
+        rows: async (sql) => pgAdmin(async (c) => (await c.query(sql)).rows as Array<Record<string, unknown>>, schema),
       };
     },
   };

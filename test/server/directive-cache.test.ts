@@ -88,7 +88,8 @@ t.test('postgres: a directive changed or removed by a new policy is never judged
   t.equal(d.d1!.repaired, 1, 'the run itself was judged');
 
   // The same config's expectations rewritten where this store did not see it (another server).
-  await db.exec(`UPDATE node_expectations SET components = '[{"rule_id":"r1","directive_id":"d2","component":"Pkg"}]'::jsonb WHERE node_id = 'n1'`);
+  await db.exec(`INSERT INTO expectation_lists (digest, components, used_at) VALUES ('rewritten', '[{"rule_id":"r1","directive_id":"d2","component":"Pkg"}]'::jsonb, now());
+    UPDATE node_expectations SET list = 'rewritten' WHERE node_id = 'n1'`);
   await store.insertRuns([run('n1', '2024-05-01T10:20:00Z', { outcomes, received_at: '2024-05-01T10:20:00Z' })]);
   d = await byDirective();
   t.same([d.d1!.unexpected, d.d2!.success, d.d3?.missing ?? 0], [1, 1, 0], 'judged against the newest expectations');

@@ -121,7 +121,9 @@ function scenario(t: Test, backend: Backend): void {
         await b.store.insertRun(first);
         const items = COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
         for (const db of [a.db, b.db]) {
-          await db.exec(`UPDATE node_expectations SET components = '${JSON.stringify(items)}'::jsonb WHERE node_id = '${id}';
+          const list = `'${JSON.stringify(items)}'::jsonb`;
+          await db.exec(`INSERT INTO expectation_lists (digest, components, used_at) VALUES ('rewritten:' || md5(${list}::text), ${list}, now()) ON CONFLICT DO NOTHING;
+            UPDATE node_expectations SET list = 'rewritten:' || md5(${list}::text) WHERE node_id = '${id}';
             UPDATE node_compliance SET computed_at = computed_at WHERE node_id = '${id}';
             UPDATE node_compliance_directives SET success = success + 1 WHERE node_id = '${id}';`);
         }

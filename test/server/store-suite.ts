@@ -17,6 +17,8 @@ export interface Db {
   open(opts?: { now?: () => Date }): Promise<Store>;
   /** Raw SQL on this test's database, for what the interface cannot do (forge a newer schema). */
   exec(sql: string): Promise<void>;
+  /** Rows of one raw SELECT on this test's database. */
+  rows?(sql: string): Promise<Array<Record<string, unknown>>>;
   dialect: 'sqlite' | 'postgres';
   /** Postgres: the schema this test's database lives in. */
   schema?: string;

@@ -3,6 +3,7 @@
  * any SQL runs. Bad input gets a permanent ERR_BAD_REQUEST here; letting the database refuse it
  * would give each backend its own answer (Postgres refuses U+0000 in text, SQLite stores it).
  */
+import { createHash } from 'node:crypto';
 import { capstanError } from '@capstan/shared/errors';
 import type { ChangeInput, ExpectedComponent, NodeCreate, NodePatch, NodeUpsertFromInventory, RunInsert } from './store.js';
 import { packOutcomes } from './runs/outcomes.js';
@@ -218,7 +219,21 @@ export function checkConfigId(configId: string): void {
 }
 
 /** Expected components of one config: checked, deduplicated, serialised. */
-export function checkExpectations(configId: string, items: ExpectedComponent[]): { items: ExpectedComponent[]; json: string } {
+/**
+ * Expectations checked: the components (deduplicated, each with its three fields only), their
+ * JSON, and the digest that names that list where it is stored once for every node and config
+ * expecting it (expectation_lists, migration 30).
+ */
+export interface CheckedExpectations {
+  items: ExpectedComponent[];
+  json: string;
+  digest: string;
+}
+
+/** The name of an expectation list: the SHA-256 of its JSON, base64url. */
+export const expectationsDigest = (json: string) => createHash('sha256').update(json).digest('base64url');
+
+export function checkExpectations(configId: string, items: ExpectedComponent[]): CheckedExpectations {
   checkConfigId(configId);
   if (!Array.isArray(items)) throw capstanError('ERR_BAD_REQUEST', 'expectations must be an array');
   if (items.length > MAX_EXPECTED_COMPONENTS) throw capstanError('ERR_BAD_REQUEST', `at most ${MAX_EXPECTED_COMPONENTS} expected components`);
@@ -232,5 +247,6 @@ export function checkExpectations(configId: string, items: ExpectedComponent[]):
     seen.add(k);
     out.push(e);
   }
-  return { items: out, json: toJson(out, 'expectations', { nul: false }) };
+  const json = toJson(out, 'expectations', { nul: false });
+  return { items: out, json, digest: expectationsDigest(json) };
 }

@@ -67,7 +67,8 @@ const SAME_SQL = `WITH v AS (SELECT * FROM ${unnestOf(['text', 'bigint', 'text',
  * The expectations of (node, config) pairs with their row version; the components only where the
  * version differs from the one given (`known`, what the cache holds).
  */
-const EXPECTATIONS_SQL = `SELECT k.node_id, e.set_at, l.version, CASE WHEN l.version IS DISTINCT FROM k.known THEN e.components::text END AS components
+const EXPECTATIONS_SQL = `SELECT k.node_id, e.set_at, l.version,
+    CASE WHEN l.version IS DISTINCT FROM k.known THEN (SELECT x.components::text FROM expectation_lists x WHERE x.digest = e.list) END AS components
   FROM ${unnestOf(['text', 'text', 'text'])} AS k(node_id, config_id, known)
   JOIN node_expectations e ON e.node_id = k.node_id AND e.config_id = k.config_id
   CROSS JOIN LATERAL (SELECT e.xmin::text || '/' || e.ctid::text AS version) l`;

@@ -15,6 +15,7 @@ import type { EventInsert } from '../events/types.js';
 import { unpackOutcomes } from '../runs/outcomes.js';
 import { epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput } from './rows.js';
 import { writeComplianceMany, type BatchDeps } from './postgres-batch.js';
+import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
 
 /** One node's new policy in a chunk: its config id, the one it had (null: none), and what it is now expected to report. */
@@ -23,26 +24,39 @@ export interface PolicyExpectation {
   configId: string;
   previous: string | null;
   when: string;
-  expected: { items: ExpectedComponent[]; json: string };
+  expected: CheckedExpectations;
 }
 
 /**
- * The expectations written (each distinct list is sent once: `$6` holds the lists, `list` the
- * 1-based index of a node's), the configs other than this one and the previous policy's dropped,
- * the node rows pointed at their new config (only where it moves: no dead tuple for the same),
- * and the nodes whose stored expectations for this config were already equal as JSON values
- * (jsonb equality: key order and spacing do not count), with whether they have a compliance row.
- * Every CTE sees the rows as they were before the statement.
+ * The expectations written: each distinct list once (`$6` the digests, `$7` their components;
+ * `list` is the 1-based index of a node's), stored where no list has its digest; the configs
+ * other than this one and the previous policy's dropped; the node rows pointed at their new
+ * config (only where it moves: no dead tuple for the same); and the nodes whose stored
+ * expectations for this config were already the same list, with whether they have a compliance
+ * row. Every CTE sees the rows as they were before the statement. TOUCH_LISTS runs first.
  */
-const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::jsonb[])[v.list] AS components
+const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::text[])[v.list] AS list
       FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
-    same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.components = v.components),
-    put AS (INSERT INTO node_expectations (node_id, config_id, set_at, components) SELECT node_id, config_id, set_at, components FROM v
-      ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components),
+    listed AS (INSERT INTO expectation_lists (digest, components, used_at) SELECT l.digest, l.components, now()
+      FROM unnest($6::text[], $7::jsonb[]) AS l(digest, components) ON CONFLICT (digest) DO NOTHING),
+    same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.list = v.list),
+    put AS (INSERT INTO node_expectations (node_id, config_id, set_at, list) SELECT node_id, config_id, set_at, list FROM v
+      ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list),
     dropped AS (DELETE FROM node_expectations e USING v
       WHERE e.node_id = v.node_id AND e.config_id <> v.config_id AND e.config_id <> v.keep),
     moved AS (UPDATE nodes n SET policy_config_id = v.config_id FROM v WHERE n.id = v.node_id AND n.policy_config_id IS DISTINCT FROM v.config_id)
   SELECT same.node_id, x.node_id IS NOT NULL AS present FROM same LEFT JOIN node_compliance x ON x.node_id = same.node_id`;
+
+/**
+ * Lists about to be named, brought within the hour of use before they are (migration 30): a list
+ * the sweep is deleting is waited for and then inserted again, and one it has not reached is
+ * out of its reach (it deletes lists unused for two hours) until this transaction commits.
+ */
+const TOUCH_LISTS = `UPDATE expectation_lists SET used_at = now() WHERE digest = ANY($1::text[]) AND used_at < now() - interval '1 hour'`;
+
+export async function touchLists(d: Pick<BatchDeps, 'db'>, c: pg.PoolClient, digests: string[]): Promise<void> {
+  await d.db.query('setExpectations', c, { name: 'expectation_lists_touch', text: TOUCH_LISTS, values: [digests] });
+}
 
 /** The compliance rows of the nodes to recompute, as PostgresCompliance.expectationsTx reads one. */
 const CURRENT_SQL = `SELECT node_id, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
@@ -59,14 +73,16 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   if (items.length === 0) return 0;
   const what = 'setExpectations';
   // Each distinct list once (a generation's nodes share a handful of them).
-  const lists = new Map<string, number>();
-  for (const it of items) if (!lists.has(it.expected.json)) lists.set(it.expected.json, lists.size + 1);
+  const lists = new Map<string, { index: number; json: string }>();
+  for (const it of items) if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, { index: lists.size + 1, json: it.expected.json });
   for (const it of items) d.cache.forgetNode(it.nodeId);
+  await touchLists(d, c, [...lists.keys()]);
   const { rows } = await d.db.query<{ node_id: string; present: boolean }>(what, c, {
     name: 'expectations_put_batch',
     text: EXPECTATIONS_SQL,
     values: [pick(items, (it) => it.nodeId), pick(items, (it) => it.configId), pick(items, (it) => it.when),
-      pick(items, (it) => lists.get(it.expected.json)!), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()]],
+      pick(items, (it) => lists.get(it.expected.digest)!.index), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()],
+      [...lists.values()].map((l) => l.json)],
   });
   const unchanged = new Set(rows.filter((r) => r.present).map((r) => r.node_id));
   // Judged by its current policy: nothing to recompute when the same policy is written again.

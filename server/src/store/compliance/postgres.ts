@@ -5,7 +5,7 @@
  */
 import type pg from 'pg';
 import { iso, type PostgresDb, type Queryable as Q } from '../postgres/db.js';
-import { checkExpectations, checkKeepLast, checkPaging } from '../input.js';
+import { checkExpectations, checkKeepLast, checkPaging, type CheckedExpectations } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { PostgresNodes } from '../nodes/postgres.js';
@@ -29,7 +29,7 @@ import { targetKeptSql } from './kept-targets.js';
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
-import { policyExpectationsMany, type PolicyExpectation } from './postgres-policy.js';
+import { policyExpectationsMany, touchLists, type PolicyExpectation } from './postgres-policy.js';
 
 export class PostgresCompliance implements ComplianceStore {
   /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
@@ -61,7 +61,9 @@ export class PostgresCompliance implements ComplianceStore {
   /** The expectations stored for one config id of a node. */
   private async expectations(c: Q, nodeId: string, configId: string): Promise<ExpectedComponent[] | null> {
     const { rows } = await this.db.query<{ components: ExpectedComponent[] }>('expectations', c, {
-      name: 'expectations_get', text: 'SELECT components FROM node_expectations WHERE node_id = $1 AND config_id = $2', values: [nodeId, configId],
+      name: 'expectations_get',
+      text: 'SELECT l.components FROM node_expectations e JOIN expectation_lists l ON l.digest = e.list WHERE e.node_id = $1 AND e.config_id = $2',
+      values: [nodeId, configId],
     });
     return rows[0] ? rows[0].components : null;
   }
@@ -185,7 +187,7 @@ export class PostgresCompliance implements ComplianceStore {
 
   /** setExpectations' work, inside the caller's transaction on `c`. */
   async expectationsTx(
-    c: pg.PoolClient, nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, sink: EventInsert[], keepLastS?: number,
+    c: pg.PoolClient, nodeId: string, configId: string, checked: CheckedExpectations, when: string, sink: EventInsert[], keepLastS?: number,
   ): Promise<boolean> {
     const what = 'setExpectations';
     {
@@ -194,18 +196,20 @@ export class PostgresCompliance implements ComplianceStore {
       // Rows about to change: whatever the cache holds for the node goes (its version check
       // would refuse it anyway once this commits).
       this.directiveCache.forgetNode(nodeId);
-      // Judged by its current policy: nothing to recompute when the same policy is written again.
-      // Compared as JSON values: jsonb gives its text back with its own key order and spacing, so
-      // the text sent never equalled the text read and every write recomputed.
+      // Judged by its current policy: nothing to recompute when the same policy is written again
+      // (the same list: lists are named by the digest of their JSON).
       const same = node.policy_config_id === configId && (await this.db.query<{ same: boolean }>(what, c, {
         name: 'expectations_same',
-        text: 'SELECT components = $3::jsonb AS same FROM node_expectations WHERE node_id = $1 AND config_id = $2',
-        values: [nodeId, configId, checked.json],
+        text: 'SELECT list = $3 AS same FROM node_expectations WHERE node_id = $1 AND config_id = $2',
+        values: [nodeId, configId, checked.digest],
       })).rows[0]?.same === true;
+      await touchLists({ db: this.db }, c, [checked.digest]);
       await this.db.query(what, c, {
-        text: `INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES ($1, $2, $3, $4)
-          ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`,
-        values: [nodeId, configId, when, checked.json],
+        name: 'expectations_put',
+        text: `WITH listed AS (INSERT INTO expectation_lists (digest, components, used_at) VALUES ($4, $5::jsonb, now()) ON CONFLICT (digest) DO NOTHING)
+          INSERT INTO node_expectations (node_id, config_id, set_at, list) VALUES ($1, $2, $3, $4)
+          ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list`,
+        values: [nodeId, configId, when, checked.digest, checked.json],
       });
       // Keep this config's and the previous policy's: a node may still run the previous one.
       await this.db.query(what, c, {

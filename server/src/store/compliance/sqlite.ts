@@ -5,7 +5,8 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
-import { checkExpectations, checkKeepLast, checkPaging } from '../input.js';
+import { ExpectationListCache } from './lists.js';
+import { checkExpectations, checkKeepLast, checkPaging, type CheckedExpectations } from '../input.js';
 import { filterWhere } from '../nodes/filters/query.js';
 import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { SqliteNodes } from '../nodes/sqlite.js';
@@ -75,6 +76,9 @@ const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (nod
   `ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 
 export class SqliteCompliance implements ComplianceStore {
+  /** Expectation lists parsed, by digest. */
+  private readonly lists = new ExpectationListCache();
+
   constructor(
     private readonly db: SqliteDb,
     private readonly nodes: SqliteNodes,
@@ -84,9 +88,9 @@ export class SqliteCompliance implements ComplianceStore {
 
   /** The expectations stored for one config id of a node, inside the caller's transaction. */
   expectations(nodeId: string, configId: string): ExpectedComponent[] | null {
-    const row = this.db.stmt('SELECT components FROM node_expectations WHERE node_id = ? AND config_id = ?').get(nodeId, configId) as
-      { components: string } | undefined;
-    return row ? (JSON.parse(row.components) as ExpectedComponent[]) : null;
+    const digest = this.db.stmt('SELECT list FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
+    if (digest === undefined) return null;
+    return this.lists.get(digest, () => this.db.stmt('SELECT components FROM expectation_lists WHERE digest = ?').pluck().get(digest) as string | undefined);
   }
 
   /** When a config's expectations were set for a node (epoch seconds), null when they are not stored. */
@@ -162,15 +166,16 @@ export class SqliteCompliance implements ComplianceStore {
   }
 
   /** setExpectations' work, inside the caller's write transaction. */
-  private expectationsTx(nodeId: string, configId: string, checked: { items: ExpectedComponent[]; json: string }, when: string, keepLastS?: number): boolean {
+  private expectationsTx(nodeId: string, configId: string, checked: CheckedExpectations, when: string, keepLastS?: number): boolean {
     {
       // Only the previous policy's config id is needed: reading the whole node (and its
       // certificate) was a third of a 100,000-node generation.
       const node = this.db.stmt('SELECT policy_config_id FROM nodes WHERE id = ?').get(nodeId) as { policy_config_id: string | null } | undefined;
       if (!node) return false;
-      this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, components) VALUES (?, ?, ?, ?)
-        ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components`)
-        .run(nodeId, configId, when, checked.json);
+      this.db.stmt('INSERT INTO expectation_lists (digest, components, used_at) VALUES (?, ?, ?) ON CONFLICT (digest) DO NOTHING').run(checked.digest, checked.json, when);
+      this.db.stmt(`INSERT INTO node_expectations (node_id, config_id, set_at, list) VALUES (?, ?, ?, ?)
+        ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list`)
+        .run(nodeId, configId, when, checked.digest);
       // Keep this config's and the previous policy's: a node may still run the previous one.
       const keep = node.policy_config_id ?? configId;
       this.db.stmt('DELETE FROM node_expectations WHERE node_id = ? AND config_id NOT IN (?, ?)').run(nodeId, configId, keep);

@@ -2,7 +2,7 @@
 import { capstanError } from '@capstan/shared/errors';
 import type { RowCodec } from '../row-codec.js';
 import type { ExpectedComponent } from '../compliance/types.js';
-import { checkConfigId, checkExpectations } from '../input.js';
+import { checkConfigId, checkExpectations, type CheckedExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import type { PolicyBundleRecord, PolicyKind, PolicyObjectRecord, PolicyWrite } from './types.js';
 
@@ -36,7 +36,7 @@ export interface CheckedPolicyWrite {
   bundle: PolicyBundleRecord;
   /** generated_at as stored (UTC ISO). */
   when: string;
-  expected: { items: ExpectedComponent[]; json: string };
+  expected: CheckedExpectations;
   expectationsOnly: boolean;
 }
 
@@ -46,7 +46,7 @@ export interface CheckedPolicyWrite {
  * is checked once, each config id and time once per item or once per value.
  */
 export function checkPolicyWrites(items: readonly PolicyWrite[]): CheckedPolicyWrite[] {
-  const memo = new Map<ExpectedComponent[], { items: ExpectedComponent[]; json: string }>();
+  const memo = new Map<ExpectedComponent[], CheckedExpectations>();
   const times = new Map<string, string>();
   return items.map((it) => {
     checkBundleRecord(it.bundle);

@@ -7,6 +7,7 @@ import type { ExpectedComponent } from '@capstan/shared/compliance/compute';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteCompliance } from '../compliance/sqlite.js';
+import type { CheckedExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
@@ -20,8 +21,10 @@ const POLICY_CHUNK = 500;
  * Bundles and expectations as multi-row statements, their values bound as they are: passed as one
  * JSON array to json_each, every bundle's text was escaped into it and parsed out again.
  */
-const EXPECTATION_ROWS = new MultiRow('INSERT INTO node_expectations (node_id, config_id, set_at, components)', 4,
-  'ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, components = excluded.components');
+const EXPECTATION_ROWS = new MultiRow('INSERT INTO node_expectations (node_id, config_id, set_at, list)', 4,
+  'ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list');
+/** Each distinct list of a chunk once (migration 30). */
+const LIST_ROWS = new MultiRow('INSERT INTO expectation_lists (digest, components, used_at)', 3, 'ON CONFLICT (digest) DO NOTHING');
 const BUNDLE_ROWS = new MultiRow('INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)', 4,
   'ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle');
 
@@ -180,24 +183,25 @@ export class SqlitePolicy implements PolicyStore {
     });
   }
 
-  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: { items: ExpectedComponent[]; json: string }; expectationsOnly: boolean }>): number {
+  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: CheckedExpectations; expectationsOnly: boolean }>): number {
     // Last write wins for a node named twice, as one statement per item would have it.
     const byNode = new Map(chunk.map((it) => [it.bundle.node_id, it]));
     const ids = JSON.stringify([...byNode.keys()]);
     const previous = new Map((this.db.stmt('SELECT id, policy_config_id FROM nodes WHERE id IN (SELECT value FROM json_each(?))').all(ids) as
       Array<{ id: string; policy_config_id: string | null }>).map((r) => [r.id, r.policy_config_id]));
     const stored = new Map<string, Map<string, string>>();
-    for (const r of this.db.stmt('SELECT node_id, config_id, components FROM node_expectations WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as
-      Array<{ node_id: string; config_id: string; components: string }>) {
+    for (const r of this.db.stmt('SELECT node_id, config_id, list FROM node_expectations WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as
+      Array<{ node_id: string; config_id: string; list: string }>) {
       let m = stored.get(r.node_id);
       if (!m) stored.set(r.node_id, (m = new Map()));
-      m.set(r.config_id, r.components);
+      m.set(r.config_id, r.list);
     }
     const withRow = new Set(this.db.stmt('SELECT node_id FROM node_compliance WHERE node_id IN (SELECT value FROM json_each(?))').pluck().all(ids) as string[]);
 
     const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
     const expectationRows: unknown[][] = [];
     const gone: Array<[string, string]> = [];
+    const lists = new Map<string, unknown[]>();
     const byConfig = new Map<string, string[]>();
     const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[]; rowsKept: boolean }> = [];
     for (const it of live) {
@@ -205,7 +209,8 @@ export class SqlitePolicy implements PolicyStore {
       const configId = it.bundle.config_id;
       const keep = previous.get(nodeId) ?? configId;
       const mine = stored.get(nodeId) ?? new Map<string, string>();
-      expectationRows.push([nodeId, configId, it.when, it.expected.json]);
+      expectationRows.push([nodeId, configId, it.when, it.expected.digest]);
+      if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, [it.expected.digest, it.expected.json, it.when]);
       for (const c of mine.keys()) if (c !== configId && c !== keep) gone.push([nodeId, c]);
       const list = byConfig.get(configId) ?? [];
       list.push(nodeId);
@@ -213,14 +218,15 @@ export class SqlitePolicy implements PolicyStore {
       // A node is judged by its current policy's expectations: recomputed when they change,
       // left alone when the same policy is written again.
       const prevConfig = previous.get(nodeId) ?? null;
-      if (!withRow.has(nodeId) || prevConfig !== configId || mine.get(configId) !== it.expected.json) {
+      if (!withRow.has(nodeId) || prevConfig !== configId || mine.get(configId) !== it.expected.digest) {
         // Its rows were counted against the previous policy's expectations: the same list (a
         // template's new values, the same components) counts the same, only the marks move.
-        const rowsKept = withRow.has(nodeId) && prevConfig !== null && mine.get(prevConfig) === it.expected.json;
+        const rowsKept = withRow.has(nodeId) && prevConfig !== null && mine.get(prevConfig) === it.expected.digest;
         recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items, rowsKept });
       }
     }
     if (live.length === 0) return 0;
+    LIST_ROWS.run(this.db, [...lists.values()]);
     EXPECTATION_ROWS.run(this.db, expectationRows);
     if (gone.length) {
       this.db.stmt('DELETE FROM node_expectations WHERE (node_id, config_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))').run(JSON.stringify(gone));

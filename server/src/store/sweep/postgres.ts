@@ -132,6 +132,17 @@ export class PostgresSweep implements SweepStore {
     return (res.rowCount ?? 0) + (inv.rowCount ?? 0);
   }
 
+  async deleteUnusedExpectationLists(limit: number): Promise<number> {
+    // A list a writer is taking back into use is locked by it (postgres-policy.ts, touchLists): skipped.
+    const res = await this.db.query('deleteUnusedExpectationLists', this.db.pool, {
+      text: `DELETE FROM expectation_lists WHERE digest IN (SELECT l.digest FROM expectation_lists l
+        WHERE l.used_at < now() - interval '2 hours' AND NOT EXISTS (SELECT 1 FROM node_expectations e WHERE e.list = l.digest)
+        LIMIT $1 FOR UPDATE SKIP LOCKED)`,
+      values: [limit],
+    });
+    return res.rowCount ?? 0;
+  }
+
   async prepareRunStorage(now: Date): Promise<void> {
     await dayPartitions(this.db.pool, this.db.schema, now, this.onMaintenance, this.skippedPartitions);
   }

@@ -91,6 +91,11 @@ export class SqliteSweep implements SweepStore {
       + this.db.stmt('DELETE FROM inventory_changes WHERE id IN (SELECT id FROM inventory_changes WHERE at < ? ORDER BY at LIMIT ?)').run(b, limit).changes);
   }
 
+  async deleteUnusedExpectationLists(limit: number): Promise<number> {
+    return this.db.write('deleteUnusedExpectationLists', () => this.db.stmt(`DELETE FROM expectation_lists WHERE digest IN (SELECT l.digest FROM expectation_lists l
+      WHERE NOT EXISTS (SELECT 1 FROM node_expectations e WHERE e.list = l.digest) LIMIT ?)`).run(limit).changes);
+  }
+
   async prepareRunStorage(_now: Date): Promise<void> {
     // One table, one time index: nothing to prepare ahead of time.
   }

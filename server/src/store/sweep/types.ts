@@ -38,6 +38,12 @@ export interface SweepStore {
   pruneHistory(before: string, limit: number): Promise<number>;
   /** Delete changes older than `before`. */
   deleteChangesBefore(before: string, limit: number): Promise<number>;
+  /**
+   * Delete expectation lists no node's expectations name any more (migration 30), at most
+   * `limit`. PostgreSQL keeps a list two hours after it was last taken into use, so that one a
+   * writer has just named is never deleted under it; SQLite's writers and sweep take turns.
+   */
+  deleteUnusedExpectationLists(limit: number): Promise<number>;
   /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
   prepareRunStorage(now: Date): Promise<void>;
   /** Nodes per status, state and acceptance from the kept counters (migration 25), and the registry's totals. */
@@ -54,6 +60,7 @@ export const SWEEP_NUL: NulRules<SweepStore> = {
   deleteRunsBefore: REFUSE,
   pruneHistory: REFUSE,
   deleteChangesBefore: REFUSE,
+  deleteUnusedExpectationLists: REFUSE,
   prepareRunStorage: REFUSE,
   counts: REFUSE,
   countsFresh: REFUSE,
