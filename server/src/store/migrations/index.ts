@@ -34,6 +34,7 @@ import { keptShares } from './0027_kept_shares.js';
 import { keptTargets } from './0028_kept_targets.js';
 import { keptTargetsDeferred } from './0029_kept_targets_deferred.js';
 import { expectationLists } from './0030_expectation_lists.js';
+import { keptTargetsStale } from './0031_kept_targets_stale.js';
 
 export interface Migration {
   version: number;
@@ -45,7 +46,7 @@ export interface Migration {
 export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
-  propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists,
+  propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
