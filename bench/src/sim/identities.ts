@@ -8,6 +8,7 @@
  * can hand the same fleet back on the next run instead of paying for it again.
  */
 import { createHash } from 'node:crypto';
+import { once } from 'node:events';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
@@ -105,7 +106,8 @@ async function writeCertLines(path: string, lines: Iterable<CertLine>): Promise<
   const tmp = `${path}.${process.pid}.tmp`;
   const out = createWriteStream(tmp, { mode: 0o600 });
   for (const c of lines) {
-    if (!out.write(`${JSON.stringify(c)}\n`)) await new Promise<void>((resolve) => out.once('drain', () => resolve()));
+    // once() rejects on 'error': a failed write (a full disk) ends the wait instead of hanging it.
+    if (!out.write(`${JSON.stringify(c)}\n`)) await once(out, 'drain');
   }
   out.end();
   await finished(out);
