@@ -4,12 +4,13 @@
  * signing script does) checked, hostile XML refused with codes, and the pairing of the two
  * uploads in a spool directory.
  */
-import { mkdtemp, utimes, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { ocsPairNames } from '@capstan/shared';
-import { ocsPairReady } from '@capstan/toolkit';
+import { ocsPairNames, silentLogger } from '@capstan/shared';
+import { candidateName, ocsPairReady, Spool, SpoolProcessor, watchCandidates, withCandidates } from '@capstan/toolkit';
+import { programDir } from '../helpers/programs.js';
 import { DEFAULT_OCS_LIMITS, readOcsInventory } from '@capstan/server/ingest/ocs';
 import { certificateKey, parseSignFile, sameKey, verifyOcsSignature } from '@capstan/server/ingest/ocs-signature';
 import { ocsXml, rudderNode, signOcs } from '../helpers/ocs.js';
@@ -138,6 +139,71 @@ t.test('malformed .sign files are refused with ERR_OCS_SIGNATURE', async (t) => 
     `${good}hash_value=abc\n`, 'x'.repeat(70_000),
   ];
   for (const c of cases) t.equal(thrownCode(() => parseSignFile(Buffer.from(c))), 'ERR_OCS_SIGNATURE', JSON.stringify(c.slice(0, 40)));
+});
+
+t.test('in a directory a processor watches, candidates are found without listing it', async (t) => {
+  const spool = new Spool({ root: programDir(t), maxFileBytes: 1 << 20 });
+  await spool.init();
+  const dir = spool.incomingDir('inventories');
+  const base = `${ID}_2026-11-25T10:00:00+00:00.ocs`;
+  const offered: string[] = [];
+  let offeredNow: (() => void) | null = null;
+  const p = new SpoolProcessor({
+    kind: 'inventories', spool, log: silentLogger, catchupIntervalMs: 3_600_000,
+    handle: async (_path, name) => {
+      offered.push(name);
+      offeredNow?.();
+      throw Object.assign(new Error('kept for the test'), { code: 'ENOENT' });
+    },
+  });
+  const offeredUntil = (name: string) => new Promise<void>((res, rej) => {
+    const bound = setTimeout(() => rej(new Error(`${name} never offered`)), 10_000);
+    const check = () => { if (offered.includes(name)) { clearTimeout(bound); offeredNow = null; res(); } };
+    offeredNow = check;
+    check();
+  });
+  await writeFile(join(dir, `${base}.gz`), 'inventory');
+  await p.start();
+  t.teardown(() => p.stop());
+  await offeredUntil(`${base}.gz`);
+  t.same(await withCandidates(dir, `${base}.gz`), [`${base}.gz`], 'the upload alone: one stat');
+
+  // A different half under a taken name is placed beside it as a candidate, and found at once.
+  const cand = await candidateName('inventories', dir, `${base}.gz`, 'ab'.repeat(32));
+  t.equal(cand, join(dir, `${base}.gz~abababab`));
+  await writeFile(cand!, 'junk');
+  t.same(await withCandidates(dir, `${base}.gz`), [`${base}.gz`, `${base}.gz~abababab`]);
+
+  // Written by another process: its processor is offered it, and from then on it is found.
+  await writeFile(join(dir, `${base}.sign~01234567`), 'sign from elsewhere');
+  await offeredUntil(`${base}.sign~01234567`);
+  await writeFile(join(dir, `${base}.sign`), 'sign');
+  t.same(await ocsPairReady(dir, `${base}.gz`, 60_000), { data: `${base}.gz`, signs: [`${base}.sign`, `${base}.sign~01234567`], otherData: true });
+
+  // The index answers, not a listing: a candidate nobody told it of (the processor stopped, the
+  // index still held) is not seen until it is.
+  const held = watchCandidates(dir);
+  t.teardown(() => held.release());
+  await p.stop();
+  await writeFile(join(dir, `${base}.sign~89abcdef`), 'unannounced');
+  t.same(await withCandidates(dir, `${base}.sign`), [`${base}.sign`, `${base}.sign~01234567`], 'not listed');
+  held.note(`${base}.sign~89abcdef`);
+  t.same(await withCandidates(dir, `${base}.sign`), [`${base}.sign`, `${base}.sign~01234567`, `${base}.sign~89abcdef`]);
+
+  // A candidate taken away is dropped; past MAX_OCS_CANDIDATES a name takes no more.
+  await rm(join(dir, `${base}.sign~01234567`));
+  t.same(await withCandidates(dir, `${base}.sign`), [`${base}.sign`, `${base}.sign~89abcdef`]);
+  for (const h of ['00000001', '00000002', '00000003']) {
+    const c = await candidateName('inventories', dir, `${base}.gz`, h.repeat(8));
+    t.ok(c, `candidate ${h}`);
+    await writeFile(c!, h);
+  }
+  t.equal(await candidateName('inventories', dir, `${base}.gz`, 'cd'.repeat(32)), undefined, 'a fifth candidate is a conflict');
+  t.equal(await candidateName('inventories', dir, `${base}.gz`, '00000002'.repeat(8)), join(dir, `${base}.gz~00000002`), 'the same bytes again: the same candidate');
+
+  // Once nobody holds the index, the directory is listed again.
+  held.release();
+  t.same(await withCandidates(dir, `${base}.gz`), [`${base}.gz`, `${base}.gz~00000001`, `${base}.gz~00000002`, `${base}.gz~00000003`, `${base}.gz~abababab`]);
 });
 
 t.test('the two uploads are paired: the inventory takes its .sign, a lone half waits then fails', async (t) => {

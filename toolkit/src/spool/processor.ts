@@ -18,7 +18,7 @@ import { isCapstanError, isTransient } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { SpoolKind } from '@capstan/shared/protocol';
 import type { Spool } from './spool.js';
-import { isWaiting } from './ocs-pair.js';
+import { isWaiting, watchCandidates } from './ocs-pair.js';
 import type { AttemptLedger } from './quarantine.js';
 
 export type Outcome = 'done' | 'failed' | 'retry';
@@ -84,6 +84,8 @@ export class SpoolProcessor extends EventEmitter {
   private stopped = false;
   private paused = false;
   private readonly abort = new AbortController();
+  /** Told of every file offered, so that pairing OCS halves here never lists the directory. */
+  private candidates: ReturnType<typeof watchCandidates> | null = null;
 
   constructor(opts: ProcessorOptions) {
     super();
@@ -101,6 +103,7 @@ export class SpoolProcessor extends EventEmitter {
   }
 
   async start(): Promise<void> {
+    this.candidates = watchCandidates(this.dir);
     if (this.o.usePolling) await this.startPolling();
     else this.startInotify();
     await this.catchUp();
@@ -155,6 +158,7 @@ export class SpoolProcessor extends EventEmitter {
     if (this.timer) clearInterval(this.timer);
     await this.watcher?.close();
     this.dirWatcher?.close();
+    this.candidates?.release();
     const until = Date.now() + graceMs;
     while (this.running > 0) {
       if (Date.now() >= until && !this.abort.signal.aborted) this.abort.abort();
@@ -264,6 +268,7 @@ export class SpoolProcessor extends EventEmitter {
 
   private offer(name: string): void {
     if (this.stopped || name.length === 0 || name.includes('/') || name.startsWith('.')) return;
+    this.candidates?.note(name);
     if (this.queued.has(name) || this.inFlight.has(name)) return;
     if (this.o.accepts && !this.o.accepts(name)) {
       if (!this.ignored.has(name) && this.ignored.size < 1024) {
