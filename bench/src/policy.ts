@@ -21,6 +21,7 @@ import Database from 'better-sqlite3';
 import type pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
+import { defaultRenderThreads } from '@capstan/server/policy/render-pool';
 import { loadPostgres, loadSqlite } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
@@ -62,6 +63,8 @@ export interface PolicyBenchResult extends DbCpu {
   one_percent_property_change_cpu_ms: number;
   target_ms: number;
   ok: boolean;
+  /** Render threads the generators had (a server's default for this machine). */
+  render_threads: number;
 }
 
 /** Node data for the templated pass, node i's: an inventory, and for a tenth a property of their own. */
@@ -221,8 +224,10 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   await store.putPolicyObject('directive', 'd10', { id: 'd10', name: 'd10', method: 'file_content', mode: 'enforce', params: { path: '/etc/capstan-10', content: 'value 10\n' } }, at);
   await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent }, at);
   await store.putPolicyObject('rule', 'pct', { id: 'pct', name: 'pct', directives: ['d10'], groups: ['pct'] }, at);
-  const gen = new PolicyGenerator({ store, log: silentLogger });
-  log(`policy bench: ${nodes} nodes loaded`);
+  // Render threads as a server has them by default (`[policy] render_threads = -1`).
+  const threads = defaultRenderThreads();
+  const gen = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads });
+  log(`policy bench: ${nodes} nodes loaded, ${threads} render threads`);
   const { value: first, cpu_ms: firstCpu } = await timed('first', () => gen.regenerateAll());
   log(`policy bench: first generation ${first.ms.toFixed(0)} ms, ${firstCpu} ms CPU (${first.changed} bundles)`);
   const { value: again, cpu_ms: againCpu } = await timed('unchanged', () => gen.regenerateAll());
@@ -247,7 +252,7 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   await store.putPolicyObject('directive', 'd1', { id: 'd1', name: 'd1', method: 'file_from_template', mode: 'enforce',
     params: { path: '/etc/limits.conf', template: '* soft nofile {{node.properties.limits.nofile}}\n# {{os.name}} {{os.version}}, {{cpus.count}} cpus\n' } }, t);
   await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 4096 } } } }, t);
-  const gen2 = new PolicyGenerator({ store, log: silentLogger });
+  const gen2 = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads });
   const { value: tFirst, cpu_ms: tFirstCpu } = await timed('templated_first', () => gen2.regenerateAll());
   log(`policy bench: templated, first generation ${tFirst.ms.toFixed(0)} ms, ${tFirstCpu} ms CPU (${tFirst.changed} bundles)`);
   const { value: tAgain, cpu_ms: tAgainCpu } = await timed('templated_unchanged', () => gen2.regenerateAll());
@@ -258,8 +263,10 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   const { value: pChange, cpu_ms: pChangeCpu } = await timed('one_percent_property_change', () => gen2.change('group', 'pct', () => store.putPolicyObject('group', 'pct',
     { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 8192 } } } }, new Date().toISOString())));
   log(`policy bench: templated, a property of a 1 % group changed ${pChange.stats.ms.toFixed(0)} ms, ${pChangeCpu} ms CPU (${pChange.stats.nodes} regenerated, ${pChange.stats.changed} changed)`);
+  await gen.close();
+  await gen2.close();
   return {
-    nodes, first_ms: Math.round(first.ms), first_changed: first.changed, unchanged_ms: Math.round(again.ms),
+    nodes, render_threads: threads, first_ms: Math.round(first.ms), first_changed: first.changed, unchanged_ms: Math.round(again.ms),
     directive_change_ms: Math.round(change.stats.ms), directive_change_nodes: change.stats.changed,
     templated_first_ms: Math.round(tFirst.ms), templated_first_changed: tFirst.changed, templated_unchanged_ms: Math.round(tAgain.ms),
     group_property_change_ms: Math.round(gChange.stats.ms), group_property_change_nodes: gChange.stats.changed,

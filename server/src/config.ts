@@ -209,6 +209,12 @@ export const SERVER_SCHEMA = {
      */
     template_check_interval: { type: 'duration', default: '10s' },
     /**
+     * Threads rendering nodes' policies with their data while the event loop writes the batch
+     * before: -1, one per core but the event loop's (at most 4); 0, none (rendered in the event
+     * loop). Used by a batch of 64 nodes or more rendered on their own.
+     */
+    render_threads: { type: 'integer', default: -1, min: -1, max: 16 },
+    /**
      * The largest body of POST /api/1/policy/plan: a whole policy (every directive, group and
      * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.
      */

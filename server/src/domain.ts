@@ -49,6 +49,8 @@ export interface DomainDeps {
   reviewRoles?: readonly string[];
   /** `[policy] shared_folder`: where file_from_template directives' `source` templates are read. */
   sharedFolder?: string;
+  /** Policy render threads (`[policy] render_threads`, resolved: 0 or more). */
+  renderThreads?: number;
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -64,6 +66,7 @@ export function composeDomain(deps: DomainDeps): Domain {
   });
   const generator = new PolicyGenerator({
     store, log, ...(deps.now && { clock: deps.now }), ...(deps.sharedFolder && { sharedFolder: deps.sharedFolder }),
+    ...(deps.renderThreads !== undefined && { renderThreads: deps.renderThreads }),
     onDeployed: (ids, at) => {
       const e = deployedEvent(ids, at);
       return e ? events.emit([e]) : undefined;

@@ -37,6 +37,7 @@ import type { Store } from './store/store.js';
 import { VulnService } from './vulns/service.js';
 import { vulnSettings } from './vulns/settings.js';
 import { watchTemplates } from './policy/template-watch.js';
+import { defaultRenderThreads } from './policy/render-pool.js';
 
 export interface ServerHandle {
   url: string;
@@ -124,6 +125,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
   const hub = new RelayHub(config.jobs.heartbeat);
   const domain = composeDomain({
     store, log, key: policyKey, links: hub, reviewRoles: config.policy.review_roles, sharedFolder: config.policy.shared_folder,
+    renderThreads: config.policy.render_threads < 0 ? defaultRenderThreads() : config.policy.render_threads,
     events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
   });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });
@@ -219,7 +221,7 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
         await background.stop();
         await ingest.stop();
         // After the processors: the last inventories may have touched nodes.
-        await domain.generator.settled();
+        await domain.generator.close();
         await p.replicas?.close();
         await store.close();
         identity.close();

@@ -262,7 +262,7 @@ t.test('a technique directive is expanded per node from model.techniques; a miss
   const input = { hostname: 'web-1', relay: 'root', certificate: null, properties: {} };
   const content = contentOf(model as never, [...model.rules.values()], new Set(['g']));
   const out = new NodeRendering(model as never, new SealCache()).render('n1', new Set(['g']), content, input);
-  t.match(out, { directives: [{ id: 'm', method: 'technique', technique: { id: 'motd', version: '1.0' }, params: { who: 'ops' },
+  t.match(JSON.parse(`{"directives":${(out as { tail: string }).tail}}`), { directives: [{ id: 'm', method: 'technique', technique: { id: 'motd', version: '1.0' }, params: { who: 'ops' },
     calls: [{ id: 'write', component: 'Motd', method: 'file_content', params: { path: '/etc/motd', content: 'hello ops on web-1\n' } }] }], properties: { owner: 'ops' } });
   const other = { ...model, techniques: new Map([['motd', { ...technique, version: '2.0' }]]) };
   let thrown: unknown;
@@ -284,4 +284,51 @@ t.test('many nodes of config ids of their own are written in one batch, each nod
   const configs = await store.policyConfigIds(ids);
   t.equal(new Set(configs.values()).size, 12);
   for (const id of ids) t.equal((await store.getNode(id))!.policy_config_id, configs.get(id), `${id} expects its own config`);
+});
+
+t.test('render threads make the bundles the event loop makes: problems, secrets and unchanged nodes alike', async (t) => {
+  const n = 150;
+  const { store, gen, put } = await fleet(t, n);
+  const ids = Array.from({ length: n }, (_, i) => `n${i}`);
+  const ported = ids.filter((_, i) => i % 10 === 0);
+  for (const id of ported) await store.setProperties(id, { port: 8000 + Number(id.slice(1)) });
+  await put('property', { id: 'owner', value: 'ops' });
+  await put('property', { id: 'db_pw', value: 's3cret-value', secret: true });
+  await put('group', { id: 'all', name: 'all', filter: [{ key: 'accepted', values: ['accepted'] }] });
+  await put('group', { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web-*'] }], priority: 1, properties: { owner: { value: 'web-team' } } });
+  await put('group', { id: 'ported', name: 'ported', nodes: ported });
+  await put('group', { id: 'broken', name: 'broken', nodes: ['n1', 'n2', 'n3'] });
+  await put('directive', { id: 'motd', name: 'motd', method: 'file_content',
+    params: { path: '/etc/motd', content: 'owner={{node.properties.owner}} room={{facts.site.room}} host={{node.hostname}} pw={{node.properties.db_pw}}\n' } });
+  await put('directive', { id: 'port', name: 'port', method: 'file_from_template', params: { path: '/etc/port', template: 'port={{node.properties.port}}\n' } });
+  await put('directive', { id: 'nope', name: 'nope', method: 'file_content', params: { path: '/etc/nope', content: '{{node.properties.nope}}' } });
+  await put('rule', { id: 'base', name: 'base', directives: ['motd'], groups: ['all'] });
+  await put('rule', { id: 'ports', name: 'ports', directives: ['port'], groups: ['ported'] });
+  await put('rule', { id: 'broken', name: 'broken', directives: ['nope'], groups: ['broken'] });
+  const made = await store.policyConfigIds(ids);
+  t.equal(made.size, n, 'every node has a bundle (the broken ones their previous one)');
+  t.match(await gen.problemOf('n2'), { code: 'ERR_TEMPLATE', directive_id: 'nope' });
+
+  // A second generator with threads renders every node again (it has no memory of them) and
+  // finds each bundle exactly as the event loop made it: seals reused, nothing written.
+  const threaded = new PolicyGenerator({ store, log: silentLogger, renderThreads: 2 });
+  t.teardown(() => threaded.close());
+  t.match(await threaded.regenerateAll(), { nodes: n, changed: 0 }, 'no bundle differs');
+  t.equal(threaded.renderedInThreads, n, 'every node was rendered on a thread');
+  t.same(await store.policyConfigIds(ids), made);
+  t.match(await threaded.problemOf('n2'), { code: 'ERR_TEMPLATE', directive_id: 'nope', name: 'node.properties.nope' }, 'a thread\'s problem is the node\'s');
+
+  // A change rendered on the threads: every node's new bundle, which the event loop agrees with.
+  const r = await threaded.change('property', 'owner', () => store.putPolicyObject('property', 'owner', { id: 'owner', value: 'sec' }, AT));
+  t.match(r.stats, { nodes: n, changed: n - 4 }, 'all but the web nodes n0 and n1 (their group sets owner) and the broken n1 to n3');
+  t.equal(threaded.renderedInThreads, 2 * n - 1, 'each again but n0, made from the same data as before (n1 is broken: tried again)');
+  const b10 = (await bundleOf(store, 'n10'))!.parsed;
+  t.equal(b10.directives[0]!.params.content, 'owner=sec room=R10 host=db-10 pw=\uFFF9secret:db_pw\uFFFB\n');
+  t.equal(b10.directives[1]!.params.content, 'port=8010\n');
+  t.equal(openSealed(b10.secrets!.db_pw as never, priv(0)), 's3cret-value', 'sealed to the node\'s key by the event loop');
+  t.equal((await bundleOf(store, 'n0'))!.parsed.directives[0]!.params.content, 'owner=web-team room=R0 host=web-0 pw=\uFFF9secret:db_pw\uFFFB\n');
+  t.equal((await store.getPolicyBundle('n3'))!.config_id, made.get('n3'), 'a broken node keeps its previous bundle');
+  const again = new PolicyGenerator({ store, log: silentLogger });
+  t.match(await again.regenerateAll(), { nodes: n, changed: 0 }, 'the event loop makes the same bundles');
+  t.equal(gen.renderedInThreads, 0, 'a generator without threads renders in the event loop');
 });

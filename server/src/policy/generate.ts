@@ -19,7 +19,8 @@ import {
 import { Listing } from './listing.js';
 import { periodically } from './periodic.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
-import { NodeRendering, type NodeContent, type RenderMemo } from './per-node.js';
+import { NodeRendering, PendingNode, type NodeContent, type RenderedText, type RenderMemo } from './per-node.js';
+import { RenderPool } from './render-pool.js';
 import { KeptState, type KeptProblem } from './kept.js';
 import type { PlanBounds } from './plan-memory.js';
 import { previewNodes } from './preview.js';
@@ -64,9 +65,13 @@ export class PolicyGenerator {
 
   /** The shared-folder templates file_from_template directives name (`sharedFolder`: `[policy] shared_folder`). */
   readonly templates: SharedTemplates;
+  /** Threads rendering nodes on their own while the event loop writes (`[policy] render_threads`). */
+  private readonly pool: RenderPool;
 
   constructor(deps: {
     store: Store; log: Logger; clock?: () => Date; sharedFolder?: string;
+    /** Render threads (render-pool.ts); 0, the default: nodes are rendered in the event loop. */
+    renderThreads?: number;
     onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
     onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   }) {
@@ -75,6 +80,7 @@ export class PolicyGenerator {
     this.log = deps.log;
     this.clock = deps.clock ?? (() => new Date());
     this.templates = new SharedTemplates(deps.sharedFolder ?? '');
+    this.pool = new RenderPool(deps.renderThreads ?? 0, deps.log);
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
     if (deps.onProblems) this.onProblems = deps.onProblems;
   }
@@ -154,6 +160,17 @@ export class PolicyGenerator {
   /** Resolves when every touched node has been regenerated (tests, shutdown). */
   async settled(): Promise<void> {
     while (this.draining) await this.draining;
+  }
+
+  /** Nodes this generator has had rendered on its render threads. */
+  get renderedInThreads(): number {
+    return this.pool.threaded;
+  }
+
+  /** Stop the render threads, once what was touched is regenerated (shutdown). */
+  async close(): Promise<void> {
+    await this.settled();
+    await this.pool.close();
   }
 
   /**
@@ -318,8 +335,13 @@ export class PolicyGenerator {
     await this.kept.readProblems();
     const rendering = new NodeRendering(model, this.kept.seals, this.rendered, await this.templates.read(model));
     const problems: Array<{ node_id: string; problem: NodeProblem }> = [];
-    for (let i = 0; i < all.length; i += BATCH) {
-      const batch = all.slice(i, i + BATCH);
+
+    /**
+     * A batch read and its nodes' rendering begun: what needs rendering on its own goes to the
+     * render threads (render-pool.ts), which work on it while the previous batch is written.
+     * Nothing here writes, seals or records a problem: that is commit's, in batch order.
+     */
+    const prepare = async (batch: string[]) => {
       const current = await this.store.policyConfigIds(batch);
       // The batch's contents first: their templates say what of the nodes is read.
       for (const n of batch) if (of.get(n) && !cache.has(keys.get(n)!)) cache.set(keys.get(n)!, contentOf(model, rules, of.get(n)!));
@@ -330,6 +352,29 @@ export class PolicyGenerator {
       // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
       const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
       if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
+      const begun = new Map<string, PendingNode | 'unchanged' | null | RenderError>();
+      const pending: PendingNode[] = [];
+      for (const nodeId of batch) {
+        const groups = of.get(nodeId);
+        if (!groups) continue;
+        try {
+          const b = rendering.begin(nodeId, groups, cache.get(keys.get(nodeId)!)!, inputs.get(nodeId), current.get(nodeId));
+          if (b instanceof PendingNode) pending.push(b);
+          begun.set(nodeId, b);
+        } catch (err) {
+          if (!(err instanceof RenderError)) throw err;
+          begun.set(nodeId, err);
+        }
+      }
+      const texts = this.pool.render(rendering, pending);
+      // Awaited by commit; a failure while the previous batch commits is not left unhandled.
+      texts.catch(() => undefined);
+      return { batch, current, begun, pending, texts };
+    };
+
+    const commit = async ({ batch, current, begun, pending, texts }: Awaited<ReturnType<typeof prepare>>) => {
+      const rendered = new Map<PendingNode, RenderedText | RenderError>();
+      (await texts).forEach((t, i) => rendered.set(pending[i]!, t));
       const writes: PolicyWrite[] = [];
       // Nodes by how long their groups keep a silent node's compliance (set after the writes,
       // which create the compliance rows of new nodes; unchanged nodes cost one statement).
@@ -355,9 +400,15 @@ export class PolicyGenerator {
           list.push(nodeId);
           keeps.set(content.keepLast, list);
         };
-        let rendered: NodeContent | 'unchanged' | null;
+        let result: NodeContent | 'unchanged' | null;
         try {
-          rendered = rendering.render(nodeId, groups, content, inputs.get(nodeId), had);
+          const b = begun.get(nodeId)!;
+          if (b instanceof RenderError) throw b;
+          if (b instanceof PendingNode) {
+            const t = rendered.get(b)!;
+            if (t instanceof RenderError) throw t;
+            result = rendering.finish(b, t);
+          } else result = b;
         } catch (err) {
           if (!(err instanceof RenderError)) throw err;
           // Not generated: its previous bundle stays, and the problem is kept on the node.
@@ -365,7 +416,7 @@ export class PolicyGenerator {
           continue;
         }
         this.kept.clearProblem(nodeId);
-        if (rendered === 'unchanged') {
+        if (result === 'unchanged') {
           noteKeep();
           continue;
         }
@@ -373,11 +424,11 @@ export class PolicyGenerator {
         // had a policy gets an empty bundle, or it would keep applying its cached one forever.
         if (content.directives.length === 0 && had === undefined) continue;
         noteKeep();
-        const [configId, tail, expected] = rendered ? [rendered.configId, rendered.tail, rendered.expected] : [content.configId, content.json, content.expected];
+        const [configId, tail, expected] = result ? [result.configId, result.tail, result.expected] : [content.configId, content.json, content.expected];
         const bundle = () => ({ node_id: nodeId, config_id: configId, generated_at: at, bundle: bundleJson(nodeId, configId, at, tail) });
         if (had === configId) {
           // Rendered per node, a content has as many config ids as nodes: only shared ones are probed.
-          if (!rendered) {
+          if (!result) {
             content.stale ??= await this.staleExpectations(content, [nodeId, lastOf.get(key)!]);
             if (content.stale) writes.push({ bundle: bundle(), expected, expectationsOnly: true });
           }
@@ -399,6 +450,18 @@ export class PolicyGenerator {
       // Each node's groups as generated, for compliance by group (a node not accepted is in none).
       const groupsOf = new Map(batch.filter((n) => every.has(n)).map((n) => [n, [...every.get(n)!]]));
       if ((await this.store.putGroupMembers(batch, groupsOf)) < 0) this.log.warn({ nodes: batch.length }, 'policy group memberships not written: the compliance counters were busy; next generation');
+    };
+
+    // Batch k + 1 is read and handed to the render threads before batch k is written.
+    const batches: string[][] = [];
+    for (let i = 0; i < all.length; i += BATCH) batches.push(all.slice(i, i + BATCH));
+    let next = batches.length > 0 ? prepare(batches[0]!) : null;
+    for (let k = 0; k < batches.length; k++) {
+      const prepared = await next!;
+      next = k + 1 < batches.length ? prepare(batches[k + 1]!) : null;
+      // Should this commit fail, the read ahead is dropped without an unhandled rejection.
+      next?.catch(() => undefined);
+      await commit(prepared);
     }
     if (problems.length) {
       this.log.warn({ nodes: problems.length, first: problems[0]!.node_id, code: problems[0]!.problem.code }, 'policy not generated for some nodes');

@@ -23,7 +23,7 @@ import { NO_TEMPLATES, templatesDigest, type TemplateSet } from './shared-templa
 const hasOwn = (input: PolicyNodeInput | undefined) => input !== undefined && (Object.keys(input.properties).length > 0 || Object.keys(input.secrets ?? {}).length > 0);
 
 /** A content's global and group levels merged (the same for all its nodes), or their conflicts. */
-interface Base {
+export interface Base {
   merged: Effective;
   /** The content, this merge and the techniques, digested once for all the content's nodes. */
   digest: string;
@@ -39,7 +39,6 @@ export type RenderMemo = Map<string, { digest: string; configId: string }>;
 
 /** A node's bundle content once rendered. */
 export interface NodeContent {
-  directives: BundleDirective[];
   properties: Record<string, Json>;
   secrets: Record<string, SealedSecret>;
   configId: string;
@@ -68,6 +67,32 @@ interface Shared {
   /** The directives' canonical JSON (the config id's input). */
   canonical: string;
   expected: ExpectedComponent[];
+  /** What `expected` is made of (expectedOf's key): equal keys, equal lists. */
+  expectedKey: string;
+}
+
+/**
+ * A node's rendering as text, what finishing its bundle needs: made in the event loop or on a
+ * render thread (render-pool.ts), which sends `expected` only the first time it sends a key.
+ */
+export interface RenderedText {
+  json: string;
+  canonical: string;
+  expectedKey: string;
+  expected?: ExpectedComponent[];
+  /** The secrets the rendered directives use, by name, with their plaintext (sealed by finish). */
+  secrets: Array<[string, string]>;
+  /** The node's public effective properties (its bundle's `properties`). */
+  properties: Record<string, Json>;
+}
+
+/** A node to be rendered on its own (begin → a RenderedText → finish). */
+export class PendingNode {
+  constructor(
+    readonly nodeId: string, readonly content: Content, readonly input: PolicyNodeInput | undefined, readonly base: Base, readonly digest: string,
+    /** Already rendered: a content shared by nodes without data of their own, rendered once. */
+    readonly text?: RenderedText,
+  ) {}
 }
 
 /** One directive's texts: made once for a directive many nodes share, per node for one rendered for it. */
@@ -79,10 +104,16 @@ interface DirectiveText {
   key: string;
 }
 
+/** Each NodeRendering's number: a render thread knows by it when a generation's model is new. */
+let renderings = 0;
+
 export class NodeRendering {
+  readonly id = ++renderings;
+  /** The contents rendered per node, numbered for render threads (sent to each once). */
+  private readonly contentIds = new Map<Content, number>();
   private readonly needsOf = new Map<string, Needs>();
   private readonly propertyGroups: Set<string>;
-  private readonly shared = new Map<Content, Shared | RenderError>();
+  private readonly shared = new Map<Content, RenderedText | RenderError>();
   private readonly needs = new Map<Content, Needs>();
   private readonly expectations = new Map<string, ExpectedComponent[]>();
   private readonly bases = new Map<Content, Base>();
@@ -95,8 +126,8 @@ export class NodeRendering {
 
   /** `templates`: the shared-folder templates the model's directives name, read for this generation. */
   constructor(
-    private readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map(),
-    private readonly templates: TemplateSet = NO_TEMPLATES,
+    readonly model: PolicyModel, private readonly seals: SealCache | null, private readonly memo: RenderMemo = new Map(),
+    readonly templates: TemplateSet = NO_TEMPLATES,
   ) {
     this.propertyGroups = propertyGroups(model);
     this.modelDigest = createHash('sha256').update(JSON.stringify([...model.techniques.values()])).digest('hex');
@@ -146,6 +177,17 @@ export class NodeRendering {
    * path). Otherwise the node's own rendering; RenderError when it cannot be generated.
    */
   render(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): NodeContent | 'unchanged' | null {
+    const b = this.begin(nodeId, groups, content, input, had);
+    return b instanceof PendingNode ? this.finish(b, b.text ?? this.renderText(b)) : b;
+  }
+
+  /**
+   * render()'s first half, which seals nothing and writes nothing: null or 'unchanged' as
+   * render() says, or the node to render. A node rendered on its own is left to the caller
+   * (renderText, here or on a render thread); a content whose nodes share one rendering comes
+   * with its text. RenderError when it cannot be generated.
+   */
+  begin(nodeId: string, groups: ReadonlySet<string>, content: Content, input: PolicyNodeInput | undefined, had?: string): PendingNode | 'unchanged' | null {
     const needs = this.needsFor(content);
     const own = hasOwn(input);
     const inPlay = own || this.model.properties.size > 0 || [...groups].some((g) => this.propertyGroups.has(g));
@@ -157,45 +199,74 @@ export class NodeRendering {
     const digest = this.digestOf(base, input);
     const memo = this.memo.get(nodeId);
     if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
-    let s: Shared;
-    if (perNode) s = this.renderFor(nodeId, content, input, base);
-    else {
-      let cached = this.shared.get(content);
-      if (!cached) {
-        try {
-          cached = this.renderFor(nodeId, content, input, base);
-        } catch (err) {
-          if (!(err instanceof RenderError)) throw err;
-          cached = err;
-        }
-        this.shared.set(content, cached);
+    if (perNode) return new PendingNode(nodeId, content, input, base, digest);
+    let cached = this.shared.get(content);
+    if (!cached) {
+      try {
+        cached = this.textOfShared(this.renderFor(nodeId, content, input, base));
+      } catch (err) {
+        if (!(err instanceof RenderError)) throw err;
+        cached = err;
       }
-      if (cached instanceof RenderError) throw cached;
-      s = cached;
+      this.shared.set(content, cached);
+    }
+    if (cached instanceof RenderError) throw cached;
+    return new PendingNode(nodeId, content, input, base, digest, cached);
+  }
+
+  /** A content's number in this generation, for render threads. */
+  contentId(content: Content): number {
+    let id = this.contentIds.get(content);
+    if (id === undefined) this.contentIds.set(content, (id = this.contentIds.size + 1));
+    return id;
+  }
+
+  /** A pending node rendered, in this thread (a render thread calls this on its own NodeRendering). */
+  renderText(p: PendingNode): RenderedText {
+    return this.textOfShared(this.renderFor(p.nodeId, p.content, p.input, p.base));
+  }
+
+  /**
+   * render()'s second half: the node's secrets sealed to it, its config id and bundle text.
+   * `t` from renderText, here or on a render thread (then its `expected` may be one this
+   * rendering already holds, by key).
+   */
+  finish(p: PendingNode, t: RenderedText): NodeContent {
+    const nodeId = p.nodeId;
+    let expected = this.expectations.get(t.expectedKey);
+    if (!expected) {
+      if (!t.expected) throw new Error(`render thread sent expectations ${t.expectedKey} by key before sending them`);
+      this.expectations.set(t.expectedKey, (expected = t.expected));
     }
     const secrets: Record<string, SealedSecret> = {};
-    if (s.secrets.length > 0) {
-      if (!input?.certificate) {
-        throw new RenderError({ code: 'ERR_SECRET', message: `secret ${s.secrets[0]} is used, and node ${nodeId} has no pinned certificate to seal it to` });
+    if (t.secrets.length > 0) {
+      if (!p.input?.certificate) {
+        throw new RenderError({ code: 'ERR_SECRET', message: `secret ${t.secrets[0]![0]} is used, and node ${nodeId} has no pinned certificate to seal it to` });
       }
-      const values = secretValues(s.merged, s.secrets);
-      for (const [name, plain] of values) {
+      for (const [name, plain] of t.secrets) {
         try {
-          secrets[name] = this.seals!.seal(nodeId, name, plain, input.certificate);
+          secrets[name] = this.seals!.seal(nodeId, name, plain, p.input.certificate);
         } catch (err) {
           throw new RenderError({ code: 'ERR_SECRET', message: `secret ${name} cannot be sealed for node ${nodeId}: ${(err as Error).message}`, name });
         }
       }
     }
-    this.seals?.keepOnly(nodeId, new Set(s.secrets));
-    const properties = publicProperties(s.merged);
-    const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(s.secrets.length > 0 && { secrets }) };
-    const configId = configIdOfCanonical(s.canonical, extra);
-    this.memo.set(nodeId, { digest, configId });
-    let tail = s.json;
+    this.seals?.keepOnly(nodeId, new Set(t.secrets.map(([name]) => name)));
+    const properties = t.properties;
+    const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(t.secrets.length > 0 && { secrets }) };
+    const configId = configIdOfCanonical(t.canonical, extra);
+    this.memo.set(nodeId, { digest: p.digest, configId });
+    let tail = t.json;
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
-    return { directives: s.directives, properties, secrets, configId, expected: s.expected, tail };
+    return { properties, secrets, configId, expected, tail };
+  }
+
+  private textOfShared(s: Shared): RenderedText {
+    return {
+      json: s.json, canonical: s.canonical, expectedKey: s.expectedKey, expected: s.expected,
+      secrets: [...secretValues(s.merged, s.secrets)], properties: publicProperties(s.merged),
+    };
   }
 
   /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
@@ -227,9 +298,10 @@ export class NodeRendering {
     // JSON.stringify and canonicalJson of the list, made of each directive's text: a directive
     // left as the content has it is serialised once for all the nodes.
     const parts = r.directives.map((d, i) => this.textOf(d, d === content.directives[i]));
+    const expectedKey = JSON.stringify(parts.map((p) => p.key));
     return {
       merged, directives: r.directives, secrets: r.secrets,
-      json: `[${parts.map((p) => p.json).join(',')}]`, canonical: `[${parts.map((p) => p.canonical).join(',')}]`, expected: this.expectedOf(parts),
+      json: `[${parts.map((p) => p.json).join(',')}]`, canonical: `[${parts.map((p) => p.canonical).join(',')}]`, expected: this.expectedOf(expectedKey, parts), expectedKey,
     };
   }
 
@@ -268,8 +340,7 @@ export class NodeRendering {
   }
 
   /** bundleExpectations of the directives, one list per distinct text (keyed by the directives' keys). */
-  private expectedOf(parts: readonly DirectiveText[]): ExpectedComponent[] {
-    const k = JSON.stringify(parts.map((p) => p.key));
+  private expectedOf(k: string, parts: readonly DirectiveText[]): ExpectedComponent[] {
     const known = this.expectations.get(k);
     if (known) return known;
     const e = [...systemExpectations(), ...parts.flatMap((p) => p.expected)];
