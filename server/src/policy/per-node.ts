@@ -77,7 +77,10 @@ interface Shared {
  */
 export interface RenderedText {
   json: string;
-  canonical: string;
+  /** The directives' canonical JSON, the config id's input: given when the node seals secrets (the config id counts their sealed values). */
+  canonical?: string;
+  /** The config id, when the node has no secret to seal: made where the text is. */
+  configId?: string;
   expectedKey: string;
   expected?: ExpectedComponent[];
   /** The secrets the rendered directives use, by name, with their plaintext (sealed by finish). */
@@ -254,7 +257,7 @@ export class NodeRendering {
     this.seals?.keepOnly(nodeId, new Set(t.secrets.map(([name]) => name)));
     const properties = t.properties;
     const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(t.secrets.length > 0 && { secrets }) };
-    const configId = configIdOfCanonical(t.canonical, extra);
+    const configId = t.configId ?? configIdOfCanonical(t.canonical!, extra);
     this.memo.set(nodeId, { digest: p.digest, configId });
     let tail = t.json;
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
@@ -263,10 +266,11 @@ export class NodeRendering {
   }
 
   private textOfShared(s: Shared): RenderedText {
-    return {
-      json: s.json, canonical: s.canonical, expectedKey: s.expectedKey, expected: s.expected,
-      secrets: [...secretValues(s.merged, s.secrets)], properties: publicProperties(s.merged),
-    };
+    const secrets = [...secretValues(s.merged, s.secrets)];
+    const properties = publicProperties(s.merged);
+    const base = { json: s.json, expectedKey: s.expectedKey, expected: s.expected, secrets, properties };
+    if (secrets.length > 0) return { ...base, canonical: s.canonical };
+    return { ...base, configId: configIdOfCanonical(s.canonical, Object.keys(properties).length > 0 ? { properties } : {}) };
   }
 
   /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
