@@ -22,3 +22,36 @@ t.test('a path that cannot be opened is a start-up error', async (t) => {
   await t.rejects(openRegistry({ sqlitePath: join(programDir(t), 'missing', 'dir', 'capstan.db') }), { code: 'ERR_STARTUP' });
   await t.rejects(openRegistry({}), { code: 'ERR_CONFIG' });
 });
+
+t.test('grouped writes of one turn share one commit; one that fails undoes only its own', async (t) => {
+  const { SqliteDb, MAX_GROUPED_WRITES } = await import('@capstan/server/store/sqlite/db');
+  const path = join(programDir(t), 'group.db');
+  const db = new SqliteDb({ path });
+  t.teardown(() => db.close());
+  db.handle.exec('CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER NOT NULL)');
+  const put = (k: string, v: unknown) => db.writeGrouped(`put ${k}`, () => db.stmt('INSERT INTO t (k, v) VALUES (?, ?)').run(k, v).changes);
+  const results = await Promise.allSettled([
+    put('a', 1), put('b', 2),
+    put('a', 3), // the key is taken: a constraint error, for this caller only
+    db.writeGrouped('throws', () => {
+      db.stmt('INSERT INTO t (k, v) VALUES (?, ?)').run('c', 4);
+      throw new Error('after its insert');
+    }),
+    put('d', 5),
+  ]);
+  t.same(results.map((r) => r.status), ['fulfilled', 'fulfilled', 'rejected', 'rejected', 'fulfilled']);
+  t.match((results[2] as PromiseRejectedResult).reason, { code: 'ERR_BAD_REQUEST', message: /put a: value refused by the database/ });
+  t.match((results[3] as PromiseRejectedResult).reason, { code: 'ERR_STORE', message: /throws failed/ });
+  t.same(db.grouped, { commits: 1, writes: 5 }, 'one commit for the five');
+  t.same(db.handle.prepare('SELECT k, v FROM t ORDER BY k').all(), [{ k: 'a', v: 1 }, { k: 'b', v: 2 }, { k: 'd', v: 5 }], 'the failed ones left nothing');
+  // Seen by another connection once the promises settle: committed, not only written.
+  const other = new Database(path, { readonly: true });
+  t.teardown(() => other.close());
+  t.equal((other.prepare('SELECT count(*) AS n FROM t').get() as { n: number }).n, 3);
+
+  // A group holds at most MAX_GROUPED_WRITES; writes of a later turn are the next group.
+  await Promise.all(Array.from({ length: MAX_GROUPED_WRITES + 1 }, (_, i) => put(`m${i}`, i)));
+  t.same(db.grouped, { commits: 3, writes: 5 + MAX_GROUPED_WRITES + 1 });
+  await put('later', 1);
+  t.same(db.grouped, { commits: 4, writes: 5 + MAX_GROUPED_WRITES + 2 }, 'alone: its own commit');
+});

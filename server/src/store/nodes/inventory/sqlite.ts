@@ -16,7 +16,8 @@ export class SqliteInventory implements InventoryStore {
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
     const { receivedAt, document } = checkInventory(inv);
-    return this.db.write('upsertFromInventory', () => {
+    // Grouped with the other inventories (and audit records, events) of this turn: one commit.
+    return this.db.writeGrouped('upsertFromInventory', () => {
       const known = this.nodes.node(inv.id);
       const revoked = !!inv.auto_accept &&
         !!this.db.stmt('SELECT 1 FROM revoked_certificates WHERE fingerprint = ?').get(inv.certificate_fingerprint);
