@@ -136,6 +136,20 @@ t.test('unreadable certificates are refused with ERR_CERTIFICATE', async (t) => 
   }
 });
 
+t.test('a certificate checked again is answered from the last ones checked; a bad one is refused every time', async (t) => {
+  const { checkCertificate } = await import('@capstan/shared/smime/certificate');
+  const first = checkCertificate(id.certPem);
+  t.equal(checkCertificate(id.certPem), first, 'the same answer, not parsed again');
+  t.equal(certificateFingerprint(id.certPem), new X509Certificate(id.certPem).fingerprint256.replace(/:/g, '').toLowerCase());
+  const broken = id.certPem.replace(/[A-Za-z]{8}\n/, 'AAAAAAAA\n');
+  for (let i = 0; i < 2; i++) t.throws(() => checkCertificate(broken), { code: 'ERR_CERTIFICATE' });
+  // Past the ones kept, a certificate is parsed again, with the same answer.
+  for (let i = 0; i < 40; i++) checkCertificate(createNodeIdentity(`n${i}`, { bits: 1024 }).certPem);
+  const again = checkCertificate(id.certPem);
+  t.not(again, first);
+  t.same(again.der, first.der);
+});
+
 t.test('invalid identity options are programming errors', async (t) => {
   t.throws(() => createNodeIdentity(''), TypeError);
   t.throws(() => createNodeIdentity('n', { bits: 512 }), RangeError);
