@@ -14,9 +14,10 @@ import { computeConfigId } from '@capstan/shared/policy/bundle';
 import { ChangeFeed } from '@capstan/toolkit/policy/changes';
 import type { NodePropertyLevel, PolicyKind, PolicyNodeInput, PolicyWrite, Store } from '../store/store.js';
 import {
-  bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, policyGroups, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
+  bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
 } from './content.js';
 import { Listing } from './listing.js';
+import { acceptedAmong, members, membership } from './membership.js';
 import { periodically } from './periodic.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, PendingNode, type NodeContent, type RenderedText, type RenderMemo } from './per-node.js';
@@ -33,16 +34,12 @@ export interface GenerationStats {
   ms: number;
 }
 
-/** An `id` filter holds at most this many values (the node list's own limit). */
-const ID_CHUNK = 100;
 /**
  * Nodes whose bundles are read and written in one transaction: ~100 ms of write lock on SQLite
  * (the ingest waits for one batch at most), and few enough commits that a page is not rewritten
  * to the WAL once per small batch (500 wrote twice the bytes for 100,000 nodes).
  */
 const BATCH = 2000;
-/** Above this many nodes, a group's whole membership is listed once instead of probed by id. */
-const PROBE_LIMIT = 2000;
 
 export class PolicyGenerator {
   private readonly store: Store;
@@ -112,12 +109,12 @@ export class PolicyGenerator {
         if (kind === 'group') out.add(id);
         return out;
       };
-      const nodesBefore = await this.members(before, touched(before), new Listing(this.store));
+      const nodesBefore = await members(this.store, before, touched(before), new Listing(this.store));
       const result = await save();
       const after = await loadModel(this.store);
       // Listed after the save, and shared with the generation below.
       const listing = new Listing(this.store);
-      const nodesAfter = await this.members(after, touched(after), listing);
+      const nodesAfter = await members(this.store, after, touched(after), listing);
       for (const n of nodesBefore) nodesAfter.add(n);
       const changed = await this.generate(after, nodesAfter, listing);
       const stats = { nodes: nodesAfter.size, changed, ms: performance.now() - t0 };
@@ -198,7 +195,7 @@ export class PolicyGenerator {
   async groupMembers(groupId: string): Promise<string[] | null> {
     const model = await loadModel(this.store);
     if (!model.groups.has(groupId)) return null;
-    return [...await this.members(model, new Set([groupId]), new Listing(this.store))].sort();
+    return [...await members(this.store, model, new Set([groupId]), new Listing(this.store))].sort();
   }
 
   /**
@@ -208,7 +205,7 @@ export class PolicyGenerator {
   async explain(nodeId: string): Promise<{ groups: string[]; rules: RuleVia[] }> {
     const model = await loadModel(this.store);
     const listing = new Listing(this.store);
-    const accepted = await this.acceptedAmong(new Set([nodeId]), listing);
+    const accepted = await acceptedAmong(this.store, new Set([nodeId]), listing);
     const groups: string[] = [];
     if (accepted.has(nodeId)) {
       // The groups its last generation found it in (policy_group_members, every group of the
@@ -230,70 +227,6 @@ export class PolicyGenerator {
     return { groups, rules: rulesVia(model, groups) };
   }
 
-  /** Accepted members of any of `groupIds`. */
-  private async members(model: PolicyModel, groupIds: Set<string>, listing: Listing): Promise<Set<string>> {
-    const out = new Set<string>();
-    const statics = new Set<string>();
-    for (const gid of groupIds) {
-      const g = model.groups.get(gid);
-      if (!g) continue;
-      g.nodes?.forEach((n) => statics.add(n));
-      if (g.filter) await listing.matching(g.filter, (id) => out.add(id));
-    }
-    for (const id of await this.acceptedAmong(statics, listing)) out.add(id);
-    return out;
-  }
-
-  /** The accepted nodes among `ids` (a static group may name nodes not yet accepted, or gone). */
-  private async acceptedAmong(ids: Set<string>, listing: Listing): Promise<Set<string>> {
-    const out = new Set<string>();
-    if (ids.size > PROBE_LIMIT) {
-      const accepted = await listing.accepted();
-      for (const id of ids) if (accepted.has(id)) out.add(id);
-      return out;
-    }
-    const list = [...ids];
-    for (let i = 0; i < list.length; i += ID_CHUNK) {
-      const found = await this.store.listNodeIds([{ key: 'id', values: list.slice(i, i + ID_CHUNK) }, { key: 'accepted', values: ['accepted'] }]);
-      found.forEach((id) => out.add(id));
-    }
-    return out;
-  }
-
-  /**
-   * For each node of `nodes`, the ids of the groups that contain it: the groups rules target and
-   * those holding properties (a node's data merges them all). With `every`, each node's every
-   * group as well, those no rule uses included (compliance by group, policy_group_members).
-   */
-  private async membership(model: PolicyModel, nodes: Set<string>, listing: Listing, every?: Map<string, Set<string>>): Promise<Map<string, Set<string>>> {
-    const accepted = await this.acceptedAmong(nodes, listing);
-    const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
-    if (every) for (const n of accepted) every.set(n, new Set());
-    const used = policyGroups(model);
-    for (const gid of every ? model.groups.keys() : used) {
-      const g = model.groups.get(gid);
-      if (!g) continue;
-      const inUse = used.has(gid);
-      const add = (id: string) => {
-        if (inUse) of.get(id)?.add(gid);
-        every?.get(id)?.add(gid);
-      };
-      for (const n of g.nodes ?? []) add(n);
-      if (!g.filter) continue;
-      // Few nodes: probe them by id. Many, or a filter that already names ids (an `id` filter
-      // merged with ours would OR the values): list the group once.
-      if (of.size <= PROBE_LIMIT && !g.filter.some((f) => f.key === 'id')) {
-        const ids = [...of.keys()];
-        for (let i = 0; i < ids.length; i += ID_CHUNK) {
-          (await this.store.listNodeIds([...g.filter, { key: 'id', values: ids.slice(i, i + ID_CHUNK) }])).forEach(add);
-        }
-      } else {
-        await listing.matching(g.filter, add);
-      }
-    }
-    return of;
-  }
-
   /**
    * What the nodes a set of changes can reach would get under `before` and under `after`, by the same membership and bundle code as
    * generation, writing nothing (`POST /api/1/policy/plan`, under its bounds), node by node (preview.ts).
@@ -302,14 +235,17 @@ export class PolicyGenerator {
     before: PolicyModel, after: PolicyModel, changed: ReadonlyArray<{ kind: PolicyKind; id: string }>, each: (p: NodePreview) => void | Promise<void>, bounds?: PlanBounds,
     levels?: ReadonlyMap<string, NodePropertyLevel>,
   ): Promise<void> {
-    const src = { store: this.store, members: this.members.bind(this), membership: this.membership.bind(this) };
+    const store = this.store;
+    const src: Parameters<typeof previewNodes>[0] = {
+      store, members: (m, g, l) => members(store, m, g, l), membership: (m, n, l) => membership(store, m, n, l),
+    };
     return previewNodes(src, before, after, changed, each, bounds, await this.templates.read(before, after), levels);
   }
 
   /** Generate, store and set expectations for `nodes`; returns how many bundles changed. */
   private async generate(model: PolicyModel, nodes: Set<string>, listing: Listing): Promise<number> {
     const every = new Map<string, Set<string>>();
-    const of = await this.membership(model, nodes, listing, every);
+    const of = await membership(this.store, model, nodes, listing, every);
     const rules = [...model.rules.values()].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     // Nodes with the same groups get the same directives: build each distinct set once.
     const cache = new Map<string, Content>();

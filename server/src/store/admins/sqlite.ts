@@ -61,8 +61,9 @@ export class SqliteAdminStore implements AdminStore {
   }
 
   async insertAudit(r: AuditInsert): Promise<void> {
-    // Grouped: at enrolment every newcomer's registration is audited (one commit for many).
-    await this.db.writeGrouped('record audit', () => void this.db.stmt(`INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
+    // Written before this returns, not grouped: callers may record without waiting (a refused
+    // sign-in is audited as its answer goes out), and what they recorded must be there at once.
+    this.db.write('record audit', () => this.db.stmt(`INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(r.at, r.admin, r.role, r.actor_kind, r.actor, r.action, r.target, r.method, r.path, r.address, r.status, r.error,
       r.before === null || r.before === undefined ? null : JSON.stringify(r.before), r.after === null || r.after === undefined ? null : JSON.stringify(r.after)));
   }

@@ -21,7 +21,7 @@ export class SqliteEvents implements EventStore {
 
   async insertEvents(events: EventInsert[]): Promise<number[]> {
     events.forEach(eventRow);
-    return this.db.writeGrouped('insertEvents', () => this.write(events));
+    return this.db.write('insertEvents', () => this.write(events));
   }
 
   async listEvents(q: EventQuery, limit: number): Promise<EventRecord[]> {

@@ -89,8 +89,9 @@ export class SqliteDb {
    * of the event loop (group commit): one BEGIN, each write in a savepoint of its own (one that
    * throws undoes only its own writes and rejects only its caller), one COMMIT and so one fsync of
    * the WAL for all of them. Each caller's promise settles once the commit is durable, as with
-   * write(). For small writes that arrive many at a time from independent callers (inventories,
-   * audit records, events at enrolment): their fsyncs were most of a server's time.
+   * write(). For small writes that arrive many at a time from independent callers that wait for
+   * them (inventories at enrolment, whose fsyncs were a third of a server's time). Not for a
+   * write a caller may leave unawaited and expect done: it is done a turn later.
    */
   writeGrouped<T>(what: string, fn: () => T): Promise<T> {
     return new Promise<T>((resolve, reject) => {

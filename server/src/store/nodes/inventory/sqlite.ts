@@ -16,7 +16,7 @@ export class SqliteInventory implements InventoryStore {
 
   async upsertFromInventory(inv: NodeUpsertFromInventory): Promise<NodeRecord> {
     const { receivedAt, document } = checkInventory(inv);
-    // Grouped with the other inventories (and audit records, events) of this turn: one commit.
+    // Grouped with the other inventories of this turn: one commit (its callers wait for it).
     return this.db.writeGrouped('upsertFromInventory', () => {
       const known = this.nodes.node(inv.id);
       const revoked = !!inv.auto_accept &&
