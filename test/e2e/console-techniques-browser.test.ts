@@ -32,6 +32,8 @@ t.test('the console lists techniques and shows one, and a directive links to its
   await page.getByRole('button', { name: 'Sign in' }).click();
   const row = page.locator('table.list tbody tr').filter({ hasText: 'nginx_server' });
   await row.waitFor();
+  // The directives using it come with their own answer, which may follow the techniques'.
+  await row.getByRole('link', { name: 'web' }).waitFor();
   t.same(await row.locator('td').allInnerTexts(), ['1.2', 'conf, sites', '2', 'web'], 'version, parameters, calls, the directive using it');
 
   await row.getByRole('link', { name: 'Nginx server' }).click();

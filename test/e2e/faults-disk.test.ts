@@ -12,7 +12,7 @@ import { closeSync, fsyncSync, openSync, writeSync } from 'node:fs';
 import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
-import { BATCH_CONTENT_TYPE, encodeBatch } from '@capstan/shared';
+import { BATCH_CONTENT_TYPE, encodeBatch, runLogFileName } from '@capstan/shared';
 import { adminClient, BIN, programDir, requiredInCi, startProgram, waitFor, type Running } from '../helpers/programs.js';
 import { CountingUpstream, freePort, sha256 } from '../relayd/helpers/upstream.js';
 import {
@@ -102,8 +102,11 @@ t.test('a full disk under the relay, then under the server: coded refusals, noth
   }, 'the server to refuse run logs on a full disk', 30_000).catch(() => 0);
   t.ok(refusals > 0, `the server refused ${refusals} run logs with a code while full`);
   // A batch sent to the full server: answered file by file with the code, not failed whole.
+  // Under a name of its own: the relay may be sending the fleet's files again at this moment, and
+  // one of the same name would meet that upload instead (409, being received already).
   const last = fleet.files[fleet.files.length - 1]!;
-  const direct = await fetch(`${server.url}/batch/reports`, { method: 'POST', headers: { 'content-type': BATCH_CONTENT_TYPE }, body: encodeBatch([{ name: last.name, body: last.body }]) });
+  const name = runLogFileName(last.node, new Date(), 'zstd');
+  const direct = await fetch(`${server.url}/batch/reports`, { method: 'POST', headers: { 'content-type': BATCH_CONTENT_TYPE }, body: encodeBatch([{ name, body: last.body }]) });
   const answer = await direct.json() as any;
   t.same([direct.status, answer.data?.files?.map((f: any) => [f.status, f.error?.code])], [200, [[507, 'ERR_SPOOL_FULL']]], 'a batch to the full server: its file refused 507 ERR_SPOOL_FULL');
   t.equal((await api('GET', '/api/1/nodes?per_page=1')).status, 200, 'the server still answers its API');
