@@ -120,8 +120,8 @@ export function checkCertificate(pem: string): ParsedCertificate {
 
 /**
  * The last certificates checkCertificate accepted, by their PEM text (its answer depends on the
- * text alone). An inventory's certificate is checked for its node id, its fingerprint and its
- * signature, and OpenSSL's parse was 8 % of a server's time while a fleet enrolled.
+ * text alone). An inventory's certificate is checked for its node id and for its fingerprint,
+ * and OpenSSL's parse was 8 % of a server's time while a fleet enrolled.
  */
 const CHECKED_KEPT = 32;
 const checked = new Map<string, ParsedCertificate>();
