@@ -116,6 +116,12 @@ export const SERVER_SCHEMA = {
     auto_accept_hostnames: { type: 'string', default: '', optional: true },
     /** Shared secret an agent may carry in its inventory (`enrollment_secret`); at least 16 characters. */
     secret: { type: 'string', default: '', optional: true },
+    /**
+     * An agent that sends its inventory to this server itself, asking for its token, gets its
+     * answer once the inventory is registered, waiting at most this long: a node a rule above
+     * accepts gets its token, and its policy, in its first run. 0: answer at once.
+     */
+    token_wait: { type: 'duration', default: '5s', min: 0 },
   },
   lifecycle: {
     /** How often agents run: a node is unreachable after `missed_runs` of these without contact. */

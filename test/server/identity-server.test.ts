@@ -22,7 +22,7 @@ import { composeDomain } from '@capstan/server/domain';
 
 const TOKEN = 'x'.repeat(32);
 
-async function setup(t: Test, overrides: Record<string, string> = {}) {
+async function setup(t: Test, overrides: Record<string, string> = {}, deps: { ingested?: (kind: string, name: string, ms: number) => Promise<boolean> } = {}) {
   const dir = programDir(t);
   const config = loadServerConfig({ overrides: { 'general.data_dir': dir, ...overrides } });
   const store = await openRegistry({ sqlitePath: join(dir, 'capstan.db') });
@@ -30,7 +30,7 @@ async function setup(t: Test, overrides: Record<string, string> = {}) {
   await spool.init();
   const clock = { now: new Date('2026-11-22T12:00:00Z') };
   const identity = await NodeIdentity.open({ dataDir: dir, store, log: silentLogger, ...identitySettings(config.identity), clock: () => clock.now });
-  const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), identity });
+  const app = buildApp({ config, store, domain: composeDomain({ store, log: silentLogger }), spool, log: silentLogger, adminToken: TOKEN, status: async () => ({}), identity, ...deps });
   t.teardown(async () => {
     await app.close();
     await store.close();
@@ -290,6 +290,63 @@ t.test('a token asked for inside a signed inventory comes back in the answer to 
   const reused = tokenRequestStamp(s.clock.now);
   t.ok((await put(inventory(id, 'n1', { [INVENTORY_TOKEN_FIELD]: reused }))).data.token);
   await noToken(inventory(id, 'n1', { [INVENTORY_TOKEN_FIELD]: reused }, new Date(s.clock.now.getTime() + 1000)), 'its nonce used again');
+});
+
+t.test('a newcomer accepted by its inventory gets its token in the answer once the ingest is done with it', async (t) => {
+  // The ingest as the answer sees it: done with a file once it registered the node it names.
+  const waited: Array<{ name: string; ms: number }> = [];
+  let ingest: (name: string) => Promise<boolean> = async () => false;
+  const s = await setup(t, { 'enrollment.token_wait': '3s' }, {
+    ingested: async (kind, name, ms) => {
+      t.equal(kind, 'inventories');
+      waited.push({ name, ms });
+      return ingest(name);
+    },
+  });
+  const upload = async (nodeId: string, at: Date) => {
+    const nid = createNodeIdentity(nodeId);
+    const name = inventoryFileName(nodeId, at, 'zstd');
+    const body = compressSync(signSmime(Buffer.from(JSON.stringify({
+      node_id: nodeId, hostname: `${nodeId}.example`, certificate: nid.certPem, agent_version: '0.1.0', policy_server: 'relay',
+      os: { name: 'debian', version: '12', kernel: '6.1', arch: 'x86_64' }, [INVENTORY_TOKEN_FIELD]: tokenRequestStamp(s.clock.now),
+    })), nid), 'zstd');
+    ingest = async () => {
+      // What an enrollment rule does with this inventory: the node registered, accepted, its certificate pinned.
+      if (nodeId.startsWith('auto')) {
+        await s.store.createNode({ id: nodeId, hostname: `${nodeId}.example`, certificate: nid.certPem, region: 'dc1', groups: [] });
+        await setAcceptance(s.store, nodeId, 'accepted', s.clock.now.toISOString());
+      }
+      return true;
+    };
+    const res = await s.app.inject({ method: 'PUT', url: `/inventories/${name}`, payload: body, headers: { 'content-type': 'application/octet-stream', [HEADER_TOKEN_REQUEST]: '1' } });
+    return { status: res.statusCode, data: JSON.parse(res.body).data as { token?: string } };
+  };
+
+  const auto = await upload('auto-1', new Date(s.clock.now.getTime() - 1000));
+  t.equal(auto.status, 201);
+  t.same(waited, [{ name: inventoryFileName('auto-1', new Date(s.clock.now.getTime() - 1000), 'zstd'), ms: 3000 }], 'waited for its own file, at most token_wait');
+  const claims = await verifyNodeToken(auto.data.token!, await s.jwks(), { nodeId: 'auto-1', now: s.clock.now });
+  t.equal(claims.capstan_node_id, 'auto-1', 'the token of the node its inventory just registered');
+
+  const pending = await upload('newcomer', new Date(s.clock.now.getTime() - 2000));
+  t.equal(pending.status, 201, 'a node no rule accepts: stored');
+  t.equal(pending.data.token, undefined, 'and no token');
+  t.equal(waited.length, 2);
+
+  // The ingest not done in time: answered without a token (the agent renews at its next run).
+  ingest = async () => false;
+  const late = await s.app.inject({ method: 'PUT', url: `/inventories/${inventoryFileName('auto-2', s.clock.now, 'zstd')}`, payload: Buffer.from('x'), headers: { 'content-type': 'application/octet-stream', [HEADER_TOKEN_REQUEST]: '1' } });
+  t.equal(late.statusCode, 201);
+  t.equal(JSON.parse(late.body).data.token, undefined);
+
+  // An accepted node is answered at once, without waiting.
+  const known = await s.node('n9', 'accepted');
+  const before = waited.length;
+  const name = inventoryFileName('n9', s.clock.now, 'zstd');
+  const body = compressSync(signSmime(Buffer.from(JSON.stringify({ node_id: 'n9', hostname: 'n9.example', certificate: known.certPem, [INVENTORY_TOKEN_FIELD]: tokenRequestStamp(s.clock.now) })), known), 'zstd');
+  const res = await s.app.inject({ method: 'PUT', url: `/inventories/${name}`, payload: body, headers: { 'content-type': 'application/octet-stream', [HEADER_TOKEN_REQUEST]: '1' } });
+  t.ok(JSON.parse(res.body).data.token, 'token');
+  t.equal(waited.length, before, 'no wait');
 });
 
 t.test('with key_alg = "RS256" the keyring key is RSA and tokens are RS256; rotation keeps the configured algorithm', async (t) => {

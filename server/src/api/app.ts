@@ -83,6 +83,8 @@ export interface ServerAppDeps {
   runLogsInMemory?: { keepBytes: number; onWritten: (name: string, data: Buffer) => void };
   /** How the files of an upload batch (`POST /batch/<kind>`) are taken (ingest/batch.ts); absent: no batch route. */
   takeBatch?: (kind: SpoolKind, files: BatchUpload[]) => Promise<BatchResult[]>;
+  /** Resolves true once the ingest is done with an uploaded file, false after `ms` (absent: never waited for). */
+  ingested?: (kind: SpoolKind, name: string, ms: number) => Promise<boolean>;
   /** Prometheus metrics for GET /metrics (absent: no route). */
   metrics?: ServerMetrics;
   /** The lifecycle policy and last sweep, for GET /api/1/lifecycle. */
@@ -200,7 +202,8 @@ function uploads(app: FastifyInstance, deps: ServerAppDeps): void {
     });
   }
   // An agent talking to the server itself may get its node token in the answer to its inventory.
-  const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log);
+  const tokens = deps.identity && inventoryTokenUploads(deps.identity, deps.config.limits.max_decompressed_size, deps.log,
+    deps.ingested && { ingested: deps.ingested, waitMs: deps.config.enrollment.token_wait });
   const inMemory = deps.runLogsInMemory;
   const http = deps.config.http;
   installUploadRoutes(app, {

@@ -21,6 +21,7 @@ import { ingestInventory } from '../ingest/inventory.js';
 import { handleOcsUpload } from '../ingest/ocs-ingest.js';
 import { InventoryPool } from '../ingest/inventory-pool.js';
 import { RunLogIngest, type IngestDeps } from '../ingest/runlog.js';
+import { SettledFiles } from '../ingest/settled.js';
 import type { ServerMetrics } from '../metrics.js';
 import { enrollmentRules } from '../registry/enrollment.js';
 import type { NodeRegistry } from '../registry/nodes.js';
@@ -36,6 +37,8 @@ export interface IngestPipeline {
     onAccepted: (kind: SpoolKind, name: string) => void;
     runLogsInMemory: { keepBytes: number; onWritten: (name: string, data: Buffer) => void };
     takeBatch: (kind: SpoolKind, files: BatchUpload[]) => Promise<BatchResult[]>;
+    /** Resolves true once the ingest is done with an uploaded file (false after `ms`). */
+    ingested: (kind: SpoolKind, name: string, ms: number) => Promise<boolean>;
   };
   start(): Promise<void>;
   /** Stop taking files (the ones in flight finish), then the workers. */
@@ -97,10 +100,12 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
   // Run logs just uploaded, in memory until their ingest takes them (the file stays the truth).
   const recent = new RecentBodies(16 * 1024 * 1024);
   const counters: Record<string, number> = {};
+  const settled = new SettledFiles();
   const count = (kind: SpoolKind, e: ProcessedEvent) => {
     const k = `${kind}_${e.outcome}`;
     counters[k] = (counters[k] ?? 0) + 1;
     metrics.onProcessed(e);
+    settled.settle(kind, e.name);
   };
   const processors = {} as Record<SpoolKind, SpoolProcessor>;
   const handlers: Record<SpoolKind, (path: string, name: string) => Promise<void>> = {
@@ -154,6 +159,7 @@ export function ingestPipeline(config: ServerConfig, log: Logger, deps: IngestDe
         spooled: (kind, name) => processors[kind].notify(name),
         processed: (e) => count(e.kind, e),
       }),
+      ingested: (kind, name, ms) => settled.wait(kind, name, ms),
     },
     async start() {
       for (const kind of SPOOL_KINDS) await processors[kind].start();

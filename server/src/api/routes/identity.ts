@@ -16,6 +16,7 @@ import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import { RELAY_ROLE } from '@capstan/shared/identity/claims';
 import { HEADER_TOKEN_REQUEST } from '@capstan/shared/identity/renew';
 import type { Logger } from '@capstan/shared/log';
+import type { SpoolKind } from '@capstan/shared/protocol';
 import { readBody, type UploadRouteOptions } from '@capstan/toolkit/http/app';
 import { MAX_RENEW_BYTES, type NodeIdentity } from '../../identity/service.js';
 import type { RelayContacts } from '../../registry/relay-contacts.js';
@@ -46,15 +47,24 @@ export function identityPublicRoutes(app: FastifyInstance, identity: NodeIdentit
  * (`x-capstan-token-request: 1`, and a token request inside the signed inventory): once the file
  * is on disk, the answer's data carries `token` and `expires_at` too. Relays answer uploads
  * themselves and never pass the header on, so only an agent talking to this server gets one.
+ * `settle`: how a newcomer's answer waits for its inventory's ingest ([enrollment] token_wait).
  */
-export function inventoryTokenUploads(identity: NodeIdentity, maxDecompressedBytes: number, log: Logger): Pick<UploadRouteOptions, 'keepBytes' | 'answer'> {
+export function inventoryTokenUploads(
+  identity: NodeIdentity, maxDecompressedBytes: number, log: Logger,
+  settle?: { ingested: (kind: SpoolKind, name: string, ms: number) => Promise<boolean>; waitMs: number },
+): Pick<UploadRouteOptions, 'keepBytes' | 'answer'> {
   const wants = (kind: string, req: FastifyRequest) => kind === 'inventories' && req.headers[HEADER_TOKEN_REQUEST] === '1';
   return {
     keepBytes: (kind, req) => (wants(kind, req) ? MAX_INVENTORY_TOKEN_BYTES : 0),
     answer: async (kind, name, accepted, req) => {
       if (!wants(kind, req) || !accepted.data) return undefined;
       try {
-        const issued = await identity.issueForInventory(name, accepted.data, maxDecompressedBytes);
+        let issued = await identity.issueForInventory(name, accepted.data, maxDecompressedBytes);
+        // A node not accepted yet may be by this very inventory (an enrollment rule): once the
+        // ingest is done with it, ask again.
+        if (!issued && settle && settle.waitMs > 0 && await settle.ingested(kind, name, settle.waitMs)) {
+          issued = await identity.issueForInventory(name, accepted.data, maxDecompressedBytes);
+        }
         return issued ? { token: issued.token, expires_at: new Date(issued.claims.exp * 1000).toISOString() } : undefined;
       } catch (err) {
         // The inventory is stored whatever happens here; the agent renews by signed request.
