@@ -221,6 +221,13 @@ export const SERVER_SCHEMA = {
      */
     render_threads: { type: 'integer', default: -1, min: -1, max: 16 },
     /**
+     * Nodes whose inventory, acceptance or registry fields changed are regenerated in batches:
+     * the first change waits this long for others (an enrolment wave), so that they share one
+     * generation and one commit. Also the longest a node's new policy waits for it. 0: a turn of
+     * the event loop.
+     */
+    touch_window: { type: 'duration', default: '100ms', min: 0, max: 10000 },
+    /**
      * The largest body of POST /api/1/policy/plan: a whole policy (every directive, group and
      * rule) in one request, where other admin bodies are one object (1 MiB). Within limits.max_body_size.
      */

@@ -51,6 +51,8 @@ export interface DomainDeps {
   sharedFolder?: string;
   /** Policy render threads (`[policy] render_threads`, resolved: 0 or more). */
   renderThreads?: number;
+  /** How long touched nodes are gathered before their batch is generated (`[policy] touch_window`). */
+  touchWindowMs?: number;
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -67,6 +69,7 @@ export function composeDomain(deps: DomainDeps): Domain {
   const generator = new PolicyGenerator({
     store, log, ...(deps.now && { clock: deps.now }), ...(deps.sharedFolder && { sharedFolder: deps.sharedFolder }),
     ...(deps.renderThreads !== undefined && { renderThreads: deps.renderThreads }),
+    ...(deps.touchWindowMs !== undefined && { touchWindowMs: deps.touchWindowMs }),
     onDeployed: (ids, at) => {
       const e = deployedEvent(ids, at);
       return e ? events.emit([e]) : undefined;

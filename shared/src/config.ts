@@ -122,6 +122,7 @@ function checkField(path: string, spec: FieldSpec, raw: unknown): string | numbe
       const ms = parseDuration(raw);
       if (ms === null) throw bad('a duration such as "30s", "5m" or "1h 30m"');
       if (spec.min !== undefined && ms < spec.min) throw bad(`at least ${spec.min} ms`);
+      if (spec.max !== undefined && ms > spec.max) throw bad(`at most ${spec.max} ms`);
       return ms;
     }
     case 'size': {

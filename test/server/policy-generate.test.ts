@@ -12,7 +12,7 @@ import { bundleJson } from '@capstan/server/policy/content';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { openRegistry } from '@capstan/server/registry/open';
 import { inventory } from './store-suite.js';
-import { programDir } from '../helpers/programs.js';
+import { programDir, waitFor } from '../helpers/programs.js';
 import { PG_URL, pgUnavailable } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
@@ -93,6 +93,38 @@ t.test('touched nodes are regenerated in batches, and settled() waits for them',
   gen.touch('x1');
   await gen.settled();
   t.equal(await store.getPolicyBundle('x1'), null, 'outside every group: nothing');
+});
+
+t.test('touches within the touch window, in separate turns, make one generation', async (t) => {
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
+  t.teardown(() => store.close());
+  for (let i = 0; i < 10; i++) await store.createNode({ id: `n${i}`, hostname: `web-${i}` });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/x' } }, AT);
+  await store.putPolicyObject('group', 'web', { id: 'web', name: 'web', filter: [{ key: 'hostname', values: ['web*'] }] }, AT);
+  await store.putPolicyObject('rule', 'r', { id: 'r', name: 'r', directives: ['a'], groups: ['web'] }, AT);
+  const deployed: string[][] = [];
+  t.teardown(() => gen.close());
+  const gen = new PolicyGenerator({ store, log: silentLogger, touchWindowMs: 60_000, onDeployed: (ids) => void deployed.push([...ids].sort()) });
+  for (let i = 0; i < 5; i++) {
+    gen.touch(`n${i}`);
+    // Another turn of the event loop (an inventory each): still inside the window.
+    await new Promise((r) => setImmediate(r));
+  }
+  t.same(deployed, [], 'nothing generated while the window is open');
+  t.equal((await store.policyConfigIds(['n0'])).size, 0);
+  for (let i = 5; i < 10; i++) {
+    gen.touch(`n${i}`);
+    await new Promise((r) => setImmediate(r));
+  }
+  // settled() (tests, shutdown) ends the window early and waits for the batch.
+  await gen.settled();
+  t.same(deployed, [['n0', 'n1', 'n2', 'n3', 'n4', 'n5', 'n6', 'n7', 'n8', 'n9']], 'ten touches in ten turns: one generation');
+  const immediate = new PolicyGenerator({ store, log: silentLogger, touchWindowMs: 0, onDeployed: (ids) => void deployed.push([...ids].sort()) });
+  await store.putPolicyObject('directive', 'a', { id: 'a', name: 'a', method: 'file_absent', mode: 'enforce', params: { path: '/tmp/y' } }, AT);
+  immediate.touch('n0');
+  await waitFor(async () => (deployed.length === 2 ? true : undefined), 'the touch without a window to be generated');
+  t.same(deployed.at(-1), ['n0'], 'no window: generated without settled()');
+  await immediate.close();
 });
 
 t.test('a group with a node list and a filter holds both; a reordered rule reaches its nodes with a new config id', async (t) => {

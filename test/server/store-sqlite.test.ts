@@ -55,3 +55,34 @@ t.test('grouped writes of one turn share one commit; one that fails undoes only 
   await put('later', 1);
   t.same(db.grouped, { commits: 4, writes: 5 + MAX_GROUPED_WRITES + 2 }, 'alone: its own commit');
 });
+
+t.test("an inventory's audit record and events, asked for grouped in one turn, share one commit", async (t) => {
+  const { SqliteDb } = await import('@capstan/server/store/sqlite/db');
+  const store = await openRegistry({ sqlitePath: join(programDir(t), 'capstan.db') });
+  t.teardown(() => store.close());
+  // The store's database, found through the first grouped write it is asked for.
+  let db: InstanceType<typeof SqliteDb> | null = null;
+  const grouped = SqliteDb.prototype.writeGrouped;
+  const plain = SqliteDb.prototype.write;
+  const plainWrites: string[] = [];
+  SqliteDb.prototype.writeGrouped = function (this: InstanceType<typeof SqliteDb>, what, fn) {
+    db = this;
+    return grouped.call(this, what, fn);
+  } as typeof grouped;
+  SqliteDb.prototype.write = function (this: InstanceType<typeof SqliteDb>, what, fn) {
+    plainWrites.push(what);
+    return plain.call(this, what, fn);
+  } as typeof plain;
+  t.teardown(() => {
+    SqliteDb.prototype.writeGrouped = grouped;
+    SqliteDb.prototype.write = plain;
+  });
+  const at = '2024-05-01T10:00:00.000Z';
+  const audit = (i: number) => ({ at, admin: null, role: null, actor_kind: 'node' as const, actor: `n${i}`, before: null, after: null, action: 'node.register', target: `n${i}`, method: '', path: '', address: '', status: 200, error: null });
+  const ev = (i: number) => [{ at, type: 'node.accepted', severity: 'info' as const, node_id: `n${i}`, data: {} }];
+  await Promise.all([0, 1, 2, 3].flatMap((i) => [store.admins.insertAudit(audit(i), { grouped: true }), store.insertEvents(ev(i), { grouped: true })]));
+  t.same(db!.grouped, { commits: 1, writes: 8 }, 'eight writes, one commit');
+  t.same(plainWrites, [], 'none on its own');
+  await store.admins.insertAudit(audit(9));
+  t.same(plainWrites, ['record audit'], 'not grouped: written at once, on its own');
+});

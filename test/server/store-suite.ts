@@ -248,6 +248,28 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.match((await store.admins.listAudit({ page: 1, per_page: 10 })).rows, [{ path: '/api/1/nodes/ab' }]);
   });
 
+  t.test('audit records and events asked for grouped, many at once, are all stored, each with its id', async (t) => {
+    const { store } = await setup(t, backend);
+    const at = (i: number) => `2024-05-01T10:00:${String(i).padStart(2, '0')}.000Z`;
+    const written = await Promise.all(Array.from({ length: 6 }, async (_, i) => {
+      const [ids] = await Promise.all([
+        store.insertEvents([{ at: at(i), type: 'node.accepted', severity: 'info', node_id: `g${i}`, data: { by: 'rule' } }], { grouped: true }),
+        store.admins.insertAudit({
+          at: at(i), admin: null, role: null, actor_kind: 'node', actor: `g${i}`, before: null, after: { accepted: 'accepted' }, action: 'node.register', target: `g${i}`,
+          method: '', path: '', address: '', status: 200, error: null,
+        }, { grouped: true }),
+      ]);
+      return ids;
+    }));
+    t.equal(new Set(written.flat()).size, 6, 'six events, six ids');
+    t.same((await store.listEvents({ after: 0 }, 100)).map((e) => e.node_id).sort(), ['g0', 'g1', 'g2', 'g3', 'g4', 'g5']);
+    const audit = await store.admins.listAudit({ page: 1, per_page: 100 });
+    t.equal(audit.total, 6);
+    t.same(audit.rows.map((r) => r.target).sort(), ['g0', 'g1', 'g2', 'g3', 'g4', 'g5']);
+    // A bad event is refused to its caller only, grouped as alone.
+    await t.rejects(store.insertEvents([{ at: 'soon', type: 'x', severity: 'info', node_id: null, data: {} }], { grouped: true }), { code: 'ERR_BAD_REQUEST' });
+  });
+
   t.test('a run with the same node and start instant is a duplicate and writes nothing', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'n1', hostname: 'h' });

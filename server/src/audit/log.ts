@@ -5,7 +5,7 @@
  */
 import { isCapstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
-import type { AdminStore, AuditInsert } from '../store/store.js';
+import type { AdminStore, AuditInsert, WriteOptions } from '../store/store.js';
 import type { Actor } from './actor.js';
 
 /** The largest before or after kept in one record (its JSON); a larger one keeps a note instead. */
@@ -44,17 +44,17 @@ export class AuditLog {
    * Record a change made by `actor`. A record that cannot be stored is logged as an error and
    * the change stands: the journal line written first is then the record.
    */
-  async record(actor: Actor, change: AuditChange): Promise<void> {
+  async record(actor: Actor, change: AuditChange, opts: WriteOptions = {}): Promise<void> {
     // An HTTP request's changes are written by the API's hook, with the answer's status.
     if (actor.pending) {
       actor.pending.push(change);
       return;
     }
-    await this.write(actor, change, 200, null);
+    await this.write(actor, change, 200, null, opts);
   }
 
   /** Write one record now: the change, who made it and, for a request, its status and error code. */
-  async write(actor: Actor, change: AuditChange, status: number, error: string | null): Promise<void> {
+  async write(actor: Actor, change: AuditChange, status: number, error: string | null, opts: WriteOptions = {}): Promise<void> {
     const req = actor.request;
     const rec: AuditInsert = {
       at: this.now().toISOString(),
@@ -74,7 +74,7 @@ export class AuditLog {
     };
     this.deps.log.info({ audit: true, ...rec }, 'audit');
     try {
-      await this.deps.admins.insertAudit(rec);
+      await this.deps.admins.insertAudit(rec, opts);
     } catch (err) {
       this.deps.log.error({ err: isCapstanError(err) ? { code: err.code, message: err.message } : err }, 'cannot store audit record');
       return;

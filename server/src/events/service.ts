@@ -9,7 +9,7 @@
  */
 import { capstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
-import type { EventInsert, EventQuery, EventRecord, Store } from '../store/store.js';
+import type { EventInsert, EventQuery, EventRecord, Store, WriteOptions } from '../store/store.js';
 
 export interface EventServiceDeps {
   store: Pick<Store, 'insertEvents' | 'listEvents' | 'lastEventId'>;
@@ -46,10 +46,10 @@ export class EventService {
    * Store events the domain made. The change they tell of is done already: an event that cannot
    * be stored is logged (with what it said) and does not undo it.
    */
-  async emit(events: EventInsert[]): Promise<void> {
+  async emit(events: EventInsert[], opts: WriteOptions = {}): Promise<void> {
     if (events.length === 0) return;
     try {
-      await this.deps.store.insertEvents(events);
+      await this.deps.store.insertEvents(events, opts);
       this.nudge();
     } catch (err) {
       this.deps.log.error({ err, events: events.map((e) => ({ type: e.type, node_id: e.node_id })) }, 'cannot store events');

@@ -40,7 +40,9 @@ export function nodeChangeEvents(e: NodeChanged): EventInsert[] {
 }
 
 export function nodeEvents(events: EventService): NodeListener {
-  return (e) => events.emit(nodeChangeEvents(e));
+  // The registry waits for its listeners: an inventory's events share their commit with the
+  // other inventories' of the same turn (an enrolment wave).
+  return (e) => events.emit(nodeChangeEvents(e), { grouped: e.kind === 'inventory' });
 }
 
 /** An admin's action, as the audit log records it (only admins': the others tell their own events). */

@@ -69,6 +69,8 @@ export class PolicyGenerator {
     store: Store; log: Logger; clock?: () => Date; sharedFolder?: string;
     /** Render threads (render-pool.ts); 0, the default: nodes are rendered in the event loop. */
     renderThreads?: number;
+    /** How long touched nodes are gathered before a batch starts (`[policy] touch_window`); 0, the default: a turn of the event loop. */
+    touchWindowMs?: number;
     onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
     onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   }) {
@@ -78,6 +80,7 @@ export class PolicyGenerator {
     this.clock = deps.clock ?? (() => new Date());
     this.templates = new SharedTemplates(deps.sharedFolder ?? '');
     this.pool = new RenderPool(deps.renderThreads ?? 0, deps.log);
+    this.touchWindowMs = deps.touchWindowMs ?? 0;
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
     if (deps.onProblems) this.onProblems = deps.onProblems;
   }
@@ -134,15 +137,31 @@ export class PolicyGenerator {
 
   private touched = new Set<string>();
   private draining: Promise<void> | null = null;
+  private readonly touchWindowMs: number;
+  /** Ends the open touch window early (settled(): tests and shutdown do not wait it out). */
+  private endWindow: (() => void) | null = null;
 
   /**
-   * Note a node change without waiting (the ingest): changes arriving while a regeneration runs
-   * are gathered and done in one batch, so a burst of inventories costs a few batches, not one
-   * queued regeneration each. `settled()` waits for them.
+   * Note a node change without waiting (the ingest): changes arriving while a regeneration runs,
+   * or within `touchWindowMs` of the first, are gathered and done in one batch, so a burst of
+   * inventories costs a few batches, not one regeneration (and one commit) each. `settled()`
+   * waits for them.
    */
   touch(nodeId: string): void {
     this.touched.add(nodeId);
     this.draining ??= (async () => {
+      await new Promise<void>((resolve) => {
+        if (this.touchWindowMs <= 0) {
+          setImmediate(resolve);
+          return;
+        }
+        const timer = setTimeout(resolve, this.touchWindowMs);
+        this.endWindow = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.endWindow = null;
       while (this.touched.size > 0) {
         const batch = this.touched;
         this.touched = new Set();
@@ -154,8 +173,9 @@ export class PolicyGenerator {
     });
   }
 
-  /** Resolves when every touched node has been regenerated (tests, shutdown). */
+  /** Resolves when every touched node has been regenerated (tests, shutdown), without waiting out the touch window. */
   async settled(): Promise<void> {
+    this.endWindow?.();
     while (this.draining) await this.draining;
   }
 

@@ -163,8 +163,12 @@ export class NodeRegistry {
     const after = await this.deps.store.upsertFromInventory(inv);
     const moved = !before || before.accepted !== after.accepted || before.state !== after.state || before.status !== after.status
       || before.conflict_fingerprint !== after.conflict_fingerprint;
-    if (moved) await this.deps.audit?.record(actor, { action: before ? 'node.inventory' : 'node.register', target: inv.id, before: nodeAuditView(before), after: nodeAuditView(after) });
-    await this.emit({ kind: 'inventory', id: after.id, before, after, at: inv.received_at, actor });
+    // The audit record and the listeners' writes (the events) are asked for in the same turn and
+    // awaited: one commit can hold them, and those of the other inventories of that turn.
+    await Promise.all([
+      moved ? this.deps.audit?.record(actor, { action: before ? 'node.inventory' : 'node.register', target: inv.id, before: nodeAuditView(before), after: nodeAuditView(after) }, { grouped: true }) : undefined,
+      this.emit({ kind: 'inventory', id: after.id, before, after, at: inv.received_at, actor }),
+    ]);
     return after;
   }
 

@@ -1,6 +1,7 @@
 /** Named admins and the audit log on PostgreSQL (see types.ts). */
 import { capstanError } from '@capstan/shared/errors';
 import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from './types.js';
+import type { WriteOptions } from '../events/types.js';
 import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from './rows.js';
 import type { PostgresDb } from '../postgres/db.js';
 
@@ -57,7 +58,7 @@ export class PostgresAdminStore implements AdminStore {
     return (await this.db.query<Row>('console sign-in ended', 'SELECT 1 FROM console_signouts WHERE sid = $1 AND expires_at >= $2', [sid, now])).rows.length > 0;
   }
 
-  async insertAudit(r: AuditInsert): Promise<void> {
+  async insertAudit(r: AuditInsert, _opts?: WriteOptions): Promise<void> {
     await this.db.query<Row>('record audit', `INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
     [r.at, r.admin, r.role, r.actor_kind, r.actor, r.action, r.target, r.method, r.path, r.address, r.status, r.error,

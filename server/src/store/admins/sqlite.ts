@@ -1,6 +1,7 @@
 /** Named admins and the audit log on SQLite (see types.ts). */
 import { capstanError } from '@capstan/shared/errors';
 import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from './types.js';
+import type { WriteOptions } from '../events/types.js';
 import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from './rows.js';
 import type { SqliteDb } from '../sqlite/db.js';
 
@@ -60,12 +61,14 @@ export class SqliteAdminStore implements AdminStore {
     return this.db.read('console sign-in ended', () => this.db.prepare('SELECT 1 FROM console_signouts WHERE sid = ? AND expires_at >= ?').get(sid, now) !== undefined);
   }
 
-  async insertAudit(r: AuditInsert): Promise<void> {
-    // Written before this returns, not grouped: callers may record without waiting (a refused
+  async insertAudit(r: AuditInsert, opts: WriteOptions = {}): Promise<void> {
+    // Written before this returns unless grouped: callers may record without waiting (a refused
     // sign-in is audited as its answer goes out), and what they recorded must be there at once.
-    this.db.write('record audit', () => this.db.stmt(`INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
+    const insert = () => this.db.stmt(`INSERT INTO audit_log (at, admin, role, actor_kind, actor, action, target, method, path, address, status, error, before_state, after_state)
       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(r.at, r.admin, r.role, r.actor_kind, r.actor, r.action, r.target, r.method, r.path, r.address, r.status, r.error,
-      r.before === null || r.before === undefined ? null : JSON.stringify(r.before), r.after === null || r.after === undefined ? null : JSON.stringify(r.after)));
+      r.before === null || r.before === undefined ? null : JSON.stringify(r.before), r.after === null || r.after === undefined ? null : JSON.stringify(r.after));
+    if (opts.grouped) await this.db.writeGrouped('record audit', insert);
+    else this.db.write('record audit', insert);
   }
 
   async listAudit(q: AuditQuery): Promise<{ rows: AuditRecord[]; total: number }> {

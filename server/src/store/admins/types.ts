@@ -4,6 +4,7 @@
  * log is append-only for the API; the lifecycle sweep deletes what is older than
  * `retention.audit` and what is above `retention.audit_max_rows`.
  */
+import type { WriteOptions } from '../events/types.js';
 import { lookup, REFUSE, STRIP, type NulRules } from '../guard.js';
 
 export type AdminRole = 'admin' | 'operator' | 'viewer';
@@ -89,7 +90,7 @@ export interface AdminStore {
   /** Whether a console sign-in was ended (and has not expired since). */
   consoleSignInEnded(sid: string, now: string): Promise<boolean>;
 
-  insertAudit(r: AuditInsert): Promise<void>;
+  insertAudit(r: AuditInsert, opts?: WriteOptions): Promise<void>;
   /** Newest first. */
   listAudit(q: AuditQuery): Promise<{ rows: AuditRecord[]; total: number }>;
   /** Delete up to `limit` records older than `before`; returns how many. */

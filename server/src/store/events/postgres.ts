@@ -11,7 +11,7 @@ import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { StoreRules } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { EVENTS_LOCK_KEY, eventFromRow, eventRow, eventWhere } from './rows.js';
-import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore } from './types.js';
+import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore, type WriteOptions } from './types.js';
 
 export class PostgresEvents implements EventStore {
   constructor(private readonly db: PostgresDb, private readonly rules: StoreRules) {}
@@ -30,7 +30,7 @@ export class PostgresEvents implements EventStore {
     return ids.map((r) => Number(r.id)).sort((a, b) => a - b);
   }
 
-  async insertEvents(events: EventInsert[]): Promise<number[]> {
+  async insertEvents(events: EventInsert[], _opts?: WriteOptions): Promise<number[]> {
     events.forEach(eventRow);
     return this.db.tx('insertEvents', (c) => this.write(c, events));
   }

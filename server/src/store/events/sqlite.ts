@@ -4,7 +4,7 @@ import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { StoreRules } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { eventFromRow, eventRow, eventWhere } from './rows.js';
-import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore } from './types.js';
+import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore, type WriteOptions } from './types.js';
 
 export class SqliteEvents implements EventStore {
   constructor(private readonly db: SqliteDb, private readonly rules: StoreRules) {}
@@ -19,9 +19,9 @@ export class SqliteEvents implements EventStore {
     });
   }
 
-  async insertEvents(events: EventInsert[]): Promise<number[]> {
+  async insertEvents(events: EventInsert[], opts: WriteOptions = {}): Promise<number[]> {
     events.forEach(eventRow);
-    return this.db.write('insertEvents', () => this.write(events));
+    return opts.grouped ? this.db.writeGrouped('insertEvents', () => this.write(events)) : this.db.write('insertEvents', () => this.write(events));
   }
 
   async listEvents(q: EventQuery, limit: number): Promise<EventRecord[]> {

@@ -10,6 +10,16 @@ import type { NodeFilter } from '../nodes/types.js';
 export const EVENT_SEVERITIES = ['info', 'warning', 'error'] as const;
 export type EventSeverity = (typeof EVENT_SEVERITIES)[number];
 
+/**
+ * How a write that its caller awaits may be committed: `grouped`, with the other grouped writes
+ * asked for in the same turn of the event loop (SQLite's group commit, sqlite/db.ts writeGrouped:
+ * one fsync for all of them). Only for a caller that waits for its write before it counts on it;
+ * PostgreSQL commits each on its own connection and ignores it.
+ */
+export interface WriteOptions {
+  grouped?: boolean;
+}
+
 /** An event to store. */
 export interface EventInsert {
   /** When it happened, RFC 3339 (stored as UTC). */
@@ -44,7 +54,7 @@ export const MAX_EVENTS_READ = 1000;
 
 export interface EventStore {
   /** Store events in a transaction of their own; their ids, in order. */
-  insertEvents(events: EventInsert[]): Promise<number[]>;
+  insertEvents(events: EventInsert[], opts?: WriteOptions): Promise<number[]>;
   /** Events matching `q`, oldest first, at most `limit` (≤ MAX_EVENTS_READ). */
   listEvents(q: EventQuery, limit: number): Promise<EventRecord[]>;
   /** These events (those still kept), oldest first. */
