@@ -93,7 +93,9 @@ export class SqliteVulns implements VulnStore {
   }
 
   async replaceNodeFindings(nodeId: string, findings: VulnFindingRow[], names: string[]): Promise<void> {
-    this.db.write('store node findings', () => {
+    // Every caller waits for it (a node matched after its inventory, or in a feed's refresh):
+    // grouped, its commit is shared with the other inventories' of the same turn.
+    await this.db.writeGrouped('store node findings', () => {
       this.db.stmt('DELETE FROM vuln_findings WHERE node_id = ?').run(nodeId);
       this.db.stmt('DELETE FROM vuln_node_names WHERE node_id = ?').run(nodeId);
       const put = this.db.stmt(`INSERT OR REPLACE INTO vuln_findings (${FINDING_COLUMNS}) VALUES (${marks(8)})`);
