@@ -86,6 +86,35 @@ t.test('a lone run log does not wait for the batch window', async (t) => {
   t.ok(Date.now() - t0 < 30_000, 'written without waiting a minute for others');
 });
 
+t.test('under a backlog each batch is written in a turn of its own: the event loop serves others between them', async (t) => {
+  const { store, ingest, file } = await setup(t, { batchSize: 2, batchWindowMs: 0 });
+  const files = await Promise.all(ids.map((id) => file(id, keys.get(id)!)));
+  // Every write noted with the turns of the event loop counted so far: a timer ticking every
+  // turn (an HTTP request's callback would wait the same way) must move between two writes.
+  let turns = 0;
+  let ticking = true;
+  const tick = () => {
+    turns++;
+    if (ticking) setImmediate(tick);
+  };
+  setImmediate(tick);
+  const seen: number[] = [];
+  const batches: number[] = [];
+  const s = store as Store & { insertRuns: Store['insertRuns'] };
+  const original = s.insertRuns.bind(store);
+  s.insertRuns = (runs) => {
+    seen.push(turns);
+    batches.push(runs.length);
+    return original(runs);
+  };
+  const results = await Promise.all(files.map((f) => ingest.ingest(f.path, f.name)));
+  ticking = false;
+  t.ok(results.every((r) => r.inserted));
+  t.equal(batches.reduce((a, b) => a + b, 0), ids.length, 'every run log written');
+  t.ok(batches.length >= 3, `in batches of at most 2 (${batches.join(', ')})`);
+  for (let i = 1; i < seen.length; i++) t.ok(seen[i]! > seen[i - 1]!, `batch ${i + 1} written in a later turn than batch ${i}`);
+});
+
 t.test('a batch the database cannot commit fails every run log of it as transient (the files are retried)', async (t) => {
   const { store, ingest, file } = await setup(t);
   const files = await Promise.all(ids.slice(0, 3).map((id) => file(id, keys.get(id)!)));

@@ -118,6 +118,8 @@ export class RunLogIngest {
   private readonly windowMs: number;
   private batch: Waiting[] = [];
   private timer: NodeJS.Timeout | null = null;
+  /** A write asked for in the next turn of the event loop. */
+  private immediate: NodeJS.Immediate | null = null;
   private readonly parallel: number;
   /** Batches being written, and a wake-up for close() when one ends. */
   private writing = 0;
@@ -179,7 +181,13 @@ export class RunLogIngest {
     if (this.batch.length === 0 || this.writing >= this.parallel) return;
     const wait = this.lastWrite + this.windowMs - Date.now();
     if (this.batch.length >= this.batchSize || (wait <= 0 && this.preparing === 0)) {
-      this.write();
+      // In a turn of its own: SQLite writes a batch synchronously, and batches written one after
+      // another from here (each prepared run log's continuation may fill one) held the event loop
+      // for seconds under a backlog, so the API (the console, relays' uploads) waited for it.
+      this.immediate ??= setImmediate(() => {
+        this.immediate = null;
+        this.write();
+      });
     } else if (!this.timer) {
       this.timer = setTimeout(() => {
         this.timer = null;
@@ -192,6 +200,10 @@ export class RunLogIngest {
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;
+    }
+    if (this.immediate) {
+      clearImmediate(this.immediate);
+      this.immediate = null;
     }
     if (this.writing >= this.parallel || this.batch.length === 0) return;
     const items = this.batch.splice(0, this.batchSize);
