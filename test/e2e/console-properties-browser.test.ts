@@ -144,6 +144,9 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.goto(`${server.url}/#/groups/web/edit`);
   await page.getByRole('button', { name: 'Set new value' }).waitFor();
   t.notMatch(await pageText(page), SECRET, 'the group form never holds the secret');
+  // The form settles (every read it makes answered, its fields filled from them) before it is
+  // edited, as a user would see it: a field filled earlier was reset by the form's last read.
+  await page.waitForLoadState('networkidle');
   await page.getByLabel('Priority of its properties').fill('3');
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByRole('heading', { name: 'Group Web servers' }).waitFor();
