@@ -116,11 +116,7 @@ export const SERVER_SCHEMA = {
     auto_accept_hostnames: { type: 'string', default: '', optional: true },
     /** Shared secret an agent may carry in its inventory (`enrollment_secret`); at least 16 characters. */
     secret: { type: 'string', default: '', optional: true },
-    /**
-     * An agent that sends its inventory to this server itself, asking for its token, gets its
-     * answer once the inventory is registered, waiting at most this long: a node a rule above
-     * accepts gets its token, and its policy, in its first run. 0: answer at once.
-     */
+    /** Longest the answer to an agent's own inventory waits for it to be registered, to carry a newcomer's token; 0: at once. */
     token_wait: { type: 'duration', default: '5s', min: 0 },
   },
   lifecycle: {
@@ -220,12 +216,7 @@ export const SERVER_SCHEMA = {
      * loop). Used by a batch of 64 nodes or more rendered on their own.
      */
     render_threads: { type: 'integer', default: -1, min: -1, max: 16 },
-    /**
-     * Nodes whose inventory, acceptance or registry fields changed are regenerated in batches:
-     * the first change waits this long for others (an enrolment wave), so that they share one
-     * generation and one commit. Also the longest a node's new policy waits for it. 0: a turn of
-     * the event loop.
-     */
+    /** How long a changed node (inventory, acceptance) waits for others to share its generation; 0: a turn of the event loop. */
     touch_window: { type: 'duration', default: '100ms', min: 0, max: 10000 },
     /**
      * The largest body of POST /api/1/policy/plan: a whole policy (every directive, group and

@@ -27,6 +27,7 @@ import type { PlanBounds } from './plan-memory.js';
 import { previewNodes } from './preview.js';
 import { RenderError, type NodeProblem } from './render.js';
 import { SharedTemplates } from './shared-templates.js';
+import { TouchBatcher } from './touches.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -64,6 +65,8 @@ export class PolicyGenerator {
   readonly templates: SharedTemplates;
   /** Threads rendering nodes on their own while the event loop writes (`[policy] render_threads`). */
   private readonly pool: RenderPool;
+  /** Node changes gathered into batches (`[policy] touch_window`). */
+  private readonly touches: TouchBatcher;
 
   constructor(deps: {
     store: Store; log: Logger; clock?: () => Date; sharedFolder?: string;
@@ -80,7 +83,10 @@ export class PolicyGenerator {
     this.clock = deps.clock ?? (() => new Date());
     this.templates = new SharedTemplates(deps.sharedFolder ?? '');
     this.pool = new RenderPool(deps.renderThreads ?? 0, deps.log);
-    this.touchWindowMs = deps.touchWindowMs ?? 0;
+    const regenerate = (batch: Set<string>) => this.serial(async () => {
+      await this.generate(await loadModel(this.store), batch, new Listing(this.store));
+    }).catch((err: unknown) => this.log.warn({ err, nodes: batch.size }, 'policy regeneration failed'));
+    this.touches = new TouchBatcher(regenerate, deps.touchWindowMs ?? 0);
     if (deps.onDeployed) this.onDeployed = deps.onDeployed;
     if (deps.onProblems) this.onProblems = deps.onProblems;
   }
@@ -135,48 +141,17 @@ export class PolicyGenerator {
     });
   }
 
-  private touched = new Set<string>();
-  private draining: Promise<void> | null = null;
-  private readonly touchWindowMs: number;
-  /** Ends the open touch window early (settled(): tests and shutdown do not wait it out). */
-  private endWindow: (() => void) | null = null;
-
   /**
-   * Note a node change without waiting (the ingest): changes arriving while a regeneration runs,
-   * or within `touchWindowMs` of the first, are gathered and done in one batch, so a burst of
-   * inventories costs a few batches, not one regeneration (and one commit) each. `settled()`
-   * waits for them.
+   * Note a node change without waiting (the ingest): gathered with the others of its window, or
+   * of the generation running, into one batch (touches.ts). `settled()` waits for them.
    */
   touch(nodeId: string): void {
-    this.touched.add(nodeId);
-    this.draining ??= (async () => {
-      await new Promise<void>((resolve) => {
-        if (this.touchWindowMs <= 0) {
-          setImmediate(resolve);
-          return;
-        }
-        const timer = setTimeout(resolve, this.touchWindowMs);
-        this.endWindow = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.endWindow = null;
-      while (this.touched.size > 0) {
-        const batch = this.touched;
-        this.touched = new Set();
-        await this.serial(async () => this.generate(await loadModel(this.store), batch, new Listing(this.store))).catch((err: unknown) =>
-          this.log.warn({ err, nodes: batch.size }, 'policy regeneration failed'));
-      }
-    })().finally(() => {
-      this.draining = null;
-    });
+    this.touches.touch(nodeId);
   }
 
   /** Resolves when every touched node has been regenerated (tests, shutdown), without waiting out the touch window. */
-  async settled(): Promise<void> {
-    this.endWindow?.();
-    while (this.draining) await this.draining;
+  settled(): Promise<void> {
+    return this.touches.settled();
   }
 
   /** Nodes this generator has had rendered on its render threads. */
