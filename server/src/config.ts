@@ -117,7 +117,7 @@ export const SERVER_SCHEMA = {
     /** Shared secret an agent may carry in its inventory (`enrollment_secret`); at least 16 characters. */
     secret: { type: 'string', default: '', optional: true },
     /** Longest the answer to an agent's own inventory waits for it to be registered, to carry a newcomer's token; 0: at once. */
-    token_wait: { type: 'duration', default: '5s', min: 0 },
+    token_wait: { type: 'duration', default: '5s', min: 0, max: 30000 },
   },
   lifecycle: {
     /** How often agents run: a node is unreachable after `missed_runs` of these without contact. */

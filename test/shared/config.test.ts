@@ -5,7 +5,7 @@ import { loadConfig, parseDuration, parseListen, parseSize } from '@capstan/shar
 
 const SCHEMA = {
   general: { listen: { type: 'listen', default: '127.0.0.1:3030' } },
-  upstream: { timeout: { type: 'duration', default: '30s', min: 1 }, url: { type: 'url', default: 'http://127.0.0.1:3031' } },
+  upstream: { timeout: { type: 'duration', default: '30s', min: 1, max: 600_000 }, url: { type: 'url', default: 'http://127.0.0.1:3031' } },
   spool: { max: { type: 'size', default: '64MiB' }, workers: { type: 'integer', default: 4, min: 1, max: 8 } },
 } as const;
 
@@ -65,6 +65,8 @@ t.test('bad configuration names the key that is wrong', async (t) => {
   t.throws(() => loadConfig(SCHEMA, { path: typo }), { code: 'ERR_CONFIG', message: /unknown key upstream.timout/ });
   t.throws(() => loadConfig(SCHEMA, { path: section }), { code: 'ERR_CONFIG', message: /unknown section/ });
   t.throws(() => loadConfig(SCHEMA, { path: many }), { code: 'ERR_CONFIG', message: 'spool.workers must be at most 8' });
+  t.throws(() => loadConfig(SCHEMA, { overrides: { 'upstream.timeout': '11m' } }), { code: 'ERR_CONFIG', message: 'upstream.timeout must be at most 600000 ms' });
+  t.equal(loadConfig(SCHEMA, { overrides: { 'upstream.timeout': '10m' } }).upstream.timeout, 600_000, 'the bound itself is allowed');
   t.throws(() => loadConfig(SCHEMA, { overrides: { 'upstream.url': 'ftp://x' } }), { code: 'ERR_CONFIG' });
   t.throws(() => loadConfig(SCHEMA, { overrides: { 'upstream.nope': 'x' } }), { code: 'ERR_CONFIG' });
 });

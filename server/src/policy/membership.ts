@@ -48,7 +48,8 @@ export async function acceptedAmong(store: Pick<Store, 'listNodeIds'>, ids: Set<
  * group as well, those no rule uses included (compliance by group, policy_group_members).
  */
 export async function membership(
-store: Pick<Store, 'listNodeIds'>, model: PolicyModel, nodes: Set<string>, listing: Listing, every?: Map<string, Set<string>>): Promise<Map<string, Set<string>>> {
+  store: Pick<Store, 'listNodeIds'>, model: PolicyModel, nodes: Set<string>, listing: Listing, every?: Map<string, Set<string>>,
+): Promise<Map<string, Set<string>>> {
   const accepted = await acceptedAmong(store, nodes, listing);
   const of = new Map<string, Set<string>>([...accepted].map((n) => [n, new Set<string>()]));
   if (every) for (const n of accepted) every.set(n, new Set());

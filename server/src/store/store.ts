@@ -39,6 +39,7 @@ export type * from './runs/types.js';
 export type * from './sweep/types.js';
 export type * from './reviews/types.js';
 export type * from './vulns/types.js';
+export type * from './write-options.js';
 export { SORT_FIELDS } from './nodes/types.js';
 export { CHANGE_LABELS, CHANGES_COUNT_LIMIT } from './changes/types.js';
 export { EVENT_SEVERITIES, MAX_EVENTS_READ } from './events/types.js';

@@ -1,7 +1,7 @@
 /** Named admins and the audit log on SQLite (see types.ts). */
 import { capstanError } from '@capstan/shared/errors';
 import type { AdminInsert, AdminRecord, AdminStore, AuditInsert, AuditQuery, AuditRecord } from './types.js';
-import type { WriteOptions } from '../events/types.js';
+import type { WriteOptions } from '../write-options.js';
 import { ADMIN_COLUMNS, AUDIT_COLUMNS, adminFromRow, auditFromRow, auditWhere } from './rows.js';
 import type { SqliteDb } from '../sqlite/db.js';
 

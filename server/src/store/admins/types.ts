@@ -4,7 +4,7 @@
  * log is append-only for the API; the lifecycle sweep deletes what is older than
  * `retention.audit` and what is above `retention.audit_max_rows`.
  */
-import type { WriteOptions } from '../events/types.js';
+import type { WriteOptions } from '../write-options.js';
 import { lookup, REFUSE, STRIP, type NulRules } from '../guard.js';
 
 export type AdminRole = 'admin' | 'operator' | 'viewer';

@@ -11,7 +11,8 @@ import { postgresDialect } from '../nodes/filters/postgres.js';
 import type { StoreRules } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { EVENTS_LOCK_KEY, eventFromRow, eventRow, eventWhere } from './rows.js';
-import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore, type WriteOptions } from './types.js';
+import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore } from './types.js';
+import type { WriteOptions } from '../write-options.js';
 
 export class PostgresEvents implements EventStore {
   constructor(private readonly db: PostgresDb, private readonly rules: StoreRules) {}

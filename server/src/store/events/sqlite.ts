@@ -4,7 +4,8 @@ import { sqliteDialect } from '../nodes/filters/sqlite.js';
 import type { StoreRules } from '../rules.js';
 import { toUtcIso } from '../time.js';
 import { eventFromRow, eventRow, eventWhere } from './rows.js';
-import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore, type WriteOptions } from './types.js';
+import { MAX_EVENTS_READ, type EventInsert, type EventQuery, type EventRecord, type EventStore } from './types.js';
+import type { WriteOptions } from '../write-options.js';
 
 export class SqliteEvents implements EventStore {
   constructor(private readonly db: SqliteDb, private readonly rules: StoreRules) {}

@@ -6,19 +6,10 @@
  */
 import { lookup, REFUSE, type NulRules } from '../guard.js';
 import type { NodeFilter } from '../nodes/types.js';
+import type { WriteOptions } from '../write-options.js';
 
 export const EVENT_SEVERITIES = ['info', 'warning', 'error'] as const;
 export type EventSeverity = (typeof EVENT_SEVERITIES)[number];
-
-/**
- * How a write that its caller awaits may be committed: `grouped`, with the other grouped writes
- * asked for in the same turn of the event loop (SQLite's group commit, sqlite/db.ts writeGrouped:
- * one fsync for all of them). Only for a caller that waits for its write before it counts on it;
- * PostgreSQL commits each on its own connection and ignores it.
- */
-export interface WriteOptions {
-  grouped?: boolean;
-}
 
 /** An event to store. */
 export interface EventInsert {
