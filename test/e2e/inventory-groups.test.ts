@@ -52,6 +52,9 @@ t.test('a node joins and leaves a dynamic group as its facts and packages say', 
   await writeFile(join(dir, 'facts.d', 'role.json'), '{"role": "db", "site": {"room": "b2"}}');
   t.equal((await agent()).code, 0);
   await waitFor(async () => ((await api('GET', '/api/1/groups/web/nodes')).json.total === 0 ? true : undefined), 'the node out of the group');
+  // Changed nodes are regenerated together a moment later ([policy] touch_window): the policy
+  // says which groups its last generation found the node in.
+  await waitFor(async () => ((await api('GET', `/api/1/nodes/${id}/policy`)).json.data.rules.length === 0 ? true : undefined), 'the policy regenerated');
   t.same((await api('GET', `/api/1/nodes/${id}/policy`)).json.data.rules, [], 'no rule reaches the node');
   await rm(target);
   const left = await agent();
