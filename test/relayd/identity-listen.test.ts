@@ -39,6 +39,9 @@ function memoryConn(): PeerConn & { lines: string[]; ended: boolean } {
       c.ended = true;
       for (const fn of closers) fn();
     },
+    destroy: () => {
+      c.ended = true;
+    },
     get closed() {
       return c.ended;
     },

@@ -1,5 +1,6 @@
 /**
- * The registry suite on PostgreSQL. Every test gets its own schema (capstan_test_<random>),
+ * The registry suite on PostgreSQL, the store's own half (the other half is in
+ * store-postgres-registry.test.ts). Every test gets its own schema (capstan_test_<random>),
  * dropped in teardown, so parallel test files and reruns never see each other's rows. Without
  * a reachable server the whole file is skipped with the reason, so machines without
  * PostgreSQL still pass. CAPSTAN_TEST_PG_URL points it elsewhere.
@@ -15,7 +16,7 @@ const admin = pgAdmin;
 
 if (await postgresOrSkipFile(t)) {
   const backend = postgresBackend();
-  registryStoreSuites(t, backend);
+  registryStoreSuites(t, backend, 1);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
     const db = await backend.fresh(t);

@@ -8,7 +8,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { isCapstanError, renderParams, renderTemplate, SecretRef, secretMarker, templateNames, TEMPLATE_LIMITS } from '@capstan/shared';
-import { PARSE_CACHE_LIMITS, parseCacheSize } from '@capstan/shared/policy/template';
+import { PARSE_CACHE_LIMITS, parseCacheSize, setParseCacheLimits } from '@capstan/shared/policy/template';
 
 const data = {
   os: { name: 'debian', version: '12' }, list: ['a', 'b<'], users: [{ name: 'ann' }, { name: 'bob' }], yes: true, no: false, none: [], nothing: null, n: 3,
@@ -134,7 +134,13 @@ t.test('templates are parsed once and kept within bounds; every limit still hold
   t.equal(renderTemplate(`${'{{#a}}'.repeat(1_100)}x${'{{/a}}'.repeat(1_100)}`, { a: true }, { limits: { maxDepth: 1_200 } }), 'x', 'a limit above the parse walk is the one applied');
   for (let i = 0; i < PARSE_CACHE_LIMITS.maxEntries + 100; i++) t.equal(renderTemplate(`{{n}} ${i}`, { n: 'v' }), `v ${i}`);
   t.equal(parseCacheSize().entries, PARSE_CACHE_LIMITS.maxEntries, 'at most maxEntries kept');
-  const big = 5 * 1024 * 1024;
-  for (let i = 0; i < 4; i++) t.equal(renderTemplate(`{{n}}${String(i).repeat(big)}`, { n: '' }, { limits: { maxTemplateBytes: 8 * 1024 * 1024, maxOutputBytes: 8 * 1024 * 1024 } }).length, big);
-  t.ok(parseCacheSize().bytes <= PARSE_CACHE_LIMITS.maxBytes, `at most maxBytes kept (${parseCacheSize().bytes})`);
+  // The byte bound, lowered for the test: parsing costs time in proportion to the text, and
+  // passing the default 16 MiB takes mustache.js seconds per template.
+  const before = setParseCacheLimits({ maxEntries: PARSE_CACHE_LIMITS.maxEntries, maxBytes: 1024 * 1024 });
+  t.teardown(() => { setParseCacheLimits(before); });
+  t.ok(parseCacheSize().bytes <= 1024 * 1024, 'lowering the bound trims what is held');
+  const big = 300 * 1024;
+  for (let i = 0; i < 6; i++) t.equal(renderTemplate(`{{n}}${String(i).repeat(big)}`, { n: '' }, { limits: { maxTemplateBytes: 512 * 1024 } }).length, big);
+  t.ok(parseCacheSize().bytes <= 1024 * 1024, `at most maxBytes kept (${parseCacheSize().bytes})`);
+  t.ok(parseCacheSize().bytes >= 3 * big, 'the newest big ones are kept');
 });

@@ -7,7 +7,7 @@ import type { ServerOptions as HttpsOptions } from 'node:https';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { capstanError } from '@capstan/shared/errors';
 import { UPLOAD_PATHS, type SpoolKind } from '@capstan/shared/protocol';
-import { installBodyPace, etagMatches, listenerOptions, installErrorHandler, installRawBodies, installUploadRoutes } from '@capstan/toolkit/http/app';
+import { installBodyPace, installCloseDrain, etagMatches, listenerOptions, installErrorHandler, installRawBodies, installUploadRoutes } from '@capstan/toolkit/http/app';
 import { batchResultOf } from '@capstan/toolkit/http/batch';
 import { bodyPace } from '@capstan/toolkit/http/limits';
 import type { ListenerTls } from '@capstan/toolkit/http/tls';
@@ -49,6 +49,7 @@ export function buildApp(ctx: RelayContext, opts: BuildOptions = {}): FastifyIns
     forceCloseConnections: 'idle',
   }) as unknown as FastifyInstance;
   installErrorHandler(app, ctx.log);
+  installCloseDrain(app);
   installVersionCheck(app);
   installRawBodies(app);
   // JSON and form bodies read whole follow the same pace as uploads ([http] body_timeout, min_upload_rate).

@@ -130,6 +130,9 @@ export class UpstreamLink {
       }
     } finally {
       if (deadline) clearTimeout(deadline);
+      // The upstream ended the link (a bye, a restart): close our side too, or the half-open
+      // socket would hold the upstream's shutdown until it gave up on it.
+      socket.destroy();
     }
   }
 

@@ -7,7 +7,7 @@ import type { BatchResult } from '@capstan/shared/batch';
 import { isCapstanError } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { SpoolKind } from '@capstan/shared/protocol';
-import { installBodyPace, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, installUploadRoutes } from '@capstan/toolkit/http/app';
+import { installBodyPace, installCloseDrain, installErrorHandler, installJsonDepth, installRawBodies, listenerOptions, installUploadRoutes } from '@capstan/toolkit/http/app';
 import type { BatchUpload } from '@capstan/toolkit/http/batch';
 import { bodyPace } from '@capstan/toolkit/http/limits';
 import type { ListenerTls } from '@capstan/toolkit/http/tls';
@@ -146,6 +146,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     bodyLimit: deps.config.limits.max_body_size,
   }) as unknown as FastifyInstance;
   installErrorHandler(app, deps.log);
+  installCloseDrain(app);
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);

@@ -247,16 +247,29 @@ interface Parsed {
  * cache, which keeps every text it ever parsed, is switched off).
  */
 export const PARSE_CACHE_LIMITS = Object.freeze({ maxEntries: 512, maxBytes: 16 * 1024 * 1024 });
+let cacheLimits: { maxEntries: number; maxBytes: number } = PARSE_CACHE_LIMITS;
+
+/** Bounds the parse cache otherwise (an embedding process with less memory to spare); returns the bounds before. */
+export function setParseCacheLimits(limits: { maxEntries: number; maxBytes: number }): { maxEntries: number; maxBytes: number } {
+  const before = cacheLimits;
+  cacheLimits = Object.freeze({ ...limits });
+  trimCache();
+  return before;
+}
 (Mustache as unknown as { templateCache: unknown }).templateCache = undefined;
 const parsedCache = new Map<string, Parsed>();
 let parsedBytes = 0;
 
 function remember(text: string, p: Parsed): void {
-  if (p.bytes > PARSE_CACHE_LIMITS.maxBytes) return;
+  if (p.bytes > cacheLimits.maxBytes) return;
   parsedCache.set(text, p);
   parsedBytes += p.bytes;
+  trimCache();
+}
+
+function trimCache(): void {
   for (const [k, v] of parsedCache) {
-    if (parsedCache.size <= PARSE_CACHE_LIMITS.maxEntries && parsedBytes <= PARSE_CACHE_LIMITS.maxBytes) break;
+    if (parsedCache.size <= cacheLimits.maxEntries && parsedBytes <= cacheLimits.maxBytes) break;
     parsedCache.delete(k);
     parsedBytes -= v.bytes;
   }

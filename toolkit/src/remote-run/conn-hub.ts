@@ -17,6 +17,8 @@ import { eventLine, REMOTE_RUN_PROTOCOL, type ByeReason, type ListenEvent } from
 export interface LineConn {
   write(line: string): void;
   end(line?: string): void;
+  /** Close at once, whatever the peer does (a peer that never ends its side). */
+  destroy(): void;
   readonly closed: boolean;
   onClose(fn: () => void): void;
 }
@@ -25,6 +27,7 @@ export function responseConn(res: ServerResponse): LineConn {
   return {
     write: (l) => void res.write(l),
     end: (l) => void res.end(l),
+    destroy: () => void res.destroy(),
     get closed() {
       return res.destroyed || res.writableEnded;
     },
@@ -46,6 +49,7 @@ export function socketConn(socket: Duplex): LineConn {
   return {
     write: (l) => void socket.write(l),
     end: (l) => void socket.end(l),
+    destroy: () => void socket.destroy(),
     get closed() {
       return socket.destroyed || socket.writableEnded;
     },
@@ -54,6 +58,9 @@ export function socketConn(socket: Duplex): LineConn {
 }
 
 const line = eventLine;
+
+/** How long a peer has to end its side after the bye of a shutdown before its connection is closed. */
+const CLOSE_GRACE_MS = 1_000;
 
 /**
  * Emits `linkedEvent` (id) when a peer connects, 'gone' (id) when its connection ends.
@@ -150,8 +157,13 @@ export class ConnHub<P extends { id: string; conn: LineConn; until?: number }> e
   close(): void {
     this.closed = true;
     clearInterval(this.heartbeat);
-    for (const p of this.peers.values()) p.conn.end(line({ type: 'bye' }));
+    const ending = [...this.peers.values()].map((p) => p.conn);
+    for (const c of ending) c.end(line({ type: 'bye' }));
     this.peers.clear();
+    // A peer gets a moment to read the bye and end its side; one that does not would hold the
+    // listener's close (an HTTP server waits for every connection) until its own heartbeat
+    // deadline, tens of seconds.
+    if (ending.length > 0) setTimeout(() => { for (const c of ending) c.destroy(); }, CLOSE_GRACE_MS).unref();
   }
 }
 
