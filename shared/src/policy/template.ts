@@ -242,19 +242,16 @@ interface Parsed {
 
 /**
  * Parsed templates by text, most recently used last, bounded by count and by the size of the
- * texts held: a server renders the same few templates for every node, and a template edited
- * often, or one only previewed, is dropped in time instead of staying forever (mustache.js's own
- * cache, which keeps every text it ever parsed, is switched off).
+ * texts held: a server renders the same few templates for every node, and one edited often or
+ * only previewed is dropped in time (mustache.js's own cache, which keeps all, is switched off).
  */
 export const PARSE_CACHE_LIMITS = Object.freeze({ maxEntries: 512, maxBytes: 16 * 1024 * 1024 });
-let cacheLimits: { maxEntries: number; maxBytes: number } = PARSE_CACHE_LIMITS;
-
-/** Bounds the parse cache otherwise (an embedding process with less memory to spare); returns the bounds before. */
-export function setParseCacheLimits(limits: { maxEntries: number; maxBytes: number }): { maxEntries: number; maxBytes: number } {
-  const before = cacheLimits;
-  cacheLimits = Object.freeze({ ...limits });
+let cacheLimits: typeof PARSE_CACHE_LIMITS = PARSE_CACHE_LIMITS;
+/** Bounds the parse cache otherwise (a process with less memory to spare); returns the bounds before. */
+export function setParseCacheLimits(limits: typeof PARSE_CACHE_LIMITS): typeof PARSE_CACHE_LIMITS {
+  [limits, cacheLimits] = [cacheLimits, Object.freeze({ ...limits })];
   trimCache();
-  return before;
+  return limits;
 }
 (Mustache as unknown as { templateCache: unknown }).templateCache = undefined;
 const parsedCache = new Map<string, Parsed>();
@@ -266,7 +263,6 @@ function remember(text: string, p: Parsed): void {
   parsedBytes += p.bytes;
   trimCache();
 }
-
 function trimCache(): void {
   for (const [k, v] of parsedCache) {
     if (parsedCache.size <= cacheLimits.maxEntries && parsedBytes <= cacheLimits.maxBytes) break;
