@@ -212,6 +212,8 @@ async function startOnStore(config: ServerConfig, log: Logger, store: Store): Pr
     close() {
       closing ??= (async () => {
         clearInterval(spoolTimer);
+        // The long polls answered below close their connections, as later answers do.
+        server.drainConnections();
         // Linked relays hold connections the app's close would wait for: end them first.
         p.hub.close();
         // Event streams and long polls end now, or the app's close would wait for them.

@@ -135,6 +135,8 @@ declare module 'fastify' {
     resolveToken: ResolveToken;
     /** Every admin API route as `METHOD /pattern` (each must be in access.ts's table). */
     adminRoutes: readonly string[];
+    /** From now on every answer closes its connection (a stop begins). */
+    drainConnections: () => void;
   }
 }
 
@@ -146,7 +148,7 @@ export function buildApp(deps: ServerAppDeps): FastifyInstance {
     bodyLimit: deps.config.limits.max_body_size,
   }) as unknown as FastifyInstance;
   installErrorHandler(app, deps.log);
-  installCloseDrain(app);
+  app.decorate('drainConnections', installCloseDrain(app));
   // Capstan agents and relays outside the supported version window are told which side to upgrade.
   installVersionCheck(app);
   installRawBodies(app);

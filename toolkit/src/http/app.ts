@@ -115,25 +115,29 @@ export function installErrorHandler(app: FastifyInstance, log: Logger): void {
 }
 
 /**
- * Leave request bodies unread so upload routes can stream them to disk; JSON bodies are parsed
- * by routes that ask for them with `readJson`. Registered for every content type, including none.
- */
-/**
  * Once the app is closing, every answer still going out closes its connection. Node's close
  * ends the keep-alive connections idle at that moment; one busy then (a relay's batch in flight)
  * would otherwise stay open after its answer and hold the close until the peer let it go.
+ * Draining begins at the app's close, or earlier with the function returned (a program that
+ * answers its long polls before it closes the app).
  */
-export function installCloseDrain(app: FastifyInstance): void {
+export function installCloseDrain(app: FastifyInstance): () => void {
   let closing = false;
-  app.addHook('preClose', async () => {
+  const drain = () => {
     closing = true;
-  });
+  };
+  app.addHook('preClose', async () => drain());
   app.addHook('onSend', async (_req, reply, payload) => {
     if (closing) reply.header('connection', 'close');
     return payload;
   });
+  return drain;
 }
 
+/**
+ * Leave request bodies unread so upload routes can stream them to disk; JSON bodies are parsed
+ * by routes that ask for them with `readJson`. Registered for every content type, including none.
+ */
 export function installRawBodies(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('*', (_req, _payload, done) => done(null, undefined));
