@@ -15,6 +15,10 @@ export class TouchBatcher {
 
   touch(nodeId: string): void {
     this.touched.add(nodeId);
+    this.start();
+  }
+
+  private start(): void {
     this.draining ??= (async () => {
       await this.window();
       while (this.touched.size > 0) {
@@ -24,6 +28,9 @@ export class TouchBatcher {
       }
     })().finally(() => {
       this.draining = null;
+      // A touch between the loop's last look and this callback found a drain still set: start
+      // another, or that node would wait for the next touch.
+      if (this.touched.size > 0) this.start();
     });
   }
 
