@@ -4,11 +4,11 @@
  * node gives. Two stores of a kind take the same random registrations, runs (some failing, so
  * findings open and close) and policies, one through putPolicies batches and one node by node.
  * Most policies have a config id new to the node, some of them with the node's expectations as
- * they were; some write the node's policy again, with the same expectations (their keys in
- * another order) or with new ones (an older server's, brought up to date). The kept counters
- * must also equal the fresh sums. On PostgreSQL, writing the same policy again must leave the
- * compliance rows alone, and two generations at once beside the ingest's batches must not
- * deadlock.
+ * they were or with one component renamed; some write the node's policy again, with the same
+ * expectations (their keys in another order) or with new ones (an older server's, brought up to
+ * date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same policy
+ * again must leave the compliance rows alone, and two generations at once beside the ingest's
+ * batches must not deadlock.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
@@ -79,9 +79,12 @@ async function drive(store: Store, batch: boolean) {
         continue;
       }
       // Some a new config id with the same components (a template's new values): the node's
-      // stored directive rows are kept as they were counted, only its marks move.
+      // stored directive rows are kept as they were counted, only its marks move. Some with a
+      // component renamed (a method's new name): the rows stay when the run had not reported on
+      // it (missing either way) and move when it had (its report now unexpected).
       const expected = had && pick >= 0.35 && pick < 0.55 ? had.expected
-        : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+        : had && had.expected.length > 0 && pick >= 0.55 && pick < 0.7 ? had.expected.map((c, k) => (k === 0 ? { ...c, component: `${c.component} (renamed)` } : c))
+          : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
       const configId = had && pick < 0.35 ? had.configId : `cfg-${round}-${r.int(3)}`;
       writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, ...(configId === had?.configId && { expectationsOnly: true }) });
       written.set(id, { configId, expected });

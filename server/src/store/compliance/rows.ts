@@ -159,6 +159,20 @@ export function directiveChangesRaw(
 }
 
 /**
+ * Do two computations of a node's directive rows hold the same rows (keys and counts, in any
+ * order)? A new expectation list that counts a node's run the same way as the one its stored
+ * rows were counted against leaves those rows as they are.
+ */
+export function sameDirectiveRows(a: DirectiveRow[], b: DirectiveRow[]): boolean {
+  if (a.length !== b.length) return false;
+  const byKey = new Map(a.map((d) => [`${d.rule_id}\u0000${d.directive_id}`, d.counts]));
+  return b.every((d) => {
+    const c = byKey.get(`${d.rule_id}\u0000${d.directive_id}`);
+    return c !== undefined && COUNT_COLUMNS.every((k) => c[k] === d.counts[k]);
+  });
+}
+
+/**
  * The accepted nodes with an agent whose compliance is lowest (time states applied), worst
  * first, ties by id; nodes without items are left out. `ph(i)` is the dialect's placeholder for
  * the i-th parameter (1: silent_before, 2: applying_after, 3: limit). One pass over the

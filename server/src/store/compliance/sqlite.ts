@@ -4,6 +4,7 @@
  * runs and policies arrive; aggregates apply the time states when read (rows.ts).
  */
 import type { SqliteDb } from '../sqlite/db.js';
+import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { MultiRow } from '../sqlite/multirow.js';
 import { ExpectationListCache } from './lists.js';
 import { checkExpectations, checkKeepLast, checkPaging, type CheckedExpectations } from '../input.js';
@@ -18,8 +19,8 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
-  targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  directiveChangesRaw, type DirectiveRow, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  sameDirectiveRows, targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
@@ -75,6 +76,19 @@ const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_COMPLIANC
 const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,
   `ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 
+/** A node's compliance input after a policy change: its stored last complete run (`cur`, if any) against `expected`. */
+function policyInput(nodeId: string, cur: Record<string, unknown> | undefined, expected: ExpectedComponent[], marks: NodeTimeMarks): ComplianceInput {
+  if (cur === undefined || cur.run_id === null) return { nodeId, run: null, outcomes: [], expected, marks };
+  return {
+    nodeId,
+    run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
+    outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+    ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
+    expected,
+    marks,
+  };
+}
+
 export class SqliteCompliance implements ComplianceStore {
   /** Expectation lists parsed, by digest. */
   private readonly lists = new ExpectationListCache();
@@ -89,7 +103,11 @@ export class SqliteCompliance implements ComplianceStore {
   /** The expectations stored for one config id of a node, inside the caller's transaction. */
   expectations(nodeId: string, configId: string): ExpectedComponent[] | null {
     const digest = this.db.stmt('SELECT list FROM node_expectations WHERE node_id = ? AND config_id = ?').pluck().get(nodeId, configId) as string | undefined;
-    if (digest === undefined) return null;
+    return digest === undefined ? null : this.list(digest);
+  }
+
+  /** The expectation list named `digest`, null when none is stored. */
+  private list(digest: string): ExpectedComponent[] | null {
     return this.lists.get(digest, () => this.db.stmt('SELECT components FROM expectation_lists WHERE digest = ?').pluck().get(digest) as string | undefined);
   }
 
@@ -196,18 +214,7 @@ export class SqliteCompliance implements ComplianceStore {
       kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
       run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
     });
-    if (hasRun) {
-      this.writeCompliance({
-        nodeId,
-        run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-        ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
-        expected: items,
-        marks,
-      }, when, findingContext(cur, null, when, []));
-    } else {
-      this.writeCompliance({ nodeId, run: null, outcomes: [], expected: items, marks }, when, findingContext(cur, null, when, []));
-    }
+    this.writeCompliance(policyInput(nodeId, cur, items, marks), when, findingContext(cur, null, when, []));
   }
 
   /**
@@ -218,25 +225,18 @@ export class SqliteCompliance implements ComplianceStore {
    * state, and the new ones written after: the kept counters' triggers then move none of them
    * (a row written before the move was taken out and put back under the new state).
    * `rowsKept`: the node's stored rows were counted from the same run against the same
-   * expectations (the caller compared them as text): neither read nor written.
+   * expectations (the caller compared them as text): neither read nor written. `rowsFrom`: the
+   * digest of the list they were counted against, when another: neither read nor written either
+   * when the new list counts the node's run into the same rows (a template's values moved, a
+   * method renamed: the components stay).
    */
-  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean }>): void {
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>): void {
     if (items.length === 0) return;
-    const ids = JSON.stringify(items.map((it) => it.nodeId));
-    const rowsOf = JSON.stringify(items.filter((it) => !it.rowsKept).map((it) => it.nodeId));
     const current = new Map<string, Record<string, unknown>>();
-    for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(ids) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
-    const stored = new Map<string, unknown[][]>();
-    for (const r of (rowsOf === '[]' ? [] : this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(rowsOf)) as unknown[][]) {
-      const nodeId = r[0] as string;
-      let list = stored.get(nodeId);
-      if (!list) stored.set(nodeId, (list = []));
-      list.push(r.slice(1));
-    }
+    for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
     const compliance: unknown[][] = [];
-    const remove: Array<[string, string, string]> = [];
-    const upsert: unknown[][] = [];
     const reconcile: Array<() => void> = [];
+    const moved: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
     for (const it of items) {
       const cur = current.get(it.nodeId);
       const hasRun = cur !== undefined && cur.run_id !== null;
@@ -244,16 +244,7 @@ export class SqliteCompliance implements ComplianceStore {
         kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous,
         run_config_id: hasRun ? (cur.config_id as string | null) : null,
       });
-      const input: ComplianceInput = hasRun
-        ? {
-          nodeId: it.nodeId,
-          run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
-          ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
-          expected: it.items,
-          marks,
-        }
-        : { nodeId: it.nodeId, run: null, outcomes: [], expected: it.items, marks };
+      const input = policyInput(it.nodeId, cur, it.items, marks);
       const f = findingContext(cur, null, it.when, []);
       const { counts, directives, items: states } = complianceRows(input);
       compliance.push(complianceValues(input, it.when, f, counts));
@@ -263,9 +254,25 @@ export class SqliteCompliance implements ComplianceStore {
         })));
       }
       if (it.rowsKept) continue;
-      const changes = directiveChangesRaw(stored.get(it.nodeId) ?? [], directives);
-      for (const r of changes.remove) remove.push([it.nodeId, r.rule_id, r.directive_id]);
-      for (const d of changes.upsert) upsert.push([it.nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
+      const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
+      if (before && sameDirectiveRows(complianceRows({ ...input, expected: before }).directives, directives)) continue;
+      moved.push({ nodeId: it.nodeId, directives });
+    }
+    const stored = new Map<string, unknown[][]>();
+    if (moved.length) {
+      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(moved.map((m) => m.nodeId))) as unknown[][]) {
+        const nodeId = r[0] as string;
+        let list = stored.get(nodeId);
+        if (!list) stored.set(nodeId, (list = []));
+        list.push(r.slice(1));
+      }
+    }
+    const remove: Array<[string, string, string]> = [];
+    const upsert: unknown[][] = [];
+    for (const { nodeId, directives } of moved) {
+      const changes = directiveChangesRaw(stored.get(nodeId) ?? [], directives);
+      for (const r of changes.remove) remove.push([nodeId, r.rule_id, r.directive_id]);
+      for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
     }
     // The drill-down keys of the nodes whose rows move are made once for all of them, after
     // every write (migration 29), not once per row written.

@@ -203,7 +203,7 @@ export class SqlitePolicy implements PolicyStore {
     const gone: Array<[string, string]> = [];
     const lists = new Map<string, unknown[]>();
     const byConfig = new Map<string, string[]>();
-    const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[]; rowsKept: boolean }> = [];
+    const recompute: Array<{ nodeId: string; configId: string; previous: string | null; when: string; items: ExpectedComponent[]; rowsKept: boolean; rowsFrom?: string }> = [];
     for (const it of live) {
       const nodeId = it.bundle.node_id;
       const configId = it.bundle.config_id;
@@ -221,8 +221,8 @@ export class SqlitePolicy implements PolicyStore {
       if (!withRow.has(nodeId) || prevConfig !== configId || mine.get(configId) !== it.expected.digest) {
         // Its rows were counted against the previous policy's expectations: the same list (a
         // template's new values, the same components) counts the same, only the marks move.
-        const rowsKept = withRow.has(nodeId) && prevConfig !== null && mine.get(prevConfig) === it.expected.digest;
-        recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items, rowsKept });
+        const rowsFrom = withRow.has(nodeId) && prevConfig !== null ? mine.get(prevConfig) : undefined;
+        recompute.push({ nodeId, configId, previous: prevConfig, when: it.when, items: it.expected.items, rowsKept: rowsFrom === it.expected.digest, ...(rowsFrom !== undefined && { rowsFrom }) });
       }
     }
     if (live.length === 0) return 0;
