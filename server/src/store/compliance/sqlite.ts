@@ -19,7 +19,7 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, type DirectiveRow, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  directiveChangesRaw, directiveShape, type DirectiveRow, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
   sameDirectiveRows, targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
@@ -227,8 +227,8 @@ export class SqliteCompliance implements ComplianceStore {
    * `rowsKept`: the node's stored rows were counted from the same run against the same
    * expectations (the caller compared them as text): neither read nor written. `rowsFrom`: the
    * digest of the list they were counted against, when another: neither read nor written either
-   * when the new list counts the node's run into the same rows (a template's values moved, a
-   * method renamed: the components stay).
+   * when the new list counts the node's run into the same rows (the same number of components
+   * per directive, those renamed not reported on by the run).
    */
   recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>): void {
     if (items.length === 0) return;
@@ -255,7 +255,8 @@ export class SqliteCompliance implements ComplianceStore {
       }
       if (it.rowsKept) continue;
       const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
-      if (before && sameDirectiveRows(complianceRows({ ...input, expected: before }).directives, directives)) continue;
+      if (before && directiveShape(before) === directiveShape(it.items)
+        && sameDirectiveRows(complianceRows({ ...input, expected: before }).directives, directives)) continue;
       moved.push({ nodeId: it.nodeId, directives });
     }
     const stored = new Map<string, unknown[][]>();
