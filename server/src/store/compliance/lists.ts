@@ -13,6 +13,11 @@ export class ExpectationListCache {
 
   constructor(private readonly max = KEPT_LISTS) {}
 
+  /** Is the list named `digest` kept? */
+  has(digest: string): boolean {
+    return this.kept.has(digest);
+  }
+
   /** The list named `digest`, read with `read` (its JSON, undefined when absent) when not kept. */
   get(digest: string, read: () => string | undefined): ExpectedComponent[] | null {
     let list = this.kept.get(digest);

@@ -192,20 +192,26 @@ async function expectationsOf(d: BatchDeps, what: string, c: pg.PoolClient, node
 /** A directive row's key and counts, as the cache holds them. */
 const rowKey = (x: { rule_id: string; directive_id: string }) => `${x.rule_id}\n${x.directive_id}`;
 
+/** A node's directive rows as the cache holds them: counts by key. */
+const rowMap = (rows: ReturnType<typeof complianceRows>) => new Map(rows.directives.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
+
 /**
  * Node rows, findings and per-directive rows of several nodes (one entry each) recomputed. For a
- * node whose rows the cache holds at the node row's `version`, only the rows that moved are
+ * node whose rows the cache holds at the node row's `version`, or whose rows were counted from
+ * its run (as `input` has it) against the list `countedFrom`, only the rows that moved are
  * written and only those gone are deleted; for the others every row is written (unchanged ones
  * left alone by the upsert's WHERE) and whatever is not reported any more is pruned.
  */
 export async function writeComplianceMany(
-  d: BatchDeps, c: pg.PoolClient, entries: Array<{ input: ComplianceInput; at: string; version: string | undefined; f: FindingContext; sink: EventInsert[] }>,
+  d: BatchDeps, c: pg.PoolClient,
+  entries: Array<{ input: ComplianceInput; at: string; version: string | undefined; countedFrom?: ExpectedComponent[]; f: FindingContext; sink: EventInsert[] }>,
 ): Promise<void> {
   const what = 'writeCompliance';
   const computed = entries.map((e) => {
     const rows = complianceRows(e.input);
-    const now = new Map(rows.directives.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
-    return { ...e, rows, now, held: e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version) };
+    const held = e.countedFrom !== undefined ? rowMap(complianceRows({ ...e.input, expected: e.countedFrom }))
+      : e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version);
+    return { ...e, rows, now: rowMap(rows), held };
   });
   const unknown = computed.filter((e) => e.held === undefined);
   const dirs = computed.flatMap(({ input, rows, held }) => rows.directives

@@ -17,6 +17,7 @@ import { epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput }
 import { writeComplianceMany, type BatchDeps } from './postgres-batch.js';
 import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
+import { ExpectationListCache } from './lists.js';
 
 /** One node's new policy in a chunk: its config id, the one it had (null: none), and what it is now expected to report. */
 export interface PolicyExpectation {
@@ -31,21 +32,47 @@ export interface PolicyExpectation {
  * The expectations written: each distinct list once (`$6` the digests, `$7` their components;
  * `list` is the 1-based index of a node's), stored where no list has its digest; the configs
  * other than this one and the previous policy's dropped; the node rows pointed at their new
- * config (only where it moves: no dead tuple for the same); and the nodes whose stored
- * expectations for this config were already the same list, with whether they have a compliance
- * row. Every CTE sees the rows as they were before the statement. TOUCH_LISTS runs first.
+ * config (only where it moves: no dead tuple for the same); and for every node, whether its
+ * stored expectations for this config were already the same list, whether it has a compliance
+ * row, and the digest of the list of the policy it had (what its directive rows were counted
+ * against). Every CTE sees the rows as they were before the statement. TOUCH_LISTS runs first.
  */
 const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::text[])[v.list] AS list
       FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
     listed AS (INSERT INTO expectation_lists (digest, components, used_at) SELECT l.digest, l.components, now()
       FROM unnest($6::text[], $7::jsonb[]) AS l(digest, components) ON CONFLICT (digest) DO NOTHING),
     same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.list = v.list),
+    prior AS (SELECT v.node_id, e.list FROM v JOIN nodes n ON n.id = v.node_id
+      JOIN node_expectations e ON e.node_id = n.id AND e.config_id = n.policy_config_id),
     put AS (INSERT INTO node_expectations (node_id, config_id, set_at, list) SELECT node_id, config_id, set_at, list FROM v
       ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list),
     dropped AS (DELETE FROM node_expectations e USING v
       WHERE e.node_id = v.node_id AND e.config_id <> v.config_id AND e.config_id <> v.keep),
     moved AS (UPDATE nodes n SET policy_config_id = v.config_id FROM v WHERE n.id = v.node_id AND n.policy_config_id IS DISTINCT FROM v.config_id)
-  SELECT same.node_id, x.node_id IS NOT NULL AS present FROM same LEFT JOIN node_compliance x ON x.node_id = same.node_id`;
+  SELECT v.node_id, same.node_id IS NOT NULL AS same, x.node_id IS NOT NULL AS present, prior.list AS prior FROM v
+    LEFT JOIN same ON same.node_id = v.node_id LEFT JOIN prior ON prior.node_id = v.node_id LEFT JOIN node_compliance x ON x.node_id = v.node_id`;
+
+/** Expectation lists parsed, by digest: a digest names one content whatever the schema, so one cache serves every store. */
+const LISTS = new ExpectationListCache();
+
+/** The lists named `digests`, parsed (each read once while the cache keeps it); a digest no list has is left out. */
+async function listsOf(d: Pick<BatchDeps, 'db'>, c: pg.PoolClient, digests: Iterable<string>): Promise<Map<string, ExpectedComponent[]>> {
+  const wanted = [...new Set(digests)];
+  const missing = wanted.filter((k) => !LISTS.has(k));
+  const read = new Map<string, string>();
+  if (missing.length > 0) {
+    const { rows } = await d.db.query<{ digest: string; components: string }>('setExpectations', c, {
+      name: 'expectation_lists_read', text: 'SELECT digest, components::text AS components FROM expectation_lists WHERE digest = ANY($1::text[])', values: [missing],
+    });
+    for (const r of rows) read.set(r.digest, r.components);
+  }
+  const out = new Map<string, ExpectedComponent[]>();
+  for (const k of wanted) {
+    const list = LISTS.get(k, () => read.get(k));
+    if (list) out.set(k, list);
+  }
+  return out;
+}
 
 /**
  * Lists about to be named, brought within the hour of use before they are (migration 30): a list
@@ -77,14 +104,16 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   for (const it of items) if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, { index: lists.size + 1, json: it.expected.json });
   for (const it of items) d.cache.forgetNode(it.nodeId);
   await touchLists(d, c, [...lists.keys()]);
-  const { rows } = await d.db.query<{ node_id: string; present: boolean }>(what, c, {
+  const { rows } = await d.db.query<{ node_id: string; same: boolean; present: boolean; prior: string | null }>(what, c, {
     name: 'expectations_put_batch',
     text: EXPECTATIONS_SQL,
     values: [pick(items, (it) => it.nodeId), pick(items, (it) => it.configId), pick(items, (it) => it.when),
       pick(items, (it) => lists.get(it.expected.digest)!.index), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()],
       [...lists.values()].map((l) => l.json)],
   });
-  const unchanged = new Set(rows.filter((r) => r.present).map((r) => r.node_id));
+  const unchanged = new Set(rows.filter((r) => r.same && r.present).map((r) => r.node_id));
+  // What each node's directive rows were counted against: its rows are then known without a read.
+  const prior = new Map(rows.filter((r) => r.present && r.prior !== null).map((r) => [r.node_id, r.prior!]));
   // Judged by its current policy: nothing to recompute when the same policy is written again.
   const todo = items.filter((it) => !(it.previous === it.configId && unchanged.has(it.nodeId)));
   if (todo.length === 0) return 0;
@@ -92,6 +121,7 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   for (const r of (await d.db.query<Record<string, unknown>>(what, c, { name: 'compliance_current_batch', text: CURRENT_SQL, values: [pick(todo, (it) => it.nodeId)] })).rows) {
     current.set(r.node_id as string, r);
   }
+  const counted = await listsOf(d, c, todo.flatMap((it) => (prior.has(it.nodeId) ? [prior.get(it.nodeId)!] : [])));
   await writeComplianceMany(d, c, todo.map((it) => {
     const cur = current.get(it.nodeId);
     const hasRun = cur !== undefined && cur.run_id !== null;
@@ -108,8 +138,10 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
         marks,
       }
       : { nodeId: it.nodeId, run: null, outcomes: [], expected: it.expected.items, marks };
-    // The node's cache entries were dropped above: every directive row is written, the rest pruned.
-    return { input, at: it.when, version: undefined, f: findingContext(cur, null, it.when, []), sink };
+    // The node's cache entries were dropped above: its rows are those its run counts against the
+    // list of its previous policy when that is stored; else every row is written, the rest pruned.
+    const countedFrom = counted.get(prior.get(it.nodeId) ?? '');
+    return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), f: findingContext(cur, null, it.when, []), sink };
   }));
   return todo.length;
 }
