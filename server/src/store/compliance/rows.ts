@@ -158,36 +158,9 @@ export function directiveChangesRaw(
   return { upsert, remove };
 }
 
-/** directiveShape's answers, by list (lists are shared by the nodes of a batch and kept parsed by digest). */
-const SHAPES = new WeakMap<readonly ExpectedComponent[], string>();
-
-/**
- * How many components a list expects of each (rule, directive). Two lists of different shapes
- * never count a run into the same rows but in a corner (a report of an unknown type counted as
- * unexpected either way): a caller comparing rows asks this first, and reads the rows otherwise.
- */
-export function directiveShape(list: readonly ExpectedComponent[]): string {
-  let shape = SHAPES.get(list);
-  if (shape === undefined) {
-    const n = new Map<string, number>();
-    for (const c of list) n.set(`${c.rule_id}\u0000${c.directive_id}`, (n.get(`${c.rule_id}\u0000${c.directive_id}`) ?? 0) + 1);
-    SHAPES.set(list, (shape = [...n].sort((a, b) => (a[0] < b[0] ? -1 : 1)).map(([k, v]) => `${k}\u0000${v}`).join('\u0001')));
-  }
-  return shape;
-}
-
-/**
- * Do two computations of a node's directive rows hold the same rows (keys and counts, in any
- * order)? A new expectation list that counts a node's run the same way as the one its stored
- * rows were counted against leaves those rows as they are.
- */
-export function sameDirectiveRows(a: DirectiveRow[], b: DirectiveRow[]): boolean {
-  if (a.length !== b.length) return false;
-  const byKey = new Map(a.map((d) => [`${d.rule_id}\u0000${d.directive_id}`, d.counts]));
-  return b.every((d) => {
-    const c = byKey.get(`${d.rule_id}\u0000${d.directive_id}`);
-    return c !== undefined && COUNT_COLUMNS.every((k) => c[k] === d.counts[k]);
-  });
+/** Directive rows as directiveChangesRaw takes the stored ones (`DIRECTIVE_ROW_COLUMNS`' order). */
+export function rawDirectiveRows(rows: readonly DirectiveRow[]): unknown[][] {
+  return rows.map((d) => [d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
 }
 
 /**
