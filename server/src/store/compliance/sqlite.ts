@@ -3,8 +3,8 @@
  * policy's expectations (node_compliance) and one row per (rule, directive), kept up to date as
  * runs and policies arrive; aggregates apply the time states when read (rows.ts).
  */
-import type { SqliteDb } from '../sqlite/db.js';
 import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
+import type { SqliteDb } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
 import { ExpectationListCache } from './lists.js';
 import { checkExpectations, checkKeepLast, checkPaging, type CheckedExpectations } from '../input.js';
