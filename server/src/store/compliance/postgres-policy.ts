@@ -34,16 +34,16 @@ export interface PolicyExpectation {
  * other than this one and the previous policy's dropped; the node rows pointed at their new
  * config (only where it moves: no dead tuple for the same); and for every node, whether its
  * stored expectations for this config were already the same list, whether it has a compliance
- * row, and the digest of the list of the policy it had (what its directive rows were counted
- * against). Every CTE sees the rows as they were before the statement. TOUCH_LISTS runs first.
+ * row, and the digest of the list stored for the config kept beside it (`keep`: the previous
+ * policy's when it had one, what its directive rows were counted against). Every CTE sees the
+ * rows as they were before the statement. TOUCH_LISTS runs first.
  */
 const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::text[])[v.list] AS list
       FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
     listed AS (INSERT INTO expectation_lists (digest, components, used_at) SELECT l.digest, l.components, now()
       FROM unnest($6::text[], $7::jsonb[]) AS l(digest, components) ON CONFLICT (digest) DO NOTHING),
     same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.list = v.list),
-    prior AS (SELECT v.node_id, e.list FROM v JOIN nodes n ON n.id = v.node_id
-      JOIN node_expectations e ON e.node_id = n.id AND e.config_id = n.policy_config_id),
+    prior AS (SELECT v.node_id, e.list FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.keep),
     put AS (INSERT INTO node_expectations (node_id, config_id, set_at, list) SELECT node_id, config_id, set_at, list FROM v
       ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list),
     dropped AS (DELETE FROM node_expectations e USING v
@@ -112,8 +112,10 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
       [...lists.values()].map((l) => l.json)],
   });
   const unchanged = new Set(rows.filter((r) => r.same && r.present).map((r) => r.node_id));
-  // What each node's directive rows were counted against: its rows are then known without a read.
-  const prior = new Map(rows.filter((r) => r.present && r.prior !== null).map((r) => [r.node_id, r.prior!]));
+  // What each node's directive rows were counted against (its previous policy's list, when it had
+  // one): its rows are then known without a read.
+  const hadPolicy = new Set(items.filter((it) => it.previous !== null).map((it) => it.nodeId));
+  const prior = new Map(rows.filter((r) => r.present && r.prior !== null && hadPolicy.has(r.node_id)).map((r) => [r.node_id, r.prior!]));
   // Judged by its current policy: nothing to recompute when the same policy is written again.
   const todo = items.filter((it) => !(it.previous === it.configId && unchanged.has(it.nodeId)));
   if (todo.length === 0) return 0;
