@@ -30,9 +30,18 @@ function opened(t: { teardown(fn: () => unknown): void }, after?: () => Promise<
   };
 }
 
+/**
+ * Each test's directory, made once: making it again (t.testdir) empties it, and a test that
+ * sets up two stores would have the first one's file deleted under it.
+ */
+const testDirs = new WeakMap<object, string>();
+let databases = 0;
+
 export const sqliteBackend: Backend = {
   async fresh(t) {
-    const path = join(programDir(t), 'capstan.db');
+    let dir = testDirs.get(t);
+    if (dir === undefined) testDirs.set(t, (dir = programDir(t)));
+    const path = join(dir, `capstan-${++databases}.db`);
     const keep = opened(t);
     return {
       dialect: 'sqlite',

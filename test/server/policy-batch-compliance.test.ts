@@ -12,7 +12,8 @@
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
-import { inventory, run, setup, type Backend } from './store-suite.js';
+import { RUN_STATES } from '@capstan/shared/compliance/compute';
+import { inventory, run, setup, type Backend, type Db } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { pgAdmin, pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
@@ -28,11 +29,15 @@ const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
 
-async function snapshot(store: Store, clock: ComplianceClock) {
+/** Every directive row as stored: the aggregates above them can hide a stale one (an applying node shows no unexpected item). */
+const ROWS_SQL = `SELECT node_id, rule_id, directive_id, ${RUN_STATES.join(', ')} FROM node_compliance_directives ORDER BY node_id, rule_id, directive_id`;
+
+async function snapshot(store: Store, db: Db, clock: ComplianceClock) {
   const nodes = [];
   for (const id of NODES) nodes.push(await store.getComplianceBase(id));
   return {
     nodes,
+    rows: await db.rows!(ROWS_SQL),
     list: await store.complianceNodes(null, 1000, clock),
     directives: await store.complianceByRule('directive', clock),
     rules: await store.complianceByRule('rule', clock),
@@ -43,7 +48,7 @@ async function snapshot(store: Store, clock: ComplianceClock) {
 }
 
 /** Drive one store; `batch` chooses putPolicies or setExpectations per node. Returns a snapshot per round. */
-async function drive(store: Store, batch: boolean) {
+async function drive(store: Store, db: Db, batch: boolean) {
   const r = prng(20261202);
   let now = BASE_S;
   let started = 0;
@@ -95,7 +100,7 @@ async function drive(store: Store, batch: boolean) {
     const clock = clockAt(now);
     out.push({
       writes: writes.length,
-      snap: await snapshot(store, clock),
+      snap: await snapshot(store, db, clock),
       fresh: { directives: await store.complianceByRuleFresh('directive', clock), summary: await store.complianceSummaryFresh(clock) },
     });
   }
@@ -105,8 +110,8 @@ async function drive(store: Store, batch: boolean) {
 async function parity(t: Test, backend: Backend) {
   const a = await setup(t, backend);
   const b = await setup(t, backend);
-  const batched = await drive(a.store, true);
-  const single = await drive(b.store, false);
+  const batched = await drive(a.store, a.db, true);
+  const single = await drive(b.store, b.db, false);
   let findings = 0;
   let items = 0;
   for (const [i, s] of batched.entries()) {

@@ -158,9 +158,48 @@ export function directiveChangesRaw(
   return { upsert, remove };
 }
 
-/** Directive rows as directiveChangesRaw takes the stored ones (`DIRECTIVE_ROW_COLUMNS`' order). */
-export function rawDirectiveRows(rows: readonly DirectiveRow[]): unknown[][] {
-  return rows.map((d) => [d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
+type List = readonly ExpectedComponent[];
+const componentKey = (c: { rule_id: string; directive_id: string; component: string }) => `${c.rule_id}\u0000${c.directive_id}\u0000${c.component}`;
+/** listDelta's answers, by pair of lists (a batch's nodes share a handful; parsed lists are kept by digest). */
+const DELTAS = new WeakMap<List, WeakMap<List, ReadonlySet<string> | null>>();
+
+/**
+ * The components two expectation lists do not share, when a run that reports on none of them
+ * is counted into the same directive rows against either: both lists expect something (an empty
+ * list counts a run another way), and each directive loses as many components as it gains. null
+ * otherwise. Worked out once per pair of lists.
+ */
+export function listDelta(a: List, b: List): ReadonlySet<string> | null {
+  let byB = DELTAS.get(a);
+  if (!byB) DELTAS.set(a, (byB = new WeakMap()));
+  let delta = byB.get(b);
+  if (delta !== undefined) return delta;
+  delta = null;
+  if (a.length > 0 && b.length > 0) {
+    const inA = new Set(a.map(componentKey));
+    const inB = new Set(b.map(componentKey));
+    const out = new Set<string>();
+    const balance = new Map<string, number>();
+    const tally = (k: string, by: number) => {
+      out.add(k);
+      const d = k.slice(0, k.lastIndexOf('\u0000'));
+      balance.set(d, (balance.get(d) ?? 0) + by);
+    };
+    for (const k of inA) if (!inB.has(k)) tally(k, -1);
+    for (const k of inB) if (!inA.has(k)) tally(k, 1);
+    if ([...balance.values()].every((n) => n === 0)) delta = out;
+  }
+  byB.set(b, delta);
+  return delta;
+}
+
+/**
+ * Does a run with `outcomes` count into the same directive rows against two lists whose
+ * listDelta is `delta`? Yes when it reported on none of the components they do not share: each
+ * is missing under either list, and each directive has as many of them under both.
+ */
+export function sameRowsUnder(outcomes: readonly RunSummaryOutcome[], delta: ReadonlySet<string> | null): boolean {
+  return delta !== null && (delta.size === 0 || !outcomes.some((o) => delta.has(componentKey(o))));
 }
 
 /**

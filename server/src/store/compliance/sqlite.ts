@@ -19,8 +19,8 @@ import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
   aggregateFromRows, clockParams, clockSubquery, complianceClassSql, complianceRows, COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS,
-  directiveChangesRaw, type DirectiveRow, epochS, findingContext, groupsFreshSql, groupsFromRows, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
-  rawDirectiveRows, targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
+  directiveChangesRaw, type DirectiveRow, epochS, findingContext, groupsFreshSql, groupsFromRows, listDelta, marksFromRow, nextMarks, nodeComplianceFromRow, ruleComplianceFromRow, timeAdjustedColumns,
+  sameRowsUnder, targetNodesSql, targetSpec, timeAdjustedSums, worstNodesSql, type ComplianceInput, type FindingContext,
 } from './rows.js';
 import type {
   ComplianceAggregate, ComplianceBase, ComplianceClock, ComplianceCounts, ComplianceStore, ExpectedComponent, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow,
@@ -226,8 +226,8 @@ export class SqliteCompliance implements ComplianceStore {
    * (a row written before the move was taken out and put back under the new state).
    * `rowsKept`: the node's stored rows were counted from the same run against the same
    * expectations (the caller compared them as text): neither read nor written. `rowsFrom`: the
-   * digest of the list they were counted against, when another: they are counted again from it
-   * in memory instead of read, and only those that move are written.
+   * digest of the list they were counted against, when another: neither read nor written either
+   * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder).
    */
   recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>): void {
     if (items.length === 0) return;
@@ -235,7 +235,7 @@ export class SqliteCompliance implements ComplianceStore {
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
     const compliance: unknown[][] = [];
     const reconcile: Array<() => void> = [];
-    const moved: Array<{ nodeId: string; directives: DirectiveRow[]; held?: unknown[][] }> = [];
+    const moved: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
     for (const it of items) {
       const cur = current.get(it.nodeId);
       const hasRun = cur !== undefined && cur.run_id !== null;
@@ -254,12 +254,12 @@ export class SqliteCompliance implements ComplianceStore {
       }
       if (it.rowsKept) continue;
       const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
-      moved.push({ nodeId: it.nodeId, directives, ...(before && { held: rawDirectiveRows(complianceRows({ ...input, expected: before }).directives) }) });
+      if (before && sameRowsUnder(input.outcomes, listDelta(before, it.items))) continue;
+      moved.push({ nodeId: it.nodeId, directives });
     }
     const stored = new Map<string, unknown[][]>();
-    const unknown = moved.filter((m) => m.held === undefined).map((m) => m.nodeId);
-    if (unknown.length) {
-      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(unknown)) as unknown[][]) {
+    if (moved.length) {
+      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(moved.map((m) => m.nodeId))) as unknown[][]) {
         const nodeId = r[0] as string;
         let list = stored.get(nodeId);
         if (!list) stored.set(nodeId, (list = []));
@@ -268,8 +268,8 @@ export class SqliteCompliance implements ComplianceStore {
     }
     const remove: Array<[string, string, string]> = [];
     const upsert: unknown[][] = [];
-    for (const { nodeId, directives, held } of moved) {
-      const changes = directiveChangesRaw(held ?? stored.get(nodeId) ?? [], directives);
+    for (const { nodeId, directives } of moved) {
+      const changes = directiveChangesRaw(stored.get(nodeId) ?? [], directives);
       for (const r of changes.remove) remove.push([nodeId, r.rule_id, r.directive_id]);
       for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
     }
