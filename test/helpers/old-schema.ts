@@ -151,3 +151,12 @@ export const UNDO_31 = {
   sqlite: 'DELETE FROM schema_version WHERE version = 31;',
   postgres: 'DELETE FROM schema_version WHERE version = 31;',
 };
+
+/**
+ * Migration 32 forgotten, before UNDO_31 for tests that undo an older one: the functions it set
+ * keep their setting until an older migration's undoing drops them (the store's start sets it again).
+ */
+export const UNDO_32 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 32;',
+  postgres: 'DELETE FROM schema_version WHERE version = 32;',
+};

@@ -35,6 +35,7 @@ import { keptTargets } from './0028_kept_targets.js';
 import { keptTargetsDeferred } from './0029_kept_targets_deferred.js';
 import { expectationLists } from './0030_expectation_lists.js';
 import { keptTargetsStale } from './0031_kept_targets_stale.js';
+import { keptRowPlans } from './0032_kept_row_plans.js';
 
 export interface Migration {
   version: number;
@@ -47,6 +48,7 @@ export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
+  keptRowPlans,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
