@@ -12,11 +12,11 @@
  * a first generation of 20,000 nodes: 3,982 scans of policy_group_members, 1.2 ms each, from the
  * group hook of kept_compliance_trg, until its first ANALYZE 11 s in.
  *
- * With enable_seqscan off inside these functions only (and jit, see below), a plan made on an empty table looks its
- * rows up by index as one made on a full one does. Every statement in them has an index for its
- * lookup (a table without one would still be scanned: the setting makes a scan dear, not
- * impossible). The statement-level trigger functions, which join a batch's transition table to
- * these tables, keep the planner's choice.
+ * With enable_seqscan off inside these functions only (and jit, see below), a plan made on an
+ * empty table looks its rows up by index as one made on a full one does. Their statements look
+ * a node's rows up by key; the one row of kept_sweep, which has no index to use, is still scanned
+ * (the setting makes a scan dear, not impossible). The statement-level trigger functions, which
+ * join a batch's transition table to these tables, keep the planner's choice.
  *
  * SQLite plans each trigger statement when it runs: nothing changes there.
  */
