@@ -16,6 +16,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { withUnitNodeOptions } from './programs.mjs';
 
 const CHILD = fileURLToPath(new URL('./external-child.mjs', import.meta.url));
 
@@ -24,14 +25,18 @@ const CHILD = fileURLToPath(new URL('./external-child.mjs', import.meta.url));
  * @typedef {{ id: string, name: string, value: number | null, unit: string, target: Target | null, note?: string }} Figure
  */
 
-/** @type {{ id: string, module: string, exportName: string, title: string, timeoutMs?: number }[]} */
+/**
+ * `unit`: the benchmark measures that program's work in process and runs with its unit's
+ * NODE_OPTIONS (programs.mjs unitNodeOptions), as the program runs on a host.
+ * @type {{ id: string, module: string, exportName: string, title: string, timeoutMs?: number, unit?: string }[]}
+ */
 export const EXTERNAL = [
   { id: 'relay', module: '@capstan/bench/relay', exportName: 'benchRelay', title: 'relay' },
   { id: 'registry', module: '@capstan/bench/registry', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
   { id: 'agent', module: '@capstan/bench/agent', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/bench/policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite and PostgreSQL)',
     // Two 100,000-node loads and eight generations each.
-    timeoutMs: 1_200_000 },
+    timeoutMs: 1_200_000, unit: 'server' },
   { id: 'changes', module: '@capstan/bench/changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
   { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite and PostgreSQL)',
     // Two 100,000-node loads and generations, every page afresh: over 10 minutes under load.
@@ -162,7 +167,10 @@ export async function runExternal(b, opts = {}, timeoutMs = 600_000) {
  */
 function inChild(b, opts, log, timeoutMs) {
   return new Promise((resolve) => {
-    const p = spawn(process.execPath, [CHILD, b.module, b.exportName, JSON.stringify(opts)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const p = spawn(process.execPath, [CHILD, b.module, b.exportName, JSON.stringify(opts)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: b.unit ? withUnitNodeOptions(b.unit, process.env) : process.env,
+    });
     let stdout = '';
     /** @type {string[]} */
     const tail = [];

@@ -5,8 +5,9 @@
  * (so a --cpu-prof profile gets written) and SIGKILL if they hang.
  */
 import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { resolve } from 'node:path';
+import { basename, resolve } from 'node:path';
 
 export const REPO = resolve(import.meta.dirname, '../..');
 
@@ -20,6 +21,30 @@ export function programPaths(root = process.env.CAPSTAN_BENCH_PROGRAMS || REPO) 
 }
 
 /**
+ * The NODE_OPTIONS the shipped systemd unit of `program` ('server', 'relayd') gives it
+ * (packaging/systemd/capstan-<program>.service), '' when it sets none: a benchmark runs the
+ * program, or its code in process, with the same heap settings as a host does.
+ * @param {string} program
+ */
+export function unitNodeOptions(program) {
+  const unit = resolve(REPO, `packaging/systemd/capstan-${program}.service`);
+  if (!existsSync(unit)) return '';
+  return /^Environment=NODE_OPTIONS=(.*)$/m.exec(readFileSync(unit, 'utf8'))?.[1]?.trim() ?? '';
+}
+
+/**
+ * `env` with the unit's NODE_OPTIONS of `program` before any the caller gives.
+ * @param {string} program
+ * @param {NodeJS.ProcessEnv} env
+ */
+export function withUnitNodeOptions(program, env) {
+  const options = [unitNodeOptions(program), env.NODE_OPTIONS ?? ''].filter(Boolean).join(' ');
+  return options ? { ...env, NODE_OPTIONS: options } : env;
+}
+
+/**
+ * A program (`<root>/<program>/dist/cli.js`) started as its unit starts it: with the unit's
+ * NODE_OPTIONS, then `nodeFlags` on its command line.
  * @param {string} bin
  * @param {string[]} args
  * @param {{ nodeFlags?: string[], timeoutMs?: number, env?: NodeJS.ProcessEnv }} [opts]
@@ -27,7 +52,7 @@ export function programPaths(root = process.env.CAPSTAN_BENCH_PROGRAMS || REPO) 
 export async function startProgram(bin, args, opts = {}) {
   const proc = spawn(process.execPath, [...(opts.nodeFlags ?? []), bin, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: opts.env ?? process.env,
+    env: withUnitNodeOptions(basename(resolve(bin, '../..')), opts.env ?? process.env),
   });
   /** @type {string[]} */
   const stderr = [];
