@@ -71,6 +71,10 @@ const SELECT_DIRECTIVE_ROWS_MANY = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join
 const DELETE_DIRECTIVE_ROWS_MANY = `DELETE FROM node_compliance_directives
   WHERE (node_id, rule_id, directive_id) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))`;
 const DEFER_TARGETS = 'INSERT INTO kept_targets_deferred (node_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING';
+/** recomputeMany's rows whose only change is the time marks: [node, computed_at, applying_since_s, answered_s, keep_last_s] each. */
+const UPDATE_MARKS_MANY = `UPDATE node_compliance SET computed_at = j.value ->> 1, outcomes = '${UNPACKED_PLACEHOLDER}',
+    applying_since_s = j.value ->> 2, answered_s = j.value ->> 3, keep_last_s = j.value ->> 4
+  FROM json_each(?) AS j WHERE node_compliance.node_id = j.value ->> 0`;
 const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_COMPLIANCE.indexOf('VALUES')), 13 + COUNT_COLUMNS.length,
   UPSERT_COMPLIANCE.slice(UPSERT_COMPLIANCE.indexOf('ON CONFLICT')));
 const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,
@@ -225,7 +229,8 @@ export class SqliteCompliance implements ComplianceStore {
    * state, and the new ones written after: the kept counters' triggers then move none of them
    * (a row written before the move was taken out and put back under the new state).
    * `rowsKept`: the node's stored rows were counted from the same run against the same
-   * expectations (the caller compared them as text): neither read nor written. `rowsFrom`: the
+   * expectations (the caller compared their digests): neither read nor written, and when the
+   * node fails nowhere its compliance row has only its time marks updated. `rowsFrom`: the
    * digest of the list they were counted against, when another: neither read nor written either
    * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder).
    */
@@ -234,6 +239,7 @@ export class SqliteCompliance implements ComplianceStore {
     const current = new Map<string, Record<string, unknown>>();
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
     const compliance: unknown[][] = [];
+    const marksOnly: unknown[][] = [];
     const reconcile: Array<() => void> = [];
     const moved: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
     for (const it of items) {
@@ -243,6 +249,15 @@ export class SqliteCompliance implements ComplianceStore {
         kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous,
         run_config_id: hasRun ? (cur.config_id as string | null) : null,
       });
+      // Rows kept, and failing nowhere: the same run against the same list counts what the row
+      // holds and opens no finding, so only its time marks move (the outcomes neither unpacked
+      // nor judged again). A row whose outcomes are still in the old column goes the whole way,
+      // which packs them.
+      if (it.rowsKept && cur !== undefined && Number(cur.error) + Number(cur.non_compliant) === 0
+        && (cur.outcomes_packed !== null || cur.outcomes === UNPACKED_PLACEHOLDER)) {
+        marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]);
+        continue;
+      }
       const input = policyInput(it.nodeId, cur, it.items, marks);
       const f = findingContext(cur, null, it.when, []);
       const { counts, directives, items: states } = complianceRows(input);
@@ -279,6 +294,7 @@ export class SqliteCompliance implements ComplianceStore {
     if (deferred.size) this.db.stmt(DEFER_TARGETS).run(JSON.stringify([...deferred]));
     if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
     COMPLIANCE_ROWS.run(this.db, compliance);
+    if (marksOnly.length) this.db.stmt(UPDATE_MARKS_MANY).run(JSON.stringify(marksOnly));
     for (const r of reconcile) r();
     DIRECTIVE_ROWS.run(this.db, upsert);
     if (deferred.size) for (const sql of SQLITE_DEFERRED_TARGETS) this.db.stmt(sql).run();
