@@ -28,8 +28,16 @@ export function programPaths(root = process.env.CAPSTAN_BENCH_PROGRAMS || REPO) 
  */
 export function unitNodeOptions(program) {
   const unit = resolve(REPO, `packaging/systemd/capstan-${program}.service`);
-  if (!existsSync(unit)) return '';
-  return /^Environment=NODE_OPTIONS=(.*)$/m.exec(readFileSync(unit, 'utf8'))?.[1]?.trim() ?? '';
+  return existsSync(unit) ? nodeOptionsOfUnit(readFileSync(unit, 'utf8')) : '';
+}
+
+/**
+ * The NODE_OPTIONS a unit file's text sets: `Environment=NODE_OPTIONS=…` or, quoted as systemd
+ * allows, `Environment="NODE_OPTIONS=…"`; '' when no such line is whole.
+ * @param {string} text
+ */
+export function nodeOptionsOfUnit(text) {
+  return /^Environment=("?)NODE_OPTIONS=([^"\n]*)\1\s*$/m.exec(text)?.[2]?.trim() ?? '';
 }
 
 /**

@@ -70,8 +70,10 @@ export interface BenchResult {
 
 /** relayd's own command line, as built in its package. */
 const CLI = fileURLToPath(import.meta.resolve('@capstan/relayd/cli'));
+/** How the benchmarks read a unit's NODE_OPTIONS (bench/lib/programs.mjs, beside this package's dist/). */
+const { unitNodeOptions } = (await import(new URL('../lib/programs.mjs', import.meta.url).href)) as { unitNodeOptions: (program: string) => string };
 /** NODE_OPTIONS of the shipped unit: a 2 MB young generation keeps the peak RSS ~20 MB lower. */
-export const SERVICE_NODE_FLAGS = ['--max-semi-space-size=2'];
+export const SERVICE_NODE_FLAGS = unitNodeOptions('relayd').split(' ').filter(Boolean);
 
 /** An upstream that reads each body and answers 201, counting what it got. */
 async function sink(): Promise<{ server: Server; url: string; count: () => number; firstAt: () => number; lastAt: () => number }> {

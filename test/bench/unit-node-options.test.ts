@@ -10,6 +10,7 @@ import { ROOT } from '../helpers/programs.js';
 
 const programs = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/programs.mjs')).href)) as {
   unitNodeOptions: (program: string) => string;
+  nodeOptionsOfUnit: (text: string) => string;
   withUnitNodeOptions: (program: string, env: NodeJS.ProcessEnv) => NodeJS.ProcessEnv;
 };
 
@@ -29,4 +30,12 @@ t.test("the caller's NODE_OPTIONS come after the unit's, the rest of the environ
   t.equal(env.NODE_OPTIONS, `${programs.unitNodeOptions('server')} --cpu-prof`);
   t.equal(env.PATH, '/usr/bin');
   t.same(programs.withUnitNodeOptions('agent', { PATH: '/usr/bin' }), { PATH: '/usr/bin' }, 'no unit setting: the environment as given');
+});
+
+t.test('a unit line is read unquoted or quoted, and a broken one gives nothing', async (t) => {
+  t.equal(programs.nodeOptionsOfUnit('[Service]\nEnvironment=NODE_OPTIONS=--max-semi-space-size=8\n'), '--max-semi-space-size=8');
+  t.equal(programs.nodeOptionsOfUnit('[Service]\nEnvironment="NODE_OPTIONS=--a --b"\n'), '--a --b');
+  t.equal(programs.nodeOptionsOfUnit('[Service]\nEnvironment="NODE_OPTIONS=--a\n'), '', 'an unclosed quote');
+  t.equal(programs.nodeOptionsOfUnit('[Service]\nEnvironment=LANG=C\n'), '', 'another variable');
+  t.equal(programs.nodeOptionsOfUnit(''), '');
 });
