@@ -190,16 +190,25 @@ export class SqliteCompliance implements ComplianceStore {
         kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous,
         run_config_id: hasRun ? (cur.config_id as string | null) : null,
       });
-      // Rows kept, and failing nowhere: the same run against the same list counts what the row
-      // holds and opens no finding, so only its time marks move (the outcomes neither unpacked
-      // nor judged again). A row whose outcomes are still in the old column goes the whole way,
-      // which packs them.
-      if (it.rowsKept && cur !== undefined && Number(cur.error) + Number(cur.non_compliant) === 0
-        && (cur.outcomes_packed !== null || cur.outcomes === UNPACKED_PLACEHOLDER)) {
-        marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]);
+      // Failing nowhere, its outcomes packed: the same counts open no finding and pack nothing.
+      const quiet = cur !== undefined && Number(cur.error) + Number(cur.non_compliant) === 0
+        && (cur.outcomes_packed !== null || cur.outcomes === UNPACKED_PLACEHOLDER);
+      const marksRow = () => marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]);
+      // Rows kept: the same run against the same list counts what the row holds, so only its
+      // time marks move (the outcomes neither unpacked nor judged again).
+      if (it.rowsKept && quiet) {
+        marksRow();
         continue;
       }
       const input = policyInput(it.nodeId, cur, it.items, marks);
+      // A list that differs only in components the run did not report on (a template's new
+      // values renamed a component) counts the same directive rows, and so the same totals.
+      const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
+      const sameRows = it.rowsKept || (before !== null && sameRowsUnder(input.outcomes, listDelta(before, it.items)));
+      if (sameRows && quiet) {
+        marksRow();
+        continue;
+      }
       const f = findingContext(cur, null, it.when, []);
       const { counts, directives, items: states } = complianceRows(input);
       compliance.push(complianceValues(input, it.when, f, counts));
@@ -208,9 +217,7 @@ export class SqliteCompliance implements ComplianceStore {
           node_id: it.nodeId, run: f.run, at: f.at, items: states, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
         })));
       }
-      if (it.rowsKept) continue;
-      const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
-      if (before && sameRowsUnder(input.outcomes, listDelta(before, it.items))) continue;
+      if (sameRows) continue;
       moved.push({ nodeId: it.nodeId, directives });
     }
     const stored = new Map<string, unknown[][]>();
