@@ -15,18 +15,35 @@ import { toUtcIso } from './time.js';
  * in text, and SQLite can: refused here, it is refused alike by both. `path` names the value in
  * the error; the fields of an object are named by their path from it.
  */
-export function refuseNul(value: unknown, path = '', depth = 0): void {
-  if (typeof value === 'string') {
-    if (value.includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `${path || 'a value'} contains a NUL character`);
-    return;
+export function refuseNul(value: unknown, path = ''): void {
+  const at = nulAt(value, 0);
+  if (at === null) return;
+  // The path is spelled only for the error: a clean value of 100,000 entries builds none.
+  const name = at.reduceRight((p, k) => (p ? `${p}.${k}` : k), path);
+  throw capstanError('ERR_BAD_REQUEST', `${name || 'a value'} contains a NUL character`);
+}
+
+/**
+ * Where `value` holds U+0000: null when nowhere, else the keys leading to it, innermost first (a
+ * key holding it names the value it is a key of).
+ */
+function nulAt(value: unknown, depth: number): string[] | null {
+  if (typeof value === 'string') return value.includes('\u0000') ? [] : null;
+  if (value === null || typeof value !== 'object' || depth >= MAX_DEPTH) return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const at = nulAt(value[i], depth + 1);
+      if (at) return (at.push(String(i)), at);
+    }
+    return null;
   }
-  if (value === null || typeof value !== 'object' || depth >= MAX_DEPTH) return;
-  const entries = Array.isArray(value) ? value.entries() : value instanceof Map ? value.entries() : isPlain(value) ? Object.entries(value) : [];
+  const entries = value instanceof Map ? value.entries() : isPlain(value) ? Object.entries(value) : [];
   for (const [k, v] of entries) {
-    const name = path ? `${path}.${String(k)}` : String(k);
-    refuseNul(k, path, depth + 1);
-    refuseNul(v, name, depth + 1);
+    if (nulAt(k, depth + 1)) return [];
+    const at = nulAt(v, depth + 1);
+    if (at) return (at.push(String(k)), at);
   }
+  return null;
 }
 
 /** Deeper than this, a value is not what a caller hands the store; the database has the last word. */
