@@ -51,6 +51,9 @@ export const DEFER_TARGETS = 'INSERT INTO kept_targets_deferred (node_id) SELECT
 export const UPDATE_MARKS_MANY = `UPDATE node_compliance SET computed_at = j.value ->> 1, outcomes = '${UNPACKED_PLACEHOLDER}',
     applying_since_s = j.value ->> 2, answered_s = j.value ->> 3, keep_last_s = j.value ->> 4
   FROM json_each(?) AS j WHERE node_compliance.node_id = j.value ->> 0`;
+/** The same when only the applying mark moves: [node, computed_at, applying_since_s] each. */
+export const UPDATE_APPLYING_MANY = `UPDATE node_compliance SET computed_at = j.value ->> 1, outcomes = '${UNPACKED_PLACEHOLDER}', applying_since_s = j.value ->> 2
+  FROM json_each(?) AS j WHERE node_compliance.node_id = j.value ->> 0`;
 export const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_COMPLIANCE.indexOf('VALUES')), 13 + COUNT_COLUMNS.length,
   UPSERT_COMPLIANCE.slice(UPSERT_COMPLIANCE.indexOf('ON CONFLICT')));
 export const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,

@@ -31,7 +31,7 @@ import { SQLITE_DEFERRED_TARGETS } from '../migrations/0029_kept_targets_deferre
 import type { KeptSweep } from './kept.js';
 import {
   COMPLIANCE_ROWS, complianceValues, DEFER_TARGETS, DELETE_DIRECTIVE_ROWS_MANY, DIRECTIVE_CHUNK, DIRECTIVE_ROWS, policyInput, SELECT_CURRENT, SELECT_CURRENT_MANY,
-  SELECT_DIRECTIVE_ROWS, SELECT_DIRECTIVE_ROWS_MANY, SELECT_MARKS, UPDATE_MARKS_MANY, UPSERT_COMPLIANCE, upsertDirectivesSql,
+  SELECT_DIRECTIVE_ROWS, SELECT_DIRECTIVE_ROWS_MANY, SELECT_MARKS, UPDATE_APPLYING_MANY, UPDATE_MARKS_MANY, UPSERT_COMPLIANCE, upsertDirectivesSql,
 } from './sqlite-statements.js';
 
 export class SqliteCompliance implements ComplianceStore {
@@ -181,6 +181,7 @@ export class SqliteCompliance implements ComplianceStore {
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
     const compliance: unknown[][] = [];
     const marksOnly: unknown[][] = [];
+    const applyingOnly: unknown[][] = [];
     const reconcile: Array<() => void> = [];
     const moved: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
     for (const it of items) {
@@ -193,7 +194,10 @@ export class SqliteCompliance implements ComplianceStore {
       // Failing nowhere, its outcomes packed: the same counts open no finding and pack nothing.
       const quiet = cur !== undefined && Number(cur.error) + Number(cur.non_compliant) === 0
         && (cur.outcomes_packed !== null || cur.outcomes === UNPACKED_PLACEHOLDER);
-      const marksRow = () => marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]);
+      // Most often only the applying mark moves: the silence index (answer time + keep) is then left alone.
+      const marksRow = () => (cur!.answered_s === marks.answered_s && cur!.keep_last_s === marks.keep_last_s
+        ? applyingOnly.push([it.nodeId, it.when, marks.applying_since_s])
+        : marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]));
       // Rows kept: the same run against the same list counts what the row holds, so only its
       // time marks move (the outcomes neither unpacked nor judged again).
       if (it.rowsKept && quiet) {
@@ -243,6 +247,7 @@ export class SqliteCompliance implements ComplianceStore {
     if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
     COMPLIANCE_ROWS.run(this.db, compliance);
     if (marksOnly.length) this.db.stmt(UPDATE_MARKS_MANY).run(JSON.stringify(marksOnly));
+    if (applyingOnly.length) this.db.stmt(UPDATE_APPLYING_MANY).run(JSON.stringify(applyingOnly));
     for (const r of reconcile) r();
     DIRECTIVE_ROWS.run(this.db, upsert);
     if (deferred.size) for (const sql of SQLITE_DEFERRED_TARGETS) this.db.stmt(sql).run();
