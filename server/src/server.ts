@@ -80,7 +80,11 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
           onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
           onMaintenance: (message, err) => log.warn({ err }, message),
         }
-      : { sqlitePath: join(dataDir, 'capstan.db'), runBaseCacheBytes: config.database.run_base_cache },
+      : {
+          sqlitePath: join(dataDir, 'capstan.db'),
+          runBaseCacheBytes: config.database.run_base_cache,
+          sqliteCheckpoint: { startBytes: config.database.sqlite_checkpoint_from, limitBytes: config.database.sqlite_wal_limit },
+        },
   );
   try {
     return await startOnStore(config, log, store);

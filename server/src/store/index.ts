@@ -8,6 +8,7 @@ import { capstanError } from '@capstan/shared/errors';
 import type { StoreRules } from './rules.js';
 import type { Store } from './store.js';
 import type { AnalyzeOptions } from './postgres/statistics.js';
+import type { CheckpointOptions } from './sqlite/checkpointer.js';
 
 export type * from './store.js';
 export type * from './rules.js';
@@ -36,6 +37,8 @@ export interface OpenStoreOptions {
   readOnly?: boolean;
   /** Postgres only: planner statistics after bulk writes (postgres/statistics.ts); null: never. */
   analyze?: Partial<AnalyzeOptions> | null;
+  /** SQLite only: when the WAL's checkpoints move to a thread of their own (sqlite/checkpointer.ts). */
+  sqliteCheckpoint?: CheckpointOptions;
 }
 
 export async function openStore(opts: OpenStoreOptions): Promise<Store> {
@@ -61,6 +64,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
     store = new SqliteStore({
       path: opts.sqlitePath, rules: opts.rules, ...(opts.now && { now: opts.now }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
+      ...(opts.sqliteCheckpoint && { checkpoint: opts.sqliteCheckpoint }),
     });
   } else {
     throw capstanError('ERR_CONFIG', 'store needs a sqlite path or a database url');

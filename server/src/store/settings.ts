@@ -18,6 +18,14 @@ export const DATABASE_SCHEMA = {
   analyze_interval: { type: 'duration', default: '2s', min: 0 },
   analyze_min_rows: { type: 'integer', default: 1000, min: 0, max: 1000000000 },
   analyze_growth_percent: { type: 'integer', default: 10, min: 0, max: 1000 },
+  /**
+   * SQLite: once the WAL file reaches sqlite_checkpoint_from, its pages are copied into the
+   * database by a thread of the server's own instead of in the commits that fill it
+   * (store/sqlite/checkpointer.ts); 0: always in the commits, as SQLite does by default. Past
+   * sqlite_wal_limit a commit checkpoints all the same, and the file is trimmed back to it.
+   */
+  sqlite_checkpoint_from: { type: 'size', default: '8MiB', min: 0 },
+  sqlite_wal_limit: { type: 'size', default: '64MiB', min: 1048576 },
   /** Streaming replicas (postgres://…) for the fleet-wide reads (store/replicas.ts); decisions stay on url. */
   replicas: { type: 'strings', default: [] },
   /** A replica further behind than this is not read from; how often staleness is measured; connections each. */

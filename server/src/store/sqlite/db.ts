@@ -18,6 +18,7 @@ import Database from 'better-sqlite3';
 import { capstanError } from '@capstan/shared/errors';
 import { storeError } from '../errors.js';
 import type { RowCodec } from '../row-codec.js';
+import { Checkpointer, DEFAULT_CHECKPOINT, type CheckpointOptions } from './checkpointer.js';
 
 /** Writes one group commit holds at most (writeGrouped): a later one starts the next group. */
 export const MAX_GROUPED_WRITES = 64;
@@ -27,6 +28,8 @@ export interface SqliteDbOptions {
   /** How long a writer waits for another process's lock before giving up (ms). */
   busyTimeoutMs?: number;
   now?: () => Date;
+  /** When the WAL's checkpoints move to a thread of their own (checkpointer.ts). */
+  checkpoint?: CheckpointOptions;
 }
 
 export class SqliteDb {
@@ -35,6 +38,8 @@ export class SqliteDb {
   readonly now: () => Date;
   /** Statements are compiled once per SQL text; listNodes builds a handful of variants. */
   private readonly statements = new Map<string, Database.Statement>();
+  /** The WAL's checkpoints off the event loop once it grows; none for a database in memory. */
+  readonly checkpointer: Checkpointer | null;
 
   constructor(opts: SqliteDbOptions) {
     const timeout = opts.busyTimeoutMs ?? 5000;
@@ -56,6 +61,7 @@ export class SqliteDb {
     } catch (err) {
       throw capstanError('ERR_STARTUP', `cannot open database ${opts.path}`, { cause: err });
     }
+    this.checkpointer = this.handle.memory ? null : new Checkpointer(this.handle, opts.path, timeout, opts.checkpoint ?? DEFAULT_CHECKPOINT);
   }
 
   /** The statement for `sql`, compiled at its first use. */
@@ -77,11 +83,14 @@ export class SqliteDb {
 
   /** Run `fn` in a write transaction, turning database failures into coded errors naming `what`. */
   write<T>(what: string, fn: () => T): T {
+    let value: T;
     try {
-      return this.handle.transaction(fn).immediate();
+      value = this.handle.transaction(fn).immediate();
     } catch (err) {
       throw storeError(what, err);
     }
+    this.checkpointer?.committed();
+    return value;
   }
 
   /**
@@ -139,6 +148,7 @@ export class SqliteDb {
       for (const it of items) it.reject(storeError(it.what, err));
       return;
     }
+    this.checkpointer?.committed();
     items.forEach((it, i) => {
       const o = outcomes[i]!;
       if (o.ok) it.resolve(o.value);
@@ -164,6 +174,7 @@ export class SqliteDb {
   }
 
   close(): void {
+    this.checkpointer?.close();
     if (this.handle.open) this.handle.close();
   }
 }
