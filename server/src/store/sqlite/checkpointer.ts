@@ -1,10 +1,10 @@
 /**
  * Checkpoints of the registry's WAL on a thread of their own. By default SQLite checkpoints in the
  * commit that takes the WAL past 1,000 pages: that commit reads every page of the WAL back and
- * writes it into the database file, on the event loop. Under heavy writes (a generation of
- * 100,000 nodes, a backlog of run logs) that is half of what commits cost: measured, a templated
- * generation of 100,000 nodes spent 2.5 s of its event loop in COMMIT, 1.3 s with the copies made
- * here.
+ * writes it into the database file, and syncs both, on the event loop. Under heavy writes (a
+ * generation of 100,000 nodes, a backlog of run logs) that is a good part of what commits cost:
+ * a templated generation of 50,000 nodes spent 1.07–1.24 s of its event loop in COMMIT, 0.73–0.94 s
+ * with the copies made here (docs/capacity.md).
  *
  * A small registry never needs it, so the thread starts only once the WAL file has grown past
  * `startBytes` (SQLite's own checkpoints keep it near 4 MiB until writes outrun them). From then
@@ -78,8 +78,14 @@ export class Checkpointer {
     }
     if (now - this.lastLook < LOOK_MS) return;
     this.lastLook = now;
-    const size = statSync(`${this.path}-wal`, { throwIfNoEntry: false })?.size ?? 0;
-    if (size >= this.opts.startBytes) this.start(now);
+    // A write that committed stays a success: a WAL that cannot be looked at, or a thread that
+    // cannot start, leaves the checkpoints where SQLite makes them.
+    try {
+      const size = statSync(`${this.path}-wal`, { throwIfNoEntry: false })?.size ?? 0;
+      if (size >= this.opts.startBytes) this.start(now);
+    } catch {
+      this.fail();
+    }
   }
 
   private start(now: number): void {
@@ -124,10 +130,16 @@ export class Checkpointer {
 
   /** The thread is gone: the writer checkpoints in its commits again, as SQLite does by default. */
   private fail(): void {
+    const worker = this.worker;
     this.worker = null;
+    if (worker) void worker.terminate();
     this.failed = true;
     this.inFlight = false;
-    if (this.handle.open) this.handle.pragma('wal_autocheckpoint = 1000');
+    try {
+      if (this.handle.open) this.handle.pragma('wal_autocheckpoint = 1000');
+    } catch {
+      // The limit set at start stays: the commits still checkpoint past it.
+    }
   }
 
   /** The thread's connection closed before the writer's: the last to close checkpoints and removes the WAL. */
