@@ -15,7 +15,7 @@ export interface CheckpointWorkerData {
   closed: SharedArrayBuffer;
 }
 
-/** From the event loop: copy now, or close and end. */
+/** From the event loop: copy now, or close the connection (the thread is then terminated). */
 export type CheckpointRequest = 'checkpoint' | 'close';
 /** To the event loop: a checkpoint's outcome (frames in the WAL and copied), or why it failed. */
 export type CheckpointReply = { checkpointed: number; wal: number } | { error: string };
@@ -38,8 +38,8 @@ function close(): void {
 
 parentPort!.on('message', (req: CheckpointRequest) => {
   if (req === 'close') {
+    // The event loop ends this thread once it has seen the connection closed.
     close();
-    parentPort!.close();
     return;
   }
   let reply: CheckpointReply;
