@@ -138,6 +138,47 @@ async function versions(schema: string, nodeId: string): Promise<string[]> {
     UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), schema);
 }
 
+/**
+ * A row without an answer time (written before answer times were kept): a new policy starts its
+ * wait for an answer, so its answer time moves with the applying mark, on the marks-only path of
+ * a kept or same-rows list too.
+ */
+async function unanswered(t: Test, backend: Backend) {
+  const items = [{ rule_id: 'r1', directive_id: 'd1', component: 'File /etc/motd' }, { rule_id: 'r2', directive_id: 'd3', component: 'Sysctl' }];
+  const renamed = [{ ...items[0]!, component: 'File /etc/issue' }, items[1]!];
+  const drive = async (batch: boolean) => {
+    const { store, db } = await setup(t, backend);
+    for (const id of ['n1', 'n2']) {
+      await store.upsertFromInventory(inventory(id, { received_at: '2024-05-01T10:00:00Z' }));
+      await setAcceptance(store, id, 'accepted', '2024-05-01T10:00:00Z');
+      await store.setExpectations(id, 'cfg-1', items, '2024-05-01T10:01:00Z');
+      // Its run reported on the second component only: the renamed one is missing either way.
+      await store.insertRun(run(id, '2024-05-01T10:02:00Z', {
+        config_id: 'cfg-1', received_at: '2024-05-01T10:03:00Z', outcomes: [{ ...items[1]!, outcome: 'result_success', count: 1 }],
+      }));
+    }
+    await db.exec('UPDATE node_compliance SET answered_s = NULL');
+    const writes: PolicyWrite[] = [
+      { bundle: { node_id: 'n1', config_id: 'cfg-2', generated_at: '2024-05-01T10:10:00Z', bundle: '{}' }, expected: items },
+      { bundle: { node_id: 'n2', config_id: 'cfg-2', generated_at: '2024-05-01T10:10:00Z', bundle: '{}' }, expected: renamed },
+    ];
+    if (batch) await store.putPolicies(writes);
+    else for (const w of writes) await store.setExpectations(w.bundle.node_id, w.bundle.config_id, w.expected, w.bundle.generated_at);
+    return {
+      bases: [await store.getComplianceBase('n1'), await store.getComplianceBase('n2')],
+      rows: await db.rows!(`SELECT node_id, answered_s, applying_since_s, keep_last_s, ${RUN_STATES.join(', ')} FROM node_compliance ORDER BY node_id`),
+    };
+  };
+  const batched = await drive(true);
+  t.same(batched, await drive(false), 'putPolicies as one setExpectations per node');
+  const at = Date.parse('2024-05-01T10:10:00Z') / 1000;
+  t.same(batched.rows.map((r) => [Number(r.answered_s), Number(r.applying_since_s)]), [[at, at], [at, at]], 'the wait for an answer starts with the policy');
+  t.same(batched.rows.map((r) => [Number(r.success), Number(r.missing)]), [[1, 1], [1, 1]], 'the counts as they were');
+}
+
+t.test('putPolicies on SQLite: a row without an answer time gets one with its new policy', (t) => unanswered(t, sqliteBackend));
+t.test('putPolicies on PostgreSQL: a row without an answer time gets one with its new policy', pgOnly, (t) => unanswered(t, postgres));
+
 t.test('postgres: the same policy written again leaves the compliance rows alone', pgOnly, async (t) => {
   const { store, db } = await setup(t, postgres);
   const AT = '2024-05-01T10:00:00Z';
