@@ -29,7 +29,6 @@ export async function pgUnavailable(): Promise<string | undefined> {
   return requiredInCi(why ?? false, '.ci/run starts the local cluster') || undefined;
 }
 
-/** A client of its own for `fn`, in `schema` when one is named. */
 /**
  * For a file whose every test needs PostgreSQL: true when it can run; else the file is planned
  * empty with the reason, printed (in CI pgUnavailable throws instead).
@@ -42,8 +41,12 @@ export async function postgresOrSkipFile(t: Test): Promise<boolean> {
   return false;
 }
 
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Promise<T> {
-  const c = new pg.Client({ connectionString: PG_URL, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
+/**
+ * A client of its own for `fn`, in `schema` when one is named; `url`: another database of the
+ * same server (a test's copy of a migrated database, backends.ts).
+ */
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string, url = PG_URL): Promise<T> {
+  const c = new pg.Client({ connectionString: url, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
   await c.connect();
   try {
     return await fn(c);

@@ -14,7 +14,7 @@ import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
 import { RUN_STATES } from '@capstan/shared/compliance/compute';
 import { inventory, run, setup, type Backend, type Db } from './store-suite.js';
-import { postgresBackend, sqliteBackend } from './backends.js';
+import { postgresBackend, sqliteTemplateBackend } from './backends.js';
 import { pgAdmin, pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { prng } from '../helpers/prng.js';
@@ -124,18 +124,18 @@ async function parity(t: Test, backend: Backend) {
   t.ok(items > 0, 'compliance items met');
 }
 
-t.test('putPolicies on SQLite: the same compliance, findings, events and counters as one setExpectations per node', (t) => parity(t, sqliteBackend));
+t.test('putPolicies on SQLite: the same compliance, findings, events and counters as one setExpectations per node', (t) => parity(t, sqliteTemplateBackend));
 
 const why = await pgUnavailable();
 const pgOnly = { skip: why ?? false };
-const postgres = postgresBackend('capstan_pbatch');
+const postgres = postgresBackend('capstan_pbatch', { template: true });
 
 t.test('putPolicies on PostgreSQL: the same compliance, findings, events and counters as one setExpectations per node', pgOnly, (t) => parity(t, postgres));
 
 /** The versions of a node's compliance row and directive rows (any write makes new ones). */
-async function versions(schema: string, nodeId: string): Promise<string[]> {
+async function versions(db: Db, nodeId: string): Promise<string[]> {
   return pgAdmin(async (c) => (await c.query(`SELECT 'c' || xmin::text AS v FROM node_compliance WHERE node_id = $1
-    UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), schema);
+    UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), db.schema, db.url);
 }
 
 /**
@@ -176,7 +176,7 @@ async function unanswered(t: Test, backend: Backend) {
   t.same(batched.rows.map((r) => [Number(r.success), Number(r.missing)]), [[1, 1], [1, 1]], 'the counts as they were');
 }
 
-t.test('putPolicies on SQLite: a row without an answer time gets one with its new policy', (t) => unanswered(t, sqliteBackend));
+t.test('putPolicies on SQLite: a row without an answer time gets one with its new policy', (t) => unanswered(t, sqliteTemplateBackend));
 t.test('putPolicies on PostgreSQL: a row without an answer time gets one with its new policy', pgOnly, (t) => unanswered(t, postgres));
 
 t.test('postgres: the same policy written again leaves the compliance rows alone', pgOnly, async (t) => {
@@ -190,20 +190,20 @@ t.test('postgres: the same policy written again leaves the compliance rows alone
   // The same list with its keys in another order: jsonb stores neither order, so neither counts.
   const again = items.map(({ rule_id, directive_id, component }) => ({ component, directive_id, rule_id }));
   t.ok(await store.setExpectations('n1', 'cfg-1', items, '2024-05-01T10:03:00Z'));
-  const before = await versions(db.schema!, 'n1');
+  const before = await versions(db, 'n1');
   t.ok(before.length > 1, 'a compliance row and directive rows');
   // This used to compare the JSON text sent with the text jsonb gives back (its own key order
   // and spacing): never equal, so every write recomputed and rewrote every row.
   t.ok(await store.setExpectations('n1', 'cfg-1', again, '2024-05-01T10:04:00Z'));
-  t.same(await versions(db.schema!, 'n1'), before, 'setExpectations: no row rewritten');
+  t.same(await versions(db, 'n1'), before, 'setExpectations: no row rewritten');
   t.same(await store.getExpectations('n1', 'cfg-1'), items);
   await store.putPolicies([{ bundle: { node_id: 'n2', config_id: 'cfg-1', generated_at: '2024-05-01T10:03:00Z', bundle: '{}' }, expected: items }]);
-  const before2 = await versions(db.schema!, 'n2');
+  const before2 = await versions(db, 'n2');
   t.equal(await store.putPolicies([{ bundle: { node_id: 'n2', config_id: 'cfg-1', generated_at: '2024-05-01T10:04:00Z', bundle: '{}' }, expected: again, expectationsOnly: true }]), 1);
-  t.same(await versions(db.schema!, 'n2'), before2, 'putPolicies: no row rewritten');
+  t.same(await versions(db, 'n2'), before2, 'putPolicies: no row rewritten');
   // New expectations for the same policy are recomputed.
   await store.setExpectations('n1', 'cfg-1', items.slice(0, 1), '2024-05-01T10:05:00Z');
-  t.not((await versions(db.schema!, 'n1'))[0], before[0], 'changed expectations recompute');
+  t.not((await versions(db, 'n1'))[0], before[0], 'changed expectations recompute');
 });
 
 t.test('postgres: two generations at once beside the ingest\'s batches do not deadlock', pgOnly, async (t) => {
@@ -214,7 +214,7 @@ t.test('postgres: two generations at once beside the ingest\'s batches do not de
   const ids = Array.from({ length: 1100 }, (_, i) => `g${String(i).padStart(4, '0')}`);
   const r = prng(7);
   await pgAdmin((c) => c.query(`INSERT INTO nodes (id, hostname, accepted, status, state, created_at, updated_at, state_changed_at)
-    SELECT unnest($1::text[]), 'h', 'accepted', 'reachable', 'running', now(), now(), now()`, [ids]), db.schema!);
+    SELECT unnest($1::text[]), 'h', 'accepted', 'reachable', 'running', now(), now(), now()`, [ids]), db.schema, db.url);
   const expected = COMPONENTS.map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
   const writes = (configId: string, order: string[]): PolicyWrite[] => order.map((id) => ({
     bundle: { node_id: id, config_id: configId, generated_at: '2024-05-01T10:00:00Z', bundle: `{"c":"${configId}"}` }, expected,

@@ -11,7 +11,7 @@
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
-import { postgresBackend, sqliteBackend } from './backends.js';
+import { postgresBackend, sqliteTemplateBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { prng } from '../helpers/prng.js';
@@ -194,7 +194,7 @@ function scenario(t: Test, backend: Backend): void {
   });
 }
 
-t.test('sqlite', async (t) => scenario(t, sqliteBackend));
+t.test('sqlite', async (t) => scenario(t, sqliteTemplateBackend));
 if (await postgresOrSkipFile(t)) {
-  t.test('postgres', async (t) => scenario(t, postgresBackend('capstan_parity')));
+  t.test('postgres', async (t) => scenario(t, postgresBackend('capstan_parity', { template: true })));
 }
