@@ -5,6 +5,11 @@
  * state changes, agentless nodes, expiration policies, sweeps and clock moves. After each step
  * the caller's `compare` reads what it keeps against what it computes afresh, at the current
  * moment and now and then at another.
+ *
+ * A step's reads run together (on PostgreSQL, over the pool's connections: most of a read is
+ * waiting for the server), and only reads: nothing is written while they run. `compare` takes
+ * what it draws from the generator before its first `await`, so the walk draws the same numbers
+ * in the same order as one read after the other would.
  */
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { inventory, run } from '../server/store-suite.js';
@@ -26,6 +31,17 @@ export const iso = (s: number) => new Date(s * 1000).toISOString();
 export type Compare = (clock: ComplianceClock, step: number, what: string) => Promise<void>;
 
 /**
+ * Every promise settled, then the first failure thrown (Promise.all would throw at once and leave
+ * the others running against the store while the test goes on or closes it).
+ */
+export async function settled<T extends readonly unknown[] | []>(ps: T): Promise<{ -readonly [P in keyof T]: Awaited<T[P]> }> {
+  const out = await Promise.allSettled(ps as readonly unknown[]);
+  const failed = out.find((o): o is PromiseRejectedResult => o.status === 'rejected');
+  if (failed) throw failed.reason;
+  return out.map((o) => (o as PromiseFulfilledResult<unknown>).value) as { -readonly [P in keyof T]: Awaited<T[P]> };
+}
+
+/**
  * Every node registered, then `steps` random steps, each followed by `compare`; then a last
  * sweep and comparison. Answers the moment the walk ended and how many times a node applying or
  * silent with only unexpected items was met (the walk must meet some).
@@ -44,8 +60,10 @@ export async function keptWalk(store: Store, r: ReturnType<typeof prng>, steps: 
   for (const id of NODES) await register(id);
   // Nodes the sorts treat apart: applying or silent at `clock` with unexpected items alone.
   const forcedUnexpected = async (clock: ComplianceClock) => {
-    const stored = await store.complianceNodes(null, 100, { now_s: clock.now_s, silence_s: 1e10, applying_s: -1e10 });
-    const judged = new Map((await store.complianceNodes(null, 100, clock)).map((n) => [n.node_id, n]));
+    const [stored, atClock] = await settled([
+      store.complianceNodes(null, 100, { now_s: clock.now_s, silence_s: 1e10, applying_s: -1e10 }), store.complianceNodes(null, 100, clock),
+    ]);
+    const judged = new Map(atClock.map((n) => [n.node_id, n]));
     return stored.filter((n) => n.class === 'agent' && n.counts.unexpected > 0
       && Object.values(n.counts).reduce((a, b) => a + b, 0) === n.counts.unexpected
       && judged.get(n.node_id)!.counts.unexpected === 0).length;
@@ -117,9 +135,12 @@ export async function keptWalk(store: Store, r: ReturnType<typeof prng>, steps: 
     }
     // Time goes by, mostly a little, now and then past the silence window.
     now += r.next() < 0.1 ? 1200 + r.int(2400) : r.int(240);
-    await compare(clockAt(now), step, what);
-    if (step % 3 === 0) await compare(clockAt(now + r.int(4000) - 2000), step, `${what}, read at another moment`);
-    forced += await forcedUnexpected(clockAt(now));
+    const reads = [compare(clockAt(now), step, what)];
+    if (step % 3 === 0) reads.push(compare(clockAt(now + r.int(4000) - 2000), step, `${what}, read at another moment`));
+    reads.push(forcedUnexpected(clockAt(now)).then((n) => {
+      forced += n;
+    }));
+    await settled(reads);
   }
   await store.sweepCompliance(clockAt(now));
   await compare(clockAt(now), steps, 'last sweep');

@@ -16,6 +16,7 @@ import { pgAdmin, postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
+import { settled } from '../helpers/kept-walk.js';
 
 const SEED = Number(process.env.CHANGES_SEED ?? 20261202);
 const STEPS = 60;
@@ -68,15 +69,20 @@ function queries(r: ReturnType<typeof prng>, all: boolean): ChangeQuery[] {
   return out;
 }
 
+/**
+ * Each query by hour and by day, kept and afresh, compared in that order. The reads run together
+ * (on PostgreSQL, over the pool's connections: most of a read is waiting for the server); nothing
+ * is written while they run.
+ */
 async function differences(store: Store, qs: ChangeQuery[], report: (q: ChangeQuery, by: string, kept: unknown, fresh: unknown) => void): Promise<number> {
+  const pairs = qs.flatMap((q) => (['hour', 'day'] as const).map((by) => ({ q, by })));
+  const answers = await settled(pairs.map(({ q, by }) => settled([store.changesHistogram(q, by), store.changesHistogramFresh(q, by)])));
   let n = 0;
-  for (const q of qs) {
-    for (const by of ['hour', 'day'] as const) {
-      const [k, f] = [await store.changesHistogram(q, by), await store.changesHistogramFresh(q, by)];
-      if (JSON.stringify(k) !== JSON.stringify(f)) {
-        n++;
-        report(q, by, k, f);
-      }
+  for (const [i, { q, by }] of pairs.entries()) {
+    const [k, f] = answers[i]!;
+    if (JSON.stringify(k) !== JSON.stringify(f)) {
+      n++;
+      report(q, by, k, f);
     }
   }
   return n;
@@ -150,8 +156,7 @@ function scenario(t: Test, backend: Backend): void {
       }
       const qs = queries(r, false);
       seen.compared += qs.length * 2;
-      await differences(store, qs, report(step, what));
-      const all = await store.changesHistogramFresh({}, 'day');
+      const [, all] = await settled([differences(store, qs, report(step, what)), store.changesHistogramFresh({}, 'day')]);
       seen.intentional += all.reduce((s, b) => s + b.intentional, 0);
       seen.corrective += all.reduce((s, b) => s + b.corrective, 0);
     }
@@ -212,12 +217,17 @@ function migration(t: Test, backend: Backend): void {
   });
 }
 
+// The stores side by side, and each one's tests: separate databases, and the PostgreSQL ones wait
+// on the server most of their time.
+t.jobs = 2;
 t.test('sqlite', async (t) => {
+  t.jobs = 2;
   scenario(t, sqliteBackend);
   migration(t, sqliteBackend);
 });
 if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {
+    t.jobs = 2;
     scenario(t, postgresBackend('capstan_changes_kept'));
     migration(t, postgresBackend('capstan_changes_kept'));
   });

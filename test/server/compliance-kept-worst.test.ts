@@ -15,7 +15,7 @@ import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
-import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES } from '../helpers/kept-walk.js';
+import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES, settled } from '../helpers/kept-walk.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261203);
 const STEPS = 140;
@@ -28,16 +28,16 @@ const LISTS: Array<Omit<NodeListQuery, 'page' | 'compliance_at'>> = [
   { sort: 'compliance', per_page: 4, filters: [{ key: 'has_agent', values: ['false'] }] as NodeFilter[] },
 ];
 
-/** What each read answers, from the kept shares (`kept`) or afresh. */
-async function reads(store: Store, clock: ComplianceClock, pages: number[], kept: boolean) {
+/** What each read answers, from the kept shares (`kept`) or afresh: LIMITS', then LISTS' (read together). */
+function reads(store: Store, clock: ComplianceClock, pages: number[], kept: boolean): Promise<unknown[]> {
   const at = { silent_before: clock.now_s - clock.silence_s, applying_after: clock.now_s - clock.applying_s };
-  const out: unknown[] = [];
-  for (const limit of LIMITS) out.push(kept ? await store.worstNodes(limit, clock) : await store.worstNodesFresh(limit, clock));
-  for (const [i, q] of LISTS.entries()) {
-    const query = { ...q, page: pages[i]!, compliance_at: at };
-    out.push(kept ? await store.listNodes(query) : await store.listNodesFresh(query));
-  }
-  return out;
+  return settled<unknown[]>([
+    ...LIMITS.map((limit) => (kept ? store.worstNodes(limit, clock) : store.worstNodesFresh(limit, clock))),
+    ...LISTS.map((q, i) => {
+      const query = { ...q, page: pages[i]!, compliance_at: at };
+      return kept ? store.listNodes(query) : store.listNodesFresh(query);
+    }),
+  ]);
 }
 
 function scenario(t: Test, backend: Backend): void {
@@ -49,7 +49,7 @@ function scenario(t: Test, backend: Backend): void {
     const seen = { zero: 0, worst: 0, forcedUnexpected: 0 };
     const compare = async (clock: ComplianceClock, step: number, what: string) => {
       const pages = LISTS.map(() => 1 + r.int(4));
-      const [k, f] = [await reads(store, clock, pages, true), await reads(store, clock, pages, false)];
+      const [k, f] = await settled([reads(store, clock, pages, true), reads(store, clock, pages, false)]);
       compared++;
       const all = f[LIMITS.length - 1] as Array<{ counts: Record<string, number> }>;
       seen.worst += all.length;
@@ -102,12 +102,17 @@ function migration(t: Test, backend: Backend): void {
   });
 }
 
+// The stores side by side, and each one's tests: separate databases, and the PostgreSQL ones wait
+// on the server most of their time.
+t.jobs = 2;
 t.test('sqlite', async (t) => {
+  t.jobs = 2;
   scenario(t, sqliteBackend);
   migration(t, sqliteBackend);
 });
 if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {
+    t.jobs = 2;
     scenario(t, postgresBackend('capstan_worst'));
     migration(t, postgresBackend('capstan_worst'));
   });

@@ -16,6 +16,7 @@ import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js'
 import { KEPT_LOCK_ARGS } from '@capstan/server/store/migrations/0025_kept_groups';
 import { UNDO_24, UNDO_25, UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
+import { settled } from '../helpers/kept-walk.js';
 
 const SEED = Number(process.env.KEPT_SEED ?? 20261202);
 const STEPS = 160;
@@ -31,24 +32,21 @@ const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
 
+// Each side's reads run together (on PostgreSQL, over the pool's connections): nothing is written meanwhile.
 async function kept(store: Store, clock: ComplianceClock) {
-  return {
-    rules: await store.complianceByRule('rule', clock),
-    directives: await store.complianceByRule('directive', clock),
-    summary: await store.complianceSummary([], clock),
-    groups: await store.complianceByGroup(clock),
-    counts: await store.counts(),
-  };
+  const [rules, directives, summary, groups, counts] = await settled([
+    store.complianceByRule('rule', clock), store.complianceByRule('directive', clock), store.complianceSummary([], clock),
+    store.complianceByGroup(clock), store.counts(),
+  ]);
+  return { rules, directives, summary, groups, counts };
 }
 
 async function fresh(store: Store, clock: ComplianceClock) {
-  return {
-    rules: await store.complianceByRuleFresh('rule', clock),
-    directives: await store.complianceByRuleFresh('directive', clock),
-    summary: await store.complianceSummaryFresh(clock),
-    groups: await store.complianceByGroupFresh(clock),
-    counts: await store.countsFresh(),
-  };
+  const [rules, directives, summary, groups, counts] = await settled([
+    store.complianceByRuleFresh('rule', clock), store.complianceByRuleFresh('directive', clock), store.complianceSummaryFresh(clock),
+    store.complianceByGroupFresh(clock), store.countsFresh(),
+  ]);
+  return { rules, directives, summary, groups, counts };
 }
 
 function scenario(t: Test, backend: Backend): void {
@@ -70,7 +68,7 @@ function scenario(t: Test, backend: Backend): void {
     let mismatches = 0;
     const seen = { applying: 0, no_answer: 0, relays: 0, moved: 0, members: 0, groups: 0 };
     const compare = async (clock: ComplianceClock, step: number, what: string) => {
-      const [k, f] = [await kept(store, clock), await fresh(store, clock)];
+      const [k, f] = await settled([kept(store, clock), fresh(store, clock)]);
       compared++;
       seen.applying += f.summary.counts.applying;
       seen.no_answer += f.summary.counts.no_answer;
@@ -136,8 +134,10 @@ function scenario(t: Test, backend: Backend): void {
       }
       // Time goes by, mostly a little, now and then past the silence window.
       now += r.next() < 0.1 ? 1200 + r.int(2400) : r.int(240);
-      await compare(clockAt(now), step, what);
-      if (step % 4 === 0) await compare(clockAt(now + r.int(4000) - 2000), step, `${what}, read at another moment`);
+      // Both moments read together: compare draws nothing from `r`, so the walk is the same.
+      const reads = [compare(clockAt(now), step, what)];
+      if (step % 4 === 0) reads.push(compare(clockAt(now + r.int(4000) - 2000), step, `${what}, read at another moment`));
+      await settled(reads);
     }
     await store.sweepCompliance(clockAt(now));
     await compare(clockAt(now), STEPS, 'last sweep');
@@ -283,13 +283,18 @@ function membershipLocks(t: Test, backend: Backend): void {
   });
 }
 
+// The stores side by side, and each one's tests: separate databases, and the PostgreSQL ones wait
+// on the server most of their time.
+t.jobs = 2;
 t.test('sqlite', async (t) => {
+  t.jobs = 3;
   scenario(t, sqliteBackend);
   migration(t, sqliteBackend);
   groupsMigration(t, sqliteBackend);
 });
 if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {
+    t.jobs = 4;
     scenario(t, postgresBackend('capstan_kept'));
     migration(t, postgresBackend('capstan_kept'));
     groupsMigration(t, postgresBackend('capstan_kept'));
