@@ -7,7 +7,12 @@ import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { decompress, parseRunInfo, runLogFileName } from '@capstan/shared';
+import { all } from '../helpers/concurrently.js';
 import { adminClient, BIN, runProgram, startProgram, waitFor, programDir, serverAndRelay, startServer } from '../helpers/programs.js';
+
+// The first test is a chain of program starts, each waiting on the one before; the others, on
+// servers and directories of their own, run beside it.
+t.jobs = 2;
 
 t.test('a run log travels agent → relay → server → registry', async (t) => {
   const dir = programDir(t);
@@ -131,19 +136,19 @@ t.test('bad uploads get coded errors and leave the spool clean', async (t) => {
 
 t.test('configuration errors exit 2 and --test checks a file', async (t) => {
   const dir = programDir(t, { 'bad.toml': '[upstream]\ntimeout = "soon"\n', 'good.toml': '[upstream]\nurl = "http://127.0.0.1:3031"\n' });
-  const bad = await runProgram(BIN.relayd, ['--config', join(dir, 'bad.toml'), '--test']);
-  t.equal(bad.code, 2);
-  t.match(bad.stderr, /upstream.timeout must be a duration/);
-  const good = await runProgram(BIN.relayd, ['--config', join(dir, 'good.toml'), '--test']);
-  t.equal(good.code, 0);
-  const server = await runProgram(BIN.server, ['serve', '--listen', 'nowhere', '--data-dir', dir]);
-  t.equal(server.code, 2);
-  const agent = await runProgram(BIN.agent, ['run', '--relay', 'ftp://x', '--state-dir', join(dir, 'agent')]);
-  t.equal(agent.code, 2);
-  for (const bin of [BIN.relayd, BIN.server, BIN.agent]) {
-    const v = await runProgram(bin, ['--version']);
-    t.match(v.stdout, /^\d+\.\d+\.\d+/, `${bin} --version`);
-  }
+  // Four program starts, none depending on another: at once. (Each program's --version is
+  // checked in usage-exit-codes.test.ts.)
+  const [bad, good, server, agent] = await all([
+    () => runProgram(BIN.relayd, ['--config', join(dir, 'bad.toml'), '--test']),
+    () => runProgram(BIN.relayd, ['--config', join(dir, 'good.toml'), '--test']),
+    () => runProgram(BIN.server, ['serve', '--listen', 'nowhere', '--data-dir', dir]),
+    () => runProgram(BIN.agent, ['run', '--relay', 'ftp://x', '--state-dir', join(dir, 'agent')]),
+  ]);
+  t.equal(bad!.code, 2);
+  t.match(bad!.stderr, /upstream.timeout must be a duration/);
+  t.equal(good!.code, 0);
+  t.equal(server!.code, 2);
+  t.equal(agent!.code, 2);
 });
 
 t.test('an agent with the shared enrollment secret is accepted without an admin', async (t) => {
@@ -155,8 +160,10 @@ t.test('an agent with the shared enrollment secret is accepted without an admin'
   });
   const { server, api } = await startServer(t, join(dir, 'server'), { config: join(dir, 'server.toml') });
   const run = (cfg: string, state: string) => runProgram(BIN.agent, ['run', '--config', join(dir, cfg), '--relay', server.url, '--state-dir', join(dir, state), '--log-level', 'error']);
-  t.equal((await run('agent.toml', 'a')).code, 0);
-  t.equal((await run('wrong.toml', 'b')).code, 5, 'a wrong secret: waiting for acceptance');
+  // Two agents, each with a state directory of its own: at once.
+  const [right, wrong] = await all([() => run('agent.toml', 'a'), () => run('wrong.toml', 'b')]);
+  t.equal(right!.code, 0);
+  t.equal(wrong!.code, 5, 'a wrong secret: waiting for acceptance');
   const a = (await readFile(join(dir, 'a', 'node-id'), 'utf8')).trim();
   const b = (await readFile(join(dir, 'b', 'node-id'), 'utf8')).trim();
   const nodeA = await waitFor(async () => {
