@@ -39,38 +39,46 @@ async function run(t: Test): Promise<void> {
   const outer = t;
   const work = programDir(t);
   const keys = join(work, 'keys');
-  await makeSshKeys(keys, ['host_a', 'host_b', 'client', 'stranger']);
-  const authorized = await authorizeKey(keys, join(keys, 'client.pub'));
-
-  // The agent package, as `npm run package` builds it, in the server's package folder.
+  // The agent package, as `npm run package` builds it, in the server's package folder (read at
+  // each job's verify step, not at the server's start).
   const packages = join(work, 'packages');
-  await buildAgentPackage(packages);
-
-  // A throwaway dpkg root on the "node".
+  // A throwaway dpkg root on the "node"; the enrol_timeout test installs into one of its own, as
+  // it runs beside the test that installs a second agent into the first.
   const root = join(work, 'node-root');
-  await makeDpkgRoot(root);
+  const enrolRoot = join(work, 'node-root-enrol');
 
-  const port = await freePort();
-  let sshd = await startSshd(t, work, port, join(keys, 'host_a'), authorized);
-
-  /** A server whose [bootstrap] installs into `root` with `sudo` (root logs in: none needed). */
-  async function server(name: string, sudo: string, enrolTimeout = '90s') {
+  /** A server whose [bootstrap] installs into `installRoot` with `sudo` (root logs in: none needed). */
+  async function server(name: string, sudo: string, enrolTimeout = '90s', installRoot = root) {
     const dir = join(work, name);
     await mkdir(dir);
     const cfg = join(dir, 'server.toml');
     await writeFile(cfg, [
       '[jobs]', 'sweep_interval = "200ms"',
-      '[bootstrap]', `package_dir = ${JSON.stringify(packages)}`, `install_root = ${JSON.stringify(root)}`,
+      '[bootstrap]', `package_dir = ${JSON.stringify(packages)}`, `install_root = ${JSON.stringify(installRoot)}`,
       `sudo = ${JSON.stringify(sudo)}`, 'start_command = ""', 'enrol_poll = "100ms"', `enrol_timeout = "${enrolTimeout}"`, 'connect_timeout = "10s"', '',
     ].join('\n'));
-    const s = await startProgram(BIN.server, ['serve', '-c', cfg, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'warn']);
+    // Servers start beside other work here: a longer bound for the ready line than one start alone needs.
+    const s = await startProgram(BIN.server, ['serve', '-c', cfg, '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'warn'], 60_000);
     outer.teardown(() => s.stop());
     const token = (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim();
     const api = adminClient(s.url, token);
     return { url: s.url, api, dir };
   }
 
-  const { url, api } = await server('server', '');
+  // What the tests need is made at once rather than one after the other: the key pairs, the
+  // package, the dpkg roots and the server.
+  const [, , , , main] = await Promise.all([
+    makeSshKeys(keys, ['host_a', 'host_b', 'client', 'stranger']),
+    buildAgentPackage(packages),
+    makeDpkgRoot(root),
+    makeDpkgRoot(enrolRoot),
+    server('server', ''),
+  ]);
+  const authorized = await authorizeKey(keys, join(keys, 'client.pub'));
+  const port = await freePort();
+  const sshd = await startSshd(t, work, port, join(keys, 'host_a'), authorized);
+
+  const { url, api } = main;
   const key = async (k: string) => readFile(join(keys, k), 'utf8');
   const hosts = [
     { hostname: 'web1.lab', address: '127.0.0.1', tags: { env: 'lab', role: 'web' } },
@@ -167,16 +175,27 @@ async function run(t: Test): Promise<void> {
     t.match((await api('GET', `/api/1/jobs/${again}`)).json.data.tasks[0], { state: 'failed', reason: 'has_agent' });
   });
 
-  await t.test('a changed host key stops the node until an admin clears the pin', async (t) => {
-    await sshd.stop();
-    sshd = await startSshd(outer, work, port, join(keys, 'host_b'), authorized);
+  // From here sshd presents another host key. The last three tests run at once: the no_sudo and
+  // enrol_timeout ones have a server (and so pins) of their own each, and the two that install
+  // have a dpkg root each.
+  // The servers of the last two start meanwhile.
+  const sudoless = server('server-sudo', join(work, 'no-such-dir', 'sudo') + ' -n');
+  const enrolling = server('server-enrol', '', '1s', enrolRoot);
+  for (const p of [sudoless, enrolling]) p.catch(() => undefined); // awaited in their tests
+  await sshd.stop();
+  await startSshd(outer, work, port, join(keys, 'host_b'), authorized);
+  t.jobs = 3;
+  const changedKey = t.test('a changed host key stops the node until an admin clears the pin', async (t) => {
     const job = await bootstrapJob({ nodes: [web2.id] });
     t.match(await finalTask(job, web2.id), { state: 'failed', reason: 'host_key_changed', message: /^ERR_BOOTSTRAP_HOST_KEY_CHANGED/ });
     t.match((await api('GET', `/api/1/nodes/${web2.id}/host-key`)).json.data, { job_id: /./ }, 'the old pin stays');
     const dataDir = join(work, 'server', 'data');
-    const shown = await runProgram(BIN.server, ['jobs', 'show', job, '--data-dir', dataDir, '--json']);
+    // The CLI reads the ended task and clears the pin at once (two programs started together).
+    const [shown, cli] = await Promise.all([
+      runProgram(BIN.server, ['jobs', 'show', job, '--data-dir', dataDir, '--json']),
+      runProgram(BIN.server, ['nodes', 'clear-host-key', web2.id, '--data-dir', dataDir]),
+    ]);
     t.match(JSON.parse(shown.stdout).data.tasks, [{ node_id: web2.id, state: 'failed', step: 'connect', reason: 'host_key_changed' }], 'the CLI shows the progress');
-    const cli = await runProgram(BIN.server, ['nodes', 'clear-host-key', web2.id, '--data-dir', dataDir]);
     t.equal(cli.code, 0, `capstan-server nodes clear-host-key (${cli.stderr})`);
     t.match(await api('GET', `/api/1/nodes/${web2.id}/host-key`), { status: 404 });
 
@@ -197,8 +216,8 @@ async function run(t: Test): Promise<void> {
     t.match((await nodes()).find((n) => n.source_id === web2.source_id), { id: id2, has_agent: true, accepted: 'accepted' });
   });
 
-  await t.test('a host without sudo stops with no_sudo', async (t) => {
-    const b = await server('server-sudo', join(work, 'no-such-dir', 'sudo') + ' -n');
+  const noSudo = t.test('a host without sudo stops with no_sudo', async (t) => {
+    const b = await sudoless;
     t.equal((await b.api('POST', '/api/1/managers', { id: 'lab', type: 'static', config: { hosts: [{ hostname: 'db1.lab', address: '127.0.0.1' }] } })).status, 201);
     t.equal((await b.api('POST', '/api/1/managers/lab/poll')).status, 200);
     t.equal((await b.api('POST', '/api/1/credentials', { id: 'k', user: userInfo().username, port, private_key: await key('client'), selectors: ['*'] })).status, 201);
@@ -213,9 +232,9 @@ async function run(t: Test): Promise<void> {
     t.match(x, { state: 'failed', reason: 'no_sudo', step: 'verify', message: /^ERR_BOOTSTRAP_NO_SUDO/ });
   });
 
-  await t.test('an installed agent that never reports stops with enrol_timeout', async (t) => {
+  const enrolTimeout = t.test('an installed agent that never reports stops with enrol_timeout', async (t) => {
     // Nobody starts the agent this time (start_command = ""): the enrol step gives up.
-    const c = await server('server-enrol', '', '1s');
+    const c = await enrolling;
     t.equal((await c.api('POST', '/api/1/managers', { id: 'lab', type: 'static', config: { hosts: [{ hostname: 'app1.lab', address: '127.0.0.1' }] } })).status, 201);
     t.equal((await c.api('POST', '/api/1/managers/lab/poll')).status, 200);
     t.equal((await c.api('POST', '/api/1/credentials', { id: 'k', user: userInfo().username, port, private_key: await key('client'), selectors: ['*'] })).status, 201);
@@ -230,4 +249,5 @@ async function run(t: Test): Promise<void> {
     t.match(x, { state: 'failed', reason: 'enrol_timeout', step: 'enrol', message: /^ERR_BOOTSTRAP_ENROL_TIMEOUT/ });
     t.match((await c.api('GET', '/api/1/nodes')).json.data, [{ has_agent: false }], 'the row is untouched');
   });
+  await Promise.all([changedKey, noSudo, enrolTimeout]);
 }

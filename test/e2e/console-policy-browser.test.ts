@@ -13,7 +13,7 @@ import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import type { Page } from 'playwright-core';
-import { chromiumAbsent, openBrowser, shot } from '../helpers/browser.js';
+import { chromiumAbsent, openBrowsers, shot } from '../helpers/browser.js';
 import { BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
@@ -46,8 +46,16 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await mkdir(join(root, 'etc', 'app'), { recursive: true });
   const target = join(root, 'etc', 'app', 'app.conf');
   const stateDir = join(root, 'var', 'lib', 'capstan', 'agent');
+  // One Chromium, a context (a sign-in of its own) for each user, launched while the programs start.
+  const browsing = openBrowsers(t, ['console-policy-admin', 'console-policy-reviewer', 'console-policy-viewer']);
+  browsing.catch(() => undefined); // awaited below
   const { server, relay, token, api } = await serverAndRelay(t, dir);
   const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', stateDir, '--log-level', 'error']);
+  const [admin, second, viewer] = await browsing;
+  const { page, problems } = admin;
+  // The admin signs in while the agent registers.
+  const signedIn = signIn(page, server.url, token);
+  signedIn.catch(() => undefined); // awaited below
   t.equal((await agent()).code, 5, 'the agent waits for acceptance');
   const id = (await readFile(join(stateDir, 'node-id'), 'utf8')).trim();
   const node = await waitFor(async () => (await api('GET', `/api/1/nodes/${id}`)).json?.data, 'the node registered');
@@ -57,8 +65,7 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   // A check that fails on every node, under a rule of its own: the dashboard's worst rule.
   t.equal((await api('POST', '/api/1/directives', { id: 'false-check', name: 'Always fails', method: 'command_check', params: { command: '/bin/false' } })).status, 201);
 
-  const { page, problems } = await openBrowser(t, 'console-policy-admin');
-  await signIn(page, server.url, token);
+  await signedIn;
 
   // A group, with the keyboard alone: each Tab reaches the next labelled field, in order.
   await page.goto(`${server.url}/#/groups/new/edit`);
@@ -127,7 +134,6 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   t.equal((await api('GET', '/api/1/rules/web-base')).status, 404, 'nothing deployed yet');
 
   // The second admin approves and deploys it in their own sign-in.
-  const second = await openBrowser(t, 'console-policy-reviewer');
   await signIn(second.page, server.url, tokens.bob!, crUrl.slice(crUrl.indexOf('#')));
   await second.page.locator('#impact').getByRole('button', { name: node.hostname }).click();
   await second.page.locator('#impact .diff .da').filter({ hasText: '"id": "app-conf"' }).waitFor();
@@ -138,6 +144,30 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await second.page.getByRole('button', { name: 'Deploy' }).click();
   await second.page.locator('h1 .badge').getByText('deployed').waitFor();
   t.match((await api('GET', '/api/1/rules/web-base')).json.data, { directives: ['app-conf'], groups: ['web'] });
+
+  // A viewer: no edit control anywhere, and the API refuses its write. Checked in the viewer's
+  // own context while the admins go on (nothing below changes what a viewer may do).
+  const viewerChecks = (async () => {
+    await signIn(viewer.page, server.url, tokens.vera!, '#/directives');
+    await viewer.page.getByRole('link', { name: 'App config' }).waitFor();
+    for (const route of ['#/directives', '#/directives/app-conf', '#/rules', '#/rules/web-base', '#/groups', '#/groups/web', `#/nodes/${id}`]) {
+      await viewer.page.goto(`${server.url}/${route}`);
+      await viewer.page.locator('main h1').first().waitFor();
+      await viewer.page.waitForLoadState('networkidle');
+      t.equal(await viewer.page.getByRole('link', { name: /^(Edit|New (rule|directive|group))$/ }).count(), 0, `${route}: no edit control`);
+      t.equal(await viewer.page.getByRole('button', { name: /^(Run now|Save|Approve|Deploy)$/ }).count(), 0, `${route}: no write button`);
+    }
+    const refused = await viewer.page.evaluate(async () => {
+      const me = (await (await fetch('/console/sign-in')).json()) as { data: { csrf_token: string } };
+      const r = await fetch('/api/1/directives/app-conf', {
+        method: 'PUT', headers: { 'content-type': 'application/json', 'x-csrf-token': me.data.csrf_token },
+        body: JSON.stringify({ id: 'app-conf', method: 'file_content', params: { path: '/etc/x', content: '' } }),
+      });
+      return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
+    });
+    t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
+  })();
+  viewerChecks.catch(() => undefined); // awaited below
 
   // The agent's next run applies it: the node page shows the change with its diff.
   const ran = await agent();
@@ -182,26 +212,6 @@ t.test('admins build, review and deploy policy in the console; the agent applies
   await second.page.getByRole('alert').getByText(/ERR_CHANGE_STALE/).waitFor();
   t.equal((await api('GET', '/api/1/directives/app-conf')).json.data.params.content, 'listen 81\n', 'the newer version stays');
 
-  // A viewer: no edit control anywhere, and the API refuses its write.
-  const viewer = await openBrowser(t, 'console-policy-viewer');
-  await signIn(viewer.page, server.url, tokens.vera!, '#/directives');
-  await viewer.page.getByRole('link', { name: 'App config' }).waitFor();
-  for (const route of ['#/directives', '#/directives/app-conf', '#/rules', '#/rules/web-base', '#/groups', '#/groups/web', `#/nodes/${id}`]) {
-    await viewer.page.goto(`${server.url}/${route}`);
-    await viewer.page.locator('main h1').first().waitFor();
-    await viewer.page.waitForLoadState('networkidle');
-    t.equal(await viewer.page.getByRole('link', { name: /^(Edit|New (rule|directive|group))$/ }).count(), 0, `${route}: no edit control`);
-    t.equal(await viewer.page.getByRole('button', { name: /^(Run now|Save|Approve|Deploy)$/ }).count(), 0, `${route}: no write button`);
-  }
-  const refused = await viewer.page.evaluate(async () => {
-    const me = (await (await fetch('/console/sign-in')).json()) as { data: { csrf_token: string } };
-    const r = await fetch('/api/1/directives/app-conf', {
-      method: 'PUT', headers: { 'content-type': 'application/json', 'x-csrf-token': me.data.csrf_token },
-      body: JSON.stringify({ id: 'app-conf', method: 'file_content', params: { path: '/etc/x', content: '' } }),
-    });
-    return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
-  });
-  t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
   // The new pages at a phone's width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   for (const route of ['#/rules/checks', '#/directives/app-conf', '#/groups/new/edit', '#/directives/app-conf/edit', crUrl.slice(crUrl.indexOf('#')), '#/changes', '#/audit', '#/nodes?sort=compliance']) {
@@ -211,5 +221,6 @@ t.test('admins build, review and deploy policy in the console; the agent applies
     const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
     t.ok(overflow <= 1, `${route} fits a phone's width (${overflow} px too wide)`);
   }
+  await viewerChecks;
   t.same([...problems, ...second.problems, ...viewer.problems], [], 'no Content-Security-Policy violation, no page error');
 });

@@ -13,7 +13,7 @@ import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import type { Page } from 'playwright-core';
-import { chromiumAbsent, openBrowser, shot } from '../helpers/browser.js';
+import { chromiumAbsent, openBrowsers, shot } from '../helpers/browser.js';
 import { adminClient, BIN, programDir, runProgram, serverAndRelay, waitFor } from '../helpers/programs.js';
 
 const skip = chromiumAbsent();
@@ -49,8 +49,16 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await mkdir(join(root, 'run'), { recursive: true });
   const conf = join(root, 'etc', 'app', 'app.conf');
   const marker = join(root, 'run', 'app.reloaded');
+  // One Chromium, a context (a sign-in of its own) for each user, launched while the programs start.
+  const browsing = openBrowsers(t, ['console-properties', 'console-properties-viewer']);
+  browsing.catch(() => undefined); // awaited below
   const { server, relay, token, api } = await serverAndRelay(t, dir);
   const agent = () => runProgram(BIN.agent, ['run', '--relay', relay.url, '--state-dir', join(dir, 'agent'), '--log-level', 'error']);
+  const [admin, viewer] = await browsing;
+  const { page, problems } = admin;
+  // The admin signs in while the agent registers.
+  const signedIn = signIn(page, server.url, token);
+  signedIn.catch(() => undefined); // awaited below
   t.equal((await agent()).code, 5, 'the agent waits for acceptance');
   const id = (await readFile(join(dir, 'agent', 'node-id'), 'utf8')).trim();
   await waitFor(async () => (await api('GET', `/api/1/nodes/${id}`)).json?.data, 'the node registered');
@@ -59,8 +67,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   const bob = adminClient(server.url, (await api('POST', '/api/1/admins', { name: 'bob', role: 'admin' })).json.data.token as string);
   t.equal((await api('POST', '/api/1/groups', { id: 'web', name: 'Web servers', nodes: [id] })).status, 201);
 
-  const { page, problems } = await openBrowser(t, 'console-properties');
-  await signIn(page, server.url, token);
+  await signedIn;
 
   // A global property with the keyboard alone: name, secret box, value, Save, in that order.
   await page.goto(`${server.url}/#/properties/new/edit`);
@@ -215,6 +222,26 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.getByRole('heading', { name: 'Directive app' }).waitFor();
   t.match((await api('GET', '/api/1/directives/app')).json.data, { method: 'technique', technique: { id: 'app_conf', version: '1.0' }, params: { path: conf } });
   t.equal((await api('POST', '/api/1/rules', { id: 'apps', name: 'Apps', directives: ['app'], groups: ['web'] })).status, 201);
+
+  // A viewer: no edit control on the new pages, and the API refuses its write. Checked in the
+  // viewer's own context while the agent runs (a run changes nothing a viewer may do).
+  const viewerChecks = (async () => {
+    await signIn(viewer.page, server.url, vera, '#/properties');
+    for (const route of ['#/properties', '#/techniques', '#/techniques/app_conf', '#/groups/web', `#/nodes/${id}`, '#/techniques/app_conf/edit', '#/properties/site/edit']) {
+      await viewer.page.goto(`${server.url}/${route}`);
+      await viewer.page.locator('main h1').first().waitFor();
+      await viewer.page.waitForLoadState('networkidle');
+      t.equal(await viewer.page.getByRole('link', { name: /^(Edit|New (property|technique|directive from it))$/ }).count(), 0, `${route}: no edit link`);
+      t.equal(await viewer.page.getByRole('button', { name: /^(Save|Edit this node's properties|Set new value|Add a (call|property|parameter))/ }).count(), 0, `${route}: no edit button`);
+    }
+    const refused = await viewer.page.evaluate(async () => {
+      const me = (await (await fetch('/console/sign-in')).json()) as { data: { csrf_token: string } };
+      const r = await fetch('/api/1/properties/site', { method: 'PUT', headers: { 'content-type': 'application/json', 'x-csrf-token': me.data.csrf_token }, body: JSON.stringify({ value: 1 }) });
+      return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
+    });
+    t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
+  })();
+  viewerChecks.catch(() => undefined); // awaited below
   const first = await agent();
   t.equal(first.code, 0, first.stderr);
   t.equal(await readFile(conf, 'utf8'), `password=${SECRET}\nrole=frontend\n`, 'the secret kept through the group\'s second save and a change request, and the node\'s own value');
@@ -224,22 +251,6 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.equal(second.code, 0, second.stderr);
   await t.rejects(readFile(marker), { code: 'ENOENT' }, 'the first call was already right: the second did not run');
 
-  // A viewer: no edit control on the new pages, and the API refuses its write.
-  const viewer = await openBrowser(t, 'console-properties-viewer');
-  await signIn(viewer.page, server.url, vera, '#/properties');
-  for (const route of ['#/properties', '#/techniques', '#/techniques/app_conf', '#/groups/web', `#/nodes/${id}`, '#/techniques/app_conf/edit', '#/properties/site/edit']) {
-    await viewer.page.goto(`${server.url}/${route}`);
-    await viewer.page.locator('main h1').first().waitFor();
-    await viewer.page.waitForLoadState('networkidle');
-    t.equal(await viewer.page.getByRole('link', { name: /^(Edit|New (property|technique|directive from it))$/ }).count(), 0, `${route}: no edit link`);
-    t.equal(await viewer.page.getByRole('button', { name: /^(Save|Edit this node's properties|Set new value|Add a (call|property|parameter))/ }).count(), 0, `${route}: no edit button`);
-  }
-  const refused = await viewer.page.evaluate(async () => {
-    const me = (await (await fetch('/console/sign-in')).json()) as { data: { csrf_token: string } };
-    const r = await fetch('/api/1/properties/site', { method: 'PUT', headers: { 'content-type': 'application/json', 'x-csrf-token': me.data.csrf_token }, body: JSON.stringify({ value: 1 }) });
-    return { status: r.status, code: ((await r.json()) as { error?: { code?: string } }).error?.code };
-  });
-  t.same(refused, { status: 403, code: 'ERR_FORBIDDEN' }, 'the API refuses the viewer\'s write');
   // The new pages at a phone's width: nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   for (const route of ['#/properties', '#/properties/site/edit', '#/groups/web', '#/groups/web/edit', '#/techniques/app_conf/edit', '#/directives/app/edit', `#/nodes/${id}`]) {
@@ -249,5 +260,6 @@ t.test('techniques and properties are edited in the console; secrets are never s
     const overflow = await page.evaluate<number>('document.documentElement.scrollWidth - window.innerWidth');
     t.ok(overflow <= 1, `${route} fits a phone's width (${overflow} px too wide)`);
   }
+  await viewerChecks;
   t.same([...problems, ...viewer.problems], [], 'no Content-Security-Policy violation, no page error');
 });

@@ -15,6 +15,9 @@ import {
   BlackHoleProxy, poll, compareStored, makeFleet, putAll, registerFleet, relayDrained, relayStatus, storedRuns, storedTotal, type Fleet,
 } from '../helpers/faults.js';
 
+/** The bound on a program's ready line: programs here start beside others (the tests run two at a time). */
+const READY_MS = 90_000;
+
 /** One fleet for every test here (each has a server of its own): 4 nodes, 50 run logs each. */
 const fleet = makeFleet('1', 4, 50);
 
@@ -34,7 +37,7 @@ async function checkStored(t: Test, api: ReturnType<typeof adminClient>, fleet: 
 
 async function serverOn(dir: string, port: number, database: string | undefined): Promise<Running> {
   return startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`, '--data-dir', join(dir, 'data'),
-    '--log-level', 'error', ...(database ? ['--database', database] : [])], 90_000);
+    '--log-level', 'error', ...(database ? ['--database', database] : [])], READY_MS);
 }
 
 async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
@@ -47,18 +50,26 @@ async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
 
   // The relay takes the run logs while its upstream refuses connections (down), then sends its
   // backlog in batches; the server is killed among them.
-  const first = await serverOn(dir, port, database);
-  t.teardown(() => first.signal('SIGKILL'));
-  const api = adminClient(first.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
-  await registerFleet(api, fleet);
   const gate = new BlackHoleProxy(port);
   await gate.start();
   t.teardown(() => gate.stop());
   gate.refuse();
-  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
-    '--upstream', `http://127.0.0.1:${gate.port}`, '--log-level', 'error']);
-  t.teardown(() => relay.stop());
-  const sent = await putAll(relay.url, fleet.files);
+  // The server starts and learns the fleet while the relay starts and spools the backlog.
+  const [{ first, api }, { relay, sent }] = await Promise.all([
+    (async () => {
+      const first = await serverOn(dir, port, database);
+      t.teardown(() => first.signal('SIGKILL'));
+      const api = adminClient(first.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
+      await registerFleet(api, fleet);
+      return { first, api };
+    })(),
+    (async () => {
+      const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
+        '--upstream', `http://127.0.0.1:${gate.port}`, '--log-level', 'error'], READY_MS);
+      t.teardown(() => relay.stop());
+      return { relay, sent: await putAll(relay.url, fleet.files) };
+    })(),
+  ]);
   t.equal(sent.acked.length, fleet.files.length, `the relay acknowledged all ${fleet.files.length} run logs with the server unreachable`);
   t.comment(`backlog spooled at ${Date.now() - t0} ms`);
 
@@ -84,6 +95,10 @@ async function killMidBacklog(t: Test, store: 'sqlite' | 'postgres') {
   t.equal(await second.stop(), 0, 'and stops cleanly');
 }
 
+// The tests share nothing but the fleet (a server, relay and directory of their own each; a schema
+// of their own on PostgreSQL) and wait much on programs and timers: two at a time.
+t.jobs = 2;
+
 t.test('SIGKILL of the server mid-backlog, SQLite: every acknowledged run log stored once', (t) => killMidBacklog(t, 'sqlite'));
 
 const why = await pgUnavailable();
@@ -98,27 +113,33 @@ t.test('two roots on one database: one killed mid-backlog, the relay fails over,
   await writeFile(join(dir, 'relayd.toml'), RELAY_TOML);
   const [portA, portB] = [await freePort(), await freePort()];
   const root = (name: string, port: number) => startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`,
-    '--data-dir', join(dir, name), '--log-level', 'error', '--database', database], 90_000);
+    '--data-dir', join(dir, name), '--log-level', 'error', '--database', database], READY_MS);
 
-  // The relay knows both roots; neither is up yet: it takes the run logs and holds them.
-  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
-    '--upstream', `http://127.0.0.1:${portA}`, '--upstream', `http://127.0.0.1:${portB}`, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
+  // The relay knows both roots; it starts beside the first, the second is not up yet.
+  const [relay, a] = await Promise.all([
+    startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
+      '--upstream', `http://127.0.0.1:${portA}`, '--upstream', `http://127.0.0.1:${portB}`, '--log-level', 'warn'], READY_MS).then((p) => (t.teardown(() => p.stop()), p)),
+    root('a', portA).then((p) => (t.teardown(() => p.signal('SIGKILL')), p)),
+  ]);
   t.same((await relayStatus(relay.url)).upstream.urls, [`http://127.0.0.1:${portA}`, `http://127.0.0.1:${portB}`], 'the relay lists both upstreams');
-  const a = await root('a', portA);
-  t.teardown(() => a.signal('SIGKILL'));
   const api = adminClient(a.url, (await readFile(join(dir, 'a', 'admin.token'), 'utf8')).trim());
   await registerFleet(api, fleet);
   // Half the runs go up to the first root; the second comes up; the first is killed while it
   // stores them; then the other half arrives at the relay, which has only the second to send to.
   const halves = [fleet.files.filter((_, i) => i % 2 === 0), fleet.files.filter((_, i) => i % 2 === 1)];
   const acked = [...(await putAll(relay.url, halves[0]!)).acked];
+  // The second root starts once the relay is on the first, while the first stores its runs.
+  await waitFor(async () => {
+    const s = await relayStatus(relay.url);
+    return s.upstream.url === `http://127.0.0.1:${portA}` && s.upstream.state === 'up' ? true : undefined;
+  }, 'the relay to use the first root');
+  const starting = root('b', portB).then((p) => (t.teardown(() => p.stop()), p));
+  starting.catch(() => undefined); // awaited below, after the poll
   const atKill = await poll(async () => {
     const n = await storedTotal(api, fleet);
     return n >= 20 ? n : undefined;
   }, 'the first runs stored by the first root', 30_000);
-  const b = await root('b', portB);
-  t.teardown(() => b.stop());
+  const b = await starting;
   const apiB = adminClient(b.url, (await readFile(join(dir, 'b', 'admin.token'), 'utf8')).trim());
   t.equal(await a.signal('SIGKILL'), null, 'the first root killed');
   t.ok(atKill < fleet.files.length, `killed with ${atKill} of ${fleet.files.length} stored`);
@@ -152,16 +173,22 @@ t.test('a partition that drops packets: the relay times out, retries and deliver
   const dir = programDir(t);
   await writeFile(join(dir, 'server.toml'), '[lifecycle]\nsweep_interval = "1h"\n');
   await writeFile(join(dir, 'relayd.toml'), RELAY_TOML);
-  const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', '127.0.0.1:0', '--data-dir', join(dir, 'data'), '--log-level', 'error']);
-  t.teardown(() => server.stop());
-  const api = adminClient(server.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
-  await registerFleet(api, fleet);
-  const proxy = new BlackHoleProxy(Number(new URL(server.url).port));
+  const port = await freePort();
+  const proxy = new BlackHoleProxy(port);
   await proxy.start();
   t.teardown(() => proxy.stop());
-  const relay = await startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
-    '--upstream', `http://127.0.0.1:${proxy.port}`, '--log-level', 'error']);
-  t.teardown(() => relay.stop());
+  // The server starts and learns the fleet while the relay starts.
+  const [api, relay] = await Promise.all([
+    (async () => {
+      const server = await startProgram(BIN.server, ['serve', '--config', join(dir, 'server.toml'), '--listen', `127.0.0.1:${port}`, '--data-dir', join(dir, 'data'), '--log-level', 'error'], READY_MS);
+      t.teardown(() => server.stop());
+      const api = adminClient(server.url, (await readFile(join(dir, 'data', 'admin.token'), 'utf8')).trim());
+      await registerFleet(api, fleet);
+      return api;
+    })(),
+    startProgram(BIN.relayd, ['--config', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'),
+      '--upstream', `http://127.0.0.1:${proxy.port}`, '--log-level', 'error'], READY_MS).then((p) => (t.teardown(() => p.stop()), p)),
+  ]);
 
   // A first third goes through; the partition falls while the second third is on its way up.
   const thirds = [fleet.files.filter((_, i) => i % 3 === 0), fleet.files.filter((_, i) => i % 3 === 1), fleet.files.filter((_, i) => i % 3 === 2)];

@@ -16,13 +16,19 @@ const claims = (token: string) => {
   return { kid: h.kid as string, ...p } as { kid: string; capstan_node_id: string; iat: number; exp: number; jti: string };
 };
 
+// The three tests share nothing (a server, relay and agent state of their own each) and spend
+// much of their time waiting on programs and token lifetimes: they run at once. Programs that
+// start beside the other tests' get a longer bound for their ready line than one alone needs.
+t.jobs = 3;
+const READY_MS = 60_000;
+
 t.test('agent renews through the relay, survives a key deletion and an expired token within one run', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const { server } = await startServer(t, serverDir);
+  const { server } = await startServer(t, serverDir, { timeoutMs: READY_MS });
   const relayConf = join(dir, 'relayd.toml');
   await writeFile(relayConf, '[identity]\nrequire_token = true\njwks_min_refresh = "0s"\njwks_max_age = "1s"\n');
-  const relay = await startProgram(BIN.relayd, ['-c', relayConf, '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  const relay = await startProgram(BIN.relayd, ['-c', relayConf, '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'], READY_MS);
   t.teardown(() => relay.stop());
   const api = adminClient(server.url, (await readFile(join(serverDir, 'admin.token'), 'utf8')).trim());
   const stateDir = join(dir, 'agent');
@@ -50,10 +56,9 @@ t.test('agent renews through the relay, survives a key deletion and an expired t
   const rotated = await keysCli('rotate');
   t.equal(rotated.code, 0, rotated.stderr);
   const kid2 = JSON.parse(rotated.stdout).data.kid as string;
-  const refused = await keysCli('delete', c1.kid);
+  const [refused, viaApi] = await Promise.all([keysCli('delete', c1.kid), api('DELETE', `/api/1/keys/${c1.kid}`)]);
   t.equal(refused.code, 4, 'delete of an in-use key refused');
   t.match(refused.stderr, /ERR_CONFLICT.*1 node/);
-  const viaApi = await api('DELETE', `/api/1/keys/${c1.kid}`);
   t.match(viaApi, { status: 409, json: { error: { code: 'ERR_CONFLICT', nodes: 1 } } });
   t.equal((await keysCli('delete', c1.kid, '--force')).code, 0);
   // The relay learns of the deletion when its copy of the keys is older than jwks_max_age.
@@ -130,7 +135,6 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
   const dir = programDir(t, { 'clock-behind.mjs': CLOCK_BEHIND });
   const serverDir = join(dir, 'server');
   await writeFile(join(dir, 'server.toml'), '[identity]\ntoken_ttl = "3s"\n');
-  const { server, api } = await startServer(t, serverDir, { config: join(dir, 'server.toml') });
   const stateDir = join(dir, 'agent');
   const clockBehind = [`--import=${join(dir, 'clock-behind.mjs')}`];
   const agentRun = (cmd: string, args: string[] = []) => new Promise<{ code: number | null; stderr: string; stdout: string }>((resolve) => {
@@ -142,13 +146,14 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
     p.once('exit', (code) => resolve({ code, stdout, stderr }));
   });
   // Registered and accepted by an admin with the agent's certificate, before the relay starts.
-  const info = await agentRun('info', ['--relay', 'http://127.0.0.1:9']);
+  // The agent makes its identity (`info` talks to no one) while the server starts.
+  const [{ server, api }, info] = await Promise.all([startServer(t, serverDir, { config: join(dir, 'server.toml'), timeoutMs: READY_MS }), agentRun('info', ['--relay', 'http://127.0.0.1:9'])]);
   t.equal(info.code, 0, info.stderr);
   const { node_id: nodeId, certificate } = JSON.parse(info.stdout) as { node_id: string; certificate: string };
   t.equal((await api('POST', '/api/1/nodes', { id: nodeId, hostname: 'drift.test', certificate })).status, 201);
   // Default require_token (true); no clock-skew allowance, so an expired token is refused at once.
   await writeFile(join(dir, 'relayd.toml'), '[identity]\nclock_skew = "0s"\n');
-  const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
+  const relay = await startProgram(BIN.relayd, ['-c', join(dir, 'relayd.toml'), '--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'], READY_MS);
   t.teardown(() => relay.stop());
   const tokenFile = join(stateDir, 'identity.token');
 
@@ -196,7 +201,10 @@ t.test('a token expired at the relay (401) is renewed by signed request within t
 t.test('an agent talking to the server itself gets its token in the answer to its inventory; through a relay it renews by signed request', async (t) => {
   const dir = programDir(t);
   const serverDir = join(dir, 'server');
-  const { server, api } = await startServer(t, serverDir, { logLevel: 'info' });
+  const { server, api } = await startServer(t, serverDir, { logLevel: 'info', timeoutMs: READY_MS });
+  // The relay used in the second half starts while the first half talks to the server directly.
+  const relayStarting = startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn'], READY_MS);
+  t.teardown(async () => (await relayStarting.catch(() => undefined))?.stop());
   const stateDir = join(dir, 'agent');
   const tokenFile = join(stateDir, 'identity.token');
   const agent = (upstream: string) => runProgram(BIN.agent, ['run', '--relay', upstream, '--state-dir', stateDir, '--log-level', 'warn', '--force-inventory']);
@@ -231,8 +239,7 @@ t.test('an agent talking to the server itself gets its token in the answer to it
 
   // Through a relay: the relay answers the upload itself (and never passes the request header
   // on), so the agent renews by signed request, and the forwarded inventory mints no token.
-  const relay = await startProgram(BIN.relayd, ['--listen', '127.0.0.1:0', '--spool-dir', join(dir, 'relay'), '--upstream', server.url, '--log-level', 'warn']);
-  t.teardown(() => relay.stop());
+  const relay = await relayStarting;
   const before = (await inventoryAt(nodeId))!.received_at;
   await writeFile(tokenFile, '');
   const third = await agent(relay.url);

@@ -80,3 +80,39 @@ export async function shot(page: Page, name: string, prefix: string, only?: stri
   if (only) await page.locator(only).screenshot({ path: join(SHOTS, name) });
   else await page.screenshot({ path: join(SHOTS, name), fullPage: true });
 }
+
+/**
+ * One browser for `t` with a fresh context (cookies, storage, cache of its own: a separate
+ * sign-in) per name, in that order: what `openBrowser` gives each, for one launch of Chromium
+ * instead of one per user (a launch costs about a second of CPU). Closed in `t`'s teardown, each
+ * page screenshotted first if `t` failed.
+ */
+export async function openBrowsers<const N extends readonly string[]>(t: Test, names: N): Promise<{ -readonly [K in keyof N]: Browsing }> {
+  // The teardown is registered at once (before the launch is awaited), so that a caller may start
+  // this beside other work and a test that ends first still closes the browser.
+  const launched = chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+  const opened: Array<Browsing & { name: string }> = [];
+  t.teardown(async () => {
+    const browser = await launched.catch(() => null);
+    for (const { name, page } of opened) {
+      if (t.passing()) break;
+      mkdirSync(FAILURE_DIR, { recursive: true });
+      const file = join(FAILURE_DIR, `${name}-${Date.now()}.png`);
+      await page.screenshot({ path: file, fullPage: true }).then(() => t.comment(`screenshot of the failure: ${file} (${page.url()})`), () => undefined);
+    }
+    await browser?.close();
+  });
+  const browser = await launched;
+  for (const name of names) {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const page = await context.newPage();
+    page.setDefaultTimeout(15_000);
+    const problems: string[] = [];
+    page.on('console', (m) => {
+      if (/Content Security Policy|Refused to (load|apply|execute)/i.test(m.text())) problems.push(`csp: ${m.text()}`);
+    });
+    page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+    opened.push({ name, context, page, problems });
+  }
+  return opened.map(({ context, page, problems }) => ({ context, page, problems })) as { -readonly [K in keyof N]: Browsing };
+}
