@@ -3,12 +3,12 @@
  * PostgreSQL in a schema of its own (`<prefix>_<random>`, dropped in teardown), so parallel test
  * files and reruns never see each other's rows. (Not a .test.ts: a helper.)
  *
- * Migrating a new database from nothing costs ~1-2 s on PostgreSQL (32 migrations of DDL) and
- * ~0.2 s on SQLite. The `template` backends below migrate one database per file and give each
- * test using setup() an exact copy of it (a file copy on SQLite, CREATE DATABASE … TEMPLATE on
- * PostgreSQL: both copy the database block for block, so tables, sequences, triggers, functions,
- * partitions and rows are what the migrations left); fresh() still gives an empty database, which
- * the migration tests migrate for real.
+ * Migrating a new SQLite database from nothing costs ~0.2 s: sqliteTemplateBackend migrates one
+ * file per test file and gives each test using setup() a copy of it (a file copy is the database
+ * block for block: tables, triggers and rows are what the migrations left); fresh() still gives an
+ * empty database, which the migration tests migrate for real. (On PostgreSQL, CREATE DATABASE …
+ * TEMPLATE copies were no faster over the whole suite than a schema migrated per test: dropping a
+ * database forces a checkpoint, which every other test file waits on.)
  */
 import { randomBytes } from 'node:crypto';
 import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -116,8 +116,8 @@ export const sqliteTemplateBackend: Backend = {
   },
 };
 
-export function postgresBackend(prefix = 'capstan_test', opts: { template?: boolean } = {}): Backend {
-  const backend: Backend = {
+export function postgresBackend(prefix = 'capstan_test'): Backend {
+  return {
     async fresh(t) {
       const schema = `${prefix}_${randomBytes(6).toString('hex')}`;
       const keep = opened(t, () => pgAdmin((c) => c.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`)));
@@ -135,56 +135,6 @@ export function postgresBackend(prefix = 'capstan_test', opts: { template?: bool
       };
     },
   };
-  if (!opts.template) return backend;
-  let template: Promise<{ database: string; schema: string } | null> | undefined;
-  let copies: Promise<unknown> = Promise.resolve();
-  backend.migrated = async (t) => {
-    template ??= migratedDatabase(prefix);
-    const from = await template;
-    // Without the right to create databases, each test migrates its own schema as before.
-    if (from === null) return backend.fresh(t);
-    const database = `${prefix}_${randomBytes(6).toString('hex')}`;
-    // One copy at a time: the template must have no session on it while it is copied.
-    const copied = copies.then(() => pgAdmin((c) => c.query(`CREATE DATABASE ${database} TEMPLATE ${from.database}`)));
-    copies = copied.catch(() => undefined);
-    await copied;
-    const url = databaseUrl(database);
-    const { schema } = from;
-    const keep = opened(t, () => pgAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)));
-    return {
-      dialect: 'postgres',
-      schema,
-      url,
-      open: async (opts = {}) => keep(await openRegistry({ databaseUrl: url, schema, poolSize: 4, ...opts })),
-      exec: async (sql) => void await pgAdmin((c) => c.query(sql), schema, url),
-      rows: async (sql) => pgAdmin(async (c) => (await c.query(sql)).rows as Array<Record<string, unknown>>, schema, url),
-    };
-  };
-  return backend;
-}
-
-function databaseUrl(database: string): string {
-  const u = new URL(PG_URL);
-  u.pathname = `/${database}`;
-  return u.toString();
-}
-
-/**
- * A database of its own, migrated by the store (schema `<prefix>_<random>`) and closed, dropped
- * when the file's tests end; null when this role may not create databases.
- */
-async function migratedDatabase(prefix: string): Promise<{ database: string; schema: string } | null> {
-  const database = `${prefix}_template_${randomBytes(6).toString('hex')}`;
-  const schema = `${prefix}_${randomBytes(6).toString('hex')}`;
-  try {
-    await pgAdmin((c) => c.query(`CREATE DATABASE ${database}`));
-  } catch (err) {
-    if ((err as { code?: string }).code === '42501') return null;
-    throw err;
-  }
-  tap.teardown(() => pgAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`)));
-  await (await openRegistry({ databaseUrl: databaseUrl(database), schema, poolSize: 1 })).close();
-  return { database, schema };
 }
 
 /**

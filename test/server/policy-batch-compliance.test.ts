@@ -128,7 +128,7 @@ t.test('putPolicies on SQLite: the same compliance, findings, events and counter
 
 const why = await pgUnavailable();
 const pgOnly = { skip: why ?? false };
-const postgres = postgresBackend('capstan_pbatch', { template: true });
+const postgres = postgresBackend('capstan_pbatch');
 
 t.test('putPolicies on PostgreSQL: the same compliance, findings, events and counters as one setExpectations per node', pgOnly, (t) => parity(t, postgres));
 

@@ -196,5 +196,5 @@ function scenario(t: Test, backend: Backend): void {
 
 t.test('sqlite', async (t) => scenario(t, sqliteTemplateBackend));
 if (await postgresOrSkipFile(t)) {
-  t.test('postgres', async (t) => scenario(t, postgresBackend('capstan_parity', { template: true })));
+  t.test('postgres', async (t) => scenario(t, postgresBackend('capstan_parity')));
 }

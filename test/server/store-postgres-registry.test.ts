@@ -7,4 +7,4 @@ import t from 'tap';
 import { postgresBackend, registryStoreSuites } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 
-if (await postgresOrSkipFile(t)) registryStoreSuites(t, postgresBackend('capstan_test', { template: true }), 2);
+if (await postgresOrSkipFile(t)) registryStoreSuites(t, postgresBackend(), 2);

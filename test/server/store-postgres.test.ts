@@ -15,7 +15,7 @@ const url = PG_URL;
 const admin = pgAdmin;
 
 if (await postgresOrSkipFile(t)) {
-  const backend = postgresBackend('capstan_test', { template: true });
+  const backend = postgresBackend();
   registryStoreSuites(t, backend, 1);
 
   t.test('runs are partitioned by day: partitions are made ahead, expired days are dropped whole', async (t) => {
