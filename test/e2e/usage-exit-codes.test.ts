@@ -8,8 +8,7 @@ import { access, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import t from 'tap';
 import { concurrently } from '../helpers/concurrently.js';
-import { spawn } from 'node:child_process';
-import { BIN, programCommand, runProgram, type Ran } from '../helpers/programs.js';
+import { BIN, runProgram, runProgramToEnd } from '../helpers/programs.js';
 import { PG_URL, pgUnavailable } from '../server/pg.js';
 
 const usage: Array<[string, string, string[][]]> = [
@@ -18,32 +17,10 @@ const usage: Array<[string, string, string[][]]> = [
   ['capstan-server', BIN.server, [['--bogus'], ['nonsense'], ['serve', '--bogus'], ['nodes', 'show'], ['nodes', 'list', '--page', 'x'], []]],
 ];
 
-/**
- * A program run to its end and its output read to the last byte: --help is long, and a busy
- * machine can deliver the exit before the rest of the pipe (runProgram returns at the exit).
- */
-function runToEnd(bin: string, args: string[]): Promise<Ran> {
-  return new Promise((res, rej) => {
-    const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    proc.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
-    proc.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      rej(new Error(`${bin} ${args.join(' ')} timed out: ${stderr}`));
-    }, 60_000);
-    proc.once('close', (code) => {
-      clearTimeout(timer);
-      res({ code, stdout, stderr });
-    });
-  });
-}
-
 t.test('usage errors exit 2 and say which program refused what; --help and --version exit 0', async (t) => {
   // Every case is a program start of its own and none depends on another: a few at a time.
   const runs = usage.flatMap(([name, bin, cases]) => [...cases, ['--help'], ['--version']].map((args) => ({ name, bin, args })));
-  const ran = await concurrently(runs, ({ bin, args }) => runToEnd(bin, args));
+  const ran = await concurrently(runs, ({ bin, args }) => runProgramToEnd(bin, args));
   const result = (name: string, args: string[]) => ran[runs.findIndex((r) => r.name === name && r.args.join(' ') === args.join(' '))]!;
   for (const [name, , cases] of usage) {
     for (const args of cases) {

@@ -134,6 +134,19 @@ export interface Ran {
 
 /** Run a one-shot command (the agent, admin verbs) to completion; `env` replaces the environment. */
 export function runProgram(bin: string, args: string[], timeoutMs = 60_000, env?: NodeJS.ProcessEnv): Promise<Ran> {
+  return runUntil('exit', bin, args, timeoutMs, env);
+}
+
+/**
+ * runProgram, answering once the output is read to its last byte: a long text (--help) may still
+ * be in the pipe when the exit is seen on a busy machine. Only for a program that leaves no child
+ * behind holding its output open (one would hold this answer until it ends).
+ */
+export function runProgramToEnd(bin: string, args: string[], timeoutMs = 60_000, env?: NodeJS.ProcessEnv): Promise<Ran> {
+  return runUntil('close', bin, args, timeoutMs, env);
+}
+
+function runUntil(event: 'exit' | 'close', bin: string, args: string[], timeoutMs: number, env?: NodeJS.ProcessEnv): Promise<Ran> {
   return new Promise((res, rej) => {
     const proc = spawn(...programCommand(bin, args), { stdio: ['ignore', 'pipe', 'pipe'], ...(env && { env }) });
     let stdout = '';
@@ -144,7 +157,7 @@ export function runProgram(bin: string, args: string[], timeoutMs = 60_000, env?
       proc.kill('SIGKILL');
       rej(new Error(`${bin} ${args.join(' ')} timed out: ${stderr}`));
     }, timeoutMs);
-    proc.once('exit', (code) => {
+    proc.once(event, (code: number | null) => {
       clearTimeout(timer);
       res({ code, stdout, stderr });
     });
