@@ -277,12 +277,18 @@ export class PolicyGenerator {
       // The batch's contents first: their templates say what of the nodes is read.
       for (const n of batch) if (of.get(n) && !cache.has(keys.get(n)!)) cache.set(keys.get(n)!, contentOf(model, rules, of.get(n)!));
       const reads = rendering.reads(new Set(batch.map((n) => cache.get(keys.get(n) ?? '')).filter((c): c is Content => c !== undefined)));
-      const inputs = await this.store.policyNodeInputs(batch, reads);
+      // A batch of nodes this generator never rendered (its first generation) has every inventory
+      // read with the nodes: none of them can be found unchanged without it.
+      const together = reads.inventory === true && !batch.some((n) => rendering.remembers(n));
+      const inputs = await this.store.policyNodeInputs(batch, { ...reads, documents: together });
       if (reads.certificate) await this.kept.readSeals(batch);
       else if (reads.node) await this.ownSecrets(batch, inputs);
       // Inventories are read for the nodes rendered with their facts only (an unchanged one needs none).
       const want = batch.filter((n) => of.get(n) && rendering.wantsInventory(n, of.get(n)!, cache.get(keys.get(n)!)!, inputs.get(n), current.get(n)));
-      if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
+      if (together) {
+        const wanted = new Set(want);
+        for (const [n, input] of inputs) if (!wanted.has(n)) delete input.inventory;
+      } else if (want.length) for (const [n, doc] of await this.store.policyInventories(want)) inputs.get(n)!.inventory = doc;
       const begun = new Map<string, PendingNode | 'unchanged' | null | RenderError>();
       const pending: PendingNode[] = [];
       for (const nodeId of batch) {

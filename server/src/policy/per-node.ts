@@ -83,6 +83,8 @@ export interface RenderedText {
   configId?: string;
   expectedKey: string;
   expected?: ExpectedComponent[];
+  /** What the node was rendered from (digestOf), made where it was rendered when its PendingNode had none. */
+  digest?: string;
   /** The secrets the rendered directives use, by name, with their plaintext (sealed by finish). */
   secrets: Array<[string, string]>;
   /** The node's public effective properties (its bundle's `properties`). */
@@ -92,7 +94,9 @@ export interface RenderedText {
 /** A node to be rendered on its own (begin → a RenderedText → finish). */
 export class PendingNode {
   constructor(
-    readonly nodeId: string, readonly content: Content, readonly input: PolicyNodeInput | undefined, readonly base: Base, readonly digest: string,
+    readonly nodeId: string, readonly content: Content, readonly input: PolicyNodeInput | undefined, readonly base: Base,
+    /** What it is made from (digestOf), when known before it is rendered; otherwise renderText makes it. */
+    readonly digest: string | undefined,
     /** Already rendered: a content shared by nodes without data of their own, rendered once. */
     readonly text?: RenderedText,
   ) {}
@@ -199,10 +203,9 @@ export class NodeRendering {
     const base = this.baseFor(content, groups);
     if (base.problem) throw new RenderError(base.problem);
     // Made from the same content, merge, node and inventory as the stored bundle: nothing to do.
-    const digest = this.digestOf(base, input);
-    const memo = this.memo.get(nodeId);
-    if (had !== undefined && memo?.digest === digest && memo.configId === had) return 'unchanged';
-    if (perNode) return new PendingNode(nodeId, content, input, base, digest);
+    if (this.unchanged(nodeId, base, input, had)) return 'unchanged';
+    // Rendered on its own, its digest is made where it is rendered (on a render thread, mostly).
+    if (perNode) return new PendingNode(nodeId, content, input, base, input && this.digests.get(input));
     let cached = this.shared.get(content);
     if (!cached) {
       try {
@@ -214,7 +217,7 @@ export class NodeRendering {
       this.shared.set(content, cached);
     }
     if (cached instanceof RenderError) throw cached;
-    return new PendingNode(nodeId, content, input, base, digest, cached);
+    return new PendingNode(nodeId, content, input, base, this.digestOf(base, input), cached);
   }
 
   /** A content's number in this generation, for render threads. */
@@ -226,7 +229,9 @@ export class NodeRendering {
 
   /** A pending node rendered, in this thread (a render thread calls this on its own NodeRendering). */
   renderText(p: PendingNode): RenderedText {
-    return this.textOfShared(this.renderFor(p.nodeId, p.content, p.input, p.base));
+    const t = this.textOfShared(this.renderFor(p.nodeId, p.content, p.input, p.base));
+    if (p.digest === undefined) t.digest = this.digestOf(p.base, p.input);
+    return t;
   }
 
   /**
@@ -258,7 +263,9 @@ export class NodeRendering {
     const properties = t.properties;
     const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(t.secrets.length > 0 && { secrets }) };
     const configId = t.configId ?? configIdOfCanonical(t.canonical!, extra);
-    this.memo.set(nodeId, { digest: p.digest, configId });
+    const digest = p.digest ?? t.digest;
+    if (digest === undefined) throw new Error(`node ${nodeId} was rendered without the digest of what it was rendered from`);
+    this.memo.set(nodeId, { digest, configId });
     let tail = t.json;
     if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
     if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
@@ -283,6 +290,11 @@ export class NodeRendering {
     return digest;
   }
 
+  /** Has this generator rendered the node before (so it may find it unchanged)? */
+  remembers(nodeId: string): boolean {
+    return this.memo.has(nodeId);
+  }
+
   /**
    * Will this node be rendered with its facts? Then its inventory document is read before
    * render() (the generator reads them for a batch at once); a node found unchanged needs none.
@@ -291,8 +303,16 @@ export class NodeRendering {
     if (!input || !this.needsFor(content).facts) return false;
     const base = this.baseFor(content, groups);
     if (base.problem) return false;
+    return !this.unchanged(nodeId, base, input, had);
+  }
+
+  /**
+   * Made from the same content, merge, node and inventory as its stored bundle? The digest is
+   * made only for a node this generator remembers with that bundle (none, the first time).
+   */
+  private unchanged(nodeId: string, base: Base, input: PolicyNodeInput | undefined, had: string | undefined): boolean {
     const memo = this.memo.get(nodeId);
-    return !(had !== undefined && memo?.digest === this.digestOf(base, input) && memo.configId === had);
+    return had !== undefined && memo !== undefined && memo.configId === had && memo.digest === this.digestOf(base, input);
   }
 
   private renderFor(nodeId: string, content: Content, input: PolicyNodeInput | undefined, base: Base): Shared {

@@ -132,9 +132,9 @@ export class RenderPool {
       const id = rendering.contentId(p.content);
       if (!t.contents.has(id)) {
         t.contents.add(id);
-        req.contents.push({ id, directives: p.content.directives, merged: p.base.merged });
+        req.contents.push({ id, directives: p.content.directives, merged: p.base.merged, digest: p.base.digest });
       }
-      req.jobs.push([p.nodeId, id, p.input]);
+      req.jobs.push([p.nodeId, id, p.input, p.digest !== undefined]);
     }
     return new Promise((resolve, reject) => {
       t.pending.set(req.id, { resolve, reject });

@@ -20,9 +20,9 @@ export interface RenderRequest {
   model?: PolicyModel;
   templates?: TemplateSet;
   /** Contents not sent to this thread before in this generation. */
-  contents: Array<{ id: number; directives: BundleDirective[]; merged: Base['merged'] }>;
-  /** Node id, content number, node data. */
-  jobs: Array<[string, number, PolicyNodeInput | undefined]>;
+  contents: Array<{ id: number; directives: BundleDirective[]; merged: Base['merged']; digest: string }>;
+  /** Node id, content number, node data, and whether the event loop has the node's digest already. */
+  jobs: Array<[string, number, PolicyNodeInput | undefined, boolean]>;
 }
 
 export type RenderResult = RenderedText | { problem: NodeProblem };
@@ -48,13 +48,14 @@ function handle(req: RenderRequest): RenderResult[] {
     // Only the directives of a content are rendered; the rest stays with the event loop.
     const content = { directives: c.directives } as Content;
     r.reads([content]); // works out what each directive reads, once
-    contents.set(c.id, { content, base: { merged: c.merged, digest: '' } });
+    contents.set(c.id, { content, base: { merged: c.merged, digest: c.digest } });
   }
-  return req.jobs.map(([nodeId, id, input]) => {
+  return req.jobs.map(([nodeId, id, input, digested]) => {
     const c = contents.get(id);
     if (!c) throw new Error(`content ${id} was not sent`);
     try {
-      const t = r.renderText(new PendingNode(nodeId, c.content, input, c.base, ''));
+      // Its digest is made here, from the content's, unless the event loop made it (to find the node unchanged).
+      const t = r.renderText(new PendingNode(nodeId, c.content, input, c.base, digested ? '' : undefined));
       if (sent.has(t.expectedKey)) delete t.expected;
       else sent.add(t.expectedKey);
       return t;

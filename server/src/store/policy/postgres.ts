@@ -96,9 +96,12 @@ export class PostgresPolicy implements PolicyStore {
       if (n) putCell(n, r.key as string, r.value as string);
     }
     if (read.inventory) {
-      for (const r of (await q('SELECT node_id, received_at FROM inventories WHERE node_id = ANY($1::text[])')).rows) {
+      const document = read.documents ? ', document::text AS document' : '';
+      for (const r of (await q(`SELECT node_id, received_at${document} FROM inventories WHERE node_id = ANY($1::text[])`)).rows) {
         const n = out.get(r.node_id as string);
-        if (n) n.inventory_at = postgresRows.time(r.received_at);
+        if (!n) continue;
+        n.inventory_at = postgresRows.time(r.received_at);
+        if (read.documents) n.inventory = r.document as string;
       }
     }
     return out;

@@ -99,9 +99,12 @@ export class SqlitePolicy implements PolicyStore {
           if (n) putCell(n, r.key!, r.value!);
         }
         if (!read.inventory) continue;
-        for (const r of this.db.stmt('SELECT node_id, received_at FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))').all(ids) as Array<Record<string, string>>) {
+        const document = read.documents ? ', document' : '';
+        for (const r of this.db.stmt(`SELECT node_id, received_at${document} FROM inventories WHERE node_id IN (SELECT value FROM json_each(?))`).all(ids) as Array<Record<string, string>>) {
           const n = out.get(r.node_id!);
-          if (n) n.inventory_at = r.received_at!;
+          if (!n) continue;
+          n.inventory_at = r.received_at!;
+          if (read.documents) n.inventory = r.document!;
         }
       }
     });

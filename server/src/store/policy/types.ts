@@ -57,6 +57,8 @@ export interface PolicyNodeRead {
   node?: boolean;
   certificate?: boolean;
   inventory?: boolean;
+  /** With `inventory`: each node's inventory document too (`inventory`), in the same read. */
+  documents?: boolean;
 }
 
 /** A secret sealed for a node (policy_seals): the sealed value as JSON text, and a digest of what it seals. */
