@@ -457,6 +457,11 @@ export function storeSuite(t: Test, backend: Backend): void {
     const docs = await store.policyInventories(['n1', 'n2', 'ghost']);
     t.same([...docs.keys()], ['n1']);
     t.same(JSON.parse(docs.get('n1')!), inventory('n1', { hostname: 'web-1' }).inventory, 'the inventory as JSON text');
+    const together = await store.policyNodeInputs(['n1', 'n2'], { node: true, inventory: true, documents: true });
+    t.equal(together.get('n1')!.inventory_at, '2024-05-01T10:00:00.000Z');
+    t.same(JSON.parse(together.get('n1')!.inventory!), JSON.parse(docs.get('n1')!), 'with documents: the same inventory, in the same read');
+    t.equal(together.get('n2')!.inventory, undefined, 'none received: no document');
+    t.equal(withInv.get('n1')!.inventory, undefined, 'without documents: none read');
     t.equal(await store.putPolicyObject('property', 'dc', { id: 'dc', value: { dns: '10.0.0.1' } }, '2024-05-01T08:00:00Z'), true);
     t.same((await store.listPolicyObjects('property')).map((o) => o.body), [{ id: 'dc', value: { dns: '10.0.0.1' } }]);
   });
