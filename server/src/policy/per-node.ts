@@ -39,8 +39,6 @@ export type RenderMemo = Map<string, { digest: string; configId: string }>;
 
 /** A node's bundle content once rendered. */
 export interface NodeContent {
-  properties: Record<string, Json>;
-  secrets: Record<string, SealedSecret>;
   configId: string;
   expected: ExpectedComponent[];
   /** The JSON after `"directives":` in the stored bundle: directives, then properties and secrets. */
@@ -76,6 +74,7 @@ interface Shared {
  * render thread (render-pool.ts), which sends `expected` only the first time it sends a key.
  */
 export interface RenderedText {
+  /** What follows `"directives":` in its bundle but the sealed secrets: the directives, then its public properties when it has any. */
   json: string;
   /** The directives' canonical JSON, the config id's input: given when the node seals secrets (the config id counts their sealed values). */
   canonical?: string;
@@ -87,8 +86,11 @@ export interface RenderedText {
   digest?: string;
   /** The secrets the rendered directives use, by name, with their plaintext (sealed by finish). */
   secrets: Array<[string, string]>;
-  /** The node's public effective properties (its bundle's `properties`). */
-  properties: Record<string, Json>;
+  /**
+   * The node's public effective properties (in `json` already), given when it uses secrets:
+   * its config id, made where they are sealed, counts both.
+   */
+  properties?: Record<string, Json>;
 }
 
 /** A node to be rendered on its own (begin → a RenderedText → finish). */
@@ -260,24 +262,27 @@ export class NodeRendering {
       }
     }
     this.seals?.keepOnly(nodeId, new Set(t.secrets.map(([name]) => name)));
-    const properties = t.properties;
-    const extra = { ...(Object.keys(properties).length > 0 && { properties }), ...(t.secrets.length > 0 && { secrets }) };
-    const configId = t.configId ?? configIdOfCanonical(t.canonical!, extra);
+    let configId = t.configId;
+    let tail = t.json;
+    if (t.secrets.length > 0) {
+      const properties = t.properties ?? {};
+      configId = configIdOfCanonical(t.canonical!, { ...(Object.keys(properties).length > 0 && { properties }), secrets });
+      tail += `,"secrets":${JSON.stringify(secrets)}`;
+    }
+    if (configId === undefined) throw new Error(`node ${nodeId} was rendered without its config id`);
     const digest = p.digest ?? t.digest;
     if (digest === undefined) throw new Error(`node ${nodeId} was rendered without the digest of what it was rendered from`);
     this.memo.set(nodeId, { digest, configId });
-    let tail = t.json;
-    if (extra.properties) tail += `,"properties":${JSON.stringify(extra.properties)}`;
-    if (extra.secrets) tail += `,"secrets":${JSON.stringify(extra.secrets)}`;
-    return { properties, secrets, configId, expected, tail };
+    return { configId, expected, tail };
   }
 
   private textOfShared(s: Shared): RenderedText {
     const secrets = [...secretValues(s.merged, s.secrets)];
     const properties = publicProperties(s.merged);
-    const base = { json: s.json, expectedKey: s.expectedKey, expected: s.expected, secrets, properties };
-    if (secrets.length > 0) return { ...base, canonical: s.canonical };
-    return { ...base, configId: configIdOfCanonical(s.canonical, Object.keys(properties).length > 0 ? { properties } : {}) };
+    const some = Object.keys(properties).length > 0;
+    const base = { json: some ? `${s.json},"properties":${JSON.stringify(properties)}` : s.json, expectedKey: s.expectedKey, expected: s.expected, secrets };
+    if (secrets.length > 0) return { ...base, canonical: s.canonical, properties };
+    return { ...base, configId: configIdOfCanonical(s.canonical, some ? { properties } : {}) };
   }
 
   /** What a node's rendering is made from (RenderMemo): its inventory by when it was received. */
