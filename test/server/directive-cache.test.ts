@@ -5,7 +5,7 @@
  * never judged against the expectations held before.
  */
 import t from 'tap';
-import { DirectiveCache, EXPECTATIONS_BYTES_PER_CHAR } from '@capstan/server/store/compliance/directive-cache';
+import { DirectiveCache, EXPECTATIONS_BYTES_PER_CHAR, ROW_OVERHEAD_BYTES } from '@capstan/server/store/compliance/directive-cache';
 import { inventory, run, setup } from './store-suite.js';
 import { postgresBackend } from './backends.js';
 import { pgUnavailable } from './pg.js';
@@ -41,6 +41,47 @@ t.test('what the cache holds stays within its budget, least recently used node o
   const none = new DirectiveCache(0);
   none.setExpectations('n0', 'c', 'v1', one, jsonLength(one));
   t.same(none.size, { bytes: 0, nodes: 0 }, 'a budget of 0 keeps nothing');
+});
+
+t.test('random uses keep the nodes a plain least-recently-used list keeps', async (t) => {
+  // The reference: the nodes in order of use, each with its bytes as the cache counts rows
+  // (two bytes a character of node id, keys and counts, and ROW_OVERHEAD_BYTES a row).
+  let seed = 42;
+  const rand = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) % n);
+  const rowsOf = (k: number) => new Map(Array.from({ length: k }, (_, i) => [`r\nd${i}`, '1,0,0,0,0,0,0,0']));
+  const bytesOf = (id: string, rows: Map<string, string>) => id.length * 2 + [...rows].reduce((b, [k, v]) => b + (k.length + v.length) * 2 + ROW_OVERHEAD_BYTES, 0);
+  const budget = 4000;
+  const cache = new DirectiveCache(budget);
+  let order: Array<{ id: string; bytes: number; version: string }> = [];
+  for (let step = 0; step < 5000; step++) {
+    const id = `n${rand(40)}`;
+    const op = rand(10);
+    if (op < 5) {
+      const rows = rowsOf(1 + rand(12));
+      const version = `v${step}`;
+      cache.setRows(id, version, rows);
+      order = order.filter((e) => e.id !== id);
+      const bytes = bytesOf(id, rows);
+      if (bytes <= budget) order.push({ id, bytes, version });
+      while (order.reduce((b, e) => b + e.bytes, 0) > budget) order.shift();
+    } else if (op < 9) {
+      const held = order.find((e) => e.id === id);
+      const got = cache.rows(id, held?.version ?? 'none');
+      if (held) {
+        if (!got) t.fail(`step ${step}: ${id} held by the reference, not by the cache`);
+        order = [...order.filter((e) => e !== held), held];
+      } else if (got) t.fail(`step ${step}: ${id} held by the cache only`);
+    } else {
+      cache.forgetNode(id);
+      order = order.filter((e) => e.id !== id);
+    }
+    if (cache.size.nodes !== order.length || cache.size.bytes !== order.reduce((b, e) => b + e.bytes, 0)) {
+      t.fail(`step ${step}: the cache holds ${JSON.stringify(cache.size)}, the reference ${order.length} nodes`);
+      break;
+    }
+  }
+  t.ok(order.length > 3, 'the budget was reached and kept several nodes');
+  for (const e of order) t.ok(cache.rows(e.id, e.version), `${e.id} held at the end`);
 });
 
 t.test('an entry is served at its row version only, and a node is forgotten whole', async (t) => {
