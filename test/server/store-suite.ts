@@ -481,6 +481,12 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.same(base?.expected, [{ rule_id: 'r', directive_id: 'd', component: 'File content' }]);
     t.same((await store.listNodeIds([{ key: 'hostname', values: ['h2'] }])).sort(), ['n2']);
     t.same((await store.listNodeIds([])).sort(), ['n1', 'n2']);
+    // Text as it is, whatever it holds: quotes, backslashes, line ends, accents, emoji.
+    const text = JSON.stringify({ node_id: 'n1', content: 'a "quoted" \\path\\ é ✓ 🚀\nnext\tline', empty: '' });
+    const odd = { ...w('n1', 'c3'), bundle: { node_id: 'n1', config_id: 'c3', generated_at: '2024-05-01T08:00:00Z', bundle: text } };
+    t.equal(await store.putPolicies([odd, w('n2', 'c4')]), 2);
+    t.equal((await store.getPolicyBundle('n1'))?.bundle, text, 'the bundle text stored exactly');
+    t.equal((await store.getPolicyBundle('n2'))?.bundle, '{"node_id":"n2"}', 'each node its own');
   });
 
   t.test('the id filter lists exactly the named nodes', async (t) => {

@@ -199,12 +199,17 @@ export class PostgresPolicy implements PolicyStore {
         })), sink);
         const bundles = chunk.filter((it) => !it.expectationsOnly);
         if (bundles.length === 0) continue;
+        // The bundles' texts as one JSON array: node-pg escapes each element of a text[] in
+        // JavaScript (15 ms for 500 bundles of 1.8 kB), JSON.stringify in native code (1.6 ms).
         await this.db.query(what, c, {
           name: 'bundle_put_batch',
           text: `INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle)
-              SELECT * FROM ${unnestOf(['text', 'text', 'timestamptz', 'text'])}
+              SELECT u.node_id, u.config_id, u.generated_at, b.bundle
+              FROM ${unnestOf(['text', 'text', 'timestamptz'])} WITH ORDINALITY AS u(node_id, config_id, generated_at, i)
+              JOIN json_array_elements_text($4::json) WITH ORDINALITY AS b(bundle, i) ON b.i = u.i
             ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`,
-          values: [pick(bundles, (it) => it.bundle.node_id), pick(bundles, (it) => it.bundle.config_id), pick(bundles, (it) => it.when), pick(bundles, (it) => it.bundle.bundle)],
+          values: [pick(bundles, (it) => it.bundle.node_id), pick(bundles, (it) => it.bundle.config_id), pick(bundles, (it) => it.when),
+            JSON.stringify(pick(bundles, (it) => it.bundle.bundle))],
         });
       }
       // Last: the events' lock is held from here to the commit only.
