@@ -99,6 +99,15 @@ export class DirectiveCache {
     if (r && r.version === from) r.version = to;
   }
 
+  /** Drop a node's expectations (a policy is being written for it); its directive rows stay. */
+  forgetExpectations(nodeId: string): void {
+    const n = this.map.get(nodeId);
+    if (!n) return;
+    for (const e of n.expectations.values()) this.bytes -= e.bytes;
+    n.expectations.clear();
+    if (!n.rows) this.drop(nodeId, n);
+  }
+
   /** Drop every entry of a node (its expectations or directive rows are being written elsewhere). */
   forgetNode(nodeId: string): void {
     const n = this.map.get(nodeId);

@@ -45,7 +45,7 @@ export interface BatchDeps {
 type Row = Record<string, unknown>;
 
 /** A row's version (directive-cache.ts), as SQL over the table aliased `t`. */
-const version = (t: string) => `${t}.xmin::text || '/' || ${t}.ctid::text`;
+export const version = (t: string) => `${t}.xmin::text || '/' || ${t}.ctid::text`;
 
 /**
  * The steady-state update for every complete run, and the rows as they were before it. Outcomes

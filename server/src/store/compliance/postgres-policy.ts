@@ -13,8 +13,8 @@ import { iso } from '../postgres/db.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
 import type { EventInsert } from '../events/types.js';
 import { unpackOutcomes } from '../runs/outcomes.js';
-import { epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput } from './rows.js';
-import { writeComplianceMany, type BatchDeps } from './postgres-batch.js';
+import { epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput } from './rows.js';
+import { version, writeComplianceMany, type BatchDeps } from './postgres-batch.js';
 import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
 import { ExpectationListCache } from './lists.js';
@@ -91,10 +91,38 @@ const CURRENT_SQL = `SELECT node_id, run_id, run_started_at, run_started_utc, co
   FROM node_compliance WHERE node_id = ANY($1::text[])`;
 
 /**
+ * Only the time marks of nodes whose compliance stays what it was (marksOnly below), with each
+ * row's version before and after (the directive cache's entry of its rows moves with it).
+ */
+const MARKS_SQL = `WITH u AS (UPDATE node_compliance x SET computed_at = v.computed_at, applying_since_s = v.applying_since_s,
+      answered_s = v.answered_s, keep_last_s = v.keep_last_s
+    FROM ${unnestOf(['text', 'timestamptz', 'bigint', 'bigint', 'integer'])} AS v(node_id, computed_at, applying_since_s, answered_s, keep_last_s)
+    WHERE x.node_id = v.node_id RETURNING x.node_id, ${version('x')} AS version)
+  SELECT u.node_id, ${version('o')} AS version, u.version AS new_version FROM u JOIN node_compliance o ON o.node_id = u.node_id`;
+
+/**
+ * A node whose compliance row a new policy changes only in its time marks, as on SQLite: its
+ * directive rows were counted from its last run against the list `prior` names, and the new list
+ * is that list, or one whose other components the run reported on none of (rows.ts
+ * sameRowsUnder), so the same rows and totals come out; it fails nowhere, so no finding opens or
+ * closes; and its outcomes are packed (or there are none), as the full write would leave them.
+ */
+function marksOnly(cur: Record<string, unknown> | undefined, prior: string | undefined, it: PolicyExpectation, counted: ReadonlyMap<string, ExpectedComponent[]>): boolean {
+  if (cur === undefined || prior === undefined || Number(cur.error) + Number(cur.non_compliant) !== 0) return false;
+  if (cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0)) return false;
+  if (prior === it.expected.digest) return true;
+  const before = counted.get(prior);
+  if (before === undefined) return false;
+  const outcomes = cur.run_id !== null ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [];
+  return sameRowsUnder(outcomes, listDelta(before, it.expected.items));
+}
+
+/**
  * A chunk of policies' expectations stored and their nodes' compliance recomputed where the
  * per-node path would: a node is left alone only when it has a compliance row and the same
- * policy is written again with the same expectations. The events go to `sink`, in the chunk's
- * order. Returns how many nodes were recomputed.
+ * policy is written again with the same expectations, and only its time marks move when its
+ * rows stay the same (marksOnly). The events go to `sink`, in the chunk's order. Returns how
+ * many nodes were recomputed.
  */
 export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
   if (items.length === 0) return 0;
@@ -102,7 +130,8 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   // Each distinct list once (a generation's nodes share a handful of them).
   const lists = new Map<string, { index: number; json: string }>();
   for (const it of items) if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, { index: lists.size + 1, json: it.expected.json });
-  for (const it of items) d.cache.forgetNode(it.nodeId);
+  // Their directive rows' entries stay: versioned by the compliance row, they are replaced or moved below.
+  for (const it of items) d.cache.forgetExpectations(it.nodeId);
   await touchLists(d, c, [...lists.keys()]);
   const { rows } = await d.db.query<{ node_id: string; same: boolean; present: boolean; prior: string | null }>(what, c, {
     name: 'expectations_put_batch',
@@ -123,13 +152,30 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   for (const r of (await d.db.query<Record<string, unknown>>(what, c, { name: 'compliance_current_batch', text: CURRENT_SQL, values: [pick(todo, (it) => it.nodeId)] })).rows) {
     current.set(r.node_id as string, r);
   }
-  const counted = await listsOf(d, c, todo.flatMap((it) => (prior.has(it.nodeId) ? [prior.get(it.nodeId)!] : [])));
-  await writeComplianceMany(d, c, todo.map((it) => {
+  const marksOf = (it: PolicyExpectation) => {
     const cur = current.get(it.nodeId);
     const hasRun = cur !== undefined && cur.run_id !== null;
-    const marks = nextMarks(marksFromRow(cur), {
+    return nextMarks(marksFromRow(cur), {
       kind: 'policy', at_s: epochS(it.when), config_id: it.configId, previous_config_id: it.previous, run_config_id: hasRun ? (cur.config_id as string | null) : null,
     });
+  };
+  const counted = await listsOf(d, c, todo.flatMap((it) => (prior.has(it.nodeId) ? [prior.get(it.nodeId)!] : [])));
+  // Most nodes of a generation whose templates moved only values: the same components, the same rows.
+  const moving = todo.filter((it) => marksOnly(current.get(it.nodeId), prior.get(it.nodeId), it, counted));
+  if (moving.length > 0) {
+    const marks = moving.map(marksOf);
+    const { rows: moved } = await d.db.query<{ node_id: string; version: string; new_version: string }>(what, c, {
+      name: 'compliance_marks_batch', text: MARKS_SQL,
+      values: [pick(moving, (it) => it.nodeId), pick(moving, (it) => it.when), pick(marks, (m) => m.applying_since_s), pick(marks, (m) => m.answered_s), pick(marks, (m) => m.keep_last_s)],
+    });
+    for (const r of moved) d.cache.moveRows(r.node_id, r.version, r.new_version);
+  }
+  const still = new Set(moving.map((it) => it.nodeId));
+  const whole = todo.filter((it) => !still.has(it.nodeId));
+  await writeComplianceMany(d, c, whole.map((it) => {
+    const cur = current.get(it.nodeId);
+    const hasRun = cur !== undefined && cur.run_id !== null;
+    const marks = marksOf(it);
     const input: ComplianceInput = hasRun
       ? {
         nodeId: it.nodeId,
