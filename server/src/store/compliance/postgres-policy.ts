@@ -2,8 +2,9 @@
  * What a generation's batch of policies does to its nodes' expectations and compliance on
  * PostgreSQL, set-based: for a chunk of nodes, one statement stores the expectations, drops those
  * of configs no longer kept, moves the nodes' policy config ids and tells which nodes already
- * had these very expectations; one reads the compliance rows of the nodes to recompute; then the
- * batch write of postgres-batch.ts (compliance rows, findings, per-directive rows). Per node, the
+ * had these very expectations; one reads the compliance rows of the nodes to recompute; one moves
+ * the time marks of those whose rows stay the same; then the batch write of postgres-batch.ts for
+ * the others (compliance rows, findings, per-directive rows). Per node, the
  * same decisions as PostgresCompliance.expectationsTx, which took about ten round trips each.
  *
  * The caller holds every node's row lock and gives each node at most once.
