@@ -124,7 +124,6 @@ export function postgresBackend(prefix = 'capstan_test'): Backend {
       return {
         dialect: 'postgres',
         schema,
-        url: PG_URL,
         open: async (opts = {}) => keep(await openRegistry({ databaseUrl: PG_URL, schema, poolSize: 4, ...opts })),
         async exec(sql) {
           // A test may write before any store created the schema (a database of an older version).

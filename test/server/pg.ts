@@ -41,12 +41,9 @@ export async function postgresOrSkipFile(t: Test): Promise<boolean> {
   return false;
 }
 
-/**
- * A client of its own for `fn`, in `schema` when one is named; `url`: another database of the
- * same server (a test's copy of a migrated database, backends.ts).
- */
-export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string, url = PG_URL): Promise<T> {
-  const c = new pg.Client({ connectionString: url, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
+/** A client of its own for `fn`, in `schema` when one is named. */
+export async function pgAdmin<T>(fn: (c: pg.Client) => Promise<T>, schema?: string): Promise<T> {
+  const c = new pg.Client({ connectionString: PG_URL, ...(schema ? { options: `-c search_path=${schema}` } : {}) });
   await c.connect();
   try {
     return await fn(c);

@@ -135,7 +135,7 @@ t.test('putPolicies on PostgreSQL: the same compliance, findings, events and cou
 /** The versions of a node's compliance row and directive rows (any write makes new ones). */
 async function versions(db: Db, nodeId: string): Promise<string[]> {
   return pgAdmin(async (c) => (await c.query(`SELECT 'c' || xmin::text AS v FROM node_compliance WHERE node_id = $1
-    UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), db.schema, db.url);
+    UNION ALL (SELECT 'd' || xmin::text FROM node_compliance_directives WHERE node_id = $1 ORDER BY rule_id, directive_id)`, [nodeId])).rows.map((r) => r.v as string), db.schema);
 }
 
 /**
@@ -214,7 +214,7 @@ t.test('postgres: two generations at once beside the ingest\'s batches do not de
   const ids = Array.from({ length: 1100 }, (_, i) => `g${String(i).padStart(4, '0')}`);
   const r = prng(7);
   await pgAdmin((c) => c.query(`INSERT INTO nodes (id, hostname, accepted, status, state, created_at, updated_at, state_changed_at)
-    SELECT unnest($1::text[]), 'h', 'accepted', 'reachable', 'running', now(), now(), now()`, [ids]), db.schema, db.url);
+    SELECT unnest($1::text[]), 'h', 'accepted', 'reachable', 'running', now(), now(), now()`, [ids]), db.schema);
   const expected = COMPONENTS.map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
   const writes = (configId: string, order: string[]): PolicyWrite[] => order.map((id) => ({
     bundle: { node_id: id, config_id: configId, generated_at: '2024-05-01T10:00:00Z', bundle: `{"c":"${configId}"}` }, expected,

@@ -22,8 +22,6 @@ export interface Db {
   dialect: 'sqlite' | 'postgres';
   /** Postgres: the schema this test's database lives in. */
   schema?: string;
-  /** Postgres: the URL of the database that schema is in (pgAdmin's third argument). */
-  url?: string;
 }
 
 export interface Backend {
@@ -487,6 +485,9 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.equal(await store.putPolicies([odd, w('n2', 'c4')]), 2);
     t.equal((await store.getPolicyBundle('n1'))?.bundle, text, 'the bundle text stored exactly');
     t.equal((await store.getPolicyBundle('n2'))?.bundle, '{"node_id":"n2"}', 'each node its own');
+    const lone = { ...w('n2', 'c5'), bundle: { node_id: 'n2', config_id: 'c5', generated_at: '2024-05-01T08:00:00Z', bundle: '{"x":"a\ud800b"}' } };
+    await t.rejects(store.putPolicies([w('n1', 'c6'), lone]), { code: 'ERR_BAD_REQUEST' }, 'a lone surrogate: refused by every store');
+    t.equal((await store.getPolicyBundle('n1'))?.config_id, 'c3', 'and nothing of the batch written');
   });
 
   t.test('the id filter lists exactly the named nodes', async (t) => {

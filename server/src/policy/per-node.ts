@@ -229,10 +229,13 @@ export class NodeRendering {
     return id;
   }
 
-  /** A pending node rendered, in this thread (a render thread calls this on its own NodeRendering). */
-  renderText(p: PendingNode): RenderedText {
+  /**
+   * A pending node rendered, in this thread (a render thread calls this on its own NodeRendering),
+   * with its digest when `digest` (the caller has none yet).
+   */
+  renderText(p: PendingNode, digest = p.digest === undefined): RenderedText {
     const t = this.textOfShared(this.renderFor(p.nodeId, p.content, p.input, p.base));
-    if (p.digest === undefined) t.digest = this.digestOf(p.base, p.input);
+    if (digest) t.digest = this.digestOf(p.base, p.input);
     return t;
   }
 

@@ -55,7 +55,7 @@ function handle(req: RenderRequest): RenderResult[] {
     if (!c) throw new Error(`content ${id} was not sent`);
     try {
       // Its digest is made here, from the content's, unless the event loop made it (to find the node unchanged).
-      const t = r.renderText(new PendingNode(nodeId, c.content, input, c.base, digested ? '' : undefined));
+      const t = r.renderText(new PendingNode(nodeId, c.content, input, c.base, undefined), !digested);
       if (sent.has(t.expectedKey)) delete t.expected;
       else sent.add(t.expectedKey);
       return t;

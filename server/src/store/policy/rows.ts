@@ -21,10 +21,16 @@ export function policyBodyJson(body: Record<string, unknown>): string {
   return text;
 }
 
+/** String.prototype.isWellFormed (ES2024, in Node 20): no UTF-16 surrogate without its pair. */
+const wellFormed = (s: string) => (s as string & { isWellFormed(): boolean }).isWellFormed();
+
 export function checkBundleRecord(b: PolicyBundleRecord): void {
   for (const f of ['node_id', 'config_id', 'generated_at', 'bundle'] as const) {
     if (typeof b[f] !== 'string' || b[f].length === 0 || b[f].includes('\u0000')) throw capstanError('ERR_BAD_REQUEST', `bundle ${f} must be a non-empty string without NUL`);
   }
+  // A lone surrogate has no UTF-8 form: SQLite would store U+FFFD in its place and PostgreSQL
+  // refuse the batch, so both refuse it here (a generated bundle escapes it: JSON.stringify).
+  if (!wellFormed(b.bundle)) throw capstanError('ERR_BAD_REQUEST', 'bundle must be well-formed text (a UTF-16 surrogate without its pair)');
 }
 
 export function policyFromRow(r: Record<string, unknown>, codec: RowCodec): PolicyObjectRecord {
