@@ -9,7 +9,8 @@ import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { pgComplianceFunction25 } from '@capstan/server/store/migrations/0027_kept_shares';
-import { sqliteTargetTriggers } from '@capstan/server/store/migrations/0028_kept_targets';
+import { pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
+import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers } from '@capstan/server/store/migrations/0028_kept_targets';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -159,4 +160,22 @@ export const UNDO_31 = {
 export const UNDO_32 = {
   sqlite: 'DELETE FROM schema_version WHERE version = 32;',
   postgres: 'DELETE FROM schema_version WHERE version = 32;',
+};
+
+/**
+ * Migration 33 undone, before UNDO_32 for tests that undo an older one: the row functions and
+ * triggers of the kept counters as migrations 27, 28 and 32 left them.
+ */
+export const UNDO_33 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 33;',
+  postgres: `DROP TRIGGER kept_compliance_insert ON node_compliance; DROP TRIGGER kept_compliance_update ON node_compliance;
+    DROP FUNCTION kept_compliance_added, kept_compliance_changed;
+    DROP TRIGGER kept_targets_nodes_insert ON kept_nodes; DROP TRIGGER kept_targets_nodes_update ON kept_nodes; DROP TRIGGER kept_targets_nodes_delete ON kept_nodes;
+    DROP FUNCTION kept_targets_nodes_added, kept_targets_nodes_changed, kept_targets_nodes_removed;
+    ${pgComplianceFunction27}
+    CREATE TRIGGER kept_compliance_write AFTER INSERT OR UPDATE ON node_compliance FOR EACH ROW EXECUTE FUNCTION kept_compliance_trg();
+    ${pgTargetsNodeFunction}${pgTargetsNodeTriggers}
+    ALTER FUNCTION kept_compliance_trg() SET enable_seqscan = off; ALTER FUNCTION kept_compliance_trg() SET jit = off;
+    ALTER FUNCTION kept_targets_node_trg() SET enable_seqscan = off; ALTER FUNCTION kept_targets_node_trg() SET jit = off;
+    DELETE FROM schema_version WHERE version = 33;`,
 };

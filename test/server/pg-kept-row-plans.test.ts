@@ -1,5 +1,5 @@
 /**
- * The kept counters' per-row trigger functions (migration 32) look a node's rows up by index
+ * The kept counters' trigger functions (migrations 32 and 33) look a node's rows up by index
  * even with a plan their connection made while the table was empty: policy_group_members is
  * analysed empty, a node's compliance row is written often enough for the connection to keep a
  * generic plan of the group hook, the table is then filled without being analysed again, and

@@ -26,9 +26,9 @@ import { KEPT_LOCK_ARGS } from './0025_kept_groups.js';
 const cols = C.join(', ');
 const sum = (r: string, states: readonly string[]) => states.map((c) => `${r}.${c}`).join(' + ');
 /** The share of row `r` (node_compliance) under mode `mode`. */
-const share = (r: string, mode: string) => `CASE WHEN (${sum(r, C)}) = 0 THEN NULL WHEN ${mode} <> 0 THEN 0.0
+export const share = (r: string, mode: string) => `CASE WHEN (${sum(r, C)}) = 0 THEN NULL WHEN ${mode} <> 0 THEN 0.0
     ELSE CAST(${sum(r, ['success', 'repaired', 'audit_compliant', 'not_applicable'])} AS DOUBLE PRECISION) / (${sum(r, C)}) END`;
-const expected = (r: string) => `CASE WHEN (${sum(r, C.filter((c) => c !== 'unexpected'))}) > 0 THEN 1 ELSE 0 END`;
+export const expected = (r: string) => `CASE WHEN (${sum(r, C.filter((c) => c !== 'unexpected'))}) > 0 THEN 1 ELSE 0 END`;
 /** The rows kept_nodes_worst_idx holds, over `kept_nodes k` (a reader's WHERE repeats it to walk the index). */
 export const WORST_ROWS = "k.class = 'agent' AND k.share IS NOT NULL AND (k.mode = 0 OR k.expected = 1)";
 
@@ -77,7 +77,8 @@ export const pgComplianceFunction25 = pgComplianceFunction({
   take: (id, r, cls, mode) => pGroups(id, '-1', r, cls, mode),
 }, KEPT_LOCK_ARGS).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION');
 
-const pgFunction = (() => {
+/** The node_compliance function as this migration leaves it (for tests that undo migration 33). */
+export const pgComplianceFunction27 = (() => {
   let f = pgComplianceFunction25;
   f = once(f, 'INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, cls, md);',
     `INSERT INTO kept_nodes (node_id, class, mode, share, expected) VALUES (NEW.node_id, cls, md, ${share('NEW', 'md')}, ${expected('NEW')});`);
@@ -95,7 +96,7 @@ ALTER TABLE kept_nodes ADD COLUMN share double precision, ADD COLUMN expected sm
 UPDATE kept_nodes k SET share = ${share('t', 'k.mode')}, expected = ${expected('t')} FROM node_compliance t WHERE t.node_id = k.node_id;
 CREATE INDEX kept_nodes_share_idx ON kept_nodes (share, node_id) WHERE share IS NOT NULL;
 CREATE INDEX kept_nodes_worst_idx ON kept_nodes (share, node_id) WHERE ${WORST_ROWS.replaceAll('k.', '')};
-${pgFunction}
+${pgComplianceFunction27}
 `;
 
 export const keptShares: Migration = { version: 27, name: 'kept_shares', sqlite, postgres };

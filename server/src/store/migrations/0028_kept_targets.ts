@@ -148,6 +148,25 @@ const pRows = (table: string) => upsert(`(d.node_id, d.rule_id, d.directive_id) 
 /** Nothing to do for a statement that moved no row (an upsert fires the insert and the update triggers both). */
 const none = (table: string) => `IF NOT EXISTS (SELECT 1 FROM ${table}) THEN RETURN NULL; END IF;`;
 
+/**
+ * The function and row triggers keeping a node's drill-down keys as its kept class and mode move
+ * (migration 33 replaces them with statement triggers; tests that undo it make them again).
+ */
+export const pgTargetsNodeFunction = `CREATE FUNCTION kept_targets_node_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    DELETE FROM kept_targets WHERE node_id = OLD.node_id;
+    RETURN NULL;
+  END IF;
+  ${pRefresh('d.node_id = NEW.node_id', 'node_id = NEW.node_id')}
+  RETURN NULL;
+END $f$;
+`;
+export const pgTargetsNodeTriggers = `CREATE TRIGGER kept_targets_node_write AFTER INSERT OR DELETE ON kept_nodes FOR EACH ROW EXECUTE FUNCTION kept_targets_node_trg();
+CREATE TRIGGER kept_targets_node_move AFTER UPDATE OF class, mode ON kept_nodes FOR EACH ROW
+  WHEN (OLD.class IS DISTINCT FROM NEW.class OR OLD.mode IS DISTINCT FROM NEW.mode) EXECUTE FUNCTION kept_targets_node_trg();
+`;
+
 const postgres = `
 CREATE TABLE kept_targets (rule_id text COLLATE "C" NOT NULL, directive_id text COLLATE "C" NOT NULL, node_id text COLLATE "C" NOT NULL,
   share double precision, states integer NOT NULL, PRIMARY KEY (node_id, rule_id, directive_id));
@@ -184,18 +203,6 @@ CREATE TRIGGER kept_targets_rows_update AFTER UPDATE ON node_compliance_directiv
 CREATE TRIGGER kept_targets_rows_delete AFTER DELETE ON node_compliance_directives REFERENCING OLD TABLE AS removed
   FOR EACH STATEMENT EXECUTE FUNCTION kept_targets_rows_removed();
 
-CREATE FUNCTION kept_targets_node_trg() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  IF TG_OP = 'DELETE' THEN
-    DELETE FROM kept_targets WHERE node_id = OLD.node_id;
-    RETURN NULL;
-  END IF;
-  ${pRefresh('d.node_id = NEW.node_id', 'node_id = NEW.node_id')}
-  RETURN NULL;
-END $f$;
-CREATE TRIGGER kept_targets_node_write AFTER INSERT OR DELETE ON kept_nodes FOR EACH ROW EXECUTE FUNCTION kept_targets_node_trg();
-CREATE TRIGGER kept_targets_node_move AFTER UPDATE OF class, mode ON kept_nodes FOR EACH ROW
-  WHEN (OLD.class IS DISTINCT FROM NEW.class OR OLD.mode IS DISTINCT FROM NEW.mode) EXECUTE FUNCTION kept_targets_node_trg();
-`;
+${pgTargetsNodeFunction}${pgTargetsNodeTriggers}`;
 
 export const keptTargets: Migration = { version: 28, name: 'kept_targets', sqlite, postgres };
