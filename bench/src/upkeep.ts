@@ -1,0 +1,109 @@
+/**
+ * The kept counters' upkeep on PostgreSQL: what the database spends keeping fleet, group,
+ * directive and rule counters and the drill-down keys while compliance rows are written.
+ *
+ * A fleet of `nodes` nodes is loaded in bulk through the triggers (registry.ts's loadPostgres,
+ * timed), then every node's compliance row is updated in batches of `batch` (the ingest's batch
+ * size), one transaction each, four ways: nothing the counters keep moves (a steady run moves its
+ * base run only), the counts move, the time mode moves (every node starts applying, so each of its
+ * directive rows and drill-down keys moves), and the counts move back. Each step reports its wall
+ * time and the CPU time of the database backend that ran it (from /proc: the server must run on
+ * this machine, else only wall times), and the run reports the log rows the counters' triggers
+ * left for the sweep to fold.
+ */
+import { readFileSync } from 'node:fs';
+import type pg from 'pg';
+import { loadPostgres } from './registry.js';
+import { withPostgres } from './store.js';
+
+export interface UpkeepOptions {
+  databaseUrl?: string;
+  nodes?: number;
+  batch?: number;
+  log?: (line: string) => void;
+}
+
+interface Step {
+  wall_ms: number;
+  /** CPU time of the backend that ran the statements (null when the database is not on this machine). */
+  db_cpu_ms: number | null;
+}
+
+export interface UpkeepResult {
+  nodes: number;
+  /** The nodes with a compliance row (the loaded fleet has a few without): the rows each step updates. */
+  compliance_rows: number;
+  batch: number;
+  load_ms: number;
+  load_db_cpu_ms: number | null;
+  steps: Record<'steady' | 'counts_move' | 'mode_moves' | 'counts_move_back', Step>;
+  /** Rows the counters' triggers appended for the sweep to fold, over the load and the four steps. */
+  log_rows: { fleet: number; groups: number; directives: number; rules: number };
+}
+
+/** User + system CPU of process `pid` in ms, or null when it is not a process of this machine. */
+function processCpuMs(pid: number): number | null {
+  try {
+    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th (clock ticks, 100 a second).
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return null;
+  }
+}
+
+const minus = (a: number | null, b: number | null): number | null => (a === null || b === null ? null : Math.round(a - b));
+
+/** Without PostgreSQL there is nothing to measure: one figure without a value says why. */
+export async function benchUpkeep(o: UpkeepOptions = {}): Promise<UpkeepResult | { figures: Array<{ name: string; value: null; unit: string; note: string }> }> {
+  if (!o.databaseUrl) return { figures: [{ name: 'postgres', value: null, unit: '', note: 'PostgreSQL unreachable: the upkeep measured is its triggers' }] };
+  return upkeepOn(o.databaseUrl, o);
+}
+
+async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepResult> {
+  const nodes = o.nodes ?? 20_000;
+  const batch = o.batch ?? 64;
+  const log = o.log ?? (() => undefined);
+  return withPostgres(databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 1 }, async (_store, admin: pg.Client) => {
+    const pid = Number((await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
+    let cpu0 = processCpuMs(pid);
+    let t0 = performance.now();
+    await loadPostgres(admin, nodes);
+    const load_ms = Math.round(performance.now() - t0);
+    const load_db_cpu_ms = minus(processCpuMs(pid), cpu0);
+    log(`upkeep bench: ${nodes} nodes loaded in ${load_ms} ms (database ${load_db_cpu_ms ?? '?'} ms CPU)`);
+    await admin.query('ANALYZE');
+    const ids = (await admin.query<{ node_id: string }>('SELECT node_id FROM node_compliance ORDER BY node_id')).rows.map((r) => r.node_id);
+    const step = async (name: string, sql: string, extra: unknown[] = []): Promise<Step> => {
+      cpu0 = processCpuMs(pid);
+      t0 = performance.now();
+      for (let i = 0; i < ids.length; i += batch) {
+        await admin.query('BEGIN');
+        await admin.query(sql, [ids.slice(i, i + batch), ...extra]);
+        await admin.query('COMMIT');
+      }
+      const s = { wall_ms: Math.round(performance.now() - t0), db_cpu_ms: minus(processCpuMs(pid), cpu0) };
+      log(`upkeep bench: ${name}, ${ids.length} rows: ${s.wall_ms} ms (database ${s.db_cpu_ms ?? '?'} ms CPU)`);
+      return s;
+    };
+    // A day ahead: every node answered and applying since then, so none is silent and all apply.
+    const ahead = Math.floor(Date.now() / 1000) + 86_400;
+    const steady = await step('nothing moves', 'UPDATE node_compliance SET runs_seen = runs_seen + 1 WHERE node_id = ANY($1)');
+    const counts_move = await step('counts move', 'UPDATE node_compliance SET success = success + 1 WHERE node_id = ANY($1)');
+    const mode_moves = await step('mode moves', 'UPDATE node_compliance SET applying_since_s = $2, answered_s = $2 WHERE node_id = ANY($1)', [ahead]);
+    const counts_move_back = await step('counts move back', 'UPDATE node_compliance SET success = success - 1 WHERE node_id = ANY($1)');
+    const applying = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM kept_nodes WHERE mode = 1')).rows[0]!.n);
+    if (applying !== ids.length) throw new Error(`upkeep bench: ${applying} of ${ids.length} kept nodes applying after the mode step`);
+    const logs = (await admin.query<Record<string, string>>(`SELECT (SELECT count(*) FROM kept_fleet_log) AS fleet, (SELECT count(*) FROM kept_groups_log) AS groups,
+      (SELECT count(*) FROM kept_directives_log) AS directives, (SELECT count(*) FROM kept_rules_log) AS rules`)).rows[0]!;
+    return {
+      nodes,
+      compliance_rows: ids.length,
+      batch,
+      load_ms,
+      load_db_cpu_ms,
+      steps: { steady, counts_move, mode_moves, counts_move_back },
+      log_rows: { fleet: Number(logs.fleet), groups: Number(logs.groups), directives: Number(logs.directives), rules: Number(logs.rules) },
+    };
+  });
+}

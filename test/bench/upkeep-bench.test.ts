@@ -1,0 +1,30 @@
+/**
+ * The kept counters' upkeep benchmark runs on a small fleet (the full one is
+ * `npm run bench -- --only upkeep`): every step updates every compliance row, the mode step
+ * leaves every kept node applying (checked by the benchmark itself), and the triggers' log rows
+ * are counted. Without PostgreSQL it says so in a figure without a value.
+ * Skipped with the reason when PostgreSQL is unreachable (and failed instead when CI=true).
+ */
+import t from 'tap';
+import { benchUpkeep, type UpkeepResult } from '@capstan/bench/upkeep';
+import { PG_URL, postgresOrSkipFile } from '../server/pg.js';
+
+t.test('without PostgreSQL: one figure saying why, no value', async (t) => {
+  const r = await benchUpkeep({});
+  t.match(r, { figures: [{ name: 'postgres', value: null, note: /PostgreSQL/ }] });
+});
+
+if (await postgresOrSkipFile(t)) {
+  t.test('on a small fleet: every step over every compliance row, the log rows counted', async (t) => {
+    const lines: string[] = [];
+    const r = (await benchUpkeep({ databaseUrl: PG_URL, nodes: 400, batch: 64, log: (l) => lines.push(l) })) as UpkeepResult;
+    t.equal(r.nodes, 400);
+    t.ok(r.compliance_rows > 300 && r.compliance_rows <= 400, `${r.compliance_rows} compliance rows`);
+    for (const [name, s] of Object.entries(r.steps)) {
+      t.ok(s.wall_ms >= 0, `${name}: timed`);
+      t.ok(s.db_cpu_ms === null || s.db_cpu_ms >= 0, `${name}: the database's CPU when it runs here`);
+    }
+    t.ok(r.log_rows.fleet > 0 && r.log_rows.directives > 0 && r.log_rows.rules > 0, 'the counters moved into their logs');
+    t.equal(lines.filter((l) => l.includes(`${r.compliance_rows} rows`)).length, 4, 'each step logged');
+  });
+}
