@@ -133,36 +133,26 @@ END $f$;
  */
 const PLANS = 'SET enable_seqscan = off SET jit = off';
 
+/** The statement function of node_compliance's inserts (`update` false) or updates (true). */
+const complianceFunction = (name: string, update: boolean) => `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
+DECLARE
+  swept_silent bigint;
+  swept_applying bigint;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM new_rows) THEN RETURN NULL; END IF;
+  PERFORM pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS});
+  -- The thresholds as values: joined as a table, kept_sweep's one row is estimated at hundreds,
+  -- and every join below would be planned for that many times the rows written.
+  SELECT s.silent_before, s.applying_after INTO swept_silent, swept_applying FROM kept_sweep s;
+  ${moveCounters(update)}
+  RETURN NULL;
+END $f$;
+`;
+
 const postgres = `
 DROP TRIGGER kept_compliance_write ON node_compliance;
 ${complianceDeleteFunction}
-CREATE FUNCTION kept_compliance_added() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
-DECLARE
-  swept_silent bigint;
-  swept_applying bigint;
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM new_rows) THEN RETURN NULL; END IF;
-  PERFORM pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS});
-  -- The thresholds as values: joined as a table, kept_sweep's one row is estimated at hundreds,
-  -- and every join below would be planned for that many times the rows written.
-  SELECT s.silent_before, s.applying_after INTO swept_silent, swept_applying FROM kept_sweep s;
-  ${moveCounters(false)}
-  RETURN NULL;
-END $f$;
-CREATE FUNCTION kept_compliance_changed() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
-DECLARE
-  swept_silent bigint;
-  swept_applying bigint;
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM new_rows) THEN RETURN NULL; END IF;
-  PERFORM pg_advisory_xact_lock_shared(${KEPT_LOCK_ARGS});
-  -- The thresholds as values: joined as a table, kept_sweep's one row is estimated at hundreds,
-  -- and every join below would be planned for that many times the rows written.
-  SELECT s.silent_before, s.applying_after INTO swept_silent, swept_applying FROM kept_sweep s;
-  ${moveCounters(true)}
-  RETURN NULL;
-END $f$;
-CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance REFERENCING NEW TABLE AS new_rows
+${complianceFunction('kept_compliance_added', false)}${complianceFunction('kept_compliance_changed', true)}CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance REFERENCING NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_added();
 CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_changed();
