@@ -3,13 +3,13 @@
  * directive and rule counters and the drill-down keys while compliance rows are written.
  *
  * A fleet of `nodes` nodes is loaded in bulk through the triggers (registry.ts's loadPostgres,
- * timed), then every node's compliance row is updated in batches of `batch` (the ingest's batch
- * size), one transaction each, four ways: nothing the counters keep moves (a steady run moves its
- * base run only), the counts move, the time mode moves (every node starts applying, so each of its
- * directive rows and drill-down keys moves), and the counts move back. Each step reports its wall
- * time and the CPU time of the database backend that ran it (from /proc: the server must run on
- * this machine, else only wall times), and the run reports the log rows the counters' triggers
- * left for the sweep to fold.
+ * timed) and each node made a member of two of ten policy groups. Then every node's compliance
+ * row is updated in batches of `batch` (the ingest's batch size), one transaction each, four ways:
+ * nothing the counters keep moves (a steady run moves its base run only), the counts move, the
+ * time mode moves (every node starts applying, so each of its directive rows and drill-down keys
+ * moves), and the counts move back. Each step reports its wall time and the CPU time of the
+ * database backend that ran it (from /proc: the server must run on this machine, else only wall
+ * times), and the run reports the log rows the counters' triggers left for the sweep to fold.
  */
 import { readFileSync } from 'node:fs';
 import type pg from 'pg';
@@ -72,6 +72,11 @@ async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepRe
     const load_ms = Math.round(performance.now() - t0);
     const load_db_cpu_ms = minus(processCpuMs(pid), cpu0);
     log(`upkeep bench: ${nodes} nodes loaded in ${load_ms} ms (database ${load_db_cpu_ms ?? '?'} ms CPU)`);
+    // Each node a member of two of ten policy groups, as a generation leaves them: the counters
+    // by group move with every compliance row.
+    await admin.query(`INSERT INTO policy_group_members (group_id, node_id)
+      SELECT 'upkeep-' || g, n.id FROM nodes n CROSS JOIN generate_series(0, 1) AS k
+      CROSS JOIN LATERAL (SELECT (hashtext(n.id) % 5 + 5) % 5 + k * 5 AS g) x`);
     await admin.query('ANALYZE');
     const ids = (await admin.query<{ node_id: string }>('SELECT node_id FROM node_compliance ORDER BY node_id')).rows.map((r) => r.node_id);
     const step = async (name: string, sql: string, extra: unknown[] = []): Promise<Step> => {

@@ -24,7 +24,7 @@ if (await postgresOrSkipFile(t)) {
       t.ok(s.wall_ms >= 0, `${name}: timed`);
       t.ok(s.db_cpu_ms === null || s.db_cpu_ms >= 0, `${name}: the database's CPU when it runs here`);
     }
-    t.ok(r.log_rows.fleet > 0 && r.log_rows.directives > 0 && r.log_rows.rules > 0, 'the counters moved into their logs');
+    t.ok(r.log_rows.fleet > 0 && r.log_rows.groups > 0 && r.log_rows.directives > 0 && r.log_rows.rules > 0, 'the counters moved into their logs');
     t.equal(lines.filter((l) => l.includes(`${r.compliance_rows} rows`)).length, 4, 'each step logged');
   });
 }

@@ -80,6 +80,8 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.equal(await focused(page), 'Save', 'Tab: Save');
   await page.keyboard.press('Enter');
   await page.locator('#f-value-error').getByText('must be JSON').waitFor();
+  // The form moves the focus a turn after it shows the error: waited for, within the bound.
+  await page.waitForFunction('document.activeElement !== null && document.activeElement.id === "f-value"', null, { timeout: 5_000 }).catch(() => undefined);
   t.equal(await focused(page), 'f-value', 'the refused value has the focus');
   await page.keyboard.press('End');
   for (let i = 0; i < 'pool}'.length; i++) await page.keyboard.press('Backspace');

@@ -8,8 +8,7 @@ import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
-import { pgComplianceFunction25 } from '@capstan/server/store/migrations/0027_kept_shares';
-import { pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
+import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
 import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers } from '@capstan/server/store/migrations/0028_kept_targets';
 import { PG_URL } from '../server/pg.js';
 
