@@ -16,12 +16,12 @@
  * database backends serving the store (`*_db_cpu_ms`, from /proc, when the server is local).
  */
 import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import Database from 'better-sqlite3';
 import type pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { defaultRenderThreads } from '@capstan/server/policy/render-pool';
+import { processCpuSeconds } from './proc-cpu.js';
 import { loadPostgres, loadSqlite } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
@@ -147,14 +147,9 @@ function backendCpu(admin: pg.Client, name: string): DbCpuSample {
     const { rows } = await admin.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [name]);
     const out = new Map<number, number>();
     for (const r of rows) {
-      try {
-        const stat = readFileSync(`/proc/${r.pid as number}/stat`, 'utf8');
-        const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-        // utime and stime, in clock ticks of 1/100 s on Linux.
-        out.set(r.pid as number, (Number(f[11]) + Number(f[12])) / 100);
-      } catch {
-        // ended meanwhile, or not on this machine
-      }
+      // null: ended meanwhile, or not on this machine.
+      const seconds = processCpuSeconds(r.pid as number);
+      if (seconds !== null) out.set(r.pid as number, seconds);
     }
     return rows.length > 0 && out.size === 0 ? null : out;
   };

@@ -11,8 +11,8 @@
  * database backend that ran it (from /proc: the server must run on this machine, else only wall
  * times), and the run reports the log rows the counters' triggers left for the sweep to fold.
  */
-import { readFileSync } from 'node:fs';
 import type pg from 'pg';
+import { processCpuSeconds } from './proc-cpu.js';
 import { loadPostgres } from './registry.js';
 import { withPostgres } from './store.js';
 
@@ -43,13 +43,8 @@ export interface UpkeepResult {
 
 /** User + system CPU of process `pid` in ms, or null when it is not a process of this machine. */
 function processCpuMs(pid: number): number | null {
-  try {
-    // Fields after the command's closing parenthesis: utime is the 12th, stime the 13th (clock ticks, 100 a second).
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-  } catch {
-    return null;
-  }
+  const s = processCpuSeconds(pid);
+  return s === null ? null : s * 1000;
 }
 
 const minus = (a: number | null, b: number | null): number | null => (a === null || b === null ? null : Math.round(a - b));
@@ -63,6 +58,9 @@ export async function benchUpkeep(o: UpkeepOptions = {}): Promise<UpkeepResult |
 async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepResult> {
   const nodes = o.nodes ?? 20_000;
   const batch = o.batch ?? 64;
+  for (const [name, v] of [['nodes', nodes], ['batch', batch]] as const) {
+    if (!Number.isSafeInteger(v) || v < 1) throw new Error(`upkeep bench: ${name} must be a positive integer (got ${v})`);
+  }
   const log = o.log ?? (() => undefined);
   return withPostgres(databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 1 }, async (_store, admin: pg.Client) => {
     const pid = Number((await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);

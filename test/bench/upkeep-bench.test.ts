@@ -14,6 +14,12 @@ t.test('without PostgreSQL: one figure saying why, no value', async (t) => {
   t.match(r, { figures: [{ name: 'postgres', value: null, note: /PostgreSQL/ }] });
 });
 
+t.test('a batch or fleet that is not a positive integer is refused before anything is loaded', async (t) => {
+  await t.rejects(benchUpkeep({ databaseUrl: PG_URL, batch: 0 }), /batch must be a positive integer/);
+  await t.rejects(benchUpkeep({ databaseUrl: PG_URL, nodes: -3 }), /nodes must be a positive integer/);
+  await t.rejects(benchUpkeep({ databaseUrl: PG_URL, batch: 1.5 }), /batch must be a positive integer/);
+});
+
 if (await postgresOrSkipFile(t)) {
   t.test('on a small fleet: every step over every compliance row, the log rows counted', async (t) => {
     const lines: string[] = [];
