@@ -10,6 +10,9 @@ import { openRegistry } from '@capstan/server/registry/open';
 import { run } from './store-suite.js';
 import { postgresBackend, registryStoreSuites } from './backends.js';
 import { pgAdmin, postgresOrSkipFile, PG_URL } from './pg.js';
+import { EVENTS_LOCK_KEY } from '@capstan/server/store/events/rows';
+import { waitFor } from '../helpers/programs.js';
+import pg from 'pg';
 
 const url = PG_URL;
 const admin = pgAdmin;
@@ -38,6 +41,31 @@ if (await postgresOrSkipFile(t)) {
     await store.prepareRunStorage(new Date('2024-05-06T01:00:00Z'));
     t.same(await partitions(), ['runs_default', 'runs_p20240504', 'runs_p20240507', 'runs_p20240508']);
     t.same(await where(), ['runs_default']);
+  });
+
+  t.test('an event gets its id once it holds the events lock, so ids follow the order of commits', async (t) => {
+    const db = await backend.fresh(t);
+    const store = await db.open();
+    const schema = db.schema!;
+    const other = new pg.Client({ connectionString: PG_URL, options: `-c search_path=${schema}` });
+    await other.connect();
+    t.teardown(() => other.end());
+    // Another writer holds the lock and has not taken its id yet.
+    await other.query('BEGIN');
+    await other.query('SELECT pg_advisory_xact_lock($1)', [EVENTS_LOCK_KEY]);
+    let settled = false;
+    const ours = store.insertEvents([{ at: '2024-05-02T10:00:00Z', type: 'node.accepted', severity: 'info', node_id: 'n1', data: {} }])
+      .finally(() => { settled = true; });
+    await waitFor(async () => (await admin((c) => c.query(
+      "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%INSERT INTO events%'"))).rowCount || undefined,
+      'the store waiting on the events lock');
+    t.notOk(settled, 'the write waits for the lock');
+    const { rows } = await other.query<{ id: string }>(
+      "INSERT INTO events (at, type, severity, node_id, data) VALUES (now(), 'node.deleted', 'info', 'n2', '{}') RETURNING id");
+    await other.query('COMMIT');
+    const [id] = await ours;
+    t.ok(id! > Number(rows[0]!.id), `the waiting write's id (${id}) comes after the holder's (${rows[0]!.id})`);
+    t.same((await store.listEvents({ after: 0 }, 10)).map((e) => e.node_id), ['n2', 'n1'], 'read in the order they committed');
   });
 
   t.test('a bad schema name is a configuration error', async (t) => {

@@ -1,8 +1,8 @@
 /**
  * Events on PostgreSQL. Ids come from a sequence, which hands them out in the order transactions
  * ask, not the order they commit: a reader could move past id 12 before the transaction holding
- * id 11 commits. So every writer takes one advisory lock just before inserting, held to its
- * commit; a transaction writes its events last (the ingest's at the end of its batch), so the
+ * id 11 commits. So every writer takes one advisory lock in the statement that inserts, held to
+ * its commit; a transaction writes its events last (the ingest's at the end of its batch), so the
  * lock is held for a commit, not for the batch.
  */
 import type pg from 'pg';
@@ -21,12 +21,14 @@ export class PostgresEvents implements EventStore {
   async write(c: pg.PoolClient, events: readonly EventInsert[]): Promise<number[]> {
     if (events.length === 0) return [];
     const rows = events.map(eventRow);
-    await this.db.query('writeEvents', c, { name: 'events_lock', text: 'SELECT pg_advisory_xact_lock($1)', values: [EVENTS_LOCK_KEY] });
+    // The lock and the insert in one statement: the lock is held from here to the commit, and
+    // a round trip to a busy client between the two would hold it the longer.
     const { rows: ids } = await this.db.query<{ id: string }>('writeEvents', c, {
       name: 'events_insert',
-      text: `INSERT INTO events (at, type, severity, node_id, data)
-        SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[]) RETURNING id`,
-      values: [rows.map((r) => r.at), events.map((e) => e.type), events.map((e) => e.severity), events.map((e) => e.node_id), rows.map((r) => r.data)],
+      text: `WITH lock AS MATERIALIZED (SELECT pg_advisory_xact_lock($6))
+        INSERT INTO events (at, type, severity, node_id, data)
+        SELECT e.* FROM lock, unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[]) e RETURNING id`,
+      values: [rows.map((r) => r.at), events.map((e) => e.type), events.map((e) => e.severity), events.map((e) => e.node_id), rows.map((r) => r.data), EVENTS_LOCK_KEY],
     });
     return ids.map((r) => Number(r.id)).sort((a, b) => a - b);
   }
