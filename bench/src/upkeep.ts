@@ -10,16 +10,20 @@
  * moves), and the counts move back. Each step reports its wall time and the CPU time of the
  * database backend that ran it (from /proc: the server must run on this machine, else only wall
  * times), and the run reports the log rows the counters' triggers left for the sweep to fold.
+ * Last, every node goes silent twice, swept once in one step and once in default steps.
  */
 import type pg from 'pg';
 import { processCpuSeconds } from './proc-cpu.js';
 import { loadPostgres } from './registry.js';
 import { withPostgres } from './store.js';
+import { KEPT_SWEEP_STEP } from '@capstan/server/store/compliance/kept';
 
 export interface UpkeepOptions {
   databaseUrl?: string;
   nodes?: number;
   batch?: number;
+  /** Nodes per step of the stepped sweep (the server's default, `[compliance] kept_sweep_step`). */
+  sweepStep?: number;
   log?: (line: string) => void;
 }
 
@@ -39,6 +43,20 @@ export interface UpkeepResult {
   steps: Record<'steady' | 'counts_move' | 'mode_moves' | 'counts_move_back', Step>;
   /** Rows the counters' triggers appended for the sweep to fold, over the load and the four steps. */
   log_rows: { fleet: number; groups: number; directives: number; rules: number };
+  /**
+   * Every node going silent at once, swept in one step (`step` = every node) and then, the nodes
+   * answering again, in steps of the default size: what the sweep costs and how long writers
+   * wait behind it at most (its longest step).
+   */
+  sweeps: Record<'one_step' | 'stepped', SweepFigures>;
+}
+
+interface SweepFigures {
+  step: number;
+  nodes_moved: number;
+  steps: number;
+  wall_ms: number;
+  longest_step_ms: number;
 }
 
 /** User + system CPU of process `pid` in ms, or null when it is not a process of this machine. */
@@ -58,11 +76,12 @@ export async function benchUpkeep(o: UpkeepOptions = {}): Promise<UpkeepResult |
 async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepResult> {
   const nodes = o.nodes ?? 20_000;
   const batch = o.batch ?? 64;
-  for (const [name, v] of [['nodes', nodes], ['batch', batch]] as const) {
+  const sweepStep = o.sweepStep ?? KEPT_SWEEP_STEP;
+  for (const [name, v] of [['nodes', nodes], ['batch', batch], ['sweepStep', sweepStep]] as const) {
     if (!Number.isSafeInteger(v) || v < 1) throw new Error(`upkeep bench: ${name} must be a positive integer (got ${v})`);
   }
   const log = o.log ?? (() => undefined);
-  return withPostgres(databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 1 }, async (_store, admin: pg.Client) => {
+  return withPostgres(databaseUrl, { schemaPrefix: 'capstan_bench_', poolSize: 1 }, async (store, admin: pg.Client) => {
     const pid = Number((await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
     let cpu0 = processCpuMs(pid);
     let t0 = performance.now();
@@ -97,8 +116,28 @@ async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepRe
     const counts_move_back = await step('counts move back', 'UPDATE node_compliance SET success = success - 1 WHERE node_id = ANY($1)');
     const applying = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM kept_nodes WHERE mode = 1')).rows[0]!.n);
     if (applying !== ids.length) throw new Error(`upkeep bench: ${applying} of ${ids.length} kept nodes applying after the mode step`);
+    // Counted before the sweeps, which fold them.
     const logs = (await admin.query<Record<string, string>>(`SELECT (SELECT count(*) FROM kept_fleet_log) AS fleet, (SELECT count(*) FROM kept_groups_log) AS groups,
       (SELECT count(*) FROM kept_directives_log) AS directives, (SELECT count(*) FROM kept_rules_log) AS rules`)).rows[0]!;
+    // Every node silent: an hour after its answer (silence after 900 s, applying over after 600 s).
+    const sweep = async (name: string, at: number, size: number): Promise<SweepFigures> => {
+      t0 = performance.now();
+      const s = await store.sweepCompliance({ now_s: at, silence_s: 900, applying_s: 600 }, size);
+      const silent = Number((await admin.query<{ n: string }>('SELECT count(*) AS n FROM kept_nodes WHERE mode = 2')).rows[0]!.n);
+      if (!s.done || silent !== ids.length) throw new Error(`upkeep bench: ${silent} of ${ids.length} kept nodes silent after the sweep (${name})`);
+      const f = { step: size, nodes_moved: s.checked, steps: s.steps, wall_ms: Math.round(performance.now() - t0), longest_step_ms: s.longest_step_ms };
+      log(`upkeep bench: sweep ${name}: ${f.nodes_moved} nodes in ${f.steps} step(s), ${f.wall_ms} ms, the longest ${f.longest_step_ms} ms`);
+      return f;
+    };
+    await store.sweepCompliance({ now_s: ahead - 3600, silence_s: 900, applying_s: 600 });
+    const one_step = await sweep('in one step', ahead + 3600, ids.length);
+    for (let i = 0; i < ids.length; i += batch) {
+      // Answers spread over 17 minutes, as a fleet's are over its runs: a step holds whole seconds.
+      await admin.query('UPDATE node_compliance SET applying_since_s = NULL, answered_s = $2 + (hashtext(node_id) & 1023) WHERE node_id = ANY($1)',
+        [ids.slice(i, i + batch), ahead + 7200]);
+    }
+    const stepped = await sweep('in steps', ahead + 7200 + 3600, sweepStep);
+
     return {
       nodes,
       compliance_rows: ids.length,
@@ -107,6 +146,7 @@ async function upkeepOn(databaseUrl: string, o: UpkeepOptions): Promise<UpkeepRe
       load_db_cpu_ms,
       steps: { steady, counts_move, mode_moves, counts_move_back },
       log_rows: { fleet: Number(logs.fleet), groups: Number(logs.groups), directives: Number(logs.directives), rules: Number(logs.rules) },
+      sweeps: { one_step, stepped },
     };
   });
 }

@@ -251,7 +251,7 @@ function startBackground(config: ServerConfig, log: Logger, p: Parts): { stop():
   });
   p.console?.history?.start();
   p.vulns.load().then(() => p.vulns.start(), (err: unknown) => log.warn({ err }, 'loading the vulnerability index failed'));
-  const kept = new KeptSweeper({ store: p.store, settings: complianceSettings(config), intervalMs: config.compliance.kept_sweep_interval, log });
+  const kept = new KeptSweeper({ store: p.store, settings: complianceSettings(config), intervalMs: config.compliance.kept_sweep_interval, step: config.compliance.kept_sweep_step, log });
   kept.start();
   const catchUp = generator.regenerateAll().then(
     (s) => log.info({ nodes: s.nodes, changed: s.changed, ms: Math.round(s.ms) }, 'policies checked'),

@@ -4,7 +4,7 @@
  * back-filled), deletions and re-registrations, acceptance and relay changes, expiration
  * policies, clock moves forward and back, and sweeps — read at the current moment and at others
  * (the readers' correction), by policy group through random memberships (what generation
- * writes), and the nodes per status, state and acceptance. A counter put wrong by hand is seen: the comparison can fail.
+ * writes), and the nodes per status, state and acceptance; sweeps of one or a few nodes a step. A counter put wrong by hand is seen: the comparison can fail.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
@@ -54,6 +54,8 @@ function scenario(t: Test, backend: Backend): void {
     const { store, db } = await setup(t, backend);
     const r = prng(SEED);
     const states = prng(SEED + 1);
+    // How many nodes a sweep moves per step: its own generator, so the walk is the same whatever it draws.
+    const sweepSteps = prng(SEED + 2);
     let now = BASE_S;
     const present = new Set<string>();
     let started = 0;
@@ -124,7 +126,7 @@ function scenario(t: Test, backend: Backend): void {
         seen.members += Math.max(0, await store.putGroupMembers(ids, groups));
       } else if (op < 96) {
         what = 'sweep';
-        const s = await store.sweepCompliance(clockAt(now + r.int(1200) - 300));
+        const s = await store.sweepCompliance(clockAt(now + r.int(1200) - 300), sweepSteps.pick([1, 2, 2000]));
         seen.moved += s.checked;
       } else {
         // Time alone, or a node's state changed (its own generator: the other steps' draws stay as they were).
@@ -174,6 +176,41 @@ const UNDO_23 = {
     DROP TABLE kept_sweep, kept_nodes, kept_fleet, kept_directives, kept_rules, kept_fleet_log, kept_directives_log, kept_rules_log;
     DROP INDEX node_compliance_silence_idx, node_compliance_applying_idx; DELETE FROM schema_version WHERE version = 23;`,
 };
+
+/**
+ * A sweep that moves more nodes than its step moves them in several transactions, each at most
+ * `step` nodes unless one second holds more, and ends where one sweep would: the counters equal
+ * the fresh sums at every moment read.
+ */
+function steppedSweep(t: Test, backend: Backend): void {
+  t.test('a sweep moves its nodes a step at a time', async (t) => {
+    const { store } = await setup(t, backend);
+    await store.sweepCompliance(clockAt(BASE_S));
+    const ids = ['s0', 's1', 's2', 's3', 's4', 's5', 's6'];
+    for (const [i, id] of ids.entries()) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      await setAcceptance(store, id, 'accepted', iso(BASE_S));
+      const items = COMPONENTS.slice(i % 3, i % 3 + 3).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+      await store.setExpectations(id, 'cfg-s', items, iso(BASE_S));
+      // Answers a minute apart, the last two in the same second.
+      const answered = BASE_S + 60 + 60 * Math.min(i, 5);
+      await store.insertRun(run(id, iso(answered - 5), {
+        config_id: 'cfg-s', received_at: iso(answered), outcomes: items.map((x, j) => ({ ...x, outcome: OUTCOMES[(i + j) % OUTCOMES.length]!, count: 1 })),
+      }));
+    }
+    // Every node silent: 900 s after its answer.
+    const later = clockAt(BASE_S + 60 + 300 + 900 + 1);
+    t.same(await kept(store, later), await fresh(store, later), 'read ahead of the sweep, corrected');
+    const s = await store.sweepCompliance(later, 2);
+    t.ok(s.done, 'swept to now');
+    t.ok(s.steps >= 4, `in steps (${s.steps}) of at most two nodes, the last second's two together`);
+    t.ok(s.checked >= ids.length, `every node moved (${s.checked} touches)`);
+    const k = await kept(store, later);
+    t.equal(k.summary.counts.no_answer > 0 && k.summary.nodes, ids.length, 'all silent');
+    t.same(k, await fresh(store, later), 'kept equals fresh after the steps');
+    t.match(await store.sweepCompliance(later, 2), { checked: 0, done: true, steps: 0, longest_step_ms: 0 }, 'a second sweep to the same moment moves nothing');
+  });
+}
 
 function migration(t: Test, backend: Backend): void {
   t.test('a database from before migration 23 gets its counters from its rows', async (t) => {
@@ -289,6 +326,7 @@ t.jobs = 2;
 t.test('sqlite', async (t) => {
   t.jobs = 3;
   scenario(t, sqliteBackend);
+  steppedSweep(t, sqliteBackend);
   migration(t, sqliteBackend);
   groupsMigration(t, sqliteBackend);
 });
@@ -296,6 +334,7 @@ if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {
     t.jobs = 4;
     scenario(t, postgresBackend('capstan_kept'));
+    steppedSweep(t, postgresBackend('capstan_kept'));
     migration(t, postgresBackend('capstan_kept'));
     groupsMigration(t, postgresBackend('capstan_kept'));
     membershipLocks(t, postgresBackend('capstan_kept'));

@@ -13,6 +13,8 @@ export interface KeptSweeperOptions {
   store: Pick<Store, 'sweepCompliance'>;
   settings: ComplianceSettings;
   intervalMs: number;
+  /** Most nodes one step of a sweep moves (`[compliance] kept_sweep_step`). */
+  step?: number;
   log: Logger;
   now?: () => Date;
 }
@@ -44,9 +46,9 @@ export class KeptSweeper {
   async once(): Promise<void> {
     if (this.stopped) return;
     try {
-      const s = await this.o.store.sweepCompliance(complianceClock(this.o.settings, (this.o.now ?? (() => new Date()))()));
-      if (!s.done) this.o.log.info('compliance counters not swept: writers held them past the lock timeout; next time');
-      else if (s.checked > 0) this.o.log.debug({ checked: s.checked, folded: s.folded }, 'compliance counters swept');
+      const s = await this.o.store.sweepCompliance(complianceClock(this.o.settings, (this.o.now ?? (() => new Date()))()), this.o.step);
+      if (!s.done) this.o.log.info({ checked: s.checked, steps: s.steps }, 'compliance counters not swept to now: writers held them past the lock timeout, or the steps ran out; next time');
+      else if (s.checked > 0) this.o.log.debug({ checked: s.checked, folded: s.folded, steps: s.steps, longest_step_ms: s.longest_step_ms }, 'compliance counters swept');
     } catch (err) {
       this.o.log.warn({ err }, 'sweeping the compliance counters failed');
     }

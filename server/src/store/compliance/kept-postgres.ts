@@ -1,7 +1,8 @@
 /**
  * The kept compliance counters on PostgreSQL (kept.ts). Readers take one snapshot of counters,
  * logs and thresholds. The sweep takes the advisory lock every writer holds shared while it
- * decides a node's mode, so thresholds never move under a writer; it gives up after
+ * decides a node's mode, so thresholds never move under a writer, for one step (sweepStep) of
+ * at most `[compliance] kept_sweep_step` nodes at a time; it gives up after
  * `lock_timeout` rather than wait behind a long ingest (a writer waiting for it while holding a
  * row the sweep needs would otherwise be a deadlock), and tries again next time. Folding the
  * triggers' logs into the counters needs no lock: only the sweep writes the counters.
@@ -9,8 +10,8 @@
 import type pg from 'pg';
 import type { PostgresDb } from '../postgres/db.js';
 import {
-  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf,
-  worstKeptSql, type KeptSweep, type KeptThresholds,
+  correctionParams, correctionSql, FOLD_SQL, FOLD_VACUUM_ROWS, KEPT_SWEEP_MAX_STEPS, KEPT_SWEEP_STEP, keptByGroup, keptByRule, keptSql, keptSummary,
+  sameThresholds, sweepStep, sweepTouchSql, thresholdsOf, touchedCountSql, worstKeptSql, type KeptSweep, type KeptThresholds,
 } from './kept.js';
 import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
 import { membershipChanges } from './members.js';
@@ -29,7 +30,7 @@ type Rows = Record<string, unknown>[];
 export const SWEEP_LOCK_TIMEOUT_MS = 500;
 
 /** The thresholds the counters are swept to (kept_sweep), in the caller's snapshot. */
-export async function postgresSwept(c: pg.PoolClient): Promise<KeptThresholds> {
+export async function postgresSwept(c: pg.PoolClient | pg.Pool): Promise<KeptThresholds> {
   const r = (await c.query('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1')).rows[0] as Record<string, unknown>;
   return { silent_before: Number(r.silent_before), applying_after: Number(r.applying_after) };
 }
@@ -74,19 +75,31 @@ export function postgresKeptWorst(db: PostgresDb, limit: number, clock: Complian
   });
 }
 
-export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock): Promise<KeptSweep> {
+export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock, step = KEPT_SWEEP_STEP): Promise<KeptSweep> {
   const at = thresholdsOf(clock);
   let checked = 0;
+  let steps = 0;
+  let longest = 0;
   let done = true;
   try {
-    checked = await db.tx('sweepCompliance', async (c) => {
-      await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
-      await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
-      const kept = await postgresSwept(c);
-      if (sameThresholds(kept, at)) return 0;
-      await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [at.silent_before, at.applying_after]);
-      return (await c.query(sweepTouchSql((i) => `$${i}::bigint`), correctionParams(kept, at).slice(0, 4))).rowCount ?? 0;
-    });
+    // A step at a time (sweepStep), each in its own transaction: writers go on between them.
+    for (; steps < KEPT_SWEEP_MAX_STEPS; steps++) {
+      const kept = await postgresSwept(db.pool);
+      if (sameThresholds(kept, at)) break;
+      const to = await sweepStep(kept, at, step, async (t) => Number((await db.query('sweepCompliance', db.pool, {
+        text: touchedCountSql((i) => `$${i}::bigint`, step + 1), values: correctionParams(kept, t).slice(0, 4),
+      })).rows[0]?.n ?? 0));
+      const t0 = performance.now();
+      checked += await db.tx('sweepCompliance', async (c) => {
+        await c.query(`SET LOCAL lock_timeout = ${SWEEP_LOCK_TIMEOUT_MS}`);
+        await c.query(`SELECT pg_advisory_xact_lock(${KEPT_LOCK_ARGS})`);
+        // Another server may have swept meanwhile: the next step starts from where it left them.
+        if (!sameThresholds(await postgresSwept(c), kept)) return 0;
+        await c.query('UPDATE kept_sweep SET silent_before = $1, applying_after = $2 WHERE id = 1', [to.silent_before, to.applying_after]);
+        return (await c.query(sweepTouchSql((i) => `$${i}::bigint`), correctionParams(kept, to).slice(0, 4))).rowCount ?? 0;
+      });
+      longest = Math.max(longest, performance.now() - t0);
+    }
   } catch (err) {
     if (!isLockTimeout(err)) throw err;
     done = false;
@@ -100,7 +113,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock):
   // their empty tail takes a lock every writer's trigger would queue behind (VACUUM waits up to
   // 5 s for it, seen as VacuumTruncate in pg_stat_activity during the fleet run).
   if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM (TRUNCATE false) kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log, kept_changes_log');
-  return { checked, folded, done };
+  return { checked, folded, done: done && steps < KEPT_SWEEP_MAX_STEPS, steps, longest_step_ms: Math.round(longest) };
 }
 
 /** Tries of a membership write whose lock wait ran over (each `SWEEP_LOCK_TIMEOUT_MS`) before it is left to the next generation. */

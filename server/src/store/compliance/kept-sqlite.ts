@@ -1,11 +1,12 @@
 /**
- * The kept compliance counters on SQLite (kept.ts): read in one snapshot, swept in one write
- * transaction (SQLite has one writer: no writer can decide a mode under moving thresholds).
+ * The kept compliance counters on SQLite (kept.ts): read in one snapshot, swept a step at a time,
+ * each step a write transaction (SQLite has one writer: no writer can decide a mode under moving
+ * thresholds).
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import {
-  correctionParams, correctionSql, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepTouchSql, thresholdsOf, worstKeptSql,
-  type KeptSweep, type KeptThresholds,
+  correctionParams, correctionSql, KEPT_SWEEP_MAX_STEPS, KEPT_SWEEP_STEP, keptByGroup, keptByRule, keptSql, keptSummary, sameThresholds, sweepStep,
+  sweepTouchSql, thresholdsOf, touchedCountSql, worstKeptSql, type KeptSweep, type KeptThresholds,
 } from './kept.js';
 import { complianceClassSql, nodeComplianceFromRow } from './rows.js';
 import type { ComplianceAggregate, ComplianceClock, GroupComplianceRow, NodeComplianceRow, RuleComplianceRow } from './types.js';
@@ -50,13 +51,25 @@ export function sqliteKeptWorst(db: SqliteDb, limit: number, clock: ComplianceCl
   });
 }
 
-export function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock): KeptSweep {
+export async function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock, step = KEPT_SWEEP_STEP): Promise<KeptSweep> {
   const at = thresholdsOf(clock);
-  return db.write('sweepCompliance', () => {
-    const kept = sqliteSwept(db);
-    if (sameThresholds(kept, at)) return { checked: 0, folded: 0, done: true };
-    db.stmt('UPDATE kept_sweep SET silent_before = ?, applying_after = ? WHERE id = 1').run(at.silent_before, at.applying_after);
-    const checked = db.stmt(sweepTouchSql(() => '?')).run(...correctionParams(kept, at).slice(0, 4)).changes;
-    return { checked, folded: 0, done: true };
-  });
+  let checked = 0;
+  let steps = 0;
+  let longest = 0;
+  // A step at a time (sweepStep), each a write of its own, the event loop turning between them.
+  for (; steps < KEPT_SWEEP_MAX_STEPS; steps++) {
+    const kept = db.read('sweepCompliance', () => sqliteSwept(db));
+    if (sameThresholds(kept, at)) break;
+    if (steps > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+    const to = await sweepStep(kept, at, step, (t) => Number((db.read('sweepCompliance', () =>
+      db.stmt(touchedCountSql(() => '?', step + 1)).get(...correctionParams(kept, t).slice(0, 4))) as { n: number }).n));
+    const t0 = performance.now();
+    checked += db.write('sweepCompliance', () => {
+      if (!sameThresholds(sqliteSwept(db), kept)) return 0;
+      db.stmt('UPDATE kept_sweep SET silent_before = ?, applying_after = ? WHERE id = 1').run(to.silent_before, to.applying_after);
+      return db.stmt(sweepTouchSql(() => '?')).run(...correctionParams(kept, to).slice(0, 4)).changes;
+    });
+    longest = Math.max(longest, performance.now() - t0);
+  }
+  return { checked, folded: 0, done: steps < KEPT_SWEEP_MAX_STEPS, steps, longest_step_ms: Math.round(longest) };
 }

@@ -29,7 +29,52 @@ export interface KeptSweep {
   folded: number;
   /** False when a writer held the thresholds (PostgreSQL, lock wait over): tried again next time. */
   done: boolean;
+  /** Transactions the thresholds moved in (sweepStep). */
+  steps: number;
+  /** The longest of them, in ms: what writers waited behind the sweep at most. */
+  longest_step_ms: number;
 }
+
+/** Most nodes one step of the sweep moves, by default (`[compliance] kept_sweep_step`). */
+export const KEPT_SWEEP_STEP = 2000;
+
+/** Steps one sweep takes at most; what is left waits for the next sweep (readers stay exact). */
+export const KEPT_SWEEP_MAX_STEPS = 1000;
+
+/** The point `f` (0..1) of the way from `from` to `to`, in whole seconds. */
+const along = (from: KeptThresholds, to: KeptThresholds, f: number): KeptThresholds => ({
+  silent_before: from.silent_before + Math.round(f * (to.silent_before - from.silent_before)),
+  applying_after: from.applying_after + Math.round(f * (to.applying_after - from.applying_after)),
+});
+
+/**
+ * Where one step of the sweep moves the thresholds from `kept` towards `at`: `at` when it
+ * touches at most `step` nodes, else the furthest point of the way found by halving that does,
+ * or the first second of the way when even that touches more (the nodes of one second are not
+ * split). `count(to)` counts the nodes a move from `kept` to `to` touches, up to `step + 1`.
+ * Each step is a transaction under the lock every writer of compliance waits for, so a sweep
+ * after a long silence (a fleet whose runs are held up, a server stopped for an hour) moves its
+ * nodes a few thousand at a time instead of stopping the fleet's ingest for the whole move.
+ */
+export async function sweepStep(kept: KeptThresholds, at: KeptThresholds, step: number, count: (to: KeptThresholds) => Promise<number> | number): Promise<KeptThresholds> {
+  const seconds = Math.max(Math.abs(at.silent_before - kept.silent_before), Math.abs(at.applying_after - kept.applying_after));
+  if (seconds <= 1 || await count(at) <= step) return at;
+  const first = along(kept, at, 1 / seconds);
+  let lo = 0;
+  let hi = 1;
+  // Halving down to one second of the way: at most log2(seconds) counts.
+  while ((hi - lo) * seconds > 1) {
+    const mid = (lo + hi) / 2;
+    if (await count(along(kept, at, mid)) <= step) lo = mid;
+    else hi = mid;
+  }
+  const to = along(kept, at, lo);
+  return sameThresholds(to, kept) ? first : to;
+}
+
+/** Counts the nodes touchedSql answers, at most `limit`. Parameters as touchedSql's. */
+export const touchedCountSql = (ph: (i: number) => string, limit: number) =>
+  `SELECT count(*) AS n FROM (${touchedSql(ph(1), ph(2), ph(3), ph(4))} LIMIT ${Math.floor(limit)}) t`;
 
 
 const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');

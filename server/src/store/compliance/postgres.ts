@@ -363,8 +363,8 @@ export class PostgresCompliance implements ComplianceStore {
     return postgresKeptByRule(this.db, by, clock);
   }
 
-  async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
-    return postgresKeptSweep(this.db, clock);
+  async sweepCompliance(clock: ComplianceClock, step?: number): Promise<KeptSweep> {
+    return postgresKeptSweep(this.db, clock, step);
   }
 
   async complianceByGroup(clock: ComplianceClock): Promise<GroupComplianceRow[]> {

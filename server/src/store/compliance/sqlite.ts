@@ -358,8 +358,8 @@ export class SqliteCompliance implements ComplianceStore {
     return sqliteKeptByRule(this.db, by, clock);
   }
 
-  async sweepCompliance(clock: ComplianceClock): Promise<KeptSweep> {
-    return sqliteKeptSweep(this.db, clock);
+  async sweepCompliance(clock: ComplianceClock, step?: number): Promise<KeptSweep> {
+    return sqliteKeptSweep(this.db, clock, step);
   }
 
   async complianceByGroup(clock: ComplianceClock): Promise<GroupComplianceRow[]> {

@@ -133,8 +133,11 @@ export interface ComplianceStore {
   complianceByRuleFresh(by: 'rule' | 'directive', clock: ComplianceClock): Promise<RuleComplianceRow[]>;
   /** complianceSummary over all accepted nodes, summed afresh over every node (what the kept counters must equal). */
   complianceSummaryFresh(clock: ComplianceClock): Promise<ComplianceAggregate>;
-  /** Move the kept counters' time thresholds to `clock` (kept.ts): the nodes whose time state changed move between counters. */
-  sweepCompliance(clock: ComplianceClock): Promise<KeptSweep>;
+  /**
+   * Move the kept counters' time thresholds to `clock` (kept.ts): the nodes whose time state
+   * changed move between counters, at most `step` nodes (KEPT_SWEEP_STEP) per transaction.
+   */
+  sweepCompliance(clock: ComplianceClock, step?: number): Promise<KeptSweep>;
   /** Accepted nodes' compliance in node id order, after `after` (keyset paging, for streamed exports). */
   complianceNodes(after: string | null, limit: number, clock: ComplianceClock, filters?: NodeFilter[]): Promise<NodeComplianceRow[]>;
   /**
