@@ -7,6 +7,7 @@ import { checkListenerTlsConfig, LISTENER_TLS_SCHEMA } from '@capstan/toolkit/ht
 import { RETRY_SCHEMA, SPOOL_SCHEMA } from '@capstan/toolkit/spool/schema';
 import { enrollmentRules } from './registry/enrollment.js';
 import { DATABASE_SCHEMA } from './store/settings.js';
+import { KEPT_SWEEP_STEP } from './store/compliance/kept.js';
 import { identitySettings } from './identity/settings.js';
 import { vulnSettings } from './vulns/settings.js';
 
@@ -147,7 +148,7 @@ export const SERVER_SCHEMA = {
      * compliance waits for (on PostgreSQL, every server's ingest); a sweep that has more (after
      * a silence: runs held up, a server stopped) takes several steps, writers going on between.
      */
-    kept_sweep_step: { type: 'integer', default: 2000, min: 1, max: 1000000 },
+    kept_sweep_step: { type: 'integer', default: KEPT_SWEEP_STEP, min: 1, max: 1000000 },
   },
   changes: {
     /** Most changes recorded per run log; one more entry says how many were left out. */

@@ -80,12 +80,13 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock, 
   let checked = 0;
   let steps = 0;
   let longest = 0;
+  let reached = false;
   let done = true;
   try {
     // A step at a time (sweepStep), each in its own transaction: writers go on between them.
-    for (; steps < KEPT_SWEEP_MAX_STEPS; steps++) {
+    for (; ; steps++) {
       const kept = await postgresSwept(db.pool);
-      if (sameThresholds(kept, at)) break;
+      if ((reached = sameThresholds(kept, at)) || steps === KEPT_SWEEP_MAX_STEPS) break;
       const to = await sweepStep(kept, at, step, async (t) => Number((await db.query('sweepCompliance', db.pool, {
         text: touchedCountSql((i) => `$${i}::bigint`, step + 1), values: correctionParams(kept, t).slice(0, 4),
       })).rows[0]?.n ?? 0));
@@ -113,7 +114,7 @@ export async function postgresKeptSweep(db: PostgresDb, clock: ComplianceClock, 
   // their empty tail takes a lock every writer's trigger would queue behind (VACUUM waits up to
   // 5 s for it, seen as VacuumTruncate in pg_stat_activity during the fleet run).
   if (folded > FOLD_VACUUM_ROWS) await db.query('sweepCompliance', 'VACUUM (TRUNCATE false) kept_directives_log, kept_rules_log, kept_fleet_log, kept_groups_log, kept_node_counts_log, kept_changes_log');
-  return { checked, folded, done: done && steps < KEPT_SWEEP_MAX_STEPS, steps, longest_step_ms: Math.round(longest) };
+  return { checked, folded, done: done && reached, steps, longest_step_ms: Math.round(longest) };
 }
 
 /** Tries of a membership write whose lock wait ran over (each `SWEEP_LOCK_TIMEOUT_MS`) before it is left to the next generation. */

@@ -56,10 +56,11 @@ export async function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock, step
   let checked = 0;
   let steps = 0;
   let longest = 0;
+  let reached = false;
   // A step at a time (sweepStep), each a write of its own, the event loop turning between them.
-  for (; steps < KEPT_SWEEP_MAX_STEPS; steps++) {
+  for (; ; steps++) {
     const kept = db.read('sweepCompliance', () => sqliteSwept(db));
-    if (sameThresholds(kept, at)) break;
+    if ((reached = sameThresholds(kept, at)) || steps === KEPT_SWEEP_MAX_STEPS) break;
     if (steps > 0) await new Promise<void>((resolve) => setImmediate(resolve));
     const to = await sweepStep(kept, at, step, (t) => Number((db.read('sweepCompliance', () =>
       db.stmt(touchedCountSql(() => '?', step + 1)).get(...correctionParams(kept, t).slice(0, 4))) as { n: number }).n));
@@ -71,5 +72,5 @@ export async function sqliteKeptSweep(db: SqliteDb, clock: ComplianceClock, step
     });
     longest = Math.max(longest, performance.now() - t0);
   }
-  return { checked, folded: 0, done: steps < KEPT_SWEEP_MAX_STEPS, steps, longest_step_ms: Math.round(longest) };
+  return { checked, folded: 0, done: reached, steps, longest_step_ms: Math.round(longest) };
 }
