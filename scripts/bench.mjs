@@ -58,7 +58,7 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory,upkeep,vulns] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N] [--webhook-never] [--webhook-pairs N] [--audit-failing P]\n');
+  process.stdout.write('usage: node scripts/bench.mjs [--nodes N] [--reports N] [--only floor,ingest,profile,storage,relay,registry,agent,policy,changes,console,inventory,upkeep,events,vulns] [--no-postgres] [--out DIR] [--quick] [--day-hours H] [--storage-before] [--rounds N] [--webhook-never] [--webhook-pairs N] [--audit-failing P]\n');
   process.exit(0);
 }
 const count = (/** @type {string} */ v, /** @type {string} */ name, /** @type {number} */ max) => {
@@ -364,7 +364,7 @@ try {
     if (!only.has(b.id)) continue;
     progress(`${b.title}`);
     await settle();
-    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory' || b.id === 'console' || b.id === 'policy' || b.id === 'upkeep'
+    const opts = b.id === 'registry' || b.id === 'changes' || b.id === 'inventory' || b.id === 'console' || b.id === 'policy' || b.id === 'upkeep' || b.id === 'events'
       ? { ...(pgReason ? {} : { databaseUrl: PG_URL }), log: progress }
       // The relay's spool in the work directory, as the end-to-end relay's (see `workRoot`).
       : b.id === 'relay' ? { log: progress, dir: work }

@@ -43,6 +43,7 @@ export const EXTERNAL = [
     timeoutMs: 1_800_000 },
   { id: 'inventory', module: '@capstan/bench/inventory', exportName: 'benchInventory', title: 'inventory queries (100,000 nodes × 500 packages)' },
   { id: 'upkeep', module: '@capstan/bench/upkeep', exportName: 'benchUpkeep', title: "kept counters' upkeep on PostgreSQL (20,000 nodes, batches of 64)" },
+  { id: 'events', module: '@capstan/bench/events', exportName: 'benchEvents', title: 'events written by 16 concurrent writers on PostgreSQL (one lock to commit)' },
   { id: 'vulns', module: '@capstan/bench/vulns', exportName: 'benchVulns', title: 'vulnerability matching (100,000 nodes × 550 packages, 50,000 advisories, in process)' },
 ];
 
