@@ -143,11 +143,7 @@ export const SERVER_SCHEMA = {
      * Reads are exact whatever it is; it keeps them fast.
      */
     kept_sweep_interval: { type: 'duration', default: '30s', min: 1000 },
-    /**
-     * Most nodes one step of a sweep moves, in one transaction under the lock every writer of
-     * compliance waits for (on PostgreSQL, every server's ingest); a sweep that has more (after
-     * a silence: runs held up, a server stopped) takes several steps, writers going on between.
-     */
+    /** Most nodes a sweep moves per transaction (under the lock compliance writers wait for); more take several steps. */
     kept_sweep_step: { type: 'integer', default: KEPT_SWEEP_STEP, min: 1, max: 1000000 },
   },
   changes: {
