@@ -51,7 +51,7 @@ const along = (from: KeptThresholds, to: KeptThresholds, f: number): KeptThresho
  * Where one step of the sweep moves the thresholds from `kept` towards `at`: `at` when it
  * touches at most `step` nodes, else the furthest point of the way found by halving that does,
  * or the first second of the way when even that touches more (the nodes of one second are not
- * split). `count(to)` counts the nodes a move from `kept` to `to` touches, up to `step + 1`.
+ * split). `count(to)` counts the nodes a move from `kept` to `to` touches (or more), up to `step + 1`.
  * Each step is a transaction under the lock every writer of compliance waits for, so a sweep
  * after a long silence (a fleet whose runs are held up, a server stopped for an hour) moves its
  * nodes a few thousand at a time instead of stopping the fleet's ingest for the whole move.
@@ -72,9 +72,13 @@ export async function sweepStep(kept: KeptThresholds, at: KeptThresholds, step: 
   return sameThresholds(to, kept) ? first : to;
 }
 
-/** Counts the nodes touchedSql answers, at most `limit`. Parameters as touchedSql's. */
+/**
+ * Counts the nodes touchedSql answers, at most `limit`, a node in both ranges twice: UNION ALL
+ * stops reading at the limit, where UNION would read both ranges whole to drop the doubles.
+ * Parameters as touchedSql's.
+ */
 export const touchedCountSql = (ph: (i: number) => string, limit: number) =>
-  `SELECT count(*) AS n FROM (${touchedSql(ph(1), ph(2), ph(3), ph(4))} LIMIT ${Math.floor(limit)}) t`;
+  `SELECT count(*) AS n FROM (${touchedSql(ph(1), ph(2), ph(3), ph(4), 'UNION ALL')} LIMIT ${Math.floor(limit)}) t`;
 
 
 const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');
@@ -119,9 +123,9 @@ export function correctionSql(ph: (i: number) => string, what: 'directives' | 'f
 }
 
 /** The ids of the nodes whose silence threshold is in [s1, s2] or applying mark in [a1, a2], each range on its index (migration 23). */
-function touchedSql(s1: string, s2: string, a1: string, a2: string): string {
+function touchedSql(s1: string, s2: string, a1: string, a2: string, union = 'UNION'): string {
   return `SELECT node_id FROM node_compliance WHERE answered_s + keep_last_s BETWEEN ${s1} AND ${s2}
-    UNION SELECT node_id FROM node_compliance WHERE applying_since_s BETWEEN ${a1} AND ${a2}`;
+    ${union} SELECT node_id FROM node_compliance WHERE applying_since_s BETWEEN ${a1} AND ${a2}`;
 }
 
 /**
