@@ -19,7 +19,7 @@ export interface EventsOptions {
 
 interface Phase {
   events: number;
-  per_second: number;
+  per_s: number;
   p50_ms: number;
   p99_ms: number;
 }
@@ -58,8 +58,8 @@ export async function benchEvents(o: EventsOptions = {}): Promise<EventsResult |
           times.push(performance.now() - t0);
         }
       }));
-      const p = { events: times.length, per_second: Math.round(times.length / seconds), p50_ms: quantile(times, 0.5), p99_ms: quantile(times, 0.99) };
-      log(`events bench: ${name}: ${p.events} events by ${writers} writers in ${seconds} s (${p.per_second}/s), p50 ${p.p50_ms} ms, p99 ${p.p99_ms} ms`);
+      const p = { events: times.length, per_s: Math.round(times.length / seconds), p50_ms: quantile(times, 0.5), p99_ms: quantile(times, 0.99) };
+      log(`events bench: ${name}: ${p.events} events by ${writers} writers in ${seconds} s (${p.per_s}/s), p50 ${p.p50_ms} ms, p99 ${p.p99_ms} ms`);
       return p;
     };
     const idle = await phase('event loop idle');

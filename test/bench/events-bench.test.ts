@@ -24,7 +24,7 @@ if (await postgresOrSkipFile(t)) {
     const r = (await benchEvents({ databaseUrl: PG_URL, writers: 4, seconds: 1, busyMs: 2, log: (l) => lines.push(l) })) as EventsResult;
     t.match(r, { writers: 4, seconds: 1, busy_ms: 2 });
     for (const [name, p] of [['idle', r.idle], ['busy', r.busy]] as const) {
-      t.ok(p.events > 0 && p.per_second === p.events, `${name}: ${p.events} events`);
+      t.ok(p.events > 0 && p.per_s === p.events, `${name}: ${p.events} events`);
       t.ok(p.p50_ms > 0 && p.p50_ms <= p.p99_ms, `${name}: p50 ${p.p50_ms} ms ≤ p99 ${p.p99_ms} ms`);
     }
     t.equal(lines.length, 2, 'each phase logged');
