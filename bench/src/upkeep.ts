@@ -44,7 +44,7 @@ export interface UpkeepResult {
   /** Rows the counters' triggers appended for the sweep to fold, over the load and the four steps. */
   log_rows: { fleet: number; groups: number; directives: number; rules: number };
   /**
-   * Every node going silent at once, swept in one step (`step` = every node) and then, the nodes
+   * Every node going silent at once, swept in one step (a step larger than the fleet) and then, the nodes
    * answering again, in steps of the default size: what the sweep costs and how long writers
    * wait behind it at most (its longest step).
    */
