@@ -51,13 +51,16 @@ if (await postgresOrSkipFile(t)) {
     await other.connect();
     t.teardown(() => other.end());
     // Another writer holds the lock and has not taken its id yet.
+    const otherPid = Number((await other.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
     await other.query('BEGIN');
     await other.query('SELECT pg_advisory_xact_lock($1)', [EVENTS_LOCK_KEY]);
     let settled = false;
     const ours = store.insertEvents([{ at: '2024-05-02T10:00:00Z', type: 'node.accepted', severity: 'info', node_id: 'n1', data: {} }])
       .finally(() => { settled = true; });
+    // An insert of events this holder blocks: the store's (the lock is one per database, so a
+    // writer of another test could match too; the test is then weaker, never wrong).
     await waitFor(async () => (await admin((c) => c.query(
-      "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%INSERT INTO events%'"))).rowCount || undefined,
+      "SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND query LIKE '%INSERT INTO events%'", [otherPid]))).rowCount || undefined,
       'the store waiting on the events lock');
     t.notOk(settled, 'the write waits for the lock');
     const { rows } = await other.query<{ id: string }>(
