@@ -73,6 +73,15 @@ export interface Dialect {
    * (packageAtomKey), so that the planner sees the array and estimates its matches.
    */
   packageIds?: ReadonlyMap<string, number[]>;
+  /**
+   * SQLite: `column` as an expression no index serves (a unary `+`). Without statistics its
+   * planner takes an equality on an index's first column for a narrow range, so `accepted =
+   * 'accepted' AND id IN (…100 ids)` read every accepted node through that index; the conditions
+   * beside an `id` filter are written with it, and the ids' rows are found by key.
+   */
+  unindexed?: (column: string) => string;
+  /** Set by filterConditions beside an `id` filter: the condition is checked on the ids' rows. */
+  byIds?: boolean;
 }
 
 /** A mute limited to groups, as the vulnerability terms read it. */
@@ -189,7 +198,8 @@ function condition(f: CheckedFilter, d: Dialect): string {
       return ciLike(column, v.endsWith('*') ? hostnamePrefixPattern(v) : likeEscape(v), d);
     }).join(' OR ');
   } else if (EQUAL[f.key]) {
-    any = `${EQUAL[f.key]} IN (${f.values.map((v) => d.param(v)).join(', ')})`;
+    const col = d.byIds && d.unindexed && f.key !== 'id' ? d.unindexed(EQUAL[f.key]!) : EQUAL[f.key]!;
+    any = `${col} IN (${f.values.map((v) => d.param(v)).join(', ')})`;
   } else if (f.key === 'group') {
     any = d.groups && f.values.some((v) => d.groups!.has(v))
       ? f.values.map((v) => groupCondition(v, d)).join(' OR ')
@@ -242,7 +252,9 @@ export function hasAgent(n: Pick<NodeRecord, 'last_inventory_at' | 'certificate_
 
 /** The conditions (over `nodes n`) of checked filters, to be ANDed. */
 export function filterConditions(filters: CheckedFilter[], d: Dialect): string[] {
-  return filters.map((f) => condition(f, d));
+  // An `id` filter names at most a page of nodes: found by key, every other condition is checked on them.
+  const byIds = filters.some((f) => f.key === 'id' && !f.exclude);
+  return filters.map((f) => condition(f, byIds && f.key !== 'id' ? { ...d, byIds } : d));
 }
 
 /** The WHERE clause (over `nodes n`) for checked filters and extra conditions, or ''. */

@@ -14,7 +14,7 @@ import { groupMutesFrom, needsGroups, needsVulnMutes, policyGroupMap, type Check
  * has its own (findingUnmuted).
  */
 export function sqliteDialect(db: SqliteDb, values: unknown[], filters: readonly CheckedFilter[] = [], check?: FilterRules['check'], vulnMutes = false): Dialect {
-  const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: db.now };
+  const d: Dialect = { param: (v) => (values.push(v), '?'), like: 'LIKE', collate: '', now: db.now, unindexed: (column) => `+${column}` };
   if (vulnMutes || needsVulnMutes(filters)) {
     const mutes = groupMutesFrom(db.stmt('SELECT target, mute_groups, expires FROM vuln_mutes WHERE mute_groups IS NOT NULL ORDER BY id').all() as Array<{ target: unknown; mute_groups: unknown; expires: unknown }>);
     if (mutes.length > 0) d.groupMutes = mutes;
