@@ -17,6 +17,7 @@ import chokidar, { type FSWatcher } from 'chokidar';
 import { isCapstanError, isTransient } from '@capstan/shared/errors';
 import type { Logger } from '@capstan/shared/log';
 import type { SpoolKind } from '@capstan/shared/protocol';
+import { Fifo } from './fifo.js';
 import type { Spool } from './spool.js';
 import { isWaiting, watchCandidates } from './ocs-pair.js';
 import type { AttemptLedger } from './quarantine.js';
@@ -69,7 +70,7 @@ export class SpoolProcessor extends EventEmitter {
   private watcher: FSWatcher | null = null;
   private dirWatcher: DirWatcher | null = null;
   private timer: NodeJS.Timeout | null = null;
-  private readonly queue: string[] = [];
+  private readonly queue = new Fifo<string>();
   private readonly queued = new Set<string>();
   private readonly inFlight = new Set<string>();
   private readonly retries = new Map<string, RetryState>();
