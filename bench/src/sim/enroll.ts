@@ -23,6 +23,8 @@ export interface EnrollmentReport {
   errors: Record<string, number>;
   /** Signing the inventories before the first was sent (not in `ms`), when they were signed. */
   prepare_ms?: number;
+  /** The slowest round of polling the server for acceptance (its pending list, accepts and count). */
+  slowest_poll_ms?: number;
   note?: string;
 }
 
@@ -101,20 +103,30 @@ export async function enroll(o: EnrollOptions, uploaders: Uploader[]): Promise<E
   let shown = -1;
   let done = 0;
   o.progress(`accepting ${ids.length} nodes through the admin API`);
+  // A round the server does not answer (a call past its timeout, a refusal) is counted by its
+  // code and tried again: the report says how often and how slow, and the run goes on.
+  let slowestRoundMs = 0;
   while (done < ours.size && performance.now() < deadline) {
-    const pending = (await listNodes(o.server, 'accepted=pending')).filter((n) => ours.has(n.id)).map((n) => n.id);
-    await eachLimited(pending, 8, async (id) => {
-      try {
-        await acceptNode(o.server!, id);
-      } catch (err) {
-        countCode(errors, (err as { code?: string }).code ?? 'ERR_ADMIN');
+    const roundStarted = performance.now();
+    try {
+      const pending = (await listNodes(o.server, 'accepted=pending')).filter((n) => ours.has(n.id)).map((n) => n.id);
+      await eachLimited(pending, 8, async (id) => {
+        try {
+          await acceptNode(o.server!, id);
+        } catch (err) {
+          countCode(errors, adminCode(err));
+        }
+      });
+      done = Math.min(ours.size, oursBefore + (await countNodes(o.server, 'accepted=accepted')) - acceptedBefore.size);
+      if (done >= ours.size) {
+        const listed = await listNodes(o.server, 'accepted=accepted');
+        done = listed.filter((n) => ours.has(n.id)).length;
       }
-    });
-    done = Math.min(ours.size, oursBefore + (await countNodes(o.server, 'accepted=accepted')) - acceptedBefore.size);
-    if (done >= ours.size) {
-      const listed = await listNodes(o.server, 'accepted=accepted');
-      done = listed.filter((n) => ours.has(n.id)).length;
+    } catch (err) {
+      countCode(errors, adminCode(err));
+      o.progress(`  the server did not answer the enrolment's poll: ${(err as Error).message}`);
     }
+    slowestRoundMs = Math.max(slowestRoundMs, performance.now() - roundStarted);
     if (done < ours.size) {
       if (done !== shown) o.progress(`  accepted ${done}/${ours.size}`);
       shown = done;
@@ -122,5 +134,12 @@ export async function enroll(o: EnrollOptions, uploaders: Uploader[]): Promise<E
     }
   }
   if (done < ours.size) countCode(errors, 'ERR_ENROLL_TIMEOUT');
-  return { mode: 'inventory', ms: since(), prepare_ms: prepareMs, inventories: sent, accepted: done, errors };
+  return { mode: 'inventory', ms: since(), prepare_ms: prepareMs, inventories: sent, accepted: done, errors, slowest_poll_ms: Math.round(slowestRoundMs) };
+}
+
+/** An admin call's failure as a code: its own, ERR_ADMIN_TIMEOUT past the call's timeout, else ERR_ADMIN. */
+function adminCode(err: unknown): string {
+  if ((err as { name?: string }).name === 'TimeoutError') return 'ERR_ADMIN_TIMEOUT';
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : 'ERR_ADMIN';
 }
