@@ -16,8 +16,10 @@
  *
  * Agent-facing like /uuid and the JWKS: node ids, host names and public-key hashes, no secret.
  */
-import { createHash, X509Certificate } from 'node:crypto';
+import { createHash } from 'node:crypto';
+import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
+import { spkiOf } from '@capstan/shared/smime/certificate';
 import { etagMatches } from '@capstan/toolkit/http/app';
 import type { NodeRecord, Reads } from '../../reads.js';
 
@@ -30,8 +32,7 @@ const PAGE = 5_000;
 export function keyHashOf(certificatePem: string | null): string | null {
   if (!certificatePem) return null;
   try {
-    const der = new X509Certificate(certificatePem).publicKey.export({ type: 'spki', format: 'der' });
-    return `sha256:${createHash('sha256').update(der).digest('hex')}`;
+    return `sha256:${createHash('sha256').update(spkiOf(certificatePem)).digest('hex')}`;
   } catch {
     return null;
   }
@@ -77,6 +78,9 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
     const res = await store.listNodes({ filters: [{ key: 'accepted', values: ['accepted'] }], sort: 'id', order: 'asc', page, per_page: PAGE });
     for (const n of res.data) add(n);
     if (res.data.length < PAGE || page * PAGE >= res.total) break;
+    // A turn of the event loop between pages: at 100,000 nodes the list is seconds of work, and
+    // every other request (uploads, the API) would wait for all of it.
+    await yieldToLoop();
   }
   return out;
 }
