@@ -49,11 +49,15 @@ function failure(what: string, r: { status: number; json: unknown }): AdminError
   return new AdminError(`${what}: ${r.status} ${e?.code ?? ''} ${e?.message ?? ''}`.trim(), r.status, e?.code ?? `HTTP_${r.status}`);
 }
 
-/** Every node matching `query` (e.g. `accepted=pending`), walking the pages. */
+/**
+ * Every node matching `query` (e.g. `accepted=pending`), walking the pages in id order: a node's
+ * id never changes, so a page boundary cannot move under a node the way a name or status could
+ * while the fleet is writing.
+ */
 export async function listNodes(t: AdminTarget, query = ''): Promise<ListedNode[]> {
   const out: ListedNode[] = [];
   for (let page = 1; page <= MAX_PAGES; page++) {
-    const r = await adminCall(t, 'GET', `/api/1/nodes?per_page=${PER_PAGE}&page=${page}${query ? `&${query}` : ''}`);
+    const r = await adminCall(t, 'GET', `/api/1/nodes?sort=id&per_page=${PER_PAGE}&page=${page}${query ? `&${query}` : ''}`);
     if (r.status !== 200) throw failure('list nodes', r);
     const body = r.json as { data: ListedNode[]; total: number };
     out.push(...body.data.map((n) => ({ id: n.id, accepted: n.accepted, last_run_at: n.last_run_at })));
@@ -67,6 +71,14 @@ export async function countNodes(t: AdminTarget, query = ''): Promise<number> {
   const r = await adminCall(t, 'GET', `/api/1/nodes?per_page=1&page=1${query ? `&${query}` : ''}`);
   if (r.status !== 200) throw failure('count nodes', r);
   return (r.json as { total: number }).total;
+}
+
+/** One node by id, or null when the server has none. */
+export async function getNode(t: AdminTarget, id: string): Promise<Record<string, unknown> | null> {
+  const r = await adminCall(t, 'GET', `/api/1/nodes/${encodeURIComponent(id)}`);
+  if (r.status === 404) return null;
+  if (r.status !== 200) throw failure(`get ${id}`, r);
+  return (r.json as { data: Record<string, unknown> }).data;
 }
 
 export async function acceptNode(t: AdminTarget, id: string): Promise<void> {

@@ -4,7 +4,7 @@
  * the API. Or, for a quick start, nodes are registered as accepted directly (POST /api/1/nodes
  * with the certificate), or assumed enrolled by an earlier run.
  */
-import { acceptNode, countNodes, eachLimited, listNodes, registerNode, type AdminTarget } from './admin.js';
+import { acceptNode, countNodes, eachLimited, getNode, listNodes, registerNode, type AdminTarget } from './admin.js';
 import type { SimIdentity } from './identities.js';
 import type { SignJob } from './sign-worker.js';
 import type { Uploader } from './upload.js';
@@ -118,10 +118,7 @@ export async function enroll(o: EnrollOptions, uploaders: Uploader[]): Promise<E
         }
       });
       done = Math.min(ours.size, oursBefore + (await countNodes(o.server, 'accepted=accepted')) - acceptedBefore.size);
-      if (done >= ours.size) {
-        const listed = await listNodes(o.server, 'accepted=accepted');
-        done = listed.filter((n) => ours.has(n.id)).length;
-      }
+      if (done >= ours.size) done = await checkAccepted(o.server, ours, errors, o.progress);
     } catch (err) {
       countCode(errors, adminCode(err));
       o.progress(`  the server did not answer the enrolment's poll: ${(err as Error).message}`);
@@ -135,6 +132,32 @@ export async function enroll(o: EnrollOptions, uploaders: Uploader[]): Promise<E
   }
   if (done < ours.size) countCode(errors, 'ERR_ENROLL_TIMEOUT');
   return { mode: 'inventory', ms: since(), prepare_ms: prepareMs, inventories: sent, accepted: done, errors, slowest_poll_ms: Math.round(slowestRoundMs) };
+}
+
+/** Nodes the whole listing may miss before they are asked for one by one. */
+const MAX_RECHECK = 2000;
+
+/**
+ * How many of `ours` the server holds as accepted: one whole listing, then each node it left out
+ * asked for by id. A node the listing missed but the server holds is counted as accepted and as
+ * an ERR_LIST_MISSED, with the first few named, so a listing fault shows in the report and does
+ * not hold the run.
+ */
+async function checkAccepted(server: AdminTarget, ours: ReadonlySet<string>, errors: Record<string, number>, progress: (line: string) => void): Promise<number> {
+  const listed = new Set((await listNodes(server, 'accepted=accepted')).map((n) => n.id));
+  const missing = [...ours].filter((id) => !listed.has(id));
+  if (missing.length === 0 || missing.length > MAX_RECHECK) return ours.size - missing.length;
+  const held: Array<Record<string, unknown>> = [];
+  await eachLimited(missing, 8, async (id) => {
+    const node = await getNode(server, id);
+    if (node?.accepted === 'accepted') held.push(node);
+  });
+  for (let i = 0; i < held.length; i++) countCode(errors, 'ERR_LIST_MISSED');
+  if (held.length > 0) {
+    const shown = held.slice(0, 5).map((n) => `${String(n.id)} (name ${String(n.name)}, status ${String(n.status)}, state ${String(n.state)}, updated ${String(n.updated_at)})`);
+    progress(`  the listing missed ${held.length} accepted nodes the server holds: ${shown.join('; ')}`);
+  }
+  return ours.size - missing.length + held.length;
 }
 
 /** An admin call's failure as a code: its own, ERR_ADMIN_TIMEOUT past the call's timeout, else ERR_ADMIN. */
