@@ -36,7 +36,7 @@ import { programPaths, REPO, startProgram } from './lib/programs.mjs';
 
 const SIM = resolve(import.meta.dirname, 'dist/sim/cli.js');
 const USAGE = 'usage: npm run bench:fleet -- [--store postgres|sqlite] [--nodes N] [--duration D] [--period D] [--time-scale X] '
-  + '[--console-every D] [--out-dir DIR] [--label NAME] [--keep] [-- capstan-sim options]\n';
+  + '[--console-every D] [--enroll inventory|register] [--out-dir DIR] [--label NAME] [--keep] [-- capstan-sim options]\n';
 
 const { values: opt, positionals: simExtra } = parseArgs({
   allowPositionals: true,
@@ -47,6 +47,7 @@ const { values: opt, positionals: simExtra } = parseArgs({
     period: { type: 'string', default: '5m' },
     'time-scale': { type: 'string', default: '1' },
     'console-every': { type: 'string', default: '30s' },
+    enroll: { type: 'string', default: 'inventory' },
     'out-dir': { type: 'string', default: join(REPO, 'bench', 'results') },
     label: { type: 'string', default: '' },
     keep: { type: 'boolean', default: false },
@@ -76,6 +77,9 @@ if (!Number.isInteger(nodes) || nodes < 1 || nodes > 1_000_000) usage('--nodes m
 const consoleEveryMs = ms(String(opt['console-every']));
 if (consoleEveryMs === null || consoleEveryMs < 1000) usage('--console-every must be a duration of at least 1s (e.g. 30s)');
 const consoleEvery = /** @type {number} */ (consoleEveryMs);
+// inventory: signed inventories and the auto-accept rule, as a real fleet enrols; register: the
+// nodes created accepted through POST /api/1/nodes, for a run about the run logs alone.
+if (opt.enroll !== 'inventory' && opt.enroll !== 'register') usage('--enroll must be inventory or register');
 if (!/^[a-z0-9-]{0,32}$/.test(String(opt.label))) usage('--label: lowercase letters, digits and dashes, at most 32');
 if (store === 'postgres') {
   const why = await pgUnavailable();
@@ -144,7 +148,7 @@ try {
   const simArgs = [
     SIM, ...level2.flatMap((r) => ['--relay', r.url]), '--server', servers[0].url, '--token-file', join(dir, 'server1', 'admin.token'),
     '--nodes', String(nodes), '--period', String(opt.period), '--time-scale', String(opt['time-scale']), '--duration', String(opt.duration),
-    '--enroll', 'inventory', ...started.flatMap((p) => ['--pid', `${p.name}=${p.pid}`]), '--json', '--out', simJson, ...simExtra,
+    '--enroll', String(opt.enroll), ...started.flatMap((p) => ['--pid', `${p.name}=${p.pid}`]), '--json', '--out', simJson, ...simExtra,
   ];
   /** @type {Awaited<ReturnType<typeof pgCpuSample>>} */
   let dbAtSend = null;
@@ -261,9 +265,12 @@ function markdown(r) {
     '| figure | value |',
     '|---|---:|',
     `| signed run logs prepared before the clock starts | ${n(r.run_logs_prepare_ms)} ms |`,
-    `| signed inventories prepared before enrolment | ${n(r.enrollment.prepare_ms)} ms |`,
-    `| enrolment: signed inventories sent, nodes accepted (from the first sent) | ${n(r.enrollment.inventories)}, ${n(r.enrollment.accepted)} in ${n(r.enrollment.ms)} ms `
-      + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`,
+    ...(r.enrollment.mode === 'register'
+      ? [`| enrolment: nodes registered accepted through POST /api/1/nodes (no inventories) | ${n(r.enrollment.accepted)} in ${n(r.enrollment.ms)} ms `
+        + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`]
+      : [`| signed inventories prepared before enrolment | ${n(r.enrollment.prepare_ms)} ms |`,
+        `| enrolment: signed inventories sent, nodes accepted (from the first sent) | ${n(r.enrollment.inventories)}, ${n(r.enrollment.accepted)} in ${n(r.enrollment.ms)} ms `
+        + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`]),
     `| enrolment: the slowest poll of the server (pending nodes, accepts, count) | ${r.enrollment.slowest_poll_ms === undefined ? '—' : `${n(r.enrollment.slowest_poll_ms)} ms`} |`,
     `| run logs scheduled / acknowledged / failed | ${n(r.runs.scheduled)} / ${n(r.runs.acked)} / ${n(r.runs.failed)} |`,
     `| rate achieved / scheduled | ${n(r.rate.achievedPerSec)} / ${n(r.rate.targetPerSec)} run logs/s |`,

@@ -56,11 +56,18 @@ function failure(what: string, r: { status: number; json: unknown }): AdminError
  */
 export async function listNodes(t: AdminTarget, query = ''): Promise<ListedNode[]> {
   const out: ListedNode[] = [];
+  const seen = new Set<string>();
   for (let page = 1; page <= MAX_PAGES; page++) {
     const r = await adminCall(t, 'GET', `/api/1/nodes?sort=id&per_page=${PER_PAGE}&page=${page}${query ? `&${query}` : ''}`);
     if (r.status !== 200) throw failure('list nodes', r);
     const body = r.json as { data: ListedNode[]; total: number };
-    out.push(...body.data.map((n) => ({ id: n.id, accepted: n.accepted, last_run_at: n.last_run_at })));
+    // A node inserted before the page boundary meanwhile shifts the next page by one: counted
+    // twice, the listing would stop before its last page.
+    for (const n of body.data) {
+      if (seen.has(n.id)) continue;
+      seen.add(n.id);
+      out.push({ id: n.id, accepted: n.accepted, last_run_at: n.last_run_at });
+    }
     if (body.data.length < PER_PAGE || out.length >= body.total) return out;
   }
   throw new AdminError(`list nodes: more than ${MAX_PAGES} pages`, 0, 'ERR_LIMIT');

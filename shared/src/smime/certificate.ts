@@ -78,12 +78,7 @@ function publicKeyOf(spki: Tlv): KeyObject {
  */
 export function parseCertificate(pem: string): ParsedCertificate {
   const der = pemDer(pem);
-  try {
-    const top = readOne(der);
-    if (top.raw.length !== der.length) throw new DerError('trailing bytes after the certificate');
-    const tbs = seq(seq(top, 'Certificate')[0], 'TBSCertificate');
-    let i = 0;
-    if (is(tbs[0], CONTEXT, 0)) i++; // [0] EXPLICIT version
+  return walkTbs(der, (tbs, i) => {
     const serial = expect(tbs[i], UNIVERSAL, TAG.INTEGER, 'serialNumber').body;
     const issuer = expect(tbs[i + 2], UNIVERSAL, TAG.SEQUENCE, 'issuer').raw;
     const subject = expect(tbs[i + 4], UNIVERSAL, TAG.SEQUENCE, 'subject').raw;
@@ -92,6 +87,19 @@ export function parseCertificate(pem: string): ParsedCertificate {
     const ski = subjectKeyId(tbs.slice(i + 6));
     if (ski) parsed.subjectKeyId = ski;
     return parsed;
+  });
+}
+
+/**
+ * `read` given a certificate's TBSCertificate fields and the index of its serialNumber (1 after
+ * an explicit version, else 0); a DER error in either becomes ERR_CERTIFICATE.
+ */
+function walkTbs<T>(der: Buffer, read: (tbs: Tlv[], i: number) => T): T {
+  try {
+    const top = readOne(der);
+    if (top.raw.length !== der.length) throw new DerError('trailing bytes after the certificate');
+    const tbs = seq(seq(top, 'Certificate')[0], 'TBSCertificate');
+    return read(tbs, is(tbs[0], CONTEXT, 0) ? 1 : 0); // [0] EXPLICIT version
   } catch (err) {
     if (err instanceof DerError) throw capstanError('ERR_CERTIFICATE', `malformed certificate: ${err.message}`, { cause: err });
     throw err;
@@ -106,14 +114,7 @@ export function parseCertificate(pem: string): ParsedCertificate {
  * of every node it lists. Malformed → ERR_CERTIFICATE.
  */
 export function spkiOf(pem: string): Buffer {
-  try {
-    const tbs = seq(seq(readOne(pemDer(pem)), 'Certificate')[0], 'TBSCertificate');
-    const i = is(tbs[0], CONTEXT, 0) ? 1 : 0;
-    return expect(tbs[i + 5], UNIVERSAL, TAG.SEQUENCE, 'subjectPublicKeyInfo').raw;
-  } catch (err) {
-    if (err instanceof DerError) throw capstanError('ERR_CERTIFICATE', `malformed certificate: ${err.message}`, { cause: err });
-    throw err;
-  }
+  return walkTbs(pemDer(pem), (tbs, i) => expect(tbs[i + 5], UNIVERSAL, TAG.SEQUENCE, 'subjectPublicKeyInfo').raw);
 }
 
 /**
