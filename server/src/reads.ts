@@ -16,7 +16,7 @@ export { parseRfc3339 } from './store/time.js';
 
 /** The root store's reads. */
 type RootReads = Pick<Store,
-  | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'getHistory' | 'getProperties' | 'listNodeProperties'
+  | 'getNode' | 'getNodeTrust' | 'listNodes' | 'listNodeIds' | 'acceptedNodesPage' | 'getHistory' | 'getProperties' | 'listNodeProperties'
   | 'getInventory' | 'inventoryHistory' | 'listSoftware'
   | 'listRuns' | 'getRunLog' | 'getRunLogText' | 'getRunBase'
   | 'getExpectations' | 'getComplianceBase' | 'complianceSummary' | 'complianceByRule' | 'complianceByGroup' | 'complianceNodes' | 'worstNodes' | 'targetNodes'

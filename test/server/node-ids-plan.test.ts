@@ -4,7 +4,8 @@
  * without statistics and takes an equality on an index's first column for a narrow range: it
  * read every accepted node through nodes_accepted_idx for each 100 ids, so an enrolment wave
  * cost more per node the larger the fleet. The plan is read with EXPLAIN QUERY PLAN on the same
- * SQL the store runs, and the answers are checked on a small fleet.
+ * SQL the store runs, and the answers are checked on a small fleet. The relays' nodes list
+ * walks the accepted nodes by key (acceptedPageSql), checked the same way.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +14,7 @@ import Database from 'better-sqlite3';
 import t from 'tap';
 import { openRegistry } from '@capstan/server/registry/open';
 import { filterWhere, type CheckedFilter } from '@capstan/server/store/nodes/filters/query';
+import { acceptedPageSql } from '@capstan/server/store/nodes/records';
 import { sqliteDialect } from '@capstan/server/store/nodes/filters/sqlite';
 import type { SqliteDb } from '@capstan/server/store/sqlite/db';
 import { setAcceptance } from '../helpers/node-changes.js';
@@ -57,4 +59,15 @@ t.test('ids and acceptance: the ids are found by key, acceptance checked on thei
   t.match(alone, /nodes_accepted_idx/, `acceptance alone keeps its index: ${alone}`);
   const excluded = plan([{ key: 'id', values: asked, exclude: true }, { key: 'accepted', values: ['accepted'], exclude: false }]);
   t.match(excluded, /nodes_accepted_idx/, `ids left out do not drive the search: ${excluded}`);
+
+  // The relays' nodes list walks the accepted nodes by key: each page from the primary key at
+  // its `after`, not every accepted node sorted again through the acceptance index.
+  const db = new Database(path, { readonly: true });
+  try {
+    const walk = (db.prepare(`EXPLAIN QUERY PLAN ${acceptedPageSql(true)}`).all('', 10) as Array<{ detail: string }>).map((r) => r.detail).join('; ');
+    t.match(walk, /SEARCH n USING INDEX sqlite_autoindex_nodes_1 \(id>\?\)/, `the accepted nodes' pages by key: ${walk}`);
+    t.notMatch(walk, /TEMP B-TREE|nodes_accepted_idx/, 'no sort, no acceptance index');
+  } finally {
+    db.close();
+  }
 });

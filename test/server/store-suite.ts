@@ -161,6 +161,36 @@ export function storeSuite(t: Test, backend: Backend): void {
     await t.rejects(store.listNodes({ page: 1, per_page: 0 }), { code: 'ERR_BAD_REQUEST' });
   });
 
+  t.test('acceptedNodesPage walks the accepted nodes by key, each once, with what a relay routes by', async (t) => {
+    const { store } = await setup(t, backend);
+    // Mixed case and digits: whatever order the column's collation gives, the walk must follow it.
+    const ids = ['n-b', 'N-A', 'n-10', 'n-9', 'n_c', 'n-a', 'Z1', 'a1', 'n-2'];
+    for (const [i, id] of ids.entries()) {
+      await store.upsertFromInventory(inventory(id, { certificate: PEM(`C${i}`), certificate_fingerprint: FP(String(i)) }));
+      if (i % 3 !== 2) await setAcceptance(store, id, 'accepted', '2024-05-01T11:00:00Z');
+    }
+    await store.createNode({ id: 'm1', hostname: 'manual' });
+    const accepted = new Set([...ids.filter((_, i) => i % 3 !== 2), 'm1']);
+    const whole = await store.acceptedNodesPage('', 100);
+    t.same(new Set(whole.map((n) => n.id)), accepted, 'every accepted node, and only those');
+    t.equal(whole.length, accepted.size, 'each once');
+    for (const size of [1, 2, 3]) {
+      const walked: string[] = [];
+      for (let after = '', n = 0; n < 20; n++) {
+        const page = await store.acceptedNodesPage(after, size);
+        t.ok(page.length <= size, `a page holds at most ${size}`);
+        walked.push(...page.map((r) => r.id));
+        if (page.length < size) break;
+        after = page[page.length - 1]!.id;
+      }
+      t.same(walked, whole.map((n) => n.id), `pages of ${size} walk the same order, nothing missed or repeated`);
+    }
+    const first = whole.find((n) => n.id === 'n-b')!;
+    t.same(first, { id: 'n-b', hostname: 'n-b.example.com', policy_server: 'relay-1', relay: false, certificate_fingerprint: FP('0'), certificate: PEM('C0') });
+    t.match(whole.find((n) => n.id === 'm1'), { hostname: 'manual', certificate: null, certificate_fingerprint: null, relay: false });
+    t.same(await store.acceptedNodesPage(whole[whole.length - 1]!.id, 10), [], 'nothing after the last');
+  });
+
   t.test('insertRun stores the run and updates last run, config and status together', async (t) => {
     const { store } = await setup(t, backend);
     await store.createNode({ id: 'n1', hostname: 'h' });

@@ -21,7 +21,7 @@ import { setImmediate as yieldToLoop } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { spkiOf } from '@capstan/shared/smime/certificate';
 import { etagMatches } from '@capstan/toolkit/http/app';
-import type { NodeRecord, Reads } from '../../reads.js';
+import type { AcceptedNodeRow, Reads } from '../../reads.js';
 
 export const RELAY_NODES_PATH = '/rudder/relay-api/1/nodes';
 
@@ -64,7 +64,7 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
   const out: Record<string, NodesListEntry> = {};
   // Every forced renewal ever made (one row per node at most): old ones only repeat what expiry says.
   const forced = await store.identity.forcedRenewals(0);
-  const add = (n: NodeRecord) => {
+  const add = (n: AcceptedNodeRow) => {
     let keyHash = n.certificate_fingerprint ? keyHashes.get(n.certificate_fingerprint) : undefined;
     if (keyHash === undefined) {
       keyHash = keyHashOf(n.certificate);
@@ -74,12 +74,16 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
     const after = forced.get(n.id);
     if (after) out[n.id]!['tokens-after'] = after;
   };
-  for (let page = 1; ; page++) {
-    const res = await store.listNodes({ filters: [{ key: 'accepted', values: ['accepted'] }], sort: 'id', order: 'asc', page, per_page: PAGE });
-    for (const n of res.data) add(n);
-    if (res.data.length < PAGE || page * PAGE >= res.total) break;
-    // A turn of the event loop between pages: at 100,000 nodes the list is seconds of work, and
-    // every other request (uploads, the API) would wait for all of it.
+  // Pages by key from the primary (acceptedNodesPage): an offset page of the node list sorted and
+  // counted every accepted node, and at 300,000 nodes the list took the server's event loop for
+  // minutes at each relay's sync.
+  for (let after = ''; ;) {
+    const page = await store.acceptedNodesPage(after, PAGE);
+    for (const n of page) add(n);
+    if (page.length < PAGE) break;
+    after = page[page.length - 1]!.id;
+    // A turn of the event loop between pages: every other request (uploads, the API) would
+    // otherwise wait for the whole list.
     await yieldToLoop();
   }
   return out;

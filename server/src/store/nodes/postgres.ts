@@ -17,16 +17,17 @@ import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
+import { acceptedPageSql, acceptedRow, historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
 import { nodePageByCompliance } from './compliance-page.js';
 import { postgresSwept, snapshot } from '../compliance/kept-postgres.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
-import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
+import type { AcceptedNodeRow, HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
+const ACCEPTED_PAGE_POSTGRES = acceptedPageSql(false);
 export class PostgresNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
 
@@ -106,6 +107,11 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
         await this.db.query(what, c, { text: 'INSERT INTO node_groups (node_id, group_id) SELECT $1, unnest($2::text[])', values: [next.id, next.groups] });
       }
     }
+  }
+
+  async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
+    const { rows } = await this.db.query('acceptedNodesPage', this.db.pool, { name: 'accepted_nodes_page', text: ACCEPTED_PAGE_POSTGRES, values: [after, limit] });
+    return rows.map(acceptedRow);
   }
 
   async getNodeTrust(id: string): Promise<NodeTrust | null> {

@@ -4,7 +4,7 @@
  * values, the row as JSON (text in SQLite, jsonb in Postgres). Tags come back sorted by key and
  * groups sorted, so both backends (jsonb reorders keys) answer the same.
  */
-import type { HistoryEntry, NodeRecord } from './types.js';
+import type { AcceptedNodeRow, HistoryEntry, NodeRecord } from './types.js';
 import type { RowCodec } from '../row-codec.js';
 
 /** Every column of `nodes`, in one order both backends read and write them in. The certificate
@@ -123,4 +123,27 @@ export function nodeValues(n: NodeRecord): unknown[] {
 }
 
 /** A node's acceptance and pinned certificate (NodeStore.getNodeTrust), `?` its id. */
+/**
+ * acceptedNodesPage's statement: the accepted nodes after a key, by key (parameters: after,
+ * limit). On SQLite, which plans without statistics, the unary `+` keeps it from taking
+ * nodes_accepted_idx and sorting every accepted node for each page: the primary key is walked
+ * from `after`. At 300,000 nodes the offset pages of the node list, each counted, made the
+ * relays' sync minutes of the server's event loop.
+ */
+export function acceptedPageSql(sqlite: boolean): string {
+  const [accepted, after, limit] = sqlite ? ['+n.accepted', '?', '?'] : ['n.accepted', '$1', '$2'];
+  return `SELECT n.id, n.hostname, n.policy_server, n.relay, n.certificate_fingerprint, nc.certificate
+  FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id
+  WHERE ${accepted} = 'accepted' AND n.id > ${after} ORDER BY n.id LIMIT ${limit}`;
+}
+
+/** A row of acceptedPageSql as the store answers it. */
+export function acceptedRow(r: Record<string, unknown>): AcceptedNodeRow {
+  return {
+    id: r.id as string, hostname: r.hostname as string, policy_server: (r.policy_server as string | null) ?? '',
+    relay: Number(r.relay) === 1 || r.relay === true, certificate_fingerprint: (r.certificate_fingerprint as string | null) ?? null,
+    certificate: (r.certificate as string | null) ?? null,
+  };
+}
+
 export const TRUST = 'SELECT n.accepted, nc.certificate FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id WHERE n.id = ?';

@@ -15,17 +15,18 @@ import { sqliteDialect } from './filters/sqlite.js';
 import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
-import { historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
+import { acceptedPageSql, acceptedRow, historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeParams, SELECT_NODE, TRUST } from './records.js';
 import { nodePageByCompliance } from './compliance-page.js';
 import { sqliteSwept } from '../compliance/kept-sqlite.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
-import type { HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
+import type { AcceptedNodeRow, HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
 const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((c) => '@' + c).join(', ')})`;
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
+const ACCEPTED_PAGE_SQLITE = acceptedPageSql(true);
 export class SqliteNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
 
@@ -79,6 +80,11 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
       const ins = this.db.stmt('INSERT INTO node_groups (node_id, group_id) VALUES (?, ?)');
       for (const g of next.groups) ins.run(next.id, g);
     }
+  }
+
+  async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
+    const rows = this.db.read('acceptedNodesPage', () => this.db.stmt(ACCEPTED_PAGE_SQLITE).all(after, limit)) as Array<Record<string, unknown>>;
+    return rows.map(acceptedRow);
   }
 
   async getNodeTrust(id: string): Promise<NodeTrust | null> {

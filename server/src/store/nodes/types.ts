@@ -227,6 +227,16 @@ export interface NodeTrust {
   certificate: string | null;
 }
 
+/** An accepted node as the relays' nodes list names it. */
+export interface AcceptedNodeRow {
+  id: string;
+  hostname: string;
+  policy_server: string;
+  relay: boolean;
+  certificate_fingerprint: string | null;
+  certificate: string | null;
+}
+
 /** What callers may read of nodes. */
 export interface NodeReads {
   getNode(id: string): Promise<NodeRecord | null>;
@@ -240,6 +250,12 @@ export interface NodeReads {
   listNodesFresh(q: NodeListQuery): Promise<NodePage>;
   /** Ids of every node matching the filters, unpaged (policy groups: membership of a whole filter). */
   listNodeIds(filters: NodeFilter[]): Promise<string[]>;
+  /**
+   * At most `limit` accepted nodes in id order after `after` ('' from the start): each page found
+   * by key and none counted, so a walk of the fleet costs one pass however large it is. What the
+   * relays route by, so never answered by a replica (a relay refuses a node's files on it).
+   */
+  acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]>;
   /** Transitions of one node, newest first. */
   getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
   /**
@@ -326,6 +342,7 @@ export const NODES_NUL: NulRules<NodeStore> = {
   listNodes: REFUSE,
   listNodesFresh: REFUSE,
   listNodeIds: REFUSE,
+  acceptedNodesPage: REFUSE,
   createNode: REFUSE,
   changeNode: lookup([0], () => null),
   recordClockSkew: lookup([0], () => false),
