@@ -28,6 +28,7 @@ export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUE
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
 const ACCEPTED_PAGE_POSTGRES = acceptedPageSql(false);
+
 export class PostgresNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
 

@@ -122,7 +122,6 @@ export function nodeValues(n: NodeRecord): unknown[] {
   return NODE_COLUMNS.map((c) => cols[c]);
 }
 
-/** A node's acceptance and pinned certificate (NodeStore.getNodeTrust), `?` its id. */
 /**
  * acceptedNodesPage's statement: the accepted nodes after a key, by key (parameters: after,
  * limit). On SQLite, which plans without statistics, the unary `+` keeps it from taking
@@ -146,4 +145,5 @@ export function acceptedRow(r: Record<string, unknown>): AcceptedNodeRow {
   };
 }
 
+/** A node's acceptance and pinned certificate (NodeStore.getNodeTrust), `?` its id. */
 export const TRUST = 'SELECT n.accepted, nc.certificate FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id WHERE n.id = ?';

@@ -27,6 +27,7 @@ const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').m
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
 const ACCEPTED_PAGE_SQLITE = acceptedPageSql(true);
+
 export class SqliteNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
 
