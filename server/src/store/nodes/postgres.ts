@@ -111,7 +111,7 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
   }
 
   async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
-    const { rows } = await this.db.query('acceptedNodesPage', this.db.pool, { name: 'accepted_nodes_page', text: ACCEPTED_PAGE_POSTGRES, values: [after, limit] });
+    const { rows } = await this.db.query('acceptedNodesPage', this.db.pool, { name: 'accepted_nodes_page', text: ACCEPTED_PAGE_POSTGRES, values: [after, checkPaging(1, limit).limit] });
     return rows.map(acceptedRow);
   }
 

@@ -84,7 +84,7 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
   }
 
   async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
-    const rows = this.db.read('acceptedNodesPage', () => this.db.stmt(ACCEPTED_PAGE_SQLITE).all(after, limit)) as Array<Record<string, unknown>>;
+    const rows = this.db.read('acceptedNodesPage', () => this.db.stmt(ACCEPTED_PAGE_SQLITE).all(after, checkPaging(1, limit).limit)) as Array<Record<string, unknown>>;
     return rows.map(acceptedRow);
   }
 
