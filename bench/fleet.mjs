@@ -270,9 +270,9 @@ function markdown(r) {
         + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`]
       : [`| signed inventories prepared before enrolment | ${n(r.enrollment.prepare_ms)} ms |`,
         `| enrolment: signed inventories sent, nodes accepted (from the first sent) | ${n(r.enrollment.inventories)}, ${n(r.enrollment.accepted)} in ${n(r.enrollment.ms)} ms `
-        + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`]),
-    `| enrolment: the slowest poll of the server (pending nodes, accepts, count) | ${r.enrollment.slowest_poll_ms === undefined ? '—' : `${n(r.enrollment.slowest_poll_ms)} ms`} |`,
-    `| run logs scheduled / acknowledged / failed | ${n(r.runs.scheduled)} / ${n(r.runs.acked)} / ${n(r.runs.failed)} |`,
+        + `(${n(r.enrollment.ms ? Math.round(r.enrollment.accepted / (r.enrollment.ms / 1000)) : 0)} nodes/s) |`,
+        `| enrolment: the slowest poll of the server (pending nodes, accepts, count) | ${r.enrollment.slowest_poll_ms === undefined ? '—' : `${n(r.enrollment.slowest_poll_ms)} ms`} |`]),
+    `| run logs scheduled / acknowledged / failed / not sent (simulator behind) | ${n(r.runs.scheduled)} / ${n(r.runs.acked)} / ${n(r.runs.failed)} / ${n(r.runs.skipped ?? 0)} |`,
     `| rate achieved / scheduled | ${n(r.rate.achievedPerSec)} / ${n(r.rate.targetPerSec)} run logs/s |`,
     `| PUT latency p50 / p99 / max | ${lat(r.put_latency_ms)} |`,
     `| run → visible p50 / p99 / max (probe nodes) | ${lat(r.visibility?.probeLatencyMs)} |`,

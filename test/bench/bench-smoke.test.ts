@@ -134,7 +134,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   t.equal(r.code, 0, 'exits 0', { stderr: r.stderr.slice(-3000) });
   const rep = JSON.parse(r.stdout) as {
     enrollment: { inventories: number; accepted: number; errors: Record<string, number> };
-    runs: { scheduled: number; acked: number; failed: number };
+    runs: { scheduled: number; acked: number; failed: number; skipped: number };
     visibility: { visible: number; of: number; probeLatencyMs: { count: number; p50: number } };
     processes: Record<string, { peakRssMb: number }>;
     notes: string[];
@@ -145,6 +145,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   t.ok(rep.runs.scheduled >= 8, 'every node runs at least once');
   t.equal(rep.runs.acked, rep.runs.scheduled, 'every run log acknowledged by the relay');
   t.equal(rep.runs.failed, 0);
+  t.equal(rep.runs.skipped, 0, 'none left unsent: the simulator kept up');
   t.equal(rep.visibility.visible, rep.runs.acked, 'and visible in the registry');
   t.equal(rep.visibility.probeLatencyMs.count, rep.runs.acked, 'with 8 nodes every node is a probe: each run timed to visible');
   t.ok(rep.processes.relay!.peakRssMb > 0 && rep.processes.server!.peakRssMb > 0, 'relay and server memory sampled');

@@ -80,6 +80,7 @@ interface Flags {
   pid?: [string, number][];
   sample: number;
   visibilityPoll?: number;
+  maxLag?: number;
   drainTimeout: number;
   probeNodes: number;
   probeInterval: number;
@@ -106,7 +107,7 @@ function table(r: FleetReport): string {
     ['schedule', `every ${r.periodMs / 1000} s simulated, ×${r.timeScale} → every ${(r.realPeriodMs / 1000).toFixed(2)} s real, for ${r.durationMs / 1000} s`],
     ['run log', `${r.reportsPerRun} reports, ${r.avgRunLogBytes} bytes signed+compressed (prepared in ${r.prepareMs} ms)`],
     ['enrollment', `${r.enrollment.mode}: ${r.enrollment.inventories} inventories, ${r.enrollment.accepted} accepted in ${r.enrollment.ms} ms${r.enrollment.prepare_ms !== undefined ? ` (signed before in ${r.enrollment.prepare_ms} ms)` : ''}${r.enrollment.note ? ` (${r.enrollment.note})` : ''}`],
-    ['run logs', `${r.runs.acked} acknowledged, ${r.runs.failed} failed of ${r.runs.scheduled}`],
+    ['run logs', `${r.runs.acked} acknowledged, ${r.runs.failed} failed, ${r.runs.skipped} not sent (simulator behind) of ${r.runs.scheduled}`],
     ['rate', `${r.rate.achievedPerSec}/s achieved, ${r.rate.targetPerSec}/s scheduled`],
     ['PUT → 2xx', `p50 ${r.putLatencyMs.p50} ms, p90 ${r.putLatencyMs.p90} ms, p99 ${r.putLatencyMs.p99} ms, max ${r.putLatencyMs.max} ms`],
     ['simulator lag', `p50 ${r.startLagMs.p50} ms, p99 ${r.startLagMs.p99} ms; max backlog ${r.maxBacklog}`],
@@ -149,6 +150,8 @@ const program = new Command('capstan-sim')
   .option('--sockets <n>', 'keep-alive connections per relay', int(1, 10_000), 64)
   .option('--max-in-flight <n>', 'uploads in flight at once, over all relays', int(1, 100_000), 256)
   .addOption(new Option('--timeout <duration>', 'upload timeout').argParser(duration(1)).default(60_000, '60s'))
+  .addOption(new Option('--max-lag <duration>', 'a run not started within this of its due time is not sent, only counted '
+    + '(default: one period in real time; bounds the run at --duration plus this)').argParser(duration(1)))
   .option('--pid <name=pid>', 'a process to watch (RSS, CPU): repeat, e.g. --pid relay=123 --pid server=456', collect(namedPid))
   .addOption(new Option('--sample <duration>', 'interval between progress samples').argParser(duration(100)).default(5_000, '5s'))
   .addOption(new Option('--visibility-poll <duration>', 'with --server: poll the registry this often for PUT → visible latency (0 = off); '
@@ -207,6 +210,7 @@ const program = new Command('capstan-sim')
       socketsPerRelay: f.sockets,
       maxInFlight: f.maxInFlight,
       timeoutMs: f.timeout,
+      maxLagMs: f.maxLag ?? f.period / f.timeScale,
       // The simulator's own footprint is part of the picture on a shared machine.
       pids: new Map([...(f.pid ?? []), ['sim', process.pid]]),
       sampleMs: f.sample,

@@ -11,6 +11,7 @@
  * same machine. Policy fetching is not simulated yet.
  */
 import { availableParallelism } from 'node:os';
+import { Fifo } from '@capstan/toolkit/spool/fifo';
 import { adminCall, listNodes, type AdminTarget } from './admin.js';
 import { enroll, type EnrollMode, type EnrollmentReport } from './enroll.js';
 import type { SimIdentity } from './identities.js';
@@ -40,6 +41,8 @@ export interface FleetOptions {
   socketsPerRelay: number;
   maxInFlight: number;
   timeoutMs: number;
+  /** A run not started within this of its due time is not sent (that agent is on its next run). */
+  maxLagMs: number;
   pids: Map<string, number>;
   sampleMs: number;
   /** 0: do not track visibility in the registry. */
@@ -104,7 +107,8 @@ export interface FleetReport {
   avgRunLogBytes: number;
   prepareMs: number;
   enrollment: EnrollmentReport;
-  runs: { scheduled: number; acked: number; failed: number; errors: Record<string, number> };
+  /** skipped: not sent, the simulator being more than maxLagMs behind their due time. */
+  runs: { scheduled: number; acked: number; failed: number; skipped: number; errors: Record<string, number> };
   rate: { targetPerSec: number; achievedPerSec: number };
   putLatencyMs: Percentiles;
   /** How late the simulator started PUTs behind schedule (its own backlog). */
@@ -209,11 +213,12 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
     let failed = 0;
     let inFlight = 0;
     let dispatched = 0;
+    let skipped = 0;
     let maxBacklog = 0;
     const samples: FleetSample[] = [];
     const t0 = performance.now();
     const now = () => performance.now() - t0;
-    const waiting: Run[] = [];
+    const waiting = new Fifo<Run>(); // due runs not yet sent, oldest first
 
     let wake: (() => void) | null = null;
     const kick = () => {
@@ -223,6 +228,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
     };
     const send = (r: Run) => {
       inFlight++;
+      dispatched++;
       r.putAt = now();
       lagMs.push(Math.max(0, r.putAt - r.dueMs));
       void uploaders[r.relay]!.put('reports', r.name, r.body!).then((res) => {
@@ -281,14 +287,14 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
       sampling = true;
       void (async () => {
         const t = now();
-        const due = dispatched + waiting.length;
+        const due = dispatched + skipped + waiting.length;
         const sample: FleetSample = {
           t: Math.round(t),
           due,
           acked,
           failed,
           rate: Math.round(((acked - lastAcked) / Math.max(1e-3, (t - lastT) / 1000)) * 10) / 10,
-          backlog: due - acked - failed,
+          backlog: due - acked - failed - skipped,
           inFlight,
           put: percentiles(windowPut),
           visible: visibleCount,
@@ -349,8 +355,13 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
         const t = now();
         while (next < runs.length && runs[next]!.dueMs <= t) waiting.push(runs[next++]!);
         while (waiting.length > 0 && inFlight < o.maxInFlight) {
-          send(waiting.shift()!);
-          dispatched++;
+          const r = waiting.shift()!;
+          if (t - r.dueMs <= o.maxLagMs) {
+            send(r);
+          } else {
+            skipped++;
+            r.body = null;
+          }
         }
         maxBacklog = Math.max(maxBacklog, waiting.length + inFlight);
         const untilNext = next < runs.length ? runs[next]!.dueMs - now() : 1000;
@@ -401,7 +412,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
         avgRunLogBytes: Math.round(bytes / Math.max(1, runs.length)),
         prepareMs,
         enrollment,
-        runs: { scheduled: runs.length, acked, failed, errors },
+        runs: { scheduled: runs.length, acked, failed, skipped, errors },
         rate: {
           targetPerSec: Math.round((n / (realPeriodMs / 1000)) * 10) / 10,
           achievedPerSec: Math.round((acked / (activeMs / 1000)) * 10) / 10,
