@@ -64,9 +64,13 @@ t.test('ids and acceptance: the ids are found by key, acceptance checked on thei
   // its `after`, not every accepted node sorted again through the acceptance index.
   const db = new Database(path, { readonly: true });
   try {
-    const walk = (db.prepare(`EXPLAIN QUERY PLAN ${acceptedPageSql(true)}`).all('', 10) as Array<{ detail: string }>).map((r) => r.detail).join('; ');
-    t.match(walk, /SEARCH n USING INDEX sqlite_autoindex_nodes_1 \(id>\?\)/, `the accepted nodes' pages by key: ${walk}`);
-    t.notMatch(walk, /TEMP B-TREE|nodes_accepted_idx/, 'no sort, no acceptance index');
+    for (const withCertificates of [true, false]) {
+      const walk = (db.prepare(`EXPLAIN QUERY PLAN ${acceptedPageSql(true, withCertificates)}`).all('', 10) as Array<{ detail: string }>).map((r) => r.detail).join('; ');
+      const what = withCertificates ? 'with certificates' : 'without';
+      t.match(walk, /SEARCH n USING INDEX sqlite_autoindex_nodes_1 \(id>\?\)/, `${what}: the accepted nodes' pages by key: ${walk}`);
+      t.notMatch(walk, /TEMP B-TREE|nodes_accepted_idx/, `${what}: no sort, no acceptance index`);
+      t.equal(/node_certificates|nc\b/.test(walk), withCertificates, `${what}: the certificates ${withCertificates ? 'joined' : 'left out'}`);
+    }
   } finally {
     db.close();
   }

@@ -189,6 +189,8 @@ export function storeSuite(t: Test, backend: Backend): void {
     t.same(first, { id: 'n-b', hostname: 'n-b.example.com', policy_server: 'relay-1', relay: false, certificate_fingerprint: FP('0'), certificate: PEM('C0') });
     t.match(whole.find((n) => n.id === 'm1'), { hostname: 'manual', certificate: null, certificate_fingerprint: null, relay: false });
     t.same(await store.acceptedNodesPage(whole[whole.length - 1]!.id, 10), [], 'nothing after the last');
+    t.same(await store.acceptedNodesPage('', 100, false), whole.map((n) => ({ ...n, certificate: null })),
+      'without certificates: the same rows, only the certificates left unread');
     // SQLite reads LIMIT -1 as no limit at all: a page size that is not a positive integer is refused.
     for (const bad of [0, -1, 1.5, Number.NaN]) await t.rejects(store.acceptedNodesPage('', bad), { code: 'ERR_BAD_REQUEST' }, `a page of ${bad}`);
     await t.rejects(store.acceptedNodesPage('n-\u0000', 10), { code: 'ERR_BAD_REQUEST' }, 'U+0000 in the key');

@@ -78,7 +78,12 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
   // counted every accepted node, and at 300,000 nodes the list took the server's event loop for
   // minutes at each relay's sync.
   for (let after = ''; ;) {
-    const page = await store.acceptedNodesPage(after, PAGE);
+    // Certificates only for a page holding a fingerprint not yet hashed: once the cache holds the
+    // fleet, a walk reads none (about 60 % of a walk of 300,000 nodes was their reading).
+    let page = await store.acceptedNodesPage(after, PAGE, false);
+    if (page.some((n) => n.certificate_fingerprint !== null && !keyHashes.has(n.certificate_fingerprint))) {
+      page = await store.acceptedNodesPage(after, PAGE, true);
+    }
     for (const n of page) add(n);
     if (page.length < PAGE) break;
     after = page[page.length - 1]!.id;

@@ -27,7 +27,8 @@ import type { AcceptedNodeRow, HistoryEntry, HistoryInsert, NodeCreate, NodeFilt
 export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
-const ACCEPTED_PAGE_POSTGRES = acceptedPageSql(false);
+const ACCEPTED_PAGE_POSTGRES = acceptedPageSql(false, true);
+const ACCEPTED_PAGE_POSTGRES_BARE = acceptedPageSql(false, false);
 
 export class PostgresNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
@@ -110,8 +111,9 @@ export class PostgresNodes extends NodeChanges implements NodeStore {
     }
   }
 
-  async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
-    const { rows } = await this.db.query('acceptedNodesPage', this.db.pool, { name: 'accepted_nodes_page', text: ACCEPTED_PAGE_POSTGRES, values: [after, checkPaging(1, limit).limit] });
+  async acceptedNodesPage(after: string, limit: number, withCertificates = true): Promise<AcceptedNodeRow[]> {
+    const [name, text] = withCertificates ? ['accepted_nodes_page', ACCEPTED_PAGE_POSTGRES] : ['accepted_nodes_page_bare', ACCEPTED_PAGE_POSTGRES_BARE];
+    const { rows } = await this.db.query('acceptedNodesPage', this.db.pool, { name, text, values: [after, checkPaging(1, limit).limit] });
     return rows.map(acceptedRow);
   }
 

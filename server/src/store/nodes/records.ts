@@ -124,15 +124,19 @@ export function nodeValues(n: NodeRecord): unknown[] {
 
 /**
  * acceptedNodesPage's statement: the accepted nodes after a key, by key (parameters: after,
- * limit). On SQLite, which plans without statistics, the unary `+` keeps it from taking
+ * limit), with their certificates or without (NULL: the join left out, about 60 % of a walk of
+ * 300,000 nodes). On SQLite, which plans without statistics, the unary `+` keeps it from taking
  * nodes_accepted_idx and sorting every accepted node for each page: the primary key is walked
  * from `after`. At 300,000 nodes the offset pages of the node list, each counted, made the
  * relays' sync minutes of the server's event loop.
  */
-export function acceptedPageSql(sqlite: boolean): string {
+export function acceptedPageSql(sqlite: boolean, withCertificates: boolean): string {
   const [accepted, after, limit] = sqlite ? ['+n.accepted', '?', '?'] : ['n.accepted', '$1', '$2'];
-  return `SELECT n.id, n.hostname, n.policy_server, n.relay, n.certificate_fingerprint, nc.certificate
-  FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id
+  const [certificate, join] = withCertificates
+    ? ['nc.certificate', 'LEFT JOIN node_certificates nc ON nc.node_id = n.id']
+    : ['NULL AS certificate', ''];
+  return `SELECT n.id, n.hostname, n.policy_server, n.relay, n.certificate_fingerprint, ${certificate}
+  FROM nodes n ${join}
   WHERE ${accepted} = 'accepted' AND n.id > ${after} ORDER BY n.id LIMIT ${limit}`;
 }
 

@@ -26,7 +26,8 @@ const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NO
 const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').map((c) => `${c} = @${c}`).join(', ')} WHERE id = @id`;
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
-const ACCEPTED_PAGE_SQLITE = acceptedPageSql(true);
+const ACCEPTED_PAGE_SQLITE = acceptedPageSql(true, true);
+const ACCEPTED_PAGE_SQLITE_BARE = acceptedPageSql(true, false);
 
 export class SqliteNodes extends NodeChanges implements NodeStore {
   private readonly updateAfterRun: string;
@@ -83,8 +84,9 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
     }
   }
 
-  async acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]> {
-    const rows = this.db.read('acceptedNodesPage', () => this.db.stmt(ACCEPTED_PAGE_SQLITE).all(after, checkPaging(1, limit).limit)) as Array<Record<string, unknown>>;
+  async acceptedNodesPage(after: string, limit: number, withCertificates = true): Promise<AcceptedNodeRow[]> {
+    const sql = withCertificates ? ACCEPTED_PAGE_SQLITE : ACCEPTED_PAGE_SQLITE_BARE;
+    const rows = this.db.read('acceptedNodesPage', () => this.db.stmt(sql).all(after, checkPaging(1, limit).limit)) as Array<Record<string, unknown>>;
     return rows.map(acceptedRow);
   }
 

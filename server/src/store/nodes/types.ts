@@ -254,8 +254,11 @@ export interface NodeReads {
    * At most `limit` accepted nodes in id order after `after` ('' from the start): each page found
    * by key and none counted, so a walk of the fleet costs one pass however large it is. What the
    * relays route by, so never answered by a replica (a relay refuses a node's files on it).
+   * `withCertificates` false leaves the certificates unread (`certificate` null on every row):
+   * they are most of a walk's cost, and a caller that keeps what it derives from them by
+   * fingerprint reads them again only for a page that holds one it has not seen.
    */
-  acceptedNodesPage(after: string, limit: number): Promise<AcceptedNodeRow[]>;
+  acceptedNodesPage(after: string, limit: number, withCertificates?: boolean): Promise<AcceptedNodeRow[]>;
   /** Transitions of one node, newest first. */
   getHistory(nodeId: string, page: number, perPage: number): Promise<Page<HistoryEntry>>;
   /**
