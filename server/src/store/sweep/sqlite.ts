@@ -12,6 +12,19 @@ import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
+/**
+ * The sweep's questions (parameters: the cut-off, the limit), each answered from migration 34's
+ * indexes, in the order of the index they read, instead of a read of the whole nodes table.
+ */
+export const sweepSql = {
+  unreachable: `SELECT id, state, hostname, policy_server, last_contact_at FROM nodes WHERE status = 'reachable' AND last_contact_at < ?
+        ORDER BY last_contact_at, id LIMIT ?`,
+  missing: (live: readonly string[]) => `SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes
+        WHERE state IN (${inList(live)}) AND last_contact_at < ? ORDER BY last_contact_at, id LIMIT ?`,
+  purge: (purgeable: readonly string[]) => `SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes
+        WHERE state IN (${inList(purgeable)}) AND state_changed_at < ? ORDER BY id LIMIT ?`,
+};
+
 type Who = { hostname: string; policy_server: string | null; last_contact_at: string | null };
 const who = (r: Who): Who => ({ hostname: r.hostname, policy_server: r.policy_server, last_contact_at: r.last_contact_at });
 
@@ -21,8 +34,7 @@ export class SqliteSweep implements SweepStore {
   async markUnreachable(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markUnreachable', () => {
-      const rows = this.db.stmt(`SELECT id, state, hostname, policy_server, last_contact_at FROM nodes WHERE status = 'reachable' AND last_contact_at < ?
-        ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string } & Who>;
+      const rows = this.db.stmt(sweepSql.unreachable).all(b, limit) as Array<{ id: string; state: string } & Who>;
       const upd = this.db.stmt(`UPDATE nodes SET status = 'unreachable', updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const { id } of rows) {
         upd.run(when, id);
@@ -35,8 +47,7 @@ export class SqliteSweep implements SweepStore {
   async markMissing(before: string, at: string, limit: number): Promise<SweptNode[]> {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     return this.db.write('markMissing', () => {
-      const rows = this.db.stmt(`SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes WHERE state IN (${inList(this.nodes.rules.liveStates)})
-        AND last_contact_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
+      const rows = this.db.stmt(sweepSql.missing(this.nodes.rules.liveStates)).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
       const upd = this.db.stmt(`UPDATE nodes SET state = '${this.nodes.rules.missing}', status = 'unreachable', state_changed_at = ?,
         updated_at = max(updated_at, ?) WHERE id = ?`);
       for (const r of rows) {
@@ -52,8 +63,7 @@ export class SqliteSweep implements SweepStore {
   async purgeNodes(before: string, limit: number): Promise<SweptNode[]> {
     const b = toUtcIso(before, 'before');
     return this.db.write('purgeNodes', () => {
-      const rows = this.db.stmt(`SELECT id, state, status, hostname, policy_server, last_contact_at FROM nodes
-        WHERE state IN (${inList(this.nodes.rules.purgeable)}) AND state_changed_at < ? ORDER BY id LIMIT ?`).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
+      const rows = this.db.stmt(sweepSql.purge(this.nodes.rules.purgeable)).all(b, limit) as Array<{ id: string; state: string; status: string } & Who>;
       const del = this.db.stmt('DELETE FROM nodes WHERE id = ?');
       for (const r of rows) del.run(r.id);
       this.bump('purged_nodes', rows.length);
