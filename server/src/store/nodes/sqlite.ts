@@ -27,6 +27,7 @@ const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.filter((c) => c !== 'id').m
 const INSERT_HISTORY = 'INSERT INTO node_history (node_id, at, field, from_value, to_value, cause) VALUES (?, ?, ?, ?, ?, ?)';
 
 const ACCEPTED_PAGE_SQLITE = acceptedPageSql(true, true);
+const UNFILTERED_TOTALS = "SELECT value AS status, nodes AS c FROM kept_node_counts WHERE field = 'status'";
 const ACCEPTED_PAGE_SQLITE_BARE = acceptedPageSql(true, false);
 
 export class SqliteNodes extends NodeChanges implements NodeStore {
@@ -116,7 +117,9 @@ export class SqliteNodes extends NodeChanges implements NodeStore {
     const order = orderBy(q.sort, q.order, d);
     // Totals and page in one read transaction, so they describe the same snapshot.
     return this.db.read('listNodes', () => {
-      const counted = this.db.stmt(`SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
+      // The whole registry's totals are kept (kept_node_counts, migration 25): counting 300,000
+      // nodes took 28 ms of every unfiltered page, the console's first one included.
+      const counted = this.db.stmt(kept && filters.length === 0 ? UNFILTERED_TOTALS : `SELECT n.status AS status, count(*) AS c FROM nodes n ${where} GROUP BY n.status`)
         .all(...values) as Array<{ status: string; c: number }>;
       const totals = { unknown: 0, reachable: 0, unreachable: 0 };
       for (const r of counted) totals[r.status as keyof typeof totals] = r.c;
