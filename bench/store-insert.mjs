@@ -100,6 +100,10 @@ async function measure(kind) {
     : await openRegistry({ sqlitePath: values['sqlite-db'] ?? join(dir, 'capstan.db') });
   try {
     for (const id of fleet.identities) {
+      // An existing database may hold this seed's nodes from an earlier run: their first runs are stored already.
+      if (values['sqlite-db'] && !db && await store.getNode(id.nodeId)) {
+        throw new Error(`node ${id.nodeId} is already in ${values['sqlite-db']}: give another --seed`);
+      }
       await store.createNode({ id: id.nodeId, hostname: id.hostname, certificate: id.certPem, certificate_fingerprint: certificateFingerprint(id.certPem) });
     }
     const firsts = await timed(store, first, !db);
@@ -131,7 +135,12 @@ for (const kind of kinds) {
       continue;
     }
   }
-  console.log(JSON.stringify(await measure(/** @type {'sqlite' | 'postgres'} */ (kind))));
+  try {
+    console.log(JSON.stringify(await measure(/** @type {'sqlite' | 'postgres'} */ (kind))));
+  } catch (err) {
+    process.stderr.write(`store-insert: ${kind}: ${/** @type {Error} */ (err).message}\n`);
+    process.exit(1);
+  }
 }
 load.push(loadavg()[0].toFixed(2));
 console.log(JSON.stringify({ load_start: load[0], load_end: load[1] }));
