@@ -182,5 +182,5 @@ export const UNDO_33 = {
 /** Migration 34 undone (the sweep's indexes), before UNDO_33 for tests that undo an older one. */
 export const UNDO_34 = {
   sqlite: 'DROP INDEX nodes_reachable_idx; DROP INDEX nodes_live_idx; DROP INDEX nodes_state_changed_idx; DELETE FROM schema_version WHERE version = 34;',
-  postgres: 'DROP INDEX nodes_reachable_idx, nodes_live_idx, nodes_state_changed_idx; DELETE FROM schema_version WHERE version = 34;',
+  postgres: 'DELETE FROM schema_version WHERE version = 34;',
 };

@@ -30,7 +30,7 @@ export class PostgresSweep implements SweepStore {
     const [b, when] = [toUtcIso(before, 'before'), toUtcIso(at, 'at')];
     const { rows } = await this.db.query<{ id: string; state: string } & Who>('markUnreachable', this.db.pool, {
       text: `WITH picked AS (
-          SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY last_contact_at, id LIMIT $3 FOR UPDATE SKIP LOCKED),
+          SELECT id FROM nodes WHERE status = 'reachable' AND last_contact_at < $1 ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
           UPDATE nodes n SET status = 'unreachable', updated_at = GREATEST(n.updated_at, $2)
           FROM picked WHERE n.id = picked.id AND n.status = 'reachable' RETURNING n.id, n.state, n.hostname, n.policy_server, n.last_contact_at),
@@ -48,7 +48,7 @@ export class PostgresSweep implements SweepStore {
     const { rows } = await this.db.query<{ id: string; old_state: string; old_status: string } & Who>('markMissing', this.db.pool, {
       text: `WITH picked AS (
           SELECT id, state, status FROM nodes WHERE state IN (${inList(this.rules.liveStates)}) AND last_contact_at < $1
-          ORDER BY last_contact_at, id LIMIT $3 FOR UPDATE SKIP LOCKED),
+          ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
         upd AS (
           UPDATE nodes n SET state = '${this.rules.missing}', status = 'unreachable', state_changed_at = $2,
             updated_at = GREATEST(n.updated_at, $2)
