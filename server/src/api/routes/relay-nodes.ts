@@ -40,6 +40,8 @@ export function keyHashOf(certificatePem: string | null): string | null {
 
 /** Certificate fingerprint → key-hash: parsing every certificate on every request would dominate. */
 const keyHashes = new Map<string, string | null>();
+/** Fingerprints kept at most (about 150 bytes each); past it, pages are read with their certificates. */
+const MAX_KEY_HASHES = 1_000_000;
 
 export interface NodesListEntry {
   hostname: string;
@@ -68,7 +70,7 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
     let keyHash = n.certificate_fingerprint ? keyHashes.get(n.certificate_fingerprint) : undefined;
     if (keyHash === undefined) {
       keyHash = keyHashOf(n.certificate);
-      if (n.certificate_fingerprint && keyHashes.size < 1_000_000) keyHashes.set(n.certificate_fingerprint, keyHash);
+      if (n.certificate_fingerprint && keyHashes.size < MAX_KEY_HASHES) keyHashes.set(n.certificate_fingerprint, keyHash);
     }
     out[n.id] = { hostname: n.hostname, 'policy-server': n.policy_server || rootId, ...(keyHash ? { 'key-hash': keyHash } : {}), ...(n.relay ? { relay: true as const } : {}) };
     const after = forced.get(n.id);
@@ -79,9 +81,11 @@ export async function acceptedNodesList(store: Reads, rootId: string): Promise<R
   // minutes at each relay's sync.
   for (let after = ''; ;) {
     // Certificates only for a page holding a fingerprint not yet hashed: once the cache holds the
-    // fleet, a walk reads none (about 60 % of a walk of 300,000 nodes was their reading).
-    let page = await store.acceptedNodesPage(after, PAGE, false);
-    if (page.some((n) => n.certificate_fingerprint !== null && !keyHashes.has(n.certificate_fingerprint))) {
+    // fleet, a walk reads none (about 60 % of a walk of 300,000 nodes was their reading). A full
+    // cache would have most pages read twice: they are read once, with their certificates.
+    const full = keyHashes.size >= MAX_KEY_HASHES;
+    let page = await store.acceptedNodesPage(after, PAGE, full);
+    if (!full && page.some((n) => n.certificate_fingerprint !== null && !keyHashes.has(n.certificate_fingerprint))) {
       page = await store.acceptedNodesPage(after, PAGE, true);
     }
     for (const n of page) add(n);
