@@ -184,3 +184,10 @@ export const UNDO_34 = {
   sqlite: 'DROP INDEX nodes_reachable_idx; DROP INDEX nodes_live_idx; DROP INDEX nodes_state_changed_idx; DELETE FROM schema_version WHERE version = 34;',
   postgres: 'DELETE FROM schema_version WHERE version = 34;',
 };
+
+/** Migration 35 undone (policy_bundles' statistics targets back to the default), before UNDO_34. */
+export const UNDO_35 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 35;',
+  postgres: `ALTER TABLE policy_bundles ALTER COLUMN node_id SET STATISTICS -1, ALTER COLUMN config_id SET STATISTICS -1,
+    ALTER COLUMN generated_at SET STATISTICS -1, ALTER COLUMN bundle SET STATISTICS -1; DELETE FROM schema_version WHERE version = 35;`,
+};
