@@ -82,47 +82,64 @@ export function freshSchema(url = PG_URL) {
   };
 }
 
-/**
- * The database's own CPU (seconds) from /proc: the server processes PostgreSQL runs for the
- * database `name` (its backends, one per pooled connection), and the cluster's shared background
- * processes (WAL writer, checkpointer, background writer, autovacuum), read on this machine.
- * Backends of other databases are not counted; the shared processes serve every database of the
- * cluster, so they are exact only where nothing else writes to it. Call at the window's start
- * and end and subtract with `pgCpuDelta` (a backend started meanwhile counts from zero).
- * Null when the server is not on this machine (no such pids in /proc).
- * @param {string} name @param {string} [url]
- * @returns {Promise<Map<number, { kind: 'backend' | 'shared', seconds: number }> | null>}
- */
-export async function pgCpuSample(name, url = PG_URL) {
-  const rows = await withClient(url, async (c) => (await c.query(
-    `SELECT pid, datname, backend_type FROM pg_stat_activity
-      WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer', 'autovacuum launcher', 'autovacuum worker')`, [name],
-  )).rows);
-  /** @type {Map<number, { kind: 'backend' | 'shared', seconds: number }>} */
-  const out = new Map();
-  for (const r of rows) {
-    try {
-      const stat = readFileSync(`/proc/${r.pid}/stat`, 'utf8');
-      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      // utime, stime (fields 14 and 15), in clock ticks of 1/100 s on Linux.
-      out.set(Number(r.pid), { kind: r.datname === name ? 'backend' : 'shared', seconds: (Number(f[11]) + Number(f[12])) / 100 });
-    } catch {
-      /* ended meanwhile, or not on this machine */
-    }
+/** utime + stime (fields 14 and 15) and cutime + cstime (16 and 17) of `pid`, in seconds, or null. */
+function procCpu(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // In clock ticks of 1/100 s on Linux; f[1] is the parent's pid.
+    return { own: (Number(f[11]) + Number(f[12])) / 100, ended: (Number(f[13]) + Number(f[14])) / 100, parent: Number(f[1]) };
+  } catch {
+    return null; // ended meanwhile, or not on this machine
   }
-  return out.size > 0 ? out : null;
 }
 
 /**
- * CPU seconds between two samples, by kind.
+ * The database's own CPU (seconds) from /proc: the server processes PostgreSQL runs for the
+ * database `name` (its backends, one per pooled connection), the cluster's shared background
+ * processes (WAL writer, checkpointer, background writer, autovacuum), and what the postmaster
+ * has collected from its children that ended (backends of closed connections: a pool closes a
+ * connection idle for 10 s, and without this its backend's CPU was lost), read on this machine.
+ * Backends of other databases are not counted while they run; the shared processes, and the
+ * children that end, serve every database of the cluster, so they are exact only where nothing
+ * else uses it. Call at the window's start and end and subtract with `pgCpuDelta` (a backend
+ * started meanwhile counts from zero). Null when the server is not on this machine.
+ * @param {string} name @param {string} [url]
+ * @returns {Promise<{ procs: Map<number, { kind: 'backend' | 'shared', seconds: number }>, ended: number } | null>}
+ */
+export async function pgCpuSample(name, url = PG_URL) {
+  const { rows, parent } = await withClient(url, async (c) => ({
+    rows: (await c.query(
+      `SELECT pid, datname, backend_type FROM pg_stat_activity
+        WHERE datname = $1 OR backend_type IN ('walwriter', 'checkpointer', 'background writer', 'autovacuum launcher', 'autovacuum worker')`, [name],
+    )).rows,
+    // The postmaster is this connection's backend's parent (read while the backend lives).
+    parent: procCpu(Number((await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid))?.parent,
+  }));
+  const ended = parent === undefined ? null : procCpu(parent)?.ended;
+  if (ended === undefined || ended === null) return null;
+  /** @type {Map<number, { kind: 'backend' | 'shared', seconds: number }>} */
+  const procs = new Map();
+  for (const r of rows) {
+    const cpu = procCpu(Number(r.pid));
+    if (cpu) procs.set(Number(r.pid), { kind: r.datname === name ? 'backend' : 'shared', seconds: cpu.own });
+  }
+  return { procs, ended };
+}
+
+/**
+ * CPU seconds between two samples, by kind. A process that ended between them is counted through
+ * the postmaster (what it collected meanwhile, less what that process had used at the first
+ * sample), with the backends.
  * @param {Awaited<ReturnType<typeof pgCpuSample>>} a @param {Awaited<ReturnType<typeof pgCpuSample>>} b
  */
 export function pgCpuDelta(a, b) {
   if (!a || !b) return null;
-  let backend = 0;
+  let backend = b.ended - a.ended;
   let shared = 0;
-  for (const [pid, end] of b) {
-    const d = end.seconds - (a.get(pid)?.seconds ?? 0);
+  for (const [pid, start] of a.procs) if (!b.procs.has(pid)) backend -= start.seconds;
+  for (const [pid, end] of b.procs) {
+    const d = end.seconds - (a.procs.get(pid)?.seconds ?? 0);
     if (end.kind === 'backend') backend += d;
     else shared += d;
   }

@@ -21,7 +21,7 @@ import type pg from 'pg';
 import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { defaultRenderThreads } from '@capstan/server/policy/render-pool';
-import { processCpuSeconds } from './proc-cpu.js';
+import { endedChildrenCpuSeconds, parentPid, processCpuSeconds, processSetDelta, type ProcessSetSample } from './proc-cpu.js';
 import { loadPostgres, loadSqlite } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
@@ -117,8 +117,8 @@ export async function loadNodeDataPostgres(c: pg.Client): Promise<void> {
 
 export const POLICY_TARGET_MS = 10_000;
 
-/** The CPU seconds of each database backend serving the store so far, by pid (PostgreSQL), or null. */
-type DbCpuSample = () => Promise<Map<number, number> | null>;
+/** The CPU seconds of the database backends serving the store so far (PostgreSQL), or null. */
+type DbCpuSample = () => Promise<ProcessSetSample | null>;
 
 /** A step's stats with the CPU time this process spent in it, and with `db` the database backends' (ms). */
 async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ value: T; cpu_ms: number; db_cpu_ms: number | null }> {
@@ -128,30 +128,34 @@ async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ va
   const c = process.cpuUsage(c0);
   const d1 = await db?.();
   let dbMs: number | null = null;
-  if (d0 && d1) {
-    // A backend started meanwhile counts from zero; one that ended meanwhile is lost (the pool
-    // keeps its connections while a step runs).
-    dbMs = 0;
-    for (const [pid, s] of d1) dbMs += (s - (d0.get(pid) ?? 0)) * 1000;
-    dbMs = Math.round(dbMs);
-  }
+  // The pool closes a connection idle for 10 s, during a step too: its backend's CPU is then
+  // read from what the postmaster collected (taking it as lost undercounted a step by up to half).
+  if (d0 && d1) dbMs = Math.round(processSetDelta(d0, d1) * 1000);
   return { value, cpu_ms: Math.round((c.user + c.system) / 1000), db_cpu_ms: dbMs };
 }
 
 /**
  * The CPU of the PostgreSQL backends whose application_name is `name` (the store's pool), read
- * from /proc: null when the server is not on this machine.
+ * from /proc, with the postmaster's collected CPU of those that closed: null when the server is
+ * not on this machine.
  */
 function backendCpu(admin: pg.Client, name: string): DbCpuSample {
+  let postmaster: number | null | undefined;
   return async () => {
-    const { rows } = await admin.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [name]);
-    const out = new Map<number, number>();
-    for (const r of rows) {
-      // null: ended meanwhile, or not on this machine.
-      const seconds = processCpuSeconds(r.pid as number);
-      if (seconds !== null) out.set(r.pid as number, seconds);
+    if (postmaster === undefined) {
+      const own = (await admin.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      postmaster = parentPid(own);
     }
-    return rows.length > 0 && out.size === 0 ? null : out;
+    const ended = postmaster === null ? null : endedChildrenCpuSeconds(postmaster);
+    if (ended === null) return null;
+    const { rows } = await admin.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [name]);
+    const live = new Map<number, number>();
+    for (const r of rows) {
+      // null: ended meanwhile (its CPU reaches `ended` by the next reading).
+      const seconds = processCpuSeconds(r.pid as number);
+      if (seconds !== null) live.set(r.pid as number, seconds);
+    }
+    return { live, ended };
   };
 }
 

@@ -128,6 +128,6 @@ t.test('PostgreSQL: policy_bundles is analysed from a small sample', async (t) =
   if (!(await postgresOrSkipFile(t))) return;
   const db = await postgresBackend('capstan_stats').fresh(t);
   await db.open();
-  const rows = await db.rows("SELECT a.attname, a.attstattarget FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = 'policy_bundles' AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum");
+  const rows = await db.rows!("SELECT a.attname, a.attstattarget FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = 'policy_bundles' AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum");
   t.same(rows.map((r) => [r.attname, Number(r.attstattarget)]), [['node_id', 10], ['config_id', 10], ['generated_at', 10], ['bundle', 10]], 'every column at 10 (ANALYZE reads 3,000 rows, not 30,000)');
 });

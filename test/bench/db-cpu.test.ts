@@ -1,0 +1,46 @@
+/**
+ * The benchmarks' measure of the database's CPU counts the backends that end inside the window
+ * (a pool closes a connection idle for 10 s): through what the postmaster collected from them,
+ * less what they had used before it. The arithmetic (bench/src/proc-cpu.ts), then a real
+ * connection that works and closes between two samples (bench/lib/postgres.mjs).
+ * The second part skips with the reason when PostgreSQL is unreachable (fails when CI=true).
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import pg from 'pg';
+import t from 'tap';
+import { processSetDelta } from '@capstan/bench/proc-cpu';
+import { ROOT } from '../helpers/programs.js';
+import { PG_URL, postgresOrSkipFile } from '../server/pg.js';
+
+t.test('a process started, ended or living through the window', async (t) => {
+  const a = { live: new Map([[10, 5], [11, 2]]), ended: 100 };
+  // 10 went on (5 → 7); 11 ended at 3.5 (the parent collected 3.5, 1.5 of it inside the window);
+  // 12 started and used 4; 13 started and ended with 0.25.
+  const b = { live: new Map([[10, 7], [12, 4]]), ended: 100 + 3.5 + 0.25 };
+  t.equal(processSetDelta(a, b), 2 + 1.5 + 4 + 0.25);
+  t.equal(processSetDelta(a, a), 0, 'nothing moved');
+});
+
+t.test('PostgreSQL: a connection closed inside the window is counted', async (t) => {
+  if (!(await postgresOrSkipFile(t))) return;
+  const { pgCpuSample, pgCpuDelta } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/postgres.mjs')).href)) as {
+    pgCpuSample: (name: string, url?: string) => Promise<unknown>;
+    pgCpuDelta: (a: unknown, b: unknown) => { backend: number; shared: number } | null;
+  };
+  const name = new URL(PG_URL).pathname.slice(1);
+  const before = await pgCpuSample(name, PG_URL);
+  t.ok(before, 'the server runs on this machine');
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  const { rows } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+  // About half a second of a core in the backend, then the connection closes.
+  await c.query('SELECT count(*) FROM generate_series(1, 8000000)');
+  await c.end();
+  // The postmaster collects its child once the backend has exited.
+  for (let i = 0; i < 100 && existsSync(`/proc/${rows[0]!.pid}`); i++) await new Promise((r) => setTimeout(r, 50));
+  t.notOk(existsSync(`/proc/${rows[0]!.pid}`), 'the backend has exited');
+  const d = pgCpuDelta(before, await pgCpuSample(name, PG_URL));
+  t.ok(d && d.backend >= 0.2, `the closed backend's CPU counted: ${d?.backend} s`);
+});
