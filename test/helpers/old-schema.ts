@@ -9,7 +9,7 @@ import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
-import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers } from '@capstan/server/store/migrations/0028_kept_targets';
+import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -183,6 +183,19 @@ export const UNDO_33 = {
 export const UNDO_34 = {
   sqlite: 'DROP INDEX nodes_reachable_idx; DROP INDEX nodes_live_idx; DROP INDEX nodes_state_changed_idx; DELETE FROM schema_version WHERE version = 34;',
   postgres: 'DELETE FROM schema_version WHERE version = 34;',
+};
+
+/** Migration 36 undone (new rows' drill-down keys upserted as migration 28 made them), before UNDO_35. */
+export const UNDO_36 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 36;',
+  postgres: `CREATE OR REPLACE FUNCTION kept_targets_rows_added() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM added) THEN RETURN NULL; END IF;
+  ${upsert('(d.node_id, d.rule_id, d.directive_id) IN (SELECT node_id, rule_id, directive_id FROM added)',
+    '(d.node_id, d.rule_id) IN (SELECT DISTINCT node_id, rule_id FROM added)', '', 'IS DISTINCT FROM')}
+  RETURN NULL;
+END $f$;
+DELETE FROM schema_version WHERE version = 36;`,
 };
 
 /** Migration 35 undone (policy_bundles' statistics targets back to the default), before UNDO_34. */

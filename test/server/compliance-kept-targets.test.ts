@@ -13,7 +13,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
-import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35 } from '../helpers/old-schema.js';
+import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES, settled } from '../helpers/kept-walk.js';
 
@@ -32,10 +32,20 @@ const QUERIES: Array<Omit<TargetNodesQuery, 'page'>> = [
   { rule_id: 'r3', directive_id: 'd4', per_page: 20 },
   { rule_id: 'nope', per_page: 5 },
 ];
+/**
+ * A directive's own keys filtered by state (its nodes applying, silent, or by what they ran). Their
+ * pages are drawn from a generator of their own, so the walk goes as it did without them.
+ */
+const DIRECTIVE_STATES: Array<Omit<TargetNodesQuery, 'page'>> = [
+  { rule_id: 'r1', directive_id: 'd1', per_page: 3, state: 'applying' },
+  { rule_id: 'r1', directive_id: 'd2', order: 'desc', per_page: 2, state: 'no_answer' },
+  { rule_id: 'r1', directive_id: 'd1', per_page: 2, state: 'error' },
+  { rule_id: 'r2', directive_id: 'd3', per_page: 3, state: 'non_compliant' },
+];
 
-/** What each drill-down answers, from the kept keys (`kept`) or afresh, in QUERIES' order (read together). */
+/** What each drill-down answers, from the kept keys (`kept`) or afresh, in QUERIES' order then DIRECTIVE_STATES' (read together). */
 function reads(store: Store, clock: ComplianceClock, pages: number[], kept: boolean): Promise<unknown[]> {
-  return settled(QUERIES.map((q, i) => {
+  return settled([...QUERIES, ...DIRECTIVE_STATES].map((q, i) => {
     const query = { ...q, page: pages[i]! };
     return kept ? store.targetNodes(query, clock) : store.targetNodesFresh(query, clock);
   }));
@@ -45,11 +55,12 @@ function scenario(t: Test, backend: Backend): void {
   t.test("a rule's nodes from the kept keys equal those judged afresh", async (t) => {
     const { store, db } = await setup(t, backend);
     const r = prng(SEED);
+    const rd = prng(SEED + 1);
     let compared = 0;
     let mismatches = 0;
     const seen = { rows: 0, zero: 0, keyless: 0, applying: 0, noAnswer: 0, forcedUnexpected: 0 };
     const compare = async (clock: ComplianceClock, step: number, what: string) => {
-      const pages = QUERIES.map(() => 1 + r.int(4));
+      const pages = [...QUERIES.map(() => 1 + r.int(4)), ...DIRECTIVE_STATES.map(() => 1 + rd.int(3))];
       // Every node under r1 on one page (what the pages met), read with them.
       const [k, f, { data: all }] = await settled([reads(store, clock, pages, true), reads(store, clock, pages, false),
         store.targetNodesFresh({ rule_id: 'r1', page: 1, per_page: 100 }, clock)]);
@@ -74,7 +85,7 @@ function scenario(t: Test, backend: Backend): void {
 
     // The comparison sees a share put wrong.
     const clock = clockAt(now);
-    const pages = QUERIES.map(() => 1);
+    const pages = [...QUERIES, ...DIRECTIVE_STATES].map(() => 1);
     t.same(await reads(store, clock, pages, true), await reads(store, clock, pages, false), 'equal before');
     // The first node of r1's first page moved last (every key may be equal: ties go by id).
     await db.exec(`UPDATE kept_targets SET share = 2 WHERE rule_id = 'r1' AND directive_id = '' AND node_id = (SELECT node_id FROM kept_targets
@@ -100,10 +111,10 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
+    await db.exec(UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 700, BASE_S + 1500]) {
-      const pages = QUERIES.map(() => 1);
+      const pages = [...QUERIES, ...DIRECTIVE_STATES].map(() => 1);
       t.same(await reads(store, clockAt(now), pages, true), await reads(store, clockAt(now), pages, false), `read at +${now - BASE_S} s: kept equals fresh`);
     }
     t.equal((await store.targetNodes({ rule_id: 'r1', page: 1, per_page: 10 }, clockAt(BASE_S + 200))).total, 6, 'every node under r1 counted');

@@ -42,6 +42,8 @@ const states = (r: string, mode: string) => `CASE WHEN ${mode} = 0 THEN ${C.map(
 
 /** The bit of a state in `states`, for readers filtering on one. */
 export const stateBit = bit;
+/** The sort key and state bits of a key, for later versions' statements. */
+export { share as keyShare, states as keyStates };
 
 /**
  * The rows kept_targets must hold for the compliance rows `d` (node_compliance_directives)
@@ -49,10 +51,15 @@ export const stateBit = bit;
  * (directive_id '') from the rows matching `ruleWhere`, which must cover whole (node, rule) pairs.
  */
 export function targetRows(where: string, ruleWhere = where): string {
-  const sums = C.map((c) => `sum(d.${c}) AS ${c}`).join(', ');
   return `SELECT d.rule_id, d.directive_id, d.node_id, ${share('d', 'k.mode')} AS share, ${states('d', 'k.mode')} AS states
     FROM node_compliance_directives d JOIN kept_nodes k ON k.node_id = d.node_id WHERE k.class = 'agent' AND ${where}
-  UNION ALL SELECT s.rule_id, '', s.node_id, ${share('s', 's.mode')}, ${states('s', 's.mode')}
+  UNION ALL ${ruleTargetRows(ruleWhere)}`;
+}
+
+/** The rules' rows alone (directive_id '') of targetRows, from the compliance rows matching `ruleWhere`. */
+export function ruleTargetRows(ruleWhere: string): string {
+  const sums = C.map((c) => `sum(d.${c}) AS ${c}`).join(', ');
+  return `SELECT s.rule_id, '', s.node_id, ${share('s', 's.mode')}, ${states('s', 's.mode')}
     FROM (SELECT d.rule_id, d.node_id, k.mode, ${sums}
       FROM node_compliance_directives d JOIN kept_nodes k ON k.node_id = d.node_id WHERE k.class = 'agent' AND ${ruleWhere}
       GROUP BY d.rule_id, d.node_id, k.mode) s`;

@@ -39,6 +39,7 @@ import { keptRowPlans } from './0032_kept_row_plans.js';
 import { keptStatementTriggers } from './0033_kept_statement_triggers.js';
 import { sweepIndexes } from './0034_sweep_indexes.js';
 import { bundleStatistics } from './0035_bundle_statistics.js';
+import { keptTargetsAdded } from './0036_kept_targets_added.js';
 
 export interface Migration {
   version: number;
@@ -51,7 +52,7 @@ export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
-  keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics,
+  keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
