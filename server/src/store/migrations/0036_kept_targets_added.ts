@@ -16,7 +16,7 @@
  * one on this table's shape, 500,000 rows in psql), but would fail the writer's transaction on a
  * key that is there; guarding it with NOT EXISTS let the planner probe the wrong index (the key
  * index, whose node id comes after the share) while the table's statistics were those of an
- * empty one, and loading a 20,000-node fleet took 78 s instead of 9 s.
+ * empty one, and loading a 20,000-node fleet took 78 s instead of 12–18 s.
  *
  * SQLite: nothing (its triggers write one key at a time, and batch writers defer them, 29).
  */
