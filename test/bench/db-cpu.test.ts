@@ -23,12 +23,23 @@ t.test('a process started, ended or living through the window', async (t) => {
   t.equal(processSetDelta(a, a), 0, 'nothing moved');
 });
 
+type Sample = { procs: Map<number, { kind: 'backend' | 'shared'; seconds: number }>; ended: number } | null;
+const { pgCpuSample, pgCpuDelta } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/postgres.mjs')).href)) as {
+  pgCpuSample: (name: string, url?: string) => Promise<Sample>;
+  pgCpuDelta: (a: Sample, b: Sample) => { backend: number; shared: number } | null;
+};
+
+t.test("the ingest and fleet benchmarks' samples: backends and shared processes apart", async (t) => {
+  const a: Sample = { procs: new Map([[10, { kind: 'backend', seconds: 5 }], [11, { kind: 'backend', seconds: 2 }], [20, { kind: 'shared', seconds: 1 }]]), ended: 50 };
+  // Backend 10 went on (+2), 11 closed at 3.5 (+1.5 in the window), 12 opened (+4), the
+  // checkpointer (20) went on (+0.5), and a connection opened and closed in the window used 0.25.
+  const b: Sample = { procs: new Map([[10, { kind: 'backend', seconds: 7 }], [12, { kind: 'backend', seconds: 4 }], [20, { kind: 'shared', seconds: 1.5 }]]), ended: 50 + 3.5 + 0.25 };
+  t.same(pgCpuDelta(a, b), { backend: 7.75, shared: 0.5 });
+  t.equal(pgCpuDelta(null, b), null, 'no sample: no figure');
+});
+
 t.test('PostgreSQL: a connection closed inside the window is counted', async (t) => {
   if (!(await postgresOrSkipFile(t))) return;
-  const { pgCpuSample, pgCpuDelta } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/postgres.mjs')).href)) as {
-    pgCpuSample: (name: string, url?: string) => Promise<unknown>;
-    pgCpuDelta: (a: unknown, b: unknown) => { backend: number; shared: number } | null;
-  };
   const name = new URL(PG_URL).pathname.slice(1);
   const before = await pgCpuSample(name, PG_URL);
   t.ok(before, 'the server runs on this machine');
