@@ -4,20 +4,16 @@
  */
 import { readFileSync } from 'node:fs';
 
-/** User + system CPU seconds of process `pid`, or null when it is not (or no longer) a process of this machine. */
+/** User + system CPU seconds of process `pid` (utime and stime, fields 14 and 15), or null when it is not (or no longer) a process of this machine. */
 export function processCpuSeconds(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // After the command's closing parenthesis (the command may hold one): utime and stime are
-    // fields 14 and 15, in clock ticks of 1/100 s on Linux.
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) / 100;
-  } catch {
-    return null;
-  }
+  const f = statFields(pid);
+  return f ? (Number(f[11]) + Number(f[12])) / 100 : null;
 }
 
-/** The fields of /proc/<pid>/stat after the command, or null. */
+/**
+ * The fields of /proc/<pid>/stat after the command's closing parenthesis (the command may hold
+ * one), from the state on: times are in clock ticks of 1/100 s on Linux. Null when gone.
+ */
 function statFields(pid: number): string[] | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

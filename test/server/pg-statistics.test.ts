@@ -2,12 +2,13 @@
  * Planner statistics after bulk writes on PostgreSQL (store/postgres/statistics.ts): a table
  * whose rows changed past the threshold is analysed, one below it is not, nor a kept counters'
  * log; checks are spaced by the interval, never two at once, off at 0; a failure is told and
- * does not throw. And policy_bundles is sampled with a statistics target of 10 (migration 35).
+ * does not throw; FOLDED_LOGS names every log the migrations make. And policy_bundles is
+ * sampled with a statistics target of 10 (migration 35).
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import t from 'tap';
-import { TableStatistics } from '@capstan/server/store/postgres/statistics';
+import { FOLDED_LOGS, TableStatistics } from '@capstan/server/store/postgres/statistics';
 import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
 import { postgresBackend } from './backends.js';
 
@@ -130,4 +131,7 @@ t.test('PostgreSQL: policy_bundles is analysed from a small sample', async (t) =
   await db.open();
   const rows = await db.rows!("SELECT a.attname, a.attstattarget FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relname = 'policy_bundles' AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum");
   t.same(rows.map((r) => [r.attname, Number(r.attstattarget)]), [['node_id', 10], ['config_id', 10], ['generated_at', 10], ['bundle', 10]], 'every column at 10 (ANALYZE reads 3,000 rows, not 30,000)');
+  // Every kept counters' log the migrations make is one the checks leave alone.
+  const logs = await db.rows!("SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r' AND relname LIKE 'kept\\_%\\_log' ORDER BY relname");
+  t.same(logs.map((r) => String(r.relname)).sort(), [...FOLDED_LOGS].sort(), 'FOLDED_LOGS names every kept_*_log table');
 });
