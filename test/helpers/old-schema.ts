@@ -10,6 +10,10 @@ import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
 import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
+import { keptTargetsDeferred } from '@capstan/server/store/migrations/0029_kept_targets_deferred';
+import { keptTargetsStale } from '@capstan/server/store/migrations/0031_kept_targets_stale';
+import { pgTargetsNodesFunctions } from '@capstan/server/store/migrations/0033_kept_statement_triggers';
+import { keptTargetsAdded } from '@capstan/server/store/migrations/0036_kept_targets_added';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -203,4 +207,16 @@ export const UNDO_35 = {
   sqlite: 'DELETE FROM schema_version WHERE version = 35;',
   postgres: `ALTER TABLE policy_bundles ALTER COLUMN node_id SET STATISTICS -1, ALTER COLUMN config_id SET STATISTICS -1,
     ALTER COLUMN generated_at SET STATISTICS -1, ALTER COLUMN bundle SET STATISTICS -1; DELETE FROM schema_version WHERE version = 35;`,
+};
+
+/**
+ * Migration 37 undone, before UNDO_36 for tests that undo an older one: the drill-down keys'
+ * triggers and functions as migrations 29, 31, 33 and 36 left them (every agent's keys kept,
+ * whatever its time mode). The keys of nodes out of mode 0 are not rewritten: a test that
+ * writes at 36 does so before reading them.
+ */
+export const UNDO_37 = {
+  sqlite: `DROP TABLE kept_targets_deferred; ${keptTargetsDeferred.sqlite} DELETE FROM schema_version WHERE version = 37;`,
+  postgres: `${keptTargetsStale.postgres} ${pgTargetsNodesFunctions.replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
+    ${keptTargetsAdded.postgres} DELETE FROM schema_version WHERE version = 37;`,
 };

@@ -27,7 +27,7 @@ import type {
 import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst, sqliteSwept } from './kept-sqlite.js';
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
-import { SQLITE_DEFERRED_TARGETS } from '../migrations/0029_kept_targets_deferred.js';
+import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
 import {
   COMPLIANCE_ROWS, complianceValues, DEFER_TARGETS, DELETE_DIRECTIVE_ROWS_MANY, DIRECTIVE_CHUNK, DIRECTIVE_ROWS, policyInput, SELECT_CURRENT, SELECT_CURRENT_MANY,

@@ -149,18 +149,11 @@ BEGIN
 END $f$;
 `;
 
-const postgres = `
-DROP TRIGGER kept_compliance_write ON node_compliance;
-${complianceDeleteFunction}
-${complianceFunction('kept_compliance_added', false)}${complianceFunction('kept_compliance_changed', true)}CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_added();
-CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_changed();
-
-DROP TRIGGER kept_targets_node_write ON kept_nodes;
-DROP TRIGGER kept_targets_node_move ON kept_nodes;
-DROP FUNCTION kept_targets_node_trg();
-CREATE FUNCTION kept_targets_nodes_added() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
+/**
+ * The statement functions bringing the drill-down keys of the kept nodes inserted, or whose class or
+ * mode moved, up to date (migration 37 makes them again; tests that undo it make these again).
+ */
+export const pgTargetsNodesFunctions = `CREATE FUNCTION kept_targets_nodes_added() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM added) THEN RETURN NULL; END IF;
   ${refresh('(SELECT node_id FROM added)')}
@@ -172,7 +165,20 @@ BEGIN
   ${refresh(MOVED)}
   RETURN NULL;
 END $f$;
-CREATE FUNCTION kept_targets_nodes_removed() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
+`;
+
+const postgres = `
+DROP TRIGGER kept_compliance_write ON node_compliance;
+${complianceDeleteFunction}
+${complianceFunction('kept_compliance_added', false)}${complianceFunction('kept_compliance_changed', true)}CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_added();
+CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION kept_compliance_changed();
+
+DROP TRIGGER kept_targets_node_write ON kept_nodes;
+DROP TRIGGER kept_targets_node_move ON kept_nodes;
+DROP FUNCTION kept_targets_node_trg();
+${pgTargetsNodesFunctions}CREATE FUNCTION kept_targets_nodes_removed() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
 BEGIN
   DELETE FROM kept_targets WHERE node_id IN (SELECT node_id FROM removed);
   RETURN NULL;
