@@ -18,7 +18,7 @@ import { complianceClock } from '@capstan/server/registry/compliance';
 import { sqliteKeptRefill } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { sqliteKeptGroupsRefill } from '@capstan/server/store/migrations/0025_kept_groups';
 import { sqliteKeptSharesRefill } from '@capstan/server/store/migrations/0027_kept_shares';
-import { sqliteKeptTargetsRefill } from '@capstan/server/store/migrations/0028_kept_targets';
+import { sqliteKeptTargetsRefill } from '@capstan/server/store/migrations/0037_kept_targets_normal';
 import { NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {

@@ -9,7 +9,7 @@ import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
 import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
-import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
+import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, targetRows, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
 import { keptTargetsDeferred } from '@capstan/server/store/migrations/0029_kept_targets_deferred';
 import { keptTargetsStale } from '@capstan/server/store/migrations/0031_kept_targets_stale';
 import { pgTargetsNodesFunctions } from '@capstan/server/store/migrations/0033_kept_statement_triggers';
@@ -210,13 +210,14 @@ export const UNDO_35 = {
 };
 
 /**
- * Migration 37 undone, before UNDO_36 for tests that undo an older one: the drill-down keys'
- * triggers and functions as migrations 29, 31, 33 and 36 left them (every agent's keys kept,
- * whatever its time mode). The keys of nodes out of mode 0 are not rewritten: a test that
- * writes at 36 does so before reading them.
+ * Migration 37 undone, before UNDO_36 for tests that undo an older one: the keys of the agents out
+ * of mode 0 made again, and the drill-down keys' triggers and functions as migrations 29, 31, 33
+ * and 36 left them (every agent's keys kept, whatever its time mode).
  */
+const OFF_KEYS = `DROP INDEX kept_nodes_off_idx;
+  INSERT INTO kept_targets (rule_id, directive_id, node_id, share, states) ${targetRows('k.mode <> 0')};`;
 export const UNDO_37 = {
-  sqlite: `DROP TABLE kept_targets_deferred; ${keptTargetsDeferred.sqlite} DELETE FROM schema_version WHERE version = 37;`,
-  postgres: `${keptTargetsStale.postgres} ${pgTargetsNodesFunctions.replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
+  sqlite: `${OFF_KEYS} DROP TABLE kept_targets_deferred; ${keptTargetsDeferred.sqlite} DELETE FROM schema_version WHERE version = 37;`,
+  postgres: `${OFF_KEYS} ${keptTargetsStale.postgres} ${pgTargetsNodesFunctions.replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
     ${keptTargetsAdded.postgres} DELETE FROM schema_version WHERE version = 37;`,
 };

@@ -85,15 +85,15 @@ const SUMS = RUN_STATES.map((c) => `sum(${c}) AS ${c}`).join(', ');
 const COLS = RUN_STATES.join(', ');
 
 /** A counter table, with its log on PostgreSQL (the triggers append there; the sweep folds). */
-const source = (table: string, pg: boolean, cols: string) => (pg ? `(SELECT ${cols} FROM ${table} UNION ALL SELECT ${cols} FROM ${table}_log)` : table);
+export const keptSource = (table: string, pg: boolean, cols: string) => (pg ? `(SELECT ${cols} FROM ${table} UNION ALL SELECT ${cols} FROM ${table}_log)` : table);
 
 export function keptSql(pg: boolean) {
   return {
     directives: `SELECT rule_id, directive_id, mode, sum(nodes) AS nodes, ${SUMS}
-      FROM ${source('kept_directives', pg, `rule_id, directive_id, class, mode, nodes, ${COLS}`)} s WHERE class = 'agent' GROUP BY rule_id, directive_id, mode`,
-    rules: `SELECT rule_id, sum(nodes) AS nodes FROM ${source('kept_rules', pg, 'rule_id, class, nodes')} s WHERE class = 'agent' GROUP BY rule_id`,
-    fleet: `SELECT class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${source('kept_fleet', pg, `class, mode, nodes, ${COLS}`)} s GROUP BY class, mode`,
-    groups: `SELECT group_id, class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${source('kept_groups', pg, `group_id, class, mode, nodes, ${COLS}`)} s
+      FROM ${keptSource('kept_directives', pg, `rule_id, directive_id, class, mode, nodes, ${COLS}`)} s WHERE class = 'agent' GROUP BY rule_id, directive_id, mode`,
+    rules: `SELECT rule_id, sum(nodes) AS nodes FROM ${keptSource('kept_rules', pg, 'rule_id, class, nodes')} s WHERE class = 'agent' GROUP BY rule_id`,
+    fleet: `SELECT class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${keptSource('kept_fleet', pg, `class, mode, nodes, ${COLS}`)} s GROUP BY class, mode`,
+    groups: `SELECT group_id, class, mode, sum(nodes) AS nodes, ${SUMS} FROM ${keptSource('kept_groups', pg, `group_id, class, mode, nodes, ${COLS}`)} s
       GROUP BY group_id, class, mode`,
   };
 }

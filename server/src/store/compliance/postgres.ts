@@ -342,7 +342,7 @@ export class PostgresCompliance implements ComplianceStore {
   async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     return snapshot(this.db, 'targetNodes', async (c) => {
-      const sql = targetKeptSql((i) => `$${i}`, complianceClassSql, targetSpec(q), clock, await postgresSwept(c), limit, offset);
+      const sql = targetKeptSql((i) => `$${i}`, complianceClassSql, targetSpec(q), clock, await postgresSwept(c), limit, offset, true);
       const rows = (await c.query(sql.page.text, sql.page.values)).rows as Record<string, unknown>[];
       const total = Number((await c.query(sql.total.text, sql.total.values)).rows[0]!.total);
       return { data: rows.map(nodeComplianceFromRow), total };

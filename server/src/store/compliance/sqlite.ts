@@ -337,7 +337,7 @@ export class SqliteCompliance implements ComplianceStore {
   async targetNodes(q: TargetNodesQuery, clock: ComplianceClock): Promise<TargetNodesPage> {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     return this.db.read('targetNodes', () => {
-      const sql = targetKeptSql(() => '?', complianceClassSql, targetSpec(q), clock, sqliteSwept(this.db), limit, offset);
+      const sql = targetKeptSql(() => '?', complianceClassSql, targetSpec(q), clock, sqliteSwept(this.db), limit, offset, false);
       const rows = this.db.stmt(sql.page.text).all(...sql.page.values) as Record<string, unknown>[];
       const { total } = this.db.stmt(sql.total.text).get(...sql.total.values) as { total: number };
       return { data: rows.map(nodeComplianceFromRow), total: Number(total) };
