@@ -68,6 +68,9 @@ function pages(n: number): Record<string, string[]> {
     rule: ['/api/1/rules/rule-1', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/directives?max_age=60', '/api/1/compliance/rules/rule-1/nodes?per_page=50&page=1'],
     'rule, one directive, errors only': [`/api/1/compliance/rules/rule-1/nodes?directive=directive-4&state=error&per_page=50&page=1`],
     'rule, a deep page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.floor(n / 50) - 1)}`],
+    // About the middle of the rule's nodes (four fifths of the fleet has a row under it): the
+    // page furthest from both ends.
+    'rule, a middle page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.floor(n / 125))}`],
     directives: ['/api/1/directives', '/api/1/compliance/directives?max_age=60'],
     directive: ['/api/1/directives/directive-4', '/api/1/rules', '/api/1/compliance/directives?max_age=60'],
     'directive form': ['/api/1/methods', '/api/1/directives/directive-4'],

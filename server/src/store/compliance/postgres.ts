@@ -343,8 +343,9 @@ export class PostgresCompliance implements ComplianceStore {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     return snapshot(this.db, 'targetNodes', async (c) => {
       const sql = targetKeptSql((i) => `$${i}`, complianceClassSql, targetSpec(q), clock, await postgresSwept(c), limit, offset, true);
-      const rows = (await c.query(sql.page.text, sql.page.values)).rows as Record<string, unknown>[];
       const total = Number((await c.query(sql.total.text, sql.total.values)).rows[0]!.total);
+      const page = sql.page(total);
+      const rows = page ? (await c.query(page.text, page.values)).rows as Record<string, unknown>[] : [];
       return { data: rows.map(nodeComplianceFromRow), total };
     });
   }

@@ -338,8 +338,9 @@ export class SqliteCompliance implements ComplianceStore {
     const { limit, offset } = checkPaging(q.page, q.per_page);
     return this.db.read('targetNodes', () => {
       const sql = targetKeptSql(() => '?', complianceClassSql, targetSpec(q), clock, sqliteSwept(this.db), limit, offset, false);
-      const rows = this.db.stmt(sql.page.text).all(...sql.page.values) as Record<string, unknown>[];
       const { total } = this.db.stmt(sql.total.text).get(...sql.total.values) as { total: number };
+      const page = sql.page(Number(total));
+      const rows = page ? this.db.stmt(page.text).all(...page.values) as Record<string, unknown>[] : [];
       return { data: rows.map(nodeComplianceFromRow), total: Number(total) };
     });
   }
