@@ -15,8 +15,8 @@
  * - The nodes left out, judged at the moment (few: those the sweep has not reached yet).
  * Only the page's nodes are then judged and returned. The total is every agent with a row under
  * the rule, whatever its time mode, read from the kept counters (migration 23); filtered by a
- * state, it counts the kept keys, the nodes out of mode 0 and the judged ones. The answer equals rows.ts targetNodesSql's
- * (targetNodesFresh keeps that one).
+ * state, it counts the kept keys, the nodes out of mode 0 and the judged ones. The answer equals
+ * rows.ts targetNodesSql's (targetNodesFresh keeps that one).
  */
 import { RUN_STATES } from '@capstan/shared/compliance/compute';
 import { stateBit } from '../migrations/0028_kept_targets.js';
