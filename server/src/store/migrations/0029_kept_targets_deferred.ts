@@ -19,18 +19,21 @@
 import type { Migration } from './index.js';
 import { countsDiffer, sNode, sRow, sRule, upsert } from './0028_kept_targets.js';
 
-const DEFERRED = 'SELECT node_id FROM kept_targets_deferred';
+export const DEFERRED = 'SELECT node_id FROM kept_targets_deferred';
 /** Is the node of row `r` (NEW or OLD) written by a batch that refreshes its keys itself? */
-const live = (r: string) => `NOT EXISTS (SELECT 1 FROM kept_targets_deferred WHERE node_id = ${r}.node_id)`;
+export const live = (r: string) => `NOT EXISTS (SELECT 1 FROM kept_targets_deferred WHERE node_id = ${r}.node_id)`;
 
-const sqlite = `
-CREATE TABLE kept_targets_deferred (node_id TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
-DROP TRIGGER kept_targets_row_insert;
+/** The SQLite triggers keeping the drill-down keys, dropped before they are made again (also by migration 37). */
+export const DROP_TARGET_TRIGGERS = `DROP TRIGGER kept_targets_row_insert;
 DROP TRIGGER kept_targets_row_update;
 DROP TRIGGER kept_targets_row_rekey;
 DROP TRIGGER kept_targets_row_delete;
 DROP TRIGGER kept_targets_node_insert;
-DROP TRIGGER kept_targets_node_update;
+DROP TRIGGER kept_targets_node_update;`;
+
+const sqlite = `
+CREATE TABLE kept_targets_deferred (node_id TEXT PRIMARY KEY) STRICT, WITHOUT ROWID;
+${DROP_TARGET_TRIGGERS}
 CREATE TRIGGER kept_targets_row_insert AFTER INSERT ON node_compliance_directives WHEN ${live('NEW')} BEGIN
   ${sRow('NEW')}
 END;

@@ -24,6 +24,7 @@
  */
 import type { Migration } from './index.js';
 import { countsDiffer, keyShare, keyStates, ruleTargetRows, sRow, sRule, targetRows, upsert } from './0028_kept_targets.js';
+import { DEFERRED, DROP_TARGET_TRIGGERS, live } from './0029_kept_targets_deferred.js';
 
 /** A node, by id expression, that is an agent in mode 0: the only one with keys. */
 const normal = (id: string) => `EXISTS (SELECT 1 FROM kept_nodes m WHERE m.node_id = ${id} AND m.class = 'agent' AND m.mode = 0)`;
@@ -39,21 +40,14 @@ CREATE INDEX kept_nodes_off_idx ON kept_nodes (node_id) WHERE mode <> 0 AND clas
 
 // ---- SQLite ----------------------------------------------------------------------------------
 
-const DEFERRED = 'SELECT node_id FROM kept_targets_deferred';
-/** Is the node of row `r` written by a batch that refreshes its keys itself (migration 29)? */
-const live = (r: string) => `NOT EXISTS (SELECT 1 FROM kept_targets_deferred WHERE node_id = ${r}.node_id)`;
 
 /** Node `r`'s keys made from its rows when it is an agent in mode 0, all dropped otherwise. */
 const sNode = (r: string) => `${upsert(`k.mode = 0 AND d.node_id = ${r}.node_id`, `k.mode = 0 AND d.node_id = ${r}.node_id`, ' WHERE true', 'IS NOT')}
   DELETE FROM kept_targets WHERE node_id = ${r}.node_id AND ${unanswered('kept_targets')};`;
 
+// The triggers of migration 29 made again; `live`: the node's batch writer refreshes its keys itself.
 const sqlite = `${common}
-DROP TRIGGER kept_targets_row_insert;
-DROP TRIGGER kept_targets_row_update;
-DROP TRIGGER kept_targets_row_rekey;
-DROP TRIGGER kept_targets_row_delete;
-DROP TRIGGER kept_targets_node_insert;
-DROP TRIGGER kept_targets_node_update;
+${DROP_TARGET_TRIGGERS}
 CREATE TRIGGER kept_targets_row_insert AFTER INSERT ON node_compliance_directives WHEN ${live('NEW')} AND ${normal('NEW.node_id')} BEGIN
   ${sRow('NEW')}
 END;
