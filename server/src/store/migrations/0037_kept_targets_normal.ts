@@ -40,7 +40,6 @@ CREATE INDEX kept_nodes_off_idx ON kept_nodes (node_id) WHERE mode <> 0 AND clas
 
 // ---- SQLite ----------------------------------------------------------------------------------
 
-
 /** Node `r`'s keys made from its rows when it is an agent in mode 0, all dropped otherwise. */
 const sNode = (r: string) => `${upsert(`k.mode = 0 AND d.node_id = ${r}.node_id`, `k.mode = 0 AND d.node_id = ${r}.node_id`, ' WHERE true', 'IS NOT')}
   DELETE FROM kept_targets WHERE node_id = ${r}.node_id AND ${unanswered('kept_targets')};`;
