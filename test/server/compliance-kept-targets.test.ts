@@ -89,9 +89,14 @@ function scenario(t: Test, backend: Backend): void {
 }
 
 /** The kept keys of `ids`, as rows in a stable order. */
-const keysOf = (db: { rows?: (sql: string) => Promise<Array<Record<string, unknown>>> }, ids: readonly string[]) => db.rows!(
-  `SELECT node_id, rule_id, directive_id, share, states FROM kept_targets WHERE node_id IN (${ids.map((i) => `'${i}'`).join(', ')})
-    ORDER BY node_id, rule_id, directive_id`).then((rows) => rows.map((r) => ({ rule_id: r.rule_id as string, directive_id: r.directive_id as string, node_id: r.node_id as string, share: r.share === null ? null : Number(r.share), states: Number(r.states) })));
+async function keysOf(db: { rows?: (sql: string) => Promise<Array<Record<string, unknown>>> }, ids: readonly string[]) {
+  const rows = await db.rows!(`SELECT node_id, rule_id, directive_id, share, states FROM kept_targets
+    WHERE node_id IN (${ids.map((i) => `'${i}'`).join(', ')}) ORDER BY node_id, rule_id, directive_id`);
+  return rows.map((r) => ({
+    node_id: r.node_id as string, rule_id: r.rule_id as string, directive_id: r.directive_id as string,
+    share: r.share === null ? null : Number(r.share), states: Number(r.states),
+  }));
+}
 
 function normalOnly(t: Test, backend: Backend): void {
   t.test('keys are kept while the run decides, dropped when it no longer does, made again when it comes back', async (t) => {
@@ -119,7 +124,8 @@ function normalOnly(t: Test, backend: Backend): void {
     t.equal(before.length, 9, 'each node in mode 0 has its keys: two directives and their rule');
     await same(BASE_S + 150, 'all in mode 0');
 
-    // A new policy, by one node's write and by a generation's batch: applying, keys as they were.
+    // A new policy, by one node's write and by a generation's batch: applying, their keys dropped
+    // and none written for their new rows.
     await store.setExpectations(ids[0]!, 'cfg-b', B, iso(BASE_S + 180));
     await store.putPolicies([{ bundle: { node_id: ids[1]!, config_id: 'cfg-b', generated_at: iso(BASE_S + 180), bundle: '{"config_id":"cfg-b"}' }, expected: B }]);
     t.same(await keysOf(db, ids), before.filter((k) => k.node_id === ids[2]), 'the keys of the nodes that went applying dropped, no other written');
@@ -127,7 +133,7 @@ function normalOnly(t: Test, backend: Backend): void {
 
     // The first run of the new policy: back in mode 0, the node's keys are its rows' again.
     await ran(ids[0]!, 'cfg-b', B, BASE_S + 240);
-    const back = (await keysOf(db, [ids[0]!])).map((k) => `${String(k.rule_id)}/${String(k.directive_id)} ${k.share}`);
+    const back = (await keysOf(db, [ids[0]!])).map((k) => `${k.rule_id}/${k.directive_id} ${k.share}`);
     t.same(back, ['r2/ 1', 'r2/d3 1', 'r3/ 1', 'r3/d4 1'], "the returning node's keys made from its rows, the old rules' dropped");
     await same(BASE_S + 260, 'one back');
 
