@@ -18,10 +18,9 @@
  * state, it counts the kept keys, the nodes out of mode 0 and the judged ones. The answer equals
  * rows.ts targetNodesSql's (targetNodesFresh keeps that one).
  */
-import { RUN_STATES } from '@capstan/shared/compliance/compute';
 import { stateBit } from '../migrations/0028_kept_targets.js';
 import { keptSource, sameThresholds, touchedLiteralSql, type KeptThresholds } from './kept.js';
-import { targetJudgedSql, targetOrder, type TargetSpec } from './rows.js';
+import { expectedSum, targetJudgedSql, targetOrder, type TargetSpec } from './rows.js';
 import type { ComplianceClock } from './types.js';
 
 /** A statement and its parameters. */
@@ -39,8 +38,8 @@ export interface TargetStatements {
   page: (total: number) => Statement | null;
 }
 
-/** A compliance row `d` expects an item (any state but unexpected). */
-const EXPECTS = `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `d.${c}`).join(' + ')}) > 0`;
+/** A compliance row `d` expects an item. */
+const EXPECTS = `${expectedSum('d')} > 0`;
 
 /**
  * The extra condition on an agent out of mode 0 for a state filter (applying shows on a node

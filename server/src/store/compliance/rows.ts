@@ -104,10 +104,13 @@ export function timeAdjustedColumns(x = 'x', t = 't'): string {
   return timeAdjusted(x, t, (e) => `coalesce(${e}, 0)`);
 }
 
+/** The items counts `x` expect: every state but unexpected (those belong to the run alone), summed in SQL. */
+export const expectedSum = (x: string) => `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `${x}.${c}`).join(' + ')})`;
+
 function timeAdjusted(x: string, t: string, wrap: (e: string) => string): string {
   const noAnswer = `(${t}.answered_s IS NOT NULL AND ${t}.answered_s + ${t}.keep_last_s <= p.silent_before)`;
   const applying = `(${t}.applying_since_s IS NOT NULL AND ${t}.applying_since_s > p.applying_after)`;
-  const expected = `(${RUN_STATES.filter((c) => c !== 'unexpected').map((c) => `${x}.${c}`).join(' + ')})`;
+  const expected = expectedSum(x);
   return [
     ...RUN_STATES.map((c) => `${wrap(`CASE WHEN ${noAnswer} OR ${applying} THEN 0 ELSE ${x}.${c} END`)} AS ${c}`),
     `${wrap(`CASE WHEN ${noAnswer} THEN 0 WHEN ${applying} THEN ${expected} ELSE 0 END`)} AS applying`,

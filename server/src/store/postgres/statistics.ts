@@ -1,22 +1,22 @@
 /**
  * Planner statistics kept up with the store's own bulk writes.
  *
- * The kept counters' triggers look rows up by node (a node's groups, its directive rows, its
- * kept row). A connection plans each such statement once and keeps the plan for its life. A plan
- * made while a table was empty (a new install, or a table a migration has just created on an
- * existing fleet) scans the whole table, and keeps scanning it while the table fills: a first
- * generation of 100,000 nodes had written a quarter of its bundles after 13 minutes that way,
- * each node's trigger reading all of policy_group_members twice. ANALYZE makes every connection plan again with the
- * table's real size. autovacuum does that too, when it is on, after its naptime (a minute); this
- * does it at the pace of the writes.
+ * The kept counters' triggers look rows up by node (a node's groups, its directive rows, its kept
+ * row). A connection plans each such statement once and keeps the plan for its life. A plan made
+ * while a table was empty (a new install, or a table a migration has just created on an existing
+ * fleet) scans the whole table, and keeps scanning it while the table fills: a first generation of
+ * 100,000 nodes had written a quarter of its bundles after 13 minutes that way, each node's
+ * trigger reading all of policy_group_members twice. ANALYZE makes every connection plan again
+ * with the table's real size. autovacuum does that too, when it is on, after its naptime (a
+ * minute); this does it at the pace of the writes.
  *
  * After a write transaction, at most once per `intervalMs` and never two at once, the tables of
- * the store's schema (but the kept counters' logs, FOLDED_LOGS) whose row count moved since
- * their last analysis by more than `minRows` plus `growthPercent` % of the count then are
- * analysed, one at a time, on one pooled connection. Rows rewritten in place (each run rewrites its node's compliance rows) do not
- * count: they change no plan, and on a 2 GB table one ANALYZE is seconds of a core. An
- * advisory lock, held by the checking connection, keeps the servers on one database from
- * analysing at the same time: the one that does not get it skips its check. A failure is told
+ * the store's schema (but the kept counters' logs, FOLDED_LOGS) whose row count moved since their
+ * last analysis by more than `minRows` plus `growthPercent` % of the count then are analysed, one
+ * at a time, on one pooled connection. Rows rewritten in place (each run rewrites its node's
+ * compliance rows) do not count: they change no plan, and on a 2 GB table one ANALYZE is seconds
+ * of a core. An advisory lock, held by the checking connection, keeps the servers on one database
+ * from analysing at the same time: the one that does not get it skips its check. A failure is told
  * and tried again at the next check.
  */
 import type pg from 'pg';
