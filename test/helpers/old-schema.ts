@@ -7,7 +7,8 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
-import { pgComplianceFunction, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
+import { pgComplianceFunction, pgDirectiveFunctions, sqliteComplianceTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
+import { pgMembersFunctions } from '@capstan/server/store/migrations/0025_kept_groups';
 import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
 import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, targetRows, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
 import { keptTargetsDeferred } from '@capstan/server/store/migrations/0029_kept_targets_deferred';
@@ -220,4 +221,14 @@ export const UNDO_37 = {
   sqlite: `${OFF_KEYS} DROP TABLE kept_targets_deferred; ${keptTargetsDeferred.sqlite} DELETE FROM schema_version WHERE version = 37;`,
   postgres: `${OFF_KEYS} ${keptTargetsStale.postgres} ${pgTargetsNodesFunctions.replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
     ${keptTargetsAdded.postgres} DELETE FROM schema_version WHERE version = 37;`,
+};
+
+/**
+ * Migration 38 undone, before UNDO_37 for tests that undo an older one: the directive rows' and
+ * memberships' statement functions appending a log row per row written, as migrations 23 and 25
+ * made them.
+ */
+export const UNDO_38 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 38;',
+  postgres: `${(pgDirectiveFunctions + pgMembersFunctions).replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')} DELETE FROM schema_version WHERE version = 38;`,
 };

@@ -249,6 +249,34 @@ END $f$;
 `;
 }
 
+/**
+ * The statement functions of node_compliance_directives' writes: a log row per row written
+ * (migration 38 sums them by key; tests that undo it make these again).
+ */
+export const pgDirectiveFunctions = `CREATE FUNCTION kept_directives_added() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  ${pRows('added', '1')}
+  INSERT INTO kept_rules_log (rule_id, class, nodes)
+    SELECT a.rule_id, k.class, 1 FROM (SELECT node_id, rule_id, count(*) AS n FROM added GROUP BY 1, 2) a JOIN kept_nodes k ON k.node_id = a.node_id
+    WHERE (SELECT count(*) FROM node_compliance_directives d WHERE d.node_id = a.node_id AND d.rule_id = a.rule_id) = a.n;
+  RETURN NULL;
+END $f$;
+CREATE FUNCTION kept_directives_changed() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  ${pRows('old_rows', '-1')}
+  ${pRows('new_rows', '1')}
+  RETURN NULL;
+END $f$;
+CREATE FUNCTION kept_directives_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  ${pRows('removed', '-1')}
+  INSERT INTO kept_rules_log (rule_id, class, nodes)
+    SELECT r.rule_id, k.class, -1 FROM (SELECT DISTINCT node_id, rule_id FROM removed) r JOIN kept_nodes k ON k.node_id = r.node_id
+    WHERE NOT EXISTS (SELECT 1 FROM node_compliance_directives d WHERE d.node_id = r.node_id AND d.rule_id = r.rule_id);
+  RETURN NULL;
+END $f$;
+`;
+
 const postgres = `
 CREATE TABLE kept_sweep (id integer PRIMARY KEY CHECK (id = 1), silent_before bigint NOT NULL, applying_after bigint NOT NULL);
 INSERT INTO kept_sweep (id, silent_before, applying_after) VALUES (1, floor(extract(epoch FROM now()))::bigint, floor(extract(epoch FROM now()))::bigint);
@@ -297,29 +325,7 @@ ${pgComplianceFunction()}
 CREATE TRIGGER kept_compliance_write AFTER INSERT OR UPDATE ON node_compliance FOR EACH ROW EXECUTE FUNCTION kept_compliance_trg();
 CREATE TRIGGER kept_compliance_delete BEFORE DELETE ON node_compliance FOR EACH ROW EXECUTE FUNCTION kept_compliance_trg();
 
-CREATE FUNCTION kept_directives_added() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  ${pRows('added', '1')}
-  INSERT INTO kept_rules_log (rule_id, class, nodes)
-    SELECT a.rule_id, k.class, 1 FROM (SELECT node_id, rule_id, count(*) AS n FROM added GROUP BY 1, 2) a JOIN kept_nodes k ON k.node_id = a.node_id
-    WHERE (SELECT count(*) FROM node_compliance_directives d WHERE d.node_id = a.node_id AND d.rule_id = a.rule_id) = a.n;
-  RETURN NULL;
-END $f$;
-CREATE FUNCTION kept_directives_changed() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  ${pRows('old_rows', '-1')}
-  ${pRows('new_rows', '1')}
-  RETURN NULL;
-END $f$;
-CREATE FUNCTION kept_directives_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  ${pRows('removed', '-1')}
-  INSERT INTO kept_rules_log (rule_id, class, nodes)
-    SELECT r.rule_id, k.class, -1 FROM (SELECT DISTINCT node_id, rule_id FROM removed) r JOIN kept_nodes k ON k.node_id = r.node_id
-    WHERE NOT EXISTS (SELECT 1 FROM node_compliance_directives d WHERE d.node_id = r.node_id AND d.rule_id = r.rule_id);
-  RETURN NULL;
-END $f$;
-CREATE TRIGGER kept_directives_insert AFTER INSERT ON node_compliance_directives REFERENCING NEW TABLE AS added
+${pgDirectiveFunctions}CREATE TRIGGER kept_directives_insert AFTER INSERT ON node_compliance_directives REFERENCING NEW TABLE AS added
   FOR EACH STATEMENT EXECUTE FUNCTION kept_directives_added();
 CREATE TRIGGER kept_directives_update AFTER UPDATE ON node_compliance_directives REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
   FOR EACH STATEMENT EXECUTE FUNCTION kept_directives_changed();

@@ -131,6 +131,22 @@ const pMembers = (table: string, sign: string) => `INSERT INTO kept_groups_log (
 const pNodeCounts = (r: string, sign: string) => `INSERT INTO kept_node_counts_log (field, value, nodes)
     VALUES ${FIELDS.map((f) => `('${f}', ${r}.${f}, ${sign})`).join(', ')};`;
 
+/**
+ * The statement functions of policy_group_members' writes: a log row per membership (migration 38
+ * sums them by key; tests that undo it make these again).
+ */
+export const pgMembersFunctions = `CREATE FUNCTION kept_groups_members_added() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  ${pMembers('added', '1')}
+  RETURN NULL;
+END $f$;
+CREATE FUNCTION kept_groups_members_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  ${pMembers('removed', '-1')}
+  RETURN NULL;
+END $f$;
+`;
+
 const postgres = `
 CREATE TABLE kept_node_counts (field text NOT NULL, value text NOT NULL, nodes bigint NOT NULL DEFAULT 0, PRIMARY KEY (field, value));
 CREATE TABLE kept_node_counts_log (field text NOT NULL, value text NOT NULL, nodes bigint NOT NULL DEFAULT 0);
@@ -159,17 +175,7 @@ ${pgComplianceFunction({
     take: (id, r, cls, mode) => pGroups(id, '-1', r, cls, mode),
   }, KEPT_LOCK_ARGS).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')}
 
-CREATE FUNCTION kept_groups_members_added() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  ${pMembers('added', '1')}
-  RETURN NULL;
-END $f$;
-CREATE FUNCTION kept_groups_members_removed() RETURNS trigger LANGUAGE plpgsql AS $f$
-BEGIN
-  ${pMembers('removed', '-1')}
-  RETURN NULL;
-END $f$;
-CREATE TRIGGER kept_groups_members_insert AFTER INSERT ON policy_group_members REFERENCING NEW TABLE AS added
+${pgMembersFunctions}CREATE TRIGGER kept_groups_members_insert AFTER INSERT ON policy_group_members REFERENCING NEW TABLE AS added
   FOR EACH STATEMENT EXECUTE FUNCTION kept_groups_members_added();
 CREATE TRIGGER kept_groups_members_delete AFTER DELETE ON policy_group_members REFERENCING OLD TABLE AS removed
   FOR EACH STATEMENT EXECUTE FUNCTION kept_groups_members_removed();
