@@ -1,10 +1,12 @@
 /**
  * The kept fleet compliance counters (store/compliance/kept.ts) against the same figures summed
- * afresh from every node's rows, on both stores: after random policies, runs (complete or not,
- * back-filled), deletions and re-registrations, acceptance and relay changes, expiration
- * policies, clock moves forward and back, and sweeps — read at the current moment and at others
- * (the readers' correction), by policy group through random memberships (what generation
- * writes), and the nodes per status, state and acceptance; sweeps of one or a few nodes a step. A counter put wrong by hand is seen: the comparison can fail.
+ * afresh from every node's rows, on both stores: after random policies (one node's, or a
+ * generation's batch of several), runs (complete or not, back-filled), deletions and
+ * re-registrations, acceptance and relay changes, expiration policies, clock moves forward and
+ * back, and sweeps — read at the current moment and at others (the readers' correction), by policy
+ * group through random memberships (what generation writes), and the nodes per status, state and
+ * acceptance; sweeps of one or a few nodes a step. A counter put wrong by hand is seen: the
+ * comparison can fail.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
@@ -56,6 +58,8 @@ function scenario(t: Test, backend: Backend): void {
     const states = prng(SEED + 1);
     // How many nodes a sweep moves per step: its own generator, so the walk is the same whatever it draws.
     const sweepSteps = prng(SEED + 2);
+    // Whether a policy is one node's or a batch's, and the batch's other nodes: a generator of their own too.
+    const batches = prng(SEED + 3);
     let now = BASE_S;
     const present = new Set<string>();
     let started = 0;
@@ -92,7 +96,21 @@ function scenario(t: Test, backend: Backend): void {
       } else if (op < 25) {
         what = `policy ${id}`;
         const items = COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
-        await store.setExpectations(id, `cfg-${r.int(3)}`, items, iso(now), r.next() < 0.2 ? { keep_last_s: r.pick([0, 600, 3600]) } : {});
+        const config = `cfg-${r.int(3)}`;
+        const opts = r.next() < 0.2 ? { keep_last_s: r.pick([0, 600, 3600]) } : {};
+        if (batches.next() < 0.5) {
+          await store.setExpectations(id, config, items, iso(now), opts);
+        } else {
+          // A generation's batch (putPolicies): several nodes' policies in one write, whose
+          // directive counters the writer takes out and puts back itself on SQLite (migration 38).
+          const others = [...present].filter((o) => o !== id && batches.next() < 0.3);
+          what = `policies ${[id, ...others].join(' ')}`;
+          await store.putPolicies([id, ...others].map((node_id, k) => {
+            const mine = k === 0 ? items : COMPONENTS.filter(() => batches.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+            const config_id = k === 0 ? config : `cfg-${batches.int(3)}`;
+            return { bundle: { node_id, config_id, generated_at: iso(now), bundle: `{"config_id":"${config_id}"}` }, expected: mine };
+          }));
+        }
       } else if (op < 60) {
         what = `run ${id}`;
         // Mostly new runs; now and then an older one (back-filled) or an incomplete one.

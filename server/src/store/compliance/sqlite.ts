@@ -27,6 +27,7 @@ import type {
 import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst, sqliteSwept } from './kept-sqlite.js';
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
+import { BatchCounters } from './sqlite-batch-counters.js';
 import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
 import {
@@ -167,8 +168,9 @@ export class SqliteCompliance implements ComplianceStore {
    * write transaction: the same rows as one recompute per node, with one statement per kind of
    * read and write instead of five per node (a quarter of a 20,000-node generation under the profiler).
    * A node's directive rows that go are deleted before its compliance row moves to its new time
-   * state, and the new ones written after: the kept counters' triggers then move none of them
-   * (a row written before the move was taken out and put back under the new state).
+   * state, and the new ones written after. The kept directive counters of the nodes whose rows
+   * change are moved once for the batch, summed by key (sqlite-batch-counters.ts), not by the
+   * triggers row by row.
    * `rowsKept`: the node's stored rows were counted from the same run against the same
    * expectations (the caller compared their digests): neither read nor written, and when the
    * node fails nowhere its compliance row has only its time marks updated. `rowsFrom`: the
@@ -241,15 +243,18 @@ export class SqliteCompliance implements ComplianceStore {
       for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
     }
     // The drill-down keys of the nodes whose rows move are made once for all of them, after
-    // every write (migration 29), not once per row written.
+    // every write (migration 29), not once per row written; their directive counters are moved
+    // once, summed by key, after the writes (migration 38).
     const deferred = new Set([...remove.map((r) => r[0]), ...upsert.map((r) => r[0] as string)]);
     if (deferred.size) this.db.stmt(DEFER_TARGETS).run(JSON.stringify([...deferred]));
+    const counters = deferred.size ? new BatchCounters(this.db, deferred) : null;
     if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
     COMPLIANCE_ROWS.run(this.db, compliance);
     if (marksOnly.length) this.db.stmt(UPDATE_MARKS_MANY).run(JSON.stringify(marksOnly));
     if (applyingOnly.length) this.db.stmt(UPDATE_APPLYING_MANY).run(JSON.stringify(applyingOnly));
     for (const r of reconcile) r();
     DIRECTIVE_ROWS.run(this.db, upsert);
+    counters?.finish(moved.filter((m) => deferred.has(m.nodeId)).map((m) => ({ nodeId: m.nodeId, before: stored.get(m.nodeId) ?? [], after: m.directives })));
     if (deferred.size) for (const sql of SQLITE_DEFERRED_TARGETS) this.db.stmt(sql).run();
   }
 

@@ -71,15 +71,20 @@ export interface ComplianceHooks {
 }
 const noHooks: ComplianceHooks = { add: () => '', take: () => '' };
 
-/** The node_compliance triggers of SQLite, with `hooks` (migration 25 makes them again with its own). */
-export function sqliteComplianceTriggers(hooks: ComplianceHooks = noHooks): string {
+/**
+ * The node_compliance triggers of SQLite, with `hooks` (migration 25 makes them again with its
+ * own), their moves of node `id`'s directive rows and rules made only when `only(id)` holds
+ * (migration 38: not for the nodes a batch writer counts itself).
+ */
+export function sqliteComplianceTriggers(hooks: ComplianceHooks = noHooks, only?: (id: string) => string): string {
+  const when = (id: string, cond: string) => (only ? `${cond} AND ${only(id)}` : cond);
   return `
 CREATE TRIGGER kept_compliance_insert AFTER INSERT ON node_compliance BEGIN
   INSERT INTO kept_nodes (node_id, class, mode) VALUES (NEW.node_id, ${sClassOf('NEW.node_id')}, ${sModeOf('NEW')})
     ON CONFLICT (node_id) DO UPDATE SET class = excluded.class, mode = excluded.mode;
   ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
-  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', '1')}
-  ${sRules('NEW.node_id', '1', 'k.class', '1')}
+  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', when('NEW.node_id', '1'))}
+  ${sRules('NEW.node_id', '1', 'k.class', when('NEW.node_id', '1'))}
   ${hooks.add('NEW.node_id', 'NEW')}
 END;
 CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance
@@ -89,15 +94,15 @@ CREATE TRIGGER kept_compliance_update AFTER UPDATE ON node_compliance
   UPDATE kept_nodes SET prev_class = class, prev_mode = mode, class = ${sClassOf('NEW.node_id')}, mode = ${sModeOf('NEW')} WHERE node_id = NEW.node_id;
   ${sFleet(kept('NEW.node_id', 'class'), kept('NEW.node_id', 'mode'), '1', 'NEW')}
   ${hooks.add('NEW.node_id', 'NEW')}
-  ${sDirs('NEW.node_id', '-1', 'k.prev_class', 'k.prev_mode', MOVED)}
-  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', MOVED)}
-  ${sRules('NEW.node_id', '-1', 'k.prev_class', 'k.class IS NOT k.prev_class')}
-  ${sRules('NEW.node_id', '1', 'k.class', 'k.class IS NOT k.prev_class')}
+  ${sDirs('NEW.node_id', '-1', 'k.prev_class', 'k.prev_mode', when('NEW.node_id', MOVED))}
+  ${sDirs('NEW.node_id', '1', 'k.class', 'k.mode', when('NEW.node_id', MOVED))}
+  ${sRules('NEW.node_id', '-1', 'k.prev_class', when('NEW.node_id', 'k.class IS NOT k.prev_class'))}
+  ${sRules('NEW.node_id', '1', 'k.class', when('NEW.node_id', 'k.class IS NOT k.prev_class'))}
 END;
 CREATE TRIGGER kept_compliance_delete BEFORE DELETE ON node_compliance BEGIN
   ${sFleet(kept('OLD.node_id', 'class'), kept('OLD.node_id', 'mode'), '-1', 'OLD')}
-  ${sDirs('OLD.node_id', '-1', 'k.class', 'k.mode', '1')}
-  ${sRules('OLD.node_id', '-1', 'k.class', '1')}
+  ${sDirs('OLD.node_id', '-1', 'k.class', 'k.mode', when('OLD.node_id', '1'))}
+  ${sRules('OLD.node_id', '-1', 'k.class', when('OLD.node_id', '1'))}
   ${hooks.take('OLD.node_id', 'OLD')}
   DELETE FROM kept_nodes WHERE node_id = OLD.node_id;
 END;
@@ -117,6 +122,27 @@ CREATE INDEX node_compliance_applying_idx ON node_compliance (applying_since_s);
 INSERT INTO kept_sweep (id, silent_before, applying_after) VALUES (1, CAST(strftime('%s', 'now') AS INTEGER), CAST(strftime('%s', 'now') AS INTEGER));
 `;
 
+/**
+ * The node_compliance_directives triggers of SQLite, counting each row written, when `only(r)`
+ * holds for its row `r` (migration 38: not for the nodes a batch writer counts itself).
+ */
+export function sqliteDirectiveTriggers(only?: (r: string) => string): string {
+  const when = (r: string, cond?: string) => (only ? ` WHEN ${cond ? `(${cond}) AND ` : ''}${only(r)}` : cond ? ` WHEN ${cond}` : '');
+  return `CREATE TRIGGER kept_directive_insert AFTER INSERT ON node_compliance_directives${when('NEW')} BEGIN
+  ${sOne('1', 'NEW')}
+  ${sRuleOne('1', 'NEW')}
+END;
+CREATE TRIGGER kept_directive_update AFTER UPDATE ON node_compliance_directives${when('OLD', countsDiffer)} BEGIN
+  ${sOne('-1', 'OLD')}
+  ${sOne('1', 'NEW')}
+END;
+CREATE TRIGGER kept_directive_delete AFTER DELETE ON node_compliance_directives${when('OLD')} BEGIN
+  ${sOne('-1', 'OLD')}
+  ${sRuleOne('-1', 'OLD')}
+END;
+`;
+}
+
 const sqliteTriggers = `
 CREATE TRIGGER kept_nodes_insert AFTER INSERT ON nodes BEGIN
   ${sNodeCount(sClassRow('NEW'), '1')}
@@ -129,19 +155,7 @@ CREATE TRIGGER kept_nodes_class AFTER UPDATE OF ${nodeClassCols} ON nodes WHEN (
   ${sNodeCount(sClassRow('NEW'), '1')}
   UPDATE node_compliance SET keep_last_s = keep_last_s WHERE node_id = NEW.id;
 END;
-${sqliteComplianceTriggers()}CREATE TRIGGER kept_directive_insert AFTER INSERT ON node_compliance_directives BEGIN
-  ${sOne('1', 'NEW')}
-  ${sRuleOne('1', 'NEW')}
-END;
-CREATE TRIGGER kept_directive_update AFTER UPDATE ON node_compliance_directives WHEN ${countsDiffer} BEGIN
-  ${sOne('-1', 'OLD')}
-  ${sOne('1', 'NEW')}
-END;
-CREATE TRIGGER kept_directive_delete AFTER DELETE ON node_compliance_directives BEGIN
-  ${sOne('-1', 'OLD')}
-  ${sRuleOne('-1', 'OLD')}
-END;
-`;
+${sqliteComplianceTriggers()}${sqliteDirectiveTriggers()}`;
 
 /** The counters for what is already stored: every node counted under the initial thresholds. */
 const sqliteFill = `

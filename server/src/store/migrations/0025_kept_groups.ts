@@ -23,7 +23,7 @@
  * that a concurrent transaction is changing.
  */
 import type { Migration } from './index.js';
-import { C, pClassRow, pgComplianceFunction, sClassRow, sqliteComplianceTriggers } from './0023_kept_compliance.js';
+import { C, pClassRow, pgComplianceFunction, sClassRow, sqliteComplianceTriggers, type ComplianceHooks } from './0023_kept_compliance.js';
 
 const cols = C.join(', ');
 
@@ -35,6 +35,8 @@ const sGroups = (id: string, sign: string, r: string) => `INSERT INTO kept_group
     SELECT g.group_id, k.class, k.mode, ${sign}, ${C.map((c) => `${sign} * ${r}.${c}`).join(', ')}
     FROM policy_group_members g JOIN kept_nodes k ON k.node_id = g.node_id WHERE g.node_id = ${id}
     ${sUpsert}`;
+/** The node_compliance triggers' hooks counting the node's groups (migration 38 makes the triggers again with them). */
+export const sqliteGroupHooks: ComplianceHooks = { add: (id, r) => sGroups(id, '1', r), take: (id, r) => sGroups(id, '-1', r) };
 /** Node row `n` counted (1) or taken (-1) under its class at mode -1, for each of its groups. */
 const sNodeGroups = (n: string, sign: string) => `INSERT INTO kept_groups (group_id, class, mode, nodes)
     SELECT g.group_id, ${sClassRow(n)}, -1, ${sign} FROM policy_group_members g WHERE g.node_id = ${n}.id
@@ -76,7 +78,7 @@ CREATE TABLE kept_groups (group_id TEXT NOT NULL, class TEXT NOT NULL, mode INTE
 DROP TRIGGER kept_compliance_insert;
 DROP TRIGGER kept_compliance_update;
 DROP TRIGGER kept_compliance_delete;
-${sqliteComplianceTriggers({ add: (id, r) => sGroups(id, '1', r), take: (id, r) => sGroups(id, '-1', r) })}
+${sqliteComplianceTriggers(sqliteGroupHooks)}
 CREATE TRIGGER kept_groups_member_insert AFTER INSERT ON policy_group_members BEGIN
   ${sMember('NEW', '1')}
 END;
