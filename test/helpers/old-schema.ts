@@ -8,7 +8,7 @@ import pg from 'pg';
 import type { Test } from 'tap';
 import { MIGRATIONS } from '@capstan/server/store/migrations/index';
 import { pgComplianceFunction, pgDirectiveFunctions, sqliteComplianceTriggers, sqliteDirectiveTriggers } from '@capstan/server/store/migrations/0023_kept_compliance';
-import { pgMembersFunctions, sqliteGroupHooks } from '@capstan/server/store/migrations/0025_kept_groups';
+import { pgMembersFunctions, sqliteGroupHooks, sqliteMemberTriggers } from '@capstan/server/store/migrations/0025_kept_groups';
 import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/store/migrations/0027_kept_shares';
 import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, targetRows, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
 import { keptTargetsDeferred } from '@capstan/server/store/migrations/0029_kept_targets_deferred';
@@ -225,14 +225,14 @@ export const UNDO_37 = {
 
 /**
  * Migration 38 undone, before UNDO_37 for tests that undo an older one: on SQLite, the directive
- * rows' and node_compliance triggers counting every node's rows as migrations 23 and 25 made
- * them; on PostgreSQL, the directive rows' and memberships' statement functions appending a log
- * row per row written.
+ * rows', memberships' and node_compliance triggers counting every node's rows as migrations 23
+ * and 25 made them; on PostgreSQL, the directive rows' and memberships' statement functions
+ * appending a log row per row written.
  */
 export const UNDO_38 = {
   sqlite: `DROP TABLE kept_counters_deferred;
-    ${['kept_directive_insert', 'kept_directive_update', 'kept_directive_delete', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete']
-    .map((n) => `DROP TRIGGER ${n};`).join(' ')}
-    ${sqliteComplianceTriggers(sqliteGroupHooks)}${sqliteDirectiveTriggers()} DELETE FROM schema_version WHERE version = 38;`,
+    ${['kept_directive_insert', 'kept_directive_update', 'kept_directive_delete', 'kept_compliance_insert', 'kept_compliance_update', 'kept_compliance_delete',
+    'kept_groups_member_insert', 'kept_groups_member_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
+    ${sqliteComplianceTriggers(sqliteGroupHooks)}${sqliteDirectiveTriggers()}${sqliteMemberTriggers()} DELETE FROM schema_version WHERE version = 38;`,
   postgres: `${(pgDirectiveFunctions + pgMembersFunctions).replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')} DELETE FROM schema_version WHERE version = 38;`,
 };

@@ -1,6 +1,7 @@
 /**
- * The directive counters (kept_directives, kept_rules) of a batch writer's nodes on SQLite,
- * moved by the writer itself (migration 38) instead of by the row triggers, one row at a time.
+ * The kept counters of a batch writer's nodes on SQLite, moved by the writer itself (migration
+ * 38) instead of by the row triggers, one row at a time: the directive counters (kept_directives,
+ * kept_rules) of a generation's policies, and the group counters (kept_groups) of its memberships.
  *
  * The writer names its nodes in kept_counters_deferred before it writes any of their rows; the
  * triggers then leave those nodes' directive rows and rules alone. It knows each node's rows
@@ -12,9 +13,11 @@
  * and a rule once per node with a row under it.
  */
 import type { SqliteDb } from '../sqlite/db.js';
+import { sClassRow } from '../migrations/0023_kept_compliance.js';
 import { COUNT_COLUMNS, type DirectiveRow } from './rows.js';
 
 const DEFER = 'INSERT INTO kept_counters_deferred (node_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING';
+const UNDEFER = 'DELETE FROM kept_counters_deferred';
 const KEPT_OF = 'SELECT node_id, class, mode FROM kept_nodes WHERE node_id IN (SELECT value FROM json_each(?))';
 const ADD_DIRECTIVES = `INSERT INTO kept_directives (rule_id, directive_id, class, mode, nodes, ${COUNT_COLUMNS.join(', ')})
   SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, ${COUNT_COLUMNS.map((_, i) => `value ->> ${i + 5}`).join(', ')}
@@ -79,7 +82,7 @@ export class BatchCounters {
     const ruled = [...rules].filter(([, v]) => v !== 0).map(([key, v]) => [...(JSON.parse(key) as unknown[]), v]);
     if (moved.length) this.db.stmt(ADD_DIRECTIVES).run(JSON.stringify(moved));
     if (ruled.length) this.db.stmt(ADD_RULES).run(JSON.stringify(ruled));
-    this.db.stmt('DELETE FROM kept_counters_deferred').run();
+    this.db.stmt(UNDEFER).run();
   }
 
   private kept(): Kept {
@@ -87,4 +90,33 @@ export class BatchCounters {
     for (const r of this.db.stmt(KEPT_OF).all(this.ids) as Array<{ node_id: string; class: string; mode: number }>) out.set(r.node_id, { class: r.class, mode: r.mode });
     return out;
   }
+}
+
+/**
+ * Memberships ([group, node] pairs) counted (`?` 1) or taken (-1), summed by key, as migration 25's
+ * triggers count each one: the node's class at mode -1, and its compliance row under its kept
+ * class and mode. A pair whose node is gone counts nothing (its insert wrote nothing).
+ */
+const MEMBERS_BY_CLASS = `INSERT INTO kept_groups (group_id, class, mode, nodes)
+  SELECT j.value ->> 0, ${sClassRow('n')}, -1, ? * count(*) FROM json_each(?) j JOIN nodes n ON n.id = j.value ->> 1 WHERE true GROUP BY 1, 2
+  ON CONFLICT (group_id, class, mode) DO UPDATE SET nodes = nodes + excluded.nodes`;
+const MEMBERS_BY_MODE = `INSERT INTO kept_groups (group_id, class, mode, nodes, ${COUNT_COLUMNS.join(', ')})
+  SELECT j.value ->> 0, k.class, k.mode, ? * count(*), ${COUNT_COLUMNS.map((c) => `? * sum(t.${c})`).join(', ')}
+  FROM json_each(?) j JOIN kept_nodes k ON k.node_id = j.value ->> 1 JOIN node_compliance t ON t.node_id = k.node_id WHERE true GROUP BY 1, 2, 3
+  ON CONFLICT (group_id, class, mode) DO UPDATE SET nodes = nodes + excluded.nodes, ${COUNT_COLUMNS.map((c) => `${c} = ${c} + excluded.${c}`).join(', ')}`;
+
+/**
+ * `write` (inside the writer's transaction) taking the memberships `removed` and adding `added`,
+ * with the group counters moved once per key for all of them, not by the triggers one by one.
+ */
+export function withMembersCounted(db: SqliteDb, removed: ReadonlyArray<readonly [string, string]>, added: ReadonlyArray<readonly [string, string]>, write: () => void): void {
+  db.stmt(DEFER).run(JSON.stringify([...new Set([...removed, ...added].map(([, node]) => node))]));
+  write();
+  for (const [pairs, sign] of [[removed, -1], [added, 1]] as const) {
+    if (pairs.length === 0) continue;
+    const json = JSON.stringify(pairs);
+    db.stmt(MEMBERS_BY_CLASS).run(sign, json);
+    db.stmt(MEMBERS_BY_MODE).run(sign, ...COUNT_COLUMNS.map(() => sign), json);
+  }
+  db.stmt(UNDEFER).run();
 }

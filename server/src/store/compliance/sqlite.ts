@@ -27,7 +27,7 @@ import type {
 import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep, sqliteKeptWorst, sqliteSwept } from './kept-sqlite.js';
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
-import { BatchCounters } from './sqlite-batch-counters.js';
+import { BatchCounters, withMembersCounted } from './sqlite-batch-counters.js';
 import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
 import {
@@ -382,16 +382,20 @@ export class SqliteCompliance implements ComplianceStore {
       const stored = this.db.stmt('SELECT node_id, group_id FROM policy_group_members WHERE node_id IN (SELECT value FROM json_each(?))')
         .all(JSON.stringify(nodeIds)) as Array<{ node_id: string; group_id: string }>;
       const { added, removed } = membershipChanges(nodeIds, groups, stored);
-      // One statement each way for the batch, the pairs as JSON ([group, node]).
-      if (removed.length) {
-        this.db.stmt(`DELETE FROM policy_group_members WHERE (group_id, node_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))`)
-          .run(JSON.stringify(removed));
-      }
-      // A node deleted meanwhile gets none (its deletion took its memberships).
-      if (added.length) {
-        this.db.stmt(`INSERT INTO policy_group_members (group_id, node_id)
-          SELECT j.value ->> 0, n.id FROM json_each(?) j JOIN nodes n ON n.id = j.value ->> 1 WHERE true ON CONFLICT DO NOTHING`).run(JSON.stringify(added));
-      }
+      if (added.length + removed.length === 0) return 0;
+      // One statement each way for the batch, the pairs as JSON ([group, node]); the group
+      // counters moved once per key for the batch (migration 38).
+      withMembersCounted(this.db, removed, added, () => {
+        if (removed.length) {
+          this.db.stmt(`DELETE FROM policy_group_members WHERE (group_id, node_id) IN (SELECT value ->> 0, value ->> 1 FROM json_each(?))`)
+            .run(JSON.stringify(removed));
+        }
+        // A node deleted meanwhile gets none (its deletion took its memberships).
+        if (added.length) {
+          this.db.stmt(`INSERT INTO policy_group_members (group_id, node_id)
+            SELECT j.value ->> 0, n.id FROM json_each(?) j JOIN nodes n ON n.id = j.value ->> 1 WHERE true ON CONFLICT DO NOTHING`).run(JSON.stringify(added));
+        }
+      });
       return added.length + removed.length;
     });
   }

@@ -50,6 +50,21 @@ const sMember = (m: string, sign: string) => `INSERT INTO kept_groups (group_id,
     FROM kept_nodes k JOIN node_compliance t ON t.node_id = k.node_id WHERE k.node_id = ${m}.node_id
     ${sUpsert}`;
 
+/**
+ * The policy_group_members triggers of SQLite, counting each membership written, when `only(id)`
+ * holds for its node (migration 38: not for the nodes a batch writer counts itself).
+ */
+export function sqliteMemberTriggers(only?: (id: string) => string): string {
+  const when = (m: string) => (only ? ` WHEN ${only(`${m}.node_id`)}` : '');
+  return `CREATE TRIGGER kept_groups_member_insert AFTER INSERT ON policy_group_members${when('NEW')} BEGIN
+  ${sMember('NEW', '1')}
+END;
+CREATE TRIGGER kept_groups_member_delete AFTER DELETE ON policy_group_members${when('OLD')} BEGIN
+  ${sMember('OLD', '-1')}
+END;
+`;
+}
+
 const FIELDS = ['status', 'state', 'accepted'];
 const sNodeCounts = (r: string, sign: string) => `INSERT INTO kept_node_counts (field, value, nodes)
     VALUES ${FIELDS.map((f) => `('${f}', ${r}.${f}, ${sign})`).join(', ')}
@@ -79,13 +94,7 @@ DROP TRIGGER kept_compliance_insert;
 DROP TRIGGER kept_compliance_update;
 DROP TRIGGER kept_compliance_delete;
 ${sqliteComplianceTriggers(sqliteGroupHooks)}
-CREATE TRIGGER kept_groups_member_insert AFTER INSERT ON policy_group_members BEGIN
-  ${sMember('NEW', '1')}
-END;
-CREATE TRIGGER kept_groups_member_delete AFTER DELETE ON policy_group_members BEGIN
-  ${sMember('OLD', '-1')}
-END;
-CREATE TRIGGER kept_groups_node_insert AFTER INSERT ON nodes BEGIN
+${sqliteMemberTriggers()}CREATE TRIGGER kept_groups_node_insert AFTER INSERT ON nodes BEGIN
   ${sNodeGroups('NEW', '1')}
 END;
 CREATE TRIGGER kept_groups_node_delete BEFORE DELETE ON nodes BEGIN

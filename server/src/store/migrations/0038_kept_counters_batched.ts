@@ -12,7 +12,7 @@
  * appending them took 9.3 s of that generation's database time (pg_stat_statements, with the
  * lookups of each row's node). A statement's rows now go to the logs summed by (rule, directive,
  * class, mode), (rule, class) and (group, class, mode): a few dozen rows; the same statements took
- * 5.9 s, most of it the lookups, which are left as they were. The counters' values are the same:
+ * 5.7 s, most of it the lookups, which are left as they were. The counters' values are the same:
  * the readers and the fold sum the logs by key, and nothing reads a log row on its own
  * (compliance/kept.ts keptSource, kept-postgres.ts).
  *
@@ -20,17 +20,20 @@
  * them unchanged. A statement that moves nothing appends nothing, as before (an empty transition
  * table sums to no group).
  *
- * SQLite has no logs: its triggers update the counters in place, one row at a time, and those of
- * the directive counters (kept_directives, kept_rules) were 3.4 s of the same generation's 20.8 s.
- * A batch writer now moves its nodes' directive counters itself, summed by key
- * (compliance/sqlite-batch-counters.ts): it names the nodes in kept_counters_deferred before it
- * writes their rows, and drops the names after, in the same transaction. The directive rows'
- * triggers, and the node_compliance triggers' moves of a node's directive rows and rules, leave
- * the nodes named there alone; every other writer's rows are counted by the triggers as before.
+ * SQLite has no logs: its triggers update the counters in place, one row at a time. Those of
+ * the directive counters (kept_directives, kept_rules) were 3.4 s of the same generation's 20.8 s,
+ * those of the memberships (kept_groups) 1.3 s. The batch writers of a generation (its policies,
+ * its memberships) now move their nodes' counters themselves, summed by key
+ * (compliance/sqlite-batch-counters.ts): a writer names the nodes whose rows it changes in
+ * kept_counters_deferred before it writes them, and drops the names after, in the same
+ * transaction. The directive rows' and memberships' triggers, and the node_compliance triggers'
+ * moves of a node's directive rows and rules, leave the nodes named there alone; every other
+ * writer's rows (a run, one node's policy, the sweep, a node's deletion) are counted by the
+ * triggers as before.
  */
 import type { Migration } from './index.js';
 import { C, pClassRow, sqliteComplianceTriggers, sqliteDirectiveTriggers } from './0023_kept_compliance.js';
-import { sqliteGroupHooks } from './0025_kept_groups.js';
+import { sqliteGroupHooks, sqliteMemberTriggers } from './0025_kept_groups.js';
 
 const cols = C.join(', ');
 const sums = (r: string) => C.map((c) => `sum(${r}.${c})`).join(', ');
@@ -47,7 +50,9 @@ DROP TRIGGER kept_directive_delete;
 DROP TRIGGER kept_compliance_insert;
 DROP TRIGGER kept_compliance_update;
 DROP TRIGGER kept_compliance_delete;
-${sqliteComplianceTriggers(sqliteGroupHooks, counted)}${sqliteDirectiveTriggers((r) => counted(`${r}.node_id`))}`;
+DROP TRIGGER kept_groups_member_insert;
+DROP TRIGGER kept_groups_member_delete;
+${sqliteComplianceTriggers(sqliteGroupHooks, counted)}${sqliteDirectiveTriggers((r) => counted(`${r}.node_id`))}${sqliteMemberTriggers(counted)}`;
 
 // ---- PostgreSQL ------------------------------------------------------------------------------
 
