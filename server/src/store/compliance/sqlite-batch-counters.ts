@@ -92,31 +92,45 @@ export class BatchCounters {
   }
 }
 
-/**
- * Memberships ([group, node] pairs) counted (`?` 1) or taken (-1), summed by key, as migration 25's
- * triggers count each one: the node's class at mode -1, and its compliance row under its kept
- * class and mode. A pair whose node is gone counts nothing (its insert wrote nothing).
- */
-const MEMBERS_BY_CLASS = `INSERT INTO kept_groups (group_id, class, mode, nodes)
-  SELECT j.value ->> 0, ${sClassRow('n')}, -1, ? * count(*) FROM json_each(?) j JOIN nodes n ON n.id = j.value ->> 1 WHERE true GROUP BY 1, 2
-  ON CONFLICT (group_id, class, mode) DO UPDATE SET nodes = nodes + excluded.nodes`;
-const MEMBERS_BY_MODE = `INSERT INTO kept_groups (group_id, class, mode, nodes, ${COUNT_COLUMNS.join(', ')})
-  SELECT j.value ->> 0, k.class, k.mode, ? * count(*), ${COUNT_COLUMNS.map((c) => `? * sum(t.${c})`).join(', ')}
-  FROM json_each(?) j JOIN kept_nodes k ON k.node_id = j.value ->> 1 JOIN node_compliance t ON t.node_id = k.node_id WHERE true GROUP BY 1, 2, 3
+/** The nodes (a JSON array of ids) with what a membership of each counts: the node's class, and its kept class, mode and compliance counts if kept. */
+const MEMBER_NODES = `SELECT n.id AS node_id, ${sClassRow('n')} AS node_class, k.class, k.mode, t.node_id IS NOT NULL AS counted, ${COUNT_COLUMNS.map((c) => `t.${c}`).join(', ')}
+  FROM json_each(?) j JOIN nodes n ON n.id = j.value LEFT JOIN kept_nodes k ON k.node_id = n.id LEFT JOIN node_compliance t ON t.node_id = k.node_id`;
+const ADD_GROUPS = `INSERT INTO kept_groups (group_id, class, mode, nodes, ${COUNT_COLUMNS.join(', ')})
+  SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, ${COUNT_COLUMNS.map((_, i) => `value ->> ${i + 4}`).join(', ')}
+  FROM json_each(?) WHERE true
   ON CONFLICT (group_id, class, mode) DO UPDATE SET nodes = nodes + excluded.nodes, ${COUNT_COLUMNS.map((c) => `${c} = ${c} + excluded.${c}`).join(', ')}`;
 
 /**
- * `write` (inside the writer's transaction) taking the memberships `removed` and adding `added`,
- * with the group counters moved once per key for all of them, not by the triggers one by one.
+ * `write` (inside the writer's transaction) taking the memberships `removed` and adding `added`
+ * ([group, node] pairs), with the group counters moved once per key for all of them, as migration
+ * 25's triggers count each membership: the node's class at mode -1, and its compliance row under
+ * its kept class and mode. Each node is read once, after the writes (a membership moves none of
+ * what it counts); a pair whose node is gone counts nothing (its insert wrote nothing).
  */
 export function withMembersCounted(db: SqliteDb, removed: ReadonlyArray<readonly [string, string]>, added: ReadonlyArray<readonly [string, string]>, write: () => void): void {
-  db.stmt(DEFER).run(JSON.stringify([...new Set([...removed, ...added].map(([, node]) => node))]));
+  const ids = JSON.stringify([...new Set([...removed, ...added].map(([, node]) => node))]);
+  db.stmt(DEFER).run(ids);
   write();
+  type Node = { node_id: string; node_class: string; class: string | null; mode: number | null; counted: number } & Record<string, number>;
+  const nodes = new Map((db.stmt(MEMBER_NODES).all(ids) as Node[]).map((r) => [r.node_id, r]));
+  const n = COUNT_COLUMNS.length;
+  const groups = new Map<string, number[]>();
+  const add = (key: unknown[], sign: number, counts: ((i: number) => number) | null) => {
+    const k = JSON.stringify(key);
+    let sums = groups.get(k);
+    if (!sums) groups.set(k, (sums = new Array<number>(n + 1).fill(0)));
+    sums[0]! += sign;
+    if (counts) for (let i = 0; i < n; i++) sums[i + 1]! += sign * counts(i);
+  };
   for (const [pairs, sign] of [[removed, -1], [added, 1]] as const) {
-    if (pairs.length === 0) continue;
-    const json = JSON.stringify(pairs);
-    db.stmt(MEMBERS_BY_CLASS).run(sign, json);
-    db.stmt(MEMBERS_BY_MODE).run(sign, ...COUNT_COLUMNS.map(() => sign), json);
+    for (const [group, id] of pairs) {
+      const node = nodes.get(id);
+      if (!node) continue;
+      add([group, node.node_class, -1], sign, null);
+      if (node.class !== null && node.counted) add([group, node.class, node.mode], sign, (i) => node[COUNT_COLUMNS[i]!]!);
+    }
   }
+  const moved = [...groups].filter(([, sums]) => sums.some((v) => v !== 0)).map(([key, sums]) => [...(JSON.parse(key) as unknown[]), ...sums]);
+  if (moved.length) db.stmt(ADD_GROUPS).run(JSON.stringify(moved));
   db.stmt(UNDEFER).run();
 }
