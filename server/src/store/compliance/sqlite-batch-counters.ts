@@ -28,6 +28,31 @@ const ADD_RULES = `INSERT INTO kept_rules (rule_id, class, nodes) SELECT value -
 
 type Kept = Map<string, { class: string; mode: number }>;
 
+/** Counter moves summed by key: per key, its columns, then the node count and the counts. */
+class Sums {
+  private readonly rows = new Map<string, { key: Array<string | number>; sums: number[] }>();
+
+  constructor(private readonly counts: boolean) {}
+
+  /** A node counted (`sign` 1) or taken (-1) under `key`, with its counts when the counter has them. */
+  add(key: Array<string | number>, sign: number, counts?: (i: number) => number): void {
+    const k = key.join('\u0000');
+    let row = this.rows.get(k);
+    if (!row) this.rows.set(k, (row = { key, sums: new Array<number>(this.counts ? COUNT_COLUMNS.length + 1 : 1).fill(0) }));
+    row.sums[0]! += sign;
+    if (counts && this.counts) for (let i = 0; i < COUNT_COLUMNS.length; i++) row.sums[i + 1]! += sign * counts(i);
+  }
+
+  /**
+   * The moves as JSON rows for a statement, or null when none moves: a key taken and added back
+   * alike moves nothing (its counter row is there, and stays as it is).
+   */
+  json(): string | null {
+    const rows = [...this.rows.values()].filter((r) => r.sums.some((v) => v !== 0)).map((r) => [...r.key, ...r.sums]);
+    return rows.length ? JSON.stringify(rows) : null;
+  }
+}
+
 /** A node's rows before the writes (as read: rule, directive, then the counts in COUNT_COLUMNS' order) and after them. */
 export interface NodeRows {
   nodeId: string;
@@ -49,39 +74,24 @@ export class BatchCounters {
   /** The counters moved for `nodes` (the nodes named at the start, each once), and the names dropped. */
   finish(nodes: Iterable<NodeRows>): void {
     const after = this.kept();
-    const directives = new Map<string, number[]>();
-    const rules = new Map<string, number>();
-    const n = COUNT_COLUMNS.length;
-    const count = (k: { class: string; mode: number }, rule: string, directive: string, sign: number, counts: (i: number) => number) => {
-      const key = JSON.stringify([rule, directive, k.class, k.mode]);
-      let sums = directives.get(key);
-      if (!sums) directives.set(key, (sums = new Array<number>(n + 1).fill(0)));
-      sums[0]! += sign;
-      for (let i = 0; i < n; i++) sums[i + 1]! += sign * counts(i);
-    };
-    const rule = (cls: string, ids: Iterable<string>, sign: number) => {
-      for (const r of new Set(ids)) {
-        const key = JSON.stringify([r, cls]);
-        rules.set(key, (rules.get(key) ?? 0) + sign);
-      }
-    };
+    const directives = new Sums(true);
+    const rules = new Sums(false);
     for (const node of nodes) {
       const b = this.before.get(node.nodeId);
       if (b) {
-        for (const r of node.before) count(b, r[0] as string, r[1] as string, -1, (i) => Number(r[i + 2]));
-        rule(b.class, node.before.map((r) => r[0] as string), -1);
+        for (const r of node.before) directives.add([r[0] as string, r[1] as string, b.class, b.mode], -1, (i) => Number(r[i + 2]));
+        for (const rule of new Set(node.before.map((r) => r[0] as string))) rules.add([rule, b.class], -1);
       }
       const a = after.get(node.nodeId);
       if (a) {
-        for (const d of node.after) count(a, d.rule_id, d.directive_id, 1, (i) => d.counts[COUNT_COLUMNS[i]!]);
-        rule(a.class, node.after.map((d) => d.rule_id), 1);
+        for (const d of node.after) directives.add([d.rule_id, d.directive_id, a.class, a.mode], 1, (i) => d.counts[COUNT_COLUMNS[i]!]);
+        for (const rule of new Set(node.after.map((d) => d.rule_id))) rules.add([rule, a.class], 1);
       }
     }
-    // A key taken and added back alike moves nothing: its counter row is there, and stays as it is.
-    const moved = [...directives].filter(([, sums]) => sums.some((v) => v !== 0)).map(([key, sums]) => [...(JSON.parse(key) as unknown[]), ...sums]);
-    const ruled = [...rules].filter(([, v]) => v !== 0).map(([key, v]) => [...(JSON.parse(key) as unknown[]), v]);
-    if (moved.length) this.db.stmt(ADD_DIRECTIVES).run(JSON.stringify(moved));
-    if (ruled.length) this.db.stmt(ADD_RULES).run(JSON.stringify(ruled));
+    const moved = directives.json();
+    if (moved) this.db.stmt(ADD_DIRECTIVES).run(moved);
+    const ruled = rules.json();
+    if (ruled) this.db.stmt(ADD_RULES).run(ruled);
     this.db.stmt(UNDEFER).run();
   }
 
@@ -113,24 +123,16 @@ export function withMembersCounted(db: SqliteDb, removed: ReadonlyArray<readonly
   write();
   type Node = { node_id: string; node_class: string; class: string | null; mode: number | null; counted: number } & Record<string, number>;
   const nodes = new Map((db.stmt(MEMBER_NODES).all(ids) as Node[]).map((r) => [r.node_id, r]));
-  const n = COUNT_COLUMNS.length;
-  const groups = new Map<string, number[]>();
-  const add = (key: unknown[], sign: number, counts: ((i: number) => number) | null) => {
-    const k = JSON.stringify(key);
-    let sums = groups.get(k);
-    if (!sums) groups.set(k, (sums = new Array<number>(n + 1).fill(0)));
-    sums[0]! += sign;
-    if (counts) for (let i = 0; i < n; i++) sums[i + 1]! += sign * counts(i);
-  };
+  const groups = new Sums(true);
   for (const [pairs, sign] of [[removed, -1], [added, 1]] as const) {
     for (const [group, id] of pairs) {
       const node = nodes.get(id);
       if (!node) continue;
-      add([group, node.node_class, -1], sign, null);
-      if (node.class !== null && node.counted) add([group, node.class, node.mode], sign, (i) => node[COUNT_COLUMNS[i]!]!);
+      groups.add([group, node.node_class, -1], sign);
+      if (node.class !== null && node.mode !== null && node.counted) groups.add([group, node.class, node.mode], sign, (i) => node[COUNT_COLUMNS[i]!]!);
     }
   }
-  const moved = [...groups].filter(([, sums]) => sums.some((v) => v !== 0)).map(([key, sums]) => [...(JSON.parse(key) as unknown[]), ...sums]);
-  if (moved.length) db.stmt(ADD_GROUPS).run(JSON.stringify(moved));
+  const moved = groups.json();
+  if (moved) db.stmt(ADD_GROUPS).run(moved);
   db.stmt(UNDEFER).run();
 }
