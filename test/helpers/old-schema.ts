@@ -13,8 +13,9 @@ import { pgComplianceFunction25, pgComplianceFunction27 } from '@capstan/server/
 import { pgTargetsNodeFunction, pgTargetsNodeTriggers, sqliteTargetTriggers, targetRows, upsert } from '@capstan/server/store/migrations/0028_kept_targets';
 import { keptTargetsDeferred } from '@capstan/server/store/migrations/0029_kept_targets_deferred';
 import { keptTargetsStale } from '@capstan/server/store/migrations/0031_kept_targets_stale';
-import { pgTargetsNodesFunctions } from '@capstan/server/store/migrations/0033_kept_statement_triggers';
+import { pgComplianceChangedFunction, pgTargetsNodesFunctions } from '@capstan/server/store/migrations/0033_kept_statement_triggers';
 import { keptTargetsAdded } from '@capstan/server/store/migrations/0036_kept_targets_added';
+import { pgTargetsNodesChanged } from '@capstan/server/store/migrations/0037_kept_targets_normal';
 import { PG_URL } from '../server/pg.js';
 
 /** An SQLite file at `version` (open: the caller writes its rows, then closes it). */
@@ -235,4 +236,10 @@ export const UNDO_38 = {
     'kept_groups_member_insert', 'kept_groups_member_delete'].map((n) => `DROP TRIGGER ${n};`).join(' ')}
     ${sqliteComplianceTriggers(sqliteGroupHooks)}${sqliteDirectiveTriggers()}${sqliteMemberTriggers()} DELETE FROM schema_version WHERE version = 38;`,
   postgres: `${(pgDirectiveFunctions + pgMembersFunctions).replaceAll('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')} DELETE FROM schema_version WHERE version = 38;`,
+};
+
+/** Migration 39 undone, before UNDO_38: the update triggers' early stops as migrations 33 and 37 made them. */
+export const UNDO_39 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 39;',
+  postgres: `${pgComplianceChangedFunction(false)}${pgTargetsNodesChanged(false)} DELETE FROM schema_version WHERE version = 39;`,
 };

@@ -47,10 +47,14 @@ const pModeOf = (r: string) => `CASE WHEN ${r}.answered_s IS NOT NULL AND ${r}.a
 
 /**
  * The statement moving the counters for the compliance rows of a statement: `update` when the
- * rows were updated (old_rows and new_rows), else inserted (new_rows).
+ * rows were updated (old_rows and new_rows), else inserted (new_rows). `planned`: the update's
+ * early stop reads the rows from a CTE, planned for all of them (migration 39).
  */
-function moveCounters(update: boolean): string {
-  const old = update ? `, ${C.map((c) => `o.${c} AS old_${c}`).join(', ')}` : '';
+function moveCounters(update: boolean, planned = false): string {
+  /** The rows with their nodes' class, mode and kept row, from `from` (n), the old counts as `oldOf(c)`. */
+  const rowsOf = (from: string, oldOf: (c: string) => string) => `SELECT n.node_id, ${C.map((c) => `n.${c}`).join(', ')}${update ? `, ${C.map((c) => `${oldOf(c)} AS old_${c}`).join(', ')}` : ''},
+        CASE WHEN x.id IS NULL THEN 'none' ELSE ${pClassRow('x')} END AS cls, ${pModeOf('n')} AS md, k.class AS kc, k.mode AS km, k.node_id IS NOT NULL AS kept
+      FROM ${from} LEFT JOIN nodes x ON x.id = n.node_id LEFT JOIN kept_nodes k ON k.node_id = n.node_id`;
   const oldRows = update ? ' JOIN old_rows o ON o.node_id = n.node_id' : '';
   const countsDiffer = `(${C.map((c) => `r.old_${c}`).join(', ')}) IS DISTINCT FROM (${C.map((c) => `r.${c}`).join(', ')})`;
   // An update that leaves the counts, class and mode of a kept node as they were moves nothing.
@@ -58,12 +62,16 @@ function moveCounters(update: boolean): string {
   const olds = C.map((c) => `-w.old_${c} AS ${c}`).join(', ');
   /** A kept node's old counts taken under its kept class and mode (an update only). */
   const take = (select: string, from: string) => (update ? `${select} ${from} WHERE w.kept\n        UNION ALL ` : '');
-  const rows = `SELECT n.node_id, ${C.map((c) => `n.${c}`).join(', ')}${old},
-        CASE WHEN x.id IS NULL THEN 'none' ELSE ${pClassRow('x')} END AS cls, ${pModeOf('n')} AS md, k.class AS kc, k.mode AS km, k.node_id IS NOT NULL AS kept
-      FROM new_rows n${oldRows} LEFT JOIN nodes x ON x.id = n.node_id LEFT JOIN kept_nodes k ON k.node_id = n.node_id`;
+  const rows = rowsOf(`new_rows n${oldRows}`, (c) => `o.${c}`);
   // Most updates move nothing (a steady run moves only its base run and time marks): they stop
-  // at the lookups, before a statement that writes five tables is started.
-  const none = update ? `IF NOT EXISTS (SELECT 1 FROM (${rows}) r${moving}) THEN RETURN NULL; END IF;\n  ` : '';
+  // at the lookups, before a statement that writes five tables is started. Planned (migration
+  // 39), the old and new rows are paired in a CTE, planned for all of them (a hash join), and
+  // only then each looked up by key until one moves.
+  const pairs = `SELECT n.node_id, n.answered_s, n.keep_last_s, n.applying_since_s, ${C.map((c) => `n.${c}, o.${c} AS old_${c}`).join(', ')}
+      FROM new_rows n JOIN old_rows o ON o.node_id = n.node_id`;
+  const none = !update ? '' : planned ? `IF NOT EXISTS (WITH p AS MATERIALIZED (${pairs})
+    SELECT 1 FROM (${rowsOf('p n', (c) => `n.old_${c}`)}) r${moving}) THEN RETURN NULL; END IF;\n  `
+    : `IF NOT EXISTS (SELECT 1 FROM (${rows}) r${moving}) THEN RETURN NULL; END IF;\n  `;
   return `${none}WITH r AS (${rows}),
     w AS (SELECT * FROM r${moving}),
     -- The nodes whose directive rows move: new to kept_nodes, or counted under another class or mode.
@@ -134,7 +142,7 @@ END $f$;
 const PLANS = 'SET enable_seqscan = off SET jit = off';
 
 /** The statement function of node_compliance's inserts (`update` false) or updates (true). */
-const complianceFunction = (name: string, update: boolean) => `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
+const complianceFunction = (name: string, update: boolean, planned = false) => `CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
 DECLARE
   swept_silent bigint;
   swept_applying bigint;
@@ -144,10 +152,17 @@ BEGIN
   -- The thresholds as values: joined as a table, kept_sweep's one row is estimated at hundreds,
   -- and every join below would be planned for that many times the rows written.
   SELECT s.silent_before, s.applying_after INTO swept_silent, swept_applying FROM kept_sweep s;
-  ${moveCounters(update)}
+  ${moveCounters(update, planned)}
   RETURN NULL;
 END $f$;
 `;
+
+/**
+ * The statement function of node_compliance's updates, made again (`planned`: with migration 39's
+ * early stop; without, as this migration made it, for tests that undo 39).
+ */
+export const pgComplianceChangedFunction = (planned: boolean) => complianceFunction('kept_compliance_changed', true, planned)
+  .replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION');
 
 /**
  * The statement functions bringing the drill-down keys of the kept nodes inserted, or whose class or

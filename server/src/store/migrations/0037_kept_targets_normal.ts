@@ -122,6 +122,18 @@ const MOVED = '(SELECT n.node_id FROM new_rows n JOIN old_rows o ON o.node_id = 
 const nodesRefresh = (nodes: string) => `${upsert(`k.mode = 0 AND d.node_id IN ${nodes}`, `k.mode = 0 AND d.node_id IN ${nodes}`, '', 'IS DISTINCT FROM')}
   DELETE FROM kept_targets t WHERE t.node_id IN ${nodes} AND ${unanswered('t')};`;
 
+/**
+ * The statement function of kept_nodes' updates (`planned`: with migration 39's early stop, the
+ * moved nodes read from a CTE planned for all of them; without, as this migration made it).
+ */
+export const pgTargetsNodesChanged = (planned: boolean) => `CREATE OR REPLACE FUNCTION kept_targets_nodes_changed() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
+BEGIN
+  IF NOT EXISTS ${planned ? `(WITH m AS MATERIALIZED ${MOVED} SELECT 1 FROM m)` : MOVED} THEN RETURN NULL; END IF;
+  ${nodesRefresh(MOVED)}
+  RETURN NULL;
+END $f$;
+`;
+
 const postgres = `${common}
 CREATE OR REPLACE FUNCTION kept_targets_rows_added() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
@@ -158,12 +170,6 @@ BEGIN
   ${nodesRefresh("(SELECT node_id FROM added WHERE class = 'agent' AND mode = 0)")}
   RETURN NULL;
 END $f$;
-CREATE OR REPLACE FUNCTION kept_targets_nodes_changed() RETURNS trigger LANGUAGE plpgsql ${PLANS} AS $f$
-BEGIN
-  IF NOT EXISTS ${MOVED} THEN RETURN NULL; END IF;
-  ${nodesRefresh(MOVED)}
-  RETURN NULL;
-END $f$;
-`;
+${pgTargetsNodesChanged(false)}`;
 
 export const keptTargetsNormal: Migration = { version: 37, name: 'kept_targets_normal', sqlite, postgres };

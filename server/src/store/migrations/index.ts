@@ -42,6 +42,7 @@ import { bundleStatistics } from './0035_bundle_statistics.js';
 import { keptTargetsAdded } from './0036_kept_targets_added.js';
 import { keptTargetsNormal } from './0037_kept_targets_normal.js';
 import { keptCountersBatched } from './0038_kept_counters_batched.js';
+import { keptEarlyStops } from './0039_kept_early_stops.js';
 
 export interface Migration {
   version: number;
@@ -54,7 +55,7 @@ export const MIGRATIONS: readonly Migration[] = [
   initial, registry, policy, identity, jobs, providers, ingestCompact, packedOutcomes, relayNodes, complianceChanges, bootstrap, certificateConflicts, futureRuns, runBases,
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
-  keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched,
+  keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched, keptEarlyStops,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
