@@ -121,7 +121,7 @@ export function withMembersCounted(db: SqliteDb, removed: ReadonlyArray<readonly
   const ids = JSON.stringify([...new Set([...removed, ...added].map(([, node]) => node))]);
   db.stmt(DEFER).run(ids);
   write();
-  type Node = { node_id: string; node_class: string; class: string | null; mode: number | null; counted: number } & Record<string, number>;
+  type Node = { node_id: string; node_class: string; class: string | null; mode: number | null; counted: number; [count: string]: unknown };
   const nodes = new Map((db.stmt(MEMBER_NODES).all(ids) as Node[]).map((r) => [r.node_id, r]));
   const groups = new Sums(true);
   for (const [pairs, sign] of [[removed, -1], [added, 1]] as const) {
@@ -129,7 +129,7 @@ export function withMembersCounted(db: SqliteDb, removed: ReadonlyArray<readonly
       const node = nodes.get(id);
       if (!node) continue;
       groups.add([group, node.node_class, -1], sign);
-      if (node.class !== null && node.mode !== null && node.counted) groups.add([group, node.class, node.mode], sign, (i) => node[COUNT_COLUMNS[i]!]!);
+      if (node.class !== null && node.mode !== null && node.counted) groups.add([group, node.class, node.mode], sign, (i) => Number(node[COUNT_COLUMNS[i]!]));
     }
   }
   const moved = groups.json();
