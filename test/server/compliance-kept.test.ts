@@ -102,7 +102,7 @@ function scenario(t: Test, backend: Backend): void {
           await store.setExpectations(id, config, items, iso(now), opts);
         } else {
           // A generation's batch (putPolicies): several nodes' policies in one write, whose
-          // directive counters the writer takes out and puts back itself on SQLite (migration 38).
+          // directive counters the writer moves itself on SQLite, summed by key (migration 38).
           const others = [...present].filter((o) => o !== id && batches.next() < 0.3);
           what = `policies ${[id, ...others].join(' ')}`;
           await store.putPolicies([id, ...others].map((node_id, k) => {
