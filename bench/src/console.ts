@@ -43,7 +43,7 @@ const NOW = Date.UTC(2026, 0, 15, 12, 0, 0);
 const nodeId = (i: number) => `00000000-0000-4000-8000-${String(i).padStart(12, '0')}`;
 
 /** The calls each page makes when it opens (server/web/src/pages/*), with a typical view. */
-function pages(n: number): Record<string, string[]> {
+function pages(n: number, ruleNodes: number): Record<string, string[]> {
   const enc = encodeURIComponent;
   const id = nodeId(Math.min(4242, n - 1));
   const ids = Array.from({ length: 50 }, (_, k) => nodeId(k));
@@ -67,10 +67,10 @@ function pages(n: number): Record<string, string[]> {
     rules: ['/api/1/rules', '/api/1/compliance/rules?max_age=60'],
     rule: ['/api/1/rules/rule-1', '/api/1/compliance/rules?max_age=60', '/api/1/compliance/directives?max_age=60', '/api/1/compliance/rules/rule-1/nodes?per_page=50&page=1'],
     'rule, one directive, errors only': [`/api/1/compliance/rules/rule-1/nodes?directive=directive-4&state=error&per_page=50&page=1`],
-    'rule, a deep page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.floor(n / 50) - 1)}`],
-    // About the middle of the rule's nodes (four fifths of the fleet has a row under it): the
-    // page furthest from both ends.
-    'rule, a middle page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.floor(n / 125))}`],
+    // The rule's last page, and the first page past the middle of its nodes (the furthest from
+    // both ends), from the number of nodes under it (about four fifths of the fleet).
+    'rule, a deep page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.max(1, Math.ceil(ruleNodes / 50))}`],
+    'rule, a middle page': [`/api/1/compliance/rules/rule-1/nodes?per_page=50&page=${Math.floor(ruleNodes / 100) + 1}`],
     directives: ['/api/1/directives', '/api/1/compliance/directives?max_age=60'],
     directive: ['/api/1/directives/directive-4', '/api/1/rules', '/api/1/compliance/directives?max_age=60'],
     'directive form': ['/api/1/methods', '/api/1/directives/directive-4'],
@@ -221,7 +221,9 @@ async function measurePages(kind: 'sqlite' | 'postgres', store: Store, dir: stri
   const reference = round(median(ref));
   log(`console ${kind} reference (registry bench's global compliance query): ${reference} ms`);
   try {
-    for (const [page, calls] of Object.entries(pages(n))) {
+    const ruleNodes = (await store.targetNodes({ rule_id: 'rule-1', page: 1, per_page: 1 }, clockNow)).total;
+    log(`console ${kind}: ${ruleNodes} nodes under rule-1`);
+    for (const [page, calls] of Object.entries(pages(n, ruleNodes))) {
       // Each call alone for the pages of a few calls (the pending page's 51 would cost more than they tell).
       results[page] = await measure(calls, calls.length <= 6);
       const r = results[page]!;

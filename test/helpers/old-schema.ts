@@ -243,3 +243,9 @@ export const UNDO_39 = {
   sqlite: 'DELETE FROM schema_version WHERE version = 39;',
   postgres: `${pgComplianceChangedFunction(false)}${pgTargetsNodesChanged(false)} DELETE FROM schema_version WHERE version = 39;`,
 };
+
+/** Migration 40 undone, before UNDO_39: no index of the rows expecting nothing (SQLite's). */
+export const UNDO_40 = {
+  sqlite: 'DROP INDEX node_compliance_directives_nothing_idx; DELETE FROM schema_version WHERE version = 40;',
+  postgres: 'DELETE FROM schema_version WHERE version = 40;',
+};

@@ -7,15 +7,18 @@
  * others (the readers' correction), for rules, directives and states, both orders, several pages
  * and a page past the end. Keys are kept only for the nodes whose run decides (migration 37):
  * a node applying or silent has none, and a generation that moves it writes none; a key missing
- * by hand is seen, so the comparison can fail.
+ * by hand is seen, so the comparison can fail. On SQLite the agents out of mode 0 whose rows
+ * expect nothing are read through migration 40's index (their plans say so).
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store, TargetNodesQuery } from '@capstan/server/store/index';
 import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
+import { targetKeptSql } from '@capstan/server/store/compliance/kept-targets';
+import { complianceClassSql, targetSpec } from '@capstan/server/store/compliance/rows';
 import { setAcceptance } from '../helpers/node-changes.js';
-import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39 } from '../helpers/old-schema.js';
+import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES, settled } from '../helpers/kept-walk.js';
 
@@ -167,13 +170,46 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
+    await db.exec(UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 700, BASE_S + 1500]) {
       const pages = [...QUERIES, ...DIRECTIVE_STATES].map(() => 1);
       t.same(await reads(store, clockAt(now), pages, true), await reads(store, clockAt(now), pages, false), `read at +${now - BASE_S} s: kept equals fresh`);
     }
     t.equal((await store.targetNodes({ rule_id: 'r1', page: 1, per_page: 10 }, clockAt(BASE_S + 200))).total, 6, 'every node under r1 counted');
+  });
+}
+
+/**
+ * SQLite: the agents out of mode 0 whose rows expect nothing are read from migration 40's index,
+ * not by walking every such agent: a page read from the end (where that part comes first) is
+ * planned through it, for a rule and for a directive. (PostgreSQL has no such index: it would
+ * cost every run's update of its directive rows, see the migration.)
+ */
+function keylessByIndex(t: Test, backend: Backend): void {
+  t.test("the silent agents expecting nothing are found by the index of such rows", async (t) => {
+    const { store, db } = await setup(t, backend);
+    const A = COMPONENTS.map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+    for (const id of AGENTS.slice(0, 4)) {
+      await store.upsertFromInventory(inventory(id, { received_at: iso(BASE_S) }));
+      await setAcceptance(store, id, 'accepted', iso(BASE_S));
+      await store.setExpectations(id, 'cfg-a', A, iso(BASE_S));
+    }
+    await store.sweepCompliance(clockAt(BASE_S + 2000));
+    const [k] = await db.rows!('SELECT silent_before, applying_after FROM kept_sweep WHERE id = 1');
+    const kept = { silent_before: Number(k!.silent_before), applying_after: Number(k!.applying_after) };
+    const clock = clockAt(BASE_S + 2000);
+    for (const q of [{ rule_id: 'r1' }, { rule_id: 'r1', directive_id: 'd1' }]) {
+      // The values written into the text, for EXPLAIN without parameters.
+      const sql = targetKeptSql((i) => `__v${i}__`, complianceClassSql, targetSpec({ ...q, page: 1, per_page: 2 }), clock, kept, 2, 3, false);
+      const page = sql.page(4)!;
+      const text = page.text.replace(/__v(\d+)__/g, (_, i: string) => {
+        const v = page.values[Number(i) - 1];
+        return typeof v === 'number' ? String(v) : `'${String(v).replaceAll("'", "''")}'`;
+      });
+      const plan = (await db.rows!(`EXPLAIN QUERY PLAN ${text}`)).map((r) => String(r.detail)).join('\n');
+      t.match(plan, /node_compliance_directives_nothing_idx/, `${JSON.stringify(q)}: planned through the index`, { plan });
+    }
   });
 }
 
@@ -185,6 +221,7 @@ t.test('sqlite', async (t) => {
   scenario(t, sqliteBackend);
   normalOnly(t, sqliteBackend);
   migration(t, sqliteBackend);
+  keylessByIndex(t, sqliteBackend);
 });
 if (await postgresOrSkipFile(t)) {
   t.test('postgres', async (t) => {

@@ -11,7 +11,10 @@
  * - The agents out of mode 0 (applying, or silent) by id (kept_nodes_off_idx), each with a
  *   compliance row under the rule: share 0 and the state of its mode when one of those rows
  *   expects an item, else no key.
- * - The nodes without a key (no item: last in both orders), by node id, from both.
+ * - The nodes without a key (no item: last in both orders), by node id, from both; on SQLite the
+ *   agents out of mode 0 among them found from their rows that expect nothing (migration 40's
+ *   index), not from every such agent (a deep page, read from the end, reads this part first,
+ *   and it is most often empty).
  * - The nodes left out, judged at the moment (few: those the sweep has not reached yet).
  * Only the page's nodes are then judged and returned. The total is every agent with a row under
  * the rule, whatever its time mode, read from the kept counters (migration 23); filtered by a
@@ -19,6 +22,7 @@
  * rows.ts targetNodesSql's (targetNodesFresh keeps that one).
  */
 import { stateBit } from '../migrations/0028_kept_targets.js';
+import { expectsNothing } from '../migrations/0040_rows_expecting_nothing.js';
 import { keptSource, sameThresholds, touchedLiteralSql, type KeptThresholds } from './kept.js';
 import { expectedSum, targetJudgedSql, targetOrder, type TargetSpec } from './rows.js';
 import type { ComplianceClock } from './types.js';
@@ -57,7 +61,7 @@ const flip = (dir: 'ASC' | 'DESC') => (dir === 'ASC' ? 'DESC' : 'ASC');
 /**
  * The statements for a reader whose snapshot holds the thresholds swept to `kept`. `ph(i)` is
  * the dialect's placeholder for the i-th value; values are bound in the order of the text. `pg`:
- * the counters have their logs beside them (PostgreSQL).
+ * PostgreSQL (the counters have their logs beside them; no index of the rows expecting nothing).
  *
  * A page in the second half is cut walking from the end (every part in the other direction, the
  * nodes without a key first), so that a deep page reads what lies after it instead of everything
@@ -124,8 +128,12 @@ export function targetKeptSql(
       // (only a filter on their mode's state leaves those out).
       { name: 'b', keyed: false, sql: (l) => `SELECT k.node_id, CAST(NULL AS DOUBLE PRECISION) AS target_key FROM kept_targets k WHERE ${scope(p.param)} AND k.share IS NULL
         ORDER BY k.node_id ${d} LIMIT ${l()}` },
-      ...(mode !== '' ? [] : [{ name: 'b2', keyed: false, sql: (l: () => string) => `SELECT n.node_id, CAST(NULL AS DOUBLE PRECISION) AS target_key FROM ${off}
-        AND EXISTS (${under(p.param, false)}) AND NOT EXISTS (${under(p.param, true)}) ORDER BY n.node_id ${d} LIMIT ${l()}` }]),
+      ...(mode !== '' ? [] : [{ name: 'b2', keyed: false, sql: (l: () => string) => (pg
+        ? `SELECT n.node_id, CAST(NULL AS DOUBLE PRECISION) AS target_key FROM ${off}
+        AND EXISTS (${under(p.param, false)}) AND NOT EXISTS (${under(p.param, true)}) ORDER BY n.node_id ${d} LIMIT ${l()}`
+        : `SELECT DISTINCT u.node_id, CAST(NULL AS DOUBLE PRECISION) AS target_key FROM node_compliance_directives u JOIN kept_nodes n ON n.node_id = u.node_id
+        WHERE u.rule_id = ${p.param(q.rule_id)}${q.directive_id !== undefined ? ` AND u.directive_id = ${p.param(q.directive_id)}` : ''} AND ${expectsNothing('u')}
+          AND n.mode <> 0 AND n.class = 'agent'${left('n.node_id')} AND NOT EXISTS (${under(p.param, true)}) ORDER BY u.node_id ${d} LIMIT ${l()}`) }]),
     ];
     // In the order of the walk: from the end, the nodes without a key come first. The parts of
     // one group interleave (by share, then node), so each may fill the cut; the second group's

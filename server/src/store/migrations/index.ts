@@ -43,6 +43,7 @@ import { keptTargetsAdded } from './0036_kept_targets_added.js';
 import { keptTargetsNormal } from './0037_kept_targets_normal.js';
 import { keptCountersBatched } from './0038_kept_counters_batched.js';
 import { keptEarlyStops } from './0039_kept_early_stops.js';
+import { rowsExpectingNothing } from './0040_rows_expecting_nothing.js';
 
 export interface Migration {
   version: number;
@@ -56,6 +57,7 @@ export const MIGRATIONS: readonly Migration[] = [
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
   keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched, keptEarlyStops,
+  rowsExpectingNothing,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */
