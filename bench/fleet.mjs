@@ -31,7 +31,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import { freshDatabase, pgCpuDelta, pgCpuSample, pgUnavailable, pgVersion } from './lib/postgres.mjs';
+import { freshDatabase, pgCpuDelta, pgCpuSample, pgSettings, pgUnavailable, pgVersion, pgWalDelta, pgWalSample } from './lib/postgres.mjs';
 import { programPaths, REPO, startProgram } from './lib/programs.mjs';
 
 const SIM = resolve(import.meta.dirname, 'dist/sim/cli.js');
@@ -101,6 +101,7 @@ const machine = {
   memory_gib: Math.round(totalmem() / 2 ** 30),
   node: process.version,
   postgres: db ? await pgVersion() : null,
+  postgres_settings: db ? await pgSettings() : null,
   load_before: loadavg().map((x) => Math.round(x * 100) / 100),
 };
 
@@ -154,6 +155,8 @@ try {
   let dbAtSend = null;
   /** @type {Awaited<ReturnType<typeof pgCpuSample>>} */
   let dbAtEnd = null;
+  /** @type {Awaited<ReturnType<typeof pgWalSample>> | null} */
+  let walAtSend = null;
   let sending = false;
   /** @type {Record<string, number[]>} */
   const consoleTimes = {};
@@ -189,6 +192,7 @@ try {
     if (!sending && line.includes('sending ') && line.includes('run logs over')) {
       sending = true;
       if (db) pgCpuSample(db.name).then((s) => { dbAtSend = s; }, () => undefined);
+      if (db) pgWalSample().then((s) => { walAtSend = s; }, () => undefined);
       consoleTimer = setInterval(() => { probing = probing.then(probeConsole); }, consoleEvery);
     } else if (sending && line.includes('waiting for the registry')) {
       if (consoleTimer) clearInterval(consoleTimer);
@@ -200,6 +204,7 @@ try {
   await probing;
   // From the first run log sent to the last one stored (the drain included): every acknowledged run's ingest.
   if (db) dbAtEnd = await pgCpuSample(db.name).catch(() => null);
+  const wal = db ? pgWalDelta(walAtSend, await pgWalSample().catch(() => null)) : null;
   if (simCode !== 0) throw new Error(`capstan-sim exited with ${simCode}: ${simOut.join('').slice(-2000)}`);
 
   /** @type {import('./src/sim/fleet.js').FleetReport} */
@@ -228,6 +233,8 @@ try {
     processes: sim_.processes,
     database_cpu_s: dbCpu,
     database_cpu_ms_per_run_log: dbCpu && sim_.runs.acked ? Math.round(((dbCpu.backend + dbCpu.shared) * 1000 / sim_.runs.acked) * 100) / 100 : null,
+    database_wal: wal,
+    database_wal_kib_per_run_log: wal && sim_.runs.acked ? Math.round((wal.wal_bytes / 1024 / sim_.runs.acked) * 10) / 10 : null,
     console: consoleRows,
     console_errors: consoleErrors,
     notes: sim_.notes,
@@ -260,7 +267,8 @@ function markdown(r) {
     `${r.topology.servers} server(s), ${r.topology.relays_level1} first-level and ${r.topology.relays_level2} second-level relays, `
       + `the agents' period ${r.period} at time scale ${r.time_scale}, runs sent for ${r.duration}. Machine: ${r.machine.cores} × ${r.machine.model}, `
       + `${r.machine.memory_gib} GiB, Node.js ${r.machine.node}${r.machine.postgres ? `, ${r.machine.postgres}` : ''}; load average before `
-      + `${r.machine.load_before.join(' ')}, after ${r.machine.load_after.join(' ')}.`,
+      + `${r.machine.load_before.join(' ')}, after ${r.machine.load_after.join(' ')}.`
+      + `${r.machine.postgres_settings ? ` PostgreSQL's settings: ${Object.entries(r.machine.postgres_settings).map(([k, v]) => `${k} ${v}`).join(', ')}.` : ''}`,
     '',
     '| figure | value |',
     '|---|---:|',
@@ -280,6 +288,11 @@ function markdown(r) {
     `| visible at the end / acknowledged | ${n(r.visibility?.visible)} / ${n(r.visibility?.of)} (drain ${n(r.visibility?.drainMs)} ms) |`,
     `| database CPU from the first run sent to the last stored (backends + shared; the console's and the simulator's reads included) | ${r.database_cpu_s ? `${r.database_cpu_s.backend} + ${r.database_cpu_s.shared} s` : '—'} |`,
     `| database CPU per acknowledged run log | ${r.database_cpu_ms_per_run_log === null ? '—' : `${r.database_cpu_ms_per_run_log} ms`} |`,
+    ...(r.database_wal ? [
+      `| WAL written over the same window (cluster-wide): bytes, of them full-page images | ${n(Math.round(r.database_wal.wal_bytes / 2 ** 20))} MiB, ${n(r.database_wal.wal_fpi)} page images |`,
+      `| WAL per acknowledged run log | ${n(r.database_wal_kib_per_run_log)} KiB |`,
+      `| checkpoints forced by the WAL's size / on time; buffers written by backends themselves | ${n(r.database_wal.checkpoints_req)} / ${n(r.database_wal.checkpoints_timed)}; ${n(r.database_wal.buffers_backend)} |`,
+    ] : []),
     '',
     `Errors by code (enrolment): ${JSON.stringify(r.enrollment.errors)}; (runs): ${JSON.stringify(r.runs.errors)}; (console): ${JSON.stringify(r.console_errors)}.`,
     '',

@@ -145,3 +145,50 @@ export function pgCpuDelta(a, b) {
   }
   return { backend: Math.round(backend * 100) / 100, shared: Math.round(shared * 100) / 100 };
 }
+
+/**
+ * The settings that decide how PostgreSQL writes under a fleet's load (the buffer pool, how far
+ * apart checkpoints are, whether page images in the WAL are compressed, autovacuum), as the
+ * server has them.
+ * @param {string} [url]
+ * @returns {Promise<Record<string, string>>}
+ */
+export async function pgSettings(url = PG_URL) {
+  const names = ['shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'wal_compression', 'autovacuum', 'synchronous_commit'];
+  const { rows } = await withClient(url, (c) => c.query('SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1::text[])', [names]));
+  /** @type {Record<string, string>} */
+  const out = {};
+  for (const r of rows) {
+    // Sizes come in units of the setting (8 kB pages, MB): shown as the server would in SHOW.
+    const unit = r.unit === '8kB' ? 8 * 1024 : r.unit === 'MB' ? 1024 * 1024 : r.unit === 'kB' ? 1024 : null;
+    out[r.name] = unit ? `${Math.round((Number(r.setting) * unit) / (1024 * 1024))} MB` : `${r.setting}${r.unit ? ` ${r.unit}` : ''}`;
+  }
+  return out;
+}
+
+/**
+ * The cluster's WAL and checkpoint counters (pg_stat_wal, pg_stat_bgwriter): what it wrote, how
+ * much of it as full-page images (a page's first change after each checkpoint), how many
+ * checkpoints the WAL's size forced, and the buffers backends had to write out themselves.
+ * Cluster-wide: exact where nothing else uses the cluster. Subtract with `pgWalDelta`.
+ * @param {string} [url]
+ */
+export async function pgWalSample(url = PG_URL) {
+  return withClient(url, async (c) => {
+    const w = (await c.query('SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal')).rows[0];
+    const b = (await c.query('SELECT checkpoints_timed, checkpoints_req, buffers_backend FROM pg_stat_bgwriter')).rows[0];
+    return {
+      wal_records: Number(w.wal_records), wal_fpi: Number(w.wal_fpi), wal_bytes: Number(w.wal_bytes),
+      checkpoints_timed: Number(b.checkpoints_timed), checkpoints_req: Number(b.checkpoints_req), buffers_backend: Number(b.buffers_backend),
+    };
+  });
+}
+
+/**
+ * @param {Awaited<ReturnType<typeof pgWalSample>> | null} a @param {Awaited<ReturnType<typeof pgWalSample>> | null} b
+ * @returns {Record<keyof Awaited<ReturnType<typeof pgWalSample>>, number> | null}
+ */
+export function pgWalDelta(a, b) {
+  if (!a || !b) return null;
+  return /** @type {any} */ (Object.fromEntries(Object.keys(a).map((k) => [k, b[/** @type {keyof typeof a} */ (k)] - a[/** @type {keyof typeof a} */ (k)]])));
+}

@@ -55,3 +55,32 @@ t.test('PostgreSQL: a connection closed inside the window is counted', async (t)
   const d = pgCpuDelta(before, await pgCpuSample(name, PG_URL));
   t.ok(d && d.backend >= 0.2, `the closed backend's CPU counted: ${d?.backend} s`);
 });
+
+type Wal = { wal_records: number; wal_fpi: number; wal_bytes: number; checkpoints_timed: number; checkpoints_req: number; buffers_backend: number };
+const { pgWalSample, pgWalDelta, pgSettings } = (await import(pathToFileURL(resolve(ROOT, 'bench/lib/postgres.mjs')).href)) as {
+  pgWalSample: (url?: string) => Promise<Wal>;
+  pgWalDelta: (a: Wal | null, b: Wal | null) => Wal | null;
+  pgSettings: (url?: string) => Promise<Record<string, string>>;
+};
+
+t.test("PostgreSQL: the fleet run's WAL figures and the settings it reports", async (t) => {
+  if (!(await postgresOrSkipFile(t))) return;
+  const settings = await pgSettings(PG_URL);
+  t.same(Object.keys(settings).sort(), ['autovacuum', 'checkpoint_timeout', 'max_wal_size', 'shared_buffers', 'synchronous_commit', 'wal_compression']);
+  t.match(settings.shared_buffers, /^\d+ MB$/, `sizes in MB: shared_buffers ${settings.shared_buffers}`);
+  const before = await pgWalSample(PG_URL);
+  // About 4 MB of rows written and committed in a table of its own, dropped after.
+  const table = `capstan_wal_${process.pid}`;
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  try {
+    await c.query(`CREATE TABLE ${table} (x text)`);
+    await c.query(`INSERT INTO ${table} SELECT repeat('x', 100) FROM generate_series(1, 30000)`);
+  } finally {
+    await c.query(`DROP TABLE IF EXISTS ${table}`).catch(() => undefined);
+    await c.end();
+  }
+  const d = pgWalDelta(before, await pgWalSample(PG_URL));
+  t.ok(d && d.wal_bytes >= 3_000_000 && d.wal_records >= 30_000, `the rows' WAL counted: ${d?.wal_bytes} bytes, ${d?.wal_records} records`);
+  t.equal(pgWalDelta(null, before), null, 'no sample: no figure');
+});
