@@ -97,9 +97,22 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.getByRole('button', { name: 'Save' }).click();
   await page.locator('#f-id-error').getByText(/property name/).waitFor();
 
-  // The group's form: a property over the global one, and a secret.
+  // The group's form: a property over the global one, and a secret. The members' preview lands
+  // above the properties while they are edited: it moves nothing under the pointer (a click
+  // whose button moved between press and release is lost). Held until the form is measured.
+  let release = () => {};
+  const held = new Promise<void>((resolve) => { release = resolve; });
+  const PREVIEW = '**/api/1/policy/group-preview?*';
+  await page.route(PREVIEW, async (route) => { await held; await route.continue(); });
   await page.goto(`${server.url}/#/groups/web/edit`);
-  await page.getByRole('button', { name: 'Add a property' }).click();
+  const addProperty = page.getByRole('button', { name: 'Add a property' });
+  await addProperty.waitFor();
+  const before = await addProperty.boundingBox();
+  release();
+  await page.getByTestId('preview-count').waitFor();
+  t.same(await addProperty.boundingBox(), before, 'the preview landing moves nothing below it');
+  await page.unroute(PREVIEW);
+  await addProperty.click();
   await page.getByLabel('Property name').fill('site');
   await page.getByLabel('Value of site').fill('{"dc": "par1"}');
   await page.getByRole('button', { name: 'Add a property' }).click();
@@ -153,8 +166,7 @@ t.test('techniques and properties are edited in the console; secrets are never s
   await page.goto(`${server.url}/#/groups/web/edit`);
   await page.getByRole('button', { name: 'Set new value' }).waitFor();
   t.notMatch(await pageText(page), SECRET, 'the group form never holds the secret');
-  // The form settles (every read it makes answered, its fields filled from them) before it is
-  // edited, as a user would see it: a field filled earlier was reset by the form's last read.
+  // The form settles (every read it makes answered) before it is edited, as a user would see it.
   await page.waitForLoadState('networkidle');
   await page.getByLabel('Priority of its properties').fill('3');
   await page.getByRole('button', { name: 'Save' }).click();
