@@ -134,6 +134,9 @@ t.test('techniques and properties are edited in the console; secrets are never s
   t.match(await leaf('site.dc').innerText(), /"par1"\s+group web\s+global: "global"/, 'site.dc from the group, over the global value');
   t.match(await leaf('site.ntp').innerText(), /"pool\.ntp\.org"\s+global/, 'site.ntp from the global level');
   t.match(await leaf('db_pw').innerText(), /secret\s+group web/, 'the secret: where it comes from, never its value');
+  // Its sections load each on their own: the page settles (every read answered) before it is
+  // searched for the secret, and before a button under the sections above it is clicked.
+  await page.waitForLoadState('networkidle');
   t.notMatch(await pageText(page), SECRET, 'the node page never shows the secret');
 
   // The node's own properties: a refused name under its input, then a value of its own.
