@@ -59,6 +59,9 @@ export interface PolicyBenchResult extends DbCpu {
   one_percent_directive_change_cpu_ms: number;
   templated_first_cpu_ms: number;
   templated_unchanged_cpu_ms: number;
+  /** The bundles' tables and their indexes after the first generation (null: not measured here). */
+  first_bundles_bytes: number | null;
+  first_bundles_per_node_bytes: number | null;
   group_property_change_cpu_ms: number;
   one_percent_property_change_cpu_ms: number;
   target_ms: number;
@@ -116,6 +119,17 @@ export async function loadNodeDataPostgres(c: pg.Client): Promise<void> {
 }
 
 export const POLICY_TARGET_MS = 10_000;
+
+/** What the bundles take on SQLite at `path`: their tables and indexes, by SQLite's dbstat. */
+function sqliteBundleBytes(path: string): number {
+  const db = new Database(path, { readonly: true });
+  try {
+    return Number(db.prepare(`SELECT coalesce(sum(pgsize), 0) FROM dbstat
+      WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name IN ('policy_bundles', 'policy_texts'))`).pluck().get());
+  } finally {
+    db.close();
+  }
+}
 
 /** The CPU seconds of the database backends serving the store so far (PostgreSQL), or null. */
 type DbCpuSample = () => Promise<ProcessSetSample | null>;
@@ -181,7 +195,7 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
   if (opts.sqlite !== false) {
     Object.assign(out, await withSqlite('capstan-policy-bench-', async (path) => {
       loadSqlite(path, nodes);
-      return withSqliteStore(path, (store) => measure(store, nodes, (line) => log(`sqlite ${line}`), async () => loadNodeData(path, nodes)));
+      return withSqliteStore(path, (store) => measure(store, nodes, (line) => log(`sqlite ${line}`), async () => loadNodeData(path, nodes), undefined, async () => sqliteBundleBytes(path)));
     }));
   }
   if (opts.databaseUrl) {
@@ -193,14 +207,15 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
       const t0 = Date.now();
       await loadPostgres(admin, nodes);
       log(`postgres policy bench: ${nodes} nodes loaded in ${Date.now() - t0} ms`);
-      return measure(store, nodes, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app));
+      return measure(store, nodes, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app), async () => Number((await admin.query(
+        "SELECT pg_total_relation_size('policy_bundles') + coalesce(pg_total_relation_size(to_regclass('policy_texts')), 0) AS b")).rows[0].b));
     });
   }
   return out;
 }
 
 /** The model saved, then every step timed on `store`; `loadData` adds the node data before the templated steps. */
-async function measure(store: Store, nodes: number, log: (line: string) => void, loadData: () => Promise<void>, dbCpu?: DbCpuSample): Promise<PolicyBenchResult> {
+async function measure(store: Store, nodes: number, log: (line: string) => void, loadData: () => Promise<void>, dbCpu?: DbCpuSample, bundleBytes?: () => Promise<number>): Promise<PolicyBenchResult> {
   const onePercent = onePercentOf(nodes);
   const db: DbCpu = {};
   const timed = async <T>(step: Step, fn: () => Promise<T>) => {
@@ -228,7 +243,8 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   const gen = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads });
   log(`policy bench: ${nodes} nodes loaded, ${threads} render threads`);
   const { value: first, cpu_ms: firstCpu } = await timed('first', () => gen.regenerateAll());
-  log(`policy bench: first generation ${first.ms.toFixed(0)} ms, ${firstCpu} ms CPU (${first.changed} bundles)`);
+  const bundles = (await bundleBytes?.()) ?? null;
+  log(`policy bench: first generation ${first.ms.toFixed(0)} ms, ${firstCpu} ms CPU (${first.changed} bundles${bundles === null ? '' : `, ${(bundles / 1048576).toFixed(1)} MiB stored`})`);
   const { value: again, cpu_ms: againCpu } = await timed('unchanged', () => gen.regenerateAll());
   log(`policy bench: unchanged pass ${again.ms.toFixed(0)} ms, ${againCpu} ms CPU`);
   const { value: change, cpu_ms: changeCpu } = await timed('directive_change', () => gen.change('directive', 'd6', () =>
@@ -272,6 +288,7 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
     one_percent_directive_change_ms: Math.round(pct.stats.ms), one_percent_directive_change_regenerated: pct.stats.nodes, one_percent_directive_change_nodes: pct.stats.changed,
     one_percent_property_change_ms: Math.round(pChange.stats.ms), one_percent_property_change_regenerated: pChange.stats.nodes, one_percent_property_change_nodes: pChange.stats.changed,
     first_cpu_ms: firstCpu, unchanged_cpu_ms: againCpu, directive_change_cpu_ms: changeCpu, one_percent_directive_change_cpu_ms: pctCpu,
+    first_bundles_bytes: bundles, first_bundles_per_node_bytes: bundles === null || first.changed === 0 ? null : Math.round(bundles / first.changed),
     templated_first_cpu_ms: tFirstCpu, templated_unchanged_cpu_ms: tAgainCpu, group_property_change_cpu_ms: gChangeCpu, one_percent_property_change_cpu_ms: pChangeCpu,
     ...db,
     target_ms: POLICY_TARGET_MS, ok: first.ms <= POLICY_TARGET_MS && tFirst.ms <= POLICY_TARGET_MS,

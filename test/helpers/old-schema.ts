@@ -244,6 +244,18 @@ export const UNDO_39 = {
   postgres: `${pgComplianceChangedFunction(false)}${pgTargetsNodesChanged(false)} DELETE FROM schema_version WHERE version = 39;`,
 };
 
+/**
+ * Migration 41 undone, before UNDO_40: every bundle stored whole again (SQLite's texts put back
+ * into their bundles), no table of texts.
+ */
+export const UNDO_41 = {
+  sqlite: `UPDATE policy_bundles AS b SET bundle = '{"node_id":' || json_quote(b.node_id) || ',"config_id":' || json_quote(b.config_id)
+      || ',"generated_at":' || json_quote(b.generated_at) || ',"directives":' || (SELECT t.tail FROM policy_texts t WHERE t.config_id = b.config_id) || '}'
+    WHERE b.bundle = '';
+    DROP TRIGGER policy_texts_release; DROP INDEX policy_bundles_config_idx; DROP TABLE policy_texts; DELETE FROM schema_version WHERE version = 41;`,
+  postgres: 'DELETE FROM schema_version WHERE version = 41;',
+};
+
 /** Migration 40 undone, before UNDO_39: no index of the rows expecting nothing (SQLite's). */
 export const UNDO_40 = {
   sqlite: 'DROP INDEX node_compliance_directives_nothing_idx; DELETE FROM schema_version WHERE version = 40;',

@@ -60,6 +60,8 @@ t.test('benchPolicy runs on a small fleet and generates every accepted node', as
   t.equal(r.nodes, 1000);
   t.equal(r.first_changed, 990, 'the bench fleet has 1% pending nodes');
   t.ok(r.directive_change_nodes! > 0 && r.directive_change_nodes! < 1000, 'a directive change reaches part of the fleet');
+  // A bundle of the bench is about 1.2 KB, nearly all of it text its group's nodes share.
+  t.ok(r.first_bundles_per_node_bytes! > 0 && r.first_bundles_per_node_bytes! < 600, `the bundles measured, their shared texts stored once (${r.first_bundles_per_node_bytes} B a node)`);
   t.comment(`1000 nodes: first ${r.first_ms} ms, unchanged ${r.unchanged_ms} ms, one directive ${r.directive_change_ms} ms`);
 });
 
@@ -73,6 +75,7 @@ t.test('benchPolicy given a PostgreSQL URL measures there too, under `postgres`'
   t.equal(p.templated_first_changed, 297);
   t.ok(p.directive_change_nodes > 0 && p.directive_change_nodes < 300, 'a directive change reaches part of the fleet');
   t.equal(p.one_percent_directive_change_nodes, 3, 'the 1 % change stays at its group');
+  t.ok(p.first_bundles_bytes! > 0, 'the bundles measured');
   t.comment(`300 nodes on PostgreSQL: first ${p.first_ms} ms (${p.first_cpu_ms} ms CPU), templated ${p.templated_first_ms} ms`);
 });
 

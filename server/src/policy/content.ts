@@ -6,6 +6,7 @@ import { bundleExpectations } from '@capstan/shared/compliance/compute';
 import { computeConfigId, type BundleDirective, type Directive } from '@capstan/shared/policy/bundle';
 import type { Technique } from '@capstan/shared/policy/technique';
 import type { ExpectedComponent, PolicyKind, Store } from '../store/store.js';
+import { bundleText } from '../store/policy/texts.js';
 import { BUILTIN_GROUPS, keepLastSeconds, type GroupDef, type PropertyDef, type RuleDef } from './model.js';
 import { usesTechnique } from './techniques.js';
 import type { ShownLeaf } from './plan-nodes.js';
@@ -122,7 +123,7 @@ export function expectationKey(items: ExpectedComponent[]): string {
  * exactly, with the directives' JSON made once per content rather than once per node.
  */
 export function bundleJson(nodeId: string, configId: string, generatedAt: string, directivesJson: string): string {
-  return `{"node_id":${JSON.stringify(nodeId)},"config_id":${JSON.stringify(configId)},"generated_at":${JSON.stringify(generatedAt)},"directives":${directivesJson}}`;
+  return bundleText(nodeId, configId, generatedAt, directivesJson);
 }
 
 /** The directives of a group set, shared by the nodes in exactly those groups. */

@@ -44,6 +44,7 @@ import { keptTargetsNormal } from './0037_kept_targets_normal.js';
 import { keptCountersBatched } from './0038_kept_counters_batched.js';
 import { keptEarlyStops } from './0039_kept_early_stops.js';
 import { rowsExpectingNothing } from './0040_rows_expecting_nothing.js';
+import { bundleTexts } from './0041_bundle_texts.js';
 
 export interface Migration {
   version: number;
@@ -57,7 +58,7 @@ export const MIGRATIONS: readonly Migration[] = [
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
   keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched, keptEarlyStops,
-  rowsExpectingNothing,
+  rowsExpectingNothing, bundleTexts,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

@@ -11,6 +11,7 @@ import type { CheckedExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
+import { BUNDLE_READ, bundleFromRow, releaseTexts, splitBundles } from './sqlite-texts.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';
@@ -61,8 +62,8 @@ export class SqlitePolicy implements PolicyStore {
 
   async getPolicyBundle(nodeId: string): Promise<PolicyBundleRecord | null> {
     const row = this.db.read('getPolicyBundle', () =>
-      this.db.stmt('SELECT node_id, config_id, generated_at, bundle FROM policy_bundles WHERE node_id = ?').get(nodeId)) as PolicyBundleRecord | undefined;
-    return row ?? null;
+      this.db.stmt(`${BUNDLE_READ} WHERE b.node_id = ?`).get(nodeId)) as (PolicyBundleRecord & { tail: string | null }) | undefined;
+    return row ? bundleFromRow(row) : null;
   }
 
   async putPolicyBundle(b: PolicyBundleRecord): Promise<boolean> {
@@ -70,9 +71,9 @@ export class SqlitePolicy implements PolicyStore {
     const when = toUtcIso(b.generated_at, 'generated_at');
     return this.db.write('putPolicyBundle', () => {
       if (!this.db.stmt('SELECT 1 FROM nodes WHERE id = ?').get(b.node_id)) return false;
-      this.db.stmt(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES (?, ?, ?, ?)
-        ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id, generated_at = excluded.generated_at, bundle = excluded.bundle`)
-        .run(b.node_id, b.config_id, when, b.bundle);
+      const { rows, before } = splitBundles(this.db, [{ node_id: b.node_id, config_id: b.config_id, when, bundle: b.bundle }]);
+      BUNDLE_ROWS.run(this.db, rows);
+      releaseTexts(this.db, before);
       return true;
     });
   }
@@ -243,7 +244,11 @@ export class SqlitePolicy implements PolicyStore {
       this.db.stmt(`UPDATE nodes SET policy_config_id = j.value ->> 1 FROM json_each(?) AS j WHERE nodes.id = j.value ->> 0`)
         .run(JSON.stringify(live.map((it) => [it.bundle.node_id, it.bundle.config_id])));
     }
-    BUNDLE_ROWS.run(this.db, live.filter((it) => !it.expectationsOnly).map((it) => [it.bundle.node_id, it.bundle.config_id, it.when, it.bundle.bundle]));
+    // Each distinct text once (migration 41): nodes with the same groups share theirs.
+    const { rows, before } = splitBundles(this.db, live.filter((it) => !it.expectationsOnly)
+      .map((it) => ({ node_id: it.bundle.node_id, config_id: it.bundle.config_id, when: it.when, bundle: it.bundle.bundle })));
+    BUNDLE_ROWS.run(this.db, rows);
+    releaseTexts(this.db, before);
     this.compliance.recomputeMany(recompute);
     return live.length;
   }
