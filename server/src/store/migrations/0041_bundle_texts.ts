@@ -19,7 +19,8 @@
  * one's itself).
  *
  * The bundles stored before are split here the same way, each only where its text cuts out of
- * it exactly; the others stay whole. `policy_bundles_config_idx` finds a text's bundles.
+ * it exactly; the others stay whole. `policy_bundles_config_idx` finds a text's bundles (it holds
+ * only the bundles without their text: one stored whole costs no index entry).
  *
  * PostgreSQL: nothing. It compresses a long text where it stores it (TOAST); its bundles are
  * still stored whole.
@@ -34,7 +35,7 @@ const sqlite = `CREATE TABLE policy_texts (
   config_id TEXT PRIMARY KEY,
   tail TEXT NOT NULL
 ) STRICT;
-CREATE INDEX policy_bundles_config_idx ON policy_bundles (config_id);
+CREATE INDEX policy_bundles_config_idx ON policy_bundles (config_id) WHERE bundle = '';
 INSERT INTO policy_texts (config_id, tail)
   SELECT b.config_id, substr(b.bundle, length(${head('b')}) + 1, length(b.bundle) - length(${head('b')}) - 1)
   FROM policy_bundles b

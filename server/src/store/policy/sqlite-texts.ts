@@ -34,18 +34,19 @@ export function splitBundles(db: SqliteDb, bundles: readonly BundleWrite[]): { r
     .pluck().all(JSON.stringify(bundles.map((b) => b.node_id))) as string[];
   const configs = JSON.stringify([...new Set(bundles.map((b) => b.config_id))]);
   const kept = new Map(db.stmt('SELECT config_id, tail FROM policy_texts WHERE config_id IN (SELECT value FROM json_each(?))').raw(true).all(configs) as Array<[string, string]>);
-  const tails = bundles.map((b) => bundleTail(b, b.when));
-  // A text no other bundle of these has, and not stored yet, stays in its bundle: a node's own
-  // rendering (its templates read its facts) would cost a second row and gain nothing.
+  // A text no other bundle of these has, and not stored yet, stays in its bundle, not even cut
+  // out of it: a node's own rendering (its templates read its facts) would cost a second row and
+  // gain nothing.
   const uses = new Map<string, number>();
-  bundles.forEach((b, i) => tails[i] !== null && !kept.has(b.config_id) && uses.set(b.config_id, (uses.get(b.config_id) ?? 0) + 1));
+  for (const b of bundles) uses.set(b.config_id, (uses.get(b.config_id) ?? 0) + 1);
   const added = new Map<string, string>();
-  const rows = bundles.map((b, i) => {
-    const tail = tails[i]!;
-    let shared = tail === null ? undefined : (kept.get(b.config_id) ?? added.get(b.config_id));
-    if (tail !== null && shared === undefined && uses.get(b.config_id)! > 1) added.set(b.config_id, (shared = tail));
-    const apart = tail !== null && shared === tail;
-    return [b.node_id, b.config_id, b.when, apart ? '' : b.bundle];
+  const rows = bundles.map((b) => {
+    const stored = kept.get(b.config_id);
+    const tail = stored === undefined && uses.get(b.config_id)! < 2 ? null : bundleTail(b, b.when);
+    if (tail === null) return [b.node_id, b.config_id, b.when, b.bundle];
+    const shared = stored ?? added.get(b.config_id) ?? tail;
+    if (!kept.has(b.config_id) && !added.has(b.config_id)) added.set(b.config_id, tail);
+    return [b.node_id, b.config_id, b.when, shared === tail ? '' : b.bundle];
   });
   TEXT_ROWS.run(db, [...added]);
   return { rows, before };
