@@ -309,6 +309,16 @@ try {
       }
       step();
     }
+    // The stores side by side in this run: PostgreSQL's steady rate as a share of SQLite's
+    // (goal ≥ 0.8), on the same machine, fleet and load, minutes apart.
+    const rate = (/** @type {string} */ kind) => figures.find((f) => f.id === `steady.${kind}`)?.value ?? null;
+    const [lite, pgRate] = [rate('sqlite'), rate('postgres')];
+    if (lite !== null && pgRate !== null) {
+      figures.push({
+        id: 'steady.stores', name: 'steady state end to end, PostgreSQL against SQLite in this run', value: pgRate, unit: 'run logs/s',
+        floor: { id: 'steady.sqlite', value: lite, min: 0.8 },
+      });
+    }
   }
 
   if (only.has('profile')) {
