@@ -6,9 +6,10 @@
  * Most policies have a config id new to the node, some of them with the node's expectations as
  * they were or with one component renamed; some write the node's policy again, with the same
  * expectations (their keys in another order) or with new ones (an older server's, brought up to
- * date). The kept counters must also equal the fresh sums. On PostgreSQL, writing the same policy
- * again must leave the compliance rows alone, and two generations at once beside the ingest's
- * batches must not deadlock.
+ * date). The kept thresholds are swept to each round's moment first, so policies move nodes
+ * between kept time modes. The kept counters must also equal the fresh sums. On PostgreSQL,
+ * writing the same policy again must leave the compliance rows alone, and two generations at once
+ * beside the ingest's batches must not deadlock.
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
@@ -70,6 +71,10 @@ async function drive(store: Store, db: Db, batch: boolean) {
       }));
     }
     now += 60 + r.int(300);
+    // The kept thresholds at this moment, so that a node's kept time mode is live: a policy moves
+    // a node that ran its previous one from mode 0 to applying (its counters move with it), on
+    // the marks-only path too.
+    await store.sweepCompliance(clockAt(now));
     // Policies: mostly a config id new to the node (both stores recompute it); some the node's
     // policy again, with the same expectations written with their keys in another order, or with
     // new ones; some nodes left out, one unknown node (skipped by both).
