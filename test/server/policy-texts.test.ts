@@ -4,9 +4,8 @@
  * text, or it was written on its own. On SQLite a text that two bundles have is stored once, one
  * no other bundle has stays in its bundle, a bundle whose text is another's under the same config
  * id is stored whole, and a text goes with the last bundle that uses it (moved, deleted, or its
- * node deleted). A version 40 database gets its
- * bundles split at the upgrade, where a text cuts out of them exactly, and reads them back the
- * same; a text only one bundle has stays in it.
+ * node deleted). A version 40 database gets its bundles split at the upgrade, where a text cuts
+ * out of them exactly, and reads them back the same; a text only one bundle has stays in it.
  */
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
