@@ -188,6 +188,9 @@ export type PolicyBenchOutput = Partial<PolicyBenchResult> & { postgres?: Policy
 /** 1 % of the fleet, by id (registry.ts's node i; every hundredth is pending, none of these). */
 const onePercentOf = (nodes: number) => Array.from({ length: Math.max(1, Math.floor(nodes / 100)) }, (_, k) => `00000000-0000-4000-8000-${String(k * 100 + 3).padStart(12, '0')}`);
 
+/** Batches a PostgreSQL server writes at once by default (`[policy] write_batches`). */
+const PG_WRITE_BATCHES = 2;
+
 export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<PolicyBenchOutput> {
   const nodes = opts.nodes ?? 100_000;
   const log = opts.log ?? (() => undefined);
@@ -195,7 +198,7 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
   if (opts.sqlite !== false) {
     Object.assign(out, await withSqlite('capstan-policy-bench-', async (path) => {
       loadSqlite(path, nodes);
-      return withSqliteStore(path, (store) => measure(store, nodes, (line) => log(`sqlite ${line}`), async () => loadNodeData(path, nodes), undefined, async () => sqliteBundleBytes(path)));
+      return withSqliteStore(path, (store) => measure(store, nodes, 1, (line) => log(`sqlite ${line}`), async () => loadNodeData(path, nodes), undefined, async () => sqliteBundleBytes(path)));
     }));
   }
   if (opts.databaseUrl) {
@@ -207,15 +210,18 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
       const t0 = Date.now();
       await loadPostgres(admin, nodes);
       log(`postgres policy bench: ${nodes} nodes loaded in ${Date.now() - t0} ms`);
-      return measure(store, nodes, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app), async () => Number((await admin.query(
+      return measure(store, nodes, PG_WRITE_BATCHES, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app), async () => Number((await admin.query(
         "SELECT pg_total_relation_size('policy_bundles') + coalesce(pg_total_relation_size(to_regclass('policy_texts')), 0) AS b")).rows[0].b));
     });
   }
   return out;
 }
 
-/** The model saved, then every step timed on `store`; `loadData` adds the node data before the templated steps. */
-async function measure(store: Store, nodes: number, log: (line: string) => void, loadData: () => Promise<void>, dbCpu?: DbCpuSample, bundleBytes?: () => Promise<number>): Promise<PolicyBenchResult> {
+/**
+ * The model saved, then every step timed on `store`, its generations writing `writeBatches`
+ * batches at once; `loadData` adds the node data before the templated steps.
+ */
+async function measure(store: Store, nodes: number, writeBatches: number, log: (line: string) => void, loadData: () => Promise<void>, dbCpu?: DbCpuSample, bundleBytes?: () => Promise<number>): Promise<PolicyBenchResult> {
   const onePercent = onePercentOf(nodes);
   const db: DbCpu = {};
   const timed = async <T>(step: Step, fn: () => Promise<T>) => {
@@ -240,7 +246,7 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   await store.putPolicyObject('rule', 'pct', { id: 'pct', name: 'pct', directives: ['d10'], groups: ['pct'] }, at);
   // Render threads as a server has them by default (`[policy] render_threads = -1`).
   const threads = defaultRenderThreads();
-  const gen = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads });
+  const gen = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads, writeBatches });
   log(`policy bench: ${nodes} nodes loaded, ${threads} render threads`);
   const { value: first, cpu_ms: firstCpu } = await timed('first', () => gen.regenerateAll());
   const bundles = (await bundleBytes?.()) ?? null;
@@ -267,7 +273,7 @@ async function measure(store: Store, nodes: number, log: (line: string) => void,
   await store.putPolicyObject('directive', 'd1', { id: 'd1', name: 'd1', method: 'file_from_template', mode: 'enforce',
     params: { path: '/etc/limits.conf', template: '* soft nofile {{node.properties.limits.nofile}}\n# {{os.name}} {{os.version}}, {{cpus.count}} cpus\n' } }, t);
   await store.putPolicyObject('group', 'pct', { id: 'pct', name: 'pct', nodes: onePercent, priority: 3, properties: { limits: { value: { nofile: 4096 } } } }, t);
-  const gen2 = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads });
+  const gen2 = new PolicyGenerator({ store, log: silentLogger, renderThreads: threads, writeBatches });
   const { value: tFirst, cpu_ms: tFirstCpu } = await timed('templated_first', () => gen2.regenerateAll());
   log(`policy bench: templated, first generation ${tFirst.ms.toFixed(0)} ms, ${tFirstCpu} ms CPU (${tFirst.changed} bundles)`);
   const { value: tAgain, cpu_ms: tAgainCpu } = await timed('templated_unchanged', () => gen2.regenerateAll());

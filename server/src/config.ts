@@ -219,6 +219,12 @@ export const SERVER_SCHEMA = {
      * loop). Used by a batch of 64 nodes or more rendered on their own.
      */
     render_threads: { type: 'integer', default: -1, min: -1, max: 16 },
+    /**
+     * On PostgreSQL, how many batches of a generation (2,000 nodes each) are written at once, each
+     * a transaction on a pooled connection of its own: the database works on one while the next
+     * is sent. SQLite has one writer and writes them one after the other whatever this says.
+     */
+    write_batches: { type: 'integer', default: 2, min: 1, max: 8 },
     /** How long a changed node (inventory, acceptance) waits for others to share its generation; 0: a turn of the event loop. */
     touch_window: { type: 'duration', default: '100ms', min: 0, max: 10000 },
     /**

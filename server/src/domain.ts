@@ -53,6 +53,8 @@ export interface DomainDeps {
   renderThreads?: number;
   /** How long touched nodes are gathered before their batch is generated (`[policy] touch_window`). */
   touchWindowMs?: number;
+  /** Batches of a generation written at once (`[policy] write_batches` on PostgreSQL; 1 on SQLite). */
+  writeBatches?: number;
 }
 
 export function composeDomain(deps: DomainDeps): Domain {
@@ -70,6 +72,7 @@ export function composeDomain(deps: DomainDeps): Domain {
     store, log, ...(deps.now && { clock: deps.now }), ...(deps.sharedFolder && { sharedFolder: deps.sharedFolder }),
     ...(deps.renderThreads !== undefined && { renderThreads: deps.renderThreads }),
     ...(deps.touchWindowMs !== undefined && { touchWindowMs: deps.touchWindowMs }),
+    ...(deps.writeBatches !== undefined && { writeBatches: deps.writeBatches }),
     onDeployed: (ids, at) => {
       const e = deployedEvent(ids, at);
       return e ? events.emit([e]) : undefined;

@@ -131,6 +131,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
     store, log, key: policyKey, links: hub, reviewRoles: config.policy.review_roles, sharedFolder: config.policy.shared_folder,
     renderThreads: config.policy.render_threads < 0 ? defaultRenderThreads() : config.policy.render_threads,
     touchWindowMs: config.policy.touch_window,
+    writeBatches: config.database.url ? config.policy.write_batches : 1,
     events: { pollMs: config.events.poll_interval, maxWaitMs: config.events.max_wait, maxReaders: config.events.max_readers },
   });
   const metrics = new ServerMetrics({ depth: () => spool.depth(), counts: () => store.counts(), failed: () => spool.failedUsage });

@@ -17,7 +17,7 @@ import {
   bundleJson, contentOf, directivesFor, expectationKey, groupsTouched, loadModel, rulesVia, type Content, type NodePreview, type PolicyModel, type RuleVia,
 } from './content.js';
 import { Listing } from './listing.js';
-import { acceptedAmong, members, membership } from './membership.js';
+import { groupsOfNode, members, membership } from './membership.js';
 import { periodically } from './periodic.js';
 import { keepLastSeconds, type RuleDef } from './model.js';
 import { NodeRendering, PendingNode, type NodeContent, type RenderedText, type RenderMemo } from './per-node.js';
@@ -28,6 +28,7 @@ import { previewNodes } from './preview.js';
 import { RenderError, type NodeProblem } from './render.js';
 import { SharedTemplates } from './shared-templates.js';
 import { TouchBatcher } from './touches.js';
+import { WriteQueue } from './write-queue.js';
 
 export interface GenerationStats {
   nodes: number;
@@ -67,6 +68,9 @@ export class PolicyGenerator {
   private readonly pool: RenderPool;
   /** Node changes gathered into batches (`[policy] touch_window`). */
   private readonly touches: TouchBatcher;
+  /** Batches written at once (`[policy] write_batches` on PostgreSQL; 1 on SQLite), of `batchSize` nodes. */
+  private readonly writeBatches: number;
+  private readonly batchSize: number;
 
   constructor(deps: {
     store: Store; log: Logger; clock?: () => Date; sharedFolder?: string;
@@ -74,6 +78,10 @@ export class PolicyGenerator {
     renderThreads?: number;
     /** How long touched nodes are gathered before a batch starts (`[policy] touch_window`); 0, the default: a turn of the event loop. */
     touchWindowMs?: number;
+    /** Batches of a generation written at once (write-queue.ts); 1, the default: one after the other. */
+    writeBatches?: number;
+    /** Nodes per batch (BATCH by default; tests make many small ones). */
+    batchSize?: number;
     onDeployed?: (nodeIds: string[], at: string) => void | Promise<void>;
     onProblems?: (problems: Array<{ node_id: string; problem: NodeProblem }>, at: string) => void | Promise<void>;
   }) {
@@ -83,6 +91,8 @@ export class PolicyGenerator {
     this.clock = deps.clock ?? (() => new Date());
     this.templates = new SharedTemplates(deps.sharedFolder ?? '');
     this.pool = new RenderPool(deps.renderThreads ?? 0, deps.log);
+    this.writeBatches = deps.writeBatches ?? 1;
+    this.batchSize = deps.batchSize ?? BATCH;
     const regenerate = (batch: Set<string>) => this.serial(async () => {
       await this.generate(await loadModel(this.store), batch, new Listing(this.store));
     }).catch((err: unknown) => this.log.warn({ err, nodes: batch.size }, 'policy regeneration failed'));
@@ -199,26 +209,7 @@ export class PolicyGenerator {
    */
   async explain(nodeId: string): Promise<{ groups: string[]; rules: RuleVia[] }> {
     const model = await loadModel(this.store);
-    const listing = new Listing(this.store);
-    const accepted = await acceptedAmong(this.store, new Set([nodeId]), listing);
-    const groups: string[] = [];
-    if (accepted.has(nodeId)) {
-      // The groups its last generation found it in (policy_group_members, every group of the
-      // model): one read, where every group's filter evaluated for the node was a query each
-      // (400 ms with 20 groups on PostgreSQL at 100,000 nodes). A node generated since is in one
-      // at least (all-nodes); one that never was has none recorded: its filters are evaluated.
-      const recorded = new Set(await this.store.groupMembersOf(nodeId));
-      for (const g of model.groups.values()) {
-        if (g.nodes?.includes(nodeId)) groups.push(g.id);
-        else if (recorded.size > 0) {
-          if (g.filter && recorded.has(g.id)) groups.push(g.id);
-        } else if (g.filter && g.filter.some((f) => f.key === 'id')) {
-          // An `id` filter of the group's own would be ORed with ours: list the group instead.
-          if ((await this.store.listNodeIds(g.filter)).includes(nodeId)) groups.push(g.id);
-        } else if (g.filter && (await this.store.listNodeIds([...g.filter, { key: 'id', values: [nodeId] }])).length > 0) groups.push(g.id);
-      }
-    }
-    groups.sort();
+    const groups = await groupsOfNode(this.store, model, nodeId, new Listing(this.store));
     return { groups, rules: rulesVia(model, groups) };
   }
 
@@ -373,32 +364,42 @@ export class PolicyGenerator {
         }
         writes.push({ bundle: bundle(), expected });
       }
-      // The seals first: a stored bundle's sealed values are always the kept ones.
+      // The seals first: a stored bundle's sealed values are always the kept ones. Every
+      // batch's seals are flushed in batch order, before its own write starts.
       await this.kept.flush();
-      if (writes.length) {
-        const moved = writes.filter((w) => !w.expectationsOnly);
-        await this.store.putPolicies(writes);
-        changed += moved.length;
-        refreshed += writes.length - moved.length;
-        this.changes.publish(moved.map((w) => w.bundle.node_id));
-        for (const w of moved) deployed.push(w.bundle.node_id);
-      }
-      for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
-      // Each node's groups as generated, for compliance by group (a node not accepted is in none).
-      const groupsOf = new Map(batch.filter((n) => every.has(n)).map((n) => [n, [...every.get(n)!]]));
-      if ((await this.store.putGroupMembers(batch, groupsOf)) < 0) this.log.warn({ nodes: batch.length }, 'policy group memberships not written: the compliance counters were busy; next generation');
+      return async () => {
+        if (writes.length) {
+          const moved = writes.filter((w) => !w.expectationsOnly);
+          await this.store.putPolicies(writes);
+          changed += moved.length;
+          refreshed += writes.length - moved.length;
+          this.changes.publish(moved.map((w) => w.bundle.node_id));
+          for (const w of moved) deployed.push(w.bundle.node_id);
+        }
+        for (const [seconds, ids] of keeps) await this.store.setKeepLast(ids, seconds);
+        // Each node's groups as generated, for compliance by group (a node not accepted is in none).
+        const groupsOf = new Map(batch.filter((n) => every.has(n)).map((n) => [n, [...every.get(n)!]]));
+        if ((await this.store.putGroupMembers(batch, groupsOf)) < 0) this.log.warn({ nodes: batch.length }, 'policy group memberships not written: the compliance counters were busy; next generation');
+      };
     };
 
-    // Batch k + 1 is read and handed to the render threads before batch k is written.
+    // Batch k + 1 is read and handed to the render threads before batch k is written, and up to
+    // `writeBatches` batches are written at once (write-queue.ts).
     const batches: string[][] = [];
-    for (let i = 0; i < all.length; i += BATCH) batches.push(all.slice(i, i + BATCH));
+    for (let i = 0; i < all.length; i += this.batchSize) batches.push(all.slice(i, i + this.batchSize));
+    const writing = new WriteQueue(this.writeBatches);
     let next = batches.length > 0 ? prepare(batches[0]!) : null;
-    for (let k = 0; k < batches.length; k++) {
-      const prepared = await next!;
-      next = k + 1 < batches.length ? prepare(batches[k + 1]!) : null;
-      // Should this commit fail, the read ahead is dropped without an unhandled rejection.
-      next?.catch(() => undefined);
-      await commit(prepared);
+    try {
+      for (let k = 0; k < batches.length; k++) {
+        const prepared = await next!;
+        next = k + 1 < batches.length ? prepare(batches[k + 1]!) : null;
+        // Should this commit fail, the read ahead is dropped without an unhandled rejection.
+        next?.catch(() => undefined);
+        await writing.add(await commit(prepared));
+      }
+    } finally {
+      // A batch that failed to settle leaves no write of the others running: they end first.
+      await writing.drain();
     }
     if (problems.length) {
       this.log.warn({ nodes: problems.length, first: problems[0]!.node_id, code: problems[0]!.problem.code }, 'policy not generated for some nodes');

@@ -77,3 +77,26 @@ export async function membership(
   }
   return of;
 }
+
+/**
+ * The groups one node is in, sorted (a node that is not accepted is in none): the groups its last
+ * generation found it in (policy_group_members, every group of the model), one read where every
+ * group's filter evaluated for the node was a query each (400 ms with 20 groups on PostgreSQL at
+ * 100,000 nodes). A node generated since is in one at least (all-nodes); one that never was has
+ * none recorded: its filters are evaluated.
+ */
+export async function groupsOfNode(store: Pick<Store, 'listNodeIds' | 'groupMembersOf'>, model: PolicyModel, nodeId: string, listing: Listing): Promise<string[]> {
+  const groups: string[] = [];
+  if (!(await acceptedAmong(store, new Set([nodeId]), listing)).has(nodeId)) return groups;
+  const recorded = new Set(await store.groupMembersOf(nodeId));
+  for (const g of model.groups.values()) {
+    if (g.nodes?.includes(nodeId)) groups.push(g.id);
+    else if (recorded.size > 0) {
+      if (g.filter && recorded.has(g.id)) groups.push(g.id);
+    } else if (g.filter && g.filter.some((f) => f.key === 'id')) {
+      // An `id` filter of the group's own would be ORed with ours: list the group instead.
+      if ((await store.listNodeIds(g.filter)).includes(nodeId)) groups.push(g.id);
+    } else if (g.filter && (await store.listNodeIds([...g.filter, { key: 'id', values: [nodeId] }])).length > 0) groups.push(g.id);
+  }
+  return groups.sort();
+}

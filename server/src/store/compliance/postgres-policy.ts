@@ -7,7 +7,8 @@
  * the others (compliance rows, findings, per-directive rows). Per node, the
  * same decisions as PostgresCompliance.expectationsTx, which took about ten round trips each.
  *
- * The caller holds every node's row lock and gives each node at most once.
+ * The caller holds every node's row lock, gives each node at most once, and has stored the
+ * nodes' expectation lists (storeLists).
  */
 import type pg from 'pg';
 import { iso } from '../postgres/db.js';
@@ -30,19 +31,16 @@ export interface PolicyExpectation {
 }
 
 /**
- * The expectations written: each distinct list once (`$6` the digests, `$7` their components;
- * `list` is the 1-based index of a node's), stored where no list has its digest; the configs
- * other than this one and the previous policy's dropped; the node rows pointed at their new
- * config (only where it moves: no dead tuple for the same); and for every node, whether its
- * stored expectations for this config were already the same list, whether it has a compliance
- * row, and the digest of the list stored for the config kept beside it (`keep`: the previous
- * policy's when it had one, what its directive rows were counted against). Every CTE sees the
- * rows as they were before the statement. TOUCH_LISTS runs first.
+ * The expectations written (`$6` the digests of the chunk's lists, stored by storeLists before
+ * the transaction; `list` is the 1-based index of a node's), the configs other than this one and
+ * the previous policy's dropped; the node rows pointed at their new config (only where it moves:
+ * no dead tuple for the same); and for every node, whether its stored expectations for this
+ * config were already the same list, whether it has a compliance row, and the digest of the list
+ * stored for the config kept beside it (`keep`: the previous policy's when it had one, what its
+ * directive rows were counted against). Every CTE sees the rows as they were before the statement.
  */
 const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.keep, ($6::text[])[v.list] AS list
       FROM ${unnestOf(['text', 'text', 'timestamptz', 'int', 'text'])} AS v(node_id, config_id, set_at, list, keep)),
-    listed AS (INSERT INTO expectation_lists (digest, components, used_at) SELECT l.digest, l.components, now()
-      FROM unnest($6::text[], $7::jsonb[]) AS l(digest, components) ON CONFLICT (digest) DO NOTHING),
     same AS (SELECT v.node_id FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.config_id WHERE e.list = v.list),
     prior AS (SELECT v.node_id, e.list FROM v JOIN node_expectations e ON e.node_id = v.node_id AND e.config_id = v.keep),
     put AS (INSERT INTO node_expectations (node_id, config_id, set_at, list) SELECT node_id, config_id, set_at, list FROM v
@@ -84,6 +82,23 @@ const TOUCH_LISTS = `UPDATE expectation_lists SET used_at = now() WHERE digest =
 
 export async function touchLists(d: Pick<BatchDeps, 'db'>, c: pg.PoolClient, digests: string[]): Promise<void> {
   await d.db.query('setExpectations', c, { name: 'expectation_lists_touch', text: TOUCH_LISTS, values: [digests] });
+}
+
+/**
+ * A generation's lists stored, or taken back into use as TOUCH_LISTS does, each in digest order
+ * and committed on its own before the batch's transaction starts. Inside it, two batches written
+ * at once (or two servers' generations) that both insert a new list would each wait for the
+ * other's commit, and with two such lists in opposite orders, deadlock. A list stored here and
+ * then not used (the transaction failed) is deleted by the sweep like any unused list.
+ */
+const STORE_LISTS = `INSERT INTO expectation_lists AS l (digest, components, used_at)
+    SELECT u.digest, u.components, now() FROM unnest($1::text[], $2::jsonb[]) AS u(digest, components) ORDER BY u.digest
+  ON CONFLICT (digest) DO UPDATE SET used_at = now() WHERE l.used_at < now() - interval '1 hour'`;
+
+export async function storeLists(d: Pick<BatchDeps, 'db'>, lists: ReadonlyMap<string, string>): Promise<void> {
+  if (lists.size === 0) return;
+  const digests = [...lists.keys()].sort();
+  await d.db.query('setExpectations', d.db.pool, { name: 'expectation_lists_store', text: STORE_LISTS, values: [digests, digests.map((k) => lists.get(k)!)] });
 }
 
 /** The compliance rows of the nodes to recompute, as PostgresCompliance.expectationsTx reads one. */
@@ -128,18 +143,16 @@ function marksOnly(cur: Record<string, unknown> | undefined, prior: string | und
 export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
   if (items.length === 0) return 0;
   const what = 'setExpectations';
-  // Each distinct list once (a generation's nodes share a handful of them).
-  const lists = new Map<string, { index: number; json: string }>();
-  for (const it of items) if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, { index: lists.size + 1, json: it.expected.json });
+  // Each distinct list once (a generation's nodes share a handful of them), stored already.
+  const lists = new Map<string, number>();
+  for (const it of items) if (!lists.has(it.expected.digest)) lists.set(it.expected.digest, lists.size + 1);
   // Their directive rows' entries stay: versioned by the compliance row, they are replaced or moved below.
   for (const it of items) d.cache.forgetExpectations(it.nodeId);
-  await touchLists(d, c, [...lists.keys()]);
   const { rows } = await d.db.query<{ node_id: string; same: boolean; present: boolean; prior: string | null }>(what, c, {
     name: 'expectations_put_batch',
     text: EXPECTATIONS_SQL,
     values: [pick(items, (it) => it.nodeId), pick(items, (it) => it.configId), pick(items, (it) => it.when),
-      pick(items, (it) => lists.get(it.expected.digest)!.index), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()],
-      [...lists.values()].map((l) => l.json)],
+      pick(items, (it) => lists.get(it.expected.digest)!), pick(items, (it) => it.previous ?? it.configId), [...lists.keys()]],
   });
   const unchanged = new Set(rows.filter((r) => r.same && r.present).map((r) => r.node_id));
   // What each node's directive rows were counted against (its previous policy's list, when it had

@@ -29,7 +29,7 @@ import { targetKeptSql } from './kept-targets.js';
 import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
-import { policyExpectationsMany, touchLists, type PolicyExpectation } from './postgres-policy.js';
+import { policyExpectationsMany, storeLists, touchLists, type PolicyExpectation } from './postgres-policy.js';
 
 export class PostgresCompliance implements ComplianceStore {
   /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
@@ -54,6 +54,11 @@ export class PostgresCompliance implements ComplianceStore {
    * expectationsTx for a chunk of a generation's batch (nodes locked by the caller, each once),
    * set-based (postgres-policy.ts); returns how many nodes were recomputed.
    */
+  /** A generation's expectation lists (digest → JSON), stored before the transactions that name them (postgres-policy.ts). */
+  storeLists(lists: ReadonlyMap<string, string>): Promise<void> {
+    return storeLists({ db: this.db }, lists);
+  }
+
   expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
     return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink);
   }

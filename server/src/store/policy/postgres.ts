@@ -182,6 +182,7 @@ export class PostgresPolicy implements PolicyStore {
     const byNode = new Map(checked.map((it) => [it.bundle.node_id, it]));
     if (byNode.size === 0) return 0;
     const what = 'putPolicies';
+    await this.compliance.storeLists(new Map([...byNode.values()].map((it) => [it.expected.digest, it.expected.json])));
     return this.db.tx(what, async (c) => {
       const { rows } = await this.db.query<{ id: string; policy_config_id: string | null }>(what, c, {
         name: 'policy_nodes_lock',
