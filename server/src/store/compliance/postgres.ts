@@ -221,7 +221,11 @@ export class PostgresCompliance implements ComplianceStore {
         text: 'DELETE FROM node_expectations WHERE node_id = $1 AND config_id NOT IN ($2, $3)',
         values: [nodeId, configId, node.policy_config_id ?? configId],
       });
-      await this.db.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
+      await this.db.query(what, c, {
+        text: `INSERT INTO node_policy_configs AS p (node_id, config_id) VALUES ($1, $2)
+          ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id WHERE p.config_id IS DISTINCT FROM excluded.config_id`,
+        values: [nodeId, configId],
+      });
       const { rows } = await this.db.query(what, c, {
         text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
             applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant
