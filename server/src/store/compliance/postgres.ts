@@ -327,9 +327,11 @@ export class PostgresCompliance implements ComplianceStore {
     const where = filterWhere(checked, await postgresDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     values.push(limit);
     const { rows } = await this.db.query('complianceNodes', this.db.pool, {
-      text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
+      // The config id joined (an export reads every node: the function `n.policy_config_id` is a call per row).
+      text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, pc.config_id AS policy_config_id, ${complianceClassSql} AS class,
           ${timeAdjustedColumns('t', 't')}
-        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
+        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id
+          LEFT JOIN node_policy_configs pc ON pc.node_id = n.id ${where}
         ORDER BY n.id LIMIT $${values.length}`,
       values,
     });
