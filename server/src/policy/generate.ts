@@ -300,6 +300,7 @@ export class PolicyGenerator {
       return { batch, current, begun, pending, texts };
     };
 
+    /** A prepared batch's writes decided and its seals flushed, in batch order; answers the write itself (the write queue's). */
     const commit = async ({ batch, current, begun, pending, texts }: Awaited<ReturnType<typeof prepare>>) => {
       const rendered = new Map<PendingNode, RenderedText | RenderError>();
       (await texts).forEach((t, i) => rendered.set(pending[i]!, t));
