@@ -160,6 +160,35 @@ t.test('PostgreSQL: a batch held up in its transaction does not hold up another 
   t.same(await store.getExpectations('h2', 'cfg-h2'), expected);
 });
 
+t.test('a generation whose batch write fails ends its other writes before it fails', async (t) => {
+  const { store } = await setup(t, sqliteTemplateBackend);
+  for (const id of NODES) {
+    await store.upsertFromInventory(inventory(id, { received_at: AT }));
+    await setAcceptance(store, id, 'accepted', AT);
+  }
+  await store.putPolicyObject('directive', 'a', dir('a'), AT);
+  await store.putPolicyObject('rule', 'base', { id: 'base', name: 'base', directives: ['a'], groups: ['all-nodes'] }, AT);
+  let calls = 0;
+  let running = 0;
+  const spy = Object.create(store) as Store;
+  spy.putPolicies = async (w: PolicyWrite[]) => {
+    const call = ++calls;
+    running++;
+    try {
+      // Each write takes a few turns of the event loop, so that several are in flight.
+      for (let i = 0; i < 5; i++) await new Promise((r) => setImmediate(r));
+      if (call === 3) throw new Error('the third batch failed');
+      return await store.putPolicies(w);
+    } finally {
+      running--;
+    }
+  };
+  const gen = new PolicyGenerator({ store: spy, log: silentLogger, clock: () => new Date(AT), writeBatches: 3, batchSize: 4 });
+  await t.rejects(gen.regenerateAll(), /the third batch failed/);
+  t.equal(running, 0, 'no write still in flight once the generation has failed');
+  t.ok(calls >= 3 && calls < Math.ceil(NODES.length / 4), `no batch started after the failure was seen (${calls} written)`);
+});
+
 t.test('the write queue keeps its bound and ends every write before handing a failure on', async (t) => {
   const q = new WriteQueue(2);
   let running = 0;
