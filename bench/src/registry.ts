@@ -19,7 +19,7 @@ import { sqliteKeptRefill } from '@capstan/server/store/migrations/0023_kept_com
 import { sqliteKeptGroupsRefill } from '@capstan/server/store/migrations/0025_kept_groups';
 import { sqliteKeptSharesRefill } from '@capstan/server/store/migrations/0027_kept_shares';
 import { sqliteKeptTargetsRefill } from '@capstan/server/store/migrations/0037_kept_targets_normal';
-import { NODE_COLUMNS, PG_NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
+import { NODE_COLUMNS, withPostgres, withSqlite, withSqliteStore, type NodeFilter, type NodeListQuery, type Store } from './store.js';
 
 export interface RegistryBenchOptions {
   /** Nodes in the registry (default 100,000). */
@@ -145,14 +145,11 @@ export async function loadPostgres(c: pg.Client, n: number): Promise<void> {
   const cats = RUN_STATES.join(', ');
   for (let start = 0; start < n; start += CHUNK) {
     const rows = Array.from({ length: Math.min(CHUNK, n - start) }, (_, k) => row(start + k));
-    const cols = PG_NODE_COLUMNS.map((col) => rows.map((r) => sqlValue(r.node[col])));
+    const cols = NODE_COLUMNS.map((col) => rows.map((r) => sqlValue(r.node[col])));
     // Each array cast to its column's type (`relay`, migration 9, and `clock_skew`, migration 13, are the integer columns).
-    const types = PG_NODE_COLUMNS.map((col) => (/_at$/.test(col) ? 'timestamptz[]' : /_json$/.test(col) ? 'jsonb[]'
+    const types = NODE_COLUMNS.map((col) => (/_at$/.test(col) ? 'timestamptz[]' : /_json$/.test(col) ? 'jsonb[]'
       : col === 'relay' ? 'smallint[]' : col === 'clock_skew' ? 'integer[]' : 'text[]'));
-    await c.query(`INSERT INTO nodes (${PG_NODE_COLUMNS.join(', ')}) SELECT * FROM unnest(${types.map((t, i) => `$${i + 1}::${t}`).join(', ')})`, cols);
-    // Each node's policy config id has a table of its own (migration 42).
-    await c.query('INSERT INTO node_policy_configs (node_id, config_id) SELECT * FROM unnest($1::text[], $2::text[])',
-      [rows.map((r) => r.node.id), rows.map((r) => r.node.policy_config_id)]);
+    await c.query(`INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) SELECT * FROM unnest(${types.map((t, i) => `$${i + 1}::${t}`).join(', ')})`, cols);
     await c.query('INSERT INTO node_certificates (node_id, certificate) SELECT unnest($1::text[]), $2', [rows.map((r) => r.node.id), CERT]);
     const tags = rows.flatMap((r) => r.tags.map(([k, v]) => [r.node.id, k, v]));
     await c.query('INSERT INTO node_tags (node_id, key, value) SELECT * FROM unnest($1::text[], $2::text[], $3::text[])', [0, 1, 2].map((j) => tags.map((x) => x[j])));

@@ -14,7 +14,7 @@ import { openRegistry } from '@capstan/server/registry/open';
 
 export { openRegistry } from '@capstan/server/registry/open';
 export { type ChangeQuery, type NodeFilter, type NodeListQuery, type Store } from '@capstan/server/store/index';
-export { NODE_COLUMNS, PG_NODE_COLUMNS } from '@capstan/server/store/nodes/records';
+export { NODE_COLUMNS } from '@capstan/server/store/nodes/records';
 export { packOutcomes } from '@capstan/server/store/runs/outcomes';
 
 /** An SQLite database at the current schema (`path`, in the temporary `dir`), removed after `fn`. */

@@ -245,17 +245,6 @@ export const UNDO_39 = {
 };
 
 /**
- * Migration 42 undone, before UNDO_41: PostgreSQL's policy config ids back in their node rows, no
- * table of them.
- */
-export const UNDO_42 = {
-  sqlite: 'DELETE FROM schema_version WHERE version = 42;',
-  postgres: `DROP FUNCTION policy_config_id(nodes); ALTER TABLE nodes ADD COLUMN policy_config_id text;
-    UPDATE nodes n SET policy_config_id = p.config_id FROM node_policy_configs p WHERE p.node_id = n.id;
-    DROP TABLE node_policy_configs; DELETE FROM schema_version WHERE version = 42;`,
-};
-
-/**
  * Migration 41 undone, before UNDO_40: every bundle stored whole again (SQLite's texts put back
  * into their bundles), no table of texts.
  */

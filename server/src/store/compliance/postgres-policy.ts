@@ -33,8 +33,8 @@ export interface PolicyExpectation {
 /**
  * The expectations written (`$6` the digests of the chunk's lists, stored by storeLists before
  * the transaction; `list` is the 1-based index of a node's), the configs other than this one and
- * the previous policy's dropped; the nodes pointed at their new config (node_policy_configs, only
- * where it moves: no dead tuple for the same); and for every node, whether its stored expectations for this
+ * the previous policy's dropped; the node rows pointed at their new config (only where it moves:
+ * no dead tuple for the same); and for every node, whether its stored expectations for this
  * config were already the same list, whether it has a compliance row, and the digest of the list
  * stored for the config kept beside it (`keep`: the previous policy's when it had one, what its
  * directive rows were counted against). Every CTE sees the rows as they were before the statement.
@@ -47,8 +47,7 @@ const EXPECTATIONS_SQL = `WITH v AS (SELECT v.node_id, v.config_id, v.set_at, v.
       ON CONFLICT (node_id, config_id) DO UPDATE SET set_at = excluded.set_at, list = excluded.list),
     dropped AS (DELETE FROM node_expectations e USING v
       WHERE e.node_id = v.node_id AND e.config_id <> v.config_id AND e.config_id <> v.keep),
-    moved AS (INSERT INTO node_policy_configs AS p (node_id, config_id) SELECT node_id, config_id FROM v
-      ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id WHERE p.config_id IS DISTINCT FROM excluded.config_id)
+    moved AS (UPDATE nodes n SET policy_config_id = v.config_id FROM v WHERE n.id = v.node_id AND n.policy_config_id IS DISTINCT FROM v.config_id)
   SELECT v.node_id, same.node_id IS NOT NULL AS same, x.node_id IS NOT NULL AS present, prior.list AS prior FROM v
     LEFT JOIN same ON same.node_id = v.node_id LEFT JOIN prior ON prior.node_id = v.node_id LEFT JOIN node_compliance x ON x.node_id = v.node_id`;
 

@@ -221,11 +221,7 @@ export class PostgresCompliance implements ComplianceStore {
         text: 'DELETE FROM node_expectations WHERE node_id = $1 AND config_id NOT IN ($2, $3)',
         values: [nodeId, configId, node.policy_config_id ?? configId],
       });
-      await this.db.query(what, c, {
-        text: `INSERT INTO node_policy_configs AS p (node_id, config_id) VALUES ($1, $2)
-          ON CONFLICT (node_id) DO UPDATE SET config_id = excluded.config_id WHERE p.config_id IS DISTINCT FROM excluded.config_id`,
-        values: [nodeId, configId],
-      });
+      await this.db.query(what, c, { text: 'UPDATE nodes SET policy_config_id = $2 WHERE id = $1', values: [nodeId, configId] });
       const { rows } = await this.db.query(what, c, {
         text: `SELECT x.node_id AS present, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
             applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant
@@ -327,11 +323,9 @@ export class PostgresCompliance implements ComplianceStore {
     const where = filterWhere(checked, await postgresDialect(this.db, values, checked, this.nodes.storeRules.filters.check), scope);
     values.push(limit);
     const { rows } = await this.db.query('complianceNodes', this.db.pool, {
-      // The config id joined (an export reads every node: the function `n.policy_config_id` is a call per row).
-      text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, pc.config_id AS policy_config_id, ${complianceClassSql} AS class,
+      text: `SELECT n.id AS node_id, n.hostname, n.status, n.state, n.last_run_at, n.policy_config_id, ${complianceClassSql} AS class,
           ${timeAdjustedColumns('t', 't')}
-        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id
-          LEFT JOIN node_policy_configs pc ON pc.node_id = n.id ${where}
+        FROM ${clockSubquery('$1', '$2')} CROSS JOIN nodes n LEFT JOIN node_compliance t ON t.node_id = n.id ${where}
         ORDER BY n.id LIMIT $${values.length}`,
       values,
     });

@@ -9,7 +9,7 @@ import { capstanError } from '@capstan/shared/errors';
 import type { CloudIdentity, DiscoveredInstance, DiscoverySummary, ManagerInsert, ManagerRecord, ManagerStore } from './types.js';
 import { managerFromInsert } from './rows.js';
 import type { StoreRules } from '../rules.js';
-import { nodeFromRow, nodeValues, PG_NODE_COLUMNS, SELECT_NODE } from '../nodes/records.js';
+import { NODE_COLUMNS, nodeFromRow, nodeValues, SELECT_NODE } from '../nodes/records.js';
 import type { NodeRecord } from '../store.js';
 import { toUtcIso } from '../time.js';
 import { FIND_DISCOVERED, findParams, joinStatements } from './join.js';
@@ -21,7 +21,7 @@ export interface PostgresNodeWriter {
 }
 
 type Row = Record<string, unknown>;
-const INSERT_ROW = `INSERT INTO nodes (${PG_NODE_COLUMNS.join(', ')}) VALUES (${PG_NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
+const INSERT_ROW = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
 const LINK = `INSERT INTO node_managers (node_id, manager_id, first_seen_at, last_seen_at) VALUES ($1, $2, $3, $3)
   ON CONFLICT (node_id, manager_id) DO UPDATE SET last_seen_at = excluded.last_seen_at`;
 

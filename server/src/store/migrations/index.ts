@@ -45,7 +45,6 @@ import { keptCountersBatched } from './0038_kept_counters_batched.js';
 import { keptEarlyStops } from './0039_kept_early_stops.js';
 import { rowsExpectingNothing } from './0040_rows_expecting_nothing.js';
 import { bundleTexts } from './0041_bundle_texts.js';
-import { nodePolicyConfigs } from './0042_node_policy_configs.js';
 
 export interface Migration {
   version: number;
@@ -59,7 +58,7 @@ export const MIGRATIONS: readonly Migration[] = [
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
   keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched, keptEarlyStops,
-  rowsExpectingNothing, bundleTexts, nodePolicyConfigs,
+  rowsExpectingNothing, bundleTexts,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

@@ -17,15 +17,15 @@ import { postgresDialect } from './filters/postgres.js';
 import { addressTaken, checkProperties, propertyRows } from './inventory/indexing.js';
 import type { JsonValue } from '@capstan/shared/filter/properties';
 import { checkLevel, levelOf, nextLevel, propertiesRows, secretCell, type NodePropertiesRow, type NodePropertyLevel } from './properties.js';
-import { acceptedPageSql, acceptedRow, historyFromRow, nodeFromRow, nodePage, nodeValues, PG_NODE_COLUMNS, SELECT_NODE, TRUST } from './records.js';
+import { acceptedPageSql, acceptedRow, historyFromRow, NODE_COLUMNS, nodeFromRow, nodePage, nodeValues, SELECT_NODE, TRUST } from './records.js';
 import { nodePageByCompliance } from './compliance-page.js';
 import { postgresSwept, snapshot } from '../compliance/kept-postgres.js';
 import { NodeChanges } from './changes.js';
 import type { StoreRules } from '../rules.js';
 import type { AcceptedNodeRow, HistoryEntry, HistoryInsert, NodeCreate, NodeFilter, NodeListQuery, NodePage, NodeRecord, NodeStore, NodeTrust } from './types.js';
 
-export const INSERT_NODE = `INSERT INTO nodes (${PG_NODE_COLUMNS.join(', ')}) VALUES (${PG_NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
-export const UPDATE_NODE = `UPDATE nodes SET ${PG_NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
+export const INSERT_NODE = `INSERT INTO nodes (${NODE_COLUMNS.join(', ')}) VALUES (${NODE_COLUMNS.map((_, i) => `$${i + 1}`).join(', ')})`;
+export const UPDATE_NODE = `UPDATE nodes SET ${NODE_COLUMNS.slice(1).map((c, i) => `${c} = $${i + 2}`).join(', ')} WHERE id = $1`;
 
 const ACCEPTED_PAGE_POSTGRES = acceptedPageSql(false, true);
 const ACCEPTED_PAGE_POSTGRES_BARE = acceptedPageSql(false, false);

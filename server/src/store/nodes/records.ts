@@ -24,13 +24,6 @@ export const NODE_COLUMNS = [
   'clock_skew', 'clock_skew_at',
 ] as const;
 
-/**
- * The columns of PostgreSQL's `nodes`, which its writers of whole rows name: a node's policy
- * config id is kept in `node_policy_configs` and read through a function of the row by the
- * column's name (migration 42), so `n.policy_config_id` still reads it.
- */
-export const PG_NODE_COLUMNS = NODE_COLUMNS.filter((c) => c !== 'policy_config_id');
-
 /** A node row with its certificate, as every read of whole nodes selects it. */
 export const SELECT_NODE = `SELECT ${NODE_COLUMNS.map((c) => `n.${c}`).join(', ')}, nc.certificate
   FROM nodes n LEFT JOIN node_certificates nc ON nc.node_id = n.id`;
@@ -123,10 +116,10 @@ export function nodeParams(n: NodeRecord): Record<string, unknown> {
   return p;
 }
 
-/** Positional values for writing a whole node row on PostgreSQL, in PG_NODE_COLUMNS order (node-pg binds `$n`). */
+/** Positional values for writing a whole node row, in NODE_COLUMNS order (node-pg binds `$n`). */
 export function nodeValues(n: NodeRecord): unknown[] {
   const cols = nodeToColumns(n);
-  return PG_NODE_COLUMNS.map((c) => cols[c]);
+  return NODE_COLUMNS.map((c) => cols[c]);
 }
 
 /**

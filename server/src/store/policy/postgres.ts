@@ -186,7 +186,7 @@ export class PostgresPolicy implements PolicyStore {
     return this.db.tx(what, async (c) => {
       const { rows } = await this.db.query<{ id: string; policy_config_id: string | null }>(what, c, {
         name: 'policy_nodes_lock',
-        text: 'SELECT n.id, n.policy_config_id FROM nodes n WHERE n.id = ANY($1::text[]) ORDER BY n.id FOR NO KEY UPDATE',
+        text: 'SELECT id, policy_config_id FROM nodes WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE',
         values: [[...byNode.keys()]],
       });
       const previous = new Map(rows.map((r) => [r.id, r.policy_config_id]));
