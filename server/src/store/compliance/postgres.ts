@@ -50,15 +50,16 @@ export class PostgresCompliance implements ComplianceStore {
     return complianceRunsStored({ db: this.db, findings: this.findings, cache: this.directiveCache }, what, c, runs);
   }
 
-  /**
-   * expectationsTx for a chunk of a generation's batch (nodes locked by the caller, each once),
-   * set-based (postgres-policy.ts); returns how many nodes were recomputed.
-   */
   /** A generation's expectation lists (digest → JSON), stored before the transactions that name them (postgres-policy.ts). */
   storeLists(lists: ReadonlyMap<string, string>): Promise<void> {
     return storeLists({ db: this.db }, lists);
   }
 
+  /**
+   * expectationsTx for a chunk of a generation's batch (nodes locked by the caller, each once,
+   * their lists stored by storeLists), set-based (postgres-policy.ts); returns how many nodes were
+   * recomputed.
+   */
   expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
     return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink);
   }
