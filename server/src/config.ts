@@ -208,10 +208,7 @@ export const SERVER_SCHEMA = {
      * what no event announces (status, state, a provider's tags, another server's changes). 0: off.
      */
     regenerate_interval: { type: 'duration', default: '15m' },
-    /**
-     * How often the shared-folder templates file_from_template names are checked (a stat each):
-     * an edited one regenerates its nodes. 0: off (the periodic regeneration still finds it).
-     */
+    /** How often file_from_template's templates are checked (a stat each; an edited one regenerates its nodes). 0: off. */
     template_check_interval: { type: 'duration', default: '10s' },
     /**
      * Threads rendering nodes' policies with their data while the event loop writes the batch
@@ -219,11 +216,7 @@ export const SERVER_SCHEMA = {
      * loop). Used by a batch of 64 nodes or more rendered on their own.
      */
     render_threads: { type: 'integer', default: -1, min: -1, max: 16 },
-    /**
-     * On PostgreSQL, how many batches of a generation (2,000 nodes each) are written at once, each
-     * a transaction on a pooled connection of its own: the database works on one while the next
-     * is sent. SQLite has one writer and writes them one after the other whatever this says.
-     */
+    /** PostgreSQL: a generation's batches written at once, each on a pooled connection (SQLite: one at a time). */
     write_batches: { type: 'integer', default: 2, min: 1, max: 8 },
     /** How long a changed node (inventory, acceptance) waits for others to share its generation; 0: a turn of the event loop. */
     touch_window: { type: 'duration', default: '100ms', min: 0, max: 10000 },

@@ -42,8 +42,12 @@ async function snapshot(store: Store) {
     directives: await store.complianceByRuleFresh('directive', clock), rules: await store.complianceByRuleFresh('rule', clock),
     groups: await store.complianceByGroupFresh(clock), summary: await store.complianceSummaryFresh(clock),
   };
-  // Batches written at once commit in either order: the events are compared as a set.
-  const events = (await store.listEvents({}, 1000)).map(({ id: _id, ...e }) => JSON.stringify(e)).sort();
+  // Batches written at once commit in either order: the events are compared as a set, and the
+  // findings they name without their serial numbers.
+  const events = (await store.listEvents({}, 1000)).map(({ id: _id, ...e }) => {
+    const { finding_id: _f, ...data } = (e.data ?? {}) as Record<string, unknown>;
+    return JSON.stringify({ ...e, data });
+  }).sort();
   const findings = (await store.listFindings({}, 1, 1000)).data.map(({ id: _id, ...f }) => JSON.stringify(f)).sort();
   return { nodes, fleet, fresh, events, findings };
 }
