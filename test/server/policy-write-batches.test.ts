@@ -149,7 +149,9 @@ t.test('PostgreSQL: a batch held up in its transaction does not hold up another 
     await c.query(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ('h1', 'held', now(), '{}')`);
     const held = store.putPolicies([write('h1')]);
     held.catch(() => undefined);
-    const waiting = async () => Number((await db.rows!(`SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%policy_bundles%'`))[0]!.n);
+    // Sessions blocked by this one: other test files' sessions on the same cluster are not counted.
+    const holder = Number((await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
+    const waiting = async () => Number((await db.rows!(`SELECT count(*) AS n FROM pg_stat_activity WHERE ${holder} = ANY(pg_blocking_pids(pid))`))[0]!.n);
     for (let i = 0; i < 200 && (await waiting()) === 0; i++) await new Promise((r) => setImmediate(r));
     t.equal(await waiting(), 1, 'the first batch waits on the bundle row');
     // The second batch names the same list, new to the database: it is not kept waiting for the first's commit.
