@@ -143,13 +143,13 @@ t.test('PostgreSQL: a batch held up in its transaction does not hold up another 
   const expected = [{ rule_id: 'r1', directive_id: 'd1', component: 'File /etc/motd' }, { rule_id: 'r1', directive_id: 'd2', component: 'Package vim' }];
   const write = (id: string): PolicyWrite => ({ bundle: { node_id: id, config_id: `cfg-${id}`, generated_at: AT, bundle: '{}' }, expected });
   await pgAdmin(async (c) => {
-    // Another session holds h1's bundle row: h1's batch stops at its bundle, after its
+    // Another connection holds h1's bundle row: h1's batch stops at its bundle, after its
     // expectations (and, were it stored there, the new list) are written in its transaction.
     await c.query('BEGIN');
     await c.query(`INSERT INTO policy_bundles (node_id, config_id, generated_at, bundle) VALUES ('h1', 'held', now(), '{}')`);
     const held = store.putPolicies([write('h1')]);
     held.catch(() => undefined);
-    // Sessions blocked by this one: other test files' sessions on the same cluster are not counted.
+    // Backends blocked by this one: other test files' backends on the same cluster are not counted.
     const holder = Number((await c.query('SELECT pg_backend_pid() AS pid')).rows[0].pid);
     const waiting = async () => Number((await db.rows!(`SELECT count(*) AS n FROM pg_stat_activity WHERE ${holder} = ANY(pg_blocking_pids(pid))`))[0]!.n);
     for (let i = 0; i < 200 && (await waiting()) === 0; i++) await new Promise((r) => setImmediate(r));
