@@ -112,6 +112,30 @@ async function start(name, bin, args) {
   return p;
 }
 
+/**
+ * The counters of failed attempts a program keeps (relays: forwards retried, upstream errors by
+ * code, uploads refused; servers: uploads refused, files failed), summed by label, non-zero only.
+ */
+const RETRY_COUNTERS = [
+  'capstan_relayd_retried_files_total', 'capstan_relayd_upstream_errors_total', 'capstan_relayd_refused_uploads_total',
+  'capstan_relayd_failed_files_total', 'capstan_server_refused_uploads_total', 'capstan_server_failed_files_total',
+];
+
+/** @param {string} url */
+async function countersOf(url) {
+  const res = await fetch(`${url}/metrics`, { signal: AbortSignal.timeout(10_000) });
+  const text = await res.text();
+  /** @type {Record<string, number>} */
+  const out = {};
+  for (const line of text.split('\n')) {
+    const m = /^([a-z_]+)(\{[^}]*\})? ([0-9.e+]+)$/.exec(line);
+    if (!m || !RETRY_COUNTERS.includes(m[1]) || Number(m[3]) === 0) continue;
+    const key = `${m[1].replace(/^capstan_(relayd|server)_/, '')}${m[2] ?? ''}`;
+    out[key] = (out[key] ?? 0) + Number(m[3]);
+  }
+  return out;
+}
+
 let exitCode = 1;
 try {
   // Every server accepts the simulated nodes on their first inventory, as a fleet's rule would.
@@ -206,6 +230,10 @@ try {
   if (db) dbAtEnd = await pgCpuSample(db.name).catch(() => null);
   const wal = db ? pgWalDelta(walAtSend, await pgWalSample().catch(() => null)) : null;
   if (simCode !== 0) throw new Error(`capstan-sim exited with ${simCode}: ${simOut.join('').slice(-2000)}`);
+  // What the programs counted of their own failed attempts: a forward retried is an error no client sees.
+  /** @type {Record<string, Record<string, number>>} */
+  const counted = {};
+  for (const p of [...servers, ...level1, ...level2]) counted[p.name] = await countersOf(p.url).catch((err) => ({ [`metrics unreadable: ${err.message}`]: 1 }));
 
   /** @type {import('./src/sim/fleet.js').FleetReport} */
   const sim_ = JSON.parse(await readFile(simJson, 'utf8'));
@@ -237,6 +265,7 @@ try {
     database_wal_kib_per_run_log: wal && sim_.runs.acked ? Math.round((wal.wal_bytes / 1024 / sim_.runs.acked) * 10) / 10 : null,
     console: consoleRows,
     console_errors: consoleErrors,
+    retries: counted,
     notes: sim_.notes,
   };
   const day = result.date.slice(0, 10);
@@ -296,6 +325,10 @@ function markdown(r) {
     '',
     `Errors by code (enrolment): ${JSON.stringify(r.enrollment.errors)}; (runs): ${JSON.stringify(r.runs.errors)}; (console): ${JSON.stringify(r.console_errors)}.`,
     '',
+    ...(r.retries ? [`Failed attempts the programs retried or refused, from their /metrics at the end (${RETRY_COUNTERS.join(', ')}; none counted: {}): `
+      + `${Object.entries(r.retries).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join('; ')}.`, ''] : []),
+    ...(r.visibility?.slowestProbes?.length ? [`The slowest probe runs (sent at, from the first run sent → visible after): `
+      + `${r.visibility.slowestProbes.map((/** @type {{ sentMs: number, ms: number }} */ x) => `${n(Math.round(x.sentMs / 1000))} s → ${n(x.ms)} ms`).join('; ')}.`, ''] : []),
     '| process | peak RSS | RSS at the end | CPU |',
     '|---|---:|---:|---:|',
     ...Object.entries(r.processes).map(([k, p]) => `| ${k} | ${n(p.peakRssMb)} MB | ${n(p.rssMb)} MB | ${n(p.cpuSeconds)} s |`),

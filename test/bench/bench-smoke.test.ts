@@ -135,7 +135,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   const rep = JSON.parse(r.stdout) as {
     enrollment: { inventories: number; accepted: number; errors: Record<string, number> };
     runs: { scheduled: number; acked: number; failed: number; skipped: number };
-    visibility: { visible: number; of: number; probeLatencyMs: { count: number; p50: number } };
+    visibility: { visible: number; of: number; probeLatencyMs: { count: number; p50: number; max: number }; slowestProbes: Array<{ sentMs: number; ms: number }> };
     processes: Record<string, { peakRssMb: number }>;
     notes: string[];
   };
@@ -148,6 +148,11 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   t.equal(rep.runs.skipped, 0, 'none left unsent: the simulator kept up');
   t.equal(rep.visibility.visible, rep.runs.acked, 'and visible in the registry');
   t.equal(rep.visibility.probeLatencyMs.count, rep.runs.acked, 'with 8 nodes every node is a probe: each run timed to visible');
+  const slowest = rep.visibility.slowestProbes;
+  t.equal(slowest.length, Math.min(10, rep.runs.acked), 'the ten slowest probe runs listed');
+  t.ok(slowest.every((p, i) => i === 0 || slowest[i - 1]!.ms >= p.ms), 'slowest first');
+  t.ok(Math.abs(slowest[0]!.ms - rep.visibility.probeLatencyMs.max) <= 1, 'the first is the slowest run timed');
+  t.ok(slowest.every((p) => p.sentMs >= 0), 'each placed in time from the first run sent');
   t.ok(rep.processes.relay!.peakRssMb > 0 && rep.processes.server!.peakRssMb > 0, 'relay and server memory sampled');
   t.match(rep.notes.join('\n'), /policy fetching is not simulated/);
   const full = JSON.parse(await readFile(join(dir, 'sim.json'), 'utf8')) as { samples: unknown[] };

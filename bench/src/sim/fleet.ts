@@ -121,12 +121,17 @@ export interface FleetReport {
     latencyMs: Percentiles;
     /** From the probe nodes: precise to the probe interval. */
     probeLatencyMs: Percentiles;
+    /** The probe runs that took longest to show, slowest first: when each was sent (ms from the first run sent) and how long it took. */
+    slowestProbes: Array<{ sentMs: number; ms: number }>;
     drainMs: number;
   } | null;
   processes: Record<string, ProcSummary>;
   samples: FleetSample[];
   notes: string[];
 }
+
+/** Slowest probe runs listed in the report, to place a latency tail in time. */
+const SLOWEST_PROBES = 10;
 
 const SIGN_WORKER = new URL('./sign-worker.js', import.meta.url);
 
@@ -251,6 +256,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
     // Probe nodes: evenly spread over the fleet; each acknowledged run of theirs is watched until
     // the registry shows it (bounded by the drain timeout).
     const probeLatency: number[] = [];
+    const probeRuns: Array<{ sentMs: number; ms: number }> = [];
     let probing = 0;
     if (o.server && o.visibilityPollMs > 0 && o.probeNodes > 0) {
       const every = Math.max(1, Math.floor(n / o.probeNodes));
@@ -266,7 +272,9 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
           const res = await adminCall(o.server!, 'GET', `/api/1/nodes/${encodeURIComponent(id)}`).catch(() => null);
           const last = (res?.json as { data?: { last_run_at?: string | null } } | null)?.data?.last_run_at;
           if (last && Date.parse(last) >= r.startedAtMs) {
-            probeLatency.push(Math.max(0, (before + now()) / 2 - r.putAt));
+            const ms = Math.max(0, (before + now()) / 2 - r.putAt);
+            probeLatency.push(ms);
+            probeRuns.push({ sentMs: Math.round(r.putAt), ms: Math.round(ms) });
             return;
           }
           await new Promise((w) => setTimeout(w, o.probeMs));
@@ -426,6 +434,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
             of: acked,
             latencyMs: percentiles(visibleRuns.map((r) => r.visibleAt - r.putAt)),
             probeLatencyMs: percentiles(probeLatency),
+            slowestProbes: probeRuns.sort((a, b) => b.ms - a.ms).slice(0, SLOWEST_PROBES),
             drainMs,
           }
           : null,
