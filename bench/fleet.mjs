@@ -31,6 +31,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
+import { calibrationMs, cpuShares, cpuTimes } from './lib/calibrate.mjs';
 import { freshDatabase, pgCpuDelta, pgCpuSample, pgSettings, pgUnavailable, pgVersion, pgWalDelta, pgWalSample } from './lib/postgres.mjs';
 import { programPaths, REPO, startProgram } from './lib/programs.mjs';
 
@@ -103,6 +104,8 @@ const machine = {
   postgres: db ? await pgVersion() : null,
   postgres_settings: db ? await pgSettings() : null,
   load_before: loadavg().map((x) => Math.round(x * 100) / 100),
+  // The same work timed before the run and after it (calibrate.mjs): runs of other days compare by it.
+  calibration_ms: { before: calibrationMs(), after: /** @type {number | null} */ (null) },
 };
 
 /** @param {string} name @param {string} bin @param {string[]} args */
@@ -182,6 +185,8 @@ try {
   /** @type {Awaited<ReturnType<typeof pgWalSample>> | null} */
   let walAtSend = null;
   let sending = false;
+  /** @type {ReturnType<typeof cpuTimes>} */
+  let cpuAtSend = null;
   /** @type {Record<string, number[]>} */
   const consoleTimes = {};
   /** @type {Record<string, number>} */
@@ -217,6 +222,7 @@ try {
       sending = true;
       if (db) pgCpuSample(db.name).then((s) => { dbAtSend = s; }, () => undefined);
       if (db) pgWalSample().then((s) => { walAtSend = s; }, () => undefined);
+      cpuAtSend = cpuTimes();
       consoleTimer = setInterval(() => { probing = probing.then(probeConsole); }, consoleEvery);
     } else if (sending && line.includes('waiting for the registry')) {
       if (consoleTimer) clearInterval(consoleTimer);
@@ -229,7 +235,9 @@ try {
   // From the first run log sent to the last one stored (the drain included): every acknowledged run's ingest.
   if (db) dbAtEnd = await pgCpuSample(db.name).catch(() => null);
   const wal = db ? pgWalDelta(walAtSend, await pgWalSample().catch(() => null)) : null;
+  const cpu = cpuShares(cpuAtSend, cpuTimes());
   if (simCode !== 0) throw new Error(`capstan-sim exited with ${simCode}: ${simOut.join('').slice(-2000)}`);
+  machine.calibration_ms.after = calibrationMs();
   // What the programs counted of their own failed attempts: a forward retried is an error no client sees.
   /** @type {Record<string, Record<string, number>>} */
   const counted = {};
@@ -251,7 +259,7 @@ try {
     period: opt.period,
     time_scale: Number(opt['time-scale']),
     duration: opt.duration,
-    machine: { ...machine, load_after: loadavg().map((x) => Math.round(x * 100) / 100) },
+    machine: { ...machine, load_after: loadavg().map((x) => Math.round(x * 100) / 100), cpu_while_sending: cpu },
     enrollment: sim_.enrollment,
     run_logs_prepare_ms: sim_.prepareMs,
     runs: sim_.runs,
@@ -297,6 +305,8 @@ function markdown(r) {
       + `the agents' period ${r.period} at time scale ${r.time_scale}, runs sent for ${r.duration}. Machine: ${r.machine.cores} × ${r.machine.model}, `
       + `${r.machine.memory_gib} GiB, Node.js ${r.machine.node}${r.machine.postgres ? `, ${r.machine.postgres}` : ''}; load average before `
       + `${r.machine.load_before.join(' ')}, after ${r.machine.load_after.join(' ')}.`
+      + `${r.machine.calibration_ms ? ` Calibration (bench/lib/calibrate.mjs, lower is faster): ${n(r.machine.calibration_ms.before)} ms before, ${n(r.machine.calibration_ms.after)} ms after.` : ''}`
+      + `${r.machine.cpu_while_sending ? ` Cores busy from the first run sent to the last stored: ${r.machine.cpu_while_sending.busy_percent} %, stolen by the host ${r.machine.cpu_while_sending.steal_percent} %.` : ''}`
       + `${r.machine.postgres_settings ? ` PostgreSQL's settings: ${Object.entries(r.machine.postgres_settings).map(([k, v]) => `${k} ${v}`).join(', ')}.` : ''}`,
     '',
     '| figure | value |',
