@@ -34,6 +34,7 @@ import { benchIngest } from '../bench/lib/ingest.mjs';
 import { benchNodeDay } from '../bench/lib/nodeday.mjs';
 import { referencePipeline } from '../bench/reference-pipeline.mjs';
 import { PG_URL, pgCheckpoint, pgUnavailable, pgVersion } from '../bench/lib/postgres.mjs';
+import { calibrationMs } from '../bench/lib/calibrate.mjs';
 import { mainThreadProfile, summarizeProfile } from '../bench/lib/profile.mjs';
 import { judge, writeResults } from '../bench/lib/report.mjs';
 
@@ -123,6 +124,10 @@ const results = {
     postgres: pgReason ? null : await pgVersion(),
     loadavgStart: round1(loadavg()),
     loadavgEnd: /** @type {number[]} */ ([]),
+    // A fixed piece of work timed at the start and the end (bench/lib/calibrate.mjs): the same
+    // machine by name may be a host of another speed from one day to the next.
+    calibrationMsStart: calibrationMs(),
+    calibrationMsEnd: /** @type {number | null} */ (null),
   },
   git: git(),
   options: { nodes, reports, quick: args.quick, only: [...only], postgres: pgReason ?? PG_URL.replace(/\/\/[^@]*@/, '//') },
@@ -407,6 +412,7 @@ async function settle() {
 }
 
 results.machine.loadavgEnd = round1(loadavg());
+results.machine.calibrationMsEnd = calibrationMs();
 results.durationMs = Math.round(performance.now() - started);
 const paths = await writeResults(args.out, results);
 if (tty) process.stderr.write('\n');

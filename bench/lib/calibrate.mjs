@@ -29,10 +29,10 @@ function work() {
   return check;
 }
 
-/** Milliseconds the work takes on this thread: the best of three. */
+/** Milliseconds the work takes on this thread: the best of five. */
 export function calibrationMs() {
   let best = Infinity;
-  for (let round = 0; round < 3; round++) {
+  for (let round = 0; round < 5; round++) {
     const t0 = performance.now();
     work();
     best = Math.min(best, performance.now() - t0);

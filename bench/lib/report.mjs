@@ -52,7 +52,8 @@ export function markdown(r) {
   lines.push(`# Capstan benchmarks, ${r.date.slice(0, 10)}`, '');
   lines.push(`Machine: ${r.machine.cpus} × ${r.machine.cpuModel}, ${r.machine.memoryGb} GB RAM, ${r.machine.kernel}, Node ${r.machine.node}`
     + `${r.machine.postgres ? `, PostgreSQL ${r.machine.postgres}` : ''}. Load average at start ${r.machine.loadavgStart.join(' / ')}, at end ${r.machine.loadavgEnd.join(' / ')}`
-    + ` (the machine is shared: other work running at the same time lowers every figure).`);
+    + ` (the machine is shared: other work running at the same time lowers every figure).`
+    + `${r.machine.calibrationMsStart ? ` Calibration (bench/lib/calibrate.mjs, lower is faster): ${r.machine.calibrationMsStart} ms at start, ${r.machine.calibrationMsEnd ?? '—'} ms at end.` : ''}`);
   lines.push(`Commit ${r.git.commit ?? 'unknown'}${r.git.dirty ? ' with local changes' : ''}. Input: ${r.options.nodes} nodes, one signed run log each, `
     + `${r.options.reports} reports (${num(r.input?.avgSignedBytes ?? null)} bytes signed, ${num(r.input?.avgCompressedBytes ?? null)} bytes compressed). Whole run ${Math.round(r.durationMs / 1000)} s.`, '');
   lines.push('| figure | value | unit | floor / target | ratio | |', '|---|---:|---|---|---:|---|');
