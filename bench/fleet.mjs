@@ -174,7 +174,7 @@ try {
   const token = (await readFile(join(dir, 'server1', 'admin.token'), 'utf8')).trim();
   const simJson = join(dir, 'sim.json');
   const simArgs = [
-    SIM, ...level2.flatMap((r) => ['--relay', r.url]), '--server', servers[0].url, '--token-file', join(dir, 'server1', 'admin.token'),
+    SIM, ...level2.flatMap((r) => ['--relay', r.url]), ...level1.flatMap((r) => ['--watch-relay', r.url]), '--server', servers[0].url, '--token-file', join(dir, 'server1', 'admin.token'),
     '--nodes', String(nodes), '--period', String(opt.period), '--time-scale', String(opt['time-scale']), '--duration', String(opt.duration),
     '--enroll', String(opt.enroll), ...started.flatMap((p) => ['--pid', `${p.name}=${p.pid}`]), '--json', '--out', simJson, ...simExtra,
   ];
@@ -267,6 +267,12 @@ try {
     put_latency_ms: sim_.putLatencyMs,
     visibility: sim_.visibility,
     processes: sim_.processes,
+    // Where a backlog waited: the deepest each spool was at a sample, by program.
+    deepest_spools: sim_.deepestSpools ? {
+      ...Object.fromEntries(level2.map((r, i) => [r.name, sim_.deepestSpools.relays[i] ?? null])),
+      ...Object.fromEntries(level1.map((r, i) => [r.name, sim_.deepestSpools.watched[i] ?? null])),
+      [servers[0].name]: sim_.deepestSpools.server,
+    } : null,
     database_cpu_s: dbCpu,
     database_cpu_ms_per_run_log: dbCpu && sim_.runs.acked ? Math.round(((dbCpu.backend + dbCpu.shared) * 1000 / sim_.runs.acked) * 100) / 100 : null,
     database_wal: wal,
@@ -337,6 +343,8 @@ function markdown(r) {
     '',
     ...(r.retries ? [`Failed attempts the programs retried or refused, from their /metrics at the end (${RETRY_COUNTERS.join(', ')}; none counted: {}): `
       + `${Object.entries(r.retries).map(([k, v]) => `${k} ${JSON.stringify(v)}`).join('; ')}.`, ''] : []),
+    ...(r.deepest_spools ? [`The deepest each spool was (run logs waiting in incoming/, at the simulator's samples; — never read): `
+      + `${Object.entries(r.deepest_spools).map(([k, v]) => `${k} ${v === null ? '—' : n(/** @type {number} */ (v))}`).join(', ')}.`, ''] : []),
     ...(r.visibility?.slowestProbes?.length ? [`The slowest probe runs (sent at, from the first run sent → visible after): `
       + `${r.visibility.slowestProbes.map((/** @type {{ sentMs: number, ms: number }} */ x) => `${n(Math.round(x.sentMs / 1000))} s → ${n(x.ms)} ms`).join('; ')}.`, ''] : []),
     '| process | peak RSS | RSS at the end | CPU |',

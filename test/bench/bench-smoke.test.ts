@@ -126,7 +126,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   const dir = programDir(t);
   const { server, relay } = await serverAndRelay(t, dir);
   const r = await run([
-    SIM, '--relay', relay.url, '--server', server.url, '--token-file', join(dir, 'server', 'admin.token'),
+    SIM, '--relay', relay.url, '--watch-relay', relay.url, '--server', server.url, '--token-file', join(dir, 'server', 'admin.token'),
     '--nodes', '8', '--keys', '2', '--time-scale', '300', '--duration', '2s', '--reports', '30', '--sample', '500ms',
     '--visibility-poll', '200ms', '--drain-timeout', '60s', '--cache-dir', join(dir, 'cache'),
     '--pid', `relay=${relay.proc.pid}`, '--pid', `server=${server.proc.pid}`, '--json', '--out', join(dir, 'sim.json'),
@@ -137,6 +137,7 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
     runs: { scheduled: number; acked: number; failed: number; skipped: number };
     visibility: { visible: number; of: number; probeLatencyMs: { count: number; p50: number; max: number }; slowestProbes: Array<{ sentMs: number; ms: number }> };
     processes: Record<string, { peakRssMb: number }>;
+    deepestSpools: { relays: Array<number | null>; watched: Array<number | null>; server: number | null };
     notes: string[];
   };
   t.same(rep.enrollment.errors, {});
@@ -153,6 +154,11 @@ t.test('capstan-sim enrolls its nodes and every run log it sends reaches the reg
   t.ok(slowest.every((p, i) => i === 0 || slowest[i - 1]!.ms >= p.ms), 'slowest first');
   t.ok(Math.abs(slowest[0]!.ms - rep.visibility.probeLatencyMs.max) <= 1, 'the first is the slowest run timed');
   t.ok(slowest.every((p) => p.sentMs >= 0), 'each placed in time from the first run sent');
+  // The relay sent to, watched as well: both read its spool at every sample.
+  const spools = rep.deepestSpools;
+  t.ok(spools.relays.length === 1 && typeof spools.relays[0] === 'number' && spools.relays[0] >= 0, `the relay's spool read (deepest ${spools.relays[0]})`);
+  t.ok(spools.watched.length === 1 && typeof spools.watched[0] === 'number', 'the watched relay\'s too');
+  t.ok(typeof spools.server === 'number', "and the server's");
   t.ok(rep.processes.relay!.peakRssMb > 0 && rep.processes.server!.peakRssMb > 0, 'relay and server memory sampled');
   t.match(rep.notes.join('\n'), /policy fetching is not simulated/);
   const full = JSON.parse(await readFile(join(dir, 'sim.json'), 'utf8')) as { samples: unknown[] };

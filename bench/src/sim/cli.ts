@@ -61,6 +61,7 @@ function namedPid(v: string): [string, number] {
 
 interface Flags {
   relay?: string[];
+  watchRelay?: string[];
   nodes: number;
   period: number;
   timeScale: number;
@@ -97,7 +98,8 @@ function sampleLine(s: FleetSample): string {
   const heaps = [...s.heapMb.relays.map((h, i) => [`relay${s.heapMb.relays.length > 1 ? i : ''}`, h] as const), ['server', s.heapMb.server] as const]
     .filter(([, h]) => h !== null).map(([k, h]) => `${k} ${h}MB`).join(' ');
   return `t=${(s.t / 1000).toFixed(0)}s acked=${s.acked} rate=${s.rate}/s backlog=${s.backlog} failed=${s.failed} `
-    + `put p50/p99=${s.put.p50}/${s.put.p99}ms relay-spool=${s.relaySpool.map(mb).join(',')} server-spool=${mb(s.serverSpool)}`
+    + `put p50/p99=${s.put.p50}/${s.put.p99}ms relay-spool=${s.relaySpool.map(mb).join(',')}`
+    + `${s.watchedSpool.length ? ` upstream-spool=${s.watchedSpool.map(mb).join(',')}` : ''} server-spool=${mb(s.serverSpool)}`
     + `${s.visible !== null ? ` visible=${s.visible}` : ''}${procs ? ` rss: ${procs}` : ''}${heaps ? ` heap: ${heaps}` : ''}`;
 }
 
@@ -134,6 +136,7 @@ const program = new Command('capstan-sim')
   .version(CAPSTAN_VERSION, '-V, --version')
   .exitOverride()
   .option('--relay <url>', 'relay to send to (repeat for several; nodes are spread evenly)', collect(url))
+  .option('--watch-relay <url>', 'a relay further up the tree whose spool is sampled too (repeat for several)', collect(url))
   .option('--nodes <n>', 'simulated agents', int(1, MAX_IDENTITIES), 10_000)
   .addOption(new Option('--period <duration>', "the agents' run interval, simulated").argParser(duration(2000)).default(300_000, '5m'))
   .option('--time-scale <factor>', 'simulated time runs this much faster than real time', positive, 10)
@@ -199,6 +202,7 @@ const program = new Command('capstan-sim')
     });
     const report = await runFleet({
       relays,
+      ...(f.watchRelay && { watchRelays: f.watchRelay }),
       identities,
       periodMs: f.period,
       timeScale: f.timeScale,

@@ -26,6 +26,8 @@ export type { EnrollMode } from './enroll.js';
 
 export interface FleetOptions {
   relays: string[];
+  /** Relays further up the tree whose spools are sampled too (nothing is sent to them). */
+  watchRelays?: string[];
   identities: SimIdentity[];
   /** The agents' schedule (5 minutes), in simulated time. */
   periodMs: number;
@@ -76,6 +78,8 @@ export interface FleetSample {
   put: Percentiles;
   visible: number | null;
   relaySpool: (number | null)[];
+  /** The spools of the watched relays (watchRelays, in their order). */
+  watchedSpool: (number | null)[];
   serverSpool: number | null;
   processes: Record<string, ProcSample | null>;
   /** V8 heap in use per relay (in --relay order) and for the server, from their /metrics. */
@@ -126,6 +130,11 @@ export interface FleetReport {
     drainMs: number;
   } | null;
   processes: Record<string, ProcSummary>;
+  /**
+   * The most run logs each spool held at a sample (incoming/ of the relays sent to, then of the
+   * watched ones; the server's): where a backlog waited. Null where no sample could read it.
+   */
+  deepestSpools: { relays: (number | null)[]; watched: (number | null)[]; server: number | null };
   samples: FleetSample[];
   notes: string[];
 }
@@ -134,6 +143,20 @@ export interface FleetReport {
 const SLOWEST_PROBES = 10;
 
 const SIGN_WORKER = new URL('./sign-worker.js', import.meta.url);
+
+/** The largest of each spool's samples (null: never read). */
+function deepest(samples: readonly FleetSample[]): FleetReport['deepestSpools'] {
+  const most = (pick: (s: FleetSample) => number | null) => samples.reduce<number | null>((m, s) => {
+    const v = pick(s);
+    return v === null ? m : Math.max(m ?? 0, v);
+  }, null);
+  const width = (pick: (s: FleetSample) => readonly unknown[]) => Math.max(0, ...samples.map((s) => pick(s).length));
+  return {
+    relays: Array.from({ length: width((s) => s.relaySpool) }, (_, i) => most((s) => s.relaySpool[i] ?? null)),
+    watched: Array.from({ length: width((s) => s.watchedSpool) }, (_, i) => most((s) => s.watchedSpool[i] ?? null)),
+    server: most((s) => s.serverSpool),
+  };
+}
 
 function countCode(m: Record<string, number>, code: string): void {
   m[code] = (m[code] ?? 0) + 1;
@@ -307,6 +330,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
           put: percentiles(windowPut),
           visible: visibleCount,
           relaySpool: await Promise.all(o.relays.map(relaySpool)),
+          watchedSpool: await Promise.all((o.watchRelays ?? []).map(relaySpool)),
           serverSpool: o.server ? await serverSpool(o.server) : null,
           processes: watch.sample(Math.round(t)),
           heapMb: { relays: await Promise.all(o.relays.map(heapMb)), server: o.server ? await heapMb(o.server.url) : null },
@@ -439,6 +463,7 @@ export async function runFleet(o: FleetOptions): Promise<FleetReport> {
           }
           : null,
         processes: watch.summary(),
+        deepestSpools: deepest(samples),
         samples,
         notes: poller
           ? [...notes, `registry visibility: all nodes listed every ${o.visibilityPollMs} ms (GET /api/1/nodes?id=…, 100 a request); latency precise to ${o.probeMs} ms `
