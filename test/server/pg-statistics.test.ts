@@ -1,14 +1,15 @@
 /**
  * Planner statistics after bulk writes on PostgreSQL (store/postgres/statistics.ts): a table
  * whose rows changed past the threshold is analysed, one below it is not, nor a kept counters'
- * log; checks are spaced by the interval, never two at once, off at 0; a failure is told and
- * does not throw; FOLDED_LOGS names every log the migrations make. And policy_bundles is
- * sampled with a statistics target of 10 (migration 35).
+ * log; with the defaults a table is analysed again once it has doubled; checks are spaced by the
+ * interval, never two at once, off at 0; a failure is told and does not throw; FOLDED_LOGS names
+ * every log the migrations make. And policy_bundles is sampled with a statistics target of 10
+ * (migration 35).
  */
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import t from 'tap';
-import { FOLDED_LOGS, TableStatistics } from '@capstan/server/store/postgres/statistics';
+import { ANALYZE_DEFAULTS, FOLDED_LOGS, TableStatistics } from '@capstan/server/store/postgres/statistics';
 import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
 import { postgresBackend } from './backends.js';
 
@@ -123,6 +124,21 @@ t.test('PostgreSQL: the table grown past the threshold is analysed, the other is
   t.equal(await updated(), 5000, 'the rewrite is counted where the check looks');
   t.same(await stats.check(), [], 'rewritten rows are not growth');
   t.equal((await analyses()).grown, after.grown, 'grown not analysed again');
+  // With the defaults a table is analysed again once it has doubled, not after growing by 80 %.
+  const byDefault = new TableStatistics(pool, { ...ANALYZE_DEFAULTS, intervalMs: 1 });
+  const inserted = async () => Number((await pool.query("SELECT n_tup_ins FROM pg_stat_user_tables WHERE schemaname = current_schema() AND relname = 'grown'")).rows[0]?.n_tup_ins ?? 0);
+  await flushed('INSERT INTO grown SELECT generate_series(200001, 204000)');
+  for (let i = 0; i < 100 && (await inserted()) < 9000; i++) await new Promise((r) => setTimeout(r, 100));
+  t.equal(await inserted(), 9000, 'the 4,000 rows are counted where the check looks');
+  t.same(await byDefault.check(), [], '5,000 → 9,000 rows: not due');
+  await flushed('INSERT INTO grown SELECT generate_series(300001, 302500)');
+  let again: string[] = [];
+  for (let i = 0; i < 100 && !again.includes('grown'); i++) {
+    again = await byDefault.check();
+    if (!again.includes('grown')) await new Promise((r) => setTimeout(r, 100));
+  }
+  t.same(again, ['grown'], '5,000 → 11,500 rows (past 1,000 + 100 %): analysed');
+  t.equal((await analyses()).grown, after.grown! + 1, 'grown analysed once more');
 });
 
 t.test('PostgreSQL: policy_bundles is analysed from a small sample', async (t) => {

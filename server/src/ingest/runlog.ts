@@ -138,7 +138,7 @@ export class RunLogIngest {
     this.batchSize = opts.batchSize ?? 64;
     // Each worker may hold a batch's worth: it prepares the next batch while this one commits (pool.ts).
     this.pool = new PrepareWorkerPool(opts.workers || availableParallelism(), Math.max(2, this.batchSize), opts.workerHoldBytes);
-    this.windowMs = opts.batchWindowMs ?? 50;
+    this.windowMs = opts.batchWindowMs ?? 200;
     this.parallel = Math.max(1, opts.parallelBatches ?? 1);
   }
 

@@ -17,7 +17,7 @@ export const DATABASE_SCHEMA = {
    */
   analyze_interval: { type: 'duration', default: '2s', min: 0 },
   analyze_min_rows: { type: 'integer', default: 1000, min: 0, max: 1000000000 },
-  analyze_growth_percent: { type: 'integer', default: 10, min: 0, max: 1000 },
+  analyze_growth_percent: { type: 'integer', default: 100, min: 0, max: 1000 },
   /**
    * SQLite: once the WAL file reaches sqlite_checkpoint_from, its pages are copied into the
    * database by a thread of the server's own instead of in the commits that fill it

@@ -18,6 +18,12 @@
  * of a core. An advisory lock, held by the checking connection, keeps the servers on one database
  * from analysing at the same time: the one that does not get it skips its check. A failure is told
  * and tried again at the next check.
+ *
+ * By default a table is analysed again when its count has doubled (growthPercent 100): a plan
+ * made on a table goes wrong when the table grows by a factor, not by a tenth. With 10 %, a
+ * 10,000-node fleet's first runs analysed the directive rows and the drill-down keys 31 times
+ * each in five minutes (13 s of the database's 137 s of statements, about 180 ms each); doubling
+ * takes a table from 1,000 rows to a million in ten.
  */
 import type pg from 'pg';
 
@@ -31,7 +37,7 @@ export interface AnalyzeOptions {
   onError?: (message: string, err: unknown) => void;
 }
 
-export const ANALYZE_DEFAULTS: AnalyzeOptions = { intervalMs: 2_000, minRows: 1_000, growthPercent: 10 };
+export const ANALYZE_DEFAULTS: AnalyzeOptions = { intervalMs: 2_000, minRows: 1_000, growthPercent: 100 };
 
 /**
  * Tables of the current schema past the threshold: live rows now (`pg_stat_user_tables`, moved by
