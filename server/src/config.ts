@@ -78,7 +78,7 @@ export const SERVER_SCHEMA = {
      * Longest a run log waits for its batch to fill (it is written at once when nothing else is
      * coming). A batch's statements and their statement triggers cost the database about as much
      * for one run as for a few dozen: at a moderate rate a longer window means fewer, fuller
-     * batches (docs/capacity.md, "The batch window and the statistics at a fleet's pace").
+     * batches (docs/capacity.md, "The batch window and the planner statistics at a fleet's pace").
      */
     batch_window: { type: 'duration', default: '200ms', min: 0 },
     /**
