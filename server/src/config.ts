@@ -74,12 +74,7 @@ export const SERVER_SCHEMA = {
     worker_hold_size: { type: 'size', default: '4MiB', min: 0 },
     /** Most run logs stored in one transaction (one commit and one fsync for all of them). */
     batch_size: { type: 'integer', default: 64, min: 1, max: 1000 },
-    /**
-     * Longest a run log waits for its batch to fill (it is written at once when nothing else is
-     * coming). A batch's statements and their statement triggers cost the database about as much
-     * for one run as for a few dozen: at a moderate rate a longer window means fewer, fuller
-     * batches (docs/capacity.md, "The batch window and the planner statistics at a fleet's pace").
-     */
+    /** Longest a run log waits for its batch to fill (at once when nothing else is coming); why 200 ms: docs/capacity.md. */
     batch_window: { type: 'duration', default: '200ms', min: 0 },
     /**
      * Run logs of upload batches (what relays send) ingested straight from memory at once; past
