@@ -91,6 +91,21 @@ const UPSERT_SQL = `INSERT INTO node_compliance (node_id, run_id, run_started_at
     runs_seen = excluded.runs_seen, ${COUNT_COLUMNS.map((col) => `${col} = excluded.${col}`).join(', ')}
   RETURNING node_id, ${version('node_compliance')} AS version`;
 
+/**
+ * UPSERT_SQL's update for rows whose packed outcomes are the ones stored (a new policy judging
+ * the same run): everything but the outcomes, so that ~2.5 KB a node is neither sent back nor
+ * written again into the table's TOAST (the stored value keeps its place).
+ */
+const KEEP_OUTCOMES_SQL = `UPDATE node_compliance x SET run_id = v.run_id, run_started_at = v.run_started_at,
+    run_started_utc = v.run_started_utc, config_id = v.config_id, expected = v.expected, computed_at = v.computed_at,
+    applying_since_s = v.applying_since_s, answered_s = v.answered_s, keep_last_s = v.keep_last_s, runs_seen = v.runs_seen,
+    ${COUNT_COLUMNS.map((col) => `${col} = v.${col}`).join(', ')}
+  FROM ${unnestOf(['text', 'bigint', 'text', 'timestamptz', 'text', 'boolean', 'timestamptz', 'bigint', 'bigint', 'integer', 'bigint', ...COUNT_COLUMNS.map(() => 'integer')])}
+    AS v(node_id, run_id, run_started_at, run_started_utc, config_id, expected, computed_at, applying_since_s, answered_s,
+      keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')})
+  WHERE x.node_id = v.node_id AND x.outcomes_packed IS NOT NULL
+  RETURNING x.node_id, ${version('x')} AS version`;
+
 const PRUNE_SQL = `DELETE FROM node_compliance_directives x WHERE x.node_id = ANY($1::text[])
   AND NOT EXISTS (SELECT 1 FROM ${unnestOf(['text', 'text', 'text'], 2)} AS g(node_id, rule_id, directive_id)
     WHERE g.node_id = x.node_id AND g.rule_id = x.rule_id AND g.directive_id = x.directive_id)`;
@@ -204,7 +219,11 @@ const rowMap = (rows: ReturnType<typeof complianceRows>) => new Map(rows.directi
  */
 export async function writeComplianceMany(
   d: BatchDeps, c: pg.PoolClient,
-  entries: Array<{ input: ComplianceInput; at: string; version: string | undefined; countedFrom?: ExpectedComponent[]; f: FindingContext; sink: EventInsert[] }>,
+  entries: Array<{
+    input: ComplianceInput; at: string; version: string | undefined; countedFrom?: ExpectedComponent[]; f: FindingContext; sink: EventInsert[];
+    /** `input.outcomesPacked` is the value the node's row holds: it is not written again (KEEP_OUTCOMES_SQL). */
+    outcomesStored?: boolean;
+  }>,
 ): Promise<void> {
   const what = 'writeCompliance';
   const computed = entries.map((e) => {
@@ -238,16 +257,30 @@ export async function writeComplianceMany(
   // The node rows after the rows that go and before the new ones: a node whose time state moves
   // (a new policy: applying) has its directive rows moved between the kept counters by the node
   // row's trigger, so only the rows it keeps are moved, none taken out again or written twice.
-  const ins = computed.map(({ input }) => input);
-  const upserted = await d.db.query<{ node_id: string; version: string }>(what, c, {
-    name: 'compliance_upsert_batch',
-    text: UPSERT_SQL,
-    values: [pick(ins, (i) => i.nodeId), pick(ins, (i) => i.run?.id ?? null), pick(ins, (i) => i.run?.started_at ?? null),
-      pick(ins, (i) => i.run?.started_utc ?? null), pick(ins, (i) => i.run?.config_id ?? null), pick(ins, (i) => i.expected !== null && i.expected.length > 0),
-      pick(computed, (e) => e.at), pick(ins, (i) => packedOrNull(i.outcomes, i.outcomesPacked)), pick(ins, (i) => i.marks.applying_since_s),
-      pick(ins, (i) => i.marks.answered_s), pick(ins, (i) => i.marks.keep_last_s), pick(computed, (e) => e.f.runs_seen),
-      ...COUNT_COLUMNS.map((col) => pick(computed, (e) => e.rows.counts[col]))],
-  });
+  // Rows keeping their stored outcomes are updated without them; any such row not found (none
+  // while the caller holds the node's lock) is written whole with the rest.
+  const written = new Map<string, string>();
+  const head = (list: typeof computed) => [pick(list, (e) => e.input.nodeId), pick(list, (e) => e.input.run?.id ?? null),
+    pick(list, (e) => e.input.run?.started_at ?? null), pick(list, (e) => e.input.run?.started_utc ?? null), pick(list, (e) => e.input.run?.config_id ?? null),
+    pick(list, (e) => e.input.expected !== null && e.input.expected.length > 0), pick(list, (e) => e.at)];
+  const tail = (list: typeof computed) => [pick(list, (e) => e.input.marks.applying_since_s), pick(list, (e) => e.input.marks.answered_s),
+    pick(list, (e) => e.input.marks.keep_last_s), pick(list, (e) => e.f.runs_seen), ...COUNT_COLUMNS.map((col) => pick(list, (e) => e.rows.counts[col]))];
+  const keeping = computed.filter((e) => e.outcomesStored === true && e.input.outcomesPacked !== undefined);
+  if (keeping.length > 0) {
+    const { rows } = await d.db.query<{ node_id: string; version: string }>(what, c, {
+      name: 'compliance_keep_outcomes_batch', text: KEEP_OUTCOMES_SQL, values: [...head(keeping), ...tail(keeping)],
+    });
+    for (const r of rows) written.set(r.node_id, r.version);
+  }
+  const whole = computed.filter((e) => !written.has(e.input.nodeId));
+  if (whole.length > 0) {
+    const { rows } = await d.db.query<{ node_id: string; version: string }>(what, c, {
+      name: 'compliance_upsert_batch',
+      text: UPSERT_SQL,
+      values: [...head(whole), pick(whole, (e) => packedOrNull(e.input.outcomes, e.input.outcomesPacked)), ...tail(whole)],
+    });
+    for (const r of rows) written.set(r.node_id, r.version);
+  }
   // A node failing nowhere, before or now, has no finding to open or close (most runs).
   const failing = computed.filter(({ f, rows }) => f.failing_before > 0 || rows.counts.error + rows.counts.non_compliant > 0);
   const events = await d.findings.reconcileMany(c, failing.map(({ input, f, rows }) => ({
@@ -262,7 +295,6 @@ export async function writeComplianceMany(
         ...COUNT_COLUMNS.map((col) => pick(dirs, (x) => x.counts[col]))],
     });
   }
-  const written = new Map(upserted.rows.map((r) => [r.node_id, r.version]));
   for (const { input, now } of computed) {
     const v = written.get(input.nodeId);
     if (v !== undefined) d.cache.setRows(input.nodeId, v, now);

@@ -203,7 +203,9 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
     // The node's cache entries were dropped above: its rows are those its run counts against the
     // list of its previous policy when that is stored; else every row is written, the rest pruned.
     const countedFrom = counted.get(prior.get(it.nodeId) ?? '');
-    return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), f: findingContext(cur, null, it.when, []), sink };
+    // Its run's packed outcomes stay where they are: the same run is judged again.
+    return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), f: findingContext(cur, null, it.when, []), sink,
+      outcomesStored: input.outcomesPacked !== undefined };
   }));
   return todo.length;
 }
