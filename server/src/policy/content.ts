@@ -126,11 +126,17 @@ export function bundleJson(nodeId: string, configId: string, generatedAt: string
   return bundleText(nodeId, configId, generatedAt, directivesJson);
 }
 
+/**
+ * A list of expected components made read-only: the nodes sharing it are judged against it, and
+ * the judge keeps its index of a frozen list (shared compute.ts) instead of making it per run.
+ */
+export const frozen = (items: ExpectedComponent[]): ExpectedComponent[] => Object.freeze(items) as ExpectedComponent[];
+
 /** The directives of a group set, shared by the nodes in exactly those groups. */
 export function contentOf(model: PolicyModel, rules: readonly RuleDef[], groups: ReadonlySet<string>): Content {
   const directives = directivesFor(model, rules, groups);
   const keepLast = Math.max(0, ...[...groups].map((g) => (model.groups.get(g) ? keepLastSeconds(model.groups.get(g)!) : 0)));
-  return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: bundleExpectations(directives), stale: undefined, keepLast };
+  return { directives, json: JSON.stringify(directives), configId: computeConfigId(directives), expected: frozen(bundleExpectations(directives)), stale: undefined, keepLast };
 }
 
 /** A rule reaching a node, through which of its groups, with its directives (PolicyGenerator.explain). */

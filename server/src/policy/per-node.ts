@@ -10,7 +10,7 @@ import { canonicalJson, configIdOfCanonical, type BundleDirective } from '@capst
 import type { SealedSecret } from '@capstan/shared/policy/secrets';
 import { systemExpectations } from '@capstan/shared/policy/system';
 import type { ExpectedComponent, PolicyNodeInput, PolicyNodeRead } from '../store/store.js';
-import { expectationKey, propertyGroups, type Content, type PolicyModel } from './content.js';
+import { expectationKey, frozen, propertyGroups, type Content, type PolicyModel } from './content.js';
 import { jsonBytes, textBytes } from './plan-memory.js';
 import type { Json } from './properties.js';
 import {
@@ -249,7 +249,7 @@ export class NodeRendering {
     let expected = this.expectations.get(t.expectedKey);
     if (!expected) {
       if (!t.expected) throw new Error(`render thread sent expectations ${t.expectedKey} by key before sending them`);
-      this.expectations.set(t.expectedKey, (expected = t.expected));
+      this.expectations.set(t.expectedKey, (expected = frozen(t.expected)));
     }
     const secrets: Record<string, SealedSecret> = {};
     if (t.secrets.length > 0) {
@@ -375,7 +375,7 @@ export class NodeRendering {
   private expectedOf(k: string, parts: readonly DirectiveText[]): ExpectedComponent[] {
     const known = this.expectations.get(k);
     if (known) return known;
-    const e = [...systemExpectations(), ...parts.flatMap((p) => p.expected)];
+    const e = frozen([...systemExpectations(), ...parts.flatMap((p) => p.expected)]);
     this.expectations.set(k, e);
     return e;
   }

@@ -265,5 +265,7 @@ export function checkExpectations(configId: string, items: ExpectedComponent[]):
     out.push(e);
   }
   const json = toJson(out, 'expectations', { nul: false });
-  return { items: out, json, digest: expectationsDigest(json) };
+  // Frozen: the nodes of a batch sharing the list are judged against it, and the judge keeps the
+  // index of a frozen list (shared compute.ts) rather than making one per node.
+  return { items: Object.freeze(out) as ExpectedComponent[], json, digest: expectationsDigest(json) };
 }

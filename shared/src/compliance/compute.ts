@@ -57,8 +57,17 @@ export function isInformational(eventType: string): boolean {
 
 /** The state of a component's outcome (its worst report type), null for information only. */
 export function stateOf(eventType: string): RunState | null {
-  if (Object.hasOwn(REPORT_TYPE_STATE, eventType)) return REPORT_TYPE_STATE[eventType]!;
-  return isInformational(eventType) ? null : 'unexpected';
+  // Compared, not looked up: a run's outcomes are parsed afresh, and looking a new string up
+  // in REPORT_TYPE_STATE (or a Map) hashes it first; a hundred of them per run judged.
+  switch (eventType) {
+    case 'result_success': return 'success';
+    case 'audit_compliant': return 'audit_compliant';
+    case 'result_repaired': return 'repaired';
+    case 'result_error': case 'audit_error': return 'error';
+    case 'audit_noncompliant': return 'non_compliant';
+    case 'result_na': case 'audit_na': case 'audit_notapplicable': return 'not_applicable';
+    default: return isInformational(eventType) ? null : 'unexpected';
+  }
 }
 
 export function zeroCounts(): ComplianceCounts {
@@ -174,32 +183,116 @@ export interface ComplianceResult {
 const key = (r: string, d: string, c: string) => `${r}\u0000${d}\u0000${c}`;
 
 /**
+ * An expectation list's components, each once, in order, with where each one's outcome goes and
+ * which (rule, directive) it counts under: made once per list (a fleet's nodes share a handful
+ * of lists, kept parsed by the server), so judging a run looks each outcome up by its three ids
+ * instead of joining them into a key, and tallies without joining two more.
+ */
+interface ListIndex {
+  unique: readonly ExpectedComponent[];
+  /** rule → directive → component → position in `unique`. */
+  slots: Map<string, Map<string, Map<string, number>>>;
+  /** The (rule, directive) pairs in order of first appearance, and each position's pair. */
+  directives: Array<{ rule_id: string; directive_id: string }>;
+  directiveOf: number[];
+  /** rule → directive → position in `directives`. */
+  directiveIndex: Map<string, Map<string, number>>;
+}
+
+const LIST_INDEXES = new WeakMap<readonly ExpectedComponent[], ListIndex>();
+
+/** `m.get(a)`, made empty first when absent. */
+function inner<K, V>(m: Map<K, V>, a: K, make: () => V): V {
+  let v = m.get(a);
+  if (v === undefined) m.set(a, (v = make()));
+  return v;
+}
+
+/** The index of `expected`, kept while the list lives when it is frozen (a list that may change is indexed each time). */
+function listIndex(expected: readonly ExpectedComponent[]): ListIndex {
+  let ix = LIST_INDEXES.get(expected);
+  if (ix !== undefined) return ix;
+  const unique: ExpectedComponent[] = [];
+  const slots = new Map<string, Map<string, Map<string, number>>>();
+  const directives: ListIndex['directives'] = [];
+  const directiveOf: number[] = [];
+  const directiveIndex = new Map<string, Map<string, number>>();
+  for (const e of expected) {
+    const components = inner(inner(slots, e.rule_id, () => new Map<string, Map<string, number>>()), e.directive_id, () => new Map<string, number>());
+    if (components.has(e.component)) continue;
+    components.set(e.component, unique.length);
+    unique.push(e);
+    const byDirective = inner(directiveIndex, e.rule_id, () => new Map<string, number>());
+    let d = byDirective.get(e.directive_id);
+    if (d === undefined) {
+      byDirective.set(e.directive_id, (d = directives.length));
+      directives.push({ rule_id: e.rule_id, directive_id: e.directive_id });
+    }
+    directiveOf.push(d);
+  }
+  ix = { unique, slots, directives, directiveOf, directiveIndex };
+  if (Object.isFrozen(expected)) LIST_INDEXES.set(expected, ix);
+  return ix;
+}
+
+/**
  * Compare what was expected with what a run reported (the module comment has the rules).
  * `expected` null or empty: no expectations, the received outcomes count as they are.
+ * The items come in the list's order (each component once), then the unexpected ones in the
+ * order they were first reported; a component reported twice counts its last outcome.
  */
 export function computeCompliance(expected: readonly ExpectedComponent[] | null, outcomes: readonly RunOutcome[]): ComplianceResult {
-  const received = new Map<string, RunOutcome>();
-  for (const o of outcomes) received.set(key(o.rule_id, o.directive_id, o.component), o);
-  const items: ComplianceItem[] = [];
-  const itemOf = (o: RunOutcome, unexpected: boolean) => {
-    const state = unexpected ? 'unexpected' : stateOf(o.outcome);
-    if (state !== null) items.push({ rule_id: o.rule_id, directive_id: o.directive_id, component: o.component, state, outcome: o.outcome, count: o.count });
-  };
-  if (expected !== null && expected.length > 0) {
-    const wanted = new Set<string>();
-    for (const e of expected) {
-      const k = key(e.rule_id, e.directive_id, e.component);
-      if (wanted.has(k)) continue;
-      wanted.add(k);
-      const got = received.get(k);
-      if (got && stateOf(got.outcome) !== null) itemOf(got, false);
-      else items.push({ rule_id: e.rule_id, directive_id: e.directive_id, component: e.component, state: 'missing', outcome: null, count: 0 });
+  if (expected === null || expected.length === 0) {
+    const received = new Map<string, RunOutcome>();
+    for (const o of outcomes) received.set(key(o.rule_id, o.directive_id, o.component), o);
+    const items: ComplianceItem[] = [];
+    for (const o of received.values()) {
+      const state = stateOf(o.outcome);
+      if (state !== null) items.push({ rule_id: o.rule_id, directive_id: o.directive_id, component: o.component, state, outcome: o.outcome, count: o.count });
     }
-    for (const [k, o] of received) if (!wanted.has(k)) itemOf(o, true);
-  } else {
-    for (const o of received.values()) itemOf(o, false);
+    return { items, ...tally(items) };
   }
-  return { items, ...tally(items) };
+  const ix = listIndex(expected);
+  const got: Array<RunOutcome | undefined> = new Array<RunOutcome | undefined>(ix.unique.length);
+  let extra: Map<string, RunOutcome> | undefined;
+  for (const o of outcomes) {
+    const slot = ix.slots.get(o.rule_id)?.get(o.directive_id)?.get(o.component);
+    if (slot !== undefined) got[slot] = o;
+    else (extra ??= new Map()).set(key(o.rule_id, o.directive_id, o.component), o);
+  }
+  const counts = zeroCounts();
+  const directives: DirectiveCounts[] = ix.directives.map((d) => ({ rule_id: d.rule_id, directive_id: d.directive_id, counts: zeroCounts() }));
+  const items: ComplianceItem[] = [];
+  for (let s = 0; s < ix.unique.length; s++) {
+    const o = got[s];
+    const state = o === undefined ? null : stateOf(o.outcome);
+    const item: ComplianceItem = o !== undefined && state !== null
+      ? { rule_id: o.rule_id, directive_id: o.directive_id, component: o.component, state, outcome: o.outcome, count: o.count }
+      : { rule_id: ix.unique[s]!.rule_id, directive_id: ix.unique[s]!.directive_id, component: ix.unique[s]!.component, state: 'missing', outcome: null, count: 0 };
+    items.push(item);
+    counts[item.state]++;
+    directives[ix.directiveOf[s]!]!.counts[item.state]++;
+  }
+  if (extra !== undefined) {
+    let more: Map<string, DirectiveCounts> | undefined;
+    for (const o of extra.values()) {
+      items.push({ rule_id: o.rule_id, directive_id: o.directive_id, component: o.component, state: 'unexpected', outcome: o.outcome, count: o.count });
+      counts.unexpected++;
+      const d = ix.directiveIndex.get(o.rule_id)?.get(o.directive_id);
+      if (d !== undefined) {
+        directives[d]!.counts.unexpected++;
+        continue;
+      }
+      const dk = `${o.rule_id}\u0000${o.directive_id}`;
+      let dc = (more ??= new Map()).get(dk);
+      if (dc === undefined) {
+        more.set(dk, (dc = { rule_id: o.rule_id, directive_id: o.directive_id, counts: zeroCounts() }));
+        directives.push(dc);
+      }
+      dc.counts.unexpected++;
+    }
+  }
+  return { items, counts, directives };
 }
 
 /** Counts of items, in total and per (rule, directive). */

@@ -15,6 +15,7 @@ import { iso } from '../postgres/db.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
 import type { EventInsert } from '../events/types.js';
 import { unpackOutcomes } from '../runs/outcomes.js';
+import type { RunSummaryOutcome } from '../runs/types.js';
 import { epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput } from './rows.js';
 import { version, writeComplianceMany, type BatchDeps } from './postgres-batch.js';
 import type { CheckedExpectations } from '../input.js';
@@ -123,14 +124,14 @@ const MARKS_SQL = `WITH u AS (UPDATE node_compliance x SET computed_at = v.compu
  * sameRowsUnder), so the same rows and totals come out; it fails nowhere, so no finding opens or
  * closes; and its outcomes are packed (or there are none), as the full write would leave them.
  */
-function marksOnly(cur: Record<string, unknown> | undefined, prior: string | undefined, it: PolicyExpectation, counted: ReadonlyMap<string, ExpectedComponent[]>): boolean {
+function marksOnly(cur: Record<string, unknown> | undefined, prior: string | undefined, it: PolicyExpectation, counted: ReadonlyMap<string, ExpectedComponent[]>,
+  outcomesOf: (cur: Record<string, unknown>) => RunSummaryOutcome[]): boolean {
   if (cur === undefined || prior === undefined || Number(cur.error) + Number(cur.non_compliant) !== 0) return false;
   if (cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0)) return false;
   if (prior === it.expected.digest) return true;
   const before = counted.get(prior);
   if (before === undefined) return false;
-  const outcomes = cur.run_id !== null ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [];
-  return sameRowsUnder(outcomes, listDelta(before, it.expected.items));
+  return sameRowsUnder(cur.run_id !== null ? outcomesOf(cur) : [], listDelta(before, it.expected.items));
 }
 
 /**
@@ -175,7 +176,14 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   };
   const counted = await listsOf(d, c, todo.flatMap((it) => (prior.has(it.nodeId) ? [prior.get(it.nodeId)!] : [])));
   // Most nodes of a generation whose templates moved only values: the same components, the same rows.
-  const moving = todo.filter((it) => marksOnly(current.get(it.nodeId), prior.get(it.nodeId), it, counted));
+  // A node's outcomes unpacked once: looked at to see whether its rows stay, then judged when they do not.
+  const unpacked = new Map<string, RunSummaryOutcome[]>();
+  const outcomesOf = (cur: Record<string, unknown>) => {
+    let o = unpacked.get(cur.node_id as string);
+    if (o === undefined) unpacked.set(cur.node_id as string, (o = unpackOutcomes(cur.outcomes_packed, cur.outcomes)));
+    return o;
+  };
+  const moving = todo.filter((it) => marksOnly(current.get(it.nodeId), prior.get(it.nodeId), it, counted, outcomesOf));
   if (moving.length > 0) {
     const marks = moving.map(marksOf);
     const { rows: moved } = await d.db.query<{ node_id: string; version: string; new_version: string }>(what, c, {
@@ -194,7 +202,7 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
       ? {
         nodeId: it.nodeId,
         run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id as string | null },
-        outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+        outcomes: outcomesOf(cur),
         ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
         expected: it.expected.items,
         marks,
