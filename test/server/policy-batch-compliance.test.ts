@@ -4,10 +4,10 @@
  * node gives. Two stores of a kind take the same random registrations, runs (some failing, so
  * findings open and close) and policies, one through putPolicies batches and one node by node.
  * Most policies have a config id new to the node, some of them with the node's expectations as
- * they were or with one component renamed; some write the node's policy again, with the same
- * expectations (their keys in another order) or with new ones (an older server's, brought up to
- * date). The kept thresholds are swept to each round's moment first, so policies move nodes
- * between kept time modes. The kept counters must also equal the fresh sums. On PostgreSQL,
+ * they were, with one component renamed or with components added; some write the node's policy
+ * again, with the same expectations (their keys in another order) or with new ones (an older
+ * server's, brought up to date). The kept thresholds are swept to each round's moment first, so
+ * policies move nodes between kept time modes. The kept counters must also equal the fresh sums. On PostgreSQL,
  * writing the same policy again must leave the compliance rows alone, and two generations at once
  * beside the ingest's batches must not deadlock.
  */
@@ -19,34 +19,19 @@ import { postgresBackend, sqliteTemplateBackend } from './backends.js';
 import { pgAdmin, pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { prng } from '../helpers/prng.js';
+import { snapshot } from './policy-snapshot.js';
 
 const NODES = Array.from({ length: 24 }, (_, i) => `b${String(i).padStart(2, '0')}`);
 const COMPONENTS = [
   ['r1', 'd1', 'File /etc/motd'], ['r1', 'd1', 'Service sshd'], ['r1', 'd2', 'Package vim'],
   ['r2', 'd3', 'Command check'], ['r2', 'd3', 'Sysctl'], ['r3', 'd4', 'User ops'], ['r3', 'd5', 'Cron'],
 ] as const;
+/** Components only ever added to a list, never reported by a run: under a directive runs report on, and under one of their own. */
+const ADDED_ONLY = [['r1', 'd2', 'Package git'], ['r4', 'd6', 'Firewall']] as const;
 const OUTCOMES = ['result_success', 'result_repaired', 'result_error', 'result_na', 'audit_compliant', 'audit_noncompliant'];
 const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
-
-/** Every directive row as stored: the aggregates above them can hide a stale one (an applying node shows no unexpected item). */
-const ROWS_SQL = `SELECT node_id, rule_id, directive_id, ${RUN_STATES.join(', ')} FROM node_compliance_directives ORDER BY node_id, rule_id, directive_id`;
-
-async function snapshot(store: Store, db: Db, clock: ComplianceClock) {
-  const nodes = [];
-  for (const id of NODES) nodes.push(await store.getComplianceBase(id));
-  return {
-    nodes,
-    rows: await db.rows!(ROWS_SQL),
-    list: await store.complianceNodes(null, 1000, clock),
-    directives: await store.complianceByRule('directive', clock),
-    rules: await store.complianceByRule('rule', clock),
-    summary: await store.complianceSummary([], clock),
-    findings: (await store.listFindings({}, 1, 1000)).data,
-    events: (await store.listEvents({}, 1000)).map(({ id: _id, ...e }) => e),
-  };
-}
 
 /** Drive one store; `batch` chooses putPolicies or setExpectations per node. Returns a snapshot per round. */
 async function drive(store: Store, db: Db, batch: boolean) {
@@ -92,9 +77,14 @@ async function drive(store: Store, db: Db, batch: boolean) {
       // stored directive rows are kept as they were counted, only its marks move. Some with a
       // component renamed (a method's new name): the rows stay when the run had not reported on
       // it (missing either way) and move when it had (its report now unexpected).
+      // Some with components added (a directive added to a rule): the rows follow from the
+      // stored ones when the run reported on none of them, else from the run.
+      const added = () => [...COMPONENTS, ...ADDED_ONLY].filter(([rule_id, directive_id, component]) => !had!.expected.some((c) => c.rule_id === rule_id && c.directive_id === directive_id && c.component === component))
+        .filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
       const expected = had && pick >= 0.35 && pick < 0.55 ? had.expected
         : had && had.expected.length > 0 && pick >= 0.55 && pick < 0.7 ? had.expected.map((c, k) => (k === 0 ? { ...c, component: `${c.component} (renamed)` } : c))
-          : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+          : had && had.expected.length > 0 && pick >= 0.7 && pick < 0.85 ? [...had.expected, ...added()]
+            : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
       const configId = had && pick < 0.35 ? had.configId : `cfg-${round}-${r.int(3)}`;
       writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, ...(configId === had?.configId && { expectationsOnly: true }) });
       written.set(id, { configId, expected });
@@ -105,7 +95,7 @@ async function drive(store: Store, db: Db, batch: boolean) {
     const clock = clockAt(now);
     out.push({
       writes: writes.length,
-      snap: await snapshot(store, db, clock),
+      snap: await snapshot(store, db, clock, NODES),
       fresh: { directives: await store.complianceByRuleFresh('directive', clock), summary: await store.complianceSummaryFresh(clock) },
     });
   }

@@ -59,13 +59,17 @@ export const COMPLIANCE_ROWS = new MultiRow(UPSERT_COMPLIANCE.slice(0, UPSERT_CO
 export const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directives (node_id, rule_id, directive_id, ${COUNT_COLUMNS.join(', ')})`, 3 + COUNT_COLUMNS.length,
   `ON CONFLICT (node_id, rule_id, directive_id) DO UPDATE SET ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`);
 
-/** A node's compliance input after a policy change: its stored last complete run (`cur`, if any) against `expected`. */
-export function policyInput(nodeId: string, cur: Record<string, unknown> | undefined, expected: ExpectedComponent[], marks: NodeTimeMarks): ComplianceInput {
+/**
+ * A node's compliance input after a policy change: its stored last complete run (`cur`, if any)
+ * against `expected`. `unpack` false: the outcomes are left packed (the caller counts the rows
+ * otherwise, and the row's packed value is written back as it is).
+ */
+export function policyInput(nodeId: string, cur: Record<string, unknown> | undefined, expected: ExpectedComponent[], marks: NodeTimeMarks, unpack = true): ComplianceInput {
   if (cur === undefined || cur.run_id === null) return { nodeId, run: null, outcomes: [], expected, marks };
   return {
     nodeId,
     run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-    outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+    outcomes: unpack ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
     ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
     expected,
     marks,

@@ -28,6 +28,8 @@ import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
 import { BatchCounters, withMembersCounted } from './sqlite-batch-counters.js';
+import { countsOfRows, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
+import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
 import {
@@ -175,7 +177,9 @@ export class SqliteCompliance implements ComplianceStore {
    * expectations (the caller compared their digests): neither read nor written, and when the
    * node fails nowhere its compliance row has only its time marks updated. `rowsFrom`: the
    * digest of the list they were counted against, when another: neither read nor written either
-   * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder).
+   * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder), and
+   * when it only adds components, its rows are made from the stored ones without its run's
+   * outcomes, unless the run may have reported on one of them (additions.ts).
    */
   recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>): void {
     if (items.length === 0) return;
@@ -184,9 +188,34 @@ export class SqliteCompliance implements ComplianceStore {
     const compliance: unknown[][] = [];
     const marksOnly: unknown[][] = [];
     const applyingOnly: unknown[][] = [];
-    const reconcile: Array<() => void> = [];
+    // Findings reconciled in the batch's order, as one recompute per node would (their ids and events follow it).
+    const reconcile: Array<{ at: number; run: () => void }> = [];
     const moved: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
-    for (const it of items) {
+    type Item = (typeof items)[number];
+    // Most often only the applying mark moves: the silence index (answer time + keep) is then left alone.
+    const marksRow = (it: Item, cur: Record<string, unknown>, marks: NodeTimeMarks) => (cur.answered_s === marks.answered_s && cur.keep_last_s === marks.keep_last_s
+      ? applyingOnly.push([it.nodeId, it.when, marks.applying_since_s])
+      : marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]));
+    /** The node judged from its run. */
+    const judge = (at: number, it: Item, cur: Record<string, unknown> | undefined, marks: NodeTimeMarks, quiet: boolean, before: ExpectedComponent[] | null) => {
+      const input = policyInput(it.nodeId, cur, it.items, marks);
+      // A list that differs only in components the run did not report on (a template's new
+      // values renamed a component) counts the same directive rows, and so the same totals.
+      const sameRows = it.rowsKept || (before !== null && sameRowsUnder(input.outcomes, listDelta(before, it.items)));
+      if (sameRows && quiet) return void marksRow(it, cur!, marks);
+      const f = findingContext(cur, null, it.when, []);
+      const { counts, directives, items: states } = complianceRows(input);
+      compliance.push(complianceValues(input, it.when, f, counts));
+      if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
+        reconcile.push({ at, run: () => this.events.write(this.findings.reconcile({
+          node_id: it.nodeId, run: f.run, at: f.at, items: states, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
+        })) });
+      }
+      if (!sameRows) moved.push({ nodeId: it.nodeId, directives });
+    };
+    // Quiet nodes whose new list only adds components: their rows follow from the stored ones (additions.ts).
+    const adding: Array<{ at: number; it: Item; cur: Record<string, unknown>; marks: NodeTimeMarks; before: ExpectedComponent[]; added: ReadonlyMap<string, DirectiveAddition> }> = [];
+    for (const [at, it] of items.entries()) {
       const cur = current.get(it.nodeId);
       const hasRun = cur !== undefined && cur.run_id !== null;
       const marks = nextMarks(marksFromRow(cur), {
@@ -196,44 +225,37 @@ export class SqliteCompliance implements ComplianceStore {
       // Failing nowhere, its outcomes packed: the same counts open no finding and pack nothing.
       const quiet = cur !== undefined && Number(cur.error) + Number(cur.non_compliant) === 0
         && (cur.outcomes_packed !== null || cur.outcomes === UNPACKED_PLACEHOLDER);
-      // Most often only the applying mark moves: the silence index (answer time + keep) is then left alone.
-      const marksRow = () => (cur!.answered_s === marks.answered_s && cur!.keep_last_s === marks.keep_last_s
-        ? applyingOnly.push([it.nodeId, it.when, marks.applying_since_s])
-        : marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]));
       // Rows kept: the same run against the same list counts what the row holds, so only its
       // time marks move (the outcomes neither unpacked nor judged again).
       if (it.rowsKept && quiet) {
-        marksRow();
+        marksRow(it, cur!, marks);
         continue;
       }
-      const input = policyInput(it.nodeId, cur, it.items, marks);
-      // A list that differs only in components the run did not report on (a template's new
-      // values renamed a component) counts the same directive rows, and so the same totals.
       const before = it.rowsFrom === undefined || cur === undefined ? null : this.list(it.rowsFrom);
-      const sameRows = it.rowsKept || (before !== null && sameRowsUnder(input.outcomes, listDelta(before, it.items)));
-      if (sameRows && quiet) {
-        marksRow();
-        continue;
-      }
-      const f = findingContext(cur, null, it.when, []);
-      const { counts, directives, items: states } = complianceRows(input);
-      compliance.push(complianceValues(input, it.when, f, counts));
-      if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
-        reconcile.push(() => this.events.write(this.findings.reconcile({
-          node_id: it.nodeId, run: f.run, at: f.at, items: states, reports: f.reports, runs_seen: f.runs_seen, last_seen: f.last_seen,
-        })));
-      }
-      if (sameRows) continue;
-      moved.push({ nodeId: it.nodeId, directives });
+      const added = quiet && hasRun && before !== null ? listAdditions(before, it.items) : null;
+      if (added?.size === 0) marksRow(it, cur!, marks);
+      else if (added) adding.push({ at, it, cur: cur!, marks, before: before!, added });
+      else judge(at, it, cur, marks, quiet, before);
     }
     const stored = new Map<string, unknown[][]>();
-    if (moved.length) {
-      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(moved.map((m) => m.nodeId))) as unknown[][]) {
+    if (moved.length + adding.length > 0) {
+      const ids = [...moved.map((m) => m.nodeId), ...adding.map((a) => a.it.nodeId)];
+      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(ids)) as unknown[][]) {
         const nodeId = r[0] as string;
         let list = stored.get(nodeId);
         if (!list) stored.set(nodeId, (list = []));
         list.push(r.slice(1));
       }
+    }
+    for (const { at, it, cur, marks, before, added } of adding) {
+      const directives = rowsWithAdditions(stored.get(it.nodeId) ?? [], added);
+      if (directives === null) {
+        judge(at, it, cur, marks, true, before);
+        continue;
+      }
+      const input = policyInput(it.nodeId, cur, it.items, marks, false);
+      compliance.push(complianceValues(input, it.when, findingContext(cur, null, it.when, []), countsOfRows(directives)));
+      moved.push({ nodeId: it.nodeId, directives });
     }
     const remove: Array<[string, string, string]> = [];
     const upsert: unknown[][] = [];
@@ -252,7 +274,7 @@ export class SqliteCompliance implements ComplianceStore {
     COMPLIANCE_ROWS.run(this.db, compliance);
     if (marksOnly.length) this.db.stmt(UPDATE_MARKS_MANY).run(JSON.stringify(marksOnly));
     if (applyingOnly.length) this.db.stmt(UPDATE_APPLYING_MANY).run(JSON.stringify(applyingOnly));
-    for (const r of reconcile) r();
+    for (const r of reconcile.sort((a, b) => a.at - b.at)) r.run();
     DIRECTIVE_ROWS.run(this.db, upsert);
     counters?.finish(moved.filter((m) => deferred.has(m.nodeId)).map((m) => ({ nodeId: m.nodeId, before: stored.get(m.nodeId) ?? [], after: m.directives })));
     if (deferred.size) for (const sql of SQLITE_DEFERRED_TARGETS) this.db.stmt(sql).run();
