@@ -35,8 +35,9 @@ export const EXTERNAL = [
   { id: 'registry', module: '@capstan/bench/registry', exportName: 'benchRegistry', title: 'registry (100,000 nodes)' },
   { id: 'agent', module: '@capstan/bench/agent', exportName: 'benchAgent', title: 'agent run (50 directives)' },
   { id: 'policy', module: '@capstan/bench/policy', exportName: 'benchPolicy', title: 'policy generation (100,000 nodes, SQLite and PostgreSQL)',
-    // Two 100,000-node loads and eight generations each.
-    timeoutMs: 1_200_000, unit: 'server' },
+    // Two 100,000-node loads and eight generations each, then three more loads (the fleet whose
+    // runs reported) and five generations.
+    timeoutMs: 2_400_000, unit: 'server' },
   { id: 'changes', module: '@capstan/bench/changes', exportName: 'benchChanges', title: 'changes and compliance export (100,000 nodes × 7 days)' },
   { id: 'console', module: '@capstan/bench/console', exportName: 'benchConsole', title: 'console pages: server time per page (100,000 nodes, SQLite and PostgreSQL)',
     // Two 100,000-node loads and generations, every page afresh: over 10 minutes under load.
@@ -56,6 +57,7 @@ const TARGETS = [
   // #6: "100,000 nodes regenerate in ≤ 10 s"
   { bench: 'policy', test: /^(postgres\.)?first_ms$/, target: { op: '<=', value: 10_000 } },
   { bench: 'policy', test: /^(postgres\.)?templated_first_ms$/, target: { op: '<=', value: 10_000 } },
+  { bench: 'policy', test: /^reported\.(sqlite|postgres)\.(first|rule_change)_ms$/, target: { op: '<=', value: 10_000 } },
   { bench: 'agent', test: /rss.*mb$/i, target: { op: '<=', value: 80 } },
   { bench: 'relay', test: /put.*per.?s(ec)?$/i, target: { op: '>=', value: 3000 } },
   { bench: 'relay', test: /rss.*mb$/i, target: { op: '<=', value: 150 } },

@@ -14,6 +14,8 @@
  * in wall and CPU time (`*_cpu_ms`, this process's user + system: on a machine shared with other
  * work, the wall time also counts waiting for a core); on PostgreSQL also the CPU time of the
  * database backends serving the store (`*_db_cpu_ms`, from /proc, when the server is local).
+ * This fleet's runs carry no outcomes; under `reported`, a fleet whose runs reported on every
+ * component is timed too (policy-reported.ts).
  */
 import { randomBytes } from 'node:crypto';
 import Database from 'better-sqlite3';
@@ -22,6 +24,7 @@ import { silentLogger } from '@capstan/shared';
 import { PolicyGenerator } from '@capstan/server/policy/generate';
 import { defaultRenderThreads } from '@capstan/server/policy/render-pool';
 import { endedChildrenCpuSeconds, parentPid, processCpuSeconds, processSetDelta, type ProcessSetSample } from './proc-cpu.js';
+import { benchReported, type ReportedResult } from './policy-reported.js';
 import { loadPostgres, loadSqlite } from './registry.js';
 import { withPostgres, withSqlite, withSqliteStore, type Store } from './store.js';
 
@@ -135,7 +138,7 @@ function sqliteBundleBytes(path: string): number {
 type DbCpuSample = () => Promise<ProcessSetSample | null>;
 
 /** A step's stats with the CPU time this process spent in it, and with `db` the database backends' (ms). */
-async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ value: T; cpu_ms: number; db_cpu_ms: number | null }> {
+export async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ value: T; cpu_ms: number; db_cpu_ms: number | null }> {
   const d0 = await db?.();
   const c0 = process.cpuUsage();
   const value = await fn();
@@ -153,7 +156,7 @@ async function cpuTimed<T>(fn: () => Promise<T>, db?: DbCpuSample): Promise<{ va
  * from /proc, with the postmaster's collected CPU of those that closed: null when the server is
  * not on this machine.
  */
-function backendCpu(admin: pg.Client, name: string): DbCpuSample {
+export function backendCpu(admin: pg.Client, name: string): DbCpuSample {
   let postmaster: number | null | undefined;
   return async () => {
     if (postmaster === undefined) {
@@ -180,10 +183,15 @@ export interface PolicyBenchOptions {
   databaseUrl?: string;
   /** false: PostgreSQL only (the SQLite figures left out). */
   sqlite?: boolean;
+  /** false: without the fleet whose runs reported (policy-reported.ts). */
+  reported?: boolean;
 }
 
-/** SQLite's figures at the top level (as they always were), PostgreSQL's under `postgres`. */
-export type PolicyBenchOutput = Partial<PolicyBenchResult> & { postgres?: PolicyBenchResult };
+/**
+ * SQLite's figures at the top level (as they always were), PostgreSQL's under `postgres`, and
+ * those of the fleet whose runs reported under `reported`.
+ */
+export type PolicyBenchOutput = Partial<PolicyBenchResult> & { postgres?: PolicyBenchResult; reported?: { sqlite?: ReportedResult; postgres?: ReportedResult } };
 
 /** 1 % of the fleet, by id (registry.ts's node i; every hundredth is pending, none of these). */
 const onePercentOf = (nodes: number) => Array.from({ length: Math.max(1, Math.floor(nodes / 100)) }, (_, k) => `00000000-0000-4000-8000-${String(k * 100 + 3).padStart(12, '0')}`);
@@ -212,6 +220,15 @@ export async function benchPolicy(opts: PolicyBenchOptions = {}): Promise<Policy
       log(`postgres policy bench: ${nodes} nodes loaded in ${Date.now() - t0} ms`);
       return measure(store, nodes, PG_WRITE_BATCHES, (line) => log(`postgres ${line}`), () => loadNodeDataPostgres(admin), backendCpu(admin, app), async () => Number((await admin.query(
         "SELECT pg_total_relation_size('policy_bundles') + coalesce(pg_total_relation_size(to_regclass('policy_texts')), 0) AS b")).rows[0].b));
+    });
+  }
+  if (opts.reported !== false) {
+    const app = `capstan_policy_bench_${randomBytes(4).toString('hex')}`;
+    const url = opts.databaseUrl ? new URL(opts.databaseUrl) : null;
+    url?.searchParams.set('application_name', app);
+    out.reported = await benchReported({
+      nodes, log: (line) => log(`reported: ${line}`), sqlite: opts.sqlite !== false, timed: (fn) => cpuTimed(fn),
+      ...(url && { postgres: { url: url.toString(), writeBatches: PG_WRITE_BATCHES, timed: (admin: pg.Client) => (fn) => cpuTimed(fn, backendCpu(admin, app)) } }),
     });
   }
   return out;
