@@ -64,22 +64,28 @@ export function listAdditions(a: List, b: List): ReadonlyMap<string, DirectiveAd
  * reported on one of them: judge it from the run).
  */
 export function rowsWithAdditions(stored: readonly unknown[][], added: ReadonlyMap<string, DirectiveAddition>): DirectiveRow[] | null {
-  const rows: DirectiveRow[] = [];
+  const rows = directiveRowsOf(stored);
   const met = new Set<string>();
-  for (const r of stored) {
-    const counts = zeroCounts();
-    COUNT_COLUMNS.forEach((c, i) => (counts[c] = Number(r[i + 2])));
-    const k = directiveKey(r[0] as string, r[1] as string);
+  for (const { rule_id, directive_id, counts } of rows) {
+    const k = directiveKey(rule_id, directive_id);
     const a = added.get(k);
     if (a) {
       if (counts.unexpected !== 0) return null;
       counts.missing += a.added;
       met.add(k);
     }
-    rows.push({ rule_id: r[0] as string, directive_id: r[1] as string, counts });
   }
   for (const [k, a] of added) if (!met.has(k)) rows.push({ rule_id: a.rule_id, directive_id: a.directive_id, counts: { ...zeroCounts(), missing: a.added } });
   return rows;
+}
+
+/** Stored directive rows (arrays in DIRECTIVE_ROW_COLUMNS order) as rows. */
+export function directiveRowsOf(stored: readonly unknown[][]): DirectiveRow[] {
+  return stored.map((r) => {
+    const counts = zeroCounts();
+    COUNT_COLUMNS.forEach((c, i) => (counts[c] = Number(r[i + 2])));
+    return { rule_id: r[0] as string, directive_id: r[1] as string, counts };
+  });
 }
 
 /** A node's counts: the sum of its directive rows (each item is under one). */

@@ -20,7 +20,7 @@ import type { EventInsert } from '../events/types.js';
 import type { NodeRecord } from '../nodes/types.js';
 import { UNPACKED_PLACEHOLDER, packedOrNull, runOutcomes } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
-import { complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput, type FindingContext } from './rows.js';
+import { complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput, type ComplianceRows, type DirectiveRow, type FindingContext } from './rows.js';
 import type { DirectiveCache } from './directive-cache.js';
 import type { ExpectedComponent } from './types.js';
 
@@ -208,7 +208,7 @@ async function expectationsOf(d: BatchDeps, what: string, c: pg.PoolClient, node
 const rowKey = (x: { rule_id: string; directive_id: string }) => `${x.rule_id}\n${x.directive_id}`;
 
 /** A node's directive rows as the cache holds them: counts by key. */
-const rowMap = (rows: ReturnType<typeof complianceRows>) => new Map(rows.directives.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
+const rowMap = (rows: readonly DirectiveRow[]) => new Map(rows.map((x) => [rowKey(x), COUNT_COLUMNS.map((col) => x.counts[col]).join(',')]));
 
 /**
  * Node rows, findings and per-directive rows of several nodes (one entry each) recomputed. For a
@@ -223,14 +223,16 @@ export async function writeComplianceMany(
     input: ComplianceInput; at: string; version: string | undefined; countedFrom?: ExpectedComponent[]; f: FindingContext; sink: EventInsert[];
     /** `input.outcomesPacked` is the value the node's row holds: it is not written again (KEEP_OUTCOMES_SQL). */
     outcomesStored?: boolean;
+    /** The node's rows made without judging its run (additions.ts; it fails nowhere), and its rows as stored. */
+    made?: { rows: ComplianceRows; stored: readonly DirectiveRow[] };
   }>,
 ): Promise<void> {
   const what = 'writeCompliance';
   const computed = entries.map((e) => {
-    const rows = complianceRows(e.input);
-    const held = e.countedFrom !== undefined ? rowMap(complianceRows({ ...e.input, expected: e.countedFrom }))
+    const rows = e.made?.rows ?? complianceRows(e.input);
+    const held = e.made ? rowMap(e.made.stored) : e.countedFrom !== undefined ? rowMap(complianceRows({ ...e.input, expected: e.countedFrom }).directives)
       : e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version);
-    return { ...e, rows, now: rowMap(rows), held };
+    return { ...e, rows, now: rowMap(rows.directives), held };
   });
   const unknown = computed.filter((e) => e.held === undefined);
   const dirs = computed.flatMap(({ input, rows, held }) => rows.directives

@@ -16,7 +16,8 @@ import { pick, unnestOf } from '../postgres/arrays.js';
 import type { EventInsert } from '../events/types.js';
 import { unpackOutcomes } from '../runs/outcomes.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
-import { epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput } from './rows.js';
+import { DIRECTIVE_ROW_COLUMNS, epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput, type ComplianceRows, type DirectiveRow } from './rows.js';
+import { countsOfRows, directiveRowsOf, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
 import { version, writeComplianceMany, type BatchDeps } from './postgres-batch.js';
 import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
@@ -131,15 +132,56 @@ function marksOnly(cur: Record<string, unknown> | undefined, prior: string | und
   if (prior === it.expected.digest) return true;
   const before = counted.get(prior);
   if (before === undefined) return false;
-  return sameRowsUnder(cur.run_id !== null ? outcomesOf(cur) : [], listDelta(before, it.expected.items));
+  // Lists whose difference can move rows whatever the run reported (one that only adds, say) are
+  // told apart without unpacking it.
+  const delta = listDelta(before, it.expected.items);
+  return delta !== null && sameRowsUnder(delta.size === 0 || cur.run_id === null ? [] : outcomesOf(cur), delta);
+}
+
+/** The stored directive rows of nodes (additions.ts reads them as arrays in DIRECTIVE_ROW_COLUMNS order). */
+const STORED_ROWS_SQL = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ANY($1::text[])`;
+
+/**
+ * For each node failing nowhere, with a run whose outcomes are packed (or none), whose new list
+ * only adds components to the one its rows were counted against: its rows made from the stored
+ * ones (additions.ts), with those stored rows; absent where the run must be judged.
+ */
+async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly PolicyExpectation[], current: ReadonlyMap<string, Record<string, unknown>>,
+  prior: ReadonlyMap<string, string>, counted: ReadonlyMap<string, ExpectedComponent[]>) {
+  const adding = new Map<string, ReadonlyMap<string, DirectiveAddition>>();
+  for (const it of whole) {
+    const cur = current.get(it.nodeId);
+    const before = counted.get(prior.get(it.nodeId) ?? '');
+    if (cur === undefined || cur.run_id === null || before === undefined || Number(cur.error) + Number(cur.non_compliant) !== 0) continue;
+    if (cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0)) continue;
+    const added = listAdditions(before, it.expected.items);
+    if (added !== null && added.size > 0) adding.set(it.nodeId, added);
+  }
+  const made = new Map<string, { rows: ComplianceRows; stored: DirectiveRow[] }>();
+  if (adding.size === 0) return made;
+  const stored = new Map<string, unknown[][]>();
+  const { rows } = await d.db.query<Record<string, unknown>>('setExpectations', c, { name: 'compliance_directives_stored', text: STORED_ROWS_SQL, values: [[...adding.keys()]] });
+  for (const r of rows) {
+    let list = stored.get(r.node_id as string);
+    if (!list) stored.set(r.node_id as string, (list = []));
+    list.push(DIRECTIVE_ROW_COLUMNS.map((col) => r[col]));
+  }
+  for (const [nodeId, added] of adding) {
+    const mine = stored.get(nodeId) ?? [];
+    const directives = rowsWithAdditions(mine, added);
+    if (directives === null) continue;
+    made.set(nodeId, { rows: { items: [], counts: countsOfRows(directives), directives }, stored: directiveRowsOf(mine) });
+  }
+  return made;
 }
 
 /**
  * A chunk of policies' expectations stored and their nodes' compliance recomputed where the
  * per-node path would: a node is left alone only when it has a compliance row and the same
  * policy is written again with the same expectations, and only its time marks move when its
- * rows stay the same (marksOnly). The events go to `sink`, in the chunk's order. Returns how
- * many nodes were recomputed.
+ * rows stay the same (marksOnly); a node whose new list only adds components has its rows made
+ * from the stored ones where it can (madeFromStored). The events go to `sink`, in the chunk's
+ * order. Returns how many nodes were recomputed.
  */
 export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
   if (items.length === 0) return 0;
@@ -194,15 +236,18 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   }
   const still = new Set(moving.map((it) => it.nodeId));
   const whole = todo.filter((it) => !still.has(it.nodeId));
+  const made = await madeFromStored(d, c, whole, current, prior, counted);
   await writeComplianceMany(d, c, whole.map((it) => {
     const cur = current.get(it.nodeId);
     const hasRun = cur !== undefined && cur.run_id !== null;
     const marks = marksOf(it);
+    const mine = made.get(it.nodeId);
     const input: ComplianceInput = hasRun
       ? {
         nodeId: it.nodeId,
         run: { id: Number(cur.run_id), started_at: cur.run_started_at as string, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id as string | null },
-        outcomes: outcomesOf(cur),
+        // Rows made from the stored ones: the outcomes stay packed (the row keeps them).
+        outcomes: mine ? [] : outcomesOf(cur),
         ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
         expected: it.expected.items,
         marks,
@@ -212,7 +257,7 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
     // list of its previous policy when that is stored; else every row is written, the rest pruned.
     const countedFrom = counted.get(prior.get(it.nodeId) ?? '');
     // Its run's packed outcomes stay where they are: the same run is judged again.
-    return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), f: findingContext(cur, null, it.when, []), sink,
+    return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), ...(mine && { made: mine }), f: findingContext(cur, null, it.when, []), sink,
       outcomesStored: input.outcomesPacked !== undefined };
   }));
   return todo.length;
