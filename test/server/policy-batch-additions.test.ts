@@ -10,12 +10,12 @@
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
-import { inventory, run, setup, type Backend, type Db } from './store-suite.js';
+import { inventory, run, type Backend, type Db } from './store-suite.js';
 import { postgresBackend, sqliteTemplateBackend } from './backends.js';
 import { pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { prng } from '../helpers/prng.js';
-import { snapshot } from './policy-snapshot.js';
+import { batchedAgainstSingle, roundOf } from './policy-snapshot.js';
 
 const NODES = Array.from({ length: 30 }, (_, i) => `a${String(i).padStart(2, '0')}`);
 type Component = { rule_id: string; directive_id: string; component: string };
@@ -43,8 +43,7 @@ async function drive(store: Store, db: Db, batch: boolean) {
     const writes: PolicyWrite[] = NODES.map((id) => ({ bundle: { node_id: id, config_id: `cfg-${round}-${lists.get(id)!.length}`, generated_at: iso(now), bundle: '{}' }, expected: lists.get(id)! }));
     if (batch) await store.putPolicies(writes);
     else for (const w of writes) await store.setExpectations(w.bundle.node_id, w.bundle.config_id, w.expected, w.bundle.generated_at);
-    const clock = clockAt(now + 60);
-    out.push({ snap: await snapshot(store, db, clock, NODES), fresh: { directives: await store.complianceByRuleFresh('directive', clock), summary: await store.complianceSummaryFresh(clock) } });
+    out.push(await roundOf(store, db, clockAt(now + 60), NODES));
     now += 120;
     // Runs of that policy: every listed component reported, now and then one more, or a failure.
     for (const id of NODES) {
@@ -68,14 +67,7 @@ async function drive(store: Store, db: Db, batch: boolean) {
 }
 
 async function parity(t: Test, backend: Backend) {
-  const a = await setup(t, backend);
-  const b = await setup(t, backend);
-  const batched = await drive(a.store, a.db, true);
-  const single = await drive(b.store, b.db, false);
-  for (const [i, s] of batched.entries()) {
-    t.same(s.snap, single[i]!.snap, `round ${i}: as one setExpectations per node`);
-    t.same({ directives: s.snap.directives, summary: s.snap.summary }, s.fresh, `round ${i}: kept counters equal the fresh sums`);
-  }
+  const batched = await batchedAgainstSingle(t, backend, drive, (i) => `round ${i}: as one setExpectations per node`);
   const last = batched[batched.length - 1]!.snap;
   t.ok(last.findings.length > 0, `findings met (${last.findings.length})`);
   // As stored (the reads show a node with a new policy as applying).

@@ -5,7 +5,8 @@
  */
 import type { ComplianceClock, Store } from '@capstan/server/store/index';
 import { RUN_STATES } from '@capstan/shared/compliance/compute';
-import type { Db } from './store-suite.js';
+import type { Test } from 'tap';
+import { setup, type Backend, type Db } from './store-suite.js';
 
 /** Every directive row as stored: the aggregates above them can hide a stale one (an applying node shows no unexpected item). */
 const ROWS_SQL = `SELECT node_id, rule_id, directive_id, ${RUN_STATES.join(', ')} FROM node_compliance_directives ORDER BY node_id, rule_id, directive_id`;
@@ -26,3 +27,32 @@ export async function snapshot(store: Store, db: Db, clock: ComplianceClock, ids
   };
 }
 
+
+/** A round's snapshot, with the fleet's directives and summary summed afresh beside it. */
+export async function roundOf(store: Store, db: Db, clock: ComplianceClock, ids: readonly string[]) {
+  return {
+    snap: await snapshot(store, db, clock, ids),
+    fresh: { directives: await store.complianceByRuleFresh('directive', clock), summary: await store.complianceSummaryFresh(clock) },
+  };
+}
+
+type Round = Awaited<ReturnType<typeof roundOf>>;
+
+/**
+ * Two stores of `backend` driven the same way, one through putPolicies batches and one through
+ * setExpectations per node: each round's snapshots must be equal, and the kept counters the
+ * fresh sums. Returns the batched store's rounds.
+ */
+export async function batchedAgainstSingle<R extends Round>(
+  t: Test, backend: Backend, drive: (store: Store, db: Db, batch: boolean) => Promise<R[]>, name: (i: number, round: R) => string,
+): Promise<R[]> {
+  const a = await setup(t, backend);
+  const b = await setup(t, backend);
+  const batched = await drive(a.store, a.db, true);
+  const single = await drive(b.store, b.db, false);
+  for (const [i, s] of batched.entries()) {
+    t.same(s.snap, single[i]!.snap, name(i, s));
+    t.same({ directives: s.snap.directives, summary: s.snap.summary }, s.fresh, `round ${i}: kept counters equal the fresh sums`);
+  }
+  return batched;
+}
