@@ -119,6 +119,13 @@ const MARKS_SQL = `WITH u AS (UPDATE node_compliance x SET computed_at = v.compu
   SELECT u.node_id, ${version('o')} AS version, u.version AS new_version FROM u JOIN node_compliance o ON o.node_id = u.node_id`;
 
 /**
+ * A compliance row failing nowhere, whose outcomes are packed (or none): rows that stay the same
+ * or are made from the stored ones open or close no finding, and leave the outcomes as they are.
+ */
+const quiet = (cur: Record<string, unknown>) => Number(cur.error) + Number(cur.non_compliant) === 0
+  && !(cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0));
+
+/**
  * A node whose compliance row a new policy changes only in its time marks, as on SQLite: its
  * directive rows were counted from its last run against the list `prior` names, and the new list
  * is that list, or one whose other components the run reported on none of (rows.ts
@@ -127,8 +134,7 @@ const MARKS_SQL = `WITH u AS (UPDATE node_compliance x SET computed_at = v.compu
  */
 function marksOnly(cur: Record<string, unknown> | undefined, prior: string | undefined, it: PolicyExpectation, counted: ReadonlyMap<string, ExpectedComponent[]>,
   outcomesOf: (cur: Record<string, unknown>) => RunSummaryOutcome[]): boolean {
-  if (cur === undefined || prior === undefined || Number(cur.error) + Number(cur.non_compliant) !== 0) return false;
-  if (cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0)) return false;
+  if (cur === undefined || prior === undefined || !quiet(cur)) return false;
   if (prior === it.expected.digest) return true;
   const before = counted.get(prior);
   if (before === undefined) return false;
@@ -152,8 +158,7 @@ async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly Po
   for (const it of whole) {
     const cur = current.get(it.nodeId);
     const before = counted.get(prior.get(it.nodeId) ?? '');
-    if (cur === undefined || cur.run_id === null || before === undefined || Number(cur.error) + Number(cur.non_compliant) !== 0) continue;
-    if (cur.outcomes_packed === null && !(Array.isArray(cur.outcomes) && cur.outcomes.length === 0)) continue;
+    if (cur === undefined || cur.run_id === null || before === undefined || !quiet(cur)) continue;
     const added = listAdditions(before, it.expected.items);
     if (added !== null && added.size > 0) adding.set(it.nodeId, added);
   }
