@@ -133,7 +133,7 @@ export class ServerMetrics {
 
   onSweep(r: SweepResult): void {
     for (const what of ['unreachable', 'missing', 'purged', 'runs_deleted', 'history_pruned', 'changes_deleted', 'events_deleted', 'findings_deleted', 'audit_deleted',
-      'expectation_lists_deleted'] as const) {
+      'expectation_lists_deleted', 'policy_texts_deleted'] as const) {
       if (r[what] > 0) this.swept.inc({ what }, r[what]);
     }
   }

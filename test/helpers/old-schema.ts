@@ -245,6 +245,19 @@ export const UNDO_39 = {
 };
 
 /**
+ * Migration 42 undone, before UNDO_41: PostgreSQL's texts put back into their bundles, no table
+ * of texts there.
+ */
+export const UNDO_42 = {
+  sqlite: 'DELETE FROM schema_version WHERE version = 42;',
+  postgres: `UPDATE policy_bundles AS b SET bundle = '{"node_id":' || to_json(b.node_id)::text || ',"config_id":' || to_json(b.config_id)::text
+      || ',"generated_at":"' || to_char(b.generated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || '","directives":'
+      || (SELECT t.tail FROM policy_texts t WHERE t.config_id = b.config_id) || '}'
+    WHERE b.bundle = '';
+    DROP INDEX policy_bundles_config_idx; DROP TABLE policy_texts; DELETE FROM schema_version WHERE version = 42;`,
+};
+
+/**
  * Migration 41 undone, before UNDO_40: every bundle stored whole again (SQLite's texts put back
  * into their bundles), no table of texts.
  */

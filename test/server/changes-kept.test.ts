@@ -14,7 +14,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { pgAdmin, postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
-import { UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41 } from '../helpers/old-schema.js';
+import { UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41, UNDO_42 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { settled } from '../helpers/kept-walk.js';
 
@@ -206,7 +206,7 @@ function migration(t: Test, backend: Backend): void {
     }
     await store.close();
     // The migrations after it undone first: the database is then at 25.
-    await db.exec(UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect]);
+    await db.exec(UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect]);
     store = await db.open();
     const qs: ChangeQuery[] = [{}, { rule_ids: ['r1', 'r2'] }, { from: iso(BASE_S + 1800), label: 'corrective' }, { to: iso(BASE_S + 2 * 24 * HOUR) }];
     for (const q of qs) {

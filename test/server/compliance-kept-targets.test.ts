@@ -18,7 +18,7 @@ import { postgresOrSkipFile } from './pg.js';
 import { targetKeptSql } from '@capstan/server/store/compliance/kept-targets';
 import { complianceClassSql, targetSpec } from '@capstan/server/store/compliance/rows';
 import { setAcceptance } from '../helpers/node-changes.js';
-import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41 } from '../helpers/old-schema.js';
+import { UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41, UNDO_42 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES, settled } from '../helpers/kept-walk.js';
 
@@ -170,7 +170,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
+    await db.exec(UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 700, BASE_S + 1500]) {
       const pages = [...QUERIES, ...DIRECTIVE_STATES].map(() => 1);

@@ -13,7 +13,7 @@ import { inventory, run, setup, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
-import { UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41 } from '../helpers/old-schema.js';
+import { UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41, UNDO_42 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { AGENTS, BASE_S, clockAt, COMPONENTS, iso, keptWalk, OUTCOMES, settled } from '../helpers/kept-walk.js';
 
@@ -92,7 +92,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect]);
+    await db.exec(UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 700, BASE_S + 1500]) {
       const pages = LISTS.map(() => 1);

@@ -16,7 +16,7 @@ import pg from 'pg';
 import { PG_URL, pgAdmin, postgresOrSkipFile } from './pg.js';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 import { KEPT_LOCK_ARGS } from '@capstan/server/store/migrations/0025_kept_groups';
-import { UNDO_24, UNDO_25, UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41 } from '../helpers/old-schema.js';
+import { UNDO_24, UNDO_25, UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41, UNDO_42 } from '../helpers/old-schema.js';
 import { prng } from '../helpers/prng.js';
 import { settled } from '../helpers/kept-walk.js';
 
@@ -252,7 +252,7 @@ function migration(t: Test, backend: Backend): void {
       }
     }
     await store.close();
-    await db.exec(UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect] + UNDO_25[db.dialect] + UNDO_24[db.dialect] + UNDO_23[db.dialect]);
+    await db.exec(UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect] + UNDO_25[db.dialect] + UNDO_24[db.dialect] + UNDO_23[db.dialect]);
     store = await db.open();
     for (const now of [BASE_S + 200, BASE_S + 1100, BASE_S + 5000]) {
       const k = await kept(store, clockAt(now));
@@ -277,7 +277,7 @@ function groupsMigration(t: Test, backend: Backend): void {
       }));
     }
     await store.close();
-    await db.exec(UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect] + UNDO_25[db.dialect]);
+    await db.exec(UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect] + UNDO_35[db.dialect] + UNDO_34[db.dialect] + UNDO_33[db.dialect] + UNDO_32[db.dialect] + UNDO_31[db.dialect] + UNDO_30[db.dialect] + UNDO_29[db.dialect] + UNDO_28[db.dialect] + UNDO_27[db.dialect] + UNDO_26[db.dialect] + UNDO_25[db.dialect]);
     store = await db.open();
     const at = clockAt(BASE_S + 200);
     t.same(await store.complianceByGroup(at), [], 'no membership yet: no group counted');

@@ -11,7 +11,7 @@ import type { Store } from '@capstan/server/store/index';
 import { inventory, type Backend } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
-import { UNDO_24, UNDO_25, UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41 } from '../helpers/old-schema.js';
+import { UNDO_24, UNDO_25, UNDO_26, UNDO_27, UNDO_28, UNDO_29, UNDO_30, UNDO_31, UNDO_32, UNDO_33, UNDO_34, UNDO_35, UNDO_36, UNDO_37, UNDO_38, UNDO_39, UNDO_40, UNDO_41, UNDO_42 } from '../helpers/old-schema.js';
 
 const OLD: Record<string, Record<string, string>> = {
   n1: { owner: 'alice', size: '12', 'env.name': 'prod', neg: '-3.5' },
@@ -35,7 +35,7 @@ function suite(t: Test, backend: Backend): void {
     // The rows as the server of version 23 wrote them: text values.
     const quote = (s: string) => `'${s.replace(/'/g, "''")}'`;
     const rows = Object.entries(OLD).flatMap(([id, p]) => Object.entries(p).map(([k, v]) => `(${quote(id)}, ${quote(k)}, ${quote(v)})`));
-    await db.exec(`${UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect]} ${UNDO_35[db.dialect]} ${UNDO_34[db.dialect]} ${UNDO_33[db.dialect]} ${UNDO_32[db.dialect]} ${UNDO_31[db.dialect]} ${UNDO_30[db.dialect]} ${UNDO_29[db.dialect]} ${UNDO_28[db.dialect]} ${UNDO_27[db.dialect]} ${UNDO_26[db.dialect]} ${UNDO_25[db.dialect]} ${UNDO_24[db.dialect]} INSERT INTO node_properties (node_id, key, value) VALUES ${rows.join(', ')};`);
+    await db.exec(`${UNDO_42[db.dialect] + UNDO_41[db.dialect] + UNDO_40[db.dialect] + UNDO_39[db.dialect] + UNDO_38[db.dialect] + UNDO_37[db.dialect] + UNDO_36[db.dialect]} ${UNDO_35[db.dialect]} ${UNDO_34[db.dialect]} ${UNDO_33[db.dialect]} ${UNDO_32[db.dialect]} ${UNDO_31[db.dialect]} ${UNDO_30[db.dialect]} ${UNDO_29[db.dialect]} ${UNDO_28[db.dialect]} ${UNDO_27[db.dialect]} ${UNDO_26[db.dialect]} ${UNDO_25[db.dialect]} ${UNDO_24[db.dialect]} INSERT INTO node_properties (node_id, key, value) VALUES ${rows.join(', ')};`);
     store = await db.open();
     for (const [id, p] of Object.entries(OLD)) t.same(await store.getProperties(id), p, `${id}: the same strings`);
     const subjects = Object.entries(OLD).map(([id, p]) => subject(id, p));

@@ -81,6 +81,8 @@ export interface SweepResult {
   audit_deleted: number;
   /** Expectation lists no node names any more, deleted. */
   expectation_lists_deleted: number;
+  /** Policy texts no bundle uses any more, deleted. */
+  policy_texts_deleted: number;
   /** The cut-off of run retention: runs that started before it are gone. */
   runs_before: string;
 }
@@ -132,6 +134,7 @@ export async function sweep(store: Store, nodes: NodeRegistry, p: LifecyclePolic
     + await batches(p.batchSize, () => store.notify.deleteDeliveriesBefore(ago(p.eventsRetentionMs), p.batchSize));
   const findingsDeleted = await batches(p.batchSize, () => store.deleteClosedFindingsBefore(ago(p.findingsRetentionMs), p.batchSize));
   const listsDeleted = await batches(p.batchSize, () => store.deleteUnusedExpectationLists(p.batchSize));
+  const textsDeleted = await batches(p.batchSize, () => store.deleteUnusedPolicyTexts(p.batchSize));
   const auditRetention = p.auditRetentionMs;
   const auditCap = p.auditMaxRows;
   const auditDeleted = (auditRetention === undefined ? 0 : await batches(p.batchSize, () => store.admins.deleteAuditBefore(ago(auditRetention), p.batchSize)))
@@ -139,7 +142,7 @@ export async function sweep(store: Store, nodes: NodeRegistry, p: LifecyclePolic
   return {
     started_at: at, ms: Date.now() - t0, unreachable, missing, purged, runs_deleted: runsDeleted,
     history_pruned: historyPruned, changes_deleted: changesDeleted, events_deleted: eventsDeleted, findings_deleted: findingsDeleted,
-    audit_deleted: auditDeleted, expectation_lists_deleted: listsDeleted, runs_before: cutoff,
+    audit_deleted: auditDeleted, expectation_lists_deleted: listsDeleted, policy_texts_deleted: textsDeleted, runs_before: cutoff,
   };
 }
 
@@ -182,7 +185,7 @@ export class Sweeper extends EventEmitter {
         const r = await sweep(this.o.store, this.o.nodes, this.o.policy, (this.o.now ?? (() => new Date()))(), this.signal);
         this.last = r;
         const changed = r.unreachable + r.missing + r.purged + r.runs_deleted + r.history_pruned + r.changes_deleted + r.events_deleted
-          + r.findings_deleted + r.audit_deleted + r.expectation_lists_deleted;
+          + r.findings_deleted + r.audit_deleted + r.expectation_lists_deleted + r.policy_texts_deleted;
         if (changed > 0) this.o.log.info({ sweep: r }, 'lifecycle sweep');
         else this.o.log.debug({ sweep: r }, 'lifecycle sweep');
         this.emit('sweep', r);

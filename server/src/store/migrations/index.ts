@@ -45,6 +45,7 @@ import { keptCountersBatched } from './0038_kept_counters_batched.js';
 import { keptEarlyStops } from './0039_kept_early_stops.js';
 import { rowsExpectingNothing } from './0040_rows_expecting_nothing.js';
 import { bundleTexts } from './0041_bundle_texts.js';
+import { policyTextsPostgres } from './0042_policy_texts_postgres.js';
 
 export interface Migration {
   version: number;
@@ -58,7 +59,7 @@ export const MIGRATIONS: readonly Migration[] = [
   inventory, adminsAudit, auditChanges, findingsEvents, changeRequests, consoleSignouts, vulnerabilities, campaigns, keptCompliance,
   propertyValuesPolicyState, keptGroups, keptChanges, keptShares, keptTargets, keptTargetsDeferred, expectationLists, keptTargetsStale,
   keptRowPlans, keptStatementTriggers, sweepIndexes, bundleStatistics, keptTargetsAdded, keptTargetsNormal, keptCountersBatched, keptEarlyStops,
-  rowsExpectingNothing, bundleTexts,
+  rowsExpectingNothing, bundleTexts, policyTextsPostgres,
 ];
 
 /** The newest schema this code understands; a database above it is refused at start-up. */

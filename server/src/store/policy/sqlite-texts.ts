@@ -5,8 +5,7 @@
  */
 import type { SqliteDb } from '../sqlite/db.js';
 import { MultiRow } from '../sqlite/multirow.js';
-import { bundleTail, bundleText } from './texts.js';
-import type { PolicyBundleRecord } from './types.js';
+import { bundleTail } from './texts.js';
 
 const TEXT_ROWS = new MultiRow('INSERT INTO policy_texts (config_id, tail)', 2, 'ON CONFLICT (config_id) DO NOTHING');
 
@@ -57,12 +56,4 @@ export function releaseTexts(db: SqliteDb, configIds: readonly string[]): void {
   if (configIds.length === 0) return;
   db.stmt(`DELETE FROM policy_texts WHERE config_id IN (SELECT value FROM json_each(?))
     AND NOT EXISTS (SELECT 1 FROM policy_bundles b WHERE b.config_id = policy_texts.config_id AND b.bundle = '')`).run(JSON.stringify(configIds));
-}
-
-/** A bundle row read with BUNDLE_READ, its bytes put back together where its text is kept apart. */
-export function bundleFromRow(r: PolicyBundleRecord & { tail: string | null }): PolicyBundleRecord {
-  const { tail, ...row } = r;
-  if (row.bundle !== '') return row;
-  if (tail === null) throw new Error(`the policy text of node ${row.node_id} (config ${row.config_id}) is missing`);
-  return { ...row, bundle: bundleText(row.node_id, row.config_id, row.generated_at, tail) };
 }

@@ -11,7 +11,8 @@ import type { CheckedExpectations } from '../input.js';
 import { toUtcIso } from '../time.js';
 import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
-import { BUNDLE_READ, bundleFromRow, releaseTexts, splitBundles } from './sqlite-texts.js';
+import { BUNDLE_READ, releaseTexts, splitBundles } from './sqlite-texts.js';
+import { bundleFromRow } from './texts.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';

@@ -11,6 +11,7 @@ import type { NodeRules } from '../rules.js';
 import { isoOf, toUtcIso } from '../time.js';
 import { dayPartitions, dropExpiredPartitions } from './partitions.js';
 import type { RegistryCounts, SweepStore, SweptNode } from './types.js';
+import { deleteUnusedTexts } from '../policy/postgres-texts.js';
 
 const inList = (values: readonly string[]) => values.map((s) => `'${s}'`).join(', ');
 
@@ -141,6 +142,10 @@ export class PostgresSweep implements SweepStore {
       values: [limit],
     });
     return res.rowCount ?? 0;
+  }
+
+  async deleteUnusedPolicyTexts(limit: number): Promise<number> {
+    return deleteUnusedTexts(this.db, this.db.pool, limit);
   }
 
   async prepareRunStorage(now: Date): Promise<void> {

@@ -106,6 +106,11 @@ export class SqliteSweep implements SweepStore {
       WHERE NOT EXISTS (SELECT 1 FROM node_expectations e WHERE e.list = l.digest) LIMIT ?)`).run(limit).changes);
   }
 
+  async deleteUnusedPolicyTexts(limit: number): Promise<number> {
+    return this.db.write('deleteUnusedPolicyTexts', () => this.db.stmt(`DELETE FROM policy_texts WHERE config_id IN (SELECT t.config_id FROM policy_texts t
+      WHERE NOT EXISTS (SELECT 1 FROM policy_bundles b WHERE b.config_id = t.config_id AND b.bundle = '') LIMIT ?)`).run(limit).changes);
+  }
+
   async prepareRunStorage(_now: Date): Promise<void> {
     // One table, one time index: nothing to prepare ahead of time.
   }

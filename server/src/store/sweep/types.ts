@@ -44,6 +44,13 @@ export interface SweepStore {
    * writer has just named is never deleted under it; SQLite's writers and sweep take turns.
    */
   deleteUnusedExpectationLists(limit: number): Promise<number>;
+  /**
+   * Delete policy texts no bundle uses any more, at most `limit`. PostgreSQL (migration 42) keeps
+   * a text two hours after a writer last took it into use, as it keeps lists; SQLite releases a
+   * text with the last bundle that uses it (migration 41), so this finds none there unless a
+   * release was missed.
+   */
+  deleteUnusedPolicyTexts(limit: number): Promise<number>;
   /** Prepare run storage around `now` (Postgres: the day partitions ahead). */
   prepareRunStorage(now: Date): Promise<void>;
   /** Nodes per status, state and acceptance from the kept counters (migration 25), and the registry's totals. */
@@ -61,6 +68,7 @@ export const SWEEP_NUL: NulRules<SweepStore> = {
   pruneHistory: REFUSE,
   deleteChangesBefore: REFUSE,
   deleteUnusedExpectationLists: REFUSE,
+  deleteUnusedPolicyTexts: REFUSE,
   prepareRunStorage: REFUSE,
   counts: REFUSE,
   countsFresh: REFUSE,
