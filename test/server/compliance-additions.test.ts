@@ -7,7 +7,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { computeCompliance, type ExpectedComponent, type RunOutcome } from '@capstan/shared';
-import { countsOfRows, listAdditions, rowsWithAdditions } from '@capstan/server/store/compliance/additions';
+import { countsOfRows, countsWithAdditions, listAdditions, rowsWithAdditions } from '@capstan/server/store/compliance/additions';
 import { DIRECTIVE_ROW_COLUMNS } from '@capstan/server/store/compliance/rows';
 
 const POOL: ExpectedComponent[] = [
@@ -35,7 +35,8 @@ t.test('rows made from the stored ones are the run judged again', async (t) => {
     const outcomes: RunOutcome[] = reported.map(({ at, type, count }) => ({ ...POOL[at]!, outcome: type, count }));
     const added = listAdditions(before, after);
     t.not(added, null, 'a list with more components only adds');
-    const stored = storedOf(computeCompliance(before, outcomes).directives);
+    const previous = computeCompliance(before, outcomes);
+    const stored = storedOf(previous.directives);
     const rows = rowsWithAdditions(stored, added!);
     const judged = computeCompliance(after, outcomes);
     if (rows === null) {
@@ -47,6 +48,11 @@ t.test('rows made from the stored ones are the run judged again', async (t) => {
     made++;
     t.same(sorted(rows), sorted(judged.directives));
     t.same(countsOfRows(rows), judged.counts);
+    // As the SQLite writer makes them: from the rows of the directives that gain components
+    // alone, and the node's stored counts.
+    const gains = (r: { rule_id: string; directive_id: string }) => added!.has(`${r.rule_id}\u0000${r.directive_id}`);
+    t.same(sorted(rowsWithAdditions(stored.filter((r) => gains({ rule_id: r[0] as string, directive_id: r[1] as string })), added!)!), sorted(judged.directives.filter(gains)));
+    t.same(countsWithAdditions(previous.counts, added!), judged.counts);
   }), { numRuns: 500 });
   t.ok(made > 50 && refused > 10, `both ways met (${made} made, ${refused} refused)`);
 });

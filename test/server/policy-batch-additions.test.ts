@@ -10,7 +10,7 @@
  */
 import t, { type Test } from 'tap';
 import type { ComplianceClock, PolicyWrite, Store } from '@capstan/server/store/index';
-import { inventory, run, type Backend, type Db } from './store-suite.js';
+import { inventory, run, setup, type Backend, type Db } from './store-suite.js';
 import { postgresBackend, sqliteTemplateBackend } from './backends.js';
 import { pgUnavailable } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
@@ -79,3 +79,39 @@ t.test('putPolicies on SQLite: lists that only add components, as one setExpecta
 
 const why = await pgUnavailable();
 t.test('putPolicies on PostgreSQL: lists that only add components, as one setExpectations per node', { skip: why ?? false }, (t) => parity(t, postgresBackend('capstan_padd')));
+
+/**
+ * A node whose list gains components under one directive has only that directive's row read and
+ * written; its others stay. Its next run then drops a directive it reported unexpectedly before,
+ * under one that gained nothing: that row must go (on PostgreSQL, the directive cache must not
+ * take the rows written for the gain as all of the node's).
+ */
+async function partialThenRun(t: Test, backend: Backend) {
+  const { store, db } = await setup(t, backend);
+  const at = (s: number) => iso(BASE_S + s);
+  await store.upsertFromInventory(inventory('p1', { received_at: at(0) }));
+  await setAcceptance(store, 'p1', 'accepted', at(0));
+  const [motd, sshd, vim, check] = POOL as [Component, Component, Component, Component];
+  const policy = async (config: string, list: Component[], s: number) =>
+    t.equal(await store.putPolicies([{ bundle: { node_id: 'p1', config_id: config, generated_at: at(s), bundle: '{}' }, expected: list }]), 1);
+  // Through the ingest's batch path (on PostgreSQL, the one that uses the directive cache).
+  const report = async (config: string, s: number, outcomes: Array<Component & { outcome: string; count: number }>) =>
+    t.match(await store.insertRuns([run('p1', at(s), { config_id: config, outcomes, received_at: at(s) })]), [{ ok: true }]);
+  const ok = (c: Component) => ({ ...c, outcome: 'result_success', count: 1 });
+  await policy('c1', [motd, vim], 10);
+  // Its run reports r2/d3 too, which no list has: an unexpected item, under a directive that gains nothing.
+  await report('c1', 20, [ok(motd), ok(vim), ok(check)]);
+  const rows = async () => (await db.rows!('SELECT rule_id, directive_id, missing, unexpected FROM node_compliance_directives WHERE node_id = \'p1\' ORDER BY rule_id, directive_id'))
+    .map((r) => `${r.rule_id}/${r.directive_id} missing ${Number(r.missing)} unexpected ${Number(r.unexpected)}`);
+  t.same(await rows(), ['r1/d1 missing 0 unexpected 0', 'r1/d2 missing 0 unexpected 0', 'r2/d3 missing 0 unexpected 1']);
+  // r1/d1 gains Service sshd: that row alone is made from the stored one.
+  await policy('c2', [motd, vim, sshd], 30);
+  t.same(await rows(), ['r1/d1 missing 1 unexpected 0', 'r1/d2 missing 0 unexpected 0', 'r2/d3 missing 0 unexpected 1'], 'the gain counted, the other rows as they were');
+  t.match((await store.getComplianceBase('p1'))?.outcomes, [{}, {}, {}], 'the run stays the base');
+  // The next run of c2 no longer reports r2/d3: its row goes.
+  await report('c2', 40, [ok(motd), ok(sshd), ok(vim)]);
+  t.same(await rows(), ['r1/d1 missing 0 unexpected 0', 'r1/d2 missing 0 unexpected 0'], 'the row of what the run no longer reports is gone');
+}
+
+t.test('SQLite: a gain under one directive, then a run that drops an unexpected one', (t) => partialThenRun(t, sqliteTemplateBackend));
+t.test('PostgreSQL: a gain under one directive, then a run that drops an unexpected one', { skip: why ?? false }, (t) => partialThenRun(t, postgresBackend('capstan_padd_run')));

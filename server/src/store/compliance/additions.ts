@@ -61,7 +61,8 @@ export function listAdditions(a: List, b: List): ReadonlyMap<string, DirectiveAd
  * A node's directive rows under the new list: its stored rows (arrays in DIRECTIVE_ROW_COLUMNS
  * order) with each added component one more missing, and a row for a directive it had none of;
  * null when a directive with added components has an unexpected item (the run may have
- * reported on one of them: judge it from the run).
+ * reported on one of them: judge it from the run). Given only the stored rows of the directives
+ * that gain components, it gives only theirs: the others stay as they are.
  */
 export function rowsWithAdditions(stored: readonly unknown[][], added: ReadonlyMap<string, DirectiveAddition>): DirectiveRow[] | null {
   const rows = directiveRowsOf(stored);
@@ -86,6 +87,18 @@ export function directiveRowsOf(stored: readonly unknown[][]): DirectiveRow[] {
     COUNT_COLUMNS.forEach((c, i) => (counts[c] = Number(r[i + 2])));
     return { rule_id: r[0] as string, directive_id: r[1] as string, counts };
   });
+}
+
+/**
+ * A node's counts under the new list, from its stored counts (`cur`: a row with the count
+ * columns): each added component one more missing, as rowsWithAdditions counts it under its
+ * directive (a node's counts are the sum of its directive rows).
+ */
+export function countsWithAdditions(cur: Readonly<Record<string, unknown>>, added: ReadonlyMap<string, DirectiveAddition>): DirectiveRow['counts'] {
+  const counts = zeroCounts();
+  for (const c of COUNT_COLUMNS) counts[c] = Number(cur[c]);
+  for (const a of added.values()) counts.missing += a.added;
+  return counts;
 }
 
 /** A node's counts: the sum of its directive rows (each item is under one). */

@@ -223,7 +223,10 @@ export async function writeComplianceMany(
     input: ComplianceInput; at: string; version: string | undefined; countedFrom?: ExpectedComponent[]; f: FindingContext; sink: EventInsert[];
     /** `input.outcomesPacked` is the value the node's row holds: it is not written again (KEEP_OUTCOMES_SQL). */
     outcomesStored?: boolean;
-    /** The node's rows made without judging its run (additions.ts; it fails nowhere), and its rows as stored. */
+    /**
+     * The rows of the directives that gain components, made without judging the node's run
+     * (additions.ts; it fails nowhere), and those rows as stored: its other rows stay as they are.
+     */
     made?: { rows: ComplianceRows; stored: readonly DirectiveRow[] };
   }>,
 ): Promise<void> {
@@ -297,8 +300,9 @@ export async function writeComplianceMany(
         ...COUNT_COLUMNS.map((col) => pick(dirs, (x) => x.counts[col]))],
     });
   }
-  for (const { input, now } of computed) {
+  for (const { input, now, made } of computed) {
     const v = written.get(input.nodeId);
-    if (v !== undefined) d.cache.setRows(input.nodeId, v, now);
+    // Made rows are some of the node's: the cache holds a node's rows whole or not at all.
+    if (v !== undefined && !made) d.cache.setRows(input.nodeId, v, now);
   }
 }

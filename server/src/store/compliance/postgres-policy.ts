@@ -16,8 +16,8 @@ import { pick, unnestOf } from '../postgres/arrays.js';
 import type { EventInsert } from '../events/types.js';
 import { unpackOutcomes } from '../runs/outcomes.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
-import { DIRECTIVE_ROW_COLUMNS, epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput, type ComplianceRows, type DirectiveRow } from './rows.js';
-import { countsOfRows, directiveRowsOf, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
+import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput, type ComplianceRows, type DirectiveRow } from './rows.js';
+import { countsWithAdditions, directiveRowsOf, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
 import { version, writeComplianceMany, type BatchDeps } from './postgres-batch.js';
 import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
@@ -105,7 +105,7 @@ export async function storeLists(d: Pick<BatchDeps, 'db'>, lists: ReadonlyMap<st
 
 /** The compliance rows of the nodes to recompute, as PostgresCompliance.expectationsTx reads one. */
 const CURRENT_SQL = `SELECT node_id, run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed,
-    applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant
+    applying_since_s, answered_s, keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')}
   FROM node_compliance WHERE node_id = ANY($1::text[])`;
 
 /**
@@ -144,13 +144,20 @@ function marksOnly(cur: Record<string, unknown> | undefined, prior: string | und
   return delta !== null && sameRowsUnder(delta.size === 0 || cur.run_id === null ? [] : outcomesOf(cur), delta);
 }
 
-/** The stored directive rows of nodes (additions.ts reads them as arrays in DIRECTIVE_ROW_COLUMNS order). */
-const STORED_ROWS_SQL = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ANY($1::text[])`;
+/**
+ * The stored rows of some directives of some nodes ([node, rule, directive] as three arrays), each
+ * found by the primary key (additions.ts reads them as arrays in DIRECTIVE_ROW_COLUMNS order).
+ */
+const STORED_ROWS_SQL = `SELECT d.node_id, ${DIRECTIVE_ROW_COLUMNS.map((col) => `d.${col}`).join(', ')}
+  FROM unnest($1::text[], $2::text[], $3::text[]) AS k(node_id, rule_id, directive_id)
+  JOIN node_compliance_directives d ON d.node_id = k.node_id AND d.rule_id = k.rule_id AND d.directive_id = k.directive_id`;
 
 /**
  * For each node failing nowhere, with a run whose outcomes are packed (or none), whose new list
- * only adds components to the one its rows were counted against: its rows made from the stored
- * ones (additions.ts), with those stored rows; absent where the run must be judged.
+ * only adds components to the one its rows were counted against: the rows of the directives
+ * that gain components made from the stored ones (additions.ts), with those stored rows, and its
+ * counts from its stored ones; absent where the run must be judged. Its other rows stay as they
+ * are: only these are read and written (the kept counters move with the node row's trigger).
  */
 async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly PolicyExpectation[], current: ReadonlyMap<string, Record<string, unknown>>,
   prior: ReadonlyMap<string, string>, counted: ReadonlyMap<string, ExpectedComponent[]>) {
@@ -165,7 +172,10 @@ async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly Po
   const made = new Map<string, { rows: ComplianceRows; stored: DirectiveRow[] }>();
   if (adding.size === 0) return made;
   const stored = new Map<string, unknown[][]>();
-  const { rows } = await d.db.query<Record<string, unknown>>('setExpectations', c, { name: 'compliance_directives_stored', text: STORED_ROWS_SQL, values: [[...adding.keys()]] });
+  const keys = [...adding].flatMap(([nodeId, added]) => [...added.values()].map((a) => [nodeId, a.rule_id, a.directive_id] as const));
+  const { rows } = await d.db.query<Record<string, unknown>>('setExpectations', c, {
+    name: 'compliance_directives_stored_of', text: STORED_ROWS_SQL, values: [keys.map((k) => k[0]), keys.map((k) => k[1]), keys.map((k) => k[2])],
+  });
   for (const r of rows) {
     let list = stored.get(r.node_id as string);
     if (!list) stored.set(r.node_id as string, (list = []));
@@ -175,7 +185,7 @@ async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly Po
     const mine = stored.get(nodeId) ?? [];
     const directives = rowsWithAdditions(mine, added);
     if (directives === null) continue;
-    made.set(nodeId, { rows: { items: [], counts: countsOfRows(directives), directives }, stored: directiveRowsOf(mine) });
+    made.set(nodeId, { rows: { items: [], counts: countsWithAdditions(current.get(nodeId)!, added), directives }, stored: directiveRowsOf(mine) });
   }
   return made;
 }

@@ -26,6 +26,22 @@ const ADD_DIRECTIVES = `INSERT INTO kept_directives (rule_id, directive_id, clas
 const ADD_RULES = `INSERT INTO kept_rules (rule_id, class, nodes) SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?) WHERE true
   ON CONFLICT (rule_id, class) DO UPDATE SET nodes = nodes + excluded.nodes`;
 
+/**
+ * Every row of the nodes named (a JSON array of ids) counted (`sign` 1) or taken (-1) under its
+ * node's kept class and mode as they are, summed by key in SQL: for nodes whose rows the writer
+ * does not hold, read before any write and again after the last.
+ */
+const MOVE_DIRECTIVES = (sign: 1 | -1) => `INSERT INTO kept_directives (rule_id, directive_id, class, mode, nodes, ${COUNT_COLUMNS.join(', ')})
+  SELECT d.rule_id, d.directive_id, k.class, k.mode, ${sign} * count(*), ${COUNT_COLUMNS.map((c) => `${sign} * sum(d.${c})`).join(', ')}
+  FROM json_each(?) j CROSS JOIN node_compliance_directives d ON d.node_id = j.value JOIN kept_nodes k ON k.node_id = d.node_id
+  WHERE true GROUP BY d.rule_id, d.directive_id, k.class, k.mode
+  ON CONFLICT (rule_id, directive_id, class, mode) DO UPDATE SET nodes = nodes + excluded.nodes, ${COUNT_COLUMNS.map((c) => `${c} = ${c} + excluded.${c}`).join(', ')}`;
+const MOVE_RULES = (sign: 1 | -1) => `INSERT INTO kept_rules (rule_id, class, nodes)
+  SELECT d.rule_id, k.class, ${sign} * count(DISTINCT d.node_id)
+  FROM json_each(?) j CROSS JOIN node_compliance_directives d ON d.node_id = j.value JOIN kept_nodes k ON k.node_id = d.node_id
+  WHERE true GROUP BY d.rule_id, k.class
+  ON CONFLICT (rule_id, class) DO UPDATE SET nodes = nodes + excluded.nodes`;
+
 type Kept = Map<string, { class: string; mode: number }>;
 
 /** Counter moves summed by key: per key, its columns, then the node count and the counts. */
@@ -60,18 +76,27 @@ export interface NodeRows {
   after: readonly DirectiveRow[];
 }
 
-/** Started (inside the writer's transaction) before any of the nodes' rows is written; `finish` after the last. */
+/**
+ * Started (inside the writer's transaction) before any of the nodes' rows is written; `finish`
+ * after the last. The writer gives `finish` the rows before and after of each node it named,
+ * except those of `whole` (among them): a node whose rows the writer holds only in part (a list
+ * that only adds reads only the rows that gain components) has all its rows moved in SQL, taken
+ * here and counted again in `finish`.
+ */
 export class BatchCounters {
   private readonly before: Kept;
   private readonly ids: string;
+  private readonly whole: string | null;
 
-  constructor(private readonly db: SqliteDb, nodeIds: Iterable<string>) {
+  constructor(private readonly db: SqliteDb, nodeIds: Iterable<string>, whole: readonly string[] = []) {
     this.ids = JSON.stringify([...nodeIds]);
     this.db.stmt(DEFER).run(this.ids);
     this.before = this.kept();
+    this.whole = whole.length ? JSON.stringify(whole) : null;
+    if (this.whole) this.moveWhole(-1);
   }
 
-  /** The counters moved for `nodes` (the nodes named at the start, each once), and the names dropped. */
+  /** The counters moved for `nodes` (the nodes named at the start, each once, but those moved whole), and the names dropped. */
   finish(nodes: Iterable<NodeRows>): void {
     const after = this.kept();
     const directives = new Sums(true);
@@ -92,7 +117,13 @@ export class BatchCounters {
     if (moved) this.db.stmt(ADD_DIRECTIVES).run(moved);
     const ruled = rules.json();
     if (ruled) this.db.stmt(ADD_RULES).run(ruled);
+    if (this.whole) this.moveWhole(1);
     this.db.stmt(UNDEFER).run();
+  }
+
+  private moveWhole(sign: 1 | -1): void {
+    this.db.stmt(MOVE_DIRECTIVES(sign)).run(this.whole);
+    this.db.stmt(MOVE_RULES(sign)).run(this.whole);
   }
 
   private kept(): Kept {

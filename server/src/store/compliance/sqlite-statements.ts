@@ -4,6 +4,7 @@
  */
 import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { MultiRow } from '../sqlite/multirow.js';
+import type { SqliteDb } from '../sqlite/db.js';
 import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outcomes.js';
 import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, type ComplianceInput, type FindingContext } from './rows.js';
 import type { ComplianceCounts, ExpectedComponent } from './types.js';
@@ -18,7 +19,7 @@ export const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, 
     runs_seen = excluded.runs_seen, ${COUNT_COLUMNS.map((c) => `${c} = excluded.${c}`).join(', ')}`;
 /** What a compliance write reads of the row it replaces: the time marks, and the base run its findings were last seen in. */
 export const SELECT_CURRENT = `SELECT run_id, run_started_at, run_started_utc, config_id, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s,
-  runs_seen, error, non_compliant FROM node_compliance WHERE node_id = ?`;
+  runs_seen, ${COUNT_COLUMNS.join(', ')} FROM node_compliance WHERE node_id = ?`;
 /** The same for a run's write: no outcomes (the run brings its own). */
 export const SELECT_MARKS = 'SELECT run_id, run_started_utc, applying_since_s, answered_s, keep_last_s, runs_seen, error, non_compliant FROM node_compliance WHERE node_id = ?';
 export const SELECT_DIRECTIVE_ROWS = `SELECT ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives WHERE node_id = ?`;
@@ -44,6 +45,21 @@ export function complianceValues(input: ComplianceInput, at: string, f: FindingC
 export const SELECT_CURRENT_MANY = SELECT_CURRENT.replace('SELECT ', 'SELECT node_id, ').replace('WHERE node_id = ?', 'WHERE node_id IN (SELECT value FROM json_each(?))');
 export const SELECT_DIRECTIVE_ROWS_MANY = `SELECT node_id, ${DIRECTIVE_ROW_COLUMNS.join(', ')} FROM node_compliance_directives
   WHERE node_id IN (SELECT value FROM json_each(?))`;
+/** The stored rows of some directives of some nodes: a JSON array of [node, rule, directive], each found by the primary key. */
+export const SELECT_DIRECTIVE_ROWS_OF = `SELECT d.node_id, ${DIRECTIVE_ROW_COLUMNS.map((c) => `d.${c}`).join(', ')}
+  FROM json_each(?) j CROSS JOIN node_compliance_directives d ON d.node_id = j.value ->> 0 AND d.rule_id = j.value ->> 1 AND d.directive_id = j.value ->> 2`;
+/** The rows `sql` reads for `param` (a JSON array), each without its first column, by that column (the node). */
+export function rowsByNode(db: SqliteDb, sql: string, param: readonly unknown[]): Map<string, unknown[][]> {
+  const out = new Map<string, unknown[][]>();
+  if (param.length === 0) return out;
+  for (const r of db.stmt(sql).raw(true).all(JSON.stringify(param)) as unknown[][]) {
+    const nodeId = r[0] as string;
+    let list = out.get(nodeId);
+    if (!list) out.set(nodeId, (list = []));
+    list.push(r.slice(1));
+  }
+  return out;
+}
 export const DELETE_DIRECTIVE_ROWS_MANY = `DELETE FROM node_compliance_directives
   WHERE (node_id, rule_id, directive_id) IN (SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?))`;
 export const DEFER_TARGETS = 'INSERT INTO kept_targets_deferred (node_id) SELECT value FROM json_each(?) WHERE true ON CONFLICT DO NOTHING';

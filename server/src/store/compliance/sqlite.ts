@@ -28,13 +28,13 @@ import { sqliteKeptByGroup, sqliteKeptByRule, sqliteKeptSummary, sqliteKeptSweep
 import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
 import { BatchCounters, withMembersCounted } from './sqlite-batch-counters.js';
-import { countsOfRows, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
+import { countsWithAdditions, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
 import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
 import {
   COMPLIANCE_ROWS, complianceValues, DEFER_TARGETS, DELETE_DIRECTIVE_ROWS_MANY, DIRECTIVE_CHUNK, DIRECTIVE_ROWS, policyInput, SELECT_CURRENT, SELECT_CURRENT_MANY,
-  SELECT_DIRECTIVE_ROWS, SELECT_DIRECTIVE_ROWS_MANY, SELECT_MARKS, UPDATE_APPLYING_MANY, UPDATE_MARKS_MANY, UPSERT_COMPLIANCE, upsertDirectivesSql,
+  rowsByNode, SELECT_DIRECTIVE_ROWS, SELECT_DIRECTIVE_ROWS_MANY, SELECT_DIRECTIVE_ROWS_OF, SELECT_MARKS, UPDATE_APPLYING_MANY, UPDATE_MARKS_MANY, UPSERT_COMPLIANCE, upsertDirectivesSql,
 } from './sqlite-statements.js';
 
 export class SqliteCompliance implements ComplianceStore {
@@ -237,30 +237,27 @@ export class SqliteCompliance implements ComplianceStore {
       else if (added) adding.push({ at, it, cur: cur!, marks, before: before!, added });
       else judge(at, it, cur, marks, quiet, before);
     }
-    const stored = new Map<string, unknown[][]>();
-    if (moved.length + adding.length > 0) {
-      const ids = [...moved.map((m) => m.nodeId), ...adding.map((a) => a.it.nodeId)];
-      for (const r of this.db.stmt(SELECT_DIRECTIVE_ROWS_MANY).raw(true).all(JSON.stringify(ids)) as unknown[][]) {
-        const nodeId = r[0] as string;
-        let list = stored.get(nodeId);
-        if (!list) stored.set(nodeId, (list = []));
-        list.push(r.slice(1));
-      }
-    }
-    for (const { at, it, cur, marks, before, added } of adding) {
-      const directives = rowsWithAdditions(stored.get(it.nodeId) ?? [], added);
+    // A list that only adds: only the rows of the directives that gain components are read and
+    // written; the node's others stay as they are, and its counters move in SQL (BatchCounters).
+    const touched = rowsByNode(this.db, SELECT_DIRECTIVE_ROWS_OF, adding.flatMap((a) => [...a.added.values()].map((d) => [a.it.nodeId, d.rule_id, d.directive_id])));
+    const partial: Array<{ nodeId: string; directives: DirectiveRow[] }> = [];
+    const refused: typeof adding = [];
+    for (const a of adding) {
+      const directives = rowsWithAdditions(touched.get(a.it.nodeId) ?? [], a.added);
       if (directives === null) {
-        judge(at, it, cur, marks, true, before);
+        refused.push(a);
         continue;
       }
-      const input = policyInput(it.nodeId, cur, it.items, marks, false);
-      compliance.push(complianceValues(input, it.when, findingContext(cur, null, it.when, []), countsOfRows(directives)));
-      moved.push({ nodeId: it.nodeId, directives });
+      const input = policyInput(a.it.nodeId, a.cur, a.it.items, a.marks, false);
+      compliance.push(complianceValues(input, a.it.when, findingContext(a.cur, null, a.it.when, []), countsWithAdditions(a.cur, a.added)));
+      partial.push({ nodeId: a.it.nodeId, directives });
     }
+    for (const { at, it, cur, marks, before } of refused) judge(at, it, cur, marks, true, before);
+    const stored = rowsByNode(this.db, SELECT_DIRECTIVE_ROWS_MANY, moved.map((m) => m.nodeId));
     const remove: Array<[string, string, string]> = [];
     const upsert: unknown[][] = [];
-    for (const { nodeId, directives } of moved) {
-      const changes = directiveChangesRaw(stored.get(nodeId) ?? [], directives);
+    for (const { nodeId, directives } of [...moved, ...partial]) {
+      const changes = directiveChangesRaw((stored.get(nodeId) ?? touched.get(nodeId)) ?? [], directives);
       for (const r of changes.remove) remove.push([nodeId, r.rule_id, r.directive_id]);
       for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
     }
@@ -269,7 +266,7 @@ export class SqliteCompliance implements ComplianceStore {
     // once, summed by key, after the writes (migration 38).
     const deferred = new Set([...remove.map((r) => r[0]), ...upsert.map((r) => r[0] as string)]);
     if (deferred.size) this.db.stmt(DEFER_TARGETS).run(JSON.stringify([...deferred]));
-    const counters = deferred.size ? new BatchCounters(this.db, deferred) : null;
+    const counters = deferred.size ? new BatchCounters(this.db, deferred, partial.map((p) => p.nodeId).filter((id) => deferred.has(id))) : null;
     if (remove.length) this.db.stmt(DELETE_DIRECTIVE_ROWS_MANY).run(JSON.stringify(remove));
     COMPLIANCE_ROWS.run(this.db, compliance);
     if (marksOnly.length) this.db.stmt(UPDATE_MARKS_MANY).run(JSON.stringify(marksOnly));
