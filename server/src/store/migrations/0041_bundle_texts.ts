@@ -22,8 +22,7 @@
  * it exactly; the others stay whole. `policy_bundles_config_idx` finds a text's bundles (it holds
  * only the bundles without their text: one stored whole costs no index entry).
  *
- * PostgreSQL: nothing. It compresses a long text where it stores it (TOAST); its bundles are
- * still stored whole.
+ * PostgreSQL: nothing here; it keeps its shared texts once since migration 42.
  */
 import type { Migration } from './index.js';
 
