@@ -256,10 +256,13 @@ export class SqliteCompliance implements ComplianceStore {
     const stored = rowsByNode(this.db, SELECT_DIRECTIVE_ROWS_MANY, moved.map((m) => m.nodeId));
     const remove: Array<[string, string, string]> = [];
     const upsert: unknown[][] = [];
-    for (const { nodeId, directives } of [...moved, ...partial]) {
-      const changes = directiveChangesRaw((stored.get(nodeId) ?? touched.get(nodeId)) ?? [], directives);
-      for (const r of changes.remove) remove.push([nodeId, r.rule_id, r.directive_id]);
-      for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
+    // Each node's rows against the ones read for it: all of a judged node's, those that gain of a partial one.
+    for (const [nodes, read] of [[moved, stored], [partial, touched]] as const) {
+      for (const { nodeId, directives } of nodes) {
+        const changes = directiveChangesRaw(read.get(nodeId) ?? [], directives);
+        for (const r of changes.remove) remove.push([nodeId, r.rule_id, r.directive_id]);
+        for (const d of changes.upsert) upsert.push([nodeId, d.rule_id, d.directive_id, ...COUNT_COLUMNS.map((c) => d.counts[c])]);
+      }
     }
     // The drill-down keys of the nodes whose rows move are made once for all of them, after
     // every write (migration 29), not once per row written; their directive counters are moved
