@@ -33,9 +33,17 @@ const BASE_S = Date.parse('2024-05-01T08:00:00Z') / 1000;
 const clockAt = (now_s: number): ComplianceClock => ({ now_s, silence_s: 900, applying_s: 600 });
 const iso = (s: number) => new Date(s * 1000).toISOString();
 
-/** Drive one store; `batch` chooses putPolicies or setExpectations per node. Returns a snapshot per round. */
-async function drive(store: Store, db: Db, batch: boolean) {
-  const r = prng(20261202);
+/**
+ * Drive one store; `batch` chooses putPolicies or setExpectations per node. Returns a snapshot per
+ * round. `shared`: runs report one of a few outcome sets and new policies one of a few lists, so
+ * that a batch's nodes share them (as a fleet's do: store/compliance/judged.ts judges each once).
+ */
+async function drive(store: Store, db: Db, batch: boolean, shared = false) {
+  const r = prng(shared ? 20261207 : 20261202);
+  const draw = <T>(make: () => T, n: number) => Array.from({ length: n }, make);
+  const component = ([rule_id, directive_id, component]: (typeof COMPONENTS)[number]) => ({ rule_id, directive_id, component });
+  const outcomeSets = draw(() => COMPONENTS.filter(() => r.next() < 0.8).map((c) => ({ ...component(c), outcome: r.next() < 0.7 ? 'result_success' : r.pick(OUTCOMES), count: 1 + r.int(2) })), 3);
+  const lists = draw(() => COMPONENTS.filter(() => r.next() < 0.7).map(component), 2);
   let now = BASE_S;
   let started = 0;
   for (const id of NODES) {
@@ -48,7 +56,7 @@ async function drive(store: Store, db: Db, batch: boolean) {
     // Runs: most nodes report, some with failures (findings), some reporting an older config.
     for (const id of NODES) {
       if (r.next() < 0.3) continue;
-      const outcomes = COMPONENTS.filter(() => r.next() < 0.7).map(([rule_id, directive_id, component]) =>
+      const outcomes = shared ? r.pick(outcomeSets) : COMPONENTS.filter(() => r.next() < 0.7).map(([rule_id, directive_id, component]) =>
         ({ rule_id, directive_id, component, outcome: r.pick(OUTCOMES), count: 1 + r.int(2) }));
       const config = (await store.getNode(id))?.policy_config_id ?? null;
       await store.insertRun(run(id, `${iso(now - r.int(60)).slice(0, 19)}.${String(started++ % 1000).padStart(3, '0')}Z`, {
@@ -84,7 +92,7 @@ async function drive(store: Store, db: Db, batch: boolean) {
       const expected = had && pick >= 0.35 && pick < 0.55 ? had.expected
         : had && had.expected.length > 0 && pick >= 0.55 && pick < 0.7 ? had.expected.map((c, k) => (k === 0 ? { ...c, component: `${c.component} (renamed)` } : c))
           : had && had.expected.length > 0 && pick >= 0.7 && pick < 0.85 ? [...had.expected, ...added()]
-            : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
+            : shared ? r.pick(lists) : COMPONENTS.filter(() => r.next() < 0.6).map(([rule_id, directive_id, component]) => ({ rule_id, directive_id, component }));
       const configId = had && pick < 0.35 ? had.configId : `cfg-${round}-${r.int(3)}`;
       writes.push({ bundle: { node_id: id, config_id: configId, generated_at: iso(now), bundle: `{"node_id":"${id}"}` }, expected, ...(configId === had?.configId && { expectationsOnly: true }) });
       written.set(id, { configId, expected });
@@ -97,8 +105,8 @@ async function drive(store: Store, db: Db, batch: boolean) {
   return out;
 }
 
-async function parity(t: Test, backend: Backend) {
-  const batched = await batchedAgainstSingle(t, backend, drive, (i, s) => `round ${i}: ${s.writes} policies written`);
+async function parity(t: Test, backend: Backend, shared = false) {
+  const batched = await batchedAgainstSingle(t, backend, (store, db, batch) => drive(store, db, batch, shared), (i, s) => `round ${i}: ${s.writes} policies written`);
   let findings = 0;
   let items = 0;
   for (const s of batched) {
@@ -116,6 +124,11 @@ const pgOnly = { skip: why ?? false };
 const postgres = postgresBackend('capstan_pbatch');
 
 t.test('putPolicies on PostgreSQL: the same compliance, findings, events and counters as one setExpectations per node', pgOnly, (t) => parity(t, postgres));
+
+// Nodes whose runs reported the same outcomes under the same list are judged once a batch: each
+// must still get its own rows, findings and events.
+t.test('putPolicies on SQLite, runs and lists shared by many nodes: as one setExpectations per node', (t) => parity(t, sqliteTemplateBackend, true));
+t.test('putPolicies on PostgreSQL, runs and lists shared by many nodes: as one setExpectations per node', pgOnly, (t) => parity(t, postgres, true));
 
 /** The versions of a node's compliance row and directive rows (any write makes new ones). */
 async function versions(db: Db, nodeId: string): Promise<string[]> {

@@ -23,6 +23,7 @@ import type { RunInsert } from '../runs/types.js';
 import { complianceRows, COUNT_COLUMNS, epochS, findingContext, marksFromRow, nextMarks, type ComplianceInput, type ComplianceRows, type DirectiveRow, type FindingContext } from './rows.js';
 import type { DirectiveCache } from './directive-cache.js';
 import type { ExpectedComponent } from './types.js';
+import type { RunJudge } from './judged.js';
 
 /** One stored run, as the batch hands it over. */
 export interface StoredRun {
@@ -229,11 +230,13 @@ export async function writeComplianceMany(
      */
     made?: { rows: ComplianceRows; stored: readonly DirectiveRow[] };
   }>,
+  /** Judges the runs (judged.ts): a policy write's, once per outcome set; else one per run. */
+  runs: Pick<RunJudge, 'rows'> = { rows: complianceRows },
 ): Promise<void> {
   const what = 'writeCompliance';
   const computed = entries.map((e) => {
-    const rows = e.made?.rows ?? complianceRows(e.input);
-    const held = e.made ? rowMap(e.made.stored) : e.countedFrom !== undefined ? rowMap(complianceRows({ ...e.input, expected: e.countedFrom }).directives)
+    const rows = e.made?.rows ?? runs.rows(e.input);
+    const held = e.made ? rowMap(e.made.stored) : e.countedFrom !== undefined ? rowMap(runs.rows({ ...e.input, expected: e.countedFrom }).directives)
       : e.version === undefined ? undefined : d.cache.rows(e.input.nodeId, e.version);
     return { ...e, rows, now: rowMap(rows.directives), held };
   });

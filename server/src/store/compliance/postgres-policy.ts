@@ -14,7 +14,6 @@ import type pg from 'pg';
 import { iso } from '../postgres/db.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
 import type { EventInsert } from '../events/types.js';
-import { unpackOutcomes } from '../runs/outcomes.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, epochS, findingContext, listDelta, marksFromRow, nextMarks, sameRowsUnder, type ComplianceInput, type ComplianceRows, type DirectiveRow } from './rows.js';
 import { countsWithAdditions, directiveRowsOf, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
@@ -22,6 +21,7 @@ import { version, writeComplianceMany, type BatchDeps } from './postgres-batch.j
 import type { CheckedExpectations } from '../input.js';
 import type { ExpectedComponent } from './types.js';
 import { ExpectationListCache } from './lists.js';
+import { RunJudge } from './judged.js';
 
 /** One node's new policy in a chunk: its config id, the one it had (null: none), and what it is now expected to report. */
 export interface PolicyExpectation {
@@ -196,9 +196,10 @@ async function madeFromStored(d: BatchDeps, c: pg.PoolClient, whole: readonly Po
  * policy is written again with the same expectations, and only its time marks move when its
  * rows stay the same (marksOnly); a node whose new list only adds components has its rows made
  * from the stored ones where it can (madeFromStored). The events go to `sink`, in the chunk's
- * order. Returns how many nodes were recomputed.
+ * order. Runs reported the same are unpacked and judged once by `runs` (judged.ts; the caller
+ * gives one for its whole write). Returns how many nodes were recomputed.
  */
-export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
+export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[], runs = new RunJudge()): Promise<number> {
   if (items.length === 0) return 0;
   const what = 'setExpectations';
   // Each distinct list once (a generation's nodes share a handful of them), stored already.
@@ -233,11 +234,12 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   };
   const counted = await listsOf(d, c, todo.flatMap((it) => (prior.has(it.nodeId) ? [prior.get(it.nodeId)!] : [])));
   // Most nodes of a generation whose templates moved only values: the same components, the same rows.
-  // A node's outcomes unpacked once: looked at to see whether its rows stay, then judged when they do not.
+  // A node's outcomes unpacked once: looked at to see whether its rows stay, then judged when they
+  // do not; and the same outcomes of other nodes unpacked and judged once (judged.ts).
   const unpacked = new Map<string, RunSummaryOutcome[]>();
   const outcomesOf = (cur: Record<string, unknown>) => {
     let o = unpacked.get(cur.node_id as string);
-    if (o === undefined) unpacked.set(cur.node_id as string, (o = unpackOutcomes(cur.outcomes_packed, cur.outcomes)));
+    if (o === undefined) unpacked.set(cur.node_id as string, (o = runs.outcomes(cur.outcomes_packed, cur.outcomes)));
     return o;
   };
   const moving = todo.filter((it) => marksOnly(current.get(it.nodeId), prior.get(it.nodeId), it, counted, outcomesOf));
@@ -274,6 +276,6 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
     // Its run's packed outcomes stay where they are: the same run is judged again.
     return { input, at: it.when, version: undefined, ...(countedFrom && { countedFrom }), ...(mine && { made: mine }), f: findingContext(cur, null, it.when, []), sink,
       outcomesStored: input.outcomesPacked !== undefined };
-  }));
+  }), runs);
   return todo.length;
 }

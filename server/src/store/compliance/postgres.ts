@@ -30,6 +30,7 @@ import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
 import { policyExpectationsMany, storeLists, touchLists, type PolicyExpectation } from './postgres-policy.js';
+import type { RunJudge } from './judged.js';
 
 export class PostgresCompliance implements ComplianceStore {
   /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
@@ -60,8 +61,8 @@ export class PostgresCompliance implements ComplianceStore {
    * their lists stored by storeLists), set-based (postgres-policy.ts); returns how many nodes were
    * recomputed.
    */
-  expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[]): Promise<number> {
-    return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink);
+  expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[], runs?: RunJudge): Promise<number> {
+    return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink, runs);
   }
 
   /** The expectations stored for one config id of a node. */

@@ -29,6 +29,7 @@ import { targetKeptSql } from './kept-targets.js';
 import { membershipChanges } from './members.js';
 import { BatchCounters, withMembersCounted } from './sqlite-batch-counters.js';
 import { countsWithAdditions, listAdditions, rowsWithAdditions, type DirectiveAddition } from './additions.js';
+import { RunJudge } from './judged.js';
 import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { SQLITE_DEFERRED_TARGETS } from '../migrations/0037_kept_targets_normal.js';
 import type { KeptSweep } from './kept.js';
@@ -179,9 +180,12 @@ export class SqliteCompliance implements ComplianceStore {
    * digest of the list they were counted against, when another: neither read nor written either
    * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder), and
    * when it only adds components, its rows are made from the stored ones without its run's
-   * outcomes, unless the run may have reported on one of them (additions.ts).
+   * outcomes, unless the run may have reported on one of them (additions.ts). Nodes whose runs
+   * reported the same are unpacked and judged once by `runs` (judged.ts; one for the caller's
+   * whole write).
    */
-  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>): void {
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>,
+    runs = new RunJudge()): void {
     if (items.length === 0) return;
     const current = new Map<string, Record<string, unknown>>();
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
@@ -198,13 +202,13 @@ export class SqliteCompliance implements ComplianceStore {
       : marksOnly.push([it.nodeId, it.when, marks.applying_since_s, marks.answered_s, marks.keep_last_s]));
     /** The node judged from its run. */
     const judge = (at: number, it: Item, cur: Record<string, unknown> | undefined, marks: NodeTimeMarks, quiet: boolean, before: ExpectedComponent[] | null) => {
-      const input = policyInput(it.nodeId, cur, it.items, marks);
+      const input = policyInput(it.nodeId, cur, it.items, marks, runs);
       // A list that differs only in components the run did not report on (a template's new
       // values renamed a component) counts the same directive rows, and so the same totals.
       const sameRows = it.rowsKept || (before !== null && sameRowsUnder(input.outcomes, listDelta(before, it.items)));
       if (sameRows && quiet) return void marksRow(it, cur!, marks);
       const f = findingContext(cur, null, it.when, []);
-      const { counts, directives, items: states } = complianceRows(input);
+      const { counts, directives, items: states } = runs.rows(input);
       compliance.push(complianceValues(input, it.when, f, counts));
       if (f.failing_before > 0 || counts.error + counts.non_compliant > 0) {
         reconcile.push({ at, run: () => this.events.write(this.findings.reconcile({

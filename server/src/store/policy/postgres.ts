@@ -5,6 +5,7 @@
  */
 import { type PostgresDb, postgresRows } from '../postgres/db.js';
 import type { PostgresCompliance } from '../compliance/postgres.js';
+import { RunJudge } from '../compliance/judged.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
 import { pick, unnestOf } from '../postgres/arrays.js';
@@ -198,11 +199,13 @@ export class PostgresPolicy implements PolicyStore {
       // Nodes that are gone are skipped.
       const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
       const sink: EventInsert[] = [];
+      // The write's nodes whose runs reported the same are judged once, across its chunks.
+      const runs = new RunJudge();
       for (let i = 0; i < live.length; i += POLICY_CHUNK) {
         const chunk = live.slice(i, i + POLICY_CHUNK);
         await this.compliance.expectationsMany(c, chunk.map((it) => ({
           nodeId: it.bundle.node_id, configId: it.bundle.config_id, previous: previous.get(it.bundle.node_id) ?? null, when: it.when, expected: it.expected,
-        })), sink);
+        })), sink, runs);
         const bundles = chunk.filter((it) => !it.expectationsOnly);
         if (bundles.length === 0) continue;
         // The bundles as one JSON array ('' where the text is kept apart): node-pg escapes each element of a text[] in

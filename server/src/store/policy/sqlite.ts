@@ -13,6 +13,7 @@ import { putCell } from '../nodes/properties.js';
 import { checkBundleRecord, checkPolicyKey, checkPolicyWrites, policyBodyJson, policyFromRow } from './rows.js';
 import { BUNDLE_READ, releaseTexts, splitBundles } from './sqlite-texts.js';
 import { bundleFromRow } from './texts.js';
+import { RunJudge } from '../compliance/judged.js';
 import type {
   PolicyBundleRecord, PolicyKind, PolicyNodeInput, PolicyNodeRead, PolicyObjectRecord, PolicyProblemRecord, PolicySealRecord, PolicyStateWrite, PolicyStore, PolicyWrite,
 } from './types.js';
@@ -183,12 +184,14 @@ export class SqlitePolicy implements PolicyStore {
     const checked = checkPolicyWrites(items);
     return this.db.write('putPolicies', () => {
       let n = 0;
-      for (let i = 0; i < checked.length; i += POLICY_CHUNK) n += this.putPolicyChunk(checked.slice(i, i + POLICY_CHUNK));
+      // The write's nodes whose runs reported the same are judged once, across its chunks.
+      const runs = new RunJudge();
+      for (let i = 0; i < checked.length; i += POLICY_CHUNK) n += this.putPolicyChunk(checked.slice(i, i + POLICY_CHUNK), runs);
       return n;
     });
   }
 
-  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: CheckedExpectations; expectationsOnly: boolean }>): number {
+  private putPolicyChunk(chunk: Array<{ bundle: PolicyBundleRecord; when: string; expected: CheckedExpectations; expectationsOnly: boolean }>, runs: RunJudge): number {
     // Last write wins for a node named twice, as one statement per item would have it.
     const byNode = new Map(chunk.map((it) => [it.bundle.node_id, it]));
     const ids = JSON.stringify([...byNode.keys()]);
@@ -250,7 +253,7 @@ export class SqlitePolicy implements PolicyStore {
       .map((it) => ({ node_id: it.bundle.node_id, config_id: it.bundle.config_id, when: it.when, bundle: it.bundle.bundle })));
     BUNDLE_ROWS.run(this.db, rows);
     releaseTexts(this.db, before);
-    this.compliance.recomputeMany(recompute);
+    this.compliance.recomputeMany(recompute, runs);
     return live.length;
   }
 }
