@@ -180,12 +180,10 @@ export class SqliteCompliance implements ComplianceStore {
    * digest of the list they were counted against, when another: neither read nor written either
    * when the new list counts the node's run into the same rows (rows.ts sameRowsUnder), and
    * when it only adds components, its rows are made from the stored ones without its run's
-   * outcomes, unless the run may have reported on one of them (additions.ts). Nodes whose runs
-   * reported the same are unpacked and judged once by `runs` (judged.ts; one for the caller's
-   * whole write).
+   * outcomes, unless the run may have reported on one of them (additions.ts). `runs` judges
+   * each distinct run once (judged.ts; one for the caller's whole write).
    */
-  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>,
-    runs = new RunJudge()): void {
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>, runs = new RunJudge()): void {
     if (items.length === 0) return;
     const current = new Map<string, Record<string, unknown>>();
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
