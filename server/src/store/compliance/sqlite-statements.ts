@@ -5,10 +5,10 @@
 import type { NodeTimeMarks } from '@capstan/shared/compliance/compute';
 import { MultiRow } from '../sqlite/multirow.js';
 import type { SqliteDb } from '../sqlite/db.js';
-import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes } from '../runs/outcomes.js';
+import { UNPACKED_PLACEHOLDER, packedOrNull } from '../runs/outcomes.js';
 import { COUNT_COLUMNS, DIRECTIVE_ROW_COLUMNS, type ComplianceInput, type FindingContext } from './rows.js';
 import type { ComplianceCounts, ExpectedComponent } from './types.js';
-import { RunJudge } from './judged.js';
+import type { RunJudge } from './judged.js';
 
 export const UPSERT_COMPLIANCE = `INSERT INTO node_compliance (node_id, run_id, run_started_at, run_started_utc, config_id, expected,
     computed_at, outcomes, outcomes_packed, applying_since_s, answered_s, keep_last_s, runs_seen, ${COUNT_COLUMNS.join(', ')})
@@ -78,16 +78,16 @@ export const DIRECTIVE_ROWS = new MultiRow(`INSERT INTO node_compliance_directiv
 
 /**
  * A node's compliance input after a policy change: its stored last complete run (`cur`, if any)
- * against `expected`. `unpack` false: the outcomes are left packed (the caller counts the rows
- * otherwise, and the row's packed value is written back as it is); a RunJudge: unpacked by it,
- * shared with the batch's other nodes whose runs reported the same (judged.ts).
+ * against `expected`, its outcomes unpacked by `runs` (judged.ts: shared with the other nodes of
+ * the write whose runs reported the same). `runs` null: the outcomes are left packed (the caller
+ * counts the rows otherwise, and the row's packed value is written back as it is).
  */
-export function policyInput(nodeId: string, cur: Record<string, unknown> | undefined, expected: ExpectedComponent[], marks: NodeTimeMarks, unpack: boolean | RunJudge = true): ComplianceInput {
+export function policyInput(nodeId: string, cur: Record<string, unknown> | undefined, expected: ExpectedComponent[], marks: NodeTimeMarks, runs: RunJudge | null): ComplianceInput {
   if (cur === undefined || cur.run_id === null) return { nodeId, run: null, outcomes: [], expected, marks };
   return {
     nodeId,
     run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-    outcomes: unpack instanceof RunJudge ? unpack.outcomes(cur.outcomes_packed, cur.outcomes) : unpack ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
+    outcomes: runs ? runs.outcomes(cur.outcomes_packed, cur.outcomes) : [],
     ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
     expected,
     marks,

@@ -163,7 +163,7 @@ export class SqliteCompliance implements ComplianceStore {
       kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
       run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
     });
-    this.writeCompliance(policyInput(nodeId, cur, items, marks), when, findingContext(cur, null, when, []));
+    this.writeCompliance(policyInput(nodeId, cur, items, marks, new RunJudge()), when, findingContext(cur, null, when, []));
   }
 
   /**
@@ -250,7 +250,7 @@ export class SqliteCompliance implements ComplianceStore {
         refused.push(a);
         continue;
       }
-      const input = policyInput(a.it.nodeId, a.cur, a.it.items, a.marks, false);
+      const input = policyInput(a.it.nodeId, a.cur, a.it.items, a.marks, null);
       compliance.push(complianceValues(input, a.it.when, findingContext(a.cur, null, a.it.when, []), countsWithAdditions(a.cur, a.added)));
       partial.push({ nodeId: a.it.nodeId, directives });
     }
