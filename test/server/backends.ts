@@ -15,7 +15,7 @@
  * Without pg_dump every schema is migrated and dropped. fresh() is always a new, empty schema.
  * (CREATE DATABASE … TEMPLATE copies were no faster over the whole suite than a schema migrated
  * per test: dropping a database forces a checkpoint, which every other test file waits on. A
- * schema replayed from pg_dump's whole output took ~0.35 s, little less than the migrations.)
+ * schema replayed from pg_dump's whole output took 0.3–0.45 s, little less than the migrations.)
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
