@@ -160,8 +160,9 @@ const pgSpare = new Map<string, string[]>();
 
 /**
  * The definitions of schema $1 as their catalog rows' versions (each row's id and xmin): every
- * DDL statement on the schema (CREATE, ALTER, DROP, CREATE OR REPLACE, a trigger disabled) writes
- * new versions of those rows, while writing, deleting and analysing rows in its tables does not.
+ * DDL statement on the schema (CREATE, ALTER, DROP, CREATE OR REPLACE of a function or a view, a
+ * sequence altered, a trigger disabled) writes new versions of those rows, while writing,
+ * deleting and analysing rows in its tables does not.
  */
 const DIGEST = `WITH r AS (SELECT oid FROM pg_class WHERE relnamespace = $1::regnamespace)
   SELECT md5(string_agg(x, ',' ORDER BY x)) AS digest FROM (
@@ -171,6 +172,8 @@ const DIGEST = `WITH r AS (SELECT oid FROM pg_class WHERE relnamespace = $1::reg
     UNION ALL SELECT concat('i', indexrelid, ':', xmin) FROM pg_index WHERE indrelid IN (SELECT oid FROM r)
     UNION ALL SELECT concat('k', oid, ':', xmin) FROM pg_constraint WHERE connamespace = $1::regnamespace
     UNION ALL SELECT concat('t', oid, ':', xmin) FROM pg_trigger WHERE tgrelid IN (SELECT oid FROM r)
+    UNION ALL SELECT concat('s', seqrelid, ':', xmin) FROM pg_sequence WHERE seqrelid IN (SELECT oid FROM r)
+    UNION ALL SELECT concat('v', oid, ':', xmin) FROM pg_rewrite WHERE ev_class IN (SELECT oid FROM r)
     UNION ALL SELECT concat('f', oid, ':', xmin) FROM pg_proc WHERE pronamespace = $1::regnamespace) s(x)`;
 
 /** A schema the store migrates itself, with its digest; the file's first gives the seeded rows. */
