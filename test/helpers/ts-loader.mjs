@@ -8,7 +8,8 @@
  * The programs a test starts (servers, relays, agents, the CLI) run without tap's process-info
  * hooks: tap puts them in NODE_OPTIONS and in a hook on every spawn, for coverage, which this
  * suite does not collect, and they cost each child ~1 s of CPU (a server's start: 1.3 → 2.6 s).
- * The test process itself keeps them: tap reads what it records.
+ * The test process itself keeps processinfo's record (tap reads it), without its module hooks
+ * (`./tap-early.mjs`, which tap's `test-env` puts in NODE_OPTIONS; taken out of it here too).
  */
 if (/\.[cm]?tsx?$/.test(process.argv[1] ?? '')) {
   const { register } = await import('tsx/esm/api');
@@ -19,7 +20,10 @@ const onSpawn = globalThis[Symbol.for('process-on-spawn@*:singletonId')];
 if (onSpawn && Array.isArray(onSpawn.listeners)) onSpawn.listeners.splice(0);
 for (const k of Object.keys(process.env)) if (k.startsWith('_TAPJS_PROCESSINFO_')) delete process.env[k];
 if (process.env.NODE_OPTIONS) {
-  const rest = process.env.NODE_OPTIONS.replace(/"?--(?:import|loader)=[^"\s]*@tapjs[/+]processinfo[^"\s]*"?/g, '').trim();
+  const rest = process.env.NODE_OPTIONS
+    .replace(/"?--(?:import|loader)=[^"\s]*@tapjs[/+]processinfo[^"\s]*"?/g, '')
+    .replace(/"?--import=[^"\s]*test\/helpers\/tap-early\.mjs"?/g, '')
+    .trim();
   if (rest) process.env.NODE_OPTIONS = rest;
   else delete process.env.NODE_OPTIONS;
 }
