@@ -34,6 +34,7 @@ import { openRegistry, openReplicaReads, type ReplicaReads } from './registry/op
 import { RelayHub } from './remote-run/relay-links.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { Store } from './store/store.js';
+import type { UnreadableOutcomes } from './store/index.js';
 import { VulnService } from './vulns/service.js';
 import { vulnSettings } from './vulns/settings.js';
 import { watchTemplates } from './policy/template-watch.js';
@@ -79,11 +80,13 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
           },
           onIdleError: (err) => log.warn({ err }, 'database connection lost while idle'),
           onMaintenance: (message, err) => log.warn({ err }, message),
+          onUnreadable: unreadableWarning(log),
         }
       : {
           sqlitePath: join(dataDir, 'capstan.db'),
           runBaseCacheBytes: config.database.run_base_cache,
           sqliteCheckpoint: { startBytes: config.database.sqlite_checkpoint_from, limitBytes: config.database.sqlite_wal_limit },
+          onUnreadable: unreadableWarning(log),
         },
   );
   try {
@@ -93,6 +96,10 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
     throw err;
   }
 }
+
+/** A node's stored outcomes that the store could not read, and read as none: said in the log. */
+const unreadableWarning = (log: Logger) => (u: UnreadableOutcomes) =>
+  log.warn({ node: u.node_id, reason: u.error }, "a node's stored run outcomes cannot be read: read as none (every component missing) until its next run");
 
 /** Everything the server is made of, composed and not started yet. */
 interface Parts {
@@ -154,6 +161,7 @@ async function compose(config: ServerConfig, log: Logger, store: Store): Promise
     primaryUrl: db.url, urls: db.replicas, maxLagMs: db.replica_max_lag, checkMs: db.replica_check_interval, poolSize: db.replica_pool_size,
     onChange: (url, inUse, why) => (inUse ? log.info({ replica: url }, 'reading from replica') : log.warn({ replica: url, reason: why }, 'not reading from replica')),
     onIdleError: (err) => log.warn({ err }, 'replica connection lost while idle'),
+    onUnreadable: unreadableWarning(log),
   });
   return { store, tls, adminToken, policyKey, hub, domain, identity, metrics, ingest, ops, notify, console: consoleParts, vulns, replicas };
 }

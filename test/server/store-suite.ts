@@ -8,13 +8,13 @@ import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
 import { compressSync, decompress } from '@capstan/shared';
 import { LATEST_SCHEMA_VERSION } from '@capstan/server/store/index';
-import type { NodeUpsertFromInventory, RunInsert, Store } from '@capstan/server/store/index';
+import type { NodeUpsertFromInventory, OnUnreadable, RunInsert, Store } from '@capstan/server/store/index';
 import { encodeRun } from '@capstan/server/store/runs/run-codec';
 import { setAcceptance, setState, updateNode } from '../helpers/node-changes.js';
 
 export interface Db {
   /** Another store on this test's database; like the server's start-up, it runs migrate(). */
-  open(opts?: { now?: () => Date }): Promise<Store>;
+  open(opts?: { now?: () => Date; onUnreadable?: OnUnreadable }): Promise<Store>;
   /** Raw SQL on this test's database, for what the interface cannot do (forge a newer schema). */
   exec(sql: string): Promise<void>;
   /** Rows of one raw SELECT on this test's database. */

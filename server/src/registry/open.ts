@@ -3,7 +3,7 @@
  * transactions (store/rules.ts) and decides nothing itself. Every program and test that opens
  * the store comes through here, so the rules are the same whoever writes.
  */
-import { openStore, ReplicaReads, type OpenStoreOptions, type Store, type StoreRules } from '../store/index.js';
+import { openStore, ReplicaReads, type OnUnreadable, type OpenStoreOptions, type Store, type StoreRules } from '../store/index.js';
 import { FILTER_RULES } from './filters.js';
 import { NODE_RULES } from './rules.js';
 import { TASK_RULES } from '../jobs/states.js';
@@ -29,10 +29,12 @@ export function openReplicaReads(store: Store, opts: {
   primaryUrl: string; urls: readonly string[]; maxLagMs: number; checkMs: number; poolSize: number;
   onChange?: (url: string, inUse: boolean, why: string) => void;
   onIdleError?: (err: Error) => void;
+  onUnreadable?: OnUnreadable;
 }): Promise<ReplicaReads> {
   return ReplicaReads.open(store, {
     primaryUrl: opts.primaryUrl, urls: opts.urls, maxLagMs: opts.maxLagMs, checkMs: opts.checkMs,
-    open: (url) => openStore({ databaseUrl: url, poolSize: opts.poolSize, rules: STORE_RULES, readOnly: true, ...(opts.onIdleError && { onIdleError: opts.onIdleError }) }),
+    open: (url) => openStore({ databaseUrl: url, poolSize: opts.poolSize, rules: STORE_RULES, readOnly: true,
+      ...(opts.onIdleError && { onIdleError: opts.onIdleError }), ...(opts.onUnreadable && { onUnreadable: opts.onUnreadable }) }),
     ...(opts.onChange && { onChange: opts.onChange }),
   });
 }

@@ -9,11 +9,13 @@ import type { StoreRules } from './rules.js';
 import type { Store } from './store.js';
 import type { AnalyzeOptions } from './postgres/statistics.js';
 import type { CheckpointOptions } from './sqlite/checkpointer.js';
+import type { OnUnreadable } from './runs/outcomes.js';
 
 export type * from './store.js';
 export type * from './rules.js';
 export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
 export { ReplicaReads, type ReplicaStatus } from './replicas.js';
+export type { OnUnreadable, UnreadableOutcomes } from './runs/outcomes.js';
 
 export interface OpenStoreOptions {
   /** The domain's rules the store applies in its transactions (server/src/registry/open.ts gives them). */
@@ -31,6 +33,11 @@ export interface OpenStoreOptions {
   now?: () => Date;
   /** Postgres only: told when an idle pooled connection fails. */
   onIdleError?: (err: Error) => void;
+  /**
+   * Told when a node's stored outcomes (its last run's, on its compliance row) cannot be read:
+   * they are read as none, so its run counts every component as missing until its next run.
+   */
+  onUnreadable?: OnUnreadable;
   /** Postgres only: told when partition maintenance is skipped (retried at the next sweep). */
   onMaintenance?: (message: string, err?: unknown) => void;
   /** Only read through it (a streaming replica): not migrated, nothing written. */
@@ -54,6 +61,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       ...(opts.now && { now: opts.now }),
       ...(opts.onIdleError && { onIdleError: opts.onIdleError }),
       ...(opts.onMaintenance && { onMaintenance: opts.onMaintenance }),
+      ...(opts.onUnreadable && { onUnreadable: opts.onUnreadable }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
       ...(opts.directiveCacheBytes !== undefined && { directiveCacheBytes: opts.directiveCacheBytes }),
       // A replica takes no ANALYZE: its statistics come from the primary's.
@@ -65,6 +73,7 @@ export async function openStore(opts: OpenStoreOptions): Promise<Store> {
       path: opts.sqlitePath, rules: opts.rules, ...(opts.now && { now: opts.now }),
       ...(opts.runBaseCacheBytes !== undefined && { runBaseCacheBytes: opts.runBaseCacheBytes }),
       ...(opts.sqliteCheckpoint && { checkpoint: opts.sqliteCheckpoint }),
+      ...(opts.onUnreadable && { onUnreadable: opts.onUnreadable }),
     });
   } else {
     throw capstanError('ERR_CONFIG', 'store needs a sqlite path or a database url');

@@ -10,11 +10,14 @@
  * changed a node's outcomes or rows in place would change every node's (and throws instead).
  * Rows without a packed form (stored before migration 8) are parsed each time and not shared.
  *
+ * A stored value that cannot be read is judged as no outcomes (runs/outcomes.ts
+ * complianceOutcomes) and told to `onUnreadable` for each node that holds it; it is not shared.
+ *
  * Bounded: at most MAX_SETS outcome sets and MAX_KEY_BYTES of packed bytes are remembered (a
  * batch whose runs all differ stops remembering and judges each as before). A RunJudge lives as
  * long as the batch that made it.
  */
-import { unpackOutcomes } from '../runs/outcomes.js';
+import { complianceOutcomes, type OnUnreadable } from '../runs/outcomes.js';
 import type { RunSummaryOutcome } from '../runs/types.js';
 import { complianceRows, type ComplianceInput, type ComplianceRows } from './rows.js';
 import type { ExpectedComponent } from './types.js';
@@ -49,9 +52,11 @@ export class RunJudge {
   /** Sets parsed, and asks answered from what was parsed or judged before (for tests and benchmarks). */
   readonly stats = { parsed: 0, shared: 0, judged: 0, reused: 0 };
 
-  /** A stored row's outcomes (unpackOutcomes), the same array for the same packed bytes. */
-  outcomes(packed: unknown, legacy: unknown): RunSummaryOutcome[] {
-    if (!Buffer.isBuffer(packed)) return unpackOutcomes(packed, legacy);
+  constructor(private readonly onUnreadable?: OnUnreadable) {}
+
+  /** Node `nodeId`'s stored outcomes (complianceOutcomes), the same array for the same packed bytes. */
+  outcomes(nodeId: string, packed: unknown, legacy: unknown): RunSummaryOutcome[] {
+    if (!Buffer.isBuffer(packed)) return complianceOutcomes(nodeId, packed, legacy, this.onUnreadable);
     const key = packed.toString('latin1');
     const known = this.parsed.get(key);
     if (known !== undefined) {
@@ -59,7 +64,12 @@ export class RunJudge {
       return known;
     }
     this.stats.parsed++;
-    const outcomes = frozen(unpackOutcomes(packed, legacy));
+    let unreadable = false;
+    const outcomes = frozen(complianceOutcomes(nodeId, packed, legacy, (what) => {
+      unreadable = true;
+      this.onUnreadable?.(what);
+    }));
+    if (unreadable) return outcomes;
     if (this.parsed.size < MAX_SETS && this.keyBytes + key.length <= MAX_KEY_BYTES) {
       this.parsed.set(key, outcomes);
       this.keyBytes += key.length;

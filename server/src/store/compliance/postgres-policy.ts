@@ -239,7 +239,7 @@ export async function policyExpectationsMany(d: BatchDeps, c: pg.PoolClient, ite
   const unpacked = new Map<string, RunSummaryOutcome[]>();
   const outcomesOf = (cur: Record<string, unknown>) => {
     let o = unpacked.get(cur.node_id as string);
-    if (o === undefined) unpacked.set(cur.node_id as string, (o = runs.outcomes(cur.outcomes_packed, cur.outcomes)));
+    if (o === undefined) unpacked.set(cur.node_id as string, (o = runs.outcomes(cur.node_id as string, cur.outcomes_packed, cur.outcomes)));
     return o;
   };
   const moving = todo.filter((it) => marksOnly(current.get(it.nodeId), prior.get(it.nodeId), it, counted, outcomesOf));

@@ -13,7 +13,7 @@ import type { PostgresFindings } from '../findings/postgres.js';
 import type { PostgresEvents } from '../events/postgres.js';
 import type { EventInsert } from '../events/types.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
-import { UNPACKED_PLACEHOLDER, packedOrNull, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
+import { UNPACKED_PLACEHOLDER, complianceOutcomes, packedOrNull, runOutcomes, type OnUnreadable } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
@@ -30,7 +30,7 @@ import type { KeptSweep } from './kept.js';
 import { DirectiveCache } from './directive-cache.js';
 import { complianceRunsStored, type StoredRun } from './postgres-batch.js';
 import { policyExpectationsMany, storeLists, touchLists, type PolicyExpectation } from './postgres-policy.js';
-import type { RunJudge } from './judged.js';
+import { RunJudge } from './judged.js';
 
 export class PostgresCompliance implements ComplianceStore {
   /** Nodes' expectations and directive rows as stored, for the ingest's batches (`[database] directive_cache`). */
@@ -42,6 +42,8 @@ export class PostgresCompliance implements ComplianceStore {
     private readonly findings: PostgresFindings,
     private readonly events: PostgresEvents,
     directiveCacheBytes?: number,
+    /** Told of a node's stored outcomes that cannot be read, and are read as none (runs/outcomes.ts). */
+    readonly onUnreadable?: OnUnreadable,
   ) {
     this.directiveCache = new DirectiveCache(directiveCacheBytes);
   }
@@ -62,7 +64,7 @@ export class PostgresCompliance implements ComplianceStore {
    * recomputed.
    */
   expectationsMany(c: pg.PoolClient, items: readonly PolicyExpectation[], sink: EventInsert[], runs?: RunJudge): Promise<number> {
-    return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink, runs);
+    return policyExpectationsMany({ db: this.db, findings: this.findings, cache: this.directiveCache }, c, items, sink, runs ?? new RunJudge(this.onUnreadable));
   }
 
   /** The expectations stored for one config id of a node. */
@@ -242,7 +244,7 @@ export class PostgresCompliance implements ComplianceStore {
         await this.writeCompliance(c, {
           nodeId,
           run: { id: Number(cur.run_id), started_at: cur.run_started_at, started_utc: iso(cur.run_started_utc)!, config_id: cur.config_id },
-          outcomes: unpackOutcomes(cur.outcomes_packed, cur.outcomes),
+          outcomes: complianceOutcomes(nodeId, cur.outcomes_packed, cur.outcomes, this.onUnreadable),
           ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed } : {}),
           expected: checked.items,
           marks,
@@ -278,7 +280,7 @@ export class PostgresCompliance implements ComplianceStore {
         run: hasRun ? { id: Number(cur.run_id), started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null } : null,
         policy_config_id: policy,
         expected: policy === null ? null : await this.expectations(c, nodeId, policy),
-        outcomes: hasRun ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
+        outcomes: hasRun ? complianceOutcomes(nodeId, cur.outcomes_packed, cur.outcomes, this.onUnreadable) : [],
         marks: marksFromRow(cur) ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 },
         relay: node.class === 'relay',
         has_agent: node.class !== 'agentless',

@@ -87,7 +87,7 @@ export function policyInput(nodeId: string, cur: Record<string, unknown> | undef
   return {
     nodeId,
     run: { id: cur.run_id as number, started_at: cur.run_started_at as string, started_utc: cur.run_started_utc as string, config_id: cur.config_id as string | null },
-    outcomes: runs ? runs.outcomes(cur.outcomes_packed, cur.outcomes) : [],
+    outcomes: runs ? runs.outcomes(nodeId, cur.outcomes_packed, cur.outcomes) : [],
     ...(cur.outcomes_packed ? { outcomesPacked: cur.outcomes_packed as Buffer } : {}),
     expected,
     marks,

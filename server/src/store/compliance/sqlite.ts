@@ -12,7 +12,7 @@ import type { SqliteNodes } from '../nodes/sqlite.js';
 import type { SqliteEvents } from '../events/sqlite.js';
 import type { SqliteFindings } from '../findings/sqlite.js';
 import type { NodeFilter, NodeRecord } from '../nodes/types.js';
-import { UNPACKED_PLACEHOLDER, unpackOutcomes, runOutcomes } from '../runs/outcomes.js';
+import { UNPACKED_PLACEHOLDER, complianceOutcomes, runOutcomes, type OnUnreadable } from '../runs/outcomes.js';
 import type { RunInsert } from '../runs/types.js';
 import { toUtcIso } from '../time.js';
 import {
@@ -47,6 +47,7 @@ export class SqliteCompliance implements ComplianceStore {
     private readonly nodes: SqliteNodes,
     private readonly findings: SqliteFindings,
     private readonly events: SqliteEvents,
+    readonly onUnreadable?: OnUnreadable, // told of stored outcomes read as none (runs/outcomes.ts)
   ) {}
 
   /** The expectations stored for one config id of a node, inside the caller's transaction. */
@@ -163,7 +164,7 @@ export class SqliteCompliance implements ComplianceStore {
       kind: 'policy', at_s: epochS(when), config_id: configId, previous_config_id: previous,
       run_config_id: hasRun ? (cur.config_id as string | null) : null, ...(keepLastS === undefined ? {} : { keep_last_s: keepLastS }),
     });
-    this.writeCompliance(policyInput(nodeId, cur, items, marks, new RunJudge()), when, findingContext(cur, null, when, []));
+    this.writeCompliance(policyInput(nodeId, cur, items, marks, new RunJudge(this.onUnreadable)), when, findingContext(cur, null, when, []));
   }
 
   /**
@@ -183,7 +184,7 @@ export class SqliteCompliance implements ComplianceStore {
    * outcomes, unless the run may have reported on one of them (additions.ts). `runs` judges
    * each distinct run once (judged.ts; one for the caller's whole write).
    */
-  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>, runs = new RunJudge()): void {
+  recomputeMany(items: ReadonlyArray<{ nodeId: string; configId: string; previous: string | null; items: ExpectedComponent[]; when: string; rowsKept?: boolean; rowsFrom?: string }>, runs = new RunJudge(this.onUnreadable)): void {
     if (items.length === 0) return;
     const current = new Map<string, Record<string, unknown>>();
     for (const r of this.db.stmt(SELECT_CURRENT_MANY).all(JSON.stringify(items.map((it) => it.nodeId))) as Array<Record<string, unknown>>) current.set(r.node_id as string, r);
@@ -300,7 +301,7 @@ export class SqliteCompliance implements ComplianceStore {
         run: hasRun ? { id: cur.run_id as number, started_at: cur.run_started_at as string, config_id: (cur.config_id as string | null) ?? null } : null,
         policy_config_id: policy,
         expected: policy === null ? null : this.expectations(nodeId, policy),
-        outcomes: hasRun ? unpackOutcomes(cur.outcomes_packed, cur.outcomes) : [],
+        outcomes: hasRun ? complianceOutcomes(nodeId, cur.outcomes_packed, cur.outcomes, this.onUnreadable) : [],
         marks: marksFromRow(cur) ?? { applying_since_s: null, answered_s: null, keep_last_s: 0 },
         relay: cls === 'relay',
         has_agent: cls !== 'agentless',

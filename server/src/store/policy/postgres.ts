@@ -200,7 +200,7 @@ export class PostgresPolicy implements PolicyStore {
       const live = [...byNode.values()].filter((it) => previous.has(it.bundle.node_id));
       const sink: EventInsert[] = [];
       // The write's nodes whose runs reported the same are judged once, across its chunks.
-      const runs = new RunJudge();
+      const runs = new RunJudge(this.compliance.onUnreadable);
       for (let i = 0; i < live.length; i += POLICY_CHUNK) {
         const chunk = live.slice(i, i + POLICY_CHUNK);
         await this.compliance.expectationsMany(c, chunk.map((it) => ({

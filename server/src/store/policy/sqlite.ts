@@ -185,7 +185,7 @@ export class SqlitePolicy implements PolicyStore {
     return this.db.write('putPolicies', () => {
       let n = 0;
       // The write's nodes whose runs reported the same are judged once, across its chunks.
-      const runs = new RunJudge();
+      const runs = new RunJudge(this.compliance.onUnreadable);
       for (let i = 0; i < checked.length; i += POLICY_CHUNK) n += this.putPolicyChunk(checked.slice(i, i + POLICY_CHUNK), runs);
       return n;
     });

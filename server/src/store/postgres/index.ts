@@ -23,6 +23,7 @@ import { migratePostgres } from './migrate.js';
 import { PostgresEvents } from '../events/postgres.js';
 import { PostgresFindings } from '../findings/postgres.js';
 import { PostgresNotify } from '../notify/postgres.js';
+import type { OnUnreadable } from '../runs/outcomes.js';
 import { PostgresVulns } from '../vulns/postgres.js';
 
 export interface PostgresStoreOptions extends PostgresDbOptions {
@@ -34,6 +35,8 @@ export interface PostgresStoreOptions extends PostgresDbOptions {
   directiveCacheBytes?: number;
   /** The domain's rules the store applies (../rules.ts). */
   rules: StoreRules;
+  /** Told of a node's stored outcomes that cannot be read, and are read as none (runs/outcomes.ts). */
+  onUnreadable?: OnUnreadable;
 }
 
 export class PostgresStore extends ComposedStore {
@@ -42,7 +45,7 @@ export class PostgresStore extends ComposedStore {
     const nodes = new PostgresNodes(db, opts.rules);
     const events = new PostgresEvents(db, opts.rules);
     const findings = new PostgresFindings(db, opts.rules);
-    const compliance = new PostgresCompliance(db, nodes, findings, events, opts.directiveCacheBytes);
+    const compliance = new PostgresCompliance(db, nodes, findings, events, opts.directiveCacheBytes, opts.onUnreadable);
     const changes = new PostgresChanges(db, opts.rules);
     super({
       nodes,

@@ -48,6 +48,33 @@ export function unpackOutcomes(packed: unknown, legacy: unknown): RunSummaryOutc
   return (typeof legacy === 'string' ? JSON.parse(legacy) : legacy ?? []) as RunSummaryOutcome[];
 }
 
+/** What the store tells its opener of a node's stored outcomes it could not read (OpenStoreOptions.onUnreadable). */
+export interface UnreadableOutcomes {
+  node_id: string;
+  /** Why: the decompressor's or the JSON parser's message. */
+  error: string;
+}
+export type OnUnreadable = (what: UnreadableOutcomes) => void;
+
+/**
+ * A node's compliance row's outcomes (its last run's, kept to judge the run again against a new
+ * policy, and shown on the node's page): unpackOutcomes, or none when the stored value cannot be
+ * read (damaged bytes, or not the JSON array packing makes). One damaged row must not refuse a
+ * whole generation's write, nor the node's page: the run is judged as reporting nothing (every
+ * component it was to report is missing, so the node claims no compliance it cannot show), the
+ * opener is told, and the node's next run replaces the value.
+ */
+export function complianceOutcomes(nodeId: string, packed: unknown, legacy: unknown, onUnreadable?: OnUnreadable): RunSummaryOutcome[] {
+  try {
+    const outcomes = unpackOutcomes(packed, legacy);
+    if (Array.isArray(outcomes) && outcomes.every((o) => typeof o === 'object' && o !== null)) return outcomes;
+    throw new Error('not a list of outcomes');
+  } catch (err) {
+    onUnreadable?.({ node_id: nodeId, error: err instanceof Error ? err.message : String(err) });
+    return [];
+  }
+}
+
 /** A run's outcomes as objects: as given, or parsed from the JSON the ingest gave instead. */
 export function runOutcomes(run: { outcomes?: RunSummaryOutcome[]; outcomes_json?: Buffer }): RunSummaryOutcome[] {
   return run.outcomes ?? (JSON.parse(run.outcomes_json!.toString('utf8')) as RunSummaryOutcome[]);

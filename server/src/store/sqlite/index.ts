@@ -22,6 +22,7 @@ import { SqliteDb, type SqliteDbOptions } from './db.js';
 import { SqliteEvents } from '../events/sqlite.js';
 import { SqliteFindings } from '../findings/sqlite.js';
 import { SqliteNotify } from '../notify/sqlite.js';
+import type { OnUnreadable } from '../runs/outcomes.js';
 import { migrateSqlite } from './migrate.js';
 import { SqliteVulns } from '../vulns/sqlite.js';
 
@@ -30,6 +31,8 @@ export interface SqliteStoreOptions extends SqliteDbOptions {
   runBaseCacheBytes?: number;
   /** The domain's rules the store applies (../rules.ts). */
   rules: StoreRules;
+  /** Told of a node's stored outcomes that cannot be read, and are read as none (runs/outcomes.ts). */
+  onUnreadable?: OnUnreadable;
 }
 
 export class SqliteStore extends ComposedStore {
@@ -38,7 +41,7 @@ export class SqliteStore extends ComposedStore {
     const nodes = new SqliteNodes(db, opts.rules);
     const events = new SqliteEvents(db, opts.rules);
     const findings = new SqliteFindings(db, opts.rules);
-    const compliance = new SqliteCompliance(db, nodes, findings, events);
+    const compliance = new SqliteCompliance(db, nodes, findings, events, opts.onUnreadable);
     const changes = new SqliteChanges(db, events, opts.rules);
     super({
       nodes,
