@@ -65,13 +65,24 @@ export type OnUnreadable = (what: UnreadableOutcomes) => void;
  * opener is told, and the node's next run replaces the value.
  */
 export function complianceOutcomes(nodeId: string, packed: unknown, legacy: unknown, onUnreadable?: OnUnreadable): RunSummaryOutcome[] {
+  const outcomes = outcomesOrReason(packed, legacy);
+  if (typeof outcomes !== 'string') return outcomes;
+  onUnreadable?.({ node_id: nodeId, error: outcomes });
+  return [];
+}
+
+/** unpackOutcomes, or why the stored value cannot be read as a list of outcomes. */
+export function outcomesOrReason(packed: unknown, legacy: unknown): RunSummaryOutcome[] | string {
+  return readOutcomes(() => unpackOutcomes(packed, legacy));
+}
+
+/** What `read` gives when it is a list of outcomes; else why not (what it threw, or that it is not one). */
+export function readOutcomes(read: () => unknown): RunSummaryOutcome[] | string {
   try {
-    const outcomes = unpackOutcomes(packed, legacy);
-    if (Array.isArray(outcomes) && outcomes.every((o) => typeof o === 'object' && o !== null)) return outcomes;
-    throw new Error('not a list of outcomes');
+    const outcomes = read();
+    return Array.isArray(outcomes) && outcomes.every((o) => typeof o === 'object' && o !== null) ? outcomes : 'not a list of outcomes';
   } catch (err) {
-    onUnreadable?.({ node_id: nodeId, error: err instanceof Error ? err.message : String(err) });
-    return [];
+    return err instanceof Error ? err.message : String(err);
   }
 }
 

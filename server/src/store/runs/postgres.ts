@@ -19,7 +19,7 @@ import type { EventInsert } from '../events/types.js';
 import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
-import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
+import { UNPACKED_PLACEHOLDER, outcomesOrReason } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
 import { BaseCache, decodeBase, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
 import { storeRound, type RunBatchDeps } from './postgres-batch.js';
@@ -266,12 +266,14 @@ export class PostgresRuns implements RunStore {
     let converted = 0;
     await this.db.tx(what, async (c) => {
       for (const [i, r] of rows.entries()) {
+        // A run whose log or outcomes cannot be read is left whole (skipped), not failed: the cursor moves past it.
         const text = texts[i];
-        if (!text) continue;
+        const outcomes = text ? outcomesOrReason(r.outcomes_packed, r.outcomes) : '';
+        if (!text || typeof outcomes === 'string') continue;
         // The node's row lock orders this with the ingest's runs of the same node.
         if (!(await this.nodes.lockNode(what, c, r.node_id as string))) continue;
         const started = iso(r.started_at_utc)!;
-        const s = await this.againstBase(c, r.node_id as string, started, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
+        const s = await this.againstBase(c, r.node_id as string, started, text, outcomes);
         const u = await this.db.query(what, c, {
           text: `UPDATE runs SET log_compressed = $1, outcomes_packed = $2, outcomes = $3, base_id = $4
             WHERE id = $5 AND started_at_utc = $6 AND base_id IS NULL`,

@@ -15,7 +15,7 @@ import type { SqliteEvents } from '../events/sqlite.js';
 import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
-import { UNPACKED_PLACEHOLDER, unpackOutcomes } from './outcomes.js';
+import { UNPACKED_PLACEHOLDER, outcomesOrReason } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
 import { BaseCache, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
 import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
@@ -183,9 +183,11 @@ export class SqliteRuns implements RunStore {
     this.db.write('compactRuns', () => {
       const upd = this.db.stmt('UPDATE runs SET log_compressed = ?, outcomes_packed = ?, outcomes = ?, base_id = ? WHERE id = ? AND base_id IS NULL');
       rows.forEach((r, i) => {
+        // A run whose log or outcomes cannot be read is left whole (skipped), not failed: the cursor moves past it.
         const text = texts[i];
-        if (!text) return;
-        const s = this.againstBase(r.node_id as string, r.started_at_utc as string, text, unpackOutcomes(r.outcomes_packed, r.outcomes));
+        const outcomes = text ? outcomesOrReason(r.outcomes_packed, r.outcomes) : '';
+        if (!text || typeof outcomes === 'string') return;
+        const s = this.againstBase(r.node_id as string, r.started_at_utc as string, text, outcomes);
         converted += upd.run(s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id).changes;
       });
       this.db.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);

@@ -92,6 +92,8 @@ export interface CompactProgress {
 /** A stored run (its log is read apart: getRunLog, getRunLogText). */
 export interface RunRecord extends RunFields {
   id: number;
+  /** Why, when the stored outcomes cannot be read (damaged bytes): `outcomes` is then empty. */
+  outcomes_unreadable?: string;
 }
 
 /** A time range on a run's start, `from` inclusive, `to` exclusive; RFC 3339. */
