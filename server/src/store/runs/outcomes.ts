@@ -51,7 +51,7 @@ export function unpackOutcomes(packed: unknown, legacy: unknown): RunSummaryOutc
 /** What the store tells its opener of a node's stored outcomes it could not read (OpenStoreOptions.onUnreadable). */
 export interface UnreadableOutcomes {
   node_id: string;
-  /** Why: the decompressor's or the JSON parser's message. */
+  /** Why: the decompressor's or the JSON parser's message, or that it is not a list of outcomes. */
   error: string;
 }
 export type OnUnreadable = (what: UnreadableOutcomes) => void;
