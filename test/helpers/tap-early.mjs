@@ -13,6 +13,11 @@
  *
  * `./ts-loader.mjs` takes this module out of NODE_OPTIONS again, so the programs a test starts
  * never load it.
+ *
+ * The price: a NODE_OPTIONS of the caller's no longer reaches the test processes (`test-env`
+ * replaces it). Node flags for them go through tap's `--node-arg`, which replaces the list in
+ * package.json, so name ts-loader's too:
+ * `npx tap --node-arg=--import=./test/helpers/ts-loader.mjs --node-arg=--cpu-prof test/x.test.js`.
  */
 import Module from 'node:module';
 
