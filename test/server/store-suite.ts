@@ -718,7 +718,8 @@ function benchmark(t: Test, backend: Backend): void {
     t.ok((await store.getRunLog(opaqueRun.id))!.equals(opaque), 'a run that is not zstd keeps its bytes');
     t.ok((await packedOf()).equals(garbage), 'a run whose outcomes cannot be read keeps its bytes');
     const listed = (await store.listRuns('n2', 1, 20)).data.find((r) => r.id === damaged)!;
-    t.match(listed, { outcomes: [], outcomes_unreadable: /zstd/ }, 'and is listed with no outcomes, saying why, beside the others');
+    t.match(listed, { outcomes_unreadable: /zstd/ }, 'and is listed, saying why, beside the others');
+    t.same(listed.outcomes, [], 'with no outcomes');
     t.notOk((await store.listRuns('n1', 1, 20)).data.some((r) => 'outcomes_unreadable' in r), 'which say nothing of it');
   });
 }
