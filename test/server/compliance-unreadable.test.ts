@@ -9,7 +9,7 @@
 import t, { type Test } from 'tap';
 import type { ComplianceClock, Store, UnreadableOutcomes } from '@capstan/server/store/index';
 import { packOutcomes } from '@capstan/server/store/runs/outcomes';
-import { inventory, run, setup, type Backend, type Db } from './store-suite.js';
+import { bytesLiteral, inventory, run, setup, type Backend, type Db } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
 import { postgresOrSkipFile } from './pg.js';
 import { setAcceptance } from '../helpers/node-changes.js';
@@ -25,9 +25,6 @@ const LISTS = [[1, 2, 3, 4, 5], [0, 2, 3, 4, 5], [0, 1, 2, 3, 4]].map((pick) => 
   return { rule_id, directive_id, component };
 }));
 const ran = (list: typeof A) => list.map((x) => ({ ...x, outcome: 'result_success', count: 1 }));
-
-/** A bytea or blob literal of `bytes`, in the dialect's SQL. */
-const literal = (db: Db, bytes: Buffer) => (db.dialect === 'postgres' ? `'\\x${bytes.toString('hex')}'::bytea` : `X'${bytes.toString('hex')}'`);
 
 async function packedOf(db: Db, nodeId: string): Promise<Buffer> {
   const [row] = await db.rows!(`SELECT outcomes_packed FROM node_compliance WHERE node_id = '${nodeId}'`);
@@ -70,7 +67,7 @@ function scenario(t: Test, backend: Backend): void {
       ['packed, but not a list of outcomes', packOutcomes('{"rule_id": "r1"}')],
     ];
     for (const [k, [what, bytes]] of damages.entries()) {
-      await db.exec(`UPDATE node_compliance SET outcomes_packed = ${literal(db, bytes)} WHERE node_id = 'n2'`);
+      await db.exec(`UPDATE node_compliance SET outcomes_packed = ${bytesLiteral(db, bytes)} WHERE node_id = 'n2'`);
       told.length = 0;
       const at = BASE_S + 120 + k * 60;
       // A generation that changes every node's list under the config its run applied (an

@@ -34,6 +34,9 @@ export interface Backend {
   migrated?(t: Test): Promise<Db>;
 }
 
+/** A bytea (PostgreSQL) or blob (SQLite) literal of `bytes`, to write raw bytes with db.exec. */
+export const bytesLiteral = (db: Db, bytes: Buffer) => (db.dialect === 'postgres' ? `'\\x${bytes.toString('hex')}'::bytea` : `X'${bytes.toString('hex')}'`);
+
 export const PEM = (tag: string) => `-----BEGIN CERTIFICATE-----\n${tag}\n-----END CERTIFICATE-----\n`;
 export const FP = (c: string) => c.repeat(64);
 export const CLOCK = () => new Date('2024-05-01T08:00:00Z');
@@ -691,7 +694,7 @@ function benchmark(t: Test, backend: Backend): void {
     }
     // A run whose packed outcomes cannot be read is skipped, as the log that is not zstd, and kept whole.
     const garbage = Buffer.from('28b52ffd2000', 'hex');
-    await db.exec(`UPDATE runs SET outcomes_packed = ${db.dialect === 'postgres' ? `'\\x${garbage.toString('hex')}'::bytea` : `X'${garbage.toString('hex')}'`} WHERE id = ${damaged}`);
+    await db.exec(`UPDATE runs SET outcomes_packed = ${bytesLiteral(db, garbage)} WHERE id = ${damaged}`);
     const packedOf = async () => Buffer.from((await db.rows!(`SELECT outcomes_packed FROM runs WHERE id = ${damaged}`))[0]!.outcomes_packed as Uint8Array);
     const snapshot = async (s: Store) => {
       const out: unknown[] = [];
