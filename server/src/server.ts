@@ -34,7 +34,7 @@ import { openRegistry, openReplicaReads, type ReplicaReads } from './registry/op
 import { RelayHub } from './remote-run/relay-links.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { Store } from './store/store.js';
-import type { UnreadableOutcomes } from './store/index.js';
+import type { UnreadableValue } from './store/index.js';
 import { VulnService } from './vulns/service.js';
 import { vulnSettings } from './vulns/settings.js';
 import { watchTemplates } from './policy/template-watch.js';
@@ -97,9 +97,12 @@ export async function startServer(config: ServerConfig, log: Logger): Promise<Se
   }
 }
 
-/** A node's stored outcomes that the store could not read, and read as none: said in the log. */
-const unreadableWarning = (log: Logger) => (u: UnreadableOutcomes) =>
-  log.warn({ node: u.node_id, reason: u.error }, "a node's stored run outcomes cannot be read: read as none (every component missing) until its next run");
+/** A stored value that the store could not read, and what it did instead: said in the log. */
+const unreadableWarning = (log: Logger) => (u: UnreadableValue) =>
+  u.value === 'outcomes'
+    ? log.warn({ node: u.node_id, reason: u.error }, "a node's stored run outcomes cannot be read: read as none (every component missing) until its next run")
+    : log.warn({ node: u.node_id, day: u.day, base: u.base_id, reason: u.error },
+      "a node-day's stored run base cannot be read: that day's next runs of the node are stored on their own, and those stored against it cannot be read");
 
 /** Everything the server is made of, composed and not started yet. */
 interface Parts {

@@ -297,6 +297,8 @@ export const ERROR_CODES = {
   ERR_UPSTREAM_REJECTED: { status: 502 },
   /** Too much queued already (e.g. relay artifact downloads): come back after Retry-After. */
   ERR_BUSY: { status: 503, transient: true },
+  /** A stored run log whose bytes (or its node-day base's) cannot be read: damaged on disk or by hand. */
+  ERR_RUN_UNREADABLE: { status: 500 },
   ERR_INTERNAL: { status: 500 },
 } as const satisfies Record<string, CodeSpec>;
 

@@ -7,7 +7,7 @@
  * and the node's next run replaces the value.
  */
 import t, { type Test } from 'tap';
-import type { ComplianceClock, Store, UnreadableOutcomes } from '@capstan/server/store/index';
+import type { ComplianceClock, Store, UnreadableValue } from '@capstan/server/store/index';
 import { packOutcomes } from '@capstan/server/store/runs/outcomes';
 import { bytesLiteral, inventory, run, setup, type Backend, type Db } from './store-suite.js';
 import { postgresBackend, sqliteBackend } from './backends.js';
@@ -48,7 +48,7 @@ async function keptEqualsFresh(t: Test, store: Store, clock: ComplianceClock, wh
 function scenario(t: Test, backend: Backend): void {
   t.test("a node's unreadable stored outcomes do not stop a generation's write, and read as a run that reported nothing", async (t) => {
     const { db } = await setup(t, backend);
-    const told: UnreadableOutcomes[] = [];
+    const told: UnreadableValue[] = [];
     const store = await db.open({ onUnreadable: (u) => told.push(u) });
     // n1 and n3 ran their policy, n2 too (its row is damaged below), n4's run reported nothing.
     const ids = ['n1', 'n2', 'n3', 'n4'];

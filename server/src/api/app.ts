@@ -293,7 +293,7 @@ function adminApi(admin: FastifyInstance, deps: ServerAppDeps, policy: PolicyRou
     changeRequestRoutes(admin, domain.reviews, policy.planBudget);
   }
   // The node list's compliance sort judges each node at the moment of the request.
-  nodeRoutes(admin, reads, domain.nodes, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
+  nodeRoutes(admin, reads, domain.nodes, deps.log, () => complianceClock(settings, (deps.now ?? (() => new Date()))()));
   claimRoutes(admin, store, domain.nodes);
   complianceRoutes(admin, { store: reads, settings, cache: aggregates, ...now });
   changeRoutes(admin, reads, aggregates);

@@ -15,7 +15,7 @@ export type * from './store.js';
 export type * from './rules.js';
 export { LATEST_SCHEMA_VERSION } from './migrations/index.js';
 export { ReplicaReads, type ReplicaStatus } from './replicas.js';
-export type { OnUnreadable, UnreadableOutcomes } from './runs/outcomes.js';
+export type { OnUnreadable, UnreadableValue } from './runs/outcomes.js';
 
 export interface OpenStoreOptions {
   /** The domain's rules the store applies in its transactions (server/src/registry/open.ts gives them). */
@@ -34,8 +34,9 @@ export interface OpenStoreOptions {
   /** Postgres only: told when an idle pooled connection fails. */
   onIdleError?: (err: Error) => void;
   /**
-   * Told when a node's stored outcomes (its last run's, on its compliance row) cannot be read:
-   * they are read as none, so its run counts every component as missing until its next run.
+   * Told when a stored value cannot be read: a node's outcomes (its last run's, on its compliance
+   * row) are read as none, so its run counts every component as missing until its next run; the
+   * runs of a node-day whose run base is damaged are stored on their own (runs/run-codec.ts).
    */
   onUnreadable?: OnUnreadable;
   /** Postgres only: told when partition maintenance is skipped (retried at the next sweep). */

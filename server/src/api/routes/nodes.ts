@@ -2,7 +2,8 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { decompress } from '@capstan/shared/envelope/codec';
-import { capstanError } from '@capstan/shared/errors';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
+import type { Logger } from '@capstan/shared/log';
 import { parseRunInfo } from '@capstan/shared/runlog/name';
 import { parseRunLog } from '@capstan/shared/runlog/parse';
 import { certificateFingerprint, certificateNodeId } from '@capstan/shared/smime/identity';
@@ -129,7 +130,7 @@ function patchBody(raw: unknown): NodePatch {
  * `clock`: the moment compliance is judged at, for `sort=compliance` (registry/compliance.ts);
  * absent, the stored counts are compared as they are.
  */
-export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegistry, clock?: () => ComplianceClock): void {
+export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegistry, log: Logger, clock?: () => ComplianceClock): void {
   app.get<{ Querystring: Query }>('/api/1/nodes', async (req) => {
     const q = nodeListQuery(req.query);
     if (q.sort === 'compliance' && clock) {
@@ -245,7 +246,15 @@ export function nodeRoutes(app: FastifyInstance, store: Reads, nodes: NodeRegist
       res.data.map(async (run) => {
         if (!withReports) return run;
         // Report-level reads re-parse the stored, verified run log (DESIGN.md Storage).
-        const text = (await store.getRunLogText(run.id, MAX_REREAD_BYTES)) ?? Buffer.alloc(0);
+        let text: Buffer;
+        try {
+          text = (await store.getRunLogText(run.id, MAX_REREAD_BYTES)) ?? Buffer.alloc(0);
+        } catch (err) {
+          // One damaged stored log must not refuse the page: that run is listed without its reports.
+          if (!isCapstanError(err) || err.code !== 'ERR_RUN_UNREADABLE') throw err;
+          log.warn({ node: run.node_id, run: run.id, reason: err.message }, "a run's stored log cannot be read: listed without its reports");
+          return { ...run, reports: [], reports_unreadable: err.message };
+        }
         const info = parseRunInfo(run.file_name);
         return { ...run, reports: parseRunLog(text, { node_id: run.node_id, timestamp: info.timestamp }, { maxReports: Number.MAX_SAFE_INTEGER }).reports };
       }),

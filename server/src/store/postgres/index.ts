@@ -35,7 +35,7 @@ export interface PostgresStoreOptions extends PostgresDbOptions {
   directiveCacheBytes?: number;
   /** The domain's rules the store applies (../rules.ts). */
   rules: StoreRules;
-  /** Told of a node's stored outcomes that cannot be read, and are read as none (runs/outcomes.ts). */
+  /** Told of a stored value that cannot be read: a node's outcomes (read as none), a run base (runs/outcomes.ts). */
   onUnreadable?: OnUnreadable;
 }
 
@@ -50,7 +50,7 @@ export class PostgresStore extends ComposedStore {
     super({
       nodes,
       inventory: new PostgresInventory(db, nodes),
-      runs: new PostgresRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes),
+      runs: new PostgresRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes, opts.onUnreadable),
       compliance,
       changes,
       events,

@@ -48,13 +48,21 @@ export function unpackOutcomes(packed: unknown, legacy: unknown): RunSummaryOutc
   return (typeof legacy === 'string' ? JSON.parse(legacy) : legacy ?? []) as RunSummaryOutcome[];
 }
 
-/** What the store tells its opener of a node's stored outcomes it could not read (OpenStoreOptions.onUnreadable). */
-export interface UnreadableOutcomes {
+/**
+ * What the store tells its opener of a stored value it could not read (OpenStoreOptions.onUnreadable):
+ * a node's compliance row's outcomes (read as none), or a node-day's run base (that day's next
+ * runs stored on their own, run-codec.ts).
+ */
+export interface UnreadableValue {
+  value: 'outcomes' | 'run base';
   node_id: string;
+  /** A run base's day and id. */
+  day?: string;
+  base_id?: number;
   /** Why: the decompressor's or the JSON parser's message, or that it is not a list of outcomes. */
   error: string;
 }
-export type OnUnreadable = (what: UnreadableOutcomes) => void;
+export type OnUnreadable = (what: UnreadableValue) => void;
 
 /**
  * A node's compliance row's outcomes (its last run's, kept to judge the run again against a new
@@ -67,7 +75,7 @@ export type OnUnreadable = (what: UnreadableOutcomes) => void;
 export function complianceOutcomes(nodeId: string, packed: unknown, legacy: unknown, onUnreadable?: OnUnreadable): RunSummaryOutcome[] {
   const outcomes = outcomesOrReason(packed, legacy);
   if (typeof outcomes !== 'string') return outcomes;
-  onUnreadable?.({ node_id: nodeId, error: outcomes });
+  onUnreadable?.({ value: 'outcomes', node_id: nodeId, error: outcomes });
   return [];
 }
 

@@ -21,7 +21,7 @@ import type { EventInsert } from '../events/types.js';
 import type { NodeRecord } from '../nodes/types.js';
 import type { StoreRules } from '../rules.js';
 import { UNPACKED_PLACEHOLDER } from './outcomes.js';
-import { decodeBase, encodeAgainst, encodeBase, runDay, type BaseCache, type BaseRow, type BaseTexts } from './run-codec.js';
+import { encodeAgainst, encodeBase, runDay, standalone, type BaseCache, type BaseRow, type BaseTexts } from './run-codec.js';
 import type { InsertRunResult, RunInsert } from './types.js';
 
 export interface RunBatchDeps {
@@ -103,7 +103,8 @@ export async function storeRound(d: RunBatchDeps, c: pg.PoolClient, round: reado
 /**
  * Each run's log and outcomes against its node-day's base (run-codec.ts), the bases found in one
  * statement, the missing ones made from their run in one more, those not decoded in memory read
- * in one more. Runs given compressed bytes instead of text are stored as given.
+ * in one more. Runs given compressed bytes instead of text are stored as given, and so are runs
+ * whose base cannot be read, compressed alone (run-codec.ts standalone).
  */
 async function againstBases(d: RunBatchDeps, c: pg.PoolClient, round: readonly RoundRun[]): Promise<Stored[]> {
   const out: Stored[] = round.map((r) => ({ base_id: null, log: r.run.log_compressed!, outcomes: r.checked.packed }));
@@ -158,12 +159,15 @@ async function againstBases(d: RunBatchDeps, c: pg.PoolClient, round: readonly R
     const at = new Map(unread.map((u) => [u.id, u]));
     for (const row of rows) {
       const u = at.get(Number(row.id))!;
-      texts.set(u.id, d.bases.set(u.id, decodeBase(row), { nodeId: u.nodeId, day: u.day }));
+      const t = d.bases.readable(u.id, row, { nodeId: u.nodeId, day: u.day });
+      if (t) texts.set(u.id, t);
     }
   }
   texted.forEach(({ r, i }, k) => {
     const id = idOf.get(r.run.node_id)!;
-    out[i] = encodeAgainst(id, texts.get(id)!, r.run.log_text!, json[k]!, r.run.against);
+    const t = texts.get(id);
+    // A base that cannot be read: this run on its own, the batch's other runs as ever.
+    out[i] = t ? encodeAgainst(id, t, r.run.log_text!, json[k]!, r.run.against) : standalone(r.run.log_text!, r.checked.packed);
   });
   return out;
 }

@@ -7,7 +7,7 @@
  * prepares them once per connection.
  */
 import type pg from 'pg';
-import { compressSync, decompress } from '@capstan/shared/envelope/codec';
+import { decompress } from '@capstan/shared/envelope/codec';
 import { capstanError, isTransient } from '@capstan/shared/errors';
 import { iso, type PostgresDb, postgresRows } from '../postgres/db.js';
 import { checkPaging, checkRun } from '../input.js';
@@ -19,9 +19,11 @@ import type { EventInsert } from '../events/types.js';
 import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
-import { UNPACKED_PLACEHOLDER, outcomesOrReason } from './outcomes.js';
+import { UNPACKED_PLACEHOLDER, outcomesOrReason, type OnUnreadable } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
-import { BaseCache, decodeBase, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import {
+  BaseCache, decodeRunLog, encodeAgainst, encodeBase, logCompressed, logText, readLog, runDay, standalone, type BaseRow, type BaseTexts, type StoredLog,
+} from './run-codec.js';
 import { storeRound, type RunBatchDeps } from './postgres-batch.js';
 import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
 
@@ -38,8 +40,9 @@ export class PostgresRuns implements RunStore {
     private readonly events: PostgresEvents,
     private readonly rules: StoreRules,
     runBaseCacheBytes?: number,
+    onUnreadable?: OnUnreadable,
   ) {
-    this.bases = new BaseCache(runBaseCacheBytes);
+    this.bases = new BaseCache(runBaseCacheBytes, onUnreadable);
     this.batch = { db, nodes, compliance, changes, rules, bases: this.bases };
   }
 
@@ -122,7 +125,8 @@ export class PostgresRuns implements RunStore {
     const what = 'insertRun';
     const node = await this.nodes.lockNode(what, c, run.node_id);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-    const stored = run.log_text ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against)
+    const stored = run.log_text
+      ? await this.againstBase(c, run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against) ?? standalone(run.log_text, packed)
       : { base_id: null, log: run.log_compressed!, outcomes: packed };
     const ins = await this.db.query<{ id: string }>(what, c, {
       name: 'run_insert',
@@ -151,11 +155,12 @@ export class PostgresRuns implements RunStore {
   /**
    * A run's log and outcomes against its node-day's base, made from this run when the day has
    * none yet (run-codec.ts). The node's row is locked by the caller, so two servers never
-   * make the same node-day's base at once; ON CONFLICT is there all the same.
+   * make the same node-day's base at once; ON CONFLICT is there all the same. Null when that
+   * base cannot be read (BaseCache.readable).
    */
   private async againstBase(
     c: pg.PoolClient, nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer, against?: RunInsert['against'],
-  ): Promise<{ base_id: number; log: Buffer; outcomes: Buffer }> {
+  ): Promise<{ base_id: number; log: Buffer; outcomes: Buffer } | null> {
     const what = 'insertRun';
     const day = runDay(startedUtc);
     const nodeDay = { nodeId, day };
@@ -177,8 +182,8 @@ export class PostgresRuns implements RunStore {
       if (ins.rows[0]) texts = this.bases.set(Number(found!.id), { log, outcomes: json }, nodeDay);
     }
     const id = Number(found!.id);
-    texts ??= this.bases.get(id) ?? this.bases.set(id, decodeBase(await this.baseRow(c, id)), nodeDay);
-    return encodeAgainst(id, texts, log, json, against);
+    texts ??= this.bases.get(id) ?? this.bases.readable(id, await this.baseRow(c, id), nodeDay);
+    return texts ? encodeAgainst(id, texts, log, json, against) : null;
   }
 
   private async baseRow(c: pg.PoolClient | pg.Pool, id: number): Promise<BaseRow> {
@@ -199,8 +204,8 @@ export class PostgresRuns implements RunStore {
     const id = Number(rows[0].id);
     const row = await this.baseRow(this.db.pool, id);
     if (!row) return null;
-    const texts = this.bases.get(id) ?? this.bases.set(id, decodeBase(row), { nodeId, day });
-    return { id, day, log: texts.log, outcomes: texts.outcomes };
+    const texts = this.bases.readable(id, row, { nodeId, day });
+    return texts ? { id, day, log: texts.log, outcomes: texts.outcomes } : null;
   }
 
   async listRuns(nodeId: string, page: number, perPage: number, range: RunRange = {}): Promise<Page<RunRecord>> {
@@ -222,7 +227,7 @@ export class PostgresRuns implements RunStore {
   }
 
   /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
-  private async runLog(runId: number): Promise<{ raw: Buffer } | { text: Buffer } | null> {
+  private async runLog(runId: number): Promise<StoredLog | null> {
     if (!Number.isSafeInteger(runId)) return null;
     const { rows } = await this.db.query<{ log_compressed: Buffer; base_id: string | null; base_log: Buffer | null; base_outcomes: Buffer | null }>('getRunLog', this.db.pool, {
       name: 'run_log',
@@ -235,21 +240,18 @@ export class PostgresRuns implements RunStore {
     if (row.base_id === null) return { raw: row.log_compressed };
     if (!row.base_log) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
     const id = Number(row.base_id);
-    const base = this.bases.texts(id, () => ({ log_compressed: row.base_log!, outcomes_packed: row.base_outcomes! }))!;
-    return { text: decodeRunLog(base, row.log_compressed) };
+    const base = readLog(runId, () => this.bases.texts(id, () => ({ log_compressed: row.base_log!, outcomes_packed: row.base_outcomes! }))!);
+    return { text: readLog(runId, () => decodeRunLog(base, row.log_compressed)) };
   }
 
   async getRunLog(runId: number): Promise<Buffer | null> {
     const log = await this.runLog(runId);
-    return log === null ? null : 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+    return log && logCompressed(log);
   }
 
   async getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null> {
     const log = await this.runLog(runId);
-    if (log === null) return null;
-    if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
-    if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
-    return log.text;
+    return log && logText(runId, log, maxBytes);
   }
 
   async compactRuns(limit: number): Promise<CompactProgress> {
@@ -266,7 +268,7 @@ export class PostgresRuns implements RunStore {
     let converted = 0;
     await this.db.tx(what, async (c) => {
       for (const [i, r] of rows.entries()) {
-        // A run whose log or outcomes cannot be read is left whole (skipped), not failed: the cursor moves past it.
+        // A run whose log or outcomes (or its day's base) cannot be read is left whole (skipped), not failed: the cursor moves past it.
         const text = texts[i];
         const outcomes = text ? outcomesOrReason(r.outcomes_packed, r.outcomes) : '';
         if (!text || typeof outcomes === 'string') continue;
@@ -274,6 +276,7 @@ export class PostgresRuns implements RunStore {
         if (!(await this.nodes.lockNode(what, c, r.node_id as string))) continue;
         const started = iso(r.started_at_utc)!;
         const s = await this.againstBase(c, r.node_id as string, started, text, outcomes);
+        if (!s) continue; // its node-day's base cannot be read: left as it is
         const u = await this.db.query(what, c, {
           text: `UPDATE runs SET log_compressed = $1, outcomes_packed = $2, outcomes = $3, base_id = $4
             WHERE id = $5 AND started_at_utc = $6 AND base_id IS NULL`,

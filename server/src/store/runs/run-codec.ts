@@ -8,9 +8,11 @@
  * the ingest encodes every run of a node-day against the same base, and a page of runs reads
  * mostly one or two.
  */
-import { zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared/envelope/zstd';
+import { compressSync, decompress } from '@capstan/shared/envelope/codec';
+import { zstdCompress, zstdCompressWithBase, zstdDecompressWithBase } from '@capstan/shared/envelope/zstd';
+import { capstanError, isCapstanError } from '@capstan/shared/errors';
 import type { RunSummaryOutcome } from '../store.js';
-import { unpackOutcomes } from './outcomes.js';
+import { unpackOutcomes, type OnUnreadable } from './outcomes.js';
 import { parseRfc3339 } from '../time.js';
 
 /** The plain texts of a base: the run log, and the outcomes' JSON. */
@@ -64,6 +66,42 @@ export function decodeRunLog(base: BaseTexts, frame: Buffer, maxBytes = MAX_TEXT
   return zstdDecompressWithBase(frame, base.log, maxBytes);
 }
 
+/** A stored run's log as a store reads it: the bytes as stored (a run with no base), or its text. */
+export type StoredLog = { raw: Buffer } | { text: Buffer };
+
+/**
+ * `decode`'s result, or ERR_RUN_UNREADABLE when it throws: run `runId`'s stored bytes, or its
+ * base's, are damaged (on disk, or by hand). Said apart from a bad request, and from a bug.
+ */
+export function readLog<T>(runId: number, decode: () => T): T {
+  try {
+    return decode();
+  } catch (err) {
+    throw unreadableLog(runId, err);
+  }
+}
+
+function unreadableLog(runId: number, err: unknown): Error {
+  const why = err instanceof Error ? err.message : String(err);
+  return capstanError('ERR_RUN_UNREADABLE', `run ${runId}'s stored log cannot be read: ${why}`, { details: { run_id: runId } });
+}
+
+/** getRunLog: the log compressed alone (zstd), as it is stored when it has no base. */
+export function logCompressed(log: StoredLog): Buffer {
+  return 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+}
+
+/** getRunLogText: the log's text, refused past `maxBytes` (ERR_DECOMPRESSED_TOO_LARGE). */
+export async function logText(runId: number, log: StoredLog, maxBytes: number): Promise<Buffer> {
+  if ('raw' in log) {
+    return decompress(log.raw, 'zstd', { maxBytes }).catch((err: unknown) => {
+      throw isCapstanError(err) && err.code === 'ERR_DECOMPRESS' ? unreadableLog(runId, err) : err;
+    });
+  }
+  if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
+  return log.text;
+}
+
 export function decodeRunOutcomes(base: BaseTexts, frame: Buffer): RunSummaryOutcome[] {
   return JSON.parse(zstdDecompressWithBase(frame, base.outcomes, MAX_TEXT).toString('utf8')) as RunSummaryOutcome[];
 }
@@ -90,7 +128,13 @@ export class BaseCache {
   private readonly map = new Map<number, CachedBase>();
   private readonly ids = new Map<string, number>();
   private bytes = 0;
-  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
+  /** Bases found unreadable and told of: each is told once per process (bounded). */
+  private readonly toldOf = new Set<number>();
+  constructor(
+    private readonly maxBytes = 64 * 1024 * 1024,
+    /** Told of a base a write could not read (readable). */
+    private readonly onUnreadable?: OnUnreadable,
+  ) {}
 
   get(id: number): BaseTexts | undefined {
     const t = this.map.get(id);
@@ -125,13 +169,44 @@ export class BaseCache {
     return entry;
   }
 
-  /** The base `id`, decoding `row` (when the cache does not have it). */
+  /**
+   * For a write: base `id` of `nodeDay`, decoding `row` when the cache does not have it; undefined
+   * when its bytes cannot be read, the opener told. A damaged base must not refuse its node's runs
+   * for the rest of the day (nor a batch of other nodes' runs with them): the caller stores them
+   * on their own instead (standalone), and they read back whole. Told once per base.
+   */
+  readable(id: number, row: BaseRow, nodeDay: { nodeId: string; day: string }): BaseTexts | undefined {
+    const known = this.get(id);
+    if (known) return known;
+    let texts: BaseTexts;
+    try {
+      texts = decodeBase(row);
+    } catch (err) {
+      if (!this.toldOf.has(id)) {
+        if (this.toldOf.size >= 10_000) this.toldOf.clear();
+        this.toldOf.add(id);
+        this.onUnreadable?.({ value: 'run base', node_id: nodeDay.nodeId, day: nodeDay.day, base_id: id, error: (err as Error).message });
+      }
+      return undefined;
+    }
+    return this.set(id, texts, nodeDay);
+  }
+
+  /** The base `id`, decoding `row` (when the cache does not have it); throws when it cannot be read. */
   texts(id: number, row: () => BaseRow | undefined, nodeDay?: { nodeId: string; day: string }): BaseTexts | undefined {
     const t = this.get(id);
     if (t) return t;
     const r = row();
     return r ? this.set(id, decodeBase(r), nodeDay) : undefined;
   }
+}
+
+/**
+ * A run stored on its own, as runs were before bases: its log compressed alone, its outcomes
+ * packed. For a run whose node-day's base cannot be read (BaseCache.readable).
+ */
+export function standalone(log: Buffer, packed: Buffer): { base_id: null; log: Buffer; outcomes: Buffer } {
+  return { base_id: null, log: zstdCompress(log), outcomes: packed };
 }
 
 /**

@@ -3,7 +3,7 @@
  * (run-codec.ts). Storing a run also moves its node, its changes and its compliance (their
  * parts), all in the run's transaction; a batch shares one transaction, a savepoint per run.
  */
-import { compressSync, decompress } from '@capstan/shared/envelope/codec';
+import { decompress } from '@capstan/shared/envelope/codec';
 import { capstanError } from '@capstan/shared/errors';
 import { type SqliteDb, sqliteRows } from '../sqlite/db.js';
 import { storeError } from '../errors.js';
@@ -15,9 +15,11 @@ import type { SqliteEvents } from '../events/sqlite.js';
 import type { StoreRules } from '../rules.js';
 import type { Page } from '../store.js';
 import { runRange } from '../time.js';
-import { UNPACKED_PLACEHOLDER, outcomesOrReason } from './outcomes.js';
+import { UNPACKED_PLACEHOLDER, outcomesOrReason, type OnUnreadable } from './outcomes.js';
 import { RUN_COLUMNS, runFromRow } from './rows.js';
-import { BaseCache, decodeRunLog, encodeAgainst, encodeBase, runDay, type BaseRow, type BaseTexts } from './run-codec.js';
+import {
+  BaseCache, decodeRunLog, encodeAgainst, encodeBase, logCompressed, logText, readLog, runDay, standalone, type BaseRow, type BaseTexts, type StoredLog,
+} from './run-codec.js';
 import type { CompactProgress, InsertRunResult, RunBase, RunBatchResult, RunInsert, RunRange, RunRecord, RunStore } from './types.js';
 
 export class SqliteRuns implements RunStore {
@@ -32,8 +34,9 @@ export class SqliteRuns implements RunStore {
     private readonly events: SqliteEvents,
     private readonly rules: StoreRules,
     runBaseCacheBytes?: number,
+    onUnreadable?: OnUnreadable,
   ) {
-    this.bases = new BaseCache(runBaseCacheBytes);
+    this.bases = new BaseCache(runBaseCacheBytes, onUnreadable);
   }
 
   async insertRun(run: RunInsert): Promise<InsertRunResult> {
@@ -68,7 +71,8 @@ export class SqliteRuns implements RunStore {
     const { startedUtc, receivedAt, counts, packed, changes } = checked;
     const node = this.nodes.node(run.node_id);
     if (!node) throw capstanError('ERR_NODE_UNKNOWN', `node ${run.node_id} is not registered`);
-    const stored = run.log_text ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against)
+    const stored = run.log_text
+      ? this.againstBase(run.node_id, startedUtc, run.log_text, run.outcomes, run.outcomes_json, run.against) ?? standalone(run.log_text, packed)
       : { base_id: null, log: run.log_compressed!, outcomes: packed };
     const ins = this.db.stmt(`INSERT INTO runs (node_id, started_at, started_at_utc, config_id, complete,
         report_count, counts, outcomes, file_name, sha256, received_at, log_compressed, outcomes_packed, base_id)
@@ -91,11 +95,11 @@ export class SqliteRuns implements RunStore {
 
   /**
    * A run's log and outcomes against its node-day's base, which is made from this run when the
-   * day has none yet (run-codec.ts).
+   * day has none yet (run-codec.ts); null when that base cannot be read (BaseCache.readable).
    */
   private againstBase(
     nodeId: string, startedUtc: string, log: Buffer, outcomes: RunInsert['outcomes'], outcomesJson?: Buffer, against?: RunInsert['against'],
-  ): { base_id: number; log: Buffer; outcomes: Buffer } {
+  ): { base_id: number; log: Buffer; outcomes: Buffer } | null {
     const day = runDay(startedUtc);
     const nodeDay = { nodeId, day };
     const json = outcomesJson ?? Buffer.from(JSON.stringify(outcomes), 'utf8');
@@ -110,9 +114,10 @@ export class SqliteRuns implements RunStore {
       this.bases.set(id, texts, nodeDay);
     } else {
       id = found;
-      texts = this.bases.texts(id, () => this.baseRow(id), nodeDay);
+      texts = this.bases.readable(id, this.baseRow(id)!, nodeDay);
+      if (!texts) return null;
     }
-    return encodeAgainst(id, texts!, log, json, against);
+    return encodeAgainst(id, texts, log, json, against);
   }
 
   private baseRow(id: number): BaseRow | undefined {
@@ -125,7 +130,7 @@ export class SqliteRuns implements RunStore {
     if (cached) return { id: known!, day, log: cached.log, outcomes: cached.outcomes };
     return this.db.read('getRunBase', () => {
       const id = this.db.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
-      const texts = id === undefined ? undefined : this.bases.texts(id, () => this.baseRow(id), { nodeId, day });
+      const texts = id === undefined ? undefined : this.bases.readable(id, this.baseRow(id)!, { nodeId, day });
       return texts ? { id: id!, day, log: texts.log, outcomes: texts.outcomes } : null;
     });
   }
@@ -146,29 +151,26 @@ export class SqliteRuns implements RunStore {
   }
 
   /** The stored log of a run: the bytes as stored (no base), or its text (with one). */
-  private runLog(runId: number): { raw: Buffer } | { text: Buffer } | null {
+  private runLog(runId: number): StoredLog | null {
     if (!Number.isSafeInteger(runId)) return null;
     return this.db.read('getRunLog', () => {
       const row = this.db.stmt('SELECT log_compressed, base_id FROM runs WHERE id = ?').get(runId) as { log_compressed: Buffer; base_id: number | null } | undefined;
       if (!row) return null;
       if (row.base_id === null) return { raw: row.log_compressed };
-      const base = this.bases.texts(row.base_id, () => this.baseRow(row.base_id!));
+      const base = readLog(runId, () => this.bases.texts(row.base_id!, () => this.baseRow(row.base_id!)));
       if (!base) throw capstanError('ERR_INTERNAL', `run ${runId} refers to base ${row.base_id}, which is gone`);
-      return { text: decodeRunLog(base, row.log_compressed) };
+      return { text: readLog(runId, () => decodeRunLog(base, row.log_compressed)) };
     });
   }
 
   async getRunLog(runId: number): Promise<Buffer | null> {
     const log = this.runLog(runId);
-    return log === null ? null : 'raw' in log ? log.raw : compressSync(log.text, 'zstd');
+    return log && logCompressed(log);
   }
 
   async getRunLogText(runId: number, maxBytes: number): Promise<Buffer | null> {
     const log = this.runLog(runId);
-    if (log === null) return null;
-    if ('raw' in log) return decompress(log.raw, 'zstd', { maxBytes });
-    if (log.text.length > maxBytes) throw capstanError('ERR_DECOMPRESSED_TOO_LARGE', `run log larger than ${maxBytes} bytes`);
-    return log.text;
+    return log && logText(runId, log, maxBytes);
   }
 
   async compactRuns(limit: number): Promise<CompactProgress> {
@@ -183,11 +185,12 @@ export class SqliteRuns implements RunStore {
     this.db.write('compactRuns', () => {
       const upd = this.db.stmt('UPDATE runs SET log_compressed = ?, outcomes_packed = ?, outcomes = ?, base_id = ? WHERE id = ? AND base_id IS NULL');
       rows.forEach((r, i) => {
-        // A run whose log or outcomes cannot be read is left whole (skipped), not failed: the cursor moves past it.
+        // A run whose log or outcomes (or its day's base) cannot be read is left whole (skipped), not failed: the cursor moves past it.
         const text = texts[i];
         const outcomes = text ? outcomesOrReason(r.outcomes_packed, r.outcomes) : '';
         if (!text || typeof outcomes === 'string') return;
         const s = this.againstBase(r.node_id as string, r.started_at_utc as string, text, outcomes);
+        if (!s) return; // its node-day's base cannot be read: left as it is
         converted += upd.run(s.log, s.outcomes, UNPACKED_PLACEHOLDER, s.base_id, r.id).changes;
       });
       this.db.stmt("UPDATE registry_counters SET value = ? WHERE name = 'runs_compacted_through'").run(last);

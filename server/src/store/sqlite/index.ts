@@ -31,7 +31,7 @@ export interface SqliteStoreOptions extends SqliteDbOptions {
   runBaseCacheBytes?: number;
   /** The domain's rules the store applies (../rules.ts). */
   rules: StoreRules;
-  /** Told of a node's stored outcomes that cannot be read, and are read as none (runs/outcomes.ts). */
+  /** Told of a stored value that cannot be read: a node's outcomes (read as none), a run base (runs/outcomes.ts). */
   onUnreadable?: OnUnreadable;
 }
 
@@ -46,7 +46,7 @@ export class SqliteStore extends ComposedStore {
     super({
       nodes,
       inventory: new SqliteInventory(db, nodes),
-      runs: new SqliteRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes),
+      runs: new SqliteRuns(db, nodes, compliance, changes, events, opts.rules, opts.runBaseCacheBytes, opts.onUnreadable),
       events,
       findings,
       notify: new SqliteNotify(db),
