@@ -170,10 +170,11 @@ export class BaseCache {
   }
 
   /**
-   * For a write: base `id` of `nodeDay`, decoding `row` when the cache does not have it; undefined
-   * when its bytes cannot be read, the opener told. A damaged base must not refuse its node's runs
-   * for the rest of the day (nor a batch of other nodes' runs with them): the caller stores them
-   * on their own instead (standalone), and they read back whole. Told once per base.
+   * For a write: base `id` of `nodeDay` from the cache, else decoded from `row` (callers ask `get`
+   * first, so that a cached base costs no read of its row); undefined when its bytes cannot be
+   * read, the opener told (once per base). A damaged base must not refuse its node's runs for the
+   * rest of the day (nor a batch of other nodes' runs with them): the caller stores them on their
+   * own instead (standalone), and they read back whole.
    */
   readable(id: number, row: BaseRow, nodeDay: { nodeId: string; day: string }): BaseTexts | undefined {
     const known = this.get(id);

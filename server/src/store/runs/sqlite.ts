@@ -114,7 +114,7 @@ export class SqliteRuns implements RunStore {
       this.bases.set(id, texts, nodeDay);
     } else {
       id = found;
-      texts = this.bases.readable(id, this.baseRow(id)!, nodeDay);
+      texts = this.bases.get(id) ?? this.bases.readable(id, this.baseRow(id)!, nodeDay);
       if (!texts) return null;
     }
     return encodeAgainst(id, texts, log, json, against);
@@ -130,7 +130,7 @@ export class SqliteRuns implements RunStore {
     if (cached) return { id: known!, day, log: cached.log, outcomes: cached.outcomes };
     return this.db.read('getRunBase', () => {
       const id = this.db.stmt('SELECT id FROM run_bases WHERE node_id = ? AND day = ?').pluck().get(nodeId, day) as number | undefined;
-      const texts = id === undefined ? undefined : this.bases.readable(id, this.baseRow(id)!, { nodeId, day });
+      const texts = id === undefined ? undefined : this.bases.get(id) ?? this.bases.readable(id, this.baseRow(id)!, { nodeId, day });
       return texts ? { id: id!, day, log: texts.log, outcomes: texts.outcomes } : null;
     });
   }
