@@ -3,7 +3,8 @@
  * registry"): a node whose stored outcomes are damaged answers its compliance (200, as a run that
  * reported nothing), and a page of its runs with their reports lists a run whose stored log is
  * damaged without its reports, beside the others; the server's log says which node (and run) and
- * why, as warnings without a stack trace.
+ * why, as warnings without a stack trace. The console's node page says why that run's messages
+ * are not shown (in a real browser).
  */
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -13,6 +14,7 @@ import { openRegistry } from '@capstan/server/registry/open';
 import { inventory, run } from '../server/store-suite.js';
 import { setAcceptance } from '../helpers/node-changes.js';
 import { programDir, startServer, waitFor } from '../helpers/programs.js';
+import { chromiumAbsent, openBrowser } from '../helpers/browser.js';
 
 const ITEMS = [{ rule_id: 'r1', directive_id: 'd1', component: 'File /etc/motd' }, { rule_id: 'r1', directive_id: 'd1', component: 'Service sshd' }];
 
@@ -44,7 +46,8 @@ t.test('damaged values: the node still answers, and the server says what it coul
     ids.push(r.id);
   }
   await store.close();
-  // Then damaged: the node's packed outcomes, and its first run's stored log (both cut short).
+  // Then damaged: the node's packed outcomes, and its last run's stored log (both cut short).
+  const [older, last] = ids as [number, number];
   const db = new Database(join(dir, 'capstan.db'));
   const cut = (sql: string) => {
     const bytes = db.prepare(sql).pluck().get() as Buffer;
@@ -52,10 +55,10 @@ t.test('damaged values: the node still answers, and the server says what it coul
     return bytes.subarray(0, bytes.length - 8);
   };
   db.prepare("UPDATE node_compliance SET outcomes_packed = ? WHERE node_id = 'n1'").run(cut("SELECT outcomes_packed FROM node_compliance WHERE node_id = 'n1'"));
-  db.prepare('UPDATE runs SET log_compressed = ? WHERE id = ?').run(cut(`SELECT log_compressed FROM runs WHERE id = ${ids[0]}`), ids[0]);
+  db.prepare('UPDATE runs SET log_compressed = ? WHERE id = ?').run(cut(`SELECT log_compressed FROM runs WHERE id = ${last}`), last);
   db.close();
 
-  const { server, api } = await startServer(t, dir, { logLevel: 'info' });
+  const { server, api, token } = await startServer(t, dir, { logLevel: 'info' });
   const c = await api('GET', '/api/1/nodes/n1/compliance');
   t.equal(c.status, 200, 'the node page answers');
   const states = (c.json.data.components as Array<{ component: string; state: string }>).map((i) => [i.component, i.state]);
@@ -66,12 +69,26 @@ t.test('damaged values: the node still answers, and the server says what it coul
   const r = await api('GET', '/api/1/nodes/n1/runs?reports=true');
   t.equal(r.status, 200, 'a page of runs with their reports answers');
   const listed = r.json.data as Array<{ id: number; reports: Array<{ component: string }>; reports_unreadable?: string }>;
-  t.same(listed.map((x) => x.id), [ids[1], ids[0]], 'both runs listed, newest first');
-  t.same(listed[0]!.reports.map((x) => x.component), ['start', ...ITEMS.map((i) => i.component), 'end'], 'the whole run with its reports');
-  t.notOk('reports_unreadable' in listed[0]!, 'and nothing said unreadable of it');
-  t.same(listed[1]!.reports, [], 'the damaged run without reports');
-  t.match(listed[1]!.reports_unreadable, new RegExp(`run ${ids[0]}'s stored log cannot be read: .*zstd`), 'and why');
+  t.same(listed.map((x) => x.id), [last, older], 'both runs listed, newest first');
+  t.same(listed[1]!.reports.map((x) => x.component), ['start', ...ITEMS.map((i) => i.component), 'end'], 'the whole run with its reports');
+  t.notOk('reports_unreadable' in listed[1]!, 'and nothing said unreadable of it');
+  t.same(listed[0]!.reports, [], 'the damaged run without reports');
+  t.match(listed[0]!.reports_unreadable, new RegExp(`run ${last}'s stored log cannot be read: .*zstd`), 'and why');
   const warned = await waitFor(async () => server.output.find((l) => l.includes("a run's stored log cannot be read")), 'the run warning', 10_000);
-  t.match(JSON.parse(warned) as Record<string, unknown>, { level: 'warn', node: 'n1', run: ids[0] }, 'a warning naming the node and the run');
+  t.match(JSON.parse(warned) as Record<string, unknown>, { level: 'warn', node: 'n1', run: last }, 'a warning naming the node and the run');
   t.notMatch(server.output.join('\n'), /"stack"/, 'no stack trace for either');
+
+  // The console's node page: the components, and why the run's messages are not there.
+  const skip = chromiumAbsent();
+  if (skip) return void t.comment(`browser part skipped: ${skip}`);
+  const { page, problems } = await openBrowser(t, 'registry-unreadable');
+  await page.goto(`${server.url}/`);
+  await page.getByLabel('Admin token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Dashboard' }).waitFor();
+  await page.goto(`${server.url}/#/nodes/n1`);
+  const compliance = page.locator('#compliance');
+  await compliance.getByRole('note').filter({ hasText: "This run's messages cannot be shown: its stored log cannot be read" }).waitFor();
+  t.match(await compliance.getByRole('note').textContent(), new RegExp(`run ${last}'s stored log cannot be read: .*zstd`), 'the console says why');
+  t.same(problems, [], 'no page error');
 });

@@ -27,7 +27,11 @@ interface NodeCompliance extends WithPercent {
   components: Item[]; applying_since: string | null; last_answer_at: string | null;
 }
 interface Report { rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; msg: string }
-interface Run { id: number; started_at: string; config_id: string | null; complete: boolean; report_count: number; counts: Record<string, number>; received_at: string; reports?: Report[] }
+interface Run {
+  id: number; started_at: string; config_id: string | null; complete: boolean; report_count: number; counts: Record<string, number>; received_at: string; reports?: Report[];
+  /** Why the run's stored log could not be read (its reports are then []). */
+  reports_unreadable?: string;
+}
 export interface Change { id: number; at: string; node_id?: string; label: string; rule_id: string; directive_id: string; component: string; key_value: string; event_type: string; message: string; diff: string | null; diff_truncated: boolean }
 interface HistoryEntry { id: number; at: string; field: string; from: string | null; to: string; cause: string }
 interface Identity { state: string; kid: string | null; issued_at: string | null; expires_at: string | null; forced_after: string | null; certificate_fingerprint: string | null }
@@ -226,6 +230,9 @@ export function NodePage({ id, params }: { id: string; params: URLSearchParams }
             <p class="big"><Percent value={c.compliance} /> <span class="muted">{c.summary.total} items · {c.class}{c.time_state ? ` · ${stateLabel(c.time_state)}` : ''}</span></p>
             <ComplianceBar counts={c.summary.counts} label="this node" />
             {c.run && <p>Judged on the run of <Time iso={c.run.started_at} /> (config <code>{c.run.config_id ?? '—'}</code>).</p>}
+            {lastRun.data?.data[0]?.reports_unreadable && (
+              <p class="warn" role="note">This run's messages cannot be shown: its stored log cannot be read ({lastRun.data.data[0].reports_unreadable}).</p>
+            )}
             <ComplianceTree c={c} reports={lastRun.data?.data[0]?.reports ?? []} focus={focus} />
           </>
         )}</Show>
