@@ -51,14 +51,17 @@ export const version = (t: string) => `${t}.xmin::text || '/' || ${t}.ctid::text
 /**
  * The steady-state update for every complete run, and the rows as they were before it. Outcomes
  * are compared by their SHA-256 (the run's computed here): the packed bytes are ~2.5 KB a run,
- * sent twice in hex otherwise.
+ * sent twice in hex otherwise. The comparison is written `(…) IS TRUE` so that it is no join key:
+ * as an equality the planner may hash on it, and on a table small enough to be read whole (a
+ * few thousand nodes) it then hashed every node's outcomes for each batch, where only the
+ * batch's rows, joined by node, need theirs.
  */
-const SAME_SQL = `WITH v AS (SELECT * FROM ${unnestOf(['text', 'bigint', 'text', 'timestamptz', 'timestamptz', 'text', 'bytea', 'bigint'])}
+export const SAME_SQL = `WITH v AS (SELECT * FROM ${unnestOf(['text', 'bigint', 'text', 'timestamptz', 'timestamptz', 'text', 'bytea', 'bigint'])}
       AS v(node_id, run_id, started_at, started_utc, computed_at, config_id, digest, received_s)),
     u AS (UPDATE node_compliance x SET run_id = v.run_id, run_started_at = v.started_at, run_started_utc = v.started_utc,
         computed_at = v.computed_at, answered_s = GREATEST(coalesce(x.answered_s, 0), v.received_s), runs_seen = x.runs_seen + 1
       FROM v WHERE x.node_id = v.node_id AND x.run_id IS NOT NULL AND x.run_started_utc <= v.started_utc
-        AND x.config_id IS NOT DISTINCT FROM v.config_id AND sha256(x.outcomes_packed) = v.digest AND x.runs_seen > 0
+        AND x.config_id IS NOT DISTINCT FROM v.config_id AND (sha256(x.outcomes_packed) = v.digest) IS TRUE AND x.runs_seen > 0
       RETURNING x.node_id, ${version('x')} AS version)
   SELECT v.node_id, u.node_id IS NOT NULL AS updated, ${version('x')} AS version, u.version AS new_version, x.node_id IS NOT NULL AS present, x.run_started_utc AS started,
     x.applying_since_s, x.answered_s, x.keep_last_s, x.run_id, x.run_started_utc, x.runs_seen, x.error, x.non_compliant
