@@ -119,6 +119,30 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
   await page.keyboard.press('Enter');
   t.equal(await page.evaluate<string>('document.activeElement && document.activeElement.id'), 'main', 'which moves the focus to the content');
 
+  // A move lands the focus on the new page's content in the same commit as the page, so a field
+  // given the focus as soon as it shows keeps it. It was moved after the next frame: a field
+  // focused and typed into meanwhile (a fast hand, a script, a loaded machine drawing late) lost
+  // the focus to the page. Here the field is focused the moment it is in the document.
+  const active = () => page.evaluate<string>('document.activeElement ? document.activeElement.id : ""');
+  await page.goto(`${server.url}/#/groups`);
+  await page.locator('main h1').first().waitFor();
+  t.equal(await active(), 'main', 'a move lands on the new page');
+  const focusedAtOnce = await page.evaluate<string>(`new Promise((resolve) => {
+    const seen = new MutationObserver(() => {
+      const field = document.getElementById('f-id');
+      if (!field) return;
+      seen.disconnect();
+      field.focus();
+      setTimeout(() => resolve(document.activeElement ? document.activeElement.id : ''), 300);
+    });
+    seen.observe(document.body, { childList: true, subtree: true });
+    location.hash = '#/groups/new/edit';
+  })`);
+  t.equal(focusedAtOnce, 'f-id', 'a field focused as soon as it shows keeps the focus');
+  await page.keyboard.type('web');
+  await page.keyboard.press('Tab');
+  t.same([await page.getByLabel('Id', { exact: true }).inputValue(), await active()], ['web', 'f-name'], 'typed into it, then Tab to the next field');
+
   // Sign out: the sign-in form again, and the API no longer answers this browser.
   await page.getByRole('button', { name: 'Sign out' }).click();
   await page.getByText('Signed out.').waitFor();

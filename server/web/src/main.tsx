@@ -5,7 +5,7 @@
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
 import { render } from 'preact';
-import { useEffect, useRef, useState } from 'preact/hooks';
+import { useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { MeContext } from './me';
 import { ApiError, del, get, post, setSignIn, type Me } from './api';
 import { useRoute } from './router';
@@ -67,6 +67,20 @@ const NAV: Array<[string, string]> = [
 
 function Page() {
   const { path, params } = useRoute();
+  const first = useRef(true);
+  // After a move, keyboard users land on the new page's content, not back at the top of the
+  // navigation; on the first load the skip link stays the first stop. Done in the commit that
+  // draws the new page (a layout effect of the component that draws it), so that a field given
+  // the focus as soon as it shows keeps it: moved after the next frame, or by another
+  // component's later commit, the focus went from that field back to the page.
+  useLayoutEffect(() => {
+    if (first.current) {
+      first.current = false;
+      return;
+    }
+    document.getElementById('main')?.focus({ preventScroll: true });
+    window.scrollTo(0, 0);
+  }, [path]);
   const m = (re: RegExp) => re.exec(path);
   let page;
   let r: RegExpExecArray | null;
@@ -104,17 +118,6 @@ function Page() {
 function Layout({ me, signOut }: { me: Me; signOut: () => void }) {
   const { path } = useRoute();
   const current = (p: string) => (p === '/' ? path === '/' : path === p || path.startsWith(`${p}/`));
-  const first = useRef(true);
-  useEffect(() => {
-    // After a move, keyboard users land on the new page's content, not back at the top of the
-    // navigation; on the first load the skip link stays the first stop.
-    if (first.current) {
-      first.current = false;
-      return;
-    }
-    document.getElementById('main')?.focus({ preventScroll: true });
-    window.scrollTo(0, 0);
-  }, [path]);
   return (
     <MeContext.Provider value={me}>
       <a class="skip" href="#main" onClick={(e) => { e.preventDefault(); document.getElementById('main')?.focus(); }}>Skip to content</a>
