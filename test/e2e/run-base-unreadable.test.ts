@@ -15,9 +15,19 @@ const NODE = 'base-node-1';
 const node = createNodeIdentity(NODE, { bits: 1024 });
 const COMPONENTS = ['File /etc/motd', 'Service sshd', 'Package openssh-server'];
 
-/** A signed, compressed run log of NODE started on 2026-01-01 at 12:00:<second>. */
+/**
+ * The runs' day: two minutes ago, moved back a little when the three runs would not fall on one
+ * UTC day. Recent, so that no retention sweep of a server running longer than its first minute
+ * deletes them.
+ */
+const BASE_MS = (() => {
+  const t = Math.floor(Date.now() / 1000) * 1000 - 120_000;
+  return new Date(t).getUTCDate() === new Date(t + 3000).getUTCDate() ? t : t - 10_000;
+})();
+
+/** A signed, compressed run log of NODE started <second> seconds after BASE_MS. */
 function runLog(second: number): { name: string; body: Buffer } {
-  const start = new Date(Date.UTC(2026, 0, 1, 12, 0, second));
+  const start = new Date(BASE_MS + second * 1000);
   const stamp = `${start.toISOString().slice(0, 19)}+00:00`;
   const line = (type: string, component: string, key: string) => formatReport({
     policy: 'Common', event_type: type, rule_id: 'r1', directive_id: 'd1', report_id: '0', component, key_value: key, msg: `run ${second}`,
