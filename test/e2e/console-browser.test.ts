@@ -133,7 +133,8 @@ t.test('an admin signs in, accepts a pending node, and sees its compliance and i
       if (!field) return;
       seen.disconnect();
       field.focus();
-      setTimeout(() => resolve(document.activeElement ? document.activeElement.id : ''), 300);
+      // Read after the next frame and the task it queues, where effects run after the paint.
+      requestAnimationFrame(() => setTimeout(() => resolve(document.activeElement ? document.activeElement.id : '')));
     });
     seen.observe(document.body, { childList: true, subtree: true });
     location.hash = '#/groups/new/edit';
