@@ -202,9 +202,13 @@ export class PostgresRuns implements RunStore {
     });
     if (!rows[0]) return null;
     const id = Number(rows[0].id);
-    const row = await this.baseRow(this.db.pool, id);
-    if (!row) return null;
-    const texts = this.bases.readable(id, row, { nodeId, day });
+    // Cached by a read of one of its runs (not by node-day): no read of its row again.
+    let texts = this.bases.get(id);
+    if (!texts) {
+      const row = await this.baseRow(this.db.pool, id);
+      if (!row) return null;
+      texts = this.bases.readable(id, row, { nodeId, day });
+    }
     return texts ? { id, day, log: texts.log, outcomes: texts.outcomes } : null;
   }
 
